@@ -1,0 +1,380 @@
+/* zeroc — ZeRO (stages 0–3) for C training loops.
+ *
+ * This header is the documentation of the public API. Conventions that hold for
+ * every function unless its comment says otherwise:
+ *   - Fallible calls return zc_status; ZC_OK is 0. On failure nothing observable
+ *     has changed, and zc_last_error() holds a message with context.
+ *   - Handles are opaque; each create or init call has a destroy call that accepts NULL.
+ *   - The library owns memory it hands out (parameter and gradient buffers,
+ *     error strings); the caller never frees it.
+ *   - An engine handle belongs to one rank and is used by one thread at a time.
+ *     Different engines (ranks) may be driven concurrently from different threads.
+ *   - Nothing prints unless asked: see zc_log_set_level() / ZC_LOG.
+ */
+#ifndef ZEROC_ZEROC_H
+#define ZEROC_ZEROC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define ZC_API
+#elif defined(__GNUC__)
+#define ZC_API __attribute__((visibility("default")))
+#else
+#define ZC_API
+#endif
+
+#define ZEROC_VERSION_MAJOR 0
+#define ZEROC_VERSION_MINOR 1
+#define ZEROC_VERSION_PATCH 0
+
+/* ------------------------------------------------------------------------- */
+/* Status codes and errors                                                   */
+/* ------------------------------------------------------------------------- */
+
+typedef enum zc_status {
+    ZC_OK = 0,
+    ZC_ERR_INVALID_ARG,     /* a bad argument; nothing was done */
+    ZC_ERR_INVALID_STATE,   /* call not allowed now (e.g. param_add after build) */
+    ZC_ERR_NO_MEMORY,       /* an allocation failed or would exceed a limit */
+    ZC_ERR_CONFIG,          /* configuration is malformed or contradictory */
+    ZC_ERR_IO,              /* file or NVMe I/O failed */
+    ZC_ERR_COMM,            /* a collective failed or timed out */
+    ZC_ERR_DEVICE,          /* the device backend (CUDA) failed */
+    ZC_ERR_UNSUPPORTED,     /* feature not available in this build or machine */
+    ZC_ERR_LOSS_SCALE,      /* overflow with the loss scale already at its minimum */
+    ZC_ERR_INTERNAL,        /* a bug in zeroc: please report it */
+    ZC_STATUS__COUNT
+} zc_status;
+
+/* Static text naming a status ("invalid argument", ...). Never NULL; unknown
+ * codes give "unknown status". Thread-safe. */
+ZC_API const char *zc_status_str(zc_status s);
+
+/* The message of the last failure on the calling thread, with context (source
+ * location, names, sizes). Empty string if none. Library-owned and valid until
+ * the next zeroc call on this thread. Thread-safe (thread-local). */
+ZC_API const char *zc_last_error(void);
+
+/* ------------------------------------------------------------------------- */
+/* Logging                                                                   */
+/* ------------------------------------------------------------------------- */
+
+typedef enum zc_log_level {
+    ZC_LOG_OFF = 0,
+    ZC_LOG_ERROR,
+    ZC_LOG_WARN,
+    ZC_LOG_INFO,
+    ZC_LOG_DEBUG,
+    ZC_LOG_TRACE
+} zc_log_level;
+
+/* A log sink receives one formatted line (no trailing newline), its level, the
+ * subsystem ("core", "zero3", "config", ...) and the rank (-1 if not known). */
+typedef void (*zc_log_sink)(zc_log_level level, const char *subsys, int rank,
+                            const char *line, void *user);
+
+/* Sets the level (default: ZC_LOG environment variable — error|warn|info|debug|
+ * trace — else WARN). Thread-safe. */
+ZC_API void zc_log_set_level(zc_log_level level);
+
+/* Installs a sink (NULL restores the default sink, which writes to stderr).
+ * By default only rank 0 (and rank-less messages) are emitted; ZC_LOG_RANKS=all
+ * emits every rank. Call before starting rank threads; not thread-safe. */
+ZC_API void zc_log_set_sink(zc_log_sink sink, void *user);
+
+/* ------------------------------------------------------------------------- */
+/* Data types                                                                */
+/* ------------------------------------------------------------------------- */
+
+typedef enum zc_dtype {
+    ZC_DTYPE_F32 = 0,
+    ZC_DTYPE_F16,
+    ZC_DTYPE_BF16,
+    ZC_DTYPE_F64,
+    ZC_DTYPE_I32,
+    ZC_DTYPE__COUNT
+} zc_dtype;
+
+/* Size of one element of dtype in bytes, 0 for an unknown dtype. */
+ZC_API size_t zc_dtype_size(zc_dtype dt);
+/* "fp32", "fp16", "bf16", "fp64", "int32", or "unknown". */
+ZC_API const char *zc_dtype_name(zc_dtype dt);
+
+/* ------------------------------------------------------------------------- */
+/* Configuration (DeepSpeed's JSON schema)                                   */
+/* ------------------------------------------------------------------------- */
+
+typedef struct zc_config zc_config;
+
+/* Creates a configuration holding DeepSpeed's code defaults (stage 0, fp32,
+ * AdamW lr 1e-3, gradient_clipping 1.0, ...). The caller owns *out and frees it
+ * with zc_config_destroy. Returns ZC_ERR_NO_MEMORY on allocation failure. */
+ZC_API zc_status zc_config_create(zc_config **out);
+
+/* Frees a configuration. NULL is a no-op. An engine keeps its own copy, so a
+ * configuration may be destroyed right after zc_engine_create. */
+ZC_API void zc_config_destroy(zc_config *cfg);
+
+/* Sets one key, named by its DeepSpeed path ("zero_optimization.stage",
+ * "fp16.enabled", "optimizer.params.betas"), to a value written as JSON text
+ * ("2", "true", "[0.9, 0.95]", "\"auto\"", "5e8"). Aliases and deprecated keys
+ * are accepted as in a JSON file (with a warning). On failure (unknown key — the
+ * message suggests the nearest one —, wrong type, out of range) the
+ * configuration is unchanged. Not thread-safe for one cfg. */
+ZC_API zc_status zc_config_set(zc_config *cfg, const char *dotted_key, const char *json_value);
+
+/* Typed shorthands for zc_config_set. Same contract. */
+ZC_API zc_status zc_config_set_int(zc_config *cfg, const char *dotted_key, int64_t value);
+ZC_API zc_status zc_config_set_double(zc_config *cfg, const char *dotted_key, double value);
+ZC_API zc_status zc_config_set_bool(zc_config *cfg, const char *dotted_key, bool value);
+ZC_API zc_status zc_config_set_string(zc_config *cfg, const char *dotted_key, const char *value);
+
+/* Flags for zc_config_load_ex. */
+#define ZC_CONFIG_LENIENT 0x1u /* unknown nested keys are warnings, not errors */
+
+/* Loads a DeepSpeed JSON file into a new configuration (defaults first, then
+ * the file). On failure *out is NULL and zc_last_error() names the file, the
+ * JSON path and what to change. The caller owns *out. */
+ZC_API zc_status zc_config_load(zc_config **out, const char *json_path);
+ZC_API zc_status zc_config_load_ex(zc_config **out, const char *json_path, unsigned flags);
+
+/* Loads DeepSpeed JSON text held in memory (name is used in messages). */
+ZC_API zc_status zc_config_load_string(zc_config **out, const char *json_text,
+                                       const char *name, unsigned flags);
+
+/* Values the training program knows, used to resolve "auto" the way the
+ * Hugging Face integration does. Unset fields stay at the sentinel of
+ * ZC_PROGRAM_VALUES_INIT (negative numbers, dtype -1). */
+typedef struct zc_program_values {
+    size_t size;                 /* sizeof(zc_program_values) */
+    int64_t micro_batch_per_gpu; /* per_device_train_batch_size */
+    int64_t gradient_accumulation_steps;
+    int64_t total_num_steps;     /* for WarmupDecayLR / WarmupCosineLR */
+    int64_t warmup_num_steps;
+    double lr, beta1, beta2, eps, weight_decay;
+    double max_grad_norm;        /* gradient_clipping */
+    int dtype;                   /* zc_dtype of the parameters, or -1 */
+} zc_program_values;
+
+#define ZC_PROGRAM_VALUES_INIT                                                   \
+    { sizeof(zc_program_values), -1, -1, -1, -1, -1.0, -1.0, -1.0, -1.0, -1.0, \
+      -1.0, -1 }
+
+/* Records what the program knows; "auto" keys are resolved from it when the
+ * engine is built (and by zc_config_resolve). Copies *values. */
+ZC_API zc_status zc_config_set_program_values(zc_config *cfg, const zc_program_values *values);
+
+/* Resolves the batch keys for a data-parallel world of `world` ranks with
+ * DeepSpeed's rules (a missing one derived from the other two; each > 0; batch
+ * == micro * accumulation * world). Returns ZC_ERR_CONFIG with the four numbers
+ * in the message when they disagree. Called by zc_engine_create as well. */
+ZC_API zc_status zc_config_resolve(zc_config *cfg, int world);
+
+/* Reads a resolved value back as JSON text into buf (NUL-terminated, truncated
+ * to cap). Returns ZC_ERR_INVALID_ARG for an unknown key. */
+ZC_API zc_status zc_config_get(const zc_config *cfg, const char *dotted_key, char *buf, size_t cap);
+
+/* Learning rate (and, for OneCycle, beta1 when momentum cycling is on; else the
+ * optimizer's beta1) after `step` optimizer steps, by DeepSpeed's scheduler
+ * formulas; with no scheduler, the optimizer's lr. beta1 may be NULL. */
+ZC_API double zc_config_lr_at(const zc_config *cfg, int64_t step, double *beta1);
+
+/* ------------------------------------------------------------------------- */
+/* Communicators                                                             */
+/* ------------------------------------------------------------------------- */
+
+typedef struct zc_comm zc_comm;
+
+/* Creates `world` in-process ranks (threads of this process share memory):
+ * comms[r] is rank r's handle, to be used by exactly one thread. Collectives
+ * sum in fp32 in rank order, so results are deterministic. The caller owns the
+ * handles and destroys each with zc_comm_destroy after its engine. */
+ZC_API zc_status zc_comm_local_world(int world, zc_comm **comms);
+
+/* Creates this process's rank from the launcher's environment (torchrun and the
+ * deepspeed launcher: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT;
+ * Slurm: SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID; Open MPI:
+ * OMPI_COMM_WORLD_*). Returns ZC_ERR_UNSUPPORTED when this build has no
+ * backend that can reach other processes, ZC_ERR_CONFIG naming the missing
+ * variable. */
+ZC_API zc_status zc_comm_init_env(zc_comm **out);
+
+/* Rank and world size of a handle (-1 for NULL). */
+ZC_API int zc_comm_rank(const zc_comm *comm);
+ZC_API int zc_comm_world(const zc_comm *comm);
+
+/* Destroys one rank's handle. NULL is a no-op. For the local backend the shared
+ * state goes away with the last rank's handle. */
+ZC_API void zc_comm_destroy(zc_comm *comm);
+
+/* ------------------------------------------------------------------------- */
+/* Engine                                                                    */
+/* ------------------------------------------------------------------------- */
+
+typedef struct zc_engine zc_engine;
+typedef struct zc_param zc_param;
+
+typedef enum zc_device_kind {
+    ZC_DEVICE_AUTO = 0, /* CUDA when a device is present, else the host */
+    ZC_DEVICE_HOST,
+    ZC_DEVICE_CUDA
+} zc_device_kind;
+
+/* Options that are not part of DeepSpeed's JSON. Start from
+ * ZC_ENGINE_OPTIONS_INIT; fields may be added at the end. */
+typedef struct zc_engine_options {
+    size_t size;            /* sizeof(zc_engine_options) */
+    zc_device_kind device;  /* where parameters, gradients and kernels live */
+    int device_index;       /* CUDA device ordinal, -1 = LOCAL_RANK or 0 */
+    int64_t bucket_elems;   /* chunk size in elements; <= 0 = reduce_bucket_size */
+    zc_dtype param_dtype;   /* working precision; overrides fp16/bf16.enabled
+                               when >= 0 (ZC_ENGINE_OPTIONS_INIT leaves -1) */
+} zc_engine_options;
+
+#define ZC_ENGINE_OPTIONS_INIT \
+    { sizeof(zc_engine_options), ZC_DEVICE_AUTO, -1, 0, (zc_dtype)-1 }
+
+/* Creates an engine for one rank. Copies cfg (resolving the batch keys for the
+ * communicator's world); borrows comm, which must outlive the engine. opts may
+ * be NULL. Fails with ZC_ERR_CONFIG for a contradictory configuration (stage
+ * outside 0–3, ...), ZC_ERR_INVALID_ARG for NULL handles. The caller owns *out. */
+ZC_API zc_status zc_engine_create(zc_engine **out, const zc_config *cfg, zc_comm *comm,
+                                  const zc_engine_options *opts);
+
+/* Parameter groups: hyper-parameters shared by parameters, like torch param
+ * groups. Group 0 exists from creation with the optimizer's weight decay.
+ * zc_group_add creates another group and returns its id in *group_id. Before
+ * build only. */
+ZC_API zc_status zc_group_add(zc_engine *eng, double weight_decay, double lr_scale, int *group_id);
+
+/* Registers a parameter of ndim dimensions (1..8, each > 0) in group `group`.
+ * Every rank must register the same parameters in the same order. Returns the
+ * parameter handle (owned by the engine), or NULL on failure (zero-size shape,
+ * unknown group, called after build, duplicate name) with zc_last_error() set. */
+ZC_API zc_param *zc_param_add(zc_engine *eng, const char *name, const int64_t *shape, int ndim,
+                              int group);
+
+/* Starts a new chunk at the next registered parameter (e.g. one chunk set per
+ * transformer block). Before build only. */
+ZC_API zc_status zc_chunk_boundary(zc_engine *eng);
+
+/* Partitions the parameters into chunks and shards and allocates every buffer
+ * this rank needs. Collective: every rank calls it. ZC_ERR_NO_MEMORY says how
+ * much was asked for and for what. After a failed build the engine can only be
+ * destroyed. */
+ZC_API zc_status zc_engine_build(zc_engine *eng);
+
+/* Sets the full value of a parameter (numel floats, row-major, host memory).
+ * Every rank passes the same values. Sets the fp32 master (this rank's shard)
+ * and the working-precision copy. After build, outside a micro-step. */
+ZC_API zc_status zc_param_load(zc_engine *eng, zc_param *p, const float *full_values);
+
+/* Copies the full fp32 master value of a parameter into out (numel floats).
+ * Collective in stages 1–3 (every rank calls it for the same parameter). */
+ZC_API zc_status zc_param_gather_master(zc_engine *eng, zc_param *p, float *out);
+
+/* Returns a pointer to the full parameter in its working dtype, valid until the
+ * matching zc_param_release. Stage 3 gathers its chunk (or finds it
+ * prefetched). With a CUDA device, work on `stream` (a cudaStream_t, NULL =
+ * the default stream) is ordered after the data is ready. Returns NULL (with
+ * zc_last_error) for a parameter unknown to this engine. */
+ZC_API void *zc_param_acquire(zc_engine *eng, zc_param *p, void *stream);
+
+/* Ends a use begun by zc_param_acquire. Stage 3 frees the gathered chunk when
+ * none of its parameters is acquired, unless it is persistent. */
+ZC_API zc_status zc_param_release(zc_engine *eng, zc_param *p, void *stream);
+
+/* A buffer of numel elements in the parameter's working dtype, zeroed at the
+ * start of each micro-step, that the backward pass writes or accumulates into.
+ * Returns NULL for an unknown parameter. */
+ZC_API void *zc_grad_buffer(zc_engine *eng, zc_param *p);
+
+/* Hands the gradient back for this micro-step. When every parameter of a chunk
+ * is ready its reduction starts. Errors: unknown parameter, ready twice in one
+ * micro-step (nothing is changed). */
+ZC_API zc_status zc_grad_ready(zc_engine *eng, zc_param *p);
+
+/* Ends a micro-step that is not the last of the accumulation window; every
+ * parameter must have been made ready. zc_step ends the last one itself. */
+ZC_API zc_status zc_micro_step_end(zc_engine *eng);
+
+/* What zc_step did. */
+typedef struct zc_step_info {
+    int64_t step;        /* optimizer steps taken, skipped ones included */
+    bool skipped;        /* overflow: no parameter or optimizer state changed */
+    double grad_norm;    /* global L2 norm of the averaged, unscaled gradient
+                            (-1 when it is not finite) */
+    double loss_scale;   /* scale in effect for this step (1 for fp32/bf16) */
+    double lr;           /* learning rate applied (or that would have been) */
+} zc_step_info;
+
+/* Ends the accumulation window: finishes reductions, agrees on overflow across
+ * ranks, computes the global norm, clips, runs Adam on this rank's shards,
+ * publishes the updated parameters, advances the loss scaler and (unless the
+ * step was skipped) the scheduler. Collective. Fails with ZC_ERR_INVALID_STATE
+ * naming a parameter whose gradient is missing (nothing changed), and with
+ * ZC_ERR_LOSS_SCALE when an overflow happens at the minimum loss scale. info
+ * may be NULL. */
+ZC_API zc_status zc_step(zc_engine *eng, zc_step_info *info);
+
+/* Current loss scale (1 without fp16). The loss must be multiplied by it
+ * before backward. */
+ZC_API double zc_loss_scale(const zc_engine *eng);
+
+/* Memory categories of zc_stats. */
+typedef enum zc_mem_category {
+    ZC_MEM_PARAMS = 0, /* working-precision parameters (full or shard) */
+    ZC_MEM_GRADS,      /* gradient accumulators and shards */
+    ZC_MEM_MASTER,     /* fp32 master weights */
+    ZC_MEM_ADAM,       /* Adam m and v */
+    ZC_MEM_BUFFERS,    /* transient chunk, bucket and gather buffers */
+    ZC_MEM_OTHER,      /* bookkeeping */
+    ZC_MEM__COUNT
+} zc_mem_category;
+
+/* Collective kinds of zc_stats. */
+typedef enum zc_coll_kind {
+    ZC_COLL_ALL_REDUCE = 0,
+    ZC_COLL_REDUCE_SCATTER,
+    ZC_COLL_ALL_GATHER,
+    ZC_COLL_BROADCAST,
+    ZC_COLL__COUNT
+} zc_coll_kind;
+
+typedef struct zc_stats {
+    size_t size;                           /* sizeof(zc_stats), set by caller */
+    int rank, world, stage;
+    int64_t num_params;                    /* registered elements */
+    int64_t padded_params;                 /* elements after chunk padding */
+    int64_t num_chunks;
+    int64_t bytes[ZC_MEM__COUNT];          /* allocated now, by category */
+    int64_t peak_bytes[ZC_MEM__COUNT];     /* high-water mark, by category */
+    int64_t comm_bytes_last_step[ZC_COLL__COUNT]; /* payload of the last step: full
+                                              buffer reduced or gathered, in
+                                              the communicated dtype */
+    int64_t gathers_last_step;             /* stage 3 chunk gathers in the last step */
+    int64_t max_live_elems_last_step;      /* stage 3 peak gathered elements */
+    int64_t trace_invalidations;           /* stage 3 acquire-order changes seen */
+    int64_t steps, skipped_steps;
+} zc_stats;
+
+/* Fills *out (out->size must be set). Thread-safe with respect to other
+ * engines; not with concurrent calls on this engine. */
+ZC_API zc_status zc_engine_stats(const zc_engine *eng, zc_stats *out);
+
+/* Destroys the engine and frees everything it allocated. NULL is a no-op. Not
+ * collective. */
+ZC_API void zc_engine_destroy(zc_engine *eng);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ZEROC_ZEROC_H */

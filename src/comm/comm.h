@@ -1,0 +1,69 @@
+/* The communication seam (internal): collectives between data-parallel ranks.
+ *
+ * Backends: local (ranks are threads of one process), nccl (one rank per GPU),
+ * mpi (host buffers across processes). The engine uses only these calls.
+ *
+ * Counts are in elements. Buffers live on the device the communicator was
+ * bound to (zc__comm_bind_device; the host until then). Sums of 16-bit
+ * payloads are accumulated in fp32 and rounded once; the local backend sums in
+ * rank order so results are deterministic and identical on every rank.
+ * In-place use is allowed where noted. Every call is collective: each rank of
+ * the world calls the same sequence with the same counts and dtypes.
+ */
+#ifndef ZC_COMM_COMM_H
+#define ZC_COMM_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "device/device.h"
+
+typedef enum zc_red_op { ZC_RED_SUM = 0, ZC_RED_MAX } zc_red_op;
+
+typedef struct zc_comm_ops {
+    const char *name; /* "local", "nccl", "mpi" */
+    /* recv[i] = op over ranks of send[i], count elements; send == recv allowed. */
+    zc_status (*all_reduce)(zc_comm *c, const void *send, void *recv, size_t count, zc_dtype dt,
+                            zc_red_op op, void *stream);
+    /* recv (recv_count elements) = this rank's slice
+     * [rank*recv_count, (rank+1)*recv_count) of the sum over ranks of send
+     * (world*recv_count elements). recv may alias that slice of send. */
+    zc_status (*reduce_scatter)(zc_comm *c, const void *send, void *recv, size_t recv_count,
+                                zc_dtype dt, void *stream);
+    /* recv (world*send_count elements) = concatenation in rank order of every
+     * rank's send. send may alias recv + rank*send_count. */
+    zc_status (*all_gather)(zc_comm *c, const void *send, void *recv, size_t send_count,
+                            zc_dtype dt, void *stream);
+    /* buf (count elements) = root's buf on every rank. */
+    zc_status (*broadcast)(zc_comm *c, void *buf, size_t count, zc_dtype dt, int root,
+                           void *stream);
+    zc_status (*barrier)(zc_comm *c);
+    /* Attaches the device whose buffers this rank will pass (called once by the
+     * engine before the first collective). */
+    zc_status (*bind_device)(zc_comm *c, zc_device *dev);
+    void (*destroy)(zc_comm *c);
+} zc_comm_ops;
+
+struct zc_comm {
+    const zc_comm_ops *ops;
+    int rank, world;
+    int local_rank, local_world;
+    zc_device *dev; /* bound device, host by default */
+};
+
+/* Convenience wrappers that validate and dispatch. */
+static inline zc_status zc__all_reduce(zc_comm *c, const void *s, void *r, size_t n, zc_dtype dt,
+                                       zc_red_op op, void *stream)
+{ return c->ops->all_reduce(c, s, r, n, dt, op, stream); }
+static inline zc_status zc__reduce_scatter(zc_comm *c, const void *s, void *r, size_t n,
+                                           zc_dtype dt, void *stream)
+{ return c->ops->reduce_scatter(c, s, r, n, dt, stream); }
+static inline zc_status zc__all_gather(zc_comm *c, const void *s, void *r, size_t n, zc_dtype dt,
+                                       void *stream)
+{ return c->ops->all_gather(c, s, r, n, dt, stream); }
+static inline zc_status zc__broadcast(zc_comm *c, void *b, size_t n, zc_dtype dt, int root,
+                                      void *stream)
+{ return c->ops->broadcast(c, b, n, dt, root, stream); }
+static inline zc_status zc__barrier(zc_comm *c) { return c->ops->barrier(c); }
+
+#endif

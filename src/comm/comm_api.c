@@ -1,0 +1,11 @@
+/* Public accessors shared by every communicator backend. */
+#include "comm/comm.h"
+
+int zc_comm_rank(const zc_comm *comm) { return comm ? comm->rank : -1; }
+int zc_comm_world(const zc_comm *comm) { return comm ? comm->world : -1; }
+
+void zc_comm_destroy(zc_comm *comm)
+{
+    if (comm)
+        comm->ops->destroy(comm);
+}

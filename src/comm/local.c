@@ -1,0 +1,399 @@
+/* The local communicator: W ranks as threads of one process.
+ *
+ * Each collective is three phases: every rank posts its buffer pointers and
+ * counts in its slot and waits at a barrier; each rank then does its share of
+ * the work reading the others' buffers (through the bound device's copy and
+ * reduce_sum, so the same code runs on host memory and on one GPU shared by
+ * the ranks); a second barrier keeps every buffer alive and unmodified until
+ * all ranks are done reading. Sums run in rank order, so every rank and every
+ * stage that reduces an element gets the same bits.
+ *
+ * Who writes what (this is what makes in-place use safe):
+ *   all_reduce:     rank r owns the element range [count*r/W, count*(r+1)/W):
+ *                   it is the only rank that reads that range of any send
+ *                   buffer, and it writes the range into every recv buffer
+ *                   only after computing the sum into its own recv.
+ *   reduce_scatter: rank r reads only slice r of every send buffer and writes
+ *                   only its own recv.
+ *   all_gather:     rank r writes only its own recv; it reads the other ranks'
+ *                   send buffers, which lie outside its recv.
+ *
+ * A rank that never arrives makes the others fail after ZC_COMM_TIMEOUT
+ * seconds (default 600) instead of hanging, and the group stays broken. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "comm/comm.h"
+#include "core/log.h"
+
+typedef struct local_slot {
+    const void *send;
+    void *recv;
+    size_t count;
+    int dt, op, root, kind;
+} local_slot;
+
+typedef struct local_group {
+    int world;
+    int refs;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int arrived;
+    unsigned long generation;
+    int broken;
+    double timeout_s;
+    local_slot *slots;
+} local_group;
+
+typedef struct local_comm {
+    zc_comm base;
+    local_group *g;
+    unsigned long seq; /* collectives issued by this rank, for messages */
+} local_comm;
+
+enum { K_ALL_REDUCE = 1, K_REDUCE_SCATTER, K_ALL_GATHER, K_BROADCAST, K_BARRIER };
+
+static const char *kind_str(int k)
+{
+    switch (k) {
+    case K_ALL_REDUCE: return "all_reduce";
+    case K_REDUCE_SCATTER: return "reduce_scatter";
+    case K_ALL_GATHER: return "all_gather";
+    case K_BROADCAST: return "broadcast";
+    default: return "barrier";
+    }
+}
+
+static double env_timeout(void)
+{
+    const char *s = getenv("ZC_COMM_TIMEOUT");
+    if (s && *s) {
+        char *end;
+        double v = strtod(s, &end);
+        if (end != s && v > 0)
+            return v;
+    }
+    return 600.0;
+}
+
+/* Barrier with a deadline. Returns ZC_ERR_COMM when the group is broken or the
+ * deadline passes (which breaks the group for everyone). */
+static zc_status group_wait(local_comm *c, int kind)
+{
+    local_group *g = c->g;
+    zc_status rc = ZC_OK;
+    pthread_mutex_lock(&g->mu);
+    if (g->broken) {
+        pthread_mutex_unlock(&g->mu);
+        return ZC_ERR(ZC_ERR_COMM, "local comm rank %d: %s #%lu: the group is broken by an "
+                                   "earlier failure or timeout",
+                      c->base.rank, kind_str(kind), c->seq);
+    }
+    unsigned long gen = g->generation;
+    if (++g->arrived == g->world) {
+        g->arrived = 0;
+        g->generation++;
+        pthread_cond_broadcast(&g->cv);
+    } else {
+        struct timespec deadline;
+        clock_gettime(CLOCK_REALTIME, &deadline);
+        double whole = (double)(time_t)g->timeout_s;
+        deadline.tv_sec += (time_t)g->timeout_s;
+        deadline.tv_nsec += (long)((g->timeout_s - whole) * 1e9);
+        if (deadline.tv_nsec >= 1000000000L) {
+            deadline.tv_sec++;
+            deadline.tv_nsec -= 1000000000L;
+        }
+        while (gen == g->generation && !g->broken) {
+            int e = pthread_cond_timedwait(&g->cv, &g->mu, &deadline);
+            if (e == ETIMEDOUT && gen == g->generation) {
+                g->broken = 1;
+                pthread_cond_broadcast(&g->cv);
+                rc = ZC_ERR(ZC_ERR_COMM,
+                            "local comm rank %d: %s #%lu (%zu elements) timed out after %.0f s "
+                            "waiting for %d of %d ranks (ZC_COMM_TIMEOUT)",
+                            c->base.rank, kind_str(kind), c->seq, g->slots[c->base.rank].count,
+                            g->timeout_s, g->world - g->arrived, g->world);
+                break;
+            }
+        }
+        if (rc == ZC_OK && gen == g->generation && g->broken)
+            rc = ZC_ERR(ZC_ERR_COMM, "local comm rank %d: %s #%lu: another rank failed",
+                        c->base.rank, kind_str(kind), c->seq);
+    }
+    pthread_mutex_unlock(&g->mu);
+    return rc;
+}
+
+/* Phase 1: post this rank's call and check every rank made the same one. */
+static zc_status post(local_comm *c, int kind, const void *send, void *recv, size_t count,
+                      zc_dtype dt, int op, int root, void *stream)
+{
+    local_group *g = c->g;
+    c->seq++;
+    /* The buffers must hold their final data before others read them. */
+    ZC_CHECK(c->base.dev->ops->stream_sync(c->base.dev, stream));
+    local_slot *s = &g->slots[c->base.rank];
+    *s = (local_slot){send, recv, count, (int)dt, op, root, kind};
+    ZC_CHECK(group_wait(c, kind));
+    for (int r = 0; r < g->world; r++) {
+        local_slot *o = &g->slots[r];
+        if (o->kind != kind || o->count != count || o->dt != (int)dt || o->op != op ||
+            o->root != root) {
+            zc_status rc = ZC_ERR(ZC_ERR_COMM,
+                                  "local comm: collective mismatch at #%lu: rank %d called %s "
+                                  "(%zu x %s) but rank %d called %s (%zu x %s)",
+                                  c->seq, c->base.rank, kind_str(kind), count, zc_dtype_name(dt), r,
+                                  kind_str(o->kind), o->count, zc_dtype_name((zc_dtype)o->dt));
+            group_wait(c, kind); /* everyone sees the mismatch; keep phases aligned */
+            return rc;
+        }
+    }
+    return ZC_OK;
+}
+
+/* Phase 3: wait until every rank has finished reading. */
+static zc_status finish(local_comm *c, int kind, zc_status work_rc, void *stream)
+{
+    zc_status rc = c->base.dev->ops->stream_sync(c->base.dev, stream);
+    if (work_rc == ZC_OK)
+        work_rc = rc;
+    rc = group_wait(c, kind);
+    return work_rc != ZC_OK ? work_rc : rc;
+}
+
+static zc_status check_dtype(local_comm *c, const char *what, zc_dtype dt)
+{
+    if (zc_dtype_size(dt) == 0)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "local comm rank %d %s: unknown dtype %d", c->base.rank,
+                      what, (int)dt);
+    return ZC_OK;
+}
+
+static zc_status max_reduce_host(local_comm *c, size_t lo, size_t hi, zc_dtype dt, void *stream)
+{
+    /* MAX is for small control payloads (overflow flags): stage through host
+     * memory element by element. */
+    local_group *g = c->g;
+    zc_device *d = c->base.dev;
+    size_t es = zc_dtype_size(dt);
+    zc_copy_kind from = d->mem_kind == ZC_MEMKIND_DEVICE ? ZC_COPY_D2H : ZC_COPY_H2H;
+    zc_copy_kind to = d->mem_kind == ZC_MEMKIND_DEVICE ? ZC_COPY_H2D : ZC_COPY_H2H;
+    for (size_t i = lo; i < hi; i++) {
+        double best = 0;
+        unsigned char buf[8], out[8] = {0};
+        for (int r = 0; r < g->world; r++) {
+            ZC_CHECK(d->ops->copy(d, buf, (const char *)g->slots[r].send + i * es, es, from, stream));
+            ZC_CHECK(d->ops->stream_sync(d, stream));
+            double v;
+            switch (dt) {
+            case ZC_DTYPE_F64: { double x; memcpy(&x, buf, 8); v = x; break; }
+            case ZC_DTYPE_I32: { int32_t x; memcpy(&x, buf, 4); v = x; break; }
+            case ZC_DTYPE_F32: { float x; memcpy(&x, buf, 4); v = x; break; }
+            default:
+                return ZC_ERR(ZC_ERR_INVALID_ARG, "local comm all_reduce MAX: dtype %s not "
+                                                  "supported (use fp32, fp64 or int32)",
+                              zc_dtype_name(dt));
+            }
+            if (r == 0 || v > best || v != v) { /* NaN wins, like an overflow flag */
+                best = v;
+                memcpy(out, buf, es);
+            }
+        }
+        for (int r = 0; r < g->world; r++)
+            ZC_CHECK(d->ops->copy(d, (char *)g->slots[r].recv + i * es, out, es, to, stream));
+        ZC_CHECK(d->ops->stream_sync(d, stream));
+    }
+    return ZC_OK;
+}
+
+static zc_status local_all_reduce(zc_comm *base, const void *send, void *recv, size_t count,
+                                  zc_dtype dt, zc_red_op op, void *stream)
+{
+    local_comm *c = (local_comm *)base;
+    local_group *g = c->g;
+    zc_device *d = base->dev;
+    ZC_CHECK(check_dtype(c, "all_reduce", dt));
+    ZC_CHECK(post(c, K_ALL_REDUCE, send, recv, count, dt, (int)op, 0, stream));
+    int r = base->rank, W = g->world;
+    size_t lo = count * (size_t)r / (size_t)W, hi = count * (size_t)(r + 1) / (size_t)W;
+    size_t es = zc_dtype_size(dt);
+    zc_status rc = ZC_OK;
+    if (hi > lo) {
+        if (op == ZC_RED_MAX) {
+            rc = max_reduce_host(c, lo, hi, dt, stream);
+        } else {
+            const void *srcs[W];
+            for (int k = 0; k < W; k++)
+                srcs[k] = (const char *)g->slots[k].send + lo * es;
+            void *mine = (char *)recv + lo * es;
+            rc = d->ops->reduce_sum(d, mine, srcs, W, dt, hi - lo, stream);
+            for (int k = 0; k < W && rc == ZC_OK; k++)
+                if (k != r)
+                    rc = d->ops->copy(d, (char *)g->slots[k].recv + lo * es, mine, (hi - lo) * es,
+                                      d->mem_kind == ZC_MEMKIND_DEVICE ? ZC_COPY_D2D : ZC_COPY_H2H,
+                                      stream);
+        }
+    }
+    return finish(c, K_ALL_REDUCE, rc, stream);
+}
+
+static zc_status local_reduce_scatter(zc_comm *base, const void *send, void *recv,
+                                      size_t recv_count, zc_dtype dt, void *stream)
+{
+    local_comm *c = (local_comm *)base;
+    local_group *g = c->g;
+    zc_device *d = base->dev;
+    ZC_CHECK(check_dtype(c, "reduce_scatter", dt));
+    ZC_CHECK(post(c, K_REDUCE_SCATTER, send, recv, recv_count, dt, 0, 0, stream));
+    int r = base->rank, W = g->world;
+    size_t es = zc_dtype_size(dt);
+    zc_status rc = ZC_OK;
+    if (recv_count) {
+        const void *srcs[W];
+        for (int k = 0; k < W; k++)
+            srcs[k] = (const char *)g->slots[k].send + (size_t)r * recv_count * es;
+        rc = d->ops->reduce_sum(d, recv, srcs, W, dt, recv_count, stream);
+    }
+    return finish(c, K_REDUCE_SCATTER, rc, stream);
+}
+
+static zc_status local_all_gather(zc_comm *base, const void *send, void *recv, size_t send_count,
+                                  zc_dtype dt, void *stream)
+{
+    local_comm *c = (local_comm *)base;
+    local_group *g = c->g;
+    zc_device *d = base->dev;
+    ZC_CHECK(check_dtype(c, "all_gather", dt));
+    ZC_CHECK(post(c, K_ALL_GATHER, send, recv, send_count, dt, 0, 0, stream));
+    size_t es = zc_dtype_size(dt), bytes = send_count * es;
+    zc_copy_kind kind = d->mem_kind == ZC_MEMKIND_DEVICE ? ZC_COPY_D2D : ZC_COPY_H2H;
+    zc_status rc = ZC_OK;
+    for (int k = 0; k < g->world && rc == ZC_OK && bytes; k++)
+        rc = d->ops->copy(d, (char *)recv + (size_t)k * bytes, g->slots[k].send, bytes, kind,
+                          stream);
+    return finish(c, K_ALL_GATHER, rc, stream);
+}
+
+static zc_status local_broadcast(zc_comm *base, void *buf, size_t count, zc_dtype dt, int root,
+                                 void *stream)
+{
+    local_comm *c = (local_comm *)base;
+    local_group *g = c->g;
+    zc_device *d = base->dev;
+    ZC_CHECK(check_dtype(c, "broadcast", dt));
+    if (root < 0 || root >= g->world)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "local comm broadcast: root %d outside 0..%d", root,
+                      g->world - 1);
+    ZC_CHECK(post(c, K_BROADCAST, buf, buf, count, dt, 0, root, stream));
+    zc_status rc = ZC_OK;
+    if (base->rank != root && count)
+        rc = d->ops->copy(d, buf, g->slots[root].send, count * zc_dtype_size(dt),
+                          d->mem_kind == ZC_MEMKIND_DEVICE ? ZC_COPY_D2D : ZC_COPY_H2H, stream);
+    return finish(c, K_BROADCAST, rc, stream);
+}
+
+static zc_status local_barrier(zc_comm *base)
+{
+    local_comm *c = (local_comm *)base;
+    c->seq++;
+    c->g->slots[base->rank].kind = K_BARRIER;
+    c->g->slots[base->rank].count = 0;
+    return group_wait(c, K_BARRIER);
+}
+
+static zc_status local_bind_device(zc_comm *base, zc_device *dev)
+{
+    if (!dev)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "local comm bind_device: NULL device");
+    base->dev = dev;
+    return ZC_OK;
+}
+
+static void group_unref(local_group *g)
+{
+    pthread_mutex_lock(&g->mu);
+    int left = --g->refs;
+    pthread_mutex_unlock(&g->mu);
+    if (left)
+        return;
+    pthread_mutex_destroy(&g->mu);
+    pthread_cond_destroy(&g->cv);
+    zc__host_free(NULL, ZC_MEM_OTHER, g->slots, sizeof(local_slot) * (size_t)g->world);
+    zc__host_free(NULL, ZC_MEM_OTHER, g, sizeof *g);
+}
+
+static void local_destroy(zc_comm *base)
+{
+    local_comm *c = (local_comm *)base;
+    local_group *g = c->g;
+    zc__host_free(NULL, ZC_MEM_OTHER, c, sizeof *c);
+    group_unref(g);
+}
+
+static const zc_comm_ops local_ops = {
+    .name = "local",
+    .all_reduce = local_all_reduce,
+    .reduce_scatter = local_reduce_scatter,
+    .all_gather = local_all_gather,
+    .broadcast = local_broadcast,
+    .barrier = local_barrier,
+    .bind_device = local_bind_device,
+    .destroy = local_destroy,
+};
+
+zc_status zc_comm_local_world(int world, zc_comm **comms)
+{
+    zc__error_clear();
+    if (!comms)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "zc_comm_local_world: comms is NULL");
+    if (world <= 0)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "zc_comm_local_world: world size %d (must be >= 1)",
+                      world);
+    if (world > 4096)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "zc_comm_local_world: world size %d is too large "
+                                          "for in-process ranks (max 4096)", world);
+    local_group *g = NULL;
+    zc_status rc;
+    int made = 0;
+    ZC_CHECK(zc__host_alloc(NULL, ZC_MEM_OTHER, sizeof *g, "local comm group", (void **)&g));
+    rc = zc__host_alloc(NULL, ZC_MEM_OTHER, sizeof(local_slot) * (size_t)world, "local comm slots",
+                        (void **)&g->slots);
+    if (rc != ZC_OK) {
+        zc__host_free(NULL, ZC_MEM_OTHER, g, sizeof *g);
+        return rc;
+    }
+    g->world = world;
+    g->refs = world;
+    g->timeout_s = env_timeout();
+    pthread_mutex_init(&g->mu, NULL);
+    pthread_cond_init(&g->cv, NULL);
+    for (; made < world; made++) {
+        local_comm *c;
+        rc = zc__host_alloc(NULL, ZC_MEM_OTHER, sizeof *c, "local comm rank", (void **)&c);
+        if (rc != ZC_OK)
+            goto fail;
+        c->base.ops = &local_ops;
+        c->base.rank = made;
+        c->base.world = world;
+        c->base.local_rank = made;
+        c->base.local_world = world;
+        c->base.dev = zc__device_host();
+        c->g = g;
+        comms[made] = &c->base;
+    }
+    return ZC_OK;
+fail:
+    /* Drop the references of the ranks never made, then the ones made. */
+    g->refs = made ? made : 1;
+    for (int r = 0; r < made; r++)
+        local_destroy(comms[r]);
+    if (!made)
+        group_unref(g);
+    for (int r = 0; r < world; r++)
+        comms[r] = NULL;
+    return rc;
+}

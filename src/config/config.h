@@ -1,0 +1,130 @@
+/* The configuration handle (internal view).
+ *
+ * Typed fields for every DeepSpeed key zeroc reads, holding DeepSpeed's code
+ * defaults after zc_config_create. The engine reads these fields; the JSON
+ * loader and zc_config_set write them through the key schema in
+ * src/config/schema.c. Integer fields that DeepSpeed allows to be unset (None)
+ * use -1; "auto" values are tracked per key by the schema layer and resolved by
+ * zc_config_resolve / the engine.
+ */
+#ifndef ZC_CONFIG_CONFIG_H
+#define ZC_CONFIG_CONFIG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "zeroc/zeroc.h"
+
+typedef enum zc_offload_device {
+    ZC_OFFLOAD_NONE = 0,
+    ZC_OFFLOAD_CPU,
+    ZC_OFFLOAD_NVME
+} zc_offload_device;
+
+typedef enum zc_sched_type {
+    ZC_SCHED_NONE = 0,
+    ZC_SCHED_WARMUP_LR,
+    ZC_SCHED_WARMUP_DECAY_LR,
+    ZC_SCHED_WARMUP_COSINE_LR,
+    ZC_SCHED_ONE_CYCLE,
+    ZC_SCHED_LR_RANGE_TEST
+} zc_sched_type;
+
+typedef struct zc_sched_cfg {
+    zc_sched_type type;
+    /* WarmupLR / WarmupDecayLR */
+    double warmup_min_lr, warmup_max_lr; /* warmup_max_lr < 0: optimizer lr */
+    int64_t warmup_num_steps;            /* 1000 */
+    bool warmup_log;                     /* warmup_type "log" (default) vs "linear" */
+    int64_t total_num_steps;             /* WarmupDecayLR, WarmupCosineLR; -1 unset */
+    /* WarmupCosineLR */
+    double warmup_min_ratio, cos_min_ratio;
+    /* OneCycle */
+    double cycle_min_lr, cycle_max_lr, decay_lr_rate;
+    int64_t cycle_first_step_size, cycle_second_step_size, cycle_first_stair_count,
+        cycle_second_stair_count, decay_step_size;
+    bool cycle_momentum;
+    double cycle_min_mom, cycle_max_mom, decay_mom_rate;
+    /* LRRangeTest */
+    double lr_range_test_min_lr, lr_range_test_step_rate;
+    int64_t lr_range_test_step_size;
+    bool lr_range_test_staircase;
+} zc_sched_cfg;
+
+typedef struct zc_offload_cfg {
+    zc_offload_device device;
+    char *nvme_path; /* owned, NULL if unset */
+    bool pin_memory;
+    int64_t buffer_count, buffer_size, max_in_cpu;
+    bool fast_init, pipeline_read, pipeline_write;
+    double ratio;
+} zc_offload_cfg;
+
+struct zc_config {
+    /* batch (-1 = unset) */
+    int64_t train_batch_size, train_micro_batch_size_per_gpu, gradient_accumulation_steps;
+    double gradient_clipping;            /* 1.0; 0 disables */
+    int64_t steps_per_print;             /* -1 = never */
+    bool wall_clock_breakdown, prescale_gradients;
+    double gradient_predivide_factor;    /* 1.0 */
+    int communication_data_type;         /* zc_dtype, -1 = follow params */
+    int grad_accum_dtype;                /* zc_dtype, -1 = default */
+    bool zero_allow_untested_optimizer, zero_force_ds_cpu_optimizer;
+
+    struct {
+        bool enabled, auto_cast;
+        double loss_scale;               /* 0 = dynamic */
+        int64_t initial_scale_power;     /* 16 */
+        int64_t loss_scale_window;       /* 1000 */
+        int64_t hysteresis;              /* 2 */
+        bool consecutive_hysteresis;
+        double min_loss_scale;           /* 1 */
+    } fp16;
+    struct {
+        bool enabled, check_grad_overflow;
+    } bf16;
+
+    struct {
+        bool present;                    /* an optimizer block was given */
+        bool adamw_type;                 /* type "AdamW" (else "Adam") */
+        double lr, beta1, beta2, eps, weight_decay;
+        bool adam_w_mode, bias_correction, torch_adam;
+    } optimizer;
+
+    zc_sched_cfg scheduler;
+
+    struct {
+        int stage;
+        bool contiguous_gradients, reduce_scatter, allgather_partitions;
+        int overlap_comm;                /* -1 = unset: true iff stage 3 */
+        int64_t reduce_bucket_size, allgather_bucket_size;
+        bool round_robin_gradients, load_from_fp32_weights, ignore_unused_parameters;
+        int64_t sub_group_size;
+        int64_t prefetch_bucket_size, param_persistence_threshold, model_persistence_threshold,
+            max_live_parameters, max_reuse_distance, module_granularity_threshold;
+        bool gather_16bit_weights_on_model_save;
+        int64_t zero_hpz_partition_size;
+        bool zero_quantized_weights, zero_quantized_gradients;
+        zc_offload_cfg offload_optimizer, offload_param;
+    } zero;
+
+    struct {
+        int64_t block_size, queue_depth, intra_op_parallelism;
+        bool single_submit, overlap_events, use_gds;
+    } aio;
+
+    zc_program_values program; /* what the program told us, for "auto" */
+
+    struct zc_config_meta *meta; /* schema layer: per-key origin, "auto" flags */
+};
+
+/* Effective overlap_comm (DeepSpeed: unset means true iff stage 3). */
+static inline bool zc__cfg_overlap_comm(const zc_config *c)
+{
+    return c->zero.overlap_comm < 0 ? c->zero.stage == 3 : c->zero.overlap_comm != 0;
+}
+
+/* Deep copy (the engine keeps its own). Returns ZC_ERR_NO_MEMORY. */
+zc_status zc__config_clone(const zc_config *src, zc_config **out);
+
+#endif

@@ -1,0 +1,41 @@
+/* Error recording and propagation (internal).
+ *
+ * Every failure site records a message with its file:line through zc__error(),
+ * which returns the status so the call site can `return zc__error(...)`.
+ * Messages are thread-local (zc_last_error). ZC_CHECK propagates a status
+ * without overwriting the original message. */
+#ifndef ZC_CORE_ERROR_H
+#define ZC_CORE_ERROR_H
+
+#include "zeroc/zeroc.h"
+
+#define ZC_PRINTF(fmt_idx, arg_idx) __attribute__((format(printf, fmt_idx, arg_idx)))
+
+/* Records "file:line message" as the thread's last error and returns s. */
+zc_status zc__error(zc_status s, const char *file, int line, const char *fmt, ...) ZC_PRINTF(4, 5);
+
+/* Clears the thread's last error (public entry points call it first). */
+void zc__error_clear(void);
+
+/* Prefixes the existing last error with "context: " (keeps the original text). */
+void zc__error_context(const char *fmt, ...) ZC_PRINTF(1, 2);
+
+#define ZC_ERR(status, ...) zc__error((status), __FILE__, __LINE__, __VA_ARGS__)
+
+/* Propagate a failing status unchanged. */
+#define ZC_CHECK(call)                   \
+    do {                                 \
+        zc_status zc__rc_ = (call);      \
+        if (zc__rc_ != ZC_OK)            \
+            return zc__rc_;              \
+    } while (0)
+
+/* Propagate into `rc` and jump to `label` (one cleanup path per function). */
+#define ZC_CHECK_GOTO(call, rc, label)   \
+    do {                                 \
+        (rc) = (call);                   \
+        if ((rc) != ZC_OK)               \
+            goto label;                  \
+    } while (0)
+
+#endif

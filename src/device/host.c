@@ -1,0 +1,242 @@
+/* The host device backend: plain memory and synchronous kernels.
+ *
+ * Every operation completes before it returns, so streams and events only
+ * need to exist (a stream handle is a sentinel). This backend is the
+ * reference the CUDA backend is checked against: keep its arithmetic simple
+ * and its summation order fixed. */
+#include <math.h>
+#include <string.h>
+
+#include "core/dtype.h"
+#include "device/device.h"
+
+static char host_stream_sentinel, host_event_sentinel;
+
+static zc_status host_alloc(zc_device *d, zc_mem_account *acct, zc_mem_category cat, size_t bytes,
+                            const char *what, void **out)
+{
+    (void)d;
+    return zc__host_alloc(acct, cat, bytes, what, out);
+}
+
+static void host_free(zc_device *d, zc_mem_account *acct, zc_mem_category cat, void *p,
+                      size_t bytes)
+{
+    (void)d;
+    zc__host_free(acct, cat, p, bytes);
+}
+
+static zc_status host_stream_create(zc_device *d, void **s)
+{
+    (void)d;
+    *s = &host_stream_sentinel;
+    return ZC_OK;
+}
+static void host_stream_destroy(zc_device *d, void *s) { (void)d; (void)s; }
+static zc_status host_stream_sync(zc_device *d, void *s) { (void)d; (void)s; return ZC_OK; }
+static zc_status host_event_create(zc_device *d, void **e)
+{
+    (void)d;
+    *e = &host_event_sentinel;
+    return ZC_OK;
+}
+static void host_event_destroy(zc_device *d, void *e) { (void)d; (void)e; }
+static zc_status host_event_record(zc_device *d, void *e, void *s)
+{
+    (void)d; (void)e; (void)s;
+    return ZC_OK;
+}
+static zc_status host_stream_wait_event(zc_device *d, void *s, void *e)
+{
+    (void)d; (void)s; (void)e;
+    return ZC_OK;
+}
+static zc_status host_event_sync(zc_device *d, void *e) { (void)d; (void)e; return ZC_OK; }
+
+static zc_status host_copy(zc_device *d, void *dst, const void *src, size_t bytes,
+                           zc_copy_kind kind, void *stream)
+{
+    (void)d; (void)kind; (void)stream;
+    if (bytes && dst != src)
+        memmove(dst, src, bytes);
+    return ZC_OK;
+}
+
+static zc_status host_memset0(zc_device *d, void *dst, size_t bytes, void *stream)
+{
+    (void)d; (void)stream;
+    if (bytes)
+        memset(dst, 0, bytes);
+    return ZC_OK;
+}
+
+static int is_float_dtype(zc_dtype dt)
+{
+    return dt == ZC_DTYPE_F32 || dt == ZC_DTYPE_F16 || dt == ZC_DTYPE_BF16;
+}
+
+static zc_status host_cast(zc_device *d, void *dst, zc_dtype dst_dt, const void *src,
+                           zc_dtype src_dt, size_t n, void *stream)
+{
+    (void)d; (void)stream;
+    if (!is_float_dtype(dst_dt) || !is_float_dtype(src_dt))
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "cast: unsupported dtypes %s -> %s",
+                      zc_dtype_name(src_dt), zc_dtype_name(dst_dt));
+    if (dst_dt == src_dt) {
+        if (dst != src)
+            memmove(dst, src, n * zc_dtype_size(dst_dt));
+        return ZC_OK;
+    }
+    for (size_t i = 0; i < n; i++)
+        zc__store_f32(dst, dst_dt, i, zc__load_f32(src, src_dt, i));
+    return ZC_OK;
+}
+
+static zc_status host_scale(zc_device *d, void *x, zc_dtype dt, size_t n, float a, void *stream)
+{
+    (void)d; (void)stream;
+    if (dt == ZC_DTYPE_F64) {
+        double *p = x;
+        for (size_t i = 0; i < n; i++)
+            p[i] *= a;
+        return ZC_OK;
+    }
+    if (!is_float_dtype(dt))
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "scale: unsupported dtype %s", zc_dtype_name(dt));
+    for (size_t i = 0; i < n; i++)
+        zc__store_f32(x, dt, i, zc__load_f32(x, dt, i) * a);
+    return ZC_OK;
+}
+
+static zc_status host_accumulate(zc_device *d, float *acc, const void *src, zc_dtype src_dt,
+                                 size_t n, void *stream)
+{
+    (void)d; (void)stream;
+    if (!is_float_dtype(src_dt))
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "accumulate: unsupported dtype %s",
+                      zc_dtype_name(src_dt));
+    for (size_t i = 0; i < n; i++)
+        acc[i] += zc__load_f32(src, src_dt, i);
+    return ZC_OK;
+}
+
+static zc_status host_reduce_sum(zc_device *d, void *dst, const void *const *srcs, int nsrc,
+                                 zc_dtype dt, size_t n, void *stream)
+{
+    (void)d; (void)stream;
+    if (nsrc < 1)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "reduce_sum: nsrc = %d", nsrc);
+    switch (dt) {
+    case ZC_DTYPE_F64:
+        for (size_t i = 0; i < n; i++) {
+            double s = ((const double *)srcs[0])[i];
+            for (int k = 1; k < nsrc; k++)
+                s += ((const double *)srcs[k])[i];
+            ((double *)dst)[i] = s;
+        }
+        return ZC_OK;
+    case ZC_DTYPE_I32:
+        for (size_t i = 0; i < n; i++) {
+            int64_t s = 0;
+            for (int k = 0; k < nsrc; k++)
+                s += ((const int32_t *)srcs[k])[i];
+            ((int32_t *)dst)[i] = (int32_t)s;
+        }
+        return ZC_OK;
+    case ZC_DTYPE_F32:
+    case ZC_DTYPE_F16:
+    case ZC_DTYPE_BF16:
+        /* Sum in fp32 in source (rank) order, round once: every rank and every
+         * stage that reduces the same element gets the same bits. */
+        for (size_t i = 0; i < n; i++) {
+            float s = zc__load_f32(srcs[0], dt, i);
+            for (int k = 1; k < nsrc; k++)
+                s += zc__load_f32(srcs[k], dt, i);
+            zc__store_f32(dst, dt, i, s);
+        }
+        return ZC_OK;
+    default:
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "reduce_sum: unsupported dtype %d", (int)dt);
+    }
+}
+
+static zc_status host_sumsq(zc_device *d, const void *x, zc_dtype dt, size_t n, double *out,
+                            void *stream)
+{
+    (void)d; (void)stream;
+    if (!is_float_dtype(dt))
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "sumsq: unsupported dtype %s", zc_dtype_name(dt));
+    /* Fixed blocks with fp64 partials, partials added in block order (the CUDA
+     * kernel uses the same blocking). */
+    double total = 0.0;
+    for (size_t b = 0; b < n; b += ZC_SUMSQ_BLOCK) {
+        size_t e = b + ZC_SUMSQ_BLOCK < n ? b + ZC_SUMSQ_BLOCK : n;
+        double part = 0.0;
+        for (size_t i = b; i < e; i++) {
+            double v = zc__load_f32(x, dt, i);
+            part += v * v;
+        }
+        total += part;
+    }
+    *out = total;
+    return ZC_OK;
+}
+
+static zc_status host_nonfinite(zc_device *d, const void *x, zc_dtype dt, size_t n, int *flag,
+                                void *stream)
+{
+    (void)d; (void)stream;
+    if (!is_float_dtype(dt))
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "nonfinite: unsupported dtype %s", zc_dtype_name(dt));
+    int bad = 0;
+    if (dt == ZC_DTYPE_F32) {
+        const uint32_t *u = x;
+        for (size_t i = 0; i < n; i++)
+            bad |= (u[i] & 0x7f800000u) == 0x7f800000u;
+    } else {
+        /* fp16: exponent 0x7c00; bf16: exponent 0x7f80. */
+        const uint16_t *u = x;
+        uint16_t mask = dt == ZC_DTYPE_F16 ? 0x7c00 : 0x7f80;
+        for (size_t i = 0; i < n; i++)
+            bad |= (u[i] & mask) == mask;
+    }
+    *flag = bad;
+    return ZC_OK;
+}
+
+static zc_status host_adam(zc_device *d, const zc_adam_shard *s, const zc_adam_coeffs *c,
+                           void *stream)
+{
+    (void)d; (void)stream;
+    return zc__adam_host(s, c);
+}
+
+static void host_destroy(zc_device *d) { (void)d; }
+
+static const zc_device_ops host_ops = {
+    .name = "host",
+    .alloc = host_alloc,
+    .free = host_free,
+    .stream_create = host_stream_create,
+    .stream_destroy = host_stream_destroy,
+    .stream_sync = host_stream_sync,
+    .event_create = host_event_create,
+    .event_destroy = host_event_destroy,
+    .event_record = host_event_record,
+    .stream_wait_event = host_stream_wait_event,
+    .event_sync = host_event_sync,
+    .copy = host_copy,
+    .memset0 = host_memset0,
+    .cast = host_cast,
+    .scale = host_scale,
+    .accumulate = host_accumulate,
+    .reduce_sum = host_reduce_sum,
+    .sumsq = host_sumsq,
+    .nonfinite = host_nonfinite,
+    .adam = host_adam,
+    .destroy = host_destroy,
+};
+
+static zc_device host_device = {.ops = &host_ops, .mem_kind = ZC_MEMKIND_HOST, .index = -1};
+
+zc_device *zc__device_host(void) { return &host_device; }

@@ -1,0 +1,62 @@
+/* The zeroc command-line tool: dispatches to subcommands.
+ *
+ * Subcommands live in their own translation units and are linked when built;
+ * they are referenced through weak symbols so a build without one reports it
+ * clearly instead of failing to link. Exit codes: 0 success, 1 failure of the
+ * command itself, 2 usage error. */
+#include <stdio.h>
+#include <string.h>
+
+#include "zeroc/zeroc.h"
+
+int zc__cmd_config(int argc, char **argv) __attribute__((weak));
+int zc__cmd_bench_io(int argc, char **argv) __attribute__((weak));
+int zc__cmd_bench_adam(int argc, char **argv) __attribute__((weak));
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: zeroc <command> [args]\n"
+            "  config check FILE [--world N] [--lenient] [--json]\n"
+            "                         validate a DeepSpeed config and print the effective values\n"
+            "  bench io [options]     NVMe store throughput next to fio\n"
+            "  bench adam [--device cpu|cuda] [options]\n"
+            "                         optimizer step throughput next to a streaming ceiling\n"
+            "  version                print the version\n"
+            "Run a command with --help for its options.\n");
+}
+
+static int run(int (*fn)(int, char **), const char *what, int argc, char **argv)
+{
+    if (!fn) {
+        fprintf(stderr, "zeroc: '%s' is not part of this build\n", what);
+        return 2;
+    }
+    return fn(argc, argv);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
+        printf("zeroc %d.%d.%d\n", ZEROC_VERSION_MAJOR, ZEROC_VERSION_MINOR, ZEROC_VERSION_PATCH);
+        return 0;
+    }
+    if (!strcmp(cmd, "config"))
+        return run(zc__cmd_config, "config", argc - 1, argv + 1);
+    if (!strcmp(cmd, "bench") && argc >= 3 && !strcmp(argv[2], "io"))
+        return run(zc__cmd_bench_io, "bench io", argc - 2, argv + 2);
+    if (!strcmp(cmd, "bench") && argc >= 3 && !strcmp(argv[2], "adam"))
+        return run(zc__cmd_bench_adam, "bench adam", argc - 2, argv + 2);
+    fprintf(stderr, "zeroc: unknown command '%s'\n", cmd);
+    usage(stderr);
+    return 2;
+}
