@@ -1,0 +1,188 @@
+/* Local communicator: collectives between threads, rank-order sums. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm.h"
+#include "core/dtype.h"
+#include "helpers.h"
+
+enum { N = 1031 }; /* not a multiple of any world size */
+
+typedef struct world_ctx {
+    zc_comm *comms[8];
+    int world;
+    float in[8][4 * N];
+    float out[8][4 * N];
+    uint16_t in16[8][N], out16[8][N];
+    zc_status rc[8];
+} world_ctx;
+
+static float value(int rank, int i) { return (float)((rank + 1) * 0.37 + i * 1e-3 - 0.5); }
+
+static void make_world(world_ctx *w, int world)
+{
+    memset(w, 0, sizeof *w);
+    w->world = world;
+    cr_assert_eq(zc_comm_local_world(world, w->comms), ZC_OK);
+    for (int r = 0; r < world; r++)
+        for (int i = 0; i < 4 * N; i++)
+            w->in[r][i] = value(r, i);
+}
+
+static void end_world(world_ctx *w)
+{
+    for (int r = 0; r < w->world; r++)
+        zc_comm_destroy(w->comms[r]);
+    t_assert_no_leaks();
+}
+
+static void do_all_reduce_inplace(int r, void *p)
+{
+    world_ctx *w = p;
+    w->rc[r] = zc__all_reduce(w->comms[r], w->in[r], w->in[r], N, ZC_DTYPE_F32, ZC_RED_SUM, NULL);
+}
+
+Test(comm_local, all_reduce_in_place_rank_order)
+{
+    static world_ctx w;
+    for (int W = 1; W <= 4; W++) {
+        make_world(&w, W);
+        t_run_ranks(W, do_all_reduce_inplace, &w);
+        for (int r = 0; r < W; r++) {
+            cr_assert_eq(w.rc[r], ZC_OK, "%s", zc_last_error());
+            for (int i = 0; i < N; i++) {
+                float want = value(0, i);
+                for (int k = 1; k < W; k++)
+                    want += value(k, i);
+                cr_assert_eq(w.in[r][i], want, "W=%d rank %d elem %d", W, r, i);
+            }
+        }
+        end_world(&w);
+    }
+}
+
+static void do_reduce_scatter_gather(int r, void *p)
+{
+    world_ctx *w = p;
+    /* reduce-scatter into this rank's slice of its own send buffer, then
+     * all-gather the slices back in place: together an all-reduce. */
+    float *slice = w->in[r] + (size_t)r * N;
+    w->rc[r] = zc__reduce_scatter(w->comms[r], w->in[r], slice, N, ZC_DTYPE_F32, NULL);
+    if (w->rc[r] == ZC_OK)
+        w->rc[r] = zc__all_gather(w->comms[r], slice, w->out[r], N, ZC_DTYPE_F32, NULL);
+}
+
+Test(comm_local, reduce_scatter_then_all_gather)
+{
+    static world_ctx w;
+    for (int W = 1; W <= 4; W++) {
+        make_world(&w, W);
+        t_run_ranks(W, do_reduce_scatter_gather, &w);
+        for (int r = 0; r < W; r++) {
+            cr_assert_eq(w.rc[r], ZC_OK, "%s", zc_last_error());
+            for (int i = 0; i < W * N; i++) {
+                float want = value(0, i);
+                for (int k = 1; k < W; k++)
+                    want += value(k, i);
+                cr_assert_eq(w.out[r][i], want, "W=%d rank %d elem %d", W, r, i);
+            }
+        }
+        end_world(&w);
+    }
+}
+
+static void do_bf16_all_reduce(int r, void *p)
+{
+    world_ctx *w = p;
+    for (int i = 0; i < N; i++)
+        w->in16[r][i] = zc__f32_to_bf16(value(r, i));
+    w->rc[r] = zc__all_reduce(w->comms[r], w->in16[r], w->out16[r], N, ZC_DTYPE_BF16, ZC_RED_SUM,
+                              NULL);
+}
+
+Test(comm_local, bf16_summed_in_fp32_rounded_once)
+{
+    static world_ctx w;
+    make_world(&w, 3);
+    t_run_ranks(3, do_bf16_all_reduce, &w);
+    for (int r = 0; r < 3; r++) {
+        cr_assert_eq(w.rc[r], ZC_OK);
+        for (int i = 0; i < N; i++) {
+            float acc = 0;
+            for (int k = 0; k < 3; k++)
+                acc += zc__bf16_to_f32(zc__f32_to_bf16(value(k, i)));
+            cr_assert_eq(w.out16[r][i], zc__f32_to_bf16(acc));
+        }
+    }
+    end_world(&w);
+}
+
+static void do_broadcast_max(int r, void *p)
+{
+    world_ctx *w = p;
+    w->rc[r] = zc__broadcast(w->comms[r], w->in[r], N, ZC_DTYPE_F32, 2, NULL);
+    float flag = r == 1 ? 1.0f : 0.0f, got = -1;
+    if (w->rc[r] == ZC_OK)
+        w->rc[r] = zc__all_reduce(w->comms[r], &flag, &got, 1, ZC_DTYPE_F32, ZC_RED_MAX, NULL);
+    w->out[r][0] = got;
+}
+
+Test(comm_local, broadcast_and_max)
+{
+    static world_ctx w;
+    make_world(&w, 4);
+    t_run_ranks(4, do_broadcast_max, &w);
+    for (int r = 0; r < 4; r++) {
+        cr_assert_eq(w.rc[r], ZC_OK, "%s", zc_last_error());
+        for (int i = 0; i < N; i++)
+            cr_assert_eq(w.in[r][i], value(2, i));
+        cr_assert_eq(w.out[r][0], 1.0f);
+    }
+    end_world(&w);
+}
+
+static void do_mismatch(int r, void *p)
+{
+    world_ctx *w = p;
+    size_t n = r == 0 ? N : N - 1;
+    w->rc[r] = zc__all_reduce(w->comms[r], w->in[r], w->out[r], n, ZC_DTYPE_F32, ZC_RED_SUM, NULL);
+}
+
+Test(comm_local, mismatched_counts_fail_on_every_rank)
+{
+    static world_ctx w;
+    make_world(&w, 2);
+    t_run_ranks(2, do_mismatch, &w);
+    cr_assert_eq(w.rc[0], ZC_ERR_COMM);
+    cr_assert_eq(w.rc[1], ZC_ERR_COMM);
+    end_world(&w);
+}
+
+static void do_skip_one(int r, void *p)
+{
+    world_ctx *w = p;
+    if (r == 1) {
+        w->rc[r] = ZC_OK; /* this rank never calls the collective */
+        return;
+    }
+    w->rc[r] = zc__all_reduce(w->comms[r], w->in[r], w->out[r], N, ZC_DTYPE_F32, ZC_RED_SUM, NULL);
+}
+
+Test(comm_local, missing_rank_times_out_instead_of_hanging)
+{
+    setenv("ZC_COMM_TIMEOUT", "0.3", 1);
+    static world_ctx w;
+    make_world(&w, 2);
+    t_run_ranks(2, do_skip_one, &w);
+    cr_assert_eq(w.rc[0], ZC_ERR_COMM);
+    end_world(&w);
+}
+
+Test(comm_local, world_size_zero_is_an_error)
+{
+    zc_comm *c[1] = {NULL};
+    cr_assert_eq(zc_comm_local_world(0, c), ZC_ERR_INVALID_ARG);
+    cr_assert(strstr(zc_last_error(), "world size 0"), "%s", zc_last_error());
+    t_assert_no_leaks();
+}

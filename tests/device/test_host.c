@@ -1,0 +1,157 @@
+/* Host device backend: conversions, elementwise kernels, reductions. */
+#include <float.h>
+#include <math.h>
+#include <string.h>
+
+#include "core/dtype.h"
+#include "device/device.h"
+#include "helpers.h"
+
+/* bf16 reference: the nearest of the two bf16 neighbours, ties to even,
+ * computed in double from the truncated candidates. */
+static uint16_t ref_bf16(float f)
+{
+    if (isnan(f))
+        return 0x7fc0;
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    uint16_t lo = (uint16_t)(u >> 16);
+    uint16_t hi = (uint16_t)(lo + 1);
+    if ((u & 0xffff) == 0)
+        return lo;
+    double dl = fabs((double)zc__bf16_to_f32(lo) - f);
+    double dh = fabs((double)zc__bf16_to_f32(hi) - f);
+    if ((hi & 0x7fff) == 0x7f80) /* rounding up reaches infinity */
+        dh = fabs(ldexp(1.0, 128) * (f < 0 ? -1 : 1) - f);
+    if (dl < dh)
+        return lo;
+    if (dh < dl)
+        return hi;
+    return (lo & 1) ? hi : lo;
+}
+
+Test(device_host, bf16_round_to_nearest_even)
+{
+    uint64_t s = t_seed("bf16_round_to_nearest_even");
+    for (int i = 0; i < 200000; i++) {
+        uint32_t u = (uint32_t)t_rand_u64(&s);
+        if (i < 1000)
+            u = (u & 0xffff0000u) | 0x8000u; /* exact ties */
+        float f;
+        memcpy(&f, &u, 4);
+        cr_assert_eq(zc__f32_to_bf16(f), ref_bf16(f), "bits 0x%08x", u);
+    }
+    cr_assert_eq(zc__f32_to_bf16(NAN), 0x7fc0);
+    cr_assert_eq(zc__f32_to_bf16(-INFINITY), 0xff80);
+}
+
+Test(device_host, fp16_matches_compiler_conversion)
+{
+    /* _Float16 conversions are IEEE round-to-nearest-even in the compiler and
+     * independent of our bit manipulation. */
+    uint64_t s = t_seed("fp16_matches_compiler_conversion");
+    for (int i = 0; i < 300000; i++) {
+        uint32_t u = (uint32_t)t_rand_u64(&s);
+        if (i % 3 == 0) /* concentrate on the fp16 range, subnormals included */
+            u = (u & 0x80000000u) | (0x33000000u + (u % 0x14800000u));
+        float f;
+        memcpy(&f, &u, 4);
+        if (isnan(f))
+            continue;
+        __extension__ _Float16 h = (__extension__ _Float16)f;
+        uint16_t want;
+        memcpy(&want, &h, 2);
+        cr_assert_eq(zc__f32_to_f16(f), want, "bits 0x%08x", u);
+        cr_assert_eq(zc__f16_to_f32(want), (float)h);
+    }
+    cr_assert_eq(zc__f32_to_f16(NAN) & 0x7e00, 0x7e00, "NaN stays a quiet NaN");
+}
+
+Test(device_host, cast_scale_accumulate)
+{
+    zc_device *d = zc__device_host();
+    enum { N = 1000 };
+    float src[N], back[N], acc[N];
+    uint16_t h[N];
+    uint64_t s = 7;
+    for (int i = 0; i < N; i++) {
+        src[i] = t_rand_range(&s, -3, 3);
+        acc[i] = 1.0f;
+    }
+    cr_assert_eq(d->ops->cast(d, h, ZC_DTYPE_BF16, src, ZC_DTYPE_F32, N, NULL), ZC_OK);
+    cr_assert_eq(d->ops->cast(d, back, ZC_DTYPE_F32, h, ZC_DTYPE_BF16, N, NULL), ZC_OK);
+    for (int i = 0; i < N; i++)
+        cr_assert_eq(h[i], ref_bf16(src[i]));
+    cr_assert_eq(d->ops->scale(d, back, ZC_DTYPE_F32, N, 0.5f, NULL), ZC_OK);
+    cr_assert_eq(d->ops->accumulate(d, acc, h, ZC_DTYPE_BF16, N, NULL), ZC_OK);
+    for (int i = 0; i < N; i++) {
+        cr_assert_eq(back[i], zc__bf16_to_f32(h[i]) * 0.5f);
+        cr_assert_eq(acc[i], 1.0f + zc__bf16_to_f32(h[i]));
+    }
+    cr_assert_eq(d->ops->cast(d, h, ZC_DTYPE_I32, src, ZC_DTYPE_F32, N, NULL),
+                 ZC_ERR_INVALID_ARG);
+}
+
+Test(device_host, sumsq_blocked_fp64)
+{
+    zc_device *d = zc__device_host();
+    enum { N = 3 * ZC_SUMSQ_BLOCK + 17 };
+    static float x[N];
+    uint64_t s = 11;
+    long double want = 0;
+    for (int i = 0; i < N; i++) {
+        x[i] = t_rand_range(&s, -2, 2);
+        want += (long double)x[i] * x[i];
+    }
+    double got = -1;
+    cr_assert_eq(d->ops->sumsq(d, x, ZC_DTYPE_F32, N, &got, NULL), ZC_OK);
+    cr_assert(fabsl((long double)got - want) <= 1e-12L * want, "got %.17g want %.17Lg", got, want);
+    int flag = -1;
+    cr_assert_eq(d->ops->nonfinite(d, x, ZC_DTYPE_F32, N, &flag, NULL), ZC_OK);
+    cr_assert_eq(flag, 0);
+    x[N - 1] = INFINITY;
+    cr_assert_eq(d->ops->nonfinite(d, x, ZC_DTYPE_F32, N, &flag, NULL), ZC_OK);
+    cr_assert_eq(flag, 1);
+    uint16_t hb[4] = {0x3f80, 0x7fc0, 0, 0};
+    cr_assert_eq(d->ops->nonfinite(d, hb, ZC_DTYPE_BF16, 4, &flag, NULL), ZC_OK);
+    cr_assert_eq(flag, 1);
+    uint16_t hh[4] = {0x3c00, 0x7bff, 0, 0}; /* 1.0 and 65504: finite */
+    cr_assert_eq(d->ops->nonfinite(d, hh, ZC_DTYPE_F16, 4, &flag, NULL), ZC_OK);
+    cr_assert_eq(flag, 0);
+}
+
+Test(device_host, reduce_sum_in_order_fp32)
+{
+    zc_device *d = zc__device_host();
+    /* 1e8 + 1 - 1e8 depends on order in fp32: (1e8 + 1) rounds to 1e8. */
+    float a[1] = {1e8f}, b[1] = {1.0f}, c[1] = {-1e8f}, out[1];
+    const void *srcs[3] = {a, b, c};
+    cr_assert_eq(d->ops->reduce_sum(d, out, srcs, 3, ZC_DTYPE_F32, 1, NULL), ZC_OK);
+    cr_assert_eq(out[0], (1e8f + 1.0f) + -1e8f);
+    const void *srcs2[3] = {a, c, b};
+    cr_assert_eq(d->ops->reduce_sum(d, out, srcs2, 3, ZC_DTYPE_F32, 1, NULL), ZC_OK);
+    cr_assert_eq(out[0], 1.0f);
+}
+
+Test(device_host, allocator_counts_and_fault_injection)
+{
+    zc_device *d = zc__device_host();
+    zc_mem_account acct;
+    memset(&acct, 0, sizeof acct);
+    void *p = NULL, *q = NULL;
+    cr_assert_eq(d->ops->alloc(d, &acct, ZC_MEM_MASTER, 1000, "test", &p), ZC_OK);
+    cr_assert_eq(acct.bytes[ZC_MEM_MASTER], 1000);
+    cr_assert_eq(zc__mem_global_bytes(ZC_MEMKIND_HOST), 1000);
+    zc__mem_fail_after(ZC_MEMKIND_HOST, 2);
+    cr_assert_eq(d->ops->alloc(d, &acct, ZC_MEM_ADAM, 10, "first", &q), ZC_OK);
+    void *r = (void *)1;
+    cr_assert_eq(d->ops->alloc(d, &acct, ZC_MEM_ADAM, 10, "second", &r), ZC_ERR_NO_MEMORY);
+    cr_assert_null(r);
+    cr_assert(strstr(zc_last_error(), "second"), "message names the allocation: %s",
+              zc_last_error());
+    d->ops->free(d, &acct, ZC_MEM_ADAM, q, 10);
+    d->ops->free(d, &acct, ZC_MEM_MASTER, p, 1000);
+    cr_assert_eq(acct.peak[ZC_MEM_MASTER], 1000);
+    cr_assert_eq(acct.bytes[ZC_MEM_MASTER], 0);
+    t_assert_no_leaks();
+}
