@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs the Debian packages zeroc needs to build and test, when missing.
+# Usage: scripts/deps.sh [--tests]   (--tests adds the test and fuzz tools)
+set -euo pipefail
+
+pkgs=(meson ninja-build pkg-config gcc libc6-dev libjansson-dev liburing-dev libhwloc-dev libnuma-dev)
+if [[ "${1:-}" == "--tests" ]]; then
+  pkgs+=(libcriterion-dev clang libclang-rt-14-dev python3)
+fi
+
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "deps: installing ${missing[*]}"
+  sudo=""
+  [[ $(id -u) -eq 0 ]] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
