@@ -1,0 +1,610 @@
+/* train_mlp — a small training loop on zeroc's public API.
+ *
+ * A 4-layer tanh MLP (64 -> 320 -> 320 -> 320 -> 16, about 231k parameters)
+ * learns to imitate a fixed random "teacher" network on synthetic inputs.
+ * Forward and backward are plain C in fp32; with bf16/fp16 parameters the
+ * weights the engine hands out are 16-bit and are widened for the math, and
+ * the gradients are written back in the parameter's dtype. Each rank is one
+ * thread with its own engine (in-process communicator) and its own samples.
+ *
+ *   train_mlp [--stage 0..3] [--world W] [--dtype fp32|bf16|fp16] [--steps N]
+ *             [--accum K] [--batch B] [--seed S] [--clip C] [--lr X]
+ *             [--bucket ELEMS] [--persistence-threshold ELEMS]
+ *             [--prefetch ELEMS] [--device host|auto] [--dump-params FILE]
+ *             [--json]
+ *
+ * With --json: one JSON object per optimizer step, then a final object with
+ * the SHA-256 of the fp32 master parameters (gathered, little-endian, in
+ * registration order), the per-rank memory by category (max over ranks) and
+ * the bytes each collective moved in the last step. For a given world size and
+ * dtype (accumulation 1) the hash is the same for every ZeRO stage. */
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <zeroc/zeroc.h>
+
+#include "sha256.h"
+
+/* ---- model shape ---------------------------------------------------------- */
+
+#define N_LAYERS 4
+static const int DIMS[N_LAYERS + 1] = {64, 320, 320, 320, 16};
+#define IN_DIM 64
+#define OUT_DIM 16
+#define MAX_DIM 320
+#define TEACHER_HIDDEN 64
+
+/* ---- options -------------------------------------------------------------- */
+
+typedef struct opts {
+    int stage, world, steps, accum, batch;
+    zc_dtype dtype;
+    unsigned long long seed;
+    double clip, lr, weight_decay;
+    long long bucket, persistence, prefetch; /* -1: library default */
+    zc_device_kind device;
+    const char *dump_path;
+    bool json;
+} opts;
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: train_mlp [--stage 0..3] [--world W] [--dtype fp32|bf16|fp16] [--steps N]\n"
+            "                 [--accum K] [--batch B] [--seed S] [--clip C] [--lr X]\n"
+            "                 [--bucket ELEMS] [--persistence-threshold ELEMS]\n"
+            "                 [--prefetch ELEMS] [--device host|auto] [--dump-params FILE]\n"
+            "                 [--json]\n"
+            "defaults: --stage 2 --world 2 --dtype bf16 --steps 50 --accum 1 --batch 32\n"
+            "          --seed 1 --clip 1.0 --lr 2e-3 --bucket 65536\n");
+}
+
+static long long parse_int(const char *flag, const char *v, long long lo, long long hi)
+{
+    char *end;
+    errno = 0;
+    double d = strtod(v, &end); /* accepts 5e8 like DeepSpeed configs */
+    if (errno || *end || d != floor(d) || d < (double)lo || d > (double)hi) {
+        fprintf(stderr, "train_mlp: %s expects an integer in [%lld, %lld], got '%s'\n", flag, lo,
+                hi, v);
+        exit(2);
+    }
+    return (long long)d;
+}
+
+static double parse_double(const char *flag, const char *v, double lo)
+{
+    char *end;
+    errno = 0;
+    double d = strtod(v, &end);
+    if (errno || *end || !(d >= lo) || !isfinite(d)) {
+        fprintf(stderr, "train_mlp: %s expects a number >= %g, got '%s'\n", flag, lo, v);
+        exit(2);
+    }
+    return d;
+}
+
+static opts parse_args(int argc, char **argv)
+{
+    opts o = {.stage = 2, .world = 2, .steps = 50, .accum = 1, .batch = 32,
+              .dtype = ZC_DTYPE_BF16, .seed = 1, .clip = 1.0, .lr = 2e-3,
+              .weight_decay = 0.01, .bucket = 65536, .persistence = -1, .prefetch = -1,
+              .device = ZC_DEVICE_HOST};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--json")) { o.json = true; continue; }
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); exit(0); }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "train_mlp: unknown flag or missing value: '%s'\n", a);
+            usage(stderr);
+            exit(2);
+        }
+        const char *v = argv[++i];
+        if (!strcmp(a, "--stage")) o.stage = (int)parse_int(a, v, 0, 3);
+        else if (!strcmp(a, "--world")) o.world = (int)parse_int(a, v, 1, 64);
+        else if (!strcmp(a, "--steps")) o.steps = (int)parse_int(a, v, 0, 1000000);
+        else if (!strcmp(a, "--accum")) o.accum = (int)parse_int(a, v, 1, 1024);
+        else if (!strcmp(a, "--batch")) o.batch = (int)parse_int(a, v, 1, 65536);
+        else if (!strcmp(a, "--seed")) o.seed = (unsigned long long)parse_int(a, v, 0, 1LL << 53);
+        else if (!strcmp(a, "--clip")) o.clip = parse_double(a, v, 0);
+        else if (!strcmp(a, "--lr")) o.lr = parse_double(a, v, 0);
+        else if (!strcmp(a, "--bucket")) o.bucket = parse_int(a, v, 1, 1LL << 40);
+        else if (!strcmp(a, "--persistence-threshold")) o.persistence = parse_int(a, v, 0, 1LL << 40);
+        else if (!strcmp(a, "--prefetch")) o.prefetch = parse_int(a, v, 0, 1LL << 40);
+        else if (!strcmp(a, "--dump-params")) o.dump_path = v;
+        else if (!strcmp(a, "--dtype")) {
+            if (!strcmp(v, "fp32")) o.dtype = ZC_DTYPE_F32;
+            else if (!strcmp(v, "bf16")) o.dtype = ZC_DTYPE_BF16;
+            else if (!strcmp(v, "fp16")) o.dtype = ZC_DTYPE_F16;
+            else { fprintf(stderr, "train_mlp: --dtype must be fp32, bf16 or fp16, got '%s'\n", v); exit(2); }
+        } else if (!strcmp(a, "--device")) {
+            if (!strcmp(v, "host")) o.device = ZC_DEVICE_HOST;
+            else if (!strcmp(v, "auto")) o.device = ZC_DEVICE_AUTO;
+            else { fprintf(stderr, "train_mlp: --device must be host or auto, got '%s'\n", v); exit(2); }
+        } else {
+            fprintf(stderr, "train_mlp: unknown flag '%s'\n", a);
+            usage(stderr);
+            exit(2);
+        }
+    }
+    return o;
+}
+
+/* ---- deterministic random numbers (splitmix64) ---------------------------- */
+
+static uint64_t splitmix(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Uniform in [-1, 1). */
+static float uniform(uint64_t *s) { return (float)((splitmix(s) >> 40) * 0x1p-24 * 2.0 - 1.0); }
+
+/* A stream keyed by (seed, purpose, a, b, c): every rank, step and micro-step
+ * gets its own samples, reproducibly. */
+static uint64_t stream(uint64_t seed, uint64_t purpose, uint64_t a, uint64_t b, uint64_t c)
+{
+    uint64_t s = seed ^ 0x5eedf00dull;
+    uint64_t k[4] = {purpose, a, b, c};
+    for (int i = 0; i < 4; i++) {
+        s ^= k[i] + 0x632be59bd9b4e019ull;
+        s = splitmix(&s);
+    }
+    return s;
+}
+
+/* ---- 16-bit conversions (round to nearest even; the program's own) -------- */
+
+static float bf16_to_f32(uint16_t h) { uint32_t u = (uint32_t)h << 16; float f; memcpy(&f, &u, 4); return f; }
+
+static uint16_t f32_to_bf16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    if ((x & 0x7fffffffu) > 0x7f800000u)
+        return 0x7fc0;
+    x += 0x7fffu + ((x >> 16) & 1u);
+    return (uint16_t)(x >> 16);
+}
+
+static float f16_to_f32(uint16_t h)
+{
+    int e = (h >> 10) & 0x1f, m = h & 0x3ff;
+    float v = e == 0 ? ldexpf((float)m, -24)
+              : e == 31 ? (m ? NAN : INFINITY)
+                        : ldexpf((float)(m | 0x400), e - 25);
+    return (h & 0x8000) ? -v : v;
+}
+
+static uint16_t f32_to_f16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000u, a = x & 0x7fffffffu;
+    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);
+    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* rounds to inf */
+    if (a < 0x38800000u) {                                   /* subnormal: FPU rounds */
+        float v;
+        memcpy(&v, &a, 4);
+        v += 0.5f;
+        uint32_t r;
+        memcpy(&r, &v, 4);
+        return (uint16_t)(sign | (r - 0x3f000000u));
+    }
+    a += 0xc8000fffu + ((a >> 13) & 1u);
+    return (uint16_t)(sign | (a >> 13));
+}
+
+static void load_f32(float *dst, const void *src, zc_dtype dt, size_t n)
+{
+    if (dt == ZC_DTYPE_F32) { memcpy(dst, src, n * sizeof(float)); return; }
+    const uint16_t *h = src;
+    for (size_t i = 0; i < n; i++)
+        dst[i] = dt == ZC_DTYPE_BF16 ? bf16_to_f32(h[i]) : f16_to_f32(h[i]);
+}
+
+static void store_dtype(void *dst, zc_dtype dt, const float *src, size_t n)
+{
+    if (dt == ZC_DTYPE_F32) { memcpy(dst, src, n * sizeof(float)); return; }
+    uint16_t *h = dst;
+    for (size_t i = 0; i < n; i++)
+        h[i] = dt == ZC_DTYPE_BF16 ? f32_to_bf16(src[i]) : f32_to_f16(src[i]);
+}
+
+/* ---- shared state --------------------------------------------------------- */
+
+typedef struct teacher {
+    float w1[TEACHER_HIDDEN * IN_DIM], b1[TEACHER_HIDDEN];
+    float w2[OUT_DIM * TEACHER_HIDDEN], b2[OUT_DIM];
+} teacher;
+
+typedef struct shared {
+    opts o;
+    zc_comm **comms;
+    teacher t;
+    float *init[2 * N_LAYERS];      /* initial values: weight, bias per layer */
+    size_t numel[2 * N_LAYERS];
+    double *losses;                 /* [steps][world] mean loss of each rank */
+    zc_stats *stats;                /* [world] */
+    float *master;                  /* gathered fp32 master, registration order */
+    size_t total;
+    pthread_barrier_t bar;
+} shared;
+
+typedef struct rank_arg {
+    shared *sh;
+    int rank;
+} rank_arg;
+
+static void die(int rank, const char *what, zc_status rc)
+{
+    fprintf(stderr, "train_mlp: rank %d: %s failed: %s: %s\n", rank, what, zc_status_str(rc),
+            zc_last_error());
+    /* A rank that stops would leave the others waiting in a collective. */
+    exit(rc == ZC_ERR_LOSS_SCALE ? 3 : 1);
+}
+
+#define CHECK(call)                                  \
+    do {                                             \
+        zc_status rc_ = (call);                      \
+        if (rc_ != ZC_OK)                            \
+            die(rank, #call, rc_);                   \
+    } while (0)
+
+static void *xcalloc(size_t n, size_t sz)
+{
+    void *p = calloc(n ? n : 1, sz);
+    if (!p) {
+        fprintf(stderr, "train_mlp: out of memory (%zu x %zu bytes)\n", n, sz);
+        exit(1);
+    }
+    return p;
+}
+
+/* Teacher y = W2 tanh(W1 x + b1) + b2, fixed by the seed. */
+static void make_teacher(teacher *t, uint64_t seed)
+{
+    uint64_t s = stream(seed, 1, 0, 0, 0);
+    for (int i = 0; i < TEACHER_HIDDEN * IN_DIM; i++) t->w1[i] = uniform(&s) * 0.35f;
+    for (int i = 0; i < TEACHER_HIDDEN; i++) t->b1[i] = uniform(&s) * 0.5f;
+    for (int i = 0; i < OUT_DIM * TEACHER_HIDDEN; i++) t->w2[i] = uniform(&s) * 0.25f;
+    for (int i = 0; i < OUT_DIM; i++) t->b2[i] = uniform(&s) * 0.2f;
+}
+
+/* One micro-batch: inputs uniform with unit variance, targets from the teacher. */
+static void make_batch(const shared *sh, int rank, int step, int micro, float *x, float *y)
+{
+    uint64_t s = stream(sh->o.seed, 2, (uint64_t)rank, (uint64_t)step, (uint64_t)micro);
+    const teacher *t = &sh->t;
+    for (int b = 0; b < sh->o.batch; b++) {
+        float *xb = x + (size_t)b * IN_DIM, h[TEACHER_HIDDEN];
+        for (int i = 0; i < IN_DIM; i++) xb[i] = uniform(&s) * 1.7320508f;
+        for (int j = 0; j < TEACHER_HIDDEN; j++) {
+            float acc = t->b1[j];
+            for (int i = 0; i < IN_DIM; i++) acc += t->w1[j * IN_DIM + i] * xb[i];
+            h[j] = tanhf(acc);
+        }
+        for (int o = 0; o < OUT_DIM; o++) {
+            float acc = t->b2[o];
+            for (int j = 0; j < TEACHER_HIDDEN; j++) acc += t->w2[o * TEACHER_HIDDEN + j] * h[j];
+            y[(size_t)b * OUT_DIM + o] = acc;
+        }
+    }
+}
+
+/* Student initialisation: Xavier-uniform weights, small uniform biases. */
+static void make_init(shared *sh)
+{
+    uint64_t s = stream(sh->o.seed, 3, 0, 0, 0);
+    for (int l = 0; l < N_LAYERS; l++) {
+        int in = DIMS[l], out = DIMS[l + 1];
+        sh->numel[2 * l] = (size_t)in * out;
+        sh->numel[2 * l + 1] = (size_t)out;
+        sh->init[2 * l] = xcalloc(sh->numel[2 * l], sizeof(float));
+        sh->init[2 * l + 1] = xcalloc(sh->numel[2 * l + 1], sizeof(float));
+        float bound = sqrtf(6.0f / (float)(in + out));
+        for (size_t i = 0; i < sh->numel[2 * l]; i++) sh->init[2 * l][i] = uniform(&s) * bound;
+        for (int i = 0; i < out; i++) sh->init[2 * l + 1][i] = uniform(&s) * 0.05f;
+        sh->total += sh->numel[2 * l] + sh->numel[2 * l + 1];
+    }
+}
+
+/* ---- one rank ------------------------------------------------------------- */
+
+static zc_config *make_config(const opts *o, int rank)
+{
+    zc_config *cfg = NULL;
+    char v[64];
+    CHECK(zc_config_create(&cfg));
+#define SET(key, ...) do { snprintf(v, sizeof v, __VA_ARGS__); CHECK(zc_config_set(cfg, key, v)); } while (0)
+    SET("zero_optimization.stage", "%d", o->stage);
+    SET("train_micro_batch_size_per_gpu", "%d", o->batch);
+    SET("gradient_accumulation_steps", "%d", o->accum);
+    SET("gradient_clipping", "%.17g", o->clip);
+    SET("optimizer.type", "\"AdamW\"");
+    SET("optimizer.params.lr", "%.17g", o->lr);
+    SET("optimizer.params.weight_decay", "%.17g", o->weight_decay);
+    if (o->dtype == ZC_DTYPE_BF16) SET("bf16.enabled", "true");
+    if (o->dtype == ZC_DTYPE_F16) SET("fp16.enabled", "true");
+    SET("zero_optimization.reduce_bucket_size", "%lld", o->bucket);
+    if (o->persistence >= 0) SET("zero_optimization.stage3_param_persistence_threshold", "%lld", o->persistence);
+    if (o->prefetch >= 0) SET("zero_optimization.stage3_prefetch_bucket_size", "%lld", o->prefetch);
+#undef SET
+    return cfg;
+}
+
+static void *rank_main(void *argp)
+{
+    rank_arg *ra = argp;
+    shared *sh = ra->sh;
+    const opts *o = &sh->o;
+    const int rank = ra->rank, B = o->batch;
+
+    zc_config *cfg = make_config(o, rank);
+    zc_engine_options eo = ZC_ENGINE_OPTIONS_INIT;
+    eo.device = o->device;
+    zc_engine *eng = NULL;
+    CHECK(zc_engine_create(&eng, cfg, sh->comms[rank], &eo));
+
+    /* Biases train without weight decay, as in most recipes. */
+    int nodecay = 0;
+    CHECK(zc_group_add(eng, 0.0, 1.0, &nodecay));
+    zc_param *P[2 * N_LAYERS];
+    for (int l = 0; l < N_LAYERS; l++) {
+        char name[64];
+        int64_t wshape[2] = {DIMS[l + 1], DIMS[l]}, bshape[1] = {DIMS[l + 1]};
+        snprintf(name, sizeof name, "layers.%d.weight", l);
+        if (!(P[2 * l] = zc_param_add(eng, name, wshape, 2, 0))) die(rank, "zc_param_add(weight)", ZC_ERR_INVALID_ARG);
+        snprintf(name, sizeof name, "layers.%d.bias", l);
+        if (!(P[2 * l + 1] = zc_param_add(eng, name, bshape, 1, nodecay))) die(rank, "zc_param_add(bias)", ZC_ERR_INVALID_ARG);
+    }
+    CHECK(zc_engine_build(eng));
+    for (int i = 0; i < 2 * N_LAYERS; i++)
+        CHECK(zc_param_load(eng, P[i], sh->init[i]));
+
+    /* Activations act[l] (B x DIMS[l]), fp32 scratch for one layer's weights
+     * and gradients, and the backward deltas. */
+    float *act[N_LAYERS + 1];
+    for (int l = 0; l <= N_LAYERS; l++) act[l] = xcalloc((size_t)B * DIMS[l], sizeof(float));
+    float *y = xcalloc((size_t)B * OUT_DIM, sizeof(float));
+    float *w = xcalloc((size_t)MAX_DIM * MAX_DIM, sizeof(float)), *bias = xcalloc(MAX_DIM, sizeof(float));
+    float *gw = xcalloc((size_t)MAX_DIM * MAX_DIM, sizeof(float)), *gb = xcalloc(MAX_DIM, sizeof(float));
+    float *delta = xcalloc((size_t)B * MAX_DIM, sizeof(float)), *dprev = xcalloc((size_t)B * MAX_DIM, sizeof(float));
+
+    for (int step = 0; step < o->steps; step++) {
+        double loss_sum = 0;
+        for (int micro = 0; micro < o->accum; micro++) {
+            make_batch(sh, rank, step, micro, act[0], y);
+            /* Forward: acquire, compute, release (stage 3 gathers each layer
+             * here and again in backward, as ZeRO-3 does). */
+            for (int l = 0; l < N_LAYERS; l++) {
+                int in = DIMS[l], out = DIMS[l + 1];
+                const void *pw = zc_param_acquire(eng, P[2 * l], NULL);
+                const void *pb = zc_param_acquire(eng, P[2 * l + 1], NULL);
+                if (!pw || !pb) die(rank, "zc_param_acquire", ZC_ERR_INVALID_ARG);
+                load_f32(w, pw, o->dtype, (size_t)in * out);
+                load_f32(bias, pb, o->dtype, (size_t)out);
+                CHECK(zc_param_release(eng, P[2 * l], NULL));
+                CHECK(zc_param_release(eng, P[2 * l + 1], NULL));
+                for (int b = 0; b < B; b++) {
+                    const float *xb = act[l] + (size_t)b * in;
+                    float *hb = act[l + 1] + (size_t)b * out;
+                    for (int j = 0; j < out; j++) {
+                        float acc = bias[j];
+                        const float *wj = w + (size_t)j * in;
+                        for (int i = 0; i < in; i++) acc += wj[i] * xb[i];
+                        hb[j] = l + 1 < N_LAYERS ? tanhf(acc) : acc;
+                    }
+                }
+            }
+            /* Loss: mean squared error over the batch and outputs. The
+             * gradient is multiplied by the loss scale (1 unless fp16). */
+            const float scale = (float)zc_loss_scale(eng);
+            double lsum = 0;
+            const float inv = 2.0f / (float)(B * OUT_DIM);
+            for (int k = 0; k < B * OUT_DIM; k++) {
+                float d = act[N_LAYERS][k] - y[k];
+                lsum += (double)d * d;
+                delta[k] = d * inv * scale;
+            }
+            loss_sum += lsum / (B * OUT_DIM);
+            /* Backward, last layer first. */
+            for (int l = N_LAYERS - 1; l >= 0; l--) {
+                int in = DIMS[l], out = DIMS[l + 1];
+                const void *pw = zc_param_acquire(eng, P[2 * l], NULL);
+                if (!pw) die(rank, "zc_param_acquire", ZC_ERR_INVALID_ARG);
+                load_f32(w, pw, o->dtype, (size_t)in * out);
+                memset(gw, 0, (size_t)in * out * sizeof(float));
+                memset(gb, 0, (size_t)out * sizeof(float));
+                memset(dprev, 0, (size_t)B * in * sizeof(float));
+                for (int b = 0; b < B; b++) {
+                    const float *xb = act[l] + (size_t)b * in, *db = delta + (size_t)b * out;
+                    float *pb = dprev + (size_t)b * in;
+                    for (int j = 0; j < out; j++) {
+                        float dj = db[j];
+                        float *gwj = gw + (size_t)j * in;
+                        const float *wj = w + (size_t)j * in;
+                        gb[j] += dj;
+                        for (int i = 0; i < in; i++) {
+                            gwj[i] += dj * xb[i];
+                            pb[i] += dj * wj[i];
+                        }
+                    }
+                }
+                void *gbw = zc_grad_buffer(eng, P[2 * l]), *gbb = zc_grad_buffer(eng, P[2 * l + 1]);
+                if (!gbw || !gbb) die(rank, "zc_grad_buffer", ZC_ERR_INVALID_ARG);
+                store_dtype(gbw, o->dtype, gw, (size_t)in * out);
+                store_dtype(gbb, o->dtype, gb, (size_t)out);
+                CHECK(zc_grad_ready(eng, P[2 * l]));
+                CHECK(zc_grad_ready(eng, P[2 * l + 1]));
+                CHECK(zc_param_release(eng, P[2 * l], NULL));
+                if (l > 0) /* through tanh: d/dh = 1 - a^2 */
+                    for (size_t k = 0; k < (size_t)B * in; k++)
+                        delta[k] = dprev[k] * (1.0f - act[l][k] * act[l][k]);
+            }
+            if (micro + 1 < o->accum)
+                CHECK(zc_micro_step_end(eng));
+        }
+        zc_step_info info;
+        CHECK(zc_step(eng, &info));
+        sh->losses[(size_t)step * o->world + rank] = loss_sum / o->accum;
+        pthread_barrier_wait(&sh->bar);
+        if (rank == 0) {
+            double loss = 0;
+            for (int r = 0; r < o->world; r++) loss += sh->losses[(size_t)step * o->world + r];
+            loss /= o->world;
+            if (o->json)
+                printf("{\"step\":%d,\"loss\":%.9g,\"grad_norm\":%.9g,\"loss_scale\":%.9g,"
+                       "\"skipped\":%s,\"lr\":%.9g}\n",
+                       step + 1, loss, info.grad_norm, info.loss_scale,
+                       info.skipped ? "true" : "false", info.lr);
+            else
+                printf("step %4d/%d  loss %.6f  grad_norm %8.4f  loss_scale %-6g  lr %.2e%s\n",
+                       step + 1, o->steps, loss, info.grad_norm, info.loss_scale, info.lr,
+                       info.skipped ? "  (skipped: overflow)" : "");
+            fflush(stdout);
+        }
+    }
+
+    sh->stats[rank] = (zc_stats){.size = sizeof(zc_stats)};
+    CHECK(zc_engine_stats(eng, &sh->stats[rank]));
+    /* Gathering the master is collective: every rank takes part, rank 0 keeps it. */
+    size_t off = 0;
+    float *scratch = xcalloc((size_t)MAX_DIM * MAX_DIM, sizeof(float));
+    for (int i = 0; i < 2 * N_LAYERS; i++) {
+        CHECK(zc_param_gather_master(eng, P[i], rank == 0 ? sh->master + off : scratch));
+        off += sh->numel[i];
+    }
+    free(scratch);
+    for (int l = 0; l <= N_LAYERS; l++) free(act[l]);
+    free(y); free(w); free(bias); free(gw); free(gb); free(delta); free(dprev);
+    zc_engine_destroy(eng);
+    zc_config_destroy(cfg);
+    return NULL;
+}
+
+/* ---- report --------------------------------------------------------------- */
+
+static void report(const shared *sh)
+{
+    const opts *o = &sh->o;
+    /* Little-endian bytes in registration order, whatever the host order. */
+    uint8_t *bytes = xcalloc(sh->total, 4);
+    for (size_t i = 0; i < sh->total; i++) {
+        uint32_t u;
+        memcpy(&u, &sh->master[i], 4);
+        for (int k = 0; k < 4; k++) bytes[4 * i + k] = (uint8_t)(u >> (8 * k));
+    }
+    sha256_ctx c;
+    char hex[65];
+    sha256_init(&c);
+    sha256_update(&c, bytes, sh->total * 4);
+    sha256_final_hex(&c, hex);
+    if (o->dump_path) {
+        FILE *f = fopen(o->dump_path, "wb");
+        if (!f || fwrite(bytes, 4, sh->total, f) != sh->total || fclose(f) != 0) {
+            fprintf(stderr, "train_mlp: cannot write --dump-params '%s': %s\n", o->dump_path,
+                    strerror(errno));
+            exit(1);
+        }
+    }
+    free(bytes);
+
+    int64_t mem[ZC_MEM__COUNT] = {0}, peak[ZC_MEM__COUNT] = {0}, comm[ZC_COLL__COUNT] = {0};
+    for (int r = 0; r < o->world; r++) {
+        const zc_stats *s = &sh->stats[r];
+        for (int k = 0; k < ZC_MEM__COUNT; k++) {
+            if (s->bytes[k] > mem[k]) mem[k] = s->bytes[k];
+            if (s->peak_bytes[k] > peak[k]) peak[k] = s->peak_bytes[k];
+        }
+        for (int k = 0; k < ZC_COLL__COUNT; k++)
+            if (s->comm_bytes_last_step[k] > comm[k]) comm[k] = s->comm_bytes_last_step[k];
+    }
+    const zc_stats *s0 = &sh->stats[0];
+    const char *dt = zc_dtype_name(o->dtype);
+    if (o->json) {
+        printf("{\"final\":true,\"params_sha256\":\"%s\",\"num_params\":%zu,\"world\":%d,"
+               "\"stage\":%d,\"dtype\":\"%s\",\"accum\":%d,\"steps\":%d,"
+               "\"padded_params\":%lld,\"num_chunks\":%lld,\"skipped_steps\":%lld,"
+               "\"bytes\":{\"params\":%lld,\"grads\":%lld,\"master\":%lld,\"adam\":%lld,"
+               "\"buffers\":%lld},"
+               "\"peak_bytes\":{\"params\":%lld,\"grads\":%lld,\"master\":%lld,\"adam\":%lld,"
+               "\"buffers\":%lld},"
+               "\"comm_bytes_per_step\":{\"all_reduce\":%lld,\"reduce_scatter\":%lld,"
+               "\"all_gather\":%lld},\"gathers_last_step\":%lld}\n",
+               hex, sh->total, o->world, o->stage, dt, o->accum, o->steps,
+               (long long)s0->padded_params, (long long)s0->num_chunks,
+               (long long)s0->skipped_steps, (long long)mem[ZC_MEM_PARAMS],
+               (long long)mem[ZC_MEM_GRADS], (long long)mem[ZC_MEM_MASTER],
+               (long long)mem[ZC_MEM_ADAM], (long long)mem[ZC_MEM_BUFFERS],
+               (long long)peak[ZC_MEM_PARAMS], (long long)peak[ZC_MEM_GRADS],
+               (long long)peak[ZC_MEM_MASTER], (long long)peak[ZC_MEM_ADAM],
+               (long long)peak[ZC_MEM_BUFFERS], (long long)comm[ZC_COLL_ALL_REDUCE],
+               (long long)comm[ZC_COLL_REDUCE_SCATTER], (long long)comm[ZC_COLL_ALL_GATHER],
+               (long long)s0->gathers_last_step);
+    } else {
+        printf("\n%zu parameters (%lld after padding, %lld chunks), ZeRO stage %d, %d ranks, %s, "
+               "%lld skipped steps\n",
+               sh->total, (long long)s0->padded_params, (long long)s0->num_chunks, o->stage,
+               o->world, dt, (long long)s0->skipped_steps);
+        printf("per-rank memory (max over ranks, KiB): params %.1f  grads %.1f  master %.1f  "
+               "adam %.1f  buffers %.1f\n",
+               mem[ZC_MEM_PARAMS] / 1024.0, mem[ZC_MEM_GRADS] / 1024.0,
+               mem[ZC_MEM_MASTER] / 1024.0, mem[ZC_MEM_ADAM] / 1024.0,
+               mem[ZC_MEM_BUFFERS] / 1024.0);
+        printf("communication per step (KiB): all-reduce %.1f  reduce-scatter %.1f  "
+               "all-gather %.1f\n",
+               comm[ZC_COLL_ALL_REDUCE] / 1024.0, comm[ZC_COLL_REDUCE_SCATTER] / 1024.0,
+               comm[ZC_COLL_ALL_GATHER] / 1024.0);
+        printf("fp32 master parameters sha256: %s\n", hex);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    shared *sh = xcalloc(1, sizeof *sh);
+    sh->o = parse_args(argc, argv);
+    const opts *o = &sh->o;
+    const int rank = -1; /* for CHECK in the main thread */
+
+    make_teacher(&sh->t, o->seed);
+    make_init(sh);
+    sh->losses = xcalloc((size_t)(o->steps ? o->steps : 1) * o->world, sizeof(double));
+    sh->stats = xcalloc((size_t)o->world, sizeof(zc_stats));
+    sh->master = xcalloc(sh->total, sizeof(float));
+    sh->comms = xcalloc((size_t)o->world, sizeof(zc_comm *));
+    pthread_barrier_init(&sh->bar, NULL, (unsigned)o->world);
+    CHECK(zc_comm_local_world(o->world, sh->comms));
+
+    if (!o->json)
+        printf("train_mlp: %zu-parameter MLP, ZeRO stage %d, %d ranks, %s, %d steps x %d "
+               "micro-steps of %d samples per rank\n",
+               sh->total, o->stage, o->world, zc_dtype_name(o->dtype), o->steps, o->accum,
+               o->batch);
+
+    pthread_t *th = xcalloc((size_t)o->world, sizeof(pthread_t));
+    rank_arg *args = xcalloc((size_t)o->world, sizeof(rank_arg));
+    for (int r = 0; r < o->world; r++) {
+        args[r] = (rank_arg){sh, r};
+        if (pthread_create(&th[r], NULL, rank_main, &args[r]) != 0) {
+            fprintf(stderr, "train_mlp: cannot start rank thread %d\n", r);
+            return 1;
+        }
+    }
+    for (int r = 0; r < o->world; r++) pthread_join(th[r], NULL);
+    report(sh);
+
+    for (int r = 0; r < o->world; r++) zc_comm_destroy(sh->comms[r]);
+    pthread_barrier_destroy(&sh->bar);
+    for (int i = 0; i < 2 * N_LAYERS; i++) free(sh->init[i]);
+    free(th); free(args); free(sh->comms); free(sh->master); free(sh->stats); free(sh->losses);
+    free(sh);
+    return 0;
+}
