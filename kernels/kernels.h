@@ -1,0 +1,85 @@
+/* C interface to the CUDA kernels (internal).
+ *
+ * Device code lives in kernels/*.cu; host code never launches a kernel
+ * itself, it calls these launchers. Each takes raw device pointers, element
+ * counts and a stream (NULL = the legacy default stream), enqueues its work
+ * and returns the launch status (cudaSuccess, or the error of the launch;
+ * execution errors surface at the next synchronisation). None of them
+ * allocates or synchronises.
+ *
+ * Every kernel has a host twin in src/device/host.c (src/optim for Adam) and
+ * follows it operation for operation: the same dtype rules as src/core/dtype.h
+ * (round to nearest even; bf16 NaN -> 0x7FC0; fp16 NaN keeps sign and top
+ * payload bits, quiet), no FMA contraction, IEEE division and square root, the
+ * same summation order. The GPU results are therefore meant to be bitwise equal
+ * to the host's; tests allow 2 ulp (fp32) and 1 ulp (16-bit).
+ *
+ * Pure C: included by src/device/cuda.c (gcc) and by the .cu files (nvcc). */
+#ifndef ZC_KERNELS_KERNELS_H
+#define ZC_KERNELS_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#include "optim/adam.h"
+#include "zeroc/zeroc.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Most source buffers one zc_k_reduce_sum launch accepts (the pointers travel
+ * in the kernel's argument block). */
+#define ZC_K_MAX_REDUCE_SRCS 64
+
+/* Elements per sum-of-squares partial: must equal ZC_SUMSQ_BLOCK
+ * (src/device/device.h), the host backend's blocking. */
+#define ZC_K_SUMSQ_BLOCK 4096
+
+/* Fused Adam/AdamW over one shard (zc_adam_shard fields are device pointers;
+ * the structs themselves are read on the host at launch). Uses 16-byte vector
+ * loads when every buffer is 16-byte aligned, else a scalar path. */
+cudaError_t zc_k_adam(const zc_adam_shard *s, const zc_adam_coeffs *c, cudaStream_t stream);
+
+/* dst[i] = convert(src[i]) for fp32/fp16/bf16 (dtypes differ). */
+cudaError_t zc_k_cast(void *dst, zc_dtype dst_dt, const void *src, zc_dtype src_dt, size_t n,
+                      cudaStream_t stream);
+
+/* x[i] = x[i] * a, computed in fp32 (fp64 for F64) and stored RNE. */
+cudaError_t zc_k_scale(void *x, zc_dtype dt, size_t n, float a, cudaStream_t stream);
+
+/* acc[i] += src[i] in fp32. */
+cudaError_t zc_k_accumulate(float *acc, const void *src, zc_dtype src_dt, size_t n,
+                            cudaStream_t stream);
+
+/* dst[i] = srcs[0][i] + srcs[1][i] + ... in that order: fp32 sums for
+ * fp32/fp16/bf16 (rounded once), fp64 for F64, int64 then truncation for I32.
+ * srcs is a host array of nsrc (1..ZC_K_MAX_REDUCE_SRCS) device pointers; dst
+ * may equal one of them. */
+cudaError_t zc_k_reduce_sum(void *dst, const void *const *srcs, int nsrc, zc_dtype dt, size_t n,
+                            cudaStream_t stream);
+
+/* Number of sum-of-squares partials for n elements. */
+static inline size_t zc_k_sumsq_nblocks(size_t n)
+{
+    return (n + ZC_K_SUMSQ_BLOCK - 1) / ZC_K_SUMSQ_BLOCK;
+}
+
+/* partials[b] (device, zc_k_sumsq_nblocks(n) doubles) = sum over the b-th
+ * block of ZC_K_SUMSQ_BLOCK elements of (double)x[i]^2, added one element at a
+ * time in index order by a single thread: the host twin's exact order. The
+ * caller adds the partials in block order. */
+cudaError_t zc_k_sumsq_partials(const void *x, zc_dtype dt, size_t n, double *partials,
+                                cudaStream_t stream);
+
+/* *flag (device int) |= 1 if some x[i] is inf or NaN. The caller zeroes *flag
+ * first (this launcher only sets it). */
+cudaError_t zc_k_nonfinite(const void *x, zc_dtype dt, size_t n, int *flag, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
