@@ -1,6 +1,6 @@
 /* C interface to the CUDA kernels (internal).
  *
- * Device code lives in kernels/*.cu; host code never launches a kernel
+ * Device code lives in the .cu files of kernels/; host code never launches a kernel
  * itself, it calls these launchers. Each takes raw device pointers, element
  * counts and a stream (NULL = the legacy default stream), enqueues its work
  * and returns the launch status (cudaSuccess, or the error of the launch;
