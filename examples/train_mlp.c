@@ -418,8 +418,11 @@ static void *rank_main(void *argp)
             /* Backward, last layer first. */
             for (int l = N_LAYERS - 1; l >= 0; l--) {
                 int in = DIMS[l], out = DIMS[l + 1];
+                /* The whole layer is acquired, as ZeRO-3's module hooks do,
+                 * although only the weight is read. */
                 const void *pw = zc_param_acquire(eng, P[2 * l], NULL);
-                if (!pw) die(rank, "zc_param_acquire", ZC_ERR_INVALID_ARG);
+                const void *pbias = zc_param_acquire(eng, P[2 * l + 1], NULL);
+                if (!pw || !pbias) die(rank, "zc_param_acquire", ZC_ERR_INVALID_ARG);
                 load_f32(w, pw, o->dtype, (size_t)in * out);
                 memset(gw, 0, (size_t)in * out * sizeof(float));
                 memset(gb, 0, (size_t)out * sizeof(float));
@@ -445,6 +448,7 @@ static void *rank_main(void *argp)
                 CHECK(zc_grad_ready(eng, P[2 * l]));
                 CHECK(zc_grad_ready(eng, P[2 * l + 1]));
                 CHECK(zc_param_release(eng, P[2 * l], NULL));
+                CHECK(zc_param_release(eng, P[2 * l + 1], NULL));
                 if (l > 0) /* through tanh: d/dh = 1 - a^2 */
                     for (size_t k = 0; k < (size_t)B * in; k++)
                         delta[k] = dprev[k] * (1.0f - act[l][k] * act[l][k]);
