@@ -1,24 +1,99 @@
-/* The host optimizer entry point the engine calls. */
+/* The host optimizer entry point: validates the shard, picks the variant and
+ * splits the shard over the host thread pool. */
 #include "core/error.h"
-#include "optim/adam.h"
+#include "optim/adam_isa.h"
+#include "optim/threadpool.h"
 
-zc_status zc__adam_host(const zc_adam_shard *s, const zc_adam_coeffs *c)
+/* Shards whose buffers exceed this are streamed with non-temporal stores when
+ * that pays off (ZC_ADAM_NT); 0 disables them. Measured on the machines we
+ * bench (bench/RESULTS.md): see zc__adam_flags_for. */
+#define ZC_ADAM_NT_MIN_BYTES ((size_t)0)
+
+zc_status zc__adam_shard_check(const zc_adam_shard *s, const char *who)
 {
-    if (!s || !c)
-        return ZC_ERR(ZC_ERR_INVALID_ARG, "zc__adam_host: NULL shard or coefficients");
+    if (!s)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "%s: NULL shard", who);
     if (s->n == 0)
         return ZC_OK;
     if (!s->master || !s->m || !s->v || !s->grad)
-        return ZC_ERR(ZC_ERR_INVALID_ARG, "zc__adam_host: NULL buffer in a shard of %zu elements",
-                      s->n);
+        return ZC_ERR(ZC_ERR_INVALID_ARG,
+                      "%s: NULL buffer in a shard of %zu elements (master %p, m %p, v %p, grad %p)",
+                      who, s->n, (void *)s->master, (void *)s->m, (void *)s->v, s->grad);
     if (s->grad_dtype != ZC_DTYPE_F32 && s->grad_dtype != ZC_DTYPE_F16 &&
         s->grad_dtype != ZC_DTYPE_BF16)
-        return ZC_ERR(ZC_ERR_INVALID_ARG, "zc__adam_host: gradient dtype %s is not fp32/fp16/bf16",
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "%s: gradient dtype %s is not fp32, fp16 or bf16", who,
                       zc_dtype_name(s->grad_dtype));
     if (s->param_out && s->param_out_dtype != ZC_DTYPE_F32 &&
         s->param_out_dtype != ZC_DTYPE_F16 && s->param_out_dtype != ZC_DTYPE_BF16)
-        return ZC_ERR(ZC_ERR_INVALID_ARG, "zc__adam_host: parameter copy dtype %s is not fp32/fp16/bf16",
+        return ZC_ERR(ZC_ERR_INVALID_ARG,
+                      "%s: parameter copy dtype %s is not fp32, fp16 or bf16", who,
                       zc_dtype_name(s->param_out_dtype));
-    zc__adam_scalar(s, c);
     return ZC_OK;
+}
+
+unsigned zc__adam_flags_for(const zc_adam_shard *s)
+{
+    size_t bytes = s->n * (12 + zc_dtype_size(s->grad_dtype) +
+                           (s->param_out ? zc_dtype_size(s->param_out_dtype) : 0));
+    return ZC_ADAM_NT_MIN_BYTES > 0 && bytes > ZC_ADAM_NT_MIN_BYTES ? ZC_ADAM_NT : 0;
+}
+
+typedef struct job {
+    const zc_adam_shard *s;
+    const zc_adam_coeffs *c;
+    zc_adam_kernel_fn fn;
+    unsigned flags;
+    size_t ntiles;
+} job;
+
+/* Part k of T takes tiles [k*ntiles/T, (k+1)*ntiles/T): a static split, so
+ * which thread computes an element never changes what it computes. */
+static void run_part(void *arg, int k, int nparts)
+{
+    const job *j = arg;
+    size_t t0 = j->ntiles * (size_t)k / (size_t)nparts;
+    size_t t1 = j->ntiles * (size_t)(k + 1) / (size_t)nparts;
+    size_t lo = t0 * ZC_ADAM_TILE;
+    size_t hi = t1 * ZC_ADAM_TILE < j->s->n ? t1 * ZC_ADAM_TILE : j->s->n;
+    if (lo >= hi)
+        return;
+    zc_adam_shard part = zc__adam_shard_slice(j->s, lo, hi);
+    j->fn(&part, j->c, j->flags);
+}
+
+zc_status zc__adam_host_run(const zc_adam_shard *s, const zc_adam_coeffs *c, int variant,
+                            int nthreads)
+{
+    ZC_CHECK(zc__adam_shard_check(s, "host Adam"));
+    if (!c)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "host Adam: NULL coefficients");
+    if (variant < 0) {
+        ZC_CHECK(zc__adam_variant_selected(&variant));
+    } else {
+        const char *why = NULL;
+        if (!zc__adam_variant_usable(variant, &why))
+            return ZC_ERR(ZC_ERR_UNSUPPORTED, "host Adam variant %s: %s",
+                          zc__adam_variant(variant) ? zc__adam_variant(variant)->name : "?",
+                          why);
+    }
+    if (s->n == 0)
+        return ZC_OK;
+    job j = {
+        .s = s,
+        .c = c,
+        .fn = zc__adam_variant(variant)->fn,
+        .flags = zc__adam_flags_for(s),
+        .ntiles = (s->n + ZC_ADAM_TILE - 1) / ZC_ADAM_TILE,
+    };
+    int t = nthreads > 0 ? nthreads : zc__pool_default_threads();
+    if (s->n < ZC_ADAM_SMALL)
+        t = 1; /* no wake-up cost for small shards */
+    if ((size_t)t > j.ntiles)
+        t = (int)j.ntiles;
+    return zc__pool_run(t, run_part, &j, s->master);
+}
+
+zc_status zc__adam_host(const zc_adam_shard *s, const zc_adam_coeffs *c)
+{
+    return zc__adam_host_run(s, c, -1, 0);
 }

@@ -1,0 +1,174 @@
+/* Adam/AdamW with AVX2, FMA and F16C (8 lanes), one fused pass per shard.
+ *
+ * Built as its own static library with -mavx2 -mfma -mf16c -ffp-contract=off
+ * (meson.build): only this file may contain those instructions, and the
+ * dispatcher calls it only when the CPU has them. The vector body evaluates
+ * exactly the operations of zc__adam_elem in the same order, without FMA (a
+ * fused m or p update can differ from the reference by many ulp when its two
+ * terms cancel), and sqrt/div are correctly rounded, so this variant agrees
+ * with the scalar reference bitwise; heads and tails use zc__adam_elem itself.
+ *
+ * Memory: the loop streams master, m, v (read and write), the gradient (read)
+ * and the 16-bit copy (write). With ZC_ADAM_NT (shards larger than the caches)
+ * the outputs use non-temporal stores, which skip the read-for-ownership of the
+ * write-only copy and keep the written lines from evicting what is still to be
+ * read. */
+#include <immintrin.h>
+
+#include "optim/adam_elem.h"
+#include "optim/adam_isa.h"
+
+#define ZC_INLINE static inline __attribute__((always_inline))
+
+typedef struct k8 {
+    __m256 b1, b2, omb1, omb2, eps, ss, bc2r, dd, l2, gs;
+} k8;
+
+/* Weight-decay mode: a mask of the decay terms that are non-zero
+ * (zc__adam_elem skips a zero one; so do the vector bodies). */
+enum { WD_L2 = 1, WD_DECOUPLED = 2 };
+
+ZC_INLINE __m256 load_grad(const void *g, size_t i, zc_dtype gdt)
+{
+    if (gdt == ZC_DTYPE_F16)
+        return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)g + i)));
+    if (gdt == ZC_DTYPE_BF16) {
+        __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)g + i));
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    }
+    return _mm256_loadu_ps((const float *)g + i);
+}
+
+/* fp32 -> bf16, round to nearest even, every NaN -> 0x7FC0 (core/dtype.h). */
+ZC_INLINE __m128i to_bf16(__m256 p)
+{
+    __m256i x = _mm256_castps_si256(p);
+    __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
+    __m256i r = _mm256_add_epi32(x, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff)));
+    r = _mm256_srli_epi32(r, 16);
+    __m256 nan = _mm256_cmp_ps(p, p, _CMP_UNORD_Q);
+    r = _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7fc0), _mm256_castps_si256(nan));
+    return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+}
+
+ZC_INLINE void store_f32(float *dst, __m256 x, bool nt)
+{
+    if (nt)
+        _mm256_stream_ps(dst, x);
+    else
+        _mm256_storeu_ps(dst, x);
+}
+
+ZC_INLINE void store_h16(void *dst, size_t i, __m128i h, bool nt)
+{
+    __m128i *q = (__m128i *)((uint16_t *)dst + i);
+    if (nt)
+        _mm_stream_si128(q, h);
+    else
+        _mm_storeu_si128(q, h);
+}
+
+ZC_INLINE void body(const zc_adam_shard *s, const k8 *kp, size_t lo, size_t hi, zc_dtype gdt,
+                    int odt, int wd, bool nt)
+{
+    /* Everything the loop touches in locals: stores through the buffers could
+     * alias *s and *kp as far as the compiler knows. */
+    float *restrict mp = s->master, *restrict mm = s->m, *restrict vv = s->v;
+    const void *restrict gp = s->grad;
+    void *restrict op = s->param_out;
+    const k8 k = *kp;
+    for (size_t i = lo; i < hi; i += 8) {
+        __m256 p = _mm256_load_ps(mp + i);
+        __m256 g = _mm256_mul_ps(load_grad(gp, i, gdt), k.gs);
+        if (wd & WD_L2)
+            g = _mm256_add_ps(g, _mm256_mul_ps(k.l2, p));
+        __m256 m = _mm256_add_ps(_mm256_mul_ps(k.b1, _mm256_loadu_ps(mm + i)),
+                                 _mm256_mul_ps(k.omb1, g));
+        __m256 v = _mm256_add_ps(_mm256_mul_ps(k.b2, _mm256_loadu_ps(vv + i)),
+                                 _mm256_mul_ps(_mm256_mul_ps(k.omb2, g), g));
+        __m256 d = _mm256_add_ps(_mm256_mul_ps(_mm256_sqrt_ps(v), k.bc2r), k.eps);
+        if (wd & WD_DECOUPLED)
+            p = _mm256_sub_ps(p, _mm256_mul_ps(k.dd, p));
+        p = _mm256_sub_ps(p, _mm256_mul_ps(k.ss, _mm256_div_ps(m, d)));
+        store_f32(mm + i, m, nt);
+        store_f32(vv + i, v, nt);
+        store_f32(mp + i, p, nt);
+        if (odt == ZC_DTYPE_F32)
+            store_f32((float *)op + i, p, nt);
+        else if (odt == ZC_DTYPE_F16)
+            store_h16(op, i, _mm256_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT), nt);
+        else if (odt == ZC_DTYPE_BF16)
+            store_h16(op, i, to_bf16(p), nt);
+    }
+}
+
+typedef void (*body_fn)(const zc_adam_shard *s, const k8 *k, size_t lo, size_t hi);
+
+/* One specialisation per (gradient dtype, decay mode, store kind, copy dtype),
+ * so the inner loop carries no branches. O is the copy dtype + 1 (0: no copy). */
+_Static_assert(ZC_DTYPE_F32 == 0 && ZC_DTYPE_F16 == 1 && ZC_DTYPE_BF16 == 2, "dtype values");
+#define ZC_BODY(G, W, NT, O)                                                            \
+    static void body_##G##_##W##_##NT##_##O(const zc_adam_shard *s, const k8 *k,       \
+                                            size_t lo, size_t hi)                      \
+    {                                                                                  \
+        body(s, k, lo, hi, ZC_DTYPE_##G, (O) - 1, W, NT);                              \
+    }
+#define ZC_BODIES2(G, W, NT) \
+    ZC_BODY(G, W, NT, 0) ZC_BODY(G, W, NT, 1) ZC_BODY(G, W, NT, 2) ZC_BODY(G, W, NT, 3)
+#define ZC_BODIES(G)                                                                    \
+    ZC_BODIES2(G, 0, 0) ZC_BODIES2(G, 1, 0) ZC_BODIES2(G, 2, 0) ZC_BODIES2(G, 3, 0)     \
+    ZC_BODIES2(G, 0, 1) ZC_BODIES2(G, 1, 1) ZC_BODIES2(G, 2, 1) ZC_BODIES2(G, 3, 1)
+ZC_BODIES(F32)
+ZC_BODIES(F16)
+ZC_BODIES(BF16)
+
+#define ZC_ROW2(G, W, NT) \
+    {body_##G##_##W##_##NT##_0, body_##G##_##W##_##NT##_1, body_##G##_##W##_##NT##_2, \
+     body_##G##_##W##_##NT##_3}
+#define ZC_ROW(G) \
+    {{ZC_ROW2(G, 0, 0), ZC_ROW2(G, 0, 1)}, {ZC_ROW2(G, 1, 0), ZC_ROW2(G, 1, 1)}, \
+     {ZC_ROW2(G, 2, 0), ZC_ROW2(G, 2, 1)}, {ZC_ROW2(G, 3, 0), ZC_ROW2(G, 3, 1)}}
+/* [grad dtype][decay mode][nt][copy dtype + 1] */
+static const body_fn bodies[3][4][2][4] = {ZC_ROW(F32), ZC_ROW(F16), ZC_ROW(BF16)};
+
+void zc__adam_avx2(const zc_adam_shard *s, const zc_adam_coeffs *c, unsigned flags)
+{
+    size_t n = s->n;
+    /* Head: elements up to the first 32-byte aligned master address, so the
+     * vector loop's master loads and stores are aligned. */
+    size_t head = ((32u - ((uintptr_t)s->master & 31u)) & 31u) / sizeof(float);
+    if (head > n)
+        head = n;
+    size_t vec_end = head + (n - head) / 8 * 8;
+    int odt = s->param_out ? (int)s->param_out_dtype : -1;
+
+    /* Non-temporal stores need every output aligned at the loop start; the
+     * engine's shards are (64-byte aligned buffers, 64-element shards). */
+    bool nt = (flags & ZC_ADAM_NT) != 0;
+    if (nt) {
+        uintptr_t a = (uintptr_t)(s->master + head);
+        nt = ((uintptr_t)(s->m + head) & 31u) == 0 && ((uintptr_t)(s->v + head) & 31u) == 0 &&
+             (a & 31u) == 0;
+        if (nt && s->param_out) {
+            uintptr_t o = (uintptr_t)s->param_out + head * zc_dtype_size(s->param_out_dtype);
+            nt = (o & (s->param_out_dtype == ZC_DTYPE_F32 ? 31u : 15u)) == 0;
+        }
+    }
+
+    k8 k = {
+        .b1 = _mm256_set1_ps(c->beta1), .b2 = _mm256_set1_ps(c->beta2),
+        .omb1 = _mm256_set1_ps(c->one_minus_beta1), .omb2 = _mm256_set1_ps(c->one_minus_beta2),
+        .eps = _mm256_set1_ps(c->eps), .ss = _mm256_set1_ps(c->step_size),
+        .bc2r = _mm256_set1_ps(c->bc2_rsqrt), .dd = _mm256_set1_ps(c->decoupled_decay),
+        .l2 = _mm256_set1_ps(c->l2_decay), .gs = _mm256_set1_ps(s->grad_scale),
+    };
+    int wd = (c->l2_decay != 0.0f ? WD_L2 : 0) | (c->decoupled_decay != 0.0f ? WD_DECOUPLED : 0);
+    for (size_t i = 0; i < head; i++)
+        zc__adam_elem(s, c, i);
+    if (vec_end > head)
+        bodies[s->grad_dtype][wd][nt][odt + 1](s, &k, head, vec_end);
+    for (size_t i = vec_end; i < n; i++)
+        zc__adam_elem(s, c, i);
+    if (nt)
+        _mm_sfence(); /* order the streaming stores before the pool's completion signal */
+}

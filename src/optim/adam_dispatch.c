@@ -1,0 +1,172 @@
+/* The table of host Adam variants and the run-time choice among them.
+ *
+ * Best first: the first variant that is compiled in and that this CPU runs is
+ * the default; ZC_CPU_ISA names one explicitly. CPU flags come from
+ * __builtin_cpu_supports (which also checks that the OS saves the vector
+ * state) plus CPUID for the two flags it does not know everywhere (F16C,
+ * AVX512_BF16). */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
+#include "core/log.h"
+#include "optim/adam_isa.h"
+#include "optim/threadpool.h"
+#include "optim/zc_optim_isa.h"
+
+static void scalar_kernel(const zc_adam_shard *s, const zc_adam_coeffs *c, unsigned flags)
+{
+    (void)flags;
+    zc__adam_scalar(s, c);
+}
+
+static const zc_adam_variant variants[] = {
+#if ZC_ADAM_HAVE_AVX512BF16
+    {"avx512bf16", zc__adam_avx512bf16, "avx512f avx512bw avx512dq avx512_bf16"},
+#else
+    {"avx512bf16", NULL, "avx512f avx512bw avx512dq avx512_bf16"},
+#endif
+#if ZC_ADAM_HAVE_AVX512
+    {"avx512", zc__adam_avx512, "avx512f avx512bw"},
+#else
+    {"avx512", NULL, "avx512f avx512bw"},
+#endif
+#if ZC_ADAM_HAVE_AVX2
+    {"avx2", zc__adam_avx2, "avx2 fma f16c"},
+#else
+    {"avx2", NULL, "avx2 fma f16c"},
+#endif
+    {"scalar", scalar_kernel, ""},
+};
+#define NVARIANTS ((int)(sizeof variants / sizeof variants[0]))
+
+int zc__adam_variant_count(void) { return NVARIANTS; }
+
+const zc_adam_variant *zc__adam_variant(int i)
+{
+    return i >= 0 && i < NVARIANTS ? &variants[i] : NULL;
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+static bool cpu_f16c(void)
+{
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+}
+
+static bool cpu_avx512bf16(void)
+{
+    unsigned a, b, c, d;
+    if (__get_cpuid_max(0, NULL) < 7)
+        return false;
+    __cpuid_count(7, 1, a, b, c, d);
+    return (a >> 5) & 1u;
+}
+#endif
+
+static bool cpu_has(const char *name)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    if (!strcmp(name, "avx512bf16"))
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512dq") && cpu_avx512bf16();
+    if (!strcmp(name, "avx512"))
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+    if (!strcmp(name, "avx2"))
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_f16c();
+#endif
+    return !strcmp(name, "scalar");
+}
+
+bool zc__adam_variant_usable(int i, const char **why)
+{
+    const zc_adam_variant *v = zc__adam_variant(i);
+    const char *reason = NULL;
+    if (!v)
+        reason = "no such variant";
+    else if (!v->fn)
+        reason = "not compiled into this build (the compiler lacks the ISA flags)";
+    else if (!cpu_has(v->name))
+        reason = "this CPU lacks the instructions";
+    if (why)
+        *why = reason;
+    return reason == NULL;
+}
+
+/* The resolved choice: index, or the error found while resolving. */
+static pthread_mutex_t sel_lock = PTHREAD_MUTEX_INITIALIZER;
+static int sel_idx = -1;
+static zc_status sel_status = ZC_OK;
+static char sel_msg[256];
+
+static void resolve(void)
+{
+    const char *env = getenv("ZC_CPU_ISA");
+    char usable[128] = "";
+    for (int i = 0; i < NVARIANTS; i++)
+        if (zc__adam_variant_usable(i, NULL)) {
+            strncat(usable, usable[0] ? " " : "", sizeof usable - strlen(usable) - 1);
+            strncat(usable, variants[i].name, sizeof usable - strlen(usable) - 1);
+        }
+    if (env && *env) {
+        int found = -1;
+        for (int i = 0; i < NVARIANTS; i++)
+            if (!strcmp(env, variants[i].name))
+                found = i;
+        const char *why = NULL;
+        if (found < 0) {
+            snprintf(sel_msg, sizeof sel_msg,
+                     "ZC_CPU_ISA='%s' is not a host Adam variant (scalar, avx2, avx512, "
+                     "avx512bf16); usable here: %s",
+                     env, usable);
+            sel_status = ZC_ERR_UNSUPPORTED;
+        } else if (!zc__adam_variant_usable(found, &why)) {
+            snprintf(sel_msg, sizeof sel_msg,
+                     "ZC_CPU_ISA='%s' cannot run: %s (needs %s); usable here: %s; unset "
+                     "ZC_CPU_ISA to pick the best one",
+                     env, why, variants[found].needs, usable);
+            sel_status = ZC_ERR_UNSUPPORTED;
+        } else {
+            sel_idx = found;
+        }
+    } else {
+        for (int i = 0; i < NVARIANTS && sel_idx < 0; i++)
+            if (zc__adam_variant_usable(i, NULL))
+                sel_idx = i;
+    }
+    if (sel_status == ZC_OK)
+        ZC_LOGI("optim", "host Adam: %s variant%s (usable: %s), %d threads",
+                variants[sel_idx].name, env && *env ? " forced by ZC_CPU_ISA" : "", usable,
+                zc__pool_default_threads());
+}
+
+zc_status zc__adam_variant_selected(int *idx)
+{
+    pthread_mutex_lock(&sel_lock);
+    if (sel_idx < 0 && sel_status == ZC_OK)
+        resolve();
+    int i = sel_idx;
+    zc_status st = sel_status;
+    char msg[sizeof sel_msg];
+    memcpy(msg, sel_msg, sizeof msg);
+    pthread_mutex_unlock(&sel_lock);
+    if (st != ZC_OK)
+        return ZC_ERR(st, "%s", msg);
+    *idx = i;
+    return ZC_OK;
+}
+
+void zc__adam_variant_reset(void)
+{
+    pthread_mutex_lock(&sel_lock);
+    sel_idx = -1;
+    sel_status = ZC_OK;
+    sel_msg[0] = 0;
+    pthread_mutex_unlock(&sel_lock);
+}

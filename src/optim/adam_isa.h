@@ -1,0 +1,80 @@
+/* Host Adam variants and how a shard is split over threads (internal to
+ * src/optim; the tests and the bench use it to run one variant directly).
+ *
+ * Variants are listed best first. Each SIMD variant lives in its own file,
+ * built as its own static library with only its ISA flags; a variant that the
+ * compiler could not build has fn == NULL. zc__adam_host picks the first
+ * variant that is compiled and that the CPU supports, or the one ZC_CPU_ISA
+ * names. */
+#ifndef ZC_OPTIM_ADAM_ISA_H
+#define ZC_OPTIM_ADAM_ISA_H
+
+#include <stdbool.h>
+
+#include "core/dtype.h"
+#include "optim/adam.h"
+
+/* Kernel flags. */
+#define ZC_ADAM_NT 0x1u /* non-temporal stores (the shard is larger than the caches) */
+
+typedef void (*zc_adam_kernel_fn)(const zc_adam_shard *s, const zc_adam_coeffs *c, unsigned flags);
+
+typedef struct zc_adam_variant {
+    const char *name;     /* scalar, avx2, avx512, avx512bf16: the ZC_CPU_ISA values */
+    zc_adam_kernel_fn fn; /* NULL when this build does not contain it */
+    const char *needs;    /* CPU features it needs, for messages */
+} zc_adam_variant;
+
+int zc__adam_variant_count(void);
+const zc_adam_variant *zc__adam_variant(int i);
+
+/* True when variant i is compiled in and this CPU runs it; otherwise false
+ * with *why (may be NULL) set to a static reason. */
+bool zc__adam_variant_usable(int i, const char **why);
+
+/* The variant zc__adam_host uses: ZC_CPU_ISA if set, else the best usable one.
+ * Resolved once and logged once at INFO; ZC_ERR_UNSUPPORTED (with the reason)
+ * when ZC_CPU_ISA names an unknown or unusable variant. */
+zc_status zc__adam_variant_selected(int *idx);
+
+/* Test hook: forget the resolved choice so ZC_CPU_ISA is read again. */
+void zc__adam_variant_reset(void);
+
+/* Runs variant `variant` (-1: the selected one) over s with `nthreads` threads
+ * of the host pool (0: the pool's default size). The shard is cut into tiles
+ * of ZC_ADAM_TILE elements and thread k of T takes the contiguous tiles
+ * [k*ntiles/T, (k+1)*ntiles/T): every element is computed by the same code
+ * whatever T is, so the result is bitwise independent of the thread count.
+ * Shards of fewer than ZC_ADAM_SMALL elements run on the calling thread. */
+zc_status zc__adam_host_run(const zc_adam_shard *s, const zc_adam_coeffs *c, int variant,
+                            int nthreads);
+
+/* Flags zc__adam_host_run passes to the kernels for a shard of n elements. */
+unsigned zc__adam_flags_for(const zc_adam_shard *s);
+
+/* Validates a shard (non-NULL buffers, supported dtypes). */
+zc_status zc__adam_shard_check(const zc_adam_shard *s, const char *who);
+
+#define ZC_ADAM_TILE ((size_t)16384)  /* 64 KiB of each fp32 stream: L2-sized working set */
+#define ZC_ADAM_SMALL ((size_t)65536) /* below this, waking threads costs more than it saves */
+
+/* Elements [lo, hi) of s as a shard of its own. */
+static inline zc_adam_shard zc__adam_shard_slice(const zc_adam_shard *s, size_t lo, size_t hi)
+{
+    zc_adam_shard r = *s;
+    r.master = s->master + lo;
+    r.m = s->m + lo;
+    r.v = s->v + lo;
+    r.grad = (const char *)s->grad + lo * zc_dtype_size(s->grad_dtype);
+    if (s->param_out)
+        r.param_out = (char *)s->param_out + lo * zc_dtype_size(s->param_out_dtype);
+    r.n = hi - lo;
+    return r;
+}
+
+/* The SIMD kernels (each defined in its own per-ISA library when built). */
+void zc__adam_avx2(const zc_adam_shard *s, const zc_adam_coeffs *c, unsigned flags);
+void zc__adam_avx512(const zc_adam_shard *s, const zc_adam_coeffs *c, unsigned flags);
+void zc__adam_avx512bf16(const zc_adam_shard *s, const zc_adam_coeffs *c, unsigned flags);
+
+#endif

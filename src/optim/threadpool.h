@@ -1,0 +1,44 @@
+/* The host thread pool (internal): persistent workers for the optimizer and
+ * other host kernels that stream through memory.
+ *
+ * Sized from hwloc's physical cores (sysconf without hwloc), ZC_CPU_THREADS
+ * overrides. Workers sleep between jobs; the calling thread runs part 0 of a
+ * job itself. Workers are bound to the cores of the NUMA node that holds the
+ * job's memory (hwloc, machines with more than one node). The pool needs no
+ * heap memory of its own, is torn down by a library destructor (or
+ * zc__pool_shutdown) and restarts on the next job. */
+#ifndef ZC_OPTIM_THREADPOOL_H
+#define ZC_OPTIM_THREADPOOL_H
+
+#include <stddef.h>
+
+#include "zeroc/zeroc.h"
+
+#define ZC_POOL_MAX_THREADS 256
+
+/* One part of a job: part k of nparts. Must not call into the pool. */
+typedef void (*zc_pool_fn)(void *arg, int part, int nparts);
+
+/* The default number of threads (physical cores, or ZC_CPU_THREADS). */
+int zc__pool_default_threads(void);
+
+/* Number of physical cores found (without the ZC_CPU_THREADS override). */
+int zc__pool_physical_cores(void);
+
+/* Runs fn(arg, k, nparts) for k = 0..nparts-1 and returns when all are done.
+ * Part 0 runs on the calling thread. `near` (may be NULL) is an address in the
+ * memory the job streams through: workers are moved to the cores of its NUMA
+ * node. nparts is clamped to [1, ZC_POOL_MAX_THREADS]. When another thread is
+ * using the pool, or the workers cannot be started, the parts run one after
+ * the other on the calling thread (same results, no parallelism). Returns
+ * ZC_OK; thread-safe. */
+zc_status zc__pool_run(int nparts, zc_pool_fn fn, void *arg, const void *near);
+
+/* Stops and joins every worker (the next zc__pool_run starts them again).
+ * Must not race with zc__pool_run. */
+void zc__pool_shutdown(void);
+
+/* Number of running worker threads (for tests of the teardown). */
+int zc__pool_live_workers(void);
+
+#endif
