@@ -127,4 +127,13 @@ static inline bool zc__cfg_overlap_comm(const zc_config *c)
 /* Deep copy (the engine keeps its own). Returns ZC_ERR_NO_MEMORY. */
 zc_status zc__config_clone(const zc_config *src, zc_config **out);
 
+/* Resolves the "auto" keys derived from the model, as the Hugging Face
+ * integration does, from H = the largest dimension of the largest 2-D
+ * parameter: reduce_bucket_size = H^2 and, for stage 3 only,
+ * stage3_prefetch_bucket_size = 0.9 H^2 and stage3_param_persistence_threshold
+ * = 10 H. Keys not written "auto" are untouched. H <= 0 (no 2-D parameter)
+ * leaves DeepSpeed's defaults, with an INFO line per key. The engine calls it
+ * in zc_engine_build, before sizing buckets. */
+zc_status zc__config_resolve_model_auto(zc_config *cfg, int64_t hidden_size);
+
 #endif

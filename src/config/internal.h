@@ -1,0 +1,78 @@
+/* Internals shared by the config module and `zeroc config check`.
+ *
+ * Validation collects every problem of a file, not only the first: a
+ * zc_cfg_diag holds {severity, JSON path, message} entries. Public entry
+ * points report the first error through zc_last_error(), log warnings, and
+ * the CLI prints them all. */
+#ifndef ZC_CONFIG_INTERNAL_H
+#define ZC_CONFIG_INTERNAL_H
+
+#include <jansson.h>
+
+#include "config/config.h"
+#include "config/schema.h"
+
+typedef enum zc_cfg_sev { ZC_SEV_ERROR = 0, ZC_SEV_WARN, ZC_SEV_INFO } zc_cfg_sev;
+
+typedef struct zc_cfg_msg {
+    zc_cfg_sev sev;
+    zc_status status; /* for errors: ZC_ERR_CONFIG, ZC_ERR_UNSUPPORTED, ... */
+    char path[128];
+    char msg[400];
+} zc_cfg_msg;
+
+typedef struct zc_cfg_diag {
+    zc_cfg_msg *v;
+    int n, cap;
+    int nerr, nwarn;
+    bool oom; /* a message could not be recorded */
+} zc_cfg_diag;
+
+void zc__diag_add(zc_cfg_diag *d, zc_cfg_sev sev, zc_status st, const char *path,
+                  const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+void zc__diag_free(zc_cfg_diag *d);
+/* First error (or NULL). */
+const zc_cfg_msg *zc__diag_first_error(const zc_cfg_diag *d);
+/* Logs warnings/infos and, when there is an error, records the first one with
+ * ZC_ERR (prefixed by `what`, e.g. the file name) and returns its status. */
+zc_status zc__diag_report(const zc_cfg_diag *d, const char *what);
+
+/* Loader flags beyond the public ZC_CONFIG_LENIENT. */
+#define ZC__CFG_SKIP_PATH_CHECK 0x100u /* do not touch the file system (fuzzing) */
+
+/* Assigns one JSON value to key index `key` (handles "auto"). Errors go to d.
+ * `written_as` is the name the user wrote (for origins), NULL = canonical.
+ * Returns ZC_ERR_NO_MEMORY only; validation errors are in d. */
+zc_status zc__cfg_assign(zc_config *cfg, int key, const json_t *v, zc_cfg_origin origin,
+                         const char *written_as, zc_cfg_diag *d);
+
+/* Applies a JSON object at the top level (the loader's walk); lenient turns
+ * unknown nested keys into warnings. */
+zc_status zc__cfg_apply_json(zc_config *cfg, const json_t *root, unsigned flags, zc_cfg_diag *d);
+
+/* Applies one dotted key (zc_config_set's logic, aliases included). */
+zc_status zc__cfg_apply_key(zc_config *cfg, const char *dotted, const json_t *v,
+                            zc_cfg_origin origin, zc_cfg_diag *d);
+
+/* Cross-key checks (fp16+bf16, offload vs stage, nvme_path, buffer_count,
+ * allgather_bucket_size, scheduler parameters vs type, ...). */
+void zc__cfg_semantic(const zc_config *cfg, unsigned flags, zc_cfg_diag *d);
+
+/* "auto" from program values, then DeepSpeed's batch rules for `world`
+ * ranks (0 = unknown: the product check is skipped). With preview set,
+ * "auto" keys that only the program can resolve are warnings, not errors
+ * (config check of a Hugging Face template). */
+zc_status zc__cfg_resolve(zc_config *cfg, int world, bool preview, zc_cfg_diag *d);
+
+/* Loads from text into a new config, collecting every message. On error
+ * *out is NULL. */
+zc_status zc__config_load_text(zc_config **out, const char *text, size_t len, const char *name,
+                               unsigned flags, zc_cfg_diag *d);
+
+/* Reads a whole file (counted allocation of len + 1 bytes, NUL-terminated). */
+zc_status zc__cfg_read_file(const char *path, char **text, size_t *len);
+
+/* Swap the contents of two configs (used to commit a validated copy). */
+void zc__config_swap(zc_config *a, zc_config *b);
+
+#endif

@@ -1,0 +1,728 @@
+/* The key table and the typed parse/store/format of one value.
+ *
+ * Defaults are DeepSpeed's CODE defaults (runtime/constants.py, zero/config.py,
+ * zero/offload_config.py, precision_config.py, lr_schedules.py), not its docs,
+ * where the two differ: overlap_comm unset (= true iff stage 3),
+ * steps_per_print unset (= never), gradient_clipping 1.0, adam_w_mode true. */
+#include "config/schema.h"
+
+#include <ctype.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/error.h"
+
+#define O(f) offsetof(struct zc_config, f)
+#define I64MAX INT64_MAX
+
+#define KBOOL(p, f, def, fl, d) \
+    { .path = p, .type = ZC_KT_BOOL, .flags = (fl), .off = O(f), .idef = (def), .doc = d }
+#define KTRI(p, f, d) \
+    { .path = p, .type = ZC_KT_TRI, .flags = ZC_KF_NULL, .off = O(f), .idef = -1, .doc = d }
+#define KI64(p, f, def, lo, hi, fl, d)                                                         \
+    { .path = p, .type = ZC_KT_I64, .flags = (fl), .off = O(f), .imin = (lo), .imax = (hi), \
+      .idef = (def), .doc = d }
+#define KI64A(p, a, f, def, lo, hi, fl, d)                                                     \
+    { .path = p, .type = ZC_KT_I64, .flags = (fl), .off = O(f), .imin = (lo), .imax = (hi), \
+      .idef = (def), .alias = a, .doc = d }
+#define KF64(p, f, def, lo, hi, fl, d)                                                         \
+    { .path = p, .type = ZC_KT_F64, .flags = (fl), .off = O(f), .dmin = (lo), .dmax = (hi), \
+      .ddef = (def), .doc = d }
+#define KENUM(p, f, tab, sz, def, fl, d)                                                   \
+    { .path = p, .type = ZC_KT_ENUM, .flags = (fl), .off = O(f), .enums = tab, .esz = sz, \
+      .idef = (def), .doc = d }
+#define KIGN(p, fl, d) { .path = p, .type = ZC_KT_IGNORED, .flags = (fl), .doc = d }
+
+/* Scheduler parameters: which types take them (DeepSpeed passes params as
+ * constructor kwargs, so a parameter of another type is a TypeError there). */
+#define SB(t) (1u << (t))
+#define S_WARM (SB(ZC_SCHED_WARMUP_LR) | SB(ZC_SCHED_WARMUP_DECAY_LR))
+#define S_WDEC SB(ZC_SCHED_WARMUP_DECAY_LR)
+#define S_COS SB(ZC_SCHED_WARMUP_COSINE_LR)
+#define S_1C SB(ZC_SCHED_ONE_CYCLE)
+#define S_RT SB(ZC_SCHED_LR_RANGE_TEST)
+#define KSF(p, f, def, lo, hi, fl, m, d)                                                       \
+    { .path = "scheduler.params." p, .type = ZC_KT_F64, .flags = (fl) | ZC_KF_SCHED,         \
+      .off = O(scheduler.f), .dmin = (lo), .dmax = (hi), .ddef = (def), .sched_mask = (m),   \
+      .doc = d }
+#define KSI(p, f, def, lo, hi, fl, m, d)                                                       \
+    { .path = "scheduler.params." p, .type = ZC_KT_I64, .flags = (fl) | ZC_KF_SCHED,         \
+      .off = O(scheduler.f), .imin = (lo), .imax = (hi), .idef = (def), .sched_mask = (m),   \
+      .doc = d }
+#define KSB(p, f, def, m, d)                                                                   \
+    { .path = "scheduler.params." p, .type = ZC_KT_BOOL, .flags = ZC_KF_SCHED,               \
+      .off = O(scheduler.f), .idef = (def), .sched_mask = (m), .doc = d }
+
+static const zc_cfg_enum offload_devices[] = {
+    {"none", ZC_OFFLOAD_NONE}, {"cpu", ZC_OFFLOAD_CPU}, {"nvme", ZC_OFFLOAD_NVME}, {NULL, 0}};
+static const zc_cfg_enum sched_types[] = {{"WarmupLR", ZC_SCHED_WARMUP_LR},
+                                          {"WarmupDecayLR", ZC_SCHED_WARMUP_DECAY_LR},
+                                          {"WarmupCosineLR", ZC_SCHED_WARMUP_COSINE_LR},
+                                          {"OneCycle", ZC_SCHED_ONE_CYCLE},
+                                          {"LRRangeTest", ZC_SCHED_LR_RANGE_TEST},
+                                          {NULL, 0}};
+static const zc_cfg_enum opt_types[] = {{"Adam", 0}, {"AdamW", 1}, {NULL, 0}};
+static const zc_cfg_enum warmup_types[] = {{"log", 1}, {"linear", 0}, {NULL, 0}};
+
+#define ZOPT "zero_optimization."
+#define OOPT "zero_optimization.offload_optimizer."
+#define OPAR "zero_optimization.offload_param."
+#define PROG ZC_KF_AUTO_PROGRAM
+
+const zc_cfg_key zc__cfg_keys[] = {
+    /* top level */
+    KI64("train_batch_size", train_batch_size, -1, 1, I64MAX,
+         ZC_KF_NULL | PROG | ZC_KF_MUST_RESOLVE,
+         "global batch = micro batch x accumulation x data-parallel world"),
+    KI64("train_micro_batch_size_per_gpu", train_micro_batch_size_per_gpu, -1, 1, I64MAX,
+         ZC_KF_NULL | PROG | ZC_KF_MUST_RESOLVE, "samples per rank per micro-step"),
+    KI64("gradient_accumulation_steps", gradient_accumulation_steps, -1, 1, I64MAX,
+         ZC_KF_NULL | PROG | ZC_KF_MUST_RESOLVE, "micro-steps per optimizer step"),
+    KF64("gradient_clipping", gradient_clipping, 1.0, 0, INFINITY, PROG,
+         "global gradient-norm clip; 0 disables"),
+    KI64("steps_per_print", steps_per_print, -1, 1, I64MAX, ZC_KF_NULL,
+         "progress line every N steps; unset = never"),
+    KBOOL("wall_clock_breakdown", wall_clock_breakdown, 0, 0, "per-phase timings"),
+    KBOOL("prescale_gradients", prescale_gradients, 0, 0,
+          "divide gradients before the reduction instead of after"),
+    KF64("gradient_predivide_factor", gradient_predivide_factor, 1.0, 0, INFINITY, ZC_KF_EXMIN,
+         "divide by this before the reduction and by world/this after"),
+    { .path = "communication_data_type", .type = ZC_KT_DTYPE, .flags = ZC_KF_NULL,
+      .off = O(communication_data_type), .idef = -1,
+      .doc = "dtype of gradient reductions; unset = the parameters' dtype" },
+    { .path = "data_types.grad_accum_dtype", .type = ZC_KT_DTYPE, .flags = ZC_KF_NULL,
+      .off = O(grad_accum_dtype), .idef = -1, .doc = "gradient accumulation dtype" },
+    KBOOL("zero_allow_untested_optimizer", zero_allow_untested_optimizer, 0, 0,
+          "allow a client optimizer with ZeRO"),
+    KBOOL("zero_force_ds_cpu_optimizer", zero_force_ds_cpu_optimizer, 1, 0,
+          "offload requires DeepSpeed's CPU Adam"),
+
+    /* fp16 */
+    KBOOL("fp16.enabled", fp16.enabled, 0, PROG, "fp16 parameters with loss scaling"),
+    KBOOL("fp16.auto_cast", fp16.auto_cast, 0, 0, "cast inputs to fp16"),
+    KF64("fp16.loss_scale", fp16.loss_scale, 0, 0, INFINITY, 0,
+         "static loss scale; 0 = dynamic"),
+    KI64("fp16.initial_scale_power", fp16.initial_scale_power, 16, 0, 1000, 0,
+         "dynamic scale starts at 2^this"),
+    KI64("fp16.loss_scale_window", fp16.loss_scale_window, 1000, 1, I64MAX, 0,
+         "clean steps before the scale doubles"),
+    KI64("fp16.hysteresis", fp16.hysteresis, 2, 1, I64MAX, 0,
+         "overflows tolerated before the scale halves"),
+    KBOOL("fp16.consecutive_hysteresis", fp16.consecutive_hysteresis, 0, 0,
+          "refill hysteresis on every clean step"),
+    KF64("fp16.min_loss_scale", fp16.min_loss_scale, 1, 0, INFINITY, ZC_KF_EXMIN,
+         "the scale never goes below this"),
+    KIGN("fp16.fp16_master_weights_and_grads", ZC_KF_WARN_SET, "not implemented by zeroc"),
+
+    /* bf16 (old name: bfloat16) */
+    KBOOL("bf16.enabled", bf16.enabled, 0, PROG, "bf16 parameters"),
+    KBOOL("bf16.check_grad_overflow", bf16.check_grad_overflow, 1, 0,
+          "skip the step on inf/nan gradients"),
+    KIGN("bf16.immediate_grad_update", ZC_KF_WARN_SET, "not implemented by zeroc"),
+    KIGN("bf16.bf16_master_weights_and_grads", ZC_KF_WARN_SET, "not implemented by zeroc"),
+    KIGN("bf16.bf16_optimizer_states", ZC_KF_WARN_SET, "not implemented by zeroc"),
+
+    /* optimizer */
+    KENUM("optimizer.type", optimizer.adamw_type, opt_types, (int)sizeof(bool), 0, 0,
+          "Adam or AdamW (decoupled decay unless adam_w_mode is false)"),
+    KF64("optimizer.params.lr", optimizer.lr, 1e-3, 0, INFINITY, PROG, "learning rate"),
+    { .path = "optimizer.params.betas", .type = ZC_KT_BETAS, .flags = PROG,
+      .off = O(optimizer.beta1), .off2 = O(optimizer.beta2), .dmin = 0, .dmax = 1,
+      .ddef = 0.9, .ddef2 = 0.999, .doc = "[beta1, beta2], each in [0, 1)" },
+    KF64("optimizer.params.eps", optimizer.eps, 1e-8, 0, INFINITY, PROG,
+         "added after the bias-corrected square root"),
+    KF64("optimizer.params.weight_decay", optimizer.weight_decay, 0, 0, INFINITY, PROG,
+         "weight decay (decoupled in AdamW mode)"),
+    KBOOL("optimizer.params.adam_w_mode", optimizer.adam_w_mode, 1, 0,
+          "decoupled weight decay (true even for type Adam)"),
+    KBOOL("optimizer.params.bias_correction", optimizer.bias_correction, 1, 0,
+          "Adam bias correction"),
+    KBOOL("optimizer.params.torch_adam", optimizer.torch_adam, 0, 0,
+          "DeepSpeed: use torch.optim.Adam (same math here)"),
+    KIGN("optimizer.params.amsgrad", ZC_KF_WARN_SET, "not implemented by zeroc"),
+
+    /* scheduler */
+    KENUM("scheduler.type", scheduler.type, sched_types, (int)sizeof(int), ZC_SCHED_NONE,
+          ZC_KF_NULL, "learning-rate schedule"),
+    KSF("warmup_min_lr", warmup_min_lr, 0, 0, INFINITY, PROG, S_WARM, "lr at step 0"),
+    KSF("warmup_max_lr", warmup_max_lr, -1, 0, INFINITY, PROG | ZC_KF_NULL, S_WARM,
+        "lr at the end of warmup; unset = optimizer lr (WarmupLR) or 0.001 (WarmupDecayLR)"),
+    KSI("warmup_num_steps", warmup_num_steps, 1000, 1, I64MAX, PROG, S_WARM | S_COS,
+        "warmup length (at least 2 is used)"),
+    { .path = "scheduler.params.warmup_type", .type = ZC_KT_ENUM, .flags = ZC_KF_SCHED,
+      .off = O(scheduler.warmup_log), .enums = warmup_types, .esz = (int)sizeof(bool),
+      .idef = 1, .sched_mask = S_WARM | S_COS, .doc = "log or linear warmup" },
+    KSI("total_num_steps", total_num_steps, -1, 1, I64MAX,
+        PROG | ZC_KF_MUST_RESOLVE | ZC_KF_NULL, S_WDEC | S_COS, "end of the decay"),
+    KSF("warmup_min_ratio", warmup_min_ratio, 0, 0, 1, 0, S_COS, "lr ratio at step 0"),
+    KSF("cos_min_ratio", cos_min_ratio, 1e-4, 0, 1, 0, S_COS, "lr ratio at the end"),
+    KSF("cycle_min_lr", cycle_min_lr, -1, 0, INFINITY, 0, S_1C, "lower lr (required)"),
+    KSF("cycle_max_lr", cycle_max_lr, -1, 0, INFINITY, 0, S_1C, "upper lr (required)"),
+    KSF("decay_lr_rate", decay_lr_rate, 0, 0, INFINITY, 0, S_1C, "lr decay after the cycle"),
+    KSI("cycle_first_step_size", cycle_first_step_size, 2000, 1, I64MAX, 0, S_1C,
+        "steps of the rising half"),
+    KSI("cycle_second_step_size", cycle_second_step_size, -1, 1, I64MAX, ZC_KF_NULL, S_1C,
+        "steps of the falling half; unset = first"),
+    KSI("cycle_first_stair_count", cycle_first_stair_count, 0, 0, I64MAX, 0, S_1C,
+        "stairs in the rising half; 0 = continuous"),
+    KSI("cycle_second_stair_count", cycle_second_stair_count, -1, 0, I64MAX, ZC_KF_NULL, S_1C,
+        "stairs in the falling half; unset = first"),
+    KSI("decay_step_size", decay_step_size, 0, 0, I64MAX, 0, S_1C,
+        "decay interval after the cycle; 0 = no decay"),
+    KSB("cycle_momentum", cycle_momentum, 1, S_1C, "cycle beta1 inversely to the lr"),
+    KSF("cycle_min_mom", cycle_min_mom, 0.8, 0, 1, 0, S_1C, "lower beta1"),
+    KSF("cycle_max_mom", cycle_max_mom, 0.9, 0, 1, 0, S_1C, "upper beta1"),
+    KSF("decay_mom_rate", decay_mom_rate, 0, 0, INFINITY, 0, S_1C, "beta1 decay after the cycle"),
+    KSF("lr_range_test_min_lr", lr_range_test_min_lr, 1e-3, 0, INFINITY, 0, S_RT,
+        "starting lr"),
+    KSI("lr_range_test_step_size", lr_range_test_step_size, 2000, 1, I64MAX, 0, S_RT,
+        "steps per increase"),
+    KSF("lr_range_test_step_rate", lr_range_test_step_rate, 1.0, 0, INFINITY, 0, S_RT,
+        "increase per interval"),
+    KSB("lr_range_test_staircase", lr_range_test_staircase, 0, S_RT, "step-wise increase"),
+
+    /* zero_optimization */
+    { .path = ZOPT "stage", .type = ZC_KT_I32, .off = O(zero.stage), .imin = 0, .imax = 3,
+      .idef = 0, .doc = "0 = DDP, 1 = optimizer states, 2 = + gradients, 3 = + parameters" },
+    KBOOL(ZOPT "contiguous_gradients", zero.contiguous_gradients, 1, 0,
+          "copy gradients into contiguous buckets"),
+    KTRI(ZOPT "overlap_comm", zero.overlap_comm,
+         "overlap reductions with backward; unset = true iff stage 3"),
+    KBOOL(ZOPT "reduce_scatter", zero.reduce_scatter, 1, 0, "reduce-scatter gradients"),
+    KI64(ZOPT "reduce_bucket_size", zero.reduce_bucket_size, 500000000, 0, I64MAX,
+         ZC_KF_AUTO_MODEL, "elements per gradient bucket (auto = H^2)"),
+    KBOOL(ZOPT "allgather_partitions", zero.allgather_partitions, 1, 0,
+          "all-gather updated parameters"),
+    KI64(ZOPT "allgather_bucket_size", zero.allgather_bucket_size, 500000000, 0, I64MAX, 0,
+         "elements per all-gather (even)"),
+    KBOOL(ZOPT "round_robin_gradients", zero.round_robin_gradients, 0, 0,
+          "stage 1/2 offload gradient copy order"),
+    KI64(ZOPT "sub_group_size", zero.sub_group_size, 1000000000, 0, I64MAX, 0,
+         "elements per optimizer sub-group"),
+    KBOOL(ZOPT "load_from_fp32_weights", zero.load_from_fp32_weights, 1, 0,
+          "restore masters from fp32 checkpoint copies"),
+    KBOOL(ZOPT "ignore_unused_parameters", zero.ignore_unused_parameters, 1, 0,
+          "tolerate parameters without gradients"),
+    KI64A(ZOPT "stage3_prefetch_bucket_size", ZOPT "prefetch_bucket_size",
+          zero.prefetch_bucket_size, 50000000, 0, I64MAX, ZC_KF_AUTO_MODEL,
+          "elements gathered ahead of use (auto = 0.9 H^2)"),
+    KI64A(ZOPT "stage3_param_persistence_threshold", ZOPT "param_persistence_threshold",
+          zero.param_persistence_threshold, 100000, 0, I64MAX, ZC_KF_AUTO_MODEL,
+          "parameters this small stay gathered (auto = 10 H)"),
+    KI64A(ZOPT "stage3_model_persistence_threshold", ZOPT "model_persistence_threshold",
+          zero.model_persistence_threshold, I64MAX, 0, I64MAX, 0,
+          "cap on persistent elements"),
+    KI64A(ZOPT "stage3_max_live_parameters", ZOPT "max_live_parameters",
+          zero.max_live_parameters, 1000000000, 0, I64MAX, 0, "cap on gathered elements"),
+    KI64A(ZOPT "stage3_max_reuse_distance", ZOPT "max_reuse_distance", zero.max_reuse_distance,
+          1000000000, 0, I64MAX, 0, "keep a parameter reused within this many elements"),
+    { .path = ZOPT "stage3_gather_16bit_weights_on_model_save", .type = ZC_KT_BOOL,
+      .off = O(zero.gather_16bit_weights_on_model_save), .idef = 0,
+      .alias = ZOPT "gather_16bit_weights_on_model_save",
+      .doc = "gather full 16-bit weights when saving the model" },
+    KI64A(ZOPT "stage3_module_granularity_threshold", ZOPT "module_granularity_threshold",
+          zero.module_granularity_threshold, 0, 0, I64MAX, 0,
+          "fine-grained module threshold"),
+    KI64(ZOPT "zero_hpz_partition_size", zero.zero_hpz_partition_size, 1, 0, I64MAX,
+         ZC_KF_WARN_SET, "ZeRO++ hpZ secondary partition (not implemented)"),
+    KBOOL(ZOPT "zero_quantized_weights", zero.zero_quantized_weights, 0, ZC_KF_WARN_SET,
+          "ZeRO++ qwZ (not implemented)"),
+    KBOOL(ZOPT "zero_quantized_gradients", zero.zero_quantized_gradients, 0, ZC_KF_WARN_SET,
+          "ZeRO++ qgZ (not implemented)"),
+    KIGN(ZOPT "zero_quantized_nontrainable_weights", ZC_KF_WARN_SET, "not implemented"),
+    KIGN(ZOPT "use_multi_rank_bucket_allreduce", 0, "DeepSpeed reduce detail; unused"),
+    KIGN(ZOPT "elastic_checkpoint", ZC_KF_WARN_SET, "not implemented"),
+    KIGN(ZOPT "stage3_use_all_reduce_for_fetch_params", ZC_KF_WARN_SET, "not implemented"),
+    KIGN(ZOPT "stage3_allgather_sequential", ZC_KF_WARN_SET, "not implemented"),
+    KIGN(ZOPT "stage3_partition_stream_chunk_size", ZC_KF_WARN_SET, "not implemented"),
+    KIGN(ZOPT "zeropp_loco_param", ZC_KF_WARN_SET, "not implemented"),
+    KIGN(ZOPT "mics_shard_size", ZC_KF_WARN_SET, "not implemented"),
+    KIGN(ZOPT "mics_hierarchical_params_gather", ZC_KF_WARN_SET, "not implemented"),
+    KIGN(ZOPT "memory_efficient_linear", 0, "PyTorch-specific; unused"),
+    KIGN(ZOPT "pipeline_loading_checkpoint", 0, "unused"),
+    KIGN(ZOPT "override_module_apply", 0, "PyTorch-specific; unused"),
+    KIGN(ZOPT "log_trace_cache_warnings", 0, "unused"),
+    KIGN(ZOPT "enable_sanity_checks", 0, "unused"),
+    KIGN(ZOPT "save_muon_momentum_buffer_in_memory", 0, "unused"),
+    KIGN(ZOPT "leaf_module", 0, "PyTorch-specific; unused"),
+    KIGN(ZOPT "zenflow", ZC_KF_WARN_SET, "ZenFlow is not implemented"),
+
+    /* offload_optimizer */
+    KENUM(OOPT "device", zero.offload_optimizer.device, offload_devices, (int)sizeof(int),
+          ZC_OFFLOAD_NONE, 0, "none, cpu or nvme"),
+    { .path = OOPT "nvme_path", .type = ZC_KT_STR, .flags = ZC_KF_NULL,
+      .off = O(zero.offload_optimizer.nvme_path), .doc = "directory for NVMe swap files" },
+    KBOOL(OOPT "pin_memory", zero.offload_optimizer.pin_memory, 1, 0, "pinned host buffers"),
+    KI64(OOPT "buffer_count", zero.offload_optimizer.buffer_count, 4, 0, I64MAX, 0,
+         "NVMe swap buffers (>= 4 for Adam)"),
+    KBOOL(OOPT "fast_init", zero.offload_optimizer.fast_init, 0, 0, "fast NVMe init"),
+    KBOOL(OOPT "pipeline_read", zero.offload_optimizer.pipeline_read, 0, 0,
+          "prefetch the next sub-group"),
+    KBOOL(OOPT "pipeline_write", zero.offload_optimizer.pipeline_write, 0, 0,
+          "defer write-back of the last sub-group"),
+    KF64(OOPT "ratio", zero.offload_optimizer.ratio, 1.0, 0, 1, 0,
+         "fraction offloaded (< 1 needs stage 3)"),
+    KIGN(OOPT "super_offload", ZC_KF_WARN_SET, "not implemented"),
+    KIGN(OOPT "cpuadam_cores_perc", 0, "unused"),
+
+    /* offload_param */
+    KENUM(OPAR "device", zero.offload_param.device, offload_devices, (int)sizeof(int),
+          ZC_OFFLOAD_NONE, 0, "none, cpu or nvme (stage 3 only)"),
+    { .path = OPAR "nvme_path", .type = ZC_KT_STR, .flags = ZC_KF_NULL,
+      .off = O(zero.offload_param.nvme_path), .doc = "directory for NVMe swap files" },
+    KBOOL(OPAR "pin_memory", zero.offload_param.pin_memory, 1, 0, "pinned host buffers"),
+    KI64(OPAR "buffer_count", zero.offload_param.buffer_count, 5, 1, I64MAX, 0,
+         "parameter swap buffers"),
+    KI64(OPAR "buffer_size", zero.offload_param.buffer_size, 100000000, 1, I64MAX, 0,
+         "elements per parameter swap buffer"),
+    KI64(OPAR "max_in_cpu", zero.offload_param.max_in_cpu, 1000000000, 0, I64MAX, 0,
+         "parameter elements kept in host memory"),
+
+    /* aio */
+    KI64("aio.block_size", aio.block_size, 1048576, 1, I64MAX, 0, "bytes per I/O request"),
+    KI64("aio.queue_depth", aio.queue_depth, 8, 1, I64MAX, 0, "requests in flight"),
+    KI64("aio.intra_op_parallelism", aio.intra_op_parallelism, 1, 1, I64MAX, 0,
+         "parallel submitters per request"),
+    KBOOL("aio.single_submit", aio.single_submit, 0, 0, "one submit per request"),
+    KBOOL("aio.overlap_events", aio.overlap_events, 1, 0, "refill the queue per completion"),
+    KBOOL("aio.use_gds", aio.use_gds, 0, ZC_KF_WARN_SET, "GPUDirect Storage (not implemented)"),
+};
+const int zc__cfg_nkeys = (int)(sizeof(zc__cfg_keys) / sizeof(zc__cfg_keys[0]));
+
+_Static_assert(sizeof(zc__cfg_keys) / sizeof(zc__cfg_keys[0]) <= ZC_CFG_MAX_KEYS,
+               "raise ZC_CFG_MAX_KEYS");
+
+int zc__cfg_key_find(const char *path)
+{
+    for (int i = 0; i < zc__cfg_nkeys; i++) {
+        if (!strcmp(zc__cfg_keys[i].path, path))
+            return i;
+        if (zc__cfg_keys[i].alias && !strcmp(zc__cfg_keys[i].alias, path))
+            return i;
+    }
+    return -1;
+}
+
+const char *zc__cfg_enum_name(const zc_cfg_key *k, int value)
+{
+    for (const zc_cfg_enum *e = k->enums; e && e->name; e++)
+        if (e->value == value)
+            return e->name;
+    return "none";
+}
+
+static const struct {
+    const char *name;
+    int dt;
+} dtype_names[] = {
+    /* DeepSpeed's spellings (DtypeEnum and get_communication_data_type). */
+    {"fp16", ZC_DTYPE_F16},         {"float16", ZC_DTYPE_F16},
+    {"half", ZC_DTYPE_F16},         {"torch.float16", ZC_DTYPE_F16},
+    {"bf16", ZC_DTYPE_BF16},        {"bfloat16", ZC_DTYPE_BF16},
+    {"torch.bfloat16", ZC_DTYPE_BF16}, {"fp32", ZC_DTYPE_F32},
+    {"float32", ZC_DTYPE_F32},      {"float", ZC_DTYPE_F32},
+    {"torch.float32", ZC_DTYPE_F32},
+};
+
+static const char *json_type_name(const json_t *v)
+{
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER: return "an integer";
+    case JSON_REAL: return "a number";
+    case JSON_TRUE:
+    case JSON_FALSE: return "a boolean";
+    case JSON_NULL: return "null";
+    }
+    return "a value";
+}
+
+/* Short JSON rendering of a value for messages. */
+static void json_brief(const json_t *v, char *buf, size_t cap)
+{
+    char *s = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+    if (!s) {
+        snprintf(buf, cap, "?");
+        return;
+    }
+    if (strlen(s) > 60)
+        snprintf(buf, cap, "%.57s...", s);
+    else
+        snprintf(buf, cap, "%s", s);
+    free(s);
+}
+
+static void fmt_i64(int64_t v, char *buf, size_t cap)
+{
+    if (v == INT64_MAX)
+        snprintf(buf, cap, "%lld", (long long)v);
+    else
+        snprintf(buf, cap, "%lld", (long long)v);
+}
+
+static bool parse_number(const json_t *v, double *out)
+{
+    if (json_is_integer(v)) {
+        *out = (double)json_integer_value(v);
+        return true;
+    }
+    if (json_is_real(v)) {
+        *out = json_real_value(v);
+        return true;
+    }
+    return false;
+}
+
+bool zc__cfg_parse(const zc_cfg_key *k, const json_t *v, zc_cfg_val *out, char *err, size_t cap)
+{
+    char shown[80];
+    memset(out, 0, sizeof(*out));
+    json_brief(v, shown, sizeof(shown));
+    if (json_is_null(v)) {
+        if (k->flags & ZC_KF_NULL || k->type == ZC_KT_IGNORED) {
+            out->null = true;
+            return true;
+        }
+        snprintf(err, cap, "null is not allowed here (expected %s)",
+                 k->type == ZC_KT_BOOL ? "true or false" : "a value");
+        return false;
+    }
+    switch (k->type) {
+    case ZC_KT_IGNORED:
+        return true;
+    case ZC_KT_BOOL:
+    case ZC_KT_TRI:
+        if (!json_is_boolean(v)) {
+            snprintf(err, cap, "expected true or false, got %s (%s)", json_type_name(v), shown);
+            return false;
+        }
+        out->i = json_is_true(v);
+        return true;
+    case ZC_KT_I32:
+    case ZC_KT_I64: {
+        char lo[32], hi[32];
+        fmt_i64(k->imin, lo, sizeof lo);
+        fmt_i64(k->imax, hi, sizeof hi);
+        if (json_is_integer(v)) {
+            out->i = json_integer_value(v);
+        } else if (json_is_real(v)) {
+            /* DeepSpeed configs write sizes as 2e8 or 1.000000e+09: accept a real
+             * that is an exact integer in int64 range, nothing else. */
+            double d = json_real_value(v);
+            if (!(d == floor(d)) || !(fabs(d) < 9.2233720368547758e18)) {
+                snprintf(err, cap, "expected an integer in [%s, %s], got %s", lo, hi, shown);
+                return false;
+            }
+            out->i = (int64_t)d;
+        } else {
+            snprintf(err, cap, "expected an integer in [%s, %s], got %s (%s)", lo, hi,
+                     json_type_name(v), shown);
+            return false;
+        }
+        if (out->i < k->imin || out->i > k->imax) {
+            snprintf(err, cap, "%s is out of range [%s, %s]", shown, lo, hi);
+            return false;
+        }
+        return true;
+    }
+    case ZC_KT_F64: {
+        double d;
+        if (!parse_number(v, &d)) {
+            snprintf(err, cap, "expected a number in %s%g, %g], got %s (%s)",
+                     k->flags & ZC_KF_EXMIN ? "(" : "[", k->dmin, k->dmax, json_type_name(v),
+                     shown);
+            return false;
+        }
+        bool lo_ok = k->flags & ZC_KF_EXMIN ? d > k->dmin : d >= k->dmin;
+        if (!isfinite(d) || !lo_ok || d > k->dmax) {
+            snprintf(err, cap, "%s is out of range %s%g, %g]", shown,
+                     k->flags & ZC_KF_EXMIN ? "(" : "[", k->dmin, k->dmax);
+            return false;
+        }
+        out->d = d;
+        return true;
+    }
+    case ZC_KT_BETAS: {
+        double b[2];
+        if (!json_is_array(v) || json_array_size(v) != 2 ||
+            !parse_number(json_array_get(v, 0), &b[0]) ||
+            !parse_number(json_array_get(v, 1), &b[1])) {
+            snprintf(err, cap, "expected [beta1, beta2] (two numbers in [0, 1)), got %s", shown);
+            return false;
+        }
+        for (int i = 0; i < 2; i++) {
+            if (!(b[i] >= 0 && b[i] < 1)) {
+                snprintf(err, cap, "beta%d = %g is out of range [0, 1)", i + 1, b[i]);
+                return false;
+            }
+        }
+        out->d = b[0];
+        out->d2 = b[1];
+        return true;
+    }
+    case ZC_KT_STR:
+        if (!json_is_string(v)) {
+            snprintf(err, cap, "expected a string, got %s (%s)", json_type_name(v), shown);
+            return false;
+        }
+        out->s = json_string_value(v);
+        if (!*out->s) {
+            snprintf(err, cap, "must not be empty");
+            return false;
+        }
+        return true;
+    case ZC_KT_ENUM: {
+        char names[160] = "";
+        for (const zc_cfg_enum *e = k->enums; e->name; e++) {
+            if (json_is_string(v) && !strcasecmp(json_string_value(v), e->name)) {
+                out->i = e->value;
+                return true;
+            }
+            size_t n = strlen(names);
+            snprintf(names + n, sizeof(names) - n, "%s%s", n ? ", " : "", e->name);
+        }
+        snprintf(err, cap, "%s is not one of: %s", shown, names);
+        return false;
+    }
+    case ZC_KT_DTYPE:
+        if (json_is_string(v)) {
+            for (size_t i = 0; i < sizeof(dtype_names) / sizeof(dtype_names[0]); i++) {
+                if (!strcmp(json_string_value(v), dtype_names[i].name)) {
+                    out->i = dtype_names[i].dt;
+                    return true;
+                }
+            }
+        }
+        snprintf(err, cap, "%s is not a dtype; use \"fp16\", \"bf16\" or \"fp32\"", shown);
+        return false;
+    }
+    snprintf(err, cap, "internal: unknown key type");
+    return false;
+}
+
+zc_status zc__cfg_strdup(const char *s, char **out)
+{
+    size_t n = strlen(s) + 1;
+    void *p;
+    ZC_CHECK(zc__host_alloc(NULL, ZC_MEM_OTHER, n, "config string", &p));
+    memcpy(p, s, n);
+    *out = p;
+    return ZC_OK;
+}
+
+void zc__cfg_strfree(char *s)
+{
+    if (s)
+        zc__host_free(NULL, ZC_MEM_OTHER, s, strlen(s) + 1);
+}
+
+zc_status zc__cfg_store(zc_config *cfg, const zc_cfg_key *k, const zc_cfg_val *v)
+{
+    char *base = (char *)cfg;
+    switch (k->type) {
+    case ZC_KT_IGNORED:
+        break;
+    case ZC_KT_BOOL:
+        *(bool *)(base + k->off) = v->null ? (bool)k->idef : v->i != 0;
+        break;
+    case ZC_KT_TRI:
+    case ZC_KT_DTYPE:
+        *(int *)(base + k->off) = v->null ? -1 : (int)v->i;
+        break;
+    case ZC_KT_I32:
+        *(int *)(base + k->off) = v->null ? (int)k->idef : (int)v->i;
+        break;
+    case ZC_KT_I64:
+        *(int64_t *)(base + k->off) = v->null ? -1 : v->i;
+        break;
+    case ZC_KT_F64:
+        *(double *)(base + k->off) = v->null ? -1.0 : v->d;
+        break;
+    case ZC_KT_BETAS:
+        *(double *)(base + k->off) = v->d;
+        *(double *)(base + k->off2) = v->d2;
+        break;
+    case ZC_KT_ENUM: {
+        int val = v->null ? (int)k->idef : (int)v->i;
+        if (k->esz == (int)sizeof(bool))
+            *(bool *)(base + k->off) = val != 0;
+        else
+            *(int *)(base + k->off) = val;
+        break;
+    }
+    case ZC_KT_STR: {
+        char **slot = (char **)(base + k->off);
+        char *copy = NULL;
+        if (!v->null && v->s)
+            ZC_CHECK(zc__cfg_strdup(v->s, &copy));
+        zc__cfg_strfree(*slot);
+        *slot = copy;
+        break;
+    }
+    }
+    return ZC_OK;
+}
+
+zc_status zc__cfg_store_default(zc_config *cfg, const zc_cfg_key *k)
+{
+    zc_cfg_val v = {.i = k->idef, .d = k->ddef, .d2 = k->ddef2};
+    char *base = (char *)cfg;
+    switch (k->type) {
+    case ZC_KT_I64:
+        *(int64_t *)(base + k->off) = k->idef;
+        return ZC_OK;
+    case ZC_KT_F64:
+        *(double *)(base + k->off) = k->ddef;
+        return ZC_OK;
+    case ZC_KT_TRI:
+    case ZC_KT_DTYPE:
+        *(int *)(base + k->off) = (int)k->idef;
+        return ZC_OK;
+    case ZC_KT_STR:
+        v.null = true;
+        break;
+    default:
+        break;
+    }
+    return zc__cfg_store(cfg, k, &v);
+}
+
+bool zc__cfg_is_default(const zc_config *cfg, const zc_cfg_key *k)
+{
+    const char *base = (const char *)cfg;
+    switch (k->type) {
+    case ZC_KT_IGNORED: return true;
+    case ZC_KT_BOOL: return *(const bool *)(base + k->off) == (bool)k->idef;
+    case ZC_KT_TRI:
+    case ZC_KT_DTYPE:
+    case ZC_KT_I32: return *(const int *)(base + k->off) == (int)k->idef;
+    case ZC_KT_I64: return *(const int64_t *)(base + k->off) == k->idef;
+    case ZC_KT_F64: return *(const double *)(base + k->off) == k->ddef;
+    case ZC_KT_BETAS:
+        return *(const double *)(base + k->off) == k->ddef &&
+               *(const double *)(base + k->off2) == k->ddef2;
+    case ZC_KT_ENUM:
+        if (k->esz == (int)sizeof(bool))
+            return *(const bool *)(base + k->off) == (k->idef != 0);
+        return *(const int *)(base + k->off) == (int)k->idef;
+    case ZC_KT_STR: return *(char *const *)(base + k->off) == NULL;
+    }
+    return true;
+}
+
+/* Shortest text that reads back as the same double. */
+static int fmt_double(double d, char *buf, size_t cap)
+{
+    char tmp[40];
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(tmp, sizeof tmp, "%.*g", prec, d);
+        if (strtod(tmp, NULL) == d)
+            break;
+    }
+    /* Keep it a JSON real when it looks like an integer (1 -> 1.0). */
+    if (!strpbrk(tmp, ".eEni"))
+        strcat(tmp, ".0");
+    return snprintf(buf, cap, "%s", tmp);
+}
+
+int zc__cfg_format(const zc_config *cfg, const zc_cfg_key *k, char *buf, size_t cap)
+{
+    const char *base = (const char *)cfg;
+    switch (k->type) {
+    case ZC_KT_IGNORED: return snprintf(buf, cap, "null");
+    case ZC_KT_BOOL: return snprintf(buf, cap, *(const bool *)(base + k->off) ? "true" : "false");
+    case ZC_KT_TRI: {
+        int t = *(const int *)(base + k->off);
+        return snprintf(buf, cap, t < 0 ? "null" : t ? "true" : "false");
+    }
+    case ZC_KT_DTYPE: {
+        int t = *(const int *)(base + k->off);
+        return t < 0 ? snprintf(buf, cap, "null")
+                     : snprintf(buf, cap, "\"%s\"", zc_dtype_name((zc_dtype)t));
+    }
+    case ZC_KT_I32: return snprintf(buf, cap, "%d", *(const int *)(base + k->off));
+    case ZC_KT_I64: {
+        int64_t v = *(const int64_t *)(base + k->off);
+        if (v < 0 && k->flags & ZC_KF_NULL)
+            return snprintf(buf, cap, "null");
+        return snprintf(buf, cap, "%lld", (long long)v);
+    }
+    case ZC_KT_F64: {
+        double d = *(const double *)(base + k->off);
+        if (d < 0 && k->flags & ZC_KF_NULL)
+            return snprintf(buf, cap, "null");
+        return fmt_double(d, buf, cap);
+    }
+    case ZC_KT_BETAS: {
+        char a[40], b[40];
+        fmt_double(*(const double *)(base + k->off), a, sizeof a);
+        fmt_double(*(const double *)(base + k->off2), b, sizeof b);
+        return snprintf(buf, cap, "[%s, %s]", a, b);
+    }
+    case ZC_KT_ENUM: {
+        int val = k->esz == (int)sizeof(bool) ? *(const bool *)(base + k->off)
+                                              : *(const int *)(base + k->off);
+        if (k->flags & ZC_KF_NULL && val == (int)k->idef && !strcmp(k->path, "scheduler.type"))
+            return snprintf(buf, cap, "null");
+        return snprintf(buf, cap, "\"%s\"", zc__cfg_enum_name(k, val));
+    }
+    case ZC_KT_STR: {
+        const char *s = *(char *const *)(base + k->off);
+        if (!s)
+            return snprintf(buf, cap, "null");
+        json_t *j = json_string(s);
+        char *d = j ? json_dumps(j, JSON_ENCODE_ANY) : NULL;
+        int n = snprintf(buf, cap, "%s", d ? d : "null");
+        free(d);
+        json_decref(j);
+        return n;
+    }
+    }
+    return snprintf(buf, cap, "null");
+}
+
+void zc__cfg_set_origin(zc_config *cfg, int key, zc_cfg_origin o, const char *fmt, ...)
+{
+    if (!cfg->meta || key < 0)
+        return;
+    cfg->meta->origin[key] = (uint8_t)o;
+    cfg->meta->note[key][0] = 0;
+    if (fmt) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(cfg->meta->note[key], ZC_CFG_NOTE_LEN, fmt, ap);
+        va_end(ap);
+    }
+}
+
+int zc__edit_distance(const char *a, const char *b, int cap)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 127 || lb > 127)
+        return cap + 1;
+    int prev[128], cur[128];
+    for (size_t j = 0; j <= lb; j++)
+        prev[j] = (int)j;
+    for (size_t i = 1; i <= la; i++) {
+        cur[0] = (int)i;
+        int rowmin = cur[0];
+        for (size_t j = 1; j <= lb; j++) {
+            int sub = prev[j - 1] + (tolower((unsigned char)a[i - 1]) !=
+                                     tolower((unsigned char)b[j - 1]));
+            int del = prev[j] + 1, ins = cur[j - 1] + 1;
+            int m = sub < del ? sub : del;
+            cur[j] = m < ins ? m : ins;
+            if (cur[j] < rowmin)
+                rowmin = cur[j];
+        }
+        if (rowmin > cap)
+            return cap + 1;
+        memcpy(prev, cur, sizeof(int) * (lb + 1));
+    }
+    return prev[lb] > cap ? cap + 1 : prev[lb];
+}
