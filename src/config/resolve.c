@@ -79,7 +79,7 @@ static bool resolve_program(zc_config *cfg, int k)
         if (p->lr >= 0)
             set_f64(cfg, k, p->lr, "program: lr");
         else if (!is_pending(cfg, lk))
-            set_f64(cfg, k, cfg->optimizer.lr, "optimizer.params.lr");
+            set_f64(cfg, k, cfg->optimizer.lr, "= optimizer.params.lr");
         else
             return false;
         return true;
