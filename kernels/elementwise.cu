@@ -172,3 +172,29 @@ extern "C" cudaError_t zc_k_reduce_sum(void *dst, const void *const *srcs, int n
     }
     return cudaGetLastError();
 }
+
+namespace zck {
+namespace {
+__device__ __forceinline__ uint64_t global_ns()
+{
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+/* Wall-clock bound (the global timer), not an iteration count: __nanosleep
+ * may return early. */
+__global__ void sleep_kernel(unsigned ms)
+{
+    uint64_t end = global_ns() + (uint64_t)ms * 1000000u;
+    while (global_ns() < end)
+        __nanosleep(100000);
+}
+} // namespace
+} // namespace zck
+
+extern "C" cudaError_t zc_k_sleep(unsigned ms, cudaStream_t stream)
+{
+    zck::sleep_kernel<<<1, 1, 0, stream>>>(ms);
+    return cudaGetLastError();
+}

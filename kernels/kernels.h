@@ -78,6 +78,11 @@ cudaError_t zc_k_sumsq_partials(const void *x, zc_dtype dt, size_t n, double *pa
  * first (this launcher only sets it). */
 cudaError_t zc_k_nonfinite(const void *x, zc_dtype dt, size_t n, int *flag, cudaStream_t stream);
 
+/* Occupies `stream` for about `ms` milliseconds (one thread sleeping in
+ * __nanosleep steps). Test hook: stalls a communicator's stream so its
+ * watchdog can be exercised on a single GPU. */
+cudaError_t zc_k_sleep(unsigned ms, cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,42 @@
+/* Reading a launcher's environment (internal; see zc_comm_init_env).
+ *
+ * Sources, first match wins:
+ *   torchrun / deepspeed: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE
+ *                         (torchrun) or LOCAL_SIZE (deepspeed)
+ *   Slurm (srun):         SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID,
+ *                         SLURM_NTASKS_PER_NODE
+ *   Open MPI (mpirun):    OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE
+ * plus MASTER_ADDR and MASTER_PORT (rank 0's host and the launcher's port;
+ * zeroc uses MASTER_PORT + 1, never the port itself, which torchrun's agent
+ * owns). */
+#ifndef ZC_COMM_BOOTSTRAP_H
+#define ZC_COMM_BOOTSTRAP_H
+
+#include <stdbool.h>
+
+#include "core/error.h"
+
+typedef struct zc_launch_env {
+    int rank, world;
+    int local_rank;       /* this process's index on its node (its GPU) */
+    int local_world;      /* processes on this node, -1 when not given */
+    const char *launcher; /* "torchrun/deepspeed", "slurm", "openmpi" (static text) */
+    char master_addr[256];/* "" when not needed and unset */
+    int master_port;      /* -1 when not needed and unset */
+} zc_launch_env;
+
+/* Fills *out from the environment. need_master: MASTER_ADDR and MASTER_PORT
+ * are required when the world has more than one rank. Fails with
+ * ZC_ERR_CONFIG naming the missing or malformed variable (and the launcher
+ * it was expected from); *out is then unspecified. */
+zc_status zc__launch_env_read(zc_launch_env *out, bool need_master);
+
+/* Seconds the bootstrap may take: ZC_BOOTSTRAP_TIMEOUT, default 300. */
+double zc__bootstrap_timeout(void);
+
+#if defined(ZC_HAVE_NCCL) && ZC_HAVE_NCCL
+/* Creates this process's NCCL rank (src/comm/nccl.c). */
+zc_status zc__comm_nccl_from_env(const zc_launch_env *env, zc_comm **out);
+#endif
+
+#endif

@@ -1,0 +1,612 @@
+/* The NCCL communicator: see nccl.h for the contract. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include "zc_build_config.h"
+
+#include "comm/bootstrap.h"
+#include "comm/nccl.h"
+#include "comm/rendezvous.h"
+#include "core/log.h"
+#include "kernels/kernels.h"
+
+/* Collectives that may be in flight at once; the issuing thread waits for the
+ * oldest when the ring is full. */
+#define RING 256
+
+typedef struct pending {
+    cudaEvent_t done; /* recorded on the comm stream after the collective */
+    uint64_t seq;
+    const char *op;
+    size_t bytes;
+    double start;
+} pending;
+
+typedef struct nccl_comm {
+    zc_comm base;
+    ncclComm_t nc;
+    int device;
+    cudaStream_t stream;  /* the communicator's own stream */
+    cudaEvent_t fence;    /* caller's stream -> comm stream */
+    int32_t *d_scratch;   /* barrier payload */
+    double timeout_s;
+
+    pthread_mutex_t mu;   /* guards everything below */
+    pthread_cond_t cv;
+    pending ring[RING];
+    unsigned head, count; /* oldest at head */
+    uint64_t seq;
+    int failed;           /* sticky: aborted or errored */
+    char failure[512];
+    int stop;
+    pthread_t watchdog;
+    int watchdog_started;
+} nccl_comm;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static double env_seconds(const char *name, double dflt)
+{
+    const char *s = getenv(name);
+    if (s && *s) {
+        char *end;
+        double v = strtod(s, &end);
+        if (end != s && v > 0)
+            return v;
+        ZC_LOGW("comm", "ignoring %s='%s' (want seconds > 0)", name, s);
+    }
+    return dflt;
+}
+
+static int nccl_dtype(zc_dtype dt, ncclDataType_t *out)
+{
+    switch (dt) {
+    case ZC_DTYPE_F32: *out = ncclFloat32; return 1;
+    case ZC_DTYPE_F16: *out = ncclFloat16; return 1;
+    case ZC_DTYPE_BF16: *out = ncclBfloat16; return 1;
+    case ZC_DTYPE_F64: *out = ncclFloat64; return 1;
+    case ZC_DTYPE_I32: *out = ncclInt32; return 1;
+    default: return 0;
+    }
+}
+
+/* Marks the communicator failed (first failure wins), aborting NCCL so that
+ * queued kernels exit and streams drain. Called with c->mu held. */
+static void fail_locked(nccl_comm *c, const char *msg)
+{
+    if (c->failed)
+        return;
+    c->failed = 1;
+    snprintf(c->failure, sizeof c->failure, "%s", msg);
+    ZC_LOGE("comm", "%s", msg);
+    ncclCommAbort(c->nc);
+    c->nc = NULL;
+    pthread_cond_broadcast(&c->cv);
+}
+
+static zc_status sticky(nccl_comm *c)
+{
+    return ZC_ERR(ZC_ERR_COMM, "%s", c->failure);
+}
+
+/* Pops completed collectives; fails the communicator on an asynchronous
+ * NCCL error or when the oldest one is overdue. Called with c->mu held. */
+static void reap_locked(nccl_comm *c)
+{
+    while (c->count && !c->failed) {
+        pending *p = &c->ring[c->head];
+        cudaError_t q = cudaEventQuery(p->done);
+        if (q == cudaSuccess) {
+            c->head = (c->head + 1) % RING;
+            c->count--;
+            pthread_cond_broadcast(&c->cv);
+            continue;
+        }
+        char msg[512];
+        if (q != cudaErrorNotReady) {
+            snprintf(msg, sizeof msg, "nccl rank %d/%d: %s #%llu (%zu bytes) failed on cuda:%d: %s",
+                     c->base.rank, c->base.world, p->op, (unsigned long long)p->seq, p->bytes,
+                     c->device, cudaGetErrorString(q));
+            fail_locked(c, msg);
+            return;
+        }
+        ncclResult_t st = ncclSuccess;
+        if (c->nc && ncclCommGetAsyncError(c->nc, &st) == ncclSuccess && st != ncclSuccess &&
+            st != ncclInProgress) {
+            snprintf(msg, sizeof msg,
+                     "nccl rank %d/%d: asynchronous NCCL error during %s #%llu (%zu bytes): %s",
+                     c->base.rank, c->base.world, p->op, (unsigned long long)p->seq, p->bytes,
+                     ncclGetErrorString(st));
+            fail_locked(c, msg);
+            return;
+        }
+        double age = now_s() - p->start;
+        if (age > c->timeout_s) {
+            snprintf(msg, sizeof msg,
+                     "nccl rank %d/%d: %s #%llu (%zu bytes) did not finish within %.0f s "
+                     "(ZC_COMM_TIMEOUT): a rank skipped or reordered a collective, or died; "
+                     "communicator aborted",
+                     c->base.rank, c->base.world, p->op, (unsigned long long)p->seq, p->bytes,
+                     c->timeout_s);
+            fail_locked(c, msg);
+        }
+        return;
+    }
+}
+
+static void *watchdog_main(void *arg)
+{
+    nccl_comm *c = arg;
+    (void)cudaSetDevice(c->device);
+    pthread_mutex_lock(&c->mu);
+    while (!c->stop) {
+        reap_locked(c);
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 20 * 1000 * 1000; /* 20 ms: cheap, and timeouts are seconds */
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return NULL;
+}
+
+/* Waits for a non-blocking NCCL call to leave ncclInProgress. */
+static ncclResult_t settle(ncclComm_t nc, ncclResult_t r, double deadline)
+{
+    while (r == ncclInProgress) {
+        if (now_s() > deadline)
+            return ncclInProgress;
+        struct timespec ts = {0, 100 * 1000};
+        nanosleep(&ts, NULL);
+        if (ncclCommGetAsyncError(nc, &r) != ncclSuccess)
+            return ncclInternalError;
+    }
+    return r;
+}
+
+/* Queues one collective: fence the caller's stream into the comm stream, run
+ * `launch`, record its completion, make the caller's stream wait on it. */
+typedef ncclResult_t (*launch_fn)(nccl_comm *c, const void *a);
+
+static zc_status issue(nccl_comm *c, const char *op, size_t bytes, launch_fn launch,
+                       const void *args, void *stream, pending **slot_out)
+{
+    zc_status rc = ZC_OK;
+    pthread_mutex_lock(&c->mu);
+    if (c->failed) {
+        rc = sticky(c);
+        goto out;
+    }
+    /* Make room: the oldest collective must finish (or the watchdog fails it). */
+    while (c->count == RING && !c->failed) {
+        reap_locked(c);
+        if (c->count == RING && !c->failed) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 1000 * 1000;
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+        }
+    }
+    if (c->failed) {
+        rc = sticky(c);
+        goto out;
+    }
+    (void)cudaSetDevice(c->device);
+    uint64_t seq = ++c->seq;
+    cudaError_t ce = cudaEventRecord(c->fence, (cudaStream_t)stream);
+    if (ce == cudaSuccess)
+        ce = cudaStreamWaitEvent(c->stream, c->fence, 0);
+    if (ce != cudaSuccess) {
+        (void)cudaGetLastError();
+        rc = ZC_ERR(ZC_ERR_DEVICE, "nccl rank %d: ordering %s #%llu after the caller's stream: %s",
+                    c->base.rank, op, (unsigned long long)seq, cudaGetErrorString(ce));
+        goto out;
+    }
+    ncclResult_t r = settle(c->nc, launch(c, args), now_s() + c->timeout_s);
+    if (r != ncclSuccess) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "nccl rank %d/%d: %s #%llu (%zu bytes): %s", c->base.rank,
+                 c->base.world, op, (unsigned long long)seq, bytes,
+                 r == ncclInProgress ? "still in progress after ZC_COMM_TIMEOUT"
+                                     : ncclGetErrorString(r));
+        if (r == ncclInvalidArgument) {
+            /* The call had no effect: the communicator is still usable. */
+            rc = ZC_ERR(ZC_ERR_INVALID_ARG, "%s", msg);
+        } else {
+            fail_locked(c, msg);
+            rc = sticky(c);
+        }
+        goto out;
+    }
+    pending *p = &c->ring[(c->head + c->count) % RING];
+    p->seq = seq;
+    p->op = op;
+    p->bytes = bytes;
+    p->start = now_s();
+    ce = cudaEventRecord(p->done, c->stream);
+    if (ce == cudaSuccess && stream != (void *)c->stream)
+        ce = cudaStreamWaitEvent((cudaStream_t)stream, p->done, 0);
+    if (ce != cudaSuccess) {
+        (void)cudaGetLastError();
+        char msg[512];
+        snprintf(msg, sizeof msg, "nccl rank %d: recording completion of %s #%llu: %s",
+                 c->base.rank, op, (unsigned long long)seq, cudaGetErrorString(ce));
+        fail_locked(c, msg);
+        rc = sticky(c);
+        goto out;
+    }
+    c->count++;
+    if (slot_out)
+        *slot_out = p;
+out:
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+/* Waits until every queued collective finished, or the communicator failed. */
+static zc_status drain(nccl_comm *c)
+{
+    zc_status rc = ZC_OK;
+    pthread_mutex_lock(&c->mu);
+    while (c->count && !c->failed) {
+        reap_locked(c);
+        if (c->count && !c->failed) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 500 * 1000;
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+        }
+    }
+    if (c->failed)
+        rc = sticky(c);
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+/* ---- collectives --------------------------------------------------------- */
+
+typedef struct coll_args {
+    const void *send;
+    void *recv;
+    size_t count;
+    ncclDataType_t dt;
+    ncclRedOp_t op;
+    int root;
+} coll_args;
+
+static ncclResult_t do_all_reduce(nccl_comm *c, const void *a)
+{
+    const coll_args *x = a;
+    return ncclAllReduce(x->send, x->recv, x->count, x->dt, x->op, c->nc, c->stream);
+}
+static ncclResult_t do_reduce_scatter(nccl_comm *c, const void *a)
+{
+    const coll_args *x = a;
+    return ncclReduceScatter(x->send, x->recv, x->count, x->dt, ncclSum, c->nc, c->stream);
+}
+static ncclResult_t do_all_gather(nccl_comm *c, const void *a)
+{
+    const coll_args *x = a;
+    return ncclAllGather(x->send, x->recv, x->count, x->dt, c->nc, c->stream);
+}
+static ncclResult_t do_broadcast(nccl_comm *c, const void *a)
+{
+    const coll_args *x = a;
+    return ncclBroadcast(x->recv, x->recv, x->count, x->dt, x->root, c->nc, c->stream);
+}
+
+static zc_status check_args(nccl_comm *c, const char *op, zc_dtype dt, ncclDataType_t *ndt)
+{
+    if (!nccl_dtype(dt, ndt))
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "nccl rank %d %s: unsupported dtype %d", c->base.rank,
+                      op, (int)dt);
+    if (c->base.dev == NULL || c->base.dev->mem_kind != ZC_MEMKIND_DEVICE)
+        return ZC_ERR(ZC_ERR_INVALID_STATE,
+                      "nccl rank %d %s: NCCL moves GPU buffers; bind a CUDA device first "
+                      "(zc_engine_options.device = ZC_DEVICE_CUDA or AUTO)", c->base.rank, op);
+    return ZC_OK;
+}
+
+static zc_status nccl_all_reduce(zc_comm *base, const void *send, void *recv, size_t count,
+                                 zc_dtype dt, zc_red_op op, void *stream)
+{
+    nccl_comm *c = (nccl_comm *)base;
+    coll_args a = {send, recv, count, ncclFloat32, op == ZC_RED_MAX ? ncclMax : ncclSum, 0};
+    ZC_CHECK(check_args(c, "all_reduce", dt, &a.dt));
+    if (op != ZC_RED_SUM && op != ZC_RED_MAX)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "nccl all_reduce: unknown op %d", (int)op);
+    return issue(c, "all_reduce", count * zc_dtype_size(dt), do_all_reduce, &a, stream, NULL);
+}
+
+static zc_status nccl_reduce_scatter(zc_comm *base, const void *send, void *recv,
+                                     size_t recv_count, zc_dtype dt, void *stream)
+{
+    nccl_comm *c = (nccl_comm *)base;
+    coll_args a = {send, recv, recv_count, ncclFloat32, ncclSum, 0};
+    ZC_CHECK(check_args(c, "reduce_scatter", dt, &a.dt));
+    return issue(c, "reduce_scatter", recv_count * (size_t)base->world * zc_dtype_size(dt),
+                 do_reduce_scatter, &a, stream, NULL);
+}
+
+static zc_status nccl_all_gather(zc_comm *base, const void *send, void *recv, size_t send_count,
+                                 zc_dtype dt, void *stream)
+{
+    nccl_comm *c = (nccl_comm *)base;
+    coll_args a = {send, recv, send_count, ncclFloat32, ncclSum, 0};
+    ZC_CHECK(check_args(c, "all_gather", dt, &a.dt));
+    return issue(c, "all_gather", send_count * (size_t)base->world * zc_dtype_size(dt),
+                 do_all_gather, &a, stream, NULL);
+}
+
+static zc_status nccl_broadcast(zc_comm *base, void *buf, size_t count, zc_dtype dt, int root,
+                                void *stream)
+{
+    nccl_comm *c = (nccl_comm *)base;
+    if (root < 0 || root >= base->world)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "nccl broadcast: root %d outside 0..%d", root,
+                      base->world - 1);
+    coll_args a = {buf, buf, count, ncclFloat32, ncclSum, root};
+    ZC_CHECK(check_args(c, "broadcast", dt, &a.dt));
+    return issue(c, "broadcast", count * zc_dtype_size(dt), do_broadcast, &a, stream, NULL);
+}
+
+/* A one-element all-reduce on the comm stream, waited for: every collective
+ * queued before it on this rank has finished when it returns. */
+static zc_status nccl_barrier(zc_comm *base)
+{
+    nccl_comm *c = (nccl_comm *)base;
+    coll_args a = {c->d_scratch, c->d_scratch, 1, ncclInt32, ncclSum, 0};
+    ZC_CHECK(issue(c, "barrier", sizeof(int32_t), do_all_reduce, &a, c->stream, NULL));
+    return drain(c);
+}
+
+static zc_status nccl_bind_device(zc_comm *base, zc_device *dev)
+{
+    nccl_comm *c = (nccl_comm *)base;
+    if (!dev)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "nccl bind_device: NULL device");
+    if (dev->mem_kind != ZC_MEMKIND_DEVICE || dev->index != c->device)
+        return ZC_ERR(ZC_ERR_INVALID_ARG,
+                      "nccl rank %d lives on cuda:%d but the engine's device is %s%d: use "
+                      "ZC_DEVICE_CUDA with device_index %d (or -1 for LOCAL_RANK)",
+                      base->rank, c->device, dev->ops->name,
+                      dev->mem_kind == ZC_MEMKIND_DEVICE ? dev->index : 0, c->device);
+    base->dev = dev;
+    return ZC_OK;
+}
+
+static void nccl_destroy(zc_comm *base)
+{
+    nccl_comm *c = (nccl_comm *)base;
+    (void)cudaSetDevice(c->device);
+    zc_status rc = drain(c); /* bounded by the watchdog's timeout */
+    pthread_mutex_lock(&c->mu);
+    c->stop = 1;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    if (c->watchdog_started)
+        pthread_join(c->watchdog, NULL);
+    if (c->nc) {
+        /* Finalize then destroy; destroying an unfinalized comm can block. */
+        ncclResult_t r = rc == ZC_OK ? ncclCommFinalize(c->nc) : ncclInternalError;
+        if (r == ncclSuccess || r == ncclInProgress)
+            r = settle(c->nc, r == ncclInProgress ? ncclInProgress : ncclSuccess,
+                       now_s() + c->timeout_s);
+        if (r == ncclSuccess)
+            ncclCommDestroy(c->nc);
+        else
+            ncclCommAbort(c->nc);
+    }
+    if (c->stream)
+        (void)cudaStreamSynchronize(c->stream);
+    for (int i = 0; i < RING; i++)
+        if (c->ring[i].done)
+            (void)cudaEventDestroy(c->ring[i].done);
+    if (c->fence)
+        (void)cudaEventDestroy(c->fence);
+    if (c->d_scratch) {
+        (void)cudaFree(c->d_scratch);
+        zc__mem_count(NULL, ZC_MEMKIND_DEVICE, ZC_MEM_BUFFERS, -(int64_t)sizeof(int32_t));
+    }
+    if (c->stream)
+        (void)cudaStreamDestroy(c->stream);
+    pthread_cond_destroy(&c->cv);
+    pthread_mutex_destroy(&c->mu);
+    zc__host_free(NULL, ZC_MEM_OTHER, c, sizeof *c);
+}
+
+static const zc_comm_ops nccl_ops = {
+    .name = "nccl",
+    .all_reduce = nccl_all_reduce,
+    .reduce_scatter = nccl_reduce_scatter,
+    .all_gather = nccl_all_gather,
+    .broadcast = nccl_broadcast,
+    .barrier = nccl_barrier,
+    .bind_device = nccl_bind_device,
+    .destroy = nccl_destroy,
+};
+
+/* ---- creation ------------------------------------------------------------ */
+
+static zc_status cuda_setup(nccl_comm *c)
+{
+    cudaError_t e = cudaSetDevice(c->device);
+    if (e == cudaSuccess)
+        e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
+    if (e == cudaSuccess)
+        e = cudaEventCreateWithFlags(&c->fence, cudaEventDisableTiming);
+    for (int i = 0; i < RING && e == cudaSuccess; i++)
+        e = cudaEventCreateWithFlags(&c->ring[i].done, cudaEventDisableTiming);
+    if (e == cudaSuccess) {
+        e = cudaMalloc((void **)&c->d_scratch, sizeof(int32_t));
+        if (e == cudaSuccess)
+            zc__mem_count(NULL, ZC_MEMKIND_DEVICE, ZC_MEM_BUFFERS, (int64_t)sizeof(int32_t));
+    }
+    if (e == cudaSuccess)
+        e = cudaMemset(c->d_scratch, 0, sizeof(int32_t));
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return ZC_ERR(ZC_ERR_DEVICE, "nccl rank %d: setting up cuda:%d: %s", c->base.rank,
+                      c->device, cudaGetErrorString(e));
+    }
+    return ZC_OK;
+}
+
+zc_status zc__comm_nccl_create(int rank, int world, int device, const void *unique_id,
+                               double init_timeout_s, zc_comm **out)
+{
+    *out = NULL;
+    if (world < 1 || rank < 0 || rank >= world || device < 0 || !unique_id)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "nccl create: rank %d of %d on cuda:%d", rank, world,
+                      device);
+    nccl_comm *c = NULL;
+    ZC_CHECK(zc__host_alloc(NULL, ZC_MEM_OTHER, sizeof *c, "nccl communicator", (void **)&c));
+    c->base.ops = &nccl_ops;
+    c->base.rank = rank;
+    c->base.world = world;
+    c->base.local_rank = device;
+    c->base.local_world = -1;
+    c->base.dev = zc__device_host();
+    c->device = device;
+    c->timeout_s = env_seconds("ZC_COMM_TIMEOUT", 600.0);
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv, NULL);
+
+    zc_status rc = cuda_setup(c);
+    if (rc == ZC_OK) {
+        ncclUniqueId id;
+        memcpy(&id, unique_id, sizeof id);
+        ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+        cfg.blocking = 0; /* so a missing peer cannot hang init: we poll with a deadline */
+        ncclResult_t r = ncclCommInitRankConfig(&c->nc, world, id, rank, &cfg);
+        if (r == ncclSuccess || r == ncclInProgress)
+            r = settle(c->nc, ncclInProgress, now_s() + init_timeout_s);
+        if (r != ncclSuccess) {
+            rc = ZC_ERR(ZC_ERR_COMM,
+                        "nccl rank %d of %d on cuda:%d: communicator init %s%s",
+                        rank, world, device,
+                        r == ncclInProgress ? "timed out after " : "failed: ",
+                        r == ncclInProgress ? "ZC_BOOTSTRAP_TIMEOUT (are all ranks running?)"
+                                            : ncclGetErrorString(r));
+            if (c->nc)
+                ncclCommAbort(c->nc);
+            c->nc = NULL;
+        }
+    }
+    if (rc == ZC_OK) {
+        if (pthread_create(&c->watchdog, NULL, watchdog_main, c) == 0)
+            c->watchdog_started = 1;
+        else
+            rc = ZC_ERR(ZC_ERR_INTERNAL, "nccl rank %d: cannot start the watchdog thread", rank);
+    }
+    if (rc != ZC_OK) {
+        nccl_destroy(&c->base);
+        return rc;
+    }
+    ZC_LOGI("comm", "nccl rank %d of %d on cuda:%d (NCCL %d, timeout %.0f s)", rank, world,
+            device, NCCL_VERSION_CODE, c->timeout_s);
+    *out = &c->base;
+    return ZC_OK;
+}
+
+zc_status zc__comm_nccl_stall(zc_comm *base, unsigned ms)
+{
+    nccl_comm *c = (nccl_comm *)base;
+    (void)cudaSetDevice(c->device);
+    cudaError_t e = zc_k_sleep(ms, c->stream);
+    if (e != cudaSuccess)
+        return ZC_ERR(ZC_ERR_DEVICE, "nccl stall hook: %s", cudaGetErrorString(e));
+    return ZC_OK;
+}
+
+/* ---- bootstrap ----------------------------------------------------------- */
+
+zc_status zc__comm_nccl_from_env(const zc_launch_env *env, zc_comm **out)
+{
+    *out = NULL;
+    int ndev = zc__device_cuda_count();
+    if (ndev <= 0)
+        return ZC_ERR(ZC_ERR_UNSUPPORTED,
+                      "zc_comm_init_env: rank %d of %d (%s) has no usable CUDA device; the NCCL "
+                      "communicator needs one GPU per rank", env->rank, env->world, env->launcher);
+    if (env->local_rank >= ndev) {
+        const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+        return ZC_ERR(ZC_ERR_CONFIG,
+                      "local rank %d (%s) but only %d CUDA device%s visible%s%s%s: one GPU per "
+                      "rank is needed (NCCL %d refuses two ranks on one GPU)",
+                      env->local_rank, env->launcher, ndev, ndev == 1 ? " is" : "s are",
+                      vis ? " (CUDA_VISIBLE_DEVICES=" : "", vis ? vis : "", vis ? ")" : "",
+                      NCCL_VERSION_CODE);
+    }
+    cudaError_t ce = cudaSetDevice(env->local_rank);
+    if (ce != cudaSuccess)
+        return ZC_ERR(ZC_ERR_DEVICE, "cudaSetDevice(%d): %s", env->local_rank,
+                      cudaGetErrorString(ce));
+
+    double timeout = zc__bootstrap_timeout();
+    ncclUniqueId id;
+    memset(&id, 0, sizeof id);
+    const char *cid = getenv("NCCL_COMM_ID");
+    const char *mode = getenv("ZC_BOOTSTRAP");
+    int via_comm_id = (cid && *cid) || (mode && !strcmp(mode, "nccl_comm_id"));
+    if (mode && *mode && strcmp(mode, "nccl_comm_id") && strcmp(mode, "rendezvous"))
+        return ZC_ERR(ZC_ERR_CONFIG, "ZC_BOOTSTRAP='%s': want 'rendezvous' or 'nccl_comm_id'",
+                      mode);
+    if (via_comm_id) {
+        /* NCCL encodes NCCL_COMM_ID in the id and rank 0 listens there. */
+        if (!(cid && *cid)) {
+            char buf[300];
+            snprintf(buf, sizeof buf, "%s:%d", env->master_addr, env->master_port + 1);
+            setenv("NCCL_COMM_ID", buf, 0);
+        }
+        ncclResult_t r = ncclGetUniqueId(&id);
+        if (r != ncclSuccess)
+            return ZC_ERR(ZC_ERR_COMM, "ncclGetUniqueId with NCCL_COMM_ID=%s: %s",
+                          getenv("NCCL_COMM_ID"), ncclGetErrorString(r));
+    } else if (env->world > 1) {
+        if (env->rank == 0) {
+            ncclResult_t r = ncclGetUniqueId(&id);
+            if (r != ncclSuccess)
+                return ZC_ERR(ZC_ERR_COMM, "ncclGetUniqueId: %s", ncclGetErrorString(r));
+        }
+        zc_rdv_opts o = {.addr = env->master_addr, .port = env->master_port + 1,
+                         .rank = env->rank, .world = env->world, .timeout_s = timeout};
+        zc_status rc = zc__rendezvous(&o, &id, sizeof id);
+        if (rc != ZC_OK) {
+            zc__error_context("zc_comm_init_env (MASTER_ADDR=%s, MASTER_PORT+1=%d)",
+                              env->master_addr, env->master_port + 1);
+            return rc;
+        }
+    } else {
+        ncclResult_t r = ncclGetUniqueId(&id);
+        if (r != ncclSuccess)
+            return ZC_ERR(ZC_ERR_COMM, "ncclGetUniqueId: %s", ncclGetErrorString(r));
+    }
+    zc_status rc = zc__comm_nccl_create(env->rank, env->world, env->local_rank, &id, timeout, out);
+    if (rc == ZC_OK)
+        (*out)->local_world = env->local_world;
+    return rc;
+}

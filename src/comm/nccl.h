@@ -1,0 +1,36 @@
+/* The NCCL communicator (internal; built when NCCL is found).
+ *
+ * One rank per GPU. Collectives run on the communicator's own stream: the
+ * caller's stream is fenced into it with an event before the call and the
+ * caller's stream waits on the collective's completion event after it, so
+ * communication overlaps whatever else the caller queues, and ordering with
+ * compute is kept without host synchronisation.
+ *
+ * Non-blocking NCCL (ncclConfig_t.blocking = 0) and a watchdog thread: a
+ * collective not finished ZC_COMM_TIMEOUT seconds (default 600) after it was
+ * queued, or an asynchronous NCCL error, aborts the communicator
+ * (ncclCommAbort). The error is sticky: every later call on the handle returns
+ * ZC_ERR_COMM with the message naming the rank, the collective, its sequence
+ * number and size. barrier() waits for completion, so it reports a timeout
+ * itself.
+ *
+ * 16-bit sums are NCCL's (ring/tree order, rounded per step), not the local
+ * backend's fp32-then-round-once: NCCL results are not bitwise reproducible
+ * across world sizes. */
+#ifndef ZC_COMM_NCCL_H
+#define ZC_COMM_NCCL_H
+
+#include "comm/comm.h"
+
+/* Creates rank `rank` of `world` on CUDA device `device` from a 128-byte
+ * ncclUniqueId every rank got from rank 0. Waits for the non-blocking init up
+ * to init_timeout_s seconds (then aborts and fails). */
+zc_status zc__comm_nccl_create(int rank, int world, int device, const void *unique_id,
+                               double init_timeout_s, zc_comm **out);
+
+/* Test hook: queues a ~ms millisecond stall on the communicator's stream, so
+ * the next collective cannot finish before it (exercises the watchdog with
+ * one GPU). */
+zc_status zc__comm_nccl_stall(zc_comm *c, unsigned ms);
+
+#endif
