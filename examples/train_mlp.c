@@ -60,7 +60,7 @@ static void usage(FILE *f)
             "                 [--prefetch ELEMS] [--device host|auto] [--dump-params FILE]\n"
             "                 [--json]\n"
             "defaults: --stage 2 --world 2 --dtype bf16 --steps 50 --accum 1 --batch 32\n"
-            "          --seed 1 --clip 1.0 --lr 2e-3 --bucket 65536\n");
+            "          --seed 1 --clip 1.0 --lr 1e-3 --bucket 65536\n");
 }
 
 static long long parse_int(const char *flag, const char *v, long long lo, long long hi)
@@ -91,7 +91,7 @@ static double parse_double(const char *flag, const char *v, double lo)
 static opts parse_args(int argc, char **argv)
 {
     opts o = {.stage = 2, .world = 2, .steps = 50, .accum = 1, .batch = 32,
-              .dtype = ZC_DTYPE_BF16, .seed = 1, .clip = 1.0, .lr = 2e-3,
+              .dtype = ZC_DTYPE_BF16, .seed = 1, .clip = 1.0, .lr = 1e-3,
               .weight_decay = 0.01, .bucket = 65536, .persistence = -1, .prefetch = -1,
               .device = ZC_DEVICE_HOST};
     for (int i = 1; i < argc; i++) {
@@ -272,7 +272,7 @@ static void *xcalloc(size_t n, size_t sz)
 static void make_teacher(teacher *t, uint64_t seed)
 {
     uint64_t s = stream(seed, 1, 0, 0, 0);
-    for (int i = 0; i < TEACHER_HIDDEN * IN_DIM; i++) t->w1[i] = uniform(&s) * 0.35f;
+    for (int i = 0; i < TEACHER_HIDDEN * IN_DIM; i++) t->w1[i] = uniform(&s) * 0.2f;
     for (int i = 0; i < TEACHER_HIDDEN; i++) t->b1[i] = uniform(&s) * 0.5f;
     for (int i = 0; i < OUT_DIM * TEACHER_HIDDEN; i++) t->w2[i] = uniform(&s) * 0.25f;
     for (int i = 0; i < OUT_DIM; i++) t->b2[i] = uniform(&s) * 0.2f;
@@ -360,6 +360,10 @@ static void *rank_main(void *argp)
     for (int l = 0; l < N_LAYERS; l++) {
         char name[64];
         int64_t wshape[2] = {DIMS[l + 1], DIMS[l]}, bshape[1] = {DIMS[l + 1]};
+        /* One chunk set per layer: a chunk never spans two layers, so stage 3
+         * gathers each chunk once in forward and once in backward. */
+        if (l > 0)
+            CHECK(zc_chunk_boundary(eng));
         snprintf(name, sizeof name, "layers.%d.weight", l);
         if (!(P[2 * l] = zc_param_add(eng, name, wshape, 2, 0))) die(rank, "zc_param_add(weight)", ZC_ERR_INVALID_ARG);
         snprintf(name, sizeof name, "layers.%d.bias", l);

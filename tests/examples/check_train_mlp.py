@@ -88,6 +88,10 @@ def check_accounting(r, stage, dtype):
         within(name, c["all_reduce"], 0, small, "comm.all_reduce")
         expect("comm.reduce_scatter", c["reduce_scatter"], e, 1)
         expect("comm.all_gather", c["all_gather"], 2 * e if stage == 3 else e, 1)
+    if stage == 3 and f["gathers_last_step"] != 2 * f["num_chunks"]:
+        fail("%s: %d chunk gathers in the last step, expected 2 x %d chunks (forward and "
+             "backward, nothing persistent, no prefetch)"
+             % (name, f["gathers_last_step"], f["num_chunks"]))
 
 
 def check_training(r, name):
@@ -113,7 +117,9 @@ def main():
     for dtype in ("fp32", "bf16"):
         results = {}
         for stage in range(4):
-            r = run(exe, stage, dtype)
+            # Stage 3 without prefetch: every chunk is gathered on each use,
+            # the schedule the 2eΨ all-gather formula describes.
+            r = run(exe, stage, dtype, ["--prefetch", "0"] if stage == 3 else [])
             if r is None:
                 continue
             results["stage %d" % stage] = r
@@ -125,13 +131,21 @@ def main():
                                                                      f["dtype"]))
         # Stage 3 with prefetching off and with the library's persistence
         # default: same schedule-independent result.
-        for label, extra in (("stage 3 prefetch 0", ["--prefetch", "0"]),
+        for label, extra in (("stage 3 prefetch default", []),
                              ("stage 3 prefetch 1e6", ["--prefetch", "1000000"]),
                              ("stage 3 persistence 1e5",
                               ["--persistence-threshold", "100000"])):
             r = run(exe, 3, dtype, extra)
             if r is not None:
                 results[label] = r
+                check_training(r, label + " " + dtype)
+                if "prefetch" in label:
+                    # Prefetched chunks may stay gathered from forward into
+                    # backward: between one and two gathers of everything.
+                    f = r["final"]
+                    e = 2 if dtype == "bf16" else 4
+                    within(label + " " + dtype, f["comm_bytes_per_step"]["all_gather"],
+                           e * f["num_params"], 2 * e * f["padded_params"], "comm.all_gather")
         hashes = {k: v["final"]["params_sha256"] for k, v in results.items()}
         print("%s: %s" % (dtype, json.dumps(hashes, indent=1)))
         if len(set(hashes.values())) != 1:
