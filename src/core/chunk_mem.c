@@ -1,0 +1,67 @@
+/* Per-chunk buffers, sized from the stage policy's flags (one place, so every
+ * free matches its allocation). See the table in engine.h. */
+#include "core/engine.h"
+
+static size_t param_elems(const zc_engine *e, const zc_chunk *c)
+{
+    return (size_t)(e->pol->full_params ? c->padded : c->shard);
+}
+
+static size_t opt_elems(const zc_engine *e, const zc_chunk *c)
+{
+    return (size_t)(e->pol->full_optimizer ? c->padded : c->shard);
+}
+
+/* Stages 0/1 keep the gradient in the parameter dtype at full size (what the
+ * user writes and what is reduced); with K > 1 a full fp32 accumulator sums
+ * the window. Stages 2/3 keep an fp32 shard. */
+static size_t acc_elems(const zc_engine *e, const zc_chunk *c)
+{
+    if (e->pol->sharded_grads)
+        return (size_t)c->shard;
+    return e->gas > 1 ? (size_t)c->padded : 0;
+}
+
+zc_status zc__chunk_alloc(zc_engine *e, zc_chunk *c)
+{
+    void *p = NULL;
+    ZC_CHECK(zc__eng_alloc(e, ZC_MEM_PARAMS, param_elems(e, c) * e->pesz, "parameters", &p));
+    c->param = p;
+    const size_t ob = opt_elems(e, c) * sizeof(float);
+    ZC_CHECK(zc__eng_alloc(e, ZC_MEM_MASTER, ob, "fp32 master", &p));
+    c->master = p;
+    ZC_CHECK(zc__eng_alloc(e, ZC_MEM_ADAM, ob, "Adam m", &p));
+    c->m = p;
+    ZC_CHECK(zc__eng_alloc(e, ZC_MEM_ADAM, ob, "Adam v", &p));
+    c->v = p;
+    if (!e->pol->sharded_grads) {
+        ZC_CHECK(zc__eng_alloc(e, ZC_MEM_GRADS, (size_t)c->padded * e->pesz, "gradients", &p));
+        c->grad = p;
+    }
+    ZC_CHECK(zc__eng_alloc(e, ZC_MEM_GRADS, acc_elems(e, c) * sizeof(float),
+                           "fp32 gradient accumulator", &p));
+    c->acc = p;
+    return ZC_OK;
+}
+
+void zc__chunk_free(zc_engine *e, zc_chunk *c)
+{
+    void *p;
+    p = c->param;
+    zc__eng_free(e, ZC_MEM_PARAMS, &p, param_elems(e, c) * e->pesz);
+    const size_t ob = opt_elems(e, c) * sizeof(float);
+    p = c->master;
+    zc__eng_free(e, ZC_MEM_MASTER, &p, ob);
+    p = c->m;
+    zc__eng_free(e, ZC_MEM_ADAM, &p, ob);
+    p = c->v;
+    zc__eng_free(e, ZC_MEM_ADAM, &p, ob);
+    p = c->grad;
+    zc__eng_free(e, ZC_MEM_GRADS, &p, (size_t)c->padded * e->pesz);
+    p = c->acc;
+    zc__eng_free(e, ZC_MEM_GRADS, &p, acc_elems(e, c) * sizeof(float));
+    zc__eng_free(e, ZC_MEM_BUFFERS, &c->gbuf, (size_t)c->padded * e->pesz);
+    zc__eng_free(e, ZC_MEM_BUFFERS, &c->gather, (size_t)c->padded * e->pesz);
+    c->param = c->grad = NULL;
+    c->master = c->m = c->v = c->acc = NULL;
+}

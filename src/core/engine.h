@@ -1,0 +1,276 @@
+/* The engine's internal state (one per rank), shared by the files of
+ * src/core/engine*.c, layout.c, grads.c, step.c and the stage policies in
+ * src/zero1, src/zero2, src/zero3.
+ *
+ * Memory model. Parameters are packed in registration order into chunks
+ * (layout.c); chunk c holds `padded` elements, a multiple of world*64, and
+ * rank r owns the shard [r*shard, (r+1)*shard). Every buffer below is device
+ * memory (zc_device ops) counted on eng->acct by category; the engine never
+ * reads or writes it with the CPU. What each stage keeps per chunk:
+ *
+ *   stage | param (P dtype)   | grad                               | master, m, v
+ *   ------+-------------------+------------------------------------+-------------
+ *   0     | full              | full, P dtype (+ full fp32 acc, K>1)| full
+ *   1     | full              | full, P dtype (+ full fp32 acc, K>1)| shard
+ *   2     | full              | fp32 shard + transient full P buf  | shard
+ *   3     | shard (+ gathered | fp32 shard + transient full P buf  | shard
+ *         | full copy, buffers)|                                   |
+ *
+ * P is the working precision (fp32, fp16 or bf16). The fp32 master is kept
+ * separately even for fp32 parameters, so every dtype runs the same code.
+ */
+#ifndef ZC_CORE_ENGINE_H
+#define ZC_CORE_ENGINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "comm/comm.h"
+#include "config/config.h"
+#include "core/alloc.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "core/loss_scaler.h"
+#include "device/device.h"
+#include "optim/adam.h"
+
+#define ZC_ENGINE_MAGIC 0x5a43454eu /* "ZCEN" */
+#define ZC_PARAM_MAGIC 0x5a435041u  /* "ZCPA" */
+#define ZC_PARAM_MAX_NDIM 8
+/* Chunks are padded to a multiple of world * ZC_CHUNK_ALIGN elements, so every
+ * shard starts 64-element (>= 128-byte) aligned. */
+#define ZC_CHUNK_ALIGN 64
+/* Default chunk size cap when reduce_bucket_size (DeepSpeed default 5e8
+ * elements) is larger: a chunk is the unit of the transient gradient buffer
+ * and of the stage-3 gather buffer, so 2^24 elements (32 MiB in bf16) keeps
+ * those bounded while collectives stay large. zc_engine_options.bucket_elems
+ * overrides it. */
+#define ZC_CHUNK_CAP_ELEMS ((int64_t)1 << 24)
+
+typedef struct zc_stage_policy zc_stage_policy;
+
+typedef enum zc_engine_state {
+    ZC_ENG_CREATED = 0, /* registering groups and parameters */
+    ZC_ENG_BUILT,       /* buffers allocated; training */
+    ZC_ENG_FAILED       /* build failed: only destroy is allowed */
+} zc_engine_state;
+
+struct zc_param {
+    uint32_t magic;
+    zc_engine *eng;     /* owner: a handle from another engine is rejected */
+    char *name;
+    size_t name_bytes;
+    int64_t shape[ZC_PARAM_MAX_NDIM];
+    int ndim;
+    int64_t numel;
+    int group;
+    int index;          /* registration order */
+    bool chunk_start;   /* zc_chunk_boundary was called just before this one */
+    int chunk;          /* set by build */
+    int64_t offset;     /* element offset inside its chunk */
+    bool ready;         /* gradient handed back in the current micro-step */
+    int acquired;       /* outstanding zc_param_acquire calls */
+};
+
+typedef struct zc_group {
+    double weight_decay, lr_scale;
+} zc_group;
+
+/* A run of elements of one parameter group inside one rank's shard: the unit
+ * Adam is called on. Every stage splits the work into the same segments, so a
+ * vectorised kernel sees every element at the same position in every stage
+ * (this is what keeps stages 0-3 bitwise identical). Chunk-relative offsets. */
+typedef struct zc_seg {
+    int64_t start, n;
+    int group;
+} zc_seg;
+
+typedef struct zc_chunk {
+    int first, count;          /* parameters [first, first + count) */
+    int64_t used;              /* sum of their numel */
+    int64_t padded;            /* S: multiple of world * ZC_CHUNK_ALIGN */
+    int64_t shard;             /* S / world */
+    zc_seg *segs;              /* Adam segments, rank by rank */
+    int *seg_begin;            /* rank r's segments: [seg_begin[r], seg_begin[r+1]) */
+    size_t segs_bytes, seg_begin_bytes;
+
+    /* Device buffers (see the table at the top). */
+    void *param;               /* P dtype; full (stages 0-2) or shard (stage 3) */
+    float *master, *m, *v;     /* full (stage 0) or shard */
+    void *grad;                /* stages 0/1: full P-dtype gradient */
+    float *acc;                /* stages 0/1 with K > 1: full fp32 accumulator;
+                                  stages 2/3: fp32 gradient shard */
+    void *gbuf;                /* stages 2/3: transient full P-dtype gradient */
+    void *gather;              /* stage 3: gathered full parameters, or NULL */
+
+    int nready;                /* parameters ready in this micro-step */
+    bool reduced;              /* reduction of this micro-step done */
+
+    /* Stage 3 */
+    int acq;                   /* outstanding acquires over its parameters */
+    bool persistent;           /* kept gathered (param_persistence_threshold) */
+    bool prefetched;           /* gathered ahead of its next use, not yet acquired */
+} zc_chunk;
+
+/* Stage 3's acquire trace (src/zero3/gather.c). */
+typedef enum zc_trace_mode { ZC_TRACE_RECORD = 0, ZC_TRACE_COMPLETE } zc_trace_mode;
+
+typedef struct zc_trace {
+    zc_trace_mode mode;
+    int *order;                /* chunk activations (acquire with acq 0 -> 1) */
+    int64_t len, cap;
+    int64_t pos;               /* next expected activation (complete mode) */
+    int64_t pf_end;            /* trace entries [pos, pf_end) were considered for prefetch */
+} zc_trace;
+
+struct zc_engine {
+    uint32_t magic;
+    zc_engine_state state;
+    zc_config *cfg;            /* own copy */
+    zc_comm *comm;             /* borrowed */
+    zc_device *dev;
+    void *stream;              /* NULL: the device's default stream */
+    int rank, world, stage;
+    zc_dtype pdt;              /* working precision */
+    size_t pesz;
+    int64_t gas;               /* gradient_accumulation_steps */
+    int64_t bucket;            /* chunk size target (elements) */
+    bool check_overflow;       /* fp16, or bf16 with check_grad_overflow */
+    const zc_stage_policy *pol;
+    zc_mem_account acct;
+
+    zc_group *groups;
+    int ngroups, groups_cap;
+    zc_param **params;
+    int nparams, params_cap;
+    bool boundary_pending;
+
+    zc_chunk *chunks;
+    int nchunks;
+    int64_t num_elems, padded_elems;
+
+    /* Accumulation window. */
+    int64_t micro;             /* index of the current micro-step in the window */
+    int nready;                /* parameters ready in the current micro-step */
+    bool window_started;       /* a gradient was handed back in this window */
+
+    /* Optimizer. */
+    zc_loss_scaler scaler;
+    int64_t steps, skipped, adam_steps;
+    double *partials;          /* host: nchunks * world sum-of-squares partials */
+    double *part_send, *part_recv; /* device buffers for the fp64 all-gather */
+
+    /* Stats: the current window and the last completed step. */
+    int64_t comm_cur[ZC_COLL__COUNT], comm_last[ZC_COLL__COUNT];
+    int64_t gathers_cur, gathers_last;
+    int64_t live_elems, live_peak_cur, live_peak_last;
+    int64_t invalidations;
+
+    /* Stage 3. */
+    int64_t max_live, prefetch_elems, prefetched_elems;
+    zc_trace trace;
+};
+
+/* A stage policy: what a stage keeps, reduces and gathers. The step pipeline
+ * (grads.c, step.c, params.c) calls these; everything else is shared. */
+struct zc_stage_policy {
+    int stage;
+    const char *name;
+    bool full_params;     /* every rank holds the full working parameters */
+    bool full_optimizer;  /* every rank holds full master / m / v (stage 0) */
+    bool sharded_grads;   /* fp32 gradient shards + transient full buffers */
+    /* Allocates the per-chunk buffers of this stage at build. */
+    zc_status (*alloc_chunk)(zc_engine *e, zc_chunk *c);
+    void (*free_chunk)(zc_engine *e, zc_chunk *c);
+    /* Reduces chunk c once all its parameters are ready in this micro-step. */
+    zc_status (*reduce_chunk)(zc_engine *e, zc_chunk *c, bool last_micro);
+    /* After a non-skipped optimizer pass: make the updated working params
+     * visible (stage 1/2 all-gather; stage 3 refreshes what is gathered). */
+    zc_status (*publish)(zc_engine *e, bool updated);
+    /* Stage 3: gather on acquire / free on release. NULL: resident params. */
+    zc_status (*acquire)(zc_engine *e, zc_param *p, void **out);
+    zc_status (*release)(zc_engine *e, zc_param *p);
+};
+
+extern const zc_stage_policy zc__stage0_policy;
+extern const zc_stage_policy zc__stage1_policy;
+extern const zc_stage_policy zc__stage2_policy;
+extern const zc_stage_policy zc__stage3_policy;
+
+/* ---- engine.c ------------------------------------------------------------ */
+
+/* Validates a public call's engine (and built state when need_built) and sets
+ * the log rank of this thread. `fn` names the call in the message. */
+zc_status zc__eng_enter(const zc_engine *e, const char *fn, bool need_built);
+/* Validates that p belongs to e. */
+zc_status zc__eng_check_param(const zc_engine *e, const zc_param *p, const char *fn);
+
+/* Collectives through the engine: count payload bytes for the step stats
+ * (all_reduce: count; reduce_scatter and all_gather: world * count; in the
+ * communicated dtype) unless count_it is false. */
+zc_status zc__eng_all_reduce(zc_engine *e, void *buf, size_t n, zc_dtype dt, bool count_it);
+zc_status zc__eng_reduce_scatter(zc_engine *e, const void *send, void *recv, size_t recv_n,
+                                 zc_dtype dt, bool count_it);
+zc_status zc__eng_all_gather(zc_engine *e, const void *send, void *recv, size_t send_n,
+                             zc_dtype dt, bool count_it);
+
+/* Device helpers. */
+zc_status zc__eng_alloc(zc_engine *e, zc_mem_category cat, size_t bytes, const char *what,
+                        void **out);
+void zc__eng_free(zc_engine *e, zc_mem_category cat, void **p, size_t bytes);
+/* dst (dst_dt) = src (src_dt), n elements, device to device. */
+zc_status zc__eng_convert(zc_engine *e, void *dst, zc_dtype dst_dt, const void *src,
+                          zc_dtype src_dt, size_t n);
+static inline char *zc__elem(void *base, int64_t i, size_t esz)
+{
+    return (char *)base + (size_t)i * esz;
+}
+
+/* ---- layout.c ------------------------------------------------------------ */
+
+/* Packs parameters into chunks, pads them and computes Adam segments. */
+zc_status zc__layout_build(zc_engine *e);
+void zc__layout_free(zc_engine *e);
+/* Frees the norm-partial buffers (before zc__layout_free: sized by nchunks). */
+void zc__partials_free(zc_engine *e);
+
+/* ---- chunk_mem.c --------------------------------------------------------- */
+
+/* Allocates / frees a chunk's buffers as the engine's policy says. */
+zc_status zc__chunk_alloc(zc_engine *e, zc_chunk *c);
+void zc__chunk_free(zc_engine *e, zc_chunk *c);
+
+/* Stages 1/2 publish (src/zero2/zero2.c): all-gather each chunk's updated
+ * working parameters in place. */
+zc_status zc__publish_all_gather(zc_engine *e, bool updated);
+
+/* ---- grads.c (shared reduction paths) ------------------------------------ */
+
+/* The factor applied to gradients before the reduction (DeepSpeed's
+ * prescale_gradients / gradient_predivide_factor), and the one folded into
+ * the optimizer's grad_scale afterwards; their product is 1 / world. */
+double zc__grad_prescale(const zc_engine *e);
+double zc__grad_postscale(const zc_engine *e);
+
+/* Stages 0/1: reduce the full P-dtype gradient of chunk c (all-reduce or
+ * reduce-scatter), accumulating in fp32 across micro-steps when K > 1. */
+zc_status zc__grads_reduce_full(zc_engine *e, zc_chunk *c, bool last_micro, bool scatter);
+/* Stages 2/3: reduce-scatter the transient buffer into the fp32 shard and
+ * free the buffer. */
+zc_status zc__grads_reduce_shard(zc_engine *e, zc_chunk *c);
+/* The first parameter whose gradient is missing in this micro-step, or NULL. */
+const zc_param *zc__grads_first_missing(const zc_engine *e);
+/* Resets every gradient for the next window (after a step). */
+zc_status zc__grads_reset(zc_engine *e);
+
+/* ---- zero3/gather.c ------------------------------------------------------ */
+
+zc_status zc__z3_acquire(zc_engine *e, zc_param *p, void **out);
+zc_status zc__z3_release(zc_engine *e, zc_param *p);
+/* End of a step: checks the trace, frees what is not needed, refreshes the
+ * gathered copies that stay (updated says whether parameters changed). */
+zc_status zc__z3_step_end(zc_engine *e, bool updated);
+void zc__z3_free_all(zc_engine *e);
+
+#endif

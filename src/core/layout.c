@@ -1,0 +1,227 @@
+/* Chunk layout and zc_engine_build.
+ *
+ * Parameters are packed in registration order into chunks of about
+ * `e->bucket` elements: a parameter never straddles two chunks, one larger
+ * than the bucket gets a chunk of its own, and zc_chunk_boundary() starts a
+ * new chunk. Each chunk is padded to a multiple of world * ZC_CHUNK_ALIGN
+ * elements (the padding is zero in every buffer and stays zero: its gradient
+ * is zero, so Adam leaves it at 0), and rank r owns the shard
+ * [r * S / W, (r + 1) * S / W). A chunk may mix parameter groups; Adam is run
+ * per segment (a run of one group inside one shard), see zc_seg. */
+#include <string.h>
+
+#include "core/engine.h"
+
+static bool starts_chunk(const zc_engine *e, int i, int64_t cur_used)
+{
+    const zc_param *p = e->params[i];
+    if (i == 0 || p->chunk_start)
+        return true;
+    return cur_used > 0 && cur_used + p->numel > e->bucket;
+}
+
+/* Rank r's Adam segments of chunk c (chunk-relative, real elements only). */
+static int make_segments(const zc_engine *e, const zc_chunk *c, int r, zc_seg *out)
+{
+    int64_t lo = (int64_t)r * c->shard, hi = lo + c->shard;
+    int n = 0;
+    for (int i = c->first; i < c->first + c->count; i++) {
+        const zc_param *p = e->params[i];
+        int64_t a = p->offset > lo ? p->offset : lo;
+        int64_t b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
+        if (a >= b)
+            continue;
+        if (n > 0 && out[n - 1].group == p->group && out[n - 1].start + out[n - 1].n == a) {
+            out[n - 1].n += b - a;
+        } else {
+            out[n++] = (zc_seg){a, b - a, p->group};
+        }
+    }
+    return n;
+}
+
+zc_status zc__layout_build(zc_engine *e)
+{
+    int n = 0;
+    int64_t cur = 0;
+    for (int i = 0; i < e->nparams; i++) {
+        if (starts_chunk(e, i, cur)) {
+            n++;
+            cur = 0;
+        }
+        cur += e->params[i]->numel;
+    }
+    void *mem = NULL;
+    ZC_CHECK(zc__host_alloc(&e->acct, ZC_MEM_OTHER, (size_t)n * sizeof(zc_chunk), "chunk table",
+                            &mem));
+    e->chunks = mem;
+    e->nchunks = n;
+
+    const int64_t align = (int64_t)e->world * ZC_CHUNK_ALIGN;
+    int ci = -1;
+    cur = 0;
+    for (int i = 0; i < e->nparams; i++) {
+        zc_param *p = e->params[i];
+        if (starts_chunk(e, i, cur)) {
+            ci++;
+            e->chunks[ci].first = i;
+            cur = 0;
+        }
+        zc_chunk *c = &e->chunks[ci];
+        p->chunk = ci;
+        p->offset = cur;
+        c->count++;
+        cur += p->numel;
+        c->used = cur;
+    }
+    e->num_elems = e->padded_elems = 0;
+    for (int k = 0; k < n; k++) {
+        zc_chunk *c = &e->chunks[k];
+        c->padded = (c->used + align - 1) / align * align;
+        c->shard = c->padded / e->world;
+        e->num_elems += c->used;
+        e->padded_elems += c->padded;
+
+        /* A shard boundary splits at most one parameter per rank, so
+         * count + world segments always suffice. */
+        int cap = c->count + e->world;
+        c->segs_bytes = (size_t)cap * sizeof(zc_seg);
+        c->seg_begin_bytes = (size_t)(e->world + 1) * sizeof(int);
+        ZC_CHECK(zc__host_alloc(&e->acct, ZC_MEM_OTHER, c->segs_bytes, "adam segments", &mem));
+        c->segs = mem;
+        ZC_CHECK(zc__host_alloc(&e->acct, ZC_MEM_OTHER, c->seg_begin_bytes, "adam segments",
+                                &mem));
+        c->seg_begin = mem;
+        int ns = 0;
+        for (int r = 0; r < e->world; r++) {
+            c->seg_begin[r] = ns;
+            ns += make_segments(e, c, r, c->segs + ns);
+        }
+        c->seg_begin[e->world] = ns;
+    }
+    return ZC_OK;
+}
+
+void zc__layout_free(zc_engine *e)
+{
+    if (!e->chunks)
+        return;
+    for (int k = 0; k < e->nchunks; k++) {
+        zc_chunk *c = &e->chunks[k];
+        if (e->pol && e->pol->free_chunk)
+            e->pol->free_chunk(e, c);
+        zc__host_free(&e->acct, ZC_MEM_OTHER, c->segs, c->segs_bytes);
+        zc__host_free(&e->acct, ZC_MEM_OTHER, c->seg_begin, c->seg_begin_bytes);
+    }
+    zc__host_free(&e->acct, ZC_MEM_OTHER, e->chunks, (size_t)e->nchunks * sizeof(zc_chunk));
+    e->chunks = NULL;
+    e->nchunks = 0;
+}
+
+/* Buffers for the fp64 norm partials: every stage sums the same
+ * (chunk, rank) partials in the same order (step.c). Sized for the layout
+ * check too (3 values per rank). */
+static size_t partial_count(const zc_engine *e)
+{
+    return (size_t)(e->nchunks > 3 ? e->nchunks : 3);
+}
+
+static zc_status alloc_partials(zc_engine *e)
+{
+    size_t n = partial_count(e);
+    void *mem = NULL;
+    ZC_CHECK(zc__host_alloc(&e->acct, ZC_MEM_OTHER, n * (size_t)e->world * sizeof(double),
+                            "norm partials", &mem));
+    e->partials = mem;
+    ZC_CHECK(zc__eng_alloc(e, ZC_MEM_OTHER, n * sizeof(double), "norm partials (send)", &mem));
+    e->part_send = mem;
+    ZC_CHECK(zc__eng_alloc(e, ZC_MEM_OTHER, n * (size_t)e->world * sizeof(double),
+                           "norm partials (recv)", &mem));
+    e->part_recv = mem;
+    return ZC_OK;
+}
+
+void zc__partials_free(zc_engine *e)
+{
+    size_t n = partial_count(e);
+    zc__host_free(&e->acct, ZC_MEM_OTHER, e->partials, n * (size_t)e->world * sizeof(double));
+    e->partials = NULL;
+    void *p = e->part_send;
+    zc__eng_free(e, ZC_MEM_OTHER, &p, n * sizeof(double));
+    p = e->part_recv;
+    zc__eng_free(e, ZC_MEM_OTHER, &p, n * (size_t)e->world * sizeof(double));
+    e->part_send = e->part_recv = NULL;
+}
+
+/* Every rank must register the same parameters: compare the layout summary
+ * across ranks so a mismatch is an error here rather than a collective
+ * mismatch (or a hang) in the middle of a step. */
+static zc_status check_ranks_agree(zc_engine *e)
+{
+    double mine[3] = {(double)e->nparams, (double)e->num_elems, (double)e->nchunks};
+    zc_device *d = e->dev;
+    ZC_CHECK(d->ops->copy(d, e->part_send, mine, sizeof mine, ZC_COPY_H2D, e->stream));
+    ZC_CHECK(zc__eng_all_gather(e, e->part_send, e->part_recv, 3, ZC_DTYPE_F64, false));
+    ZC_CHECK(d->ops->copy(d, e->partials, e->part_recv, 3 * (size_t)e->world * sizeof(double),
+                          ZC_COPY_D2H, e->stream));
+    ZC_CHECK(d->ops->stream_sync(d, e->stream));
+    for (int r = 0; r < e->world; r++) {
+        const double *o = e->partials + 3 * r;
+        if (o[0] != mine[0] || o[1] != mine[1] || o[2] != mine[2])
+            return ZC_ERR(ZC_ERR_INVALID_STATE,
+                          "zc_engine_build: rank %d registered %.0f parameters (%.0f elements, "
+                          "%.0f chunks) but rank %d registered %.0f (%.0f elements, %.0f "
+                          "chunks); every rank must register the same parameters in the same "
+                          "order with the same chunk boundaries",
+                          r, o[0], o[1], o[2], e->rank, mine[0], mine[1], mine[2]);
+    }
+    return ZC_OK;
+}
+
+/* Stage 3 persistence, DeepSpeed's rule applied per chunk: a chunk whose
+ * parameters all have numel <= param_persistence_threshold stays gathered,
+ * while the persisted total stays <= model_persistence_threshold. */
+static void mark_persistent(zc_engine *e)
+{
+    int64_t thr = e->cfg->zero.param_persistence_threshold;
+    int64_t model = e->cfg->zero.model_persistence_threshold;
+    if (model < 0)
+        model = INT64_MAX;
+    int64_t total = 0;
+    for (int k = 0; k < e->nchunks; k++) {
+        zc_chunk *c = &e->chunks[k];
+        bool small = thr > 0;
+        for (int i = c->first; small && i < c->first + c->count; i++)
+            small = e->params[i]->numel <= thr;
+        if (small && total + c->padded <= model) {
+            c->persistent = true;
+            total += c->padded;
+        }
+    }
+}
+
+ZC_API zc_status zc_engine_build(zc_engine *e)
+{
+    ZC_CHECK(zc__eng_enter(e, "zc_engine_build", false));
+    if (e->state != ZC_ENG_CREATED)
+        return ZC_ERR(ZC_ERR_INVALID_STATE, "zc_engine_build: the engine is already built");
+    if (e->nparams == 0)
+        return ZC_ERR(ZC_ERR_INVALID_STATE,
+                      "zc_engine_build: no parameters registered (zc_param_add)");
+    zc_status rc = ZC_OK;
+    ZC_CHECK_GOTO(zc__layout_build(e), rc, fail);
+    ZC_CHECK_GOTO(alloc_partials(e), rc, fail);
+    ZC_CHECK_GOTO(check_ranks_agree(e), rc, fail);
+    for (int k = 0; k < e->nchunks; k++)
+        ZC_CHECK_GOTO(e->pol->alloc_chunk(e, &e->chunks[k]), rc, fail);
+    if (e->stage == 3)
+        mark_persistent(e);
+    e->state = ZC_ENG_BUILT;
+    ZC_LOGI("core", "built: %d parameters, %lld elements in %d chunks (%lld padded)",
+            e->nparams, (long long)e->num_elems, e->nchunks, (long long)e->padded_elems);
+    return ZC_OK;
+fail:
+    zc__error_context("zc_engine_build (rank %d, stage %d)", e->rank, e->stage);
+    e->state = ZC_ENG_FAILED;
+    return rc;
+}
