@@ -1,0 +1,188 @@
+/* Gradients: the buffers the backward pass writes, the ready protocol and
+ * the two reduction paths the stage policies share.
+ *
+ * Averaging. Gradients are averaged over ranks and micro-steps exactly once:
+ * the reductions sum (in fp32, in rank order), and the 1 / (world * K) factor
+ * is folded into the single grad_scale the optimizer applies together with
+ * 1 / loss_scale and 1 / clip (step.c). DeepSpeed's prescale_gradients and
+ * gradient_predivide_factor only move part of that factor before the
+ * reduction (to keep fp16 sums in range); zc__grad_prescale /
+ * zc__grad_postscale split it the way DeepSpeed's allreduce_bucket does.
+ *
+ * Collective order. A chunk is reduced as soon as its last parameter is made
+ * ready, so every rank must complete chunks in the same order (the same
+ * backward pass), as with DeepSpeed's gradient hooks and NCCL. */
+#include "core/engine.h"
+
+double zc__grad_prescale(const zc_engine *e)
+{
+    if (e->cfg->prescale_gradients)
+        return 1.0 / (double)e->world;
+    double f = e->cfg->gradient_predivide_factor;
+    if (f > 0 && f != 1.0)
+        return 1.0 / f;
+    return 1.0;
+}
+
+double zc__grad_postscale(const zc_engine *e)
+{
+    return 1.0 / ((double)e->world * zc__grad_prescale(e));
+}
+
+static zc_status prescale(zc_engine *e, void *buf, size_t n)
+{
+    double pre = zc__grad_prescale(e);
+    if (pre == 1.0)
+        return ZC_OK;
+    return e->dev->ops->scale(e->dev, buf, e->pdt, n, (float)pre, e->stream);
+}
+
+zc_status zc__grads_reduce_full(zc_engine *e, zc_chunk *c, bool last_micro, bool scatter)
+{
+    zc_device *d = e->dev;
+    size_t n = (size_t)c->padded;
+    if (e->gas > 1) {
+        /* The user's buffer is zeroed for every micro-step, so the window is
+         * summed in a full fp32 accumulator and reduced once at its end, in
+         * the parameter dtype like a single micro-step. */
+        ZC_CHECK(d->ops->accumulate(d, c->acc, c->grad, e->pdt, n, e->stream));
+        if (!last_micro)
+            return d->ops->memset0(d, c->grad, n * e->pesz, e->stream);
+        ZC_CHECK(zc__eng_convert(e, c->grad, e->pdt, c->acc, ZC_DTYPE_F32, n));
+    }
+    ZC_CHECK(prescale(e, c->grad, n));
+    if (scatter)
+        return zc__eng_reduce_scatter(e, c->grad, zc__elem(c->grad, e->rank * c->shard, e->pesz),
+                                      (size_t)c->shard, e->pdt, true);
+    return zc__eng_all_reduce(e, c->grad, n, e->pdt, true);
+}
+
+static zc_status ensure_gbuf(zc_engine *e, zc_chunk *c)
+{
+    if (c->gbuf)
+        return ZC_OK;
+    /* alloc zero-fills: a fresh buffer is this micro-step's zero gradient. */
+    return zc__eng_alloc(e, ZC_MEM_BUFFERS, (size_t)c->padded * e->pesz, "chunk gradient buffer",
+                         &c->gbuf);
+}
+
+zc_status zc__grads_reduce_shard(zc_engine *e, zc_chunk *c)
+{
+    zc_device *d = e->dev;
+    ZC_CHECK(ensure_gbuf(e, c));
+    ZC_CHECK(prescale(e, c->gbuf, (size_t)c->padded));
+    void *own = zc__elem(c->gbuf, e->rank * c->shard, e->pesz);
+    ZC_CHECK(zc__eng_reduce_scatter(e, c->gbuf, own, (size_t)c->shard, e->pdt, true));
+    ZC_CHECK(d->ops->accumulate(d, c->acc, own, e->pdt, (size_t)c->shard, e->stream));
+    zc__eng_free(e, ZC_MEM_BUFFERS, &c->gbuf, (size_t)c->padded * e->pesz);
+    return ZC_OK;
+}
+
+static void reset_micro_flags(zc_engine *e)
+{
+    for (int i = 0; i < e->nparams; i++)
+        e->params[i]->ready = false;
+    for (int k = 0; k < e->nchunks; k++) {
+        e->chunks[k].nready = 0;
+        e->chunks[k].reduced = false;
+    }
+    e->nready = 0;
+}
+
+zc_status zc__grads_reset(zc_engine *e)
+{
+    zc_device *d = e->dev;
+    for (int k = 0; k < e->nchunks; k++) {
+        zc_chunk *c = &e->chunks[k];
+        if (e->pol->sharded_grads) {
+            ZC_CHECK(d->ops->memset0(d, c->acc, (size_t)c->shard * sizeof(float), e->stream));
+            zc__eng_free(e, ZC_MEM_BUFFERS, &c->gbuf, (size_t)c->padded * e->pesz);
+        } else {
+            ZC_CHECK(d->ops->memset0(d, c->grad, (size_t)c->padded * e->pesz, e->stream));
+            if (c->acc)
+                ZC_CHECK(d->ops->memset0(d, c->acc, (size_t)c->padded * sizeof(float),
+                                         e->stream));
+        }
+    }
+    reset_micro_flags(e);
+    e->micro = 0;
+    e->window_started = false;
+    return ZC_OK;
+}
+
+ZC_API void *zc_grad_buffer(zc_engine *e, zc_param *p)
+{
+    if (zc__eng_enter(e, "zc_grad_buffer", true) != ZC_OK ||
+        zc__eng_check_param(e, p, "zc_grad_buffer") != ZC_OK)
+        return NULL;
+    if (p->ready) {
+        ZC_ERR(ZC_ERR_INVALID_STATE,
+               "zc_grad_buffer('%s'): the gradient was already made ready in this micro-step",
+               p->name);
+        return NULL;
+    }
+    zc_chunk *c = &e->chunks[p->chunk];
+    if (!e->pol->sharded_grads)
+        return zc__elem(c->grad, p->offset, e->pesz);
+    if (ensure_gbuf(e, c) != ZC_OK)
+        return NULL;
+    return zc__elem(c->gbuf, p->offset, e->pesz);
+}
+
+ZC_API zc_status zc_grad_ready(zc_engine *e, zc_param *p)
+{
+    ZC_CHECK(zc__eng_enter(e, "zc_grad_ready", true));
+    ZC_CHECK(zc__eng_check_param(e, p, "zc_grad_ready"));
+    if (p->ready)
+        return ZC_ERR(ZC_ERR_INVALID_STATE,
+                      "zc_grad_ready('%s'): called twice in micro-step %lld of the window; each "
+                      "parameter is made ready once per micro-step",
+                      p->name, (long long)e->micro);
+    zc_chunk *c = &e->chunks[p->chunk];
+    p->ready = true;
+    c->nready++;
+    e->nready++;
+    e->window_started = true;
+    if (c->nready < c->count)
+        return ZC_OK;
+    bool last = e->micro == e->gas - 1;
+    zc_status rc = e->pol->reduce_chunk(e, c, last);
+    if (rc != ZC_OK) {
+        p->ready = false;
+        c->nready--;
+        e->nready--;
+        zc__error_context("zc_grad_ready('%s'): reducing chunk %d", p->name, p->chunk);
+        return rc;
+    }
+    c->reduced = true;
+    return ZC_OK;
+}
+
+const zc_param *zc__grads_first_missing(const zc_engine *e)
+{
+    if (e->nready == e->nparams)
+        return NULL;
+    for (int i = 0; i < e->nparams; i++)
+        if (!e->params[i]->ready)
+            return e->params[i];
+    return NULL;
+}
+
+ZC_API zc_status zc_micro_step_end(zc_engine *e)
+{
+    ZC_CHECK(zc__eng_enter(e, "zc_micro_step_end", true));
+    if (e->micro + 1 >= e->gas)
+        return ZC_ERR(ZC_ERR_INVALID_STATE,
+                      "zc_micro_step_end: micro-step %lld is the last of the accumulation window "
+                      "(gradient_accumulation_steps = %lld); end it with zc_step",
+                      (long long)e->micro, (long long)e->gas);
+    const zc_param *miss = zc__grads_first_missing(e);
+    if (miss)
+        return ZC_ERR(ZC_ERR_INVALID_STATE,
+                      "zc_micro_step_end: the gradient of parameter '%s' was not made ready in "
+                      "micro-step %lld (%d of %d are); call zc_grad_ready for every parameter",
+                      miss->name, (long long)e->micro, e->nready, e->nparams);
+    reset_micro_flags(e);
+    e->micro++;
+    return ZC_OK;
+}

@@ -1,0 +1,147 @@
+/* Parameter values: load, gather of the fp32 master, acquire and release.
+ *
+ * Host values enter and leave only through the device's copy op (H2D / D2H)
+ * into a transient device buffer, so the same code serves the CUDA backend. */
+#include "core/engine.h"
+
+/* This rank's shard of chunk c intersected with [off, off + n): the overlap
+ * [*a, *b) in chunk coordinates; false when empty. */
+static bool own_overlap(const zc_engine *e, const zc_chunk *c, int64_t off, int64_t n,
+                        int64_t *a, int64_t *b)
+{
+    int64_t lo = (int64_t)e->rank * c->shard, hi = lo + c->shard;
+    *a = off > lo ? off : lo;
+    *b = off + n < hi ? off + n : hi;
+    return *a < *b;
+}
+
+ZC_API zc_status zc_param_load(zc_engine *e, zc_param *p, const float *values)
+{
+    ZC_CHECK(zc__eng_enter(e, "zc_param_load", true));
+    ZC_CHECK(zc__eng_check_param(e, p, "zc_param_load"));
+    if (!values)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "zc_param_load('%s'): values is NULL", p->name);
+    if (e->window_started || e->micro > 0)
+        return ZC_ERR(ZC_ERR_INVALID_STATE,
+                      "zc_param_load('%s'): gradients of the current accumulation window were "
+                      "already handed back; load parameters between optimizer steps",
+                      p->name);
+    zc_device *d = e->dev;
+    zc_chunk *c = &e->chunks[p->chunk];
+    const size_t bytes = (size_t)p->numel * sizeof(float);
+    void *tmp = NULL;
+    zc_status rc = ZC_OK;
+    ZC_CHECK(zc__eng_alloc(e, ZC_MEM_BUFFERS, bytes, "parameter load staging", &tmp));
+    ZC_CHECK_GOTO(d->ops->copy(d, tmp, values, bytes, ZC_COPY_H2D, e->stream), rc, out);
+
+    int64_t a = p->offset, b = p->offset + p->numel;
+    if (e->pol->full_optimizer) {
+        ZC_CHECK_GOTO(d->ops->copy(d, c->master + p->offset, tmp, bytes, ZC_COPY_D2D, e->stream),
+                      rc, out);
+    } else if (own_overlap(e, c, p->offset, p->numel, &a, &b)) {
+        int64_t lo = (int64_t)e->rank * c->shard;
+        ZC_CHECK_GOTO(d->ops->copy(d, c->master + (a - lo), (const float *)tmp + (a - p->offset),
+                                   (size_t)(b - a) * sizeof(float), ZC_COPY_D2D, e->stream),
+                      rc, out);
+    }
+    if (e->pol->full_params) {
+        ZC_CHECK_GOTO(zc__eng_convert(e, zc__elem(c->param, p->offset, e->pesz), e->pdt, tmp,
+                                      ZC_DTYPE_F32, (size_t)p->numel),
+                      rc, out);
+    } else {
+        if (own_overlap(e, c, p->offset, p->numel, &a, &b)) {
+            int64_t lo = (int64_t)e->rank * c->shard;
+            ZC_CHECK_GOTO(zc__eng_convert(e, zc__elem(c->param, a - lo, e->pesz), e->pdt,
+                                          (const float *)tmp + (a - p->offset), ZC_DTYPE_F32,
+                                          (size_t)(b - a)),
+                          rc, out);
+        }
+        /* Every rank loads the same values, so a gathered copy is refreshed
+         * locally without communication. */
+        if (c->gather)
+            ZC_CHECK_GOTO(zc__eng_convert(e, zc__elem(c->gather, p->offset, e->pesz), e->pdt, tmp,
+                                          ZC_DTYPE_F32, (size_t)p->numel),
+                          rc, out);
+    }
+    rc = d->ops->stream_sync(d, e->stream);
+out:
+    zc__eng_free(e, ZC_MEM_BUFFERS, &tmp, bytes);
+    return rc;
+}
+
+ZC_API zc_status zc_param_gather_master(zc_engine *e, zc_param *p, float *out_values)
+{
+    ZC_CHECK(zc__eng_enter(e, "zc_param_gather_master", true));
+    ZC_CHECK(zc__eng_check_param(e, p, "zc_param_gather_master"));
+    if (!out_values)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "zc_param_gather_master('%s'): out is NULL", p->name);
+    zc_device *d = e->dev;
+    zc_chunk *c = &e->chunks[p->chunk];
+    const size_t bytes = (size_t)p->numel * sizeof(float);
+    if (e->pol->full_optimizer) {
+        ZC_CHECK(d->ops->copy(d, out_values, c->master + p->offset, bytes, ZC_COPY_D2H,
+                              e->stream));
+        return d->ops->stream_sync(d, e->stream);
+    }
+    /* Not part of a training step: the gather is not counted in the stats. */
+    const size_t full = (size_t)c->padded * sizeof(float);
+    void *tmp = NULL;
+    zc_status rc = ZC_OK;
+    ZC_CHECK(zc__eng_alloc(e, ZC_MEM_BUFFERS, full, "master gather buffer", &tmp));
+    ZC_CHECK_GOTO(zc__eng_all_gather(e, c->master, tmp, (size_t)c->shard, ZC_DTYPE_F32, false),
+                  rc, out);
+    ZC_CHECK_GOTO(d->ops->copy(d, out_values, (const float *)tmp + p->offset, bytes, ZC_COPY_D2H,
+                               e->stream),
+                  rc, out);
+    rc = d->ops->stream_sync(d, e->stream);
+out:
+    zc__eng_free(e, ZC_MEM_BUFFERS, &tmp, full);
+    if (rc != ZC_OK)
+        zc__error_context("zc_param_gather_master('%s')", p->name);
+    return rc;
+}
+
+/* On the host path every operation is synchronous, so the caller's stream
+ * needs no ordering; a stream-ordered backend makes `stream` wait on the
+ * engine's stream here (the data is ready when the engine's work is). */
+static zc_status order_after_engine(zc_engine *e, void *stream)
+{
+    if (!stream || stream == e->stream || e->dev->mem_kind != ZC_MEMKIND_DEVICE)
+        return ZC_OK;
+    return e->dev->ops->stream_sync(e->dev, e->stream);
+}
+
+ZC_API void *zc_param_acquire(zc_engine *e, zc_param *p, void *stream)
+{
+    if (zc__eng_enter(e, "zc_param_acquire", true) != ZC_OK ||
+        zc__eng_check_param(e, p, "zc_param_acquire") != ZC_OK)
+        return NULL;
+    void *ptr = NULL;
+    if (e->pol->acquire) {
+        if (e->pol->acquire(e, p, &ptr) != ZC_OK)
+            return NULL;
+    } else {
+        ptr = zc__elem(e->chunks[p->chunk].param, p->offset, e->pesz);
+    }
+    if (order_after_engine(e, stream) != ZC_OK)
+        return NULL;
+    p->acquired++;
+    return ptr;
+}
+
+ZC_API zc_status zc_param_release(zc_engine *e, zc_param *p, void *stream)
+{
+    ZC_CHECK(zc__eng_enter(e, "zc_param_release", true));
+    ZC_CHECK(zc__eng_check_param(e, p, "zc_param_release"));
+    if (p->acquired <= 0)
+        return ZC_ERR(ZC_ERR_INVALID_STATE,
+                      "zc_param_release('%s'): the parameter is not acquired", p->name);
+    /* The caller's work on `stream` must finish before a stage-3 buffer is
+     * freed or reused. */
+    if (stream && stream != e->stream)
+        ZC_CHECK(e->dev->ops->stream_sync(e->dev, stream));
+    if (e->pol->release)
+        ZC_CHECK(e->pol->release(e, p));
+    p->acquired--;
+    return ZC_OK;
+}

@@ -1,0 +1,225 @@
+/* zc_step: the end of an accumulation window.
+ *
+ *   1. every gradient has been made ready, so every chunk is reduced;
+ *   2. norm: sum-of-squares partials, one per (chunk, rank shard), in fp64;
+ *      stage 0 computes all of them from its full reduced gradient, stages
+ *      1-3 compute their own shard's and all-gather the rest (fp64). The
+ *      total is summed in (chunk, rank) order on every rank in every stage,
+ *      so the norm, the overflow decision and the clip factor carry the same
+ *      bits everywhere (stages 0-3 stay bitwise identical);
+ *   3. overflow (fp16; bf16 with check_grad_overflow) = the total is not
+ *      finite. The partials are finite for finite inputs (fp32 values squared
+ *      in fp64 cannot overflow), so this is the same decision as an inf/nan
+ *      scan agreed by all-reduce MAX, and it is identical on every rank by
+ *      construction;
+ *   4. the loss scaler is updated (skip on overflow: gradients dropped, no
+ *      parameter, moment or scheduler change; global steps still count);
+ *   5. grad_scale = (1 / (world * K) averaging, less what prescaling already
+ *      applied) / (loss_scale * clip), clip = (norm + 1e-6) / max_norm when
+ *      > 1 (DeepSpeed's ((scaled_norm / scale) + 1e-6) / clip with the
+ *      unscaled norm), rounded once to float; one fused Adam pass per
+ *      segment of the shards this rank owns;
+ *   6. the stage publishes the updated working parameters.
+ *
+ * Communication of the norm partials (world * chunks fp64 values) is not
+ * counted in the step's payload stats, which hold the model-sized
+ * collectives only. */
+#include <math.h>
+
+#include "config/scheduler.h"
+#include "core/engine.h"
+
+/* Rank r's shard of chunk c's reduced gradient, if this rank holds it. */
+static bool grad_shard(const zc_engine *e, const zc_chunk *c, int r, const void **ptr,
+                       zc_dtype *dt)
+{
+    if (e->pol->sharded_grads) {
+        if (r != e->rank)
+            return false;
+        *ptr = c->acc;
+        *dt = ZC_DTYPE_F32;
+        return true;
+    }
+    if (!e->pol->full_optimizer && r != e->rank)
+        return false; /* stage 1: only our slice of the reduce-scatter */
+    *ptr = zc__elem(c->grad, (int64_t)r * c->shard, e->pesz);
+    *dt = e->pdt;
+    return true;
+}
+
+/* Computes the (chunk, rank) partials and returns their sum, chunk-major. */
+static zc_status norm_partials(zc_engine *e, double *total)
+{
+    zc_device *d = e->dev;
+    const int W = e->world, N = e->nchunks;
+    if (e->pol->full_optimizer) {
+        for (int k = 0; k < N; k++)
+            for (int r = 0; r < W; r++) {
+                const void *g = NULL;
+                zc_dtype dt = e->pdt;
+                grad_shard(e, &e->chunks[k], r, &g, &dt);
+                ZC_CHECK(d->ops->sumsq(d, g, dt, (size_t)e->chunks[k].shard,
+                                       &e->partials[k * W + r], e->stream));
+            }
+    } else {
+        /* Own partials into partials[0..N), all-gathered as [r * N + k]. */
+        for (int k = 0; k < N; k++) {
+            const void *g = NULL;
+            zc_dtype dt = e->pdt;
+            grad_shard(e, &e->chunks[k], e->rank, &g, &dt);
+            ZC_CHECK(d->ops->sumsq(d, g, dt, (size_t)e->chunks[k].shard, &e->partials[k],
+                                   e->stream));
+        }
+        ZC_CHECK(d->ops->copy(d, e->part_send, e->partials, (size_t)N * sizeof(double),
+                              ZC_COPY_H2D, e->stream));
+        ZC_CHECK(zc__eng_all_gather(e, e->part_send, e->part_recv, (size_t)N, ZC_DTYPE_F64,
+                                    false));
+        double *all = e->partials; /* now laid out [r * N + k] */
+        ZC_CHECK(d->ops->copy(d, all, e->part_recv, (size_t)N * (size_t)W * sizeof(double),
+                              ZC_COPY_D2H, e->stream));
+        ZC_CHECK(d->ops->stream_sync(d, e->stream));
+        /* Same (chunk, rank) order as the stage-0 branch below. */
+        double s = 0.0;
+        for (int k = 0; k < N; k++)
+            for (int r = 0; r < W; r++)
+                s += all[r * N + k];
+        *total = s;
+        return ZC_OK;
+    }
+    double s = 0.0;
+    for (int k = 0; k < N; k++)
+        for (int r = 0; r < W; r++)
+            s += e->partials[k * W + r];
+    *total = s;
+    return ZC_OK;
+}
+
+/* One fused Adam pass over the segments of every shard this rank updates. */
+static zc_status run_adam(zc_engine *e, float grad_scale, double lr, double beta1, double beta2)
+{
+    const zc_config *cfg = e->cfg;
+    zc_adam_coeffs coeffs[e->ngroups];
+    for (int g = 0; g < e->ngroups; g++) {
+        zc_adam_hparams hp = {
+            .lr = lr * e->groups[g].lr_scale,
+            .beta1 = beta1,
+            .beta2 = beta2,
+            .eps = cfg->optimizer.eps,
+            .weight_decay = e->groups[g].weight_decay,
+            .adamw = cfg->optimizer.adam_w_mode || cfg->optimizer.adamw_type,
+            .bias_correction = cfg->optimizer.bias_correction,
+        };
+        coeffs[g] = zc__adam_coeffs(&hp, e->adam_steps + 1);
+    }
+    const bool full_opt = e->pol->full_optimizer;
+    const int r0 = full_opt ? 0 : e->rank, r1 = full_opt ? e->world : e->rank + 1;
+    for (int k = 0; k < e->nchunks; k++) {
+        zc_chunk *c = &e->chunks[k];
+        for (int r = r0; r < r1; r++) {
+            const int64_t shard_base = (int64_t)r * c->shard;
+            for (int si = c->seg_begin[r]; si < c->seg_begin[r + 1]; si++) {
+                const zc_seg *sg = &c->segs[si];
+                /* Offsets into full buffers are chunk-relative; into shard
+                 * buffers, relative to this rank's shard. */
+                int64_t opt_off = full_opt ? sg->start : sg->start - shard_base;
+                int64_t grad_off = e->pol->sharded_grads ? sg->start - shard_base : sg->start;
+                int64_t par_off = e->pol->full_params ? sg->start : sg->start - shard_base;
+                zc_adam_shard s = {
+                    .master = c->master + opt_off,
+                    .m = c->m + opt_off,
+                    .v = c->v + opt_off,
+                    .grad = e->pol->sharded_grads
+                                ? (const void *)(c->acc + grad_off)
+                                : (const void *)zc__elem(c->grad, grad_off, e->pesz),
+                    .grad_dtype = e->pol->sharded_grads ? ZC_DTYPE_F32 : e->pdt,
+                    .grad_scale = grad_scale,
+                    .param_out = zc__elem(c->param, par_off, e->pesz),
+                    .param_out_dtype = e->pdt,
+                    .n = (size_t)sg->n,
+                };
+                ZC_CHECK(e->dev->ops->adam(e->dev, &s, &coeffs[sg->group], e->stream));
+            }
+        }
+    }
+    return ZC_OK;
+}
+
+static void snapshot_stats(zc_engine *e)
+{
+    for (int k = 0; k < ZC_COLL__COUNT; k++) {
+        e->comm_last[k] = e->comm_cur[k];
+        e->comm_cur[k] = 0;
+    }
+    e->gathers_last = e->gathers_cur;
+    e->gathers_cur = 0;
+    e->live_peak_last = e->live_peak_cur;
+    e->live_peak_cur = e->live_elems;
+}
+
+ZC_API zc_status zc_step(zc_engine *e, zc_step_info *info)
+{
+    ZC_CHECK(zc__eng_enter(e, "zc_step", true));
+    if (e->micro != e->gas - 1)
+        return ZC_ERR(ZC_ERR_INVALID_STATE,
+                      "zc_step: this is micro-step %lld of the window but "
+                      "gradient_accumulation_steps is %lld; end the earlier micro-steps with "
+                      "zc_micro_step_end",
+                      (long long)e->micro, (long long)e->gas);
+    const zc_param *miss = zc__grads_first_missing(e);
+    if (miss)
+        return ZC_ERR(ZC_ERR_INVALID_STATE,
+                      "zc_step: the gradient of parameter '%s' is missing in micro-step %lld "
+                      "(%d of %d parameters are ready); call zc_grad_ready for it first",
+                      miss->name, (long long)e->micro, e->nready, e->nparams);
+
+    const zc_config *cfg = e->cfg;
+    double sumsq = 0.0;
+    ZC_CHECK(norm_partials(e, &sumsq));
+    const double ls = e->scaler.scale;
+    const double avg = zc__grad_postscale(e) / (double)e->gas;
+    const bool finite = isfinite(sumsq);
+    const double norm = finite ? sqrt(sumsq) * avg / ls : -1.0;
+    const bool overflow = e->check_overflow && !finite;
+
+    double beta1 = cfg->optimizer.beta1, beta2 = cfg->optimizer.beta2;
+    const double lr = zc__sched_lr(&cfg->scheduler, cfg->optimizer.lr, cfg->optimizer.beta1,
+                                   cfg->optimizer.beta2, e->adam_steps, &beta1, &beta2);
+    if (info)
+        *info = (zc_step_info){.step = e->steps, .skipped = overflow, .grad_norm = norm,
+                               .loss_scale = ls, .lr = lr};
+
+    zc_status rc = zc__scaler_update(&e->scaler, overflow);
+    if (rc != ZC_OK) {
+        /* Overflow at the minimum scale: drop the window's gradients so the
+         * engine stays usable, change nothing else, and report. */
+        if (zc__grads_reset(e) == ZC_OK)
+            (void)e->pol->publish(e, false);
+        snapshot_stats(e);
+        zc__error_context("zc_step (rank %d)", e->rank);
+        return rc;
+    }
+
+    if (overflow) {
+        ZC_LOGI("core", "step %lld: gradient overflow, step skipped (loss scale %g -> %g)",
+                (long long)e->steps, ls, e->scaler.scale);
+        e->skipped++;
+    } else {
+        double clip = 1.0;
+        if (cfg->gradient_clipping > 0 && finite) {
+            double c = (norm + 1e-6) / cfg->gradient_clipping;
+            if (c > 1.0)
+                clip = c;
+        }
+        const float grad_scale = (float)(avg / (ls * clip));
+        ZC_CHECK(run_adam(e, grad_scale, lr, beta1, beta2));
+        e->adam_steps++;
+        ZC_LOGD("core", "step %lld: norm %g clip %g lr %g", (long long)e->steps, norm, clip, lr);
+    }
+    e->steps++;
+    ZC_CHECK(zc__grads_reset(e));
+    ZC_CHECK(e->pol->publish(e, !overflow));
+    snapshot_stats(e);
+    if (info)
+        info->step = e->steps;
+    return ZC_OK;
+}
