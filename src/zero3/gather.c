@@ -1,0 +1,241 @@
+/* ZeRO stage 3: gather on acquire, free on release, persistence, the
+ * max_live_parameters bound, and prefetch from the recorded acquire trace.
+ *
+ * Live elements. A chunk is live while its gathered copy exists (acquired,
+ * persistent, or prefetched ahead of its next use); live_elems sums their
+ * padded sizes. No gather ever makes live_elems exceed max_live_parameters:
+ * a demand gather first evicts idle prefetched chunks and otherwise fails
+ * with ZC_ERR_NO_MEMORY; a prefetch that does not fit is not issued.
+ *
+ * Trace. An activation is an acquire that takes a chunk from 0 to 1
+ * outstanding acquires. The first step records the activation sequence over
+ * the whole accumulation window (each micro-step acquires again); later steps
+ * check each activation against it and, on a match, gather the next chunks of
+ * the trace ahead of time, up to prefetch_bucket_size elements not yet
+ * acquired. A mismatch (a changed order, or a different number of
+ * activations at the end of the step) is logged, counted in
+ * trace_invalidations, and the trace is re-recorded from that point; results
+ * do not depend on it, only the timing of gathers does. On the host path a
+ * prefetch is a gather issued early (synchronous).
+ *
+ * Collective order. Gathers are collectives, so every rank must acquire the
+ * same parameters in the same order; then every rank makes the same
+ * prefetch and eviction decisions. */
+#include <string.h>
+
+#include "core/engine.h"
+
+static size_t gather_bytes(const zc_engine *e, const zc_chunk *c)
+{
+    return (size_t)c->padded * e->pesz;
+}
+
+static zc_status gather_chunk(zc_engine *e, int k)
+{
+    zc_chunk *c = &e->chunks[k];
+    ZC_CHECK(zc__eng_alloc(e, ZC_MEM_BUFFERS, gather_bytes(e, c), "stage-3 gather buffer",
+                           &c->gather));
+    zc_status rc = zc__eng_all_gather(e, c->param, c->gather, (size_t)c->shard, e->pdt, true);
+    if (rc != ZC_OK) {
+        zc__eng_free(e, ZC_MEM_BUFFERS, &c->gather, gather_bytes(e, c));
+        zc__error_context("stage 3: gathering chunk %d (%lld elements)", k, (long long)c->padded);
+        return rc;
+    }
+    e->gathers_cur++;
+    e->live_elems += c->padded;
+    if (e->live_elems > e->live_peak_cur)
+        e->live_peak_cur = e->live_elems;
+    return ZC_OK;
+}
+
+static void drop_chunk(zc_engine *e, zc_chunk *c)
+{
+    if (!c->gather)
+        return;
+    zc__eng_free(e, ZC_MEM_BUFFERS, &c->gather, gather_bytes(e, c));
+    e->live_elems -= c->padded;
+    if (c->prefetched) {
+        c->prefetched = false;
+        e->prefetched_elems -= c->padded;
+    }
+}
+
+static void rewind_prefetch(zc_engine *e, int k);
+
+/* Evicts idle prefetched chunks (latest chunk first) until need more elements
+ * fit under max_live. */
+static bool make_room(zc_engine *e, int64_t need)
+{
+    for (int k = e->nchunks - 1; k >= 0 && e->live_elems + need > e->max_live; k--) {
+        zc_chunk *c = &e->chunks[k];
+        if (c->gather && c->prefetched && c->acq == 0) {
+            drop_chunk(e, c);
+            rewind_prefetch(e, k);
+        }
+    }
+    return e->live_elems + need <= e->max_live;
+}
+
+static zc_status trace_append(zc_engine *e, int k)
+{
+    zc_trace *t = &e->trace;
+    if (t->len == t->cap) {
+        int64_t ncap = t->cap ? t->cap * 2 : 64;
+        void *n = NULL;
+        ZC_CHECK(zc__host_alloc(&e->acct, ZC_MEM_OTHER, (size_t)ncap * sizeof(int),
+                                "stage-3 trace", &n));
+        if (t->order)
+            memcpy(n, t->order, (size_t)t->len * sizeof(int));
+        zc__host_free(&e->acct, ZC_MEM_OTHER, t->order, (size_t)t->cap * sizeof(int));
+        t->order = n;
+        t->cap = ncap;
+    }
+    t->order[t->len++] = k;
+    return ZC_OK;
+}
+
+static zc_status trace_activate(zc_engine *e, const zc_param *p)
+{
+    zc_trace *t = &e->trace;
+    const int k = p->chunk;
+    if (t->mode == ZC_TRACE_COMPLETE) {
+        if (t->pos < t->len && t->order[t->pos] == k) {
+            t->pos++;
+            return ZC_OK;
+        }
+        e->invalidations++;
+        if (t->pos < t->len)
+            ZC_LOGW("zero3",
+                    "step %lld: acquire order changed at trace position %lld: '%s' (chunk %d) "
+                    "where chunk %d was recorded; prefetch is off until the trace is "
+                    "re-recorded",
+                    (long long)e->steps, (long long)t->pos, p->name, k, t->order[t->pos]);
+        else
+            ZC_LOGW("zero3",
+                    "step %lld: acquire of '%s' (chunk %d) after the %lld recorded ones; "
+                    "re-recording the trace",
+                    (long long)e->steps, p->name, k, (long long)t->len);
+        t->len = t->pos;
+        t->mode = ZC_TRACE_RECORD;
+        t->pf_end = t->pos;
+    }
+    return trace_append(e, k);
+}
+
+/* A chunk freed on release may have been counted by the prefetch scan as
+ * already live for a later use; rewind the scan to that use so the next
+ * activation prefetches it again. */
+static void rewind_prefetch(zc_engine *e, int k)
+{
+    zc_trace *t = &e->trace;
+    if (t->mode != ZC_TRACE_COMPLETE)
+        return;
+    for (int64_t j = t->pos; j < t->pf_end && j < t->len; j++)
+        if (t->order[j] == k) {
+            t->pf_end = j;
+            return;
+        }
+}
+
+/* Gathers the next chunks of the trace ahead of their use. Stops at the first
+ * chunk that is acquired right now (it will be released before its next use,
+ * so it cannot be counted as prefetched) or that does not fit the prefetch
+ * budget or max_live. */
+static zc_status prefetch(zc_engine *e)
+{
+    zc_trace *t = &e->trace;
+    if (t->mode != ZC_TRACE_COMPLETE || e->prefetch_elems <= 0)
+        return ZC_OK;
+    int64_t j = t->pf_end > t->pos ? t->pf_end : t->pos;
+    for (; j < t->len; j++) {
+        zc_chunk *c = &e->chunks[t->order[j]];
+        if (c->gather) {
+            if (c->acq > 0 && !c->persistent)
+                break;
+            continue; /* persistent or already prefetched */
+        }
+        if (e->prefetched_elems + c->padded > e->prefetch_elems ||
+            e->live_elems + c->padded > e->max_live)
+            break;
+        ZC_CHECK(gather_chunk(e, t->order[j]));
+        c->prefetched = true;
+        e->prefetched_elems += c->padded;
+    }
+    t->pf_end = j;
+    return ZC_OK;
+}
+
+zc_status zc__z3_acquire(zc_engine *e, zc_param *p, void **out)
+{
+    zc_chunk *c = &e->chunks[p->chunk];
+    const bool activation = c->acq == 0;
+    if (activation)
+        ZC_CHECK(trace_activate(e, p));
+    if (!c->gather) {
+        if (!make_room(e, c->padded))
+            return ZC_ERR(ZC_ERR_NO_MEMORY,
+                          "zc_param_acquire('%s'): gathering chunk %d (%lld elements) would "
+                          "exceed stage3_max_live_parameters = %lld (%lld elements are gathered "
+                          "and in use); raise it or release parameters earlier",
+                          p->name, p->chunk, (long long)c->padded, (long long)e->max_live,
+                          (long long)e->live_elems);
+        ZC_CHECK(gather_chunk(e, p->chunk));
+    } else if (c->prefetched) {
+        c->prefetched = false;
+        e->prefetched_elems -= c->padded;
+    }
+    c->acq++;
+    if (activation)
+        ZC_CHECK(prefetch(e));
+    *out = zc__elem(c->gather, p->offset, e->pesz);
+    return ZC_OK;
+}
+
+zc_status zc__z3_release(zc_engine *e, zc_param *p)
+{
+    zc_chunk *c = &e->chunks[p->chunk];
+    if (--c->acq > 0 || c->persistent)
+        return ZC_OK;
+    /* Freed as soon as nothing uses it (stage3_max_reuse_distance is not
+     * implemented: it behaves as 0), so a chunk is gathered once per use
+     * window: in forward and again in backward. */
+    drop_chunk(e, c);
+    rewind_prefetch(e, p->chunk);
+    return ZC_OK;
+}
+
+zc_status zc__z3_step_end(zc_engine *e, bool updated)
+{
+    zc_trace *t = &e->trace;
+    if (t->mode == ZC_TRACE_COMPLETE && t->pos != t->len) {
+        e->invalidations++;
+        ZC_LOGW("zero3",
+                "step %lld: %lld chunk acquires where the trace recorded %lld; re-recording "
+                "the trace",
+                (long long)e->steps, (long long)t->pos, (long long)t->len);
+        t->len = t->pos;
+    }
+    t->mode = ZC_TRACE_COMPLETE;
+    t->pos = 0;
+    t->pf_end = 0;
+    for (int k = 0; k < e->nchunks; k++) {
+        zc_chunk *c = &e->chunks[k];
+        if (!c->gather)
+            continue;
+        if (c->acq == 0 && !c->persistent) {
+            drop_chunk(e, c);
+        } else if (updated) {
+            /* Still in use or persistent: refresh in place, so pointers
+             * handed out stay valid and see the new values. */
+            ZC_CHECK(zc__eng_all_gather(e, c->param, c->gather, (size_t)c->shard, e->pdt, true));
+            e->gathers_cur++;
+        }
+    }
+    return ZC_OK;
+}
+
+void zc__z3_free_all(zc_engine *e)
+{
+    for (int k = 0; k < e->nchunks; k++)
+        drop_chunk(e, &e->chunks[k]);
+}
