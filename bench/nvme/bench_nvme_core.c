@@ -1,0 +1,497 @@
+/* bench_nvme: sequential read and write through the NVMe store, next to fio.
+ *
+ * For each (block size, queue depth) the same file is written and read by the
+ * store (O_DIRECT, io_uring, registered buffers from the pinned pool), by fio
+ * with ioengine=io_uring and by fio with ioengine=libaio (--direct=1, same
+ * block size and depth). Runs alternate ours / fio io_uring / fio libaio in
+ * each repetition so drift of the drive (SLC cache, thermal, the host's other
+ * tenants) hits all three alike; the median of the repetitions is reported.
+ * One JSON object per case on stdout:
+ *   {"op","block","depth","gbps","fio_io_uring_gbps","fio_libaio_gbps",
+ *    "ratio_io_uring","ratio_libaio"}
+ * GB/s are decimal (1e9 bytes per second), as fio's bw_bytes. */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/statvfs.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bench/nvme/bench_nvme.h"
+#include "offload/offload.h"
+
+#define GiB (UINT64_C(1) << 30)
+#define MAXLIST 16
+
+typedef struct cfg {
+    const char *dir;
+    uint64_t size;
+    uint64_t blocks[MAXLIST];
+    int nblocks;
+    int depths[MAXLIST];
+    int ndepths;
+    bool do_read, do_write;
+    int reps;
+    bool fio;
+    const char *fio_bin;
+    bool keep;
+    unsigned flags;
+} cfg;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int parse_size(const char *s, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || v <= 0)
+        return -1;
+    uint64_t mul = 1;
+    switch (*end) {
+    case 'k': case 'K': mul = UINT64_C(1) << 10; end++; break;
+    case 'm': case 'M': mul = UINT64_C(1) << 20; end++; break;
+    case 'g': case 'G': mul = UINT64_C(1) << 30; end++; break;
+    case 't': case 'T': mul = UINT64_C(1) << 40; end++; break;
+    default: break;
+    }
+    if (*end == 'i' || *end == 'B' || *end == 'b')
+        end++;
+    if (*end == 'B')
+        end++;
+    if (*end)
+        return -1;
+    *out = (uint64_t)(v * (double)mul);
+    return 0;
+}
+
+static int parse_list_sizes(const char *s, uint64_t *out, int *n)
+{
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", s);
+    *n = 0;
+    for (char *sv = NULL, *t = strtok_r(buf, ",", &sv); t; t = strtok_r(NULL, ",", &sv)) {
+        if (*n == MAXLIST || parse_size(t, &out[*n]) != 0)
+            return -1;
+        (*n)++;
+    }
+    return *n ? 0 : -1;
+}
+
+static int parse_list_ints(const char *s, int *out, int *n)
+{
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", s);
+    *n = 0;
+    for (char *sv = NULL, *t = strtok_r(buf, ",", &sv); t; t = strtok_r(NULL, ",", &sv)) {
+        char *end;
+        long v = strtol(t, &end, 10);
+        if (*n == MAXLIST || *end || v < 1 || v > 4096)
+            return -1;
+        out[(*n)++] = (int)v;
+    }
+    return *n ? 0 : -1;
+}
+
+static void usage(FILE *f, const char *prog)
+{
+    fprintf(f,
+            "usage: %s [options]\n"
+            "  --dir DIR        directory of the test file (default: current directory)\n"
+            "  --size SIZE      file size (default: a quarter of the free space, 1-8 GiB)\n"
+            "  --block LIST     block sizes, e.g. 128K,1M,8M (default 128K,1M,8M)\n"
+            "  --depth LIST     queue depths, e.g. 1,8,32,64 (default 1,8,32,64)\n"
+            "  --op LIST        read,write (default both)\n"
+            "  --reps N         alternating repetitions per case, median reported (default 3)\n"
+            "  --no-fio         skip the fio ceiling (ratios are null)\n"
+            "  --fio PATH       fio binary (default: fio in PATH)\n"
+            "  --sqpoll         store uses an SQPOLL ring\n"
+            "  --keep           keep the test file\n",
+            prog);
+}
+
+static int parse_args(int argc, char **argv, cfg *c)
+{
+    static const struct option lo[] = {
+        {"dir", required_argument, 0, 'd'},   {"size", required_argument, 0, 's'},
+        {"block", required_argument, 0, 'b'}, {"depth", required_argument, 0, 'q'},
+        {"op", required_argument, 0, 'o'},    {"reps", required_argument, 0, 'r'},
+        {"no-fio", no_argument, 0, 'n'},      {"fio", required_argument, 0, 'f'},
+        {"sqpoll", no_argument, 0, 'p'},      {"keep", no_argument, 0, 'k'},
+        {"help", no_argument, 0, 'h'},        {0, 0, 0, 0}};
+    memset(c, 0, sizeof *c);
+    c->dir = ".";
+    c->blocks[0] = 128 << 10, c->blocks[1] = 1 << 20, c->blocks[2] = 8 << 20;
+    c->nblocks = 3;
+    c->depths[0] = 1, c->depths[1] = 8, c->depths[2] = 32, c->depths[3] = 64;
+    c->ndepths = 4;
+    c->do_read = c->do_write = true;
+    c->reps = 3;
+    c->fio = true;
+    c->fio_bin = "fio";
+    optind = 1;
+    int o;
+    while ((o = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+        switch (o) {
+        case 'd': c->dir = optarg; break;
+        case 's':
+            if (parse_size(optarg, &c->size) != 0) {
+                fprintf(stderr, "bench_nvme: --size '%s' is not a size (e.g. 2G, 512M)\n", optarg);
+                return 2;
+            }
+            break;
+        case 'b':
+            if (parse_list_sizes(optarg, c->blocks, &c->nblocks) != 0) {
+                fprintf(stderr, "bench_nvme: --block '%s' is not a list of sizes\n", optarg);
+                return 2;
+            }
+            break;
+        case 'q':
+            if (parse_list_ints(optarg, c->depths, &c->ndepths) != 0) {
+                fprintf(stderr, "bench_nvme: --depth '%s' is not a list of 1..4096\n", optarg);
+                return 2;
+            }
+            break;
+        case 'o':
+            c->do_read = strstr(optarg, "read") != NULL;
+            c->do_write = strstr(optarg, "write") != NULL;
+            if (!c->do_read && !c->do_write) {
+                fprintf(stderr, "bench_nvme: --op '%s': use read, write or read,write\n", optarg);
+                return 2;
+            }
+            break;
+        case 'r':
+            c->reps = atoi(optarg);
+            if (c->reps < 1 || c->reps > 100) {
+                fprintf(stderr, "bench_nvme: --reps '%s' must be 1..100\n", optarg);
+                return 2;
+            }
+            break;
+        case 'n': c->fio = false; break;
+        case 'f': c->fio_bin = optarg; break;
+        case 'p': c->flags |= ZC_NVME_SQPOLL; break;
+        case 'k': c->keep = true; break;
+        case 'h': usage(stdout, argv[0]); return -1;
+        default: usage(stderr, argv[0]); return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "bench_nvme: unexpected argument '%s'\n", argv[optind]);
+        return 2;
+    }
+    for (int i = 0; i < c->nblocks; i++)
+        if (c->blocks[i] < 4096 || (c->blocks[i] & (c->blocks[i] - 1)) ||
+            c->blocks[i] > (UINT64_C(64) << 20)) {
+            fprintf(stderr, "bench_nvme: block %" PRIu64 " must be a power of two, 4K..64M\n",
+                    c->blocks[i]);
+            return 2;
+        }
+    return 0;
+}
+
+/* Size the file: a quarter of the free space, 1-8 GiB, rounded to the largest
+ * block; an explicit size must leave 10% + 1 GiB of the free space. */
+static int pick_size(cfg *c)
+{
+    struct statvfs vf;
+    if (statvfs(c->dir, &vf) != 0) {
+        fprintf(stderr, "bench_nvme: cannot examine '%s': %s\n", c->dir, strerror(errno));
+        return 1;
+    }
+    uint64_t free_b = (uint64_t)vf.f_bavail * vf.f_frsize;
+    uint64_t margin = free_b / 10 + GiB;
+    uint64_t maxblk = 0;
+    for (int i = 0; i < c->nblocks; i++)
+        if (c->blocks[i] > maxblk)
+            maxblk = c->blocks[i];
+    if (!c->size) {
+        uint64_t s = free_b / 4;
+        if (s > 8 * GiB)
+            s = 8 * GiB;
+        if (s < GiB) {
+            fprintf(stderr, "bench_nvme: '%s' has %.2f GiB free; the default 1-8 GiB file does "
+                    "not fit with a margin. Pass a smaller --size\n", c->dir,
+                    (double)free_b / (double)GiB);
+            return 1;
+        }
+        c->size = s;
+    } else if (c->size + margin > free_b && c->size > free_b / 2) {
+        fprintf(stderr, "bench_nvme: --size %.2f GiB does not fit '%s' (%.2f GiB free, keeping "
+                "10%% + 1 GiB spare)\n", (double)c->size / (double)GiB, c->dir,
+                (double)free_b / (double)GiB);
+        return 1;
+    }
+    c->size = c->size / maxblk * maxblk;
+    if (!c->size) {
+        fprintf(stderr, "bench_nvme: --size is smaller than the block size %" PRIu64 "\n", maxblk);
+        return 1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------- */
+/* Ours                                                                      */
+/* ------------------------------------------------------------------------- */
+
+typedef struct ours {
+    zc_nvme_store *st;
+    zc_pinned_pool *pool;
+    unsigned char *buf; /* depth * block */
+    zc_nvme_ticket *q;
+    int depth;
+    uint64_t block;
+} ours;
+
+static void ours_close(ours *o)
+{
+    if (o->st)
+        zc__nvme_close(o->st, ZC_NVME_CLOSE_CANCEL);
+    if (o->buf)
+        zc__pinned_free(o->pool, o->buf);
+    zc__pinned_pool_destroy(o->pool);
+    free(o->q);
+    memset(o, 0, sizeof *o);
+}
+
+static int ours_open(ours *o, const cfg *c, uint64_t block, int depth)
+{
+    memset(o, 0, sizeof *o);
+    o->depth = depth;
+    o->block = block;
+    const char *dirs[1] = {c->dir};
+    zc_nvme_opts no = ZC_NVME_OPTS_INIT;
+    no.dirs = dirs;
+    no.ndirs = 1;
+    no.purpose = "bench";
+    no.capacity = c->size;
+    no.block_size = block;
+    no.queue_depth = depth;
+    no.flags = ZC_NVME_KEEP_FILES | c->flags;
+    zc_pinned_pool_opts po = ZC_PINNED_POOL_OPTS_INIT;
+    uint64_t bytes = block * (uint64_t)depth;
+    po.slab_bytes = bytes > GiB ? GiB : bytes;
+    po.reserve_bytes = bytes;
+    o->q = calloc((size_t)depth, sizeof *o->q);
+    if (!o->q || zc__nvme_open(&o->st, &no) != ZC_OK ||
+        zc__pinned_pool_create(&o->pool, &po) != ZC_OK ||
+        zc__pinned_alloc(o->pool, bytes, 0, ZC_MEM_BUFFERS, "bench buffers", (void **)&o->buf) !=
+            ZC_OK) {
+        fprintf(stderr, "bench_nvme: %s\n", zc_last_error());
+        ours_close(o);
+        return 1;
+    }
+    zc_mem_region r[4];
+    int n = zc__pinned_pool_regions(o->pool, r, 4);
+    if (zc__nvme_register_buffers(o->st, r, n) != ZC_OK) {
+        fprintf(stderr, "bench_nvme: %s\n", zc_last_error());
+        ours_close(o);
+        return 1;
+    }
+    /* Incompressible, non-zero data: some virtual disks short-cut zeros. */
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+    for (uint64_t i = 0; i < bytes; i += 8) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        memcpy(o->buf + i, &x, 8);
+    }
+    return 0;
+}
+
+/* One sequential pass: depth tickets in flight, each waited for in order. */
+static double ours_pass(ours *o, bool write, uint64_t size)
+{
+    uint64_t n = size / o->block;
+    double t0 = now_s();
+    for (uint64_t i = 0; i < n; i++) {
+        int k = (int)(i % (uint64_t)o->depth);
+        if (i >= (uint64_t)o->depth && zc__nvme_wait(o->st, o->q[k], NULL) != ZC_OK)
+            goto fail;
+        unsigned char *b = o->buf + (uint64_t)k * o->block;
+        zc_status rc = write ? zc__nvme_write(o->st, i * o->block, b, o->block, &o->q[k])
+                             : zc__nvme_read(o->st, i * o->block, b, o->block, &o->q[k]);
+        if (rc != ZC_OK)
+            goto fail;
+    }
+    if (zc__nvme_wait_all(o->st) != ZC_OK)
+        goto fail;
+    return (double)size / (now_s() - t0) / 1e9;
+fail:
+    fprintf(stderr, "bench_nvme: %s\n", zc_last_error());
+    return -1;
+}
+
+/* ------------------------------------------------------------------------- */
+/* fio                                                                       */
+/* ------------------------------------------------------------------------- */
+
+static double fio_pass(const cfg *c, const char *path, const char *engine, bool write,
+                       uint64_t block, int depth)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "'%s' --name=zc --filename='%s' --rw=%s --bs=%" PRIu64 " --iodepth=%d --direct=1 "
+             "--ioengine=%s --size=%" PRIu64 " --numjobs=1 --thread --invalidate=1 "
+             "--fallocate=none --output-format=json 2>/dev/null",
+             c->fio_bin, path, write ? "write" : "read", block, depth, engine, c->size);
+    FILE *p = popen(cmd, "r");
+    if (!p) {
+        fprintf(stderr, "bench_nvme: cannot run fio: %s\n", strerror(errno));
+        return -1;
+    }
+    size_t cap = 1 << 16, len = 0;
+    char *out = malloc(cap);
+    size_t r;
+    while (out && (r = fread(out + len, 1, cap - len - 1, p)) > 0) {
+        len += r;
+        if (len + 1 == cap) {
+            char *n = realloc(out, cap *= 2);
+            if (!n) {
+                free(out);
+                out = NULL;
+            }
+            out = n;
+        }
+    }
+    int st = pclose(p);
+    if (!out)
+        return -1;
+    out[len] = '\0';
+    double gbps = -1;
+    /* fio may print notes before the JSON object. */
+    const char *js = strchr(out, '{');
+    json_error_t je;
+    json_t *root = js ? json_loads(js, JSON_DISABLE_EOF_CHECK, &je) : NULL;
+    json_t *job = root ? json_array_get(json_object_get(root, "jobs"), 0) : NULL;
+    json_t *bw = job ? json_object_get(json_object_get(job, write ? "write" : "read"), "bw_bytes")
+                     : NULL;
+    if (bw && json_is_number(bw))
+        gbps = json_number_value(bw) / 1e9;
+    else
+        fprintf(stderr, "bench_nvme: fio (%s) failed (exit status %d); command: %s\n", engine,
+                WIFEXITED(st) ? WEXITSTATUS(st) : -1, cmd);
+    json_decref(root);
+    free(out);
+    return gbps;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static void print_num(const char *key, double v, bool last)
+{
+    if (v < 0)
+        printf("\"%s\":null%s", key, last ? "" : ",");
+    else
+        printf("\"%s\":%.4f%s", key, v, last ? "" : ",");
+}
+
+static int run_case(const cfg *c, uint64_t block, int depth, bool *prefilled)
+{
+    ours o;
+    if (ours_open(&o, c, block, depth) != 0)
+        return 1;
+    const char *path = zc__nvme_path(o.st, 0);
+    zc_nvme_stats ss;
+    zc__nvme_stats_get(o.st, &ss);
+    if (!ss.direct)
+        fprintf(stderr, "bench_nvme: warning: '%s' is not on O_DIRECT: results include the page "
+                "cache\n", c->dir);
+    if (!*prefilled) {
+        /* Write the file once, unmeasured: reading never-written
+         * (unwritten-extent) blocks would not touch the disk, and the first
+         * write into fallocated space also converts extents, a cost the
+         * later fio runs would not pay. */
+        if (ours_pass(&o, true, c->size) < 0) {
+            ours_close(&o);
+            return 1;
+        }
+        *prefilled = true;
+    }
+    for (int w = 1; w >= 0; w--) {
+        bool write = w;
+        if ((write && !c->do_write) || (!write && !c->do_read))
+            continue;
+        double ours_v[100], fu[100], fl[100];
+        for (int r = 0; r < c->reps; r++) {
+            ours_v[r] = ours_pass(&o, write, c->size);
+            if (ours_v[r] < 0) {
+                ours_close(&o);
+                return 1;
+            }
+            fu[r] = c->fio ? fio_pass(c, path, "io_uring", write, block, depth) : -1;
+            fl[r] = c->fio ? fio_pass(c, path, "libaio", write, block, depth) : -1;
+        }
+        double g = median(ours_v, c->reps);
+        double u = c->fio ? median(fu, c->reps) : -1;
+        double l = c->fio ? median(fl, c->reps) : -1;
+        /* A failed fio run makes its median meaningless: report null. */
+        for (int r = 0; r < c->reps; r++) {
+            if (fu[r] < 0)
+                u = -1;
+            if (fl[r] < 0)
+                l = -1;
+        }
+        printf("{\"op\":\"%s\",\"block\":%" PRIu64 ",\"depth\":%d,", write ? "write" : "read",
+               block, depth);
+        print_num("gbps", g, false);
+        print_num("fio_io_uring_gbps", u, false);
+        print_num("fio_libaio_gbps", l, false);
+        print_num("ratio_io_uring", u > 0 ? g / u : -1, false);
+        print_num("ratio_libaio", l > 0 ? g / l : -1, true);
+        printf("}\n");
+        fflush(stdout);
+    }
+    ours_close(&o);
+    return 0;
+}
+
+int zc__bench_nvme_main(int argc, char **argv)
+{
+    cfg c;
+    int rc = parse_args(argc, argv, &c);
+    if (rc)
+        return rc < 0 ? 0 : rc;
+    if (pick_size(&c) != 0)
+        return 1;
+    if (c.fio) {
+        char cmd[600];
+        snprintf(cmd, sizeof cmd, "'%s' --version >/dev/null 2>&1", c.fio_bin);
+        if (system(cmd) != 0) {
+            fprintf(stderr, "bench_nvme: fio not found ('%s'); install it (apt-get install fio, "
+                    "or bench/nvme/run_bench.sh does) or pass --no-fio\n", c.fio_bin);
+            return 1;
+        }
+    }
+    fprintf(stderr, "bench_nvme: %s, file of %.2f GiB in '%s', %d rep(s) per case\n",
+            c.fio ? "ours vs fio io_uring / libaio" : "ours only", (double)c.size / (double)GiB,
+            c.dir, c.reps);
+    bool prefilled = false;
+    int status = 0;
+    for (int bi = 0; bi < c.nblocks && !status; bi++)
+        for (int di = 0; di < c.ndepths && !status; di++)
+            status = run_case(&c, c.blocks[bi], c.depths[di], &prefilled);
+    if (!c.keep) {
+        char path[700];
+        snprintf(path, sizeof path, "%s/zeroc-r0-bench.swp", c.dir);
+        unlink(path);
+    }
+    return status;
+}
