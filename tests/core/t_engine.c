@@ -1,0 +1,265 @@
+#include "t_engine.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/dtype.h"
+#include "helpers.h"
+
+const int64_t t_numel[T_NPARAMS] = {300, 1000, 7, 2500, 64, 129, 4000, 1};
+const int t_group[T_NPARAMS] = {0, 1, 0, 0, 1, 1, 0, 1};
+const bool t_boundary[T_NPARAMS] = {false, false, false, false, false, true, false, false};
+
+int64_t t_total_numel(void)
+{
+    int64_t n = 0;
+    for (int i = 0; i < T_NPARAMS; i++)
+        n += t_numel[i];
+    return n;
+}
+
+void t_run_init(t_run *run, int stage, int world, zc_dtype dtype)
+{
+    memset(run, 0, sizeof *run);
+    run->stage = stage;
+    run->world = world;
+    run->steps = 20;
+    run->accum = 1;
+    run->dtype = dtype;
+    run->bucket = 2048;
+    run->clip = 1.0;
+    run->grad_gain = 1.0;
+    run->persistence = -1;
+    run->prefetch = -1;
+    run->max_live = -1;
+    run->permute_step = -1;
+}
+
+static uint64_t mix(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+/* Uniform in [-1, 1) from a key. */
+static float unit(uint64_t a, uint64_t b, uint64_t c)
+{
+    uint64_t h = mix(mix(mix(a) ^ b) ^ c);
+    return (float)((double)(h >> 11) * 0x1p-53 * 2.0 - 1.0);
+}
+
+#define TRY(call)                                                                   \
+    do {                                                                            \
+        zc_status rc_ = (call);                                                     \
+        if (rc_ != ZC_OK) {                                                         \
+            if (!x->run->err[x->rank][0])                                           \
+                snprintf(x->run->err[x->rank], sizeof x->run->err[x->rank],         \
+                         "rank %d: %s: %s: %s", x->rank, #call, zc_status_str(rc_), \
+                         zc_last_error());                                          \
+            return rc_;                                                             \
+        }                                                                           \
+    } while (0)
+
+static zc_status fail(t_ctx *x, const char *what)
+{
+    if (!x->run->err[x->rank][0])
+        snprintf(x->run->err[x->rank], sizeof x->run->err[x->rank], "rank %d: %s: %s", x->rank,
+                 what, zc_last_error());
+    return ZC_ERR_INTERNAL;
+}
+
+zc_status t_ctx_open(t_ctx *x, t_run *run, int rank, zc_comm *comm)
+{
+    memset(x, 0, sizeof *x);
+    x->run = run;
+    x->rank = rank;
+    TRY(zc_config_create(&x->cfg));
+    TRY(zc_config_set_int(x->cfg, "zero_optimization.stage", run->stage));
+    TRY(zc_config_set_int(x->cfg, "gradient_accumulation_steps", run->accum));
+    TRY(zc_config_set_double(x->cfg, "gradient_clipping", run->clip));
+    TRY(zc_config_set_double(x->cfg, "optimizer.params.lr", 1e-2));
+    TRY(zc_config_set_double(x->cfg, "optimizer.params.weight_decay", 0.01));
+    if (run->dtype == ZC_DTYPE_BF16)
+        TRY(zc_config_set_bool(x->cfg, "bf16.enabled", true));
+    if (run->dtype == ZC_DTYPE_F16)
+        TRY(zc_config_set_bool(x->cfg, "fp16.enabled", true));
+    TRY(zc_config_set_int(x->cfg, "zero_optimization.stage3_param_persistence_threshold",
+                          run->persistence < 0 ? 0 : run->persistence));
+    if (run->prefetch >= 0)
+        TRY(zc_config_set_int(x->cfg, "zero_optimization.stage3_prefetch_bucket_size",
+                              run->prefetch));
+    if (run->max_live >= 0)
+        TRY(zc_config_set_int(x->cfg, "zero_optimization.stage3_max_live_parameters",
+                              run->max_live));
+    zc_engine_options eo = ZC_ENGINE_OPTIONS_INIT;
+    eo.device = ZC_DEVICE_HOST;
+    eo.bucket_elems = run->bucket;
+    TRY(zc_engine_create(&x->eng, x->cfg, comm, &eo));
+    int nodecay = -1;
+    TRY(zc_group_add(x->eng, 0.0, 0.5, &nodecay));
+    for (int i = 0; i < T_NPARAMS; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "p%d", i);
+        if (t_boundary[i])
+            TRY(zc_chunk_boundary(x->eng));
+        x->p[i] = zc_param_add(x->eng, name, &t_numel[i], 1, t_group[i] ? nodecay : 0);
+        if (!x->p[i])
+            return fail(x, "zc_param_add");
+    }
+    TRY(zc_engine_build(x->eng));
+    float *init = malloc((size_t)4000 * sizeof(float));
+    for (int i = 0; i < T_NPARAMS; i++) {
+        for (int64_t k = 0; k < t_numel[i]; k++)
+            init[k] = 0.5f * unit(0x1417, (uint64_t)i, (uint64_t)k);
+        zc_status rc = zc_param_load(x->eng, x->p[i], init);
+        if (rc != ZC_OK) {
+            free(init);
+            TRY(rc);
+        }
+    }
+    free(init);
+    return ZC_OK;
+}
+
+void t_ctx_close(t_ctx *x)
+{
+    zc_engine_destroy(x->eng);
+    zc_config_destroy(x->cfg);
+    x->eng = NULL;
+    x->cfg = NULL;
+}
+
+zc_status t_forward(t_ctx *x, const int *order)
+{
+    for (int j = 0; j < T_NPARAMS; j++) {
+        int i = order ? order[j] : j;
+        const void *w = zc_param_acquire(x->eng, x->p[i], NULL);
+        if (!w)
+            return fail(x, "zc_param_acquire (forward)");
+        volatile float sink = zc__load_f32(w, x->run->dtype, (size_t)t_numel[i] - 1);
+        (void)sink;
+        TRY(zc_param_release(x->eng, x->p[i], NULL));
+    }
+    return ZC_OK;
+}
+
+zc_status t_backward(t_ctx *x, int step, int micro, int skip)
+{
+    const zc_dtype dt = x->run->dtype;
+    const float scale = (float)zc_loss_scale(x->eng) * (float)x->run->grad_gain;
+    for (int i = T_NPARAMS - 1; i >= 0; i--) {
+        if (i == skip)
+            continue;
+        const void *w = zc_param_acquire(x->eng, x->p[i], NULL);
+        if (!w)
+            return fail(x, "zc_param_acquire (backward)");
+        void *g = zc_grad_buffer(x->eng, x->p[i]);
+        if (!g)
+            return fail(x, "zc_grad_buffer");
+        uint64_t key = ((uint64_t)x->rank << 48) ^ ((uint64_t)step << 24) ^ ((uint64_t)micro << 8);
+        for (int64_t k = 0; k < t_numel[i]; k++) {
+            float v = 0.05f * zc__load_f32(w, dt, (size_t)k) + unit(key, (uint64_t)i, (uint64_t)k);
+            zc__store_f32(g, dt, (size_t)k, v * scale);
+        }
+        TRY(zc_grad_ready(x->eng, x->p[i]));
+        TRY(zc_param_release(x->eng, x->p[i], NULL));
+    }
+    return ZC_OK;
+}
+
+static const int t_permuted[T_NPARAMS] = {5, 6, 7, 0, 1, 2, 3, 4};
+
+zc_status t_train_step(t_ctx *x, int step, zc_step_info *info)
+{
+    for (int m = 0; m < x->run->accum; m++) {
+        ZC_CHECK(t_forward(x, step == x->run->permute_step ? t_permuted : NULL));
+        ZC_CHECK(t_backward(x, step, m, -1));
+        if (m + 1 < x->run->accum)
+            TRY(zc_micro_step_end(x->eng));
+    }
+    TRY(zc_step(x->eng, info));
+    return ZC_OK;
+}
+
+zc_status t_gather(t_ctx *x, float *out)
+{
+    float *scratch = malloc((size_t)4000 * sizeof(float));
+    int64_t off = 0;
+    zc_status rc = ZC_OK;
+    for (int i = 0; i < T_NPARAMS && rc == ZC_OK; i++) {
+        rc = zc_param_gather_master(x->eng, x->p[i], x->rank == 0 && out ? out + off : scratch);
+        off += t_numel[i];
+    }
+    free(scratch);
+    TRY(rc);
+    return ZC_OK;
+}
+
+typedef struct rank_arg {
+    t_run *run;
+    zc_comm *comm;
+    int rank;
+} rank_arg;
+
+static void *rank_main(void *argp)
+{
+    rank_arg *a = argp;
+    t_ctx x;
+    if (t_ctx_open(&x, a->run, a->rank, a->comm) == ZC_OK) {
+        for (int s = 0; s < a->run->steps; s++) {
+            zc_step_info info;
+            if (t_train_step(&x, s, &info) != ZC_OK)
+                goto out;
+            if (a->rank == 0 && s < T_MAX_STEPS) {
+                a->run->info[s] = info;
+                a->run->step_stats[s] = (zc_stats){.size = sizeof(zc_stats)};
+                zc_engine_stats(x.eng, &a->run->step_stats[s]);
+            }
+        }
+        if (t_gather(&x, a->run->master) != ZC_OK)
+            goto out;
+        a->run->stats[a->rank] = (zc_stats){.size = sizeof(zc_stats)};
+        zc_engine_stats(x.eng, &a->run->stats[a->rank]);
+    }
+out:
+    t_ctx_close(&x);
+    return NULL;
+}
+
+#include <pthread.h>
+
+bool t_engine_run(t_run *run)
+{
+    /* A failing rank makes the others' next collective time out instead of
+     * hanging the suite. */
+    setenv("ZC_COMM_TIMEOUT", "60", 0);
+    zc_comm *comms[T_MAX_WORLD] = {0};
+    if (zc_comm_local_world(run->world, comms) != ZC_OK) {
+        snprintf(run->err[0], sizeof run->err[0], "zc_comm_local_world: %s", zc_last_error());
+        return false;
+    }
+    if (!run->master)
+        run->master = calloc((size_t)t_total_numel(), sizeof(float));
+    pthread_t th[T_MAX_WORLD];
+    rank_arg args[T_MAX_WORLD];
+    for (int r = 0; r < run->world; r++) {
+        args[r] = (rank_arg){run, comms[r], r};
+        pthread_create(&th[r], NULL, rank_main, &args[r]);
+    }
+    for (int r = 0; r < run->world; r++)
+        pthread_join(th[r], NULL);
+    for (int r = 0; r < run->world; r++)
+        zc_comm_destroy(comms[r]);
+    return t_run_error(run)[0] == '\0';
+}
+
+const char *t_run_error(const t_run *run)
+{
+    for (int r = 0; r < T_MAX_WORLD; r++)
+        if (run->err[r][0])
+            return run->err[r];
+    return "";
+}

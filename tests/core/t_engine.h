@@ -1,0 +1,84 @@
+/* Engine test harness: a synthetic model trained by W rank threads through
+ * the public API, used by the stage-equivalence, accounting, misuse and
+ * stage-3 schedule tests.
+ *
+ * The model: T_NPARAMS one-dimensional parameters of uneven sizes in two
+ * groups (group 0: the optimizer's weight decay; group 1: no decay, half lr),
+ * with one forced chunk boundary. With a bucket of 2048 elements the layout is
+ * six chunks: {p0 p1 p2} {p3: larger than the bucket} {p4} | {p5} {p6: larger}
+ * {p7}, and several parameters straddle shard boundaries for W > 1.
+ *
+ * Gradients are a deterministic function of (rank, step, micro-step,
+ * parameter, element) plus 0.05 x the parameter value the rank acquired, so
+ * every rank has different data and the trajectory depends on the parameters.
+ * Errors inside rank threads are recorded in t_run.err (Criterion asserts
+ * only from the test's own thread). */
+#ifndef ZC_TESTS_T_ENGINE_H
+#define ZC_TESTS_T_ENGINE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "zeroc/zeroc.h"
+
+#define T_NPARAMS 8
+#define T_MAX_WORLD 4
+#define T_MAX_STEPS 64
+
+extern const int64_t t_numel[T_NPARAMS];
+extern const int t_group[T_NPARAMS];
+extern const bool t_boundary[T_NPARAMS];
+int64_t t_total_numel(void);
+
+typedef struct t_run {
+    /* inputs */
+    int stage, world, steps, accum;
+    zc_dtype dtype;
+    int64_t bucket;            /* chunk elements (engine option) */
+    double clip;               /* gradient_clipping */
+    double grad_gain;          /* multiplies the synthetic gradients (1 by default) */
+    int64_t persistence;       /* stage3_param_persistence_threshold; < 0: 0 */
+    int64_t prefetch;          /* stage3_prefetch_bucket_size; < 0: library default */
+    int64_t max_live;          /* stage3_max_live_parameters; < 0: library default */
+    int permute_step;          /* forward acquires in another order at this step (-1: never) */
+    /* outputs */
+    float *master;             /* t_total_numel() floats gathered by rank 0 */
+    zc_stats stats[T_MAX_WORLD];
+    zc_step_info info[T_MAX_STEPS]; /* rank 0's */
+    zc_stats step_stats[T_MAX_STEPS]; /* rank 0's stats after each step */
+    char err[T_MAX_WORLD][512];
+} t_run;
+
+/* Defaults: world 1, 20 steps, accumulation 1, fp32, bucket 2048, clip 1. */
+void t_run_init(t_run *run, int stage, int world, zc_dtype dtype);
+
+/* One rank's engine and parameters. */
+typedef struct t_ctx {
+    t_run *run;
+    int rank;
+    zc_config *cfg;
+    zc_engine *eng;
+    zc_param *p[T_NPARAMS];
+} t_ctx;
+
+/* Creates the configuration and engine, registers the model, builds and
+ * loads the initial values. */
+zc_status t_ctx_open(t_ctx *x, t_run *run, int rank, zc_comm *comm);
+void t_ctx_close(t_ctx *x);
+/* Forward: acquire, touch and release every parameter (order NULL: natural). */
+zc_status t_forward(t_ctx *x, const int *order);
+/* Backward: acquire in reverse order, write the gradient, make it ready
+ * (skip: index of a parameter to leave out, or -1), release. */
+zc_status t_backward(t_ctx *x, int step, int micro, int skip);
+/* One optimizer step: accum micro-steps of forward + backward, then zc_step. */
+zc_status t_train_step(t_ctx *x, int step, zc_step_info *info);
+/* Collective: gathers every parameter's fp32 master; rank 0 stores it in out. */
+zc_status t_gather(t_ctx *x, float *out);
+
+/* Runs the whole training on run->world threads; master, stats and info are
+ * filled. Returns false (with run->err set) when a rank failed. */
+bool t_engine_run(t_run *run);
+/* The first error message of a run, or "". */
+const char *t_run_error(const t_run *run);
+
+#endif
