@@ -1,0 +1,427 @@
+/* Every CUDA device op against its host twin (src/device/host.c, the scalar
+ * Adam reference) on fresh random data, with the GPU's outputs poisoned (all
+ * bits set) before each launch so an element the kernel forgets shows up.
+ *
+ * Tolerances: fp32 within 2 ulp and 16-bit within 1 ulp (the issue's bar);
+ * NaNs must match bitwise (the dtype.h rules: bf16 NaN -> 0x7FC0, fp16 keeps
+ * sign and payload). The kernels are written to match bitwise (no FMA
+ * contraction, IEEE div/sqrt, the host's summation order), so the sum of
+ * squares and the inf/NaN flag - which decide clipping and skipping - must be
+ * exactly equal. Without a GPU every test skips and says why. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/dtype.h"
+#include "gpu_common.h"
+#include "helpers.h"
+#include "optim/adam.h"
+
+/* ---- buffers ------------------------------------------------------------- */
+
+static void *dev_alloc(zc_device *d, size_t bytes)
+{
+    void *p = NULL;
+    cr_assert_eq(d->ops->alloc(d, NULL, ZC_MEM_BUFFERS, bytes, "test", &p), ZC_OK, "%s",
+                 zc_last_error());
+    return p;
+}
+
+static void dev_free(zc_device *d, void *p, size_t bytes)
+{
+    d->ops->free(d, NULL, ZC_MEM_BUFFERS, p, bytes);
+}
+
+static void h2d(zc_device *d, void *dst, const void *src, size_t bytes)
+{
+    cr_assert_eq(d->ops->copy(d, dst, src, bytes, ZC_COPY_H2D, NULL), ZC_OK, "%s", zc_last_error());
+    cr_assert_eq(d->ops->stream_sync(d, NULL), ZC_OK, "%s", zc_last_error());
+}
+
+static void d2h(zc_device *d, void *dst, const void *src, size_t bytes)
+{
+    cr_assert_eq(d->ops->copy(d, dst, src, bytes, ZC_COPY_D2H, NULL), ZC_OK, "%s", zc_last_error());
+    cr_assert_eq(d->ops->stream_sync(d, NULL), ZC_OK, "%s", zc_last_error());
+}
+
+static void poison(zc_device *d, void *dst, size_t bytes)
+{
+    void *h = malloc(bytes);
+    memset(h, 0xff, bytes);
+    h2d(d, dst, h, bytes);
+    free(h);
+}
+
+/* ---- data ---------------------------------------------------------------- */
+
+/* Random values over many binades; with specials, some infinities, NaNs with
+ * payloads, subnormals of every dtype, signed zeros and fp16 overflow. */
+static float rand_value(uint64_t *s, int specials)
+{
+    if (specials && t_rand_u64(s) % 16 == 0) {
+        static const uint32_t sp[] = {0x7f800000u, 0xff800000u, 0x7fc00000u, 0xffa12345u,
+                                      0x7f812345u, 0x00000001u, 0x80000123u, 0x80000000u,
+                                      0x00000000u, 0x387fe000u, 0x33800000u, 0x477ff000u,
+                                      0x477fefffu, 0xc77ff000u, 0x7f7fffffu, 0x3f808000u};
+        return zc__bits_f32(sp[t_rand_u64(s) % (sizeof sp / sizeof sp[0])]);
+    }
+    float m = t_rand_range(s, -1.0f, 1.0f);
+    int e = (int)(t_rand_u64(s) % 41) - 20;
+    return ldexpf(m, e);
+}
+
+static void fill(uint64_t *s, void *buf, zc_dtype dt, size_t n, int specials)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (dt == ZC_DTYPE_F64)
+            ((double *)buf)[i] = (double)rand_value(s, specials) * (1.0 + 0x1p-40 * (double)(i % 7));
+        else if (dt == ZC_DTYPE_I32)
+            ((int32_t *)buf)[i] = (int32_t)t_rand_u64(s);
+        else
+            zc__store_f32(buf, dt, i, rand_value(s, specials));
+    }
+}
+
+/* Asserts a GPU result matches the host's within the suite's tolerances. */
+static void expect_close(const char *what, zc_dtype dt, const void *want, const void *got, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        switch (dt) {
+        case ZC_DTYPE_F32: {
+            float a = ((const float *)want)[i], b = ((const float *)got)[i];
+            if (isnan(a) || isnan(b))
+                cr_assert_eq(zc__f32_bits(a), zc__f32_bits(b), "%s[%zu]: NaN bits %08x vs %08x",
+                             what, i, zc__f32_bits(a), zc__f32_bits(b));
+            else
+                cr_assert_leq(t_ulp_diff_f32(a, b), 2, "%s[%zu]: host %a gpu %a", what, i, a, b);
+            break;
+        }
+        case ZC_DTYPE_F16:
+        case ZC_DTYPE_BF16: {
+            uint16_t a = ((const uint16_t *)want)[i], b = ((const uint16_t *)got)[i];
+            cr_assert_leq(g_ulp16(a, b, dt == ZC_DTYPE_F16), 1, "%s[%zu]: host 0x%04x gpu 0x%04x",
+                          what, i, a, b);
+            break;
+        }
+        case ZC_DTYPE_F64:
+            cr_assert(memcmp((const double *)want + i, (const double *)got + i, 8) == 0,
+                      "%s[%zu]: host %a gpu %a", what, i, ((const double *)want)[i],
+                      ((const double *)got)[i]);
+            break;
+        default:
+            cr_assert_eq(((const int32_t *)want)[i], ((const int32_t *)got)[i], "%s[%zu]", what, i);
+        }
+    }
+}
+
+static const zc_dtype FLOATS[] = {ZC_DTYPE_F32, ZC_DTYPE_F16, ZC_DTYPE_BF16};
+#define N_ODD 100003 /* not a multiple of any vector width or block */
+
+/* ---- tests --------------------------------------------------------------- */
+
+Test(gpu_kernels, cast_every_pair)
+{
+    zc_device *d;
+    g_open_or_skip(&d);
+    zc_device *h = zc__device_host();
+    uint64_t s = t_seed("gpu cast");
+    for (int a = 0; a < 3; a++)
+        for (int b = 0; b < 3; b++) {
+            zc_dtype st = FLOATS[a], dt = FLOATS[b];
+            size_t sb = N_ODD * zc_dtype_size(st), db = N_ODD * zc_dtype_size(dt);
+            void *src = malloc(sb), *want = malloc(db), *got = malloc(db);
+            fill(&s, src, st, N_ODD, 1);
+            void *dsrc = dev_alloc(d, sb), *ddst = dev_alloc(d, db);
+            h2d(d, dsrc, src, sb);
+            poison(d, ddst, db);
+            cr_assert_eq(d->ops->cast(d, ddst, dt, dsrc, st, N_ODD, NULL), ZC_OK, "%s",
+                         zc_last_error());
+            d2h(d, got, ddst, db);
+            cr_assert_eq(h->ops->cast(h, want, dt, src, st, N_ODD, NULL), ZC_OK);
+            char what[64];
+            snprintf(what, sizeof what, "cast %s->%s", zc_dtype_name(st), zc_dtype_name(dt));
+            expect_close(what, dt, want, got, N_ODD);
+            dev_free(d, dsrc, sb);
+            dev_free(d, ddst, db);
+            free(src), free(want), free(got);
+        }
+    d->ops->destroy(d);
+    t_assert_no_leaks();
+}
+
+Test(gpu_kernels, scale_and_accumulate)
+{
+    zc_device *d;
+    g_open_or_skip(&d);
+    zc_device *h = zc__device_host();
+    uint64_t s = t_seed("gpu scale/accumulate");
+    static const zc_dtype SC[] = {ZC_DTYPE_F32, ZC_DTYPE_F16, ZC_DTYPE_BF16, ZC_DTYPE_F64};
+    for (int k = 0; k < 4; k++) {
+        zc_dtype dt = SC[k];
+        size_t bytes = N_ODD * zc_dtype_size(dt);
+        float a = t_rand_range(&s, 0.001f, 3.0f);
+        void *x = malloc(bytes), *got = malloc(bytes);
+        fill(&s, x, dt, N_ODD, 1);
+        void *dx = dev_alloc(d, bytes);
+        h2d(d, dx, x, bytes);
+        cr_assert_eq(d->ops->scale(d, dx, dt, N_ODD, a, NULL), ZC_OK, "%s", zc_last_error());
+        d2h(d, got, dx, bytes);
+        cr_assert_eq(h->ops->scale(h, x, dt, N_ODD, a, NULL), ZC_OK);
+        expect_close("scale", dt, x, got, N_ODD);
+        dev_free(d, dx, bytes);
+        free(x), free(got);
+    }
+    for (int k = 0; k < 3; k++) {
+        zc_dtype dt = FLOATS[k];
+        size_t sb = N_ODD * zc_dtype_size(dt), ab = N_ODD * sizeof(float);
+        float *acc = malloc(ab), *got = malloc(ab);
+        void *src = malloc(sb);
+        fill(&s, acc, ZC_DTYPE_F32, N_ODD, 1);
+        fill(&s, src, dt, N_ODD, 1);
+        void *dacc = dev_alloc(d, ab), *dsrc = dev_alloc(d, sb);
+        h2d(d, dacc, acc, ab);
+        h2d(d, dsrc, src, sb);
+        cr_assert_eq(d->ops->accumulate(d, dacc, dsrc, dt, N_ODD, NULL), ZC_OK, "%s",
+                     zc_last_error());
+        d2h(d, got, dacc, ab);
+        cr_assert_eq(h->ops->accumulate(h, acc, src, dt, N_ODD, NULL), ZC_OK);
+        expect_close("accumulate", ZC_DTYPE_F32, acc, got, N_ODD);
+        dev_free(d, dacc, ab);
+        dev_free(d, dsrc, sb);
+        free(acc), free(got), free(src);
+    }
+    d->ops->destroy(d);
+    t_assert_no_leaks();
+}
+
+/* The local communicator's reduction: 1..5 sources in order, into a fresh
+ * buffer and in place (dst == srcs[0]). */
+Test(gpu_kernels, reduce_sum_in_order)
+{
+    zc_device *d;
+    g_open_or_skip(&d);
+    zc_device *h = zc__device_host();
+    uint64_t s = t_seed("gpu reduce_sum");
+    static const zc_dtype RD[] = {ZC_DTYPE_F32, ZC_DTYPE_F16, ZC_DTYPE_BF16, ZC_DTYPE_F64,
+                                  ZC_DTYPE_I32};
+    const size_t n = 20011;
+    for (int k = 0; k < 5; k++)
+        for (int nsrc = 1; nsrc <= 5; nsrc++)
+            for (int inplace = 0; inplace < 2; inplace++) {
+                zc_dtype dt = RD[k];
+                size_t bytes = n * zc_dtype_size(dt);
+                void *hs[5], *ds[5];
+                for (int j = 0; j < nsrc; j++) {
+                    hs[j] = malloc(bytes);
+                    fill(&s, hs[j], dt, n, 1);
+                    ds[j] = dev_alloc(d, bytes);
+                    h2d(d, ds[j], hs[j], bytes);
+                }
+                void *want = malloc(bytes), *got = malloc(bytes);
+                void *ddst = inplace ? ds[0] : dev_alloc(d, bytes);
+                if (!inplace)
+                    poison(d, ddst, bytes);
+                cr_assert_eq(d->ops->reduce_sum(d, ddst, (const void *const *)ds, nsrc, dt, n, NULL),
+                             ZC_OK, "%s", zc_last_error());
+                d2h(d, got, ddst, bytes);
+                cr_assert_eq(h->ops->reduce_sum(h, want, (const void *const *)hs, nsrc, dt, n, NULL),
+                             ZC_OK);
+                char what[64];
+                snprintf(what, sizeof what, "reduce_sum %s x%d%s", zc_dtype_name(dt), nsrc,
+                         inplace ? " in place" : "");
+                expect_close(what, dt, want, got, n);
+                if (!inplace)
+                    dev_free(d, ddst, bytes);
+                for (int j = 0; j < nsrc; j++) {
+                    dev_free(d, ds[j], bytes);
+                    free(hs[j]);
+                }
+                free(want), free(got);
+            }
+    d->ops->destroy(d);
+    t_assert_no_leaks();
+}
+
+/* The norm behind clipping: equal to the host's bitwise (same blocking, same
+ * left-to-right order inside a block, partials added in block order). */
+Test(gpu_kernels, sumsq_equals_host_bitwise)
+{
+    zc_device *d;
+    g_open_or_skip(&d);
+    zc_device *h = zc__device_host();
+    uint64_t s = t_seed("gpu sumsq");
+    static const size_t NS[] = {1, 31, 33, ZC_SUMSQ_BLOCK, ZC_SUMSQ_BLOCK + 1, 3 * ZC_SUMSQ_BLOCK - 5,
+                                1000003};
+    for (int k = 0; k < 3; k++)
+        for (size_t c = 0; c < sizeof NS / sizeof NS[0]; c++) {
+            zc_dtype dt = FLOATS[k];
+            size_t n = NS[c], bytes = n * zc_dtype_size(dt);
+            void *x = malloc(bytes);
+            fill(&s, x, dt, n, 0);
+            void *dx = dev_alloc(d, bytes);
+            h2d(d, dx, x, bytes);
+            double want = -1, got = -2;
+            cr_assert_eq(d->ops->sumsq(d, dx, dt, n, &got, NULL), ZC_OK, "%s", zc_last_error());
+            cr_assert_eq(h->ops->sumsq(h, x, dt, n, &want, NULL), ZC_OK);
+            cr_assert(memcmp(&want, &got, sizeof want) == 0, "sumsq %s n=%zu: host %a gpu %a",
+                      zc_dtype_name(dt), n, want, got);
+            dev_free(d, dx, bytes);
+            free(x);
+        }
+    d->ops->destroy(d);
+    t_assert_no_leaks();
+}
+
+/* The fp16 skip decision: clean data, one inf, one NaN, at a random place. */
+Test(gpu_kernels, nonfinite_flags_match)
+{
+    zc_device *d;
+    g_open_or_skip(&d);
+    zc_device *h = zc__device_host();
+    uint64_t s = t_seed("gpu nonfinite");
+    for (int k = 0; k < 3; k++)
+        for (int kind = 0; kind < 3; kind++) {
+            zc_dtype dt = FLOATS[k];
+            size_t bytes = N_ODD * zc_dtype_size(dt);
+            void *x = malloc(bytes);
+            fill(&s, x, dt, N_ODD, 0);
+            size_t at = (size_t)(t_rand_u64(&s) % N_ODD);
+            if (kind == 1)
+                zc__store_f32(x, dt, at, -INFINITY);
+            if (kind == 2)
+                zc__store_f32(x, dt, at, NAN);
+            void *dx = dev_alloc(d, bytes);
+            h2d(d, dx, x, bytes);
+            int want = -1, got = -2;
+            cr_assert_eq(d->ops->nonfinite(d, dx, dt, N_ODD, &got, NULL), ZC_OK, "%s",
+                         zc_last_error());
+            cr_assert_eq(h->ops->nonfinite(h, x, dt, N_ODD, &want, NULL), ZC_OK);
+            cr_assert_eq(want, kind != 0);
+            cr_assert_eq(got, want, "nonfinite %s kind %d at %zu", zc_dtype_name(dt), kind, at);
+            dev_free(d, dx, bytes);
+            free(x);
+        }
+    d->ops->destroy(d);
+    t_assert_no_leaks();
+}
+
+/* Fused Adam: every grad dtype x parameter-copy dtype, AdamW and Adam (L2),
+ * an aligned shard (vector path) and one starting one element late (scalar
+ * path), two steps with a clip/unscale factor. */
+Test(gpu_kernels, adam_matches_scalar_reference, .timeout = 300)
+{
+    zc_device *d;
+    g_open_or_skip(&d);
+    uint64_t s = t_seed("gpu adam");
+    const size_t n = 65536 + 37;
+    static const int OUTS[] = {-1, ZC_DTYPE_F32, ZC_DTYPE_F16, ZC_DTYPE_BF16};
+    for (int gk = 0; gk < 3; gk++)
+        for (int ok = 0; ok < 4; ok++)
+            for (int mode = 0; mode < 2; mode++)
+                for (int off = 0; off < 2; off++) {
+                    zc_dtype gdt = FLOATS[gk];
+                    int odt = OUTS[ok];
+                    zc_adam_hparams hp = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8,
+                                          .weight_decay = 0.01, .adamw = mode == 0,
+                                          .bias_correction = true};
+                    size_t fb = (n + 1) * sizeof(float), gb = (n + 1) * zc_dtype_size(gdt),
+                           ob = odt < 0 ? 0 : (n + 1) * zc_dtype_size((zc_dtype)odt);
+                    float *hm = malloc(fb), *hmm = malloc(fb), *hv = malloc(fb);
+                    void *hg = malloc(gb), *ho = ob ? malloc(ob) : NULL;
+                    float *gm = malloc(fb), *gmm = malloc(fb), *gv = malloc(fb);
+                    void *go = ob ? malloc(ob) : NULL;
+                    fill(&s, hm, ZC_DTYPE_F32, n + 1, 0);
+                    for (size_t i = 0; i <= n; i++) {
+                        hmm[i] = t_rand_range(&s, -0.01f, 0.01f);
+                        hv[i] = t_rand_range(&s, 0.0f, 1e-4f);
+                    }
+                    float *dm = dev_alloc(d, fb), *dmm = dev_alloc(d, fb), *dv = dev_alloc(d, fb);
+                    void *dg = dev_alloc(d, gb), *dout = ob ? dev_alloc(d, ob) : NULL;
+                    h2d(d, dm, hm, fb);
+                    h2d(d, dmm, hmm, fb);
+                    h2d(d, dv, hv, fb);
+                    if (dout)
+                        poison(d, dout, ob);
+                    size_t es = zc_dtype_size(gdt), os = odt < 0 ? 0 : zc_dtype_size((zc_dtype)odt);
+                    for (int step = 1; step <= 2; step++) {
+                        fill(&s, hg, gdt, n + 1, 0);
+                        h2d(d, dg, hg, gb);
+                        zc_adam_coeffs c = zc__adam_coeffs(&hp, step);
+                        float gs = step == 1 ? 0.5f : 0.25f;
+                        zc_adam_shard hs = {hm + off, hmm + off, hv + off, (char *)hg + off * es,
+                                            gdt, gs, ho ? (char *)ho + off * os : NULL,
+                                            odt < 0 ? ZC_DTYPE_F32 : (zc_dtype)odt, n};
+                        zc_adam_shard ds = {dm + off, dmm + off, dv + off, (char *)dg + off * es,
+                                            gdt, gs, dout ? (char *)dout + off * os : NULL,
+                                            hs.param_out_dtype, n};
+                        cr_assert_eq(d->ops->adam(d, &ds, &c, NULL), ZC_OK, "%s", zc_last_error());
+                        zc__adam_scalar(&hs, &c);
+                    }
+                    d2h(d, gm, dm, fb);
+                    d2h(d, gmm, dmm, fb);
+                    d2h(d, gv, dv, fb);
+                    char what[96];
+                    snprintf(what, sizeof what, "adam%s grad %s out %s offset %d master",
+                             mode ? "" : "w", zc_dtype_name(gdt),
+                             odt < 0 ? "none" : zc_dtype_name((zc_dtype)odt), off);
+                    expect_close(what, ZC_DTYPE_F32, hm + off, gm + off, n);
+                    expect_close("adam m", ZC_DTYPE_F32, hmm + off, gmm + off, n);
+                    expect_close("adam v", ZC_DTYPE_F32, hv + off, gv + off, n);
+                    if (dout) {
+                        d2h(d, go, dout, ob);
+                        expect_close(what, (zc_dtype)odt, (char *)ho + off * os,
+                                     (char *)go + off * os, n);
+                    }
+                    dev_free(d, dm, fb), dev_free(d, dmm, fb), dev_free(d, dv, fb);
+                    dev_free(d, dg, gb);
+                    if (dout)
+                        dev_free(d, dout, ob);
+                    free(hm), free(hmm), free(hv), free(hg), free(ho);
+                    free(gm), free(gmm), free(gv), free(go);
+                }
+    d->ops->destroy(d);
+    t_assert_no_leaks();
+}
+
+/* Ordering across streams by events, injected allocation failure, and the
+ * device counters returning to zero. */
+Test(gpu_kernels, streams_events_and_allocation_failure)
+{
+    zc_device *d;
+    g_open_or_skip(&d);
+    const size_t n = 1 << 22, bytes = n * sizeof(float);
+    float *h = malloc(bytes), *got = malloc(bytes);
+    for (size_t i = 0; i < n; i++)
+        h[i] = (float)(i % 1000);
+    void *a, *b, *ev;
+    cr_assert_eq(d->ops->stream_create(d, &a), ZC_OK);
+    cr_assert_eq(d->ops->stream_create(d, &b), ZC_OK);
+    cr_assert_eq(d->ops->event_create(d, &ev), ZC_OK);
+    float *x = dev_alloc(d, bytes);
+    /* Copy on a, scale on b after an event: b must see the copied data. */
+    cr_assert_eq(d->ops->copy(d, x, h, bytes, ZC_COPY_H2D, a), ZC_OK);
+    cr_assert_eq(d->ops->event_record(d, ev, a), ZC_OK);
+    cr_assert_eq(d->ops->stream_wait_event(d, b, ev), ZC_OK);
+    cr_assert_eq(d->ops->scale(d, x, ZC_DTYPE_F32, n, 2.0f, b), ZC_OK);
+    cr_assert_eq(d->ops->stream_sync(d, b), ZC_OK);
+    d2h(d, got, x, bytes);
+    for (size_t i = 0; i < n; i++)
+        cr_assert_eq(got[i], 2.0f * (float)(i % 1000), "element %zu", i);
+    dev_free(d, x, bytes);
+
+    int64_t before = zc__mem_global_bytes(ZC_MEMKIND_DEVICE);
+    zc__mem_fail_after(ZC_MEMKIND_DEVICE, 1);
+    void *p = (void *)1;
+    cr_assert_eq(d->ops->alloc(d, NULL, ZC_MEM_PARAMS, 4096, "probe", &p), ZC_ERR_NO_MEMORY);
+    cr_assert_null(p);
+    cr_assert(strstr(zc_last_error(), "probe"), "%s", zc_last_error());
+    cr_assert_eq(zc__mem_global_bytes(ZC_MEMKIND_DEVICE), before);
+
+    d->ops->event_destroy(d, ev);
+    d->ops->stream_destroy(d, a);
+    d->ops->stream_destroy(d, b);
+    d->ops->destroy(d);
+    free(h), free(got);
+    t_assert_no_leaks();
+}
