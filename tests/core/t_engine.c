@@ -11,6 +11,9 @@ const int64_t t_numel[T_NPARAMS] = {300, 1000, 7, 2500, 64, 129, 4000, 1};
 const int t_group[T_NPARAMS] = {0, 1, 0, 0, 1, 1, 0, 1};
 const bool t_boundary[T_NPARAMS] = {false, false, false, false, false, true, false, false};
 
+const int t_layer_begin[T_NLAYERS + 1] = {0, 3, 4, 5, 6, 7, 8};
+const int64_t t_layer_numel[T_NLAYERS] = {1307, 2500, 64, 129, 4000, 1};
+
 int64_t t_total_numel(void)
 {
     int64_t n = 0;
@@ -132,38 +135,75 @@ void t_ctx_close(t_ctx *x)
     x->cfg = NULL;
 }
 
+static zc_status use_param(t_ctx *x, int i, const void **w)
+{
+    *w = zc_param_acquire(x->eng, x->p[i], NULL);
+    if (!*w)
+        return fail(x, "zc_param_acquire");
+    volatile float sink = zc__load_f32(*w, x->run->dtype, (size_t)t_numel[i] - 1);
+    (void)sink;
+    return ZC_OK;
+}
+
 zc_status t_forward(t_ctx *x, const int *order)
 {
+    const void *w;
+    if (x->run->layerwise) {
+        for (int j = 0; j < T_NLAYERS; j++) {
+            int l = order ? order[j] : j;
+            for (int i = t_layer_begin[l]; i < t_layer_begin[l + 1]; i++)
+                ZC_CHECK(use_param(x, i, &w));
+            for (int i = t_layer_begin[l]; i < t_layer_begin[l + 1]; i++)
+                TRY(zc_param_release(x->eng, x->p[i], NULL));
+        }
+        return ZC_OK;
+    }
     for (int j = 0; j < T_NPARAMS; j++) {
         int i = order ? order[j] : j;
-        const void *w = zc_param_acquire(x->eng, x->p[i], NULL);
-        if (!w)
-            return fail(x, "zc_param_acquire (forward)");
-        volatile float sink = zc__load_f32(w, x->run->dtype, (size_t)t_numel[i] - 1);
-        (void)sink;
+        ZC_CHECK(use_param(x, i, &w));
         TRY(zc_param_release(x->eng, x->p[i], NULL));
+    }
+    return ZC_OK;
+}
+
+static zc_status write_grad(t_ctx *x, int i, const void *w, int step, int micro)
+{
+    const zc_dtype dt = x->run->dtype;
+    const float scale = (float)zc_loss_scale(x->eng) * (float)x->run->grad_gain;
+    void *g = zc_grad_buffer(x->eng, x->p[i]);
+    if (!g)
+        return fail(x, "zc_grad_buffer");
+    uint64_t key = ((uint64_t)x->rank << 48) ^ ((uint64_t)step << 24) ^ ((uint64_t)micro << 8);
+    for (int64_t k = 0; k < t_numel[i]; k++) {
+        float v = 0.05f * zc__load_f32(w, dt, (size_t)k) + unit(key, (uint64_t)i, (uint64_t)k);
+        zc__store_f32(g, dt, (size_t)k, v * scale);
     }
     return ZC_OK;
 }
 
 zc_status t_backward(t_ctx *x, int step, int micro, int skip)
 {
-    const zc_dtype dt = x->run->dtype;
-    const float scale = (float)zc_loss_scale(x->eng) * (float)x->run->grad_gain;
+    const void *w[T_NPARAMS];
+    if (x->run->layerwise) {
+        for (int l = T_NLAYERS - 1; l >= 0; l--) {
+            for (int i = t_layer_begin[l + 1] - 1; i >= t_layer_begin[l]; i--)
+                ZC_CHECK(use_param(x, i, &w[i]));
+            for (int i = t_layer_begin[l + 1] - 1; i >= t_layer_begin[l]; i--) {
+                if (i == skip)
+                    continue;
+                ZC_CHECK(write_grad(x, i, w[i], step, micro));
+                TRY(zc_grad_ready(x->eng, x->p[i]));
+            }
+            for (int i = t_layer_begin[l + 1] - 1; i >= t_layer_begin[l]; i--)
+                TRY(zc_param_release(x->eng, x->p[i], NULL));
+        }
+        return ZC_OK;
+    }
     for (int i = T_NPARAMS - 1; i >= 0; i--) {
         if (i == skip)
             continue;
-        const void *w = zc_param_acquire(x->eng, x->p[i], NULL);
-        if (!w)
-            return fail(x, "zc_param_acquire (backward)");
-        void *g = zc_grad_buffer(x->eng, x->p[i]);
-        if (!g)
-            return fail(x, "zc_grad_buffer");
-        uint64_t key = ((uint64_t)x->rank << 48) ^ ((uint64_t)step << 24) ^ ((uint64_t)micro << 8);
-        for (int64_t k = 0; k < t_numel[i]; k++) {
-            float v = 0.05f * zc__load_f32(w, dt, (size_t)k) + unit(key, (uint64_t)i, (uint64_t)k);
-            zc__store_f32(g, dt, (size_t)k, v * scale);
-        }
+        ZC_CHECK(use_param(x, i, &w[i]));
+        ZC_CHECK(write_grad(x, i, w[i], step, micro));
         TRY(zc_grad_ready(x->eng, x->p[i]));
         TRY(zc_param_release(x->eng, x->p[i], NULL));
     }
@@ -171,11 +211,13 @@ zc_status t_backward(t_ctx *x, int step, int micro, int skip)
 }
 
 static const int t_permuted[T_NPARAMS] = {5, 6, 7, 0, 1, 2, 3, 4};
+static const int t_permuted_layers[T_NLAYERS] = {3, 4, 5, 0, 1, 2};
 
 zc_status t_train_step(t_ctx *x, int step, zc_step_info *info)
 {
     for (int m = 0; m < x->run->accum; m++) {
-        ZC_CHECK(t_forward(x, step == x->run->permute_step ? t_permuted : NULL));
+        const int *perm = x->run->layerwise ? t_permuted_layers : t_permuted;
+        ZC_CHECK(t_forward(x, step == x->run->permute_step ? perm : NULL));
         ZC_CHECK(t_backward(x, step, m, -1));
         if (m + 1 < x->run->accum)
             TRY(zc_micro_step_end(x->eng));

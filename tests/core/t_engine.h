@@ -29,6 +29,11 @@ extern const int64_t t_numel[T_NPARAMS];
 extern const int t_group[T_NPARAMS];
 extern const bool t_boundary[T_NPARAMS];
 int64_t t_total_numel(void);
+/* Layers: parameters [t_layer_begin[l], t_layer_begin[l + 1]), one chunk each
+ * with the default bucket of 2048 (used sizes t_layer_numel). */
+#define T_NLAYERS 6
+extern const int t_layer_begin[T_NLAYERS + 1];
+extern const int64_t t_layer_numel[T_NLAYERS];
 
 typedef struct t_run {
     /* inputs */
@@ -41,6 +46,8 @@ typedef struct t_run {
     int64_t prefetch;          /* stage3_prefetch_bucket_size; < 0: library default */
     int64_t max_live;          /* stage3_max_live_parameters; < 0: library default */
     int permute_step;          /* forward acquires in another order at this step (-1: never) */
+    bool layerwise;            /* acquire a layer's (chunk's) params together, as a model
+                                  would, instead of one parameter at a time */
     /* outputs */
     float *master;             /* t_total_numel() floats gathered by rank 0 */
     zc_stats stats[T_MAX_WORLD];
@@ -65,7 +72,8 @@ typedef struct t_ctx {
  * loads the initial values. */
 zc_status t_ctx_open(t_ctx *x, t_run *run, int rank, zc_comm *comm);
 void t_ctx_close(t_ctx *x);
-/* Forward: acquire, touch and release every parameter (order NULL: natural). */
+/* Forward: acquire, touch and release every parameter (order NULL: natural;
+ * in layer-wise mode order permutes layers). */
 zc_status t_forward(t_ctx *x, const int *order);
 /* Backward: acquire in reverse order, write the gradient, make it ready
  * (skip: index of a parameter to leave out, or -1), release. */
