@@ -7,6 +7,7 @@
  * valid, 1 invalid (or unreadable), 2 usage error. */
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: zeroc config check FILE [--world N] [--lenient] [--json]\n"
+            "       zeroc config keys      (the key table as Markdown, for docs/config.md)\n"
             "  Validates a DeepSpeed JSON config and prints the effective values and where\n"
             "  each came from (file, default, alias, auto, derived), or every error.\n"
             "  --world N   data-parallel world size for the batch rules (default: not checked\n"
@@ -168,6 +170,80 @@ static int print_json(const char *file, int world, const zc_cfg_diag *d, const z
     return 0;
 }
 
+static const char *type_name(const zc_cfg_key *k)
+{
+    switch (k->type) {
+    case ZC_KT_BOOL: return "bool";
+    case ZC_KT_TRI: return "bool or null";
+    case ZC_KT_I32:
+    case ZC_KT_I64: return "integer";
+    case ZC_KT_F64: return "number";
+    case ZC_KT_STR: return "string";
+    case ZC_KT_ENUM: return "string";
+    case ZC_KT_BETAS: return "[number, number]";
+    case ZC_KT_DTYPE: return "dtype";
+    case ZC_KT_IGNORED: return "any";
+    }
+    return "?";
+}
+
+static void range_text(const zc_cfg_key *k, char *buf, size_t cap)
+{
+    buf[0] = 0;
+    if (k->type == ZC_KT_I32 || k->type == ZC_KT_I64) {
+        if (k->imax == INT64_MAX)
+            snprintf(buf, cap, ">= %lld", (long long)k->imin);
+        else
+            snprintf(buf, cap, "%lld..%lld", (long long)k->imin, (long long)k->imax);
+    } else if (k->type == ZC_KT_F64) {
+        if (k->dmax == INFINITY)
+            snprintf(buf, cap, "%s %g", k->flags & ZC_KF_EXMIN ? ">" : ">=", k->dmin);
+        else
+            snprintf(buf, cap, "%g..%g", k->dmin, k->dmax);
+    } else if (k->type == ZC_KT_BETAS) {
+        snprintf(buf, cap, "each in [0, 1)");
+    } else if (k->type == ZC_KT_ENUM) {
+        for (const zc_cfg_enum *e = k->enums; e->name; e++) {
+            size_t n = strlen(buf);
+            snprintf(buf + n, cap - n, "%s%s", n ? ", " : "", e->name);
+        }
+    } else if (k->type == ZC_KT_DTYPE) {
+        snprintf(buf, cap, "fp16, bf16, fp32");
+    }
+}
+
+/* The key table as Markdown: docs/config.md embeds this output. */
+static int keys_markdown(void)
+{
+    zc_config *cfg;
+    if (zc_config_create(&cfg) != ZC_OK) {
+        fprintf(stderr, "zeroc config keys: %s\n", zc_last_error());
+        return 1;
+    }
+    printf("| key | type | default | allowed | \"auto\" | meaning |\n");
+    printf("|---|---|---|---|---|---|\n");
+    for (int i = 0; i < zc__cfg_nkeys; i++) {
+        const zc_cfg_key *k = &zc__cfg_keys[i];
+        char def[96] = "", range[160], name[200];
+        if (k->type != ZC_KT_IGNORED)
+            zc_config_get(cfg, k->path, def, sizeof def);
+        range_text(k, range, sizeof range);
+        if (k->alias)
+            snprintf(name, sizeof name, "`%s` (also `%s`)", k->path, strrchr(k->alias, '.') + 1);
+        else
+            snprintf(name, sizeof name, "`%s`", k->path);
+        const char *aut = k->type == ZC_KT_IGNORED ? "accepted, unused"
+                          : k->flags & ZC_KF_AUTO_MODEL ? "model (engine build)"
+                          : k->flags & ZC_KF_MUST_RESOLVE ? "program (required)"
+                          : k->flags & ZC_KF_AUTO_PROGRAM ? "program, else default"
+                                                          : "default";
+        printf("| %s | %s | %s%s%s | %s | %s | %s |\n", name, type_name(k), def[0] ? "`" : "",
+               def, def[0] ? "`" : "", range, aut, k->doc);
+    }
+    zc_config_destroy(cfg);
+    return 0;
+}
+
 static int check(const char *file, int world, bool lenient, bool as_json)
 {
     char *text = NULL;
@@ -213,6 +289,8 @@ int zc__cmd_config(int argc, char **argv)
         usage(stdout);
         return 0;
     }
+    if (!strcmp(argv[1], "keys"))
+        return keys_markdown();
     if (strcmp(argv[1], "check")) {
         fprintf(stderr, "zeroc config: unknown subcommand '%s'\n", argv[1]);
         usage(stderr);
