@@ -111,6 +111,7 @@ typedef struct zc_chunk {
     int acq;                   /* outstanding acquires over its parameters */
     bool persistent;           /* kept gathered (param_persistence_threshold) */
     bool prefetched;           /* gathered ahead of its next use, not yet acquired */
+    int64_t gathers_cur, gathers_last; /* gathers in this / the last step */
 } zc_chunk;
 
 /* Stage 3's acquire trace (src/zero3/gather.c). */

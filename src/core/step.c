@@ -152,6 +152,10 @@ static void snapshot_stats(zc_engine *e)
     }
     e->gathers_last = e->gathers_cur;
     e->gathers_cur = 0;
+    for (int k = 0; k < e->nchunks; k++) {
+        e->chunks[k].gathers_last = e->chunks[k].gathers_cur;
+        e->chunks[k].gathers_cur = 0;
+    }
     e->live_peak_last = e->live_peak_cur;
     e->live_peak_cur = e->live_elems;
 }

@@ -42,6 +42,7 @@ static zc_status gather_chunk(zc_engine *e, int k)
         return rc;
     }
     e->gathers_cur++;
+    c->gathers_cur++;
     e->live_elems += c->padded;
     if (e->live_elems > e->live_peak_cur)
         e->live_peak_cur = e->live_elems;
@@ -229,6 +230,7 @@ zc_status zc__z3_step_end(zc_engine *e, bool updated)
              * handed out stay valid and see the new values. */
             ZC_CHECK(zc__eng_all_gather(e, c->param, c->gather, (size_t)c->shard, e->pdt, true));
             e->gathers_cur++;
+            c->gathers_cur++;
         }
     }
     return ZC_OK;

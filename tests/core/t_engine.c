@@ -210,6 +210,16 @@ zc_status t_backward(t_ctx *x, int step, int micro, int skip)
     return ZC_OK;
 }
 
+zc_status t_backward_one(t_ctx *x, int step, int micro, int i)
+{
+    const void *w;
+    ZC_CHECK(use_param(x, i, &w));
+    ZC_CHECK(write_grad(x, i, w, step, micro));
+    TRY(zc_grad_ready(x->eng, x->p[i]));
+    TRY(zc_param_release(x->eng, x->p[i], NULL));
+    return ZC_OK;
+}
+
 static const int t_permuted[T_NPARAMS] = {5, 6, 7, 0, 1, 2, 3, 4};
 static const int t_permuted_layers[T_NLAYERS] = {3, 4, 5, 0, 1, 2};
 
@@ -255,6 +265,8 @@ static void *rank_main(void *argp)
             zc_step_info info;
             if (t_train_step(&x, s, &info) != ZC_OK)
                 goto out;
+            if (a->run->after_step)
+                a->run->after_step(&x, s, a->run->hook_arg);
             if (a->rank == 0 && s < T_MAX_STEPS) {
                 a->run->info[s] = info;
                 a->run->step_stats[s] = (zc_stats){.size = sizeof(zc_stats)};

@@ -35,6 +35,8 @@ int64_t t_total_numel(void);
 extern const int t_layer_begin[T_NLAYERS + 1];
 extern const int64_t t_layer_numel[T_NLAYERS];
 
+struct t_ctx;
+
 typedef struct t_run {
     /* inputs */
     int stage, world, steps, accum;
@@ -48,6 +50,9 @@ typedef struct t_run {
     int permute_step;          /* forward acquires in another order at this step (-1: never) */
     bool layerwise;            /* acquire a layer's (chunk's) params together, as a model
                                   would, instead of one parameter at a time */
+    /* called on every rank thread after each zc_step (may be NULL) */
+    void (*after_step)(struct t_ctx *x, int step, void *arg);
+    void *hook_arg;
     /* outputs */
     float *master;             /* t_total_numel() floats gathered by rank 0 */
     zc_stats stats[T_MAX_WORLD];
@@ -78,6 +83,8 @@ zc_status t_forward(t_ctx *x, const int *order);
 /* Backward: acquire in reverse order, write the gradient, make it ready
  * (skip: index of a parameter to leave out, or -1), release. */
 zc_status t_backward(t_ctx *x, int step, int micro, int skip);
+/* Backward for parameter i alone (acquire, write, ready, release). */
+zc_status t_backward_one(t_ctx *x, int step, int micro, int i);
 /* One optimizer step: accum micro-steps of forward + backward, then zc_step. */
 zc_status t_train_step(t_ctx *x, int step, zc_step_info *info);
 /* Collective: gathers every parameter's fp32 master; rank 0 stores it in out. */
