@@ -10,8 +10,7 @@
  *   train_mlp [--stage 0..3] [--world W] [--dtype fp32|bf16|fp16] [--steps N]
  *             [--accum K] [--batch B] [--seed S] [--clip C] [--lr X]
  *             [--bucket ELEMS] [--persistence-threshold ELEMS]
- *             [--prefetch ELEMS] [--device host|auto] [--dump-params FILE]
- *             [--json]
+ *             [--prefetch ELEMS] [--dump-params FILE] [--json]
  *
  * With --json: one JSON object per optimizer step, then a final object with
  * the SHA-256 of the fp32 master parameters (gathered, little-endian, in
@@ -46,7 +45,6 @@ typedef struct opts {
     unsigned long long seed;
     double clip, lr, weight_decay;
     long long bucket, persistence, prefetch; /* -1: library default */
-    zc_device_kind device;
     const char *dump_path;
     bool json;
 } opts;
@@ -57,8 +55,7 @@ static void usage(FILE *f)
             "usage: train_mlp [--stage 0..3] [--world W] [--dtype fp32|bf16|fp16] [--steps N]\n"
             "                 [--accum K] [--batch B] [--seed S] [--clip C] [--lr X]\n"
             "                 [--bucket ELEMS] [--persistence-threshold ELEMS]\n"
-            "                 [--prefetch ELEMS] [--device host|auto] [--dump-params FILE]\n"
-            "                 [--json]\n"
+            "                 [--prefetch ELEMS] [--dump-params FILE] [--json]\n"
             "defaults: --stage 2 --world 2 --dtype bf16 --steps 50 --accum 1 --batch 32\n"
             "          --seed 1 --clip 1.0 --lr 1e-3 --bucket 65536\n");
 }
@@ -92,8 +89,7 @@ static opts parse_args(int argc, char **argv)
 {
     opts o = {.stage = 2, .world = 2, .steps = 50, .accum = 1, .batch = 32,
               .dtype = ZC_DTYPE_BF16, .seed = 1, .clip = 1.0, .lr = 1e-3,
-              .weight_decay = 0.01, .bucket = 65536, .persistence = -1, .prefetch = -1,
-              .device = ZC_DEVICE_HOST};
+              .weight_decay = 0.01, .bucket = 65536, .persistence = -1, .prefetch = -1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--json")) { o.json = true; continue; }
@@ -121,10 +117,6 @@ static opts parse_args(int argc, char **argv)
             else if (!strcmp(v, "bf16")) o.dtype = ZC_DTYPE_BF16;
             else if (!strcmp(v, "fp16")) o.dtype = ZC_DTYPE_F16;
             else { fprintf(stderr, "train_mlp: --dtype must be fp32, bf16 or fp16, got '%s'\n", v); exit(2); }
-        } else if (!strcmp(a, "--device")) {
-            if (!strcmp(v, "host")) o.device = ZC_DEVICE_HOST;
-            else if (!strcmp(v, "auto")) o.device = ZC_DEVICE_AUTO;
-            else { fprintf(stderr, "train_mlp: --device must be host or auto, got '%s'\n", v); exit(2); }
         } else {
             fprintf(stderr, "train_mlp: unknown flag '%s'\n", a);
             usage(stderr);
@@ -349,7 +341,9 @@ static void *rank_main(void *argp)
 
     zc_config *cfg = make_config(o, rank);
     zc_engine_options eo = ZC_ENGINE_OPTIONS_INIT;
-    eo.device = o->device;
+    /* Host memory: the forward and backward below read the acquired
+     * parameters and write the gradient buffers with the CPU. */
+    eo.device = ZC_DEVICE_HOST;
     zc_engine *eng = NULL;
     CHECK(zc_engine_create(&eng, cfg, sh->comms[rank], &eo));
 
