@@ -39,6 +39,7 @@ static struct {
     int nworkers;
     bool stop;
     _Atomic uint64_t gen;
+    uint64_t start_gen[ZC_POOL_MAX_THREADS]; /* gen when worker w was created */
     zc_pool_fn fn;
     void *arg;
     int nparts;  /* parts of the job */
@@ -159,7 +160,10 @@ static void bind_self(int node)
 static void *worker_main(void *argp)
 {
     int w = (int)(intptr_t)argp;
-    uint64_t seen = atomic_load(&P.gen);
+    /* Not the current gen: the job that made us may already be published. */
+    pthread_mutex_lock(&P.lock);
+    uint64_t seen = P.start_gen[w];
+    pthread_mutex_unlock(&P.lock);
     uint64_t bound = 0;
     for (;;) {
         for (int i = 0; i < SPIN_ITERS && atomic_load_explicit(&P.gen, memory_order_acquire) == seen;
@@ -222,6 +226,7 @@ static int ensure_workers(int want)
     while (P.nworkers < want) {
         int w = P.nworkers + 1;
         atomic_fetch_add(&P.live, 1);
+        P.start_gen[w] = atomic_load(&P.gen);
         int rc = pthread_create(&P.th[P.nworkers], NULL, worker_main, (void *)(intptr_t)w);
         if (rc != 0) {
             atomic_fetch_sub(&P.live, 1);

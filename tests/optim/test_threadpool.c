@@ -1,0 +1,127 @@
+/* The host thread pool under the optimizer: results independent of the thread
+ * count (bitwise), concurrent submitters, ZC_CPU_THREADS, clean teardown. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <criterion/criterion.h>
+
+#include "adam_case.h"
+#include "helpers.h"
+#include "optim/adam_isa.h"
+#include "optim/threadpool.h"
+
+Test(optim_pool, bitwise_identical_across_thread_counts)
+{
+    uint64_t rng = t_seed("optim_pool/bitwise_identical_across_thread_counts");
+    int cores = zc__pool_physical_cores();
+    int counts[2] = {2, cores};
+    size_t n = (3u << 20) + 13;
+    for (int variant = 0; variant < zc__adam_variant_count(); variant++) {
+        if (!zc__adam_variant_usable(variant, NULL))
+            continue;
+        for (int layout = 0; layout < 2; layout++) {
+            ta_case c;
+            ta_case_init(&c, &rng, n, ZC_DTYPE_BF16, ZC_DTYPE_BF16, layout, false, true);
+            zc_adam_hparams hp = ta_random_hparams(&rng, true, true);
+            zc_adam_coeffs co = zc__adam_coeffs(&hp, 5);
+            /* The test copy's inputs, to restart from for each thread count. */
+            float *orig = malloc(3 * n * sizeof(float));
+            cr_assert(orig);
+            float *bufs[3] = {c.test.master, c.test.m, c.test.v};
+            for (int b = 0; b < 3; b++)
+                memcpy(orig + (size_t)b * n, bufs[b], n * sizeof(float));
+            cr_assert_eq(zc__adam_host_run(&c.ref, &co, variant, 1), ZC_OK, "%s", zc_last_error());
+            for (int k = 0; k < 2; k++) {
+                for (int b = 0; b < 3; b++)
+                    memcpy(bufs[b], orig + (size_t)b * n, n * sizeof(float));
+                memset(c.test.param_out, 0, n * 2);
+                cr_assert_eq(zc__adam_host_run(&c.test, &co, variant, counts[k]), ZC_OK, "%s",
+                             zc_last_error());
+                char what[96];
+                snprintf(what, sizeof what, "%s, %d threads vs 1, layout %d",
+                         zc__adam_variant(variant)->name, counts[k], layout);
+                ta_case_assert_bitwise(&c, what);
+            }
+            free(orig);
+            ta_case_free(&c);
+        }
+    }
+    if (cores >= 2)
+        cr_assert_geq(zc__pool_live_workers(), 1, "a multi-threaded run started no worker");
+    zc__pool_shutdown();
+    cr_assert_eq(zc__pool_live_workers(), 0);
+    t_assert_no_leaks();
+}
+
+typedef struct conc_arg {
+    ta_case cases[4];
+    zc_adam_coeffs co;
+    zc_status st[4];
+} conc_arg;
+
+static void conc_rank(int rank, void *p)
+{
+    conc_arg *a = p;
+    for (int rep = 0; rep < 5 && a->st[rank] == ZC_OK; rep++)
+        a->st[rank] = zc__adam_host_run(&a->cases[rank].test, &a->co, -1, 2);
+}
+
+/* Ranks driven from several threads share the pool: one gets it, the others
+ * run their shards themselves; every result must equal the reference. */
+Test(optim_pool, concurrent_submitters)
+{
+    uint64_t rng = t_seed("optim_pool/concurrent_submitters");
+    conc_arg *a = calloc(1, sizeof *a);
+    cr_assert(a);
+    zc_adam_hparams hp = ta_random_hparams(&rng, false, true);
+    a->co = zc__adam_coeffs(&hp, 9);
+    for (int r = 0; r < 4; r++)
+        ta_case_init(&a->cases[r], &rng, 300000 + (size_t)r * 1001, ZC_DTYPE_F16, ZC_DTYPE_F16, 0,
+                     false, true);
+    t_run_ranks(4, conc_rank, a);
+    for (int r = 0; r < 4; r++) {
+        cr_assert_eq(a->st[r], ZC_OK);
+        for (int rep = 0; rep < 5; rep++)
+            zc__adam_scalar(&a->cases[r].ref, &a->co);
+        ta_case_compare(&a->cases[r], "concurrent rank");
+        ta_case_free(&a->cases[r]);
+    }
+    free(a);
+    zc__pool_shutdown();
+    cr_assert_eq(zc__pool_live_workers(), 0);
+    t_assert_no_leaks();
+}
+
+static _Atomic int hits[8];
+
+static void count_part(void *arg, int part, int nparts)
+{
+    (void)arg;
+    cr_assert_eq(nparts, 8);
+    hits[part]++;
+}
+
+Test(optim_pool, cpu_threads_override_and_restart)
+{
+    setenv("ZC_CPU_THREADS", "3", 1);
+    cr_assert_eq(zc__pool_default_threads(), 3);
+    setenv("ZC_CPU_THREADS", "many", 1);
+    cr_assert_eq(zc__pool_default_threads(), zc__pool_physical_cores(),
+                 "a bad ZC_CPU_THREADS falls back to the core count");
+    unsetenv("ZC_CPU_THREADS");
+    cr_assert_geq(zc__pool_physical_cores(), 1);
+
+    /* The pool restarts after a shutdown and runs every part exactly once. */
+    for (int round = 0; round < 3; round++) {
+        for (int k = 0; k < 8; k++)
+            hits[k] = 0;
+        cr_assert_eq(zc__pool_run(8, count_part, NULL, NULL), ZC_OK);
+        for (int k = 0; k < 8; k++)
+            cr_assert_eq(hits[k], 1, "round %d: part %d ran %d times", round, k, (int)hits[k]);
+        cr_assert_geq(zc__pool_live_workers(), 1);
+        zc__pool_shutdown();
+        cr_assert_eq(zc__pool_live_workers(), 0);
+    }
+    t_assert_no_leaks();
+}
