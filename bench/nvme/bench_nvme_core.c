@@ -4,8 +4,9 @@
  * store (O_DIRECT, io_uring, registered buffers from the pinned pool), by fio
  * with ioengine=io_uring and by fio with ioengine=libaio (--direct=1, same
  * block size and depth). Runs alternate ours / fio io_uring / fio libaio in
- * each repetition so drift of the drive (SLC cache, thermal, the host's other
- * tenants) hits all three alike; the median of the repetitions is reported.
+ * each repetition (the first of the three rotating) so drift of the drive
+ * (SLC cache, thermal, the host's other tenants) hits all three alike; the
+ * median of the repetitions is reported, each repetition on stderr.
  * One JSON object per case on stdout:
  *   {"op","block","depth","gbps","fio_io_uring_gbps","fio_libaio_gbps",
  *    "ratio_io_uring","ratio_libaio"}
@@ -250,6 +251,7 @@ typedef struct ours {
     zc_nvme_ticket *q;
     int depth;
     uint64_t block;
+    int64_t max_inflight; /* most requests seen in the kernel at once */
 } ours;
 
 static void ours_close(ours *o)
@@ -320,6 +322,10 @@ static double ours_pass(ours *o, bool write, uint64_t size)
                              : zc__nvme_read(o->st, i * o->block, b, o->block, &o->q[k]);
         if (rc != ZC_OK)
             goto fail;
+        zc_nvme_stats ss;
+        zc__nvme_stats_get(o->st, &ss);
+        if (ss.inflight > o->max_inflight)
+            o->max_inflight = ss.inflight;
     }
     if (zc__nvme_wait_all(o->st) != ZC_OK)
         goto fail;
@@ -431,14 +437,32 @@ static int run_case(const cfg *c, uint64_t block, int depth, bool *prefilled)
             continue;
         double ours_v[100], fu[100], fl[100];
         for (int r = 0; r < c->reps; r++) {
-            ours_v[r] = ours_pass(&o, write, c->size);
-            if (ours_v[r] < 0) {
-                ours_close(&o);
-                return 1;
+            /* Rotate who goes first, so a drive (or a host cache) that
+             * favours the first or last run of a round favours each alike. */
+            for (int k = 0; k < 3; k++) {
+                int e = (r + k) % 3;
+                if (e == 0) {
+                    ours_v[r] = ours_pass(&o, write, c->size);
+                    if (ours_v[r] < 0) {
+                        ours_close(&o);
+                        return 1;
+                    }
+                } else if (e == 1) {
+                    fu[r] = c->fio ? fio_pass(c, path, "io_uring", write, block, depth) : -1;
+                } else {
+                    fl[r] = c->fio ? fio_pass(c, path, "libaio", write, block, depth) : -1;
+                }
             }
-            fu[r] = c->fio ? fio_pass(c, path, "io_uring", write, block, depth) : -1;
-            fl[r] = c->fio ? fio_pass(c, path, "libaio", write, block, depth) : -1;
         }
+        /* The spread goes to stderr: on shared or virtual disks it is often
+         * wider than the differences between engines. */
+        fprintf(stderr, "bench_nvme: %s block %" PRIu64 " depth %d GB/s per rep:",
+                write ? "write" : "read", block, depth);
+        for (int r = 0; r < c->reps; r++)
+            fprintf(stderr, " ours %.3f fio_io_uring %.3f fio_libaio %.3f%s", ours_v[r], fu[r],
+                    fl[r], r + 1 < c->reps ? " |" : "\n");
+        fprintf(stderr, "bench_nvme: ours kept up to %lld requests in flight (depth %d)\n",
+                (long long)o.max_inflight, depth);
         double g = median(ours_v, c->reps);
         double u = c->fio ? median(fu, c->reps) : -1;
         double l = c->fio ? median(fl, c->reps) : -1;
