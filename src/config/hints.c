@@ -104,8 +104,12 @@ static void consider(nearest *n, const char *cand)
 {
     if (!cand)
         return;
-    int cap = (int)strlen(n->leaf) / 3;
-    if (cap < 2)
+    /* Short names get one edit at most ("log" is not "moe"). */
+    int len = (int)strlen(n->leaf);
+    int cap = len / 3;
+    if (cap < 1)
+        cap = 1;
+    if (len >= 6 && cap < 2)
         cap = 2;
     int dist = same_words(n->leaf, cand) ? 1 : zc__edit_distance(n->leaf, cand, cap);
     if (dist <= cap && dist < n->best) {

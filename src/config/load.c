@@ -150,9 +150,24 @@ static zc_status walk_member(walk_ctx *c, const char *canon, const char *written
     if (!canon[0]) {
         if (zc__cfg_is_ignored_feature(name))
             ZC_LOGD("config", "%s: DeepSpeed feature not used by zeroc; ignored", wpath);
-        else
+        else {
+            /* An unknown wrapper around top-level keys ("log": {"steps_per_print": 50}). */
+            const char *inner;
+            json_t *iv;
+            if (!hint[0] && json_is_object(val)) {
+                json_object_foreach((json_t *)val, inner, iv) {
+                    int ik = zc__cfg_key_find(inner);
+                    if (ik >= 0 || zc__cfg_is_block(inner)) {
+                        snprintf(hint, sizeof hint,
+                                 "; its key %s belongs at the top level (it is ignored here)",
+                                 inner);
+                        break;
+                    }
+                }
+            }
             zc__diag_add(d, ZC_SEV_WARN, ZC_OK, wpath,
                          "unknown top-level key, ignored as DeepSpeed does%s", hint);
+        }
     } else if (!strcmp(canon, "aio")) {
         zc__diag_add(d, ZC_SEV_WARN, ZC_OK, wpath, "unknown aio key, ignored%s", hint);
     } else if (c->flags & ZC_CONFIG_LENIENT) {

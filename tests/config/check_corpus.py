@@ -179,6 +179,19 @@ BATCH = [
 ]
 
 
+# Exit status contract of the CLI: (arguments after "config", expected status).
+USAGE = [
+    (["check"], 2),
+    (["check", "x.json", "--world", "zero"], 2),
+    (["check", "x.json", "--world", "0"], 2),
+    (["check", "x.json", "--bogus"], 2),
+    (["check", "a.json", "b.json"], 2),
+    (["frobnicate"], 2),
+    (["check", "/nonexistent/ds_config.json"], 1),
+    (["--help"], 0),
+]
+
+
 def run(zeroc, path, world=None):
     cmd = [zeroc, "config", "check", path, "--json"]
     if world:
@@ -201,7 +214,7 @@ def main():
         return 0
     files = sorted(f for f in os.listdir(corpus) if f.endswith(".json"))
     names = sorted(set(files) | set(EXPECTED))
-    print("1..%d" % (len(names) + len(EFFECTIVE) + len(BATCH)))
+    print("1..%d" % (len(names) + len(EFFECTIVE) + len(BATCH) + len(USAGE)))
     bad = 0
     n = 0
     results = {}
@@ -262,6 +275,13 @@ def main():
         print("%s %d - %s --world %d: %s%s" % ("ok" if ok else "not ok", n, name, world,
                                                "valid" if valid else "rejected",
                                                "" if ok else " (got rc %d, %s)" % (rc, msgs)))
+    for args, want in USAGE:
+        n += 1
+        p = subprocess.run([zeroc, "config"] + args, capture_output=True, text=True, timeout=60)
+        ok = p.returncode == want
+        bad += not ok
+        print("%s %d - zeroc config %s exits %d%s" % ("ok" if ok else "not ok", n, " ".join(args),
+                                                     want, "" if ok else " (got %d)" % p.returncode))
     return 1 if bad else 0
 
 

@@ -239,6 +239,16 @@ Test(config_errors, lenient_and_top_level_unknown_keys_load)
               "%s", cap.text);
     cr_assert_null(strstr(cap.text, "flops_profiler"), "a DeepSpeed feature is ignored quietly");
     zc_config_destroy(cfg);
+    cap.text[0] = 0;
+    zc_log_set_sink(t_log_sink, &cap);
+    cr_assert_eq(zc_config_load_string(&cfg, "{\"log\": {\"steps_per_print\": 50}}", "t.json", 0),
+                 ZC_OK);
+    zc_log_set_sink(NULL, NULL);
+    cr_assert(strstr(cap.text, "log: unknown top-level key, ignored as DeepSpeed does; its key "
+                               "steps_per_print belongs at the top level"),
+              "%s", cap.text);
+    cr_assert_eq(cfg->steps_per_print, -1);
+    zc_config_destroy(cfg);
     t_assert_no_leaks();
 }
 
