@@ -1,0 +1,430 @@
+/* Host Adam throughput against the same-pattern streaming ceiling.
+ *
+ * For each N, each usable variant, each thread count 1..cores and each case
+ * (gradient fp32/bf16/fp16 x 16-bit copy off/on; the copy is bf16 for fp32 and
+ * bf16 gradients, fp16 for fp16 gradients), it times zc__adam_host_run and, on
+ * the same buffers with the same threads and the same static split, a
+ * streaming loop with exactly the case's reads and writes and trivial
+ * arithmetic (the bound no Adam can beat), alternating the two so machine
+ * noise hits both alike; plus a STREAM triad for reference. One warm-up, then
+ * the median of the repetitions.
+ *
+ * Bytes counted per parameter (what the loop reads and writes, no
+ * read-for-ownership): read master, m, v (12) + gradient (4 fp32, 2 bf16/fp16)
+ * + write master, m, v (12) + copy (2 if on): 28/30 with fp32 gradients,
+ * 26/28 with 16-bit ones. Triad: 12 bytes per element (STREAM's count).
+ *
+ * Output: one JSON object per case
+ * {"variant","threads","n","grad_dtype","param_copy","seconds","params_per_s",
+ *  "bytes_per_s","stream_bytes_per_s","ratio_to_stream","triad_bytes_per_s"}
+ * and a final {"summary":...} line naming the best case and the issue's
+ * targets. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include "bench/cpu_adam/cpu_adam.h"
+#include "core/alloc.h"
+#include "core/dtype.h"
+#include "optim/adam_isa.h"
+#include "optim/threadpool.h"
+
+#define MAX_N_LIST 8
+#define MAX_REPS 200
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* ---- the streaming ceiling ------------------------------------------------ */
+
+/* p, m, v += g; copy = the top half (bf16) or F16C rounding (fp16) of p. */
+static void stream_generic(const zc_adam_shard *s)
+{
+    float *p = s->master, *m = s->m, *v = s->v;
+    for (size_t i = 0; i < s->n; i++) {
+        float g = zc__load_f32(s->grad, s->grad_dtype, i);
+        float x = p[i] + g;
+        p[i] = x;
+        m[i] += g;
+        v[i] += g;
+        if (s->param_out)
+            ((uint16_t *)s->param_out)[i] = (uint16_t)(zc__f32_bits(x) >> 16);
+    }
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx2,fma,f16c"))) static void stream_avx2(const zc_adam_shard *s)
+{
+    float *p = s->master, *m = s->m, *v = s->v;
+    const void *gp = s->grad;
+    uint16_t *o = s->param_out;
+    size_t n = s->n, i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 g;
+        if (s->grad_dtype == ZC_DTYPE_F32)
+            g = _mm256_loadu_ps((const float *)gp + i);
+        else if (s->grad_dtype == ZC_DTYPE_F16)
+            g = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)gp + i)));
+        else
+            g = _mm256_castsi256_ps(_mm256_slli_epi32(
+                _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const uint16_t *)gp + i))),
+                16));
+        __m256 x = _mm256_add_ps(_mm256_loadu_ps(p + i), g);
+        _mm256_storeu_ps(p + i, x);
+        _mm256_storeu_ps(m + i, _mm256_add_ps(_mm256_loadu_ps(m + i), g));
+        _mm256_storeu_ps(v + i, _mm256_add_ps(_mm256_loadu_ps(v + i), g));
+        if (o) {
+            __m256i b = _mm256_srli_epi32(_mm256_castps_si256(x), 16);
+            _mm_storeu_si128((__m128i *)(o + i),
+                             _mm_packus_epi32(_mm256_castsi256_si128(b),
+                                              _mm256_extracti128_si256(b, 1)));
+        }
+    }
+    zc_adam_shard rest = zc__adam_shard_slice(s, i, n);
+    stream_generic(&rest);
+}
+#endif
+
+typedef void (*stream_fn)(const zc_adam_shard *s);
+
+static stream_fn pick_stream(const char **name)
+{
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2")) {
+        *name = "avx2";
+        return stream_avx2;
+    }
+#endif
+    *name = "generic";
+    return stream_generic;
+}
+
+/* ---- jobs on the pool (the same static split as zc__adam_host_run) -------- */
+
+typedef struct job {
+    const zc_adam_shard *s;
+    stream_fn stream;
+    float *a, *b, *c; /* triad */
+    int what;         /* 0 stream, 1 triad, 2 init */
+} job;
+
+static void range_of(size_t n, int k, int nparts, size_t *lo, size_t *hi)
+{
+    size_t ntiles = (n + ZC_ADAM_TILE - 1) / ZC_ADAM_TILE;
+    size_t t0 = ntiles * (size_t)k / (size_t)nparts, t1 = ntiles * (size_t)(k + 1) / (size_t)nparts;
+    *lo = t0 * ZC_ADAM_TILE;
+    *hi = t1 * ZC_ADAM_TILE < n ? t1 * ZC_ADAM_TILE : n;
+}
+
+static void job_part(void *arg, int k, int nparts)
+{
+    const job *j = arg;
+    size_t lo, hi;
+    range_of(j->s->n, k, nparts, &lo, &hi);
+    if (lo >= hi)
+        return;
+    if (j->what == 0) {
+        zc_adam_shard part = zc__adam_shard_slice(j->s, lo, hi);
+        j->stream(&part);
+    } else if (j->what == 1) {
+        for (size_t i = lo; i < hi; i++)
+            j->a[i] = j->b[i] + 0.5f * j->c[i];
+    } else {
+        const zc_adam_shard *s = j->s;
+        for (size_t i = lo; i < hi; i++) {
+            float x = (float)((int)(i % 2001) - 1000) * 1e-5f;
+            s->master[i] = x;
+            s->m[i] = x * 1e-2f;
+            s->v[i] = 1e-6f + x * x;
+            ((float *)j->a)[i] = x * 1e-3f;                              /* fp32 grads */
+            ((uint16_t *)j->b)[i] = zc__f32_to_bf16(x * 1e-3f);          /* bf16 grads */
+            ((uint16_t *)j->c)[i] = zc__f32_to_f16(x * 1e-3f);           /* fp16 grads */
+        }
+    }
+}
+
+/* ---- options -------------------------------------------------------------- */
+
+static int parse_count(const char *s, size_t *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || v <= 0)
+        return -1;
+    if (*end == 'M' || *end == 'm')
+        v *= 1 << 20, end++;
+    else if (*end == 'K' || *end == 'k')
+        v *= 1 << 10, end++;
+    else if (*end == 'G' || *end == 'g')
+        v *= 1 << 30, end++;
+    if (*end)
+        return -1;
+    *out = (size_t)v;
+    return 0;
+}
+
+static void usage(FILE *f, const char *prog)
+{
+    fprintf(f,
+            "usage: %s [--n LIST] [--quick] [--variant NAME] [--threads LIST] [--reps R]\n"
+            "  --n LIST        parameter counts, comma separated, K/M/G suffixes\n"
+            "                  (default 1M,16M,64M,256M)\n"
+            "  --quick         1M,16M and 3 repetitions\n"
+            "  --variant NAME  only this variant (scalar, avx2, avx512, avx512bf16)\n"
+            "  --threads LIST  thread counts (default 1..physical cores)\n"
+            "  --reps R        timed repetitions per case (default: 5, more for small N)\n"
+            "Prints one JSON object per case and a summary line.\n",
+            prog);
+}
+
+typedef struct best_t {
+    double pps, ratio;
+    char desc[200];
+} best_t;
+
+int zc__bench_cpu_adam(int argc, char **argv)
+{
+    const char *prog = argc > 0 ? argv[0] : "bench_cpu_adam";
+    size_t ns[MAX_N_LIST] = {1u << 20, 16u << 20, 64u << 20, 256u << 20};
+    int nn = 4, reps_opt = 0, nthr = 0, threads[64];
+    const char *only = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout, prog);
+            return 0;
+        } else if (!strcmp(a, "--quick")) {
+            ns[0] = 1u << 20, ns[1] = 16u << 20, nn = 2;
+            if (!reps_opt)
+                reps_opt = 3;
+        } else if (!strcmp(a, "--n") && val) {
+            nn = 0;
+            char buf[256];
+            snprintf(buf, sizeof buf, "%s", val);
+            for (char *t = strtok(buf, ","); t; t = strtok(NULL, ","))
+                if (nn == MAX_N_LIST || parse_count(t, &ns[nn++])) {
+                    fprintf(stderr, "%s: --n: '%s' is not a list of counts\n", prog, val);
+                    return 2;
+                }
+            i++;
+        } else if (!strcmp(a, "--variant") && val) {
+            only = val;
+            i++;
+        } else if (!strcmp(a, "--threads") && val) {
+            char buf[256];
+            snprintf(buf, sizeof buf, "%s", val);
+            for (char *t = strtok(buf, ","); t && nthr < 64; t = strtok(NULL, ",")) {
+                threads[nthr] = atoi(t);
+                if (threads[nthr] < 1 || threads[nthr] > ZC_POOL_MAX_THREADS) {
+                    fprintf(stderr, "%s: --threads: '%s' is not a thread count\n", prog, t);
+                    return 2;
+                }
+                nthr++;
+            }
+            i++;
+        } else if (!strcmp(a, "--reps") && val) {
+            reps_opt = atoi(val);
+            if (reps_opt < 1 || reps_opt > MAX_REPS) {
+                fprintf(stderr, "%s: --reps must be 1..%d\n", prog, MAX_REPS);
+                return 2;
+            }
+            i++;
+        } else {
+            fprintf(stderr, "%s: unknown or incomplete option '%s'\n", prog, a);
+            usage(stderr, prog);
+            return 2;
+        }
+    }
+    int cores = zc__pool_physical_cores();
+    if (!nthr)
+        for (int t = 1; t <= cores && t <= 64; t++)
+            threads[nthr++] = t;
+    int variants[8], nv = 0;
+    for (int i = 0; i < zc__adam_variant_count(); i++) {
+        const char *why;
+        bool usable = zc__adam_variant_usable(i, &why);
+        if (only && strcmp(only, zc__adam_variant(i)->name))
+            continue;
+        if (!usable) {
+            if (only) {
+                fprintf(stderr, "%s: variant %s: %s\n", prog, only, why);
+                return 1;
+            }
+            continue;
+        }
+        variants[nv++] = i;
+    }
+    if (!nv) {
+        fprintf(stderr, "%s: no variant named '%s'\n", prog, only ? only : "?");
+        return 2;
+    }
+    size_t nmax = 0;
+    for (int i = 0; i < nn; i++)
+        nmax = ns[i] > nmax ? ns[i] : nmax;
+
+    const char *stream_name;
+    stream_fn stream = pick_stream(&stream_name);
+    /* Buffers for the largest N; smaller N use prefixes. */
+    struct { void **p; size_t bytes; const char *what; } bufs[7];
+    float *master = NULL, *m = NULL, *v = NULL, *g32 = NULL;
+    uint16_t *gbf = NULL, *gf16 = NULL, *copy = NULL;
+    bufs[0] = (typeof(bufs[0])){(void **)&master, nmax * 4, "master"};
+    bufs[1] = (typeof(bufs[0])){(void **)&m, nmax * 4, "m"};
+    bufs[2] = (typeof(bufs[0])){(void **)&v, nmax * 4, "v"};
+    bufs[3] = (typeof(bufs[0])){(void **)&g32, nmax * 4, "fp32 gradients"};
+    bufs[4] = (typeof(bufs[0])){(void **)&gbf, nmax * 2, "bf16 gradients"};
+    bufs[5] = (typeof(bufs[0])){(void **)&gf16, nmax * 2, "fp16 gradients"};
+    bufs[6] = (typeof(bufs[0])){(void **)&copy, nmax * 2, "16-bit copy"};
+    int rc = 0;
+    for (int i = 0; i < 7; i++)
+        if (zc__host_alloc(NULL, ZC_MEM_OTHER, bufs[i].bytes, bufs[i].what, bufs[i].p) != ZC_OK) {
+            fprintf(stderr, "%s: %s\n", prog, zc_last_error());
+            rc = 1;
+            goto out;
+        }
+    {
+        zc_adam_shard all = {.master = master, .m = m, .v = v, .n = nmax};
+        job init = {.s = &all, .a = g32, .b = (float *)gbf, .c = (float *)gf16, .what = 2};
+        zc__pool_run(threads[nthr - 1], job_part, &init, master);
+    }
+    fprintf(stderr, "%s: cores %d, ceiling loop %s, variants:", prog, cores, stream_name);
+    for (int i = 0; i < nv; i++)
+        fprintf(stderr, " %s", zc__adam_variant(variants[i])->name);
+    fprintf(stderr, "\n");
+
+    zc_adam_hparams hp = {.lr = 1e-4, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8,
+                          .weight_decay = 0.01, .adamw = true, .bias_correction = true};
+    int64_t step = 1;
+    best_t best = {0}, best_copy[3] = {{0}}, fp32_2t = {0};
+    static const zc_dtype gdts[3] = {ZC_DTYPE_F32, ZC_DTYPE_BF16, ZC_DTYPE_F16};
+    void *gbuf[3] = {g32, gbf, gf16};
+    for (int ni = 0; ni < nn; ni++) {
+        size_t n = ns[ni];
+        double bytes_target = 2e9; /* about a second of work per case at 40 GB/s... */
+        int reps = reps_opt ? reps_opt : (int)(bytes_target / ((double)n * 28.0));
+        if (reps < 5)
+            reps = reps_opt ? reps_opt : 5;
+        if (reps > MAX_REPS)
+            reps = MAX_REPS;
+        for (int ti = 0; ti < nthr; ti++) {
+            int t = threads[ti];
+            /* STREAM triad on master = m + 0.5 v: same threads and split. */
+            double tt[MAX_REPS];
+            zc_adam_shard tshard = {.master = master, .m = m, .v = v, .n = n};
+            job tj = {.s = &tshard, .a = master, .b = m, .c = v, .what = 1};
+            zc__pool_run(t, job_part, &tj, master);
+            for (int r = 0; r < reps; r++) {
+                double t0 = now_s();
+                zc__pool_run(t, job_part, &tj, master);
+                tt[r] = now_s() - t0;
+            }
+            double triad_bps = 12.0 * (double)n / median(tt, reps);
+            /* Re-seed master after the triad overwrote it. */
+            zc_adam_shard all = {.master = master, .m = m, .v = v, .n = n};
+            job init = {.s = &all, .a = g32, .b = (float *)gbf, .c = (float *)gf16, .what = 2};
+            zc__pool_run(t, job_part, &init, master);
+
+            for (int vi = 0; vi < nv; vi++)
+                for (int gi = 0; gi < 3; gi++)
+                    for (int cp = 0; cp < 2; cp++) {
+                        zc_dtype odt = gdts[gi] == ZC_DTYPE_F16 ? ZC_DTYPE_F16 : ZC_DTYPE_BF16;
+                        zc_adam_shard s = {.master = master, .m = m, .v = v, .grad = gbuf[gi],
+                                           .grad_dtype = gdts[gi], .grad_scale = 1.0f,
+                                           .param_out = cp ? copy : NULL,
+                                           .param_out_dtype = odt, .n = n};
+                        double bytes = (double)n * (24.0 + (double)zc_dtype_size(gdts[gi]) +
+                                                    (cp ? 2.0 : 0.0));
+                        job sj = {.s = &s, .stream = stream, .what = 0};
+                        double ta[MAX_REPS], ts[MAX_REPS];
+                        for (int r = -1; r < reps; r++) { /* r = -1: warm-up */
+                            zc_adam_coeffs c = zc__adam_coeffs(&hp, step++);
+                            double t0 = now_s();
+                            zc_status st = zc__adam_host_run(&s, &c, variants[vi], t);
+                            double t1 = now_s();
+                            zc__pool_run(t, job_part, &sj, master);
+                            double t2 = now_s();
+                            if (st != ZC_OK) {
+                                fprintf(stderr, "%s: %s\n", prog, zc_last_error());
+                                rc = 1;
+                                goto out;
+                            }
+                            if (r >= 0) {
+                                ta[r] = t1 - t0;
+                                ts[r] = t2 - t1;
+                            }
+                        }
+                        /* The streaming loop added g to m and v: put v back
+                         * in range so later Adam steps see normal values. */
+                        zc__pool_run(t, job_part, &init, master);
+                        double sec = median(ta, reps), ssec = median(ts, reps);
+                        double pps = (double)n / sec, bps = bytes / sec, sbps = bytes / ssec;
+                        const char *vname = zc__adam_variant(variants[vi])->name;
+                        const char *copyname = cp ? zc_dtype_name(odt) : "none";
+                        printf("{\"variant\":\"%s\",\"threads\":%d,\"n\":%zu,\"grad_dtype\":\"%s\","
+                               "\"param_copy\":\"%s\",\"seconds\":%.6f,\"params_per_s\":%.4e,"
+                               "\"bytes_per_s\":%.4e,\"stream_bytes_per_s\":%.4e,"
+                               "\"ratio_to_stream\":%.3f,\"triad_bytes_per_s\":%.4e,"
+                               "\"bytes_per_param\":%.0f}\n",
+                               vname, t, n, zc_dtype_name(gdts[gi]), copyname, sec, pps, bps, sbps,
+                               bps / sbps, triad_bps, bytes / (double)n);
+                        fflush(stdout);
+                        char desc[200];
+                        snprintf(desc, sizeof desc,
+                                 "{\"variant\":\"%s\",\"threads\":%d,\"n\":%zu,\"grad_dtype\":"
+                                 "\"%s\",\"param_copy\":\"%s\",\"params_per_s\":%.4e,"
+                                 "\"ratio_to_stream\":%.3f}",
+                                 vname, t, n, zc_dtype_name(gdts[gi]), copyname, pps, bps / sbps);
+                        if (pps > best.pps) {
+                            best.pps = pps;
+                            snprintf(best.desc, sizeof best.desc, "%s", desc);
+                        }
+                        if (cp && n >= (64u << 20) && bps / sbps > best_copy[gi].ratio) {
+                            best_copy[gi].ratio = bps / sbps;
+                            snprintf(best_copy[gi].desc, sizeof best_copy[gi].desc, "%s", desc);
+                        }
+                        if (gi == 0 && t == 2 && n >= (64u << 20) && pps > fp32_2t.pps) {
+                            fp32_2t.pps = pps;
+                            snprintf(fp32_2t.desc, sizeof fp32_2t.desc, "%s", desc);
+                        }
+                    }
+        }
+    }
+    printf("{\"summary\":\"cpu_adam\",\"best\":%s", best.desc[0] ? best.desc : "null");
+    static const char *gnames[3] = {"fp32", "bf16", "fp16"};
+    printf(",\"target_copy_ratio_ge_0.90\":{");
+    for (int gi = 0; gi < 3; gi++)
+        printf("%s\"%s\":%s", gi ? "," : "", gnames[gi],
+               best_copy[gi].desc[0] ? best_copy[gi].desc : "null");
+    printf("},\"target_fp32_2threads_ge_1.7e9\":%s}\n", fp32_2t.desc[0] ? fp32_2t.desc : "null");
+out:
+    for (int i = 0; i < 7; i++)
+        if (*bufs[i].p)
+            zc__host_free(NULL, ZC_MEM_OTHER, *bufs[i].p, bufs[i].bytes);
+    zc__pool_shutdown();
+    return rc;
+}
