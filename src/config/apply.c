@@ -34,6 +34,8 @@ zc_status zc__cfg_assign(zc_config *cfg, int key, const json_t *v, zc_cfg_origin
 {
     const zc_cfg_key *k = &zc__cfg_keys[key];
     const char *shown = written_as ? written_as : k->path;
+    if (!strncmp(k->path, "optimizer.", 10))
+        cfg->optimizer.present = true; /* the config names its optimizer */
     if (k->type == ZC_KT_IGNORED) {
         if (k->flags & ZC_KF_WARN_SET && json_truthy(v))
             zc__diag_add(d, ZC_SEV_WARN, ZC_OK, shown,
