@@ -82,7 +82,9 @@ static int nccl_dtype(zc_dtype dt, ncclDataType_t *out)
 }
 
 /* Marks the communicator failed (first failure wins), aborting NCCL so that
- * queued kernels exit and streams drain. Called with c->mu held. */
+ * queued kernels exit and streams drain. Called with c->mu held; the mutex is
+ * released around ncclCommAbort (which may wait for the device) so waiters
+ * see the failure at once. Callers must not rely on state read before. */
 static void fail_locked(nccl_comm *c, const char *msg)
 {
     if (c->failed)
@@ -90,9 +92,13 @@ static void fail_locked(nccl_comm *c, const char *msg)
     c->failed = 1;
     snprintf(c->failure, sizeof c->failure, "%s", msg);
     ZC_LOGE("comm", "%s", msg);
-    ncclCommAbort(c->nc);
-    c->nc = NULL;
+    ncclComm_t nc = c->nc;
+    c->nc = NULL; /* no NCCL call after this point: every caller checks failed */
     pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    if (nc)
+        ncclCommAbort(nc);
+    pthread_mutex_lock(&c->mu);
 }
 
 static zc_status sticky(nccl_comm *c)
