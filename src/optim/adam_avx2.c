@@ -68,6 +68,38 @@ ZC_INLINE void store_h16(void *dst, size_t i, __m128i h, bool nt)
         _mm_storeu_si128(q, h);
 }
 
+/* Software prefetch distance in bytes of the fp32 streams (0: none). */
+#ifndef ZC_ADAM_AVX2_PREFETCH
+#define ZC_ADAM_AVX2_PREFETCH 0
+#endif
+
+/* One vector of 8 elements: the Adam update of master/m/v at i, returning
+ * the new parameter (for the copy). */
+ZC_INLINE __m256 step8(float *restrict mp, float *restrict mm, float *restrict vv,
+                       const void *restrict gp, size_t i, const k8 *k, zc_dtype gdt, int wd,
+                       bool nt)
+{
+    __m256 p = _mm256_load_ps(mp + i);
+    __m256 g = _mm256_mul_ps(load_grad(gp, i, gdt), k->gs);
+    if (wd & WD_L2)
+        g = _mm256_add_ps(g, _mm256_mul_ps(k->l2, p));
+    __m256 m = _mm256_add_ps(_mm256_mul_ps(k->b1, _mm256_loadu_ps(mm + i)),
+                             _mm256_mul_ps(k->omb1, g));
+    __m256 v = _mm256_add_ps(_mm256_mul_ps(k->b2, _mm256_loadu_ps(vv + i)),
+                             _mm256_mul_ps(_mm256_mul_ps(k->omb2, g), g));
+    __m256 d = _mm256_add_ps(_mm256_mul_ps(_mm256_sqrt_ps(v), k->bc2r), k->eps);
+    if (wd & WD_DECOUPLED)
+        p = _mm256_sub_ps(p, _mm256_mul_ps(k->dd, p));
+    p = _mm256_sub_ps(p, _mm256_mul_ps(k->ss, _mm256_div_ps(m, d)));
+    store_f32(mm + i, m, nt);
+    store_f32(vv + i, v, nt);
+    store_f32(mp + i, p, nt);
+    return p;
+}
+
+/* Two vectors (16 elements, one 64-byte line of each fp32 stream) per
+ * iteration: one prefetch per line, and the 16-bit copy of both vectors
+ * packed into one 32-byte store. */
 ZC_INLINE void body(const zc_adam_shard *s, const k8 *kp, size_t lo, size_t hi, zc_dtype gdt,
                     int odt, int wd, bool nt)
 {
@@ -77,22 +109,30 @@ ZC_INLINE void body(const zc_adam_shard *s, const k8 *kp, size_t lo, size_t hi, 
     const void *restrict gp = s->grad;
     void *restrict op = s->param_out;
     const k8 k = *kp;
-    for (size_t i = lo; i < hi; i += 8) {
-        __m256 p = _mm256_load_ps(mp + i);
-        __m256 g = _mm256_mul_ps(load_grad(gp, i, gdt), k.gs);
-        if (wd & WD_L2)
-            g = _mm256_add_ps(g, _mm256_mul_ps(k.l2, p));
-        __m256 m = _mm256_add_ps(_mm256_mul_ps(k.b1, _mm256_loadu_ps(mm + i)),
-                                 _mm256_mul_ps(k.omb1, g));
-        __m256 v = _mm256_add_ps(_mm256_mul_ps(k.b2, _mm256_loadu_ps(vv + i)),
-                                 _mm256_mul_ps(_mm256_mul_ps(k.omb2, g), g));
-        __m256 d = _mm256_add_ps(_mm256_mul_ps(_mm256_sqrt_ps(v), k.bc2r), k.eps);
-        if (wd & WD_DECOUPLED)
-            p = _mm256_sub_ps(p, _mm256_mul_ps(k.dd, p));
-        p = _mm256_sub_ps(p, _mm256_mul_ps(k.ss, _mm256_div_ps(m, d)));
-        store_f32(mm + i, m, nt);
-        store_f32(vv + i, v, nt);
-        store_f32(mp + i, p, nt);
+    size_t i = lo;
+    for (; i + 16 <= hi; i += 16) {
+#if ZC_ADAM_AVX2_PREFETCH
+        const size_t pf = ZC_ADAM_AVX2_PREFETCH / sizeof(float);
+        _mm_prefetch((const char *)(mp + i + pf), _MM_HINT_T0);
+        _mm_prefetch((const char *)(mm + i + pf), _MM_HINT_T0);
+        _mm_prefetch((const char *)(vv + i + pf), _MM_HINT_T0);
+        _mm_prefetch((const char *)gp + (i + pf) * (gdt == ZC_DTYPE_F32 ? 4 : 2), _MM_HINT_T0);
+#endif
+        __m256 p0 = step8(mp, mm, vv, gp, i, &k, gdt, wd, nt);
+        __m256 p1 = step8(mp, mm, vv, gp, i + 8, &k, gdt, wd, nt);
+        if (odt == ZC_DTYPE_F32) {
+            store_f32((float *)op + i, p0, nt);
+            store_f32((float *)op + i + 8, p1, nt);
+        } else if (odt == ZC_DTYPE_F16) {
+            store_h16(op, i, _mm256_cvtps_ph(p0, _MM_FROUND_TO_NEAREST_INT), nt);
+            store_h16(op, i + 8, _mm256_cvtps_ph(p1, _MM_FROUND_TO_NEAREST_INT), nt);
+        } else if (odt == ZC_DTYPE_BF16) {
+            store_h16(op, i, to_bf16(p0), nt);
+            store_h16(op, i + 8, to_bf16(p1), nt);
+        }
+    }
+    for (; i < hi; i += 8) {
+        __m256 p = step8(mp, mm, vv, gp, i, &k, gdt, wd, nt);
         if (odt == ZC_DTYPE_F32)
             store_f32((float *)op + i, p, nt);
         else if (odt == ZC_DTYPE_F16)
