@@ -282,9 +282,11 @@ ZC_API zc_status zc_param_gather_master(zc_engine *eng, zc_param *p, float *out)
 
 /* Returns a pointer to the full parameter in its working dtype, valid until the
  * matching zc_param_release. Stage 3 gathers its chunk (or finds it
- * prefetched). With a CUDA device, work on `stream` (a cudaStream_t, NULL =
- * the default stream) is ordered after the data is ready. Returns NULL (with
- * zc_last_error) for a parameter unknown to this engine. */
+ * prefetched): there it is collective, so every rank acquires the same
+ * parameters in the same order. With a CUDA device, work on `stream` (a
+ * cudaStream_t, NULL = the default stream) is ordered after the data is ready.
+ * Returns NULL (with zc_last_error) for a parameter unknown to this engine, or
+ * in stage 3 when the gather would exceed stage3_max_live_parameters. */
 ZC_API void *zc_param_acquire(zc_engine *eng, zc_param *p, void *stream);
 
 /* Ends a use begun by zc_param_acquire. Stage 3 frees the gathered chunk when
@@ -297,8 +299,9 @@ ZC_API zc_status zc_param_release(zc_engine *eng, zc_param *p, void *stream);
 ZC_API void *zc_grad_buffer(zc_engine *eng, zc_param *p);
 
 /* Hands the gradient back for this micro-step. When every parameter of a chunk
- * is ready its reduction starts. Errors: unknown parameter, ready twice in one
- * micro-step (nothing is changed). */
+ * is ready its reduction starts, a collective: every rank completes chunks in
+ * the same order. Errors: unknown parameter, ready twice in one micro-step
+ * (nothing is changed). */
 ZC_API zc_status zc_grad_ready(zc_engine *eng, zc_param *p);
 
 /* Ends a micro-step that is not the last of the accumulation window; every
@@ -320,8 +323,10 @@ typedef struct zc_step_info {
  * publishes the updated parameters, advances the loss scaler and (unless the
  * step was skipped) the scheduler. Collective. Fails with ZC_ERR_INVALID_STATE
  * naming a parameter whose gradient is missing (nothing changed), and with
- * ZC_ERR_LOSS_SCALE when an overflow happens at the minimum loss scale. info
- * may be NULL. */
+ * ZC_ERR_LOSS_SCALE when an overflow happens at the minimum loss scale (the
+ * window's gradients are dropped, nothing else changes). info
+ * may be NULL. It ends the gradient_accumulation_steps-th micro-step; the
+ * earlier ones end with zc_micro_step_end (ZC_ERR_INVALID_STATE otherwise). */
 ZC_API zc_status zc_step(zc_engine *eng, zc_step_info *info);
 
 /* Current loss scale (1 without fp16). The loss must be multiplied by it
@@ -358,7 +363,10 @@ typedef struct zc_stats {
     int64_t peak_bytes[ZC_MEM__COUNT];     /* high-water mark, by category */
     int64_t comm_bytes_last_step[ZC_COLL__COUNT]; /* payload of the last step: full
                                               buffer reduced or gathered, in
-                                              the communicated dtype */
+                                              the communicated dtype (padded
+                                              chunks; the fp64 norm partials
+                                              and zc_param_gather_master are
+                                              not counted) */
     int64_t gathers_last_step;             /* stage 3 chunk gathers in the last step */
     int64_t max_live_elems_last_step;      /* stage 3 peak gathered elements */
     int64_t trace_invalidations;           /* stage 3 acquire-order changes seen */
