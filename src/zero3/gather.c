@@ -170,8 +170,7 @@ zc_status zc__z3_acquire(zc_engine *e, zc_param *p, void **out)
 {
     zc_chunk *c = &e->chunks[p->chunk];
     const bool activation = c->acq == 0;
-    if (activation)
-        ZC_CHECK(trace_activate(e, p));
+    bool gathered_now = false;
     if (!c->gather) {
         if (!make_room(e, c->padded))
             return ZC_ERR(ZC_ERR_NO_MEMORY,
@@ -181,14 +180,27 @@ zc_status zc__z3_acquire(zc_engine *e, zc_param *p, void **out)
                           p->name, p->chunk, (long long)c->padded, (long long)e->max_live,
                           (long long)e->live_elems);
         ZC_CHECK(gather_chunk(e, p->chunk));
-    } else if (c->prefetched) {
+        gathered_now = true;
+    }
+    if (activation) {
+        zc_status rc = trace_activate(e, p);
+        if (rc != ZC_OK) {
+            if (gathered_now && !c->persistent)
+                drop_chunk(e, c);
+            return rc;
+        }
+    }
+    if (c->prefetched) {
         c->prefetched = false;
         e->prefetched_elems -= c->padded;
     }
     c->acq++;
-    if (activation)
-        ZC_CHECK(prefetch(e));
     *out = zc__elem(c->gather, p->offset, e->pesz);
+    /* The acquired data is valid whatever happens to the prefetch: a failed
+     * prefetch is reported, not turned into a failed acquire (a broken
+     * communicator fails the next collective anyway). */
+    if (activation && prefetch(e) != ZC_OK)
+        ZC_LOGW("zero3", "prefetch after acquiring '%s' failed: %s", p->name, zc_last_error());
     return ZC_OK;
 }
 
