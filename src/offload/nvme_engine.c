@@ -14,6 +14,7 @@
  * issue time. Used when the build has no liburing or the kernel refuses
  * io_uring (seccomp filters in some containers). */
 #include <errno.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -23,6 +24,7 @@
 
 #define CANCEL_UD UINT64_MAX
 
+#if ZC_HAVE_URING
 static int find_region(const zc_nvme_store *st, const char *buf, uint32_t len)
 {
     for (int i = 0; i < st->nregions; i++) {
@@ -32,6 +34,11 @@ static int find_region(const zc_nvme_store *st, const char *buf, uint32_t len)
     }
     return -1;
 }
+#endif
+
+/* Whether this process already said it cannot use io_uring: every store
+ * would otherwise repeat it. */
+static atomic_bool warned_no_uring;
 
 zc_status zc__nvme_engine_init(zc_nvme_store *st)
 {
@@ -55,8 +62,9 @@ zc_status zc__nvme_engine_init(zc_nvme_store *st)
             ret = io_uring_queue_init_params(entries, &st->ring, &p);
         }
         if (ret < 0) {
-            ZC_LOGW("offload", "io_uring unavailable (%s): the NVMe store uses pread/pwrite, "
-                    "one request at a time", strerror(-ret));
+            if (!atomic_exchange(&warned_no_uring, true))
+                ZC_LOGW("offload", "io_uring unavailable (%s): the NVMe store uses pread/pwrite, "
+                        "one request at a time", strerror(-ret));
         } else {
             st->ring_ok = st->use_uring = true;
             ret = io_uring_register_files(&st->ring, st->fds, (unsigned)st->ndirs);
@@ -68,7 +76,7 @@ zc_status zc__nvme_engine_init(zc_nvme_store *st)
         }
     }
 #else
-    if (!(st->opts.flags & ZC_NVME_SYNC))
+    if (!(st->opts.flags & ZC_NVME_SYNC) && !atomic_exchange(&warned_no_uring, true))
         ZC_LOGW("offload", "this build has no liburing: the NVMe store uses pread/pwrite");
 #endif
     return ZC_OK;

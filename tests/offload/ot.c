@@ -65,11 +65,14 @@ void ot_umount(const char *dir) { umount2(dir, MNT_DETACH); }
 
 static int n_warn;
 static char last_warn[1024];
+static char kept[64][512];
 
 static void sink(zc_log_level level, const char *subsys, int rank, const char *line, void *user)
 {
     (void)rank, (void)user;
     if (level <= ZC_LOG_WARN && subsys && !strcmp(subsys, "offload")) {
+        if (n_warn < 64)
+            snprintf(kept[n_warn], sizeof kept[n_warn], "%s", line);
         n_warn++;
         snprintf(last_warn, sizeof last_warn, "%s", line);
     }
@@ -84,6 +87,14 @@ void ot_capture_logs(void)
 }
 
 int ot_warnings(void) { return n_warn; }
+
+int ot_warnings_with(const char *needle)
+{
+    int n = 0;
+    for (int i = 0; i < n_warn && i < 64; i++)
+        n += strstr(kept[i], needle) != NULL;
+    return n;
+}
 const char *ot_last_warning(void) { return last_warn; }
 
 static inline unsigned long long mix(unsigned long long x)

@@ -25,6 +25,8 @@ void ot_umount(const char *dir);
  * keeps the last one. */
 void ot_capture_logs(void);
 int ot_warnings(void);
+/* Warnings (of those kept: the first 64) whose text contains needle. */
+int ot_warnings_with(const char *needle);
 const char *ot_last_warning(void);
 
 /* Fills buf with a pattern derived from (seed, byte index): data whose every

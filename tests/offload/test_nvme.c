@@ -455,11 +455,12 @@ Test(nvme, eio_on_a_middle_piece_names_that_piece_and_stops_the_ticket)
     cr_assert_eq(zc__nvme_wait_all(st), ZC_ERR_IO);
     cr_assert(strstr(zc_last_error(), "read"), "%s", zc_last_error());
     cr_assert_eq(zc__nvme_wait(st, a, &e), ZC_ERR_INVALID_ARG, "wait_all retired it");
-    /* With depth 2, b's pieces 1-2 were in flight when piece 1 failed; pieces
-     * 3-4 were never issued: 4 + 2 requests in all. */
+    /* With io_uring at depth 2, b's pieces 1-2 were in flight when piece 1
+     * failed (4 + 2 requests); the pread engine runs one at a time (4 + 1).
+     * Either way pieces 3-4 were never issued. */
     zc_nvme_stats s;
     zc__nvme_stats_get(st, &s);
-    cr_assert_eq(s.submitted, 6);
+    cr_assert_eq(s.submitted, s.uring ? 6 : 5);
     /* Again with individual waits to see the error record: b's 2nd piece. */
     f.eio_at = s.submitted + 4 + 2;
     zc__nvme_set_faults(st, &f);
@@ -582,8 +583,7 @@ Test(nvme, refused_o_direct_falls_back_to_buffered_with_one_warning)
     zc_nvme_stats s;
     zc__nvme_stats_get(st, &s);
     cr_assert(!s.direct);
-    cr_assert_eq(ot_warnings(), 1, "one warning for two directories: %s", ot_last_warning());
-    cr_assert(strstr(ot_last_warning(), "O_DIRECT"), "%s", ot_last_warning());
+    cr_assert_eq(ot_warnings_with("O_DIRECT"), 1, "one warning for two directories");
     zc_pinned_pool *pool = pool_for(st, MiB);
     unsigned char *buf;
     cr_assert_eq(zc__pinned_alloc(pool, 256 * KiB, 0, ZC_MEM_BUFFERS, "b", (void **)&buf), ZC_OK);
