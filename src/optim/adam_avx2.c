@@ -22,6 +22,7 @@
 
 typedef struct k8 {
     __m256 b1, b2, omb1, omb2, eps, ss, bc2r, dd, l2, gs;
+    bool scaled; /* grad_scale != 1 */
 } k8;
 
 /* Weight-decay mode: a mask of the decay terms that are non-zero
@@ -39,16 +40,42 @@ ZC_INLINE __m256 load_grad(const void *g, size_t i, zc_dtype gdt)
     return _mm256_loadu_ps((const float *)g + i);
 }
 
-/* fp32 -> bf16, round to nearest even, every NaN -> 0x7FC0 (core/dtype.h). */
-ZC_INLINE __m128i to_bf16(__m256 p)
+/* fp32 -> bf16 in the low half of each 32-bit lane, round to nearest even
+ * (add 0x7fff plus the lowest kept bit); NaN lanes are not handled here. */
+ZC_INLINE __m256i bf16_round(__m256 p)
 {
     __m256i x = _mm256_castps_si256(p);
     __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
     __m256i r = _mm256_add_epi32(x, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff)));
-    r = _mm256_srli_epi32(r, 16);
+    return _mm256_srli_epi32(r, 16);
+}
+
+/* Every NaN lane -> 0x7FC0 (core/dtype.h's rule). */
+ZC_INLINE __m256i bf16_fix_nan(__m256i r, __m256 p)
+{
     __m256 nan = _mm256_cmp_ps(p, p, _CMP_UNORD_Q);
-    r = _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7fc0), _mm256_castps_si256(nan));
+    return _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7fc0), _mm256_castps_si256(nan));
+}
+
+ZC_INLINE __m128i to_bf16(__m256 p)
+{
+    __m256i r = bf16_fix_nan(bf16_round(p), p);
     return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+}
+
+/* Sixteen bf16 values (p0 then p1) in one register: the lane-wise pack
+ * interleaves 128-bit halves, the permute puts them back in order. One
+ * unordered compare of p0 with p1 finds a NaN in either, so the NaN fix-up
+ * (two more vector operations per vector, on the ports the divider also
+ * needs) runs only for the rare vectors that hold one. */
+ZC_INLINE __m256i to_bf16x2(__m256 p0, __m256 p1)
+{
+    __m256i r0 = bf16_round(p0), r1 = bf16_round(p1);
+    if (__builtin_expect(_mm256_movemask_ps(_mm256_cmp_ps(p0, p1, _CMP_UNORD_Q)) != 0, 0)) {
+        r0 = bf16_fix_nan(r0, p0);
+        r1 = bf16_fix_nan(r1, p1);
+    }
+    return _mm256_permute4x64_epi64(_mm256_packus_epi32(r0, r1), 0xd8);
 }
 
 ZC_INLINE void store_f32(float *dst, __m256 x, bool nt)
@@ -80,7 +107,9 @@ ZC_INLINE __m256 step8(float *restrict mp, float *restrict mm, float *restrict v
                        bool nt)
 {
     __m256 p = _mm256_load_ps(mp + i);
-    __m256 g = _mm256_mul_ps(load_grad(gp, i, gdt), k->gs);
+    __m256 g = load_grad(gp, i, gdt);
+    if (k->scaled) /* x * 1.0f is x exactly: skip it (a branch, not a vector op) */
+        g = _mm256_mul_ps(g, k->gs);
     if (wd & WD_L2)
         g = _mm256_add_ps(g, _mm256_mul_ps(k->l2, p));
     __m256 m = _mm256_add_ps(_mm256_mul_ps(k->b1, _mm256_loadu_ps(mm + i)),
@@ -127,8 +156,11 @@ ZC_INLINE void body(const zc_adam_shard *s, const k8 *kp, size_t lo, size_t hi, 
             store_h16(op, i, _mm256_cvtps_ph(p0, _MM_FROUND_TO_NEAREST_INT), nt);
             store_h16(op, i + 8, _mm256_cvtps_ph(p1, _MM_FROUND_TO_NEAREST_INT), nt);
         } else if (odt == ZC_DTYPE_BF16) {
-            store_h16(op, i, to_bf16(p0), nt);
-            store_h16(op, i + 8, to_bf16(p1), nt);
+            __m256i *q = (__m256i *)((uint16_t *)op + i);
+            if (nt && ((uintptr_t)q & 31u) == 0)
+                _mm256_stream_si256(q, to_bf16x2(p0, p1));
+            else
+                _mm256_storeu_si256(q, to_bf16x2(p0, p1));
         }
     }
     for (; i < hi; i += 8) {
@@ -201,6 +233,7 @@ void zc__adam_avx2(const zc_adam_shard *s, const zc_adam_coeffs *c, unsigned fla
         .eps = _mm256_set1_ps(c->eps), .ss = _mm256_set1_ps(c->step_size),
         .bc2r = _mm256_set1_ps(c->bc2_rsqrt), .dd = _mm256_set1_ps(c->decoupled_decay),
         .l2 = _mm256_set1_ps(c->l2_decay), .gs = _mm256_set1_ps(s->grad_scale),
+        .scaled = s->grad_scale != 1.0f,
     };
     int wd = (c->l2_decay != 0.0f ? WD_L2 : 0) | (c->decoupled_decay != 0.0f ? WD_DECOUPLED : 0);
     for (size_t i = 0; i < head; i++)
