@@ -28,7 +28,8 @@
 #include <hwloc.h>
 #endif
 
-#define SPIN_ITERS 20000 /* ~tens of microseconds of pause before sleeping */
+#define SPIN_ITERS 2000 /* pauses before sleeping: ~10-100 us, short enough not to
+                         * starve rank threads on a machine with few cores */
 
 static struct {
     pthread_mutex_t lock;   /* guards the job, nworkers, stop and the condvars */
