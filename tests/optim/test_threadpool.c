@@ -15,7 +15,7 @@ Test(optim_pool, bitwise_identical_across_thread_counts)
 {
     uint64_t rng = t_seed("optim_pool/bitwise_identical_across_thread_counts");
     int cores = zc__pool_physical_cores();
-    int counts[2] = {2, cores};
+    int counts[3] = {2, 3, cores}; /* 3: an uneven split of the tiles */
     size_t n = (3u << 20) + 13;
     for (int variant = 0; variant < zc__adam_variant_count(); variant++) {
         if (!zc__adam_variant_usable(variant, NULL))
@@ -32,7 +32,7 @@ Test(optim_pool, bitwise_identical_across_thread_counts)
             for (int b = 0; b < 3; b++)
                 memcpy(orig + (size_t)b * n, bufs[b], n * sizeof(float));
             cr_assert_eq(zc__adam_host_run(&c.ref, &co, variant, 1), ZC_OK, "%s", zc_last_error());
-            for (int k = 0; k < 2; k++) {
+            for (int k = 0; k < 3; k++) {
                 for (int b = 0; b < 3; b++)
                     memcpy(bufs[b], orig + (size_t)b * n, n * sizeof(float));
                 memset(c.test.param_out, 0, n * 2);
