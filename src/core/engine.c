@@ -237,6 +237,11 @@ ZC_API zc_status zc_engine_create(zc_engine **out, const zc_config *cfg, zc_comm
                         "reduced in the parameter dtype %s",
                 zc_dtype_name((zc_dtype)e->cfg->communication_data_type), zc_dtype_name(e->pdt));
 
+    if (e->cfg->grad_accum_dtype >= 0 && e->cfg->grad_accum_dtype != (int)ZC_DTYPE_F32)
+        ZC_LOGW("core", "data_types.grad_accum_dtype %s is not supported: gradients are "
+                        "accumulated in fp32 across micro-steps",
+                zc_dtype_name((zc_dtype)e->cfg->grad_accum_dtype));
+
     zc__scaler_init(&e->scaler, e->cfg);
 
     /* Group 0: the optimizer's weight decay. */
