@@ -136,4 +136,10 @@ zc_status zc__config_clone(const zc_config *src, zc_config **out);
  * in zc_engine_build, before sizing buckets. */
 zc_status zc__config_resolve_model_auto(zc_config *cfg, int64_t hidden_size);
 
+/* What zc_engine_create runs on its private copy: when neither batch key is
+ * given (nor "auto"), the micro batch is taken as 1 (the engine counts
+ * micro-steps, not samples); then zc_config_resolve (batch rules, program
+ * "auto" values, semantic checks). Same failure contract as zc_config_resolve. */
+zc_status zc__config_resolve_for_engine(zc_config *cfg, int world);
+
 #endif

@@ -281,3 +281,19 @@ zc_status zc__config_resolve_model_auto(zc_config *cfg, int64_t hidden_size)
     }
     return ZC_OK;
 }
+
+zc_status zc__config_resolve_for_engine(zc_config *cfg, int world)
+{
+    int ktb = key("train_batch_size"), kmb = key("train_micro_batch_size_per_gpu");
+    bool given = cfg->train_batch_size > 0 || cfg->train_micro_batch_size_per_gpu > 0 ||
+                 is_pending(cfg, ktb) || is_pending(cfg, kmb);
+    if (!given) {
+        /* A C program drives micro-steps itself and may never state a batch
+         * size; DeepSpeed would assert here. Take a micro batch of 1 so the
+         * batch rules still derive and check the rest. */
+        cfg->train_micro_batch_size_per_gpu = 1;
+        zc__cfg_set_origin(cfg, kmb, ZC_ORIGIN_DERIVED,
+                           "engine: no batch key given, the engine counts micro-steps only");
+    }
+    return zc_config_resolve(cfg, world);
+}

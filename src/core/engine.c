@@ -120,18 +120,11 @@ static const zc_stage_policy *policy_for(int stage)
 #define OPT_HAS(o, field) \
     ((o)->size >= offsetof(zc_engine_options, field) + sizeof((o)->field))
 
-/* Accumulation steps. The engine never sees batches, so when neither
- * train_batch_size nor train_micro_batch_size_per_gpu is set it takes
- * gradient_accumulation_steps as given (1 if unset) instead of failing the way
- * DeepSpeed's batch assertion does; with either set, DeepSpeed's rules apply
- * (zc_config_resolve). */
+/* Resolves the engine's private configuration for this world (batch rules,
+ * program "auto" values, semantic checks) and reads the accumulation steps. */
 static zc_status resolve_gas(zc_config *cfg, int world, int64_t *gas)
 {
-    if (cfg->train_batch_size < 0 && cfg->train_micro_batch_size_per_gpu < 0) {
-        *gas = cfg->gradient_accumulation_steps > 0 ? cfg->gradient_accumulation_steps : 1;
-        return ZC_OK;
-    }
-    ZC_CHECK(zc_config_resolve(cfg, world));
+    ZC_CHECK(zc__config_resolve_for_engine(cfg, world));
     *gas = cfg->gradient_accumulation_steps > 0 ? cfg->gradient_accumulation_steps : 1;
     return ZC_OK;
 }
@@ -221,17 +214,7 @@ ZC_API zc_status zc_engine_create(zc_engine **out, const zc_config *cfg, zc_comm
     ZC_CHECK_GOTO(zc__device_open(kind, index, &e->dev), rc, fail);
     ZC_CHECK_GOTO(comm->ops->bind_device(comm, e->dev), rc, fail);
 
-    int64_t bucket = opts && OPT_HAS(opts, bucket_elems) ? opts->bucket_elems : 0;
-    if (bucket <= 0) {
-        bucket = e->cfg->zero.reduce_bucket_size;
-        if (bucket <= 0 || bucket > ZC_CHUNK_CAP_ELEMS)
-            bucket = ZC_CHUNK_CAP_ELEMS;
-    }
-    e->bucket = bucket;
-    e->max_live = e->cfg->zero.max_live_parameters > 0 ? e->cfg->zero.max_live_parameters
-                                                       : INT64_MAX;
-    e->prefetch_elems = e->cfg->zero.prefetch_bucket_size > 0 ? e->cfg->zero.prefetch_bucket_size
-                                                              : 0;
+    e->bucket_option = opts && OPT_HAS(opts, bucket_elems) ? opts->bucket_elems : 0;
     if (e->cfg->communication_data_type >= 0 && e->cfg->communication_data_type != (int)e->pdt)
         ZC_LOGW("core", "communication_data_type %s is not supported yet: gradients are "
                         "reduced in the parameter dtype %s",
@@ -252,10 +235,8 @@ ZC_API zc_status zc_engine_create(zc_engine **out, const zc_config *cfg, zc_comm
     e->groups[0] = (zc_group){e->cfg->optimizer.weight_decay, 1.0};
     e->ngroups = 1;
 
-    ZC_LOGI("core", "engine: ZeRO stage %d, world %d, %s parameters, accumulation %lld, chunk "
-                    "%lld elements, device %s",
-            stage, world, zc_dtype_name(e->pdt), (long long)e->gas, (long long)e->bucket,
-            e->dev->ops->name);
+    ZC_LOGI("core", "engine: ZeRO stage %d, world %d, %s parameters, accumulation %lld, device %s",
+            stage, world, zc_dtype_name(e->pdt), (long long)e->gas, e->dev->ops->name);
     *out = e;
     return ZC_OK;
 fail:

@@ -136,7 +136,8 @@ struct zc_engine {
     zc_dtype pdt;              /* working precision */
     size_t pesz;
     int64_t gas;               /* gradient_accumulation_steps */
-    int64_t bucket;            /* chunk size target (elements) */
+    int64_t bucket;            /* chunk size target (elements), set at build */
+    int64_t bucket_option;     /* zc_engine_options.bucket_elems (<= 0: from config) */
     bool check_overflow;       /* fp16, or bf16 with check_grad_overflow */
     const zc_stage_policy *pol;
     zc_mem_account acct;

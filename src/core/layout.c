@@ -200,6 +200,41 @@ static void mark_persistent(zc_engine *e)
     }
 }
 
+/* Hidden size H as the Hugging Face integration takes it: the largest
+ * dimension of the largest 2-D parameter (0 when there is none). */
+static int64_t model_hidden_size(const zc_engine *e)
+{
+    int64_t best_numel = 0, h = 0;
+    for (int i = 0; i < e->nparams; i++) {
+        const zc_param *p = e->params[i];
+        if (p->ndim != 2 || p->numel <= best_numel)
+            continue;
+        best_numel = p->numel;
+        h = p->shape[0] > p->shape[1] ? p->shape[0] : p->shape[1];
+    }
+    return h;
+}
+
+/* Sizes that depend on the registered model: "auto" buckets and thresholds
+ * resolve from H now, then the chunk size, the live bound and the prefetch
+ * window are read from the resolved configuration. */
+static zc_status size_from_model(zc_engine *e)
+{
+    ZC_CHECK(zc__config_resolve_model_auto(e->cfg, model_hidden_size(e)));
+    int64_t bucket = e->bucket_option;
+    if (bucket <= 0) {
+        bucket = e->cfg->zero.reduce_bucket_size;
+        if (bucket <= 0 || bucket > ZC_CHUNK_CAP_ELEMS)
+            bucket = ZC_CHUNK_CAP_ELEMS;
+    }
+    e->bucket = bucket;
+    e->max_live = e->cfg->zero.max_live_parameters > 0 ? e->cfg->zero.max_live_parameters
+                                                       : INT64_MAX;
+    e->prefetch_elems = e->cfg->zero.prefetch_bucket_size > 0 ? e->cfg->zero.prefetch_bucket_size
+                                                              : 0;
+    return ZC_OK;
+}
+
 ZC_API zc_status zc_engine_build(zc_engine *e)
 {
     ZC_CHECK(zc__eng_enter(e, "zc_engine_build", false));
@@ -209,6 +244,7 @@ ZC_API zc_status zc_engine_build(zc_engine *e)
         return ZC_ERR(ZC_ERR_INVALID_STATE,
                       "zc_engine_build: no parameters registered (zc_param_add)");
     zc_status rc = ZC_OK;
+    ZC_CHECK_GOTO(size_from_model(e), rc, fail);
     ZC_CHECK_GOTO(zc__layout_build(e), rc, fail);
     ZC_CHECK_GOTO(alloc_partials(e), rc, fail);
     ZC_CHECK_GOTO(check_ranks_agree(e), rc, fail);
@@ -217,8 +253,9 @@ ZC_API zc_status zc_engine_build(zc_engine *e)
     if (e->stage == 3)
         mark_persistent(e);
     e->state = ZC_ENG_BUILT;
-    ZC_LOGI("core", "built: %d parameters, %lld elements in %d chunks (%lld padded)",
-            e->nparams, (long long)e->num_elems, e->nchunks, (long long)e->padded_elems);
+    ZC_LOGI("core", "built: %d parameters, %lld elements in %d chunks of <= %lld (%lld padded)",
+            e->nparams, (long long)e->num_elems, e->nchunks, (long long)e->bucket,
+            (long long)e->padded_elems);
     return ZC_OK;
 fail:
     zc__error_context("zc_engine_build (rank %d, stage %d)", e->rank, e->stage);
