@@ -95,9 +95,11 @@ ZC_INLINE void store_h16(void *dst, size_t i, __m128i h, bool nt)
         _mm_storeu_si128(q, h);
 }
 
-/* Software prefetch distance in bytes of the fp32 streams (0: none). */
+/* Software prefetch distance in bytes of the fp32 streams (0: none). 512
+ * (8 iterations ahead) measured best of 0/256/512/1024 on the 2-core Zen 3
+ * VM at 64M parameters, 1 and 2 threads (bench/RESULTS.md). */
 #ifndef ZC_ADAM_AVX2_PREFETCH
-#define ZC_ADAM_AVX2_PREFETCH 0
+#define ZC_ADAM_AVX2_PREFETCH 512
 #endif
 
 /* One vector of 8 elements: the Adam update of master/m/v at i, returning
