@@ -4,9 +4,12 @@
 #include "optim/adam_isa.h"
 #include "optim/threadpool.h"
 
-/* Shards whose buffers exceed this are streamed with non-temporal stores when
- * that pays off (ZC_ADAM_NT); 0 disables them. Measured on the machines we
- * bench (bench/RESULTS.md): see zc__adam_flags_for. */
+/* Shards whose buffers exceed this many bytes get non-temporal stores
+ * (ZC_ADAM_NT); 0 disables them. Disabled: on the machine we bench (2-core
+ * Zen 3 VM, bench/RESULTS.md) streaming stores of master/m/v/copy made a 64M
+ * shard 2-3x slower than regular stores (the lines were just read, so there
+ * is no read-for-ownership to save). The kernels keep the path for machines
+ * where it pays. */
 #define ZC_ADAM_NT_MIN_BYTES ((size_t)0)
 
 zc_status zc__adam_shard_check(const zc_adam_shard *s, const char *who)
