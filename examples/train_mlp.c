@@ -46,8 +46,17 @@ typedef struct opts {
     double clip, lr, weight_decay;
     long long bucket, persistence, prefetch; /* -1: library default */
     const char *dump_path;
+    const char *config_path; /* a DeepSpeed JSON file, or NULL */
+    unsigned given;          /* GIVEN_* bits: flags set on the command line */
     bool json;
 } opts;
+
+/* With --config, the file decides and only flags given explicitly override it. */
+enum {
+    GIVEN_STAGE = 1u << 0, GIVEN_DTYPE = 1u << 1, GIVEN_ACCUM = 1u << 2, GIVEN_BATCH = 1u << 3,
+    GIVEN_CLIP = 1u << 4, GIVEN_LR = 1u << 5, GIVEN_BUCKET = 1u << 6, GIVEN_PERSIST = 1u << 7,
+    GIVEN_PREFETCH = 1u << 8
+};
 
 static void usage(FILE *f)
 {
@@ -56,8 +65,12 @@ static void usage(FILE *f)
             "                 [--accum K] [--batch B] [--seed S] [--clip C] [--lr X]\n"
             "                 [--bucket ELEMS] [--persistence-threshold ELEMS]\n"
             "                 [--prefetch ELEMS] [--dump-params FILE] [--json]\n"
+            "                 [--config ds_config.json]\n"
             "defaults: --stage 2 --world 2 --dtype bf16 --steps 50 --accum 1 --batch 32\n"
-            "          --seed 1 --clip 1.0 --lr 1e-3 --bucket 65536\n");
+            "          --seed 1 --clip 1.0 --lr 1e-3 --bucket 65536\n"
+            "--config: a DeepSpeed JSON file decides stage, precision, optimizer, clipping,\n"
+            "          buckets and accumulation; flags given explicitly override it, and\n"
+            "          \"auto\" values are resolved from the flags (as the HF Trainer does).\n");
 }
 
 static long long parse_int(const char *flag, const char *v, long long lo, long long hi)
@@ -100,7 +113,16 @@ static opts parse_args(int argc, char **argv)
             exit(2);
         }
         const char *v = argv[++i];
-        if (!strcmp(a, "--stage")) o.stage = (int)parse_int(a, v, 0, 3);
+        static const struct { const char *flag; unsigned bit; } bits[] = {
+            {"--stage", GIVEN_STAGE}, {"--dtype", GIVEN_DTYPE}, {"--accum", GIVEN_ACCUM},
+            {"--batch", GIVEN_BATCH}, {"--clip", GIVEN_CLIP}, {"--lr", GIVEN_LR},
+            {"--bucket", GIVEN_BUCKET}, {"--persistence-threshold", GIVEN_PERSIST},
+            {"--prefetch", GIVEN_PREFETCH}};
+        for (size_t k = 0; k < sizeof bits / sizeof bits[0]; k++)
+            if (!strcmp(a, bits[k].flag))
+                o.given |= bits[k].bit;
+        if (!strcmp(a, "--config")) o.config_path = v;
+        else if (!strcmp(a, "--stage")) o.stage = (int)parse_int(a, v, 0, 3);
         else if (!strcmp(a, "--world")) o.world = (int)parse_int(a, v, 1, 64);
         else if (!strcmp(a, "--steps")) o.steps = (int)parse_int(a, v, 0, 1000000);
         else if (!strcmp(a, "--accum")) o.accum = (int)parse_int(a, v, 1, 1024);
@@ -219,6 +241,7 @@ typedef struct teacher {
 
 typedef struct shared {
     opts o;
+    zc_config *cfg; /* shared by every rank: engines copy it at create */
     zc_comm **comms;
     teacher t;
     float *init[2 * N_LAYERS];      /* initial values: weight, bias per layer */
@@ -310,25 +333,78 @@ static void make_init(shared *sh)
 
 /* ---- one rank ------------------------------------------------------------- */
 
-static zc_config *make_config(const opts *o, int rank)
+/* Reads a resolved integer or boolean back from the configuration. */
+static long long config_int(zc_config *cfg, const char *key)
+{
+    char buf[64];
+    const int rank = -1;
+    CHECK(zc_config_get(cfg, key, buf, sizeof buf));
+    if (!strcmp(buf, "true")) return 1;
+    if (!strcmp(buf, "false")) return 0;
+    return strtoll(buf, NULL, 10);
+}
+
+/* One configuration for every rank (zc_engine_create copies it). Without
+ * --config it is built from the flags; with it, the file is loaded, flags
+ * given explicitly override it, "auto" is resolved from the flags, and the
+ * stage, precision, accumulation and micro batch are read back into *o. */
+static zc_config *make_config(opts *o)
 {
     zc_config *cfg = NULL;
+    const int rank = -1;
+    const bool file = o->config_path != NULL;
     char v[64];
-    CHECK(zc_config_create(&cfg));
-#define SET(key, ...) do { snprintf(v, sizeof v, __VA_ARGS__); CHECK(zc_config_set(cfg, key, v)); } while (0)
-    SET("zero_optimization.stage", "%d", o->stage);
-    SET("train_micro_batch_size_per_gpu", "%d", o->batch);
-    SET("gradient_accumulation_steps", "%d", o->accum);
-    SET("gradient_clipping", "%.17g", o->clip);
-    SET("optimizer.type", "\"AdamW\"");
-    SET("optimizer.params.lr", "%.17g", o->lr);
-    SET("optimizer.params.weight_decay", "%.17g", o->weight_decay);
-    if (o->dtype == ZC_DTYPE_BF16) SET("bf16.enabled", "true");
-    if (o->dtype == ZC_DTYPE_F16) SET("fp16.enabled", "true");
-    SET("zero_optimization.reduce_bucket_size", "%lld", o->bucket);
-    if (o->persistence >= 0) SET("zero_optimization.stage3_param_persistence_threshold", "%lld", o->persistence);
-    if (o->prefetch >= 0) SET("zero_optimization.stage3_prefetch_bucket_size", "%lld", o->prefetch);
+    if (file) {
+        if (zc_config_load(&cfg, o->config_path) != ZC_OK) {
+            fprintf(stderr, "train_mlp: %s\n", zc_last_error());
+            exit(1);
+        }
+        zc_program_values pv = ZC_PROGRAM_VALUES_INIT;
+        pv.micro_batch_per_gpu = o->batch;
+        pv.gradient_accumulation_steps = o->accum;
+        pv.total_num_steps = o->steps;
+        /* Like the HF Trainer: the program's own values fill "auto" keys;
+         * optional ones only when the flag was given, so an "auto" the
+         * program says nothing about keeps DeepSpeed's default. */
+        if (o->given & GIVEN_LR) pv.lr = o->lr;
+        if (o->given & GIVEN_CLIP) pv.max_grad_norm = o->clip;
+        if (o->given & GIVEN_DTYPE) pv.dtype = (int)o->dtype;
+        CHECK(zc_config_set_program_values(cfg, &pv));
+    } else {
+        CHECK(zc_config_create(&cfg));
+    }
+#define SET(bit, key, ...) do { if (!file || (o->given & (bit))) { \
+        snprintf(v, sizeof v, __VA_ARGS__); CHECK(zc_config_set(cfg, key, v)); } } while (0)
+    SET(GIVEN_STAGE, "zero_optimization.stage", "%d", o->stage);
+    SET(GIVEN_BATCH, "train_micro_batch_size_per_gpu", "%d", o->batch);
+    SET(GIVEN_ACCUM, "gradient_accumulation_steps", "%d", o->accum);
+    SET(GIVEN_CLIP, "gradient_clipping", "%.17g", o->clip);
+    if (!file) {
+        CHECK(zc_config_set(cfg, "optimizer.type", "\"AdamW\""));
+        snprintf(v, sizeof v, "%.17g", o->weight_decay);
+        CHECK(zc_config_set(cfg, "optimizer.params.weight_decay", v));
+    }
+    SET(GIVEN_LR, "optimizer.params.lr", "%.17g", o->lr);
+    SET(GIVEN_DTYPE, "bf16.enabled", "%s", o->dtype == ZC_DTYPE_BF16 ? "true" : "false");
+    SET(GIVEN_DTYPE, "fp16.enabled", "%s", o->dtype == ZC_DTYPE_F16 ? "true" : "false");
+    SET(GIVEN_BUCKET, "zero_optimization.reduce_bucket_size", "%lld", o->bucket);
+    if (o->persistence >= 0)
+        SET(GIVEN_PERSIST, "zero_optimization.stage3_param_persistence_threshold", "%lld", o->persistence);
+    if (o->prefetch >= 0)
+        SET(GIVEN_PREFETCH, "zero_optimization.stage3_prefetch_bucket_size", "%lld", o->prefetch);
 #undef SET
+    if (file) {
+        if (zc_config_resolve(cfg, o->world) != ZC_OK) {
+            fprintf(stderr, "train_mlp: %s: %s\n", o->config_path, zc_last_error());
+            exit(1);
+        }
+        o->stage = (int)config_int(cfg, "zero_optimization.stage");
+        o->accum = (int)config_int(cfg, "gradient_accumulation_steps");
+        o->batch = (int)config_int(cfg, "train_micro_batch_size_per_gpu");
+        o->dtype = config_int(cfg, "bf16.enabled")   ? ZC_DTYPE_BF16
+                   : config_int(cfg, "fp16.enabled") ? ZC_DTYPE_F16
+                                                     : ZC_DTYPE_F32;
+    }
     return cfg;
 }
 
@@ -339,7 +415,7 @@ static void *rank_main(void *argp)
     const opts *o = &sh->o;
     const int rank = ra->rank, B = o->batch;
 
-    zc_config *cfg = make_config(o, rank);
+    const zc_config *cfg = sh->cfg;
     zc_engine_options eo = ZC_ENGINE_OPTIONS_INIT;
     /* Host memory: the forward and backward below read the acquired
      * parameters and write the gradient buffers with the CPU. */
@@ -488,7 +564,6 @@ static void *rank_main(void *argp)
     for (int l = 0; l <= N_LAYERS; l++) free(act[l]);
     free(y); free(w); free(bias); free(gw); free(gb); free(delta); free(dprev);
     zc_engine_destroy(eng);
-    zc_config_destroy(cfg);
     return NULL;
 }
 
@@ -573,6 +648,7 @@ int main(int argc, char **argv)
 {
     shared *sh = xcalloc(1, sizeof *sh);
     sh->o = parse_args(argc, argv);
+    sh->cfg = make_config(&sh->o);
     const opts *o = &sh->o;
     const int rank = -1; /* for CHECK in the main thread */
 
@@ -604,6 +680,7 @@ int main(int argc, char **argv)
     report(sh);
 
     for (int r = 0; r < o->world; r++) zc_comm_destroy(sh->comms[r]);
+    zc_config_destroy(sh->cfg);
     pthread_barrier_destroy(&sh->bar);
     for (int i = 0; i < 2 * N_LAYERS; i++) free(sh->init[i]);
     free(th); free(args); free(sh->comms); free(sh->master); free(sh->stats); free(sh->losses);

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds zeroc, and runs the demo: the MLP example
-# training on the host (CPU) path with its default configuration.
+# training on the host (CPU) path, two ranks, driven by a DeepSpeed JSON config
+# (ZeRO-2, bf16, AdamW, WarmupDecayLR). Extra arguments go to train_mlp and
+# override the config (e.g. --stage 3, --world 4, --json).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
 [[ -f build/build.ninja ]] || meson setup build
 ninja -C build
-exec ./build/examples/train_mlp "$@"
+exec ./build/examples/train_mlp --config examples/ds_config_zero2.json "$@"

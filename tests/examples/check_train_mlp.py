@@ -156,6 +156,56 @@ def check_accumulation(exe):
                   % (stage, rel))
 
 
+def check_config_file(exe):
+    """train_mlp --config: the DeepSpeed JSON decides stage, precision and
+    accumulation; "auto" keys resolve from the flags; a flag given explicitly
+    overrides the file; a misspelled key is refused with its path."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    cfg = os.path.join(here, "..", "..", "examples", "ds_config_zero2.json")
+    with open(cfg) as f:
+        ds = json.load(f)
+    cmd = [exe, "--json", "--config", cfg, "--world", "2", "--steps", "12", "--batch", "8"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if p.returncode != 0:
+        fail("%s exited %d: %s" % (" ".join(cmd), p.returncode, p.stderr.strip()[-2000:]))
+        return
+    lines = [json.loads(l) for l in p.stdout.splitlines()]
+    final = lines[-1]
+    steps = lines[:-1]
+    want = (ds["zero_optimization"]["stage"], "bf16", ds["gradient_accumulation_steps"])
+    got = (final["stage"], final["dtype"], final["accum"])
+    if got != want:
+        fail("--config: stage/dtype/accum %s, the file says %s" % (got, want))
+    # WarmupDecayLR with log warmup over W steps then linear decay to T (the
+    # run's --steps, given to the "auto" total_num_steps), warmup_max_lr
+    # "auto" = the optimizer's lr. DeepSpeed's scheduler sets warmup_min_lr at
+    # construction (used by the first update), then each scheduler.step()
+    # after an update sets last_batch_iteration t = 0, 1, ...: update k >= 2
+    # uses gamma(t = k - 2).
+    sp = ds["scheduler"]["params"]
+    lo, hi, W, T = sp["warmup_min_lr"], ds["optimizer"]["params"]["lr"], sp["warmup_num_steps"], 12
+    for k, s in enumerate(steps):
+        t = k - 1
+        if t < 0:
+            ref = lo
+        elif t < W:
+            ref = lo + (hi - lo) * math.log(t + 1) / math.log(W)
+        else:
+            ref = lo + (hi - lo) * max(0.0, (T - t) / max(1.0, T - W))
+        if abs(s["lr"] - ref) > 1e-9 * max(1.0, ref) + 1e-12:
+            fail("--config: lr at step %d = %.12g, DeepSpeed's WarmupDecayLR gives %.12g"
+                 % (t + 1, s["lr"], ref))
+    over = subprocess.run(cmd + ["--stage", "3"], capture_output=True, text=True, timeout=600)
+    if over.returncode != 0 or json.loads(over.stdout.splitlines()[-1])["stage"] != 3:
+        fail("--config with --stage 3: the flag did not override the file")
+    bad = os.path.join(os.path.dirname(exe), "bad_ds_config.json")
+    with open(bad, "w") as f:
+        json.dump({"zero_optimization": {"stage": 3, "stage3_param_persitance_threshold": 10}}, f)
+    p = subprocess.run([exe, "--config", bad], capture_output=True, text=True, timeout=60)
+    if p.returncode == 0 or "zero_optimization.stage3_param_persitance_threshold" not in p.stderr:
+        fail("--config with a misspelled key: exit %d, stderr %r" % (p.returncode, p.stderr))
+
+
 def main():
     exe = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("TRAIN_MLP")
     if not exe:
@@ -198,6 +248,7 @@ def main():
         if len(set(hashes.values())) != 1:
             fail("%s, W=%d: params_sha256 differs across stages: %s" % (dtype, WORLD, hashes))
     check_accumulation(exe)
+    check_config_file(exe)
     if failures:
         print("%d failure(s)" % len(failures))
         return 1
