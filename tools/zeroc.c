@@ -19,6 +19,7 @@ static void usage(FILE *f)
             "usage: zeroc <command> [args]\n"
             "  config check FILE [--world N] [--lenient] [--json]\n"
             "                         validate a DeepSpeed config and print the effective values\n"
+            "  config keys            every supported key with its type, default and aliases\n"
             "  bench io [options]     NVMe store throughput next to fio\n"
             "  bench adam [--device cpu|cuda] [options]\n"
             "                         optimizer step throughput next to a streaming ceiling\n"
