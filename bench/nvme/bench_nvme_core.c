@@ -9,7 +9,15 @@
  * median of the repetitions is reported, each repetition on stderr.
  * One JSON object per case on stdout:
  *   {"op","block","depth","gbps","fio_io_uring_gbps","fio_libaio_gbps",
- *    "ratio_io_uring","ratio_libaio"}
+ *    "ratio_io_uring","ratio_libaio",
+ *    "ratio_io_uring_paired","ratio_libaio_paired","reps",
+ *    "req_kib","fio_io_uring_req_kib","fio_libaio_req_kib","fio_buffers"}
+ * ratio_* are ratios of the medians; ratio_*_paired are medians of the
+ * per-repetition ratios (ours against the fio run of the same repetition, a
+ * few seconds apart), which a burst of the disk landing on one run moves less.
+ * req_kib is the median average size of the requests the device saw during
+ * each run (from /sys/dev/block/M:m/stat, so the device's other traffic is
+ * counted too): it shows when the block layer split requests or merged them.
  * GB/s are decimal (1e9 bytes per second), as fio's bw_bytes. */
 #include <errno.h>
 #include <getopt.h>
@@ -18,7 +26,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -41,7 +51,9 @@ typedef struct cfg {
     bool fio;
     const char *fio_bin;
     bool keep;
+    bool fio_huge;        /* fio's buffers on transparent huge pages too */
     unsigned flags;
+    char devstat[128];    /* /sys/dev/block/M:m/stat of the directory's device, or "" */
 } cfg;
 
 static double now_s(void)
@@ -117,6 +129,9 @@ static void usage(FILE *f, const char *prog)
             "  --no-fio         skip the fio ceiling (ratios are null)\n"
             "  --fio PATH       fio binary (default: fio in PATH)\n"
             "  --sqpoll         store uses an SQPOLL ring\n"
+            "  --no-hugepage    store leaves its buffers on 4 KiB pages (ZC_NVME_NO_HUGEPAGE)\n"
+            "  --fio-hugepage   fio's buffers on transparent huge pages too\n"
+            "                   (GLIBC_TUNABLES=glibc.malloc.hugetlb=1)\n"
             "  --keep           keep the test file\n",
             prog);
 }
@@ -129,6 +144,7 @@ static int parse_args(int argc, char **argv, cfg *c)
         {"op", required_argument, 0, 'o'},    {"reps", required_argument, 0, 'r'},
         {"no-fio", no_argument, 0, 'n'},      {"fio", required_argument, 0, 'f'},
         {"sqpoll", no_argument, 0, 'p'},      {"keep", no_argument, 0, 'k'},
+        {"no-hugepage", no_argument, 0, 'H'}, {"fio-hugepage", no_argument, 0, 'F'},
         {"help", no_argument, 0, 'h'},        {0, 0, 0, 0}};
     memset(c, 0, sizeof *c);
     c->dir = ".";
@@ -182,6 +198,8 @@ static int parse_args(int argc, char **argv, cfg *c)
         case 'f': c->fio_bin = optarg; break;
         case 'p': c->flags |= ZC_NVME_SQPOLL; break;
         case 'k': c->keep = true; break;
+        case 'H': c->flags |= ZC_NVME_NO_HUGEPAGE; break;
+        case 'F': c->fio_huge = true; break;
         case 'h': usage(stdout, argv[0]); return -1;
         default: usage(stderr, argv[0]); return 2;
         }
@@ -238,6 +256,49 @@ static int pick_size(cfg *c)
         return 1;
     }
     return 0;
+}
+
+/* The block device's counters for the directory's filesystem, so each run
+ * can say how many requests (of what average size) the device saw. */
+static void find_devstat(cfg *c)
+{
+    struct stat sb;
+    c->devstat[0] = '\0';
+    if (stat(c->dir, &sb) != 0)
+        return;
+    snprintf(c->devstat, sizeof c->devstat, "/sys/dev/block/%u:%u/stat", major(sb.st_dev),
+             minor(sb.st_dev));
+    if (access(c->devstat, R_OK) != 0)
+        c->devstat[0] = '\0'; /* e.g. tmpfs, overlay: no block device */
+}
+
+typedef struct devsnap {
+    unsigned long long ios[2], sectors[2]; /* [0] reads, [1] writes */
+} devsnap;
+
+static bool devstat_read(const cfg *c, devsnap *d)
+{
+    unsigned long long v[7];
+    FILE *f = c->devstat[0] ? fopen(c->devstat, "r") : NULL;
+    if (!f)
+        return false;
+    int n = fscanf(f, "%llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4],
+                   &v[5], &v[6]);
+    fclose(f);
+    if (n != 7)
+        return false;
+    d->ios[0] = v[0], d->sectors[0] = v[2], d->ios[1] = v[4], d->sectors[1] = v[6];
+    return true;
+}
+
+/* Average request size in KiB between two snapshots; -1 when unknown. */
+static double devstat_kib(const devsnap *a, const devsnap *b, bool ok, bool write)
+{
+    int w = write;
+    if (!ok || b->ios[w] <= a->ios[w])
+        return -1;
+    return (double)(b->sectors[w] - a->sectors[w]) * 512.0 / 1024.0 /
+           (double)(b->ios[w] - a->ios[w]);
 }
 
 /* ------------------------------------------------------------------------- */
@@ -344,10 +405,11 @@ static double fio_pass(const cfg *c, const char *path, const char *engine, bool 
 {
     char cmd[2048];
     snprintf(cmd, sizeof cmd,
-             "'%s' --name=zc --filename='%s' --rw=%s --bs=%" PRIu64 " --iodepth=%d --direct=1 "
+             "%s'%s' --name=zc --filename='%s' --rw=%s --bs=%" PRIu64 " --iodepth=%d --direct=1 "
              "--ioengine=%s --size=%" PRIu64 " --numjobs=1 --thread --invalidate=1 "
              "--fallocate=none --output-format=json 2>/dev/null",
-             c->fio_bin, path, write ? "write" : "read", block, depth, engine, c->size);
+             c->fio_huge ? "GLIBC_TUNABLES=glibc.malloc.hugetlb=1 " : "", c->fio_bin, path,
+             write ? "write" : "read", block, depth, engine, c->size);
     FILE *p = popen(cmd, "r");
     if (!p) {
         fprintf(stderr, "bench_nvme: cannot run fio: %s\n", strerror(errno));
@@ -435,52 +497,75 @@ static int run_case(const cfg *c, uint64_t block, int depth, bool *prefilled)
         bool write = w;
         if ((write && !c->do_write) || (!write && !c->do_read))
             continue;
-        double ours_v[100], fu[100], fl[100];
+        /* [engine][rep]: 0 ours, 1 fio io_uring, 2 fio libaio. */
+        double v[3][100], kib[3][100];
         for (int r = 0; r < c->reps; r++) {
             /* Rotate who goes first, so a drive (or a host cache) that
              * favours the first or last run of a round favours each alike. */
             for (int k = 0; k < 3; k++) {
                 int e = (r + k) % 3;
-                if (e == 0) {
-                    ours_v[r] = ours_pass(&o, write, c->size);
-                    if (ours_v[r] < 0) {
-                        ours_close(&o);
-                        return 1;
-                    }
-                } else if (e == 1) {
-                    fu[r] = c->fio ? fio_pass(c, path, "io_uring", write, block, depth) : -1;
-                } else {
-                    fl[r] = c->fio ? fio_pass(c, path, "libaio", write, block, depth) : -1;
+                devsnap d0, d1;
+                bool ok = devstat_read(c, &d0);
+                if (e == 0)
+                    v[0][r] = ours_pass(&o, write, c->size);
+                else
+                    v[e][r] = c->fio ? fio_pass(c, path, e == 1 ? "io_uring" : "libaio", write,
+                                                block, depth)
+                                     : -1;
+                ok = ok && devstat_read(c, &d1);
+                kib[e][r] = devstat_kib(&d0, &d1, ok, write);
+                if (e == 0 && v[0][r] < 0) {
+                    ours_close(&o);
+                    return 1;
                 }
             }
         }
         /* The spread goes to stderr: on shared or virtual disks it is often
          * wider than the differences between engines. */
-        fprintf(stderr, "bench_nvme: %s block %" PRIu64 " depth %d GB/s per rep:",
-                write ? "write" : "read", block, depth);
+        fprintf(stderr, "bench_nvme: %s block %" PRIu64 " depth %d, GB/s (avg request KiB) "
+                "per rep:\n", write ? "write" : "read", block, depth);
         for (int r = 0; r < c->reps; r++)
-            fprintf(stderr, " ours %.3f fio_io_uring %.3f fio_libaio %.3f%s", ours_v[r], fu[r],
-                    fl[r], r + 1 < c->reps ? " |" : "\n");
+            fprintf(stderr, "bench_nvme:   ours %.3f (%.0f)  fio_io_uring %.3f (%.0f)  "
+                    "fio_libaio %.3f (%.0f)\n", v[0][r], kib[0][r], v[1][r], kib[1][r], v[2][r],
+                    kib[2][r]);
         fprintf(stderr, "bench_nvme: ours kept up to %lld requests in flight (depth %d)\n",
                 (long long)o.max_inflight, depth);
-        double g = median(ours_v, c->reps);
-        double u = c->fio ? median(fu, c->reps) : -1;
-        double l = c->fio ? median(fl, c->reps) : -1;
-        /* A failed fio run makes its median meaningless: report null. */
-        for (int r = 0; r < c->reps; r++) {
-            if (fu[r] < 0)
-                u = -1;
-            if (fl[r] < 0)
-                l = -1;
+        double med[3], mkib[3], paired[2];
+        for (int e = 0; e < 3; e++) {
+            double tmp[100];
+            bool failed = false;
+            for (int r = 0; r < c->reps; r++) {
+                tmp[r] = v[e][r];
+                failed |= v[e][r] < 0; /* a failed fio run: no median */
+            }
+            med[e] = failed ? -1 : median(tmp, c->reps);
+            bool known = true;
+            for (int r = 0; r < c->reps; r++) {
+                tmp[r] = kib[e][r];
+                known &= kib[e][r] > 0;
+            }
+            mkib[e] = known ? median(tmp, c->reps) : -1;
+        }
+        for (int e = 1; e < 3; e++) {
+            double tmp[100];
+            for (int r = 0; r < c->reps; r++)
+                tmp[r] = v[e][r] > 0 ? v[0][r] / v[e][r] : -1;
+            paired[e - 1] = med[e] > 0 ? median(tmp, c->reps) : -1;
         }
         printf("{\"op\":\"%s\",\"block\":%" PRIu64 ",\"depth\":%d,", write ? "write" : "read",
                block, depth);
-        print_num("gbps", g, false);
-        print_num("fio_io_uring_gbps", u, false);
-        print_num("fio_libaio_gbps", l, false);
-        print_num("ratio_io_uring", u > 0 ? g / u : -1, false);
-        print_num("ratio_libaio", l > 0 ? g / l : -1, true);
-        printf("}\n");
+        print_num("gbps", med[0], false);
+        print_num("fio_io_uring_gbps", med[1], false);
+        print_num("fio_libaio_gbps", med[2], false);
+        print_num("ratio_io_uring", med[1] > 0 ? med[0] / med[1] : -1, false);
+        print_num("ratio_libaio", med[2] > 0 ? med[0] / med[2] : -1, false);
+        print_num("ratio_io_uring_paired", paired[0], false);
+        print_num("ratio_libaio_paired", paired[1], false);
+        printf("\"reps\":%d,", c->reps);
+        print_num("req_kib", mkib[0], false);
+        print_num("fio_io_uring_req_kib", mkib[1], false);
+        print_num("fio_libaio_req_kib", mkib[2], false);
+        printf("\"fio_buffers\":\"%s\"}\n", !c->fio ? "none" : c->fio_huge ? "hugepage" : "malloc");
         fflush(stdout);
     }
     ours_close(&o);
@@ -495,6 +580,7 @@ int zc__bench_nvme_main(int argc, char **argv)
         return rc < 0 ? 0 : rc;
     if (pick_size(&c) != 0)
         return 1;
+    find_devstat(&c);
     if (c.fio) {
         char cmd[600];
         snprintf(cmd, sizeof cmd, "'%s' --version >/dev/null 2>&1", c.fio_bin);

@@ -70,7 +70,7 @@ struct zc_nvme_store {
     int qd;
 
     bool direct, use_uring, fixed_files, fixed_bufs;
-    bool warned_register, warned_eof;
+    bool warned_register, warned_eof, warned_hugepage;
 #if ZC_HAVE_URING
     struct io_uring ring;
     bool ring_ok;

@@ -154,6 +154,7 @@ typedef uint64_t zc_nvme_ticket;
 #define ZC_NVME_NO_FIXED     0x08u /* do not register buffers (plain read/write) */
 #define ZC_NVME_SYNC         0x10u /* pread/pwrite instead of io_uring */
 #define ZC_NVME_NO_FALLOCATE 0x20u /* size with ftruncate only (sparse) */
+#define ZC_NVME_NO_HUGEPAGE  0x40u /* leave registered regions' pages as they are */
 
 typedef struct zc_nvme_opts {
     size_t size;              /* sizeof(zc_nvme_opts) */
@@ -213,7 +214,13 @@ zc_status zc__nvme_open(zc_nvme_store **out, const zc_nvme_opts *opts);
 
 /* Registers up to 64 memory regions (e.g. zc__pinned_pool_regions) as io_uring fixed
  * buffers; later requests whose buffer lies inside one use read_fixed /
- * write_fixed. Replaces any earlier registration; no requests may be in flight
+ * write_fixed. Before pinning them it asks the kernel to back the regions with
+ * transparent huge pages (MADV_HUGEPAGE + MADV_COLLAPSE; contents are kept,
+ * best effort, skipped with ZC_NVME_NO_HUGEPAGE): a buffer of 4 KiB pages is
+ * one segment per page, so the block layer splits a 1 MiB request at
+ * max_segments (often 254 or 127) into two or more device requests, and a
+ * device that is bound by requests (virtio disks) then reads at half speed.
+ * Replaces any earlier registration; no requests may be in flight
  * (ZC_ERR_INVALID_STATE). When the kernel refuses (RLIMIT_MEMLOCK, > 1 GiB,
  * not anonymous memory) the store says so once (warning) and keeps using plain
  * reads/writes: that is not an error. The regions stay owned by the caller and
