@@ -350,16 +350,21 @@ int zc__bench_cpu_adam(int argc, char **argv)
     const char *stream_name;
     stream_fn stream = pick_stream(&stream_name);
     /* Buffers for the largest N; smaller N use prefixes. */
-    struct { void **p; size_t bytes; const char *what; } bufs[7];
+    typedef struct buf_t {
+        void **p;
+        size_t bytes;
+        const char *what;
+    } buf_t;
+    buf_t bufs[7];
     float *master = NULL, *m = NULL, *v = NULL, *g32 = NULL;
     uint16_t *gbf = NULL, *gf16 = NULL, *copy = NULL;
-    bufs[0] = (typeof(bufs[0])){(void **)&master, nmax * 4, "master"};
-    bufs[1] = (typeof(bufs[0])){(void **)&m, nmax * 4, "m"};
-    bufs[2] = (typeof(bufs[0])){(void **)&v, nmax * 4, "v"};
-    bufs[3] = (typeof(bufs[0])){(void **)&g32, nmax * 4, "fp32 gradients"};
-    bufs[4] = (typeof(bufs[0])){(void **)&gbf, nmax * 2, "bf16 gradients"};
-    bufs[5] = (typeof(bufs[0])){(void **)&gf16, nmax * 2, "fp16 gradients"};
-    bufs[6] = (typeof(bufs[0])){(void **)&copy, nmax * 2, "16-bit copy"};
+    bufs[0] = (buf_t){(void **)&master, nmax * 4, "master"};
+    bufs[1] = (buf_t){(void **)&m, nmax * 4, "m"};
+    bufs[2] = (buf_t){(void **)&v, nmax * 4, "v"};
+    bufs[3] = (buf_t){(void **)&g32, nmax * 4, "fp32 gradients"};
+    bufs[4] = (buf_t){(void **)&gbf, nmax * 2, "bf16 gradients"};
+    bufs[5] = (buf_t){(void **)&gf16, nmax * 2, "fp16 gradients"};
+    bufs[6] = (buf_t){(void **)&copy, nmax * 2, "16-bit copy"};
     int rc = 0;
     for (int i = 0; i < 7; i++)
         if (zc__host_alloc(NULL, ZC_MEM_OTHER, bufs[i].bytes, bufs[i].what, bufs[i].p) != ZC_OK) {
