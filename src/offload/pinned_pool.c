@@ -146,6 +146,14 @@ static zc_status slab_add(zc_pinned_pool *pool, size_t bytes, const char *what)
      * touch would otherwise place them on whichever node runs this thread. */
     if (pool->numa)
         zc__numa_bind(pool->numa, base, bytes, pool->numa_node);
+    /* Ask for transparent huge pages before the pages are faulted in: an
+     * O_DIRECT request on a registered buffer takes one segment per page, and
+     * with 4 KiB pages a 1 MiB request exceeds the usual max_segments (127 or
+     * 254) and reaches the drive split in two (see bench/RESULTS.md, NVMe).
+     * Pinned memory (mlock, cudaHostRegister) cannot be collapsed later, so
+     * this is the only moment to ask. A refusal only costs request size. */
+    if (bytes >= (2u << 20))
+        (void)madvise(base, bytes, MADV_HUGEPAGE);
 
     slab s = {.base = base, .bytes = bytes};
 #if ZC_HAVE_CUDA
