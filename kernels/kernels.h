@@ -12,7 +12,11 @@
  * (round to nearest even; bf16 NaN -> 0x7FC0; fp16 NaN keeps sign and top
  * payload bits, quiet), no FMA contraction, IEEE division and square root, the
  * same summation order. The GPU results are therefore meant to be bitwise equal
- * to the host's; tests allow 2 ulp (fp32) and 1 ulp (16-bit).
+ * to the host's; tests allow 2 ulp (fp32) and 1 ulp (16-bit). The exception is
+ * the bits of a NaN that arithmetic produces: the GPU returns the canonical
+ * NaN (0x7FFFFFFF in fp32) where x86 returns 0xFFC00000 or propagates an
+ * input's payload (IEEE 754 allows both); conversions alone follow dtype.h
+ * bit for bit.
  *
  * Pure C: included by src/device/cuda.c (gcc) and by the .cu files (nvcc). */
 #ifndef ZC_KERNELS_KERNELS_H
