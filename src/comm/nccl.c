@@ -120,7 +120,14 @@ static void reap_locked(nccl_comm *c)
             continue;
         }
         char msg[512];
-        if (q != cudaErrorNotReady) {
+        if (q == cudaErrorNotReady) {
+            /* Not an error, but the runtime may still record it as the
+             * thread's last error; this runs on the caller's thread too, and
+             * the kernel launchers report cudaGetLastError(), so the next
+             * launch would fail with "device not ready". Clear it (PyTorch's
+             * stream/event queries do the same). */
+            (void)cudaGetLastError();
+        } else {
             snprintf(msg, sizeof msg, "nccl rank %d/%d: %s #%llu (%zu bytes) failed on cuda:%d: %s",
                      c->base.rank, c->base.world, p->op, (unsigned long long)p->seq, p->bytes,
                      c->device, cudaGetErrorString(q));
