@@ -77,32 +77,36 @@ static bool make_room(zc_engine *e, int64_t need)
     return e->live_elems + need <= e->max_live;
 }
 
-static zc_status trace_append(zc_engine *e, int k)
+/* Makes room for one more trace entry. An activation appends at most one
+ * entry (at len, or at pos <= len after a mismatch), so reserving before the
+ * gather leaves nothing fallible after it: a failed acquire changes neither
+ * the trace nor the gather statistics. */
+static zc_status trace_reserve(zc_engine *e)
 {
     zc_trace *t = &e->trace;
-    if (t->len == t->cap) {
-        int64_t ncap = t->cap ? t->cap * 2 : 64;
-        void *n = NULL;
-        ZC_CHECK(zc__host_alloc(&e->acct, ZC_MEM_OTHER, (size_t)ncap * sizeof(int),
-                                "stage-3 trace", &n));
-        if (t->order)
-            memcpy(n, t->order, (size_t)t->len * sizeof(int));
-        zc__host_free(&e->acct, ZC_MEM_OTHER, t->order, (size_t)t->cap * sizeof(int));
-        t->order = n;
-        t->cap = ncap;
-    }
-    t->order[t->len++] = k;
+    if (t->len < t->cap)
+        return ZC_OK;
+    int64_t ncap = t->cap ? t->cap * 2 : 64;
+    void *n = NULL;
+    ZC_CHECK(zc__host_alloc(&e->acct, ZC_MEM_OTHER, (size_t)ncap * sizeof(int), "stage-3 trace",
+                            &n));
+    if (t->order)
+        memcpy(n, t->order, (size_t)t->len * sizeof(int));
+    zc__host_free(&e->acct, ZC_MEM_OTHER, t->order, (size_t)t->cap * sizeof(int));
+    t->order = n;
+    t->cap = ncap;
     return ZC_OK;
 }
 
-static zc_status trace_activate(zc_engine *e, const zc_param *p)
+/* Records or checks one activation; trace_reserve() has made room. */
+static void trace_activate(zc_engine *e, const zc_param *p)
 {
     zc_trace *t = &e->trace;
     const int k = p->chunk;
     if (t->mode == ZC_TRACE_COMPLETE) {
         if (t->pos < t->len && t->order[t->pos] == k) {
             t->pos++;
-            return ZC_OK;
+            return;
         }
         e->invalidations++;
         if (t->pos < t->len)
@@ -120,7 +124,7 @@ static zc_status trace_activate(zc_engine *e, const zc_param *p)
         t->mode = ZC_TRACE_RECORD;
         t->pf_end = t->pos;
     }
-    return trace_append(e, k);
+    t->order[t->len++] = k;
 }
 
 /* A chunk freed on release may have been counted by the prefetch scan as
@@ -170,7 +174,8 @@ zc_status zc__z3_acquire(zc_engine *e, zc_param *p, void **out)
 {
     zc_chunk *c = &e->chunks[p->chunk];
     const bool activation = c->acq == 0;
-    bool gathered_now = false;
+    if (activation)
+        ZC_CHECK(trace_reserve(e));
     if (!c->gather) {
         if (!make_room(e, c->padded))
             return ZC_ERR(ZC_ERR_NO_MEMORY,
@@ -180,16 +185,9 @@ zc_status zc__z3_acquire(zc_engine *e, zc_param *p, void **out)
                           p->name, p->chunk, (long long)c->padded, (long long)e->max_live,
                           (long long)e->live_elems);
         ZC_CHECK(gather_chunk(e, p->chunk));
-        gathered_now = true;
     }
-    if (activation) {
-        zc_status rc = trace_activate(e, p);
-        if (rc != ZC_OK) {
-            if (gathered_now && !c->persistent)
-                drop_chunk(e, c);
-            return rc;
-        }
-    }
+    if (activation)
+        trace_activate(e, p);
     if (c->prefetched) {
         c->prefetched = false;
         e->prefetched_elems -= c->padded;
