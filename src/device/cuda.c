@@ -471,6 +471,11 @@ zc_status zc__device_cuda_open(int index, zc_device **out)
             if (*end || v < 0)
                 return ZC_ERR(ZC_ERR_CONFIG, "LOCAL_RANK='%s' is not a non-negative integer", lr);
             index = (int)v;
+            /* Slurm's --gpus-per-task (or a per-rank CUDA_VISIBLE_DEVICES)
+             * shows each process only its own GPU while LOCAL_RANK counts
+             * the node's processes: then the visible GPUs are this rank's. */
+            if (index >= count)
+                index %= count;
         }
     }
     if (index >= count)
