@@ -64,9 +64,21 @@ static void drop_chunk(zc_engine *e, zc_chunk *c)
 static void rewind_prefetch(zc_engine *e, int k);
 
 /* Evicts idle prefetched chunks (latest chunk first) until need more elements
- * fit under max_live. */
+ * fit under max_live. When even evicting all of them would not make room,
+ * evicts nothing: the acquire is refused and must leave the prefetched
+ * chunks (and the gathers they cost) in place. */
 static bool make_room(zc_engine *e, int64_t need)
 {
+    if (e->live_elems + need <= e->max_live)
+        return true;
+    int64_t idle = 0;
+    for (int k = 0; k < e->nchunks; k++) {
+        const zc_chunk *c = &e->chunks[k];
+        if (c->gather && c->prefetched && c->acq == 0)
+            idle += c->padded;
+    }
+    if (e->live_elems - idle + need > e->max_live)
+        return false;
     for (int k = e->nchunks - 1; k >= 0 && e->live_elems + need > e->max_live; k--) {
         zc_chunk *c = &e->chunks[k];
         if (c->gather && c->prefetched && c->acq == 0) {
