@@ -342,6 +342,16 @@ ZC_API zc_param *zc_param_add(zc_engine *e, const char *name, const int64_t *sha
         }
         numel *= shape[d];
     }
+    /* Every size derived from the model (padded totals, fp32 and Adam bytes,
+     * stats) is int64: bound the sum like a single parameter. */
+    if (numel > INT64_MAX / 4 - e->registered_elems) {
+        ZC_ERR(ZC_ERR_INVALID_ARG,
+               "zc_param_add('%s'): %lld elements on top of the %lld registered exceed the "
+               "engine's limit of %lld elements in all",
+               name, (long long)numel, (long long)e->registered_elems,
+               (long long)(INT64_MAX / 4));
+        return NULL;
+    }
     if (group < 0 || group >= e->ngroups) {
         ZC_ERR(ZC_ERR_INVALID_ARG,
                "zc_param_add('%s'): unknown group %d (this engine has %d; see zc_group_add)",
@@ -381,6 +391,7 @@ ZC_API zc_param *zc_param_add(zc_engine *e, const char *name, const int64_t *sha
     p->chunk_start = e->boundary_pending;
     p->chunk = -1;
     e->boundary_pending = false;
+    e->registered_elems += numel;
     e->params[e->nparams++] = p;
     return p;
 }

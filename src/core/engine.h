@@ -146,6 +146,7 @@ struct zc_engine {
     int ngroups, groups_cap;
     zc_param **params;
     int nparams, params_cap;
+    int64_t registered_elems;  /* sum of numel, bounded so byte counts fit int64 */
     bool boundary_pending;
 
     zc_chunk *chunks;

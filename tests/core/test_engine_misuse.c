@@ -280,3 +280,30 @@ Test(misuse, build_out_of_memory)
     }
     t_assert_no_leaks();
 }
+
+/* Each parameter is bounded (numel * 4 bytes fits int64), and so is their sum:
+ * five parameters of 2^61 - 1 elements would overflow the engine's int64
+ * element and byte totals. The one that crosses the bound is refused and the
+ * engine keeps the others. */
+Test(misuse, total_elements_bounded)
+{
+    zc_comm *comm;
+    zc_config *cfg;
+    zc_engine *e = make_engine(&comm, &cfg);
+    const int64_t huge[1] = {INT64_MAX / 4};
+    int added = 0;
+    for (int i = 0; i < 5; i++) {
+        char name[8] = {'h', (char)('0' + i), 0};
+        if (!zc_param_add(e, name, huge, 1, 0)) {
+            cr_assert(strstr(zc_last_error(), "exceed"), "%s", zc_last_error());
+            break;
+        }
+        added++;
+    }
+    cr_assert_eq(added, 1, "%d parameters of 2^61 - 1 elements were accepted", added);
+    cr_assert_eq(num_params(e), INT64_MAX / 4);
+    zc_engine_destroy(e);
+    zc_config_destroy(cfg);
+    zc_comm_destroy(comm);
+    t_assert_no_leaks();
+}
