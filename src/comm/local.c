@@ -217,6 +217,17 @@ static zc_status local_all_reduce(zc_comm *base, const void *send, void *recv, s
     local_group *g = c->g;
     zc_device *d = base->dev;
     ZC_CHECK(check_dtype(c, "all_reduce", dt));
+    /* Checked before posting, from arguments every rank shares, so all ranks
+     * refuse the call (a rank whose share of a short buffer is empty would
+     * otherwise return success with nothing written). */
+    if (op != ZC_RED_SUM && op != ZC_RED_MAX)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "local comm rank %d all_reduce: unknown op %d",
+                      base->rank, (int)op);
+    if (op == ZC_RED_MAX && dt != ZC_DTYPE_F32 && dt != ZC_DTYPE_F64 && dt != ZC_DTYPE_I32)
+        return ZC_ERR(ZC_ERR_INVALID_ARG,
+                      "local comm rank %d all_reduce MAX: dtype %s not supported (use fp32, "
+                      "fp64 or int32)",
+                      base->rank, zc_dtype_name(dt));
     ZC_CHECK(post(c, K_ALL_REDUCE, send, recv, count, dt, (int)op, 0, stream));
     int r = base->rank, W = g->world;
     size_t lo = count * (size_t)r / (size_t)W, hi = count * (size_t)(r + 1) / (size_t)W;

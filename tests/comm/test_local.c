@@ -186,3 +186,55 @@ Test(comm_local, world_size_zero_is_an_error)
     cr_assert(strstr(zc_last_error(), "world size 0"), "%s", zc_last_error());
     t_assert_no_leaks();
 }
+
+/* Empty collectives complete on every rank and touch nothing. */
+static void do_count_zero(int r, void *p)
+{
+    world_ctx *w = p;
+    zc_status rc = zc__all_reduce(w->comms[r], w->in[r], w->in[r], 0, ZC_DTYPE_F32, ZC_RED_SUM,
+                                  NULL);
+    if (rc == ZC_OK)
+        rc = zc__all_reduce(w->comms[r], w->in[r], w->out[r], 0, ZC_DTYPE_F32, ZC_RED_MAX, NULL);
+    if (rc == ZC_OK)
+        rc = zc__reduce_scatter(w->comms[r], w->in[r], w->out[r], 0, ZC_DTYPE_BF16, NULL);
+    if (rc == ZC_OK)
+        rc = zc__all_gather(w->comms[r], w->in[r], w->out[r], 0, ZC_DTYPE_F16, NULL);
+    if (rc == ZC_OK)
+        rc = zc__broadcast(w->comms[r], w->in[r], 0, ZC_DTYPE_F32, 1, NULL);
+    w->rc[r] = rc;
+}
+
+Test(comm_local, count_zero_is_a_no_op)
+{
+    static world_ctx w;
+    make_world(&w, 3);
+    t_run_ranks(3, do_count_zero, &w);
+    for (int r = 0; r < 3; r++) {
+        cr_assert_eq(w.rc[r], ZC_OK, "%s", zc_last_error());
+        for (int i = 0; i < 4 * N; i++) {
+            cr_assert_eq(w.in[r][i], value(r, i));
+            cr_assert_eq(w.out[r][i], 0.0f);
+        }
+    }
+    end_world(&w);
+}
+
+/* A MAX over a dtype the local backend cannot compare fails on EVERY rank,
+ * also on ranks whose share of a short buffer is empty (count 1, world 3),
+ * so no rank goes on believing it holds the maximum. */
+static void do_max_f16(int r, void *p)
+{
+    world_ctx *w = p;
+    w->rc[r] = zc__all_reduce(w->comms[r], w->in16[r], w->out16[r], 1, ZC_DTYPE_F16, ZC_RED_MAX,
+                              NULL);
+}
+
+Test(comm_local, unsupported_max_fails_on_every_rank)
+{
+    static world_ctx w;
+    make_world(&w, 3);
+    t_run_ranks(3, do_max_f16, &w);
+    for (int r = 0; r < 3; r++)
+        cr_assert_eq(w.rc[r], ZC_ERR_INVALID_ARG, "rank %d returned %d", r, (int)w.rc[r]);
+    end_world(&w);
+}
