@@ -2,6 +2,8 @@
  *
  * Host values enter and leave only through the device's copy op (H2D / D2H)
  * into a transient device buffer, so the same code serves the CUDA backend. */
+#include <stdio.h>
+
 #include "core/engine.h"
 
 /* This rank's shard of chunk c intersected with [off, off + n): the overlap
@@ -123,8 +125,18 @@ ZC_API void *zc_param_acquire(zc_engine *e, zc_param *p, void *stream)
     } else {
         ptr = zc__elem(e->chunks[p->chunk].param, p->offset, e->pesz);
     }
-    if (order_after_engine(e, stream) != ZC_OK)
+    if (order_after_engine(e, stream) != ZC_OK) {
+        /* Undo the policy's acquire so the chunk is not left counted as in
+         * use (stage 3 would never free it); keep the ordering error. */
+        if (e->pol->release) {
+            char msg[512];
+            snprintf(msg, sizeof msg, "%s", zc_last_error());
+            (void)e->pol->release(e, p);
+            zc__error_clear();
+            ZC_ERR(ZC_ERR_DEVICE, "%s", msg);
+        }
         return NULL;
+    }
     p->acquired++;
     return ptr;
 }
