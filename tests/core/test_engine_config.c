@@ -1,6 +1,7 @@
 /* The engine's use of the configuration: DeepSpeed's batch rules and semantic
  * checks run at create, and model-derived "auto" keys resolve at build from
  * the registered parameters (H = largest dimension of the largest 2-D one). */
+#include <math.h>
 #include <string.h>
 
 #include "helpers.h"
@@ -98,5 +99,109 @@ Test(engine_config, auto_bucket_resolves_from_hidden_size)
     zc_engine_destroy(e);
     zc_comm_destroy(comm);
     zc_config_destroy(cfg);
+    t_assert_no_leaks();
+}
+
+/* ---- prescale_gradients / gradient_predivide_factor ----------------------
+ * DeepSpeed moves the averaging division around (before the reduction, split
+ * by the predivide factor, or after); the averaged gradient must not change.
+ * A factor applied twice or never shows in the reported norm (linear in the
+ * gradient) even where Adam's scale invariance would hide it. */
+
+enum { PD_N = 1000, PD_STEPS = 3, PD_W = 2 };
+
+typedef struct pd_run {
+    zc_config *cfg;
+    int stage;
+    zc_comm *comms[PD_W];
+    double norm[PD_STEPS];
+    float master[PD_N];
+    zc_status rc[PD_W];
+} pd_run;
+
+static void pd_rank(int rank, void *arg)
+{
+    pd_run *r = arg;
+    zc_engine_options o = ZC_ENGINE_OPTIONS_INIT;
+    o.device = ZC_DEVICE_HOST;
+    zc_engine *e = NULL;
+    zc_status rc = zc_engine_create(&e, r->cfg, r->comms[rank], &o);
+    int64_t shape[1] = {PD_N};
+    zc_param *p = rc == ZC_OK ? zc_param_add(e, "w", shape, 1, 0) : NULL;
+    if (rc == ZC_OK && !p)
+        rc = ZC_ERR_INTERNAL;
+    if (rc == ZC_OK)
+        rc = zc_engine_build(e);
+    static float init[PD_N];
+    for (int i = 0; i < PD_N; i++)
+        init[i] = (float)(i % 17) * 0.01f - 0.08f;
+    if (rc == ZC_OK)
+        rc = zc_param_load(e, p, init);
+    for (int s = 0; s < PD_STEPS && rc == ZC_OK; s++) {
+        float *g = zc_grad_buffer(e, p);
+        for (int i = 0; i < PD_N; i++)
+            g[i] = (float)((rank + 1) * ((i * 7 + s * 3) % 23) - 11) * 0.125f;
+        rc = zc_grad_ready(e, p);
+        zc_step_info info;
+        if (rc == ZC_OK)
+            rc = zc_step(e, &info);
+        if (rc == ZC_OK && rank == 0)
+            r->norm[s] = info.grad_norm;
+    }
+    if (rc == ZC_OK)
+        rc = zc_param_gather_master(e, p, rank == 0 ? r->master : (float[PD_N]){0});
+    r->rc[rank] = rc;
+    zc_engine_destroy(e);
+}
+
+static void pd_train(pd_run *r, int stage, bool prescale, double predivide)
+{
+    memset(r, 0, sizeof *r);
+    cr_assert_eq(zc_config_create(&r->cfg), ZC_OK);
+    cr_assert_eq(zc_config_set_int(r->cfg, "zero_optimization.stage", stage), ZC_OK);
+    cr_assert_eq(zc_config_set_bool(r->cfg, "prescale_gradients", prescale), ZC_OK);
+    cr_assert_eq(zc_config_set_double(r->cfg, "gradient_predivide_factor", predivide), ZC_OK,
+                 "%s", zc_last_error());
+    cr_assert_eq(zc_config_set_double(r->cfg, "gradient_clipping", 0.0), ZC_OK);
+    cr_assert_eq(zc_comm_local_world(PD_W, r->comms), ZC_OK);
+    t_run_ranks(PD_W, pd_rank, r);
+    for (int k = 0; k < PD_W; k++) {
+        cr_assert_eq(r->rc[k], ZC_OK, "rank %d: %s", k, zc_last_error());
+        zc_comm_destroy(r->comms[k]);
+    }
+    zc_config_destroy(r->cfg);
+}
+
+Test(engine_config, prescale_and_predivide_keep_the_average)
+{
+    static pd_run base, other;
+    for (int stage = 0; stage <= 3; stage += 2) {
+        pd_train(&base, stage, false, 1.0);
+        /* Reference norm of the first step's averaged gradient, in fp64. */
+        double ss = 0;
+        for (int i = 0; i < PD_N; i++) {
+            double avg = 0;
+            for (int rank = 0; rank < PD_W; rank++)
+                avg += (double)((rank + 1) * ((i * 7) % 23) - 11) * 0.125;
+            avg /= PD_W;
+            ss += avg * avg;
+        }
+        cr_assert(fabs(base.norm[0] - sqrt(ss)) <= 1e-6 * sqrt(ss), "stage %d: norm %.9g vs %.9g",
+                  stage, base.norm[0], sqrt(ss));
+        const struct { bool prescale; double predivide; } cases[] = {
+            {true, 1.0}, {false, 4.0}, {true, 4.0}, {true, 3.0}};
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            pd_train(&other, stage, cases[c].prescale, cases[c].predivide);
+            for (int s = 0; s < PD_STEPS; s++)
+                cr_assert(fabs(other.norm[s] - base.norm[s]) <= 1e-6 * base.norm[s],
+                          "stage %d prescale %d predivide %g step %d: norm %.9g vs %.9g", stage,
+                          cases[c].prescale, cases[c].predivide, s, other.norm[s], base.norm[s]);
+            for (int i = 0; i < PD_N; i++)
+                cr_assert(fabsf(other.master[i] - base.master[i]) <=
+                              1e-6f * fmaxf(1.0f, fabsf(base.master[i])),
+                          "stage %d case %zu elem %d: %.9g vs %.9g", stage, c, i,
+                          other.master[i], base.master[i]);
+        }
+    }
     t_assert_no_leaks();
 }
