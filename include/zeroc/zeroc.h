@@ -326,7 +326,10 @@ typedef struct zc_step_info {
  * ZC_ERR_LOSS_SCALE when an overflow happens at the minimum loss scale (the
  * window's gradients are dropped, nothing else changes). info
  * may be NULL. It ends the gradient_accumulation_steps-th micro-step; the
- * earlier ones end with zc_micro_step_end (ZC_ERR_INVALID_STATE otherwise). */
+ * earlier ones end with zc_micro_step_end (ZC_ERR_INVALID_STATE otherwise).
+ * A failed collective (ZC_ERR_COMM: timeout, mismatch, abort) here or in any
+ * other call leaves the ranks at different points, so from then on every call
+ * on this engine returns ZC_ERR_COMM: destroy it and its communicator. */
 ZC_API zc_status zc_step(zc_engine *eng, zc_step_info *info);
 
 /* Current loss scale (1 without fp16). The loss must be multiplied by it

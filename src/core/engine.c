@@ -3,6 +3,7 @@
  * collective and device helpers every engine file uses (so all comm payload is
  * counted in one place). */
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,9 +20,28 @@ zc_status zc__eng_enter(const zc_engine *e, const char *fn, bool need_built)
     if (e->state == ZC_ENG_FAILED)
         return ZC_ERR(ZC_ERR_INVALID_STATE,
                       "%s: zc_engine_build failed on this engine; it can only be destroyed", fn);
+    if (e->state == ZC_ENG_BROKEN)
+        return ZC_ERR(ZC_ERR_COMM,
+                      "%s: an earlier collective failed on this engine, so the ranks may no "
+                      "longer agree on gradients or parameters; destroy the engine and its "
+                      "communicator (first failure: %s)",
+                      fn, e->broken_msg);
     if (need_built && e->state != ZC_ENG_BUILT)
         return ZC_ERR(ZC_ERR_INVALID_STATE, "%s: call zc_engine_build first", fn);
     return ZC_OK;
+}
+
+/* A failed collective (timeout, mismatch, NCCL abort) or device error inside
+ * one leaves the ranks at different points of the step; nothing after it can
+ * be trusted, so the engine refuses further work (like NCCL's communicators
+ * after ncclCommAbort). Argument errors, identical on every rank, do not. */
+static zc_status coll_failed(zc_engine *e, zc_status rc)
+{
+    if ((rc == ZC_ERR_COMM || rc == ZC_ERR_DEVICE) && e->state == ZC_ENG_BUILT) {
+        snprintf(e->broken_msg, sizeof e->broken_msg, "%s", zc_last_error());
+        e->state = ZC_ENG_BROKEN;
+    }
+    return rc;
 }
 
 zc_status zc__eng_check_param(const zc_engine *e, const zc_param *p, const char *fn)
@@ -45,7 +65,7 @@ zc_status zc__eng_all_reduce(zc_engine *e, void *buf, size_t n, zc_dtype dt, boo
 {
     zc_status rc = zc__all_reduce(e->comm, buf, buf, n, dt, ZC_RED_SUM, e->stream);
     if (rc != ZC_OK)
-        return rc;
+        return coll_failed(e, rc);
     if (count_it)
         e->comm_cur[ZC_COLL_ALL_REDUCE] += (int64_t)(n * zc_dtype_size(dt));
     return ZC_OK;
@@ -56,7 +76,7 @@ zc_status zc__eng_reduce_scatter(zc_engine *e, const void *send, void *recv, siz
 {
     zc_status rc = zc__reduce_scatter(e->comm, send, recv, recv_n, dt, e->stream);
     if (rc != ZC_OK)
-        return rc;
+        return coll_failed(e, rc);
     if (count_it)
         e->comm_cur[ZC_COLL_REDUCE_SCATTER] +=
             (int64_t)(recv_n * (size_t)e->world * zc_dtype_size(dt));
@@ -68,7 +88,7 @@ zc_status zc__eng_all_gather(zc_engine *e, const void *send, void *recv, size_t 
 {
     zc_status rc = zc__all_gather(e->comm, send, recv, send_n, dt, e->stream);
     if (rc != ZC_OK)
-        return rc;
+        return coll_failed(e, rc);
     if (count_it)
         e->comm_cur[ZC_COLL_ALL_GATHER] +=
             (int64_t)(send_n * (size_t)e->world * zc_dtype_size(dt));

@@ -53,7 +53,8 @@ typedef struct zc_stage_policy zc_stage_policy;
 typedef enum zc_engine_state {
     ZC_ENG_CREATED = 0, /* registering groups and parameters */
     ZC_ENG_BUILT,       /* buffers allocated; training */
-    ZC_ENG_FAILED       /* build failed: only destroy is allowed */
+    ZC_ENG_FAILED,      /* build failed: only destroy is allowed */
+    ZC_ENG_BROKEN       /* a collective failed: ranks may disagree, only destroy */
 } zc_engine_state;
 
 struct zc_param {
@@ -128,6 +129,7 @@ typedef struct zc_trace {
 struct zc_engine {
     uint32_t magic;
     zc_engine_state state;
+    char broken_msg[256];      /* first collective failure (state ZC_ENG_BROKEN) */
     zc_config *cfg;            /* own copy */
     zc_comm *comm;             /* borrowed */
     zc_device *dev;
