@@ -35,6 +35,23 @@ float t_rand_range(uint64_t *s, float lo, float hi)
     return lo + (hi - lo) * (float)t_rand_unit(s);
 }
 
+static uint64_t t_mix64(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    return x ^ (x >> 33);
+}
+
+double t_noise(uint64_t salt, int rank, int step, int micro, int param, int64_t i)
+{
+    uint64_t h = t_mix64(salt ^ (uint64_t)rank);
+    h = t_mix64(h ^ ((uint64_t)step << 20) ^ (uint64_t)micro);
+    h = t_mix64(h ^ ((uint64_t)param << 40) ^ (uint64_t)i);
+    return (double)(h >> 11) * 0x1p-52 - 1.0;
+}
+
 uint32_t t_ulp_diff_f32(float a, float b)
 {
     if (isnan(a) && isnan(b))

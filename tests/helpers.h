@@ -34,6 +34,11 @@ double t_rand_unit(uint64_t *state);
 /* Uniform float in [lo, hi). */
 float t_rand_range(uint64_t *state, float lo, float hi);
 
+/* A pure function of its arguments, uniform in [-1, 1): deterministic test
+ * data per (rank, step, micro-step, parameter, element); salt separates
+ * the streams of different tests. */
+double t_noise(uint64_t salt, int rank, int step, int micro, int param, int64_t i);
+
 /* Distance in units in the last place between two floats (0 when bitwise
  * equal; NaN vs NaN counts as equal; +0 and -0 are 0 apart). */
 uint32_t t_ulp_diff_f32(float a, float b);

@@ -57,21 +57,9 @@ static int64_t total_numel(void)
     return n;
 }
 
-static uint64_t mix(uint64_t x)
-{
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ull;
-    return x ^ (x >> 33);
-}
-
 static double noise(int rank, int data, int micro, int p, int64_t i)
 {
-    uint64_t h = mix(0xc11bull ^ (uint64_t)rank);
-    h = mix(h ^ ((uint64_t)data << 20) ^ (uint64_t)micro);
-    h = mix(h ^ ((uint64_t)p << 40) ^ (uint64_t)i);
-    return (double)(h >> 11) * 0x1p-52 - 1.0;
+    return t_noise(0xc11bull, rank, data, micro, p, i);
 }
 
 static float init_value(int p, int64_t i)

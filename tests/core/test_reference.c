@@ -61,22 +61,9 @@ static int64_t numel(int i)
     return n;
 }
 
-static uint64_t mix(uint64_t x)
-{
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ull;
-    return x ^ (x >> 33);
-}
-
-/* Uniform in [-1, 1), a pure function of its arguments. */
 static double noise(int rank, int step, int micro, int p, int64_t i)
 {
-    uint64_t h = mix(0x1234567ull ^ (uint64_t)rank);
-    h = mix(h ^ ((uint64_t)step << 20) ^ (uint64_t)micro);
-    h = mix(h ^ ((uint64_t)p << 40) ^ (uint64_t)i);
-    return (double)(h >> 11) * 0x1p-52 - 1.0;
+    return t_noise(0x1234567ull, rank, step, micro, p, i);
 }
 
 /* The gradient a rank writes, in fp32 as the engine sees it: a noise term
