@@ -5,7 +5,8 @@
 # override the config (e.g. --stage 3, --world 4, --json).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/build_dir.sh
 bash scripts/deps.sh
-[[ -f build/build.ninja ]] || meson setup build
+zc_configure build
 ninja -C build
 exec ./build/examples/train_mlp --config examples/ds_config_zero2.json "$@"
