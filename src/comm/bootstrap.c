@@ -2,7 +2,8 @@
  *
  * Reads rank, world and local rank from the launcher's environment
  * (bootstrap.h lists the variables), validates them, and hands them to the
- * NCCL backend, which picks the GPU (LOCAL_RANK) and exchanges the NCCL
+ * NCCL backend, which picks the GPU (zc__device_pick_from_env, the launcher's
+ * local rank) and exchanges the NCCL
  * unique id over the rendezvous on MASTER_ADDR:MASTER_PORT+1 (or through
  * NCCL_COMM_ID when the user set it). A build without NCCL validates the
  * environment the same way and then says it cannot reach other processes. */
@@ -48,11 +49,19 @@ typedef struct launcher_vars {
     const char *rank, *world, *local_rank, *local_world, *local_world_alt;
 } launcher_vars;
 
+/* First match wins. Slurm comes last: a process that mpirun starts inside a
+ * Slurm allocation inherits the batch step's SLURM_PROCID (0 everywhere) and
+ * SLURM_NTASKS, while the MPI launcher's own variables describe it. The order
+ * must stay the local-rank order of zc__device_pick_from_env
+ * (src/device/select.c), which picks the GPU from the same launcher. */
 static const launcher_vars launchers[] = {
     {"torchrun/deepspeed", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "LOCAL_SIZE"},
-    {"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE", NULL},
     {"openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
      "OMPI_COMM_WORLD_LOCAL_SIZE", NULL},
+    {"mpich/hydra", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", NULL},
+    {"mvapich2", "MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_LOCAL_RANK",
+     "MV2_COMM_WORLD_LOCAL_SIZE", NULL},
+    {"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE", NULL},
 };
 
 static zc_status read_ranks(const launcher_vars *L, zc_launch_env *out)
@@ -112,8 +121,9 @@ zc_status zc__launch_env_read(zc_launch_env *out, bool need_master)
     if (!L)
         return ZC_ERR(ZC_ERR_CONFIG,
                       "no launcher environment found: set RANK and WORLD_SIZE (torchrun, "
-                      "deepspeed), or start under srun (SLURM_PROCID, SLURM_NTASKS) or mpirun "
-                      "(OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE)");
+                      "deepspeed), or start under mpirun (OMPI_COMM_WORLD_RANK/_SIZE, "
+                      "PMI_RANK/PMI_SIZE, MV2_COMM_WORLD_RANK/_SIZE) or srun (SLURM_PROCID, "
+                      "SLURM_NTASKS)");
     out->launcher = L->name;
     ZC_CHECK(read_ranks(L, out));
 

@@ -3,9 +3,13 @@
  * Sources, first match wins:
  *   torchrun / deepspeed: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE
  *                         (torchrun) or LOCAL_SIZE (deepspeed)
- *   Slurm (srun):         SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID,
- *                         SLURM_NTASKS_PER_NODE
  *   Open MPI (mpirun):    OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE
+ *   MPICH / Intel MPI (hydra): PMI_RANK, PMI_SIZE, MPI_LOCALRANKID,
+ *                         MPI_LOCALNRANKS
+ *   MVAPICH2:             MV2_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE
+ *   Slurm (srun):         SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID,
+ *                         SLURM_NTASKS_PER_NODE (last: mpirun inside an
+ *                         allocation inherits the batch step's values)
  * plus MASTER_ADDR and MASTER_PORT (rank 0's host and the launcher's port;
  * zeroc uses MASTER_PORT + 1, never the port itself, which torchrun's agent
  * owns). */
@@ -18,9 +22,11 @@
 
 typedef struct zc_launch_env {
     int rank, world;
-    int local_rank;       /* this process's index on its node (its GPU) */
+    int local_rank;       /* this process's index on its node (the GPU comes from
+                             zc__device_pick_from_env, which reads the same variable) */
     int local_world;      /* processes on this node, -1 when not given */
-    const char *launcher; /* "torchrun/deepspeed", "slurm", "openmpi" (static text) */
+    const char *launcher; /* "torchrun/deepspeed", "openmpi", "mpich/hydra", "mvapich2",
+                             "slurm" (static text) */
     char master_addr[256];/* "" when not needed and unset */
     int master_port;      /* -1 when not needed and unset */
 } zc_launch_env;

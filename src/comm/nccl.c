@@ -565,18 +565,20 @@ zc_status zc__comm_nccl_from_env(const zc_launch_env *env, zc_comm **out)
         return ZC_ERR(ZC_ERR_UNSUPPORTED,
                       "zc_comm_init_env: rank %d of %d (%s) has no usable CUDA device; the NCCL "
                       "communicator needs one GPU per rank", env->rank, env->world, env->launcher);
-    if (env->local_rank >= ndev) {
-        const char *vis = getenv("CUDA_VISIBLE_DEVICES");
-        return ZC_ERR(ZC_ERR_CONFIG,
-                      "local rank %d (%s) but only %d CUDA device%s visible%s%s%s: one GPU per "
-                      "rank is needed (NCCL %d refuses two ranks on one GPU)",
-                      env->local_rank, env->launcher, ndev, ndev == 1 ? " is" : "s are",
-                      vis ? " (CUDA_VISIBLE_DEVICES=" : "", vis ? vis : "", vis ? ")" : "",
-                      NCCL_VERSION_CODE);
+    /* The same choice the CUDA device backend makes for device_index -1, so
+     * zc_engine_create binds a device this communicator accepts. */
+    int dev = -1;
+    char why[256];
+    zc_status prc = zc__device_pick_from_env(ndev, &dev, why, sizeof why);
+    if (prc != ZC_OK) {
+        zc__error_context("zc_comm_init_env: rank %d of %d (%s); NCCL %d needs one GPU per rank",
+                          env->rank, env->world, env->launcher, NCCL_VERSION_CODE);
+        return prc;
     }
-    cudaError_t ce = cudaSetDevice(env->local_rank);
+    ZC_LOGI("comm", "rank %d of %d uses cuda:%d (%s)", env->rank, env->world, dev, why);
+    cudaError_t ce = cudaSetDevice(dev);
     if (ce != cudaSuccess)
-        return ZC_ERR(ZC_ERR_DEVICE, "cudaSetDevice(%d): %s", env->local_rank,
+        return ZC_ERR(ZC_ERR_DEVICE, "cudaSetDevice(%d) (%s): %s", dev, why,
                       cudaGetErrorString(ce));
 
     double timeout = zc__bootstrap_timeout();
@@ -618,8 +620,10 @@ zc_status zc__comm_nccl_from_env(const zc_launch_env *env, zc_comm **out)
         if (r != ncclSuccess)
             return ZC_ERR(ZC_ERR_COMM, "ncclGetUniqueId: %s", ncclGetErrorString(r));
     }
-    zc_status rc = zc__comm_nccl_create(env->rank, env->world, env->local_rank, &id, timeout, out);
-    if (rc == ZC_OK)
+    zc_status rc = zc__comm_nccl_create(env->rank, env->world, dev, &id, timeout, out);
+    if (rc == ZC_OK) {
+        (*out)->local_rank = env->local_rank;
         (*out)->local_world = env->local_world;
+    }
     return rc;
 }

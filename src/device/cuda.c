@@ -459,28 +459,16 @@ zc_status zc__device_cuda_open(int index, zc_device **out)
     if (count <= 0)
         return ZC_ERR(ZC_ERR_UNSUPPORTED, "device 'cuda' requested but unusable: %s",
                       count_reason());
-    const char *why = "zc_engine_options.device_index";
+    char why[256] = "zc_engine_options.device_index";
     if (index < 0) {
-        /* -1: the launcher's LOCAL_RANK (one process per GPU), else GPU 0. */
-        const char *lr = getenv("LOCAL_RANK");
-        index = 0;
-        why = "LOCAL_RANK";
-        if (lr && *lr) {
-            char *end;
-            long v = strtol(lr, &end, 10);
-            if (*end || v < 0)
-                return ZC_ERR(ZC_ERR_CONFIG, "LOCAL_RANK='%s' is not a non-negative integer", lr);
-            index = (int)v;
-            /* Slurm's --gpus-per-task (or a per-rank CUDA_VISIBLE_DEVICES)
-             * shows each process only its own GPU while LOCAL_RANK counts
-             * the node's processes: then the visible GPUs are this rank's. */
-            if (index >= count)
-                index %= count;
-        }
-    }
-    if (index >= count)
+        /* -1: the launcher's local rank, read by the one function the NCCL
+         * communicator uses too (src/device/select.c). */
+        ZC_CHECK(zc__device_pick_from_env(count, &index, why, sizeof why));
+        ZC_LOGD("device", "cuda:%d chosen by %s", index, why);
+    } else if (index >= count) {
         return ZC_ERR(ZC_ERR_INVALID_ARG, "%s = %d but only %d CUDA device%s visible", why, index,
                       count, count == 1 ? " is" : "s are");
+    }
 
     cuda_device *c = NULL;
     ZC_CHECK(zc__host_alloc(NULL, ZC_MEM_OTHER, sizeof *c, "cuda device handle", (void **)&c));

@@ -99,6 +99,21 @@ zc_device *zc__device_host(void);
  * ZC_DEVICE_CUDA without a usable device is ZC_ERR_UNSUPPORTED. */
 zc_status zc__device_open(zc_device_kind kind, int index, zc_device **out);
 
+/* The CUDA device a process of a launched job uses, given `visible` devices
+ * (cudaGetDeviceCount) and the environment: the launcher's local rank, taken
+ * from the first of LOCAL_RANK (torchrun, deepspeed), OMPI_COMM_WORLD_LOCAL_RANK
+ * (Open MPI), MPI_LOCALRANKID (MPICH/Intel MPI hydra), MV2_COMM_WORLD_LOCAL_RANK
+ * (MVAPICH2), SLURM_LOCALID (srun) that is set - the launcher order of
+ * src/comm/bootstrap.c. No local rank: 0. A local rank below `visible`: that
+ * device. Beyond it: with CUDA_VISIBLE_DEVICES set (each task sees its own
+ * subset, e.g. srun --gpus-per-task) the local rank modulo `visible`, else
+ * ZC_ERR_CONFIG (more processes than GPUs). A malformed local rank is
+ * ZC_ERR_CONFIG naming the variable; visible <= 0 is ZC_ERR_UNSUPPORTED.
+ * `why` (may be NULL) receives which variable decided, for logs and errors.
+ * The CUDA backend (device_index -1) and the NCCL communicator both call this,
+ * so they cannot pick different GPUs. Pure host logic; thread-safe as getenv. */
+zc_status zc__device_pick_from_env(int visible, int *index, char *why, size_t why_len);
+
 /* Defined by the CUDA backend when built (src/device/cuda.c); otherwise by a
  * fallback that reports ZC_ERR_UNSUPPORTED. */
 zc_status zc__device_cuda_open(int index, zc_device **out);

@@ -1,5 +1,10 @@
-/* Choosing the device backend at run time. */
+/* Choosing the device backend, and the GPU, at run time. */
+#include <errno.h>
+#include <limits.h>
 #include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #include "core/log.h"
 #include "device/device.h"
@@ -35,4 +40,92 @@ zc_status zc__device_open(zc_device_kind kind, int index, zc_device **out)
         return ZC_ERR(ZC_ERR_INVALID_ARG, "zc_engine_options.device: unknown device kind %d",
                       (int)kind);
     }
+}
+
+/* ---- which GPU a process of a launched job uses ---------------------------
+ *
+ * The variables that give a process's index among the processes of its node,
+ * most specific first. The order matters when several are present, and it
+ * matches the launcher order of src/comm/bootstrap.c so the NCCL rank and the
+ * device backend always read the same one:
+ *   - torchrun under srun, or the deepspeed launcher under mpirun, set
+ *     LOCAL_RANK for the worker while the outer launcher's variables describe
+ *     the agent: LOCAL_RANK first;
+ *   - mpirun inside a Slurm allocation inherits the batch step's
+ *     SLURM_LOCALID (0 in every process): the MPI launchers' variables come
+ *     before Slurm's, and Slurm's are the last resort. */
+static const struct {
+    const char *var, *launcher;
+} local_rank_vars[] = {
+    {"LOCAL_RANK", "torchrun/deepspeed"},
+    {"OMPI_COMM_WORLD_LOCAL_RANK", "openmpi"},
+    {"MPI_LOCALRANKID", "mpich/hydra"},
+    {"MV2_COMM_WORLD_LOCAL_RANK", "mvapich2"},
+    {"SLURM_LOCALID", "slurm"},
+};
+
+zc_status zc__device_pick_from_env(int visible, int *index, char *why, size_t why_len)
+{
+    if (why && why_len)
+        why[0] = '\0';
+    if (!index)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "device pick: index is NULL");
+    *index = -1;
+    if (visible <= 0)
+        return ZC_ERR(ZC_ERR_UNSUPPORTED, "no CUDA device is visible to this process");
+
+    const char *var = NULL, *launcher = NULL, *val = NULL;
+    for (size_t i = 0; i < sizeof local_rank_vars / sizeof local_rank_vars[0]; i++) {
+        const char *s = getenv(local_rank_vars[i].var);
+        if (s && *s) {
+            var = local_rank_vars[i].var;
+            launcher = local_rank_vars[i].launcher;
+            val = s;
+            break;
+        }
+    }
+    if (!var) {
+        /* A process started by hand (or ranks as threads of one process). */
+        *index = 0;
+        if (why)
+            snprintf(why, why_len, "no launcher local rank set: device 0");
+        return ZC_OK;
+    }
+    char *end;
+    errno = 0;
+    long lr = strtol(val, &end, 10);
+    while (*end == ' ' || *end == '\n')
+        end++;
+    if (errno || *end || end == val || lr < 0 || lr > INT_MAX)
+        return ZC_ERR(ZC_ERR_CONFIG, "%s='%s' (set by %s) is not a non-negative integer", var,
+                      val, launcher);
+
+    const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
+    bool restricted = cvd && *cvd;
+    if (lr < visible) {
+        *index = (int)lr;
+        if (why)
+            snprintf(why, why_len, "%s=%ld (%s)", var, lr, launcher);
+        return ZC_OK;
+    }
+    if (restricted) {
+        /* The launcher gave each task its own subset (srun --gpus-per-task,
+         * an mpirun wrapper exporting CUDA_VISIBLE_DEVICES per rank) while the
+         * local rank counts every process of the node: the visible devices
+         * are this task's, so take them in turn. With one visible device
+         * this is always device 0. */
+        *index = (int)(lr % visible);
+        if (why)
+            snprintf(why, why_len, "%s=%ld (%s) with CUDA_VISIBLE_DEVICES=%s (%d visible): "
+                     "device %d of this task's", var, lr, launcher, cvd, visible, *index);
+        return ZC_OK;
+    }
+    /* Every process sees every device and there are more processes than
+     * devices: wrapping around would put two ranks on one GPU, which NCCL
+     * refuses at init (and which only slows the local backend down). */
+    return ZC_ERR(ZC_ERR_CONFIG,
+                  "%s=%ld (%s) but only %d CUDA device%s visible and CUDA_VISIBLE_DEVICES is "
+                  "unset: start at most one process per GPU on this node, or give each process "
+                  "its own CUDA_VISIBLE_DEVICES (srun --gpus-per-task=1)",
+                  var, lr, launcher, visible, visible == 1 ? " is" : "s are");
 }

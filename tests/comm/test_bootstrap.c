@@ -21,7 +21,9 @@ static const char *const all_vars[] = {
     "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "LOCAL_SIZE", "MASTER_ADDR",
     "MASTER_PORT", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE",
     "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-    "OMPI_COMM_WORLD_LOCAL_SIZE", "NCCL_COMM_ID", "ZC_BOOTSTRAP", NULL};
+    "OMPI_COMM_WORLD_LOCAL_SIZE", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS",
+    "MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_LOCAL_RANK",
+    "MV2_COMM_WORLD_LOCAL_SIZE", "NCCL_COMM_ID", "ZC_BOOTSTRAP", NULL};
 
 /* The test runner may itself run under a launcher: start from nothing. */
 static void clean_env(void)
@@ -101,6 +103,50 @@ Test(bootstrap, slurm_and_openmpi)
     cr_assert_eq(zc__launch_env_read(&e, false), ZC_OK, "%s", zc_last_error());
     cr_assert_eq(e.rank, 1);
     cr_assert_eq(e.world, 2);
+}
+
+/* mpirun inside a Slurm allocation: the processes inherit the batch step's
+ * SLURM_PROCID=0 and SLURM_NTASKS; the MPI launcher's variables describe
+ * them. Also MPICH/Intel MPI (hydra) and MVAPICH2. */
+Test(bootstrap, mpi_launchers_before_inherited_slurm)
+{
+    set("SLURM_PROCID", "0");
+    set("SLURM_NTASKS", "1");
+    set("SLURM_LOCALID", "0");
+    set("OMPI_COMM_WORLD_RANK", "5");
+    set("OMPI_COMM_WORLD_SIZE", "8");
+    set("OMPI_COMM_WORLD_LOCAL_RANK", "1");
+    set("OMPI_COMM_WORLD_LOCAL_SIZE", "4");
+    zc_launch_env e;
+    cr_assert_eq(zc__launch_env_read(&e, false), ZC_OK, "%s", zc_last_error());
+    cr_assert_str_eq(e.launcher, "openmpi");
+    cr_assert_eq(e.rank, 5);
+    cr_assert_eq(e.world, 8);
+    cr_assert_eq(e.local_rank, 1);
+    cr_assert_eq(e.local_world, 4);
+
+    unsetenv("OMPI_COMM_WORLD_RANK");
+    unsetenv("OMPI_COMM_WORLD_SIZE");
+    unsetenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    unsetenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    set("PMI_RANK", "3");
+    set("PMI_SIZE", "6");
+    set("MPI_LOCALRANKID", "0");
+    set("MPI_LOCALNRANKS", "3");
+    cr_assert_eq(zc__launch_env_read(&e, false), ZC_OK, "%s", zc_last_error());
+    cr_assert_str_eq(e.launcher, "mpich/hydra");
+    cr_assert_eq(e.rank, 3);
+    cr_assert_eq(e.world, 6);
+    cr_assert_eq(e.local_world, 3);
+
+    clean_env();
+    set("MV2_COMM_WORLD_RANK", "1");
+    set("MV2_COMM_WORLD_SIZE", "2");
+    set("MV2_COMM_WORLD_LOCAL_RANK", "1");
+    set("MV2_COMM_WORLD_LOCAL_SIZE", "2");
+    cr_assert_eq(zc__launch_env_read(&e, false), ZC_OK, "%s", zc_last_error());
+    cr_assert_str_eq(e.launcher, "mvapich2");
+    cr_assert_eq(e.local_rank, 1);
 }
 
 /* Each case: the variables set, and the name the error must mention. */
