@@ -257,6 +257,11 @@ zc_status zc__publish_all_gather(zc_engine *e, bool updated);
  * the optimizer's grad_scale afterwards; their product is 1 / world. */
 double zc__grad_prescale(const zc_engine *e);
 double zc__grad_postscale(const zc_engine *e);
+/* The averaging factor the optimizer still applies to a reduced gradient:
+ * zc__grad_postscale, and 1 / K where the reduction did not divide by the
+ * accumulation steps K already. Its product with the prescale and any 1 / K
+ * applied earlier is 1 / (world * K) in every stage. */
+double zc__grad_avg(const zc_engine *e);
 
 /* Stages 0/1: reduce the full P-dtype gradient of chunk c (all-reduce or
  * reduce-scatter), accumulating in fp32 across micro-steps when K > 1. */

@@ -4,7 +4,9 @@
  * Averaging. Gradients are averaged over ranks and micro-steps exactly once:
  * the reductions sum (in fp32, in rank order), and the 1 / (world * K) factor
  * is folded into the single grad_scale the optimizer applies together with
- * 1 / loss_scale and 1 / clip (step.c). DeepSpeed's prescale_gradients and
+ * 1 / loss_scale and 1 / clip (step.c) - except that stages 0/1 divide their
+ * fp32 window sum by K before rounding it to the parameter dtype (see
+ * zc__grads_reduce_full), so fp16 overflows on the same windows as stages 2/3. DeepSpeed's prescale_gradients and
  * gradient_predivide_factor only move part of that factor before the
  * reduction (to keep fp16 sums in range); zc__grad_prescale /
  * zc__grad_postscale split it the way DeepSpeed's allreduce_bucket does.
@@ -29,6 +31,15 @@ double zc__grad_postscale(const zc_engine *e)
     return 1.0 / ((double)e->world * zc__grad_prescale(e));
 }
 
+double zc__grad_avg(const zc_engine *e)
+{
+    /* Stages 0/1 divide the window by K before rounding it (reduce_full);
+     * stages 2/3 accumulate every micro-step's reduced gradient in fp32 and
+     * leave the division to the optimizer. */
+    const double micro = e->pol->sharded_grads ? (double)e->gas : 1.0;
+    return zc__grad_postscale(e) / micro;
+}
+
 static zc_status prescale(zc_engine *e, void *buf, size_t n)
 {
     double pre = zc__grad_prescale(e);
@@ -44,10 +55,17 @@ zc_status zc__grads_reduce_full(zc_engine *e, zc_chunk *c, bool last_micro, bool
     if (e->gas > 1) {
         /* The user's buffer is zeroed for every micro-step, so the window is
          * summed in a full fp32 accumulator and reduced once at its end, in
-         * the parameter dtype like a single micro-step. */
+         * the parameter dtype like a single micro-step. The sum is divided by
+         * K in fp32 before it is rounded to the 16-bit dtype: a window whose
+         * mean fits fp16 but whose sum does not must not overflow here when
+         * stages 2/3, which reduce every micro-step, do not (DeepSpeed gets
+         * the same effect by scaling the loss by 1/K before backward). The
+         * optimizer then leaves K out of its averaging (zc__grad_avg). */
         ZC_CHECK(d->ops->accumulate(d, c->acc, c->grad, e->pdt, n, e->stream));
         if (!last_micro)
             return d->ops->memset0(d, c->grad, n * e->pesz, e->stream);
+        ZC_CHECK(d->ops->scale(d, c->acc, ZC_DTYPE_F32, n, (float)(1.0 / (double)e->gas),
+                               e->stream));
         ZC_CHECK(zc__eng_convert(e, c->grad, e->pdt, c->acc, ZC_DTYPE_F32, n));
     }
     ZC_CHECK(prescale(e, c->grad, n));

@@ -14,8 +14,8 @@
  *      construction;
  *   4. the loss scaler is updated (skip on overflow: gradients dropped, no
  *      parameter, moment or scheduler change; global steps still count);
- *   5. grad_scale = (1 / (world * K) averaging, less what prescaling already
- *      applied) / (loss_scale * clip), clip = (norm + 1e-6) / max_norm when
+ *   5. grad_scale = (1 / (world * K) averaging, less what prescaling and
+ *      the stage 0/1 window division already applied: zc__grad_avg) / (loss_scale * clip), clip = (norm + 1e-6) / max_norm when
  *      > 1 (DeepSpeed's ((scaled_norm / scale) + 1e-6) / clip with the
  *      unscaled norm), rounded once to float; one fused Adam pass per
  *      segment of the shards this rank owns;
@@ -180,7 +180,7 @@ ZC_API zc_status zc_step(zc_engine *e, zc_step_info *info)
     double sumsq = 0.0;
     ZC_CHECK(norm_partials(e, &sumsq));
     const double ls = e->scaler.scale;
-    const double avg = zc__grad_postscale(e) / (double)e->gas;
+    const double avg = zc__grad_avg(e);
     const bool finite = isfinite(sumsq);
     const double norm = finite ? sqrt(sumsq) * avg / ls : -1.0;
     const bool overflow = e->check_overflow && !finite;
