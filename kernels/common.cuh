@@ -1,7 +1,7 @@
 /* Device-side helpers shared by the kernels: dtype conversions and launch
  * geometry.
  *
- * The conversions are the device copies of src/core/dtype.h and must stay
+ * The conversions are the device copies of src/base/dtype.h and must stay
  * bit-for-bit equal to them (tests/gpu compares every kernel with its host
  * twin). CUDA's own __float2bfloat16_rn / __float2half_rn return 0x7FFF for
  * every NaN, which is why they are not used. */

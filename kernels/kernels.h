@@ -8,7 +8,7 @@
  * allocates or synchronises.
  *
  * Every kernel has a host twin in src/device/host.c (src/optim for Adam) and
- * follows it operation for operation: the same dtype rules as src/core/dtype.h
+ * follows it operation for operation: the same dtype rules as src/base/dtype.h
  * (round to nearest even; bf16 NaN -> 0x7FC0; fp16 NaN keeps sign and top
  * payload bits, quiet), no FMA contraction, IEEE division and square root, the
  * same summation order. The GPU results are therefore meant to be bitwise equal

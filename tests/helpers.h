@@ -7,7 +7,7 @@
 
 #include <criterion/criterion.h>
 
-#include "core/alloc.h"
+#include "base/alloc.h"
 
 /* Asserts that every allocator kind is back to zero bytes and zero live
  * allocations (call after destroying everything a test created). */

@@ -15,8 +15,8 @@
 #include <jansson.h>
 
 #include "config/internal.h"
-#include "core/alloc.h"
-#include "core/error.h"
+#include "base/alloc.h"
+#include "base/error.h"
 
 int zc__cmd_config(int argc, char **argv);
 

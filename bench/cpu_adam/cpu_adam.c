@@ -31,8 +31,8 @@
 #endif
 
 #include "bench/cpu_adam/cpu_adam.h"
-#include "core/alloc.h"
-#include "core/dtype.h"
+#include "base/alloc.h"
+#include "base/dtype.h"
 #include "optim/adam_isa.h"
 #include "optim/threadpool.h"
 

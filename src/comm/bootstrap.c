@@ -17,7 +17,7 @@
 
 #include "comm/bootstrap.h"
 #include "comm/comm.h"
-#include "core/log.h"
+#include "base/log.h"
 
 /* 1: set and parsed into *v; 0: unset (or empty); -1: malformed (error set). */
 static int env_int(const char *name, int *v, const char *launcher)

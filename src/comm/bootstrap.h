@@ -18,7 +18,7 @@
 
 #include <stdbool.h>
 
-#include "core/error.h"
+#include "base/error.h"
 
 typedef struct zc_launch_env {
     int rank, world;

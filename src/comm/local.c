@@ -27,7 +27,7 @@
 #include <time.h>
 
 #include "comm/comm.h"
-#include "core/log.h"
+#include "base/log.h"
 
 typedef struct local_slot {
     const void *send;

@@ -13,7 +13,7 @@
 #include "comm/bootstrap.h"
 #include "comm/nccl.h"
 #include "comm/rendezvous.h"
-#include "core/log.h"
+#include "base/log.h"
 #include "kernels/kernels.h"
 
 /* Collectives that may be in flight at once; the issuing thread waits for the

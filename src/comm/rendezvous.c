@@ -18,8 +18,8 @@
 #include <unistd.h>
 
 #include "comm/rendezvous.h"
-#include "core/alloc.h"
-#include "core/log.h"
+#include "base/alloc.h"
+#include "base/log.h"
 
 #define RDV_MAGIC 0x5a435256u /* "ZCRV" */
 #define RDV_VERSION 1u

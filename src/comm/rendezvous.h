@@ -16,7 +16,7 @@
 
 #include <stddef.h>
 
-#include "core/error.h"
+#include "base/error.h"
 
 typedef struct zc_rdv_opts {
     const char *addr; /* rank 0's host name or address, as the others reach it */

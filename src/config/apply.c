@@ -7,7 +7,7 @@
 
 #include "config/internal.h"
 #include "config/hints.h"
-#include "core/error.h"
+#include "base/error.h"
 
 static bool is_auto(const json_t *v)
 {

@@ -7,9 +7,9 @@
 
 #include "config/internal.h"
 #include "config/scheduler.h"
-#include "core/alloc.h"
-#include "core/error.h"
-#include "core/log.h"
+#include "base/alloc.h"
+#include "base/error.h"
+#include "base/log.h"
 
 static void config_free(zc_config *c)
 {

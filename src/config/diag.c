@@ -4,9 +4,9 @@
 #include <string.h>
 
 #include "config/internal.h"
-#include "core/alloc.h"
-#include "core/error.h"
-#include "core/log.h"
+#include "base/alloc.h"
+#include "base/error.h"
+#include "base/log.h"
 
 void zc__diag_add(zc_cfg_diag *d, zc_cfg_sev sev, zc_status st, const char *path,
                   const char *fmt, ...)

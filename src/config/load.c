@@ -11,9 +11,9 @@
 
 #include "config/hints.h"
 #include "config/internal.h"
-#include "core/alloc.h"
-#include "core/error.h"
-#include "core/log.h"
+#include "base/alloc.h"
+#include "base/error.h"
+#include "base/log.h"
 
 static void join(char *out, size_t cap, const char *a, const char *b)
 {

@@ -5,8 +5,8 @@
 #include <string.h>
 
 #include "config/internal.h"
-#include "core/error.h"
-#include "core/log.h"
+#include "base/error.h"
+#include "base/log.h"
 
 static int key(const char *path) { return zc__cfg_key_find(path); }
 

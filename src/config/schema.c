@@ -12,8 +12,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/alloc.h"
-#include "core/error.h"
+#include "base/alloc.h"
+#include "base/error.h"
 
 #define O(f) offsetof(struct zc_config, f)
 #define I64MAX INT64_MAX

@@ -268,8 +268,8 @@ ZC_API void zc_engine_destroy(zc_engine *e)
 {
     if (!e || e->magic != ZC_ENGINE_MAGIC)
         return;
-    if (e->stage == 3 && e->chunks)
-        zc__z3_free_all(e);
+    if (e->pol && e->pol->teardown && e->chunks)
+        e->pol->teardown(e);
     zc__partials_free(e);
     zc__layout_free(e);
     for (int i = 0; i < e->nparams; i++) {

@@ -26,11 +26,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/alloc.h"
+#include "base/error.h"
+#include "base/log.h"
 #include "comm/comm.h"
 #include "config/config.h"
-#include "core/alloc.h"
-#include "core/error.h"
-#include "core/log.h"
 #include "core/loss_scaler.h"
 #include "device/device.h"
 #include "optim/adam.h"
@@ -196,6 +196,12 @@ struct zc_stage_policy {
     /* Stage 3: gather on acquire / free on release. NULL: resident params. */
     zc_status (*acquire)(zc_engine *e, zc_param *p, void **out);
     zc_status (*release)(zc_engine *e, zc_param *p);
+    /* After every chunk is allocated at build (stage 3: persistence). May be
+     * NULL. */
+    void (*built)(zc_engine *e);
+    /* Before the chunks are freed at destroy (stage 3: drop what is
+     * gathered). May be NULL. */
+    void (*teardown)(zc_engine *e);
 };
 
 extern const zc_stage_policy zc__stage0_policy;
@@ -273,14 +279,5 @@ zc_status zc__grads_reduce_shard(zc_engine *e, zc_chunk *c);
 const zc_param *zc__grads_first_missing(const zc_engine *e);
 /* Resets every gradient for the next window (after a step). */
 zc_status zc__grads_reset(zc_engine *e);
-
-/* ---- zero3/gather.c ------------------------------------------------------ */
-
-zc_status zc__z3_acquire(zc_engine *e, zc_param *p, void **out);
-zc_status zc__z3_release(zc_engine *e, zc_param *p);
-/* End of a step: checks the trace, frees what is not needed, refreshes the
- * gathered copies that stay (updated says whether parameters changed). */
-zc_status zc__z3_step_end(zc_engine *e, bool updated);
-void zc__z3_free_all(zc_engine *e);
 
 #endif

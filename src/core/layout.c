@@ -178,28 +178,6 @@ static zc_status check_ranks_agree(zc_engine *e)
     return ZC_OK;
 }
 
-/* Stage 3 persistence, DeepSpeed's rule applied per chunk: a chunk whose
- * parameters all have numel <= param_persistence_threshold stays gathered,
- * while the persisted total stays <= model_persistence_threshold. */
-static void mark_persistent(zc_engine *e)
-{
-    int64_t thr = e->cfg->zero.param_persistence_threshold;
-    int64_t model = e->cfg->zero.model_persistence_threshold;
-    if (model < 0)
-        model = INT64_MAX;
-    int64_t total = 0;
-    for (int k = 0; k < e->nchunks; k++) {
-        zc_chunk *c = &e->chunks[k];
-        bool small = thr > 0;
-        for (int i = c->first; small && i < c->first + c->count; i++)
-            small = e->params[i]->numel <= thr;
-        if (small && total + c->padded <= model) {
-            c->persistent = true;
-            total += c->padded;
-        }
-    }
-}
-
 /* Hidden size H as the Hugging Face integration takes it: the largest
  * dimension of the largest 2-D parameter (0 when there is none). */
 static int64_t model_hidden_size(const zc_engine *e)
@@ -250,8 +228,8 @@ ZC_API zc_status zc_engine_build(zc_engine *e)
     ZC_CHECK_GOTO(check_ranks_agree(e), rc, fail);
     for (int k = 0; k < e->nchunks; k++)
         ZC_CHECK_GOTO(e->pol->alloc_chunk(e, &e->chunks[k]), rc, fail);
-    if (e->stage == 3)
-        mark_persistent(e);
+    if (e->pol->built)
+        e->pol->built(e);
     e->state = ZC_ENG_BUILT;
     ZC_LOGI("core", "built: %d parameters, %lld elements in %d chunks of <= %lld (%lld padded)",
             e->nparams, (long long)e->num_elems, e->nchunks, (long long)e->bucket,

@@ -13,8 +13,8 @@
 
 #include <math.h>
 
-#include "core/error.h"
-#include "core/log.h"
+#include "base/error.h"
+#include "base/log.h"
 
 void zc__scaler_init(zc_loss_scaler *s, const zc_config *cfg)
 {

@@ -26,7 +26,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "core/log.h"
+#include "base/log.h"
 #include "device/device.h"
 #include "kernels/kernels.h"
 

@@ -19,7 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/alloc.h"
+#include "base/alloc.h"
 #include "optim/adam.h"
 
 #define ZC_SUMSQ_BLOCK 4096

@@ -7,7 +7,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "core/dtype.h"
+#include "base/dtype.h"
 #include "device/device.h"
 
 static char host_stream_sentinel, host_event_sentinel;

@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "core/log.h"
+#include "base/log.h"
 #include "device/device.h"
 
 static pthread_once_t choice_logged = PTHREAD_ONCE_INIT;

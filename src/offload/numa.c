@@ -4,8 +4,8 @@
 
 #include "zc_build_config.h"
 
-#include "core/alloc.h"
-#include "core/log.h"
+#include "base/alloc.h"
+#include "base/log.h"
 #include "offload/numa.h"
 
 #if ZC_HAVE_HWLOC

@@ -8,7 +8,7 @@
 
 #include <stddef.h>
 
-#include "core/error.h"
+#include "base/error.h"
 
 typedef struct zc_numa zc_numa;
 

@@ -20,7 +20,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "core/log.h"
+#include "base/log.h"
 #include "offload/nvme_internal.h"
 
 #define CANCEL_UD UINT64_MAX

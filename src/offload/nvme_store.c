@@ -20,7 +20,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
-#include "core/log.h"
+#include "base/log.h"
 #include "offload/nvme_internal.h"
 #include "offload/offload_internal.h"
 

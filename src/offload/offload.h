@@ -18,8 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/alloc.h"
-#include "core/error.h"
+#include "base/alloc.h"
+#include "base/error.h"
 
 /* ========================================================================= */
 /* Host memory limits                                                        */

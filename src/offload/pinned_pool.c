@@ -21,7 +21,7 @@
 
 #include "zc_build_config.h"
 
-#include "core/log.h"
+#include "base/log.h"
 #include "offload/numa.h"
 #include "offload/offload.h"
 #include "offload/offload_internal.h"

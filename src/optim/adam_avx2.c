@@ -50,7 +50,7 @@ ZC_INLINE __m256i bf16_round(__m256 p)
     return _mm256_srli_epi32(r, 16);
 }
 
-/* Every NaN lane -> 0x7FC0 (core/dtype.h's rule). */
+/* Every NaN lane -> 0x7FC0 (base/dtype.h's rule). */
 ZC_INLINE __m256i bf16_fix_nan(__m256i r, __m256 p)
 {
     __m256 nan = _mm256_cmp_ps(p, p, _CMP_UNORD_Q);

@@ -42,7 +42,7 @@ ZC_INLINE __m512 load_grad(const void *g, size_t i, zc_dtype gdt)
     return _mm512_loadu_ps((const float *)g + i);
 }
 
-/* fp32 -> bf16, round to nearest even, every NaN -> 0x7FC0 (core/dtype.h). */
+/* fp32 -> bf16, round to nearest even, every NaN -> 0x7FC0 (base/dtype.h). */
 ZC_INLINE __m256i to_bf16_int(__m512 p)
 {
     __m512i x = _mm512_castps_si512(p);
@@ -59,7 +59,7 @@ ZC_INLINE __m256i to_bf16(__m512 p)
 #ifdef ZC_ADAM_BF16_INSN
     /* vcvtneps2bf16 rounds to nearest even but flushes denormal inputs to
      * zero and keeps NaN payloads; those (rare) vectors take the integer path
-     * so the result matches core/dtype.h. fpclass: 0x01 QNaN, 0x20 denormal,
+     * so the result matches base/dtype.h. fpclass: 0x01 QNaN, 0x20 denormal,
      * 0x80 SNaN. */
     if (_mm512_fpclass_ps_mask(p, 0xa1))
         return to_bf16_int(p);

@@ -14,7 +14,7 @@
 #include <cpuid.h>
 #endif
 
-#include "core/log.h"
+#include "base/log.h"
 #include "optim/adam_isa.h"
 #include "optim/threadpool.h"
 #include "optim/zc_optim_isa.h"

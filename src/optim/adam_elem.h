@@ -10,7 +10,7 @@
 
 #include <math.h>
 
-#include "core/dtype.h"
+#include "base/dtype.h"
 #include "optim/adam.h"
 
 /* Updates element i of s. The weight-decay terms are applied only when their

@@ -1,6 +1,6 @@
 /* The host optimizer entry point: validates the shard, picks the variant and
  * splits the shard over the host thread pool. */
-#include "core/error.h"
+#include "base/error.h"
 #include "optim/adam_isa.h"
 #include "optim/threadpool.h"
 

@@ -11,7 +11,7 @@
 
 #include <stdbool.h>
 
-#include "core/dtype.h"
+#include "base/dtype.h"
 #include "optim/adam.h"
 
 /* Kernel flags. */

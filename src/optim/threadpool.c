@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "core/log.h"
+#include "base/log.h"
 #include "optim/threadpool.h"
 #include "zc_build_config.h"
 

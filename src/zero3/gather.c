@@ -23,7 +23,7 @@
  * prefetch and eviction decisions. */
 #include <string.h>
 
-#include "core/engine.h"
+#include "zero3/zero3.h"
 
 static size_t gather_bytes(const zc_engine *e, const zc_chunk *c)
 {

@@ -4,7 +4,30 @@
  * complete); the optimizer writes the updated 16-bit shard directly, so the
  * step does not all-gather: parameters are gathered again on the next
  * acquire (chunks still in use or persistent are refreshed in place). */
-#include "core/engine.h"
+#include "zero3/zero3.h"
+
+/* Stage 3 persistence, DeepSpeed's rule applied per chunk: a chunk whose
+ * parameters all have numel <= param_persistence_threshold stays gathered,
+ * while the persisted total stays <= model_persistence_threshold. */
+static void mark_persistent(zc_engine *e)
+{
+    int64_t thr = e->cfg->zero.param_persistence_threshold;
+    int64_t model = e->cfg->zero.model_persistence_threshold;
+    if (model < 0)
+        model = INT64_MAX;
+    int64_t total = 0;
+    for (int k = 0; k < e->nchunks; k++) {
+        zc_chunk *c = &e->chunks[k];
+        bool small = thr > 0;
+        for (int i = c->first; small && i < c->first + c->count; i++)
+            small = e->params[i]->numel <= thr;
+        if (small && total + c->padded <= model) {
+            c->persistent = true;
+            total += c->padded;
+        }
+    }
+}
+
 
 static zc_status reduce(zc_engine *e, zc_chunk *c, bool last_micro)
 {
@@ -24,4 +47,6 @@ const zc_stage_policy zc__stage3_policy = {
     .publish = zc__z3_step_end,
     .acquire = zc__z3_acquire,
     .release = zc__z3_release,
+    .built = mark_persistent,
+    .teardown = zc__z3_free_all,
 };

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "comm/comm.h"
-#include "core/dtype.h"
+#include "base/dtype.h"
 #include "helpers.h"
 
 enum { N = 1031 }; /* not a multiple of any world size */

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/dtype.h"
+#include "base/dtype.h"
 #include "helpers.h"
 
 const int64_t t_numel[T_NPARAMS] = {300, 1000, 7, 2500, 64, 129, 4000, 1};

@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/dtype.h"
+#include "base/dtype.h"
 #include "helpers.h"
 #include "zeroc/zeroc.h"
 

@@ -13,7 +13,7 @@
 #include <criterion/criterion.h>
 #include <string.h>
 
-#include "core/alloc.h"
+#include "base/alloc.h"
 #include "helpers.h"
 #include "zeroc/zeroc.h"
 

@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "config/config.h"
-#include "core/dtype.h"
+#include "base/dtype.h"
 #include "helpers.h"
 #include "t_engine.h"
 

@@ -19,7 +19,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/dtype.h"
+#include "base/dtype.h"
 #include "helpers.h"
 #include "zeroc/zeroc.h"
 

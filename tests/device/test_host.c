@@ -3,7 +3,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "core/dtype.h"
+#include "base/dtype.h"
 #include "device/device.h"
 #include "helpers.h"
 

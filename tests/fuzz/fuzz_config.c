@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "config/internal.h"
-#include "core/alloc.h"
+#include "base/alloc.h"
 #include "zeroc/zeroc.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -23,7 +23,7 @@
 #endif
 
 #include "comm/comm.h"
-#include "core/dtype.h"
+#include "base/dtype.h"
 #include "gpu_common.h"
 #include "helpers.h"
 #include "zeroc/zeroc.h"

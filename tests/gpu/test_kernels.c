@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/dtype.h"
+#include "base/dtype.h"
 #include "gpu_common.h"
 #include "helpers.h"
 #include "optim/adam.h"

@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/dtype.h"
+#include "base/dtype.h"
 #include "helpers.h"
 
 static void *alloc_buf(ta_case *c, int slot, size_t bytes)

@@ -9,7 +9,7 @@
 #include <criterion/criterion.h>
 
 #include "adam_case.h"
-#include "core/dtype.h"
+#include "base/dtype.h"
 #include "helpers.h"
 #include "optim/adam_isa.h"
 #include "optim/threadpool.h"
@@ -44,7 +44,7 @@ Test(optim_adam, coefficients_match_double_formulas)
     cr_assert_eq(c.decoupled_decay, 0.0f);
 }
 
-/* fp16 decoding written here, independently of core/dtype.h. */
+/* fp16 decoding written here, independently of base/dtype.h. */
 static double f16_value(uint16_t h)
 {
     int e = (h >> 10) & 0x1f, mant = h & 0x3ff;

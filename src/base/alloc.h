@@ -10,14 +10,14 @@
  *
  * Fault injection (tests): zc__mem_fail_after(kind, k) makes the k-th next
  * allocation of that kind fail with ZC_ERR_NO_MEMORY (k = 1: the next one). */
-#ifndef ZC_CORE_ALLOC_H
-#define ZC_CORE_ALLOC_H
+#ifndef ZC_BASE_ALLOC_H
+#define ZC_BASE_ALLOC_H
 
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/error.h"
+#include "base/error.h"
 
 typedef enum zc_mem_kind {
     ZC_MEMKIND_HOST = 0,

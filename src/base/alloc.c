@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/alloc.h"
+#include "base/alloc.h"
 
 static _Atomic int64_t global_bytes[ZC_MEMKIND__COUNT];
 static _Atomic int64_t global_count[ZC_MEMKIND__COUNT];

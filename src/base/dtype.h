@@ -6,8 +6,8 @@
  *   fp32 -> fp16: quiet NaN keeping sign and the top payload bits (what F16C's
  *                 vcvtps2ph does), so F16C code and this code agree bitwise.
  */
-#ifndef ZC_CORE_DTYPE_H
-#define ZC_CORE_DTYPE_H
+#ifndef ZC_BASE_DTYPE_H
+#define ZC_BASE_DTYPE_H
 
 #include <stdint.h>
 #include <string.h>

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "core/log.h"
+#include "base/log.h"
 
 static _Atomic int log_level = -1;      /* -1: not yet read from ZC_LOG */
 static int log_all_ranks;               /* ZC_LOG_RANKS=all */

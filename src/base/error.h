@@ -4,8 +4,8 @@
  * which returns the status so the call site can `return zc__error(...)`.
  * Messages are thread-local (zc_last_error). ZC_CHECK propagates a status
  * without overwriting the original message. */
-#ifndef ZC_CORE_ERROR_H
-#define ZC_CORE_ERROR_H
+#ifndef ZC_BASE_ERROR_H
+#define ZC_BASE_ERROR_H
 
 #include "zeroc/zeroc.h"
 

@@ -5,10 +5,10 @@
  * default warn); ZC_LOG_SUBSYS=zero3,offload restricts output to those
  * subsystems; ZC_LOG_RANKS=all shows every rank (default: rank 0 and rank-less
  * lines). The rank is thread-local: rank threads call zc__log_set_rank(). */
-#ifndef ZC_CORE_LOG_H
-#define ZC_CORE_LOG_H
+#ifndef ZC_BASE_LOG_H
+#define ZC_BASE_LOG_H
 
-#include "core/error.h"
+#include "base/error.h"
 
 extern int zc__log_level_cached; /* -1 until initialised from the environment */
 

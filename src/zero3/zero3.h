@@ -1,0 +1,17 @@
+/* Stage 3's gather machinery (private to src/zero3): zero3.c builds the
+ * policy from these; the engine reaches them only through the policy, so
+ * src/core does not depend on src/zero3's internals. */
+#ifndef ZC_ZERO3_ZERO3_H
+#define ZC_ZERO3_ZERO3_H
+
+#include "core/engine.h"
+
+zc_status zc__z3_acquire(zc_engine *e, zc_param *p, void **out);
+zc_status zc__z3_release(zc_engine *e, zc_param *p);
+/* End of a step: checks the trace, frees what is not needed, refreshes the
+ * gathered copies that stay (updated says whether parameters changed). */
+zc_status zc__z3_step_end(zc_engine *e, bool updated);
+/* Drops every gathered copy (engine teardown). */
+void zc__z3_free_all(zc_engine *e);
+
+#endif
