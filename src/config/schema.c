@@ -253,8 +253,9 @@ const zc_cfg_key zc__cfg_keys[] = {
     /* offload_optimizer */
     KENUM(OOPT "device", zero.offload_optimizer.device, offload_devices, (int)sizeof(int),
           ZC_OFFLOAD_NONE, 0, "none, cpu or nvme"),
-    { .path = OOPT "nvme_path", .type = ZC_KT_STR, .flags = ZC_KF_NULL,
-      .off = O(zero.offload_optimizer.nvme_path), .doc = "directory for NVMe swap files" },
+    { .path = OOPT "nvme_path", .type = ZC_KT_STR, .flags = ZC_KF_NULL | ZC_KF_PATH_LIST,
+      .off = O(zero.offload_optimizer.nvme_path),
+      .doc = "directory for NVMe swap files, or a list of them to stripe over (zeroc)" },
     KBOOL(OOPT "pin_memory", zero.offload_optimizer.pin_memory, 1, 0, "pinned host buffers"),
     KI64(OOPT "buffer_count", zero.offload_optimizer.buffer_count, 4, 0, I64MAX, 0,
          "NVMe swap buffers (>= 4 for Adam)"),
@@ -466,6 +467,24 @@ bool zc__cfg_parse(const zc_cfg_key *k, const json_t *v, zc_cfg_val *out, char *
         return true;
     }
     case ZC_KT_STR:
+        if ((k->flags & ZC_KF_PATH_LIST) && json_is_array(v)) {
+            size_t n = json_array_size(v);
+            if (n < 1 || n > 16) {
+                snprintf(err, cap, "a list of paths must hold 1 to 16 entries, got %zu", n);
+                return false;
+            }
+            for (size_t i = 0; i < n; i++) {
+                const json_t *it = json_array_get(v, i);
+                const char *p = json_is_string(it) ? json_string_value(it) : NULL;
+                if (!p || !*p || strchr(p, '\n') || strlen(p) > 400) {
+                    snprintf(err, cap, "entry %zu of the list must be a non-empty path of at "
+                             "most 400 bytes without a newline", i);
+                    return false;
+                }
+            }
+            out->list = v;
+            return true;
+        }
         if (!json_is_string(v)) {
             snprintf(err, cap, "expected a string, got %s (%s)", json_type_name(v), shown);
             return false;
@@ -473,6 +492,10 @@ bool zc__cfg_parse(const zc_cfg_key *k, const json_t *v, zc_cfg_val *out, char *
         out->s = json_string_value(v);
         if (!*out->s) {
             snprintf(err, cap, "must not be empty");
+            return false;
+        }
+        if ((k->flags & ZC_KF_PATH_LIST) && strchr(out->s, '\n')) {
+            snprintf(err, cap, "a path must not contain a newline");
             return false;
         }
         return true;
@@ -558,8 +581,26 @@ zc_status zc__cfg_store(zc_config *cfg, const zc_cfg_key *k, const zc_cfg_val *v
     case ZC_KT_STR: {
         char **slot = (char **)(base + k->off);
         char *copy = NULL;
-        if (!v->null && v->s)
+        if (!v->null && v->list) {
+            /* A list of paths is kept as one string joined with '\n' (parse
+             * refused newlines inside entries). */
+            size_t n = json_array_size(v->list), len = 0;
+            for (size_t i = 0; i < n; i++)
+                len += strlen(json_string_value(json_array_get(v->list, i))) + 1;
+            void *mem;
+            ZC_CHECK(zc__host_alloc(NULL, ZC_MEM_OTHER, len, "config string", &mem));
+            copy = mem;
+            size_t at = 0;
+            for (size_t i = 0; i < n; i++) {
+                const char *p = json_string_value(json_array_get(v->list, i));
+                size_t l = strlen(p);
+                memcpy(copy + at, p, l);
+                at += l;
+                copy[at++] = i + 1 < n ? '\n' : '\0';
+            }
+        } else if (!v->null && v->s) {
             ZC_CHECK(zc__cfg_strdup(v->s, &copy));
+        }
         zc__cfg_strfree(*slot);
         *slot = copy;
         break;
@@ -675,7 +716,17 @@ int zc__cfg_format(const zc_config *cfg, const zc_cfg_key *k, char *buf, size_t 
         const char *s = *(char *const *)(base + k->off);
         if (!s)
             return snprintf(buf, cap, "null");
-        json_t *j = json_string(s);
+        json_t *j = NULL;
+        if ((k->flags & ZC_KF_PATH_LIST) && strchr(s, '\n')) {
+            j = json_array();
+            for (const char *p = s; j && p;) {
+                const char *nl = strchr(p, '\n');
+                json_array_append_new(j, json_stringn(p, nl ? (size_t)(nl - p) : strlen(p)));
+                p = nl ? nl + 1 : NULL;
+            }
+        } else {
+            j = json_string(s);
+        }
         char *d = j ? json_dumps(j, JSON_ENCODE_ANY) : NULL;
         int n = snprintf(buf, cap, "%s", d ? d : "null");
         free(d);

@@ -35,6 +35,8 @@ enum {
     ZC_KF_EXMIN = 1u << 4,        /* F64: the minimum is exclusive */
     ZC_KF_WARN_SET = 1u << 5,     /* asking for something zeroc does not implement: warn */
     ZC_KF_SCHED = 1u << 6,        /* a scheduler parameter (sched_mask says which types) */
+    ZC_KF_PATH_LIST = 1u << 7,    /* STR: also a JSON list of 1..16 paths (a zeroc
+                                     extension), stored joined with '\n' */
 };
 
 typedef struct zc_cfg_enum {
@@ -90,6 +92,7 @@ typedef struct zc_cfg_val {
     int64_t i;
     double d, d2;
     const char *s;
+    const json_t *list; /* ZC_KF_PATH_LIST given as a list (points into the JSON value) */
 } zc_cfg_val;
 
 /* Parses and validates a JSON value for key k. On failure writes a message

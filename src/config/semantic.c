@@ -2,6 +2,8 @@
  * by zc_config_resolve (so configurations built with zc_config_set are
  * checked too). */
 #include <errno.h>
+#include <stddef.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -43,18 +45,25 @@ static void check_offload(const zc_config *cfg, const zc_offload_cfg *o, const c
             zc__diag_add(d, ZC_SEV_ERROR, ZC_ERR_CONFIG, p,
                          "required with device \"nvme\": a writable directory on the NVMe drive");
         } else if (!(flags & ZC__CFG_SKIP_PATH_CHECK)) {
-            struct stat st;
-            if (stat(o->nvme_path, &st) != 0)
-                zc__diag_add(d, ZC_SEV_ERROR, ZC_ERR_CONFIG, p,
-                             "'%s' is not a writable directory: %s; create it or point "
-                             "nvme_path at a mounted NVMe directory",
-                             o->nvme_path, strerror(errno));
-            else if (!S_ISDIR(st.st_mode))
-                zc__diag_add(d, ZC_SEV_ERROR, ZC_ERR_CONFIG, p,
-                             "'%s' is not a directory", o->nvme_path);
-            else if (access(o->nvme_path, W_OK | X_OK) != 0)
-                zc__diag_add(d, ZC_SEV_ERROR, ZC_ERR_CONFIG, p, "'%s' is not writable: %s",
-                             o->nvme_path, strerror(errno));
+            /* nvme_path may be a list (stored joined with '\n'): check each. */
+            for (const char *q = o->nvme_path; q;) {
+                const char *nl = strchr(q, '\n');
+                char one[512];
+                snprintf(one, sizeof one, "%.*s", (int)(nl ? nl - q : (ptrdiff_t)strlen(q)), q);
+                q = nl ? nl + 1 : NULL;
+                struct stat st;
+                if (stat(one, &st) != 0)
+                    zc__diag_add(d, ZC_SEV_ERROR, ZC_ERR_CONFIG, p,
+                                 "'%s' is not a writable directory: %s; create it or point "
+                                 "nvme_path at a mounted NVMe directory",
+                                 one, strerror(errno));
+                else if (!S_ISDIR(st.st_mode))
+                    zc__diag_add(d, ZC_SEV_ERROR, ZC_ERR_CONFIG, p, "'%s' is not a directory",
+                                 one);
+                else if (access(one, W_OK | X_OK) != 0)
+                    zc__diag_add(d, ZC_SEV_ERROR, ZC_ERR_CONFIG, p, "'%s' is not writable: %s",
+                                 one, strerror(errno));
+            }
         }
         /* Adam's NVMe swap-in holds the fp32 params, exp_avg, exp_avg_sq and
          * the gradient of a sub-group at once (DeepSpeed's "ran out of swap
