@@ -329,7 +329,14 @@ typedef struct zc_step_info {
  * earlier ones end with zc_micro_step_end (ZC_ERR_INVALID_STATE otherwise).
  * A failed collective (ZC_ERR_COMM: timeout, mismatch, abort) here or in any
  * other call leaves the ranks at different points, so from then on every call
- * on this engine returns ZC_ERR_COMM: destroy it and its communicator. */
+ * on this engine returns ZC_ERR_COMM: destroy it and its communicator.
+ * With zero_optimization.offload_optimizer.device "nvme" the step reads and
+ * writes the optimizer state: a one-off EIO is retried and changes nothing;
+ * a persistent one or ENOSPC fails zc_step with ZC_ERR_IO naming the rank,
+ * chunk, file and offset, on every rank (the outcome is agreed before the
+ * next collective). The step is not all-or-nothing: part of the state may be
+ * written, so the engine is broken from then on (every call returns
+ * ZC_ERR_COMM with that message): destroy it and restore a checkpoint. */
 ZC_API zc_status zc_step(zc_engine *eng, zc_step_info *info);
 
 /* Current loss scale (1 without fp16). The loss must be multiplied by it
@@ -346,6 +353,16 @@ typedef enum zc_mem_category {
     ZC_MEM_OTHER,      /* bookkeeping */
     ZC_MEM__COUNT
 } zc_mem_category;
+
+/* Where bytes live, for zc_stats.bytes_by_kind. On the host path (no GPU)
+ * the engine's "device" buffers are host memory and count as ZC_KIND_HOST. */
+typedef enum zc_mem_kind_stat {
+    ZC_KIND_DEVICE = 0, /* device (GPU) memory */
+    ZC_KIND_PINNED,     /* pinned host memory (offload pool, swap buffers) */
+    ZC_KIND_HOST,       /* pageable host memory */
+    ZC_KIND_NVME,       /* bytes of NVMe swap files */
+    ZC_KIND__COUNT
+} zc_mem_kind_stat;
 
 /* Collective kinds of zc_stats. */
 typedef enum zc_coll_kind {
@@ -374,6 +391,9 @@ typedef struct zc_stats {
     int64_t max_live_elems_last_step;      /* stage 3 peak gathered elements */
     int64_t trace_invalidations;           /* stage 3 acquire-order changes seen */
     int64_t steps, skipped_steps;
+    int64_t bytes_by_kind[ZC_KIND__COUNT]; /* allocated now, by where it lives
+                                              (sum over categories) */
+    int64_t bytes_by_kind_cat[ZC_KIND__COUNT][ZC_MEM__COUNT]; /* by kind and category */
 } zc_stats;
 
 /* Fills *out (out->size must be set). Thread-safe with respect to other

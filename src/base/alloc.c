@@ -15,6 +15,7 @@ static const char *kind_name(zc_mem_kind k)
     case ZC_MEMKIND_HOST: return "host";
     case ZC_MEMKIND_PINNED: return "pinned host";
     case ZC_MEMKIND_DEVICE: return "device";
+    case ZC_MEMKIND_NVME: return "NVMe file";
     default: return "?";
     }
 }
@@ -25,6 +26,7 @@ void zc__mem_count(zc_mem_account *acct, zc_mem_kind kind, zc_mem_category cat, 
     atomic_fetch_add(&global_count[kind], delta > 0 ? 1 : (delta < 0 ? -1 : 0));
     if (!acct)
         return;
+    atomic_fetch_add(&acct->kind_bytes[kind][cat], delta);
     int64_t now = atomic_fetch_add(&acct->bytes[cat], delta) + delta;
     /* Peak: raise monotonically; a lost race only delays the update. */
     int64_t peak = atomic_load(&acct->peak[cat]);

@@ -23,6 +23,8 @@ typedef enum zc_mem_kind {
     ZC_MEMKIND_HOST = 0,
     ZC_MEMKIND_PINNED,
     ZC_MEMKIND_DEVICE,
+    ZC_MEMKIND_NVME,   /* bytes of swap files (not memory; counted so stats and
+                          leak checks see them like any other kind) */
     ZC_MEMKIND__COUNT
 } zc_mem_kind;
 
@@ -30,6 +32,7 @@ typedef enum zc_mem_kind {
 typedef struct zc_mem_account {
     _Atomic int64_t bytes[ZC_MEM__COUNT];
     _Atomic int64_t peak[ZC_MEM__COUNT];
+    _Atomic int64_t kind_bytes[ZC_MEMKIND__COUNT][ZC_MEM__COUNT]; /* the same, by kind */
 } zc_mem_account;
 
 /* Records delta bytes (negative on free) of `kind` in category `cat` on the

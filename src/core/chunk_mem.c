@@ -1,15 +1,11 @@
 /* Per-chunk buffers, sized from the stage policy's flags (one place, so every
- * free matches its allocation). See the table in engine.h. */
+ * free matches its allocation). See the table in engine.h. The optimizer
+ * state (master, m, v) is not here: opt_state.c places it in a home. */
 #include "core/engine.h"
 
 static size_t param_elems(const zc_engine *e, const zc_chunk *c)
 {
     return (size_t)(e->pol->full_params ? c->padded : c->shard);
-}
-
-static size_t opt_elems(const zc_engine *e, const zc_chunk *c)
-{
-    return (size_t)(e->pol->full_optimizer ? c->padded : c->shard);
 }
 
 /* Stages 0/1 keep the gradient in the parameter dtype at full size (what the
@@ -27,13 +23,6 @@ zc_status zc__chunk_alloc(zc_engine *e, zc_chunk *c)
     void *p = NULL;
     ZC_CHECK(zc__eng_alloc(e, ZC_MEM_PARAMS, param_elems(e, c) * e->pesz, "parameters", &p));
     c->param = p;
-    const size_t ob = opt_elems(e, c) * sizeof(float);
-    ZC_CHECK(zc__eng_alloc(e, ZC_MEM_MASTER, ob, "fp32 master", &p));
-    c->master = p;
-    ZC_CHECK(zc__eng_alloc(e, ZC_MEM_ADAM, ob, "Adam m", &p));
-    c->m = p;
-    ZC_CHECK(zc__eng_alloc(e, ZC_MEM_ADAM, ob, "Adam v", &p));
-    c->v = p;
     if (!e->pol->sharded_grads) {
         ZC_CHECK(zc__eng_alloc(e, ZC_MEM_GRADS, (size_t)c->padded * e->pesz, "gradients", &p));
         c->grad = p;
@@ -49,13 +38,6 @@ void zc__chunk_free(zc_engine *e, zc_chunk *c)
     void *p;
     p = c->param;
     zc__eng_free(e, ZC_MEM_PARAMS, &p, param_elems(e, c) * e->pesz);
-    const size_t ob = opt_elems(e, c) * sizeof(float);
-    p = c->master;
-    zc__eng_free(e, ZC_MEM_MASTER, &p, ob);
-    p = c->m;
-    zc__eng_free(e, ZC_MEM_ADAM, &p, ob);
-    p = c->v;
-    zc__eng_free(e, ZC_MEM_ADAM, &p, ob);
     p = c->grad;
     zc__eng_free(e, ZC_MEM_GRADS, &p, (size_t)c->padded * e->pesz);
     p = c->acc;
@@ -63,5 +45,5 @@ void zc__chunk_free(zc_engine *e, zc_chunk *c)
     zc__eng_free(e, ZC_MEM_BUFFERS, &c->gbuf, (size_t)c->padded * e->pesz);
     zc__eng_free(e, ZC_MEM_BUFFERS, &c->gather, (size_t)c->padded * e->pesz);
     c->param = c->grad = NULL;
-    c->master = c->m = c->v = c->acc = NULL;
+    c->acc = NULL;
 }

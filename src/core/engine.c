@@ -22,9 +22,9 @@ zc_status zc__eng_enter(const zc_engine *e, const char *fn, bool need_built)
                       "%s: zc_engine_build failed on this engine; it can only be destroyed", fn);
     if (e->state == ZC_ENG_BROKEN)
         return ZC_ERR(ZC_ERR_COMM,
-                      "%s: an earlier collective failed on this engine, so the ranks may no "
-                      "longer agree on gradients or parameters; destroy the engine and its "
-                      "communicator (first failure: %s)",
+                      "%s: an earlier collective or optimizer-state I/O failed on this engine, "
+                      "so the ranks may no longer agree on gradients or parameters; destroy the "
+                      "engine and its communicator (first failure: %s)",
                       fn, e->broken_msg);
     if (need_built && e->state != ZC_ENG_BUILT)
         return ZC_ERR(ZC_ERR_INVALID_STATE, "%s: call zc_engine_build first", fn);
@@ -203,13 +203,18 @@ ZC_API zc_status zc_engine_create(zc_engine **out, const zc_config *cfg, zc_comm
     if (!policy_for(stage))
         return ZC_ERR(ZC_ERR_CONFIG, "zero_optimization.stage is %d; it must be 0, 1, 2 or 3",
                       stage);
-    if (cfg->zero.offload_optimizer.device != ZC_OFFLOAD_NONE ||
-        cfg->zero.offload_param.device != ZC_OFFLOAD_NONE)
+    /* Parameter offload is issue 7; optimizer offload is placed at build
+     * (opt_state.c). Stage 0 cannot offload: it keeps the whole optimizer
+     * state on every rank (DeepSpeed refuses it too). */
+    if (cfg->zero.offload_param.device != ZC_OFFLOAD_NONE)
         return ZC_ERR(ZC_ERR_UNSUPPORTED,
-                      "zero_optimization.offload_%s is set, but this engine does not offload "
-                      "yet; remove the offload block",
-                      cfg->zero.offload_optimizer.device != ZC_OFFLOAD_NONE ? "optimizer"
-                                                                           : "param");
+                      "zero_optimization.offload_param is set, but this engine does not offload "
+                      "parameters yet; remove the offload_param block");
+    if (cfg->zero.offload_optimizer.device != ZC_OFFLOAD_NONE && stage == 0)
+        return ZC_ERR(ZC_ERR_CONFIG,
+                      "zero_optimization.offload_optimizer.device is set at stage 0, which keeps "
+                      "the whole optimizer state on every rank; set zero_optimization.stage to "
+                      "1, 2 or 3 or remove offload_optimizer");
     zc__log_set_rank(rank);
 
     zc_status rc = ZC_OK;
@@ -270,6 +275,7 @@ ZC_API void zc_engine_destroy(zc_engine *e)
         return;
     if (e->pol && e->pol->teardown && e->chunks)
         e->pol->teardown(e);
+    zc__opt_free(e);
     zc__partials_free(e);
     zc__layout_free(e);
     for (int i = 0; i < e->nparams; i++) {
@@ -455,6 +461,16 @@ ZC_API zc_status zc_engine_stats(const zc_engine *e, zc_stats *out)
         s.bytes[k] = atomic_load(&e->acct.bytes[k]);
         s.peak_bytes[k] = atomic_load(&e->acct.peak[k]);
     }
+    /* Internal kinds -> the public order of zc_mem_kind_stat. */
+    static const zc_mem_kind to_internal[ZC_KIND__COUNT] = {
+        [ZC_KIND_DEVICE] = ZC_MEMKIND_DEVICE, [ZC_KIND_PINNED] = ZC_MEMKIND_PINNED,
+        [ZC_KIND_HOST] = ZC_MEMKIND_HOST, [ZC_KIND_NVME] = ZC_MEMKIND_NVME};
+    for (int kind = 0; kind < ZC_KIND__COUNT; kind++)
+        for (int k = 0; k < ZC_MEM__COUNT; k++) {
+            int64_t b = atomic_load(&e->acct.kind_bytes[to_internal[kind]][k]);
+            s.bytes_by_kind_cat[kind][k] = b;
+            s.bytes_by_kind[kind] += b;
+        }
     for (int k = 0; k < ZC_COLL__COUNT; k++)
         s.comm_bytes_last_step[k] = e->comm_last[k];
     s.gathers_last_step = e->gathers_last;

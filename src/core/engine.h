@@ -18,6 +18,9 @@
  *
  * P is the working precision (fp32, fp16 or bf16). The fp32 master is kept
  * separately even for fp32 parameters, so every dtype runs the same code.
+ * master, m and v are not chunk fields: they live in the chunk's optimizer
+ * home (core/opt_home.h: device memory, pinned host memory or NVMe) and are
+ * reached only through the passes of opt_state.c.
  */
 #ifndef ZC_CORE_ENGINE_H
 #define ZC_CORE_ENGINE_H
@@ -32,6 +35,7 @@
 #include "comm/comm.h"
 #include "config/config.h"
 #include "core/loss_scaler.h"
+#include "core/opt_home.h"
 #include "device/device.h"
 #include "optim/adam.h"
 
@@ -98,7 +102,8 @@ typedef struct zc_chunk {
 
     /* Device buffers (see the table at the top). */
     void *param;               /* P dtype; full (stages 0-2) or shard (stage 3) */
-    float *master, *m, *v;     /* full (stage 0) or shard */
+    int home;                  /* e->homes[home] holds master, m, v (full at
+                                  stage 0, else this rank's shard) */
     void *grad;                /* stages 0/1: full P-dtype gradient */
     float *acc;                /* stages 0/1 with K > 1: full fp32 accumulator;
                                   stages 2/3: fp32 gradient shard */
@@ -175,7 +180,20 @@ struct zc_engine {
     /* Stage 3. */
     int64_t max_live, prefetch_elems, prefetched_elems;
     zc_trace trace;
+
+    /* Optimizer state homes (opt_state.c): [0] device, [1] the offload home
+     * (cpu or nvme) when offload_optimizer is on. */
+    zc_opt_home *homes[2];
+    int nhomes;
+    bool opt_staging;          /* host homes stage the gradient and the output */
+    bool opt_agree;            /* rank-local I/O in the step: agree on its outcome */
+    int *pass_ks;              /* nchunks: a pass's chunk list, per home */
+    int32_t *agree_host;       /* world * ZC_AGREE_WORDS */
+    void *agree_send, *agree_recv; /* device buffers of the agreement all-gather */
 };
+
+/* Words of one rank's status in the offload agreement (status + message). */
+#define ZC_AGREE_WORDS 128
 
 /* A stage policy: what a stage keeps, reduces and gathers. The step pipeline
  * (grads.c, step.c, params.c) calls these; everything else is shared. */
@@ -245,6 +263,57 @@ zc_status zc__layout_build(zc_engine *e);
 void zc__layout_free(zc_engine *e);
 /* Frees the norm-partial buffers (before zc__layout_free: sized by nchunks). */
 void zc__partials_free(zc_engine *e);
+
+/* ---- opt_state.c --------------------------------------------------------- */
+
+/* Reads offload_optimizer, creates the homes, places every chunk (ratio: the
+ * first chunks, by elements, go to the offload home), pre-flights and
+ * allocates their state. Called by build before the chunk buffers. */
+zc_status zc__opt_build(zc_engine *e);
+void zc__opt_free(zc_engine *e);
+
+/* One chunk's optimizer inputs and outputs for the Adam loop, in the
+ * coordinates of the chunk: element x of the chunk is master[x - opt_base],
+ * grad + (x - grad_base) * grad element size, pout + (x - pout_base) * pesz. */
+typedef struct zc_opt_chunk {
+    zc_device *dev;            /* runs Adam (the host for host homes) */
+    float *master, *m, *v;
+    int64_t opt_base;
+    const char *grad;
+    zc_dtype grad_dtype;
+    int64_t grad_base;
+    char *pout;
+    int64_t pout_base;
+    zc_opt_view view;
+    bool staged;
+} zc_opt_chunk;
+
+/* The step's pass over every chunk in order: begin, then per chunk fetch
+ * (state in, gradient staged in) -> Adam -> put (output staged out, state
+ * written back), then end (waits for every write; returns the first error).
+ * After a failure the caller skips to end. */
+zc_status zc__opt_pass_begin(zc_engine *e);
+zc_status zc__opt_fetch(zc_engine *e, int k, zc_opt_chunk *out);
+zc_status zc__opt_put(zc_engine *e, int k, zc_opt_chunk *oc);
+zc_status zc__opt_pass_end(zc_engine *e);
+
+/* After the step's pass, before the next collective: every rank learns every
+ * rank's outcome (one all-gather of ZC_AGREE_WORDS words). When any rank
+ * failed, every engine is marked broken with the same message, naming the
+ * first failing rank, and the call returns its status on every rank. A no-op
+ * returning rc without offload I/O. */
+zc_status zc__opt_agree(zc_engine *e, zc_status rc);
+
+/* n fp32 values between device memory and chunk k's master at element `at`
+ * of its home tensor (parameter loading and gathering). */
+zc_status zc__opt_master_write(zc_engine *e, int k, int64_t at, const float *src, size_t n);
+zc_status zc__opt_master_read(zc_engine *e, int k, float *dst, size_t n);
+
+/* Tests: make host homes stage through pinned buffers even when device
+ * memory is host memory, so the host path runs the CUDA path's copies. */
+void zc__opt_force_staging(bool on);
+/* Tests and the bench: the offload home of an engine, or NULL. */
+zc_opt_home *zc__opt_offload_home(zc_engine *e);
 
 /* ---- chunk_mem.c --------------------------------------------------------- */
 

@@ -226,6 +226,7 @@ ZC_API zc_status zc_engine_build(zc_engine *e)
     ZC_CHECK_GOTO(zc__layout_build(e), rc, fail);
     ZC_CHECK_GOTO(alloc_partials(e), rc, fail);
     ZC_CHECK_GOTO(check_ranks_agree(e), rc, fail);
+    ZC_CHECK_GOTO(zc__opt_build(e), rc, fail);
     for (int k = 0; k < e->nchunks; k++)
         ZC_CHECK_GOTO(e->pol->alloc_chunk(e, &e->chunks[k]), rc, fail);
     if (e->pol->built)

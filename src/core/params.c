@@ -37,13 +37,15 @@ ZC_API zc_status zc_param_load(zc_engine *e, zc_param *p, const float *values)
     ZC_CHECK_GOTO(d->ops->copy(d, tmp, values, bytes, ZC_COPY_H2D, e->stream), rc, out);
 
     int64_t a = p->offset, b = p->offset + p->numel;
+    /* The master lives in the chunk's optimizer home (device, pinned host or
+     * NVMe): written through it. */
     if (e->pol->full_optimizer) {
-        ZC_CHECK_GOTO(d->ops->copy(d, c->master + p->offset, tmp, bytes, ZC_COPY_D2D, e->stream),
-                      rc, out);
+        ZC_CHECK_GOTO(zc__opt_master_write(e, p->chunk, p->offset, tmp, (size_t)p->numel), rc,
+                      out);
     } else if (own_overlap(e, c, p->offset, p->numel, &a, &b)) {
         int64_t lo = (int64_t)e->rank * c->shard;
-        ZC_CHECK_GOTO(d->ops->copy(d, c->master + (a - lo), (const float *)tmp + (a - p->offset),
-                                   (size_t)(b - a) * sizeof(float), ZC_COPY_D2D, e->stream),
+        ZC_CHECK_GOTO(zc__opt_master_write(e, p->chunk, a - lo,
+                                           (const float *)tmp + (a - p->offset), (size_t)(b - a)),
                       rc, out);
     }
     if (e->pol->full_params) {
@@ -80,23 +82,27 @@ ZC_API zc_status zc_param_gather_master(zc_engine *e, zc_param *p, float *out_va
     zc_device *d = e->dev;
     zc_chunk *c = &e->chunks[p->chunk];
     const size_t bytes = (size_t)p->numel * sizeof(float);
-    if (e->pol->full_optimizer) {
-        ZC_CHECK(d->ops->copy(d, out_values, c->master + p->offset, bytes, ZC_COPY_D2H,
-                              e->stream));
-        return d->ops->stream_sync(d, e->stream);
-    }
-    /* Not part of a training step: the gather is not counted in the stats. */
+    /* Not part of a training step: the gather is not counted in the stats.
+     * The master shard comes out of its home into the first slice of tmp
+     * (device memory), then is all-gathered (stage 0: the full chunk). */
     const size_t full = (size_t)c->padded * sizeof(float);
-    void *tmp = NULL;
+    const size_t own = e->pol->full_optimizer ? (size_t)c->padded : (size_t)c->shard;
+    void *tmp = NULL, *shard = NULL;
     zc_status rc = ZC_OK;
     ZC_CHECK(zc__eng_alloc(e, ZC_MEM_BUFFERS, full, "master gather buffer", &tmp));
-    ZC_CHECK_GOTO(zc__eng_all_gather(e, c->master, tmp, (size_t)c->shard, ZC_DTYPE_F32, false),
-                  rc, out);
+    if (!e->pol->full_optimizer)
+        ZC_CHECK_GOTO(zc__eng_alloc(e, ZC_MEM_BUFFERS, own * sizeof(float),
+                                    "master shard buffer", &shard), rc, out);
+    ZC_CHECK_GOTO(zc__opt_master_read(e, p->chunk, shard ? shard : tmp, own), rc, out);
+    if (shard)
+        ZC_CHECK_GOTO(zc__eng_all_gather(e, shard, tmp, (size_t)c->shard, ZC_DTYPE_F32, false),
+                      rc, out);
     ZC_CHECK_GOTO(d->ops->copy(d, out_values, (const float *)tmp + p->offset, bytes, ZC_COPY_D2H,
                                e->stream),
                   rc, out);
     rc = d->ops->stream_sync(d, e->stream);
 out:
+    zc__eng_free(e, ZC_MEM_BUFFERS, &shard, own * sizeof(float));
     zc__eng_free(e, ZC_MEM_BUFFERS, &tmp, full);
     if (rc != ZC_OK)
         zc__error_context("zc_param_gather_master('%s')", p->name);

@@ -94,7 +94,40 @@ static zc_status norm_partials(zc_engine *e, double *total)
     return ZC_OK;
 }
 
-/* One fused Adam pass over the segments of every shard this rank updates. */
+/* One fused Adam pass over the segments of every shard this rank updates,
+ * chunk by chunk through the chunk's optimizer home (opt_state.c): fetch the
+ * state (and the staged gradient), run Adam on each segment, put the output
+ * and the state back. The segments and the kernel are the same whatever the
+ * home, so the home changes where the bytes are, never the result. */
+static zc_status adam_chunk(zc_engine *e, int k, const zc_adam_coeffs *coeffs, float grad_scale)
+{
+    zc_chunk *c = &e->chunks[k];
+    zc_opt_chunk oc;
+    ZC_CHECK(zc__opt_fetch(e, k, &oc));
+    const bool full_opt = e->pol->full_optimizer;
+    const int r0 = full_opt ? 0 : e->rank, r1 = full_opt ? e->world : e->rank + 1;
+    const size_t gesz = zc_dtype_size(oc.grad_dtype);
+    for (int r = r0; r < r1; r++) {
+        for (int si = c->seg_begin[r]; si < c->seg_begin[r + 1]; si++) {
+            const zc_seg *sg = &c->segs[si];
+            const int64_t x = sg->start; /* chunk-relative */
+            zc_adam_shard s = {
+                .master = oc.master + (x - oc.opt_base),
+                .m = oc.m + (x - oc.opt_base),
+                .v = oc.v + (x - oc.opt_base),
+                .grad = oc.grad + (size_t)(x - oc.grad_base) * gesz,
+                .grad_dtype = oc.grad_dtype,
+                .grad_scale = grad_scale,
+                .param_out = oc.pout + (size_t)(x - oc.pout_base) * e->pesz,
+                .param_out_dtype = e->pdt,
+                .n = (size_t)sg->n,
+            };
+            ZC_CHECK(oc.dev->ops->adam(oc.dev, &s, &coeffs[sg->group], e->stream));
+        }
+    }
+    return zc__opt_put(e, k, &oc);
+}
+
 static zc_status run_adam(zc_engine *e, float grad_scale, double lr, double beta1, double beta2)
 {
     const zc_config *cfg = e->cfg;
@@ -111,37 +144,15 @@ static zc_status run_adam(zc_engine *e, float grad_scale, double lr, double beta
         };
         coeffs[g] = zc__adam_coeffs(&hp, e->adam_steps + 1);
     }
-    const bool full_opt = e->pol->full_optimizer;
-    const int r0 = full_opt ? 0 : e->rank, r1 = full_opt ? e->world : e->rank + 1;
-    for (int k = 0; k < e->nchunks; k++) {
-        zc_chunk *c = &e->chunks[k];
-        for (int r = r0; r < r1; r++) {
-            const int64_t shard_base = (int64_t)r * c->shard;
-            for (int si = c->seg_begin[r]; si < c->seg_begin[r + 1]; si++) {
-                const zc_seg *sg = &c->segs[si];
-                /* Offsets into full buffers are chunk-relative; into shard
-                 * buffers, relative to this rank's shard. */
-                int64_t opt_off = full_opt ? sg->start : sg->start - shard_base;
-                int64_t grad_off = e->pol->sharded_grads ? sg->start - shard_base : sg->start;
-                int64_t par_off = e->pol->full_params ? sg->start : sg->start - shard_base;
-                zc_adam_shard s = {
-                    .master = c->master + opt_off,
-                    .m = c->m + opt_off,
-                    .v = c->v + opt_off,
-                    .grad = e->pol->sharded_grads
-                                ? (const void *)(c->acc + grad_off)
-                                : (const void *)zc__elem(c->grad, grad_off, e->pesz),
-                    .grad_dtype = e->pol->sharded_grads ? ZC_DTYPE_F32 : e->pdt,
-                    .grad_scale = grad_scale,
-                    .param_out = zc__elem(c->param, par_off, e->pesz),
-                    .param_out_dtype = e->pdt,
-                    .n = (size_t)sg->n,
-                };
-                ZC_CHECK(e->dev->ops->adam(e->dev, &s, &coeffs[sg->group], e->stream));
-            }
-        }
+    zc_status rc = zc__opt_pass_begin(e);
+    for (int k = 0; rc == ZC_OK && k < e->nchunks; k++) {
+        rc = adam_chunk(e, k, coeffs, grad_scale);
+        if (rc != ZC_OK)
+            zc__error_context("optimizer step, chunk %d", k);
     }
-    return ZC_OK;
+    /* Always ends the pass: it drains the I/O still in flight. */
+    zc_status erc = zc__opt_pass_end(e);
+    return rc != ZC_OK ? rc : erc;
 }
 
 static void snapshot_stats(zc_engine *e)
@@ -215,7 +226,13 @@ ZC_API zc_status zc_step(zc_engine *e, zc_step_info *info)
                 clip = c;
         }
         const float grad_scale = (float)(avg / (ls * clip));
-        ZC_CHECK(run_adam(e, grad_scale, lr, beta1, beta2));
+        /* Offload I/O is rank-local: every rank learns every outcome before
+         * the publish collective, and a failure breaks every engine alike. */
+        zc_status arc = zc__opt_agree(e, run_adam(e, grad_scale, lr, beta1, beta2));
+        if (arc != ZC_OK) {
+            zc__error_context("zc_step (rank %d)", e->rank);
+            return arc;
+        }
         e->adam_steps++;
         ZC_LOGD("core", "step %lld: norm %g clip %g lr %g", (long long)e->steps, norm, clip, lr);
     }

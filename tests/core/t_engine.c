@@ -97,6 +97,24 @@ zc_status t_ctx_open(t_ctx *x, t_run *run, int rank, zc_comm *comm)
     if (run->max_live >= 0)
         TRY(zc_config_set_int(x->cfg, "zero_optimization.stage3_max_live_parameters",
                               run->max_live));
+    if (run->offload) {
+        char dev[32];
+        snprintf(dev, sizeof dev, "\"%s\"", run->offload);
+        TRY(zc_config_set(x->cfg, "zero_optimization.offload_optimizer.device", dev));
+        if (run->nvme_path_json)
+            TRY(zc_config_set(x->cfg, "zero_optimization.offload_optimizer.nvme_path",
+                              run->nvme_path_json));
+        if (run->offload_ratio > 0)
+            TRY(zc_config_set_double(x->cfg, "zero_optimization.offload_optimizer.ratio",
+                                     run->offload_ratio));
+        if (run->buffer_count > 0)
+            TRY(zc_config_set_int(x->cfg, "zero_optimization.offload_optimizer.buffer_count",
+                                  run->buffer_count));
+        TRY(zc_config_set_bool(x->cfg, "zero_optimization.offload_optimizer.pipeline_read",
+                               run->pipeline));
+        TRY(zc_config_set_bool(x->cfg, "zero_optimization.offload_optimizer.pipeline_write",
+                               run->pipeline));
+    }
     zc_engine_options eo = ZC_ENGINE_OPTIONS_INIT;
     eo.device = ZC_DEVICE_HOST;
     eo.bucket_elems = run->bucket;

@@ -50,6 +50,14 @@ typedef struct t_run {
     int permute_step;          /* forward acquires in another order at this step (-1: never) */
     bool layerwise;            /* acquire a layer's (chunk's) params together, as a model
                                   would, instead of one parameter at a time */
+    /* offload_optimizer (NULL: none): "cpu" or "nvme"; nvme_path as a JSON
+     * value (a string or a list); ratio (0: the default 1); buffer_count
+     * (0: the default); pipeline: pipeline_read and pipeline_write */
+    const char *offload;
+    const char *nvme_path_json;
+    double offload_ratio;
+    int64_t buffer_count;
+    bool pipeline;
     /* called on every rank thread after each zc_step (may be NULL) */
     void (*after_step)(struct t_ctx *x, int step, void *arg);
     void *hook_arg;

@@ -1,0 +1,124 @@
+/* Where a chunk's optimizer state lives (internal seam).
+ *
+ * Each chunk's fp32 master and Adam m, v (this rank's shard, or the whole
+ * chunk at stage 0) live in one "home":
+ *
+ *   device  device memory (the engine's zc_device), updated there;
+ *   cpu     the pinned host pool (src/offload), updated by the host Adam;
+ *   nvme    swap files under nvme_path (src/offload's io_uring store),
+ *           streamed through a ring of pinned swap buffers.
+ *
+ * The engine never branches on the home: chunk allocation registers each
+ * chunk with its home (add_chunk, then prepare once), and every access to the
+ * state is a pass over a list of chunks:
+ *
+ *   pass_begin(ks) ; for k in ks: acquire(k) -> view ; ... ; release(k, dirty)
+ *   pass_end()
+ *
+ * acquire returns the chunk's state in memory the home's Adam device can
+ * address (the nvme home waits for the read it started earlier); release hands
+ * it back (the nvme home writes a dirty chunk back, at once or pipelined);
+ * pass_end waits for everything the pass started. A home that streams may read
+ * ahead along ks, so a pass must acquire the chunks in exactly that order,
+ * each once, and release each before acquiring the chunk buffer_count/4
+ * places later (the step releases each chunk before acquiring the next).
+ *
+ * Errors: any call may fail with the store's ZC_ERR_IO (chunk, file, offset in
+ * the message); after a failure the caller still calls pass_end, which drains
+ * the I/O in flight (buffers must not be written by the kernel after the pass)
+ * and returns the first error of the pass. Homes are used by one thread.
+ *
+ * Issue 7 (stage-3 parameter shards homed on cpu/nvme) extends the view with
+ * the parameter shard: the same pass brings it in beside the optimizer state. */
+#ifndef ZC_CORE_OPT_HOME_H
+#define ZC_CORE_OPT_HOME_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/alloc.h"
+#include "base/error.h"
+#include "device/device.h"
+
+typedef struct zc_opt_home zc_opt_home;
+
+/* One chunk's state, valid from acquire until release. */
+typedef struct zc_opt_view {
+    float *master, *m, *v;   /* n fp32 values each */
+    void *grad_stage;        /* host staging of >= n * 4 bytes for the gradient
+                                shard, or NULL (Adam reads it where it is) */
+    void *pout_stage;        /* host staging of >= n * param_bytes for the new
+                                working-precision shard, or NULL (written in
+                                place) */
+} zc_opt_view;
+
+typedef struct zc_opt_home_ops {
+    const char *name;   /* "device", "cpu", "nvme" */
+    bool host;          /* state is host memory: Adam runs on the host */
+    /* Homes chunk k (0 <= k < nchunks, each once, any order) with n fp32
+     * elements per tensor. */
+    zc_status (*add_chunk)(zc_opt_home *h, int k, size_t n);
+    /* After every add_chunk: checks the machine (pre-flight), allocates and
+     * zero-fills. Nothing is allocated before it. */
+    zc_status (*prepare)(zc_opt_home *h);
+    zc_status (*pass_begin)(zc_opt_home *h, const int *ks, int nk);
+    zc_status (*acquire)(zc_opt_home *h, int k, zc_opt_view *out);
+    zc_status (*release)(zc_opt_home *h, int k, bool dirty);
+    zc_status (*pass_end)(zc_opt_home *h);
+    /* Frees memory, removes swap files. NULL-safe through zc__opt_home_destroy. */
+    void (*destroy)(zc_opt_home *h);
+} zc_opt_home_ops;
+
+struct zc_opt_home {
+    const zc_opt_home_ops *ops;
+};
+
+/* What a home needs to know, filled by the engine from its configuration. */
+typedef struct zc_opt_home_params {
+    zc_mem_account *acct;    /* the engine's account (bytes by kind) */
+    zc_device *dev;          /* the engine's device (device home) */
+    int rank;
+    int nchunks;
+    size_t param_bytes;      /* bytes per working-precision element */
+    bool staging;            /* host homes: stage gradient and output */
+    bool pin_memory;         /* offload_optimizer.pin_memory */
+    int device_index;        /* CUDA device for NUMA placement, -1 = none */
+    /* nvme */
+    const char *const *dirs; /* nvme_path directories (striped) */
+    int ndirs;
+    int64_t buffer_count;    /* offload_optimizer.buffer_count */
+    bool pipeline_read, pipeline_write, fast_init;
+    int64_t aio_block_size, aio_queue_depth, aio_intra_op;
+    bool aio_single_submit, aio_overlap_events;
+} zc_opt_home_params;
+
+zc_status zc__opt_home_device_create(const zc_opt_home_params *p, zc_opt_home **out);
+zc_status zc__opt_home_cpu_create(const zc_opt_home_params *p, zc_opt_home **out);
+zc_status zc__opt_home_nvme_create(const zc_opt_home_params *p, zc_opt_home **out);
+
+static inline void zc__opt_home_destroy(zc_opt_home *h)
+{
+    if (h)
+        h->ops->destroy(h);
+}
+
+/* nvme home, for tests and the bench: the swap buffer geometry and the
+ * store's faults. */
+typedef struct zc_opt_nvme_info {
+    size_t buffer_bytes;     /* one swap buffer: the largest tensor, aligned */
+    int64_t buffer_count;    /* swap buffers allocated */
+    int slots;               /* chunks in flight (buffer_count / 4) */
+    uint64_t file_bytes;     /* swap space of this rank, all directories */
+    char dir[512];           /* this engine's swap directory under nvme_path[0] */
+    /* time spent in the last pass, seconds: waiting for reads, waiting for
+     * writes (the bench's breakdown) */
+    double read_wait_s, write_wait_s;
+    int64_t reads, writes;   /* tickets in the last pass */
+} zc_opt_nvme_info;
+
+void zc__opt_home_nvme_info(const zc_opt_home *h, zc_opt_nvme_info *out);
+struct zc_nvme_faults;
+void zc__opt_home_nvme_set_faults(zc_opt_home *h, const struct zc_nvme_faults *f);
+
+#endif

@@ -1,0 +1,181 @@
+/* The cpu home (ZeRO-Offload): master, m and v of every chunk homed here live
+ * in the pinned host pool (NUMA-placed near the GPU, registered with CUDA when
+ * there is one), all allocated at prepare, so a step never allocates. The
+ * host Adam updates them in place; with staging, one pinned pair of buffers
+ * carries the gradient shard in (D2H) and the new working-precision shard out
+ * (H2D) for the chunk being updated. */
+#include <string.h>
+
+#include "base/log.h"
+#include "core/opt_home.h"
+#include "offload/offload.h"
+
+#define ALIGN 64 /* SIMD and cache lines; shards are 64-element multiples */
+
+typedef struct cpu_chunk {
+    size_t n;
+    float *t[3]; /* master, m, v */
+} cpu_chunk;
+
+typedef struct cpu_home {
+    zc_opt_home base;
+    zc_opt_home_params p;
+    cpu_chunk *chunks;
+    size_t chunks_bytes;
+    size_t maxn;
+    zc_pinned_pool *pool;
+    void *grad_stage, *pout_stage;
+} cpu_home;
+
+static const zc_mem_category cats[3] = {ZC_MEM_MASTER, ZC_MEM_ADAM, ZC_MEM_ADAM};
+static const char *const names[3] = {"fp32 master (cpu offload)", "Adam m (cpu offload)",
+                                     "Adam v (cpu offload)"};
+
+static zc_status cpu_add(zc_opt_home *hh, int k, size_t n)
+{
+    cpu_home *h = (cpu_home *)hh;
+    if (k < 0 || k >= h->p.nchunks || h->chunks[k].n)
+        return ZC_ERR(ZC_ERR_INTERNAL, "cpu home: chunk %d added twice or out of range", k);
+    h->chunks[k].n = n;
+    if (n > h->maxn)
+        h->maxn = n;
+    return ZC_OK;
+}
+
+/* Pinned bytes prepare will ask for (checked before anything is allocated). */
+static uint64_t cpu_bytes(const cpu_home *h)
+{
+    uint64_t b = 0;
+    for (int k = 0; k < h->p.nchunks; k++)
+        b += 3 * (uint64_t)h->chunks[k].n * sizeof(float);
+    if (h->p.staging)
+        b += (uint64_t)h->maxn * (sizeof(float) + h->p.param_bytes);
+    return b;
+}
+
+static zc_status cpu_prepare(zc_opt_home *hh)
+{
+    cpu_home *h = (cpu_home *)hh;
+    const uint64_t need = cpu_bytes(h);
+    zc_host_mem_limits lim;
+    zc__host_mem_limits_read(NULL, &lim);
+    if (zc__host_mem_check(&lim, need, false, "pinned host memory for the optimizer state") !=
+        ZC_OK) {
+        zc__error_context("zero_optimization.offload_optimizer.device \"cpu\" (rank %d): set "
+                          "device to \"nvme\", lower offload_optimizer.ratio (stage 3) or use "
+                          "more ranks",
+                          h->p.rank);
+        return ZC_ERR_NO_MEMORY;
+    }
+    if (h->p.pin_memory && !lim.can_lock_unlimited && lim.memlock_limit != UINT64_MAX &&
+        need > lim.memlock_limit && h->p.device_index < 0)
+        ZC_LOGW("offload", "offload_optimizer: %.1f MiB of optimizer state exceed RLIMIT_MEMLOCK "
+                "(%.1f MiB); the pinned pool falls back to unlocked memory (raise 'ulimit -l' or "
+                "set offload_optimizer.pin_memory false to silence this)",
+                (double)need / 1048576.0, (double)lim.memlock_limit / 1048576.0);
+
+    zc_pinned_pool_opts o = ZC_PINNED_POOL_OPTS_INIT;
+    o.acct = h->p.acct;
+    o.device_index = h->p.device_index;
+    if (h->p.device_index < 0)
+        o.flags |= ZC_PINNED_NO_CUDA;
+    if (!h->p.pin_memory)
+        o.flags |= ZC_PINNED_NO_LOCK;
+    ZC_CHECK(zc__pinned_pool_create(&h->pool, &o));
+    for (int k = 0; k < h->p.nchunks; k++) {
+        cpu_chunk *c = &h->chunks[k];
+        for (int i = 0; c->n && i < 3; i++) {
+            void *mem = NULL;
+            zc_status rc = zc__pinned_alloc(h->pool, c->n * sizeof(float), ALIGN, cats[i],
+                                            names[i], &mem);
+            if (rc != ZC_OK) {
+                zc__error_context("offload_optimizer \"cpu\": chunk %d (rank %d)", k, h->p.rank);
+                return rc;
+            }
+            memset(mem, 0, c->n * sizeof(float));
+            c->t[i] = mem;
+        }
+    }
+    if (h->p.staging && h->maxn) {
+        ZC_CHECK(zc__pinned_alloc(h->pool, h->maxn * sizeof(float), ALIGN, ZC_MEM_BUFFERS,
+                                  "gradient staging (cpu offload)", &h->grad_stage));
+        ZC_CHECK(zc__pinned_alloc(h->pool, h->maxn * h->p.param_bytes, ALIGN, ZC_MEM_BUFFERS,
+                                  "parameter staging (cpu offload)", &h->pout_stage));
+    }
+    ZC_LOGI("offload", "optimizer state of %.1f MiB in pinned host memory (rank %d)",
+            (double)need / 1048576.0, h->p.rank);
+    return ZC_OK;
+}
+
+static zc_status cpu_pass_begin(zc_opt_home *hh, const int *ks, int nk)
+{
+    (void)hh; (void)ks; (void)nk;
+    return ZC_OK;
+}
+
+static zc_status cpu_acquire(zc_opt_home *hh, int k, zc_opt_view *out)
+{
+    cpu_home *h = (cpu_home *)hh;
+    const cpu_chunk *c = &h->chunks[k];
+    if (!c->t[0])
+        return ZC_ERR(ZC_ERR_INTERNAL, "cpu home: chunk %d is not homed here", k);
+    *out = (zc_opt_view){.master = c->t[0], .m = c->t[1], .v = c->t[2],
+                         .grad_stage = h->grad_stage, .pout_stage = h->pout_stage};
+    return ZC_OK;
+}
+
+static zc_status cpu_release(zc_opt_home *hh, int k, bool dirty)
+{
+    (void)hh; (void)k; (void)dirty;
+    return ZC_OK;
+}
+
+static zc_status cpu_pass_end(zc_opt_home *hh)
+{
+    (void)hh;
+    return ZC_OK;
+}
+
+static void cpu_destroy(zc_opt_home *hh)
+{
+    cpu_home *h = (cpu_home *)hh;
+    for (int k = 0; h->chunks && k < h->p.nchunks; k++)
+        for (int i = 0; i < 3; i++)
+            zc__pinned_free(h->pool, h->chunks[k].t[i]);
+    zc__pinned_free(h->pool, h->grad_stage);
+    zc__pinned_free(h->pool, h->pout_stage);
+    zc__pinned_pool_destroy(h->pool);
+    zc__host_free(h->p.acct, ZC_MEM_OTHER, h->chunks, h->chunks_bytes);
+    zc__host_free(h->p.acct, ZC_MEM_OTHER, h, sizeof *h);
+}
+
+static const zc_opt_home_ops cpu_ops = {
+    .name = "cpu",
+    .host = true,
+    .add_chunk = cpu_add,
+    .prepare = cpu_prepare,
+    .pass_begin = cpu_pass_begin,
+    .acquire = cpu_acquire,
+    .release = cpu_release,
+    .pass_end = cpu_pass_end,
+    .destroy = cpu_destroy,
+};
+
+zc_status zc__opt_home_cpu_create(const zc_opt_home_params *p, zc_opt_home **out)
+{
+    cpu_home *h = NULL;
+    *out = NULL;
+    ZC_CHECK(zc__host_alloc(p->acct, ZC_MEM_OTHER, sizeof *h, "cpu home", (void **)&h));
+    h->base.ops = &cpu_ops;
+    h->p = *p;
+    h->p.dirs = NULL;
+    h->chunks_bytes = (size_t)p->nchunks * sizeof(cpu_chunk);
+    zc_status rc = zc__host_alloc(p->acct, ZC_MEM_OTHER, h->chunks_bytes, "cpu home table",
+                                  (void **)&h->chunks);
+    if (rc != ZC_OK) {
+        zc__host_free(p->acct, ZC_MEM_OTHER, h, sizeof *h);
+        return rc;
+    }
+    *out = &h->base;
+    return ZC_OK;
+}

@@ -1,0 +1,588 @@
+/* The nvme home (ZeRO-Infinity): master, m and v of every chunk homed here
+ * live in swap files, streamed through a ring of pinned swap buffers.
+ *
+ * Files. Each engine makes its own directory under every nvme_path entry,
+ * zeroc-swap-r<rank>-XXXXXX (mkdtemp: created exclusively, never shared with
+ * another run or rank), and the io_uring store (src/offload) creates
+ * zeroc-r<rank>-optimizer.swp in it, striped over the directories. A crash
+ * leaves only these clearly named directories; destroy removes both.
+ *
+ * Layout. Chunk k owns the store extent [off_k, off_k + 3 T_k) holding master,
+ * m and v back to back, T_k = n_k * 4 rounded up to the I/O alignment, so a
+ * chunk is one read and one write. The files hold 12 n_k bytes per chunk plus
+ * that padding: 12 Psi / W per rank (+ the stripe round-up of the store).
+ *
+ * Buffers. A swap buffer holds one tensor of the largest chunk (buffer_bytes);
+ * a chunk in flight takes four, as DeepSpeed counts them (master, m, v and the
+ * gradient), so the ring has S = buffer_count / 4 slots. The gradient buffer
+ * is allocated only with staging (a real device); on the host path Adam reads
+ * the gradient in place. Host memory for optimizer state is therefore
+ * S * 3 * buffer_bytes (+ S gradient and output staging buffers with a device),
+ * whatever the model size.
+ *
+ * Pipeline. The chunk at position i of a pass uses slot i % S. acquire(i)
+ * waits for its read; with pipeline_read it then starts the reads of the next
+ * R = S - 1 (S - 2 with pipeline_write) chunks, so chunk i+1 is read while
+ * Adam runs on chunk i. release(i) starts the write-back; without
+ * pipeline_write it waits for it, with it the write overlaps the next chunks
+ * and is waited for only when its slot is needed again (or at pass_end). With
+ * both false every chunk is read, updated and written one after the other.
+ *
+ * Faults. The store retries short transfers and EAGAIN itself. A ticket that
+ * fails with EIO is submitted again (up to ZC_NVME_RETRIES times; reads and
+ * writes of the same bytes are idempotent); any other error (ENOSPC) or a
+ * repeated EIO fails the call with ZC_ERR_IO naming the chunk, the file and
+ * the offset. The first error is sticky until pass_end. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/statvfs.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/log.h"
+#include "core/opt_home.h"
+#include "offload/offload.h"
+
+#define IO_ALIGN 4096u     /* layout alignment: >= every O_DIRECT requirement seen */
+#define ZC_NVME_RETRIES 2  /* extra attempts of a ticket that failed with EIO */
+#define MAX_SLOTS 64
+
+typedef struct nv_chunk {
+    size_t n;          /* elements per tensor, 0 = not homed here */
+    uint64_t off;      /* store offset of the chunk's extent */
+    size_t tbytes;     /* one tensor, aligned */
+} nv_chunk;
+
+typedef struct nv_slot {
+    char *buf;                 /* 3 * buffer_bytes: master, m, v */
+    void *grad_stage, *pout_stage;
+    int pos;                   /* pass position held, -1 = free */
+    zc_nvme_ticket rt, wt;     /* read / write in flight, 0 = none */
+    int rtries, wtries;
+} nv_slot;
+
+typedef struct nvme_home {
+    zc_opt_home base;
+    zc_opt_home_params p;
+    nv_chunk *chunks;
+    size_t chunks_bytes;
+    int *ks;                   /* the pass order (copy) */
+    int nk, pos, next_read;
+    size_t maxn, buf_bytes;
+    uint64_t capacity;
+    int nslots, ahead;
+    nv_slot slots[MAX_SLOTS];
+    int ndirs;
+    char dirs[16][512];        /* nvme_path entries as given */
+    char swapdirs[16][512];    /* our mkdtemp directories */
+    zc_pinned_pool *pool;
+    zc_nvme_store *store;
+    zc_status err;             /* first error of the pass (sticky) */
+    char errmsg[1024];
+    double read_wait, write_wait;
+    int64_t reads, writes;
+    int64_t counted_nvme;      /* bytes counted as ZC_MEMKIND_NVME */
+} nvme_home;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+static zc_status nv_add(zc_opt_home *hh, int k, size_t n)
+{
+    nvme_home *h = (nvme_home *)hh;
+    if (k < 0 || k >= h->p.nchunks || h->chunks[k].n)
+        return ZC_ERR(ZC_ERR_INTERNAL, "nvme home: chunk %d added twice or out of range", k);
+    h->chunks[k].n = n;
+    if (n > h->maxn)
+        h->maxn = n;
+    return ZC_OK;
+}
+
+/* ---- pre-flight ---------------------------------------------------------- */
+
+static zc_status preflight(nvme_home *h, uint64_t pinned)
+{
+    zc_host_mem_limits lim;
+    zc__host_mem_limits_read(NULL, &lim);
+    if (zc__host_mem_check(&lim, pinned, false, "pinned swap buffers") != ZC_OK) {
+        zc__error_context("zero_optimization.offload_optimizer (rank %d, %lld swap buffers of "
+                          "%zu bytes): lower offload_optimizer.buffer_count or the chunk size "
+                          "(reduce_bucket_size)",
+                          h->p.rank, (long long)h->p.buffer_count, h->buf_bytes);
+        return ZC_ERR_NO_MEMORY;
+    }
+    if (h->p.pin_memory && !lim.can_lock_unlimited && lim.memlock_limit != UINT64_MAX &&
+        pinned > lim.memlock_limit && h->p.device_index < 0)
+        ZC_LOGW("offload", "offload_optimizer: %.1f MiB of swap buffers exceed RLIMIT_MEMLOCK "
+                "(%.1f MiB); they fall back to unlocked memory (raise 'ulimit -l' or set "
+                "offload_optimizer.pin_memory false)",
+                (double)pinned / 1048576.0, (double)lim.memlock_limit / 1048576.0);
+    /* Each directory holds capacity / ndirs (the store rounds to stripes). */
+    const uint64_t stripe = (uint64_t)h->p.aio_block_size * (uint64_t)h->ndirs;
+    const uint64_t per_dir = (h->capacity + stripe - 1) / stripe * (uint64_t)h->p.aio_block_size;
+    for (int i = 0; i < h->ndirs; i++) {
+        struct statvfs vf;
+        if (statvfs(h->dirs[i], &vf) != 0)
+            return ZC_ERR(ZC_ERR_IO,
+                          "zero_optimization.offload_optimizer.nvme_path '%s' cannot be "
+                          "examined: %s; point nvme_path at a writable directory",
+                          h->dirs[i], strerror(errno));
+        uint64_t avail = (uint64_t)vf.f_bavail * (uint64_t)vf.f_frsize;
+        if (per_dir > avail)
+            return ZC_ERR(ZC_ERR_IO,
+                          "zero_optimization.offload_optimizer.nvme_path '%s': rank %d's swap "
+                          "file needs %.1f MiB but the filesystem has %.1f MiB free; free space, "
+                          "give nvme_path more directories (a list) or lower "
+                          "offload_optimizer.ratio (stage 3)",
+                          h->dirs[i], h->p.rank, (double)per_dir / 1048576.0,
+                          (double)avail / 1048576.0);
+    }
+    return ZC_OK;
+}
+
+/* ---- tickets ------------------------------------------------------------- */
+
+static zc_status fail(nvme_home *h, zc_status rc)
+{
+    if (h->err == ZC_OK) {
+        h->err = rc;
+        snprintf(h->errmsg, sizeof h->errmsg, "%s", zc_last_error());
+    }
+    return rc;
+}
+
+static zc_status sticky(nvme_home *h)
+{
+    if (h->err != ZC_OK)
+        return ZC_ERR(h->err, "%s", h->errmsg);
+    return ZC_OK;
+}
+
+static zc_status submit(nvme_home *h, nv_slot *s, int k, bool write)
+{
+    const nv_chunk *c = &h->chunks[k];
+    zc_status rc = write ? zc__nvme_write(h->store, c->off, s->buf, 3 * c->tbytes, &s->wt)
+                         : zc__nvme_read(h->store, c->off, s->buf, 3 * c->tbytes, &s->rt);
+    if (rc != ZC_OK) {
+        zc__error_context("offload_optimizer nvme: %s chunk %d (rank %d)",
+                          write ? "writing" : "reading", k, h->p.rank);
+        return fail(h, rc);
+    }
+    if (write)
+        h->writes++;
+    else
+        h->reads++;
+    return ZC_OK;
+}
+
+/* Waits for the slot's read or write; a one-off EIO is submitted again. */
+static zc_status wait_io(nvme_home *h, nv_slot *s, int k, bool write)
+{
+    zc_nvme_ticket *t = write ? &s->wt : &s->rt;
+    int *tries = write ? &s->wtries : &s->rtries;
+    double t0 = now_s();
+    zc_status rc = ZC_OK;
+    while (*t) {
+        zc_nvme_error err;
+        rc = zc__nvme_wait(h->store, *t, &err);
+        *t = 0;
+        if (rc == ZC_OK)
+            break;
+        if (err.err == EIO && *tries < ZC_NVME_RETRIES) {
+            (*tries)++;
+            ZC_LOGW("offload", "offload_optimizer nvme: %s of chunk %d failed with EIO at "
+                    "offset %llu of '%s'; trying again (%d of %d)",
+                    write ? "write" : "read", k, (unsigned long long)err.file_offset, err.path,
+                    *tries, ZC_NVME_RETRIES);
+            zc__error_clear();
+            rc = submit(h, s, k, write);
+            if (rc != ZC_OK)
+                break;
+            continue;
+        }
+        zc__error_context("offload_optimizer nvme: %s chunk %d (rank %d)",
+                          write ? "writing" : "reading", k, h->p.rank);
+        fail(h, rc);
+        break;
+    }
+    *tries = 0;
+    if (write)
+        h->write_wait += now_s() - t0;
+    else
+        h->read_wait += now_s() - t0;
+    return rc;
+}
+
+/* Starts the read of the chunk at pass position i into its slot, after the
+ * slot's previous write (pipeline_write) has finished. */
+static zc_status start_read(nvme_home *h, int i)
+{
+    nv_slot *s = &h->slots[i % h->nslots];
+    if (s->wt)
+        ZC_CHECK(wait_io(h, s, h->ks[s->pos], true));
+    s->pos = i;
+    return submit(h, s, h->ks[i], false);
+}
+
+/* ---- the pass ------------------------------------------------------------ */
+
+static zc_status nv_pass_begin(zc_opt_home *hh, const int *ks, int nk)
+{
+    nvme_home *h = (nvme_home *)hh;
+    if (nk < 0 || nk > h->p.nchunks)
+        return ZC_ERR(ZC_ERR_INTERNAL, "nvme home: a pass of %d chunks", nk);
+    memcpy(h->ks, ks, (size_t)nk * sizeof(int));
+    h->nk = nk;
+    h->pos = h->next_read = 0;
+    h->err = ZC_OK;
+    h->read_wait = h->write_wait = 0;
+    h->reads = h->writes = 0;
+    for (int i = 0; i < nk; i++)
+        if (ks[i] < 0 || ks[i] >= h->p.nchunks || !h->chunks[ks[i]].n)
+            return ZC_ERR(ZC_ERR_INTERNAL, "nvme home: chunk %d is not homed here", ks[i]);
+    return ZC_OK;
+}
+
+static zc_status nv_acquire(zc_opt_home *hh, int k, zc_opt_view *out)
+{
+    nvme_home *h = (nvme_home *)hh;
+    ZC_CHECK(sticky(h));
+    const int i = h->pos;
+    if (i >= h->nk || h->ks[i] != k)
+        return ZC_ERR(ZC_ERR_INTERNAL, "nvme home: chunk %d acquired out of the pass order", k);
+    if (h->next_read <= i) {
+        ZC_CHECK(start_read(h, i));
+        h->next_read = i + 1;
+    }
+    nv_slot *s = &h->slots[i % h->nslots];
+    ZC_CHECK(wait_io(h, s, k, false));
+    /* Read ahead while Adam runs on this chunk. */
+    while (h->next_read < h->nk && h->next_read <= i + h->ahead) {
+        ZC_CHECK(start_read(h, h->next_read));
+        h->next_read++;
+    }
+    const nv_chunk *c = &h->chunks[k];
+    *out = (zc_opt_view){.master = (float *)s->buf,
+                         .m = (float *)(s->buf + c->tbytes),
+                         .v = (float *)(s->buf + 2 * c->tbytes),
+                         .grad_stage = s->grad_stage,
+                         .pout_stage = s->pout_stage};
+    return ZC_OK;
+}
+
+static zc_status nv_release(zc_opt_home *hh, int k, bool dirty)
+{
+    nvme_home *h = (nvme_home *)hh;
+    ZC_CHECK(sticky(h));
+    const int i = h->pos;
+    if (i >= h->nk || h->ks[i] != k)
+        return ZC_ERR(ZC_ERR_INTERNAL, "nvme home: chunk %d released out of the pass order", k);
+    nv_slot *s = &h->slots[i % h->nslots];
+    h->pos++;
+    if (!dirty)
+        return ZC_OK;
+    ZC_CHECK(submit(h, s, k, true));
+    if (!h->p.pipeline_write)
+        ZC_CHECK(wait_io(h, s, k, true));
+    return ZC_OK;
+}
+
+static zc_status nv_pass_end(zc_opt_home *hh)
+{
+    nvme_home *h = (nvme_home *)hh;
+    /* Drain everything still in flight (reads ahead of a failure, deferred
+     * writes) so no transfer lands in a buffer after the pass. */
+    for (int j = 0; j < h->nslots; j++) {
+        nv_slot *s = &h->slots[j];
+        int k = s->pos >= 0 && s->pos < h->nk ? h->ks[s->pos] : -1;
+        if (s->rt && h->err != ZC_OK) {
+            (void)zc__nvme_wait(h->store, s->rt, NULL);
+            s->rt = 0;
+        } else if (s->rt) {
+            (void)wait_io(h, s, k, false);
+        }
+        if (s->wt)
+            (void)wait_io(h, s, k, true);
+        s->pos = -1;
+    }
+    zc_status rc = sticky(h);
+    h->nk = 0;
+    return rc;
+}
+
+/* ---- setup --------------------------------------------------------------- */
+
+static void remove_swapdirs(nvme_home *h)
+{
+    for (int i = 0; i < h->ndirs; i++)
+        if (h->swapdirs[i][0]) {
+            if (rmdir(h->swapdirs[i]) != 0)
+                ZC_LOGW("offload", "cannot remove the swap directory '%s': %s", h->swapdirs[i],
+                        strerror(errno));
+            h->swapdirs[i][0] = 0;
+        }
+}
+
+static zc_status make_swapdirs(nvme_home *h)
+{
+    for (int i = 0; i < h->ndirs; i++) {
+        char tmpl[512];
+        int n = snprintf(tmpl, sizeof tmpl, "%s/zeroc-swap-r%d-XXXXXX", h->dirs[i], h->p.rank);
+        if (n < 0 || (size_t)n >= sizeof tmpl - 64)
+            return ZC_ERR(ZC_ERR_CONFIG, "zero_optimization.offload_optimizer.nvme_path '%s' is "
+                          "too long", h->dirs[i]);
+        if (!mkdtemp(tmpl))
+            return ZC_ERR(ZC_ERR_IO, "zero_optimization.offload_optimizer.nvme_path '%s': "
+                          "cannot create a swap directory there: %s; point nvme_path at a "
+                          "writable directory", h->dirs[i], strerror(errno));
+        memcpy(h->swapdirs[i], tmpl, sizeof tmpl);
+    }
+    return ZC_OK;
+}
+
+/* Writes zeros over every chunk's extent (m = v = 0, master 0 until loaded),
+ * proving at build that the files take writes. */
+static zc_status zero_fill(nvme_home *h)
+{
+    nv_slot *s = &h->slots[0];
+    memset(s->buf, 0, 3 * h->buf_bytes);
+    for (int k = 0; k < h->p.nchunks; k++) {
+        const nv_chunk *c = &h->chunks[k];
+        if (!c->n)
+            continue;
+        zc_nvme_ticket t;
+        ZC_CHECK(zc__nvme_write(h->store, c->off, s->buf, 3 * c->tbytes, &t));
+    }
+    zc_status rc = zc__nvme_wait_all(h->store);
+    if (rc != ZC_OK)
+        zc__error_context("offload_optimizer nvme: initialising the swap files (rank %d)",
+                          h->p.rank);
+    return rc;
+}
+
+static zc_status nv_prepare(zc_opt_home *hh)
+{
+    nvme_home *h = (nvme_home *)hh;
+    if (!h->maxn)
+        return ZC_OK;
+    /* Layout. */
+    uint64_t off = 0;
+    for (int k = 0; k < h->p.nchunks; k++) {
+        nv_chunk *c = &h->chunks[k];
+        if (!c->n)
+            continue;
+        c->tbytes = round_up(c->n * sizeof(float), IO_ALIGN);
+        c->off = off;
+        off += 3 * (uint64_t)c->tbytes;
+    }
+    h->capacity = off;
+    h->buf_bytes = round_up(h->maxn * sizeof(float), IO_ALIGN);
+    int64_t slots = h->p.buffer_count / 4;
+    if (slots < 1)
+        slots = 1;
+    if (slots > MAX_SLOTS)
+        slots = MAX_SLOTS;
+    h->nslots = (int)slots;
+    h->ahead = h->p.pipeline_read ? h->nslots - (h->p.pipeline_write ? 2 : 1) : 0;
+    if (h->ahead < 0)
+        h->ahead = 0;
+    if ((h->p.pipeline_read && h->ahead < 1) || (h->p.pipeline_write && h->nslots < 2))
+        ZC_LOGW("offload", "offload_optimizer: buffer_count %lld gives %d chunk(s) in flight "
+                "(4 swap buffers each); pipeline_read needs %d and pipeline_write 2 to overlap "
+                "(buffer_count >= %d), so the pipeline is partly serial",
+                (long long)h->p.buffer_count, h->nslots, h->p.pipeline_write ? 3 : 2,
+                h->p.pipeline_write ? 12 : 8);
+    uint64_t pinned = (uint64_t)h->nslots * 3 * h->buf_bytes;
+    if (h->p.staging)
+        pinned += (uint64_t)h->nslots * h->maxn * (sizeof(float) + h->p.param_bytes);
+    ZC_CHECK(preflight(h, pinned));
+
+    /* Swap directories and the store. */
+    ZC_CHECK(make_swapdirs(h));
+    const char *dirs[16];
+    for (int i = 0; i < h->ndirs; i++)
+        dirs[i] = h->swapdirs[i];
+    int64_t qd = h->p.aio_queue_depth * (h->p.aio_intra_op > 0 ? h->p.aio_intra_op : 1);
+    zc_nvme_opts o = ZC_NVME_OPTS_INIT;
+    o.dirs = dirs;
+    o.ndirs = h->ndirs;
+    o.rank = h->p.rank;
+    o.purpose = "optimizer";
+    o.capacity = h->capacity;
+    o.block_size = (size_t)h->p.aio_block_size;
+    o.alignment = IO_ALIGN;
+    o.queue_depth = (int)(qd > 4096 ? 4096 : qd);
+    zc_status rc = zc__nvme_open(&h->store, &o);
+    if (rc != ZC_OK) {
+        zc__error_context("zero_optimization.offload_optimizer (rank %d; aio.block_size %lld, "
+                          "aio.queue_depth %lld)",
+                          h->p.rank, (long long)h->p.aio_block_size,
+                          (long long)h->p.aio_queue_depth);
+        return rc;
+    }
+    zc_nvme_stats ns;
+    zc__nvme_stats_get(h->store, &ns);
+    if (ns.alignment > IO_ALIGN)
+        return ZC_ERR(ZC_ERR_UNSUPPORTED, "offload_optimizer nvme: '%s' needs %zu-byte aligned "
+                      "I/O, more than the %u bytes the swap layout uses",
+                      h->dirs[0], ns.alignment, IO_ALIGN);
+    h->counted_nvme = (int64_t)ns.capacity;
+    zc__mem_count(h->p.acct, ZC_MEMKIND_NVME, ZC_MEM_ADAM, h->counted_nvme);
+
+    /* Swap buffers. */
+    zc_pinned_pool_opts po = ZC_PINNED_POOL_OPTS_INIT;
+    po.acct = h->p.acct;
+    po.device_index = h->p.device_index;
+    if (h->p.device_index < 0)
+        po.flags |= ZC_PINNED_NO_CUDA;
+    if (!h->p.pin_memory)
+        po.flags |= ZC_PINNED_NO_LOCK;
+    ZC_CHECK(zc__pinned_pool_create(&h->pool, &po));
+    for (int j = 0; j < h->nslots; j++) {
+        nv_slot *s = &h->slots[j];
+        s->pos = -1;
+        ZC_CHECK(zc__pinned_alloc(h->pool, 3 * h->buf_bytes, IO_ALIGN, ZC_MEM_BUFFERS,
+                                  "NVMe swap buffers", (void **)&s->buf));
+        if (h->p.staging) {
+            ZC_CHECK(zc__pinned_alloc(h->pool, h->maxn * sizeof(float), 64, ZC_MEM_BUFFERS,
+                                      "gradient staging (nvme offload)", &s->grad_stage));
+            ZC_CHECK(zc__pinned_alloc(h->pool, h->maxn * h->p.param_bytes, 64, ZC_MEM_BUFFERS,
+                                      "parameter staging (nvme offload)", &s->pout_stage));
+        }
+    }
+    zc_mem_region regions[64];
+    int nr = zc__pinned_pool_regions(h->pool, regions, 64);
+    if (nr > 64)
+        nr = 64;
+    ZC_CHECK(zc__nvme_register_buffers(h->store, regions, nr));
+    if (h->p.aio_single_submit || !h->p.aio_overlap_events)
+        ZC_LOGI("offload", "aio.single_submit / aio.overlap_events: the io_uring store always "
+                "submits a batch per refill and refills on every completion");
+    /* fast_init: the store reserved the files with fallocate (or sized them
+     * sparse), and both read back as zeros, so the zero pass is skipped. */
+    if (!h->p.fast_init)
+        ZC_CHECK(zero_fill(h));
+    ZC_LOGI("offload", "optimizer state of rank %d: %.1f MiB in %d swap file(s) under '%s'%s, "
+            "%d chunk(s) in flight of %.1f MiB buffers, pipeline read %s / write %s",
+            h->p.rank, (double)ns.capacity / 1048576.0, h->ndirs, h->swapdirs[0],
+            ns.direct ? " (O_DIRECT)" : " (buffered: the filesystem refused O_DIRECT)",
+            h->nslots, (double)h->buf_bytes / 1048576.0, h->p.pipeline_read ? "on" : "off",
+            h->p.pipeline_write ? "on" : "off");
+    return ZC_OK;
+}
+
+static void nv_destroy(zc_opt_home *hh)
+{
+    nvme_home *h = (nvme_home *)hh;
+    if (h->store) {
+        zc_status rc = zc__nvme_close(h->store, ZC_NVME_CLOSE_CANCEL);
+        if (rc != ZC_OK)
+            ZC_LOGW("offload", "closing the swap store: %s", zc_last_error());
+    }
+    if (h->counted_nvme)
+        zc__mem_count(h->p.acct, ZC_MEMKIND_NVME, ZC_MEM_ADAM, -h->counted_nvme);
+    remove_swapdirs(h);
+    for (int j = 0; j < h->nslots; j++) {
+        zc__pinned_free(h->pool, h->slots[j].buf);
+        zc__pinned_free(h->pool, h->slots[j].grad_stage);
+        zc__pinned_free(h->pool, h->slots[j].pout_stage);
+    }
+    zc__pinned_pool_destroy(h->pool);
+    zc__host_free(h->p.acct, ZC_MEM_OTHER, h->ks, (size_t)h->p.nchunks * sizeof(int));
+    zc__host_free(h->p.acct, ZC_MEM_OTHER, h->chunks, h->chunks_bytes);
+    zc__host_free(h->p.acct, ZC_MEM_OTHER, h, sizeof *h);
+}
+
+static const zc_opt_home_ops nv_ops = {
+    .name = "nvme",
+    .host = true,
+    .add_chunk = nv_add,
+    .prepare = nv_prepare,
+    .pass_begin = nv_pass_begin,
+    .acquire = nv_acquire,
+    .release = nv_release,
+    .pass_end = nv_pass_end,
+    .destroy = nv_destroy,
+};
+
+zc_status zc__opt_home_nvme_create(const zc_opt_home_params *p, zc_opt_home **out)
+{
+    *out = NULL;
+    if (p->ndirs < 1 || p->ndirs > 16)
+        return ZC_ERR(ZC_ERR_CONFIG, "zero_optimization.offload_optimizer.nvme_path: %d "
+                      "directories given; give 1 to 16", p->ndirs);
+    if (p->buffer_count < 4)
+        return ZC_ERR(ZC_ERR_CONFIG, "zero_optimization.offload_optimizer.buffer_count %lld: "
+                      "NVMe offload needs at least 4 (master, m, v and the gradient of a "
+                      "chunk)", (long long)p->buffer_count);
+    if (p->aio_block_size < (int64_t)IO_ALIGN || p->aio_block_size > ((int64_t)1 << 30) ||
+        (p->aio_block_size & (p->aio_block_size - 1)))
+        return ZC_ERR(ZC_ERR_CONFIG, "aio.block_size %lld: NVMe offload needs a power of two "
+                      "between %u and 1 GiB", (long long)p->aio_block_size, IO_ALIGN);
+    if (p->aio_queue_depth < 1 || p->aio_queue_depth > 4096 || p->aio_intra_op < 1 ||
+        p->aio_intra_op > 64)
+        return ZC_ERR(ZC_ERR_CONFIG, "aio.queue_depth %lld must be 1..4096 and "
+                      "aio.intra_op_parallelism %lld 1..64",
+                      (long long)p->aio_queue_depth, (long long)p->aio_intra_op);
+    nvme_home *h = NULL;
+    ZC_CHECK(zc__host_alloc(p->acct, ZC_MEM_OTHER, sizeof *h, "nvme home", (void **)&h));
+    h->base.ops = &nv_ops;
+    h->p = *p;
+    h->p.dirs = NULL;
+    h->ndirs = p->ndirs;
+    for (int i = 0; i < p->ndirs; i++) {
+        if (!p->dirs[i] || !*p->dirs[i] || strlen(p->dirs[i]) > 400) {
+            zc__host_free(p->acct, ZC_MEM_OTHER, h, sizeof *h);
+            return ZC_ERR(ZC_ERR_CONFIG, "zero_optimization.offload_optimizer.nvme_path entry "
+                          "%d is empty or longer than 400 bytes", i);
+        }
+        snprintf(h->dirs[i], sizeof h->dirs[i], "%s", p->dirs[i]);
+    }
+    for (int j = 0; j < MAX_SLOTS; j++)
+        h->slots[j].pos = -1;
+    h->chunks_bytes = (size_t)p->nchunks * sizeof(nv_chunk);
+    zc_status rc = zc__host_alloc(p->acct, ZC_MEM_OTHER, h->chunks_bytes, "nvme home table",
+                                  (void **)&h->chunks);
+    if (rc == ZC_OK)
+        rc = zc__host_alloc(p->acct, ZC_MEM_OTHER, (size_t)p->nchunks * sizeof(int),
+                            "nvme pass order", (void **)&h->ks);
+    if (rc != ZC_OK) {
+        zc__host_free(p->acct, ZC_MEM_OTHER, h->chunks, h->chunks_bytes);
+        zc__host_free(p->acct, ZC_MEM_OTHER, h, sizeof *h);
+        return rc;
+    }
+    *out = &h->base;
+    return ZC_OK;
+}
+
+void zc__opt_home_nvme_info(const zc_opt_home *hh, zc_opt_nvme_info *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!hh || hh->ops != &nv_ops)
+        return;
+    const nvme_home *h = (const nvme_home *)hh;
+    out->buffer_bytes = h->buf_bytes;
+    out->buffer_count = (int64_t)h->nslots * (h->p.staging ? 4 : 3);
+    out->slots = h->nslots;
+    out->file_bytes = h->capacity;
+    snprintf(out->dir, sizeof out->dir, "%s", h->swapdirs[0]);
+    out->read_wait_s = h->read_wait;
+    out->write_wait_s = h->write_wait;
+    out->reads = h->reads;
+    out->writes = h->writes;
+}
+
+void zc__opt_home_nvme_set_faults(zc_opt_home *hh, const struct zc_nvme_faults *f)
+{
+    if (!hh || hh->ops != &nv_ops)
+        return;
+    zc__nvme_set_faults(((nvme_home *)hh)->store, f);
+}

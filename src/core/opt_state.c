@@ -1,0 +1,344 @@
+/* The engine's side of the optimizer-state seam (core/opt_home.h): which
+ * home each chunk's master, m and v live in, and the passes the step and the
+ * parameter calls make over them.
+ *
+ * Placement. Without offload every chunk is homed on the device. With
+ * zero_optimization.offload_optimizer.device "cpu" or "nvme", the first
+ * chunks in registration order, up to ratio * (all optimizer elements), go to
+ * the offload home and the rest stay on the device and are updated there
+ * (ratio is 1 unless stage 3, as DeepSpeed requires). Stage 0 keeps full
+ * optimizer state on every rank and cannot offload.
+ *
+ * The gradient and the output. Adam reads the chunk's reduced gradient shard
+ * and writes the new working-precision shard. A host home runs Adam on the
+ * host: with a real device (or zc__opt_force_staging) the gradient shard is
+ * copied D2H into the home's pinned staging buffer and the output goes to a
+ * pinned staging buffer, then H2D into the chunk's parameters; on the host
+ * path device memory is host memory and Adam reads and writes it in place.
+ * Either way the kernel, its inputs and its segmenting are those of the
+ * device home, so none / cpu / nvme give bitwise-identical results on the
+ * host path.
+ *
+ * Failures. The nvme home does rank-local I/O between two collectives (the
+ * gradient reductions before the step and the publish after it). zc__opt_agree
+ * makes every rank learn every rank's outcome before the next collective
+ * (issue 18's rule): on a failure anywhere, every engine is broken with the
+ * same message. The step is not all-or-nothing: a failure can come after
+ * some chunks were written back, so the engine refuses further steps
+ * (recovery is a checkpoint), also when the failing rank had written nothing. */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/engine.h"
+
+static atomic_bool force_staging;
+
+void zc__opt_force_staging(bool on) { atomic_store(&force_staging, on); }
+
+zc_opt_home *zc__opt_offload_home(zc_engine *e) { return e->nhomes > 1 ? e->homes[1] : NULL; }
+
+static size_t opt_elems(const zc_engine *e, const zc_chunk *c)
+{
+    return (size_t)(e->pol->full_optimizer ? c->padded : c->shard);
+}
+
+/* Splits nvme_path into its directories (the configuration stores a JSON
+ * list joined with '\n', see src/config/schema.c); dirs point into buf. */
+static zc_status split_paths(const char *s, char *buf, size_t cap, const char **dirs, int *n)
+{
+    *n = 0;
+    if (!s || !*s)
+        return ZC_ERR(ZC_ERR_CONFIG, "zero_optimization.offload_optimizer.nvme_path is required "
+                      "with device \"nvme\": a writable directory (or a list of them)");
+    if (strlen(s) >= cap)
+        return ZC_ERR(ZC_ERR_CONFIG, "zero_optimization.offload_optimizer.nvme_path is longer "
+                      "than %zu bytes", cap - 1);
+    memcpy(buf, s, strlen(s) + 1);
+    char *save = NULL;
+    for (char *t = strtok_r(buf, "\n", &save); t; t = strtok_r(NULL, "\n", &save)) {
+        if (*n == 16)
+            return ZC_ERR(ZC_ERR_CONFIG, "zero_optimization.offload_optimizer.nvme_path lists "
+                          "more than 16 directories");
+        dirs[(*n)++] = t;
+    }
+    if (!*n)
+        return ZC_ERR(ZC_ERR_CONFIG, "zero_optimization.offload_optimizer.nvme_path is empty");
+    return ZC_OK;
+}
+
+static zc_status alloc_agree(zc_engine *e)
+{
+    const size_t one = ZC_AGREE_WORDS * sizeof(int32_t);
+    ZC_CHECK(zc__host_alloc(&e->acct, ZC_MEM_OTHER, one * (size_t)e->world, "offload agreement",
+                            (void **)&e->agree_host));
+    ZC_CHECK(zc__eng_alloc(e, ZC_MEM_OTHER, one, "offload agreement (send)", &e->agree_send));
+    return zc__eng_alloc(e, ZC_MEM_OTHER, one * (size_t)e->world, "offload agreement (recv)",
+                         &e->agree_recv);
+}
+
+zc_status zc__opt_build(zc_engine *e)
+{
+    const zc_offload_cfg *o = &e->cfg->zero.offload_optimizer;
+    ZC_CHECK(zc__host_alloc(&e->acct, ZC_MEM_OTHER, (size_t)e->nchunks * sizeof(int),
+                            "optimizer pass order", (void **)&e->pass_ks));
+    zc_opt_home_params hp = {
+        .acct = &e->acct,
+        .dev = e->dev,
+        .rank = e->rank,
+        .nchunks = e->nchunks,
+        .param_bytes = e->pesz,
+        .pin_memory = o->pin_memory,
+        .device_index = e->dev->mem_kind == ZC_MEMKIND_DEVICE ? e->dev->index : -1,
+        .buffer_count = o->buffer_count,
+        .pipeline_read = o->pipeline_read,
+        .pipeline_write = o->pipeline_write,
+        .fast_init = o->fast_init,
+        .aio_block_size = e->cfg->aio.block_size,
+        .aio_queue_depth = e->cfg->aio.queue_depth,
+        .aio_intra_op = e->cfg->aio.intra_op_parallelism,
+        .aio_single_submit = e->cfg->aio.single_submit,
+        .aio_overlap_events = e->cfg->aio.overlap_events,
+    };
+    e->opt_staging = e->dev->mem_kind == ZC_MEMKIND_DEVICE || atomic_load(&force_staging);
+    hp.staging = e->opt_staging;
+    ZC_CHECK(zc__opt_home_device_create(&hp, &e->homes[0]));
+    e->nhomes = 1;
+
+    if (o->device != ZC_OFFLOAD_NONE) {
+        if (e->pol->full_optimizer)
+            return ZC_ERR(ZC_ERR_CONFIG,
+                          "zero_optimization.offload_optimizer.device is \"%s\" but stage 0 "
+                          "keeps the whole optimizer state on every rank; set "
+                          "zero_optimization.stage to 1, 2 or 3 or remove offload_optimizer",
+                          o->device == ZC_OFFLOAD_CPU ? "cpu" : "nvme");
+        if (!(o->ratio > 0.0 && o->ratio <= 1.0))
+            return ZC_ERR(ZC_ERR_CONFIG, "zero_optimization.offload_optimizer.ratio %g must be "
+                          "in (0, 1]", o->ratio);
+        if (o->device == ZC_OFFLOAD_CPU) {
+            ZC_CHECK(zc__opt_home_cpu_create(&hp, &e->homes[1]));
+        } else {
+            char buf[16 * 512];
+            const char *dirs[16];
+            ZC_CHECK(split_paths(o->nvme_path, buf, sizeof buf, dirs, &hp.ndirs));
+            hp.dirs = dirs;
+            ZC_CHECK(zc__opt_home_nvme_create(&hp, &e->homes[1]));
+            e->opt_agree = true;
+        }
+        e->nhomes = 2;
+    }
+
+    /* Placement by elements, in chunk order; every rank computes the same
+     * split from the same layout. */
+    int64_t total = 0, offloaded = 0;
+    for (int k = 0; k < e->nchunks; k++)
+        total += (int64_t)opt_elems(e, &e->chunks[k]);
+    const double want = e->nhomes > 1 ? e->cfg->zero.offload_optimizer.ratio * (double)total : 0;
+    for (int k = 0; k < e->nchunks; k++) {
+        zc_chunk *c = &e->chunks[k];
+        const size_t n = opt_elems(e, c);
+        c->home = e->nhomes > 1 && (double)offloaded < want ? 1 : 0;
+        if (c->home)
+            offloaded += (int64_t)n;
+        ZC_CHECK(e->homes[c->home]->ops->add_chunk(e->homes[c->home], k, n));
+    }
+    if (e->opt_agree)
+        ZC_CHECK(alloc_agree(e));
+    /* The offload home first: its pre-flight runs before device memory for
+     * the state is taken. */
+    for (int h = e->nhomes - 1; h >= 0; h--)
+        ZC_CHECK(e->homes[h]->ops->prepare(e->homes[h]));
+    if (e->nhomes > 1)
+        ZC_LOGI("core", "optimizer state: %lld of %lld elements offloaded (%s, ratio %g)",
+                (long long)offloaded, (long long)total, e->homes[1]->ops->name,
+                e->cfg->zero.offload_optimizer.ratio);
+    return ZC_OK;
+}
+
+void zc__opt_free(zc_engine *e)
+{
+    for (int h = 0; h < e->nhomes; h++)
+        zc__opt_home_destroy(e->homes[h]);
+    e->homes[0] = e->homes[1] = NULL;
+    e->nhomes = 0;
+    zc__host_free(&e->acct, ZC_MEM_OTHER, e->pass_ks, (size_t)e->nchunks * sizeof(int));
+    e->pass_ks = NULL;
+    const size_t one = ZC_AGREE_WORDS * sizeof(int32_t);
+    zc__host_free(&e->acct, ZC_MEM_OTHER, e->agree_host, one * (size_t)e->world);
+    e->agree_host = NULL;
+    zc__eng_free(e, ZC_MEM_OTHER, &e->agree_send, one);
+    zc__eng_free(e, ZC_MEM_OTHER, &e->agree_recv, one * (size_t)e->world);
+}
+
+/* ---- passes -------------------------------------------------------------- */
+
+/* Starts a pass over the chunks of every home whose k is in [k0, k1). */
+static zc_status begin_range(zc_engine *e, int k0, int k1)
+{
+    for (int h = 0; h < e->nhomes; h++) {
+        int n = 0;
+        for (int k = k0; k < k1; k++)
+            if (e->chunks[k].home == h)
+                e->pass_ks[n++] = k;
+        ZC_CHECK(e->homes[h]->ops->pass_begin(e->homes[h], e->pass_ks, n));
+    }
+    return ZC_OK;
+}
+
+static zc_status end_all(zc_engine *e)
+{
+    zc_status first = ZC_OK;
+    char msg[1024] = "";
+    for (int h = 0; h < e->nhomes; h++) {
+        zc_status rc = e->homes[h]->ops->pass_end(e->homes[h]);
+        if (rc != ZC_OK && first == ZC_OK) {
+            first = rc;
+            snprintf(msg, sizeof msg, "%s", zc_last_error());
+        }
+    }
+    if (first != ZC_OK)
+        return ZC_ERR(first, "%s", msg);
+    return ZC_OK;
+}
+
+zc_status zc__opt_pass_begin(zc_engine *e) { return begin_range(e, 0, e->nchunks); }
+
+zc_status zc__opt_pass_end(zc_engine *e) { return end_all(e); }
+
+zc_status zc__opt_fetch(zc_engine *e, int k, zc_opt_chunk *out)
+{
+    zc_chunk *c = &e->chunks[k];
+    zc_opt_home *h = e->homes[c->home];
+    zc_opt_view v;
+    ZC_CHECK(h->ops->acquire(h, k, &v));
+    const int64_t shard_base = (int64_t)e->rank * c->shard;
+    *out = (zc_opt_chunk){
+        .dev = h->ops->host ? zc__device_host() : e->dev,
+        .master = v.master, .m = v.m, .v = v.v,
+        .opt_base = e->pol->full_optimizer ? 0 : shard_base,
+        .view = v,
+    };
+    /* Where the reduced gradient is: the fp32 shard (stages 2/3) or the full
+     * P-dtype buffer whose rank slice was reduce-scattered (stages 0/1). */
+    const bool sharded = e->pol->sharded_grads;
+    const char *g = sharded ? (const char *)c->acc : (const char *)c->grad;
+    out->grad_dtype = sharded ? ZC_DTYPE_F32 : e->pdt;
+    out->grad_base = sharded ? shard_base : 0;
+    out->grad = g;
+    out->pout = (char *)c->param;
+    out->pout_base = e->pol->full_params ? 0 : shard_base;
+    if (!h->ops->host || !e->opt_staging)
+        return ZC_OK;
+    /* Stage this rank's gradient shard into pinned memory (D2H). */
+    zc_device *d = e->dev;
+    const size_t gesz = zc_dtype_size(out->grad_dtype);
+    const char *src = g + (size_t)(shard_base - out->grad_base) * gesz;
+    ZC_CHECK(d->ops->copy(d, v.grad_stage, src, (size_t)c->shard * gesz, ZC_COPY_D2H, e->stream));
+    ZC_CHECK(d->ops->stream_sync(d, e->stream));
+    out->grad = v.grad_stage;
+    out->grad_base = shard_base;
+    out->pout = v.pout_stage;
+    out->pout_base = shard_base;
+    out->staged = true;
+    return ZC_OK;
+}
+
+zc_status zc__opt_put(zc_engine *e, int k, zc_opt_chunk *oc)
+{
+    zc_chunk *c = &e->chunks[k];
+    zc_opt_home *h = e->homes[c->home];
+    if (oc->staged) {
+        /* The new working-precision shard goes back to the device (H2D);
+         * synchronous, so the staging buffer can take the next chunk. */
+        zc_device *d = e->dev;
+        const int64_t shard_base = (int64_t)e->rank * c->shard;
+        char *dst = zc__elem(c->param, e->pol->full_params ? shard_base : 0, e->pesz);
+        ZC_CHECK(d->ops->copy(d, dst, oc->pout, (size_t)c->shard * e->pesz, ZC_COPY_H2D,
+                              e->stream));
+        ZC_CHECK(d->ops->stream_sync(d, e->stream));
+    }
+    return h->ops->release(h, k, true);
+}
+
+/* ---- agreement ----------------------------------------------------------- */
+
+zc_status zc__opt_agree(zc_engine *e, zc_status rc)
+{
+    if (!e->opt_agree)
+        return rc;
+    /* Word 0: the status; the rest: the message, NUL-terminated. */
+    int32_t mine[ZC_AGREE_WORDS];
+    memset(mine, 0, sizeof mine);
+    mine[0] = (int32_t)rc;
+    if (rc != ZC_OK)
+        snprintf((char *)&mine[1], sizeof mine - sizeof mine[0], "%s", zc_last_error());
+    zc_device *d = e->dev;
+    const size_t one = sizeof mine;
+    zc_status crc = d->ops->copy(d, e->agree_send, mine, one, ZC_COPY_H2D, e->stream);
+    if (crc == ZC_OK)
+        crc = zc__eng_all_gather(e, e->agree_send, e->agree_recv, ZC_AGREE_WORDS, ZC_DTYPE_I32,
+                                 false);
+    if (crc == ZC_OK)
+        crc = d->ops->copy(d, e->agree_host, e->agree_recv, one * (size_t)e->world, ZC_COPY_D2H,
+                           e->stream);
+    if (crc == ZC_OK)
+        crc = d->ops->stream_sync(d, e->stream);
+    if (crc != ZC_OK)
+        return crc; /* a failed collective already broke the engine */
+    for (int r = 0; r < e->world; r++) {
+        const int32_t *w = e->agree_host + (size_t)r * ZC_AGREE_WORDS;
+        if (w[0] == ZC_OK)
+            continue;
+        char theirs[ZC_AGREE_WORDS * sizeof(int32_t)];
+        memcpy(theirs, &w[1], sizeof theirs - sizeof(int32_t));
+        theirs[sizeof theirs - sizeof(int32_t) - 1] = '\0';
+        zc_status s = (zc_status)w[0];
+        snprintf(e->broken_msg, sizeof e->broken_msg, "rank %d: %.230s", r, theirs);
+        e->state = ZC_ENG_BROKEN;
+        return ZC_ERR(s, "zc_step: optimizer state I/O failed on rank %d of %d, so every rank "
+                      "stops (the step may have written part of the state; restore from a "
+                      "checkpoint): %s",
+                      r, e->world, theirs);
+    }
+    return ZC_OK;
+}
+
+/* ---- master access ------------------------------------------------------- */
+
+zc_status zc__opt_master_write(zc_engine *e, int k, int64_t at, const float *src, size_t n)
+{
+    zc_chunk *c = &e->chunks[k];
+    zc_opt_home *h = e->homes[c->home];
+    zc_device *d = e->dev;
+    ZC_CHECK(begin_range(e, k, k + 1));
+    zc_opt_view v;
+    zc_status rc = h->ops->acquire(h, k, &v);
+    if (rc == ZC_OK)
+        rc = d->ops->copy(d, v.master + at, src, n * sizeof(float),
+                          h->ops->host ? ZC_COPY_D2H : ZC_COPY_D2D, e->stream);
+    if (rc == ZC_OK)
+        rc = d->ops->stream_sync(d, e->stream);
+    if (rc == ZC_OK)
+        rc = h->ops->release(h, k, true);
+    zc_status erc = end_all(e);
+    return rc != ZC_OK ? rc : erc;
+}
+
+zc_status zc__opt_master_read(zc_engine *e, int k, float *dst, size_t n)
+{
+    zc_chunk *c = &e->chunks[k];
+    zc_opt_home *h = e->homes[c->home];
+    zc_device *d = e->dev;
+    ZC_CHECK(begin_range(e, k, k + 1));
+    zc_opt_view v;
+    zc_status rc = h->ops->acquire(h, k, &v);
+    if (rc == ZC_OK)
+        rc = d->ops->copy(d, dst, v.master, n * sizeof(float),
+                          h->ops->host ? ZC_COPY_H2D : ZC_COPY_D2D, e->stream);
+    if (rc == ZC_OK)
+        rc = d->ops->stream_sync(d, e->stream);
+    if (rc == ZC_OK)
+        rc = h->ops->release(h, k, false);
+    zc_status erc = end_all(e);
+    return rc != ZC_OK ? rc : erc;
+}
