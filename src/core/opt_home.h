@@ -115,6 +115,8 @@ typedef struct zc_opt_nvme_info {
      * writes (the bench's breakdown) */
     double read_wait_s, write_wait_s;
     int64_t reads, writes;   /* tickets in the last pass */
+    int64_t requests, write_requests; /* the store's request numbers so far (the
+                                         positions zc_nvme_faults counts) */
 } zc_opt_nvme_info;
 
 void zc__opt_home_nvme_info(const zc_opt_home *h, zc_opt_nvme_info *out);

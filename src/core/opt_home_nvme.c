@@ -578,6 +578,12 @@ void zc__opt_home_nvme_info(const zc_opt_home *hh, zc_opt_nvme_info *out)
     out->write_wait_s = h->write_wait;
     out->reads = h->reads;
     out->writes = h->writes;
+    if (h->store) {
+        zc_nvme_stats ns;
+        zc__nvme_stats_get(h->store, &ns);
+        out->requests = ns.requests;
+        out->write_requests = ns.write_requests;
+    }
 }
 
 void zc__opt_home_nvme_set_faults(zc_opt_home *hh, const struct zc_nvme_faults *f)

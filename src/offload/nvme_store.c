@@ -598,6 +598,8 @@ void zc__nvme_stats_get(const zc_nvme_store *st, zc_nvme_stats *out)
     out->uring = st->use_uring;
     out->alignment = st->align;
     out->capacity = st->capacity;
+    out->requests = st->seq;
+    out->write_requests = st->wseq;
 }
 
 const char *zc__nvme_path(const zc_nvme_store *st, int i)

@@ -192,6 +192,8 @@ typedef struct zc_nvme_stats {
     int64_t submitted;        /* requests handed to the kernel (resubmits included) */
     int64_t resubmitted;      /* short transfers and -EAGAIN continued */
     int64_t submit_calls;     /* io_uring_submit calls (batching: << submitted) */
+    int64_t requests;         /* requests numbered so far (what fault positions count) */
+    int64_t write_requests;   /* of which writes (enospc=K counts these) */
     bool direct;              /* O_DIRECT in use */
     bool fixed_buffers;       /* registered buffers in use */
     bool fixed_files;         /* registered files in use */

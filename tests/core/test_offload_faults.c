@@ -1,0 +1,235 @@
+/* Faults in optimizer-state I/O (offload_optimizer "nvme"), injected at every
+ * swap position of a 3-step run, on one rank only, compared with the
+ * fault-free run:
+ *   - EIO on one request (transient): retried, every rank finishes with
+ *     master parameters bitwise equal to the fault-free run;
+ *   - ENOSPC on one write (persistent): zc_step fails with ZC_ERR_IO on every
+ *     rank in the same step, every engine is broken with the same message
+ *     (naming the failing rank, the chunk and the file), and no rank returns
+ *     ZC_OK with different parameters; no hang;
+ *   - a pinned allocation failure (the allocator countdown) at build fails
+ *     zc_engine_build with ZC_ERR_NO_MEMORY and leaves nothing behind.
+ * Positions are counted by the store from the moment the faults are set
+ * (after build and load), so K = 1..(requests of 3 steps) covers every read
+ * and write of the steps. */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/alloc.h"
+#include "core/engine.h"
+#include "helpers.h"
+#include "offload/offload.h"
+#include "t_engine.h"
+
+#define STEPS 3
+#define WORLD 2
+
+typedef struct fault_case {
+    int fault_rank;          /* -1: none */
+    bool enospc;             /* else eio */
+    int64_t k;               /* position from the moment faults are set */
+} fault_case;
+
+typedef struct frun {
+    t_run run;
+    fault_case fc;
+    char dirjson[96];
+    /* per rank */
+    zc_status step_rc[WORLD];
+    int failed_step[WORLD];
+    char first_failure[WORLD][512];
+    char msg[WORLD][1024];
+    int64_t requests[WORLD], writes[WORLD]; /* during the steps */
+} frun;
+
+typedef struct farg {
+    frun *f;
+    zc_comm *comm;
+    int rank;
+} farg;
+
+static void *rank_main(void *p)
+{
+    farg *a = p;
+    frun *f = a->f;
+    t_ctx x;
+    f->failed_step[a->rank] = -1;
+    if (t_ctx_open(&x, &f->run, a->rank, a->comm) != ZC_OK)
+        goto out;
+    zc_opt_home *h = zc__opt_offload_home(x.eng);
+    zc_opt_nvme_info info0;
+    zc__opt_home_nvme_info(h, &info0);
+    if (f->fc.fault_rank == a->rank) {
+        zc_nvme_faults nf = {0};
+        if (f->fc.enospc)
+            nf.enospc_write_at = info0.write_requests + f->fc.k;
+        else
+            nf.eio_at = info0.requests + f->fc.k;
+        zc__opt_home_nvme_set_faults(h, &nf);
+    }
+    for (int s = 0; s < STEPS; s++) {
+        zc_step_info si;
+        /* t_train_step records the error text in run.err; keep the status. */
+        zc_status rc = t_train_step(&x, s, &si);
+        if (rc != ZC_OK) {
+            f->step_rc[a->rank] = rc;
+            f->failed_step[a->rank] = s;
+            snprintf(f->msg[a->rank], sizeof f->msg[a->rank], "%s", zc_last_error());
+            /* The engine now refuses work and names the first failure. */
+            zc_status again = zc_step(x.eng, NULL);
+            const char *m = strstr(zc_last_error(), "first failure: ");
+            snprintf(f->first_failure[a->rank], sizeof f->first_failure[a->rank], "%d %s",
+                     (int)again, m ? m : zc_last_error());
+            goto out;
+        }
+    }
+    zc_opt_nvme_info info1;
+    zc__opt_home_nvme_info(h, &info1);
+    f->requests[a->rank] = info1.requests - info0.requests;
+    f->writes[a->rank] = info1.write_requests - info0.write_requests;
+    t_gather(&x, f->run.master);
+out:
+    t_ctx_close(&x);
+    return NULL;
+}
+
+static void run_faults(frun *f, int stage, const char *dirjson, fault_case fc)
+{
+    t_run_init(&f->run, stage, WORLD, ZC_DTYPE_BF16);
+    f->run.steps = STEPS;
+    f->run.offload = "nvme";
+    f->run.nvme_path_json = dirjson;
+    f->run.pipeline = true;
+    f->run.buffer_count = 12;
+    f->fc = fc;
+    f->run.master = calloc((size_t)t_total_numel(), sizeof(float));
+    setenv("ZC_COMM_TIMEOUT", "60", 0);
+    zc_comm *comms[WORLD];
+    cr_assert_eq(zc_comm_local_world(WORLD, comms), ZC_OK);
+    pthread_t th[WORLD];
+    farg args[WORLD];
+    for (int r = 0; r < WORLD; r++) {
+        args[r] = (farg){f, comms[r], r};
+        pthread_create(&th[r], NULL, rank_main, &args[r]);
+    }
+    for (int r = 0; r < WORLD; r++)
+        pthread_join(th[r], NULL);
+    for (int r = 0; r < WORLD; r++)
+        zc_comm_destroy(comms[r]);
+}
+
+static int entries(const char *dir)
+{
+    DIR *d = opendir(dir);
+    cr_assert_not_null(d);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+    closedir(d);
+    return n;
+}
+
+static void sweep(int stage)
+{
+    char dir[64], json[96];
+    snprintf(dir, sizeof dir, "zc-offload-faults-XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(json, sizeof json, "\"%s\"", dir);
+
+    frun *ref = calloc(1, sizeof *ref);
+    run_faults(ref, stage, json, (fault_case){.fault_rank = -1});
+    cr_assert_str_empty(t_run_error(&ref->run), "fault-free run: %s", t_run_error(&ref->run));
+    cr_assert_gt(ref->requests[0], 0);
+    const int64_t n = t_total_numel();
+
+    int broken_runs = 0, clean_runs = 0;
+    for (int fr = 0; fr < WORLD; fr++) {
+        /* EIO at every request of the three steps: retried, same result. */
+        for (int64_t k = 1; k <= ref->requests[fr]; k++) {
+            frun *f = calloc(1, sizeof *f);
+            run_faults(f, stage, json, (fault_case){fr, false, k});
+            cr_assert_str_empty(t_run_error(&f->run), "eio at request %lld on rank %d: %s",
+                                (long long)k, fr, t_run_error(&f->run));
+            cr_assert(!memcmp(f->run.master, ref->run.master, (size_t)n * sizeof(float)),
+                      "eio at request %lld on rank %d changed the result", (long long)k, fr);
+            clean_runs++;
+            free(f->run.master);
+            free(f);
+            cr_assert_eq(entries(dir), 0);
+        }
+        /* ENOSPC at every write of the three steps: every rank fails in the
+         * same step with the same message; nobody finishes. */
+        for (int64_t k = 1; k <= ref->writes[fr]; k++) {
+            frun *f = calloc(1, sizeof *f);
+            run_faults(f, stage, json, (fault_case){fr, true, k});
+            for (int r = 0; r < WORLD; r++) {
+                cr_assert_eq(f->step_rc[r], ZC_ERR_IO, "enospc at write %lld on rank %d: rank "
+                             "%d returned %d (%s)", (long long)k, fr, r, (int)f->step_rc[r],
+                             f->run.err[r]);
+                cr_assert_eq(f->failed_step[r], f->failed_step[0]);
+                cr_assert_str_eq(f->first_failure[r], f->first_failure[0]);
+                cr_assert(strstr(f->msg[r], "ENOSPC") && strstr(f->msg[r], "chunk") &&
+                              strstr(f->msg[r], ".swp") && strstr(f->msg[r], "offset"),
+                          "message must name the error, chunk, file and offset: %s", f->msg[r]);
+            }
+            char who[32];
+            snprintf(who, sizeof who, "rank %d:", fr);
+            cr_assert(strstr(f->first_failure[0], who), "%s", f->first_failure[0]);
+            cr_assert_eq(atoi(f->first_failure[0]), (int)ZC_ERR_COMM,
+                         "a broken engine refuses work: %s", f->first_failure[0]);
+            broken_runs++;
+            free(f->run.master);
+            free(f);
+            cr_assert_eq(entries(dir), 0);
+        }
+    }
+    cr_assert_gt(clean_runs, 0);
+    cr_assert_gt(broken_runs, 0);
+    free(ref->run.master);
+    free(ref);
+    rmdir(dir);
+    t_assert_no_leaks();
+}
+
+Test(offload_faults, every_position_stage2, .timeout = 600) { sweep(2); }
+Test(offload_faults, every_position_stage3, .timeout = 600) { sweep(3); }
+
+/* Every pinned allocation of the build, failed in turn (world 1, so the
+ * countdown cannot split ranks): ZC_ERR_NO_MEMORY, nothing left behind. */
+Test(offload_faults, pinned_allocation_at_build, .timeout = 300)
+{
+    char dir[64], json[96];
+    snprintf(dir, sizeof dir, "zc-offload-faults-XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(json, sizeof json, "\"%s\"", dir);
+    const char *devs[2] = {"cpu", "nvme"};
+    for (int d = 0; d < 2; d++) {
+        int failures = 0;
+        for (int64_t k = 1;; k++) {
+            t_run r;
+            t_run_init(&r, 2, 1, ZC_DTYPE_F32);
+            r.steps = 2;
+            r.offload = devs[d];
+            r.nvme_path_json = json;
+            zc__mem_fail_after(ZC_MEMKIND_PINNED, k);
+            bool ok = t_engine_run(&r);
+            zc__mem_fail_after(ZC_MEMKIND_PINNED, 0);
+            free(r.master);
+            cr_assert_eq(entries(dir), 0);
+            if (ok)
+                break;
+            cr_assert(strstr(t_run_error(&r), "zc_engine_build") &&
+                          strstr(t_run_error(&r), "out of memory"),
+                      "%s, pinned allocation %lld: %s", devs[d], (long long)k, t_run_error(&r));
+            failures++;
+        }
+        cr_assert_gt(failures, 0, "%s made no pinned allocation", devs[d]);
+    }
+    rmdir(dir);
+    t_assert_no_leaks();
+}
