@@ -110,21 +110,6 @@ static zc_status nv_add(zc_opt_home *hh, int k, size_t n)
 
 static zc_status preflight(nvme_home *h, uint64_t pinned)
 {
-    zc_host_mem_limits lim;
-    zc__host_mem_limits_read(NULL, &lim);
-    if (zc__host_mem_check(&lim, pinned, false, "pinned swap buffers") != ZC_OK) {
-        zc__error_context("zero_optimization.offload_optimizer (rank %d, %lld swap buffers of "
-                          "%zu bytes): lower offload_optimizer.buffer_count or the chunk size "
-                          "(reduce_bucket_size)",
-                          h->p.rank, (long long)h->p.buffer_count, h->buf_bytes);
-        return ZC_ERR_NO_MEMORY;
-    }
-    if (h->p.pin_memory && !lim.can_lock_unlimited && lim.memlock_limit != UINT64_MAX &&
-        pinned > lim.memlock_limit && h->p.device_index < 0)
-        ZC_LOGW("offload", "offload_optimizer: %.1f MiB of swap buffers exceed RLIMIT_MEMLOCK "
-                "(%.1f MiB); they fall back to unlocked memory (raise 'ulimit -l' or set "
-                "offload_optimizer.pin_memory false)",
-                (double)pinned / 1048576.0, (double)lim.memlock_limit / 1048576.0);
     /* Each directory holds capacity / ndirs (the store rounds to stripes). */
     const uint64_t stripe = (uint64_t)h->p.aio_block_size * (uint64_t)h->ndirs;
     const uint64_t per_dir = (h->capacity + stripe - 1) / stripe * (uint64_t)h->p.aio_block_size;
@@ -145,6 +130,21 @@ static zc_status preflight(nvme_home *h, uint64_t pinned)
                           h->dirs[i], h->p.rank, (double)per_dir / 1048576.0,
                           (double)avail / 1048576.0);
     }
+    zc_host_mem_limits lim;
+    zc__host_mem_limits_read(NULL, &lim);
+    if (zc__host_mem_check(&lim, pinned, false, "pinned swap buffers") != ZC_OK) {
+        zc__error_context("zero_optimization.offload_optimizer (rank %d, %lld swap buffers of "
+                          "%zu bytes): lower offload_optimizer.buffer_count or the chunk size "
+                          "(reduce_bucket_size)",
+                          h->p.rank, (long long)h->p.buffer_count, h->buf_bytes);
+        return ZC_ERR_NO_MEMORY;
+    }
+    if (h->p.pin_memory && !lim.can_lock_unlimited && lim.memlock_limit != UINT64_MAX &&
+        pinned > lim.memlock_limit && h->p.device_index < 0)
+        ZC_LOGW("offload", "offload_optimizer: %.1f MiB of swap buffers exceed RLIMIT_MEMLOCK "
+                "(%.1f MiB); they fall back to unlocked memory (raise 'ulimit -l' or set "
+                "offload_optimizer.pin_memory false)",
+                (double)pinned / 1048576.0, (double)lim.memlock_limit / 1048576.0);
     return ZC_OK;
 }
 
