@@ -11,6 +11,8 @@
  *             [--accum K] [--batch B] [--seed S] [--clip C] [--lr X]
  *             [--bucket ELEMS] [--persistence-threshold ELEMS]
  *             [--prefetch ELEMS] [--dump-params FILE] [--json]
+ *             [--offload-optimizer none|cpu|nvme] [--nvme-path DIR[,DIR]]
+ *             [--offload-ratio R]
  *
  * With --json: one JSON object per optimizer step, then a final object with
  * the SHA-256 of the fp32 master parameters (gathered, little-endian, in
@@ -47,6 +49,9 @@ typedef struct opts {
     long long bucket, persistence, prefetch; /* -1: library default */
     const char *dump_path;
     const char *config_path; /* a DeepSpeed JSON file, or NULL */
+    const char *offload;     /* --offload-optimizer: "none", "cpu", "nvme" or NULL */
+    const char *nvme_path;   /* --nvme-path: DIR[,DIR...] or NULL */
+    double offload_ratio;    /* --offload-ratio, 0 = not given */
     unsigned given;          /* GIVEN_* bits: flags set on the command line */
     bool json;
 } opts;
@@ -66,6 +71,8 @@ static void usage(FILE *f)
             "                 [--bucket ELEMS] [--persistence-threshold ELEMS]\n"
             "                 [--prefetch ELEMS] [--dump-params FILE] [--json]\n"
             "                 [--config ds_config.json]\n"
+            "                 [--offload-optimizer none|cpu|nvme] [--nvme-path DIR[,DIR]]\n"
+            "                 [--offload-ratio R]   (R in (0, 1]; below 1 needs --stage 3)\n"
             "defaults: --stage 2 --world 2 --dtype bf16 --steps 50 --accum 1 --batch 32\n"
             "          --seed 1 --clip 1.0 --lr 1e-3 --bucket 65536\n"
             "--config: a DeepSpeed JSON file decides stage, precision, optimizer, clipping,\n"
@@ -134,7 +141,21 @@ static opts parse_args(int argc, char **argv)
         else if (!strcmp(a, "--persistence-threshold")) o.persistence = parse_int(a, v, 0, 1LL << 40);
         else if (!strcmp(a, "--prefetch")) o.prefetch = parse_int(a, v, 0, 1LL << 40);
         else if (!strcmp(a, "--dump-params")) o.dump_path = v;
-        else if (!strcmp(a, "--dtype")) {
+        else if (!strcmp(a, "--offload-optimizer")) {
+            if (strcmp(v, "none") && strcmp(v, "cpu") && strcmp(v, "nvme")) {
+                fprintf(stderr, "train_mlp: --offload-optimizer must be none, cpu or nvme, got "
+                        "'%s'\n", v);
+                exit(2);
+            }
+            o.offload = v;
+        } else if (!strcmp(a, "--nvme-path")) o.nvme_path = v;
+        else if (!strcmp(a, "--offload-ratio")) {
+            o.offload_ratio = parse_double(a, v, 0);
+            if (!(o.offload_ratio > 0 && o.offload_ratio <= 1)) {
+                fprintf(stderr, "train_mlp: --offload-ratio must be in (0, 1], got '%s'\n", v);
+                exit(2);
+            }
+        } else if (!strcmp(a, "--dtype")) {
             if (!strcmp(v, "fp32")) o.dtype = ZC_DTYPE_F32;
             else if (!strcmp(v, "bf16")) o.dtype = ZC_DTYPE_BF16;
             else if (!strcmp(v, "fp16")) o.dtype = ZC_DTYPE_F16;
@@ -344,6 +365,43 @@ static long long config_int(zc_config *cfg, const char *key)
     return strtoll(buf, NULL, 10);
 }
 
+/* --nvme-path DIR[,DIR]: a JSON list of the directories (zeroc stripes the
+ * swap files over them). Paths with characters JSON would need escaped are
+ * refused rather than escaped. */
+static void set_nvme_path(zc_config *cfg, const char *arg)
+{
+    char json[4096];
+    size_t n = 0;
+    json[n++] = '[';
+    for (const char *p = arg; *p;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        if (len == 0 || n + len + 4 >= sizeof json) {
+            fprintf(stderr, "train_mlp: --nvme-path '%s': empty or too long entry\n", arg);
+            exit(2);
+        }
+        for (size_t i = 0; i < len; i++)
+            if (p[i] == '"' || p[i] == '\\' || (unsigned char)p[i] < 0x20) {
+                fprintf(stderr, "train_mlp: --nvme-path '%s': quotes, backslashes and control "
+                        "characters are not supported\n", arg);
+                exit(2);
+            }
+        if (n > 1)
+            json[n++] = ',';
+        json[n++] = '"';
+        memcpy(json + n, p, len);
+        n += len;
+        json[n++] = '"';
+        p = comma ? comma + 1 : p + len;
+    }
+    json[n++] = ']';
+    json[n] = '\0';
+    if (zc_config_set(cfg, "zero_optimization.offload_optimizer.nvme_path", json) != ZC_OK) {
+        fprintf(stderr, "train_mlp: %s\n", zc_last_error());
+        exit(2);
+    }
+}
+
 /* One configuration for every rank (zc_engine_create copies it). Without
  * --config it is built from the flags; with it, the file is loaded, flags
  * given explicitly override it, "auto" is resolved from the flags, and the
@@ -393,6 +451,16 @@ static zc_config *make_config(opts *o)
     if (o->prefetch >= 0)
         SET(GIVEN_PREFETCH, "zero_optimization.stage3_prefetch_bucket_size", "%lld", o->prefetch);
 #undef SET
+    if (o->offload) {
+        snprintf(v, sizeof v, "\"%s\"", o->offload);
+        CHECK(zc_config_set(cfg, "zero_optimization.offload_optimizer.device", v));
+    }
+    if (o->nvme_path)
+        set_nvme_path(cfg, o->nvme_path);
+    if (o->offload_ratio > 0) {
+        snprintf(v, sizeof v, "%.17g", o->offload_ratio);
+        CHECK(zc_config_set(cfg, "zero_optimization.offload_optimizer.ratio", v));
+    }
     if (file) {
         if (zc_config_resolve(cfg, o->world) != ZC_OK) {
             fprintf(stderr, "train_mlp: %s: %s\n", o->config_path, zc_last_error());
@@ -595,8 +663,11 @@ static void report(const shared *sh)
     free(bytes);
 
     int64_t mem[ZC_MEM__COUNT] = {0}, peak[ZC_MEM__COUNT] = {0}, comm[ZC_COLL__COUNT] = {0};
+    int64_t kind[ZC_KIND__COUNT] = {0};
     for (int r = 0; r < o->world; r++) {
         const zc_stats *s = &sh->stats[r];
+        for (int k = 0; k < ZC_KIND__COUNT; k++)
+            if (s->bytes_by_kind[k] > kind[k]) kind[k] = s->bytes_by_kind[k];
         for (int k = 0; k < ZC_MEM__COUNT; k++) {
             if (s->bytes[k] > mem[k]) mem[k] = s->bytes[k];
             if (s->peak_bytes[k] > peak[k]) peak[k] = s->peak_bytes[k];
@@ -615,7 +686,9 @@ static void report(const shared *sh)
                "\"peak_bytes\":{\"params\":%lld,\"grads\":%lld,\"master\":%lld,\"adam\":%lld,"
                "\"buffers\":%lld},"
                "\"comm_bytes_per_step\":{\"all_reduce\":%lld,\"reduce_scatter\":%lld,"
-               "\"all_gather\":%lld},\"gathers_last_step\":%lld}\n",
+               "\"all_gather\":%lld},\"gathers_last_step\":%lld,"
+               "\"bytes_by_kind\":{\"device\":%lld,\"pinned\":%lld,\"host\":%lld,"
+               "\"nvme\":%lld}}\n",
                hex, sh->total, o->world, o->stage, dt, o->accum, o->steps,
                (long long)s0->padded_params, (long long)s0->num_chunks,
                (long long)s0->skipped_steps, (long long)mem[ZC_MEM_PARAMS],
@@ -625,7 +698,9 @@ static void report(const shared *sh)
                (long long)peak[ZC_MEM_MASTER], (long long)peak[ZC_MEM_ADAM],
                (long long)peak[ZC_MEM_BUFFERS], (long long)comm[ZC_COLL_ALL_REDUCE],
                (long long)comm[ZC_COLL_REDUCE_SCATTER], (long long)comm[ZC_COLL_ALL_GATHER],
-               (long long)s0->gathers_last_step);
+               (long long)s0->gathers_last_step, (long long)kind[ZC_KIND_DEVICE],
+               (long long)kind[ZC_KIND_PINNED], (long long)kind[ZC_KIND_HOST],
+               (long long)kind[ZC_KIND_NVME]);
     } else {
         printf("\n%zu parameters (%lld after padding, %lld chunks), ZeRO stage %d, %d ranks, %s, "
                "%lld skipped steps\n",

@@ -206,6 +206,44 @@ def check_config_file(exe):
         fail("--config with a misspelled key: exit %d, stderr %r" % (p.returncode, p.stderr))
 
 
+def check_offload(exe):
+    """--offload-optimizer cpu and nvme (over two directories, and stage 3
+    with --offload-ratio 0.5) give the params_sha256 of the run without
+    offload; bytes_by_kind says where the optimizer state went (12 bytes per
+    padded parameter / W: pinned for cpu, NVMe files for nvme) and the swap
+    directories are empty afterwards."""
+    import tempfile
+    with tempfile.TemporaryDirectory(dir=".") as d1, tempfile.TemporaryDirectory(dir=".") as d2:
+        for stage in (1, 2, 3):
+            ref = run(exe, stage, "bf16")
+            if ref is None:
+                continue
+            cases = [("cpu", ["--offload-optimizer", "cpu"]),
+                     ("nvme", ["--offload-optimizer", "nvme", "--nvme-path", d1 + "," + d2])]
+            if stage == 3:
+                cases.append(("nvme ratio 0.5", ["--offload-optimizer", "nvme", "--nvme-path",
+                                                 d1, "--offload-ratio", "0.5"]))
+            for label, extra in cases:
+                r = run(exe, stage, "bf16", extra)
+                if r is None:
+                    continue
+                name = "stage %d %s" % (stage, label)
+                f = r["final"]
+                if f["params_sha256"] != ref["final"]["params_sha256"]:
+                    fail("%s: params_sha256 differs from the run without offload" % name)
+                k = f.get("bytes_by_kind")
+                if not k or set(k) != {"device", "pinned", "host", "nvme"}:
+                    fail("%s: bytes_by_kind missing or incomplete: %s" % (name, k))
+                    continue
+                state = 12 * f["padded_params"] // WORLD
+                if label == "cpu" and k["pinned"] < state:
+                    fail("%s: pinned %d < optimizer state %d" % (name, k["pinned"], state))
+                if label == "nvme" and k["nvme"] < state:
+                    fail("%s: nvme %d < optimizer state %d" % (name, k["nvme"], state))
+                if label.startswith("nvme") and (os.listdir(d1) or os.listdir(d2)):
+                    fail("%s: swap files left behind" % name)
+
+
 def main():
     exe = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("TRAIN_MLP")
     if not exe:
@@ -249,6 +287,7 @@ def main():
             fail("%s, W=%d: params_sha256 differs across stages: %s" % (dtype, WORLD, hashes))
     check_accumulation(exe)
     check_config_file(exe)
+    check_offload(exe)
     if failures:
         print("%d failure(s)" % len(failures))
         return 1
