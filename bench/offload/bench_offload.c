@@ -99,16 +99,25 @@ typedef struct model {
     zc_adam_coeffs coeffs;
 } model;
 
-static void adam_chunk(const model *m, int k, float *master, float *mm, float *vv)
+/* Adam over chunk k in the pieces zc_step uses (src/core/step.c), moving the
+ * home's I/O along between pieces like the step does (h may be NULL). */
+#define PIECE ((size_t)1 << 18)
+static void adam_chunk(const model *m, int k, float *master, float *mm, float *vv,
+                       zc_opt_home *h)
 {
-    zc_adam_shard s = {
-        .master = master, .m = mm, .v = vv,
-        .grad = m->grad + m->base[k], .grad_dtype = ZC_DTYPE_F32, .grad_scale = 1.0f,
-        .param_out = m->pout + m->base[k], .param_out_dtype = ZC_DTYPE_BF16,
-        .n = m->n[k],
-    };
-    if (zc__adam_host(&s, &m->coeffs) != ZC_OK)
-        die("adam");
+    for (size_t x = 0; x < m->n[k]; x += PIECE) {
+        size_t n = m->n[k] - x < PIECE ? m->n[k] - x : PIECE;
+        zc_adam_shard s = {
+            .master = master + x, .m = mm + x, .v = vv + x,
+            .grad = m->grad + m->base[k] + x, .grad_dtype = ZC_DTYPE_F32, .grad_scale = 1.0f,
+            .param_out = m->pout + m->base[k] + x, .param_out_dtype = ZC_DTYPE_BF16,
+            .n = n,
+        };
+        if (zc__adam_host(&s, &m->coeffs) != ZC_OK)
+            die("adam");
+        if (h && h->ops->progress)
+            h->ops->progress(h);
+    }
 }
 
 /* One pass through a home; returns seconds. */
@@ -122,7 +131,7 @@ static double home_pass(zc_opt_home *h, const model *m, int *ks, bool compute)
         if (h->ops->acquire(h, k, &v) != ZC_OK)
             die("acquire");
         if (compute)
-            adam_chunk(m, k, v.master, v.m, v.v);
+            adam_chunk(m, k, v.master, v.m, v.v, h);
         if (h->ops->release(h, k, compute) != ZC_OK)
             die("release");
     }
@@ -337,7 +346,7 @@ int main(int argc, char **argv)
         for (int it = 0; it <= o.iters; it++) {
             double t0 = now_s();
             for (int k = 0; k < m.nchunks; k++)
-                adam_chunk(&m, k, st, st + o.chunk, st + 2 * o.chunk);
+                adam_chunk(&m, k, st, st + o.chunk, st + 2 * o.chunk, NULL);
             if (it > 0)
                 as[it - 1] = now_s() - t0;
         }
@@ -368,7 +377,7 @@ int main(int argc, char **argv)
         for (int it = 0; it < o.iters; it++) {
             double t0 = now_s();
             for (int k = 0; k < m.nchunks; k++)
-                adam_chunk(&m, k, views[k].master, views[k].m, views[k].v);
+                adam_chunk(&m, k, views[k].master, views[k].m, views[k].v, NULL);
             as[it] = now_s() - t0;
             ss[it] = home_pass(h, &m, ks, true);
         }

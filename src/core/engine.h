@@ -296,6 +296,8 @@ zc_status zc__opt_pass_begin(zc_engine *e);
 zc_status zc__opt_fetch(zc_engine *e, int k, zc_opt_chunk *out);
 zc_status zc__opt_put(zc_engine *e, int k, zc_opt_chunk *oc);
 zc_status zc__opt_pass_end(zc_engine *e);
+/* While Adam runs on chunk k: keeps the home's I/O moving (non-blocking). */
+void zc__opt_progress(zc_engine *e, int k);
 
 /* After the step's pass, before the next collective: every rank learns every
  * rank's outcome (one all-gather of ZC_AGREE_WORDS words). When any rank

@@ -66,6 +66,11 @@ typedef struct zc_opt_home_ops {
     zc_status (*acquire)(zc_opt_home *h, int k, zc_opt_view *out);
     zc_status (*release)(zc_opt_home *h, int k, bool dirty);
     zc_status (*pass_end)(zc_opt_home *h);
+    /* Called often while Adam runs on an acquired chunk: moves the I/O in
+     * flight along without blocking (the store only reaps completions and
+     * refills its queue when called, so without this the drive idles once
+     * queue_depth requests are done). May be NULL. */
+    void (*progress)(zc_opt_home *h);
     /* Frees memory, removes swap files. NULL-safe through zc__opt_home_destroy. */
     void (*destroy)(zc_opt_home *h);
 } zc_opt_home_ops;

@@ -318,6 +318,23 @@ static zc_status nv_pass_end(zc_opt_home *hh)
     return rc;
 }
 
+static void nv_progress(zc_opt_home *hh)
+{
+    nvme_home *h = (nvme_home *)hh;
+    /* zc__nvme_done refills and reaps for the whole store, whichever live
+     * ticket it is asked about. */
+    for (int j = 0; j < h->nslots; j++) {
+        if (h->slots[j].rt) {
+            (void)zc__nvme_done(h->store, h->slots[j].rt);
+            return;
+        }
+        if (h->slots[j].wt) {
+            (void)zc__nvme_done(h->store, h->slots[j].wt);
+            return;
+        }
+    }
+}
+
 /* ---- setup --------------------------------------------------------------- */
 
 static void remove_swapdirs(nvme_home *h)
@@ -510,6 +527,7 @@ static const zc_opt_home_ops nv_ops = {
     .acquire = nv_acquire,
     .release = nv_release,
     .pass_end = nv_pass_end,
+    .progress = nv_progress,
     .destroy = nv_destroy,
 };
 

@@ -205,6 +205,13 @@ zc_status zc__opt_pass_begin(zc_engine *e) { return begin_range(e, 0, e->nchunks
 
 zc_status zc__opt_pass_end(zc_engine *e) { return end_all(e); }
 
+void zc__opt_progress(zc_engine *e, int k)
+{
+    zc_opt_home *h = e->homes[e->chunks[k].home];
+    if (h->ops->progress)
+        h->ops->progress(h);
+}
+
 zc_status zc__opt_fetch(zc_engine *e, int k, zc_opt_chunk *out)
 {
     zc_chunk *c = &e->chunks[k];

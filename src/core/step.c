@@ -99,6 +99,12 @@ static zc_status norm_partials(zc_engine *e, double *total)
  * state (and the staged gradient), run Adam on each segment, put the output
  * and the state back. The segments and the kernel are the same whatever the
  * home, so the home changes where the bytes are, never the result. */
+/* Elements per Adam call: 1 MiB of each fp32 tensor, short enough that the
+ * NVMe queue is refilled long before it drains, long enough that the call
+ * overhead (and the thread pool's fork/join) stays small. A multiple of 64,
+ * so every piece keeps its segment's alignment. */
+#define ADAM_PIECE ((int64_t)1 << 18)
+
 static zc_status adam_chunk(zc_engine *e, int k, const zc_adam_coeffs *coeffs, float grad_scale)
 {
     zc_chunk *c = &e->chunks[k];
@@ -110,19 +116,25 @@ static zc_status adam_chunk(zc_engine *e, int k, const zc_adam_coeffs *coeffs, f
     for (int r = r0; r < r1; r++) {
         for (int si = c->seg_begin[r]; si < c->seg_begin[r + 1]; si++) {
             const zc_seg *sg = &c->segs[si];
-            const int64_t x = sg->start; /* chunk-relative */
-            zc_adam_shard s = {
-                .master = oc.master + (x - oc.opt_base),
-                .m = oc.m + (x - oc.opt_base),
-                .v = oc.v + (x - oc.opt_base),
-                .grad = oc.grad + (size_t)(x - oc.grad_base) * gesz,
-                .grad_dtype = oc.grad_dtype,
-                .grad_scale = grad_scale,
-                .param_out = oc.pout + (size_t)(x - oc.pout_base) * e->pesz,
-                .param_out_dtype = e->pdt,
-                .n = (size_t)sg->n,
-            };
-            ZC_CHECK(oc.dev->ops->adam(oc.dev, &s, &coeffs[sg->group], e->stream));
+            /* Pieces of ADAM_PIECE elements from the segment's start (the
+             * same pieces in every stage and home, so results stay bitwise
+             * equal), with the home's I/O moved along between them. */
+            for (int64_t x = sg->start; x < sg->start + sg->n; x += ADAM_PIECE) {
+                const int64_t left = sg->start + sg->n - x;
+                zc_adam_shard s = {
+                    .master = oc.master + (x - oc.opt_base),
+                    .m = oc.m + (x - oc.opt_base),
+                    .v = oc.v + (x - oc.opt_base),
+                    .grad = oc.grad + (size_t)(x - oc.grad_base) * gesz,
+                    .grad_dtype = oc.grad_dtype,
+                    .grad_scale = grad_scale,
+                    .param_out = oc.pout + (size_t)(x - oc.pout_base) * e->pesz,
+                    .param_out_dtype = e->pdt,
+                    .n = (size_t)(left < ADAM_PIECE ? left : ADAM_PIECE),
+                };
+                ZC_CHECK(oc.dev->ops->adam(oc.dev, &s, &coeffs[sg->group], e->stream));
+                zc__opt_progress(e, k);
+            }
         }
     }
     return zc__opt_put(e, k, &oc);
