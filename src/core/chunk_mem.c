@@ -27,6 +27,12 @@ zc_status zc__chunk_alloc(zc_engine *e, zc_chunk *c)
         ZC_CHECK(zc__eng_alloc(e, ZC_MEM_GRADS, (size_t)c->padded * e->pesz, "gradients", &p));
         c->grad = p;
     }
+    /* A cpu-offloaded chunk's fp32 gradient shard lives in its home (pinned
+     * host memory, allocated and zeroed there); every other one here. */
+    c->acc = zc__opt_grad_home(e, c);
+    c->acc_host = c->acc != NULL;
+    if (c->acc_host)
+        return ZC_OK;
     ZC_CHECK(zc__eng_alloc(e, ZC_MEM_GRADS, acc_elems(e, c) * sizeof(float),
                            "fp32 gradient accumulator", &p));
     c->acc = p;
@@ -40,10 +46,11 @@ void zc__chunk_free(zc_engine *e, zc_chunk *c)
     zc__eng_free(e, ZC_MEM_PARAMS, &p, param_elems(e, c) * e->pesz);
     p = c->grad;
     zc__eng_free(e, ZC_MEM_GRADS, &p, (size_t)c->padded * e->pesz);
-    p = c->acc;
+    p = c->acc_host ? NULL : c->acc; /* a home-held shard is the home's to free */
     zc__eng_free(e, ZC_MEM_GRADS, &p, acc_elems(e, c) * sizeof(float));
     zc__eng_free(e, ZC_MEM_BUFFERS, &c->gbuf, (size_t)c->padded * e->pesz);
     zc__eng_free(e, ZC_MEM_BUFFERS, &c->gather, (size_t)c->padded * e->pesz);
     c->param = c->grad = NULL;
     c->acc = NULL;
+    c->acc_host = false;
 }

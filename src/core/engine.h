@@ -107,6 +107,8 @@ typedef struct zc_chunk {
     void *grad;                /* stages 0/1: full P-dtype gradient */
     float *acc;                /* stages 0/1 with K > 1: full fp32 accumulator;
                                   stages 2/3: fp32 gradient shard */
+    bool acc_host;             /* acc is held by the chunk's host home (cpu
+                                  offload), not device memory */
     void *gbuf;                /* stages 2/3: transient full P-dtype gradient */
     void *gather;              /* stage 3: gathered full parameters, or NULL */
 
@@ -296,6 +298,15 @@ zc_status zc__opt_pass_begin(zc_engine *e);
 zc_status zc__opt_fetch(zc_engine *e, int k, zc_opt_chunk *out);
 zc_status zc__opt_put(zc_engine *e, int k, zc_opt_chunk *oc);
 zc_status zc__opt_pass_end(zc_engine *e);
+/* Stages 2/3: the fp32 gradient shard of chunk c when its home keeps it
+ * (cpu offload), else NULL (chunk_mem.c allocates it on the device). */
+float *zc__opt_grad_home(zc_engine *e, const zc_chunk *c);
+/* The device whose ops address c->acc (the host for a host-held shard). */
+zc_device *zc__opt_acc_dev(zc_engine *e, const zc_chunk *c);
+/* c->acc += own (this rank's reduced P-dtype slice, device memory): a
+ * device kernel, or D2H into pinned staging and a host add for a host-held
+ * shard. */
+zc_status zc__opt_grad_accumulate(zc_engine *e, zc_chunk *c, const void *own);
 /* While Adam runs on chunk k: keeps the home's I/O moving (non-blocking). */
 void zc__opt_progress(zc_engine *e, int k);
 

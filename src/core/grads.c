@@ -86,12 +86,13 @@ static zc_status ensure_gbuf(zc_engine *e, zc_chunk *c)
 
 zc_status zc__grads_reduce_shard(zc_engine *e, zc_chunk *c)
 {
-    zc_device *d = e->dev;
     ZC_CHECK(ensure_gbuf(e, c));
     ZC_CHECK(prescale(e, c->gbuf, (size_t)c->padded));
     void *own = zc__elem(c->gbuf, e->rank * c->shard, e->pesz);
     ZC_CHECK(zc__eng_reduce_scatter(e, c->gbuf, own, (size_t)c->shard, e->pdt, true));
-    ZC_CHECK(d->ops->accumulate(d, c->acc, own, e->pdt, (size_t)c->shard, e->stream));
+    /* Into the fp32 shard wherever its home keeps it (device, or pinned host
+     * memory under cpu offload). */
+    ZC_CHECK(zc__opt_grad_accumulate(e, c, own));
     zc__eng_free(e, ZC_MEM_BUFFERS, &c->gbuf, (size_t)c->padded * e->pesz);
     return ZC_OK;
 }
@@ -113,7 +114,8 @@ zc_status zc__grads_reset(zc_engine *e)
     for (int k = 0; k < e->nchunks; k++) {
         zc_chunk *c = &e->chunks[k];
         if (e->pol->sharded_grads) {
-            ZC_CHECK(d->ops->memset0(d, c->acc, (size_t)c->shard * sizeof(float), e->stream));
+            zc_device *ad = zc__opt_acc_dev(e, c);
+            ZC_CHECK(ad->ops->memset0(ad, c->acc, (size_t)c->shard * sizeof(float), e->stream));
             zc__eng_free(e, ZC_MEM_BUFFERS, &c->gbuf, (size_t)c->padded * e->pesz);
         } else {
             ZC_CHECK(d->ops->memset0(d, c->grad, (size_t)c->padded * e->pesz, e->stream));

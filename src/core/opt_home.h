@@ -66,6 +66,10 @@ typedef struct zc_opt_home_ops {
     zc_status (*acquire)(zc_opt_home *h, int k, zc_opt_view *out);
     zc_status (*release)(zc_opt_home *h, int k, bool dirty);
     zc_status (*pass_end)(zc_opt_home *h);
+    /* The chunk's fp32 gradient shard when this home keeps it (host memory,
+     * n floats, zeroed at prepare, valid until destroy), or NULL: it stays in
+     * device memory. Only asked when params.hold_grads. May be NULL. */
+    float *(*grad_shard)(zc_opt_home *h, int k);
     /* Called often while Adam runs on an acquired chunk: moves the I/O in
      * flight along without blocking (the store only reaps completions and
      * refills its queue when called, so without this the drive idles once
@@ -87,6 +91,8 @@ typedef struct zc_opt_home_params {
     int nchunks;
     size_t param_bytes;      /* bytes per working-precision element */
     bool staging;            /* host homes: stage gradient and output */
+    bool hold_grads;         /* stages 2/3: a host home may keep the fp32
+                                gradient shard too (cpu does) */
     bool pin_memory;         /* offload_optimizer.pin_memory */
     int device_index;        /* CUDA device for NUMA placement, -1 = none */
     /* nvme */

@@ -1,9 +1,10 @@
 /* The cpu home (ZeRO-Offload): master, m and v of every chunk homed here live
  * in the pinned host pool (NUMA-placed near the GPU, registered with CUDA when
- * there is one), all allocated at prepare, so a step never allocates. The
- * host Adam updates them in place; with staging, one pinned pair of buffers
- * carries the gradient shard in (D2H) and the new working-precision shard out
- * (H2D) for the chunk being updated. */
+ * there is one), and at stages 2/3 the fp32 gradient shard too, all allocated
+ * at prepare, so a step never allocates. The host Adam updates them in place;
+ * with staging, one pinned pair of buffers carries each reduced gradient
+ * slice in (D2H, accumulated on the host) and the new working-precision shard
+ * out (H2D) for the chunk being updated. */
 #include <string.h>
 
 #include "base/log.h"
@@ -14,7 +15,7 @@
 
 typedef struct cpu_chunk {
     size_t n;
-    float *t[3]; /* master, m, v */
+    float *t[4]; /* master, m, v, and (hold_grads) the fp32 gradient shard */
 } cpu_chunk;
 
 typedef struct cpu_home {
@@ -27,9 +28,11 @@ typedef struct cpu_home {
     void *grad_stage, *pout_stage;
 } cpu_home;
 
-static const zc_mem_category cats[3] = {ZC_MEM_MASTER, ZC_MEM_ADAM, ZC_MEM_ADAM};
-static const char *const names[3] = {"fp32 master (cpu offload)", "Adam m (cpu offload)",
-                                     "Adam v (cpu offload)"};
+static const zc_mem_category cats[4] = {ZC_MEM_MASTER, ZC_MEM_ADAM, ZC_MEM_ADAM, ZC_MEM_GRADS};
+static const char *const names[4] = {"fp32 master (cpu offload)", "Adam m (cpu offload)",
+                                     "Adam v (cpu offload)", "fp32 gradient shard (cpu offload)"};
+
+static int ntensors(const cpu_home *h) { return h->p.hold_grads ? 4 : 3; }
 
 static zc_status cpu_add(zc_opt_home *hh, int k, size_t n)
 {
@@ -47,7 +50,7 @@ static uint64_t cpu_bytes(const cpu_home *h)
 {
     uint64_t b = 0;
     for (int k = 0; k < h->p.nchunks; k++)
-        b += 3 * (uint64_t)h->chunks[k].n * sizeof(float);
+        b += (uint64_t)ntensors(h) * h->chunks[k].n * sizeof(float);
     if (h->p.staging)
         b += (uint64_t)h->maxn * (sizeof(float) + h->p.param_bytes);
     return b;
@@ -84,7 +87,7 @@ static zc_status cpu_prepare(zc_opt_home *hh)
     ZC_CHECK(zc__pinned_pool_create(&h->pool, &o));
     for (int k = 0; k < h->p.nchunks; k++) {
         cpu_chunk *c = &h->chunks[k];
-        for (int i = 0; c->n && i < 3; i++) {
+        for (int i = 0; c->n && i < ntensors(h); i++) {
             void *mem = NULL;
             zc_status rc = zc__pinned_alloc(h->pool, c->n * sizeof(float), ALIGN, cats[i],
                                             names[i], &mem);
@@ -105,6 +108,12 @@ static zc_status cpu_prepare(zc_opt_home *hh)
     ZC_LOGI("offload", "optimizer state of %.1f MiB in pinned host memory (rank %d)",
             (double)need / 1048576.0, h->p.rank);
     return ZC_OK;
+}
+
+static float *cpu_grad_shard(zc_opt_home *hh, int k)
+{
+    cpu_home *h = (cpu_home *)hh;
+    return h->p.hold_grads ? h->chunks[k].t[3] : NULL;
 }
 
 static zc_status cpu_pass_begin(zc_opt_home *hh, const int *ks, int nk)
@@ -140,7 +149,7 @@ static void cpu_destroy(zc_opt_home *hh)
 {
     cpu_home *h = (cpu_home *)hh;
     for (int k = 0; h->chunks && k < h->p.nchunks; k++)
-        for (int i = 0; i < 3; i++)
+        for (int i = 0; i < 4; i++)
             zc__pinned_free(h->pool, h->chunks[k].t[i]);
     zc__pinned_free(h->pool, h->grad_stage);
     zc__pinned_free(h->pool, h->pout_stage);
@@ -158,6 +167,7 @@ static const zc_opt_home_ops cpu_ops = {
     .acquire = cpu_acquire,
     .release = cpu_release,
     .pass_end = cpu_pass_end,
+    .grad_shard = cpu_grad_shard,
     .destroy = cpu_destroy,
 };
 

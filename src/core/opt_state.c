@@ -102,6 +102,7 @@ zc_status zc__opt_build(zc_engine *e)
     };
     e->opt_staging = e->dev->mem_kind == ZC_MEMKIND_DEVICE || atomic_load(&force_staging);
     hp.staging = e->opt_staging;
+    hp.hold_grads = e->pol->sharded_grads;
     ZC_CHECK(zc__opt_home_device_create(&hp, &e->homes[0]));
     e->nhomes = 1;
 
@@ -205,6 +206,47 @@ zc_status zc__opt_pass_begin(zc_engine *e) { return begin_range(e, 0, e->nchunks
 
 zc_status zc__opt_pass_end(zc_engine *e) { return end_all(e); }
 
+float *zc__opt_grad_home(zc_engine *e, const zc_chunk *c)
+{
+    zc_opt_home *h = e->homes[c->home];
+    if (!e->pol->sharded_grads || !h->ops->grad_shard)
+        return NULL;
+    return h->ops->grad_shard(h, (int)(c - e->chunks));
+}
+
+zc_device *zc__opt_acc_dev(zc_engine *e, const zc_chunk *c)
+{
+    return c->acc_host ? zc__device_host() : e->dev;
+}
+
+zc_status zc__opt_grad_accumulate(zc_engine *e, zc_chunk *c, const void *own)
+{
+    zc_device *d = e->dev;
+    const size_t n = (size_t)c->shard;
+    if (!c->acc_host)
+        return d->ops->accumulate(d, c->acc, own, e->pdt, n, e->stream);
+    zc_device *h = zc__device_host();
+    if (!e->opt_staging) /* device memory is host memory: add in place */
+        return h->ops->accumulate(h, c->acc, own, e->pdt, n, NULL);
+    /* D2H into the home's pinned gradient staging (free during backward:
+     * the optimizer pass uses it only inside zc_step), then a host add. */
+    zc_opt_home *hm = e->homes[c->home];
+    const int k = (int)(c - e->chunks);
+    ZC_CHECK(hm->ops->pass_begin(hm, &k, 1));
+    zc_opt_view v;
+    zc_status rc = hm->ops->acquire(hm, k, &v);
+    if (rc == ZC_OK)
+        rc = d->ops->copy(d, v.grad_stage, own, n * e->pesz, ZC_COPY_D2H, e->stream);
+    if (rc == ZC_OK)
+        rc = d->ops->stream_sync(d, e->stream);
+    if (rc == ZC_OK)
+        rc = h->ops->accumulate(h, c->acc, v.grad_stage, e->pdt, n, NULL);
+    if (rc == ZC_OK)
+        rc = hm->ops->release(hm, k, false);
+    zc_status erc = hm->ops->pass_end(hm);
+    return rc != ZC_OK ? rc : erc;
+}
+
 void zc__opt_progress(zc_engine *e, int k)
 {
     zc_opt_home *h = e->homes[e->chunks[k].home];
@@ -236,14 +278,18 @@ zc_status zc__opt_fetch(zc_engine *e, int k, zc_opt_chunk *out)
     out->pout_base = e->pol->full_params ? 0 : shard_base;
     if (!h->ops->host || !e->opt_staging)
         return ZC_OK;
-    /* Stage this rank's gradient shard into pinned memory (D2H). */
     zc_device *d = e->dev;
-    const size_t gesz = zc_dtype_size(out->grad_dtype);
-    const char *src = g + (size_t)(shard_base - out->grad_base) * gesz;
-    ZC_CHECK(d->ops->copy(d, v.grad_stage, src, (size_t)c->shard * gesz, ZC_COPY_D2H, e->stream));
-    ZC_CHECK(d->ops->stream_sync(d, e->stream));
-    out->grad = v.grad_stage;
-    out->grad_base = shard_base;
+    if (!c->acc_host || !sharded) {
+        /* Stage this rank's gradient shard into pinned memory (D2H); a
+         * host-held fp32 shard is already there. */
+        const size_t gesz = zc_dtype_size(out->grad_dtype);
+        const char *src = g + (size_t)(shard_base - out->grad_base) * gesz;
+        ZC_CHECK(d->ops->copy(d, v.grad_stage, src, (size_t)c->shard * gesz, ZC_COPY_D2H,
+                              e->stream));
+        ZC_CHECK(d->ops->stream_sync(d, e->stream));
+        out->grad = v.grad_stage;
+        out->grad_base = shard_base;
+    }
     out->pout = v.pout_stage;
     out->pout_base = shard_base;
     out->staged = true;

@@ -67,8 +67,11 @@ static zc_status norm_partials(zc_engine *e, double *total)
             const void *g = NULL;
             zc_dtype dt = e->pdt;
             grad_shard(e, &e->chunks[k], e->rank, &g, &dt);
-            ZC_CHECK(d->ops->sumsq(d, g, dt, (size_t)e->chunks[k].shard, &e->partials[k],
-                                   e->stream));
+            /* A cpu-offloaded gradient shard is host memory: the host sums it
+             * (the same blocked fp64 sum, so the same bits). */
+            zc_device *gd = zc__opt_acc_dev(e, &e->chunks[k]);
+            ZC_CHECK(gd->ops->sumsq(gd, g, dt, (size_t)e->chunks[k].shard, &e->partials[k],
+                                    gd == d ? e->stream : NULL));
         }
         ZC_CHECK(d->ops->copy(d, e->part_send, e->partials, (size_t)N * sizeof(double),
                               ZC_COPY_H2D, e->stream));

@@ -1,7 +1,8 @@
 /* Where the optimizer state is, in bytes (zc_stats.bytes_by_kind_cat), against
  * formulas computed here from the layout (P = padded elements, W = world):
  *   none: master 4P/W and Adam 8P/W in "device" memory (host kind here);
- *   cpu:  the same bytes in pinned memory, none left in device memory;
+ *   cpu:  the same bytes in pinned memory, none left in device memory, and at
+ *         stages 2/3 the fp32 gradient shard (4P/W) pinned too;
  *   nvme: swap files of 12P/W bytes plus at most one 4 KiB alignment pad per
  *         tensor and the store's 1 MiB stripe round-up; no master or Adam
  *         bytes in any memory; pinned bytes within buffer_count x buffer_size
@@ -101,6 +102,12 @@ Test(offload_memory, bytes_by_kind_match_the_formulas)
                 cr_assert_eq(sc->bytes_by_kind_cat[ZC_KIND_PINNED][ZC_MEM_MASTER], 4 * per);
                 cr_assert_eq(sc->bytes_by_kind_cat[ZC_KIND_PINNED][ZC_MEM_ADAM], 8 * per);
                 cr_assert_eq(state_bytes(sc, ZC_KIND_HOST), 0);
+                if (stage >= 2) {
+                    cr_assert_eq(sc->bytes_by_kind_cat[ZC_KIND_PINNED][ZC_MEM_GRADS], 4 * per);
+                    cr_assert_eq(sc->bytes_by_kind_cat[ZC_KIND_HOST][ZC_MEM_GRADS],
+                                 sn->bytes_by_kind_cat[ZC_KIND_HOST][ZC_MEM_GRADS] - 4 * per,
+                                 "the device keeps no fp32 gradient shard");
+                }
                 /* nvme: in files only. */
                 cr_assert_eq(state_bytes(sv, ZC_KIND_HOST) + state_bytes(sv, ZC_KIND_PINNED), 0);
                 const int64_t files = sv->bytes_by_kind[ZC_KIND_NVME];
