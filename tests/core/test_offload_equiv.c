@@ -114,15 +114,15 @@ static void sweep(zc_dtype dt, int accum)
     t_assert_no_leaks();
 }
 
-Test(offload_equiv, fp32_accum1, .timeout = 300) { sweep(ZC_DTYPE_F32, 1); }
-Test(offload_equiv, bf16_accum1, .timeout = 300) { sweep(ZC_DTYPE_BF16, 1); }
-Test(offload_equiv, fp16_accum1, .timeout = 300) { sweep(ZC_DTYPE_F16, 1); }
-Test(offload_equiv, fp32_accum4, .timeout = 300) { sweep(ZC_DTYPE_F32, 4); }
-Test(offload_equiv, bf16_accum4, .timeout = 300) { sweep(ZC_DTYPE_BF16, 4); }
-Test(offload_equiv, fp16_accum4, .timeout = 300) { sweep(ZC_DTYPE_F16, 4); }
+Test(offload_equiv, fp32_accum1) { sweep(ZC_DTYPE_F32, 1); }
+Test(offload_equiv, bf16_accum1) { sweep(ZC_DTYPE_BF16, 1); }
+Test(offload_equiv, fp16_accum1) { sweep(ZC_DTYPE_F16, 1); }
+Test(offload_equiv, fp32_accum4) { sweep(ZC_DTYPE_F32, 4); }
+Test(offload_equiv, bf16_accum4) { sweep(ZC_DTYPE_BF16, 4); }
+Test(offload_equiv, fp16_accum4) { sweep(ZC_DTYPE_F16, 4); }
 
 /* ratio 0.5 (stage 3 only, as in DeepSpeed) and two striped directories. */
-Test(offload_equiv, nvme_ratio_half_and_two_dirs, .timeout = 300)
+Test(offload_equiv, nvme_ratio_half_and_two_dirs)
 {
     char d1[64], d2[64], one[96], two[200];
     make_dir(d1, sizeof d1);
@@ -162,7 +162,7 @@ Test(offload_equiv, nvme_ratio_half_and_two_dirs, .timeout = 300)
 
 /* The GPU path's copies (gradient shard D2H into pinned staging, output H2D
  * from it), run on the host: still bitwise the device-home result. */
-Test(offload_equiv, staged_copies_as_on_a_gpu, .timeout = 300)
+Test(offload_equiv, staged_copies_as_on_a_gpu)
 {
     char dir[64], json[96];
     make_dir(dir, sizeof dir);

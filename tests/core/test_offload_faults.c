@@ -196,12 +196,12 @@ static void sweep(int stage)
     t_assert_no_leaks();
 }
 
-Test(offload_faults, every_position_stage2, .timeout = 600) { sweep(2); }
-Test(offload_faults, every_position_stage3, .timeout = 600) { sweep(3); }
+Test(offload_faults, every_position_stage2) { sweep(2); }
+Test(offload_faults, every_position_stage3) { sweep(3); }
 
 /* Every pinned allocation of the build, failed in turn (world 1, so the
  * countdown cannot split ranks): ZC_ERR_NO_MEMORY, nothing left behind. */
-Test(offload_faults, pinned_allocation_at_build, .timeout = 300)
+Test(offload_faults, pinned_allocation_at_build)
 {
     char dir[64], json[96];
     snprintf(dir, sizeof dir, "zc-offload-faults-XXXXXX");
