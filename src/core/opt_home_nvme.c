@@ -83,8 +83,11 @@ typedef struct nvme_home {
     char errmsg[1024];
     double read_wait, write_wait;
     int64_t reads, writes;
-    int64_t counted_nvme;      /* bytes counted as ZC_MEMKIND_NVME */
+    int64_t counted_nvme[3];   /* bytes counted as ZC_MEMKIND_NVME: master, Adam,
+                                  padding of the stripe round-up */
 } nvme_home;
+
+static const zc_mem_category nvme_cats[3] = {ZC_MEM_MASTER, ZC_MEM_ADAM, ZC_MEM_OTHER};
 
 static double now_s(void)
 {
@@ -451,8 +454,13 @@ static zc_status nv_prepare(zc_opt_home *hh)
         return ZC_ERR(ZC_ERR_UNSUPPORTED, "offload_optimizer nvme: '%s' needs %zu-byte aligned "
                       "I/O, more than the %u bytes the swap layout uses",
                       h->dirs[0], ns.alignment, IO_ALIGN);
-    h->counted_nvme = (int64_t)ns.capacity;
-    zc__mem_count(h->p.acct, ZC_MEMKIND_NVME, ZC_MEM_ADAM, h->counted_nvme);
+    /* Count the files like memory: a third of the chunk extents is master,
+     * two thirds m and v, the store's stripe round-up bookkeeping. */
+    h->counted_nvme[0] = (int64_t)(h->capacity / 3);
+    h->counted_nvme[1] = (int64_t)(h->capacity / 3 * 2);
+    h->counted_nvme[2] = (int64_t)(ns.capacity - h->capacity);
+    for (int i = 0; i < 3; i++)
+        zc__mem_count(h->p.acct, ZC_MEMKIND_NVME, nvme_cats[i], h->counted_nvme[i]);
 
     /* Swap buffers. */
     zc_pinned_pool_opts po = ZC_PINNED_POOL_OPTS_INIT;
@@ -504,8 +512,9 @@ static void nv_destroy(zc_opt_home *hh)
         if (rc != ZC_OK)
             ZC_LOGW("offload", "closing the swap store: %s", zc_last_error());
     }
-    if (h->counted_nvme)
-        zc__mem_count(h->p.acct, ZC_MEMKIND_NVME, ZC_MEM_ADAM, -h->counted_nvme);
+    for (int i = 0; i < 3; i++)
+        if (h->counted_nvme[i])
+            zc__mem_count(h->p.acct, ZC_MEMKIND_NVME, nvme_cats[i], -h->counted_nvme[i]);
     remove_swapdirs(h);
     for (int j = 0; j < h->nslots; j++) {
         zc__pinned_free(h->pool, h->slots[j].buf);

@@ -116,6 +116,11 @@ Test(offload_memory, bytes_by_kind_match_the_formulas)
                 cr_assert_leq(files, 12 * per + pads + (1 << 20), "stage %d world %d rank %d: %lld",
                               stage, world, r, (long long)files);
                 cr_assert_eq(pv.file_bytes_on_disk[r], files, "the swap file on disk");
+                /* By category: master a third of the chunk extents, m and v
+                 * two thirds, each at least its share of 12P/W. */
+                cr_assert_geq(sv->bytes_by_kind_cat[ZC_KIND_NVME][ZC_MEM_MASTER], 4 * per);
+                cr_assert_eq(sv->bytes_by_kind_cat[ZC_KIND_NVME][ZC_MEM_ADAM],
+                             2 * sv->bytes_by_kind_cat[ZC_KIND_NVME][ZC_MEM_MASTER]);
                 /* Host memory for the state: the swap buffers only. */
                 const zc_opt_nvme_info *in = &pv.info[r];
                 cr_assert_gt(in->buffer_bytes, 0);
