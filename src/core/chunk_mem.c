@@ -31,7 +31,8 @@ zc_status zc__chunk_alloc(zc_engine *e, zc_chunk *c)
      * host memory, allocated and zeroed there); every other one here. */
     c->acc = zc__opt_grad_home(e, c);
     c->acc_host = c->acc != NULL;
-    if (c->acc_host)
+    c->acc_swap = zc__opt_grad_swapped(e, c);
+    if (c->acc_host || c->acc_swap)
         return ZC_OK;
     ZC_CHECK(zc__eng_alloc(e, ZC_MEM_GRADS, acc_elems(e, c) * sizeof(float),
                            "fp32 gradient accumulator", &p));
@@ -52,5 +53,5 @@ void zc__chunk_free(zc_engine *e, zc_chunk *c)
     zc__eng_free(e, ZC_MEM_BUFFERS, &c->gather, (size_t)c->padded * e->pesz);
     c->param = c->grad = NULL;
     c->acc = NULL;
-    c->acc_host = false;
+    c->acc_host = c->acc_swap = false;
 }

@@ -109,6 +109,10 @@ typedef struct zc_chunk {
                                   stages 2/3: fp32 gradient shard */
     bool acc_host;             /* acc is held by the chunk's host home (cpu
                                   offload), not device memory */
+    bool acc_swap;             /* nvme with accumulation: the fp32 gradient
+                                  shard lives in the swap files (acc is NULL) */
+    double acc_sumsq;          /* acc_swap: its sum of squares, taken when the
+                                  window's last slice was added */
     void *gbuf;                /* stages 2/3: transient full P-dtype gradient */
     void *gather;              /* stage 3: gathered full parameters, or NULL */
 
@@ -301,6 +305,9 @@ zc_status zc__opt_pass_end(zc_engine *e);
 /* Stages 2/3: the fp32 gradient shard of chunk c when its home keeps it
  * (cpu offload), else NULL (chunk_mem.c allocates it on the device). */
 float *zc__opt_grad_home(zc_engine *e, const zc_chunk *c);
+/* Stages 2/3 with accumulation under nvme: the shard lives in the swap files
+ * and has no memory of its own (c->acc stays NULL). */
+bool zc__opt_grad_swapped(zc_engine *e, const zc_chunk *c);
 /* The device whose ops address c->acc (the host for a host-held shard). */
 zc_device *zc__opt_acc_dev(zc_engine *e, const zc_chunk *c);
 /* c->acc += own (this rank's reduced P-dtype slice, device memory): a

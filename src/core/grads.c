@@ -114,8 +114,12 @@ zc_status zc__grads_reset(zc_engine *e)
     for (int k = 0; k < e->nchunks; k++) {
         zc_chunk *c = &e->chunks[k];
         if (e->pol->sharded_grads) {
+            /* A swapped shard has no memory: the window's first slice
+             * starts it afresh. */
             zc_device *ad = zc__opt_acc_dev(e, c);
-            ZC_CHECK(ad->ops->memset0(ad, c->acc, (size_t)c->shard * sizeof(float), e->stream));
+            if (c->acc)
+                ZC_CHECK(ad->ops->memset0(ad, c->acc, (size_t)c->shard * sizeof(float),
+                                          e->stream));
             zc__eng_free(e, ZC_MEM_BUFFERS, &c->gbuf, (size_t)c->padded * e->pesz);
         } else {
             ZC_CHECK(d->ops->memset0(d, c->grad, (size_t)c->padded * e->pesz, e->stream));

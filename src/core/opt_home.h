@@ -46,6 +46,8 @@ typedef struct zc_opt_home zc_opt_home;
 /* One chunk's state, valid from acquire until release. */
 typedef struct zc_opt_view {
     float *master, *m, *v;   /* n fp32 values each */
+    float *grad;             /* the fp32 gradient shard when the home keeps it
+                                in the swap files (read with the state), or NULL */
     void *grad_stage;        /* host staging of >= n * 4 bytes for the gradient
                                 shard, or NULL (Adam reads it where it is) */
     void *pout_stage;        /* host staging of >= n * param_bytes for the new
@@ -70,6 +72,17 @@ typedef struct zc_opt_home_ops {
      * n floats, zeroed at prepare, valid until destroy), or NULL: it stays in
      * device memory. Only asked when params.hold_grads. May be NULL. */
     float *(*grad_shard)(zc_opt_home *h, int k);
+    /* params.swap_grads: the chunk's fp32 gradient shard lives in the swap
+     * files. grad_add adds src (n values of dt, host-addressable) to it: on
+     * the window's first micro-step onto zeros, else onto what is read back;
+     * on the last one it also returns the shard's blocked fp64 sum of squares
+     * (the norm's partial) in *sumsq. I/O errors do not fail the call (the
+     * ranks must keep issuing the same collectives): they are kept and fail
+     * the next pass. grad_in_stage is a pinned buffer of >= n * 4 bytes for
+     * staging src from a device. May be NULL. */
+    zc_status (*grad_add)(zc_opt_home *h, int k, const void *src, zc_dtype dt, bool first,
+                          bool last, double *sumsq);
+    void *(*grad_in_stage)(zc_opt_home *h);
     /* Called often while Adam runs on an acquired chunk: moves the I/O in
      * flight along without blocking (the store only reaps completions and
      * refills its queue when called, so without this the drive idles once
@@ -93,6 +106,9 @@ typedef struct zc_opt_home_params {
     bool staging;            /* host homes: stage gradient and output */
     bool hold_grads;         /* stages 2/3: a host home may keep the fp32
                                 gradient shard too (cpu does) */
+    bool swap_grads;         /* nvme, stages 2/3 with accumulation: the fp32
+                                gradient shard, which outlives a micro-step,
+                                goes to the swap files too */
     bool pin_memory;         /* offload_optimizer.pin_memory */
     int device_index;        /* CUDA device for NUMA placement, -1 = none */
     /* nvme */

@@ -7,10 +7,15 @@
  * zeroc-r<rank>-optimizer.swp in it, striped over the directories. A crash
  * leaves only these clearly named directories; destroy removes both.
  *
- * Layout. Chunk k owns the store extent [off_k, off_k + 3 T_k) holding master,
+ * Layout. Chunk k owns the store extent [off_k, off_k + nt T_k) holding master,
  * m and v back to back, T_k = n_k * 4 rounded up to the I/O alignment, so a
  * chunk is one read and one write. The files hold 12 n_k bytes per chunk plus
  * that padding: 12 Psi / W per rank (+ the stripe round-up of the store).
+ * With gradient accumulation at stages 2/3 (swap_grads) the fp32 gradient
+ * shard, which must survive between micro-steps, is a fourth tensor (nt = 4,
+ * 16 Psi / W): each micro-step adds its reduced slice to it through one
+ * pinned gradient buffer (read back, add, write; the first micro-step of a
+ * window starts from zeros), and the step reads it with the state.
  *
  * Buffers. A swap buffer holds one tensor of the largest chunk (buffer_bytes);
  * a chunk in flight takes four, as DeepSpeed counts them (master, m, v and the
@@ -56,7 +61,7 @@ typedef struct nv_chunk {
 } nv_chunk;
 
 typedef struct nv_slot {
-    char *buf;                 /* 3 * buffer_bytes: master, m, v */
+    char *buf;                 /* nt * buffer_bytes: master, m, v (, gradient) */
     void *grad_stage, *pout_stage;
     int pos;                   /* pass position held, -1 = free */
     zc_nvme_ticket rt, wt;     /* read / write in flight, 0 = none */
@@ -71,6 +76,15 @@ typedef struct nvme_home {
     int *ks;                   /* the pass order (copy) */
     int nk, pos, next_read;
     size_t maxn, buf_bytes;
+    int nt;                    /* tensors per chunk in the files: 3, or 4 with
+                                  swap_grads */
+    char *gbuf;                /* swap_grads: the gradient buffer (buf_bytes) */
+    void *gin;                 /* swap_grads with staging: the slice staged in */
+    zc_nvme_ticket gwt;        /* write of gbuf in flight */
+    int gwk;                   /* its chunk */
+    zc_status gerr;            /* first gradient I/O error, reported by the
+                                  next pass */
+    char gerrmsg[1024];
     uint64_t capacity;
     int nslots, ahead;
     nv_slot slots[MAX_SLOTS];
@@ -83,11 +97,12 @@ typedef struct nvme_home {
     char errmsg[1024];
     double read_wait, write_wait;
     int64_t reads, writes;
-    int64_t counted_nvme[3];   /* bytes counted as ZC_MEMKIND_NVME: master, Adam,
-                                  padding of the stripe round-up */
+    int64_t counted_nvme[4];   /* bytes counted as ZC_MEMKIND_NVME: master, Adam,
+                                  gradient, padding of the stripe round-up */
 } nvme_home;
 
-static const zc_mem_category nvme_cats[3] = {ZC_MEM_MASTER, ZC_MEM_ADAM, ZC_MEM_OTHER};
+static const zc_mem_category nvme_cats[4] = {ZC_MEM_MASTER, ZC_MEM_ADAM, ZC_MEM_GRADS,
+                                             ZC_MEM_OTHER};
 
 static double now_s(void)
 {
@@ -172,8 +187,11 @@ static zc_status sticky(nvme_home *h)
 static zc_status submit(nvme_home *h, nv_slot *s, int k, bool write)
 {
     const nv_chunk *c = &h->chunks[k];
+    /* The gradient (nt = 4) is read with the state but never written back
+     * from a slot: the next window's first micro-step starts it afresh. */
     zc_status rc = write ? zc__nvme_write(h->store, c->off, s->buf, 3 * c->tbytes, &s->wt)
-                         : zc__nvme_read(h->store, c->off, s->buf, 3 * c->tbytes, &s->rt);
+                         : zc__nvme_read(h->store, c->off, s->buf,
+                                         (size_t)h->nt * c->tbytes, &s->rt);
     if (rc != ZC_OK) {
         zc__error_context("offload_optimizer nvme: %s chunk %d (rank %d)",
                           write ? "writing" : "reading", k, h->p.rank);
@@ -235,6 +253,83 @@ static zc_status start_read(nvme_home *h, int i)
     return submit(h, s, h->ks[i], false);
 }
 
+/* ---- the gradient (swap_grads) -------------------------------------------- */
+
+static void grad_fail(nvme_home *h, zc_status rc, int k, const char *what)
+{
+    if (h->gerr != ZC_OK)
+        return;
+    zc__error_context("offload_optimizer nvme: %s the gradient of chunk %d (rank %d)", what, k,
+                      h->p.rank);
+    h->gerr = rc;
+    snprintf(h->gerrmsg, sizeof h->gerrmsg, "%s", zc_last_error());
+}
+
+/* Waits for the gradient buffer's write (EIO retried like the state's). */
+static void grad_wait_write(nvme_home *h)
+{
+    const nv_chunk *c = &h->chunks[h->gwk];
+    for (int tries = 0; h->gwt; tries++) {
+        zc_nvme_error err;
+        zc_status rc = zc__nvme_wait(h->store, h->gwt, &err);
+        h->gwt = 0;
+        if (rc == ZC_OK)
+            return;
+        if (err.err == EIO && tries < ZC_NVME_RETRIES) {
+            zc__error_clear();
+            rc = zc__nvme_write(h->store, c->off + 3 * c->tbytes, h->gbuf, c->tbytes, &h->gwt);
+        }
+        if (rc != ZC_OK && !h->gwt) {
+            grad_fail(h, rc, h->gwk, "writing");
+            return;
+        }
+    }
+}
+
+static zc_status nv_grad_add(zc_opt_home *hh, int k, const void *src, zc_dtype dt, bool first,
+                             bool last, double *sumsq)
+{
+    nvme_home *h = (nvme_home *)hh;
+    const nv_chunk *c = &h->chunks[k];
+    zc_device *hd = zc__device_host();
+    *sumsq = 0.0;
+    if (h->gwt)
+        grad_wait_write(h);
+    if (h->gerr != ZC_OK)
+        return ZC_OK; /* the window's gradient is lost; the next pass says so */
+    const uint64_t at = c->off + 3 * c->tbytes;
+    if (first) {
+        memset(h->gbuf, 0, c->n * sizeof(float));
+    } else {
+        zc_status rc = ZC_OK;
+        for (int tries = 0; tries <= ZC_NVME_RETRIES; tries++) {
+            zc_nvme_ticket t;
+            zc_nvme_error err;
+            zc__error_clear();
+            rc = zc__nvme_read(h->store, at, h->gbuf, c->tbytes, &t);
+            if (rc == ZC_OK)
+                rc = zc__nvme_wait(h->store, t, &err);
+            if (rc == ZC_OK || err.err != EIO)
+                break;
+        }
+        if (rc != ZC_OK) {
+            grad_fail(h, rc, k, "reading");
+            return ZC_OK;
+        }
+    }
+    /* The device path's own kernel on the host: acc += src in fp32. */
+    ZC_CHECK(hd->ops->accumulate(hd, (float *)h->gbuf, src, dt, c->n, NULL));
+    if (last)
+        ZC_CHECK(hd->ops->sumsq(hd, h->gbuf, ZC_DTYPE_F32, c->n, sumsq, NULL));
+    h->gwk = k;
+    zc_status rc = zc__nvme_write(h->store, at, h->gbuf, c->tbytes, &h->gwt);
+    if (rc != ZC_OK)
+        grad_fail(h, rc, k, "writing");
+    return ZC_OK;
+}
+
+static void *nv_grad_in_stage(zc_opt_home *hh) { return ((nvme_home *)hh)->gin; }
+
 /* ---- the pass ------------------------------------------------------------ */
 
 static zc_status nv_pass_begin(zc_opt_home *hh, const int *ks, int nk)
@@ -246,6 +341,15 @@ static zc_status nv_pass_begin(zc_opt_home *hh, const int *ks, int nk)
     h->nk = nk;
     h->pos = h->next_read = 0;
     h->err = ZC_OK;
+    /* The last gradient write must be on disk before the pass reads it, and
+     * a gradient I/O error of the window fails this pass. */
+    if (h->gwt)
+        grad_wait_write(h);
+    if (h->gerr != ZC_OK) {
+        h->err = h->gerr;
+        snprintf(h->errmsg, sizeof h->errmsg, "%s", h->gerrmsg);
+        h->gerr = ZC_OK;
+    }
     h->read_wait = h->write_wait = 0;
     h->reads = h->writes = 0;
     for (int i = 0; i < nk; i++)
@@ -276,6 +380,7 @@ static zc_status nv_acquire(zc_opt_home *hh, int k, zc_opt_view *out)
     *out = (zc_opt_view){.master = (float *)s->buf,
                          .m = (float *)(s->buf + c->tbytes),
                          .v = (float *)(s->buf + 2 * c->tbytes),
+                         .grad = h->nt == 4 ? (float *)(s->buf + 3 * c->tbytes) : NULL,
                          .grad_stage = s->grad_stage,
                          .pout_stage = s->pout_stage};
     return ZC_OK;
@@ -373,13 +478,13 @@ static zc_status make_swapdirs(nvme_home *h)
 static zc_status zero_fill(nvme_home *h)
 {
     nv_slot *s = &h->slots[0];
-    memset(s->buf, 0, 3 * h->buf_bytes);
+    memset(s->buf, 0, (size_t)h->nt * h->buf_bytes);
     for (int k = 0; k < h->p.nchunks; k++) {
         const nv_chunk *c = &h->chunks[k];
         if (!c->n)
             continue;
         zc_nvme_ticket t;
-        ZC_CHECK(zc__nvme_write(h->store, c->off, s->buf, 3 * c->tbytes, &t));
+        ZC_CHECK(zc__nvme_write(h->store, c->off, s->buf, (size_t)h->nt * c->tbytes, &t));
     }
     zc_status rc = zc__nvme_wait_all(h->store);
     if (rc != ZC_OK)
@@ -394,6 +499,7 @@ static zc_status nv_prepare(zc_opt_home *hh)
     if (!h->maxn)
         return ZC_OK;
     /* Layout. */
+    h->nt = h->p.swap_grads ? 4 : 3;
     uint64_t off = 0;
     for (int k = 0; k < h->p.nchunks; k++) {
         nv_chunk *c = &h->chunks[k];
@@ -401,7 +507,7 @@ static zc_status nv_prepare(zc_opt_home *hh)
             continue;
         c->tbytes = round_up(c->n * sizeof(float), IO_ALIGN);
         c->off = off;
-        off += 3 * (uint64_t)c->tbytes;
+        off += (uint64_t)h->nt * c->tbytes;
     }
     h->capacity = off;
     h->buf_bytes = round_up(h->maxn * sizeof(float), IO_ALIGN);
@@ -420,9 +526,11 @@ static zc_status nv_prepare(zc_opt_home *hh)
                 "(buffer_count >= %d), so the pipeline is partly serial",
                 (long long)h->p.buffer_count, h->nslots, h->p.pipeline_write ? 3 : 2,
                 h->p.pipeline_write ? 12 : 8);
-    uint64_t pinned = (uint64_t)h->nslots * 3 * h->buf_bytes;
+    uint64_t pinned = (uint64_t)h->nslots * (uint64_t)h->nt * h->buf_bytes;
     if (h->p.staging)
         pinned += (uint64_t)h->nslots * h->maxn * (sizeof(float) + h->p.param_bytes);
+    if (h->nt == 4)
+        pinned += h->buf_bytes + (h->p.staging ? h->maxn * sizeof(float) : 0);
     ZC_CHECK(preflight(h, pinned));
 
     /* Swap directories and the store. */
@@ -454,12 +562,14 @@ static zc_status nv_prepare(zc_opt_home *hh)
         return ZC_ERR(ZC_ERR_UNSUPPORTED, "offload_optimizer nvme: '%s' needs %zu-byte aligned "
                       "I/O, more than the %u bytes the swap layout uses",
                       h->dirs[0], ns.alignment, IO_ALIGN);
-    /* Count the files like memory: a third of the chunk extents is master,
-     * two thirds m and v, the store's stripe round-up bookkeeping. */
-    h->counted_nvme[0] = (int64_t)(h->capacity / 3);
-    h->counted_nvme[1] = (int64_t)(h->capacity / 3 * 2);
-    h->counted_nvme[2] = (int64_t)(ns.capacity - h->capacity);
-    for (int i = 0; i < 3; i++)
+    /* Count the files like memory: of the chunk extents, one tensor in nt is
+     * master, two m and v, (nt = 4) one the gradient; the store's stripe
+     * round-up is bookkeeping. */
+    h->counted_nvme[0] = (int64_t)(h->capacity / (uint64_t)h->nt);
+    h->counted_nvme[1] = 2 * h->counted_nvme[0];
+    h->counted_nvme[2] = h->nt == 4 ? h->counted_nvme[0] : 0;
+    h->counted_nvme[3] = (int64_t)(ns.capacity - h->capacity);
+    for (int i = 0; i < 4; i++)
         zc__mem_count(h->p.acct, ZC_MEMKIND_NVME, nvme_cats[i], h->counted_nvme[i]);
 
     /* Swap buffers. */
@@ -474,14 +584,21 @@ static zc_status nv_prepare(zc_opt_home *hh)
     for (int j = 0; j < h->nslots; j++) {
         nv_slot *s = &h->slots[j];
         s->pos = -1;
-        ZC_CHECK(zc__pinned_alloc(h->pool, 3 * h->buf_bytes, IO_ALIGN, ZC_MEM_BUFFERS,
-                                  "NVMe swap buffers", (void **)&s->buf));
+        ZC_CHECK(zc__pinned_alloc(h->pool, (size_t)h->nt * h->buf_bytes, IO_ALIGN,
+                                  ZC_MEM_BUFFERS, "NVMe swap buffers", (void **)&s->buf));
         if (h->p.staging) {
             ZC_CHECK(zc__pinned_alloc(h->pool, h->maxn * sizeof(float), 64, ZC_MEM_BUFFERS,
                                       "gradient staging (nvme offload)", &s->grad_stage));
             ZC_CHECK(zc__pinned_alloc(h->pool, h->maxn * h->p.param_bytes, 64, ZC_MEM_BUFFERS,
                                       "parameter staging (nvme offload)", &s->pout_stage));
         }
+    }
+    if (h->nt == 4) {
+        ZC_CHECK(zc__pinned_alloc(h->pool, h->buf_bytes, IO_ALIGN, ZC_MEM_BUFFERS,
+                                  "NVMe gradient buffer", (void **)&h->gbuf));
+        if (h->p.staging)
+            ZC_CHECK(zc__pinned_alloc(h->pool, h->maxn * sizeof(float), 64, ZC_MEM_BUFFERS,
+                                      "gradient staging (nvme offload)", &h->gin));
     }
     zc_mem_region regions[64];
     int nr = zc__pinned_pool_regions(h->pool, regions, 64);
@@ -512,10 +629,12 @@ static void nv_destroy(zc_opt_home *hh)
         if (rc != ZC_OK)
             ZC_LOGW("offload", "closing the swap store: %s", zc_last_error());
     }
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 4; i++)
         if (h->counted_nvme[i])
             zc__mem_count(h->p.acct, ZC_MEMKIND_NVME, nvme_cats[i], -h->counted_nvme[i]);
     remove_swapdirs(h);
+    zc__pinned_free(h->pool, h->gbuf);
+    zc__pinned_free(h->pool, h->gin);
     for (int j = 0; j < h->nslots; j++) {
         zc__pinned_free(h->pool, h->slots[j].buf);
         zc__pinned_free(h->pool, h->slots[j].grad_stage);
@@ -537,6 +656,8 @@ static const zc_opt_home_ops nv_ops = {
     .release = nv_release,
     .pass_end = nv_pass_end,
     .progress = nv_progress,
+    .grad_add = nv_grad_add,
+    .grad_in_stage = nv_grad_in_stage,
     .destroy = nv_destroy,
 };
 
@@ -597,7 +718,7 @@ void zc__opt_home_nvme_info(const zc_opt_home *hh, zc_opt_nvme_info *out)
         return;
     const nvme_home *h = (const nvme_home *)hh;
     out->buffer_bytes = h->buf_bytes;
-    out->buffer_count = (int64_t)h->nslots * (h->p.staging ? 4 : 3);
+    out->buffer_count = (int64_t)h->nslots * (h->p.staging || h->nt == 4 ? 4 : 3);
     out->slots = h->nslots;
     out->file_bytes = h->capacity;
     snprintf(out->dir, sizeof out->dir, "%s", h->swapdirs[0]);

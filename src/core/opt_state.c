@@ -103,6 +103,7 @@ zc_status zc__opt_build(zc_engine *e)
     e->opt_staging = e->dev->mem_kind == ZC_MEMKIND_DEVICE || atomic_load(&force_staging);
     hp.staging = e->opt_staging;
     hp.hold_grads = e->pol->sharded_grads;
+    hp.swap_grads = e->pol->sharded_grads && e->gas > 1;
     ZC_CHECK(zc__opt_home_device_create(&hp, &e->homes[0]));
     e->nhomes = 1;
 
@@ -214,6 +215,12 @@ float *zc__opt_grad_home(zc_engine *e, const zc_chunk *c)
     return h->ops->grad_shard(h, (int)(c - e->chunks));
 }
 
+bool zc__opt_grad_swapped(zc_engine *e, const zc_chunk *c)
+{
+    zc_opt_home *h = e->homes[c->home];
+    return e->pol->sharded_grads && e->gas > 1 && h->ops->grad_add;
+}
+
 zc_device *zc__opt_acc_dev(zc_engine *e, const zc_chunk *c)
 {
     return c->acc_host ? zc__device_host() : e->dev;
@@ -223,6 +230,20 @@ zc_status zc__opt_grad_accumulate(zc_engine *e, zc_chunk *c, const void *own)
 {
     zc_device *d = e->dev;
     const size_t n = (size_t)c->shard;
+    if (c->acc_swap) {
+        /* Into the swap files: the slice must be host memory (staged D2H
+         * with a device). I/O errors are kept by the home for the step. */
+        zc_opt_home *hm = e->homes[c->home];
+        const void *src = own;
+        if (e->opt_staging) {
+            void *st = hm->ops->grad_in_stage(hm);
+            ZC_CHECK(d->ops->copy(d, st, own, n * e->pesz, ZC_COPY_D2H, e->stream));
+            ZC_CHECK(d->ops->stream_sync(d, e->stream));
+            src = st;
+        }
+        return hm->ops->grad_add(hm, (int)(c - e->chunks), src, e->pdt, e->micro == 0,
+                                 e->micro == e->gas - 1, &c->acc_sumsq);
+    }
     if (!c->acc_host)
         return d->ops->accumulate(d, c->acc, own, e->pdt, n, e->stream);
     zc_device *h = zc__device_host();
@@ -276,10 +297,15 @@ zc_status zc__opt_fetch(zc_engine *e, int k, zc_opt_chunk *out)
     out->grad = g;
     out->pout = (char *)c->param;
     out->pout_base = e->pol->full_params ? 0 : shard_base;
+    if (sharded && c->acc_swap) {
+        /* Read from the swap files with the state, into host memory. */
+        out->grad = (const char *)v.grad;
+        out->grad_base = shard_base;
+    }
     if (!h->ops->host || !e->opt_staging)
         return ZC_OK;
     zc_device *d = e->dev;
-    if (!c->acc_host || !sharded) {
+    if (!(sharded && (c->acc_swap || c->acc_host))) {
         /* Stage this rank's gradient shard into pinned memory (D2H); a
          * host-held fp32 shard is already there. */
         const size_t gesz = zc_dtype_size(out->grad_dtype);

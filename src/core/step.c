@@ -67,8 +67,13 @@ static zc_status norm_partials(zc_engine *e, double *total)
             const void *g = NULL;
             zc_dtype dt = e->pdt;
             grad_shard(e, &e->chunks[k], e->rank, &g, &dt);
-            /* A cpu-offloaded gradient shard is host memory: the host sums it
-             * (the same blocked fp64 sum, so the same bits). */
+            /* A swapped shard was summed when its last slice was added; a
+             * cpu-offloaded one is host memory and the host sums it (the
+             * same blocked fp64 sum, so the same bits). */
+            if (e->chunks[k].acc_swap) {
+                e->partials[k] = e->chunks[k].acc_sumsq;
+                continue;
+            }
             zc_device *gd = zc__opt_acc_dev(e, &e->chunks[k]);
             ZC_CHECK(gd->ops->sumsq(gd, g, dt, (size_t)e->chunks[k].shard, &e->partials[k],
                                     gd == d ? e->stream : NULL));

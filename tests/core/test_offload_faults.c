@@ -11,7 +11,7 @@
  *     zc_engine_build with ZC_ERR_NO_MEMORY and leaves nothing behind.
  * Positions are counted by the store from the moment the faults are set
  * (after build and load), so K = 1..(requests of 3 steps) covers every read
- * and write of the steps. */
+ * and write of the steps (with accumulation, the gradient's too). */
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <pthread.h>
@@ -98,9 +98,10 @@ out:
     return NULL;
 }
 
-static void run_faults(frun *f, int stage, const char *dirjson, fault_case fc)
+static void run_faults(frun *f, int stage, int accum, const char *dirjson, fault_case fc)
 {
     t_run_init(&f->run, stage, WORLD, ZC_DTYPE_BF16);
+    f->run.accum = accum;
     f->run.steps = STEPS;
     f->run.offload = "nvme";
     f->run.nvme_path_json = dirjson;
@@ -134,7 +135,7 @@ static int entries(const char *dir)
     return n;
 }
 
-static void sweep(int stage)
+static void sweep(int stage, int accum)
 {
     char dir[64], json[96];
     snprintf(dir, sizeof dir, "zc-offload-faults-XXXXXX");
@@ -142,7 +143,7 @@ static void sweep(int stage)
     snprintf(json, sizeof json, "\"%s\"", dir);
 
     frun *ref = calloc(1, sizeof *ref);
-    run_faults(ref, stage, json, (fault_case){.fault_rank = -1});
+    run_faults(ref, stage, accum, json, (fault_case){.fault_rank = -1});
     cr_assert_str_empty(t_run_error(&ref->run), "fault-free run: %s", t_run_error(&ref->run));
     cr_assert_gt(ref->requests[0], 0);
     const int64_t n = t_total_numel();
@@ -152,7 +153,7 @@ static void sweep(int stage)
         /* EIO at every request of the three steps: retried, same result. */
         for (int64_t k = 1; k <= ref->requests[fr]; k++) {
             frun *f = calloc(1, sizeof *f);
-            run_faults(f, stage, json, (fault_case){fr, false, k});
+            run_faults(f, stage, accum, json, (fault_case){fr, false, k});
             cr_assert_str_empty(t_run_error(&f->run), "eio at request %lld on rank %d: %s",
                                 (long long)k, fr, t_run_error(&f->run));
             cr_assert(!memcmp(f->run.master, ref->run.master, (size_t)n * sizeof(float)),
@@ -166,7 +167,7 @@ static void sweep(int stage)
          * same step with the same message; nobody finishes. */
         for (int64_t k = 1; k <= ref->writes[fr]; k++) {
             frun *f = calloc(1, sizeof *f);
-            run_faults(f, stage, json, (fault_case){fr, true, k});
+            run_faults(f, stage, accum, json, (fault_case){fr, true, k});
             for (int r = 0; r < WORLD; r++) {
                 cr_assert_eq(f->step_rc[r], ZC_ERR_IO, "enospc at write %lld on rank %d: rank "
                              "%d returned %d (%s)", (long long)k, fr, r, (int)f->step_rc[r],
@@ -196,8 +197,12 @@ static void sweep(int stage)
     t_assert_no_leaks();
 }
 
-Test(offload_faults, every_position_stage2) { sweep(2); }
-Test(offload_faults, every_position_stage3) { sweep(3); }
+Test(offload_faults, every_position_stage2) { sweep(2, 1); }
+Test(offload_faults, every_position_stage3) { sweep(3, 1); }
+/* With accumulation the gradient shard is swapped too: its reads and writes
+ * during backward are positions as well, and their failures surface at the
+ * step, on every rank. */
+Test(offload_faults, every_position_stage2_accum2) { sweep(2, 2); }
 
 /* Every pinned allocation of the build, failed in turn (world 1, so the
  * countdown cannot split ranks): ZC_ERR_NO_MEMORY, nothing left behind. */

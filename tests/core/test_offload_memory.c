@@ -61,10 +61,12 @@ static void after_step(t_ctx *x, int step, void *arg)
     pr->file_bytes_on_disk[x->rank] = stat(path, &sb) == 0 ? (int64_t)sb.st_size : -1;
 }
 
-static t_run *run(int stage, int world, const char *offload, const char *json, probe *pr)
+static t_run *run_acc(int stage, int world, int accum, const char *offload, const char *json,
+                      probe *pr)
 {
     t_run *r = calloc(1, sizeof *r);
     t_run_init(r, stage, world, ZC_DTYPE_BF16);
+    r->accum = accum;
     r->steps = 2;
     r->offload = offload;
     r->nvme_path_json = json;
@@ -72,6 +74,11 @@ static t_run *run(int stage, int world, const char *offload, const char *json, p
     r->hook_arg = pr;
     cr_assert(t_engine_run(r), "%s", t_run_error(r));
     return r;
+}
+
+static t_run *run(int stage, int world, const char *offload, const char *json, probe *pr)
+{
+    return run_acc(stage, world, 1, offload, json, pr);
 }
 
 static int64_t state_bytes(const zc_stats *s, int kind)
@@ -145,6 +152,42 @@ Test(offload_memory, bytes_by_kind_match_the_formulas)
     t_assert_no_leaks();
     cr_assert_eq(zc__mem_global_bytes(ZC_MEMKIND_NVME), 0);
     cr_assert_eq(zc__mem_global_bytes(ZC_MEMKIND_PINNED), 0);
+}
+
+/* With accumulation (stages 2/3) the fp32 gradient shard outlives a
+ * micro-step and goes to the swap files too: 4P/W more file bytes, 4P/W less
+ * gradient memory, and still no state in host memory beyond the buffers. */
+Test(offload_memory, accumulated_gradient_in_the_swap_files)
+{
+    char dir[64], json[96];
+    snprintf(dir, sizeof dir, "zc-offload-mem-XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(json, sizeof json, "\"%s\"", dir);
+    for (int stage = 2; stage <= 3; stage++) {
+        probe pn = {0}, pv = {0};
+        t_run *none = run_acc(stage, 2, 4, NULL, NULL, &pn);
+        t_run *nv = run_acc(stage, 2, 4, "nvme", json, &pv);
+        for (int r = 0; r < 2; r++) {
+            const zc_stats *sn = &none->stats[r], *sv = &nv->stats[r];
+            const int64_t per = sn->padded_params / 2;
+            cr_assert_geq(sv->bytes_by_kind_cat[ZC_KIND_NVME][ZC_MEM_GRADS], 4 * per);
+            cr_assert_eq(sv->bytes_by_kind_cat[ZC_KIND_NVME][ZC_MEM_GRADS],
+                         sv->bytes_by_kind_cat[ZC_KIND_NVME][ZC_MEM_MASTER]);
+            cr_assert_eq(sv->bytes_by_kind_cat[ZC_KIND_HOST][ZC_MEM_GRADS],
+                         sn->bytes_by_kind_cat[ZC_KIND_HOST][ZC_MEM_GRADS] - 4 * per);
+            cr_assert_eq(state_bytes(sv, ZC_KIND_HOST) + state_bytes(sv, ZC_KIND_PINNED), 0);
+            cr_assert_leq(sv->bytes_by_kind[ZC_KIND_PINNED],
+                          (int64_t)(4 * pv.info[r].slots + 1) * (int64_t)pv.info[r].buffer_bytes,
+                          "swap buffers and the one gradient buffer");
+        }
+        cr_assert_eq(entries(dir), 0);
+        free(none->master);
+        free(nv->master);
+        free(none);
+        free(nv);
+    }
+    rmdir(dir);
+    t_assert_no_leaks();
 }
 
 /* One engine of one huge parameter: build must fail in the pre-flight, with
