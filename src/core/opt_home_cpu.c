@@ -79,6 +79,10 @@ static zc_status cpu_prepare(zc_opt_home *hh)
 
     zc_pinned_pool_opts o = ZC_PINNED_POOL_OPTS_INIT;
     o.acct = h->p.acct;
+    /* Slabs sized to the need (plus alignment slack), not the pool's 64 MiB
+     * default: a small model must not lock 64 MiB per rank. The pool caps a
+     * slab at 1 GiB and adds more as needed. */
+    o.slab_bytes = (size_t)need + (size_t)(4 * h->p.nchunks + 2) * ALIGN;
     o.device_index = h->p.device_index;
     if (h->p.device_index < 0)
         o.flags |= ZC_PINNED_NO_CUDA;

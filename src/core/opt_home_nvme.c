@@ -575,6 +575,9 @@ static zc_status nv_prepare(zc_opt_home *hh)
     /* Swap buffers. */
     zc_pinned_pool_opts po = ZC_PINNED_POOL_OPTS_INIT;
     po.acct = h->p.acct;
+    /* One slab of what the buffers need (plus alignment slack), not the
+     * pool's 64 MiB default. */
+    po.slab_bytes = (size_t)pinned + (size_t)(3 * h->nslots + 2) * IO_ALIGN;
     po.device_index = h->p.device_index;
     if (h->p.device_index < 0)
         po.flags |= ZC_PINNED_NO_CUDA;
