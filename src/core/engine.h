@@ -317,7 +317,8 @@ zc_status zc__opt_grad_accumulate(zc_engine *e, zc_chunk *c, const void *own);
 /* While Adam runs on chunk k: keeps the home's I/O moving (non-blocking). */
 void zc__opt_progress(zc_engine *e, int k);
 
-/* After the step's pass, before the next collective: every rank learns every
+/* After rank-local offload I/O (the step's pass, the read of
+ * zc_param_gather_master), before the next collective: every rank learns every
  * rank's outcome (one all-gather of ZC_AGREE_WORDS words). When any rank
  * failed, every engine is marked broken with the same message, naming the
  * first failing rank, and the call returns its status on every rank. A no-op

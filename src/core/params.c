@@ -83,26 +83,27 @@ ZC_API zc_status zc_param_gather_master(zc_engine *e, zc_param *p, float *out_va
     zc_chunk *c = &e->chunks[p->chunk];
     const size_t bytes = (size_t)p->numel * sizeof(float);
     /* Not part of a training step: the gather is not counted in the stats.
-     * The master shard comes out of its home into the first slice of tmp
-     * (device memory), then is all-gathered (stage 0: the full chunk). */
+     * The master comes out of its home (device, pinned host or NVMe) into
+     * this rank's slice of tmp, which is then all-gathered in place (stage 0
+     * holds the full chunk). */
     const size_t full = (size_t)c->padded * sizeof(float);
-    const size_t own = e->pol->full_optimizer ? (size_t)c->padded : (size_t)c->shard;
-    void *tmp = NULL, *shard = NULL;
+    const bool all = e->pol->full_optimizer;
+    const size_t own = all ? (size_t)c->padded : (size_t)c->shard;
+    void *tmp = NULL;
     zc_status rc = ZC_OK;
     ZC_CHECK(zc__eng_alloc(e, ZC_MEM_BUFFERS, full, "master gather buffer", &tmp));
-    if (!e->pol->full_optimizer)
-        ZC_CHECK_GOTO(zc__eng_alloc(e, ZC_MEM_BUFFERS, own * sizeof(float),
-                                    "master shard buffer", &shard), rc, out);
-    ZC_CHECK_GOTO(zc__opt_master_read(e, p->chunk, shard ? shard : tmp, own), rc, out);
-    if (shard)
-        ZC_CHECK_GOTO(zc__eng_all_gather(e, shard, tmp, (size_t)c->shard, ZC_DTYPE_F32, false),
+    float *slice = all ? (float *)tmp : (float *)tmp + (size_t)e->rank * (size_t)c->shard;
+    /* The read is rank-local I/O under nvme: its outcome is agreed before
+     * the all-gather, so a failing rank never leaves the others waiting. */
+    ZC_CHECK_GOTO(zc__opt_agree(e, zc__opt_master_read(e, p->chunk, slice, own)), rc, out);
+    if (!all)
+        ZC_CHECK_GOTO(zc__eng_all_gather(e, slice, tmp, (size_t)c->shard, ZC_DTYPE_F32, false),
                       rc, out);
     ZC_CHECK_GOTO(d->ops->copy(d, out_values, (const float *)tmp + p->offset, bytes, ZC_COPY_D2H,
                                e->stream),
                   rc, out);
     rc = d->ops->stream_sync(d, e->stream);
 out:
-    zc__eng_free(e, ZC_MEM_BUFFERS, &shard, own * sizeof(float));
     zc__eng_free(e, ZC_MEM_BUFFERS, &tmp, full);
     if (rc != ZC_OK)
         zc__error_context("zc_param_gather_master('%s')", p->name);
