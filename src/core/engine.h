@@ -323,7 +323,7 @@ void zc__opt_progress(zc_engine *e, int k);
  * failed, every engine is marked broken with the same message, naming the
  * first failing rank, and the call returns its status on every rank. A no-op
  * returning rc without offload I/O. */
-zc_status zc__opt_agree(zc_engine *e, zc_status rc);
+zc_status zc__opt_agree(zc_engine *e, zc_status rc, const char *what);
 
 /* n fp32 values between device memory and chunk k's master at element `at`
  * of its home tensor (parameter loading and gathering). */

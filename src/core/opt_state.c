@@ -341,7 +341,7 @@ zc_status zc__opt_put(zc_engine *e, int k, zc_opt_chunk *oc)
 
 /* ---- agreement ----------------------------------------------------------- */
 
-zc_status zc__opt_agree(zc_engine *e, zc_status rc)
+zc_status zc__opt_agree(zc_engine *e, zc_status rc, const char *what)
 {
     if (!e->opt_agree)
         return rc;
@@ -374,10 +374,10 @@ zc_status zc__opt_agree(zc_engine *e, zc_status rc)
         zc_status s = (zc_status)w[0];
         snprintf(e->broken_msg, sizeof e->broken_msg, "rank %d: %.230s", r, theirs);
         e->state = ZC_ENG_BROKEN;
-        return ZC_ERR(s, "zc_step: optimizer state I/O failed on rank %d of %d, so every rank "
-                      "stops (the step may have written part of the state; restore from a "
+        return ZC_ERR(s, "%s: optimizer state I/O failed on rank %d of %d, so every rank "
+                      "stops (a step may have written part of the state; restore from a "
                       "checkpoint): %s",
-                      r, e->world, theirs);
+                      what, r, e->world, theirs);
     }
     return ZC_OK;
 }

@@ -95,7 +95,8 @@ ZC_API zc_status zc_param_gather_master(zc_engine *e, zc_param *p, float *out_va
     float *slice = all ? (float *)tmp : (float *)tmp + (size_t)e->rank * (size_t)c->shard;
     /* The read is rank-local I/O under nvme: its outcome is agreed before
      * the all-gather, so a failing rank never leaves the others waiting. */
-    ZC_CHECK_GOTO(zc__opt_agree(e, zc__opt_master_read(e, p->chunk, slice, own)), rc, out);
+    ZC_CHECK_GOTO(zc__opt_agree(e, zc__opt_master_read(e, p->chunk, slice, own),
+                                      "zc_param_gather_master"), rc, out);
     if (!all)
         ZC_CHECK_GOTO(zc__eng_all_gather(e, slice, tmp, (size_t)c->shard, ZC_DTYPE_F32, false),
                       rc, out);

@@ -248,7 +248,7 @@ ZC_API zc_status zc_step(zc_engine *e, zc_step_info *info)
         const float grad_scale = (float)(avg / (ls * clip));
         /* Offload I/O is rank-local: every rank learns every outcome before
          * the publish collective, and a failure breaks every engine alike. */
-        zc_status arc = zc__opt_agree(e, run_adam(e, grad_scale, lr, beta1, beta2));
+        zc_status arc = zc__opt_agree(e, run_adam(e, grad_scale, lr, beta1, beta2), "zc_step");
         if (arc != ZC_OK) {
             zc__error_context("zc_step (rank %d)", e->rank);
             return arc;
