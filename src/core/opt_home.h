@@ -118,6 +118,11 @@ typedef struct zc_opt_home_params {
     bool pipeline_read, pipeline_write, fast_init;
     int64_t aio_block_size, aio_queue_depth, aio_intra_op;
     bool aio_single_submit, aio_overlap_events;
+    /* Fault injection (the engine's ZC_FAULTS io items): asked before every
+     * read and write the home submits (not before retries); true makes that
+     * one fail with ZC_ERR_IO, *nth its number. NULL: none. */
+    bool (*io_fault)(void *arg, int64_t *nth);
+    void *io_fault_arg;
 } zc_opt_home_params;
 
 zc_status zc__opt_home_device_create(const zc_opt_home_params *p, zc_opt_home **out);

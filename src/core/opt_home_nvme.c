@@ -184,9 +184,26 @@ static zc_status sticky(nvme_home *h)
     return ZC_OK;
 }
 
+/* ZC_FAULTS io items: this read or write fails as a persistent I/O error. */
+static zc_status injected(nvme_home *h, bool write, int k, uint64_t off)
+{
+    int64_t nth = 0;
+    if (!h->p.io_fault || !h->p.io_fault(h->p.io_fault_arg, &nth))
+        return ZC_OK;
+    return ZC_ERR(ZC_ERR_IO, "ZC_FAULTS: offload %s %lld of rank %d fails (chunk %d, store "
+                  "offset %llu of '%s')", write ? "write" : "read", (long long)nth, h->p.rank, k,
+                  (unsigned long long)off, zc__nvme_path(h->store, 0));
+}
+
 static zc_status submit(nvme_home *h, nv_slot *s, int k, bool write)
 {
     const nv_chunk *c = &h->chunks[k];
+    zc_status irc = injected(h, write, k, c->off);
+    if (irc != ZC_OK) {
+        zc__error_context("offload_optimizer nvme: %s chunk %d (rank %d)",
+                          write ? "writing" : "reading", k, h->p.rank);
+        return fail(h, irc);
+    }
     /* The gradient (nt = 4) is read with the state but never written back
      * from a slot: the next window's first micro-step starts it afresh. */
     zc_status rc = write ? zc__nvme_write(h->store, c->off, s->buf, 3 * c->tbytes, &s->wt)
@@ -304,8 +321,10 @@ static zc_status nv_grad_add(zc_opt_home *hh, int k, const void *src, zc_dtype d
         zc_status rc = ZC_OK;
         for (int tries = 0; tries <= ZC_NVME_RETRIES; tries++) {
             zc_nvme_ticket t;
-            zc_nvme_error err;
+            zc_nvme_error err = {0};
             zc__error_clear();
+            if (tries == 0 && (rc = injected(h, false, k, at)) != ZC_OK)
+                break;
             rc = zc__nvme_read(h->store, at, h->gbuf, c->tbytes, &t);
             if (rc == ZC_OK)
                 rc = zc__nvme_wait(h->store, t, &err);
@@ -322,7 +341,9 @@ static zc_status nv_grad_add(zc_opt_home *hh, int k, const void *src, zc_dtype d
     if (last)
         ZC_CHECK(hd->ops->sumsq(hd, h->gbuf, ZC_DTYPE_F32, c->n, sumsq, NULL));
     h->gwk = k;
-    zc_status rc = zc__nvme_write(h->store, at, h->gbuf, c->tbytes, &h->gwt);
+    zc_status rc = injected(h, true, k, at);
+    if (rc == ZC_OK)
+        rc = zc__nvme_write(h->store, at, h->gbuf, c->tbytes, &h->gwt);
     if (rc != ZC_OK)
         grad_fail(h, rc, k, "writing");
     return ZC_OK;
