@@ -195,10 +195,12 @@ static zc_status injected(nvme_home *h, bool write, int k, uint64_t off)
                   (unsigned long long)off, zc__nvme_path(h->store, 0));
 }
 
-static zc_status submit(nvme_home *h, nv_slot *s, int k, bool write)
+/* retry: a resubmission after EIO, not a new read or write (not offered to
+ * the injection hook). */
+static zc_status submit(nvme_home *h, nv_slot *s, int k, bool write, bool retry)
 {
     const nv_chunk *c = &h->chunks[k];
-    zc_status irc = injected(h, write, k, c->off);
+    zc_status irc = retry ? ZC_OK : injected(h, write, k, c->off);
     if (irc != ZC_OK) {
         zc__error_context("offload_optimizer nvme: %s chunk %d (rank %d)",
                           write ? "writing" : "reading", k, h->p.rank);
@@ -241,7 +243,7 @@ static zc_status wait_io(nvme_home *h, nv_slot *s, int k, bool write)
                     write ? "write" : "read", k, (unsigned long long)err.file_offset, err.path,
                     *tries, ZC_NVME_RETRIES);
             zc__error_clear();
-            rc = submit(h, s, k, write);
+            rc = submit(h, s, k, write, true);
             if (rc != ZC_OK)
                 break;
             continue;
@@ -267,7 +269,7 @@ static zc_status start_read(nvme_home *h, int i)
     if (s->wt)
         ZC_CHECK(wait_io(h, s, h->ks[s->pos], true));
     s->pos = i;
-    return submit(h, s, h->ks[i], false);
+    return submit(h, s, h->ks[i], false, false);
 }
 
 /* ---- the gradient (swap_grads) -------------------------------------------- */
@@ -418,7 +420,7 @@ static zc_status nv_release(zc_opt_home *hh, int k, bool dirty)
     h->pos++;
     if (!dirty)
         return ZC_OK;
-    ZC_CHECK(submit(h, s, k, true));
+    ZC_CHECK(submit(h, s, k, true, false));
     if (!h->p.pipeline_write)
         ZC_CHECK(wait_io(h, s, k, true));
     return ZC_OK;
