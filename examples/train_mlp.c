@@ -18,14 +18,18 @@
  * the bytes each collective moved in the last step. For a given world size and
  * dtype (accumulation 1) the hash is the same for every ZeRO stage. */
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <unistd.h>
+
 #include <zeroc/zeroc.h>
 
+#include "cliarg.h"
 #include "sha256.h"
 
 /* ---- model shape ---------------------------------------------------------- */
@@ -58,13 +62,35 @@ enum {
     GIVEN_PREFETCH = 1u << 8
 };
 
+/* Ends the process from any thread. exit() is not safe to call from two
+ * threads at once (two ranks failing together crashed in it), and it would
+ * run destructors under ranks that are still working: the first caller
+ * flushes stdio and leaves with _exit; any other waits here until then. */
+static pthread_mutex_t quit_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static _Noreturn void quit(int code)
+{
+    pthread_mutex_lock(&quit_lock); /* never unlocked: the process ends */
+    fflush(NULL);
+    _exit(code);
+}
+
+/* The library's message, or a stand-in when it has none: a message is
+ * never printed empty. */
+static const char *lib_error(void)
+{
+    const char *m = zc_last_error();
+    return m && *m ? m : "(the library gave no detail)";
+}
+
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: train_mlp [--stage 0..3] [--world W] [--dtype fp32|bf16|fp16] [--steps N]\n"
-            "                 [--accum K] [--batch B] [--seed S] [--clip C] [--lr X]\n"
-            "                 [--bucket ELEMS] [--persistence-threshold ELEMS]\n"
-            "                 [--prefetch ELEMS] [--dump-params FILE] [--json]\n"
+            "usage: train_mlp [--stage 0..3] [--world 1..64] [--dtype fp32|bf16|fp16]\n"
+            "                 [--steps 0..1000000] [--accum 1..1024] [--batch 1..65536]\n"
+            "                 [--seed 0..2^64-1] [--clip 0..1e9] [--lr 0..1e6]\n"
+            "                 [--bucket 1..2^40] [--persistence-threshold 0..2^40]\n"
+            "                 [--prefetch 0..2^40] [--dump-params FILE] [--json]\n"
             "                 [--config ds_config.json]\n"
             "defaults: --stage 2 --world 2 --dtype bf16 --steps 50 --accum 1 --batch 32\n"
             "          --seed 1 --clip 1.0 --lr 1e-3 --bucket 65536\n"
@@ -73,29 +99,28 @@ static void usage(FILE *f)
             "          \"auto\" values are resolved from the flags (as the HF Trainer does).\n");
 }
 
+/* Every number is parsed strictly (tools/cliarg.h): a value that is not a
+ * whole number in the range is refused, never clamped or truncated. */
 static long long parse_int(const char *flag, const char *v, long long lo, long long hi)
 {
-    char *end;
-    errno = 0;
-    double d = strtod(v, &end); /* accepts 5e8 like DeepSpeed configs */
-    if (errno || *end || d != floor(d) || d < (double)lo || d > (double)hi) {
-        fprintf(stderr, "train_mlp: %s expects an integer in [%lld, %lld], got '%s'\n", flag, lo,
-                hi, v);
-        exit(2);
+    char err[ZC_ARG_ERRLEN];
+    int64_t x;
+    if (!zc__arg_i64(flag, v, lo, hi, 0, &x, err, sizeof err)) {
+        fprintf(stderr, "train_mlp: %s\n", err);
+        quit(2);
     }
-    return (long long)d;
+    return x;
 }
 
-static double parse_double(const char *flag, const char *v, double lo)
+static double parse_double(const char *flag, const char *v, double lo, double hi)
 {
-    char *end;
-    errno = 0;
-    double d = strtod(v, &end);
-    if (errno || *end || !(d >= lo) || !isfinite(d)) {
-        fprintf(stderr, "train_mlp: %s expects a number >= %g, got '%s'\n", flag, lo, v);
-        exit(2);
+    char err[ZC_ARG_ERRLEN];
+    double x;
+    if (!zc__arg_double(flag, v, lo, hi, &x, err, sizeof err)) {
+        fprintf(stderr, "train_mlp: %s\n", err);
+        quit(2);
     }
-    return d;
+    return x;
 }
 
 static opts parse_args(int argc, char **argv)
@@ -103,14 +128,25 @@ static opts parse_args(int argc, char **argv)
     opts o = {.stage = 2, .world = 2, .steps = 50, .accum = 1, .batch = 32,
               .dtype = ZC_DTYPE_BF16, .seed = 1, .clip = 1.0, .lr = 1e-3,
               .weight_decay = 0.01, .bucket = 65536, .persistence = -1, .prefetch = -1};
+    static const char *const with_value[] = {
+        "--config", "--stage", "--world", "--steps", "--accum", "--batch", "--seed", "--clip",
+        "--lr", "--bucket", "--persistence-threshold", "--prefetch", "--dump-params", "--dtype"};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--json")) { o.json = true; continue; }
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); exit(0); }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "train_mlp: unknown flag or missing value: '%s'\n", a);
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); quit(0); }
+        bool known = false;
+        for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
+            known |= !strcmp(a, with_value[k]);
+        if (!known) {
+            fprintf(stderr, "train_mlp: unknown flag '%.200s'\n", a);
             usage(stderr);
-            exit(2);
+            quit(2);
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "train_mlp: %s needs a value\n", a);
+            usage(stderr);
+            quit(2);
         }
         const char *v = argv[++i];
         static const struct { const char *flag; unsigned bit; } bits[] = {
@@ -127,9 +163,17 @@ static opts parse_args(int argc, char **argv)
         else if (!strcmp(a, "--steps")) o.steps = (int)parse_int(a, v, 0, 1000000);
         else if (!strcmp(a, "--accum")) o.accum = (int)parse_int(a, v, 1, 1024);
         else if (!strcmp(a, "--batch")) o.batch = (int)parse_int(a, v, 1, 65536);
-        else if (!strcmp(a, "--seed")) o.seed = (unsigned long long)parse_int(a, v, 0, 1LL << 53);
-        else if (!strcmp(a, "--clip")) o.clip = parse_double(a, v, 0);
-        else if (!strcmp(a, "--lr")) o.lr = parse_double(a, v, 0);
+        else if (!strcmp(a, "--seed")) {
+            char err[ZC_ARG_ERRLEN];
+            uint64_t x;
+            if (!zc__arg_u64(a, v, 0, UINT64_MAX, 0, &x, err, sizeof err)) {
+                fprintf(stderr, "train_mlp: %s\n", err);
+                quit(2);
+            }
+            o.seed = x;
+        }
+        else if (!strcmp(a, "--clip")) o.clip = parse_double(a, v, 0, 1e9);
+        else if (!strcmp(a, "--lr")) o.lr = parse_double(a, v, 0, 1e6);
         else if (!strcmp(a, "--bucket")) o.bucket = parse_int(a, v, 1, 1LL << 40);
         else if (!strcmp(a, "--persistence-threshold")) o.persistence = parse_int(a, v, 0, 1LL << 40);
         else if (!strcmp(a, "--prefetch")) o.prefetch = parse_int(a, v, 0, 1LL << 40);
@@ -138,11 +182,10 @@ static opts parse_args(int argc, char **argv)
             if (!strcmp(v, "fp32")) o.dtype = ZC_DTYPE_F32;
             else if (!strcmp(v, "bf16")) o.dtype = ZC_DTYPE_BF16;
             else if (!strcmp(v, "fp16")) o.dtype = ZC_DTYPE_F16;
-            else { fprintf(stderr, "train_mlp: --dtype must be fp32, bf16 or fp16, got '%s'\n", v); exit(2); }
-        } else {
-            fprintf(stderr, "train_mlp: unknown flag '%s'\n", a);
-            usage(stderr);
-            exit(2);
+            else {
+                fprintf(stderr, "train_mlp: --dtype must be fp32, bf16 or fp16, got '%.200s'\n", v);
+                quit(2);
+            }
         }
     }
     return o;
@@ -260,10 +303,23 @@ typedef struct rank_arg {
 
 static void die(int rank, const char *what, zc_status rc)
 {
-    fprintf(stderr, "train_mlp: rank %d: %s failed: %s: %s\n", rank, what, zc_status_str(rc),
-            zc_last_error());
+    char who[32] = "";
+    if (rank >= 0) /* -1: the main thread, before or after the ranks run */
+        snprintf(who, sizeof who, "rank %d: ", rank);
+    fprintf(stderr, "train_mlp: %s%s failed: %s: %s\n", who, what, zc_status_str(rc), lib_error());
     /* A rank that stops would leave the others waiting in a collective. */
-    exit(rc == ZC_ERR_LOSS_SCALE ? 3 : 1);
+    quit(rc == ZC_ERR_LOSS_SCALE ? 3 : 1);
+}
+
+/* For calls that return a pointer: NULL carries no status, so none is
+ * printed (a guessed one would mislead); the library's message says why. */
+static void die_null(int rank, const char *what)
+{
+    char who[32] = "";
+    if (rank >= 0)
+        snprintf(who, sizeof who, "rank %d: ", rank);
+    fprintf(stderr, "train_mlp: %s%s failed: %s\n", who, what, lib_error());
+    quit(1);
 }
 
 #define CHECK(call)                                  \
@@ -278,7 +334,7 @@ static void *xcalloc(size_t n, size_t sz)
     void *p = calloc(n ? n : 1, sz);
     if (!p) {
         fprintf(stderr, "train_mlp: out of memory (%zu x %zu bytes)\n", n, sz);
-        exit(1);
+        quit(1);
     }
     return p;
 }
@@ -333,15 +389,24 @@ static void make_init(shared *sh)
 
 /* ---- one rank ------------------------------------------------------------- */
 
-/* Reads a resolved integer or boolean back from the configuration. */
-static long long config_int(zc_config *cfg, const char *key)
+/* Reads a resolved integer or boolean back from the configuration and holds
+ * it to what this program runs: the config layer accepts, say, a micro batch
+ * of 2^31 - 1, which here would not fit the activations in memory (and was
+ * once narrowed to int and printed negative). */
+static long long config_int(zc_config *cfg, const char *path, const char *key, long long lo,
+                            long long hi)
 {
-    char buf[64];
+    char buf[64], err[ZC_ARG_ERRLEN];
     const int rank = -1;
     CHECK(zc_config_get(cfg, key, buf, sizeof buf));
     if (!strcmp(buf, "true")) return 1;
     if (!strcmp(buf, "false")) return 0;
-    return strtoll(buf, NULL, 10);
+    int64_t v;
+    if (!zc__arg_i64(key, buf, lo, hi, 0, &v, err, sizeof err)) {
+        fprintf(stderr, "train_mlp: %s: %s (this example's limit)\n", path, err);
+        quit(1);
+    }
+    return v;
 }
 
 /* One configuration for every rank (zc_engine_create copies it). Without
@@ -356,8 +421,8 @@ static zc_config *make_config(opts *o)
     char v[64];
     if (file) {
         if (zc_config_load(&cfg, o->config_path) != ZC_OK) {
-            fprintf(stderr, "train_mlp: %s\n", zc_last_error());
-            exit(1);
+            fprintf(stderr, "train_mlp: %s\n", lib_error());
+            quit(1);
         }
         zc_program_values pv = ZC_PROGRAM_VALUES_INIT;
         pv.micro_batch_per_gpu = o->batch;
@@ -395,15 +460,17 @@ static zc_config *make_config(opts *o)
 #undef SET
     if (file) {
         if (zc_config_resolve(cfg, o->world) != ZC_OK) {
-            fprintf(stderr, "train_mlp: %s: %s\n", o->config_path, zc_last_error());
-            exit(1);
+            fprintf(stderr, "train_mlp: %s: %s\n", o->config_path, lib_error());
+            quit(1);
         }
-        o->stage = (int)config_int(cfg, "zero_optimization.stage");
-        o->accum = (int)config_int(cfg, "gradient_accumulation_steps");
-        o->batch = (int)config_int(cfg, "train_micro_batch_size_per_gpu");
-        o->dtype = config_int(cfg, "bf16.enabled")   ? ZC_DTYPE_BF16
-                   : config_int(cfg, "fp16.enabled") ? ZC_DTYPE_F16
-                                                     : ZC_DTYPE_F32;
+        /* The same ranges as the flags. */
+        const char *p = o->config_path;
+        o->stage = (int)config_int(cfg, p, "zero_optimization.stage", 0, 3);
+        o->accum = (int)config_int(cfg, p, "gradient_accumulation_steps", 1, 1024);
+        o->batch = (int)config_int(cfg, p, "train_micro_batch_size_per_gpu", 1, 65536);
+        o->dtype = config_int(cfg, p, "bf16.enabled", 0, 1)   ? ZC_DTYPE_BF16
+                   : config_int(cfg, p, "fp16.enabled", 0, 1) ? ZC_DTYPE_F16
+                                                               : ZC_DTYPE_F32;
     }
     return cfg;
 }
@@ -435,9 +502,9 @@ static void *rank_main(void *argp)
         if (l > 0)
             CHECK(zc_chunk_boundary(eng));
         snprintf(name, sizeof name, "layers.%d.weight", l);
-        if (!(P[2 * l] = zc_param_add(eng, name, wshape, 2, 0))) die(rank, "zc_param_add(weight)", ZC_ERR_INVALID_ARG);
+        if (!(P[2 * l] = zc_param_add(eng, name, wshape, 2, 0))) die_null(rank, "zc_param_add(weight)");
         snprintf(name, sizeof name, "layers.%d.bias", l);
-        if (!(P[2 * l + 1] = zc_param_add(eng, name, bshape, 1, nodecay))) die(rank, "zc_param_add(bias)", ZC_ERR_INVALID_ARG);
+        if (!(P[2 * l + 1] = zc_param_add(eng, name, bshape, 1, nodecay))) die_null(rank, "zc_param_add(bias)");
     }
     CHECK(zc_engine_build(eng));
     for (int i = 0; i < 2 * N_LAYERS; i++)
@@ -462,7 +529,7 @@ static void *rank_main(void *argp)
                 int in = DIMS[l], out = DIMS[l + 1];
                 const void *pw = zc_param_acquire(eng, P[2 * l], NULL);
                 const void *pb = zc_param_acquire(eng, P[2 * l + 1], NULL);
-                if (!pw || !pb) die(rank, "zc_param_acquire", ZC_ERR_INVALID_ARG);
+                if (!pw || !pb) die_null(rank, "zc_param_acquire");
                 load_f32(w, pw, o->dtype, (size_t)in * out);
                 load_f32(bias, pb, o->dtype, (size_t)out);
                 CHECK(zc_param_release(eng, P[2 * l], NULL));
@@ -496,7 +563,7 @@ static void *rank_main(void *argp)
                  * although only the weight is read. */
                 const void *pw = zc_param_acquire(eng, P[2 * l], NULL);
                 const void *pbias = zc_param_acquire(eng, P[2 * l + 1], NULL);
-                if (!pw || !pbias) die(rank, "zc_param_acquire", ZC_ERR_INVALID_ARG);
+                if (!pw || !pbias) die_null(rank, "zc_param_acquire");
                 load_f32(w, pw, o->dtype, (size_t)in * out);
                 memset(gw, 0, (size_t)in * out * sizeof(float));
                 memset(gb, 0, (size_t)out * sizeof(float));
@@ -516,7 +583,7 @@ static void *rank_main(void *argp)
                     }
                 }
                 void *gbw = zc_grad_buffer(eng, P[2 * l]), *gbb = zc_grad_buffer(eng, P[2 * l + 1]);
-                if (!gbw || !gbb) die(rank, "zc_grad_buffer", ZC_ERR_INVALID_ARG);
+                if (!gbw || !gbb) die_null(rank, "zc_grad_buffer");
                 store_dtype(gbw, o->dtype, gw, (size_t)in * out);
                 store_dtype(gbb, o->dtype, gb, (size_t)out);
                 CHECK(zc_grad_ready(eng, P[2 * l]));
@@ -585,11 +652,12 @@ static void report(const shared *sh)
     sha256_update(&c, bytes, sh->total * 4);
     sha256_final_hex(&c, hex);
     if (o->dump_path) {
+        errno = 0;
         FILE *f = fopen(o->dump_path, "wb");
         if (!f || fwrite(bytes, 4, sh->total, f) != sh->total || fclose(f) != 0) {
             fprintf(stderr, "train_mlp: cannot write --dump-params '%s': %s\n", o->dump_path,
-                    strerror(errno));
-            exit(1);
+                    errno ? strerror(errno) : "short write");
+            quit(1);
         }
     }
     free(bytes);
@@ -658,7 +726,11 @@ int main(int argc, char **argv)
     sh->stats = xcalloc((size_t)o->world, sizeof(zc_stats));
     sh->master = xcalloc(sh->total, sizeof(float));
     sh->comms = xcalloc((size_t)o->world, sizeof(zc_comm *));
-    pthread_barrier_init(&sh->bar, NULL, (unsigned)o->world);
+    int be = pthread_barrier_init(&sh->bar, NULL, (unsigned)o->world);
+    if (be != 0) {
+        fprintf(stderr, "train_mlp: cannot make the rank barrier: %s\n", strerror(be));
+        quit(1);
+    }
     CHECK(zc_comm_local_world(o->world, sh->comms));
 
     if (!o->json)
@@ -671,9 +743,11 @@ int main(int argc, char **argv)
     rank_arg *args = xcalloc((size_t)o->world, sizeof(rank_arg));
     for (int r = 0; r < o->world; r++) {
         args[r] = (rank_arg){sh, r};
-        if (pthread_create(&th[r], NULL, rank_main, &args[r]) != 0) {
-            fprintf(stderr, "train_mlp: cannot start rank thread %d\n", r);
-            return 1;
+        int e = pthread_create(&th[r], NULL, rank_main, &args[r]); /* returns the error */
+        if (e != 0) {
+            fprintf(stderr, "train_mlp: cannot start rank thread %d of %d: %s\n", r, o->world,
+                    strerror(e));
+            quit(1);
         }
     }
     for (int r = 0; r < o->world; r++) pthread_join(th[r], NULL);
@@ -685,5 +759,12 @@ int main(int argc, char **argv)
     for (int i = 0; i < 2 * N_LAYERS; i++) free(sh->init[i]);
     free(th); free(args); free(sh->comms); free(sh->master); free(sh->stats); free(sh->losses);
     free(sh);
+    /* Output that could not be written (a full disk, a closed pipe) is a
+     * failure, not a silent success. */
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "train_mlp: cannot write the output: %s\n",
+                errno ? strerror(errno) : "write error");
+        return 1;
+    }
     return 0;
 }
