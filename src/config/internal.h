@@ -17,24 +17,39 @@ typedef enum zc_cfg_sev { ZC_SEV_ERROR = 0, ZC_SEV_WARN, ZC_SEV_INFO } zc_cfg_se
 typedef struct zc_cfg_msg {
     zc_cfg_sev sev;
     zc_status status; /* for errors: ZC_ERR_CONFIG, ZC_ERR_UNSUPPORTED, ... */
-    char path[128];
-    char msg[400];
+    char *path;       /* whole, never truncated: a key name round-trips into --json */
+    char *msg;
 } zc_cfg_msg;
 
+/* At most this many messages of each severity are kept; the rest are only
+ * counted ("... and N more"). A file of a million unknown keys must not cost a
+ * message, and a hint search, per key. */
+#define ZC_CFG_DIAG_KEEP 64
+
 typedef struct zc_cfg_diag {
-    zc_cfg_msg *v;
+    zc_cfg_msg *v;      /* kept messages, in the order they were found */
     int n, cap;
-    int nerr, nwarn;
-    bool oom; /* a message could not be recorded */
+    int nerr, nwarn;    /* all errors / warnings, kept or not */
+    int count[3];       /* all messages per severity */
+    int kept[3];        /* kept messages per severity */
+    zc_status err_status; /* the first error's status, kept or not */
+    bool oom;           /* a message could not be recorded */
 } zc_cfg_diag;
 
 void zc__diag_add(zc_cfg_diag *d, zc_cfg_sev sev, zc_status st, const char *path,
                   const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+/* True when a message of this severity would be kept: callers skip costly
+ * work (the "did you mean" search) for one that would only be counted. */
+bool zc__diag_keeps(const zc_cfg_diag *d, zc_cfg_sev sev);
+/* Messages of this severity that were counted but not kept. */
+int zc__diag_dropped(const zc_cfg_diag *d, zc_cfg_sev sev);
 void zc__diag_free(zc_cfg_diag *d);
 /* First error (or NULL). */
 const zc_cfg_msg *zc__diag_first_error(const zc_cfg_diag *d);
-/* Logs warnings/infos and, when there is an error, records the first one with
- * ZC_ERR (prefixed by `what`, e.g. the file name) and returns its status. */
+/* Logs warnings/infos and, when there is an error, records every kept error in
+ * one message (as many as zc_last_error holds, then "(and N more errors)"),
+ * prefixed by `what` (e.g. the file name), and returns the first one's
+ * status. */
 zc_status zc__diag_report(const zc_cfg_diag *d, const char *what);
 
 /* Loader flags beyond the public ZC_CONFIG_LENIENT. */
