@@ -84,8 +84,21 @@ zc_status zc__cfg_resolve(zc_config *cfg, int world, bool preview, zc_cfg_diag *
 zc_status zc__config_load_text(zc_config **out, const char *text, size_t len, const char *name,
                                unsigned flags, zc_cfg_diag *d);
 
-/* Reads a whole file (counted allocation of len + 1 bytes, NUL-terminated). */
+/* The largest config document accepted, file or string. Real DeepSpeed
+ * configs are a few KiB; the limit is checked before anything is parsed, so
+ * a huge or endless input costs neither memory nor time. */
+#define ZC_CFG_MAX_BYTES ((size_t)16 << 20)
+#define ZC_CFG_MAX_BYTES_TEXT "16 MiB"
+
+/* Reads a whole regular file of at most ZC_CFG_MAX_BYTES (counted allocation
+ * of len + 1 bytes, NUL-terminated). A directory, FIFO, device or socket is
+ * refused by what it is, without reading from it (a FIFO is opened
+ * non-blocking, so no writer is waited for). */
 zc_status zc__cfg_read_file(const char *path, char **text, size_t *len);
+
+/* The zc_program_values field that resolves key_path's "auto" ("lr",
+ * "micro_batch_per_gpu", ...), or NULL. */
+const char *zc__cfg_program_field(const char *key_path);
 
 /* Swap the contents of two configs (used to commit a validated copy). */
 void zc__config_swap(zc_config *a, zc_config *b);
