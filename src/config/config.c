@@ -188,24 +188,6 @@ ZC_API zc_status zc_config_get(const zc_config *cfg, const char *dotted_key, cha
     return ZC_OK;
 }
 
-ZC_API zc_status zc_config_set_program_values(zc_config *cfg, const zc_program_values *values)
-{
-    zc__error_clear();
-    if (!cfg || !values)
-        return ZC_ERR(ZC_ERR_INVALID_ARG, "zc_config_set_program_values: NULL argument");
-    if (values->size < sizeof(zc_program_values))
-        return ZC_ERR(ZC_ERR_INVALID_ARG,
-                      "zc_config_set_program_values: values->size %zu < %zu; start from "
-                      "ZC_PROGRAM_VALUES_INIT",
-                      values->size, sizeof(zc_program_values));
-    if (values->dtype >= ZC_DTYPE__COUNT)
-        return ZC_ERR(ZC_ERR_INVALID_ARG, "zc_config_set_program_values: dtype %d is unknown",
-                      values->dtype);
-    cfg->program = *values;
-    cfg->program.size = sizeof(zc_program_values);
-    return ZC_OK;
-}
-
 ZC_API zc_status zc_config_resolve(zc_config *cfg, int world)
 {
     zc__error_clear();
