@@ -73,6 +73,11 @@ zc_status zc__cfg_apply_key(zc_config *cfg, const char *dotted, const json_t *v,
  * allgather_bucket_size, scheduler parameters vs type, ...). */
 void zc__cfg_semantic(const zc_config *cfg, unsigned flags, zc_cfg_diag *d);
 
+/* What this build's engine refuses in a configuration that is otherwise
+ * valid (offload today): one error per refused block. `zeroc config check`
+ * runs it so its verdict is the engine's. */
+void zc__cfg_engine_support(const zc_config *cfg, zc_cfg_diag *d);
+
 /* "auto" from program values, then DeepSpeed's batch rules for `world`
  * ranks (0 = unknown: the product check is skipped). With preview set,
  * "auto" keys that only the program can resolve are warnings, not errors

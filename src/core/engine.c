@@ -203,13 +203,8 @@ ZC_API zc_status zc_engine_create(zc_engine **out, const zc_config *cfg, zc_comm
     if (!policy_for(stage))
         return ZC_ERR(ZC_ERR_CONFIG, "zero_optimization.stage is %d; it must be 0, 1, 2 or 3",
                       stage);
-    if (cfg->zero.offload_optimizer.device != ZC_OFFLOAD_NONE ||
-        cfg->zero.offload_param.device != ZC_OFFLOAD_NONE)
-        return ZC_ERR(ZC_ERR_UNSUPPORTED,
-                      "zero_optimization.offload_%s is set, but this engine does not offload "
-                      "yet; remove the offload block",
-                      cfg->zero.offload_optimizer.device != ZC_OFFLOAD_NONE ? "optimizer"
-                                                                           : "param");
+    /* The rule lives in src/config so `zeroc config check` gives the same verdict. */
+    ZC_CHECK(zc__config_engine_check(cfg));
     zc__log_set_rank(rank);
 
     zc_status rc = ZC_OK;
