@@ -266,7 +266,10 @@ ZC_API zc_param *zc_param_add(zc_engine *eng, const char *name, const int64_t *s
 ZC_API zc_status zc_chunk_boundary(zc_engine *eng);
 
 /* Partitions the parameters into chunks and shards and allocates every buffer
- * this rank needs. Collective: every rank calls it. ZC_ERR_NO_MEMORY says how
+ * this rank needs, including the transient gradient, gather and staging
+ * buffers (a pool sized from the chunks, the bucket and
+ * stage3_max_live_parameters), so that no later call allocates between two
+ * collectives. Collective: every rank calls it. ZC_ERR_NO_MEMORY says how
  * much was asked for and for what. After a failed build the engine can only be
  * destroyed. */
 ZC_API zc_status zc_engine_build(zc_engine *eng);
@@ -295,7 +298,10 @@ ZC_API zc_status zc_param_release(zc_engine *eng, zc_param *p, void *stream);
 
 /* A buffer of numel elements in the parameter's working dtype, zeroed at the
  * start of each micro-step, that the backward pass writes or accumulates into.
- * Returns NULL for an unknown parameter. */
+ * Returns NULL for an unknown parameter. In stages 2 and 3 the buffer is one of
+ * two chunk buffers reserved at build: writing the gradients of a third chunk
+ * before the first two are complete (every parameter made ready) returns NULL
+ * with ZC_ERR_NO_MEMORY, on every rank alike. */
 ZC_API void *zc_grad_buffer(zc_engine *eng, zc_param *p);
 
 /* Hands the gradient back for this micro-step. When every parameter of a chunk
@@ -329,7 +335,12 @@ typedef struct zc_step_info {
  * earlier ones end with zc_micro_step_end (ZC_ERR_INVALID_STATE otherwise).
  * A failed collective (ZC_ERR_COMM: timeout, mismatch, abort) here or in any
  * other call leaves the ranks at different points, so from then on every call
- * on this engine returns ZC_ERR_COMM: destroy it and its communicator. */
+ * on this engine returns ZC_ERR_COMM: destroy it and its communicator.
+ * Rank-local work that fails once the update has begun (Adam on some shards)
+ * is agreed with the other ranks: every rank returns the same status and
+ * message naming the failed rank, and the engine is broken on every rank
+ * (later calls return that status and reason), so a step is never applied
+ * twice. A failure before the update changes nothing. */
 ZC_API zc_status zc_step(zc_engine *eng, zc_step_info *info);
 
 /* Current loss scale (1 without fp16). The loss must be multiplied by it
@@ -342,8 +353,10 @@ typedef enum zc_mem_category {
     ZC_MEM_GRADS,      /* gradient accumulators and shards */
     ZC_MEM_MASTER,     /* fp32 master weights */
     ZC_MEM_ADAM,       /* Adam m and v */
-    ZC_MEM_BUFFERS,    /* transient chunk, bucket and gather buffers */
+    ZC_MEM_BUFFERS,    /* transient chunk, bucket and gather buffers in use */
     ZC_MEM_OTHER,      /* bookkeeping */
+    ZC_MEM_RESERVED,   /* buffer pool reserved by zc_engine_build and idle now
+                          (a pool slot in use counts under ZC_MEM_BUFFERS) */
     ZC_MEM__COUNT
 } zc_mem_category;
 

@@ -60,8 +60,8 @@ void zc__chunk_free(zc_engine *e, zc_chunk *c)
     zc__eng_free(e, ZC_MEM_GRADS, &p, (size_t)c->padded * e->pesz);
     p = c->acc;
     zc__eng_free(e, ZC_MEM_GRADS, &p, acc_elems(e, c) * sizeof(float));
-    zc__eng_free(e, ZC_MEM_BUFFERS, &c->gbuf, (size_t)c->padded * e->pesz);
-    zc__eng_free(e, ZC_MEM_BUFFERS, &c->gather, (size_t)c->padded * e->pesz);
+    zc__bufpool_put(&e->pool_grad, &c->gbuf);
+    zc__bufpool_put(&e->pool_gather, &c->gather);
     c->param = c->grad = NULL;
     c->master = c->m = c->v = c->acc = NULL;
 }

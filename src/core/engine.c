@@ -21,10 +21,10 @@ zc_status zc__eng_enter(const zc_engine *e, const char *fn, bool need_built)
         return ZC_ERR(ZC_ERR_INVALID_STATE,
                       "%s: zc_engine_build failed on this engine; it can only be destroyed", fn);
     if (e->state == ZC_ENG_BROKEN)
-        return ZC_ERR(ZC_ERR_COMM,
-                      "%s: an earlier collective failed on this engine, so the ranks may no "
-                      "longer agree on gradients or parameters; destroy the engine and its "
-                      "communicator (first failure: %s)",
+        return ZC_ERR(e->broken_rc,
+                      "%s: this engine is broken, so the ranks may no longer agree on "
+                      "gradients or parameters; destroy the engine and its communicator "
+                      "(first failure: %s)",
                       fn, e->broken_msg);
     if (need_built && e->state != ZC_ENG_BUILT)
         return ZC_ERR(ZC_ERR_INVALID_STATE, "%s: call zc_engine_build first", fn);
@@ -37,11 +37,18 @@ zc_status zc__eng_enter(const zc_engine *e, const char *fn, bool need_built)
  * after ncclCommAbort). Argument errors, identical on every rank, do not. */
 static zc_status coll_failed(zc_engine *e, zc_status rc)
 {
-    if ((rc == ZC_ERR_COMM || rc == ZC_ERR_DEVICE) && e->state == ZC_ENG_BUILT) {
-        snprintf(e->broken_msg, sizeof e->broken_msg, "%s", zc_last_error());
-        e->state = ZC_ENG_BROKEN;
-    }
+    if (rc == ZC_ERR_COMM || rc == ZC_ERR_DEVICE)
+        zc__eng_break(e, rc, zc_last_error());
     return rc;
+}
+
+void zc__eng_break(zc_engine *e, zc_status rc, const char *why)
+{
+    if (e->state != ZC_ENG_BUILT)
+        return; /* keep the first reason */
+    snprintf(e->broken_msg, sizeof e->broken_msg, "%s", why);
+    e->broken_rc = rc;
+    e->state = ZC_ENG_BROKEN;
 }
 
 zc_status zc__eng_check_param(const zc_engine *e, const zc_param *p, const char *fn)
@@ -103,6 +110,12 @@ zc_status zc__eng_alloc(zc_engine *e, zc_mem_category cat, size_t bytes, const c
     *out = NULL;
     if (bytes == 0)
         return ZC_OK;
+    int64_t nth = 0;
+    if (e->state == ZC_ENG_BUILT && zc__faults_hit(&e->faults, ZC_FAULT_ALLOC, &nth))
+        return ZC_ERR(ZC_ERR_NO_MEMORY,
+                      "%s: injected failure of allocation %lld after zc_engine_build on rank %d "
+                      "(ZC_FAULTS), %zu bytes",
+                      what, (long long)nth, e->rank, bytes);
     return e->dev->ops->alloc(e->dev, &e->acct, cat, bytes, what, out);
 }
 
@@ -220,6 +233,18 @@ ZC_API zc_status zc_engine_create(zc_engine **out, const zc_config *cfg, zc_comm
     e->stage = stage;
     e->pol = policy_for(stage);
 
+    /* Read once here: every rank parses the same text, so a malformed value
+     * fails create on every rank alike. */
+    const char *faults = getenv("ZC_FAULTS");
+    ZC_CHECK_GOTO(zc__faults_parse(faults, rank, world, &e->faults), rc, fail);
+    if (faults && *faults) {
+        if (rank == 0)
+            ZC_LOGW("core", "ZC_FAULTS=%s: fault injection is on", faults);
+        for (int i = 0; i < e->faults.n; i++)
+            ZC_LOGW("core", "ZC_FAULTS: allocation %lld after zc_engine_build will fail on "
+                            "this rank",
+                    (long long)e->faults.at[i]);
+    }
     ZC_CHECK_GOTO(zc__config_clone(cfg, &e->cfg), rc, fail);
     ZC_CHECK_GOTO(resolve_gas(e->cfg, world, &e->gas), rc, fail);
     ZC_CHECK_GOTO(pick_dtype(e, opts), rc, fail);
@@ -228,6 +253,10 @@ ZC_API zc_status zc_engine_create(zc_engine **out, const zc_config *cfg, zc_comm
     int index = opts && OPT_HAS(opts, device_index) ? opts->device_index : -1;
     ZC_CHECK_GOTO(zc__device_open(kind, index, &e->dev), rc, fail);
     ZC_CHECK_GOTO(comm->ops->bind_device(comm, e->dev), rc, fail);
+    /* Empty until zc_engine_build sizes them (reserve.c). */
+    zc__bufpool_init(&e->pool_grad, "chunk gradient buffers", ZC_MEM_BUFFERS, e->dev, &e->acct);
+    zc__bufpool_init(&e->pool_gather, "stage-3 gather buffers", ZC_MEM_BUFFERS, e->dev, &e->acct);
+    zc__bufpool_init(&e->pool_stage, "parameter load staging", ZC_MEM_BUFFERS, e->dev, &e->acct);
 
     e->bucket_option = opts && OPT_HAS(opts, bucket_elems) ? opts->bucket_elems : 0;
     if (e->cfg->communication_data_type >= 0 && e->cfg->communication_data_type != (int)e->pdt)
@@ -267,6 +296,8 @@ ZC_API void zc_engine_destroy(zc_engine *e)
         zc__z3_free_all(e);
     zc__partials_free(e);
     zc__layout_free(e);
+    /* After the chunks: they return their pool slots first. */
+    zc__reserve_free(e);
     for (int i = 0; i < e->nparams; i++) {
         zc_param *p = e->params[i];
         zc__host_free(&e->acct, ZC_MEM_OTHER, p->name, p->name_bytes);
@@ -275,7 +306,6 @@ ZC_API void zc_engine_destroy(zc_engine *e)
     }
     zc__host_free(&e->acct, ZC_MEM_OTHER, e->params, (size_t)e->params_cap * sizeof *e->params);
     zc__host_free(&e->acct, ZC_MEM_OTHER, e->groups, (size_t)e->groups_cap * sizeof *e->groups);
-    zc__host_free(&e->acct, ZC_MEM_OTHER, e->trace.order, (size_t)e->trace.cap * sizeof(int));
     zc_config_destroy(e->cfg);
     if (e->dev)
         e->dev->ops->destroy(e->dev);

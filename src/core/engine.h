@@ -29,7 +29,9 @@
 #include "comm/comm.h"
 #include "config/config.h"
 #include "core/alloc.h"
+#include "core/bufpool.h"
 #include "core/error.h"
+#include "core/faults.h"
 #include "core/log.h"
 #include "core/loss_scaler.h"
 #include "device/device.h"
@@ -47,6 +49,15 @@
  * those bounded while collectives stay large. zc_engine_options.bucket_elems
  * overrides it. */
 #define ZC_CHUNK_CAP_ELEMS ((int64_t)1 << 24)
+/* Stage 2/3 transient gradient buffers reserved at build: two, like
+ * DeepSpeed's pair of reduce buckets with overlap_comm, so one chunk's
+ * gradient can be written while the previous one is reduced. A backward
+ * pass that holds more chunks' gradient buffers at once gets
+ * ZC_ERR_NO_MEMORY from zc_grad_buffer on every rank alike. */
+#define ZC_GRAD_BUFFERS 2
+/* Bounds of the stage-3 acquire trace reserved at build (entries). */
+#define ZC_TRACE_MIN 64
+#define ZC_TRACE_MAX ((int64_t)1 << 22)
 
 typedef struct zc_stage_policy zc_stage_policy;
 
@@ -54,7 +65,9 @@ typedef enum zc_engine_state {
     ZC_ENG_CREATED = 0, /* registering groups and parameters */
     ZC_ENG_BUILT,       /* buffers allocated; training */
     ZC_ENG_FAILED,      /* build failed: only destroy is allowed */
-    ZC_ENG_BROKEN       /* a collective failed: ranks may disagree, only destroy */
+    ZC_ENG_BROKEN       /* a collective failed, or rank-local work between two
+                           collectives failed on some rank (agreed by every rank):
+                           ranks may disagree, only destroy */
 } zc_engine_state;
 
 struct zc_param {
@@ -124,12 +137,17 @@ typedef struct zc_trace {
     int64_t len, cap;
     int64_t pos;               /* next expected activation (complete mode) */
     int64_t pf_end;            /* trace entries [pos, pf_end) were considered for prefetch */
+    bool truncated;            /* more activations than cap were recorded: the trace
+                                  holds the first cap, and nothing is prefetched
+                                  beyond them */
 } zc_trace;
 
 struct zc_engine {
     uint32_t magic;
     zc_engine_state state;
-    char broken_msg[256];      /* first collective failure (state ZC_ENG_BROKEN) */
+    char broken_msg[512];      /* why it broke (state ZC_ENG_BROKEN) */
+    zc_status broken_rc;       /* the status that broke it; later calls return it */
+    zc_faults faults;          /* ZC_FAULTS items for this rank */
     zc_config *cfg;            /* own copy */
     zc_comm *comm;             /* borrowed */
     zc_device *dev;
@@ -175,6 +193,13 @@ struct zc_engine {
     /* Stage 3. */
     int64_t max_live, prefetch_elems, prefetched_elems;
     zc_trace trace;
+
+    /* Reserved at build (bufpool.h, reserve.c): stage 2/3 gradient buffers,
+     * stage 3 gather buffers, fp32 staging of zc_param_load and
+     * zc_param_gather_master. */
+    zc_bufpool pool_grad, pool_gather, pool_stage;
+    /* Status records of zc__eng_agree (agree.c). */
+    void *agree_host, *agree_send, *agree_recv;
 };
 
 /* A stage policy: what a stage keeps, reduces and gathers. The step pipeline
@@ -208,6 +233,10 @@ extern const zc_stage_policy zc__stage3_policy;
 /* Validates a public call's engine (and built state when need_built) and sets
  * the log rank of this thread. `fn` names the call in the message. */
 zc_status zc__eng_enter(const zc_engine *e, const char *fn, bool need_built);
+/* Marks a built engine broken with status rc and reason `why` (the first
+ * reason is kept). Only zc_engine_destroy is allowed afterwards; every other
+ * call returns rc and names the reason. */
+void zc__eng_break(zc_engine *e, zc_status rc, const char *why);
 /* Validates that p belongs to e. */
 zc_status zc__eng_check_param(const zc_engine *e, const zc_param *p, const char *fn);
 
@@ -219,6 +248,15 @@ zc_status zc__eng_reduce_scatter(zc_engine *e, const void *send, void *recv, siz
                                  zc_dtype dt, bool count_it);
 zc_status zc__eng_all_gather(zc_engine *e, const void *send, void *recv, size_t send_n,
                              zc_dtype dt, bool count_it);
+
+/* Agrees on the outcome of rank-local work before the next collective
+ * (agree.c). Collective: every rank calls it at the same point with its own
+ * status. Returns ZC_OK when every rank succeeded; otherwise every rank
+ * returns the status of the first failed rank with the same message
+ * ("<what> failed on rank R of W: <its message>") and its engine is broken. */
+zc_status zc__eng_agree(zc_engine *e, zc_status local, const char *what);
+zc_status zc__agree_alloc(zc_engine *e);
+void zc__agree_free(zc_engine *e);
 
 /* Device helpers. */
 zc_status zc__eng_alloc(zc_engine *e, zc_mem_category cat, size_t bytes, const char *what,
@@ -239,6 +277,10 @@ zc_status zc__layout_build(zc_engine *e);
 void zc__layout_free(zc_engine *e);
 /* Frees the norm-partial buffers (before zc__layout_free: sized by nchunks). */
 void zc__partials_free(zc_engine *e);
+/* Plans and reserves the buffer pools and the stage-3 trace from the layout
+ * and the configuration (reserve.c); zc__reserve_free releases them. */
+zc_status zc__reserve_build(zc_engine *e);
+void zc__reserve_free(zc_engine *e);
 
 /* ---- chunk_mem.c --------------------------------------------------------- */
 

@@ -75,13 +75,23 @@ zc_status zc__grads_reduce_full(zc_engine *e, zc_chunk *c, bool last_micro, bool
     return zc__eng_all_reduce(e, c->grad, n, e->pdt, true);
 }
 
+/* The chunk's transient gradient buffer, zeroed: this micro-step's zero
+ * gradient. It comes from the pool reserved at build, so taking it between
+ * two collectives never allocates: either it works, or every fitting slot is
+ * held by other chunks - which follows the call sequence, the same on every
+ * rank, so every rank gets the same error. */
 static zc_status ensure_gbuf(zc_engine *e, zc_chunk *c)
 {
     if (c->gbuf)
         return ZC_OK;
-    /* alloc zero-fills: a fresh buffer is this micro-step's zero gradient. */
-    return zc__eng_alloc(e, ZC_MEM_BUFFERS, (size_t)c->padded * e->pesz, "chunk gradient buffer",
-                         &c->gbuf);
+    zc_status rc = zc__bufpool_get(&e->pool_grad, (size_t)c->padded * e->pesz, true, e->stream,
+                                   &c->gbuf);
+    if (rc == ZC_ERR_NO_MEMORY)
+        zc__error_context("chunk %d's gradient buffer: zeroc reserves %d (ZC_GRAD_BUFFERS); "
+                          "make every gradient of a chunk ready before writing the gradients "
+                          "of more than that many other chunks",
+                          (int)(c - e->chunks), ZC_GRAD_BUFFERS);
+    return rc;
 }
 
 zc_status zc__grads_reduce_shard(zc_engine *e, zc_chunk *c)
@@ -92,7 +102,7 @@ zc_status zc__grads_reduce_shard(zc_engine *e, zc_chunk *c)
     void *own = zc__elem(c->gbuf, e->rank * c->shard, e->pesz);
     ZC_CHECK(zc__eng_reduce_scatter(e, c->gbuf, own, (size_t)c->shard, e->pdt, true));
     ZC_CHECK(d->ops->accumulate(d, c->acc, own, e->pdt, (size_t)c->shard, e->stream));
-    zc__eng_free(e, ZC_MEM_BUFFERS, &c->gbuf, (size_t)c->padded * e->pesz);
+    zc__bufpool_put(&e->pool_grad, &c->gbuf);
     return ZC_OK;
 }
 
@@ -114,7 +124,7 @@ zc_status zc__grads_reset(zc_engine *e)
         zc_chunk *c = &e->chunks[k];
         if (e->pol->sharded_grads) {
             ZC_CHECK(d->ops->memset0(d, c->acc, (size_t)c->shard * sizeof(float), e->stream));
-            zc__eng_free(e, ZC_MEM_BUFFERS, &c->gbuf, (size_t)c->padded * e->pesz);
+            zc__bufpool_put(&e->pool_grad, &c->gbuf);
         } else {
             ZC_CHECK(d->ops->memset0(d, c->grad, (size_t)c->padded * e->pesz, e->stream));
             if (c->acc)

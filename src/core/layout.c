@@ -250,6 +250,7 @@ ZC_API zc_status zc_engine_build(zc_engine *e)
     ZC_CHECK_GOTO(check_ranks_agree(e), rc, fail);
     for (int k = 0; k < e->nchunks; k++)
         ZC_CHECK_GOTO(e->pol->alloc_chunk(e, &e->chunks[k]), rc, fail);
+    ZC_CHECK_GOTO(zc__reserve_build(e), rc, fail);
     if (e->stage == 3)
         mark_persistent(e);
     e->state = ZC_ENG_BUILT;

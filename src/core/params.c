@@ -33,7 +33,10 @@ ZC_API zc_status zc_param_load(zc_engine *e, zc_param *p, const float *values)
     const size_t bytes = (size_t)p->numel * sizeof(float);
     void *tmp = NULL;
     zc_status rc = ZC_OK;
-    ZC_CHECK(zc__eng_alloc(e, ZC_MEM_BUFFERS, bytes, "parameter load staging", &tmp));
+    /* Not a collective, so a failure here could not be agreed with the other
+     * ranks: the staging slot is reserved at build (one chunk of fp32,
+     * shared with zc_param_gather_master). */
+    ZC_CHECK(zc__bufpool_get(&e->pool_stage, bytes, false, e->stream, &tmp));
     ZC_CHECK_GOTO(d->ops->copy(d, tmp, values, bytes, ZC_COPY_H2D, e->stream), rc, out);
 
     int64_t a = p->offset, b = p->offset + p->numel;
@@ -67,7 +70,7 @@ ZC_API zc_status zc_param_load(zc_engine *e, zc_param *p, const float *values)
     }
     rc = d->ops->stream_sync(d, e->stream);
 out:
-    zc__eng_free(e, ZC_MEM_BUFFERS, &tmp, bytes);
+    zc__bufpool_put(&e->pool_stage, &tmp);
     return rc;
 }
 
@@ -85,11 +88,14 @@ ZC_API zc_status zc_param_gather_master(zc_engine *e, zc_param *p, float *out_va
                               e->stream));
         return d->ops->stream_sync(d, e->stream);
     }
-    /* Not part of a training step: the gather is not counted in the stats. */
+    /* Not part of a training step: the gather is not counted in the stats.
+     * The buffer is the fp32 staging slot reserved at build (one chunk of
+     * fp32, shared with zc_param_load: the two never overlap on a rank), so
+     * no rank can fail here alone before the all-gather. */
     const size_t full = (size_t)c->padded * sizeof(float);
     void *tmp = NULL;
     zc_status rc = ZC_OK;
-    ZC_CHECK(zc__eng_alloc(e, ZC_MEM_BUFFERS, full, "master gather buffer", &tmp));
+    ZC_CHECK(zc__bufpool_get(&e->pool_stage, full, false, e->stream, &tmp));
     ZC_CHECK_GOTO(zc__eng_all_gather(e, c->master, tmp, (size_t)c->shard, ZC_DTYPE_F32, false),
                   rc, out);
     ZC_CHECK_GOTO(d->ops->copy(d, out_values, (const float *)tmp + p->offset, bytes, ZC_COPY_D2H,
@@ -97,7 +103,7 @@ ZC_API zc_status zc_param_gather_master(zc_engine *e, zc_param *p, float *out_va
                   rc, out);
     rc = d->ops->stream_sync(d, e->stream);
 out:
-    zc__eng_free(e, ZC_MEM_BUFFERS, &tmp, full);
+    zc__bufpool_put(&e->pool_stage, &tmp);
     if (rc != ZC_OK)
         zc__error_context("zc_param_gather_master('%s')", p->name);
     return rc;

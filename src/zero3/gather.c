@@ -5,7 +5,9 @@
  * persistent, or prefetched ahead of its next use); live_elems sums their
  * padded sizes. No gather ever makes live_elems exceed max_live_parameters:
  * a demand gather first evicts idle prefetched chunks and otherwise fails
- * with ZC_ERR_NO_MEMORY; a prefetch that does not fit is not issued.
+ * with ZC_ERR_NO_MEMORY; a prefetch that does not fit is not issued. Gather
+ * buffers come from a pool reserved at build for that bound, so no gather
+ * allocates (a failure on one rank alone would split the collectives).
  *
  * Trace. An activation is an acquire that takes a chunk from 0 to 1
  * outstanding acquires. The first step records the activation sequence over
@@ -30,14 +32,17 @@ static size_t gather_bytes(const zc_engine *e, const zc_chunk *c)
     return (size_t)c->padded * e->pesz;
 }
 
+/* The gather buffer comes from the pool reserved at build for the live
+ * bound (core/reserve.c), so a gather that fits max_live always finds one
+ * and no rank can fail here alone; running out would be a sizing bug, and
+ * even then it is the same on every rank. */
 static zc_status gather_chunk(zc_engine *e, int k)
 {
     zc_chunk *c = &e->chunks[k];
-    ZC_CHECK(zc__eng_alloc(e, ZC_MEM_BUFFERS, gather_bytes(e, c), "stage-3 gather buffer",
-                           &c->gather));
+    ZC_CHECK(zc__bufpool_get(&e->pool_gather, gather_bytes(e, c), false, e->stream, &c->gather));
     zc_status rc = zc__eng_all_gather(e, c->param, c->gather, (size_t)c->shard, e->pdt, true);
     if (rc != ZC_OK) {
-        zc__eng_free(e, ZC_MEM_BUFFERS, &c->gather, gather_bytes(e, c));
+        zc__bufpool_put(&e->pool_gather, &c->gather);
         zc__error_context("stage 3: gathering chunk %d (%lld elements)", k, (long long)c->padded);
         return rc;
     }
@@ -53,7 +58,7 @@ static void drop_chunk(zc_engine *e, zc_chunk *c)
 {
     if (!c->gather)
         return;
-    zc__eng_free(e, ZC_MEM_BUFFERS, &c->gather, gather_bytes(e, c));
+    zc__bufpool_put(&e->pool_gather, &c->gather);
     e->live_elems -= c->padded;
     if (c->prefetched) {
         c->prefetched = false;
@@ -89,28 +94,11 @@ static bool make_room(zc_engine *e, int64_t need)
     return e->live_elems + need <= e->max_live;
 }
 
-/* Makes room for one more trace entry. An activation appends at most one
- * entry (at len, or at pos <= len after a mismatch), so reserving before the
- * gather leaves nothing fallible after it: a failed acquire changes neither
- * the trace nor the gather statistics. */
-static zc_status trace_reserve(zc_engine *e)
-{
-    zc_trace *t = &e->trace;
-    if (t->len < t->cap)
-        return ZC_OK;
-    int64_t ncap = t->cap ? t->cap * 2 : 64;
-    void *n = NULL;
-    ZC_CHECK(zc__host_alloc(&e->acct, ZC_MEM_OTHER, (size_t)ncap * sizeof(int), "stage-3 trace",
-                            &n));
-    if (t->order)
-        memcpy(n, t->order, (size_t)t->len * sizeof(int));
-    zc__host_free(&e->acct, ZC_MEM_OTHER, t->order, (size_t)t->cap * sizeof(int));
-    t->order = n;
-    t->cap = ncap;
-    return ZC_OK;
-}
-
-/* Records or checks one activation; trace_reserve() has made room. */
+/* Records or checks one activation. The trace's capacity is reserved at
+ * build (core/reserve.c), so recording never allocates between collectives:
+ * past the capacity the activation is not recorded and the trace is marked
+ * truncated - the same on every rank, since every rank activates the same
+ * chunks in the same order - and prefetch stops where the record ends. */
 static void trace_activate(zc_engine *e, const zc_param *p)
 {
     zc_trace *t = &e->trace;
@@ -118,6 +106,10 @@ static void trace_activate(zc_engine *e, const zc_param *p)
     if (t->mode == ZC_TRACE_COMPLETE) {
         if (t->pos < t->len && t->order[t->pos] == k) {
             t->pos++;
+            return;
+        }
+        if (t->pos >= t->len && t->truncated) {
+            t->pos++; /* beyond the recorded prefix: nothing to check or prefetch */
             return;
         }
         e->invalidations++;
@@ -135,8 +127,17 @@ static void trace_activate(zc_engine *e, const zc_param *p)
         t->len = t->pos;
         t->mode = ZC_TRACE_RECORD;
         t->pf_end = t->pos;
+        t->truncated = false;
     }
-    t->order[t->len++] = k;
+    if (t->len < t->cap) {
+        t->order[t->len++] = k;
+    } else if (!t->truncated) {
+        t->truncated = true;
+        ZC_LOGI("zero3",
+                "step %lld: more than %lld chunk activations in one step; prefetch covers "
+                "the first %lld",
+                (long long)e->steps, (long long)t->cap, (long long)t->cap);
+    }
 }
 
 /* A chunk freed on release may have been counted by the prefetch scan as
@@ -186,8 +187,6 @@ zc_status zc__z3_acquire(zc_engine *e, zc_param *p, void **out)
 {
     zc_chunk *c = &e->chunks[p->chunk];
     const bool activation = c->acq == 0;
-    if (activation)
-        ZC_CHECK(trace_reserve(e));
     if (!c->gather) {
         if (!make_room(e, c->padded))
             return ZC_ERR(ZC_ERR_NO_MEMORY,
@@ -206,11 +205,19 @@ zc_status zc__z3_acquire(zc_engine *e, zc_param *p, void **out)
     }
     c->acq++;
     *out = zc__elem(c->gather, p->offset, e->pesz);
-    /* The acquired data is valid whatever happens to the prefetch: a failed
-     * prefetch is reported, not turned into a failed acquire (a broken
-     * communicator fails the next collective anyway). */
-    if (activation && prefetch(e) != ZC_OK)
-        ZC_LOGW("zero3", "prefetch after acquiring '%s' failed: %s", p->name, zc_last_error());
+    /* A prefetch is a gather, a collective: a rank that skipped it would
+     * issue different collectives than the others from here on. Its buffer
+     * cannot fail (reserved), so what can fail is the all-gather itself,
+     * which breaks the engine; the acquire reports it rather than going on. */
+    if (activation) {
+        zc_status rc = prefetch(e);
+        if (rc != ZC_OK) {
+            zc__eng_break(e, rc, zc_last_error());
+            zc__error_context("zc_param_acquire('%s'): prefetching after chunk %d", p->name,
+                              p->chunk);
+            return rc;
+        }
+    }
     return ZC_OK;
 }
 
@@ -230,13 +237,15 @@ zc_status zc__z3_release(zc_engine *e, zc_param *p)
 zc_status zc__z3_step_end(zc_engine *e, bool updated)
 {
     zc_trace *t = &e->trace;
-    if (t->mode == ZC_TRACE_COMPLETE && t->pos != t->len) {
+    const bool cut = t->truncated && t->pos >= t->len; /* truncated record, all of it seen */
+    if (t->mode == ZC_TRACE_COMPLETE && t->pos != t->len && !cut) {
         e->invalidations++;
         ZC_LOGW("zero3",
                 "step %lld: %lld chunk acquires where the trace recorded %lld; re-recording "
                 "the trace",
                 (long long)e->steps, (long long)t->pos, (long long)t->len);
-        t->len = t->pos;
+        t->len = t->pos < t->cap ? t->pos : t->cap;
+        t->truncated = t->pos > t->cap;
     }
     t->mode = ZC_TRACE_COMPLETE;
     t->pos = 0;
