@@ -12,13 +12,17 @@
  *      in fp64 cannot overflow), so this is the same decision as an inf/nan
  *      scan agreed by all-reduce MAX, and it is identical on every rank by
  *      construction;
- *   4. the loss scaler is updated (skip on overflow: gradients dropped, no
- *      parameter, moment or scheduler change; global steps still count);
+ *   4. on overflow the loss scaler is updated and the step skipped
+ *      (gradients dropped, no parameter, moment or scheduler change; global
+ *      steps still count);
  *   5. grad_scale = (1 / (world * K) averaging, less what prescaling and
  *      the stage 0/1 window division already applied: zc__grad_avg) / (loss_scale * clip), clip = (norm + 1e-6) / max_norm when
  *      > 1 (DeepSpeed's ((scaled_norm / scale) + 1e-6) / clip with the
  *      unscaled norm), rounded once to float; one fused Adam pass per
- *      segment of the shards this rank owns;
+ *      segment of the shards this rank owns; its outcome (and the gradient
+ *      reset's) is agreed across ranks (zc__eng_agree): a failure on any
+ *      rank breaks the engine on every rank, so a part-applied step is never
+ *      run again; then the loss scaler advances;
  *   6. the stage publishes the updated working parameters.
  *
  * Communication of the norm partials (world * chunks fp64 values) is not
@@ -192,18 +196,20 @@ ZC_API zc_status zc_step(zc_engine *e, zc_step_info *info)
         *info = (zc_step_info){.step = e->steps, .skipped = overflow, .grad_norm = norm,
                                .loss_scale = ls, .lr = lr};
 
-    zc_status rc = zc__scaler_update(&e->scaler, overflow);
-    if (rc != ZC_OK) {
-        /* Overflow at the minimum scale: drop the window's gradients so the
-         * engine stays usable, change nothing else, and report. */
-        if (zc__grads_reset(e) == ZC_OK)
-            (void)e->pol->publish(e, false);
-        snapshot_stats(e);
-        zc__error_context("zc_step (rank %d)", e->rank);
-        return rc;
-    }
-
     if (overflow) {
+        /* Identical on every rank (the norm carries the same bits), so the
+         * scaler decides the same everywhere, and nothing else has changed
+         * yet when it refuses. */
+        zc_status rc = zc__scaler_update(&e->scaler, true);
+        if (rc != ZC_OK) {
+            /* Overflow at the minimum scale: drop the window's gradients so
+             * the engine stays usable, change nothing else, and report. */
+            if (zc__grads_reset(e) == ZC_OK)
+                (void)e->pol->publish(e, false);
+            snapshot_stats(e);
+            zc__error_context("zc_step");
+            return rc;
+        }
         ZC_LOGI("core", "step %lld: gradient overflow, step skipped (loss scale %g -> %g)",
                 (long long)e->steps, ls, e->scaler.scale);
         e->skipped++;
@@ -215,12 +221,26 @@ ZC_API zc_status zc_step(zc_engine *e, zc_step_info *info)
                 clip = c;
         }
         const float grad_scale = (float)(avg / (ls * clip));
-        ZC_CHECK(run_adam(e, grad_scale, lr, beta1, beta2));
+        /* The first state change: Adam writes master, moments and params
+         * shard by shard, so a failure part-way leaves some updated. Nothing
+         * may then run the step again (it would apply the update twice),
+         * and the other ranks, whose Adam worked, must not go on into the
+         * publish collectives alone: the outcome is agreed first, and any
+         * failure breaks the engine on every rank with one message. The
+         * gradient reset is rank-local work of the same kind, so it is
+         * agreed together with Adam. The scaler and the counters advance
+         * only after that, so a failed step never moves them. */
+        zc_status rc = run_adam(e, grad_scale, lr, beta1, beta2);
+        if (rc == ZC_OK)
+            rc = zc__grads_reset(e);
+        ZC_CHECK(zc__eng_agree(e, rc, "zc_step: the optimizer update"));
+        ZC_CHECK(zc__scaler_update(&e->scaler, false)); /* cannot fail without overflow */
         e->adam_steps++;
         ZC_LOGD("core", "step %lld: norm %g clip %g lr %g", (long long)e->steps, norm, clip, lr);
     }
     e->steps++;
-    ZC_CHECK(zc__grads_reset(e));
+    if (overflow)
+        ZC_CHECK(zc__grads_reset(e));
     ZC_CHECK(e->pol->publish(e, !overflow));
     snapshot_stats(e);
     if (info)
