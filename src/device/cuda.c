@@ -243,9 +243,14 @@ static zc_status cu_fail_work(cuda_device *c, cudaError_t e, const char *file, i
             return cu_fail(cu_e_, __FILE__, __LINE__, (dev)->index, what); \
     } while (0)
 
+/* Every call starts here; in a context an earlier fault broke, this is
+ * usually where the fault shows, so it gets the enqueue-time explanation. */
 static zc_status use(zc_device *d)
 {
-    CU(d, cudaSetDevice(d->index), "cudaSetDevice");
+    cudaError_t e = cudaSetDevice(d->index);
+    if (e != cudaSuccess)
+        return cu_fail_work((cuda_device *)d, e, __FILE__, __LINE__, "cudaSetDevice", NULL,
+                            AT_ENQUEUE);
     return ZC_OK;
 }
 

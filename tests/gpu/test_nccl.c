@@ -80,6 +80,49 @@ Test(gpu_nccl, one_rank_collectives_on_the_callers_stream)
     t_assert_no_leaks();
 }
 
+/* srun --gpus-per-task=1: each task sees one GPU (CUDA_VISIBLE_DEVICES) while
+ * SLURM_LOCALID counts the node's tasks, and there is no LOCAL_RANK. The
+ * communicator and device_index -1 must pick the same GPU - the device
+ * backend used to wrap the local id and NCCL to refuse it. CUDA is not yet
+ * initialised in this test's process, so CUDA_VISIBLE_DEVICES still applies. */
+Test(gpu_nccl, srun_task_with_its_own_gpu_binds_the_same_device)
+{
+    static const char *const vars[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK",
+                                       "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE",
+                                       "MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE",
+                                       "NCCL_COMM_ID", "MASTER_ADDR", "MASTER_PORT", NULL};
+    for (int i = 0; vars[i]; i++)
+        unsetenv(vars[i]);
+    /* Keep the first GPU the runner already allows, alone. */
+    char first[64] = "0";
+    const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
+    if (cvd && *cvd) {
+        snprintf(first, sizeof first, "%s", cvd);
+        first[strcspn(first, ",")] = '\0';
+    }
+    setenv("CUDA_VISIBLE_DEVICES", first, 1);
+    setenv("SLURM_PROCID", "0", 1);
+    setenv("SLURM_NTASKS", "1", 1);
+    setenv("SLURM_LOCALID", "3", 1);
+    zc_device *d;
+    if (zc__device_open(ZC_DEVICE_CUDA, -1, &d) != ZC_OK)
+        cr_skip_test("no CUDA device: %s", zc_last_error());
+    cr_assert_eq(d->index, 0);
+    zc_comm *c;
+    cr_assert_eq(zc_comm_init_env(&c), ZC_OK, "%s", zc_last_error());
+    cr_assert_eq(c->local_rank, 3);
+    cr_assert_eq(c->ops->bind_device(c, d), ZC_OK, "%s", zc_last_error());
+    float *a = NULL;
+    cr_assert_eq(d->ops->alloc(d, NULL, ZC_MEM_BUFFERS, 64 * 4, "a", (void **)&a), ZC_OK);
+    cr_assert_eq(zc__all_reduce(c, a, a, 64, ZC_DTYPE_F32, ZC_RED_SUM, NULL), ZC_OK, "%s",
+                 zc_last_error());
+    cr_assert_eq(zc__barrier(c), ZC_OK, "%s", zc_last_error());
+    zc_comm_destroy(c);
+    d->ops->free(d, NULL, ZC_MEM_BUFFERS, a, 64 * 4);
+    d->ops->destroy(d);
+    t_assert_no_leaks();
+}
+
 /* Binding the host device is refused with a message saying what to do. */
 Test(gpu_nccl, host_buffers_are_refused)
 {
