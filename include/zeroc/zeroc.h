@@ -140,8 +140,10 @@ ZC_API zc_status zc_config_set_string(zc_config *cfg, const char *dotted_key, co
 #define ZC_CONFIG_LENIENT 0x1u /* unknown nested keys are warnings, not errors */
 
 /* Loads a DeepSpeed JSON file into a new configuration (defaults first, then
- * the file). On failure *out is NULL and zc_last_error() names the file, the
- * JSON path and what to change. The caller owns *out. */
+ * the file). The file must be a regular file of at most 16 MiB (a directory,
+ * FIFO or device is refused by what it is, without reading it). On failure
+ * *out is NULL and zc_last_error() names the file and every error that fits
+ * (JSON path, value, allowed range, what to change). The caller owns *out. */
 ZC_API zc_status zc_config_load(zc_config **out, const char *json_path);
 ZC_API zc_status zc_config_load_ex(zc_config **out, const char *json_path, unsigned flags);
 
@@ -150,8 +152,21 @@ ZC_API zc_status zc_config_load_string(zc_config **out, const char *json_text,
                                        const char *name, unsigned flags);
 
 /* Values the training program knows, used to resolve "auto" the way the
- * Hugging Face integration does. Unset fields stay at the sentinel of
- * ZC_PROGRAM_VALUES_INIT (negative numbers, dtype -1). */
+ * Hugging Face Trainer does for a DeepSpeed template such as
+ * examples/ds_config_zero2.json. Start from ZC_PROGRAM_VALUES_INIT (every
+ * field "not given": negative numbers, dtype -1), set what the program knows,
+ * pass it with zc_config_set_program_values, then zc_engine_create:
+ *
+ *     zc_program_values pv = ZC_PROGRAM_VALUES_INIT;
+ *     pv.micro_batch_per_gpu = 4;   // train_micro_batch_size_per_gpu: "auto"
+ *     pv.total_num_steps = 1000;    // scheduler.params.total_num_steps: "auto"
+ *     zc_config_set_program_values(cfg, &pv);
+ *
+ * The batch keys and a decaying schedule's total_num_steps must be resolved;
+ * zc_engine_create otherwise fails with one message naming every such key
+ * and the field that resolves it (`zeroc config check` lists them as
+ * "program_must_provide"). Other "auto" keys fall back to DeepSpeed's
+ * defaults. */
 typedef struct zc_program_values {
     size_t size;                 /* sizeof(zc_program_values) */
     int64_t micro_batch_per_gpu; /* per_device_train_batch_size */
@@ -168,7 +183,10 @@ typedef struct zc_program_values {
       -1.0, -1 }
 
 /* Records what the program knows; "auto" keys are resolved from it when the
- * engine is built (and by zc_config_resolve). Copies *values. */
+ * engine is created (and by zc_config_resolve). Copies *values. Each given
+ * field must be finite and inside the range of the key it fills (nan is an
+ * error, not "not given"); otherwise returns ZC_ERR_INVALID_ARG naming every
+ * bad field, and records nothing. */
 ZC_API zc_status zc_config_set_program_values(zc_config *cfg, const zc_program_values *values);
 
 /* Resolves the batch keys for a data-parallel world of `world` ranks with
