@@ -298,16 +298,27 @@ zc_status zc__config_resolve_model_auto(zc_config *cfg, int64_t hidden_size)
             zc__cfg_set_origin(cfg, k, ZC_ORIGIN_AUTO, "stage < 3: DeepSpeed default (unused)");
             continue;
         }
+        /* h <= 3037000499 above, so H^2 and 10 H fit int64; the key's range
+         * (2^50 elements) is the real bound, and a model past it is refused
+         * rather than given a bucket the rest of the engine cannot size. */
+        bool ok;
         if (!strcmp(kk->path, "zero_optimization.reduce_bucket_size")) {
-            v = h * h;
+            ok = !__builtin_mul_overflow(h, h, &v);
             snprintf(by, sizeof by, "model: H^2 with H = %lld", (long long)h);
         } else if (!strcmp(kk->path, "zero_optimization.stage3_prefetch_bucket_size")) {
-            v = (int64_t)(0.9 * (double)h * (double)h);
+            ok = !__builtin_mul_overflow(h, h, &v);
+            v = (int64_t)(0.9 * (double)v);
             snprintf(by, sizeof by, "model: 0.9 H^2 with H = %lld", (long long)h);
         } else {
-            v = 10 * h;
+            ok = !__builtin_mul_overflow(h, (int64_t)10, &v);
             snprintf(by, sizeof by, "model: 10 H with H = %lld", (long long)h);
         }
+        if (!ok || v < kk->imin || v > kk->imax)
+            return ZC_ERR(ZC_ERR_CONFIG,
+                          "%s: \"auto\" would be %s = %lld, out of range [%lld, %lld]; write a "
+                          "number for it",
+                          kk->path, by + 7, (long long)v, (long long)kk->imin,
+                          (long long)kk->imax);
         set_i64(cfg, k, v, by);
         ZC_LOGI("config", "%s: \"auto\" = %lld (%s)", kk->path, (long long)v, by);
     }
