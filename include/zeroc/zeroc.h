@@ -250,7 +250,13 @@ typedef enum zc_device_kind {
 typedef struct zc_engine_options {
     size_t size;            /* sizeof(zc_engine_options) */
     zc_device_kind device;  /* where parameters, gradients and kernels live */
-    int device_index;       /* CUDA device ordinal, -1 = LOCAL_RANK or 0 */
+    int device_index;       /* CUDA device ordinal; -1 = the launcher's local rank
+                               (LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_RANK,
+                               MPI_LOCALRANKID, MV2_COMM_WORLD_LOCAL_RANK,
+                               SLURM_LOCALID, first set; 0 when none), modulo
+                               the visible GPUs only under a per-task
+                               CUDA_VISIBLE_DEVICES - the GPU zc_comm_init_env
+                               binds NCCL to */
     int64_t bucket_elems;   /* chunk size in elements; <= 0 = reduce_bucket_size */
     zc_dtype param_dtype;   /* working precision; overrides fp16/bf16.enabled
                                when >= 0 (ZC_ENGINE_OPTIONS_INIT leaves -1) */

@@ -643,7 +643,7 @@ static zc_status nccl_bind_device(zc_comm *base, zc_device *dev)
     if (dev->mem_kind != ZC_MEMKIND_DEVICE || dev->index != c->device)
         return ZC_ERR(ZC_ERR_INVALID_ARG,
                       "nccl rank %d lives on cuda:%d but the engine's device is %s%d: use "
-                      "ZC_DEVICE_CUDA with device_index %d (or -1 for LOCAL_RANK)",
+                      "ZC_DEVICE_CUDA with device_index %d (or -1 for the launcher's local rank)",
                       base->rank, c->device, dev->ops->name,
                       dev->mem_kind == ZC_MEMKIND_DEVICE ? dev->index : 0, c->device);
     base->dev = dev;
