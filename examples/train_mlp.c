@@ -157,6 +157,13 @@ static opts parse_args(int argc, char **argv)
         for (size_t k = 0; k < sizeof bits / sizeof bits[0]; k++)
             if (!strcmp(a, bits[k].flag))
                 o.given |= bits[k].bit;
+        /* A file name that starts with '-' is almost always a forgotten
+         * value (`--dump-params --json` would write a file named --json). */
+        if ((!strcmp(a, "--config") || !strcmp(a, "--dump-params")) && v[0] == '-') {
+            fprintf(stderr, "train_mlp: %s needs a file name, got '%.200s' (a flag?); write "
+                    "./%.200s for a file of that name\n", a, v, v);
+            quit(2);
+        }
         if (!strcmp(a, "--config")) o.config_path = v;
         else if (!strcmp(a, "--stage")) o.stage = (int)parse_int(a, v, 0, 3);
         else if (!strcmp(a, "--world")) o.world = (int)parse_int(a, v, 1, 64);
