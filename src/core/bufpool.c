@@ -52,7 +52,8 @@ zc_status zc__bufpool_plan(zc_bufpool *bp, size_t bytes, int count)
     zc_bufpool_class *c = &bp->cls[i];
     size_t total = 0;
     if (count > INT32_MAX - c->count ||
-        __builtin_mul_overflow((size_t)(c->count + count), slot, &total))
+        __builtin_mul_overflow((size_t)(c->count + count), slot, &total) ||
+        total > SIZE_MAX - ZC_BUFPOOL_ALIGN)
         return ZC_ERR(ZC_ERR_NO_MEMORY, "%s: %d slots of %zu bytes overflow the address space",
                       bp->what, c->count + count, slot);
     c->count += count;
@@ -71,8 +72,11 @@ zc_status zc__bufpool_reserve(zc_bufpool *bp)
         ZC_CHECK(zc__host_alloc(acct, ZC_MEM_OTHER, (size_t)c->count, "buffer pool slot flags",
                                 &mem));
         c->used = mem;
-        ZC_CHECK(d->ops->alloc(d, acct, ZC_MEM_RESERVED, total, bp->what, &mem));
-        c->base = mem;
+        ZC_CHECK(d->ops->alloc(d, acct, ZC_MEM_RESERVED, total + ZC_BUFPOOL_ALIGN, bp->what,
+                               &mem));
+        c->raw = mem;
+        const uintptr_t a = ((uintptr_t)mem + ZC_BUFPOOL_ALIGN - 1) & ~(uintptr_t)(ZC_BUFPOOL_ALIGN - 1);
+        c->base = (char *)a;
         c->base_bytes = total;
     }
     return ZC_OK;
@@ -158,7 +162,8 @@ size_t zc__bufpool_bytes(const zc_bufpool *bp)
 {
     size_t n = 0;
     for (int i = 0; i < bp->ncls; i++)
-        n += bp->cls[i].base_bytes;
+        if (bp->cls[i].raw)
+            n += bp->cls[i].base_bytes + ZC_BUFPOOL_ALIGN;
     return n;
 }
 
@@ -172,7 +177,8 @@ void zc__bufpool_destroy(zc_bufpool *bp)
             for (int s = 0; s < c->count; s++)
                 if (c->used[s])
                     move_bytes(bp->acct, bp->cat, ZC_MEM_RESERVED, c->bytes);
-            bp->dev->ops->free(bp->dev, bp->acct, ZC_MEM_RESERVED, c->base, c->base_bytes);
+            bp->dev->ops->free(bp->dev, bp->acct, ZC_MEM_RESERVED, c->raw,
+                               c->base_bytes + ZC_BUFPOOL_ALIGN);
         }
         if (c->used)
             zc__host_free(bp->acct, ZC_MEM_OTHER, c->used, (size_t)c->count);

@@ -34,8 +34,10 @@
 typedef struct zc_bufpool_class {
     size_t bytes;   /* slot size, a multiple of ZC_BUFPOOL_ALIGN */
     int count;      /* slots */
-    char *base;     /* count * bytes, one allocation */
+    char *base;     /* count * bytes, ZC_BUFPOOL_ALIGN-aligned inside raw */
     size_t base_bytes;
+    void *raw;      /* the allocation: base_bytes + ZC_BUFPOOL_ALIGN bytes, since
+                       backends align less (host memory: 64 bytes) */
     uint8_t *used;  /* host flags, one per slot */
     int nused;
 } zc_bufpool_class;
@@ -76,7 +78,7 @@ void zc__bufpool_put(zc_bufpool *bp, void **p);
 
 /* Slots in use, over all classes. */
 int zc__bufpool_in_use(const zc_bufpool *bp);
-/* Bytes reserved, over all classes. */
+/* Bytes reserved, over all classes (with each class's alignment slack). */
 size_t zc__bufpool_bytes(const zc_bufpool *bp);
 
 /* Frees the pool's memory (slots still in use are reclaimed with it) and
