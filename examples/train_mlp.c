@@ -16,7 +16,12 @@
  * the SHA-256 of the fp32 master parameters (gathered, little-endian, in
  * registration order), the per-rank memory by category (max over ranks) and
  * the bytes each collective moved in the last step. For a given world size and
- * dtype (accumulation 1) the hash is the same for every ZeRO stage. */
+ * dtype (accumulation 1) the hash is the same for every ZeRO stage.
+ *
+ * The library reads ZC_FAULTS (docs/faults.md) to make chosen events fail on
+ * one rank. Any failed call - a malformed ZC_FAULTS, or an engine broken by a
+ * failure on any rank, which every rank then reports with the same message -
+ * is printed and ends the program with a non-zero status. */
 #include <errno.h>
 #include <float.h>
 #include <math.h>
