@@ -400,6 +400,9 @@ static volatile pid_t fio_child = -1;
  * before the run can be touched. */
 static char clean_dir[PATH_MAX], clean_file[PATH_MAX];
 static volatile sig_atomic_t clean_armed;
+/* The signals that remove them (SIGPIPE: a closed stdout kills the bench). */
+static const int clean_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE};
+#define NSIG_CLEAN ((int)(sizeof clean_signals / sizeof clean_signals[0]))
 
 /* Runs `bin args...` without a shell (no quoting to get wrong: a directory or
  * fio path holding quotes, spaces or $(...) is only ever a path), with
@@ -443,14 +446,34 @@ static int spawn_fio(const char *bin, char *const args[], const char *cwd, bool 
     if (hugetlb)
         env[k++] = "GLIBC_TUNABLES=glibc.malloc.hugetlb=1";
     pid_t pid;
+    /* The cleanup signals stay blocked from the spawn until fio_child is
+     * set, so the handler never misses a fio it should stop; the child
+     * starts with an empty mask and default dispositions. */
+    posix_spawnattr_t at;
+    sigset_t block, old, none;
+    sigemptyset(&block);
+    sigemptyset(&none);
+    for (int i = 0; i < NSIG_CLEAN; i++)
+        sigaddset(&block, clean_signals[i]);
+    if (posix_spawnattr_init(&at) != 0) {
+        err = ENOMEM;
+        goto done;
+    }
+    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+    posix_spawnattr_setsigmask(&at, &none);
+    posix_spawnattr_setsigdefault(&at, &block);
+    sigprocmask(SIG_BLOCK, &block, &old);
     /* A name without a slash is looked up in PATH, as a shell would. */
-    int e = strchr(bin, '/') ? posix_spawn(&pid, bin, &fa, NULL, args, env)
-                             : posix_spawnp(&pid, bin, &fa, NULL, args, env);
+    int e = strchr(bin, '/') ? posix_spawn(&pid, bin, &fa, &at, args, env)
+                             : posix_spawnp(&pid, bin, &fa, &at, args, env);
+    if (!e)
+        fio_child = pid;
+    sigprocmask(SIG_SETMASK, &old, NULL);
+    posix_spawnattr_destroy(&at);
     if (e) {
         err = e;
         goto done;
     }
-    fio_child = pid;
     if (out) {
         close(pfd[1]);
         pfd[1] = -1;
@@ -679,8 +702,6 @@ static int run_case(const cfg *c, uint64_t block, int depth, bool *prefilled)
 
 /* ---- the bench's own directory, removed on every way out ------------------ */
 
-static const int clean_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE};
-#define NSIG_CLEAN ((int)(sizeof clean_signals / sizeof clean_signals[0]))
 static struct sigaction clean_old[NSIG_CLEAN];
 
 /* Async-signal-safe: kill, unlink, rmdir, sigaction and raise only. Stops a
