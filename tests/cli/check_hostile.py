@@ -35,7 +35,8 @@ def run(cmd, timeout=120, **kw):
         return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
                               errors="replace", **kw)
     except subprocess.TimeoutExpired as e:
-        return subprocess.CompletedProcess(cmd, "timeout", e.stdout or "", e.stderr or "")
+        dec = lambda b: b.decode(errors="replace") if isinstance(b, bytes) else (b or "")
+        return subprocess.CompletedProcess(cmd, "timeout", dec(e.stdout), dec(e.stderr))
 
 
 def snapshot(root):
