@@ -35,30 +35,12 @@
 
 #include "core/log.h"
 #include "device/device.h"
+#include "device/optrack.h"
 #include "kernels/kernels.h"
 
 #if ZC_SUMSQ_BLOCK != ZC_K_SUMSQ_BLOCK
 #error "kernels/kernels.h ZC_K_SUMSQ_BLOCK must equal device.h ZC_SUMSQ_BLOCK"
 #endif
-
-/* One enqueued operation, for error messages: static text and sizes only,
- * so noting it costs no formatting. */
-typedef struct op_note {
-    const char *what; /* "cast kernel", "cudaMemcpyAsync D2H", ... */
-    int dt;           /* zc_dtype, or -1 when the size is in bytes */
-    size_t n;         /* elements, or bytes when dt is -1 */
-} op_note;
-
-/* The work enqueued on one stream since its last successful wait. */
-typedef struct stream_track {
-    void *stream;
-    int live;
-    uint64_t used; /* tick of the last note: the least recent slot is reused */
-    uint64_t nops;
-    op_note first, last;
-} stream_track;
-
-#define TRACKED_STREAMS 16
 
 typedef struct cuda_device {
     zc_device base;
@@ -68,11 +50,10 @@ typedef struct cuda_device {
     size_t partials_cap;
     int *d_flag;        /* device: nonfinite flag */
 
-    /* Never held across a CUDA call, and taken inside mu (sumsq notes its
-     * kernels while holding mu): lock order mu, then track_mu. */
-    pthread_mutex_t track_mu;
-    stream_track track[TRACKED_STREAMS];
-    uint64_t tick;
+    /* Work enqueued per stream since its last wait, for error messages. Its
+     * mutex is taken inside mu (sumsq notes its kernels holding mu) and
+     * never held across a CUDA call. */
+    zc_optrack track;
 } cuda_device;
 
 /* Errors a kernel's execution raises, reported later by whichever call
@@ -98,93 +79,7 @@ static int is_execution_fault(cudaError_t e)
 
 static void note(cuda_device *c, void *stream, const char *what, int dt, size_t n)
 {
-    op_note op = {what, dt, n};
-    pthread_mutex_lock(&c->track_mu);
-    stream_track *t = NULL, *lru = &c->track[0];
-    for (int i = 0; i < TRACKED_STREAMS && !t; i++) {
-        if (c->track[i].live && c->track[i].stream == stream)
-            t = &c->track[i];
-        else if (!c->track[i].live || (lru->live && c->track[i].used < lru->used))
-            lru = &c->track[i];
-    }
-    if (!t) {
-        t = lru;
-        t->stream = stream;
-        t->live = 1;
-        t->nops = 0;
-    }
-    if (t->nops++ == 0)
-        t->first = op;
-    t->last = op;
-    t->used = ++c->tick;
-    pthread_mutex_unlock(&c->track_mu);
-}
-
-/* The stream's work so far finished: nothing of it can fault any more. */
-static void waited(cuda_device *c, void *stream)
-{
-    pthread_mutex_lock(&c->track_mu);
-    for (int i = 0; i < TRACKED_STREAMS; i++)
-        if (c->track[i].live && c->track[i].stream == stream)
-            c->track[i].nops = 0;
-    pthread_mutex_unlock(&c->track_mu);
-}
-
-static void forget(cuda_device *c, void *stream)
-{
-    pthread_mutex_lock(&c->track_mu);
-    for (int i = 0; i < TRACKED_STREAMS; i++)
-        if (c->track[i].live && c->track[i].stream == stream)
-            c->track[i].live = 0;
-    pthread_mutex_unlock(&c->track_mu);
-}
-
-static int op_text(char *buf, size_t len, const op_note *op)
-{
-    if (op->dt < 0)
-        return snprintf(buf, len, "%s (%zu bytes)", op->what, op->n);
-    return snprintf(buf, len, "%s (%s, %zu elements)", op->what,
-                    zc_dtype_name((zc_dtype)op->dt), op->n);
-}
-
-static size_t append_track(char *buf, size_t len, size_t at, const stream_track *t)
-{
-    char a[128], b[128];
-    op_text(a, sizeof a, &t->first);
-    op_text(b, sizeof b, &t->last);
-    int k;
-    if (t->nops == 1)
-        k = snprintf(buf + at, len - at,
-                     "; enqueued on stream %p since its last wait: 1 operation, %s", t->stream, a);
-    else
-        k = snprintf(buf + at, len - at,
-                     "; enqueued on stream %p since its last wait: %llu operations, first %s, "
-                     "last %s",
-                     t->stream, (unsigned long long)t->nops, a, b);
-    return k < 0 ? at : (at + (size_t)k < len ? at + (size_t)k : len - 1);
-}
-
-/* What was enqueued and not yet waited for: on `stream` when one_stream,
- * else on every tracked stream (a broken context may come from any). */
-static void describe(cuda_device *c, void *stream, int one_stream, char *buf, size_t len)
-{
-    size_t at = 0;
-    buf[0] = '\0';
-    pthread_mutex_lock(&c->track_mu);
-    int any = 0;
-    for (int i = 0; i < TRACKED_STREAMS; i++) {
-        const stream_track *t = &c->track[i];
-        if (!t->live || !t->nops || (one_stream && t->stream != stream))
-            continue;
-        at = append_track(buf, len, at, t);
-        any = 1;
-    }
-    pthread_mutex_unlock(&c->track_mu);
-    if (!any)
-        snprintf(buf, len, "; no zeroc work was pending on %s (the fault is in other work on "
-                 "this GPU)", one_stream ? "this stream" : "any stream");
-    else if (at + 1 < len)
-        snprintf(buf + at, len - at, " (CUDA_LAUNCH_BLOCKING=1 names the failing one)");
+    zc__optrack_note(&c->track, stream, what, dt, n);
 }
 
 static zc_status cu_fail(cudaError_t e, const char *file, int line, int dev, const char *what)
@@ -207,7 +102,8 @@ static zc_status cu_fail_work(cuda_device *c, cudaError_t e, const char *file, i
     int waiting = at != AT_ENQUEUE;
     char work[1024];
     if (waiting || is_execution_fault(e))
-        describe(c, stream, at == AT_STREAM_WAIT && !is_execution_fault(e), work, sizeof work);
+        zc__optrack_describe(&c->track, stream, at == AT_STREAM_WAIT && !is_execution_fault(e),
+                             work, sizeof work);
     else
         work[0] = '\0';
     return zc__error(ZC_ERR_DEVICE, file, line, "cuda:%d %s: %s (%s)%s%s", c->base.index, what,
@@ -224,7 +120,7 @@ static zc_status cu_fail_work(cuda_device *c, cudaError_t e, const char *file, i
         cudaError_t cu_e_ = (call);                                                        \
         if (cu_e_ != cudaSuccess)                                                          \
             return cu_fail_work((c), cu_e_, __FILE__, __LINE__, what, (stream), AT_STREAM_WAIT); \
-        waited((c), (stream));                                                             \
+        zc__optrack_waited(&(c)->track, (stream));                                         \
     } while (0)
 
 /* An enqueue on `stream`: noted on success, explained on failure. */
@@ -342,7 +238,7 @@ static void cuda_stream_destroy(zc_device *d, void *s)
     if (!s)
         return;
     /* A later stream may get the same handle: its notes must start empty. */
-    forget((cuda_device *)d, s);
+    zc__optrack_forget(&((cuda_device *)d)->track, s);
     if (use(d) == ZC_OK)
         (void)cudaStreamDestroy((cudaStream_t)s);
 }
@@ -685,7 +581,7 @@ static void cuda_destroy(zc_device *d)
     }
     if (c->d_flag)
         cuda_free(d, NULL, ZC_MEM_BUFFERS, c->d_flag, sizeof(int));
-    pthread_mutex_destroy(&c->track_mu);
+    zc__optrack_destroy(&c->track);
     pthread_mutex_destroy(&c->mu);
     zc__host_free(NULL, ZC_MEM_OTHER, c, sizeof *c);
 }
@@ -766,7 +662,7 @@ zc_status zc__device_cuda_open(int index, zc_device **out)
     c->base.mem_kind = ZC_MEMKIND_DEVICE;
     c->base.index = index;
     pthread_mutex_init(&c->mu, NULL);
-    pthread_mutex_init(&c->track_mu, NULL);
+    zc__optrack_init(&c->track);
     zc_status rc = use(&c->base);
     if (rc == ZC_OK) {
         struct cudaDeviceProp prop;
@@ -777,7 +673,7 @@ zc_status zc__device_cuda_open(int index, zc_device **out)
         *out = &c->base;
         return ZC_OK;
     }
-    pthread_mutex_destroy(&c->track_mu);
+    zc__optrack_destroy(&c->track);
     pthread_mutex_destroy(&c->mu);
     zc__host_free(NULL, ZC_MEM_OTHER, c, sizeof *c);
     return rc;

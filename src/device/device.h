@@ -60,7 +60,10 @@ typedef struct zc_device_ops {
     const char *name; /* "host", "cuda" */
 
     /* Memory. alloc zero-fills and counts the bytes under (kind of this
-     * device, cat) on acct; free must get the same bytes and cat. */
+     * device, cat) on acct; free must get the same bytes and cat. On CUDA
+     * both wait: alloc for its zero-fill (so any stream may use the memory),
+     * free inside cudaFree, which waits for the whole device. Allocate at
+     * build time or from a pool, never per chunk per micro-step. */
     zc_status (*alloc)(zc_device *d, zc_mem_account *acct, zc_mem_category cat, size_t bytes,
                        const char *what, void **out);
     void (*free)(zc_device *d, zc_mem_account *acct, zc_mem_category cat, void *p, size_t bytes);
