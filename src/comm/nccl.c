@@ -654,7 +654,12 @@ static void nccl_destroy(zc_comm *base)
 {
     nccl_comm *c = (nccl_comm *)base;
     (void)cudaSetDevice(c->device);
-    zc_status rc = drain(c); /* bounded by the watchdog's timeout */
+    pthread_mutex_lock(&c->mu);
+    int open_group = c->group_open;
+    pthread_mutex_unlock(&c->mu);
+    if (open_group) /* NCCL's group depth is per thread: leave it at zero */
+        (void)nccl_group_end(base);
+    zc_status rc = drain(c); /* bounded by the watchdog's timeout once started */
     pthread_mutex_lock(&c->mu);
     c->stop = 1;
     pthread_cond_broadcast(&c->cv);
