@@ -398,6 +398,9 @@ def main():
     for k in ["--zeroc", "--train-mlp", "--fake-fio", "--source"]:
         ap.add_argument(k, required=True)
     A = ap.parse_args()
+    # The checks change directory: absolute paths.
+    for k in ["zeroc", "train_mlp", "fake_fio", "source"]:
+        setattr(A, k, os.path.abspath(getattr(A, k)))
     with tempfile.TemporaryDirectory(prefix="zc_hostile.") as tmp:
         cwd = os.path.join(tmp, "cwd")
         os.mkdir(cwd)
