@@ -252,6 +252,16 @@ Test(config_hostile, a_string_past_the_limit_is_refused_before_parsing)
     cr_assert_null(cfg);
     HAS(zc_last_error(), "a config may be at most 16 MiB (16777216 bytes)");
     cr_assert_null(strstr(zc_last_error(), "invalid JSON"));
+    /* The same limit for a block given from code. */
+    cr_assert_eq(zc_config_create(&cfg), ZC_OK);
+    char *before = t_cfg_snapshot(cfg);
+    cr_assert_eq(zc_config_set(cfg, "zero_optimization", text), ZC_ERR_INVALID_ARG);
+    HAS(zc_last_error(), "zc_config_set: zero_optimization: the value is longer than 16 MiB");
+    char *after = t_cfg_snapshot(cfg);
+    cr_assert_str_eq(before, after);
+    free(before);
+    free(after);
+    zc_config_destroy(cfg);
     free(text);
     t_assert_no_leaks();
 }
