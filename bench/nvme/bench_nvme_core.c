@@ -494,11 +494,14 @@ static int spawn_fio(const char *bin, char *const args[], const char *cwd, bool 
             }
             len += (size_t)r;
             if (len + 1 == cap) {
-                char *nb = cap <= (SIZE_MAX >> 1) ? realloc(buf, cap * 2) : NULL;
+                /* fio's JSON for one job is a few KiB: more than 16 MiB is
+                 * not fio, and is not worth the memory. */
+                char *nb = cap < (16u << 20) ? realloc(buf, cap * 2) : NULL;
                 if (!nb) {
+                    err = cap < (16u << 20) ? ENOMEM : EMSGSIZE; /* "message too long" */
                     free(buf);
                     buf = NULL;
-                    continue;
+                    break;
                 }
                 buf = nb;
                 cap *= 2;
