@@ -3,8 +3,10 @@
  * Loads a DeepSpeed config the way the library does, resolves what can be
  * resolved without a program ("auto" that only the training program can
  * answer is reported, not failed), and prints either every error or the
- * effective configuration with the origin of each value. Exit status: 0
- * valid, 1 invalid (or unreadable), 2 usage error. */
+ * effective configuration with the origin of each value. "Valid" is what
+ * zc_engine_create will accept: the engine's own rule (src/config/support.c)
+ * runs after DeepSpeed's. Exit status: 0 valid, 1 invalid (or unreadable),
+ * 2 usage error. */
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -31,7 +33,10 @@ static void usage(FILE *f)
             "  --world N   data-parallel world size for the batch rules (default: not checked\n"
             "              beyond what the three batch keys imply)\n"
             "  --lenient   unknown keys inside blocks are warnings, not errors\n"
-            "  --json      one JSON object: {valid, errors, warnings, notes, effective}\n"
+            "  --json      one JSON object: {valid, deepspeed_valid, errors, warnings, notes,\n"
+            "              not_listed, program_must_provide, effective}\n"
+            "  FILE is a regular file of at most 16 MiB. Valid means zc_engine_create accepts\n"
+            "  it (a valid DeepSpeed file the engine refuses, e.g. with offload, is invalid).\n"
             "Exit status: 0 valid, 1 invalid, 2 usage error.\n");
 }
 
