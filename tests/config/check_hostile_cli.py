@@ -143,7 +143,7 @@ def case_numbers(r):
     rc, out, err, _ = r.run(path, "--world", "1")
     expect(p, rc == 1, "exit %d" % rc)
     want = "train_micro_batch_size_per_gpu: %d is out of range [1, 2147483647]" % (1 << 62)
-    expect(p, want in out, "output lacks %r: %s" % (want, out))
+    expect(p, want in out, "output lacks %r: %s" % (want, out[:300]))
     expect(p, "has to be greater than 0" not in out, "the wrapped product is reported")
     r.check("micro batch 2^62 names key, value and range", p)
 
@@ -154,10 +154,10 @@ def case_numbers(r):
     rc, out, err, _ = r.run(path, "--world", str(m))
     expect(p, rc == 1, "exit %d" % rc)
     want = "%d * %d * %d does not fit in 64 bits" % (m, m, m)
-    expect(p, want in out, "output lacks %r: %s" % (want, out))
+    expect(p, want in out, "output lacks %r: %s" % (want, out[:300]))
     rc, out, err, _ = r.run(path, "--world", "1")
     want = "%d * %d * 1 = %d is out of range [1, %d]" % (m, m, m * m, m)
-    expect(p, rc == 1 and want in out, "output lacks %r: %s" % (want, out))
+    expect(p, rc == 1 and want in out, "output lacks %r: %s" % (want, out[:300]))
     r.check("batch products beyond int64 and beyond the key's range", p)
 
 
@@ -201,7 +201,7 @@ def case_strings(r):
                                            "optimizer": {"type": name}}))
     rc, out, err, _ = r.run(path, "--json")
     j = json.loads(out)
-    msg = j["errors"][0]["message"] if j["errors"] else None
+    msg = j["errors"][0].get("message") if j["errors"] else None
     expect(p, rc == 1 and msg is not None and '"%s" is not supported' % name in msg,
            "message %r" % (msg if msg is None else msg[:60]))
     # A FILE argument that is not UTF-8 is still a string, not null.
@@ -209,7 +209,8 @@ def case_strings(r):
     rc2 = subprocess.run([r.zeroc.encode(), b"config", b"check", bad, b"--json"], cwd=r.cwd,
                          capture_output=True)
     j = json.loads(rc2.stdout.decode("utf-8"))
-    expect(p, isinstance(j["file"], str) and isinstance(j["errors"][0]["message"], str),
+    expect(p, isinstance(j.get("file"), str) and
+           isinstance(j["errors"][0].get("message") if j["errors"] else None, str),
            "file %r message %r" % (j["file"], j["errors"]))
     r.check("long, non-ASCII and escaped strings round-trip in --json", p)
 
@@ -264,15 +265,16 @@ def main():
     work = tempfile.mkdtemp(prefix="zc_hostile_cfg.")
     print("1..12")
     r = Runner(zeroc, work)
+    cases = [case_not_files, case_too_large, case_unknown_key_flood, case_numbers, case_dotted,
+             case_strings, case_engine_verdict, lambda r: case_auto_template(r, examples)]
     try:
-        case_not_files(r)
-        case_too_large(r)
-        case_unknown_key_flood(r)
-        case_numbers(r)
-        case_dotted(r)
-        case_strings(r)
-        case_engine_verdict(r)
-        case_auto_template(r, examples)
+        for case in cases:
+            try:
+                case(r)
+            except (ValueError, KeyError, IndexError, TypeError, AttributeError) as e:
+                # Output that is not what the contract says (missing fields,
+                # not JSON) is a failure of that case, not of the harness.
+                r.check("%s raised %r" % (getattr(case, "__name__", "case"), e), ["see name"])
     finally:
         shutil.rmtree(work)
     return 1 if r.bad else 0
