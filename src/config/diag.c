@@ -152,18 +152,33 @@ zc_status zc__diag_report(const zc_cfg_diag *d, const char *what)
      * stays under zc_last_error's 1024 bytes with room for the location
      * prefix and the closing count. */
     char buf[900];
+    /* What `what` (a file name, any length) takes is not available to the
+     * errors, or zc_last_error would cut the text at a byte, not a message. */
+    size_t wl = strlen(w) + strlen(ws);
+    size_t cap = wl < sizeof buf - 200 ? sizeof buf - wl : 200;
     size_t len = 0;
     int shown = 0;
     buf[0] = 0;
     for (int i = 0; i < d->n; i++) {
         if (d->v[i].sev != ZC_SEV_ERROR)
             continue;
-        if (!append(buf, sizeof buf, &len, shown ? "; " : "", &d->v[i])) {
-            if (shown == 0) /* the first one alone is too long: cut it, it is all we have */
-                snprintf(buf, sizeof buf, "%s%s%s", d->v[i].path, d->v[i].path[0] ? ": " : "",
-                         d->v[i].msg);
-            else
+        if (!append(buf, cap, &len, shown ? "; " : "", &d->v[i])) {
+            if (shown != 0)
                 break;
+            /* The first one alone is too long: cut it, it is all we have,
+             * on a character boundary so the message stays UTF-8. */
+            snprintf(buf, cap, "%s%s%s", d->v[i].path, d->v[i].path[0] ? ": " : "",
+                     d->v[i].msg);
+            size_t end = strlen(buf), lead = end;
+            while (lead > 0 && ((unsigned char)buf[lead - 1] & 0xC0) == 0x80)
+                lead--;
+            if (lead > 0) { /* buf[lead - 1] starts the last character */
+                unsigned char c = (unsigned char)buf[lead - 1];
+                size_t need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+                if (end - (lead - 1) < need)
+                    end = lead - 1;
+            }
+            buf[end] = 0;
         }
         shown++;
     }

@@ -385,6 +385,26 @@ Test(config_hostile, long_non_ascii_strings_are_kept_whole)
     t_assert_no_leaks();
 }
 
+Test(config_hostile, an_overlong_first_error_is_cut_on_a_character_boundary)
+{
+    /* A 4000-byte unsupported optimizer name of 2-byte characters: the error
+     * does not fit zc_last_error whole, and what is kept must be UTF-8. */
+    char name[4100] = "";
+    while (strlen(name) < 4000)
+        strcat(name, "\u00e4");
+    json_t *doc = json_pack("{s:{s:s}}", "optimizer", "type", name);
+    char *text = json_dumps(doc, 0);
+    zc_config *cfg = NULL;
+    cr_assert_eq(zc_config_load_string(&cfg, text, "t.json", 0), ZC_ERR_UNSUPPORTED);
+    HAS(zc_last_error(), "optimizer.type: \"\u00e4\u00e4");
+    json_t *j = json_string(zc_last_error());
+    cr_assert_not_null(j, "zc_last_error() is not valid UTF-8");
+    json_decref(j);
+    free(text);
+    json_decref(doc);
+    t_assert_no_leaks();
+}
+
 /* ---- what the engine will do ------------------------------------------------ */
 
 static char engine_msg[1024];
