@@ -95,6 +95,11 @@ zc_status zc__config_load_text(zc_config **out, const char *text, size_t len, co
 #define ZC_CFG_MAX_BYTES ((size_t)16 << 20)
 #define ZC_CFG_MAX_BYTES_TEXT "16 MiB"
 
+/* jansson refused `text` with "too big integer" (jerr): adds errors that name
+ * the key, the value and the range, where they can be found. */
+void zc__cfg_explain_big_integer(const char *text, size_t len, unsigned flags, zc_cfg_diag *d,
+                                 const json_error_t *jerr);
+
 /* Reads a whole regular file of at most ZC_CFG_MAX_BYTES (counted allocation
  * of len + 1 bytes, NUL-terminated). A directory, FIFO, device or socket is
  * refused by what it is, without reading from it (a FIFO is opened

@@ -340,31 +340,6 @@ zc_status zc__cfg_walk_block(zc_config *cfg, const char *path, const json_t *v,
     return rc;
 }
 
-/* jansson refuses an integer beyond int64 as a syntax error, which names a
- * line, not a key. Parsing again with integers read as reals lets the schema
- * name the key, the value and its range; the document is refused either way. */
-static void explain_big_integer(const char *text, size_t len, unsigned flags, zc_cfg_diag *d,
-                                const json_error_t *jerr)
-{
-    zc_cfg_diag inner = {0};
-    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES | JSON_DECODE_INT_AS_REAL, NULL);
-    zc_config *cfg = NULL;
-    if (root && json_is_object(root) && zc_config_create(&cfg) == ZC_OK &&
-        zc__cfg_walk_block(cfg, "", root, ZC_ORIGIN_FILE, flags, &inner) == ZC_OK) {
-        for (int i = 0; i < inner.n; i++)
-            if (inner.v[i].sev == ZC_SEV_ERROR && strstr(inner.v[i].msg, "out of range"))
-                zc__diag_add(d, ZC_SEV_ERROR, ZC_ERR_CONFIG, inner.v[i].path, "%s",
-                             inner.v[i].msg);
-    }
-    zc_config_destroy(cfg);
-    json_decref(root);
-    zc__diag_free(&inner);
-    if (d->nerr == 0)
-        zc__diag_add(d, ZC_SEV_ERROR, ZC_ERR_CONFIG, "",
-                     "invalid JSON at line %d, column %d: %s (integers must fit in 64 bits)",
-                     jerr->line, jerr->column, jerr->text);
-}
-
 zc_status zc__config_load_text(zc_config **out, const char *text, size_t len, const char *name,
                                unsigned flags, zc_cfg_diag *d)
 {
@@ -381,7 +356,7 @@ zc_status zc__config_load_text(zc_config **out, const char *text, size_t len, co
     if (!root) {
         if (json_error_code(&jerr) == json_error_numeric_overflow &&
             strstr(jerr.text, "integer"))
-            explain_big_integer(text, len, flags, d, &jerr);
+            zc__cfg_explain_big_integer(text, len, flags, d, &jerr);
         else
             zc__diag_add(d, ZC_SEV_ERROR, ZC_ERR_CONFIG, "",
                          "invalid JSON at line %d, column %d: %s", jerr.line, jerr.column,

@@ -55,6 +55,22 @@ Test(config_hostile, huge_micro_batch_names_key_value_and_range)
                  ZC_ERR_CONFIG);
     HAS(zc_last_error(), "train_batch_size: ");
     HAS(zc_last_error(), "is out of range [1, 2147483647]");
+    /* Past even a double: read back from the text, with the key's range. */
+    char text[600] = "{\"train_batch_size\": 1";
+    for (int i = 0; i < 400; i++)
+        strcat(text, "0");
+    strcat(text, "}");
+    cr_assert_eq(zc_config_load_string(&cfg, text, "t.json", 0), ZC_ERR_CONFIG);
+    HAS(zc_last_error(), "train_batch_size: an integer of 401 digits (line 1, column 422) is out "
+                         "of range [1, 2147483647]");
+    /* In a block zeroc ignores, under an escaped name: still named. */
+    cr_assert_eq(zc_config_load_string(&cfg,
+                                       "{\"flops_profiler\": {\"a\\\"b\\\\\": "
+                                       "99999999999999999999}}",
+                                       "t.json", 0),
+                 ZC_ERR_CONFIG);
+    HAS(zc_last_error(), "a\"b\\: an integer of 20 digits");
+    HAS(zc_last_error(), "is out of range [-9223372036854775808, 9223372036854775807]");
     t_assert_no_leaks();
 }
 
