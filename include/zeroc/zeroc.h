@@ -291,11 +291,12 @@ ZC_API zc_status zc_chunk_boundary(zc_engine *eng);
 
 /* Partitions the parameters into chunks and shards and allocates every buffer
  * this rank needs, including the transient gradient, gather and staging
- * buffers (a pool sized from the chunks, the bucket and
- * stage3_max_live_parameters), so that no later call allocates between two
- * collectives. Collective: every rank calls it. ZC_ERR_NO_MEMORY says how
- * much was asked for and for what. After a failed build the engine can only be
- * destroyed. */
+ * buffers (a pool sized from the chunks, the prefetch bucket and
+ * stage3_max_live_parameters), so that later calls do not allocate between two
+ * collectives (a stage-3 acquire beyond that working set allocates, agreed
+ * across ranks: docs/faults.md). Collective: every rank calls it.
+ * ZC_ERR_NO_MEMORY says how much was asked for and for what. After a failed
+ * build the engine can only be destroyed. */
 ZC_API zc_status zc_engine_build(zc_engine *eng);
 
 /* Sets the full value of a parameter (numel floats, row-major, host memory).
@@ -313,7 +314,10 @@ ZC_API zc_status zc_param_gather_master(zc_engine *eng, zc_param *p, float *out)
  * parameters in the same order. With a CUDA device, work on `stream` (a
  * cudaStream_t, NULL = the default stream) is ordered after the data is ready.
  * Returns NULL (with zc_last_error) for a parameter unknown to this engine, or
- * in stage 3 when the gather would exceed stage3_max_live_parameters. */
+ * in stage 3 when the gather would exceed stage3_max_live_parameters, or when
+ * a gather buffer beyond those reserved at build cannot be allocated on some
+ * rank: then every rank returns NULL with the same message and the engine is
+ * broken (docs/faults.md). */
 ZC_API void *zc_param_acquire(zc_engine *eng, zc_param *p, void *stream);
 
 /* Ends a use begun by zc_param_acquire. Stage 3 frees the gathered chunk when

@@ -61,7 +61,7 @@ void zc__chunk_free(zc_engine *e, zc_chunk *c)
     p = c->acc;
     zc__eng_free(e, ZC_MEM_GRADS, &p, acc_elems(e, c) * sizeof(float));
     zc__bufpool_put(&e->pool_grad, &c->gbuf);
-    zc__bufpool_put(&e->pool_gather, &c->gather);
+    zc__z3_gather_free(e, c);
     c->param = c->grad = NULL;
     c->master = c->m = c->v = c->acc = NULL;
 }

@@ -117,6 +117,8 @@ typedef struct zc_chunk {
                                   stages 2/3: fp32 gradient shard */
     void *gbuf;                /* stages 2/3: transient full P-dtype gradient */
     void *gather;              /* stage 3: gathered full parameters, or NULL */
+    bool gather_own;           /* gather was allocated beyond the reserve (agreed),
+                                  not taken from pool_gather */
 
     int nready;                /* parameters ready in this micro-step */
     bool reduced;              /* reduction of this micro-step done */
@@ -318,6 +320,8 @@ zc_status zc__grads_reset(zc_engine *e);
 
 /* ---- zero3/gather.c ------------------------------------------------------ */
 
+/* Frees chunk c's gathered copy (pool slot or agreed allocation), if any. */
+void zc__z3_gather_free(zc_engine *e, zc_chunk *c);
 zc_status zc__z3_acquire(zc_engine *e, zc_param *p, void **out);
 zc_status zc__z3_release(zc_engine *e, zc_param *p);
 /* End of a step: checks the trace, frees what is not needed, refreshes the

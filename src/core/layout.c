@@ -250,9 +250,11 @@ ZC_API zc_status zc_engine_build(zc_engine *e)
     ZC_CHECK_GOTO(check_ranks_agree(e), rc, fail);
     for (int k = 0; k < e->nchunks; k++)
         ZC_CHECK_GOTO(e->pol->alloc_chunk(e, &e->chunks[k]), rc, fail);
-    ZC_CHECK_GOTO(zc__reserve_build(e), rc, fail);
+    /* Persistence first: the stage-3 reserve keeps a buffer per persistent
+     * chunk. */
     if (e->stage == 3)
         mark_persistent(e);
+    ZC_CHECK_GOTO(zc__reserve_build(e), rc, fail);
     e->state = ZC_ENG_BUILT;
     ZC_LOGI("core", "built: %d parameters, %lld elements in %d chunks of <= %lld (%lld padded)",
             e->nparams, (long long)e->num_elems, e->nchunks, (long long)e->bucket,

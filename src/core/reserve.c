@@ -3,13 +3,18 @@
  *
  *   pool_grad    stages 2/3: ZC_GRAD_BUFFERS slots of the largest chunk in
  *                the parameter dtype (the transient full gradient buffers);
- *   pool_gather  stage 3: for every chunk size s (padded elements), as many
- *                slots as chunks of that size can be gathered at once under
- *                stage3_max_live_parameters: min(chunks of size s,
- *                floor(max_live / s)). Every gather that fits the live bound
- *                then finds a slot: if m chunks of size s are gathered and
- *                one more fits, (m + 1) s <= max_live, so m < floor(max_live
- *                / s), and m < the number of such chunks;
+ *   pool_gather  stage 3: one slot per persistent chunk (gathered once, kept),
+ *                and for every other chunk size s (padded elements) the slots
+ *                of a working set: min(chunks of size s, floor(ws / s)), at
+ *                least one, with ws = prefetch_bucket_size + 2 x the largest
+ *                chunk (the chunks a pass uses at once plus the prefetch
+ *                window), at most stage3_max_live_parameters. Sizing by the
+ *                live bound alone would reserve the whole model with the
+ *                default bound of 1e9 elements. A prefetch that finds no free
+ *                slot is not issued (the pools are in the same state on every
+ *                rank, so every rank skips it together); a demand gather that
+ *                finds none allocates its buffer, agreed across ranks
+ *                (zero3/gather.c);
  *   pool_stage   one fp32 slot of the largest chunk: the staging of
  *                zc_param_load and the receive buffer of
  *                zc_param_gather_master;
@@ -39,14 +44,27 @@ static zc_status elem_bytes(int64_t n, size_t esz, size_t *out)
     return ZC_OK;
 }
 
-static zc_status plan_gather(zc_engine *e)
+static zc_status plan_gather(zc_engine *e, int64_t largest)
 {
+    int64_t ws = 0;
+    if (__builtin_mul_overflow(largest, (int64_t)2, &ws) ||
+        __builtin_add_overflow(ws, e->prefetch_elems, &ws) || ws > e->max_live)
+        ws = e->max_live;
     for (int k = 0; k < e->nchunks; k++) {
-        const int64_t s = e->chunks[k].padded;
+        const zc_chunk *c = &e->chunks[k];
+        const int64_t s = c->padded;
+        if (s > e->max_live)
+            continue; /* larger than the live bound: acquiring it is refused */
+        size_t bytes = 0;
+        ZC_CHECK(elem_bytes(s, e->pesz, &bytes));
+        if (c->persistent) {
+            ZC_CHECK(zc__bufpool_plan(&e->pool_gather, bytes, 1));
+            continue;
+        }
         bool seen = false;
         int64_t n = 0;
         for (int j = 0; j < e->nchunks; j++) {
-            if (e->chunks[j].padded != s)
+            if (e->chunks[j].padded != s || e->chunks[j].persistent)
                 continue;
             if (j < k)
                 seen = true;
@@ -54,13 +72,8 @@ static zc_status plan_gather(zc_engine *e)
         }
         if (seen)
             continue; /* this size was planned at its first chunk */
-        int64_t fit = e->max_live / s;
-        int64_t count = n < fit ? n : fit;
-        if (count == 0)
-            continue; /* larger than the live bound: acquiring it is refused */
-        size_t bytes = 0;
-        ZC_CHECK(elem_bytes(s, e->pesz, &bytes));
-        ZC_CHECK(zc__bufpool_plan(&e->pool_gather, bytes, (int)count));
+        const int64_t fit = ws / s > 0 ? ws / s : 1;
+        ZC_CHECK(zc__bufpool_plan(&e->pool_gather, bytes, (int)(n < fit ? n : fit)));
     }
     return ZC_OK;
 }
@@ -91,7 +104,7 @@ zc_status zc__reserve_build(zc_engine *e)
         ZC_CHECK(zc__bufpool_plan(&e->pool_grad, bytes, n));
     }
     if (e->stage == 3) {
-        ZC_CHECK(plan_gather(e));
+        ZC_CHECK(plan_gather(e, big));
         ZC_CHECK(reserve_trace(e));
     }
     ZC_CHECK(elem_bytes(big, sizeof(float), &bytes));

@@ -6,8 +6,10 @@
  * padded sizes. No gather ever makes live_elems exceed max_live_parameters:
  * a demand gather first evicts idle prefetched chunks and otherwise fails
  * with ZC_ERR_NO_MEMORY; a prefetch that does not fit is not issued. Gather
- * buffers come from a pool reserved at build for that bound, so no gather
- * allocates (a failure on one rank alone would split the collectives).
+ * buffers come from a pool reserved at build (core/reserve.c); a prefetch
+ * without a free slot is not issued, and a demand gather without one
+ * allocates, its outcome agreed across ranks before the all-gather (a
+ * failure on one rank alone would otherwise split the collectives).
  *
  * Trace. An activation is an acquire that takes a chunk from 0 to 1
  * outstanding acquires. The first step records the activation sequence over
@@ -23,6 +25,7 @@
  * Collective order. Gathers are collectives, so every rank must acquire the
  * same parameters in the same order; then every rank makes the same
  * prefetch and eviction decisions. */
+#include <stdio.h>
 #include <string.h>
 
 #include "core/engine.h"
@@ -32,17 +35,59 @@ static size_t gather_bytes(const zc_engine *e, const zc_chunk *c)
     return (size_t)c->padded * e->pesz;
 }
 
-/* The gather buffer comes from the pool reserved at build for the live
- * bound (core/reserve.c), so a gather that fits max_live always finds one
- * and no rank can fail here alone; running out would be a sizing bug, and
- * even then it is the same on every rank. */
-static zc_status gather_chunk(zc_engine *e, int k)
+void zc__z3_gather_free(zc_engine *e, zc_chunk *c)
+{
+    if (c->gather_own)
+        zc__eng_free(e, ZC_MEM_BUFFERS, &c->gather, gather_bytes(e, c));
+    else
+        zc__bufpool_put(&e->pool_gather, &c->gather);
+    c->gather_own = false;
+}
+
+/* The buffer of a gather. Taken from the pool reserved at build
+ * (core/reserve.c) when a slot is free; which slots are free follows the
+ * acquire sequence, the same on every rank, so every rank takes the same
+ * branch here. Without a free slot a prefetch is not issued (*skip: every
+ * rank skips it together), and a demand gather allocates its buffer: an
+ * allocation can fail on one rank alone, so its outcome is agreed before the
+ * all-gather, and a failure on any rank breaks the engine on every rank. */
+static zc_status gather_buffer(zc_engine *e, zc_chunk *c, int k, bool demand, bool *skip)
+{
+    const size_t bytes = gather_bytes(e, c);
+    *skip = false;
+    if (zc__bufpool_get(&e->pool_gather, bytes, false, e->stream, &c->gather) == ZC_OK)
+        return ZC_OK;
+    zc__error_clear(); /* no free slot: not an error by itself */
+    if (!demand) {
+        *skip = true;
+        return ZC_OK;
+    }
+    void *mem = NULL;
+    zc_status rc = zc__eng_alloc(e, ZC_MEM_BUFFERS, bytes, "stage-3 gather buffer", &mem);
+    char what[128];
+    snprintf(what, sizeof what,
+             "stage 3: a gather buffer for chunk %d (%lld elements), all %d reserved ones "
+             "being in use,",
+             k, (long long)c->padded, zc__bufpool_in_use(&e->pool_gather));
+    rc = zc__eng_agree(e, rc, what);
+    if (rc != ZC_OK) {
+        zc__eng_free(e, ZC_MEM_BUFFERS, &mem, bytes);
+        return rc;
+    }
+    c->gather = mem;
+    c->gather_own = true;
+    return ZC_OK;
+}
+
+static zc_status gather_chunk(zc_engine *e, int k, bool demand, bool *skip)
 {
     zc_chunk *c = &e->chunks[k];
-    ZC_CHECK(zc__bufpool_get(&e->pool_gather, gather_bytes(e, c), false, e->stream, &c->gather));
+    ZC_CHECK(gather_buffer(e, c, k, demand, skip));
+    if (*skip)
+        return ZC_OK;
     zc_status rc = zc__eng_all_gather(e, c->param, c->gather, (size_t)c->shard, e->pdt, true);
     if (rc != ZC_OK) {
-        zc__bufpool_put(&e->pool_gather, &c->gather);
+        zc__z3_gather_free(e, c);
         zc__error_context("stage 3: gathering chunk %d (%lld elements)", k, (long long)c->padded);
         return rc;
     }
@@ -58,7 +103,7 @@ static void drop_chunk(zc_engine *e, zc_chunk *c)
 {
     if (!c->gather)
         return;
-    zc__bufpool_put(&e->pool_gather, &c->gather);
+    zc__z3_gather_free(e, c);
     e->live_elems -= c->padded;
     if (c->prefetched) {
         c->prefetched = false;
@@ -157,8 +202,9 @@ static void rewind_prefetch(zc_engine *e, int k)
 
 /* Gathers the next chunks of the trace ahead of their use. Stops at the first
  * chunk that is acquired right now (it will be released before its next use,
- * so it cannot be counted as prefetched) or that does not fit the prefetch
- * budget or max_live. */
+ * so it cannot be counted as prefetched), that does not fit the prefetch
+ * budget or max_live, or for which no reserved buffer is free (a prefetch
+ * never allocates). */
 static zc_status prefetch(zc_engine *e)
 {
     zc_trace *t = &e->trace;
@@ -175,7 +221,10 @@ static zc_status prefetch(zc_engine *e)
         if (e->prefetched_elems + c->padded > e->prefetch_elems ||
             e->live_elems + c->padded > e->max_live)
             break;
-        ZC_CHECK(gather_chunk(e, t->order[j]));
+        bool skip = false;
+        ZC_CHECK(gather_chunk(e, t->order[j], false, &skip));
+        if (skip)
+            break; /* no reserved buffer free: considered again at the next activation */
         c->prefetched = true;
         e->prefetched_elems += c->padded;
     }
@@ -195,7 +244,8 @@ zc_status zc__z3_acquire(zc_engine *e, zc_param *p, void **out)
                           "and in use); raise it or release parameters earlier",
                           p->name, p->chunk, (long long)c->padded, (long long)e->max_live,
                           (long long)e->live_elems);
-        ZC_CHECK(gather_chunk(e, p->chunk));
+        bool skip = false;
+        ZC_CHECK(gather_chunk(e, p->chunk, true, &skip));
     }
     if (activation)
         trace_activate(e, p);
