@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 __extension__ typedef unsigned __int128 u128; /* exact products of up to 38 digits */
 
@@ -313,4 +314,26 @@ bool zc__arg_u64_list(const char *flag, const char *text, uint64_t lo, uint64_t 
     memcpy(out, tmp, (size_t)k * sizeof *out);
     *n = k;
     return true;
+}
+
+bool zc__mem_available(uint64_t *bytes)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    bool found = false;
+    while (f && !found && fgets(line, sizeof line, f)) {
+        unsigned long long kib;
+        if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1 && kib <= UINT64_MAX / 1024) {
+            *bytes = (uint64_t)kib * 1024;
+            found = true;
+        }
+    }
+    if (f)
+        fclose(f);
+    if (found)
+        return true;
+    long pages = sysconf(_SC_AVPHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    if (pages <= 0 || psz <= 0)
+        return false;
+    return zc__mul_u64((uint64_t)pages, (uint64_t)psz, bytes);
 }

@@ -54,6 +54,13 @@ bool zc__arg_double(const char *flag, const char *text, double lo, double hi, do
 bool zc__arg_u64_list(const char *flag, const char *text, uint64_t lo, uint64_t hi,
                       unsigned flags, uint64_t *out, int max, int *n, char *err, size_t errlen);
 
+/* Memory a new allocation can use without swapping or the OOM killer
+ * (MemAvailable of /proc/meminfo, else the free pages). A size computed from
+ * flags is held to it before it is allocated: allocations are overcommitted,
+ * so an absurd size would otherwise fail only when touched, as a kill.
+ * Returns false when the figure is unknown. */
+bool zc__mem_available(uint64_t *bytes);
+
 /* a * b and a + b, or false when the result does not fit (checked arithmetic
  * for sizes computed from flags). */
 static inline bool zc__mul_u64(uint64_t a, uint64_t b, uint64_t *out)

@@ -353,9 +353,20 @@ int zc__bench_cpu_adam(int argc, char **argv)
     for (int i = 0; i < nn; i++)
         nmax = ns[i] > nmax ? ns[i] : nmax;
     size_t b4, b2; /* bytes of the fp32 and the 16-bit buffers */
-    if (__builtin_mul_overflow(nmax, (size_t)4, &b4) || __builtin_mul_overflow(nmax, (size_t)2, &b2)) {
+    uint64_t total, avail;
+    if (__builtin_mul_overflow(nmax, (size_t)4, &b4) || __builtin_mul_overflow(nmax, (size_t)2, &b2) ||
+        !zc__mul_u64(nmax, 22, &total)) {
         fprintf(stderr, "%s: --n %zu: the buffers do not fit in the address space\n", prog, nmax);
         return 2;
+    }
+    /* Four fp32 and three 16-bit buffers of the largest N, all written: a
+     * size past the free memory would end in the OOM killer, not an error.
+     * An eighth is left to the rest of the machine. */
+    if (zc__mem_available(&avail) && total > avail - avail / 8) {
+        fprintf(stderr, "%s: --n %zu needs %.2f GiB of buffers (22 bytes per parameter); the "
+                "machine has %.2f GiB available, of which it takes at most 7/8. Pass a smaller "
+                "--n\n", prog, nmax, (double)total / 1073741824.0, (double)avail / 1073741824.0);
+        return 1;
     }
 
     const char *stream_name;
