@@ -732,6 +732,26 @@ int main(int argc, char **argv)
     const opts *o = &sh->o;
     const int rank = -1; /* for CHECK in the main thread */
 
+    /* Each rank's buffers (rank_main: activations, targets and two deltas,
+     * B x 1696 floats, plus about 8 MiB for a layer's weights, its gradients
+     * and the engine's share of 231k parameters) must fit the free memory:
+     * the allocations are overcommitted, so --world 64 --batch 65536 on a
+     * small machine would otherwise end in the OOM killer, not a message. */
+    uint64_t per_rank, need, avail;
+    if (!zc__mul_u64((uint64_t)o->batch, 1696 * sizeof(float), &per_rank) ||
+        !zc__add_u64(per_rank, 8u << 20, &per_rank) ||
+        !zc__mul_u64(per_rank, (uint64_t)o->world, &need)) {
+        fprintf(stderr, "train_mlp: the batch and world size overflow a memory estimate\n");
+        quit(2);
+    }
+    if (zc__mem_available(&avail) && need > avail - avail / 8) {
+        fprintf(stderr, "train_mlp: %d ranks x micro batch %d need about %.2f GiB; the machine "
+                "has %.2f GiB available, of which this takes at most 7/8. Use a smaller --batch "
+                "or --world\n", o->world, o->batch, (double)need / 1073741824.0,
+                (double)avail / 1073741824.0);
+        quit(1);
+    }
+
     make_teacher(&sh->t, o->seed);
     make_init(sh);
     sh->losses = xcalloc((size_t)(o->steps ? o->steps : 1) * o->world, sizeof(double));
