@@ -408,10 +408,11 @@ static const int clean_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE};
  * fio path holding quotes, spaces or $(...) is only ever a path), with
  * GLIBC_TUNABLES added when hugetlb is set, in directory `cwd` (NULL: ours).
  * With out != NULL its stdout is collected there (malloc'd, NUL-terminated);
- * otherwise it goes to /dev/null, as stderr always does. Returns the wait
- * status, or -1 with errno when it could not be started or read. */
+ * otherwise it goes to /dev/null, as stderr always does. timeout_s > 0 (only
+ * without out) kills it after that long. Returns the wait status, or -1 with
+ * errno when it could not be started, read or did not finish in time. */
 static int spawn_fio(const char *bin, char *const args[], const char *cwd, bool hugetlb,
-                     char **out)
+                     double timeout_s, char **out)
 {
     int pfd[2] = {-1, -1}, st = -1, err = 0;
     char **env = NULL;
@@ -516,8 +517,26 @@ static int spawn_fio(const char *bin, char *const args[], const char *cwd, bool 
         close(pfd[0]);
         pfd[0] = -1;
     }
-    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
-        ;
+    if (timeout_s > 0) {
+        /* Only `fio --version` has a bound: a program that does not answer
+         * it in time is not a usable fio, and must not hang the bench. */
+        double end = now_s() + timeout_s;
+        pid_t w;
+        while ((w = waitpid(pid, &st, WNOHANG)) == 0 || (w < 0 && errno == EINTR)) {
+            if (now_s() > end) {
+                kill(pid, SIGKILL);
+                while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+                    ;
+                st = -1;
+                err = ETIMEDOUT;
+                break;
+            }
+            nanosleep(&(struct timespec){.tv_nsec = 10 * 1000 * 1000}, NULL);
+        }
+    } else {
+        while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+            ;
+    }
     fio_child = -1;
     if (err && out) {
         free(*out);
@@ -550,7 +569,7 @@ static double fio_pass(const cfg *c, const char *engine, bool write, uint64_t bl
                           "--direct=1", eng, size, "--numjobs=1", "--thread", "--invalidate=1",
                           "--fallocate=none", "--output-format=json", NULL};
     char *out = NULL;
-    int st = spawn_fio(c->fio_bin, args, c->work, c->fio_huge, &out);
+    int st = spawn_fio(c->fio_bin, args, c->work, c->fio_huge, 0, &out);
     if (st == -1 && !out) {
         fprintf(stderr, "bench_nvme: cannot run fio '%s': %s\n", c->fio_bin, strerror(errno));
         return -1;
@@ -795,11 +814,13 @@ int zc__bench_nvme_main(int argc, char **argv)
     }
     if (c.fio) {
         char *const args[] = {(char *)c.fio_bin, "--version", NULL};
-        int st = spawn_fio(c.fio_bin, args, NULL, false, NULL);
+        int st = spawn_fio(c.fio_bin, args, NULL, false, 10, NULL);
         if (st == -1 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
             fprintf(stderr, "bench_nvme: fio not usable ('%s': %s); install it (apt-get install "
                     "fio, or bench/nvme/run_bench.sh does) or pass --no-fio\n", c.fio_bin,
-                    st == -1 ? strerror(errno) : "'--version' failed");
+                    st != -1          ? "'--version' failed"
+                    : errno == ETIMEDOUT ? "no answer to --version in 10 s"
+                                         : strerror(errno));
             return 1;
         }
     }
