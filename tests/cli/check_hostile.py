@@ -117,6 +117,10 @@ def check_bench_adam():
     expect("bench adam: 400 arguments then --n nan", p, 2, "--n 'nan'", stdout_empty=True)
     p = run([z, "bench"])
     expect("zeroc bench", p, 2, "expected 'io' or 'adam'")
+    # A count that parses but whose buffers (352 GiB) exceed the free memory:
+    # refused before allocating (overcommitted memory fails as an OOM kill).
+    p = run([z, "bench", "adam", "--n", "16G"] + small)
+    expect("bench adam --n 16G", p, 1, "GiB of buffers", "available", stdout_empty=True)
 
 
 # ---- bench io -------------------------------------------------------------------
@@ -212,6 +216,17 @@ def check_bench_io(tmp):
         else:
             os.unlink(kept)
             os.rmdir(os.path.dirname(kept))
+
+    # A "fio" that never answers --version: refused in bounded time.
+    hang = os.path.join(tmp, "hang_fio")
+    with open(hang, "w") as f:
+        f.write("#!%s\nimport time\ntime.sleep(600)\n" % sys.executable)
+    os.chmod(hang, 0o755)
+    t0 = time.time()
+    p = run(io_cmd(work, fio=hang), timeout=60, cwd=work)
+    expect("bench io with a fio that hangs", p, 1, "no answer to --version", stdout_empty=True)
+    if time.time() - t0 > 30:
+        fail("bench io with a fio that hangs", "took %.0f s" % (time.time() - t0))
 
     # 5. A --dir that is not a usable directory: a clear error, nothing made.
     regular = os.path.join(work, "regular")
@@ -351,6 +366,19 @@ def check_train_mlp(tmp):
         if re.search(r"-\d{6,}", p.stdout + p.stderr):
             fail("train_mlp config micro batch %d" % mb, "a negative batch was printed: %s"
                  % (p.stdout + p.stderr)[-300:])
+
+    # More ranks and samples than the memory holds: a message, not the OOM
+    # killer. Only where the machine is small enough for the largest case.
+    avail = 0
+    for line in open("/proc/meminfo"):
+        if line.startswith("MemAvailable:"):
+            avail = int(line.split()[1]) * 1024
+    if avail and avail * 7 // 8 < 64 * (65536 * 1696 * 4 + (8 << 20)):
+        p = run([t, "--world", "64", "--batch", "65536", "--steps", "1"])
+        expect("train_mlp --world 64 --batch 65536", p, 1, "GiB available", stdout_empty=True)
+    else:
+        print("note: %.0f GiB available; the train_mlp memory check needs a smaller machine"
+              % (avail / 2 ** 30))
 
     # Several ranks failing at once: one clean exit with a reason (two threads
     # in exit() at once crashed).
