@@ -238,6 +238,11 @@ int zc__bench_gpu_adam_main(int argc, char **argv)
                     fprintf(stderr, "bench_gpu_adam: timing failed: %s\n",
                             cudaGetErrorString(cudaGetLastError()));
                     rc = 1;
+                } else if (!(ms_adam > 0) || !(ms_copy > 0)) {
+                    /* A zero event time would print inf, which is not JSON. */
+                    fprintf(stderr, "bench_gpu_adam: %zu params: an event time of 0 ms "
+                            "(adam %.4f, copy %.4f); use larger --sizes\n", n, ms_adam, ms_copy);
+                    rc = 1;
                 } else {
                     double gbps = (double)n * (double)bpp / (ms_adam * 1e-3) / 1e9;
                     double cgbps = 2.0 * (double)cp.bytes / (ms_copy * 1e-3) / 1e9;
