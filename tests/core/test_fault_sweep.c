@@ -46,7 +46,13 @@
  * outcome the ranks agree on - and skips prefetches that find no buffer. */
 #define HA_NP 8
 #define HA_N 500
-#define MASTER_ELEMS (HA_NP * HA_N > 8000 ? HA_NP * HA_N : 8000)
+
+/* Room for either model's gathered master. */
+static size_t master_elems(void)
+{
+    const int64_t t = t_total_numel();
+    return (size_t)(t > HA_NP * HA_N ? t : HA_NP * HA_N);
+}
 
 typedef enum sweep_model { MODEL_T_ENGINE = 0, MODEL_HOLD_ALL } sweep_model;
 
@@ -197,7 +203,7 @@ static void run_sweep_once(sweep_run *sr, sweep_model model, int stage, const ch
     else
         unsetenv("ZC_FAULTS");
     for (int r = 0; r < W; r++)
-        sr->master[r] = calloc(MASTER_ELEMS, sizeof(float));
+        sr->master[r] = calloc(master_elems(), sizeof(float));
     cr_assert_eq(zc_comm_local_world(W, sr->comms), ZC_OK);
     t_run_ranks(W, sweep_rank, sr);
     for (int r = 0; r < W; r++)
@@ -218,7 +224,7 @@ static void check_stage(sweep_model model, int stage)
     /* A split makes the waiting ranks time out: keep that short. */
     setenv("ZC_COMM_TIMEOUT", "2", 1);
     static sweep_run clean, got;
-    const size_t bytes = MASTER_ELEMS * sizeof(float);
+    const size_t bytes = master_elems() * sizeof(float);
     run_sweep_once(&clean, model, stage, NULL);
     for (int r = 0; r < W; r++)
         cr_assert_eq(clean.rc[r], ZC_OK, "clean run, rank %d: %s", r, clean.msg[r]);
