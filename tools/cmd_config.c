@@ -35,8 +35,9 @@ static void usage(FILE *f)
             "  --lenient   unknown keys inside blocks are warnings, not errors\n"
             "  --json      one JSON object: {valid, deepspeed_valid, errors, warnings, notes,\n"
             "              not_listed, program_must_provide, effective}\n"
-            "  FILE is a regular file of at most 16 MiB. Valid means zc_engine_create accepts\n"
-            "  it (a valid DeepSpeed file the engine refuses, e.g. with offload, is invalid).\n"
+            "  FILE is a regular file of at most 16 MiB and 65536 JSON values. Valid means\n"
+            "  zc_engine_create accepts it (a valid DeepSpeed file the engine refuses, e.g.\n"
+            "  with offload, is invalid).\n"
             "Exit status: 0 valid, 1 invalid, 2 usage error.\n");
 }
 

@@ -140,8 +140,9 @@ ZC_API zc_status zc_config_set_string(zc_config *cfg, const char *dotted_key, co
 #define ZC_CONFIG_LENIENT 0x1u /* unknown nested keys are warnings, not errors */
 
 /* Loads a DeepSpeed JSON file into a new configuration (defaults first, then
- * the file). The file must be a regular file of at most 16 MiB (a directory,
- * FIFO or device is refused by what it is, without reading it). On failure
+ * the file). The file must be a regular file of at most 16 MiB and 65536
+ * JSON values (a directory, FIFO or device is refused by what it is, without
+ * reading it). On failure
  * *out is NULL and zc_last_error() names the file and every error that fits
  * (JSON path, value, allowed range, what to change). The caller owns *out. */
 ZC_API zc_status zc_config_load(zc_config **out, const char *json_path);

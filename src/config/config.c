@@ -102,11 +102,17 @@ ZC_API zc_status zc_config_set(zc_config *cfg, const char *dotted_key, const cha
                       (void *)cfg, dotted_key ? dotted_key : "NULL");
     /* The loader's limit holds for a value set from code too (a whole block
      * can be given here); strnlen stops at the limit. */
-    if (strnlen(json_value, ZC_CFG_MAX_BYTES + 1) > ZC_CFG_MAX_BYTES)
+    size_t vlen = strnlen(json_value, ZC_CFG_MAX_BYTES + 1);
+    if (vlen > ZC_CFG_MAX_BYTES)
         return ZC_ERR(ZC_ERR_INVALID_ARG,
                       "zc_config_set: %s: the value is longer than " ZC_CFG_MAX_BYTES_TEXT
                       " (%zu bytes), the most a config may be",
                       dotted_key, ZC_CFG_MAX_BYTES);
+    if (zc__cfg_count_values(json_value, vlen, ZC_CFG_MAX_VALUES) > ZC_CFG_MAX_VALUES)
+        return ZC_ERR(ZC_ERR_INVALID_ARG,
+                      "zc_config_set: %s: the value holds more than %d JSON values, the most a "
+                      "config may",
+                      dotted_key, ZC_CFG_MAX_VALUES);
     json_error_t jerr;
     json_t *v = json_loads(json_value, JSON_DECODE_ANY, &jerr);
     if (!v)

@@ -95,6 +95,16 @@ zc_status zc__config_load_text(zc_config **out, const char *text, size_t len, co
 #define ZC_CFG_MAX_BYTES ((size_t)16 << 20)
 #define ZC_CFG_MAX_BYTES_TEXT "16 MiB"
 
+/* The most JSON values a config may hold (a real one has under a hundred):
+ * with the size limit, this bounds the memory of the parsed tree to a few MB
+ * whatever the text is made of. */
+#define ZC_CFG_MAX_VALUES 65536
+
+/* An upper bound of the number of JSON values in text (every value but the
+ * root follows '[', '{' or ',' outside a string); counting stops once it
+ * passes `stop`. */
+size_t zc__cfg_count_values(const char *text, size_t len, size_t stop);
+
 /* jansson refused `text` with "too big integer" (jerr): adds errors that name
  * the key, the value and the range, where they can be found. */
 void zc__cfg_explain_big_integer(const char *text, size_t len, unsigned flags, zc_cfg_diag *d,

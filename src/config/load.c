@@ -351,6 +351,14 @@ zc_status zc__config_load_text(zc_config **out, const char *text, size_t len, co
                      len, ZC_CFG_MAX_BYTES);
         return ZC_ERR_CONFIG;
     }
+    size_t values = zc__cfg_count_values(text, len, ZC_CFG_MAX_VALUES);
+    if (values > ZC_CFG_MAX_VALUES) {
+        zc__diag_add(d, ZC_SEV_ERROR, ZC_ERR_CONFIG, "",
+                     "more than %d JSON values; a config may hold at most %d (a DeepSpeed "
+                     "config has a few dozen); refused before parsing",
+                     ZC_CFG_MAX_VALUES, ZC_CFG_MAX_VALUES);
+        return ZC_ERR_CONFIG;
+    }
     json_error_t jerr;
     json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!root) {

@@ -68,24 +68,37 @@ zc_status zc__cfg_read_file(const char *path, char **text, size_t *len)
                     path, (intmax_t)st.st_size, ZC_CFG_MAX_BYTES);
         goto out;
     }
-    /* st_size + 1 is a guess (0 for /proc files): grow by doubling, but never
-     * past the limit + 1 byte, which is enough to know the file is too large. */
+    /* The common case costs one buffer of exactly st_size + 1 bytes: read
+     * st_size bytes, then probe for one more. Only a file whose size moved
+     * (or a /proc file, whose st_size is 0) takes the slow path below. */
     cap = (size_t)st.st_size + 1;
-    if (cap < 4096)
-        cap = 4096;
-    if (cap > ZC_CFG_MAX_BYTES + 2)
-        cap = ZC_CFG_MAX_BYTES + 2;
     ZC_CHECK_GOTO(zc__host_alloc(NULL, ZC_MEM_OTHER, cap, "config text", (void **)&buf), rc, out);
+    bool grew = false;
     for (;;) {
         if (n + 1 == cap) {
-            if (n > ZC_CFG_MAX_BYTES) {
+            char probe;
+            ssize_t r = read(fd, &probe, 1);
+            if (r < 0 && errno == EINTR)
+                continue;
+            if (r < 0) {
+                rc = ZC_ERR(ZC_ERR_IO, "%s: read failed: %s", path, strerror(errno));
+                goto out;
+            }
+            if (r == 0)
+                break;
+            /* Past what fstat said: grow by doubling, never past the limit
+             * + 1 byte, which is enough to know the file is too large. */
+            grew = true;
+            if (n + 1 > ZC_CFG_MAX_BYTES) {
                 rc = ZC_ERR(ZC_ERR_CONFIG,
                             "%s is larger than " ZC_CFG_MAX_BYTES_TEXT
                             " (%zu bytes), the most a config may be",
                             path, ZC_CFG_MAX_BYTES);
                 goto out;
             }
-            size_t ncap = cap * 2 > ZC_CFG_MAX_BYTES + 2 ? ZC_CFG_MAX_BYTES + 2 : cap * 2;
+            size_t ncap = cap < 2048 ? 4096 : cap * 2;
+            if (ncap > ZC_CFG_MAX_BYTES + 2)
+                ncap = ZC_CFG_MAX_BYTES + 2;
             char *nb;
             ZC_CHECK_GOTO(zc__host_alloc(NULL, ZC_MEM_OTHER, ncap, "config text", (void **)&nb),
                           rc, out);
@@ -93,6 +106,8 @@ zc_status zc__cfg_read_file(const char *path, char **text, size_t *len)
             zc__host_free(NULL, ZC_MEM_OTHER, buf, cap);
             buf = nb;
             cap = ncap;
+            buf[n++] = probe;
+            continue;
         }
         ssize_t r = read(fd, buf + n, cap - 1 - n);
         if (r < 0 && errno == EINTR)
@@ -112,14 +127,20 @@ zc_status zc__cfg_read_file(const char *path, char **text, size_t *len)
                     path, ZC_CFG_MAX_BYTES);
         goto out;
     }
-    /* Hand back an exact-size buffer: callers free len + 1 bytes. */
-    char *exact;
-    ZC_CHECK_GOTO(zc__host_alloc(NULL, ZC_MEM_OTHER, n + 1, "config text", (void **)&exact), rc,
-                  out);
-    memcpy(exact, buf, n);
-    exact[n] = 0;
-    *text = exact;
+    if (grew || n + 1 != cap) {
+        /* Callers free len + 1 bytes: hand back an exact-size copy. */
+        char *exact;
+        ZC_CHECK_GOTO(zc__host_alloc(NULL, ZC_MEM_OTHER, n + 1, "config text", (void **)&exact),
+                      rc, out);
+        memcpy(exact, buf, n);
+        zc__host_free(NULL, ZC_MEM_OTHER, buf, cap);
+        buf = exact;
+        cap = n + 1;
+    }
+    buf[n] = 0;
+    *text = buf;
     *len = n;
+    buf = NULL; /* handed over */
 out:
     if (buf)
         zc__host_free(NULL, ZC_MEM_OTHER, buf, cap);

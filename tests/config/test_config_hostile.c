@@ -282,6 +282,46 @@ Test(config_hostile, a_string_past_the_limit_is_refused_before_parsing)
     t_assert_no_leaks();
 }
 
+/* {"train_batch_size": 8, "flops_profiler": [0,0,...]} with n zeros. */
+static char *zeros_doc(int n)
+{
+    size_t cap = (size_t)n * 2 + 64, len;
+    char *text = malloc(cap);
+    len = (size_t)snprintf(text, cap, "{\"train_batch_size\": 8, \"flops_profiler\": [0");
+    for (int i = 1; i < n; i++) {
+        memcpy(text + len, ",0", 2);
+        len += 2;
+    }
+    memcpy(text + len, "]}", 3);
+    return text;
+}
+
+Test(config_hostile, too_many_values_are_refused_before_parsing)
+{
+    /* Commas and brackets inside strings (escaped quote included) are not
+     * values: root, the array, 1 and 2 are. */
+    const char *t = "{\"a,b\\\",[{\": [1,2]}";
+    cr_assert_eq(zc__cfg_count_values(t, strlen(t), 100), 4);
+    /* 70000 zeros in an ignored key: a tree of 70000 values is never built. */
+    char *text = zeros_doc(70000);
+    zc_config *cfg = (zc_config *)0x1;
+    cr_assert_eq(zc_config_load_string(&cfg, text, "t.json", 0), ZC_ERR_CONFIG);
+    cr_assert_null(cfg);
+    HAS(zc_last_error(), "t.json: more than 65536 JSON values; a config may hold at most 65536");
+    cr_assert_eq(zc_config_create(&cfg), ZC_OK);
+    cr_assert_eq(zc_config_set(cfg, "zero_optimization", text), ZC_ERR_INVALID_ARG);
+    HAS(zc_last_error(), "the value holds more than 65536 JSON values");
+    zc_config_destroy(cfg);
+    /* 60000 values (the root, the object, the array and its elements) load. */
+    free(text);
+    text = zeros_doc(59990);
+    cfg = load_ok(text);
+    get_eq(cfg, "train_batch_size", "8");
+    zc_config_destroy(cfg);
+    free(text);
+    t_assert_no_leaks();
+}
+
 /* ---- paths that are not config files ---------------------------------------- */
 
 static char tmpdir[64];
