@@ -399,6 +399,19 @@ static void make_init(shared *sh)
     }
 }
 
+/* A JSON number, or null when v is not finite: a diverging run (--lr 1e6)
+ * has a NaN loss, and "nan" is not JSON. */
+typedef struct jnum_t {
+    char s[32];
+} jnum_t;
+
+static jnum_t jnum(double v)
+{
+    jnum_t j;
+    snprintf(j.s, sizeof j.s, isfinite(v) ? "%.9g" : "null", v);
+    return j;
+}
+
 /* ---- one rank ------------------------------------------------------------- */
 
 /* Reads a resolved integer or boolean back from the configuration and holds
@@ -618,10 +631,10 @@ static void *rank_main(void *argp)
             for (int r = 0; r < o->world; r++) loss += sh->losses[(size_t)step * o->world + r];
             loss /= o->world;
             if (o->json)
-                printf("{\"step\":%d,\"loss\":%.9g,\"grad_norm\":%.9g,\"loss_scale\":%.9g,"
-                       "\"skipped\":%s,\"lr\":%.9g}\n",
-                       step + 1, loss, info.grad_norm, info.loss_scale,
-                       info.skipped ? "true" : "false", info.lr);
+                printf("{\"step\":%d,\"loss\":%s,\"grad_norm\":%s,\"loss_scale\":%s,"
+                       "\"skipped\":%s,\"lr\":%s}\n",
+                       step + 1, jnum(loss).s, jnum(info.grad_norm).s, jnum(info.loss_scale).s,
+                       info.skipped ? "true" : "false", jnum(info.lr).s);
             else
                 printf("step %4d/%d  loss %.6f  grad_norm %8.4f  loss_scale %-6g  lr %.2e%s\n",
                        step + 1, o->steps, loss, info.grad_norm, info.loss_scale, info.lr,
