@@ -409,6 +409,12 @@ def check_train_mlp(tmp):
         if not re.search(r"cannot start rank thread 0 of 2: \S", p.stderr):
             fail("train_mlp: pthread_create fails", "no reason given: %r" % p.stderr[-300:])
 
+    # A diverging run (lr 1e6, fp16) has NaN losses: --json stays JSON.
+    p = run([t, "--lr", "1e6", "--steps", "3", "--world", "1", "--batch", "1", "--dtype", "fp16",
+             "--json"])
+    if expect("train_mlp --lr 1e6 --json", p, 0):
+        strict_json_lines("train_mlp --lr 1e6 --json", p.stdout)
+
     # Output that cannot be written is a failure, not a success.
     with open("/dev/full", "w") as full:
         p = subprocess.run([t] + quick + ["--json"], stdout=full, stderr=subprocess.PIPE,

@@ -50,6 +50,25 @@ NUMBERS = [
 ]
 
 
+# For runs whose random flags are not overridden by the tail: values that no
+# flag accepts, and small ones that every flag that accepts them runs
+# quickly with, so an absurd value the program wrongly accepts is used (and
+# shows) instead of being masked by a valid one later on the command line.
+ABSURD = [
+    "", "-1", "-2147483649", "-9223372036854775809", "18446744073709551616",
+    "99999999999999999999999", "1e30", "1e308", "1e309", "-1e309", "1e-400", "1.5", "1e", "e5",
+    ".", "-", "+", "--", " 1", "1 ", "\t1", "1\n", "nan", "NaN", "-nan", "inf", "-inf",
+    "Infinity", "0x10", "0X1p3", "1_000", "1,000", "\uff11", "\x01", "%s%n%x", "9" * 400,
+    "1" + "0" * 30, "1e99999999999", "1e-99999999999", "$(touch CANARY)", "'; touch CANARY; '",
+    "`touch CANARY`", "16E", "1P", "1,,2", ",", "1,",
+]
+SMALL = ["0", "-0", "1", "2", "3", "4", "4e0", "0.4e1", "4.0", "1,2", "2,1,1"]
+
+
+def cheap_number(rng):
+    return rng.choice(ABSURD) if rng.random() < 0.6 else rng.choice(SMALL)
+
+
 def hostile_number(rng):
     r = rng.random()
     if r < 0.75:
@@ -128,8 +147,9 @@ def pick(rng, xs):
     return rng.choice(xs)
 
 
-def flag_args(rng, spec, fx):
+def flag_args(rng, spec, fx, cheap=False):
     """Random flags from spec {flag: kind}; kind None means no value."""
+    number = cheap_number if cheap else hostile_number
     out = []
     for _ in range(rng.randint(0, 6)):
         r = rng.random()
@@ -143,7 +163,7 @@ def flag_args(rng, spec, fx):
             out.append(flag)
             continue
         if kind == "num":
-            v = hostile_number(rng)
+            v = number(rng)
         elif kind == "dir":
             v = pick(rng, fx.dirs)
         elif kind == "fio":
@@ -153,10 +173,12 @@ def flag_args(rng, spec, fx):
         elif kind == "dump":
             v = pick(rng, fx.dumps)
         else:
-            v = pick(rng, kind) if rng.random() < 0.7 else hostile_number(rng)
+            v = pick(rng, kind) if rng.random() < 0.7 else number(rng)
         r = rng.random()
-        if r < 0.1:
-            out.append(flag)  # value missing (or the next flag taken as it)
+        if r < 0.1 and kind != "dump":
+            # Value missing (or the next flag taken as it). Not for
+            # --dump-params: any next word is a file name it may write.
+            out.append(flag)
         elif r < 0.25:
             out.append(flag + "=" + v)
         else:
@@ -181,24 +203,35 @@ TRAIN = {"--stage": "num", "--world": "num", "--steps": "num", "--accum": "num",
 CONFIG = {"--world": "num", "--lenient": None, "--json": None, "--help": None}
 
 
+def with_tail(rng, head, spec, fx, tail):
+    """The random flags and the tail that keeps a valid run cheap. Most runs
+    put the tail last, so a valid random value is overridden by it. The
+    others draw only from ABSURD and SMALL and put the tail first: a value
+    that is wrongly accepted is then the one used (and shows), not masked."""
+    if rng.random() < 0.4:
+        # --quick brings back 16M parameters: not cheap.
+        args = [x for x in flag_args(rng, spec, fx, cheap=True) if x != "--quick"]
+        return head + tail + args
+    return head + flag_args(rng, spec, fx) + tail
+
+
 def make_case(rng, a, fx):
-    """Returns (argv, kind) for one run."""
+    """Returns the argv of one run."""
     z, t = a.zeroc, a.train_mlp
     r = rng.random()
     if r < 0.22:
-        tail = ["--n", "4K", "--reps", "1", "--threads", "1"]
-        return [z, "bench", "adam", "--device", "cpu"] + flag_args(rng, ADAM_CPU, fx) + tail
+        return with_tail(rng, [z, "bench", "adam", "--device", "cpu"], ADAM_CPU, fx,
+                         ["--n", "4K", "--reps", "1", "--threads", "1"])
     if r < 0.28:
-        tail = ["--sizes", "64", "--reps", "1", "--warmup", "0"]
-        return [z, "bench", "adam", "--device", "cuda"] + flag_args(rng, ADAM_CUDA, fx) + tail
+        return with_tail(rng, [z, "bench", "adam", "--device", "cuda"], ADAM_CUDA, fx,
+                         ["--sizes", "64", "--reps", "1", "--warmup", "0"])
     if r < 0.52:
         tail = ["--size", "1M", "--block", "128K", "--depth", "1", "--reps", "1"]
         if rng.random() < 0.5:
             tail.append("--no-fio")
-        return [z, "bench", "io"] + flag_args(rng, IO, fx) + tail
+        return with_tail(rng, [z, "bench", "io"], IO, fx, tail)
     if r < 0.78:
-        tail = ["--steps", "1", "--world", "1", "--batch", "1"]
-        return [t] + flag_args(rng, TRAIN, fx) + tail
+        return with_tail(rng, [t], TRAIN, fx, ["--steps", "1", "--world", "1", "--batch", "1"])
     if r < 0.93:
         args = flag_args(rng, CONFIG, fx)
         args.insert(rng.randint(0, len(args)), pick(rng, fx.configs))
@@ -305,6 +338,7 @@ def main():
             if probs:
                 problems += 1
                 print("FAIL (exit %s): %s" % (p.returncode, shlex.join(cmd)))
+                print("  argv exactly: %s" % json.dumps(cmd))
                 for pr in probs:
                     print("  - " + pr)
                 print("  stderr tail: %r" % (p.stderr or "")[-500:], flush=True)
