@@ -332,7 +332,11 @@ static int ours_open(ours *o, const cfg *c, uint64_t block, int depth)
     no.queue_depth = depth;
     no.flags = ZC_NVME_KEEP_FILES | c->flags;
     zc_pinned_pool_opts po = ZC_PINNED_POOL_OPTS_INIT;
-    uint64_t bytes = block * (uint64_t)depth;
+    uint64_t bytes;
+    if (!zc__mul_u64(block, (uint64_t)depth, &bytes)) { /* <= 64M x 4096 by the parser */
+        fprintf(stderr, "bench_nvme: --block %" PRIu64 " x --depth %d overflows\n", block, depth);
+        return 1;
+    }
     po.slab_bytes = bytes > GiB ? GiB : bytes;
     po.reserve_bytes = bytes;
     o->q = calloc((size_t)depth, sizeof *o->q);
