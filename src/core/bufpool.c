@@ -150,6 +150,20 @@ void zc__bufpool_put(zc_bufpool *bp, void **p)
     *p = NULL;
 }
 
+int zc__bufpool_slot(const zc_bufpool *bp, const void *p)
+{
+    const char *q = p;
+    int first = 0;
+    for (int i = 0; i < bp->ncls; i++) {
+        const zc_bufpool_class *c = &bp->cls[i];
+        if (q && c->base && q >= c->base && q < c->base + c->base_bytes &&
+            (size_t)(q - c->base) % c->bytes == 0)
+            return first + (int)((size_t)(q - c->base) / c->bytes);
+        first += c->count;
+    }
+    return -1;
+}
+
 int zc__bufpool_in_use(const zc_bufpool *bp)
 {
     int n = 0;

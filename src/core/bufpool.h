@@ -76,6 +76,11 @@ zc_status zc__bufpool_get(zc_bufpool *bp, size_t bytes, bool zero, void *stream,
 /* Returns a slot from zc__bufpool_get; NULL is a no-op. *p is set to NULL. */
 void zc__bufpool_put(zc_bufpool *bp, void **p);
 
+/* The index of slot p over all classes (class by class, in plan order), or
+ * -1 when p is not a slot of this pool: lets a caller keep per-slot state,
+ * such as the event of the last stream work that read the slot. */
+int zc__bufpool_slot(const zc_bufpool *bp, const void *p);
+
 /* Slots in use, over all classes. */
 int zc__bufpool_in_use(const zc_bufpool *bp);
 /* Bytes reserved, over all classes (with each class's alignment slack). */
