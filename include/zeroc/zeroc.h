@@ -261,10 +261,16 @@ typedef struct zc_engine_options {
     int64_t bucket_elems;   /* chunk size in elements; <= 0 = reduce_bucket_size */
     zc_dtype param_dtype;   /* working precision; overrides fp16/bf16.enabled
                                when >= 0 (ZC_ENGINE_OPTIONS_INIT leaves -1) */
+    void *stream;           /* the caller's compute stream (a cudaStream_t; NULL =
+                               the legacy default stream): the stream the backward
+                               pass writes gradients on. zc_grad_buffer orders it
+                               after the buffer's zero-fill and zc_grad_ready
+                               orders the engine's reduction after it, with
+                               events (no host wait). Ignored by the host device. */
 } zc_engine_options;
 
 #define ZC_ENGINE_OPTIONS_INIT \
-    { sizeof(zc_engine_options), ZC_DEVICE_AUTO, -1, 0, (zc_dtype)-1 }
+    { sizeof(zc_engine_options), ZC_DEVICE_AUTO, -1, 0, (zc_dtype)-1, NULL }
 
 /* Creates an engine for one rank. Copies cfg (resolving the batch keys for the
  * communicator's world); borrows comm, which must outlive the engine. opts may
@@ -312,8 +318,11 @@ ZC_API zc_status zc_param_gather_master(zc_engine *eng, zc_param *p, float *out)
 /* Returns a pointer to the full parameter in its working dtype, valid until the
  * matching zc_param_release. Stage 3 gathers its chunk (or finds it
  * prefetched): there it is collective, so every rank acquires the same
- * parameters in the same order. With a CUDA device, work on `stream` (a
- * cudaStream_t, NULL = the default stream) is ordered after the data is ready.
+ * parameters in the same order. With a CUDA device the engine works on its own
+ * non-blocking stream; work enqueued on `stream` (a cudaStream_t, NULL = the
+ * legacy default stream) after this call returns is ordered after the data is
+ * ready, by an event the stream waits on: the host does not wait. Work on any
+ * other stream must be ordered after `stream` by the caller.
  * Returns NULL (with zc_last_error) for a parameter unknown to this engine, or
  * in stage 3 when the gather would exceed stage3_max_live_parameters, or when
  * a gather buffer beyond those reserved at build cannot be allocated on some
@@ -322,11 +331,19 @@ ZC_API zc_status zc_param_gather_master(zc_engine *eng, zc_param *p, float *out)
 ZC_API void *zc_param_acquire(zc_engine *eng, zc_param *p, void *stream);
 
 /* Ends a use begun by zc_param_acquire. Stage 3 frees the gathered chunk when
- * none of its parameters is acquired, unless it is persistent. */
+ * none of its parameters is acquired, unless it is persistent. With a CUDA
+ * device the engine's later writes of that memory (the optimizer update, a
+ * new gather into the reused buffer) wait, by an event, for the work enqueued
+ * on `stream` before this call; the caller must have enqueued every read of
+ * the parameter on `stream` (or ordered it before `stream`) by then. */
 ZC_API zc_status zc_param_release(zc_engine *eng, zc_param *p, void *stream);
 
 /* A buffer of numel elements in the parameter's working dtype, zeroed at the
  * start of each micro-step, that the backward pass writes or accumulates into.
+ * With a CUDA device the zero-fill is enqueued on the engine's stream and
+ * zc_engine_options.stream (the caller's compute stream) is made to wait for
+ * it, so gradients must be written on that stream (or on a stream the caller
+ * orders after it) and only after this call returns, in every micro-step.
  * Returns NULL for an unknown parameter. In stages 2 and 3 the buffer is one of
  * two chunk buffers reserved at build: writing the gradients of a third chunk
  * before the first two are complete (every parameter made ready) returns NULL
@@ -335,8 +352,14 @@ ZC_API void *zc_grad_buffer(zc_engine *eng, zc_param *p);
 
 /* Hands the gradient back for this micro-step. When every parameter of a chunk
  * is ready its reduction starts, a collective: every rank completes chunks in
- * the same order. Errors: unknown parameter, ready twice in one micro-step
- * (nothing is changed). */
+ * the same order. With a CUDA device the reduction is ordered after the work
+ * enqueued on zc_engine_options.stream before this call (an event the
+ * engine's stream waits on; the host does not wait), so every write of the
+ * chunk's gradients must be enqueued on that stream, or ordered before it by
+ * the caller, by the time its last zc_grad_ready is called. With overlap_comm
+ * the reduction runs on a communication stream of its own, overlapping the
+ * rest of the backward pass. Errors: unknown parameter, ready twice in one
+ * micro-step (nothing is changed). */
 ZC_API zc_status zc_grad_ready(zc_engine *eng, zc_param *p);
 
 /* Ends a micro-step that is not the last of the accumulation window; every

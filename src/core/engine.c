@@ -68,9 +68,10 @@ zc_status zc__eng_check_param(const zc_engine *e, const zc_param *p, const char 
 
 /* ---- collectives --------------------------------------------------------- */
 
-zc_status zc__eng_all_reduce(zc_engine *e, void *buf, size_t n, zc_dtype dt, bool count_it)
+zc_status zc__eng_all_reduce_on(zc_engine *e, void *buf, size_t n, zc_dtype dt, bool count_it,
+                                void *stream)
 {
-    zc_status rc = zc__all_reduce(e->comm, buf, buf, n, dt, ZC_RED_SUM, e->stream);
+    zc_status rc = zc__all_reduce(e->comm, buf, buf, n, dt, ZC_RED_SUM, stream);
     if (rc != ZC_OK)
         return coll_failed(e, rc);
     if (count_it)
@@ -78,10 +79,10 @@ zc_status zc__eng_all_reduce(zc_engine *e, void *buf, size_t n, zc_dtype dt, boo
     return ZC_OK;
 }
 
-zc_status zc__eng_reduce_scatter(zc_engine *e, const void *send, void *recv, size_t recv_n,
-                                 zc_dtype dt, bool count_it)
+zc_status zc__eng_reduce_scatter_on(zc_engine *e, const void *send, void *recv, size_t recv_n,
+                                    zc_dtype dt, bool count_it, void *stream)
 {
-    zc_status rc = zc__reduce_scatter(e->comm, send, recv, recv_n, dt, e->stream);
+    zc_status rc = zc__reduce_scatter(e->comm, send, recv, recv_n, dt, stream);
     if (rc != ZC_OK)
         return coll_failed(e, rc);
     if (count_it)
@@ -90,16 +91,48 @@ zc_status zc__eng_reduce_scatter(zc_engine *e, const void *send, void *recv, siz
     return ZC_OK;
 }
 
-zc_status zc__eng_all_gather(zc_engine *e, const void *send, void *recv, size_t send_n,
-                             zc_dtype dt, bool count_it)
+zc_status zc__eng_all_gather_on(zc_engine *e, const void *send, void *recv, size_t send_n,
+                                zc_dtype dt, bool count_it, void *stream)
 {
-    zc_status rc = zc__all_gather(e->comm, send, recv, send_n, dt, e->stream);
+    zc_status rc = zc__all_gather(e->comm, send, recv, send_n, dt, stream);
     if (rc != ZC_OK)
         return coll_failed(e, rc);
     if (count_it)
         e->comm_cur[ZC_COLL_ALL_GATHER] +=
             (int64_t)(send_n * (size_t)e->world * zc_dtype_size(dt));
     return ZC_OK;
+}
+
+zc_status zc__eng_all_reduce(zc_engine *e, void *buf, size_t n, zc_dtype dt, bool count_it)
+{
+    return zc__eng_all_reduce_on(e, buf, n, dt, count_it, e->stream);
+}
+
+zc_status zc__eng_reduce_scatter(zc_engine *e, const void *send, void *recv, size_t recv_n,
+                                 zc_dtype dt, bool count_it)
+{
+    return zc__eng_reduce_scatter_on(e, send, recv, recv_n, dt, count_it, e->stream);
+}
+
+zc_status zc__eng_all_gather(zc_engine *e, const void *send, void *recv, size_t send_n,
+                             zc_dtype dt, bool count_it)
+{
+    return zc__eng_all_gather_on(e, send, recv, send_n, dt, count_it, e->stream);
+}
+
+/* A group's collectives are launched by group_end: a failure there is a
+ * failure of those collectives (some ranks may have launched theirs), so it
+ * breaks the engine exactly like one. */
+zc_status zc__eng_group_start(zc_engine *e)
+{
+    zc_status rc = zc__comm_group_start(e->comm);
+    return rc == ZC_OK ? ZC_OK : coll_failed(e, rc);
+}
+
+zc_status zc__eng_group_end(zc_engine *e)
+{
+    zc_status rc = zc__comm_group_end(e->comm);
+    return rc == ZC_OK ? ZC_OK : coll_failed(e, rc);
 }
 
 /* ---- device helpers ------------------------------------------------------ */
@@ -259,6 +292,7 @@ ZC_API zc_status zc_engine_create(zc_engine **out, const zc_config *cfg, zc_comm
     zc__bufpool_init(&e->pool_stage, "parameter load staging", ZC_MEM_BUFFERS, e->dev, &e->acct);
 
     e->bucket_option = opts && OPT_HAS(opts, bucket_elems) ? opts->bucket_elems : 0;
+    e->user_stream = opts && OPT_HAS(opts, stream) ? opts->stream : NULL;
     if (e->cfg->communication_data_type >= 0 && e->cfg->communication_data_type != (int)e->pdt)
         ZC_LOGW("core", "communication_data_type %s is not supported yet: gradients are "
                         "reduced in the parameter dtype %s",
@@ -292,6 +326,8 @@ ZC_API void zc_engine_destroy(zc_engine *e)
 {
     if (!e || e->magic != ZC_ENGINE_MAGIC)
         return;
+    /* First: queued work may still read or write the buffers freed below. */
+    zc__streams_destroy(e);
     if (e->stage == 3 && e->chunks)
         zc__z3_free_all(e);
     zc__partials_free(e);

@@ -153,7 +153,21 @@ struct zc_engine {
     zc_config *cfg;            /* own copy */
     zc_comm *comm;             /* borrowed */
     zc_device *dev;
-    void *stream;              /* NULL: the device's default stream */
+    /* Streams and events (streams.c). Until zc_engine_build creates them the
+     * engine works on the legacy default stream (NULL). */
+    void *stream;              /* the engine's own stream: everything but what follows */
+    void *comm_stream;         /* gradient reductions: its own with overlap_comm,
+                                  else == stream */
+    void *ctl_stream;          /* zc__eng_agree's status exchange, so agreeing
+                                  never waits for queued model work */
+    void *user_stream;         /* zc_engine_options.stream: where gradients are written */
+    bool streams_created;
+    void *ev_engine;           /* recorded on stream for a caller's stream to wait on */
+    void *ev_caller;           /* recorded on a caller's stream for stream to wait on */
+    void *ev_handoff;          /* stream -> comm_stream before a reduction */
+    void *ev_reduced;          /* comm_stream -> stream: every reduction so far */
+    void *ev_gslot[ZC_GRAD_BUFFERS]; /* per gradient pool slot: its last reduction */
+    bool gslot_pending[ZC_GRAD_BUFFERS];
     int rank, world, stage;
     zc_dtype pdt;              /* working precision */
     size_t pesz;
@@ -184,7 +198,10 @@ struct zc_engine {
     zc_loss_scaler scaler;
     int64_t steps, skipped, adam_steps;
     double *partials;          /* host: nchunks * world sum-of-squares partials */
-    double *part_send, *part_recv; /* device buffers for the fp64 all-gather */
+    double *part_send, *part_recv; /* device buffers for the fp64 all-gather; stage 0
+                                      writes its (chunk, rank) partials into part_recv */
+    double *norm_scratch;      /* device: sumsq_async blocks of the largest shard */
+    size_t norm_scratch_elems;
 
     /* Stats: the current window and the last completed step. */
     int64_t comm_cur[ZC_COLL__COUNT], comm_last[ZC_COLL__COUNT];
@@ -250,6 +267,18 @@ zc_status zc__eng_reduce_scatter(zc_engine *e, const void *send, void *recv, siz
                                  zc_dtype dt, bool count_it);
 zc_status zc__eng_all_gather(zc_engine *e, const void *send, void *recv, size_t send_n,
                              zc_dtype dt, bool count_it);
+/* The same on an explicit stream (comm_stream, ctl_stream). */
+zc_status zc__eng_all_reduce_on(zc_engine *e, void *buf, size_t n, zc_dtype dt, bool count_it,
+                                void *stream);
+zc_status zc__eng_reduce_scatter_on(zc_engine *e, const void *send, void *recv, size_t recv_n,
+                                    zc_dtype dt, bool count_it, void *stream);
+zc_status zc__eng_all_gather_on(zc_engine *e, const void *send, void *recv, size_t send_n,
+                                zc_dtype dt, bool count_it, void *stream);
+/* A communicator group around collectives issued back to back (NCCL launches
+ * them together). A failed group_start or group_end breaks the engine like a
+ * failed collective; group_end must follow every group_start that succeeded. */
+zc_status zc__eng_group_start(zc_engine *e);
+zc_status zc__eng_group_end(zc_engine *e);
 
 /* Agrees on the outcome of rank-local work before the next collective
  * (agree.c). Collective: every rank calls it at the same point with its own
@@ -259,6 +288,34 @@ zc_status zc__eng_all_gather(zc_engine *e, const void *send, void *recv, size_t 
 zc_status zc__eng_agree(zc_engine *e, zc_status local, const char *what);
 zc_status zc__agree_alloc(zc_engine *e);
 void zc__agree_free(zc_engine *e);
+
+/* ---- streams.c ----------------------------------------------------------- */
+
+/* Creates the engine's streams and events (zc_engine_build): a non-blocking
+ * stream of its own, a communication stream when overlap_comm, a control
+ * stream. The host device's streams are its synchronous sentinel. */
+zc_status zc__streams_create(zc_engine *e);
+/* Waits for everything queued on the engine's streams, then destroys them
+ * (zc_engine_destroy). Errors are logged: there is no one left to tell. */
+void zc__streams_destroy(zc_engine *e);
+/* Work enqueued on `stream` (a caller's; NULL = legacy default) from now on
+ * runs after the work enqueued on the engine's stream so far. */
+zc_status zc__order_caller_after_engine(zc_engine *e, void *stream);
+/* Work enqueued on the engine's stream from now on runs after the work
+ * enqueued on `stream` (a caller's) so far. */
+zc_status zc__order_engine_after_caller(zc_engine *e, void *stream);
+/* Before a reduction on comm_stream: it runs after the engine's stream so far
+ * (the gradient, its prescale). No-op without overlap_comm. */
+zc_status zc__order_comm_after_engine(zc_engine *e);
+/* After a reduction on comm_stream that read gradient pool slot `slot` (-1:
+ * none): records ev_reduced (and that slot's event). No-op without overlap. */
+zc_status zc__reduction_done(zc_engine *e, int slot);
+/* Before the engine's stream touches reduced gradients (norm, Adam, reset):
+ * it waits for every reduction so far. No-op without overlap_comm. */
+zc_status zc__order_engine_after_reductions(zc_engine *e);
+/* Before gradient pool slot `slot` is zero-filled on the engine's stream for
+ * another chunk: it waits for the reduction that last read the slot. */
+zc_status zc__order_engine_after_slot(zc_engine *e, int slot);
 
 /* Device helpers. */
 zc_status zc__eng_alloc(zc_engine *e, zc_mem_category cat, size_t bytes, const char *what,

@@ -109,16 +109,6 @@ out:
     return rc;
 }
 
-/* On the host path every operation is synchronous, so the caller's stream
- * needs no ordering; a stream-ordered backend makes `stream` wait on the
- * engine's stream here (the data is ready when the engine's work is). */
-static zc_status order_after_engine(zc_engine *e, void *stream)
-{
-    if (!stream || stream == e->stream || e->dev->mem_kind != ZC_MEMKIND_DEVICE)
-        return ZC_OK;
-    return e->dev->ops->stream_sync(e->dev, e->stream);
-}
-
 ZC_API void *zc_param_acquire(zc_engine *e, zc_param *p, void *stream)
 {
     if (zc__eng_enter(e, "zc_param_acquire", true) != ZC_OK ||
@@ -131,7 +121,9 @@ ZC_API void *zc_param_acquire(zc_engine *e, zc_param *p, void *stream)
     } else {
         ptr = zc__elem(e->chunks[p->chunk].param, p->offset, e->pesz);
     }
-    if (order_after_engine(e, stream) != ZC_OK) {
+    /* The gather (stage 3) and the last optimizer update are queued on the
+     * engine's stream: the caller's stream waits for them by an event. */
+    if (zc__order_caller_after_engine(e, stream) != ZC_OK) {
         /* Undo the policy's acquire so the chunk is not left counted as in
          * use (stage 3 would never free it); keep the ordering error. */
         if (e->pol->release) {
@@ -154,10 +146,11 @@ ZC_API zc_status zc_param_release(zc_engine *e, zc_param *p, void *stream)
     if (p->acquired <= 0)
         return ZC_ERR(ZC_ERR_INVALID_STATE,
                       "zc_param_release('%s'): the parameter is not acquired", p->name);
-    /* The caller's work on `stream` must finish before a stage-3 buffer is
-     * freed or reused. */
-    if (stream && stream != e->stream)
-        ZC_CHECK(e->dev->ops->stream_sync(e->dev, stream));
+    /* The caller's reads on `stream` must finish before the engine's stream
+     * writes this memory again: the optimizer update, or a gather into the
+     * stage-3 buffer once it is back in the pool. Every such write is queued
+     * on the engine's stream, so an event it waits on is enough. */
+    ZC_CHECK(zc__order_engine_after_caller(e, stream));
     if (e->pol->release)
         ZC_CHECK(e->pol->release(e, p));
     p->acquired--;
