@@ -10,6 +10,12 @@
  * every rank breaks its engine with the same message, naming the first
  * failed rank and what failed, and returns that rank's status.
  *
+ * The exchange runs on the engine's control stream (ctl_stream), not on its
+ * main stream: the statuses are host values, so the one host wait it needs
+ * covers the small exchange only, never the model work queued before it (on
+ * CUDA the optimizer pass keeps running while the host reads the records and
+ * queues what follows).
+ *
  * The record buffers are reserved at zc_engine_build, so agreeing cannot
  * itself fail on one rank; a failure of the all-gather is a failed
  * collective, which breaks the engine like any other. The exchange is not
@@ -56,14 +62,17 @@ zc_status zc__eng_agree(zc_engine *e, zc_status local, const char *what)
     memcpy(mine, &st, sizeof st);
     if (local != ZC_OK)
         snprintf((char *)mine + sizeof st, MSG_BYTES, "%s", zc_last_error());
-    ZC_CHECK(d->ops->copy(d, e->agree_send, mine, REC_BYTES, ZC_COPY_H2D, e->stream));
-    zc_status rc = zc__eng_all_gather(e, e->agree_send, e->agree_recv, REC_WORDS, ZC_DTYPE_I32,
-                                      false);
+    /* Before build (no streams yet) the control stream is NULL, the legacy
+     * default stream, like everything else then. */
+    void *cs = e->ctl_stream;
+    ZC_CHECK(d->ops->copy(d, e->agree_send, mine, REC_BYTES, ZC_COPY_H2D, cs));
+    zc_status rc = zc__eng_all_gather_on(e, e->agree_send, e->agree_recv, REC_WORDS,
+                                         ZC_DTYPE_I32, false, cs);
     if (rc == ZC_OK)
         rc = d->ops->copy(d, e->agree_host, e->agree_recv, REC_BYTES * (size_t)e->world,
-                          ZC_COPY_D2H, e->stream);
+                          ZC_COPY_D2H, cs);
     if (rc == ZC_OK)
-        rc = d->ops->stream_sync(d, e->stream);
+        rc = d->ops->stream_sync(d, cs);
     if (rc != ZC_OK) {
         /* The exchange itself failed: a failed collective (already broken)
          * or a device error; either way the ranks can no longer agree. */

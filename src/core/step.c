@@ -27,7 +27,12 @@
  *
  * Communication of the norm partials (world * chunks fp64 values) is not
  * counted in the step's payload stats, which hold the model-sized
- * collectives only. */
+ * collectives only.
+ *
+ * Host waits: one on the engine's stream per step, for the norm partials
+ * (norm_partials); an applied step adds the agreement on the optimizer's
+ * outcome, whose wait covers only its own status exchange on the control
+ * stream (agree.c), not the optimizer pass queued before it. */
 #include <math.h>
 
 #include "config/scheduler.h"
@@ -51,49 +56,43 @@ static bool grad_shard(const zc_engine *e, const zc_chunk *c, int r, const void 
     return true;
 }
 
-/* Computes the (chunk, rank) partials and returns their sum, chunk-major. */
+/* Computes the (chunk, rank) partials and returns their sum, chunk-major.
+ *
+ * Every partial is computed on the engine's stream into device memory
+ * (sumsq_async, one scratch of the largest shard's blocks reused in stream
+ * order), all of them come back in one copy, and this is the step's one host
+ * wait: the host needs the total to decide overflow and the clip factor
+ * before it queues Adam. Stage 0 holds every shard's gradient and writes its
+ * partials straight into part_recv as [k * W + r]; stages 1-3 write their own
+ * into part_send[k] and all-gather them as [r * N + k]. Either way the sum
+ * runs in (chunk, rank) order, so stages 0-3 give the same bits. */
 static zc_status norm_partials(zc_engine *e, double *total)
 {
     zc_device *d = e->dev;
     const int W = e->world, N = e->nchunks;
-    if (e->pol->full_optimizer) {
-        for (int k = 0; k < N; k++)
-            for (int r = 0; r < W; r++) {
-                const void *g = NULL;
-                zc_dtype dt = e->pdt;
-                grad_shard(e, &e->chunks[k], r, &g, &dt);
-                ZC_CHECK(d->ops->sumsq(d, g, dt, (size_t)e->chunks[k].shard,
-                                       &e->partials[k * W + r], e->stream));
-            }
-    } else {
-        /* Own partials into partials[0..N), all-gathered as [r * N + k]. */
-        for (int k = 0; k < N; k++) {
+    const bool full = e->pol->full_optimizer;
+    for (int k = 0; k < N; k++) {
+        const int r0 = full ? 0 : e->rank, r1 = full ? W : e->rank + 1;
+        for (int r = r0; r < r1; r++) {
             const void *g = NULL;
             zc_dtype dt = e->pdt;
-            grad_shard(e, &e->chunks[k], e->rank, &g, &dt);
-            ZC_CHECK(d->ops->sumsq(d, g, dt, (size_t)e->chunks[k].shard, &e->partials[k],
-                                   e->stream));
+            grad_shard(e, &e->chunks[k], r, &g, &dt);
+            double *out = full ? &e->part_recv[k * W + r] : &e->part_send[k];
+            ZC_CHECK(d->ops->sumsq_async(d, g, dt, (size_t)e->chunks[k].shard, e->norm_scratch,
+                                         out, e->stream));
         }
-        ZC_CHECK(d->ops->copy(d, e->part_send, e->partials, (size_t)N * sizeof(double),
-                              ZC_COPY_H2D, e->stream));
+    }
+    if (!full)
         ZC_CHECK(zc__eng_all_gather(e, e->part_send, e->part_recv, (size_t)N, ZC_DTYPE_F64,
                                     false));
-        double *all = e->partials; /* now laid out [r * N + k] */
-        ZC_CHECK(d->ops->copy(d, all, e->part_recv, (size_t)N * (size_t)W * sizeof(double),
-                              ZC_COPY_D2H, e->stream));
-        ZC_CHECK(d->ops->stream_sync(d, e->stream));
-        /* Same (chunk, rank) order as the stage-0 branch below. */
-        double s = 0.0;
-        for (int k = 0; k < N; k++)
-            for (int r = 0; r < W; r++)
-                s += all[r * N + k];
-        *total = s;
-        return ZC_OK;
-    }
+    double *all = e->partials;
+    ZC_CHECK(d->ops->copy(d, all, e->part_recv, (size_t)N * (size_t)W * sizeof(double),
+                          ZC_COPY_D2H, e->stream));
+    ZC_CHECK(d->ops->stream_sync(d, e->stream));
     double s = 0.0;
     for (int k = 0; k < N; k++)
         for (int r = 0; r < W; r++)
-            s += e->partials[k * W + r];
+            s += full ? all[k * W + r] : all[r * N + k];
     *total = s;
     return ZC_OK;
 }
@@ -182,6 +181,9 @@ ZC_API zc_status zc_step(zc_engine *e, zc_step_info *info)
 
     const zc_config *cfg = e->cfg;
     double sumsq = 0.0;
+    /* With overlap_comm the last reductions may still run on comm_stream:
+     * the norm, Adam and the reset read or clear what they wrote. */
+    ZC_CHECK(zc__order_engine_after_reductions(e));
     ZC_CHECK(norm_partials(e, &sumsq));
     const double ls = e->scaler.scale;
     const double avg = zc__grad_avg(e);
