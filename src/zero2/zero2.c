@@ -20,15 +20,16 @@ zc_status zc__publish_all_gather(zc_engine *e, bool updated)
 {
     if (!updated)
         return ZC_OK;
-    ZC_CHECK(zc__comm_group_start(e->comm));
+    ZC_CHECK(zc__eng_group_start(e));
     zc_status rc = ZC_OK;
     for (int k = 0; k < e->nchunks && rc == ZC_OK; k++) {
         zc_chunk *c = &e->chunks[k];
         rc = zc__eng_all_gather(e, zc__elem(c->param, (int64_t)e->rank * c->shard, e->pesz),
                                 c->param, (size_t)c->shard, e->pdt, true);
     }
-    /* Closed even after a failure inside: the group is per thread in NCCL. */
-    zc_status end = zc__comm_group_end(e->comm);
+    /* Closed even after a failure inside: the group is per thread in NCCL.
+     * A failed group_end breaks the engine like a failed collective. */
+    zc_status end = zc__eng_group_end(e);
     return rc != ZC_OK ? rc : end;
 }
 

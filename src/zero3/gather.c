@@ -302,19 +302,28 @@ zc_status zc__z3_step_end(zc_engine *e, bool updated)
     t->pf_end = 0;
     for (int k = 0; k < e->nchunks; k++) {
         zc_chunk *c = &e->chunks[k];
+        if (c->gather && c->acq == 0 && !c->persistent)
+            drop_chunk(e, c);
+    }
+    if (!updated)
+        return ZC_OK;
+    /* What stays gathered (in use or persistent) is refreshed in place, so
+     * pointers handed out stay valid and see the new values. The refreshes
+     * are independent and issued back to back: one communicator group. */
+    ZC_CHECK(zc__eng_group_start(e));
+    zc_status rc = ZC_OK;
+    for (int k = 0; k < e->nchunks && rc == ZC_OK; k++) {
+        zc_chunk *c = &e->chunks[k];
         if (!c->gather)
             continue;
-        if (c->acq == 0 && !c->persistent) {
-            drop_chunk(e, c);
-        } else if (updated) {
-            /* Still in use or persistent: refresh in place, so pointers
-             * handed out stay valid and see the new values. */
-            ZC_CHECK(zc__eng_all_gather(e, c->param, c->gather, (size_t)c->shard, e->pdt, true));
+        rc = zc__eng_all_gather(e, c->param, c->gather, (size_t)c->shard, e->pdt, true);
+        if (rc == ZC_OK) {
             e->gathers_cur++;
             c->gathers_cur++;
         }
     }
-    return ZC_OK;
+    zc_status end = zc__eng_group_end(e); /* also after a failure inside */
+    return rc != ZC_OK ? rc : end;
 }
 
 void zc__z3_free_all(zc_engine *e)
