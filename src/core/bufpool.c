@@ -111,9 +111,10 @@ zc_status zc__bufpool_get(zc_bufpool *bp, size_t bytes, bool zero, void *stream,
                       "%s: no free slot of %zu bytes (%d slots in use of those reserved at "
                       "zc_engine_build)",
                       bp->what, bytes, zc__bufpool_in_use(bp));
-    int s = 0;
+    int s = best->next;
     while (best->used[s])
-        s++;
+        s = (s + 1) % best->count;
+    best->next = (s + 1) % best->count;
     char *p = best->base + (size_t)s * best->bytes;
     if (zero && bytes) {
         zc_status rc = bp->dev->ops->memset0(bp->dev, p, bytes, stream);

@@ -40,6 +40,7 @@ typedef struct zc_bufpool_class {
                        backends align less (host memory: 64 bytes) */
     uint8_t *used;  /* host flags, one per slot */
     int nused;
+    int next;       /* where the search for a free slot starts (round robin) */
 } zc_bufpool_class;
 
 typedef struct zc_bufpool {
@@ -68,7 +69,10 @@ zc_status zc__bufpool_plan(zc_bufpool *bp, size_t bytes, int count);
 zc_status zc__bufpool_reserve(zc_bufpool *bp);
 
 /* Takes a slot of the smallest class whose slots hold `bytes` and one is
- * free; zeroes its first `bytes` on `stream` when zero is set. Never
+ * free - within the class, the first free one from where the last search
+ * ended, so a slot just returned is taken last (work on another stream may
+ * still read it: the other free slots let that work overlap the next
+ * user); zeroes its first `bytes` on `stream` when zero is set. Never
  * allocates. ZC_ERR_NO_MEMORY (naming the pool, the size and the slots in
  * use) when no fitting slot is free. */
 zc_status zc__bufpool_get(zc_bufpool *bp, size_t bytes, bool zero, void *stream, void **out);

@@ -110,3 +110,36 @@ Test(bufpool, failed_reserve_is_released_by_destroy)
         cr_assert_eq(acct.bytes[k], 0);
     t_assert_no_leaks();
 }
+
+/* A slot just returned may still be read by work queued on another stream
+ * (a reduction on the communication stream): with other slots free it is
+ * taken last, and zc__bufpool_slot names each slot by a stable index. */
+Test(bufpool, returned_slot_is_taken_last_and_slots_are_indexed)
+{
+    zc_bufpool bp;
+    setup(&bp);
+    cr_assert_eq(zc__bufpool_plan(&bp, 512, 2), ZC_OK);
+    cr_assert_eq(zc__bufpool_plan(&bp, 2048, 1), ZC_OK);
+    cr_assert_eq(zc__bufpool_reserve(&bp), ZC_OK);
+    void *a = NULL, *b = NULL, *big = NULL;
+    cr_assert_eq(zc__bufpool_get(&bp, 512, false, NULL, &a), ZC_OK);
+    void *first = a;
+    zc__bufpool_put(&bp, &a);
+    cr_assert_eq(zc__bufpool_get(&bp, 512, false, NULL, &b), ZC_OK);
+    cr_assert_neq(b, first, "the slot just returned was taken while another was free");
+    cr_assert_eq(zc__bufpool_get(&bp, 512, false, NULL, &a), ZC_OK);
+    cr_assert_eq(a, first, "the only free slot was not taken");
+    cr_assert_eq(zc__bufpool_get(&bp, 1024, false, NULL, &big), ZC_OK);
+    /* Indices: the 512-byte class first (plan order), then the 2048-byte one. */
+    cr_assert_eq(zc__bufpool_slot(&bp, first), 0);
+    cr_assert_eq(zc__bufpool_slot(&bp, b), 1);
+    cr_assert_eq(zc__bufpool_slot(&bp, big), 2);
+    cr_assert_eq(zc__bufpool_slot(&bp, (char *)b + 1), -1, "inside a slot is not a slot");
+    cr_assert_eq(zc__bufpool_slot(&bp, &bp), -1);
+    cr_assert_eq(zc__bufpool_slot(&bp, NULL), -1);
+    zc__bufpool_put(&bp, &a);
+    zc__bufpool_put(&bp, &b);
+    zc__bufpool_put(&bp, &big);
+    zc__bufpool_destroy(&bp);
+    t_assert_no_leaks();
+}
