@@ -707,3 +707,90 @@ Test(engine_streams, no_alloc_after_build_stage0) { check_no_alloc(0); }
 Test(engine_streams, no_alloc_after_build_stage1) { check_no_alloc(1); }
 Test(engine_streams, no_alloc_after_build_stage2) { check_no_alloc(2); }
 Test(engine_streams, no_alloc_after_build_stage3) { check_no_alloc(3); }
+
+/* ---- communicator groups ------------------------------------------------- */
+
+/* A local communicator whose ops gain group_start / group_end (the local
+ * backend has none) that count, and fail group_end when asked. */
+static const zc_comm_ops *base_ops;
+static zc_comm_ops grp_ops;
+static int g_starts, g_ends, g_in, g_grouped, g_fail_end;
+
+static zc_status g_start(zc_comm *c)
+{
+    (void)c;
+    g_starts++;
+    g_in = 1;
+    return ZC_OK;
+}
+static zc_status g_end(zc_comm *c)
+{
+    (void)c;
+    g_ends++;
+    g_in = 0;
+    if (g_fail_end)
+        return ZC_ERR(ZC_ERR_COMM, "group_end: injected failure");
+    return ZC_OK;
+}
+static zc_status g_all_gather(zc_comm *c, const void *s, void *r, size_t n, zc_dtype dt,
+                              void *stream)
+{
+    g_grouped += g_in;
+    return base_ops->all_gather(c, s, r, n, dt, stream);
+}
+
+static void check_groups(int stage)
+{
+    zc_comm *comm = comm1();
+    base_ops = comm->ops;
+    grp_ops = *comm->ops;
+    grp_ops.group_start = g_start;
+    grp_ops.group_end = g_end;
+    grp_ops.all_gather = g_all_gather;
+    comm->ops = &grp_ops;
+    g_starts = g_ends = g_in = g_grouped = g_fail_end = 0;
+    st_eng x;
+    cr_assert_eq(open_eng(&x, comm, stage, 0, NULL), ZC_OK, "%s", zc_last_error());
+    zc_engine *e = x.e;
+    /* Stage 3 refreshes what is still gathered at the step: hold two chunks. */
+    if (stage == 3) {
+        cr_assert_not_null(zc_param_acquire(e, x.p[0], NULL));
+        cr_assert_not_null(zc_param_acquire(e, x.p[2], NULL));
+    }
+    cr_assert_eq(window(&x, 0, 0), ZC_OK, "%s", zc_last_error());
+    g_grouped = 0;
+    const int starts = g_starts;
+    cr_assert_eq(zc_step(e, NULL), ZC_OK, "%s", zc_last_error());
+    cr_assert_eq(g_starts - starts, 1, "stage %d: %d groups in one step", stage,
+                 g_starts - starts);
+    cr_assert_eq(g_ends, g_starts);
+    /* Stage 2 publishes every chunk; stage 3 refreshes every chunk still
+     * gathered: the two held, and at the default persistence threshold
+     * (1e5 elements) every chunk of this small model - 3 either way. */
+    cr_assert_eq(g_grouped, 3, "stage %d: %d all-gathers inside the group",
+                 stage, g_grouped);
+
+    /* A failed group_end is a failed collective: the engine is broken. */
+    cr_assert_eq(window(&x, 0, 1), ZC_OK, "%s", zc_last_error());
+    g_fail_end = 1;
+    cr_assert_eq(zc_step(e, NULL), ZC_ERR_COMM);
+    g_fail_end = 0;
+    cr_assert_eq(g_ends, g_starts, "a group was left open");
+    zc_stats st = {.size = sizeof st};
+    cr_assert_eq(zc_engine_stats(e, &st), ZC_ERR_COMM);
+    cr_assert(strstr(zc_last_error(), "broken") && strstr(zc_last_error(), "injected"), "%s",
+              zc_last_error());
+    close_eng(&x);
+    comm->ops = base_ops;
+    zc_comm_destroy(comm);
+    t_assert_no_leaks();
+}
+
+Test(engine_streams, publish_is_one_group_and_a_failed_group_end_breaks_stage2)
+{
+    check_groups(2);
+}
+Test(engine_streams, refresh_is_one_group_and_a_failed_group_end_breaks_stage3)
+{
+    check_groups(3);
+}
