@@ -1,27 +1,31 @@
 /* The engine on CUDA with the caller's work on its own streams, through the
  * public API, against the same loop on the host backend (bitwise: every
- * device op equals its host twin, tests/gpu/test_kernels.c):
+ * device op equals its host twin, tests/gpu/test_kernels.c). The engine
+ * works on a non-blocking stream of its own, so every ordering with the
+ * caller's streams goes through the events it records and waits on:
  *
  *   - a non-blocking caller stream S (no ordering with the legacy stream),
  *     made busy for 100 ms before every acquire, on which the parameter is
  *     read (zc_param_acquire(p, S)) and the gradient written, with pinned
  *     host staging buffers; the gradient copy is waited for before
- *     zc_grad_ready, which takes no stream;
+ *     zc_grad_ready (zc_engine_options.stream is left NULL);
  *   - the gradient written on a second, blocking stream G and handed back
- *     without a host wait: today's engine works on the legacy default
- *     stream, which waits for blocking streams. When the engine moves to its
- *     own non-blocking stream (issue 18 section 3), zc_grad_ready must learn
- *     the caller's stream or an event and this variant must pass it.
- *
- * What these cannot catch today: the zero-fill behind zc_grad_buffer runs on
- * the engine's stream with nothing ordering the caller's stream after it;
- * here it has long finished when the gradient copy runs (the caller waited
- * on S in between), so a race there shows only once the engine's stream is
- * its own. They guard that change: the same loop must keep giving the host's
- * bits.
+ *     without a host wait, zc_engine_options.stream NULL: zc_grad_ready
+ *     records its event on the legacy default stream, which CUDA orders
+ *     after all earlier work of blocking streams, so the reduction waits
+ *     for G;
+ *   - zc_engine_options.stream = U, a non-blocking stream: the backward
+ *     pass makes no host wait at all. Each gradient is copied on U after
+ *     U was made busy for 100 ms (a reduction that did not wait for U would
+ *     read a zero or stale gradient), and each release follows 100 ms of
+ *     work on S, which the engine's stream must wait for - so the next
+ *     chunk's zero-fill on the engine's stream lands late, and a U that
+ *     did not wait for it (zc_grad_buffer) would have its gradient
+ *     overwritten by zeros (stages 2/3, whose buffers are zeroed per chunk).
  *
  * Stages 0-3, W = 1 and 2 ranks as threads sharing one GPU (local
- * communicator), bf16. Skips without a GPU. */
+ * communicator), bf16; overlap_comm as the stage defaults it (on for stage
+ * 3). Skips without a GPU. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,7 +43,7 @@
 #define STEPS 3
 static const int64_t SIZES[NP] = {900, 31, 4097, 2};
 
-typedef enum grad_path { VIA_CALLER_STREAM, VIA_BLOCKING_STREAM } grad_path;
+typedef enum grad_path { VIA_CALLER_STREAM, VIA_BLOCKING_STREAM, VIA_OPTIONS_STREAM } grad_path;
 
 typedef struct run {
     zc_device_kind kind;
@@ -85,6 +89,11 @@ static void rank_main(int rank, void *arg)
     eo.device = R->kind;
     eo.device_index = 0;
     eo.bucket_elems = 1024;
+    cudaStream_t U = NULL; /* the compute stream named in the options */
+    if (cuda && R->path == VIA_OPTIONS_STREAM) {
+        CCHECK(cudaStreamCreateWithFlags(&U, cudaStreamNonBlocking));
+        eo.stream = U;
+    }
     zc_engine *eng = NULL;
     RCHECK(zc_engine_create(&eng, R->cfg, R->comms[rank], &eo));
     zc_param *P[NP];
@@ -105,6 +114,7 @@ static void rank_main(int rank, void *arg)
     }
     cudaStream_t S = NULL, G = NULL;
     uint16_t *hp = NULL, *hg = NULL; /* pinned staging on CUDA */
+    uint16_t *hgs[NP] = {0};         /* per parameter: VIA_OPTIONS_STREAM */
     size_t maxn = 0;
     for (int i = 0; i < NP; i++)
         maxn = (size_t)SIZES[i] > maxn ? (size_t)SIZES[i] : maxn;
@@ -113,11 +123,64 @@ static void rank_main(int rank, void *arg)
         CCHECK(cudaStreamCreate(&G));
         CCHECK(cudaMallocHost((void **)&hp, maxn * 2));
         CCHECK(cudaMallocHost((void **)&hg, maxn * 2));
+        for (int i = 0; i < NP; i++)
+            CCHECK(cudaMallocHost((void **)&hgs[i], maxn * 2));
     } else {
         hp = malloc(maxn * 2);
         hg = malloc(maxn * 2);
+        for (int i = 0; i < NP; i++)
+            hgs[i] = malloc(maxn * 2);
     }
-    for (int s = 0; s < STEPS; s++) {
+    for (int s = 0; s < STEPS && R->path == VIA_OPTIONS_STREAM; s++) {
+        /* Forward: read every parameter on S and compute its gradient. */
+        for (int i = 0; i < NP; i++) {
+            size_t n = (size_t)SIZES[i];
+            if (cuda)
+                CCHECK(zc_k_sleep(100, S));
+            void *pv = zc_param_acquire(eng, P[i], cuda ? (void *)S : NULL);
+            if (!pv)
+                fail(R, rank, "zc_param_acquire");
+            if (cuda) {
+                CCHECK(cudaMemcpyAsync(hp, pv, n * 2, cudaMemcpyDeviceToHost, S));
+                CCHECK(cudaStreamSynchronize(S));
+            } else {
+                memcpy(hp, pv, n * 2);
+            }
+            for (size_t k = 0; k < n; k++) {
+                float g = (float)t_noise(9, rank, s, 0, i, (int64_t)k) +
+                          0.05f * zc__load_f32(hp, ZC_DTYPE_BF16, k);
+                zc__store_f32(hgs[i], ZC_DTYPE_BF16, k, g);
+            }
+            RCHECK(zc_param_release(eng, P[i], cuda ? (void *)S : NULL));
+        }
+        /* Backward in reverse, without a host wait: the gradient lands late
+         * on U, and every release hands the engine's stream 100 ms of S. */
+        for (int i = NP - 1; i >= 0; i--) {
+            size_t n = (size_t)SIZES[i];
+            if (!zc_param_acquire(eng, P[i], cuda ? (void *)S : NULL))
+                fail(R, rank, "zc_param_acquire");
+            void *gv = zc_grad_buffer(eng, P[i]);
+            if (!gv)
+                fail(R, rank, "zc_grad_buffer");
+            if (cuda) {
+                CCHECK(zc_k_sleep(100, U));
+                CCHECK(cudaMemcpyAsync(gv, hgs[i], n * 2, cudaMemcpyHostToDevice, U));
+            } else {
+                memcpy(gv, hgs[i], n * 2);
+            }
+            RCHECK(zc_grad_ready(eng, P[i]));
+            if (cuda)
+                CCHECK(zc_k_sleep(100, S));
+            RCHECK(zc_param_release(eng, P[i], cuda ? (void *)S : NULL));
+        }
+        zc_step_info info;
+        RCHECK(zc_step(eng, &info));
+        if (cuda)
+            CCHECK(cudaStreamSynchronize(U)); /* hgs[] are rewritten next step */
+        if (rank == 0)
+            R->norm[s] = info.grad_norm;
+    }
+    for (int s = 0; s < STEPS && R->path != VIA_OPTIONS_STREAM; s++) {
         for (int i = 0; i < NP; i++) {
             size_t n = (size_t)SIZES[i];
             /* Busy caller stream: whatever the engine does not order after
@@ -143,11 +206,12 @@ static void rank_main(int rank, void *arg)
                 memcpy(gv, hg, n * 2);
             } else if (R->path == VIA_CALLER_STREAM) {
                 CCHECK(cudaMemcpyAsync(gv, hg, n * 2, cudaMemcpyHostToDevice, S));
-                CCHECK(cudaStreamSynchronize(S)); /* zc_grad_ready takes no stream */
+                CCHECK(cudaStreamSynchronize(S)); /* S is not options.stream */
             } else {
                 /* Blocking stream G, made busy so the copy lands late, and
-                 * no host wait before zc_grad_ready: the legacy stream the
-                 * engine reduces on waits for blocking streams. */
+                 * no host wait before zc_grad_ready: its event is recorded
+                 * on the legacy stream (options.stream NULL), which waits
+                 * for blocking streams. */
                 CCHECK(zc_k_sleep(100, G));
                 CCHECK(cudaMemcpyAsync(gv, hg, n * 2, cudaMemcpyHostToDevice, G));
             }
@@ -169,16 +233,23 @@ static void rank_main(int rank, void *arg)
         else
             free(buf);
     }
+    /* The engine first: it waits for its work, which may wait on U. */
+    zc_engine_destroy(eng);
     if (cuda) {
         cudaStreamDestroy(S);
         cudaStreamDestroy(G);
+        if (U)
+            cudaStreamDestroy(U);
         cudaFreeHost(hp);
         cudaFreeHost(hg);
+        for (int i = 0; i < NP; i++)
+            cudaFreeHost(hgs[i]);
     } else {
         free(hp);
         free(hg);
+        for (int i = 0; i < NP; i++)
+            free(hgs[i]);
     }
-    zc_engine_destroy(eng);
 }
 
 static void run_once(run *R)
@@ -233,4 +304,9 @@ Test(gpu_engine_streams, nonblocking_caller_stream_and_pinned_buffers, .timeout 
 Test(gpu_engine_streams, gradient_written_on_another_blocking_stream, .timeout = 600)
 {
     equivalence(VIA_BLOCKING_STREAM);
+}
+
+Test(gpu_engine_streams, gradient_written_on_options_stream_without_host_wait, .timeout = 600)
+{
+    equivalence(VIA_OPTIONS_STREAM);
 }
