@@ -18,16 +18,25 @@
  * the SHA-256 of the fp32 master parameters (gathered, little-endian, in
  * registration order), the per-rank memory by category (max over ranks) and
  * the bytes each collective moved in the last step. For a given world size and
- * dtype (accumulation 1) the hash is the same for every ZeRO stage. */
+ * dtype (accumulation 1) the hash is the same for every ZeRO stage.
+ *
+ * The library reads ZC_FAULTS (docs/faults.md) to make chosen events fail on
+ * one rank. Any failed call - a malformed ZC_FAULTS, or an engine broken by a
+ * failure on any rank, which every rank then reports with the same message -
+ * is printed and ends the program with a non-zero status. */
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <unistd.h>
+
 #include <zeroc/zeroc.h>
 
+#include "cliarg.h"
 #include "sha256.h"
 
 /* ---- model shape ---------------------------------------------------------- */
@@ -63,13 +72,35 @@ enum {
     GIVEN_PREFETCH = 1u << 8
 };
 
+/* Ends the process from any thread. exit() is not safe to call from two
+ * threads at once (two ranks failing together crashed in it), and it would
+ * run destructors under ranks that are still working: the first caller
+ * flushes stdio and leaves with _exit; any other waits here until then. */
+static pthread_mutex_t quit_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static _Noreturn void quit(int code)
+{
+    pthread_mutex_lock(&quit_lock); /* never unlocked: the process ends */
+    fflush(NULL);
+    _exit(code);
+}
+
+/* The library's message, or a stand-in when it has none: a message is
+ * never printed empty. */
+static const char *lib_error(void)
+{
+    const char *m = zc_last_error();
+    return m && *m ? m : "(the library gave no detail)";
+}
+
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: train_mlp [--stage 0..3] [--world W] [--dtype fp32|bf16|fp16] [--steps N]\n"
-            "                 [--accum K] [--batch B] [--seed S] [--clip C] [--lr X]\n"
-            "                 [--bucket ELEMS] [--persistence-threshold ELEMS]\n"
-            "                 [--prefetch ELEMS] [--dump-params FILE] [--json]\n"
+            "usage: train_mlp [--stage 0..3] [--world 1..64] [--dtype fp32|bf16|fp16]\n"
+            "                 [--steps 0..1000000] [--accum 1..1024] [--batch 1..65536]\n"
+            "                 [--seed 0..2^64-1] [--clip 0..1e9] [--lr 0..1e6]\n"
+            "                 [--bucket 1..2^40] [--persistence-threshold 0..2^40]\n"
+            "                 [--prefetch 0..2^40] [--dump-params FILE] [--json]\n"
             "                 [--config ds_config.json]\n"
             "                 [--offload-optimizer none|cpu|nvme] [--nvme-path DIR[,DIR]]\n"
             "                 [--offload-ratio R]   (R in (0, 1]; below 1 needs --stage 3)\n"
@@ -80,29 +111,28 @@ static void usage(FILE *f)
             "          \"auto\" values are resolved from the flags (as the HF Trainer does).\n");
 }
 
+/* Every number is parsed strictly (tools/cliarg.h): a value that is not a
+ * whole number in the range is refused, never clamped or truncated. */
 static long long parse_int(const char *flag, const char *v, long long lo, long long hi)
 {
-    char *end;
-    errno = 0;
-    double d = strtod(v, &end); /* accepts 5e8 like DeepSpeed configs */
-    if (errno || *end || d != floor(d) || d < (double)lo || d > (double)hi) {
-        fprintf(stderr, "train_mlp: %s expects an integer in [%lld, %lld], got '%s'\n", flag, lo,
-                hi, v);
-        exit(2);
+    char err[ZC_ARG_ERRLEN];
+    int64_t x;
+    if (!zc__arg_i64(flag, v, lo, hi, 0, &x, err, sizeof err)) {
+        fprintf(stderr, "train_mlp: %s\n", err);
+        quit(2);
     }
-    return (long long)d;
+    return x;
 }
 
-static double parse_double(const char *flag, const char *v, double lo)
+static double parse_double(const char *flag, const char *v, double lo, double hi)
 {
-    char *end;
-    errno = 0;
-    double d = strtod(v, &end);
-    if (errno || *end || !(d >= lo) || !isfinite(d)) {
-        fprintf(stderr, "train_mlp: %s expects a number >= %g, got '%s'\n", flag, lo, v);
-        exit(2);
+    char err[ZC_ARG_ERRLEN];
+    double x;
+    if (!zc__arg_double(flag, v, lo, hi, &x, err, sizeof err)) {
+        fprintf(stderr, "train_mlp: %s\n", err);
+        quit(2);
     }
-    return d;
+    return x;
 }
 
 static opts parse_args(int argc, char **argv)
@@ -110,14 +140,26 @@ static opts parse_args(int argc, char **argv)
     opts o = {.stage = 2, .world = 2, .steps = 50, .accum = 1, .batch = 32,
               .dtype = ZC_DTYPE_BF16, .seed = 1, .clip = 1.0, .lr = 1e-3,
               .weight_decay = 0.01, .bucket = 65536, .persistence = -1, .prefetch = -1};
+    static const char *const with_value[] = {
+        "--config", "--stage", "--world", "--steps", "--accum", "--batch", "--seed", "--clip",
+        "--lr", "--bucket", "--persistence-threshold", "--prefetch", "--dump-params", "--dtype",
+        "--offload-optimizer", "--nvme-path", "--offload-ratio"};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--json")) { o.json = true; continue; }
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); exit(0); }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "train_mlp: unknown flag or missing value: '%s'\n", a);
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); quit(0); }
+        bool known = false;
+        for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
+            known |= !strcmp(a, with_value[k]);
+        if (!known) {
+            fprintf(stderr, "train_mlp: unknown flag '%.200s'\n", a);
             usage(stderr);
-            exit(2);
+            quit(2);
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "train_mlp: %s needs a value\n", a);
+            usage(stderr);
+            quit(2);
         }
         const char *v = argv[++i];
         static const struct { const char *flag; unsigned bit; } bits[] = {
@@ -128,15 +170,30 @@ static opts parse_args(int argc, char **argv)
         for (size_t k = 0; k < sizeof bits / sizeof bits[0]; k++)
             if (!strcmp(a, bits[k].flag))
                 o.given |= bits[k].bit;
+        /* A file name that starts with '-' is almost always a forgotten
+         * value (`--dump-params --json` would write a file named --json). */
+        if ((!strcmp(a, "--config") || !strcmp(a, "--dump-params")) && v[0] == '-') {
+            fprintf(stderr, "train_mlp: %s needs a file name, got '%.200s' (a flag?); write "
+                    "./%.200s for a file of that name\n", a, v, v);
+            quit(2);
+        }
         if (!strcmp(a, "--config")) o.config_path = v;
         else if (!strcmp(a, "--stage")) o.stage = (int)parse_int(a, v, 0, 3);
         else if (!strcmp(a, "--world")) o.world = (int)parse_int(a, v, 1, 64);
         else if (!strcmp(a, "--steps")) o.steps = (int)parse_int(a, v, 0, 1000000);
         else if (!strcmp(a, "--accum")) o.accum = (int)parse_int(a, v, 1, 1024);
         else if (!strcmp(a, "--batch")) o.batch = (int)parse_int(a, v, 1, 65536);
-        else if (!strcmp(a, "--seed")) o.seed = (unsigned long long)parse_int(a, v, 0, 1LL << 53);
-        else if (!strcmp(a, "--clip")) o.clip = parse_double(a, v, 0);
-        else if (!strcmp(a, "--lr")) o.lr = parse_double(a, v, 0);
+        else if (!strcmp(a, "--seed")) {
+            char err[ZC_ARG_ERRLEN];
+            uint64_t x;
+            if (!zc__arg_u64(a, v, 0, UINT64_MAX, 0, &x, err, sizeof err)) {
+                fprintf(stderr, "train_mlp: %s\n", err);
+                quit(2);
+            }
+            o.seed = x;
+        }
+        else if (!strcmp(a, "--clip")) o.clip = parse_double(a, v, 0, 1e9);
+        else if (!strcmp(a, "--lr")) o.lr = parse_double(a, v, 0, 1e6);
         else if (!strcmp(a, "--bucket")) o.bucket = parse_int(a, v, 1, 1LL << 40);
         else if (!strcmp(a, "--persistence-threshold")) o.persistence = parse_int(a, v, 0, 1LL << 40);
         else if (!strcmp(a, "--prefetch")) o.prefetch = parse_int(a, v, 0, 1LL << 40);
@@ -144,26 +201,26 @@ static opts parse_args(int argc, char **argv)
         else if (!strcmp(a, "--offload-optimizer")) {
             if (strcmp(v, "none") && strcmp(v, "cpu") && strcmp(v, "nvme")) {
                 fprintf(stderr, "train_mlp: --offload-optimizer must be none, cpu or nvme, got "
-                        "'%s'\n", v);
-                exit(2);
+                        "'%.200s'\n", v);
+                quit(2);
             }
             o.offload = v;
         } else if (!strcmp(a, "--nvme-path")) o.nvme_path = v;
         else if (!strcmp(a, "--offload-ratio")) {
-            o.offload_ratio = parse_double(a, v, 0);
-            if (!(o.offload_ratio > 0 && o.offload_ratio <= 1)) {
-                fprintf(stderr, "train_mlp: --offload-ratio must be in (0, 1], got '%s'\n", v);
-                exit(2);
+            o.offload_ratio = parse_double(a, v, 0, 1);
+            if (!(o.offload_ratio > 0)) {
+                fprintf(stderr, "train_mlp: --offload-ratio must be in (0, 1], got '%.200s'\n",
+                        v);
+                quit(2);
             }
         } else if (!strcmp(a, "--dtype")) {
             if (!strcmp(v, "fp32")) o.dtype = ZC_DTYPE_F32;
             else if (!strcmp(v, "bf16")) o.dtype = ZC_DTYPE_BF16;
             else if (!strcmp(v, "fp16")) o.dtype = ZC_DTYPE_F16;
-            else { fprintf(stderr, "train_mlp: --dtype must be fp32, bf16 or fp16, got '%s'\n", v); exit(2); }
-        } else {
-            fprintf(stderr, "train_mlp: unknown flag '%s'\n", a);
-            usage(stderr);
-            exit(2);
+            else {
+                fprintf(stderr, "train_mlp: --dtype must be fp32, bf16 or fp16, got '%.200s'\n", v);
+                quit(2);
+            }
         }
     }
     return o;
@@ -281,10 +338,23 @@ typedef struct rank_arg {
 
 static void die(int rank, const char *what, zc_status rc)
 {
-    fprintf(stderr, "train_mlp: rank %d: %s failed: %s: %s\n", rank, what, zc_status_str(rc),
-            zc_last_error());
+    char who[32] = "";
+    if (rank >= 0) /* -1: the main thread, before or after the ranks run */
+        snprintf(who, sizeof who, "rank %d: ", rank);
+    fprintf(stderr, "train_mlp: %s%s failed: %s: %s\n", who, what, zc_status_str(rc), lib_error());
     /* A rank that stops would leave the others waiting in a collective. */
-    exit(rc == ZC_ERR_LOSS_SCALE ? 3 : 1);
+    quit(rc == ZC_ERR_LOSS_SCALE ? 3 : 1);
+}
+
+/* For calls that return a pointer: NULL carries no status, so none is
+ * printed (a guessed one would mislead); the library's message says why. */
+static void die_null(int rank, const char *what)
+{
+    char who[32] = "";
+    if (rank >= 0)
+        snprintf(who, sizeof who, "rank %d: ", rank);
+    fprintf(stderr, "train_mlp: %s%s failed: %s\n", who, what, lib_error());
+    quit(1);
 }
 
 #define CHECK(call)                                  \
@@ -299,7 +369,7 @@ static void *xcalloc(size_t n, size_t sz)
     void *p = calloc(n ? n : 1, sz);
     if (!p) {
         fprintf(stderr, "train_mlp: out of memory (%zu x %zu bytes)\n", n, sz);
-        exit(1);
+        quit(1);
     }
     return p;
 }
@@ -352,17 +422,39 @@ static void make_init(shared *sh)
     }
 }
 
+/* A JSON number, or null when v is not finite: a diverging run (--lr 1e6)
+ * has a NaN loss, and "nan" is not JSON. */
+typedef struct jnum_t {
+    char s[32];
+} jnum_t;
+
+static jnum_t jnum(double v)
+{
+    jnum_t j;
+    snprintf(j.s, sizeof j.s, isfinite(v) ? "%.9g" : "null", v);
+    return j;
+}
+
 /* ---- one rank ------------------------------------------------------------- */
 
-/* Reads a resolved integer or boolean back from the configuration. */
-static long long config_int(zc_config *cfg, const char *key)
+/* Reads a resolved integer or boolean back from the configuration and holds
+ * it to what this program runs: the config layer accepts, say, a micro batch
+ * of 2^31 - 1, which here would not fit the activations in memory (and was
+ * once narrowed to int and printed negative). */
+static long long config_int(zc_config *cfg, const char *path, const char *key, long long lo,
+                            long long hi)
 {
-    char buf[64];
+    char buf[64], err[ZC_ARG_ERRLEN];
     const int rank = -1;
     CHECK(zc_config_get(cfg, key, buf, sizeof buf));
     if (!strcmp(buf, "true")) return 1;
     if (!strcmp(buf, "false")) return 0;
-    return strtoll(buf, NULL, 10);
+    int64_t v;
+    if (!zc__arg_i64(key, buf, lo, hi, 0, &v, err, sizeof err)) {
+        fprintf(stderr, "train_mlp: %s: %s (this example's limit)\n", path, err);
+        quit(1);
+    }
+    return v;
 }
 
 /* --nvme-path DIR[,DIR]: a JSON list of the directories (zeroc stripes the
@@ -378,13 +470,13 @@ static void set_nvme_path(zc_config *cfg, const char *arg)
         size_t len = comma ? (size_t)(comma - p) : strlen(p);
         if (len == 0 || n + len + 4 >= sizeof json) {
             fprintf(stderr, "train_mlp: --nvme-path '%s': empty or too long entry\n", arg);
-            exit(2);
+            quit(2);
         }
         for (size_t i = 0; i < len; i++)
             if (p[i] == '"' || p[i] == '\\' || (unsigned char)p[i] < 0x20) {
                 fprintf(stderr, "train_mlp: --nvme-path '%s': quotes, backslashes and control "
                         "characters are not supported\n", arg);
-                exit(2);
+                quit(2);
             }
         if (n > 1)
             json[n++] = ',';
@@ -398,7 +490,7 @@ static void set_nvme_path(zc_config *cfg, const char *arg)
     json[n] = '\0';
     if (zc_config_set(cfg, "zero_optimization.offload_optimizer.nvme_path", json) != ZC_OK) {
         fprintf(stderr, "train_mlp: %s\n", zc_last_error());
-        exit(2);
+        quit(2);
     }
 }
 
@@ -414,8 +506,8 @@ static zc_config *make_config(opts *o)
     char v[64];
     if (file) {
         if (zc_config_load(&cfg, o->config_path) != ZC_OK) {
-            fprintf(stderr, "train_mlp: %s\n", zc_last_error());
-            exit(1);
+            fprintf(stderr, "train_mlp: %s\n", lib_error());
+            quit(1);
         }
         zc_program_values pv = ZC_PROGRAM_VALUES_INIT;
         pv.micro_batch_per_gpu = o->batch;
@@ -463,15 +555,17 @@ static zc_config *make_config(opts *o)
     }
     if (file) {
         if (zc_config_resolve(cfg, o->world) != ZC_OK) {
-            fprintf(stderr, "train_mlp: %s: %s\n", o->config_path, zc_last_error());
-            exit(1);
+            fprintf(stderr, "train_mlp: %s: %s\n", o->config_path, lib_error());
+            quit(1);
         }
-        o->stage = (int)config_int(cfg, "zero_optimization.stage");
-        o->accum = (int)config_int(cfg, "gradient_accumulation_steps");
-        o->batch = (int)config_int(cfg, "train_micro_batch_size_per_gpu");
-        o->dtype = config_int(cfg, "bf16.enabled")   ? ZC_DTYPE_BF16
-                   : config_int(cfg, "fp16.enabled") ? ZC_DTYPE_F16
-                                                     : ZC_DTYPE_F32;
+        /* The same ranges as the flags. */
+        const char *p = o->config_path;
+        o->stage = (int)config_int(cfg, p, "zero_optimization.stage", 0, 3);
+        o->accum = (int)config_int(cfg, p, "gradient_accumulation_steps", 1, 1024);
+        o->batch = (int)config_int(cfg, p, "train_micro_batch_size_per_gpu", 1, 65536);
+        o->dtype = config_int(cfg, p, "bf16.enabled", 0, 1)   ? ZC_DTYPE_BF16
+                   : config_int(cfg, p, "fp16.enabled", 0, 1) ? ZC_DTYPE_F16
+                                                               : ZC_DTYPE_F32;
     }
     return cfg;
 }
@@ -503,9 +597,9 @@ static void *rank_main(void *argp)
         if (l > 0)
             CHECK(zc_chunk_boundary(eng));
         snprintf(name, sizeof name, "layers.%d.weight", l);
-        if (!(P[2 * l] = zc_param_add(eng, name, wshape, 2, 0))) die(rank, "zc_param_add(weight)", ZC_ERR_INVALID_ARG);
+        if (!(P[2 * l] = zc_param_add(eng, name, wshape, 2, 0))) die_null(rank, "zc_param_add(weight)");
         snprintf(name, sizeof name, "layers.%d.bias", l);
-        if (!(P[2 * l + 1] = zc_param_add(eng, name, bshape, 1, nodecay))) die(rank, "zc_param_add(bias)", ZC_ERR_INVALID_ARG);
+        if (!(P[2 * l + 1] = zc_param_add(eng, name, bshape, 1, nodecay))) die_null(rank, "zc_param_add(bias)");
     }
     CHECK(zc_engine_build(eng));
     for (int i = 0; i < 2 * N_LAYERS; i++)
@@ -530,7 +624,7 @@ static void *rank_main(void *argp)
                 int in = DIMS[l], out = DIMS[l + 1];
                 const void *pw = zc_param_acquire(eng, P[2 * l], NULL);
                 const void *pb = zc_param_acquire(eng, P[2 * l + 1], NULL);
-                if (!pw || !pb) die(rank, "zc_param_acquire", ZC_ERR_INVALID_ARG);
+                if (!pw || !pb) die_null(rank, "zc_param_acquire");
                 load_f32(w, pw, o->dtype, (size_t)in * out);
                 load_f32(bias, pb, o->dtype, (size_t)out);
                 CHECK(zc_param_release(eng, P[2 * l], NULL));
@@ -564,7 +658,7 @@ static void *rank_main(void *argp)
                  * although only the weight is read. */
                 const void *pw = zc_param_acquire(eng, P[2 * l], NULL);
                 const void *pbias = zc_param_acquire(eng, P[2 * l + 1], NULL);
-                if (!pw || !pbias) die(rank, "zc_param_acquire", ZC_ERR_INVALID_ARG);
+                if (!pw || !pbias) die_null(rank, "zc_param_acquire");
                 load_f32(w, pw, o->dtype, (size_t)in * out);
                 memset(gw, 0, (size_t)in * out * sizeof(float));
                 memset(gb, 0, (size_t)out * sizeof(float));
@@ -584,7 +678,7 @@ static void *rank_main(void *argp)
                     }
                 }
                 void *gbw = zc_grad_buffer(eng, P[2 * l]), *gbb = zc_grad_buffer(eng, P[2 * l + 1]);
-                if (!gbw || !gbb) die(rank, "zc_grad_buffer", ZC_ERR_INVALID_ARG);
+                if (!gbw || !gbb) die_null(rank, "zc_grad_buffer");
                 store_dtype(gbw, o->dtype, gw, (size_t)in * out);
                 store_dtype(gbb, o->dtype, gb, (size_t)out);
                 CHECK(zc_grad_ready(eng, P[2 * l]));
@@ -607,10 +701,10 @@ static void *rank_main(void *argp)
             for (int r = 0; r < o->world; r++) loss += sh->losses[(size_t)step * o->world + r];
             loss /= o->world;
             if (o->json)
-                printf("{\"step\":%d,\"loss\":%.9g,\"grad_norm\":%.9g,\"loss_scale\":%.9g,"
-                       "\"skipped\":%s,\"lr\":%.9g}\n",
-                       step + 1, loss, info.grad_norm, info.loss_scale,
-                       info.skipped ? "true" : "false", info.lr);
+                printf("{\"step\":%d,\"loss\":%s,\"grad_norm\":%s,\"loss_scale\":%s,"
+                       "\"skipped\":%s,\"lr\":%s}\n",
+                       step + 1, jnum(loss).s, jnum(info.grad_norm).s, jnum(info.loss_scale).s,
+                       info.skipped ? "true" : "false", jnum(info.lr).s);
             else
                 printf("step %4d/%d  loss %.6f  grad_norm %8.4f  loss_scale %-6g  lr %.2e%s\n",
                        step + 1, o->steps, loss, info.grad_norm, info.loss_scale, info.lr,
@@ -653,11 +747,12 @@ static void report(const shared *sh)
     sha256_update(&c, bytes, sh->total * 4);
     sha256_final_hex(&c, hex);
     if (o->dump_path) {
+        errno = 0;
         FILE *f = fopen(o->dump_path, "wb");
         if (!f || fwrite(bytes, 4, sh->total, f) != sh->total || fclose(f) != 0) {
             fprintf(stderr, "train_mlp: cannot write --dump-params '%s': %s\n", o->dump_path,
-                    strerror(errno));
-            exit(1);
+                    errno ? strerror(errno) : "short write");
+            quit(1);
         }
     }
     free(bytes);
@@ -727,13 +822,37 @@ int main(int argc, char **argv)
     const opts *o = &sh->o;
     const int rank = -1; /* for CHECK in the main thread */
 
+    /* Each rank's buffers (rank_main: activations, targets and two deltas,
+     * B x 1696 floats, plus about 8 MiB for a layer's weights, its gradients
+     * and the engine's share of 231k parameters) must fit the free memory:
+     * the allocations are overcommitted, so --world 64 --batch 65536 on a
+     * small machine would otherwise end in the OOM killer, not a message. */
+    uint64_t per_rank, need, avail;
+    if (!zc__mul_u64((uint64_t)o->batch, 1696 * sizeof(float), &per_rank) ||
+        !zc__add_u64(per_rank, 8u << 20, &per_rank) ||
+        !zc__mul_u64(per_rank, (uint64_t)o->world, &need)) {
+        fprintf(stderr, "train_mlp: the batch and world size overflow a memory estimate\n");
+        quit(2);
+    }
+    if (zc__mem_available(&avail) && need > avail - avail / 8) {
+        fprintf(stderr, "train_mlp: %d ranks x micro batch %d need about %.2f GiB; the machine "
+                "has %.2f GiB available, of which this takes at most 7/8. Use a smaller --batch "
+                "or --world\n", o->world, o->batch, (double)need / 1073741824.0,
+                (double)avail / 1073741824.0);
+        quit(1);
+    }
+
     make_teacher(&sh->t, o->seed);
     make_init(sh);
     sh->losses = xcalloc((size_t)(o->steps ? o->steps : 1) * o->world, sizeof(double));
     sh->stats = xcalloc((size_t)o->world, sizeof(zc_stats));
     sh->master = xcalloc(sh->total, sizeof(float));
     sh->comms = xcalloc((size_t)o->world, sizeof(zc_comm *));
-    pthread_barrier_init(&sh->bar, NULL, (unsigned)o->world);
+    int be = pthread_barrier_init(&sh->bar, NULL, (unsigned)o->world);
+    if (be != 0) {
+        fprintf(stderr, "train_mlp: cannot make the rank barrier: %s\n", strerror(be));
+        quit(1);
+    }
     CHECK(zc_comm_local_world(o->world, sh->comms));
 
     if (!o->json)
@@ -746,9 +865,11 @@ int main(int argc, char **argv)
     rank_arg *args = xcalloc((size_t)o->world, sizeof(rank_arg));
     for (int r = 0; r < o->world; r++) {
         args[r] = (rank_arg){sh, r};
-        if (pthread_create(&th[r], NULL, rank_main, &args[r]) != 0) {
-            fprintf(stderr, "train_mlp: cannot start rank thread %d\n", r);
-            return 1;
+        int e = pthread_create(&th[r], NULL, rank_main, &args[r]); /* returns the error */
+        if (e != 0) {
+            fprintf(stderr, "train_mlp: cannot start rank thread %d of %d: %s\n", r, o->world,
+                    strerror(e));
+            quit(1);
         }
     }
     for (int r = 0; r < o->world; r++) pthread_join(th[r], NULL);
@@ -760,5 +881,12 @@ int main(int argc, char **argv)
     for (int i = 0; i < 2 * N_LAYERS; i++) free(sh->init[i]);
     free(th); free(args); free(sh->comms); free(sh->master); free(sh->stats); free(sh->losses);
     free(sh);
+    /* Output that could not be written (a full disk, a closed pipe) is a
+     * failure, not a silent success. */
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "train_mlp: cannot write the output: %s\n",
+                errno ? strerror(errno) : "write error");
+        return 1;
+    }
     return 0;
 }

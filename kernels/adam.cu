@@ -140,12 +140,10 @@ cudaError_t launch(const zc_adam_shard *s, const zc_adam_coeffs *c, cudaStream_t
     if (e != cudaSuccess)
         return e;
     if (vec)
-        adam_vec4_kernel<GT, OT><<<blocks, kThreads, 0, stream>>>(
-            s->master, s->m, s->v, s->grad, s->grad_scale, s->param_out, s->n, *c);
-    else
-        adam_scalar_kernel<GT, OT><<<blocks, kThreads, 0, stream>>>(
-            s->master, s->m, s->v, s->grad, s->grad_scale, s->param_out, s->n, *c);
-    return cudaGetLastError();
+        return launch_k(adam_vec4_kernel<GT, OT>, blocks, stream, s->master, s->m, s->v, s->grad,
+                        s->grad_scale, s->param_out, s->n, *c);
+    return launch_k(adam_scalar_kernel<GT, OT>, blocks, stream, s->master, s->m, s->v, s->grad,
+                    s->grad_scale, s->param_out, s->n, *c);
 }
 
 template <int GT>

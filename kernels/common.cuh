@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 
 #include <cuda_runtime.h>
 
@@ -119,6 +120,43 @@ static inline cudaError_t grid_for(size_t work, unsigned *blocks)
 }
 
 static inline bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+/* Enqueues kernel k on `st` as `blocks` blocks of `threads` threads and
+ * returns the status of this launch alone (launch_k: kThreads per block).
+ *
+ * Not <<<>>> followed by cudaGetLastError(): that returns - and clears -
+ * whatever error the thread's last failing runtime call left behind,
+ * including an unrelated earlier one, and reports it as this launch's
+ * failure while the real culprit's error is lost. cudaLaunchKernelEx returns
+ * this launch's own result: a bad configuration, a bad stream, or a context
+ * an earlier kernel already broke (sticky errors fail every call; the device
+ * backend then names the work last enqueued on the stream). Faults of this
+ * kernel while it runs surface at the next synchronisation, never here. */
+template <typename... K, typename... A>
+static inline cudaError_t launch_kt(void (*k)(K...), unsigned blocks, unsigned threads,
+                                    cudaStream_t st, A &&...args)
+{
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(blocks);
+    cfg.blockDim = dim3(threads);
+    cfg.dynamicSmemBytes = 0;
+    cfg.stream = st;
+    cfg.attrs = nullptr;
+    cfg.numAttrs = 0;
+    cudaError_t e = cudaLaunchKernelEx(&cfg, k, std::forward<A>(args)...);
+    /* The runtime also recorded the failure as the thread's last error; it is
+     * reported through the return value, so do not leave it for whichever
+     * call of the thread asks next (no effect on a sticky error). */
+    if (e != cudaSuccess)
+        (void)cudaGetLastError();
+    return e;
+}
+
+template <typename... K, typename... A>
+static inline cudaError_t launch_k(void (*k)(K...), unsigned blocks, cudaStream_t st, A &&...args)
+{
+    return launch_kt(k, blocks, (unsigned)kThreads, st, std::forward<A>(args)...);
+}
 
 } // namespace zck
 

@@ -21,13 +21,14 @@ template <int SD>
 cudaError_t cast_to(void *dst, zc_dtype dd, const void *src, size_t n, unsigned blocks,
                     cudaStream_t st)
 {
+    cudaError_t e;
     switch (dd) {
-    case ZC_DTYPE_F32: cast_kernel<SD, ZC_DTYPE_F32><<<blocks, kThreads, 0, st>>>(dst, src, n); break;
-    case ZC_DTYPE_F16: cast_kernel<SD, ZC_DTYPE_F16><<<blocks, kThreads, 0, st>>>(dst, src, n); break;
-    case ZC_DTYPE_BF16: cast_kernel<SD, ZC_DTYPE_BF16><<<blocks, kThreads, 0, st>>>(dst, src, n); break;
+    case ZC_DTYPE_F32: e = launch_k(cast_kernel<SD, ZC_DTYPE_F32>, blocks, st, dst, src, n); break;
+    case ZC_DTYPE_F16: e = launch_k(cast_kernel<SD, ZC_DTYPE_F16>, blocks, st, dst, src, n); break;
+    case ZC_DTYPE_BF16: e = launch_k(cast_kernel<SD, ZC_DTYPE_BF16>, blocks, st, dst, src, n); break;
     default: return cudaErrorInvalidValue;
     }
-    return cudaGetLastError();
+    return e;
 }
 
 template <int DT>
@@ -120,12 +121,12 @@ extern "C" cudaError_t zc_k_scale(void *x, zc_dtype dt, size_t n, float a, cudaS
     if (e != cudaSuccess)
         return e;
     switch (dt) {
-    case ZC_DTYPE_F32: scale_kernel<ZC_DTYPE_F32><<<blocks, kThreads, 0, stream>>>(x, n, a); break;
-    case ZC_DTYPE_F16: scale_kernel<ZC_DTYPE_F16><<<blocks, kThreads, 0, stream>>>(x, n, a); break;
-    case ZC_DTYPE_BF16: scale_kernel<ZC_DTYPE_BF16><<<blocks, kThreads, 0, stream>>>(x, n, a); break;
-    default: scale_kernel<ZC_DTYPE_F64><<<blocks, kThreads, 0, stream>>>(x, n, a); break;
+    case ZC_DTYPE_F32: e = launch_k(scale_kernel<ZC_DTYPE_F32>, blocks, stream, x, n, a); break;
+    case ZC_DTYPE_F16: e = launch_k(scale_kernel<ZC_DTYPE_F16>, blocks, stream, x, n, a); break;
+    case ZC_DTYPE_BF16: e = launch_k(scale_kernel<ZC_DTYPE_BF16>, blocks, stream, x, n, a); break;
+    default: e = launch_k(scale_kernel<ZC_DTYPE_F64>, blocks, stream, x, n, a); break;
     }
-    return cudaGetLastError();
+    return e;
 }
 
 extern "C" cudaError_t zc_k_accumulate(float *acc, const void *src, zc_dtype src_dt, size_t n,
@@ -140,11 +141,11 @@ extern "C" cudaError_t zc_k_accumulate(float *acc, const void *src, zc_dtype src
     if (e != cudaSuccess)
         return e;
     switch (src_dt) {
-    case ZC_DTYPE_F32: accumulate_kernel<ZC_DTYPE_F32><<<blocks, kThreads, 0, stream>>>(acc, src, n); break;
-    case ZC_DTYPE_F16: accumulate_kernel<ZC_DTYPE_F16><<<blocks, kThreads, 0, stream>>>(acc, src, n); break;
-    default: accumulate_kernel<ZC_DTYPE_BF16><<<blocks, kThreads, 0, stream>>>(acc, src, n); break;
+    case ZC_DTYPE_F32: e = launch_k(accumulate_kernel<ZC_DTYPE_F32>, blocks, stream, acc, src, n); break;
+    case ZC_DTYPE_F16: e = launch_k(accumulate_kernel<ZC_DTYPE_F16>, blocks, stream, acc, src, n); break;
+    default: e = launch_k(accumulate_kernel<ZC_DTYPE_BF16>, blocks, stream, acc, src, n); break;
     }
-    return cudaGetLastError();
+    return e;
 }
 
 extern "C" cudaError_t zc_k_reduce_sum(void *dst, const void *const *srcs, int nsrc, zc_dtype dt,
@@ -164,13 +165,13 @@ extern "C" cudaError_t zc_k_reduce_sum(void *dst, const void *const *srcs, int n
     if (e != cudaSuccess)
         return e;
     switch (dt) {
-    case ZC_DTYPE_F32: reduce_sum_kernel<ZC_DTYPE_F32><<<blocks, kThreads, 0, stream>>>(dst, s, nsrc, n); break;
-    case ZC_DTYPE_F16: reduce_sum_kernel<ZC_DTYPE_F16><<<blocks, kThreads, 0, stream>>>(dst, s, nsrc, n); break;
-    case ZC_DTYPE_BF16: reduce_sum_kernel<ZC_DTYPE_BF16><<<blocks, kThreads, 0, stream>>>(dst, s, nsrc, n); break;
-    case ZC_DTYPE_F64: reduce_sum_kernel<ZC_DTYPE_F64><<<blocks, kThreads, 0, stream>>>(dst, s, nsrc, n); break;
-    default: reduce_sum_kernel<ZC_DTYPE_I32><<<blocks, kThreads, 0, stream>>>(dst, s, nsrc, n); break;
+    case ZC_DTYPE_F32: e = launch_k(reduce_sum_kernel<ZC_DTYPE_F32>, blocks, stream, dst, s, nsrc, n); break;
+    case ZC_DTYPE_F16: e = launch_k(reduce_sum_kernel<ZC_DTYPE_F16>, blocks, stream, dst, s, nsrc, n); break;
+    case ZC_DTYPE_BF16: e = launch_k(reduce_sum_kernel<ZC_DTYPE_BF16>, blocks, stream, dst, s, nsrc, n); break;
+    case ZC_DTYPE_F64: e = launch_k(reduce_sum_kernel<ZC_DTYPE_F64>, blocks, stream, dst, s, nsrc, n); break;
+    default: e = launch_k(reduce_sum_kernel<ZC_DTYPE_I32>, blocks, stream, dst, s, nsrc, n); break;
     }
-    return cudaGetLastError();
+    return e;
 }
 
 namespace zck {
@@ -195,6 +196,5 @@ __global__ void sleep_kernel(unsigned ms)
 
 extern "C" cudaError_t zc_k_sleep(unsigned ms, cudaStream_t stream)
 {
-    zck::sleep_kernel<<<1, 1, 0, stream>>>(ms);
-    return cudaGetLastError();
+    return zck::launch_kt(zck::sleep_kernel, 1, 1, stream, ms);
 }

@@ -3,9 +3,12 @@
  * Device code lives in the .cu files of kernels/; host code never launches a kernel
  * itself, it calls these launchers. Each takes raw device pointers, element
  * counts and a stream (NULL = the legacy default stream), enqueues its work
- * and returns the launch status (cudaSuccess, or the error of the launch;
- * execution errors surface at the next synchronisation). None of them
- * allocates or synchronises.
+ * and returns the status of that launch only (cudaSuccess, or why it could
+ * not be enqueued: bad arguments or configuration, or a context an earlier
+ * fault already broke). An error left behind by an earlier call of the thread
+ * is neither returned nor cleared, and faults while the kernel runs surface at
+ * the next synchronisation (the device backend names the work then). None of
+ * them allocates or synchronises.
  *
  * Every kernel has a host twin in src/device/host.c (src/optim for Adam) and
  * follows it operation for operation: the same dtype rules as src/base/dtype.h
@@ -77,6 +80,13 @@ static inline size_t zc_k_sumsq_nblocks(size_t n)
  * caller adds the partials in block order. */
 cudaError_t zc_k_sumsq_partials(const void *x, zc_dtype dt, size_t n, double *partials,
                                 cudaStream_t stream);
+
+/* *out (device double) = partials[0] + partials[1] + ... + partials[nb-1],
+ * added in that order from +0.0 by one thread: the host's sum of the
+ * sum-of-squares partials, so a norm can stay on the device (and be
+ * all-gathered) without a host synchronisation per chunk. nb = 0 gives +0.0. */
+cudaError_t zc_k_sum_partials(const double *partials, size_t nb, double *out,
+                              cudaStream_t stream);
 
 /* *flag (device int) |= 1 if some x[i] is inf or NaN. The caller zeroes *flag
  * first (this launcher only sets it). */

@@ -8,21 +8,10 @@
 
 int zc__cmd_bench_adam_cuda(int argc, char **argv);
 
-/* argv[0] is "adam"; "--device cuda" may still be among the options: drop it. */
+/* argv[0] is "adam"; cmd_bench_adam.c has already taken --device out. */
 int zc__cmd_bench_adam_cuda(int argc, char **argv)
 {
-    char *args[64];
-    int n = 0;
-    for (int i = 0; i < argc && n < 63; i++) {
-        if (i > 0 && !__builtin_strcmp(argv[i], "--device") && i + 1 < argc &&
-            !__builtin_strcmp(argv[i + 1], "cuda")) {
-            i++;
-            continue;
-        }
-        args[n++] = argv[i];
-    }
-    args[n] = 0;
-    return zc__bench_gpu_adam_main(n, args);
+    return zc__bench_gpu_adam_main(argc, argv);
 }
 #else
 typedef int zc__cmd_bench_adam_cuda_unused; /* ISO C: no empty translation unit */

@@ -3,8 +3,10 @@
  * Loads a DeepSpeed config the way the library does, resolves what can be
  * resolved without a program ("auto" that only the training program can
  * answer is reported, not failed), and prints either every error or the
- * effective configuration with the origin of each value. Exit status: 0
- * valid, 1 invalid (or unreadable), 2 usage error. */
+ * effective configuration with the origin of each value. "Valid" is what
+ * zc_engine_create will accept: the engine's own rule (src/config/support.c)
+ * runs after DeepSpeed's. Exit status: 0 valid, 1 invalid (or unreadable),
+ * 2 usage error. */
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -19,6 +21,7 @@
 #include "base/error.h"
 
 int zc__cmd_config(int argc, char **argv);
+static json_t *json_text(const char *s);
 
 static void usage(FILE *f)
 {
@@ -30,7 +33,11 @@ static void usage(FILE *f)
             "  --world N   data-parallel world size for the batch rules (default: not checked\n"
             "              beyond what the three batch keys imply)\n"
             "  --lenient   unknown keys inside blocks are warnings, not errors\n"
-            "  --json      one JSON object: {valid, errors, warnings, notes, effective}\n"
+            "  --json      one JSON object: {valid, deepspeed_valid, errors, warnings, notes,\n"
+            "              not_listed, program_must_provide, effective}\n"
+            "  FILE is a regular file of at most 16 MiB and 65536 JSON values. Valid means\n"
+            "  zc_engine_create accepts it (a valid DeepSpeed file the engine refuses, e.g.\n"
+            "  with offload, is invalid).\n"
             "Exit status: 0 valid, 1 invalid, 2 usage error.\n");
 }
 
@@ -69,92 +76,191 @@ static void origin_detail(const zc_config *cfg, int k, char *buf, size_t cap)
     }
 }
 
-static void value_text(const zc_config *cfg, int k, char *buf, size_t cap)
+/* The value as JSON text, whole (a string key may be long): caller frees. */
+static char *value_json(const zc_config *cfg, int k)
 {
-    if (cfg->meta->origin[k] == ZC_ORIGIN_AUTO_PENDING) {
-        char v[128];
-        zc__cfg_format(cfg, &zc__cfg_keys[k], v, sizeof v);
-        snprintf(buf, cap, "\"auto\" (until then %s)", v);
-        return;
-    }
-    if (!strcmp(zc__cfg_keys[k].path, "zero_optimization.overlap_comm")) {
-        snprintf(buf, cap, "%s", zc__cfg_overlap_comm(cfg) ? "true" : "false");
-        return;
-    }
-    zc__cfg_format(cfg, &zc__cfg_keys[k], buf, cap);
+    if (!strcmp(zc__cfg_keys[k].path, "zero_optimization.overlap_comm"))
+        return strdup(zc__cfg_overlap_comm(cfg) ? "true" : "false");
+    int n = zc__cfg_format(cfg, &zc__cfg_keys[k], NULL, 0);
+    char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (buf)
+        zc__cfg_format(cfg, &zc__cfg_keys[k], buf, (size_t)n + 1);
+    return buf;
 }
 
-static void print_text(const char *file, int world, const zc_cfg_diag *d, const zc_config *cfg)
+/* The value for the text listing (caller frees). */
+static char *value_text(const zc_config *cfg, int k)
+{
+    char *v = value_json(cfg, k);
+    if (!v || cfg->meta->origin[k] != ZC_ORIGIN_AUTO_PENDING)
+        return v;
+    size_t n = strlen(v) + 32;
+    char *out = malloc(n);
+    if (out)
+        snprintf(out, n, "\"auto\" (until then %s)", v);
+    free(v);
+    return out;
+}
+
+/* The value as a JSON value; a string key's value is built from the string
+ * itself, never re-parsed from formatted text, so it always round-trips. */
+static json_t *value_node(const zc_config *cfg, int k)
+{
+    const zc_cfg_key *key = &zc__cfg_keys[k];
+    if (cfg->meta->origin[k] == ZC_ORIGIN_AUTO_PENDING)
+        return json_string("auto");
+    if (key->type == ZC_KT_STR) {
+        const char *sv = *(char *const *)((const char *)cfg + key->off);
+        return sv ? json_text(sv) : json_null();
+    }
+    char *text = value_json(cfg, k);
+    json_t *v = text ? json_loads(text, JSON_DECODE_ANY, NULL) : NULL;
+    free(text);
+    return v;
+}
+
+/* Program-resolved "auto" keys still open after the preview resolve: a
+ * template the engine accepts only once the program gives these. */
+static int pending_program_keys(const zc_config *cfg)
+{
+    int n = 0;
+    for (int k = 0; cfg && k < zc__cfg_nkeys; k++)
+        n += cfg->meta->origin[k] == ZC_ORIGIN_AUTO_PENDING &&
+             zc__cfg_keys[k].flags & ZC_KF_AUTO_PROGRAM;
+    return n;
+}
+
+/* ds_errors: errors before the engine's own check; when it is 0 and there are
+ * errors, the file is valid DeepSpeed that this build's engine refuses. The
+ * effective configuration is shown for any file DeepSpeed would accept. */
+static void print_text(const char *file, int world, const zc_cfg_diag *d, int ds_errors,
+                       const zc_config *cfg)
 {
     bool valid = d->nerr == 0;
-    printf("%s: %s", file, valid ? "valid" : "INVALID");
+    printf("%s: %s", file,
+           valid ? "valid" : ds_errors ? "INVALID" : "INVALID for zeroc (valid DeepSpeed)");
     if (world > 0)
         printf(" (world %d)", world);
     else
         printf(" (world size not given: batch product not checked)");
     printf("\n");
+    int pending = valid ? pending_program_keys(cfg) : 0;
+    if (pending)
+        printf("a template: zc_engine_create refuses it until the program gives the %d "
+               "\"auto\" value%s listed under warnings (zc_config_set_program_values)\n",
+               pending, pending > 1 ? "s" : "");
     static const char *const heads[] = {"errors", "warnings", "notes"};
     for (int sev = 0; sev < 3; sev++) {
-        int n = 0;
-        for (int i = 0; i < d->n; i++)
-            n += d->v[i].sev == (zc_cfg_sev)sev;
-        if (!n)
+        if (!d->count[sev])
             continue;
         printf("%s:\n", heads[sev]);
         for (int i = 0; i < d->n; i++)
             if (d->v[i].sev == (zc_cfg_sev)sev)
                 printf("  %s%s%s\n", d->v[i].path, d->v[i].path[0] ? ": " : "", d->v[i].msg);
+        int more = zc__diag_dropped(d, (zc_cfg_sev)sev);
+        if (more)
+            printf("  \u2026 and %d more %s (only the first %d are kept)\n", more, heads[sev],
+                   ZC_CFG_DIAG_KEEP);
     }
-    if (!valid || !cfg)
+    if (ds_errors || !cfg)
         return;
     printf("effective configuration:\n");
     for (int k = 0; k < zc__cfg_nkeys; k++) {
         if (zc__cfg_keys[k].type == ZC_KT_IGNORED)
             continue;
-        char val[160], det[160];
-        value_text(cfg, k, val, sizeof val);
+        char det[160];
+        char *val = value_text(cfg, k);
         origin_detail(cfg, k, det, sizeof det);
-        printf("  %-58s %-24s %s%s%s%s\n", zc__cfg_keys[k].path, val,
+        printf("  %-58s %-24s %s%s%s%s\n", zc__cfg_keys[k].path, val ? val : "?",
                origin_name((zc_cfg_origin)cfg->meta->origin[k]), det[0] ? " (" : "", det,
                det[0] ? ")" : "");
+        free(val);
     }
 }
 
-static int print_json(const char *file, int world, const zc_cfg_diag *d, const zc_config *cfg)
+/* A JSON string for any C string. Text from the file is UTF-8 (jansson
+ * checked it), but a FILE argument, or zc_last_error cut at its buffer size,
+ * may not be: each byte that does not start a valid sequence becomes U+FFFD,
+ * so the field is never null. */
+static json_t *json_text(const char *s)
+{
+    json_t *j = json_string(s);
+    if (j)
+        return j;
+    size_t n = strlen(s);
+    char *fixed = malloc(3 * n + 1), *o = fixed;
+    if (!fixed)
+        return json_null();
+    for (size_t i = 0; i < n;) {
+        unsigned char c = (unsigned char)s[i];
+        size_t len = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3
+                                  : (c & 0xF8) == 0xF0 ? 4 : 0;
+        json_t *one = NULL;
+        if (len && i + len <= n) {
+            char tmp[5] = {0};
+            memcpy(tmp, s + i, len);
+            one = json_string(tmp); /* validates overlongs and surrogates too */
+        }
+        if (one) {
+            memcpy(o, s + i, len);
+            o += len;
+            i += len;
+            json_decref(one);
+        } else {
+            memcpy(o, "\xEF\xBF\xBD", 3);
+            o += 3;
+            i++;
+        }
+    }
+    *o = 0;
+    j = json_string(fixed);
+    free(fixed);
+    return j ? j : json_null();
+}
+
+static int print_json(const char *file, int world, const zc_cfg_diag *d, int ds_errors,
+                      const zc_config *cfg)
 {
     json_t *root = json_object();
     json_t *lists[3] = {json_array(), json_array(), json_array()};
-    json_object_set_new(root, "file", json_string(file));
+    json_object_set_new(root, "file", json_text(file));
     json_object_set_new(root, "valid", json_boolean(d->nerr == 0));
+    /* valid for DeepSpeed: only the engine's own check (support.c) failed. */
+    json_object_set_new(root, "deepspeed_valid", json_boolean(ds_errors == 0));
     json_object_set_new(root, "world", world > 0 ? json_integer(world) : json_null());
     for (int i = 0; i < d->n; i++) {
         json_t *m = json_object();
-        json_object_set_new(m, "path", json_string(d->v[i].path));
-        json_object_set_new(m, "message", json_string(d->v[i].msg));
+        json_object_set_new(m, "path", json_text(d->v[i].path));
+        json_object_set_new(m, "message", json_text(d->v[i].msg));
         json_array_append_new(lists[d->v[i].sev], m);
     }
     json_object_set_new(root, "errors", lists[0]);
     json_object_set_new(root, "warnings", lists[1]);
     json_object_set_new(root, "notes", lists[2]);
+    /* Messages counted but not listed (only ZC_CFG_DIAG_KEEP per kind are kept). */
+    json_object_set_new(root, "not_listed",
+                        json_pack("{s:i, s:i, s:i}", "errors", zc__diag_dropped(d, ZC_SEV_ERROR),
+                                  "warnings", zc__diag_dropped(d, ZC_SEV_WARN), "notes",
+                                  zc__diag_dropped(d, ZC_SEV_INFO)));
+    json_t *needs = json_array();
+    for (int k = 0; cfg && ds_errors == 0 && k < zc__cfg_nkeys; k++)
+        if (cfg->meta->origin[k] == ZC_ORIGIN_AUTO_PENDING &&
+            zc__cfg_keys[k].flags & ZC_KF_AUTO_PROGRAM)
+            json_array_append_new(needs, json_string(zc__cfg_keys[k].path));
+    json_object_set_new(root, "program_must_provide", needs);
     json_t *eff = json_object();
-    if (cfg && d->nerr == 0) {
+    if (cfg && ds_errors == 0) {
         for (int k = 0; k < zc__cfg_nkeys; k++) {
             if (zc__cfg_keys[k].type == ZC_KT_IGNORED)
                 continue;
-            char val[160], det[160];
-            json_t *e = json_object(), *v;
-            if (cfg->meta->origin[k] == ZC_ORIGIN_AUTO_PENDING) {
-                v = json_string("auto");
-            } else {
-                value_text(cfg, k, val, sizeof val);
-                v = json_loads(val, JSON_DECODE_ANY, NULL);
-            }
+            char det[160];
+            json_t *e = json_object(), *v = value_node(cfg, k);
             origin_detail(cfg, k, det, sizeof det);
             json_object_set_new(e, "value", v ? v : json_null());
             json_object_set_new(e, "origin",
                                 json_string(origin_name((zc_cfg_origin)cfg->meta->origin[k])));
             if (det[0])
-                json_object_set_new(e, "detail", json_string(det));
+                json_object_set_new(e, "detail", json_text(det));
             json_object_set_new(eff, zc__cfg_keys[k].path, e);
         }
     }
@@ -252,7 +358,7 @@ static int check(const char *file, int world, bool lenient, bool as_json)
         if (as_json) {
             zc_cfg_diag d = {0};
             zc__diag_add(&d, ZC_SEV_ERROR, ZC_ERR_IO, "", "%s", zc_last_error());
-            print_json(file, world, &d, NULL);
+            print_json(file, world, &d, d.nerr, NULL);
             zc__diag_free(&d);
         } else {
             fprintf(stderr, "zeroc config check: %s\n", zc_last_error());
@@ -266,12 +372,16 @@ static int check(const char *file, int world, bool lenient, bool as_json)
         rc = zc__cfg_resolve(cfg, world, true, &d);
     if (rc != ZC_OK && d.nerr == 0)
         zc__diag_add(&d, ZC_SEV_ERROR, rc, "", "%s", zc_last_error());
+    /* What zc_engine_create would refuse, by the engine's own rule. */
+    int ds_errors = d.nerr;
+    if (rc == ZC_OK && ds_errors == 0)
+        zc__cfg_engine_support(cfg, &d);
     int out = d.nerr ? 1 : 0;
     if (as_json) {
-        if (print_json(file, world, &d, cfg))
+        if (print_json(file, world, &d, ds_errors, cfg))
             out = 1;
     } else {
-        print_text(file, world, &d, cfg);
+        print_text(file, world, &d, ds_errors, cfg);
     }
     zc_config_destroy(cfg);
     zc__diag_free(&d);

@@ -4,6 +4,7 @@
  * they are referenced through weak symbols so a build without one reports it
  * clearly instead of failing to link. Exit codes: 0 success, 1 failure of the
  * command itself, 2 usage error. */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -36,7 +37,7 @@ static int run(int (*fn)(int, char **), const char *what, int argc, char **argv)
     return fn(argc, argv);
 }
 
-int main(int argc, char **argv)
+static int dispatch(int argc, char **argv)
 {
     if (argc < 2) {
         usage(stderr);
@@ -53,11 +54,31 @@ int main(int argc, char **argv)
     }
     if (!strcmp(cmd, "config"))
         return run(zc__cmd_config, "config", argc - 1, argv + 1);
-    if (!strcmp(cmd, "bench") && argc >= 3 && !strcmp(argv[2], "io"))
-        return run(zc__cmd_bench_io, "bench io", argc - 2, argv + 2);
-    if (!strcmp(cmd, "bench") && argc >= 3 && !strcmp(argv[2], "adam"))
-        return run(zc__cmd_bench_adam, "bench adam", argc - 2, argv + 2);
-    fprintf(stderr, "zeroc: unknown command '%s'\n", cmd);
+    if (!strcmp(cmd, "bench")) {
+        if (argc >= 3 && !strcmp(argv[2], "io"))
+            return run(zc__cmd_bench_io, "bench io", argc - 2, argv + 2);
+        if (argc >= 3 && !strcmp(argv[2], "adam"))
+            return run(zc__cmd_bench_adam, "bench adam", argc - 2, argv + 2);
+        fprintf(stderr, "zeroc bench: expected 'io' or 'adam'%s%.200s%s\n",
+                argc >= 3 ? ", got '" : "", argc >= 3 ? argv[2] : "", argc >= 3 ? "'" : "");
+        usage(stderr);
+        return 2;
+    }
+    fprintf(stderr, "zeroc: unknown command '%.200s'\n", cmd);
     usage(stderr);
     return 2;
+}
+
+int main(int argc, char **argv)
+{
+    int rc = dispatch(argc, argv);
+    /* Output that could not be written (a full disk, a closed pipe) is a
+     * failure: a script reading `zeroc config check --json` must not take a
+     * truncated answer for a successful one. */
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "zeroc: cannot write the output: %s\n", errno ? strerror(errno) : "write error");
+        if (rc == 0)
+            rc = 1;
+    }
+    return rc;
 }

@@ -21,6 +21,7 @@
  * and a final {"summary":...} line naming the best case and the issue's
  * targets. */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,11 +34,16 @@
 #include "bench/cpu_adam/cpu_adam.h"
 #include "base/alloc.h"
 #include "base/dtype.h"
+#include "cliarg.h"
 #include "optim/adam_isa.h"
 #include "optim/threadpool.h"
 
 #define MAX_N_LIST 8
 #define MAX_REPS 200
+/* Largest --n: the seven buffers take 22 bytes per parameter, so 2^34 is
+ * 352 GiB, more than any host this runs on; larger is refused as a typo
+ * rather than handed to the allocator. */
+#define MAX_N (UINT64_C(1) << 34)
 #define NPF 3 /* prefetch distances tried for the ceiling */
 
 static double now_s(void)
@@ -45,6 +51,22 @@ static double now_s(void)
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* A JSON number, or null when v is not finite (a zero time on a tiny n would
+ * otherwise print inf or nan, which is not JSON). */
+typedef struct jnum_t {
+    char s[40];
+} jnum_t;
+
+static jnum_t jnum(const char *fmt, double v)
+{
+    jnum_t j;
+    if (isfinite(v))
+        snprintf(j.s, sizeof j.s, fmt, v);
+    else
+        snprintf(j.s, sizeof j.s, "null");
+    return j;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -228,37 +250,19 @@ static void job_part(void *arg, int k, int nparts)
 
 /* ---- options -------------------------------------------------------------- */
 
-static int parse_count(const char *s, size_t *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || v <= 0)
-        return -1;
-    if (*end == 'M' || *end == 'm')
-        v *= 1 << 20, end++;
-    else if (*end == 'K' || *end == 'k')
-        v *= 1 << 10, end++;
-    else if (*end == 'G' || *end == 'g')
-        v *= 1 << 30, end++;
-    if (*end)
-        return -1;
-    *out = (size_t)v;
-    return 0;
-}
-
 static void usage(FILE *f, const char *prog)
 {
     fprintf(f,
             "usage: %s [--n LIST] [--quick] [--variant NAME] [--threads LIST] [--reps R]\n"
-            "  --n LIST        parameter counts, comma separated, K/M/G suffixes\n"
-            "                  (default 1M,16M,64M,256M)\n"
+            "  --n LIST        parameter counts, comma separated, K/M/G/T suffixes,\n"
+            "                  each 1..2^34 (default 1M,16M,64M,256M)\n"
             "  --quick         1M,16M and 3 repetitions\n"
             "  --variant NAME  only this variant (scalar, avx2, avx512, avx512bf16)\n"
-            "  --threads LIST  thread counts (default 1..physical cores)\n"
-            "  --reps R        timed repetitions per case (default: 5, more for small N)\n"
+            "  --threads LIST  thread counts, each 1..%d (default 1..physical cores)\n"
+            "  --reps R        timed repetitions per case, 1..%d (default: 5, more for\n"
+            "                  small N)\n"
             "Prints one JSON object per case and a summary line.\n",
-            prog);
+            prog, ZC_POOL_MAX_THREADS, MAX_REPS);
 }
 
 typedef struct best_t {
@@ -272,6 +276,7 @@ int zc__bench_cpu_adam(int argc, char **argv)
     size_t ns[MAX_N_LIST] = {1u << 20, 16u << 20, 64u << 20, 256u << 20};
     int nn = 4, reps_opt = 0, nthr = 0, threads[64];
     const char *only = NULL;
+    char err[ZC_ARG_ERRLEN];
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -283,34 +288,35 @@ int zc__bench_cpu_adam(int argc, char **argv)
             if (!reps_opt)
                 reps_opt = 3;
         } else if (!strcmp(a, "--n") && val) {
-            nn = 0;
-            char buf[256];
-            snprintf(buf, sizeof buf, "%s", val);
-            for (char *t = strtok(buf, ","); t; t = strtok(NULL, ","))
-                if (nn == MAX_N_LIST || parse_count(t, &ns[nn++])) {
-                    fprintf(stderr, "%s: --n: '%s' is not a list of counts\n", prog, val);
-                    return 2;
-                }
+            uint64_t v[MAX_N_LIST];
+            int k;
+            if (!zc__arg_u64_list("--n", val, 1, MAX_N, ZC_ARG_SUFFIX, v, MAX_N_LIST, &k, err,
+                                  sizeof err)) {
+                fprintf(stderr, "%s: %s\n", prog, err);
+                return 2;
+            }
+            for (int q = 0; q < k; q++)
+                ns[q] = (size_t)v[q]; /* <= 2^34: fits */
+            nn = k;
             i++;
         } else if (!strcmp(a, "--variant") && val) {
             only = val;
             i++;
         } else if (!strcmp(a, "--threads") && val) {
-            char buf[256];
-            snprintf(buf, sizeof buf, "%s", val);
-            for (char *t = strtok(buf, ","); t && nthr < 64; t = strtok(NULL, ",")) {
-                threads[nthr] = atoi(t);
-                if (threads[nthr] < 1 || threads[nthr] > ZC_POOL_MAX_THREADS) {
-                    fprintf(stderr, "%s: --threads: '%s' is not a thread count\n", prog, t);
-                    return 2;
-                }
-                nthr++;
+            uint64_t v[64];
+            int k;
+            if (!zc__arg_u64_list("--threads", val, 1, ZC_POOL_MAX_THREADS, 0, v, 64, &k, err,
+                                  sizeof err)) {
+                fprintf(stderr, "%s: %s\n", prog, err);
+                return 2;
             }
+            for (int q = 0; q < k; q++)
+                threads[q] = (int)v[q];
+            nthr = k;
             i++;
         } else if (!strcmp(a, "--reps") && val) {
-            reps_opt = atoi(val);
-            if (reps_opt < 1 || reps_opt > MAX_REPS) {
-                fprintf(stderr, "%s: --reps must be 1..%d\n", prog, MAX_REPS);
+            if (!zc__arg_int("--reps", val, 1, MAX_REPS, &reps_opt, err, sizeof err)) {
+                fprintf(stderr, "%s: %s\n", prog, err);
                 return 2;
             }
             i++;
@@ -346,6 +352,22 @@ int zc__bench_cpu_adam(int argc, char **argv)
     size_t nmax = 0;
     for (int i = 0; i < nn; i++)
         nmax = ns[i] > nmax ? ns[i] : nmax;
+    size_t b4, b2; /* bytes of the fp32 and the 16-bit buffers */
+    uint64_t total, avail;
+    if (__builtin_mul_overflow(nmax, (size_t)4, &b4) || __builtin_mul_overflow(nmax, (size_t)2, &b2) ||
+        !zc__mul_u64(nmax, 22, &total)) {
+        fprintf(stderr, "%s: --n %zu: the buffers do not fit in the address space\n", prog, nmax);
+        return 2;
+    }
+    /* Four fp32 and three 16-bit buffers of the largest N, all written: a
+     * size past the free memory would end in the OOM killer, not an error.
+     * An eighth is left to the rest of the machine. */
+    if (zc__mem_available(&avail) && total > avail - avail / 8) {
+        fprintf(stderr, "%s: --n %zu needs %.2f GiB of buffers (22 bytes per parameter); the "
+                "machine has %.2f GiB available, of which it takes at most 7/8. Pass a smaller "
+                "--n\n", prog, nmax, (double)total / 1073741824.0, (double)avail / 1073741824.0);
+        return 1;
+    }
 
     const char *stream_name;
     stream_fn stream = pick_stream(&stream_name);
@@ -358,13 +380,13 @@ int zc__bench_cpu_adam(int argc, char **argv)
     buf_t bufs[7];
     float *master = NULL, *m = NULL, *v = NULL, *g32 = NULL;
     uint16_t *gbf = NULL, *gf16 = NULL, *copy = NULL;
-    bufs[0] = (buf_t){(void **)&master, nmax * 4, "master"};
-    bufs[1] = (buf_t){(void **)&m, nmax * 4, "m"};
-    bufs[2] = (buf_t){(void **)&v, nmax * 4, "v"};
-    bufs[3] = (buf_t){(void **)&g32, nmax * 4, "fp32 gradients"};
-    bufs[4] = (buf_t){(void **)&gbf, nmax * 2, "bf16 gradients"};
-    bufs[5] = (buf_t){(void **)&gf16, nmax * 2, "fp16 gradients"};
-    bufs[6] = (buf_t){(void **)&copy, nmax * 2, "16-bit copy"};
+    bufs[0] = (buf_t){(void **)&master, b4, "master"};
+    bufs[1] = (buf_t){(void **)&m, b4, "m"};
+    bufs[2] = (buf_t){(void **)&v, b4, "v"};
+    bufs[3] = (buf_t){(void **)&g32, b4, "fp32 gradients"};
+    bufs[4] = (buf_t){(void **)&gbf, b2, "bf16 gradients"};
+    bufs[5] = (buf_t){(void **)&gf16, b2, "fp16 gradients"};
+    bufs[6] = (buf_t){(void **)&copy, b2, "16-bit copy"};
     int rc = 0;
     for (int i = 0; i < 7; i++)
         if (zc__host_alloc(NULL, ZC_MEM_OTHER, bufs[i].bytes, bufs[i].what, bufs[i].p) != ZC_OK) {
@@ -460,19 +482,22 @@ int zc__bench_cpu_adam(int argc, char **argv)
                         const char *vname = zc__adam_variant(variants[vi])->name;
                         const char *copyname = cp ? zc_dtype_name(odt) : "none";
                         printf("{\"variant\":\"%s\",\"threads\":%d,\"n\":%zu,\"grad_dtype\":\"%s\","
-                               "\"param_copy\":\"%s\",\"seconds\":%.6f,\"params_per_s\":%.4e,"
-                               "\"bytes_per_s\":%.4e,\"stream_bytes_per_s\":%.4e,"
-                               "\"ratio_to_stream\":%.3f,\"triad_bytes_per_s\":%.4e,"
-                               "\"bytes_per_param\":%.0f}\n",
-                               vname, t, n, zc_dtype_name(gdts[gi]), copyname, sec, pps, bps, sbps,
-                               bps / sbps, triad_bps, bytes / (double)n);
+                               "\"param_copy\":\"%s\",\"seconds\":%s,\"params_per_s\":%s,"
+                               "\"bytes_per_s\":%s,\"stream_bytes_per_s\":%s,"
+                               "\"ratio_to_stream\":%s,\"triad_bytes_per_s\":%s,"
+                               "\"bytes_per_param\":%s}\n",
+                               vname, t, n, zc_dtype_name(gdts[gi]), copyname,
+                               jnum("%.6f", sec).s, jnum("%.4e", pps).s, jnum("%.4e", bps).s,
+                               jnum("%.4e", sbps).s, jnum("%.3f", bps / sbps).s,
+                               jnum("%.4e", triad_bps).s, jnum("%.0f", bytes / (double)n).s);
                         fflush(stdout);
                         char desc[200];
                         snprintf(desc, sizeof desc,
                                  "{\"variant\":\"%s\",\"threads\":%d,\"n\":%zu,\"grad_dtype\":"
-                                 "\"%s\",\"param_copy\":\"%s\",\"params_per_s\":%.4e,"
-                                 "\"ratio_to_stream\":%.3f}",
-                                 vname, t, n, zc_dtype_name(gdts[gi]), copyname, pps, bps / sbps);
+                                 "\"%s\",\"param_copy\":\"%s\",\"params_per_s\":%s,"
+                                 "\"ratio_to_stream\":%s}",
+                                 vname, t, n, zc_dtype_name(gdts[gi]), copyname,
+                                 jnum("%.4e", pps).s, jnum("%.3f", bps / sbps).s);
                         if (pps > best.pps) {
                             best.pps = pps;
                             snprintf(best.desc, sizeof best.desc, "%s", desc);

@@ -20,10 +20,14 @@
 #include <cuda_runtime_api.h>
 
 #include "bench/gpu_adam/bench_gpu_adam.h"
+#include "cliarg.h"
 #include "device/device.h"
 #include "optim/adam.h"
 
 #define COPY_CHUNK ((size_t)1 << 30)
+#define MAX_SIZES 16
+/* Largest --sizes item: 2^33 parameters is 240 GiB of buffers, beyond any GPU. */
+#define MAX_PARAMS (UINT64_C(1) << 33)
 
 static int cmp_f(const void *a, const void *b)
 {
@@ -31,41 +35,26 @@ static int cmp_f(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-static int parse_size(const char *s, size_t *out)
+/* s[0..len) is one of fp32, fp16, bf16. */
+static int parse_dtype(const char *s, size_t len, zc_dtype *dt)
 {
-    char *end;
-    double v = strtod(s, &end);
-    double mul = 1;
-    if (*end == 'K' || *end == 'k')
-        mul = 1024, end++;
-    else if (*end == 'M' || *end == 'm')
-        mul = 1024.0 * 1024, end++;
-    else if (*end == 'G' || *end == 'g')
-        mul = 1024.0 * 1024 * 1024, end++;
-    if (end == s || *end || v <= 0)
-        return -1;
-    *out = (size_t)(v * mul);
-    return 0;
-}
-
-static int parse_dtype(const char *s, zc_dtype *dt)
-{
-    if (!strcmp(s, "fp32"))
-        *dt = ZC_DTYPE_F32;
-    else if (!strcmp(s, "fp16"))
-        *dt = ZC_DTYPE_F16;
-    else if (!strcmp(s, "bf16"))
-        *dt = ZC_DTYPE_BF16;
-    else
-        return -1;
-    return 0;
+    static const struct { const char *name; zc_dtype dt; } t[] = {
+        {"fp32", ZC_DTYPE_F32}, {"fp16", ZC_DTYPE_F16}, {"bf16", ZC_DTYPE_BF16}};
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+        if (len == strlen(t[i].name) && !memcmp(s, t[i].name, len)) {
+            *dt = t[i].dt;
+            return 0;
+        }
+    return -1;
 }
 
 static void usage(FILE *f)
 {
     fprintf(f, "usage: bench_gpu_adam [--sizes 16M,64M,256M,1G] [--grad fp32,bf16,fp16]\n"
                "                      [--out bf16|fp16|fp32|none] [--reps 20] [--warmup 3]\n"
-               "                      [--gpu 0]\n");
+               "                      [--gpu 0]\n"
+               "  --sizes LIST   parameter counts, multiples of 64 in [64, 2^33], K/M/G suffixes\n"
+               "  --reps 1..10000, --warmup 0..10000, --gpu 0..1023\n");
 }
 
 /* Median ms of `reps` timed runs of fn after `warmup` untimed ones. */
@@ -135,13 +124,16 @@ int zc__bench_gpu_adam_main(int argc, char **argv)
 {
     const char *sizes = "16M,64M,256M,1G", *grads = "fp32,bf16,fp16", *out_s = "bf16";
     int reps = 20, warmup = 3, dev_index = 0;
+    char err[ZC_ARG_ERRLEN];
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
         }
+        bool ok = true;
         if (!v) {
+            fprintf(stderr, "bench_gpu_adam: unknown or incomplete option '%s'\n", a);
             usage(stderr);
             return 2;
         }
@@ -152,26 +144,56 @@ int zc__bench_gpu_adam_main(int argc, char **argv)
         else if (!strcmp(a, "--out"))
             out_s = v;
         else if (!strcmp(a, "--reps"))
-            reps = atoi(v);
+            ok = zc__arg_int(a, v, 1, 10000, &reps, err, sizeof err);
         else if (!strcmp(a, "--warmup"))
-            warmup = atoi(v);
+            ok = zc__arg_int(a, v, 0, 10000, &warmup, err, sizeof err);
         else if (!strcmp(a, "--gpu"))
-            dev_index = atoi(v);
+            ok = zc__arg_int(a, v, 0, 1023, &dev_index, err, sizeof err);
         else {
             fprintf(stderr, "bench_gpu_adam: unknown option '%s'\n", a);
             usage(stderr);
             return 2;
         }
+        if (!ok) {
+            fprintf(stderr, "bench_gpu_adam: %s\n", err);
+            return 2;
+        }
         i++;
     }
-    if (reps < 1 || warmup < 0) {
-        fprintf(stderr, "bench_gpu_adam: --reps must be >= 1 and --warmup >= 0\n");
+    /* Every list is checked before the device is opened: a typo costs
+     * nothing and no case runs on half a list. */
+    uint64_t ns[MAX_SIZES];
+    int nns = 0;
+    if (!zc__arg_u64_list("--sizes", sizes, 64, MAX_PARAMS, ZC_ARG_SUFFIX, ns, MAX_SIZES, &nns,
+                          err, sizeof err)) {
+        fprintf(stderr, "bench_gpu_adam: %s\n", err);
         return 2;
+    }
+    for (int i = 0; i < nns; i++)
+        if (ns[i] % 64) {
+            fprintf(stderr, "bench_gpu_adam: --sizes item %llu is not a multiple of 64 (shards "
+                    "are 64-element aligned)\n", (unsigned long long)ns[i]);
+            return 2;
+        }
+    zc_dtype gdts[8];
+    int ngd = 0;
+    for (const char *g = grads;;) {
+        const char *c = strchr(g, ',');
+        size_t len = c ? (size_t)(c - g) : strlen(g);
+        if (ngd == 8 || parse_dtype(g, len, &gdts[ngd]) != 0) {
+            fprintf(stderr, "bench_gpu_adam: --grad '%.200s': expected a list of at most 8 of "
+                    "fp32, bf16, fp16\n", grads);
+            return 2;
+        }
+        ngd++;
+        if (!c)
+            break;
+        g = c + 1;
     }
     zc_dtype odt = ZC_DTYPE_BF16;
     int has_out = strcmp(out_s, "none") != 0;
-    if (has_out && parse_dtype(out_s, &odt)) {
-        fprintf(stderr, "bench_gpu_adam: --out '%s': want bf16, fp16, fp32 or none\n", out_s);
+    if (has_out && parse_dtype(out_s, strlen(out_s), &odt)) {
+        fprintf(stderr, "bench_gpu_adam: --out '%.200s': want bf16, fp16, fp32 or none\n", out_s);
         return 2;
     }
     zc_device *d = NULL;
@@ -183,31 +205,16 @@ int zc__bench_gpu_adam_main(int argc, char **argv)
     cudaGetDeviceProperties(&prop, d->index);
 
     copy_arg cp = {0};
+    int rc = 0;
     if (cudaMalloc(&cp.src, COPY_CHUNK) != cudaSuccess ||
         cudaMalloc(&cp.dst, COPY_CHUNK) != cudaSuccess) {
         fprintf(stderr, "bench_gpu_adam: cannot allocate the 2 x 1 GiB copy buffers\n");
-        return 1;
+        rc = 1;
     }
-    int rc = 0;
-    char sbuf[256], gbuf[64];
-    snprintf(sbuf, sizeof sbuf, "%s", sizes);
-    for (char *ss = NULL, *st = strtok_r(sbuf, ",", &ss); st && !rc; st = strtok_r(NULL, ",", &ss)) {
-        size_t n;
-        if (parse_size(st, &n)) {
-            fprintf(stderr, "bench_gpu_adam: bad size '%s'\n", st);
-            rc = 2;
-            break;
-        }
-        n &= ~(size_t)63; /* shards are 64-element aligned */
-        snprintf(gbuf, sizeof gbuf, "%s", grads);
-        for (char *gs = NULL, *gt = strtok_r(gbuf, ",", &gs); gt && !rc;
-             gt = strtok_r(NULL, ",", &gs)) {
-            zc_dtype gdt;
-            if (parse_dtype(gt, &gdt)) {
-                fprintf(stderr, "bench_gpu_adam: bad gradient dtype '%s'\n", gt);
-                rc = 2;
-                break;
-            }
+    for (int si = 0; si < nns && !rc; si++) {
+        size_t n = (size_t)ns[si]; /* <= 2^33: fits */
+        for (int gi = 0; gi < ngd && !rc; gi++) {
+            zc_dtype gdt = gdts[gi];
             size_t gsz = zc_dtype_size(gdt), osz = has_out ? zc_dtype_size(odt) : 0;
             adam_arg a = {.d = d};
             void *bufs[5] = {0};
@@ -230,6 +237,11 @@ int zc__bench_gpu_adam_main(int argc, char **argv)
                     time_median(run_copy, &cp, warmup, reps, &ms_copy)) {
                     fprintf(stderr, "bench_gpu_adam: timing failed: %s\n",
                             cudaGetErrorString(cudaGetLastError()));
+                    rc = 1;
+                } else if (!(ms_adam > 0) || !(ms_copy > 0)) {
+                    /* A zero event time would print inf, which is not JSON. */
+                    fprintf(stderr, "bench_gpu_adam: %zu params: an event time of 0 ms "
+                            "(adam %.4f, copy %.4f); use larger --sizes\n", n, ms_adam, ms_copy);
                     rc = 1;
                 } else {
                     double gbps = (double)n * (double)bpp / (ms_adam * 1e-3) / 1e9;

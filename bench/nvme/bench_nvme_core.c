@@ -20,9 +20,14 @@
  * counted too): it shows when the block layer split requests or merged them.
  * GB/s are decimal (1e9 bytes per second), as fio's bw_bytes. */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,13 +39,24 @@
 #include <unistd.h>
 
 #include "bench/nvme/bench_nvme.h"
+#include "cliarg.h"
 #include "offload/offload.h"
+
+extern char **environ;
 
 #define GiB (UINT64_C(1) << 30)
 #define MAXLIST 16
+/* Largest --size: 1 PiB. Anything larger is a typo, not a disk. */
+#define MAX_SIZE (UINT64_C(1) << 50)
+/* The store's file name in its directory (offload/nvme_store.c names it
+ * zeroc-r<rank>-<purpose>.swp; rank 0, purpose "bench" below). */
+#define STORE_FILE "zeroc-r0-bench.swp"
+/* The bench's own directory under --dir: mkdtemp fills in the Xs. */
+#define TMP_TEMPLATE "zeroc-bench-io.XXXXXX"
 
 typedef struct cfg {
-    const char *dir;
+    const char *dir;      /* --dir: where the bench makes its own directory */
+    char work[PATH_MAX];  /* that directory (mkdtemp), which holds the test file */
     uint64_t size;
     uint64_t blocks[MAXLIST];
     int nblocks;
@@ -63,76 +79,27 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static int parse_size(const char *s, uint64_t *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || v <= 0)
-        return -1;
-    uint64_t mul = 1;
-    switch (*end) {
-    case 'k': case 'K': mul = UINT64_C(1) << 10; end++; break;
-    case 'm': case 'M': mul = UINT64_C(1) << 20; end++; break;
-    case 'g': case 'G': mul = UINT64_C(1) << 30; end++; break;
-    case 't': case 'T': mul = UINT64_C(1) << 40; end++; break;
-    default: break;
-    }
-    if (*end == 'i' || *end == 'B' || *end == 'b')
-        end++;
-    if (*end == 'B')
-        end++;
-    if (*end)
-        return -1;
-    *out = (uint64_t)(v * (double)mul);
-    return 0;
-}
-
-static int parse_list_sizes(const char *s, uint64_t *out, int *n)
-{
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", s);
-    *n = 0;
-    for (char *sv = NULL, *t = strtok_r(buf, ",", &sv); t; t = strtok_r(NULL, ",", &sv)) {
-        if (*n == MAXLIST || parse_size(t, &out[*n]) != 0)
-            return -1;
-        (*n)++;
-    }
-    return *n ? 0 : -1;
-}
-
-static int parse_list_ints(const char *s, int *out, int *n)
-{
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", s);
-    *n = 0;
-    for (char *sv = NULL, *t = strtok_r(buf, ",", &sv); t; t = strtok_r(NULL, ",", &sv)) {
-        char *end;
-        long v = strtol(t, &end, 10);
-        if (*n == MAXLIST || *end || v < 1 || v > 4096)
-            return -1;
-        out[(*n)++] = (int)v;
-    }
-    return *n ? 0 : -1;
-}
-
 static void usage(FILE *f, const char *prog)
 {
     fprintf(f,
             "usage: %s [options]\n"
-            "  --dir DIR        directory of the test file (default: current directory)\n"
-            "  --size SIZE      file size (default: a quarter of the free space, 1-8 GiB)\n"
-            "  --block LIST     block sizes, e.g. 128K,1M,8M (default 128K,1M,8M)\n"
-            "  --depth LIST     queue depths, e.g. 1,8,32,64 (default 1,8,32,64)\n"
-            "  --op LIST        read,write (default both)\n"
-            "  --reps N         alternating repetitions per case, median reported (default 3)\n"
+            "  --dir DIR        where to make the bench's own directory (zeroc-bench-io.XXXXXX)\n"
+            "                   for the test file; both are removed at exit, also on\n"
+            "                   SIGINT/SIGTERM (default: current directory)\n"
+            "  --size SIZE      file size, 1..2^50 with K/M/G/T suffixes (default: a quarter\n"
+            "                   of the free space, 1-8 GiB)\n"
+            "  --block LIST     block sizes, powers of two in 4K..64M (default 128K,1M,8M)\n"
+            "  --depth LIST     queue depths, each 1..4096 (default 1,8,32,64)\n"
+            "  --op LIST        read, write, read,write or write,read (default both)\n"
+            "  --reps N         alternating repetitions per case, 1..100, median reported\n"
+            "                   (default 3)\n"
             "  --no-fio         skip the fio ceiling (ratios are null)\n"
             "  --fio PATH       fio binary (default: fio in PATH)\n"
             "  --sqpoll         store uses an SQPOLL ring\n"
             "  --no-hugepage    store leaves its buffers on 4 KiB pages (ZC_NVME_NO_HUGEPAGE)\n"
             "  --fio-hugepage   fio's buffers on transparent huge pages too\n"
             "                   (GLIBC_TUNABLES=glibc.malloc.hugetlb=1)\n"
-            "  --keep           keep the test file\n",
+            "  --keep           keep the test file (its path is printed)\n",
             prog);
 }
 
@@ -157,40 +124,54 @@ static int parse_args(int argc, char **argv, cfg *c)
     c->fio = true;
     c->fio_bin = "fio";
     optind = 1;
+    opterr = 0; /* getopt's own messages do not name the range: ours below do */
     int o;
-    while ((o = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+    char err[ZC_ARG_ERRLEN];
+    uint64_t tmp[MAXLIST];
+    int n;
+    while ((o = getopt_long(argc, argv, ":h", lo, NULL)) != -1) {
         switch (o) {
         case 'd': c->dir = optarg; break;
         case 's':
-            if (parse_size(optarg, &c->size) != 0) {
-                fprintf(stderr, "bench_nvme: --size '%s' is not a size (e.g. 2G, 512M)\n", optarg);
+            if (!zc__arg_u64("--size", optarg, 1, MAX_SIZE, ZC_ARG_SUFFIX, &c->size, err,
+                             sizeof err)) {
+                fprintf(stderr, "bench_nvme: %s\n", err);
                 return 2;
             }
             break;
         case 'b':
-            if (parse_list_sizes(optarg, c->blocks, &c->nblocks) != 0) {
-                fprintf(stderr, "bench_nvme: --block '%s' is not a list of sizes\n", optarg);
+            if (!zc__arg_u64_list("--block", optarg, 4096, UINT64_C(64) << 20, ZC_ARG_SUFFIX,
+                                  c->blocks, MAXLIST, &c->nblocks, err, sizeof err)) {
+                fprintf(stderr, "bench_nvme: %s\n", err);
                 return 2;
             }
             break;
         case 'q':
-            if (parse_list_ints(optarg, c->depths, &c->ndepths) != 0) {
-                fprintf(stderr, "bench_nvme: --depth '%s' is not a list of 1..4096\n", optarg);
+            if (!zc__arg_u64_list("--depth", optarg, 1, 4096, 0, tmp, MAXLIST, &n, err,
+                                  sizeof err)) {
+                fprintf(stderr, "bench_nvme: %s\n", err);
                 return 2;
             }
+            for (int i = 0; i < n; i++)
+                c->depths[i] = (int)tmp[i];
+            c->ndepths = n;
             break;
         case 'o':
-            c->do_read = strstr(optarg, "read") != NULL;
-            c->do_write = strstr(optarg, "write") != NULL;
-            if (!c->do_read && !c->do_write) {
-                fprintf(stderr, "bench_nvme: --op '%s': use read, write or read,write\n", optarg);
+            if (!strcmp(optarg, "read"))
+                c->do_read = true, c->do_write = false;
+            else if (!strcmp(optarg, "write"))
+                c->do_read = false, c->do_write = true;
+            else if (!strcmp(optarg, "read,write") || !strcmp(optarg, "write,read"))
+                c->do_read = c->do_write = true;
+            else {
+                fprintf(stderr, "bench_nvme: --op '%.200s': use read, write or read,write\n",
+                        optarg);
                 return 2;
             }
             break;
         case 'r':
-            c->reps = atoi(optarg);
-            if (c->reps < 1 || c->reps > 100) {
-                fprintf(stderr, "bench_nvme: --reps '%s' must be 1..100\n", optarg);
+            if (!zc__arg_int("--reps", optarg, 1, 100, &c->reps, err, sizeof err)) {
+                fprintf(stderr, "bench_nvme: %s\n", err);
                 return 2;
             }
             break;
@@ -201,16 +182,25 @@ static int parse_args(int argc, char **argv, cfg *c)
         case 'H': c->flags |= ZC_NVME_NO_HUGEPAGE; break;
         case 'F': c->fio_huge = true; break;
         case 'h': usage(stdout, argv[0]); return -1;
-        default: usage(stderr, argv[0]); return 2;
+        case ':':
+            fprintf(stderr, "bench_nvme: option '%.200s' needs a value\n", argv[optind - 1]);
+            usage(stderr, argv[0]);
+            return 2;
+        default:
+            if (optopt)
+                fprintf(stderr, "bench_nvme: unknown option '-%c'\n", optopt);
+            else
+                fprintf(stderr, "bench_nvme: unknown option '%.200s'\n", argv[optind - 1]);
+            usage(stderr, argv[0]);
+            return 2;
         }
     }
     if (optind < argc) {
-        fprintf(stderr, "bench_nvme: unexpected argument '%s'\n", argv[optind]);
+        fprintf(stderr, "bench_nvme: unexpected argument '%.200s'\n", argv[optind]);
         return 2;
     }
     for (int i = 0; i < c->nblocks; i++)
-        if (c->blocks[i] < 4096 || (c->blocks[i] & (c->blocks[i] - 1)) ||
-            c->blocks[i] > (UINT64_C(64) << 20)) {
+        if (c->blocks[i] & (c->blocks[i] - 1)) {
             fprintf(stderr, "bench_nvme: block %" PRIu64 " must be a power of two, 4K..64M\n",
                     c->blocks[i]);
             return 2;
@@ -244,7 +234,8 @@ static int pick_size(cfg *c)
             return 1;
         }
         c->size = s;
-    } else if (c->size + margin > free_b && c->size > free_b / 2) {
+    } else if ((c->size > UINT64_MAX - margin || c->size + margin > free_b) &&
+               c->size > free_b / 2) {
         fprintf(stderr, "bench_nvme: --size %.2f GiB does not fit '%s' (%.2f GiB free, keeping "
                 "10%% + 1 GiB spare)\n", (double)c->size / (double)GiB, c->dir,
                 (double)free_b / (double)GiB);
@@ -331,7 +322,7 @@ static int ours_open(ours *o, const cfg *c, uint64_t block, int depth)
     memset(o, 0, sizeof *o);
     o->depth = depth;
     o->block = block;
-    const char *dirs[1] = {c->dir};
+    const char *dirs[1] = {c->work};
     zc_nvme_opts no = ZC_NVME_OPTS_INIT;
     no.dirs = dirs;
     no.ndirs = 1;
@@ -341,7 +332,11 @@ static int ours_open(ours *o, const cfg *c, uint64_t block, int depth)
     no.queue_depth = depth;
     no.flags = ZC_NVME_KEEP_FILES | c->flags;
     zc_pinned_pool_opts po = ZC_PINNED_POOL_OPTS_INIT;
-    uint64_t bytes = block * (uint64_t)depth;
+    uint64_t bytes;
+    if (!zc__mul_u64(block, (uint64_t)depth, &bytes)) { /* <= 64M x 4096 by the parser */
+        fprintf(stderr, "bench_nvme: --block %" PRIu64 " x --depth %d overflows\n", block, depth);
+        return 1;
+    }
     po.slab_bytes = bytes > GiB ? GiB : bytes;
     po.reserve_bytes = bytes;
     o->q = calloc((size_t)depth, sizeof *o->q);
@@ -400,52 +395,204 @@ fail:
 /* fio                                                                       */
 /* ------------------------------------------------------------------------- */
 
-static double fio_pass(const cfg *c, const char *path, const char *engine, bool write,
-                       uint64_t block, int depth)
+/* The child fio while it runs, so a signal handler can stop it. */
+static volatile pid_t fio_child = -1;
+
+/* Paths the signal handler removes; set before the handler is armed and not
+ * changed while it is. Only what the bench created is named here: its
+ * mkdtemp directory and the store file inside it, so nothing that existed
+ * before the run can be touched. */
+static char clean_dir[PATH_MAX], clean_file[PATH_MAX];
+static volatile sig_atomic_t clean_armed;
+/* The signals that remove them (SIGPIPE: a closed stdout kills the bench). */
+static const int clean_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE};
+#define NSIG_CLEAN ((int)(sizeof clean_signals / sizeof clean_signals[0]))
+
+/* Runs `bin args...` without a shell (no quoting to get wrong: a directory or
+ * fio path holding quotes, spaces or $(...) is only ever a path), with
+ * GLIBC_TUNABLES added when hugetlb is set, in directory `cwd` (NULL: ours).
+ * With out != NULL its stdout is collected there (malloc'd, NUL-terminated);
+ * otherwise it goes to /dev/null, as stderr always does. timeout_s > 0 (only
+ * without out) kills it after that long. Returns the wait status, or -1 with
+ * errno when it could not be started, read or did not finish in time. */
+static int spawn_fio(const char *bin, char *const args[], const char *cwd, bool hugetlb,
+                     double timeout_s, char **out)
 {
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd,
-             "%s'%s' --name=zc --filename='%s' --rw=%s --bs=%" PRIu64 " --iodepth=%d --direct=1 "
-             "--ioengine=%s --size=%" PRIu64 " --numjobs=1 --thread --invalidate=1 "
-             "--fallocate=none --output-format=json 2>/dev/null",
-             c->fio_huge ? "GLIBC_TUNABLES=glibc.malloc.hugetlb=1 " : "", c->fio_bin, path,
-             write ? "write" : "read", block, depth, engine, c->size);
-    FILE *p = popen(cmd, "r");
-    if (!p) {
-        fprintf(stderr, "bench_nvme: cannot run fio: %s\n", strerror(errno));
+    int pfd[2] = {-1, -1}, st = -1, err = 0;
+    char **env = NULL;
+    posix_spawn_file_actions_t fa;
+    if (out)
+        *out = NULL;
+    if (posix_spawn_file_actions_init(&fa) != 0)
         return -1;
+    if (out && pipe2(pfd, O_CLOEXEC) != 0) {
+        err = errno;
+        goto done;
     }
-    size_t cap = 1 << 16, len = 0;
-    char *out = malloc(cap);
-    size_t r;
-    while (out && (r = fread(out + len, 1, cap - len - 1, p)) > 0) {
-        len += r;
-        if (len + 1 == cap) {
-            char *n = realloc(out, cap *= 2);
-            if (!n) {
-                free(out);
-                out = NULL;
+    if ((out ? posix_spawn_file_actions_adddup2(&fa, pfd[1], STDOUT_FILENO)
+             : posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, "/dev/null", O_WRONLY, 0)) ||
+        posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, "/dev/null", O_WRONLY, 0) ||
+        (cwd && posix_spawn_file_actions_addchdir_np(&fa, cwd))) {
+        err = ENOMEM;
+        goto done;
+    }
+    size_t nenv = 0;
+    while (environ && environ[nenv])
+        nenv++;
+    env = calloc(nenv + 2, sizeof *env);
+    if (!env) {
+        err = ENOMEM;
+        goto done;
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < nenv; i++)
+        if (!hugetlb || strncmp(environ[i], "GLIBC_TUNABLES=", 15))
+            env[k++] = environ[i];
+    if (hugetlb)
+        env[k++] = "GLIBC_TUNABLES=glibc.malloc.hugetlb=1";
+    pid_t pid;
+    /* The cleanup signals stay blocked from the spawn until fio_child is
+     * set, so the handler never misses a fio it should stop; the child
+     * starts with an empty mask and default dispositions. */
+    posix_spawnattr_t at;
+    sigset_t block, old, none;
+    sigemptyset(&block);
+    sigemptyset(&none);
+    for (int i = 0; i < NSIG_CLEAN; i++)
+        sigaddset(&block, clean_signals[i]);
+    if (posix_spawnattr_init(&at) != 0) {
+        err = ENOMEM;
+        goto done;
+    }
+    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+    posix_spawnattr_setsigmask(&at, &none);
+    posix_spawnattr_setsigdefault(&at, &block);
+    sigprocmask(SIG_BLOCK, &block, &old);
+    /* A name without a slash is looked up in PATH, as a shell would. */
+    int e = strchr(bin, '/') ? posix_spawn(&pid, bin, &fa, &at, args, env)
+                             : posix_spawnp(&pid, bin, &fa, &at, args, env);
+    if (!e)
+        fio_child = pid;
+    sigprocmask(SIG_SETMASK, &old, NULL);
+    posix_spawnattr_destroy(&at);
+    if (e) {
+        err = e;
+        goto done;
+    }
+    if (out) {
+        close(pfd[1]);
+        pfd[1] = -1;
+        size_t cap = 1 << 16, len = 0;
+        char *buf = malloc(cap);
+        for (;;) {
+            if (!buf) {
+                err = ENOMEM;
+                break;
             }
-            out = n;
+            ssize_t r = read(pfd[0], buf + len, cap - len - 1);
+            if (r < 0 && errno == EINTR)
+                continue;
+            if (r <= 0) {
+                if (r < 0)
+                    err = errno;
+                break;
+            }
+            len += (size_t)r;
+            if (len + 1 == cap) {
+                /* fio's JSON for one job is a few KiB: more than 16 MiB is
+                 * not fio, and is not worth the memory. */
+                char *nb = cap < (16u << 20) ? realloc(buf, cap * 2) : NULL;
+                if (!nb) {
+                    err = cap < (16u << 20) ? ENOMEM : EMSGSIZE; /* "message too long" */
+                    free(buf);
+                    buf = NULL;
+                    break;
+                }
+                buf = nb;
+                cap *= 2;
+            }
         }
+        if (buf) {
+            buf[len] = '\0';
+            *out = buf;
+        }
+        /* Close the pipe first: a fio still writing gets EPIPE instead of
+         * blocking forever while we wait for it. */
+        close(pfd[0]);
+        pfd[0] = -1;
     }
-    int st = pclose(p);
-    if (!out)
+    if (timeout_s > 0) {
+        /* Only `fio --version` has a bound: a program that does not answer
+         * it in time is not a usable fio, and must not hang the bench. */
+        double end = now_s() + timeout_s;
+        pid_t w;
+        while ((w = waitpid(pid, &st, WNOHANG)) == 0 || (w < 0 && errno == EINTR)) {
+            if (now_s() > end) {
+                kill(pid, SIGKILL);
+                while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+                    ;
+                st = -1;
+                err = ETIMEDOUT;
+                break;
+            }
+            nanosleep(&(struct timespec){.tv_nsec = 10 * 1000 * 1000}, NULL);
+        }
+    } else {
+        while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+            ;
+    }
+    fio_child = -1;
+    if (err && out) {
+        free(*out);
+        *out = NULL;
+        st = -1;
+    }
+done:
+    for (int i = 0; i < 2; i++)
+        if (pfd[i] >= 0)
+            close(pfd[i]);
+    free(env);
+    posix_spawn_file_actions_destroy(&fa);
+    if (st == -1 && err)
+        errno = err;
+    return st;
+}
+
+static double fio_pass(const cfg *c, const char *engine, bool write, uint64_t block, int depth)
+{
+    char bs[40], qd[40], eng[40], size[48], rw[16];
+    snprintf(bs, sizeof bs, "--bs=%" PRIu64, block);
+    snprintf(qd, sizeof qd, "--iodepth=%d", depth);
+    snprintf(eng, sizeof eng, "--ioengine=%s", engine);
+    snprintf(size, sizeof size, "--size=%" PRIu64, c->size);
+    snprintf(rw, sizeof rw, "--rw=%s", write ? "write" : "read");
+    /* fio runs in the bench's own directory and is given the file by its
+     * bare name: fio splits --filename at ':' and the name is ours, so no
+     * part of --dir reaches fio's option parser. */
+    char *const args[] = {(char *)c->fio_bin, "--name=zc", "--filename=" STORE_FILE, rw, bs, qd,
+                          "--direct=1", eng, size, "--numjobs=1", "--thread", "--invalidate=1",
+                          "--fallocate=none", "--output-format=json", NULL};
+    char *out = NULL;
+    int st = spawn_fio(c->fio_bin, args, c->work, c->fio_huge, 0, &out);
+    if (st == -1 && !out) {
+        fprintf(stderr, "bench_nvme: cannot run fio '%s': %s\n", c->fio_bin, strerror(errno));
         return -1;
-    out[len] = '\0';
+    }
     double gbps = -1;
     /* fio may print notes before the JSON object. */
-    const char *js = strchr(out, '{');
+    const char *js = out ? strchr(out, '{') : NULL;
     json_error_t je;
     json_t *root = js ? json_loads(js, JSON_DISABLE_EOF_CHECK, &je) : NULL;
     json_t *job = root ? json_array_get(json_object_get(root, "jobs"), 0) : NULL;
     json_t *bw = job ? json_object_get(json_object_get(job, write ? "write" : "read"), "bw_bytes")
                      : NULL;
-    if (bw && json_is_number(bw))
+    if (bw && json_is_number(bw) && isfinite(json_number_value(bw)) && json_number_value(bw) > 0)
         gbps = json_number_value(bw) / 1e9;
     else
-        fprintf(stderr, "bench_nvme: fio (%s) failed (exit status %d); command: %s\n", engine,
-                WIFEXITED(st) ? WEXITSTATUS(st) : -1, cmd);
+        fprintf(stderr, "bench_nvme: fio (%s) failed (%s %d): %s %s %s %s %s %s\n", engine,
+                WIFSIGNALED(st) ? "signal" : "exit status",
+                WIFSIGNALED(st) ? WTERMSIG(st) : WIFEXITED(st) ? WEXITSTATUS(st) : -1,
+                c->fio_bin, rw, bs, qd, eng, size);
     json_decref(root);
     free(out);
     return gbps;
@@ -465,7 +612,7 @@ static double median(double *v, int n)
 
 static void print_num(const char *key, double v, bool last)
 {
-    if (v < 0)
+    if (v < 0 || !isfinite(v)) /* unknown, or a zero time: null, never inf or nan */
         printf("\"%s\":null%s", key, last ? "" : ",");
     else
         printf("\"%s\":%.4f%s", key, v, last ? "" : ",");
@@ -476,7 +623,14 @@ static int run_case(const cfg *c, uint64_t block, int depth, bool *prefilled)
     ours o;
     if (ours_open(&o, c, block, depth) != 0)
         return 1;
-    const char *path = zc__nvme_path(o.st, 0);
+    if (strcmp(zc__nvme_path(o.st, 0), clean_file) != 0) {
+        /* The cleanup names the file in advance (STORE_FILE): it must be
+         * the one the store made. */
+        fprintf(stderr, "bench_nvme: internal: the store file is '%s', expected '%s'\n",
+                zc__nvme_path(o.st, 0), clean_file);
+        ours_close(&o);
+        return 1;
+    }
     zc_nvme_stats ss;
     zc__nvme_stats_get(o.st, &ss);
     if (!ss.direct)
@@ -509,8 +663,8 @@ static int run_case(const cfg *c, uint64_t block, int depth, bool *prefilled)
                 if (e == 0)
                     v[0][r] = ours_pass(&o, write, c->size);
                 else
-                    v[e][r] = c->fio ? fio_pass(c, path, e == 1 ? "io_uring" : "libaio", write,
-                                                block, depth)
+                    v[e][r] = c->fio ? fio_pass(c, e == 1 ? "io_uring" : "libaio", write, block,
+                                                depth)
                                      : -1;
                 ok = ok && devstat_read(c, &d1);
                 kib[e][r] = devstat_kib(&d0, &d1, ok, write);
@@ -572,36 +726,141 @@ static int run_case(const cfg *c, uint64_t block, int depth, bool *prefilled)
     return 0;
 }
 
+/* ---- the bench's own directory, removed on every way out ------------------ */
+
+static struct sigaction clean_old[NSIG_CLEAN];
+
+/* Async-signal-safe: kill, unlink, rmdir, sigaction and raise only. Stops a
+ * running fio (it holds the file open and would keep writing), removes the
+ * file and the directory, then dies of the same signal with the default
+ * action so the parent sees what happened. */
+static void clean_on_signal(int sig)
+{
+    int saved = errno;
+    pid_t child = fio_child;
+    if (child > 0)
+        kill(child, SIGKILL);
+    if (clean_armed) {
+        unlink(clean_file);
+        rmdir(clean_dir);
+    }
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    sigaction(sig, &dfl, NULL);
+    raise(sig); /* delivered when the handler returns: sig is blocked in it */
+    errno = saved;
+}
+
+static void clean_arm(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = clean_on_signal;
+    sigemptyset(&sa.sa_mask);
+    /* One handler at a time: a second signal waits until the first one's
+     * cleanup is done (and then finds the default action). */
+    for (int i = 0; i < NSIG_CLEAN; i++)
+        sigaddset(&sa.sa_mask, clean_signals[i]);
+    for (int i = 0; i < NSIG_CLEAN; i++)
+        sigaction(clean_signals[i], &sa, &clean_old[i]);
+    clean_armed = 1;
+}
+
+/* Removes the file (unless kept) and the directory, and puts the caller's
+ * signal dispositions back. */
+static void clean_disarm(bool keep)
+{
+    sigset_t all, old;
+    sigemptyset(&all);
+    for (int i = 0; i < NSIG_CLEAN; i++)
+        sigaddset(&all, clean_signals[i]);
+    sigprocmask(SIG_BLOCK, &all, &old);
+    clean_armed = 0;
+    if (!keep) {
+        if (unlink(clean_file) != 0 && errno != ENOENT)
+            fprintf(stderr, "bench_nvme: cannot remove '%s': %s\n", clean_file, strerror(errno));
+        if (rmdir(clean_dir) != 0)
+            fprintf(stderr, "bench_nvme: cannot remove '%s': %s\n", clean_dir, strerror(errno));
+    }
+    for (int i = 0; i < NSIG_CLEAN; i++)
+        sigaction(clean_signals[i], &clean_old[i], NULL);
+    sigprocmask(SIG_SETMASK, &old, NULL);
+}
+
 int zc__bench_nvme_main(int argc, char **argv)
 {
     cfg c;
     int rc = parse_args(argc, argv, &c);
     if (rc)
         return rc < 0 ? 0 : rc;
+    /* The store takes directories of up to 400 bytes; ours adds the
+     * template. Checked here so the message names --dir. */
+    size_t maxdir = 400 - 1 - strlen(TMP_TEMPLATE);
+    if (!*c.dir || strlen(c.dir) > maxdir) {
+        fprintf(stderr, "bench_nvme: --dir must be a directory path of 1..%zu bytes (got %zu)\n",
+                maxdir, strlen(c.dir));
+        return 2;
+    }
     if (pick_size(&c) != 0)
         return 1;
     find_devstat(&c);
+    static char fio_abs[PATH_MAX];
+    if (c.fio && strchr(c.fio_bin, '/') && c.fio_bin[0] != '/') {
+        /* fio runs in the bench's directory: a relative --fio must be made
+         * absolute first, or it would be looked up there. */
+        if (!realpath(c.fio_bin, fio_abs)) {
+            fprintf(stderr, "bench_nvme: --fio '%s': %s\n", c.fio_bin, strerror(errno));
+            return 1;
+        }
+        c.fio_bin = fio_abs;
+    }
     if (c.fio) {
-        char cmd[600];
-        snprintf(cmd, sizeof cmd, "'%s' --version >/dev/null 2>&1", c.fio_bin);
-        if (system(cmd) != 0) {
-            fprintf(stderr, "bench_nvme: fio not found ('%s'); install it (apt-get install fio, "
-                    "or bench/nvme/run_bench.sh does) or pass --no-fio\n", c.fio_bin);
+        char *const args[] = {(char *)c.fio_bin, "--version", NULL};
+        int st = spawn_fio(c.fio_bin, args, NULL, false, 10, NULL);
+        if (st == -1 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+            fprintf(stderr, "bench_nvme: fio not usable ('%s': %s); install it (apt-get install "
+                    "fio, or bench/nvme/run_bench.sh does) or pass --no-fio\n", c.fio_bin,
+                    st != -1          ? "'--version' failed"
+                    : errno == ETIMEDOUT ? "no answer to --version in 10 s"
+                                         : strerror(errno));
             return 1;
         }
     }
+    /* A fresh directory of our own (mode 0700): the store file is created in
+     * it with O_EXCL, and nothing else is ever there for us to overwrite or
+     * delete. Blocked signals while it is made and the handler armed, so an
+     * interrupt cannot leave it behind in between. */
+    snprintf(c.work, sizeof c.work, "%s/%s", c.dir, TMP_TEMPLATE);
+    sigset_t block, old;
+    sigemptyset(&block);
+    for (int i = 0; i < NSIG_CLEAN; i++)
+        sigaddset(&block, clean_signals[i]);
+    sigprocmask(SIG_BLOCK, &block, &old);
+    if (!mkdtemp(c.work)) {
+        int e = errno;
+        sigprocmask(SIG_SETMASK, &old, NULL);
+        fprintf(stderr, "bench_nvme: cannot make the bench's directory in --dir '%s': %s\n",
+                c.dir, strerror(e));
+        return 1;
+    }
+    snprintf(clean_dir, sizeof clean_dir, "%s", c.work);
+    snprintf(clean_file, sizeof clean_file, "%.420s/%s", c.work, STORE_FILE); /* work <= 400 */
+    clean_arm();
+    sigprocmask(SIG_SETMASK, &old, NULL);
+
     fprintf(stderr, "bench_nvme: %s, file of %.2f GiB in '%s', %d rep(s) per case\n",
             c.fio ? "ours vs fio io_uring / libaio" : "ours only", (double)c.size / (double)GiB,
-            c.dir, c.reps);
+            c.work, c.reps);
     bool prefilled = false;
     int status = 0;
     for (int bi = 0; bi < c.nblocks && !status; bi++)
         for (int di = 0; di < c.ndepths && !status; di++)
             status = run_case(&c, c.blocks[bi], c.depths[di], &prefilled);
-    if (!c.keep) {
-        char path[700];
-        snprintf(path, sizeof path, "%s/zeroc-r0-bench.swp", c.dir);
-        unlink(path);
-    }
+    bool kept = c.keep && access(clean_file, F_OK) == 0;
+    if (kept)
+        fprintf(stderr, "bench_nvme: kept the test file '%s'\n", clean_file);
+    clean_disarm(kept);
     return status;
 }

@@ -140,8 +140,11 @@ ZC_API zc_status zc_config_set_string(zc_config *cfg, const char *dotted_key, co
 #define ZC_CONFIG_LENIENT 0x1u /* unknown nested keys are warnings, not errors */
 
 /* Loads a DeepSpeed JSON file into a new configuration (defaults first, then
- * the file). On failure *out is NULL and zc_last_error() names the file, the
- * JSON path and what to change. The caller owns *out. */
+ * the file). The file must be a regular file of at most 16 MiB and 65536
+ * JSON values (a directory, FIFO or device is refused by what it is, without
+ * reading it). On failure
+ * *out is NULL and zc_last_error() names the file and every error that fits
+ * (JSON path, value, allowed range, what to change). The caller owns *out. */
 ZC_API zc_status zc_config_load(zc_config **out, const char *json_path);
 ZC_API zc_status zc_config_load_ex(zc_config **out, const char *json_path, unsigned flags);
 
@@ -150,8 +153,21 @@ ZC_API zc_status zc_config_load_string(zc_config **out, const char *json_text,
                                        const char *name, unsigned flags);
 
 /* Values the training program knows, used to resolve "auto" the way the
- * Hugging Face integration does. Unset fields stay at the sentinel of
- * ZC_PROGRAM_VALUES_INIT (negative numbers, dtype -1). */
+ * Hugging Face Trainer does for a DeepSpeed template such as
+ * examples/ds_config_zero2.json. Start from ZC_PROGRAM_VALUES_INIT (every
+ * field "not given": negative numbers, dtype -1), set what the program knows,
+ * pass it with zc_config_set_program_values, then zc_engine_create:
+ *
+ *     zc_program_values pv = ZC_PROGRAM_VALUES_INIT;
+ *     pv.micro_batch_per_gpu = 4;   // train_micro_batch_size_per_gpu: "auto"
+ *     pv.total_num_steps = 1000;    // scheduler.params.total_num_steps: "auto"
+ *     zc_config_set_program_values(cfg, &pv);
+ *
+ * The batch keys and a decaying schedule's total_num_steps must be resolved;
+ * zc_engine_create otherwise fails with one message naming every such key
+ * and the field that resolves it (`zeroc config check` lists them as
+ * "program_must_provide"). Other "auto" keys fall back to DeepSpeed's
+ * defaults. */
 typedef struct zc_program_values {
     size_t size;                 /* sizeof(zc_program_values) */
     int64_t micro_batch_per_gpu; /* per_device_train_batch_size */
@@ -168,7 +184,10 @@ typedef struct zc_program_values {
       -1.0, -1 }
 
 /* Records what the program knows; "auto" keys are resolved from it when the
- * engine is built (and by zc_config_resolve). Copies *values. */
+ * engine is created (and by zc_config_resolve). Copies *values. Each given
+ * field must be finite and inside the range of the key it fills (nan is an
+ * error, not "not given"); otherwise returns ZC_ERR_INVALID_ARG naming every
+ * bad field, and records nothing. */
 ZC_API zc_status zc_config_set_program_values(zc_config *cfg, const zc_program_values *values);
 
 /* Resolves the batch keys for a data-parallel world of `world` ranks with
@@ -232,14 +251,26 @@ typedef enum zc_device_kind {
 typedef struct zc_engine_options {
     size_t size;            /* sizeof(zc_engine_options) */
     zc_device_kind device;  /* where parameters, gradients and kernels live */
-    int device_index;       /* CUDA device ordinal, -1 = LOCAL_RANK or 0 */
+    int device_index;       /* CUDA device ordinal; -1 = the launcher's local rank
+                               (LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_RANK,
+                               MPI_LOCALRANKID, MV2_COMM_WORLD_LOCAL_RANK,
+                               SLURM_LOCALID, first set; 0 when none), modulo
+                               the visible GPUs only under a per-task
+                               CUDA_VISIBLE_DEVICES - the GPU zc_comm_init_env
+                               binds NCCL to */
     int64_t bucket_elems;   /* chunk size in elements; <= 0 = reduce_bucket_size */
     zc_dtype param_dtype;   /* working precision; overrides fp16/bf16.enabled
                                when >= 0 (ZC_ENGINE_OPTIONS_INIT leaves -1) */
+    void *stream;           /* the caller's compute stream (a cudaStream_t; NULL =
+                               the legacy default stream): the stream the backward
+                               pass writes gradients on. zc_grad_buffer orders it
+                               after the buffer's zero-fill and zc_grad_ready
+                               orders the engine's reduction after it, with
+                               events (no host wait). Ignored by the host device. */
 } zc_engine_options;
 
 #define ZC_ENGINE_OPTIONS_INIT \
-    { sizeof(zc_engine_options), ZC_DEVICE_AUTO, -1, 0, (zc_dtype)-1 }
+    { sizeof(zc_engine_options), ZC_DEVICE_AUTO, -1, 0, (zc_dtype)-1, NULL }
 
 /* Creates an engine for one rank. Copies cfg (resolving the batch keys for the
  * communicator's world); borrows comm, which must outlive the engine. opts may
@@ -266,9 +297,13 @@ ZC_API zc_param *zc_param_add(zc_engine *eng, const char *name, const int64_t *s
 ZC_API zc_status zc_chunk_boundary(zc_engine *eng);
 
 /* Partitions the parameters into chunks and shards and allocates every buffer
- * this rank needs. Collective: every rank calls it. ZC_ERR_NO_MEMORY says how
- * much was asked for and for what. After a failed build the engine can only be
- * destroyed. */
+ * this rank needs, including the transient gradient, gather and staging
+ * buffers (a pool sized from the chunks, the prefetch bucket and
+ * stage3_max_live_parameters), so that later calls do not allocate between two
+ * collectives (a stage-3 acquire beyond that working set allocates, agreed
+ * across ranks: docs/faults.md). Collective: every rank calls it.
+ * ZC_ERR_NO_MEMORY says how much was asked for and for what. After a failed
+ * build the engine can only be destroyed. */
 ZC_API zc_status zc_engine_build(zc_engine *eng);
 
 /* Sets the full value of a parameter (numel floats, row-major, host memory).
@@ -283,25 +318,48 @@ ZC_API zc_status zc_param_gather_master(zc_engine *eng, zc_param *p, float *out)
 /* Returns a pointer to the full parameter in its working dtype, valid until the
  * matching zc_param_release. Stage 3 gathers its chunk (or finds it
  * prefetched): there it is collective, so every rank acquires the same
- * parameters in the same order. With a CUDA device, work on `stream` (a
- * cudaStream_t, NULL = the default stream) is ordered after the data is ready.
+ * parameters in the same order. With a CUDA device the engine works on its own
+ * non-blocking stream; work enqueued on `stream` (a cudaStream_t, NULL = the
+ * legacy default stream) after this call returns is ordered after the data is
+ * ready, by an event the stream waits on: the host does not wait. Work on any
+ * other stream must be ordered after `stream` by the caller.
  * Returns NULL (with zc_last_error) for a parameter unknown to this engine, or
- * in stage 3 when the gather would exceed stage3_max_live_parameters. */
+ * in stage 3 when the gather would exceed stage3_max_live_parameters, or when
+ * a gather buffer beyond those reserved at build cannot be allocated on some
+ * rank: then every rank returns NULL with the same message and the engine is
+ * broken (docs/faults.md). */
 ZC_API void *zc_param_acquire(zc_engine *eng, zc_param *p, void *stream);
 
 /* Ends a use begun by zc_param_acquire. Stage 3 frees the gathered chunk when
- * none of its parameters is acquired, unless it is persistent. */
+ * none of its parameters is acquired, unless it is persistent. With a CUDA
+ * device the engine's later writes of that memory (the optimizer update, a
+ * new gather into the reused buffer) wait, by an event, for the work enqueued
+ * on `stream` before this call; the caller must have enqueued every read of
+ * the parameter on `stream` (or ordered it before `stream`) by then. */
 ZC_API zc_status zc_param_release(zc_engine *eng, zc_param *p, void *stream);
 
 /* A buffer of numel elements in the parameter's working dtype, zeroed at the
  * start of each micro-step, that the backward pass writes or accumulates into.
- * Returns NULL for an unknown parameter. */
+ * With a CUDA device the zero-fill is enqueued on the engine's stream and
+ * zc_engine_options.stream (the caller's compute stream) is made to wait for
+ * it, so gradients must be written on that stream (or on a stream the caller
+ * orders after it) and only after this call returns, in every micro-step.
+ * Returns NULL for an unknown parameter. In stages 2 and 3 the buffer is one of
+ * two chunk buffers reserved at build: writing the gradients of a third chunk
+ * before the first two are complete (every parameter made ready) returns NULL
+ * with ZC_ERR_NO_MEMORY, on every rank alike. */
 ZC_API void *zc_grad_buffer(zc_engine *eng, zc_param *p);
 
 /* Hands the gradient back for this micro-step. When every parameter of a chunk
  * is ready its reduction starts, a collective: every rank completes chunks in
- * the same order. Errors: unknown parameter, ready twice in one micro-step
- * (nothing is changed). */
+ * the same order. With a CUDA device the reduction is ordered after the work
+ * enqueued on zc_engine_options.stream before this call (an event the
+ * engine's stream waits on; the host does not wait), so every write of the
+ * chunk's gradients must be enqueued on that stream, or ordered before it by
+ * the caller, by the time its last zc_grad_ready is called. With overlap_comm
+ * the reduction runs on a communication stream of its own, overlapping the
+ * rest of the backward pass. Errors: unknown parameter, ready twice in one
+ * micro-step (nothing is changed). */
 ZC_API zc_status zc_grad_ready(zc_engine *eng, zc_param *p);
 
 /* Ends a micro-step that is not the last of the accumulation window; every
@@ -330,13 +388,17 @@ typedef struct zc_step_info {
  * A failed collective (ZC_ERR_COMM: timeout, mismatch, abort) here or in any
  * other call leaves the ranks at different points, so from then on every call
  * on this engine returns ZC_ERR_COMM: destroy it and its communicator.
- * With zero_optimization.offload_optimizer.device "nvme" the step reads and
+ * Rank-local work that fails once the update has begun (Adam on some shards)
+ * is agreed with the other ranks: every rank returns the same status and
+ * message naming the failed rank, and the engine is broken on every rank
+ * (later calls return that status and reason), so a step is never applied
+ * twice. A failure before the update changes nothing.
+ * With zero_optimization.offload_optimizer.device "nvme" the update reads and
  * writes the optimizer state: a one-off EIO is retried and changes nothing;
  * a persistent one or ENOSPC fails zc_step with ZC_ERR_IO naming the rank,
- * chunk, file and offset, on every rank (the outcome is agreed before the
- * next collective). The step is not all-or-nothing: part of the state may be
- * written, so the engine is broken from then on (every call returns
- * ZC_ERR_COMM with that message): destroy it and restore a checkpoint. */
+ * chunk, file and offset, on every rank, and breaks the engine as above (the
+ * step is not all-or-nothing: part of the state may be written; restore a
+ * checkpoint). */
 ZC_API zc_status zc_step(zc_engine *eng, zc_step_info *info);
 
 /* Current loss scale (1 without fp16). The loss must be multiplied by it
@@ -349,8 +411,10 @@ typedef enum zc_mem_category {
     ZC_MEM_GRADS,      /* gradient accumulators and shards */
     ZC_MEM_MASTER,     /* fp32 master weights */
     ZC_MEM_ADAM,       /* Adam m and v */
-    ZC_MEM_BUFFERS,    /* transient chunk, bucket and gather buffers */
+    ZC_MEM_BUFFERS,    /* transient chunk, bucket and gather buffers in use */
     ZC_MEM_OTHER,      /* bookkeeping */
+    ZC_MEM_RESERVED,   /* buffer pool reserved by zc_engine_build and idle now
+                          (a pool slot in use counts under ZC_MEM_BUFFERS) */
     ZC_MEM__COUNT
 } zc_mem_category;
 

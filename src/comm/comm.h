@@ -38,6 +38,16 @@ typedef struct zc_comm_ops {
     zc_status (*broadcast)(zc_comm *c, void *buf, size_t count, zc_dtype dt, int root,
                            void *stream);
     zc_status (*barrier)(zc_comm *c);
+    /* Optional (NULL: the backend runs each collective at once, and the
+     * wrappers below succeed without doing anything). Collectives issued
+     * between group_start and group_end, by the same thread, may be launched
+     * together at group_end (NCCL: ncclGroupStart/ncclGroupEnd), so their
+     * buffers must stay valid and unchanged until then, and their results
+     * are ready only after it (ordered on each caller stream used). Every
+     * group_start that succeeded needs its group_end, also after a failure
+     * inside the group; groups do not nest; no barrier inside a group. */
+    zc_status (*group_start)(zc_comm *c);
+    zc_status (*group_end)(zc_comm *c);
     /* Attaches the device whose buffers this rank will pass (called once by the
      * engine before the first collective). */
     zc_status (*bind_device)(zc_comm *c, zc_device *dev);
@@ -65,5 +75,9 @@ static inline zc_status zc__broadcast(zc_comm *c, void *b, size_t n, zc_dtype dt
                                       void *stream)
 { return c->ops->broadcast(c, b, n, dt, root, stream); }
 static inline zc_status zc__barrier(zc_comm *c) { return c->ops->barrier(c); }
+static inline zc_status zc__comm_group_start(zc_comm *c)
+{ return c->ops->group_start ? c->ops->group_start(c) : ZC_OK; }
+static inline zc_status zc__comm_group_end(zc_comm *c)
+{ return c->ops->group_end ? c->ops->group_end(c) : ZC_OK; }
 
 #endif

@@ -17,14 +17,29 @@
 #include "kernels/kernels.h"
 
 /* Collectives that may be in flight at once; the issuing thread waits for the
- * oldest when the ring is full. */
+ * oldest when the ring is full. A group holds at most this many too. */
 #define RING 256
 
+/* Distinct caller streams one group may order after itself. */
+#define GROUP_STREAMS 8
+
+/* One collective. Its clock (the watchdog's timeout) starts when `began`
+ * completes, not when the call queued it: `began` is recorded on the comm
+ * stream right before the NCCL kernel, so it completes when every earlier
+ * collective of this communicator finished and the caller's stream reached
+ * the point where the inputs are ready (the fence). Only from then on is the
+ * collective waiting for its peers, which is what the timeout bounds. Timing
+ * from the enqueue counted the caller's queued compute and the collectives
+ * queued ahead (each with its own full timeout) against it, so a deep queue
+ * or a long backward pass aborted a healthy communicator. */
 typedef struct pending {
-    cudaEvent_t done; /* recorded on the comm stream after the collective */
+    cudaEvent_t began; /* recorded on the comm stream just before the collective */
+    cudaEvent_t done;  /* recorded on the comm stream after it */
     uint64_t seq;
     const char *op;
     size_t bytes;
+    int grouped;       /* issued inside zc__comm_group_start/_end */
+    int started;       /* began observed complete; start is then valid */
     double start;
 } pending;
 
@@ -36,14 +51,28 @@ typedef struct nccl_comm {
     cudaEvent_t fence;    /* caller's stream -> comm stream */
     int32_t *d_scratch;   /* barrier payload */
     double timeout_s;
+    unsigned stall_ms;    /* test hook: stall inside the next collective */
 
-    pthread_mutex_t mu;   /* guards everything below */
+    /* Guards everything below. Never held while this thread is inside an
+     * NCCL call that can wait (a launch, ncclGroupEnd, settle): the watchdog
+     * must be able to time out and fail the communicator meanwhile. */
+    pthread_mutex_t mu;
     pthread_cond_t cv;
     pending ring[RING];
-    unsigned head, count; /* oldest at head */
+    unsigned head, count; /* in flight, oldest at head */
+    unsigned staged;      /* issued in the open group, after the in-flight ones */
     uint64_t seq;
     int failed;           /* sticky: aborted or errored */
     char failure[512];
+    /* NCCL allows one thread at a time on a communicator, and a group's calls
+     * from one thread only: while the issuing thread is inside an NCCL call
+     * (in_call) or has a group open, the watchdog neither queries nor aborts
+     * the communicator; a failure it detects then is recorded and the
+     * issuing thread aborts when it leaves NCCL (abort_if_failed_locked). */
+    int in_call;
+    int group_open;
+    void *group_streams[GROUP_STREAMS];
+    int ngroup_streams;
     int stop;
     pthread_t watchdog;
     int watchdog_started;
@@ -81,10 +110,35 @@ static int nccl_dtype(zc_dtype dt, ncclDataType_t *out)
     }
 }
 
-/* Marks the communicator failed (first failure wins), aborting NCCL so that
+static struct timespec in_ns(long ns)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += ns;
+    while (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    return ts;
+}
+
+/* Aborts NCCL once the communicator failed and no thread is inside it, so
  * queued kernels exit and streams drain. Called with c->mu held; the mutex is
- * released around ncclCommAbort (which may wait for the device) so waiters
- * see the failure at once. Callers must not rely on state read before. */
+ * released around ncclCommAbort (which may wait for the device). */
+static void abort_if_failed_locked(nccl_comm *c)
+{
+    if (!c->failed || !c->nc || c->in_call || c->group_open)
+        return;
+    ncclComm_t nc = c->nc;
+    c->nc = NULL; /* no NCCL call after this point: every caller checks failed */
+    pthread_mutex_unlock(&c->mu);
+    ncclCommAbort(nc);
+    pthread_mutex_lock(&c->mu);
+}
+
+/* Marks the communicator failed (first failure wins) and aborts it unless
+ * the issuing thread is inside NCCL (it aborts on the way out). Called with
+ * c->mu held; may release it, so callers must not rely on state read before. */
 static void fail_locked(nccl_comm *c, const char *msg)
 {
     if (c->failed)
@@ -92,13 +146,8 @@ static void fail_locked(nccl_comm *c, const char *msg)
     c->failed = 1;
     snprintf(c->failure, sizeof c->failure, "%s", msg);
     ZC_LOGE("comm", "%s", msg);
-    ncclComm_t nc = c->nc;
-    c->nc = NULL; /* no NCCL call after this point: every caller checks failed */
     pthread_cond_broadcast(&c->cv);
-    pthread_mutex_unlock(&c->mu);
-    if (nc)
-        ncclCommAbort(nc);
-    pthread_mutex_lock(&c->mu);
+    abort_if_failed_locked(c);
 }
 
 static zc_status sticky(nccl_comm *c)
@@ -106,36 +155,59 @@ static zc_status sticky(nccl_comm *c)
     return ZC_ERR(ZC_ERR_COMM, "%s", c->failure);
 }
 
+/* 1 done, 0 not yet, -1 failed (the communicator is then failed). */
+static int query_locked(nccl_comm *c, cudaEvent_t ev, const pending *p, const char *which)
+{
+    cudaError_t q = cudaEventQuery(ev);
+    if (q == cudaSuccess)
+        return 1;
+    if (q == cudaErrorNotReady) {
+        /* Not an error, but the runtime may still record it as the thread's
+         * last error; this runs on the caller's thread too, and a later
+         * cudaGetLastError() there would blame other work for it. Clear it
+         * (PyTorch's stream/event queries do the same). */
+        (void)cudaGetLastError();
+        return 0;
+    }
+    (void)cudaGetLastError();
+    char msg[512];
+    snprintf(msg, sizeof msg, "nccl rank %d/%d: %s #%llu (%zu bytes) failed on cuda:%d (%s): %s",
+             c->base.rank, c->base.world, p->op, (unsigned long long)p->seq, p->bytes, c->device,
+             which, cudaGetErrorString(q));
+    fail_locked(c, msg);
+    return -1;
+}
+
 /* Pops completed collectives; fails the communicator on an asynchronous
- * NCCL error or when the oldest one is overdue. Called with c->mu held. */
+ * NCCL error or when the oldest one has waited for its peers longer than the
+ * timeout. Only the oldest is timed: the ones behind it on the comm stream
+ * cannot start before it ends. Called with c->mu held. */
 static void reap_locked(nccl_comm *c)
 {
     while (c->count && !c->failed) {
         pending *p = &c->ring[c->head];
-        cudaError_t q = cudaEventQuery(p->done);
-        if (q == cudaSuccess) {
+        int q = query_locked(c, p->done, p, "completion");
+        if (q < 0)
+            return;
+        if (q == 1) {
             c->head = (c->head + 1) % RING;
             c->count--;
             pthread_cond_broadcast(&c->cv);
             continue;
         }
-        char msg[512];
-        if (q == cudaErrorNotReady) {
-            /* Not an error, but the runtime may still record it as the
-             * thread's last error; this runs on the caller's thread too, and
-             * the kernel launchers report cudaGetLastError(), so the next
-             * launch would fail with "device not ready". Clear it (PyTorch's
-             * stream/event queries do the same). */
-            (void)cudaGetLastError();
-        } else {
-            snprintf(msg, sizeof msg, "nccl rank %d/%d: %s #%llu (%zu bytes) failed on cuda:%d: %s",
-                     c->base.rank, c->base.world, p->op, (unsigned long long)p->seq, p->bytes,
-                     c->device, cudaGetErrorString(q));
-            fail_locked(c, msg);
-            return;
+        if (!p->started) {
+            q = query_locked(c, p->began, p, "start");
+            if (q < 0)
+                return;
+            if (q == 1) {
+                p->started = 1;
+                p->start = now_s(); /* late by at most one watchdog period */
+            }
         }
+        char msg[512];
         ncclResult_t st = ncclSuccess;
-        if (c->nc && ncclCommGetAsyncError(c->nc, &st) == ncclSuccess && st != ncclSuccess &&
+        if (c->nc && !c->in_call && !c->group_open &&
+            ncclCommGetAsyncError(c->nc, &st) == ncclSuccess && st != ncclSuccess &&
             st != ncclInProgress) {
             snprintf(msg, sizeof msg,
                      "nccl rank %d/%d: asynchronous NCCL error during %s #%llu (%zu bytes): %s",
@@ -144,12 +216,11 @@ static void reap_locked(nccl_comm *c)
             fail_locked(c, msg);
             return;
         }
-        double age = now_s() - p->start;
-        if (age > c->timeout_s) {
+        if (p->started && now_s() - p->start > c->timeout_s) {
             snprintf(msg, sizeof msg,
-                     "nccl rank %d/%d: %s #%llu (%zu bytes) did not finish within %.0f s "
-                     "(ZC_COMM_TIMEOUT): a rank skipped or reordered a collective, or died; "
-                     "communicator aborted",
+                     "nccl rank %d/%d: %s #%llu (%zu bytes) did not finish within %.0f s of "
+                     "starting (ZC_COMM_TIMEOUT): a rank skipped or reordered a collective, or "
+                     "died; communicator aborted",
                      c->base.rank, c->base.world, p->op, (unsigned long long)p->seq, p->bytes,
                      c->timeout_s);
             fail_locked(c, msg);
@@ -165,117 +236,175 @@ static void *watchdog_main(void *arg)
     pthread_mutex_lock(&c->mu);
     while (!c->stop) {
         reap_locked(c);
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 20 * 1000 * 1000; /* 20 ms: cheap, and timeouts are seconds */
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
+        struct timespec ts = in_ns(20 * 1000 * 1000); /* 20 ms: cheap; timeouts are seconds */
         pthread_cond_timedwait(&c->cv, &c->mu, &ts);
     }
     pthread_mutex_unlock(&c->mu);
     return NULL;
 }
 
-/* Waits for a non-blocking NCCL call to leave ncclInProgress. */
-static ncclResult_t settle(ncclComm_t nc, ncclResult_t r, double deadline)
+/* Waits for a non-blocking NCCL call to leave ncclInProgress, polling
+ * without c->mu (c may be NULL before the watchdog exists). Gives up, still
+ * ncclInProgress, at the deadline or once the watchdog failed the
+ * communicator. */
+static ncclResult_t settle(nccl_comm *c, ncclComm_t nc, ncclResult_t r, double deadline)
 {
     while (r == ncclInProgress) {
         if (now_s() > deadline)
             return ncclInProgress;
         struct timespec ts = {0, 100 * 1000};
         nanosleep(&ts, NULL);
+        if (c) {
+            pthread_mutex_lock(&c->mu);
+            int failed = c->failed;
+            pthread_mutex_unlock(&c->mu);
+            if (failed)
+                return ncclInProgress;
+        }
         if (ncclCommGetAsyncError(nc, &r) != ncclSuccess)
             return ncclInternalError;
     }
     return r;
 }
 
-/* Queues one collective: fence the caller's stream into the comm stream, run
- * `launch`, record its completion, make the caller's stream wait on it. */
+/* Makes room for one more slot (in flight + staged < RING): the oldest
+ * in-flight collective must finish first (or the watchdog fails it). Called
+ * with c->mu held. */
+static zc_status reserve_locked(nccl_comm *c, const char *op)
+{
+    while (c->count + c->staged == RING && c->count && !c->failed) {
+        reap_locked(c);
+        if (c->count + c->staged == RING && c->count && !c->failed) {
+            struct timespec ts = in_ns(1000 * 1000);
+            pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+        }
+    }
+    if (c->failed)
+        return sticky(c);
+    if (c->count + c->staged == RING)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "nccl rank %d: %s: more than %d collectives in one group",
+                      c->base.rank, op, RING);
+    return ZC_OK;
+}
+
+/* Queues one collective: fence the caller's stream into the comm stream,
+ * record its start, run `launch`, record its completion, make the caller's
+ * stream wait on it. Inside a group the launch only adds to NCCL's group:
+ * start and completion are recorded by group_end around ncclGroupEnd. */
 typedef ncclResult_t (*launch_fn)(nccl_comm *c, const void *a);
 
 static zc_status issue(nccl_comm *c, const char *op, size_t bytes, launch_fn launch,
-                       const void *args, void *stream, pending **slot_out)
+                       const void *args, void *stream)
 {
     zc_status rc = ZC_OK;
     pthread_mutex_lock(&c->mu);
     if (c->failed) {
         rc = sticky(c);
-        goto out;
+        pthread_mutex_unlock(&c->mu);
+        return rc;
     }
-    /* Make room: the oldest collective must finish (or the watchdog fails it). */
-    while (c->count == RING && !c->failed) {
-        reap_locked(c);
-        if (c->count == RING && !c->failed) {
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += 1000 * 1000;
-            if (ts.tv_nsec >= 1000000000L) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000L;
+    rc = reserve_locked(c, op);
+    if (rc != ZC_OK) {
+        pthread_mutex_unlock(&c->mu);
+        return rc;
+    }
+    int grouped = c->group_open;
+    if (grouped) {
+        int k = 0;
+        while (k < c->ngroup_streams && c->group_streams[k] != stream)
+            k++;
+        if (k == c->ngroup_streams) {
+            if (k == GROUP_STREAMS) {
+                pthread_mutex_unlock(&c->mu);
+                return ZC_ERR(ZC_ERR_INVALID_ARG,
+                              "nccl rank %d: %s: more than %d caller streams in one group",
+                              c->base.rank, op, GROUP_STREAMS);
             }
-            pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+            c->group_streams[c->ngroup_streams++] = stream;
         }
     }
-    if (c->failed) {
-        rc = sticky(c);
-        goto out;
-    }
-    (void)cudaSetDevice(c->device);
+    pending *p = &c->ring[(c->head + c->count + c->staged) % RING];
     uint64_t seq = ++c->seq;
+    unsigned stall = grouped ? 0 : c->stall_ms;
+    c->stall_ms = grouped ? c->stall_ms : 0;
+    c->in_call = 1;
+    pthread_mutex_unlock(&c->mu);
+
+    /* Outside the mutex: the slot is beyond what the watchdog reads, and
+     * in_call keeps it off the communicator. */
+    char msg[512];
+    msg[0] = '\0';
+    int fatal = 0;
+    (void)cudaSetDevice(c->device);
     cudaError_t ce = cudaEventRecord(c->fence, (cudaStream_t)stream);
     if (ce == cudaSuccess)
         ce = cudaStreamWaitEvent(c->stream, c->fence, 0);
+    if (ce == cudaSuccess && !grouped)
+        ce = cudaEventRecord(p->began, c->stream);
+    if (ce == cudaSuccess && stall)
+        ce = zc_k_sleep(stall, c->stream);
     if (ce != cudaSuccess) {
         (void)cudaGetLastError();
-        rc = ZC_ERR(ZC_ERR_DEVICE, "nccl rank %d: ordering %s #%llu after the caller's stream: %s",
-                    c->base.rank, op, (unsigned long long)seq, cudaGetErrorString(ce));
-        goto out;
-    }
-    ncclResult_t r = settle(c->nc, launch(c, args), now_s() + c->timeout_s);
-    if (r != ncclSuccess) {
-        char msg[512];
-        snprintf(msg, sizeof msg, "nccl rank %d/%d: %s #%llu (%zu bytes): %s", c->base.rank,
-                 c->base.world, op, (unsigned long long)seq, bytes,
-                 r == ncclInProgress ? "still in progress after ZC_COMM_TIMEOUT"
-                                     : ncclGetErrorString(r));
-        if (r == ncclInvalidArgument) {
-            /* The call had no effect: the communicator is still usable. */
-            rc = ZC_ERR(ZC_ERR_INVALID_ARG, "%s", msg);
-        } else {
-            fail_locked(c, msg);
-            rc = sticky(c);
-        }
-        goto out;
-    }
-    pending *p = &c->ring[(c->head + c->count) % RING];
-    p->seq = seq;
-    p->op = op;
-    p->bytes = bytes;
-    p->start = now_s();
-    ce = cudaEventRecord(p->done, c->stream);
-    if (ce == cudaSuccess && stream != (void *)c->stream)
-        ce = cudaStreamWaitEvent((cudaStream_t)stream, p->done, 0);
-    if (ce != cudaSuccess) {
-        (void)cudaGetLastError();
-        char msg[512];
-        snprintf(msg, sizeof msg, "nccl rank %d: recording completion of %s #%llu: %s",
+        snprintf(msg, sizeof msg, "nccl rank %d: ordering %s #%llu after the caller's stream: %s",
                  c->base.rank, op, (unsigned long long)seq, cudaGetErrorString(ce));
-        fail_locked(c, msg);
-        rc = sticky(c);
-        goto out;
     }
-    c->count++;
-    if (slot_out)
-        *slot_out = p;
-out:
+    ncclResult_t r = ncclSuccess;
+    if (!msg[0]) {
+        r = launch(c, args);
+        if (!grouped)
+            r = settle(c, c->nc, r, now_s() + c->timeout_s);
+        if (r != ncclSuccess) {
+            snprintf(msg, sizeof msg, "nccl rank %d/%d: %s #%llu (%zu bytes): %s", c->base.rank,
+                     c->base.world, op, (unsigned long long)seq, bytes,
+                     r == ncclInProgress ? "still in progress after ZC_COMM_TIMEOUT"
+                                         : ncclGetErrorString(r));
+            /* Outside a group, an invalid argument had no effect and the
+             * communicator is still usable; inside one, NCCL's group state
+             * is unknown. */
+            fatal = grouped || r != ncclInvalidArgument;
+        }
+    }
+    if (!msg[0] && !grouped) {
+        ce = cudaEventRecord(p->done, c->stream);
+        if (ce == cudaSuccess && stream != (void *)c->stream)
+            ce = cudaStreamWaitEvent((cudaStream_t)stream, p->done, 0);
+        if (ce != cudaSuccess) {
+            (void)cudaGetLastError();
+            snprintf(msg, sizeof msg, "nccl rank %d: recording completion of %s #%llu: %s",
+                     c->base.rank, op, (unsigned long long)seq, cudaGetErrorString(ce));
+            fatal = 1;
+        }
+    }
+
+    pthread_mutex_lock(&c->mu);
+    c->in_call = 0;
+    if (msg[0] && !fatal) {
+        rc = ZC_ERR(ZC_ERR_INVALID_ARG, "%s", msg);
+    } else if (msg[0] || c->failed) {
+        fail_locked(c, msg[0] ? msg : c->failure); /* no-op if the watchdog failed it first */
+        rc = sticky(c);
+    } else {
+        p->seq = seq;
+        p->op = op;
+        p->bytes = bytes;
+        p->grouped = grouped;
+        p->started = 0;
+        p->start = 0.0;
+        if (grouped) {
+            c->staged++;
+        } else {
+            c->count++;
+            pthread_cond_broadcast(&c->cv);
+        }
+    }
+    abort_if_failed_locked(c);
     pthread_mutex_unlock(&c->mu);
     return rc;
 }
 
-/* Waits until every queued collective finished, or the communicator failed. */
+/* Waits until every queued collective finished, or the communicator failed.
+ * A collective whose inputs never become ready (the caller's stream is
+ * stuck) is not timed, so this then waits like cudaStreamSynchronize. */
 static zc_status drain(nccl_comm *c)
 {
     zc_status rc = ZC_OK;
@@ -283,18 +412,122 @@ static zc_status drain(nccl_comm *c)
     while (c->count && !c->failed) {
         reap_locked(c);
         if (c->count && !c->failed) {
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += 500 * 1000;
-            if (ts.tv_nsec >= 1000000000L) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000L;
-            }
+            struct timespec ts = in_ns(500 * 1000);
             pthread_cond_timedwait(&c->cv, &c->mu, &ts);
         }
     }
     if (c->failed)
         rc = sticky(c);
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+/* ---- groups -------------------------------------------------------------- */
+
+/* Collectives issued until group_end are launched together by ncclGroupEnd:
+ * one launch for a bucket's chunks instead of one each, and NCCL may run
+ * them concurrently. Same thread for the whole group (NCCL's rule). */
+static zc_status nccl_group_start(zc_comm *base)
+{
+    nccl_comm *c = (nccl_comm *)base;
+    zc_status rc = ZC_OK;
+    pthread_mutex_lock(&c->mu);
+    if (c->failed) {
+        rc = sticky(c);
+    } else if (c->group_open) {
+        rc = ZC_ERR(ZC_ERR_INVALID_STATE, "nccl rank %d: group_start inside an open group",
+                    base->rank);
+    } else {
+        c->in_call = 1;
+        pthread_mutex_unlock(&c->mu);
+        ncclResult_t r = ncclGroupStart();
+        pthread_mutex_lock(&c->mu);
+        c->in_call = 0;
+        if (r != ncclSuccess) {
+            char msg[256];
+            snprintf(msg, sizeof msg, "nccl rank %d: ncclGroupStart: %s", base->rank,
+                     ncclGetErrorString(r));
+            fail_locked(c, msg);
+            rc = sticky(c);
+        } else {
+            c->group_open = 1;
+            c->staged = 0;
+            c->ngroup_streams = 0;
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+/* Ends the group even after a failure inside it (NCCL's group depth is per
+ * thread and must return to zero); then aborts if anything failed. */
+static zc_status nccl_group_end(zc_comm *base)
+{
+    nccl_comm *c = (nccl_comm *)base;
+    pthread_mutex_lock(&c->mu);
+    if (!c->group_open) {
+        zc_status rc = c->failed ? sticky(c)
+                                 : ZC_ERR(ZC_ERR_INVALID_STATE,
+                                          "nccl rank %d: group_end without group_start",
+                                          base->rank);
+        pthread_mutex_unlock(&c->mu);
+        return rc;
+    }
+    unsigned first = (c->head + c->count) % RING, n = c->staged;
+    unsigned stall = n ? c->stall_ms : 0;
+    if (stall)
+        c->stall_ms = 0;
+    int already_failed = c->failed;
+    c->in_call = 1;
+    pthread_mutex_unlock(&c->mu);
+
+    char msg[512];
+    msg[0] = '\0';
+    (void)cudaSetDevice(c->device);
+    /* Every collective's fence wait is already on the comm stream: the start
+     * events recorded now complete when the whole group can run. */
+    cudaError_t ce = cudaSuccess;
+    for (unsigned i = 0; i < n && ce == cudaSuccess; i++)
+        ce = cudaEventRecord(c->ring[(first + i) % RING].began, c->stream);
+    if (ce == cudaSuccess && stall)
+        ce = zc_k_sleep(stall, c->stream);
+    ncclResult_t r = ncclGroupEnd();
+    if (!already_failed)
+        r = settle(c, c->nc, r, now_s() + c->timeout_s);
+    for (unsigned i = 0; i < n && ce == cudaSuccess && r == ncclSuccess; i++)
+        ce = cudaEventRecord(c->ring[(first + i) % RING].done, c->stream);
+    if (n && ce == cudaSuccess && r == ncclSuccess) {
+        cudaEvent_t last = c->ring[(first + n - 1) % RING].done;
+        for (int k = 0; k < c->ngroup_streams && ce == cudaSuccess; k++)
+            if (c->group_streams[k] != (void *)c->stream)
+                ce = cudaStreamWaitEvent((cudaStream_t)c->group_streams[k], last, 0);
+    }
+    if (ce != cudaSuccess) {
+        (void)cudaGetLastError();
+        snprintf(msg, sizeof msg, "nccl rank %d: ordering a group of %u collectives: %s",
+                 base->rank, n, cudaGetErrorString(ce));
+    } else if (r != ncclSuccess && !already_failed) {
+        snprintf(msg, sizeof msg, "nccl rank %d/%d: group of %u collectives (#%llu..#%llu): %s",
+                 base->rank, base->world, n, (unsigned long long)(c->seq - n + 1),
+                 (unsigned long long)c->seq,
+                 r == ncclInProgress ? "still in progress after ZC_COMM_TIMEOUT"
+                                     : ncclGetErrorString(r));
+    }
+
+    zc_status rc = ZC_OK;
+    pthread_mutex_lock(&c->mu);
+    c->in_call = 0;
+    c->group_open = 0;
+    if (msg[0] || c->failed) {
+        c->staged = 0;
+        fail_locked(c, msg[0] ? msg : c->failure);
+        rc = sticky(c);
+    } else {
+        c->count += c->staged;
+        c->staged = 0;
+        pthread_cond_broadcast(&c->cv);
+    }
+    abort_if_failed_locked(c);
     pthread_mutex_unlock(&c->mu);
     return rc;
 }
@@ -351,7 +584,7 @@ static zc_status nccl_all_reduce(zc_comm *base, const void *send, void *recv, si
     ZC_CHECK(check_args(c, "all_reduce", dt, &a.dt));
     if (op != ZC_RED_SUM && op != ZC_RED_MAX)
         return ZC_ERR(ZC_ERR_INVALID_ARG, "nccl all_reduce: unknown op %d", (int)op);
-    return issue(c, "all_reduce", count * zc_dtype_size(dt), do_all_reduce, &a, stream, NULL);
+    return issue(c, "all_reduce", count * zc_dtype_size(dt), do_all_reduce, &a, stream);
 }
 
 static zc_status nccl_reduce_scatter(zc_comm *base, const void *send, void *recv,
@@ -361,7 +594,7 @@ static zc_status nccl_reduce_scatter(zc_comm *base, const void *send, void *recv
     coll_args a = {send, recv, recv_count, ncclFloat32, ncclSum, 0};
     ZC_CHECK(check_args(c, "reduce_scatter", dt, &a.dt));
     return issue(c, "reduce_scatter", recv_count * (size_t)base->world * zc_dtype_size(dt),
-                 do_reduce_scatter, &a, stream, NULL);
+                 do_reduce_scatter, &a, stream);
 }
 
 static zc_status nccl_all_gather(zc_comm *base, const void *send, void *recv, size_t send_count,
@@ -371,7 +604,7 @@ static zc_status nccl_all_gather(zc_comm *base, const void *send, void *recv, si
     coll_args a = {send, recv, send_count, ncclFloat32, ncclSum, 0};
     ZC_CHECK(check_args(c, "all_gather", dt, &a.dt));
     return issue(c, "all_gather", send_count * (size_t)base->world * zc_dtype_size(dt),
-                 do_all_gather, &a, stream, NULL);
+                 do_all_gather, &a, stream);
 }
 
 static zc_status nccl_broadcast(zc_comm *base, void *buf, size_t count, zc_dtype dt, int root,
@@ -383,7 +616,7 @@ static zc_status nccl_broadcast(zc_comm *base, void *buf, size_t count, zc_dtype
                       base->world - 1);
     coll_args a = {buf, buf, count, ncclFloat32, ncclSum, root};
     ZC_CHECK(check_args(c, "broadcast", dt, &a.dt));
-    return issue(c, "broadcast", count * zc_dtype_size(dt), do_broadcast, &a, stream, NULL);
+    return issue(c, "broadcast", count * zc_dtype_size(dt), do_broadcast, &a, stream);
 }
 
 /* A one-element all-reduce on the comm stream, waited for: every collective
@@ -391,8 +624,14 @@ static zc_status nccl_broadcast(zc_comm *base, void *buf, size_t count, zc_dtype
 static zc_status nccl_barrier(zc_comm *base)
 {
     nccl_comm *c = (nccl_comm *)base;
+    pthread_mutex_lock(&c->mu);
+    int in_group = c->group_open;
+    pthread_mutex_unlock(&c->mu);
+    if (in_group) /* its wait would never see the group's collectives launched */
+        return ZC_ERR(ZC_ERR_INVALID_STATE, "nccl rank %d: barrier inside a group",
+                      base->rank);
     coll_args a = {c->d_scratch, c->d_scratch, 1, ncclInt32, ncclSum, 0};
-    ZC_CHECK(issue(c, "barrier", sizeof(int32_t), do_all_reduce, &a, c->stream, NULL));
+    ZC_CHECK(issue(c, "barrier", sizeof(int32_t), do_all_reduce, &a, c->stream));
     return drain(c);
 }
 
@@ -404,7 +643,7 @@ static zc_status nccl_bind_device(zc_comm *base, zc_device *dev)
     if (dev->mem_kind != ZC_MEMKIND_DEVICE || dev->index != c->device)
         return ZC_ERR(ZC_ERR_INVALID_ARG,
                       "nccl rank %d lives on cuda:%d but the engine's device is %s%d: use "
-                      "ZC_DEVICE_CUDA with device_index %d (or -1 for LOCAL_RANK)",
+                      "ZC_DEVICE_CUDA with device_index %d (or -1 for the launcher's local rank)",
                       base->rank, c->device, dev->ops->name,
                       dev->mem_kind == ZC_MEMKIND_DEVICE ? dev->index : 0, c->device);
     base->dev = dev;
@@ -415,7 +654,12 @@ static void nccl_destroy(zc_comm *base)
 {
     nccl_comm *c = (nccl_comm *)base;
     (void)cudaSetDevice(c->device);
-    zc_status rc = drain(c); /* bounded by the watchdog's timeout */
+    pthread_mutex_lock(&c->mu);
+    int open_group = c->group_open;
+    pthread_mutex_unlock(&c->mu);
+    if (open_group) /* NCCL's group depth is per thread: leave it at zero */
+        (void)nccl_group_end(base);
+    zc_status rc = drain(c); /* bounded by the watchdog's timeout once started */
     pthread_mutex_lock(&c->mu);
     c->stop = 1;
     pthread_cond_broadcast(&c->cv);
@@ -426,7 +670,7 @@ static void nccl_destroy(zc_comm *base)
         /* Finalize then destroy; destroying an unfinalized comm can block. */
         ncclResult_t r = rc == ZC_OK ? ncclCommFinalize(c->nc) : ncclInternalError;
         if (r == ncclSuccess || r == ncclInProgress)
-            r = settle(c->nc, r == ncclInProgress ? ncclInProgress : ncclSuccess,
+            r = settle(NULL, c->nc, r == ncclInProgress ? ncclInProgress : ncclSuccess,
                        now_s() + c->timeout_s);
         if (r == ncclSuccess)
             ncclCommDestroy(c->nc);
@@ -435,9 +679,12 @@ static void nccl_destroy(zc_comm *base)
     }
     if (c->stream)
         (void)cudaStreamSynchronize(c->stream);
-    for (int i = 0; i < RING; i++)
+    for (int i = 0; i < RING; i++) {
         if (c->ring[i].done)
             (void)cudaEventDestroy(c->ring[i].done);
+        if (c->ring[i].began)
+            (void)cudaEventDestroy(c->ring[i].began);
+    }
     if (c->fence)
         (void)cudaEventDestroy(c->fence);
     if (c->d_scratch) {
@@ -458,6 +705,8 @@ static const zc_comm_ops nccl_ops = {
     .all_gather = nccl_all_gather,
     .broadcast = nccl_broadcast,
     .barrier = nccl_barrier,
+    .group_start = nccl_group_start,
+    .group_end = nccl_group_end,
     .bind_device = nccl_bind_device,
     .destroy = nccl_destroy,
 };
@@ -471,8 +720,11 @@ static zc_status cuda_setup(nccl_comm *c)
         e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
     if (e == cudaSuccess)
         e = cudaEventCreateWithFlags(&c->fence, cudaEventDisableTiming);
-    for (int i = 0; i < RING && e == cudaSuccess; i++)
+    for (int i = 0; i < RING && e == cudaSuccess; i++) {
         e = cudaEventCreateWithFlags(&c->ring[i].done, cudaEventDisableTiming);
+        if (e == cudaSuccess)
+            e = cudaEventCreateWithFlags(&c->ring[i].began, cudaEventDisableTiming);
+    }
     if (e == cudaSuccess) {
         e = cudaMalloc((void **)&c->d_scratch, sizeof(int32_t));
         if (e == cudaSuccess)
@@ -516,7 +768,7 @@ zc_status zc__comm_nccl_create(int rank, int world, int device, const void *uniq
         cfg.blocking = 0; /* so a missing peer cannot hang init: we poll with a deadline */
         ncclResult_t r = ncclCommInitRankConfig(&c->nc, world, id, rank, &cfg);
         if (r == ncclSuccess || r == ncclInProgress)
-            r = settle(c->nc, ncclInProgress, now_s() + init_timeout_s);
+            r = settle(NULL, c->nc, ncclInProgress, now_s() + init_timeout_s);
         if (r != ncclSuccess) {
             rc = ZC_ERR(ZC_ERR_COMM,
                         "nccl rank %d of %d on cuda:%d: communicator init %s%s",
@@ -548,10 +800,9 @@ zc_status zc__comm_nccl_create(int rank, int world, int device, const void *uniq
 zc_status zc__comm_nccl_stall(zc_comm *base, unsigned ms)
 {
     nccl_comm *c = (nccl_comm *)base;
-    (void)cudaSetDevice(c->device);
-    cudaError_t e = zc_k_sleep(ms, c->stream);
-    if (e != cudaSuccess)
-        return ZC_ERR(ZC_ERR_DEVICE, "nccl stall hook: %s", cudaGetErrorString(e));
+    pthread_mutex_lock(&c->mu);
+    c->stall_ms = ms; /* consumed by the next collective (or group) issued */
+    pthread_mutex_unlock(&c->mu);
     return ZC_OK;
 }
 

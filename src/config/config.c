@@ -100,6 +100,19 @@ ZC_API zc_status zc_config_set(zc_config *cfg, const char *dotted_key, const cha
     if (!cfg || !dotted_key || !json_value)
         return ZC_ERR(ZC_ERR_INVALID_ARG, "zc_config_set: NULL argument (cfg %p, key %s)",
                       (void *)cfg, dotted_key ? dotted_key : "NULL");
+    /* The loader's limit holds for a value set from code too (a whole block
+     * can be given here); strnlen stops at the limit. */
+    size_t vlen = strnlen(json_value, ZC_CFG_MAX_BYTES + 1);
+    if (vlen > ZC_CFG_MAX_BYTES)
+        return ZC_ERR(ZC_ERR_INVALID_ARG,
+                      "zc_config_set: %s: the value is longer than " ZC_CFG_MAX_BYTES_TEXT
+                      " (%zu bytes), the most a config may be",
+                      dotted_key, ZC_CFG_MAX_BYTES);
+    if (zc__cfg_count_values(json_value, vlen, ZC_CFG_MAX_VALUES) > ZC_CFG_MAX_VALUES)
+        return ZC_ERR(ZC_ERR_INVALID_ARG,
+                      "zc_config_set: %s: the value holds more than %d JSON values, the most a "
+                      "config may",
+                      dotted_key, ZC_CFG_MAX_VALUES);
     json_error_t jerr;
     json_t *v = json_loads(json_value, JSON_DECODE_ANY, &jerr);
     if (!v)
@@ -185,24 +198,6 @@ ZC_API zc_status zc_config_get(const zc_config *cfg, const char *dotted_key, cha
         return ZC_OK;
     }
     zc__cfg_format(cfg, key, buf, cap);
-    return ZC_OK;
-}
-
-ZC_API zc_status zc_config_set_program_values(zc_config *cfg, const zc_program_values *values)
-{
-    zc__error_clear();
-    if (!cfg || !values)
-        return ZC_ERR(ZC_ERR_INVALID_ARG, "zc_config_set_program_values: NULL argument");
-    if (values->size < sizeof(zc_program_values))
-        return ZC_ERR(ZC_ERR_INVALID_ARG,
-                      "zc_config_set_program_values: values->size %zu < %zu; start from "
-                      "ZC_PROGRAM_VALUES_INIT",
-                      values->size, sizeof(zc_program_values));
-    if (values->dtype >= ZC_DTYPE__COUNT)
-        return ZC_ERR(ZC_ERR_INVALID_ARG, "zc_config_set_program_values: dtype %d is unknown",
-                      values->dtype);
-    cfg->program = *values;
-    cfg->program.size = sizeof(zc_program_values);
     return ZC_OK;
 }
 

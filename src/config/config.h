@@ -142,4 +142,10 @@ zc_status zc__config_resolve_model_auto(zc_config *cfg, int64_t hidden_size);
  * "auto" values, semantic checks). Same failure contract as zc_config_resolve. */
 zc_status zc__config_resolve_for_engine(zc_config *cfg, int world);
 
+/* The engine's acceptance rule beyond the schema (see support.c): returns
+ * ZC_ERR_UNSUPPORTED naming every block the engine cannot run, ZC_OK
+ * otherwise. zc_engine_create calls it; `zeroc config check` reports the same
+ * errors. */
+zc_status zc__config_engine_check(const zc_config *cfg);
+
 #endif

@@ -17,24 +17,39 @@ typedef enum zc_cfg_sev { ZC_SEV_ERROR = 0, ZC_SEV_WARN, ZC_SEV_INFO } zc_cfg_se
 typedef struct zc_cfg_msg {
     zc_cfg_sev sev;
     zc_status status; /* for errors: ZC_ERR_CONFIG, ZC_ERR_UNSUPPORTED, ... */
-    char path[128];
-    char msg[400];
+    char *path;       /* whole, never truncated: a key name round-trips into --json */
+    char *msg;
 } zc_cfg_msg;
 
+/* At most this many messages of each severity are kept; the rest are only
+ * counted ("... and N more"). A file of a million unknown keys must not cost a
+ * message, and a hint search, per key. */
+#define ZC_CFG_DIAG_KEEP 64
+
 typedef struct zc_cfg_diag {
-    zc_cfg_msg *v;
+    zc_cfg_msg *v;      /* kept messages, in the order they were found */
     int n, cap;
-    int nerr, nwarn;
-    bool oom; /* a message could not be recorded */
+    int nerr, nwarn;    /* all errors / warnings, kept or not */
+    int count[3];       /* all messages per severity */
+    int kept[3];        /* kept messages per severity */
+    zc_status err_status; /* the first error's status, kept or not */
+    bool oom;           /* a message could not be recorded */
 } zc_cfg_diag;
 
 void zc__diag_add(zc_cfg_diag *d, zc_cfg_sev sev, zc_status st, const char *path,
                   const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+/* True when a message of this severity would be kept: callers skip costly
+ * work (the "did you mean" search) for one that would only be counted. */
+bool zc__diag_keeps(const zc_cfg_diag *d, zc_cfg_sev sev);
+/* Messages of this severity that were counted but not kept. */
+int zc__diag_dropped(const zc_cfg_diag *d, zc_cfg_sev sev);
 void zc__diag_free(zc_cfg_diag *d);
 /* First error (or NULL). */
 const zc_cfg_msg *zc__diag_first_error(const zc_cfg_diag *d);
-/* Logs warnings/infos and, when there is an error, records the first one with
- * ZC_ERR (prefixed by `what`, e.g. the file name) and returns its status. */
+/* Logs warnings/infos and, when there is an error, records every kept error in
+ * one message (as many as zc_last_error holds, then "(and N more errors)"),
+ * prefixed by `what` (e.g. the file name), and returns the first one's
+ * status. */
 zc_status zc__diag_report(const zc_cfg_diag *d, const char *what);
 
 /* Loader flags beyond the public ZC_CONFIG_LENIENT. */
@@ -58,6 +73,11 @@ zc_status zc__cfg_apply_key(zc_config *cfg, const char *dotted, const json_t *v,
  * allgather_bucket_size, scheduler parameters vs type, ...). */
 void zc__cfg_semantic(const zc_config *cfg, unsigned flags, zc_cfg_diag *d);
 
+/* What this build's engine refuses in a configuration that is otherwise
+ * valid (offload today): one error per refused block. `zeroc config check`
+ * runs it so its verdict is the engine's. */
+void zc__cfg_engine_support(const zc_config *cfg, zc_cfg_diag *d);
+
 /* "auto" from program values, then DeepSpeed's batch rules for `world`
  * ranks (0 = unknown: the product check is skipped). With preview set,
  * "auto" keys that only the program can resolve are warnings, not errors
@@ -69,8 +89,36 @@ zc_status zc__cfg_resolve(zc_config *cfg, int world, bool preview, zc_cfg_diag *
 zc_status zc__config_load_text(zc_config **out, const char *text, size_t len, const char *name,
                                unsigned flags, zc_cfg_diag *d);
 
-/* Reads a whole file (counted allocation of len + 1 bytes, NUL-terminated). */
+/* The largest config document accepted, file or string. Real DeepSpeed
+ * configs are a few KiB; the limit is checked before anything is parsed, so
+ * a huge or endless input costs neither memory nor time. */
+#define ZC_CFG_MAX_BYTES ((size_t)16 << 20)
+#define ZC_CFG_MAX_BYTES_TEXT "16 MiB"
+
+/* The most JSON values a config may hold (a real one has under a hundred):
+ * with the size limit, this bounds the memory of the parsed tree to a few MB
+ * whatever the text is made of. */
+#define ZC_CFG_MAX_VALUES 65536
+
+/* An upper bound of the number of JSON values in text (every value but the
+ * root follows '[', '{' or ',' outside a string); counting stops once it
+ * passes `stop`. */
+size_t zc__cfg_count_values(const char *text, size_t len, size_t stop);
+
+/* jansson refused `text` with "too big integer" (jerr): adds errors that name
+ * the key, the value and the range, where they can be found. */
+void zc__cfg_explain_big_integer(const char *text, size_t len, unsigned flags, zc_cfg_diag *d,
+                                 const json_error_t *jerr);
+
+/* Reads a whole regular file of at most ZC_CFG_MAX_BYTES (counted allocation
+ * of len + 1 bytes, NUL-terminated). A directory, FIFO, device or socket is
+ * refused by what it is, without reading from it (a FIFO is opened
+ * non-blocking, so no writer is waited for). */
 zc_status zc__cfg_read_file(const char *path, char **text, size_t *len);
+
+/* The zc_program_values field that resolves key_path's "auto" ("lr",
+ * "micro_batch_per_gpu", ...), or NULL. */
+const char *zc__cfg_program_field(const char *key_path);
 
 /* Swap the contents of two configs (used to commit a validated copy). */
 void zc__config_swap(zc_config *a, zc_config *b);

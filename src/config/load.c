@@ -101,14 +101,117 @@ typedef struct walk_ctx {
 
 static zc_status walk(walk_ctx *c, const char *canon, const char *written, const json_t *v);
 
+/* Longest member name that can be a key: longer ones are unknown at once and
+ * get no hint (nothing is near them), whatever their length. */
+#define NAME_MAX_KNOWN 96
+
+/* Severity of an unknown member of block `canon` (DeepSpeed ignores unknown
+ * top-level keys and aio keys; the pydantic blocks refuse them). */
+static zc_cfg_sev unknown_sev(const walk_ctx *c, const char *canon)
+{
+    if (!canon[0] || !strcmp(canon, "aio") || c->flags & ZC_CONFIG_LENIENT)
+        return ZC_SEV_WARN;
+    return ZC_SEV_ERROR;
+}
+
+static void add_unknown(walk_ctx *c, const char *canon, const char *wpath, const char *hint)
+{
+    zc_cfg_sev sev = unknown_sev(c, canon);
+    zc_status st = sev == ZC_SEV_ERROR ? ZC_ERR_CONFIG : ZC_OK;
+    if (!canon[0])
+        zc__diag_add(c->d, sev, st, wpath, "unknown top-level key, ignored as DeepSpeed does%s",
+                     hint);
+    else if (!strcmp(canon, "aio"))
+        zc__diag_add(c->d, sev, st, wpath, "unknown aio key, ignored%s", hint);
+    else if (sev == ZC_SEV_WARN)
+        zc__diag_add(c->d, sev, st, wpath, "unknown key, ignored (lenient)%s", hint);
+    else
+        zc__diag_add(c->d, sev, st, wpath, "unknown key%s", hint);
+}
+
+/* A member name with a dot. DeepSpeed never splits names at dots, so
+ * {"zero_optimization.stage": 3} is not the stage: it is an unknown key. When
+ * the dotted name spells a real path, the message shows the nesting meant;
+ * that case is an error even at the top level, where unknown keys only warn,
+ * because the value the user asked for would otherwise be silently dropped. */
+static void dotted_member(walk_ctx *c, const char *canon, const char *name, const char *cpath,
+                          const char *wpath)
+{
+    bool known = zc__cfg_key_find(cpath) >= 0 || zc__cfg_is_block(cpath) ||
+                 zc__cfg_deprecated_find(cpath, NULL) >= 0;
+    if (!known) {
+        /* "zero_optimization.foo": the block is real, the key is not. */
+        const char *dot = strchr(name, '.');
+        char head[NAME_MAX_KNOWN + 1];
+        snprintf(head, sizeof head, "%.*s", (int)(dot - name), name);
+        char hpath[NAME_MAX_KNOWN * 2 + 2];
+        join(hpath, sizeof hpath, canon, head);
+        known = zc__cfg_is_block(hpath) || (!canon[0] && !strcmp(head, "bfloat16"));
+    }
+    if (!known) {
+        add_unknown(c, canon, wpath, "; DeepSpeed does not split key names at dots");
+        return;
+    }
+    if (!zc__diag_keeps(c->d, ZC_SEV_ERROR)) {
+        zc__diag_add(c->d, ZC_SEV_ERROR, ZC_ERR_CONFIG, wpath, "unknown key");
+        return;
+    }
+    /* "a.b.c" -> "a → b → c" and {"a": {"b": {"c": ...}}}. */
+    /* Sized for the worst name: every character a dot, 5 bytes each. */
+    char arrows[NAME_MAX_KNOWN * 6], nested[NAME_MAX_KNOWN * 6];
+    size_t an = 0, nn = 0;
+    int depth = 0;
+    arrows[0] = nested[0] = 0;
+    for (const char *p = name; *p; p++) {
+        if (*p == '.') {
+            an += (size_t)snprintf(arrows + an, sizeof arrows - an, " \u2192 ");
+            nn += (size_t)snprintf(nested + nn, sizeof nested - nn, "\": {\"");
+            depth++;
+        } else {
+            an += (size_t)snprintf(arrows + an, sizeof arrows - an, "%c", *p);
+            nn += (size_t)snprintf(nested + nn, sizeof nested - nn, "%c", *p);
+        }
+    }
+    /* One brace per level opened in `nested`, plus the outer one. */
+    char closing[NAME_MAX_KNOWN + 2] = "";
+    for (int i = 0; i <= depth && i < (int)sizeof closing - 1; i++)
+        closing[i] = '}';
+    zc__diag_add(c->d, ZC_SEV_ERROR, ZC_ERR_CONFIG, wpath,
+                 "unknown key: DeepSpeed does not split key names at dots, so this value would "
+                 "be ignored; did you mean %s? Write it nested: {\"%s\": ...%s",
+                 arrows, nested, closing);
+}
+
 static zc_status walk_member(walk_ctx *c, const char *canon, const char *written,
                              const char *name, const json_t *val, bool skip_params)
 {
+    zc_cfg_diag *d = c->d;
+    size_t nlen = strlen(name);
+    if (nlen > NAME_MAX_KNOWN || (nlen > 0 && name[strspn(name, ".")] == 0)) {
+        /* Too long to be any key: reported with its whole name, no hint. */
+        if (!zc__diag_keeps(d, unknown_sev(c, canon))) {
+            add_unknown(c, canon, "", "");
+            return ZC_OK;
+        }
+        size_t plen = strlen(written) + 1 + nlen + 1;
+        char *wp;
+        ZC_CHECK(zc__host_alloc(NULL, ZC_MEM_OTHER, plen, "config path", (void **)&wp));
+        if (written[0])
+            snprintf(wp, plen, "%s.%s", written, name);
+        else
+            snprintf(wp, plen, "%s", name);
+        add_unknown(c, canon, wp, "");
+        zc__host_free(NULL, ZC_MEM_OTHER, wp, plen);
+        return ZC_OK;
+    }
     char cpath[256], wpath[256];
     join(cpath, sizeof cpath, canon, name);
     join(wpath, sizeof wpath, written, name);
-    zc_cfg_diag *d = c->d;
 
+    if (strchr(name, '.')) {
+        dotted_member(c, canon, name, cpath, wpath);
+        return ZC_OK;
+    }
     if (!canon[0] && !strcmp(name, "bfloat16")) {
         zc__diag_add(d, ZC_SEV_WARN, ZC_OK, "bfloat16", "bfloat16 is the old name of bf16; use bf16");
         return walk(c, "bf16", "bfloat16", val);
@@ -145,36 +248,31 @@ static zc_status walk_member(walk_ctx *c, const char *canon, const char *written
     if (dep >= 0)
         return zc__cfg_apply_deprecated(c->cfg, dep, val, d);
 
+    if (!canon[0] && zc__cfg_is_ignored_feature(name)) {
+        ZC_LOGD("config", "%s: DeepSpeed feature not used by zeroc; ignored", wpath);
+        return ZC_OK;
+    }
+    /* Past the kept-message cap the message is only counted: skip the hint
+     * search, which is most of the cost of an unknown key. */
+    if (!zc__diag_keeps(d, unknown_sev(c, canon))) {
+        add_unknown(c, canon, wpath, "");
+        return ZC_OK;
+    }
     char hint[200];
     zc__cfg_hint(cpath, hint, sizeof hint);
-    if (!canon[0]) {
-        if (zc__cfg_is_ignored_feature(name))
-            ZC_LOGD("config", "%s: DeepSpeed feature not used by zeroc; ignored", wpath);
-        else {
-            /* An unknown wrapper around top-level keys ("log": {"steps_per_print": 50}). */
-            const char *inner;
-            json_t *iv;
-            if (!hint[0] && json_is_object(val)) {
-                json_object_foreach((json_t *)val, inner, iv) {
-                    int ik = zc__cfg_key_find(inner);
-                    if (ik >= 0 || zc__cfg_is_block(inner)) {
-                        snprintf(hint, sizeof hint,
-                                 "; its key %s belongs at the top level (it is ignored here)",
-                                 inner);
-                        break;
-                    }
-                }
+    if (!canon[0] && !hint[0] && json_is_object(val)) {
+        /* An unknown wrapper around top-level keys ("log": {"steps_per_print": 50}). */
+        const char *inner;
+        json_t *iv;
+        json_object_foreach((json_t *)val, inner, iv) {
+            if (zc__cfg_key_find(inner) >= 0 || zc__cfg_is_block(inner)) {
+                snprintf(hint, sizeof hint,
+                         "; its key %.120s belongs at the top level (it is ignored here)", inner);
+                break;
             }
-            zc__diag_add(d, ZC_SEV_WARN, ZC_OK, wpath,
-                         "unknown top-level key, ignored as DeepSpeed does%s", hint);
         }
-    } else if (!strcmp(canon, "aio")) {
-        zc__diag_add(d, ZC_SEV_WARN, ZC_OK, wpath, "unknown aio key, ignored%s", hint);
-    } else if (c->flags & ZC_CONFIG_LENIENT) {
-        zc__diag_add(d, ZC_SEV_WARN, ZC_OK, wpath, "unknown key, ignored (lenient)%s", hint);
-    } else {
-        zc__diag_add(d, ZC_SEV_ERROR, ZC_ERR_CONFIG, wpath, "unknown key%s", hint);
     }
+    add_unknown(c, canon, wpath, hint);
     return ZC_OK;
 }
 
@@ -246,11 +344,31 @@ zc_status zc__config_load_text(zc_config **out, const char *text, size_t len, co
                                unsigned flags, zc_cfg_diag *d)
 {
     *out = NULL;
+    (void)name;
+    if (len > ZC_CFG_MAX_BYTES) {
+        zc__diag_add(d, ZC_SEV_ERROR, ZC_ERR_CONFIG, "",
+                     "%zu bytes; a config may be at most " ZC_CFG_MAX_BYTES_TEXT " (%zu bytes)",
+                     len, ZC_CFG_MAX_BYTES);
+        return ZC_ERR_CONFIG;
+    }
+    size_t values = zc__cfg_count_values(text, len, ZC_CFG_MAX_VALUES);
+    if (values > ZC_CFG_MAX_VALUES) {
+        zc__diag_add(d, ZC_SEV_ERROR, ZC_ERR_CONFIG, "",
+                     "more than %d JSON values; a config may hold at most %d (a DeepSpeed "
+                     "config has a few dozen); refused before parsing",
+                     ZC_CFG_MAX_VALUES, ZC_CFG_MAX_VALUES);
+        return ZC_ERR_CONFIG;
+    }
     json_error_t jerr;
     json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!root) {
-        zc__diag_add(d, ZC_SEV_ERROR, ZC_ERR_CONFIG, "",
-                     "invalid JSON at line %d, column %d: %s", jerr.line, jerr.column, jerr.text);
+        if (json_error_code(&jerr) == json_error_numeric_overflow &&
+            strstr(jerr.text, "integer"))
+            zc__cfg_explain_big_integer(text, len, flags, d, &jerr);
+        else
+            zc__diag_add(d, ZC_SEV_ERROR, ZC_ERR_CONFIG, "",
+                         "invalid JSON at line %d, column %d: %s", jerr.line, jerr.column,
+                         jerr.text);
         return ZC_ERR_CONFIG;
     }
     zc_status rc = ZC_OK;
@@ -266,7 +384,7 @@ zc_status zc__config_load_text(zc_config **out, const char *text, size_t len, co
     ZC_CHECK_GOTO(zc__cfg_walk_block(cfg, "", root, ZC_ORIGIN_FILE, flags, d), rc, out);
     zc__cfg_semantic(cfg, flags, d);
     if (d->nerr) {
-        rc = zc__diag_first_error(d)->status;
+        rc = d->err_status;
         goto out;
     }
     *out = cfg;
@@ -274,7 +392,6 @@ zc_status zc__config_load_text(zc_config **out, const char *text, size_t len, co
 out:
     zc_config_destroy(cfg);
     json_decref(root);
-    (void)name;
     return rc;
 }
 
@@ -288,7 +405,9 @@ ZC_API zc_status zc_config_load_string(zc_config **out, const char *json_text, c
     if (!name)
         name = "<string>";
     zc_cfg_diag d = {0};
-    zc_status rc = zc__config_load_text(out, json_text, strlen(json_text), name, flags, &d);
+    /* strnlen: a string far past the limit is refused without walking it all. */
+    size_t len = strnlen(json_text, ZC_CFG_MAX_BYTES + 1);
+    zc_status rc = zc__config_load_text(out, json_text, len, name, flags, &d);
     zc_status rep = zc__diag_report(&d, name);
     if (rc == ZC_OK && rep != ZC_OK) { /* out of memory recording messages */
         zc_config_destroy(*out);
@@ -298,43 +417,6 @@ ZC_API zc_status zc_config_load_string(zc_config **out, const char *json_text, c
         rc = ZC_ERR(rc, "%s: could not load the configuration", name);
     }
     zc__diag_free(&d);
-    return rc;
-}
-
-/* Reads a whole file through the counting allocator. */
-zc_status zc__cfg_read_file(const char *path, char **text, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return ZC_ERR(ZC_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    zc_status rc = ZC_OK;
-    char *buf = NULL;
-    long size = -1;
-    if (fseek(f, 0, SEEK_END) == 0)
-        size = ftell(f);
-    if (size < 0 || fseek(f, 0, SEEK_SET) != 0) {
-        rc = ZC_ERR(ZC_ERR_IO, "%s: cannot determine the size: %s", path, strerror(errno));
-        goto out;
-    }
-    if (size > (64L << 20)) {
-        rc = ZC_ERR(ZC_ERR_CONFIG, "%s: %ld bytes is too large for a config (limit 64 MiB)", path,
-                    size);
-        goto out;
-    }
-    ZC_CHECK_GOTO(zc__host_alloc(NULL, ZC_MEM_OTHER, (size_t)size + 1, "config text",
-                                 (void **)&buf),
-                  rc, out);
-    if (fread(buf, 1, (size_t)size, f) != (size_t)size) {
-        rc = ZC_ERR(ZC_ERR_IO, "%s: short read", path);
-        zc__host_free(NULL, ZC_MEM_OTHER, buf, (size_t)size + 1);
-        buf = NULL;
-        goto out;
-    }
-    buf[size] = 0;
-    *text = buf;
-    *len = (size_t)size;
-out:
-    fclose(f);
     return rc;
 }
 

@@ -111,6 +111,14 @@ static bool resolve_program(zc_config *cfg, int k)
     return false;
 }
 
+/* a * b * c, false when it leaves int64. Every product of batch numbers goes
+ * through here: the keys are bounded, the world is any int. */
+static bool mul3(int64_t a, int64_t b, int64_t c, int64_t *out)
+{
+    int64_t ab;
+    return !__builtin_mul_overflow(a, b, &ab) && !__builtin_mul_overflow(ab, c, out);
+}
+
 static zc_status batch_rules(zc_config *cfg, int world, bool preview, zc_cfg_diag *d)
 {
     int ktb = key("train_batch_size"), kmb = key("train_micro_batch_size_per_gpu"),
@@ -129,7 +137,8 @@ static zc_status batch_rules(zc_config *cfg, int world, bool preview, zc_cfg_dia
     }
     if (world <= 0) {
         /* config check without --world: the world size is what the triple implies. */
-        if (htb && hmb && hga && tb % (mb * ga) != 0)
+        int64_t per_rank;
+        if (htb && hmb && hga && (!mul3(mb, ga, 1, &per_rank) || tb % per_rank != 0))
             zc__diag_add(d, ZC_SEV_ERROR, ZC_ERR_CONFIG, "train_batch_size",
                          "%lld is not a multiple of train_micro_batch_size_per_gpu * "
                          "gradient_accumulation_steps = %lld * %lld for any world size",
@@ -139,6 +148,7 @@ static zc_status batch_rules(zc_config *cfg, int world, bool preview, zc_cfg_dia
     const char *how = NULL;
     int derived = -1;
     int64_t w = world;
+    bool overflow = false;
     if (htb && hmb && hga) {
     } else if (htb && hmb) {
         ga = tb / mb / w;
@@ -149,7 +159,7 @@ static zc_status batch_rules(zc_config *cfg, int world, bool preview, zc_cfg_dia
         derived = kmb;
         how = "train_batch_size / world / accumulation";
     } else if (hmb && hga) {
-        tb = mb * ga * w;
+        overflow = !mul3(mb, ga, w, &tb);
         derived = ktb;
         how = "micro batch * accumulation * world";
     } else if (htb) {
@@ -160,7 +170,7 @@ static zc_status batch_rules(zc_config *cfg, int world, bool preview, zc_cfg_dia
         zc__cfg_set_origin(cfg, kga, ZC_ORIGIN_DERIVED, "DeepSpeed rule: 1");
     } else {
         ga = 1;
-        tb = mb * w;
+        overflow = !mul3(mb, 1, w, &tb);
         derived = ktb;
         how = "micro batch * world (accumulation 1)";
         zc__cfg_set_origin(cfg, kga, ZC_ORIGIN_DERIVED, "DeepSpeed rule: 1");
@@ -171,6 +181,25 @@ static zc_status batch_rules(zc_config *cfg, int world, bool preview, zc_cfg_dia
         zc__cfg_set_origin(cfg, derived, was_auto ? ZC_ORIGIN_AUTO : ZC_ORIGIN_DERIVED,
                            "DeepSpeed rule: %s (world %d)", how, world);
     }
+    if (overflow) {
+        /* Reported as what it is, not as the wrapped (often 0) batch. */
+        zc__diag_add(d, ZC_SEV_ERROR, ZC_ERR_CONFIG, "train_batch_size",
+                     "train_micro_batch_size_per_gpu * gradient_accumulation_steps * world = "
+                     "%lld * %lld * %d does not fit in 64 bits (at most %lld); lower the micro "
+                     "batch or the accumulation steps",
+                     (long long)mb, (long long)ga, world, (long long)INT64_MAX);
+        return ZC_OK;
+    }
+    if (tb > zc__cfg_keys[ktb].imax) {
+        zc__diag_add(d, ZC_SEV_ERROR, ZC_ERR_CONFIG, "train_batch_size",
+                     "micro batch * accumulation * world = %lld * %lld * %d = %lld is out of "
+                     "range [1, %lld]",
+                     (long long)mb, (long long)ga, world, (long long)tb,
+                     (long long)zc__cfg_keys[ktb].imax);
+        return ZC_OK;
+    }
+    int64_t product = 0;
+    bool product_ok = tb > 0 && mb > 0 && ga > 0 && mul3(mb, ga, w, &product);
     if (tb <= 0)
         zc__diag_add(d, ZC_SEV_ERROR, ZC_ERR_CONFIG, "train_batch_size",
                      "Train batch size: %lld has to be greater than 0", (long long)tb);
@@ -180,7 +209,7 @@ static zc_status batch_rules(zc_config *cfg, int world, bool preview, zc_cfg_dia
     if (ga <= 0)
         zc__diag_add(d, ZC_SEV_ERROR, ZC_ERR_CONFIG, "gradient_accumulation_steps",
                      "Gradient accumulation steps: %lld has to be greater than 0", (long long)ga);
-    if (tb > 0 && mb > 0 && ga > 0 && tb != mb * ga * w)
+    if (tb > 0 && mb > 0 && ga > 0 && (!product_ok || tb != product))
         zc__diag_add(d, ZC_SEV_ERROR, ZC_ERR_CONFIG, "train_batch_size",
                      "Check batch related parameters. train_batch_size is not equal to "
                      "micro_batch_per_gpu * gradient_acc_step * world_size %lld != %lld * %lld * %d",
@@ -222,9 +251,12 @@ zc_status zc__cfg_resolve(zc_config *cfg, int world, bool preview, zc_cfg_diag *
             needed = cfg->scheduler.type == ZC_SCHED_WARMUP_DECAY_LR ||
                      cfg->scheduler.type == ZC_SCHED_WARMUP_COSINE_LR;
         if (needed) {
+            const char *field = zc__cfg_program_field(kk->path);
             zc__diag_add(d, preview ? ZC_SEV_WARN : ZC_SEV_ERROR, ZC_ERR_CONFIG, kk->path,
-                         "\"auto\" must be resolved by the program: give it with "
-                         "zc_config_set_program_values (or write a number)");
+                         "\"auto\" must be resolved by the program: set zc_program_values.%s "
+                         "and pass it to zc_config_set_program_values before zc_engine_create "
+                         "(or write a number in the file)",
+                         field ? field : "?");
             continue;
         }
         ZC_CHECK(zc__cfg_store_default(cfg, kk));
@@ -266,16 +298,27 @@ zc_status zc__config_resolve_model_auto(zc_config *cfg, int64_t hidden_size)
             zc__cfg_set_origin(cfg, k, ZC_ORIGIN_AUTO, "stage < 3: DeepSpeed default (unused)");
             continue;
         }
+        /* h <= 3037000499 above, so H^2 and 10 H fit int64; the key's range
+         * (2^50 elements) is the real bound, and a model past it is refused
+         * rather than given a bucket the rest of the engine cannot size. */
+        bool ok;
         if (!strcmp(kk->path, "zero_optimization.reduce_bucket_size")) {
-            v = h * h;
+            ok = !__builtin_mul_overflow(h, h, &v);
             snprintf(by, sizeof by, "model: H^2 with H = %lld", (long long)h);
         } else if (!strcmp(kk->path, "zero_optimization.stage3_prefetch_bucket_size")) {
-            v = (int64_t)(0.9 * (double)h * (double)h);
+            ok = !__builtin_mul_overflow(h, h, &v);
+            v = (int64_t)(0.9 * (double)v);
             snprintf(by, sizeof by, "model: 0.9 H^2 with H = %lld", (long long)h);
         } else {
-            v = 10 * h;
+            ok = !__builtin_mul_overflow(h, (int64_t)10, &v);
             snprintf(by, sizeof by, "model: 10 H with H = %lld", (long long)h);
         }
+        if (!ok || v < kk->imin || v > kk->imax)
+            return ZC_ERR(ZC_ERR_CONFIG,
+                          "%s: \"auto\" would be %s = %lld, out of range [%lld, %lld]; write a "
+                          "number for it",
+                          kk->path, by + 7, (long long)v, (long long)kk->imin,
+                          (long long)kk->imax);
         set_i64(cfg, k, v, by);
         ZC_LOGI("config", "%s: \"auto\" = %lld (%s)", kk->path, (long long)v, by);
     }

@@ -18,6 +18,20 @@
 #define O(f) offsetof(struct zc_config, f)
 #define I64MAX INT64_MAX
 
+/* Every number of the file has a stated range, chosen so that what is
+ * computed from it cannot overflow (the computations are still checked):
+ * - batch sizes fit an int: micro batch x accumulation x world stays inside
+ *   int64 for any int world, and programs count samples in int;
+ * - step counts are exact in a double (the schedule formulas run in double);
+ * - element counts (buckets, thresholds, sub-groups) times any dtype size,
+ *   and times a few more such factors, stay inside int64; the largest seen in
+ *   real configs is 1e14. */
+#define BATCH_MAX ((int64_t)INT32_MAX)
+#define STEPS_MAX ((int64_t)1 << 53)
+#define ELEMS_MAX ((int64_t)1 << 50)
+/* Loss scales are applied to fp32 values. */
+#define SCALE_MAX 3.4028234663852886e38
+
 #define KBOOL(p, f, def, fl, d) \
     { .path = p, .type = ZC_KT_BOOL, .flags = (fl), .off = O(f), .idef = (def), .doc = d }
 #define KTRI(p, f, d) \
@@ -74,16 +88,16 @@ static const zc_cfg_enum warmup_types[] = {{"log", 1}, {"linear", 0}, {NULL, 0}}
 
 const zc_cfg_key zc__cfg_keys[] = {
     /* top level */
-    KI64("train_batch_size", train_batch_size, -1, 1, I64MAX,
+    KI64("train_batch_size", train_batch_size, -1, 1, BATCH_MAX,
          ZC_KF_NULL | PROG | ZC_KF_MUST_RESOLVE,
          "global batch = micro batch x accumulation x data-parallel world"),
-    KI64("train_micro_batch_size_per_gpu", train_micro_batch_size_per_gpu, -1, 1, I64MAX,
+    KI64("train_micro_batch_size_per_gpu", train_micro_batch_size_per_gpu, -1, 1, BATCH_MAX,
          ZC_KF_NULL | PROG | ZC_KF_MUST_RESOLVE, "samples per rank per micro-step"),
-    KI64("gradient_accumulation_steps", gradient_accumulation_steps, -1, 1, I64MAX,
+    KI64("gradient_accumulation_steps", gradient_accumulation_steps, -1, 1, BATCH_MAX,
          ZC_KF_NULL | PROG | ZC_KF_MUST_RESOLVE, "micro-steps per optimizer step"),
     KF64("gradient_clipping", gradient_clipping, 1.0, 0, INFINITY, PROG,
          "global gradient-norm clip; 0 disables"),
-    KI64("steps_per_print", steps_per_print, -1, 1, I64MAX, ZC_KF_NULL,
+    KI64("steps_per_print", steps_per_print, -1, 1, STEPS_MAX, ZC_KF_NULL,
          "progress line every N steps; unset = never"),
     KBOOL("wall_clock_breakdown", wall_clock_breakdown, 0, 0, "per-phase timings"),
     KBOOL("prescale_gradients", prescale_gradients, 0, 0,
@@ -103,17 +117,17 @@ const zc_cfg_key zc__cfg_keys[] = {
     /* fp16 */
     KBOOL("fp16.enabled", fp16.enabled, 0, PROG, "fp16 parameters with loss scaling"),
     KBOOL("fp16.auto_cast", fp16.auto_cast, 0, 0, "cast inputs to fp16"),
-    KF64("fp16.loss_scale", fp16.loss_scale, 0, 0, INFINITY, 0,
+    KF64("fp16.loss_scale", fp16.loss_scale, 0, 0, SCALE_MAX, 0,
          "static loss scale; 0 = dynamic"),
-    KI64("fp16.initial_scale_power", fp16.initial_scale_power, 16, 0, 1000, 0,
-         "dynamic scale starts at 2^this"),
-    KI64("fp16.loss_scale_window", fp16.loss_scale_window, 1000, 1, I64MAX, 0,
+    KI64("fp16.initial_scale_power", fp16.initial_scale_power, 16, 0, 127, 0,
+         "dynamic scale starts at 2^this (a finite fp32)"),
+    KI64("fp16.loss_scale_window", fp16.loss_scale_window, 1000, 1, STEPS_MAX, 0,
          "clean steps before the scale doubles"),
-    KI64("fp16.hysteresis", fp16.hysteresis, 2, 1, I64MAX, 0,
+    KI64("fp16.hysteresis", fp16.hysteresis, 2, 1, STEPS_MAX, 0,
          "overflows tolerated before the scale halves"),
     KBOOL("fp16.consecutive_hysteresis", fp16.consecutive_hysteresis, 0, 0,
           "refill hysteresis on every clean step"),
-    KF64("fp16.min_loss_scale", fp16.min_loss_scale, 1, 0, INFINITY, ZC_KF_EXMIN,
+    KF64("fp16.min_loss_scale", fp16.min_loss_scale, 1, 0, SCALE_MAX, ZC_KF_EXMIN,
          "the scale never goes below this"),
     KIGN("fp16.fp16_master_weights_and_grads", ZC_KF_WARN_SET, "not implemented by zeroc"),
 
@@ -150,27 +164,27 @@ const zc_cfg_key zc__cfg_keys[] = {
     KSF("warmup_min_lr", warmup_min_lr, 0, 0, INFINITY, PROG, S_WARM, "lr at step 0"),
     KSF("warmup_max_lr", warmup_max_lr, -1, 0, INFINITY, PROG | ZC_KF_NULL, S_WARM,
         "lr at the end of warmup; unset = optimizer lr (WarmupLR) or 0.001 (WarmupDecayLR)"),
-    KSI("warmup_num_steps", warmup_num_steps, 1000, 1, I64MAX, PROG, S_WARM | S_COS,
+    KSI("warmup_num_steps", warmup_num_steps, 1000, 1, STEPS_MAX, PROG, S_WARM | S_COS,
         "warmup length (at least 2 is used)"),
     { .path = "scheduler.params.warmup_type", .type = ZC_KT_ENUM, .flags = ZC_KF_SCHED,
       .off = O(scheduler.warmup_log), .enums = warmup_types, .esz = (int)sizeof(bool),
       .idef = 1, .sched_mask = S_WARM | S_COS, .doc = "log or linear warmup" },
-    KSI("total_num_steps", total_num_steps, -1, 1, I64MAX,
+    KSI("total_num_steps", total_num_steps, -1, 1, STEPS_MAX,
         PROG | ZC_KF_MUST_RESOLVE | ZC_KF_NULL, S_WDEC | S_COS, "end of the decay"),
     KSF("warmup_min_ratio", warmup_min_ratio, 0, 0, 1, 0, S_COS, "lr ratio at step 0"),
     KSF("cos_min_ratio", cos_min_ratio, 1e-4, 0, 1, 0, S_COS, "lr ratio at the end"),
     KSF("cycle_min_lr", cycle_min_lr, -1, 0, INFINITY, 0, S_1C, "lower lr (required)"),
     KSF("cycle_max_lr", cycle_max_lr, -1, 0, INFINITY, 0, S_1C, "upper lr (required)"),
     KSF("decay_lr_rate", decay_lr_rate, 0, 0, INFINITY, 0, S_1C, "lr decay after the cycle"),
-    KSI("cycle_first_step_size", cycle_first_step_size, 2000, 1, I64MAX, 0, S_1C,
+    KSI("cycle_first_step_size", cycle_first_step_size, 2000, 1, STEPS_MAX, 0, S_1C,
         "steps of the rising half"),
-    KSI("cycle_second_step_size", cycle_second_step_size, -1, 1, I64MAX, ZC_KF_NULL, S_1C,
+    KSI("cycle_second_step_size", cycle_second_step_size, -1, 1, STEPS_MAX, ZC_KF_NULL, S_1C,
         "steps of the falling half; unset = first"),
-    KSI("cycle_first_stair_count", cycle_first_stair_count, 0, 0, I64MAX, 0, S_1C,
+    KSI("cycle_first_stair_count", cycle_first_stair_count, 0, 0, STEPS_MAX, 0, S_1C,
         "stairs in the rising half; 0 = continuous"),
-    KSI("cycle_second_stair_count", cycle_second_stair_count, -1, 0, I64MAX, ZC_KF_NULL, S_1C,
+    KSI("cycle_second_stair_count", cycle_second_stair_count, -1, 0, STEPS_MAX, ZC_KF_NULL, S_1C,
         "stairs in the falling half; unset = first"),
-    KSI("decay_step_size", decay_step_size, 0, 0, I64MAX, 0, S_1C,
+    KSI("decay_step_size", decay_step_size, 0, 0, STEPS_MAX, 0, S_1C,
         "decay interval after the cycle; 0 = no decay"),
     KSB("cycle_momentum", cycle_momentum, 1, S_1C, "cycle beta1 inversely to the lr"),
     KSF("cycle_min_mom", cycle_min_mom, 0.8, 0, 1, 0, S_1C, "lower beta1"),
@@ -178,7 +192,7 @@ const zc_cfg_key zc__cfg_keys[] = {
     KSF("decay_mom_rate", decay_mom_rate, 0, 0, INFINITY, 0, S_1C, "beta1 decay after the cycle"),
     KSF("lr_range_test_min_lr", lr_range_test_min_lr, 1e-3, 0, INFINITY, 0, S_RT,
         "starting lr"),
-    KSI("lr_range_test_step_size", lr_range_test_step_size, 2000, 1, I64MAX, 0, S_RT,
+    KSI("lr_range_test_step_size", lr_range_test_step_size, 2000, 1, STEPS_MAX, 0, S_RT,
         "steps per increase"),
     KSF("lr_range_test_step_rate", lr_range_test_step_rate, 1.0, 0, INFINITY, 0, S_RT,
         "increase per interval"),
@@ -192,41 +206,41 @@ const zc_cfg_key zc__cfg_keys[] = {
     KTRI(ZOPT "overlap_comm", zero.overlap_comm,
          "overlap reductions with backward; unset = true iff stage 3"),
     KBOOL(ZOPT "reduce_scatter", zero.reduce_scatter, 1, 0, "reduce-scatter gradients"),
-    KI64(ZOPT "reduce_bucket_size", zero.reduce_bucket_size, 500000000, 0, I64MAX,
+    KI64(ZOPT "reduce_bucket_size", zero.reduce_bucket_size, 500000000, 0, ELEMS_MAX,
          ZC_KF_AUTO_MODEL, "elements per gradient bucket (auto = H^2)"),
     KBOOL(ZOPT "allgather_partitions", zero.allgather_partitions, 1, 0,
           "all-gather updated parameters"),
-    KI64(ZOPT "allgather_bucket_size", zero.allgather_bucket_size, 500000000, 0, I64MAX, 0,
+    KI64(ZOPT "allgather_bucket_size", zero.allgather_bucket_size, 500000000, 0, ELEMS_MAX, 0,
          "elements per all-gather (even)"),
     KBOOL(ZOPT "round_robin_gradients", zero.round_robin_gradients, 0, 0,
           "stage 1/2 offload gradient copy order"),
-    KI64(ZOPT "sub_group_size", zero.sub_group_size, 1000000000, 0, I64MAX, 0,
+    KI64(ZOPT "sub_group_size", zero.sub_group_size, 1000000000, 0, ELEMS_MAX, 0,
          "elements per optimizer sub-group"),
     KBOOL(ZOPT "load_from_fp32_weights", zero.load_from_fp32_weights, 1, 0,
           "restore masters from fp32 checkpoint copies"),
     KBOOL(ZOPT "ignore_unused_parameters", zero.ignore_unused_parameters, 1, 0,
           "tolerate parameters without gradients"),
     KI64A(ZOPT "stage3_prefetch_bucket_size", ZOPT "prefetch_bucket_size",
-          zero.prefetch_bucket_size, 50000000, 0, I64MAX, ZC_KF_AUTO_MODEL,
+          zero.prefetch_bucket_size, 50000000, 0, ELEMS_MAX, ZC_KF_AUTO_MODEL,
           "elements gathered ahead of use (auto = 0.9 H^2)"),
     KI64A(ZOPT "stage3_param_persistence_threshold", ZOPT "param_persistence_threshold",
-          zero.param_persistence_threshold, 100000, 0, I64MAX, ZC_KF_AUTO_MODEL,
+          zero.param_persistence_threshold, 100000, 0, ELEMS_MAX, ZC_KF_AUTO_MODEL,
           "parameters this small stay gathered (auto = 10 H)"),
     KI64A(ZOPT "stage3_model_persistence_threshold", ZOPT "model_persistence_threshold",
           zero.model_persistence_threshold, I64MAX, 0, I64MAX, 0,
           "cap on persistent elements"),
     KI64A(ZOPT "stage3_max_live_parameters", ZOPT "max_live_parameters",
-          zero.max_live_parameters, 1000000000, 0, I64MAX, 0, "cap on gathered elements"),
+          zero.max_live_parameters, 1000000000, 0, ELEMS_MAX, 0, "cap on gathered elements"),
     KI64A(ZOPT "stage3_max_reuse_distance", ZOPT "max_reuse_distance", zero.max_reuse_distance,
-          1000000000, 0, I64MAX, 0, "keep a parameter reused within this many elements"),
+          1000000000, 0, ELEMS_MAX, 0, "keep a parameter reused within this many elements"),
     { .path = ZOPT "stage3_gather_16bit_weights_on_model_save", .type = ZC_KT_BOOL,
       .off = O(zero.gather_16bit_weights_on_model_save), .idef = 0,
       .alias = ZOPT "gather_16bit_weights_on_model_save",
       .doc = "gather full 16-bit weights when saving the model" },
     KI64A(ZOPT "stage3_module_granularity_threshold", ZOPT "module_granularity_threshold",
-          zero.module_granularity_threshold, 0, 0, I64MAX, 0,
+          zero.module_granularity_threshold, 0, 0, ELEMS_MAX, 0,
           "fine-grained module threshold"),
-    KI64(ZOPT "zero_hpz_partition_size", zero.zero_hpz_partition_size, 1, 0, I64MAX,
+    KI64(ZOPT "zero_hpz_partition_size", zero.zero_hpz_partition_size, 1, 0, INT32_MAX,
          ZC_KF_WARN_SET, "ZeRO++ hpZ secondary partition (not implemented)"),
     KBOOL(ZOPT "zero_quantized_weights", zero.zero_quantized_weights, 0, ZC_KF_WARN_SET,
           "ZeRO++ qwZ (not implemented)"),
@@ -257,7 +271,7 @@ const zc_cfg_key zc__cfg_keys[] = {
       .off = O(zero.offload_optimizer.nvme_path),
       .doc = "directory for NVMe swap files, or a list of them to stripe over (zeroc)" },
     KBOOL(OOPT "pin_memory", zero.offload_optimizer.pin_memory, 1, 0, "pinned host buffers"),
-    KI64(OOPT "buffer_count", zero.offload_optimizer.buffer_count, 4, 0, I64MAX, 0,
+    KI64(OOPT "buffer_count", zero.offload_optimizer.buffer_count, 4, 0, 1 << 20, 0,
          "NVMe swap buffers (>= 4 for Adam)"),
     KBOOL(OOPT "fast_init", zero.offload_optimizer.fast_init, 0, 0, "fast NVMe init"),
     KBOOL(OOPT "pipeline_read", zero.offload_optimizer.pipeline_read, 0, 0,
@@ -275,17 +289,19 @@ const zc_cfg_key zc__cfg_keys[] = {
     { .path = OPAR "nvme_path", .type = ZC_KT_STR, .flags = ZC_KF_NULL,
       .off = O(zero.offload_param.nvme_path), .doc = "directory for NVMe swap files" },
     KBOOL(OPAR "pin_memory", zero.offload_param.pin_memory, 1, 0, "pinned host buffers"),
-    KI64(OPAR "buffer_count", zero.offload_param.buffer_count, 5, 1, I64MAX, 0,
+    KI64(OPAR "buffer_count", zero.offload_param.buffer_count, 5, 1, 1 << 20, 0,
          "parameter swap buffers"),
-    KI64(OPAR "buffer_size", zero.offload_param.buffer_size, 100000000, 1, I64MAX, 0,
+    KI64(OPAR "buffer_size", zero.offload_param.buffer_size, 100000000, 1, ELEMS_MAX, 0,
          "elements per parameter swap buffer"),
-    KI64(OPAR "max_in_cpu", zero.offload_param.max_in_cpu, 1000000000, 0, I64MAX, 0,
+    KI64(OPAR "max_in_cpu", zero.offload_param.max_in_cpu, 1000000000, 0, ELEMS_MAX, 0,
          "parameter elements kept in host memory"),
 
     /* aio */
-    KI64("aio.block_size", aio.block_size, 1048576, 1, I64MAX, 0, "bytes per I/O request"),
-    KI64("aio.queue_depth", aio.queue_depth, 8, 1, I64MAX, 0, "requests in flight"),
-    KI64("aio.intra_op_parallelism", aio.intra_op_parallelism, 1, 1, I64MAX, 0,
+    KI64("aio.block_size", aio.block_size, 1048576, 1, (int64_t)1 << 30, 0,
+         "bytes per I/O request (the NVMe store takes at most 1 GiB)"),
+    KI64("aio.queue_depth", aio.queue_depth, 8, 1, 4096, 0,
+         "requests in flight (the NVMe store takes at most 4096)"),
+    KI64("aio.intra_op_parallelism", aio.intra_op_parallelism, 1, 1, 1024, 0,
          "parallel submitters per request"),
     KBOOL("aio.single_submit", aio.single_submit, 0, 0, "one submit per request"),
     KBOOL("aio.overlap_events", aio.overlap_events, 1, 0, "refill the queue per completion"),
@@ -351,19 +367,38 @@ static void json_brief(const json_t *v, char *buf, size_t cap)
         snprintf(buf, cap, "?");
         return;
     }
-    if (strlen(s) > 60)
-        snprintf(buf, cap, "%.57s...", s);
-    else
+    if (strlen(s) > 60) {
+        /* Cut on a character boundary: half a UTF-8 sequence would make the
+         * whole message invalid UTF-8 (and null in `config check --json`). */
+        int cut = 57;
+        while (cut > 0 && ((unsigned char)s[cut] & 0xC0) == 0x80)
+            cut--;
+        snprintf(buf, cap, "%.*s...", cut, s);
+    } else
         snprintf(buf, cap, "%s", s);
     free(s);
 }
 
 static void fmt_i64(int64_t v, char *buf, size_t cap)
 {
-    if (v == INT64_MAX)
-        snprintf(buf, cap, "%lld", (long long)v);
-    else
-        snprintf(buf, cap, "%lld", (long long)v);
+    snprintf(buf, cap, "%lld", (long long)v);
+}
+
+void zc__cfg_range_text(const zc_cfg_key *k, char *buf, size_t cap)
+{
+    if (k->type == ZC_KT_F64) {
+        /* An unbounded maximum still excludes inf and nan. */
+        if (isinf(k->dmax))
+            snprintf(buf, cap, "%s%g, inf) (finite)", k->flags & ZC_KF_EXMIN ? "(" : "[",
+                     k->dmin);
+        else
+            snprintf(buf, cap, "%s%g, %.17g]", k->flags & ZC_KF_EXMIN ? "(" : "[", k->dmin,
+                     k->dmax);
+    } else if (k->type == ZC_KT_I32 || k->type == ZC_KT_I64) {
+        snprintf(buf, cap, "[%lld, %lld]", (long long)k->imin, (long long)k->imax);
+    } else {
+        snprintf(buf, cap, "(no numeric range)");
+    }
 }
 
 static bool parse_number(const json_t *v, double *out)
@@ -415,8 +450,13 @@ bool zc__cfg_parse(const zc_cfg_key *k, const json_t *v, zc_cfg_val *out, char *
             /* DeepSpeed configs write sizes as 2e8 or 1.000000e+09: accept a real
              * that is an exact integer in int64 range, nothing else. */
             double d = json_real_value(v);
-            if (!(d == floor(d)) || !(fabs(d) < 9.2233720368547758e18)) {
+            if (!(d == floor(d))) {
                 snprintf(err, cap, "expected an integer in [%s, %s], got %s", lo, hi, shown);
+                return false;
+            }
+            /* 2^63 itself is out: the cast is defined only below it. */
+            if (!(fabs(d) < 9223372036854775808.0)) {
+                snprintf(err, cap, "%s is out of range [%s, %s]", shown, lo, hi);
                 return false;
             }
             out->i = (int64_t)d;
@@ -434,15 +474,17 @@ bool zc__cfg_parse(const zc_cfg_key *k, const json_t *v, zc_cfg_val *out, char *
     case ZC_KT_F64: {
         double d;
         if (!parse_number(v, &d)) {
-            snprintf(err, cap, "expected a number in %s%g, %g], got %s (%s)",
-                     k->flags & ZC_KF_EXMIN ? "(" : "[", k->dmin, k->dmax, json_type_name(v),
+            char range[64];
+            zc__cfg_range_text(k, range, sizeof range);
+            snprintf(err, cap, "expected a number in %s, got %s (%s)", range, json_type_name(v),
                      shown);
             return false;
         }
         bool lo_ok = k->flags & ZC_KF_EXMIN ? d > k->dmin : d >= k->dmin;
         if (!isfinite(d) || !lo_ok || d > k->dmax) {
-            snprintf(err, cap, "%s is out of range %s%g, %g]", shown,
-                     k->flags & ZC_KF_EXMIN ? "(" : "[", k->dmin, k->dmax);
+            char range[64];
+            zc__cfg_range_text(k, range, sizeof range);
+            snprintf(err, cap, "%s is out of range %s", shown, range);
             return false;
         }
         out->d = d;

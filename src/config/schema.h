@@ -100,6 +100,10 @@ typedef struct zc_cfg_val {
  * not handled here. */
 bool zc__cfg_parse(const zc_cfg_key *k, const json_t *v, zc_cfg_val *out, char *err, size_t cap);
 
+/* The key's numeric range as messages write it: "[1, 2147483647]",
+ * "(0, inf) (finite)". */
+void zc__cfg_range_text(const zc_cfg_key *k, char *buf, size_t cap);
+
 /* Stores a parsed value (strings are copied). ZC_ERR_NO_MEMORY on failure. */
 zc_status zc__cfg_store(zc_config *cfg, const zc_cfg_key *k, const zc_cfg_val *v);
 

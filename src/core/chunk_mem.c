@@ -49,8 +49,7 @@ void zc__chunk_free(zc_engine *e, zc_chunk *c)
     zc__eng_free(e, ZC_MEM_GRADS, &p, (size_t)c->padded * e->pesz);
     p = c->acc_host ? NULL : c->acc; /* a home-held shard is the home's to free */
     zc__eng_free(e, ZC_MEM_GRADS, &p, acc_elems(e, c) * sizeof(float));
-    zc__eng_free(e, ZC_MEM_BUFFERS, &c->gbuf, (size_t)c->padded * e->pesz);
-    zc__eng_free(e, ZC_MEM_BUFFERS, &c->gather, (size_t)c->padded * e->pesz);
+    zc__bufpool_put(&e->pool_grad, &c->gbuf);
     c->param = c->grad = NULL;
     c->acc = NULL;
     c->acc_host = c->acc_swap = false;

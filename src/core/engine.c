@@ -21,10 +21,10 @@ zc_status zc__eng_enter(const zc_engine *e, const char *fn, bool need_built)
         return ZC_ERR(ZC_ERR_INVALID_STATE,
                       "%s: zc_engine_build failed on this engine; it can only be destroyed", fn);
     if (e->state == ZC_ENG_BROKEN)
-        return ZC_ERR(ZC_ERR_COMM,
-                      "%s: an earlier collective or optimizer-state I/O failed on this engine, "
-                      "so the ranks may no longer agree on gradients or parameters; destroy the "
-                      "engine and its communicator (first failure: %s)",
+        return ZC_ERR(e->broken_rc,
+                      "%s: this engine is broken, so the ranks may no longer agree on "
+                      "gradients or parameters; destroy the engine and its communicator "
+                      "(first failure: %s)",
                       fn, e->broken_msg);
     if (need_built && e->state != ZC_ENG_BUILT)
         return ZC_ERR(ZC_ERR_INVALID_STATE, "%s: call zc_engine_build first", fn);
@@ -37,11 +37,18 @@ zc_status zc__eng_enter(const zc_engine *e, const char *fn, bool need_built)
  * after ncclCommAbort). Argument errors, identical on every rank, do not. */
 static zc_status coll_failed(zc_engine *e, zc_status rc)
 {
-    if ((rc == ZC_ERR_COMM || rc == ZC_ERR_DEVICE) && e->state == ZC_ENG_BUILT) {
-        snprintf(e->broken_msg, sizeof e->broken_msg, "%s", zc_last_error());
-        e->state = ZC_ENG_BROKEN;
-    }
+    if (rc == ZC_ERR_COMM || rc == ZC_ERR_DEVICE)
+        zc__eng_break(e, rc, zc_last_error());
     return rc;
+}
+
+void zc__eng_break(zc_engine *e, zc_status rc, const char *why)
+{
+    if (e->state != ZC_ENG_BUILT)
+        return; /* keep the first reason */
+    snprintf(e->broken_msg, sizeof e->broken_msg, "%s", why);
+    e->broken_rc = rc;
+    e->state = ZC_ENG_BROKEN;
 }
 
 zc_status zc__eng_check_param(const zc_engine *e, const zc_param *p, const char *fn)
@@ -61,9 +68,10 @@ zc_status zc__eng_check_param(const zc_engine *e, const zc_param *p, const char 
 
 /* ---- collectives --------------------------------------------------------- */
 
-zc_status zc__eng_all_reduce(zc_engine *e, void *buf, size_t n, zc_dtype dt, bool count_it)
+zc_status zc__eng_all_reduce_on(zc_engine *e, void *buf, size_t n, zc_dtype dt, bool count_it,
+                                void *stream)
 {
-    zc_status rc = zc__all_reduce(e->comm, buf, buf, n, dt, ZC_RED_SUM, e->stream);
+    zc_status rc = zc__all_reduce(e->comm, buf, buf, n, dt, ZC_RED_SUM, stream);
     if (rc != ZC_OK)
         return coll_failed(e, rc);
     if (count_it)
@@ -71,10 +79,10 @@ zc_status zc__eng_all_reduce(zc_engine *e, void *buf, size_t n, zc_dtype dt, boo
     return ZC_OK;
 }
 
-zc_status zc__eng_reduce_scatter(zc_engine *e, const void *send, void *recv, size_t recv_n,
-                                 zc_dtype dt, bool count_it)
+zc_status zc__eng_reduce_scatter_on(zc_engine *e, const void *send, void *recv, size_t recv_n,
+                                    zc_dtype dt, bool count_it, void *stream)
 {
-    zc_status rc = zc__reduce_scatter(e->comm, send, recv, recv_n, dt, e->stream);
+    zc_status rc = zc__reduce_scatter(e->comm, send, recv, recv_n, dt, stream);
     if (rc != ZC_OK)
         return coll_failed(e, rc);
     if (count_it)
@@ -83,16 +91,48 @@ zc_status zc__eng_reduce_scatter(zc_engine *e, const void *send, void *recv, siz
     return ZC_OK;
 }
 
-zc_status zc__eng_all_gather(zc_engine *e, const void *send, void *recv, size_t send_n,
-                             zc_dtype dt, bool count_it)
+zc_status zc__eng_all_gather_on(zc_engine *e, const void *send, void *recv, size_t send_n,
+                                zc_dtype dt, bool count_it, void *stream)
 {
-    zc_status rc = zc__all_gather(e->comm, send, recv, send_n, dt, e->stream);
+    zc_status rc = zc__all_gather(e->comm, send, recv, send_n, dt, stream);
     if (rc != ZC_OK)
         return coll_failed(e, rc);
     if (count_it)
         e->comm_cur[ZC_COLL_ALL_GATHER] +=
             (int64_t)(send_n * (size_t)e->world * zc_dtype_size(dt));
     return ZC_OK;
+}
+
+zc_status zc__eng_all_reduce(zc_engine *e, void *buf, size_t n, zc_dtype dt, bool count_it)
+{
+    return zc__eng_all_reduce_on(e, buf, n, dt, count_it, e->stream);
+}
+
+zc_status zc__eng_reduce_scatter(zc_engine *e, const void *send, void *recv, size_t recv_n,
+                                 zc_dtype dt, bool count_it)
+{
+    return zc__eng_reduce_scatter_on(e, send, recv, recv_n, dt, count_it, e->stream);
+}
+
+zc_status zc__eng_all_gather(zc_engine *e, const void *send, void *recv, size_t send_n,
+                             zc_dtype dt, bool count_it)
+{
+    return zc__eng_all_gather_on(e, send, recv, send_n, dt, count_it, e->stream);
+}
+
+/* A group's collectives are launched by group_end: a failure there is a
+ * failure of those collectives (some ranks may have launched theirs), so it
+ * breaks the engine exactly like one. */
+zc_status zc__eng_group_start(zc_engine *e)
+{
+    zc_status rc = zc__comm_group_start(e->comm);
+    return rc == ZC_OK ? ZC_OK : coll_failed(e, rc);
+}
+
+zc_status zc__eng_group_end(zc_engine *e)
+{
+    zc_status rc = zc__comm_group_end(e->comm);
+    return rc == ZC_OK ? ZC_OK : coll_failed(e, rc);
 }
 
 /* ---- device helpers ------------------------------------------------------ */
@@ -103,6 +143,12 @@ zc_status zc__eng_alloc(zc_engine *e, zc_mem_category cat, size_t bytes, const c
     *out = NULL;
     if (bytes == 0)
         return ZC_OK;
+    int64_t nth = 0;
+    if (e->state == ZC_ENG_BUILT && zc__faults_hit(&e->faults, ZC_FAULT_ALLOC, &nth))
+        return ZC_ERR(ZC_ERR_NO_MEMORY,
+                      "%s: injected failure of allocation %lld after zc_engine_build on rank %d "
+                      "(ZC_FAULTS), %zu bytes",
+                      what, (long long)nth, e->rank, bytes);
     return e->dev->ops->alloc(e->dev, &e->acct, cat, bytes, what, out);
 }
 
@@ -203,18 +249,8 @@ ZC_API zc_status zc_engine_create(zc_engine **out, const zc_config *cfg, zc_comm
     if (!policy_for(stage))
         return ZC_ERR(ZC_ERR_CONFIG, "zero_optimization.stage is %d; it must be 0, 1, 2 or 3",
                       stage);
-    /* Parameter offload is issue 7; optimizer offload is placed at build
-     * (opt_state.c). Stage 0 cannot offload: it keeps the whole optimizer
-     * state on every rank (DeepSpeed refuses it too). */
-    if (cfg->zero.offload_param.device != ZC_OFFLOAD_NONE)
-        return ZC_ERR(ZC_ERR_UNSUPPORTED,
-                      "zero_optimization.offload_param is set, but this engine does not offload "
-                      "parameters yet; remove the offload_param block");
-    if (cfg->zero.offload_optimizer.device != ZC_OFFLOAD_NONE && stage == 0)
-        return ZC_ERR(ZC_ERR_CONFIG,
-                      "zero_optimization.offload_optimizer.device is set at stage 0, which keeps "
-                      "the whole optimizer state on every rank; set zero_optimization.stage to "
-                      "1, 2 or 3 or remove offload_optimizer");
+    /* The rule lives in src/config so `zeroc config check` gives the same verdict. */
+    ZC_CHECK(zc__config_engine_check(cfg));
     zc__log_set_rank(rank);
 
     zc_status rc = ZC_OK;
@@ -230,6 +266,31 @@ ZC_API zc_status zc_engine_create(zc_engine **out, const zc_config *cfg, zc_comm
     e->stage = stage;
     e->pol = policy_for(stage);
 
+    /* Read once here: every rank parses the same text, so a malformed value
+     * fails create on every rank alike. */
+    const char *faults = getenv("ZC_FAULTS");
+    ZC_CHECK_GOTO(zc__faults_parse(faults, rank, world, &e->faults), rc, fail);
+    if (faults && *faults) {
+        if (rank == 0)
+            ZC_LOGW("core", "ZC_FAULTS=%s: fault injection is on", faults);
+        for (int i = 0; i < e->faults.n; i++)
+            ZC_LOGW("core", "ZC_FAULTS: %s %lld after zc_engine_build will fail on this rank",
+                    e->faults.kind[i] == ZC_FAULT_IO ? "optimizer-state read or write"
+                                                     : "allocation",
+                    (long long)e->faults.at[i]);
+    }
+    /* io items fire only on optimizer-state I/O (nvme): without it, an item
+     * that can never fire is refused rather than passing silently. */
+    for (int i = 0; i < e->faults.n; i++)
+        if (e->faults.kind[i] == ZC_FAULT_IO &&
+            cfg->zero.offload_optimizer.device != ZC_OFFLOAD_NVME) {
+            rc = ZC_ERR(ZC_ERR_CONFIG,
+                        "ZC_FAULTS='%s': io items apply to the optimizer-state reads and writes "
+                        "of zero_optimization.offload_optimizer.device \"nvme\", which this "
+                        "configuration does not do",
+                        faults);
+            goto fail;
+        }
     ZC_CHECK_GOTO(zc__config_clone(cfg, &e->cfg), rc, fail);
     ZC_CHECK_GOTO(resolve_gas(e->cfg, world, &e->gas), rc, fail);
     ZC_CHECK_GOTO(pick_dtype(e, opts), rc, fail);
@@ -238,8 +299,13 @@ ZC_API zc_status zc_engine_create(zc_engine **out, const zc_config *cfg, zc_comm
     int index = opts && OPT_HAS(opts, device_index) ? opts->device_index : -1;
     ZC_CHECK_GOTO(zc__device_open(kind, index, &e->dev), rc, fail);
     ZC_CHECK_GOTO(comm->ops->bind_device(comm, e->dev), rc, fail);
+    /* Empty until zc_engine_build sizes them (reserve.c). */
+    zc__bufpool_init(&e->pool_grad, "chunk gradient buffers", ZC_MEM_BUFFERS, e->dev, &e->acct);
+    zc__bufpool_init(&e->pool_gather, "stage-3 gather buffers", ZC_MEM_BUFFERS, e->dev, &e->acct);
+    zc__bufpool_init(&e->pool_stage, "parameter load staging", ZC_MEM_BUFFERS, e->dev, &e->acct);
 
     e->bucket_option = opts && OPT_HAS(opts, bucket_elems) ? opts->bucket_elems : 0;
+    e->user_stream = opts && OPT_HAS(opts, stream) ? opts->stream : NULL;
     if (e->cfg->communication_data_type >= 0 && e->cfg->communication_data_type != (int)e->pdt)
         ZC_LOGW("core", "communication_data_type %s is not supported yet: gradients are "
                         "reduced in the parameter dtype %s",
@@ -273,11 +339,15 @@ ZC_API void zc_engine_destroy(zc_engine *e)
 {
     if (!e || e->magic != ZC_ENGINE_MAGIC)
         return;
+    /* First: queued work may still read or write the buffers freed below. */
+    zc__streams_destroy(e);
     if (e->pol && e->pol->teardown && e->chunks)
         e->pol->teardown(e);
     zc__opt_free(e);
     zc__partials_free(e);
     zc__layout_free(e);
+    /* After the chunks: they return their pool slots first. */
+    zc__reserve_free(e);
     for (int i = 0; i < e->nparams; i++) {
         zc_param *p = e->params[i];
         zc__host_free(&e->acct, ZC_MEM_OTHER, p->name, p->name_bytes);
@@ -286,7 +356,6 @@ ZC_API void zc_engine_destroy(zc_engine *e)
     }
     zc__host_free(&e->acct, ZC_MEM_OTHER, e->params, (size_t)e->params_cap * sizeof *e->params);
     zc__host_free(&e->acct, ZC_MEM_OTHER, e->groups, (size_t)e->groups_cap * sizeof *e->groups);
-    zc__host_free(&e->acct, ZC_MEM_OTHER, e->trace.order, (size_t)e->trace.cap * sizeof(int));
     zc_config_destroy(e->cfg);
     if (e->dev)
         e->dev->ops->destroy(e->dev);

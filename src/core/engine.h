@@ -34,6 +34,8 @@
 #include "base/log.h"
 #include "comm/comm.h"
 #include "config/config.h"
+#include "core/bufpool.h"
+#include "core/faults.h"
 #include "core/loss_scaler.h"
 #include "core/opt_home.h"
 #include "device/device.h"
@@ -51,6 +53,15 @@
  * those bounded while collectives stay large. zc_engine_options.bucket_elems
  * overrides it. */
 #define ZC_CHUNK_CAP_ELEMS ((int64_t)1 << 24)
+/* Stage 2/3 transient gradient buffers reserved at build: two, like
+ * DeepSpeed's pair of reduce buckets with overlap_comm, so one chunk's
+ * gradient can be written while the previous one is reduced. A backward
+ * pass that holds more chunks' gradient buffers at once gets
+ * ZC_ERR_NO_MEMORY from zc_grad_buffer on every rank alike. */
+#define ZC_GRAD_BUFFERS 2
+/* Bounds of the stage-3 acquire trace reserved at build (entries). */
+#define ZC_TRACE_MIN 64
+#define ZC_TRACE_MAX ((int64_t)1 << 22)
 
 typedef struct zc_stage_policy zc_stage_policy;
 
@@ -58,7 +69,9 @@ typedef enum zc_engine_state {
     ZC_ENG_CREATED = 0, /* registering groups and parameters */
     ZC_ENG_BUILT,       /* buffers allocated; training */
     ZC_ENG_FAILED,      /* build failed: only destroy is allowed */
-    ZC_ENG_BROKEN       /* a collective failed: ranks may disagree, only destroy */
+    ZC_ENG_BROKEN       /* a collective failed, or rank-local work between two
+                           collectives failed on some rank (agreed by every rank):
+                           ranks may disagree, only destroy */
 } zc_engine_state;
 
 struct zc_param {
@@ -115,6 +128,8 @@ typedef struct zc_chunk {
                                   window's last slice was added */
     void *gbuf;                /* stages 2/3: transient full P-dtype gradient */
     void *gather;              /* stage 3: gathered full parameters, or NULL */
+    bool gather_own;           /* gather was allocated beyond the reserve (agreed),
+                                  not taken from pool_gather */
 
     int nready;                /* parameters ready in this micro-step */
     bool reduced;              /* reduction of this micro-step done */
@@ -135,16 +150,35 @@ typedef struct zc_trace {
     int64_t len, cap;
     int64_t pos;               /* next expected activation (complete mode) */
     int64_t pf_end;            /* trace entries [pos, pf_end) were considered for prefetch */
+    bool truncated;            /* more activations than cap were recorded: the trace
+                                  holds the first cap, and nothing is prefetched
+                                  beyond them */
 } zc_trace;
 
 struct zc_engine {
     uint32_t magic;
     zc_engine_state state;
-    char broken_msg[256];      /* first collective failure (state ZC_ENG_BROKEN) */
+    char broken_msg[512];      /* why it broke (state ZC_ENG_BROKEN) */
+    zc_status broken_rc;       /* the status that broke it; later calls return it */
+    zc_faults faults;          /* ZC_FAULTS items for this rank */
     zc_config *cfg;            /* own copy */
     zc_comm *comm;             /* borrowed */
     zc_device *dev;
-    void *stream;              /* NULL: the device's default stream */
+    /* Streams and events (streams.c). Until zc_engine_build creates them the
+     * engine works on the legacy default stream (NULL). */
+    void *stream;              /* the engine's own stream: everything but what follows */
+    void *comm_stream;         /* gradient reductions: its own with overlap_comm,
+                                  else == stream */
+    void *ctl_stream;          /* zc__eng_agree's status exchange, so agreeing
+                                  never waits for queued model work */
+    void *user_stream;         /* zc_engine_options.stream: where gradients are written */
+    bool streams_created;
+    void *ev_engine;           /* recorded on stream for a caller's stream to wait on */
+    void *ev_caller;           /* recorded on a caller's stream for stream to wait on */
+    void *ev_handoff;          /* stream -> comm_stream before a reduction */
+    void *ev_reduced;          /* comm_stream -> stream: every reduction so far */
+    void *ev_gslot[ZC_GRAD_BUFFERS]; /* per gradient pool slot: its last reduction */
+    bool gslot_pending[ZC_GRAD_BUFFERS];
     int rank, world, stage;
     zc_dtype pdt;              /* working precision */
     size_t pesz;
@@ -175,7 +209,10 @@ struct zc_engine {
     zc_loss_scaler scaler;
     int64_t steps, skipped, adam_steps;
     double *partials;          /* host: nchunks * world sum-of-squares partials */
-    double *part_send, *part_recv; /* device buffers for the fp64 all-gather */
+    double *part_send, *part_recv; /* device buffers for the fp64 all-gather; stage 0
+                                      writes its (chunk, rank) partials into part_recv */
+    double *norm_scratch;      /* device: sumsq_async blocks of the largest shard */
+    size_t norm_scratch_elems;
 
     /* Stats: the current window and the last completed step. */
     int64_t comm_cur[ZC_COLL__COUNT], comm_last[ZC_COLL__COUNT];
@@ -187,19 +224,20 @@ struct zc_engine {
     int64_t max_live, prefetch_elems, prefetched_elems;
     zc_trace trace;
 
+    /* Reserved at build (bufpool.h, reserve.c): stage 2/3 gradient buffers,
+     * stage 3 gather buffers, fp32 staging of zc_param_load and
+     * zc_param_gather_master. */
+    zc_bufpool pool_grad, pool_gather, pool_stage;
+    /* Status records of zc__eng_agree (agree.c). */
+    void *agree_host, *agree_send, *agree_recv;
+
     /* Optimizer state homes (opt_state.c): [0] device, [1] the offload home
      * (cpu or nvme) when offload_optimizer is on. */
     zc_opt_home *homes[2];
     int nhomes;
     bool opt_staging;          /* host homes stage the gradient and the output */
-    bool opt_agree;            /* rank-local I/O in the step: agree on its outcome */
     int *pass_ks;              /* nchunks: a pass's chunk list, per home */
-    int32_t *agree_host;       /* world * ZC_AGREE_WORDS */
-    void *agree_send, *agree_recv; /* device buffers of the agreement all-gather */
 };
-
-/* Words of one rank's status in the offload agreement (status + message). */
-#define ZC_AGREE_WORDS 128
 
 /* A stage policy: what a stage keeps, reduces and gathers. The step pipeline
  * (grads.c, step.c, params.c) calls these; everything else is shared. */
@@ -238,6 +276,10 @@ extern const zc_stage_policy zc__stage3_policy;
 /* Validates a public call's engine (and built state when need_built) and sets
  * the log rank of this thread. `fn` names the call in the message. */
 zc_status zc__eng_enter(const zc_engine *e, const char *fn, bool need_built);
+/* Marks a built engine broken with status rc and reason `why` (the first
+ * reason is kept). Only zc_engine_destroy is allowed afterwards; every other
+ * call returns rc and names the reason. */
+void zc__eng_break(zc_engine *e, zc_status rc, const char *why);
 /* Validates that p belongs to e. */
 zc_status zc__eng_check_param(const zc_engine *e, const zc_param *p, const char *fn);
 
@@ -249,6 +291,55 @@ zc_status zc__eng_reduce_scatter(zc_engine *e, const void *send, void *recv, siz
                                  zc_dtype dt, bool count_it);
 zc_status zc__eng_all_gather(zc_engine *e, const void *send, void *recv, size_t send_n,
                              zc_dtype dt, bool count_it);
+/* The same on an explicit stream (comm_stream, ctl_stream). */
+zc_status zc__eng_all_reduce_on(zc_engine *e, void *buf, size_t n, zc_dtype dt, bool count_it,
+                                void *stream);
+zc_status zc__eng_reduce_scatter_on(zc_engine *e, const void *send, void *recv, size_t recv_n,
+                                    zc_dtype dt, bool count_it, void *stream);
+zc_status zc__eng_all_gather_on(zc_engine *e, const void *send, void *recv, size_t send_n,
+                                zc_dtype dt, bool count_it, void *stream);
+/* A communicator group around collectives issued back to back (NCCL launches
+ * them together). A failed group_start or group_end breaks the engine like a
+ * failed collective; group_end must follow every group_start that succeeded. */
+zc_status zc__eng_group_start(zc_engine *e);
+zc_status zc__eng_group_end(zc_engine *e);
+
+/* Agrees on the outcome of rank-local work before the next collective
+ * (agree.c). Collective: every rank calls it at the same point with its own
+ * status. Returns ZC_OK when every rank succeeded; otherwise every rank
+ * returns the status of the first failed rank with the same message
+ * ("<what> failed on rank R of W: <its message>") and its engine is broken. */
+zc_status zc__eng_agree(zc_engine *e, zc_status local, const char *what);
+zc_status zc__agree_alloc(zc_engine *e);
+void zc__agree_free(zc_engine *e);
+
+/* ---- streams.c ----------------------------------------------------------- */
+
+/* Creates the engine's streams and events (zc_engine_build): a non-blocking
+ * stream of its own, a communication stream when overlap_comm, a control
+ * stream. The host device's streams are its synchronous sentinel. */
+zc_status zc__streams_create(zc_engine *e);
+/* Waits for everything queued on the engine's streams, then destroys them
+ * (zc_engine_destroy). Errors are logged: there is no one left to tell. */
+void zc__streams_destroy(zc_engine *e);
+/* Work enqueued on `stream` (a caller's; NULL = legacy default) from now on
+ * runs after the work enqueued on the engine's stream so far. */
+zc_status zc__order_caller_after_engine(zc_engine *e, void *stream);
+/* Work enqueued on the engine's stream from now on runs after the work
+ * enqueued on `stream` (a caller's) so far. */
+zc_status zc__order_engine_after_caller(zc_engine *e, void *stream);
+/* Before a reduction on comm_stream: it runs after the engine's stream so far
+ * (the gradient, its prescale). No-op without overlap_comm. */
+zc_status zc__order_comm_after_engine(zc_engine *e);
+/* After a reduction on comm_stream that read gradient pool slot `slot` (-1:
+ * none): records ev_reduced (and that slot's event). No-op without overlap. */
+zc_status zc__reduction_done(zc_engine *e, int slot);
+/* Before the engine's stream touches reduced gradients (norm, Adam, reset):
+ * it waits for every reduction so far. No-op without overlap_comm. */
+zc_status zc__order_engine_after_reductions(zc_engine *e);
+/* Before gradient pool slot `slot` is zero-filled on the engine's stream for
+ * another chunk: it waits for the reduction that last read the slot. */
+zc_status zc__order_engine_after_slot(zc_engine *e, int slot);
 
 /* Device helpers. */
 zc_status zc__eng_alloc(zc_engine *e, zc_mem_category cat, size_t bytes, const char *what,
@@ -269,6 +360,10 @@ zc_status zc__layout_build(zc_engine *e);
 void zc__layout_free(zc_engine *e);
 /* Frees the norm-partial buffers (before zc__layout_free: sized by nchunks). */
 void zc__partials_free(zc_engine *e);
+/* Plans and reserves the buffer pools and the stage-3 trace from the layout
+ * and the configuration (reserve.c); zc__reserve_free releases them. */
+zc_status zc__reserve_build(zc_engine *e);
+void zc__reserve_free(zc_engine *e);
 
 /* ---- opt_state.c --------------------------------------------------------- */
 
@@ -310,20 +405,16 @@ float *zc__opt_grad_home(zc_engine *e, const zc_chunk *c);
 bool zc__opt_grad_swapped(zc_engine *e, const zc_chunk *c);
 /* The device whose ops address c->acc (the host for a host-held shard). */
 zc_device *zc__opt_acc_dev(zc_engine *e, const zc_chunk *c);
-/* c->acc += own (this rank's reduced P-dtype slice, device memory): a
- * device kernel, or D2H into pinned staging and a host add for a host-held
- * shard. */
-zc_status zc__opt_grad_accumulate(zc_engine *e, zc_chunk *c, const void *own);
+/* c->acc += own (this rank's reduced P-dtype slice, device memory, produced
+ * on `stream`): a device kernel on `stream`, or D2H into pinned staging (after
+ * `stream`) and a host add for a host-held or swapped shard. */
+zc_status zc__opt_grad_accumulate(zc_engine *e, zc_chunk *c, const void *own, void *stream);
 /* While Adam runs on chunk k: keeps the home's I/O moving (non-blocking). */
 void zc__opt_progress(zc_engine *e, int k);
 
-/* After rank-local offload I/O (the step's pass, the read of
- * zc_param_gather_master), before the next collective: every rank learns every
- * rank's outcome (one all-gather of ZC_AGREE_WORDS words). When any rank
- * failed, every engine is marked broken with the same message, naming the
- * first failing rank, and the call returns its status on every rank. A no-op
- * returning rc without offload I/O. */
-zc_status zc__opt_agree(zc_engine *e, zc_status rc, const char *what);
+/* Whether reading or writing the optimizer state can fail on one rank alone
+ * (nvme: I/O), so collective callers agree on its outcome first. */
+bool zc__opt_rank_local_io(const zc_engine *e);
 
 /* n fp32 values between device memory and chunk k's master at element `at`
  * of its home tensor (parameter loading and gathering). */

@@ -13,7 +13,15 @@
  *
  * Collective order. A chunk is reduced as soon as its last parameter is made
  * ready, so every rank must complete chunks in the same order (the same
- * backward pass), as with DeepSpeed's gradient hooks and NCCL. */
+ * backward pass), as with DeepSpeed's gradient hooks and NCCL.
+ *
+ * Streams (streams.c). The caller writes gradients on its compute stream
+ * (zc_engine_options.stream): zc_grad_buffer orders that stream after the
+ * zero-fill, the chunk's last zc_grad_ready orders the engine's stream after
+ * it. The work on the gradient before the collective (accumulation window,
+ * prescale) runs on the engine's stream; the collective - and, for stages
+ * 2/3, adding this rank's slice to its fp32 shard - on comm_stream, which is
+ * the engine's stream unless overlap_comm gives it its own. */
 #include "core/engine.h"
 
 double zc__grad_prescale(const zc_engine *e)
@@ -69,31 +77,64 @@ zc_status zc__grads_reduce_full(zc_engine *e, zc_chunk *c, bool last_micro, bool
         ZC_CHECK(zc__eng_convert(e, c->grad, e->pdt, c->acc, ZC_DTYPE_F32, n));
     }
     ZC_CHECK(prescale(e, c->grad, n));
+    ZC_CHECK(zc__order_comm_after_engine(e));
     if (scatter)
-        return zc__eng_reduce_scatter(e, c->grad, zc__elem(c->grad, e->rank * c->shard, e->pesz),
-                                      (size_t)c->shard, e->pdt, true);
-    return zc__eng_all_reduce(e, c->grad, n, e->pdt, true);
+        ZC_CHECK(zc__eng_reduce_scatter_on(e, c->grad,
+                                           zc__elem(c->grad, e->rank * c->shard, e->pesz),
+                                           (size_t)c->shard, e->pdt, true, e->comm_stream));
+    else
+        ZC_CHECK(zc__eng_all_reduce_on(e, c->grad, n, e->pdt, true, e->comm_stream));
+    /* c->grad is next read by the norm (zc_step waits for ev_reduced first)
+     * and next written by the reset after it. */
+    return zc__reduction_done(e, -1);
 }
 
+/* The chunk's transient gradient buffer, zeroed: this micro-step's zero
+ * gradient. It comes from the pool reserved at build, so taking it between
+ * two collectives never allocates: either it works, or every fitting slot is
+ * held by other chunks - which follows the call sequence, the same on every
+ * rank, so every rank gets the same error. */
 static zc_status ensure_gbuf(zc_engine *e, zc_chunk *c)
 {
     if (c->gbuf)
         return ZC_OK;
-    /* alloc zero-fills: a fresh buffer is this micro-step's zero gradient. */
-    return zc__eng_alloc(e, ZC_MEM_BUFFERS, (size_t)c->padded * e->pesz, "chunk gradient buffer",
-                         &c->gbuf);
+    const size_t bytes = (size_t)c->padded * e->pesz;
+    zc_status rc = zc__bufpool_get(&e->pool_grad, bytes, false, e->stream, &c->gbuf);
+    if (rc == ZC_ERR_NO_MEMORY)
+        zc__error_context("chunk %d's gradient buffer: zeroc reserves %d (ZC_GRAD_BUFFERS); "
+                          "make every gradient of a chunk ready before writing the gradients "
+                          "of more than that many other chunks",
+                          (int)(c - e->chunks), ZC_GRAD_BUFFERS);
+    if (rc != ZC_OK)
+        return rc;
+    /* The slot's previous chunk may still be being reduced on comm_stream
+     * (overlap_comm): zero it only after that reduction read it. */
+    rc = zc__order_engine_after_slot(e, zc__bufpool_slot(&e->pool_grad, c->gbuf));
+    if (rc == ZC_OK)
+        rc = e->dev->ops->memset0(e->dev, c->gbuf, bytes, e->stream);
+    if (rc != ZC_OK)
+        zc__bufpool_put(&e->pool_grad, &c->gbuf);
+    return rc;
 }
 
 zc_status zc__grads_reduce_shard(zc_engine *e, zc_chunk *c)
 {
     ZC_CHECK(ensure_gbuf(e, c));
     ZC_CHECK(prescale(e, c->gbuf, (size_t)c->padded));
+    ZC_CHECK(zc__order_comm_after_engine(e));
     void *own = zc__elem(c->gbuf, e->rank * c->shard, e->pesz);
-    ZC_CHECK(zc__eng_reduce_scatter(e, c->gbuf, own, (size_t)c->shard, e->pdt, true));
-    /* Into the fp32 shard wherever its home keeps it (device, or pinned host
-     * memory under cpu offload). */
-    ZC_CHECK(zc__opt_grad_accumulate(e, c, own));
-    zc__eng_free(e, ZC_MEM_BUFFERS, &c->gbuf, (size_t)c->padded * e->pesz);
+    ZC_CHECK(zc__eng_reduce_scatter_on(e, c->gbuf, own, (size_t)c->shard, e->pdt, true,
+                                       e->comm_stream));
+    /* On comm_stream too: c->acc is otherwise touched only by the norm, Adam
+     * and the reset, which wait for ev_reduced, and the reset's clearing is
+     * ordered before this by the hand-over above. Into the fp32 shard
+     * wherever its home keeps it (device memory; pinned host memory under
+     * cpu offload; the swap files under nvme with accumulation). */
+    ZC_CHECK(zc__opt_grad_accumulate(e, c, own, e->comm_stream));
+    /* The slot goes back to the pool now; its next zero-fill waits for this
+     * reduction's event (ensure_gbuf). */
+    ZC_CHECK(zc__reduction_done(e, zc__bufpool_slot(&e->pool_grad, c->gbuf)));
+    zc__bufpool_put(&e->pool_grad, &c->gbuf);
     return ZC_OK;
 }
 
@@ -119,8 +160,8 @@ zc_status zc__grads_reset(zc_engine *e)
             zc_device *ad = zc__opt_acc_dev(e, c);
             if (c->acc)
                 ZC_CHECK(ad->ops->memset0(ad, c->acc, (size_t)c->shard * sizeof(float),
-                                          e->stream));
-            zc__eng_free(e, ZC_MEM_BUFFERS, &c->gbuf, (size_t)c->padded * e->pesz);
+                                          ad == d ? e->stream : NULL));
+            zc__bufpool_put(&e->pool_grad, &c->gbuf);
         } else {
             ZC_CHECK(d->ops->memset0(d, c->grad, (size_t)c->padded * e->pesz, e->stream));
             if (c->acc)
@@ -146,11 +187,22 @@ ZC_API void *zc_grad_buffer(zc_engine *e, zc_param *p)
         return NULL;
     }
     zc_chunk *c = &e->chunks[p->chunk];
-    if (!e->pol->sharded_grads)
-        return zc__elem(c->grad, p->offset, e->pesz);
-    if (ensure_gbuf(e, c) != ZC_OK)
+    void *buf = NULL;
+    if (!e->pol->sharded_grads) {
+        buf = zc__elem(c->grad, p->offset, e->pesz);
+    } else {
+        if (ensure_gbuf(e, c) != ZC_OK)
+            return NULL;
+        buf = zc__elem(c->gbuf, p->offset, e->pesz);
+    }
+    /* The buffer was zeroed (this micro-step's fill, or the last window's
+     * reset) on the engine's stream: the caller's compute stream must not
+     * write it before that. */
+    if (zc__order_caller_after_engine(e, e->user_stream) != ZC_OK) {
+        zc__error_context("zc_grad_buffer('%s')", p->name);
         return NULL;
-    return zc__elem(c->gbuf, p->offset, e->pesz);
+    }
+    return buf;
 }
 
 ZC_API zc_status zc_grad_ready(zc_engine *e, zc_param *p)
@@ -170,7 +222,11 @@ ZC_API zc_status zc_grad_ready(zc_engine *e, zc_param *p)
     if (c->nready < c->count)
         return ZC_OK;
     bool last = e->micro == e->gas - 1;
-    zc_status rc = e->pol->reduce_chunk(e, c, last);
+    /* Every gradient of the chunk was written on the caller's compute stream
+     * before this call: the reduction waits for that stream's work so far. */
+    zc_status rc = zc__order_engine_after_caller(e, e->user_stream);
+    if (rc == ZC_OK)
+        rc = e->pol->reduce_chunk(e, c, last);
     if (rc != ZC_OK) {
         p->ready = false;
         c->nready--;

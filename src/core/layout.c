@@ -126,10 +126,28 @@ static size_t partial_count(const zc_engine *e)
     return (size_t)(e->nchunks > 3 ? e->nchunks : 3);
 }
 
+/* Blocks of sumsq_async scratch for the largest shard the norm reads (every
+ * shard of a chunk has the same length): one scratch serves every partial,
+ * reused in the engine's stream order. */
+static size_t scratch_elems(const zc_engine *e)
+{
+    size_t m = 1;
+    for (int k = 0; k < e->nchunks; k++) {
+        size_t b = zc__sumsq_scratch_elems((size_t)e->chunks[k].shard);
+        if (b > m)
+            m = b;
+    }
+    return m;
+}
+
 static zc_status alloc_partials(zc_engine *e)
 {
     size_t n = partial_count(e);
     void *mem = NULL;
+    e->norm_scratch_elems = scratch_elems(e);
+    ZC_CHECK(zc__eng_alloc(e, ZC_MEM_OTHER, e->norm_scratch_elems * sizeof(double),
+                           "norm scratch", &mem));
+    e->norm_scratch = mem;
     ZC_CHECK(zc__host_alloc(&e->acct, ZC_MEM_OTHER, n * (size_t)e->world * sizeof(double),
                             "norm partials", &mem));
     e->partials = mem;
@@ -151,6 +169,10 @@ void zc__partials_free(zc_engine *e)
     p = e->part_recv;
     zc__eng_free(e, ZC_MEM_OTHER, &p, n * (size_t)e->world * sizeof(double));
     e->part_send = e->part_recv = NULL;
+    p = e->norm_scratch;
+    zc__eng_free(e, ZC_MEM_OTHER, &p, e->norm_scratch_elems * sizeof(double));
+    e->norm_scratch = NULL;
+    e->norm_scratch_elems = 0;
 }
 
 /* Every rank must register the same parameters: compare the layout summary
@@ -222,6 +244,9 @@ ZC_API zc_status zc_engine_build(zc_engine *e)
         return ZC_ERR(ZC_ERR_INVALID_STATE,
                       "zc_engine_build: no parameters registered (zc_param_add)");
     zc_status rc = ZC_OK;
+    /* First: every later build step (the layout check's collective, the
+     * zero-fills) is queued on the engine's own stream. */
+    ZC_CHECK_GOTO(zc__streams_create(e), rc, fail);
     ZC_CHECK_GOTO(size_from_model(e), rc, fail);
     ZC_CHECK_GOTO(zc__layout_build(e), rc, fail);
     ZC_CHECK_GOTO(alloc_partials(e), rc, fail);
@@ -229,8 +254,12 @@ ZC_API zc_status zc_engine_build(zc_engine *e)
     ZC_CHECK_GOTO(zc__opt_build(e), rc, fail);
     for (int k = 0; k < e->nchunks; k++)
         ZC_CHECK_GOTO(e->pol->alloc_chunk(e, &e->chunks[k]), rc, fail);
+    /* Persistence first (the stage policy's built hook: stage 3 marks
+     * persistent chunks): the stage-3 reserve keeps a buffer per persistent
+     * chunk. */
     if (e->pol->built)
         e->pol->built(e);
+    ZC_CHECK_GOTO(zc__reserve_build(e), rc, fail);
     e->state = ZC_ENG_BUILT;
     ZC_LOGI("core", "built: %d parameters, %lld elements in %d chunks of <= %lld (%lld padded)",
             e->nparams, (long long)e->num_elems, e->nchunks, (long long)e->bucket,

@@ -20,8 +20,8 @@
  * host path.
  *
  * Failures. The nvme home does rank-local I/O between two collectives (the
- * gradient reductions before the step and the publish after it). zc__opt_agree
- * makes every rank learn every rank's outcome before the next collective
+ * gradient reductions before the step and the publish after it). The step
+ * agrees on the pass's outcome with zc__eng_agree before the next collective
  * (issue 18's rule): on a failure anywhere, every engine is broken with the
  * same message. The step is not all-or-nothing: a failure can come after
  * some chunks were written back, so the engine refuses further steps
@@ -37,6 +37,11 @@ static atomic_bool force_staging;
 void zc__opt_force_staging(bool on) { atomic_store(&force_staging, on); }
 
 zc_opt_home *zc__opt_offload_home(zc_engine *e) { return e->nhomes > 1 ? e->homes[1] : NULL; }
+
+bool zc__opt_rank_local_io(const zc_engine *e)
+{
+    return e->nhomes > 1 && !strcmp(e->homes[1]->ops->name, "nvme");
+}
 
 static size_t opt_elems(const zc_engine *e, const zc_chunk *c)
 {
@@ -67,14 +72,12 @@ static zc_status split_paths(const char *s, char *buf, size_t cap, const char **
     return ZC_OK;
 }
 
-static zc_status alloc_agree(zc_engine *e)
+/* ZC_FAULTS io items: each read or write of the swap files after build is
+ * one event of the rank's count. */
+static bool io_fault(void *arg, int64_t *nth)
 {
-    const size_t one = ZC_AGREE_WORDS * sizeof(int32_t);
-    ZC_CHECK(zc__host_alloc(&e->acct, ZC_MEM_OTHER, one * (size_t)e->world, "offload agreement",
-                            (void **)&e->agree_host));
-    ZC_CHECK(zc__eng_alloc(e, ZC_MEM_OTHER, one, "offload agreement (send)", &e->agree_send));
-    return zc__eng_alloc(e, ZC_MEM_OTHER, one * (size_t)e->world, "offload agreement (recv)",
-                         &e->agree_recv);
+    zc_engine *e = arg;
+    return e->state == ZC_ENG_BUILT && zc__faults_hit(&e->faults, ZC_FAULT_IO, nth);
 }
 
 zc_status zc__opt_build(zc_engine *e)
@@ -99,6 +102,8 @@ zc_status zc__opt_build(zc_engine *e)
         .aio_intra_op = e->cfg->aio.intra_op_parallelism,
         .aio_single_submit = e->cfg->aio.single_submit,
         .aio_overlap_events = e->cfg->aio.overlap_events,
+        .io_fault = io_fault,
+        .io_fault_arg = e,
     };
     e->opt_staging = e->dev->mem_kind == ZC_MEMKIND_DEVICE || atomic_load(&force_staging);
     hp.staging = e->opt_staging;
@@ -125,7 +130,6 @@ zc_status zc__opt_build(zc_engine *e)
             ZC_CHECK(split_paths(o->nvme_path, buf, sizeof buf, dirs, &hp.ndirs));
             hp.dirs = dirs;
             ZC_CHECK(zc__opt_home_nvme_create(&hp, &e->homes[1]));
-            e->opt_agree = true;
         }
         e->nhomes = 2;
     }
@@ -144,8 +148,6 @@ zc_status zc__opt_build(zc_engine *e)
             offloaded += (int64_t)n;
         ZC_CHECK(e->homes[c->home]->ops->add_chunk(e->homes[c->home], k, n));
     }
-    if (e->opt_agree)
-        ZC_CHECK(alloc_agree(e));
     /* The offload home first: its pre-flight runs before device memory for
      * the state is taken. */
     for (int h = e->nhomes - 1; h >= 0; h--)
@@ -165,11 +167,6 @@ void zc__opt_free(zc_engine *e)
     e->nhomes = 0;
     zc__host_free(&e->acct, ZC_MEM_OTHER, e->pass_ks, (size_t)e->nchunks * sizeof(int));
     e->pass_ks = NULL;
-    const size_t one = ZC_AGREE_WORDS * sizeof(int32_t);
-    zc__host_free(&e->acct, ZC_MEM_OTHER, e->agree_host, one * (size_t)e->world);
-    e->agree_host = NULL;
-    zc__eng_free(e, ZC_MEM_OTHER, &e->agree_send, one);
-    zc__eng_free(e, ZC_MEM_OTHER, &e->agree_recv, one * (size_t)e->world);
 }
 
 /* ---- passes -------------------------------------------------------------- */
@@ -190,17 +187,20 @@ static zc_status begin_range(zc_engine *e, int k0, int k1)
 static zc_status end_all(zc_engine *e)
 {
     zc_status first = ZC_OK;
+    int failed = 0;
     char msg[1024] = "";
     for (int h = 0; h < e->nhomes; h++) {
         zc_status rc = e->homes[h]->ops->pass_end(e->homes[h]);
-        if (rc != ZC_OK && first == ZC_OK) {
+        if (rc != ZC_OK && failed++ == 0) {
             first = rc;
             snprintf(msg, sizeof msg, "%s", zc_last_error());
         }
     }
-    if (first != ZC_OK)
+    /* The first failure's text stands as it is unless a later home's
+     * failure overwrote it. */
+    if (failed > 1)
         return ZC_ERR(first, "%s", msg);
-    return ZC_OK;
+    return first;
 }
 
 zc_status zc__opt_pass_begin(zc_engine *e) { return begin_range(e, 0, e->nchunks); }
@@ -226,7 +226,7 @@ zc_device *zc__opt_acc_dev(zc_engine *e, const zc_chunk *c)
     return c->acc_host ? zc__device_host() : e->dev;
 }
 
-zc_status zc__opt_grad_accumulate(zc_engine *e, zc_chunk *c, const void *own)
+zc_status zc__opt_grad_accumulate(zc_engine *e, zc_chunk *c, const void *own, void *stream)
 {
     zc_device *d = e->dev;
     const size_t n = (size_t)c->shard;
@@ -237,15 +237,15 @@ zc_status zc__opt_grad_accumulate(zc_engine *e, zc_chunk *c, const void *own)
         const void *src = own;
         if (e->opt_staging) {
             void *st = hm->ops->grad_in_stage(hm);
-            ZC_CHECK(d->ops->copy(d, st, own, n * e->pesz, ZC_COPY_D2H, e->stream));
-            ZC_CHECK(d->ops->stream_sync(d, e->stream));
+            ZC_CHECK(d->ops->copy(d, st, own, n * e->pesz, ZC_COPY_D2H, stream));
+            ZC_CHECK(d->ops->stream_sync(d, stream));
             src = st;
         }
         return hm->ops->grad_add(hm, (int)(c - e->chunks), src, e->pdt, e->micro == 0,
                                  e->micro == e->gas - 1, &c->acc_sumsq);
     }
     if (!c->acc_host)
-        return d->ops->accumulate(d, c->acc, own, e->pdt, n, e->stream);
+        return d->ops->accumulate(d, c->acc, own, e->pdt, n, stream);
     zc_device *h = zc__device_host();
     if (!e->opt_staging) /* device memory is host memory: add in place */
         return h->ops->accumulate(h, c->acc, own, e->pdt, n, NULL);
@@ -257,9 +257,9 @@ zc_status zc__opt_grad_accumulate(zc_engine *e, zc_chunk *c, const void *own)
     zc_opt_view v;
     zc_status rc = hm->ops->acquire(hm, k, &v);
     if (rc == ZC_OK)
-        rc = d->ops->copy(d, v.grad_stage, own, n * e->pesz, ZC_COPY_D2H, e->stream);
+        rc = d->ops->copy(d, v.grad_stage, own, n * e->pesz, ZC_COPY_D2H, stream);
     if (rc == ZC_OK)
-        rc = d->ops->stream_sync(d, e->stream);
+        rc = d->ops->stream_sync(d, stream);
     if (rc == ZC_OK)
         rc = h->ops->accumulate(h, c->acc, v.grad_stage, e->pdt, n, NULL);
     if (rc == ZC_OK)
@@ -337,49 +337,6 @@ zc_status zc__opt_put(zc_engine *e, int k, zc_opt_chunk *oc)
         ZC_CHECK(d->ops->stream_sync(d, e->stream));
     }
     return h->ops->release(h, k, true);
-}
-
-/* ---- agreement ----------------------------------------------------------- */
-
-zc_status zc__opt_agree(zc_engine *e, zc_status rc, const char *what)
-{
-    if (!e->opt_agree)
-        return rc;
-    /* Word 0: the status; the rest: the message, NUL-terminated. */
-    int32_t mine[ZC_AGREE_WORDS];
-    memset(mine, 0, sizeof mine);
-    mine[0] = (int32_t)rc;
-    if (rc != ZC_OK)
-        snprintf((char *)&mine[1], sizeof mine - sizeof mine[0], "%s", zc_last_error());
-    zc_device *d = e->dev;
-    const size_t one = sizeof mine;
-    zc_status crc = d->ops->copy(d, e->agree_send, mine, one, ZC_COPY_H2D, e->stream);
-    if (crc == ZC_OK)
-        crc = zc__eng_all_gather(e, e->agree_send, e->agree_recv, ZC_AGREE_WORDS, ZC_DTYPE_I32,
-                                 false);
-    if (crc == ZC_OK)
-        crc = d->ops->copy(d, e->agree_host, e->agree_recv, one * (size_t)e->world, ZC_COPY_D2H,
-                           e->stream);
-    if (crc == ZC_OK)
-        crc = d->ops->stream_sync(d, e->stream);
-    if (crc != ZC_OK)
-        return crc; /* a failed collective already broke the engine */
-    for (int r = 0; r < e->world; r++) {
-        const int32_t *w = e->agree_host + (size_t)r * ZC_AGREE_WORDS;
-        if (w[0] == ZC_OK)
-            continue;
-        char theirs[ZC_AGREE_WORDS * sizeof(int32_t)];
-        memcpy(theirs, &w[1], sizeof theirs - sizeof(int32_t));
-        theirs[sizeof theirs - sizeof(int32_t) - 1] = '\0';
-        zc_status s = (zc_status)w[0];
-        snprintf(e->broken_msg, sizeof e->broken_msg, "rank %d: %.230s", r, theirs);
-        e->state = ZC_ENG_BROKEN;
-        return ZC_ERR(s, "%s: optimizer state I/O failed on rank %d of %d, so every rank "
-                      "stops (a step may have written part of the state; restore from a "
-                      "checkpoint): %s",
-                      what, r, e->world, theirs);
-    }
-    return ZC_OK;
 }
 
 /* ---- master access ------------------------------------------------------- */

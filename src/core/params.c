@@ -33,7 +33,10 @@ ZC_API zc_status zc_param_load(zc_engine *e, zc_param *p, const float *values)
     const size_t bytes = (size_t)p->numel * sizeof(float);
     void *tmp = NULL;
     zc_status rc = ZC_OK;
-    ZC_CHECK(zc__eng_alloc(e, ZC_MEM_BUFFERS, bytes, "parameter load staging", &tmp));
+    /* Not a collective, so a failure here could not be agreed with the other
+     * ranks: the staging slot is reserved at build (one chunk of fp32,
+     * shared with zc_param_gather_master). */
+    ZC_CHECK(zc__bufpool_get(&e->pool_stage, bytes, false, e->stream, &tmp));
     ZC_CHECK_GOTO(d->ops->copy(d, tmp, values, bytes, ZC_COPY_H2D, e->stream), rc, out);
 
     int64_t a = p->offset, b = p->offset + p->numel;
@@ -69,7 +72,7 @@ ZC_API zc_status zc_param_load(zc_engine *e, zc_param *p, const float *values)
     }
     rc = d->ops->stream_sync(d, e->stream);
 out:
-    zc__eng_free(e, ZC_MEM_BUFFERS, &tmp, bytes);
+    zc__bufpool_put(&e->pool_stage, &tmp);
     return rc;
 }
 
@@ -83,20 +86,25 @@ ZC_API zc_status zc_param_gather_master(zc_engine *e, zc_param *p, float *out_va
     zc_chunk *c = &e->chunks[p->chunk];
     const size_t bytes = (size_t)p->numel * sizeof(float);
     /* Not part of a training step: the gather is not counted in the stats.
-     * The master comes out of its home (device, pinned host or NVMe) into
-     * this rank's slice of tmp, which is then all-gathered in place (stage 0
-     * holds the full chunk). */
+     * The buffer is the fp32 staging slot reserved at build (one chunk of
+     * fp32, shared with zc_param_load: the two never overlap on a rank). The
+     * master comes out of its home (device, pinned host or NVMe) into this
+     * rank's slice of it, which is then all-gathered in place (stage 0 holds
+     * the full chunk). */
     const size_t full = (size_t)c->padded * sizeof(float);
     const bool all = e->pol->full_optimizer;
     const size_t own = all ? (size_t)c->padded : (size_t)c->shard;
     void *tmp = NULL;
     zc_status rc = ZC_OK;
-    ZC_CHECK(zc__eng_alloc(e, ZC_MEM_BUFFERS, full, "master gather buffer", &tmp));
+    ZC_CHECK(zc__bufpool_get(&e->pool_stage, full, false, e->stream, &tmp));
     float *slice = all ? (float *)tmp : (float *)tmp + (size_t)e->rank * (size_t)c->shard;
-    /* The read is rank-local I/O under nvme: its outcome is agreed before
+    rc = zc__opt_master_read(e, p->chunk, slice, own);
+    /* Under nvme the read is rank-local I/O: its outcome is agreed before
      * the all-gather, so a failing rank never leaves the others waiting. */
-    ZC_CHECK_GOTO(zc__opt_agree(e, zc__opt_master_read(e, p->chunk, slice, own),
-                                      "zc_param_gather_master"), rc, out);
+    if (zc__opt_rank_local_io(e))
+        rc = zc__eng_agree(e, rc, "zc_param_gather_master: reading the master");
+    if (rc != ZC_OK)
+        goto out;
     if (!all)
         ZC_CHECK_GOTO(zc__eng_all_gather(e, slice, tmp, (size_t)c->shard, ZC_DTYPE_F32, false),
                       rc, out);
@@ -105,20 +113,10 @@ ZC_API zc_status zc_param_gather_master(zc_engine *e, zc_param *p, float *out_va
                   rc, out);
     rc = d->ops->stream_sync(d, e->stream);
 out:
-    zc__eng_free(e, ZC_MEM_BUFFERS, &tmp, full);
+    zc__bufpool_put(&e->pool_stage, &tmp);
     if (rc != ZC_OK)
         zc__error_context("zc_param_gather_master('%s')", p->name);
     return rc;
-}
-
-/* On the host path every operation is synchronous, so the caller's stream
- * needs no ordering; a stream-ordered backend makes `stream` wait on the
- * engine's stream here (the data is ready when the engine's work is). */
-static zc_status order_after_engine(zc_engine *e, void *stream)
-{
-    if (!stream || stream == e->stream || e->dev->mem_kind != ZC_MEMKIND_DEVICE)
-        return ZC_OK;
-    return e->dev->ops->stream_sync(e->dev, e->stream);
 }
 
 ZC_API void *zc_param_acquire(zc_engine *e, zc_param *p, void *stream)
@@ -133,7 +131,9 @@ ZC_API void *zc_param_acquire(zc_engine *e, zc_param *p, void *stream)
     } else {
         ptr = zc__elem(e->chunks[p->chunk].param, p->offset, e->pesz);
     }
-    if (order_after_engine(e, stream) != ZC_OK) {
+    /* The gather (stage 3) and the last optimizer update are queued on the
+     * engine's stream: the caller's stream waits for them by an event. */
+    if (zc__order_caller_after_engine(e, stream) != ZC_OK) {
         /* Undo the policy's acquire so the chunk is not left counted as in
          * use (stage 3 would never free it); keep the ordering error. */
         if (e->pol->release) {
@@ -156,10 +156,11 @@ ZC_API zc_status zc_param_release(zc_engine *e, zc_param *p, void *stream)
     if (p->acquired <= 0)
         return ZC_ERR(ZC_ERR_INVALID_STATE,
                       "zc_param_release('%s'): the parameter is not acquired", p->name);
-    /* The caller's work on `stream` must finish before a stage-3 buffer is
-     * freed or reused. */
-    if (stream && stream != e->stream)
-        ZC_CHECK(e->dev->ops->stream_sync(e->dev, stream));
+    /* The caller's reads on `stream` must finish before the engine's stream
+     * writes this memory again: the optimizer update, or a gather into the
+     * stage-3 buffer once it is back in the pool. Every such write is queued
+     * on the engine's stream, so an event it waits on is enough. */
+    ZC_CHECK(zc__order_engine_after_caller(e, stream));
     if (e->pol->release)
         ZC_CHECK(e->pol->release(e, p));
     p->acquired--;

@@ -12,18 +12,27 @@
  *      in fp64 cannot overflow), so this is the same decision as an inf/nan
  *      scan agreed by all-reduce MAX, and it is identical on every rank by
  *      construction;
- *   4. the loss scaler is updated (skip on overflow: gradients dropped, no
- *      parameter, moment or scheduler change; global steps still count);
+ *   4. on overflow the loss scaler is updated and the step skipped
+ *      (gradients dropped, no parameter, moment or scheduler change; global
+ *      steps still count);
  *   5. grad_scale = (1 / (world * K) averaging, less what prescaling and
  *      the stage 0/1 window division already applied: zc__grad_avg) / (loss_scale * clip), clip = (norm + 1e-6) / max_norm when
  *      > 1 (DeepSpeed's ((scaled_norm / scale) + 1e-6) / clip with the
  *      unscaled norm), rounded once to float; one fused Adam pass per
- *      segment of the shards this rank owns;
+ *      segment of the shards this rank owns; its outcome (and the gradient
+ *      reset's) is agreed across ranks (zc__eng_agree): a failure on any
+ *      rank breaks the engine on every rank, so a part-applied step is never
+ *      run again; then the loss scaler advances;
  *   6. the stage publishes the updated working parameters.
  *
  * Communication of the norm partials (world * chunks fp64 values) is not
  * counted in the step's payload stats, which hold the model-sized
- * collectives only. */
+ * collectives only.
+ *
+ * Host waits: one on the engine's stream per step, for the norm partials
+ * (norm_partials); an applied step adds the agreement on the optimizer's
+ * outcome, whose wait covers only its own status exchange on the control
+ * stream (agree.c), not the optimizer pass queued before it. */
 #include <math.h>
 
 #include "config/scheduler.h"
@@ -47,57 +56,57 @@ static bool grad_shard(const zc_engine *e, const zc_chunk *c, int r, const void 
     return true;
 }
 
-/* Computes the (chunk, rank) partials and returns their sum, chunk-major. */
+/* Computes the (chunk, rank) partials and returns their sum, chunk-major.
+ *
+ * Every partial is computed on the engine's stream into device memory
+ * (sumsq_async, one scratch of the largest shard's blocks reused in stream
+ * order), all of them come back in one copy, and this is the step's one host
+ * wait: the host needs the total to decide overflow and the clip factor
+ * before it queues Adam. Stage 0 holds every shard's gradient and writes its
+ * partials straight into part_recv as [k * W + r]; stages 1-3 write their own
+ * into part_send[k] and all-gather them as [r * N + k]. Either way the sum
+ * runs in (chunk, rank) order, so stages 0-3 give the same bits. */
 static zc_status norm_partials(zc_engine *e, double *total)
 {
     zc_device *d = e->dev;
     const int W = e->world, N = e->nchunks;
-    if (e->pol->full_optimizer) {
-        for (int k = 0; k < N; k++)
-            for (int r = 0; r < W; r++) {
-                const void *g = NULL;
-                zc_dtype dt = e->pdt;
-                grad_shard(e, &e->chunks[k], r, &g, &dt);
-                ZC_CHECK(d->ops->sumsq(d, g, dt, (size_t)e->chunks[k].shard,
-                                       &e->partials[k * W + r], e->stream));
-            }
-    } else {
-        /* Own partials into partials[0..N), all-gathered as [r * N + k]. */
-        for (int k = 0; k < N; k++) {
+    const bool full = e->pol->full_optimizer;
+    for (int k = 0; k < N; k++) {
+        const int r0 = full ? 0 : e->rank, r1 = full ? W : e->rank + 1;
+        for (int r = r0; r < r1; r++) {
             const void *g = NULL;
             zc_dtype dt = e->pdt;
-            grad_shard(e, &e->chunks[k], e->rank, &g, &dt);
-            /* A swapped shard was summed when its last slice was added; a
-             * cpu-offloaded one is host memory and the host sums it (the
-             * same blocked fp64 sum, so the same bits). */
-            if (e->chunks[k].acc_swap) {
-                e->partials[k] = e->chunks[k].acc_sumsq;
+            grad_shard(e, &e->chunks[k], r, &g, &dt);
+            double *out = full ? &e->part_recv[k * W + r] : &e->part_send[k];
+            const zc_chunk *c = &e->chunks[k];
+            if (c->acc_swap || c->acc_host) {
+                /* A swapped shard was summed when its last slice was added;
+                 * a cpu-offloaded one is host memory and the host sums it
+                 * (the same blocked fp64 sum, so the same bits). The value
+                 * joins the device partials. */
+                double v = c->acc_sumsq;
+                if (c->acc_host) {
+                    zc_device *h = zc__device_host();
+                    ZC_CHECK(h->ops->sumsq(h, g, dt, (size_t)c->shard, &v, NULL));
+                }
+                ZC_CHECK(d->ops->copy(d, out, &v, sizeof v, ZC_COPY_H2D, e->stream));
                 continue;
             }
-            zc_device *gd = zc__opt_acc_dev(e, &e->chunks[k]);
-            ZC_CHECK(gd->ops->sumsq(gd, g, dt, (size_t)e->chunks[k].shard, &e->partials[k],
-                                    gd == d ? e->stream : NULL));
+            ZC_CHECK(d->ops->sumsq_async(d, g, dt, (size_t)e->chunks[k].shard, e->norm_scratch,
+                                         out, e->stream));
         }
-        ZC_CHECK(d->ops->copy(d, e->part_send, e->partials, (size_t)N * sizeof(double),
-                              ZC_COPY_H2D, e->stream));
+    }
+    if (!full)
         ZC_CHECK(zc__eng_all_gather(e, e->part_send, e->part_recv, (size_t)N, ZC_DTYPE_F64,
                                     false));
-        double *all = e->partials; /* now laid out [r * N + k] */
-        ZC_CHECK(d->ops->copy(d, all, e->part_recv, (size_t)N * (size_t)W * sizeof(double),
-                              ZC_COPY_D2H, e->stream));
-        ZC_CHECK(d->ops->stream_sync(d, e->stream));
-        /* Same (chunk, rank) order as the stage-0 branch below. */
-        double s = 0.0;
-        for (int k = 0; k < N; k++)
-            for (int r = 0; r < W; r++)
-                s += all[r * N + k];
-        *total = s;
-        return ZC_OK;
-    }
+    double *all = e->partials;
+    ZC_CHECK(d->ops->copy(d, all, e->part_recv, (size_t)N * (size_t)W * sizeof(double),
+                          ZC_COPY_D2H, e->stream));
+    ZC_CHECK(d->ops->stream_sync(d, e->stream));
     double s = 0.0;
     for (int k = 0; k < N; k++)
         for (int r = 0; r < W; r++)
-            s += e->partials[k * W + r];
+            s += full ? all[k * W + r] : all[r * N + k];
     *total = s;
     return ZC_OK;
 }
@@ -167,8 +176,6 @@ static zc_status run_adam(zc_engine *e, float grad_scale, double lr, double beta
     zc_status rc = zc__opt_pass_begin(e);
     for (int k = 0; rc == ZC_OK && k < e->nchunks; k++) {
         rc = adam_chunk(e, k, coeffs, grad_scale);
-        if (rc != ZC_OK)
-            zc__error_context("optimizer step, chunk %d", k);
     }
     /* Always ends the pass: it drains the I/O still in flight. */
     zc_status erc = zc__opt_pass_end(e);
@@ -209,6 +216,9 @@ ZC_API zc_status zc_step(zc_engine *e, zc_step_info *info)
 
     const zc_config *cfg = e->cfg;
     double sumsq = 0.0;
+    /* With overlap_comm the last reductions may still run on comm_stream:
+     * the norm, Adam and the reset read or clear what they wrote. */
+    ZC_CHECK(zc__order_engine_after_reductions(e));
     ZC_CHECK(norm_partials(e, &sumsq));
     const double ls = e->scaler.scale;
     const double avg = zc__grad_avg(e);
@@ -223,18 +233,20 @@ ZC_API zc_status zc_step(zc_engine *e, zc_step_info *info)
         *info = (zc_step_info){.step = e->steps, .skipped = overflow, .grad_norm = norm,
                                .loss_scale = ls, .lr = lr};
 
-    zc_status rc = zc__scaler_update(&e->scaler, overflow);
-    if (rc != ZC_OK) {
-        /* Overflow at the minimum scale: drop the window's gradients so the
-         * engine stays usable, change nothing else, and report. */
-        if (zc__grads_reset(e) == ZC_OK)
-            (void)e->pol->publish(e, false);
-        snapshot_stats(e);
-        zc__error_context("zc_step (rank %d)", e->rank);
-        return rc;
-    }
-
     if (overflow) {
+        /* Identical on every rank (the norm carries the same bits), so the
+         * scaler decides the same everywhere, and nothing else has changed
+         * yet when it refuses. */
+        zc_status rc = zc__scaler_update(&e->scaler, true);
+        if (rc != ZC_OK) {
+            /* Overflow at the minimum scale: drop the window's gradients so
+             * the engine stays usable, change nothing else, and report. */
+            if (zc__grads_reset(e) == ZC_OK)
+                (void)e->pol->publish(e, false);
+            snapshot_stats(e);
+            zc__error_context("zc_step");
+            return rc;
+        }
         ZC_LOGI("core", "step %lld: gradient overflow, step skipped (loss scale %g -> %g)",
                 (long long)e->steps, ls, e->scaler.scale);
         e->skipped++;
@@ -246,18 +258,26 @@ ZC_API zc_status zc_step(zc_engine *e, zc_step_info *info)
                 clip = c;
         }
         const float grad_scale = (float)(avg / (ls * clip));
-        /* Offload I/O is rank-local: every rank learns every outcome before
-         * the publish collective, and a failure breaks every engine alike. */
-        zc_status arc = zc__opt_agree(e, run_adam(e, grad_scale, lr, beta1, beta2), "zc_step");
-        if (arc != ZC_OK) {
-            zc__error_context("zc_step (rank %d)", e->rank);
-            return arc;
-        }
+        /* The first state change: Adam writes master, moments and params
+         * shard by shard, so a failure part-way leaves some updated. Nothing
+         * may then run the step again (it would apply the update twice),
+         * and the other ranks, whose Adam worked, must not go on into the
+         * publish collectives alone: the outcome is agreed first, and any
+         * failure breaks the engine on every rank with one message. The
+         * gradient reset is rank-local work of the same kind, so it is
+         * agreed together with Adam. The scaler and the counters advance
+         * only after that, so a failed step never moves them. */
+        zc_status rc = run_adam(e, grad_scale, lr, beta1, beta2);
+        if (rc == ZC_OK)
+            rc = zc__grads_reset(e);
+        ZC_CHECK(zc__eng_agree(e, rc, "zc_step: the optimizer update"));
+        ZC_CHECK(zc__scaler_update(&e->scaler, false)); /* cannot fail without overflow */
         e->adam_steps++;
         ZC_LOGD("core", "step %lld: norm %g clip %g lr %g", (long long)e->steps, norm, clip, lr);
     }
     e->steps++;
-    ZC_CHECK(zc__grads_reset(e));
+    if (overflow)
+        ZC_CHECK(zc__grads_reset(e));
     ZC_CHECK(e->pol->publish(e, !overflow));
     snapshot_stats(e);
     if (info)

@@ -4,10 +4,17 @@
  *
  * Semantics next to the host backend (src/device/host.c), which stays the
  * reference:
- *   - Work is stream-ordered and asynchronous; only sumsq, nonfinite and
- *     stream_sync/event_sync wait. NULL stream = the legacy default stream.
- *     Streams are created blocking (they order with the legacy stream), so
- *     code that mixes NULL and created streams stays correct.
+ *   - Work is stream-ordered and asynchronous; only alloc (its zero-fill),
+ *     sumsq, nonfinite and stream_sync/event_sync wait. NULL stream = the
+ *     legacy default stream. stream_create makes blocking streams (they order
+ *     with the legacy stream, so code that mixes NULL and created streams
+ *     stays correct); stream_create_nonblocking makes streams that do not,
+ *     ordered only by events.
+ *   - Every enqueued operation is noted against its stream (what, dtype,
+ *     elements; the first and the last since the stream's last successful
+ *     wait, and how many). A fault of enqueued work surfaces at a later wait,
+ *     or at any call once the context is broken; the error then names that
+ *     work instead of blaming the call that happened to notice.
  *   - A D2H copy into pageable memory returns when the copy is done (CUDA
  *     rule); into pinned memory it is asynchronous like every other copy.
  *   - alloc zero-fills and waits for the fill, so memory is usable from any
@@ -28,6 +35,7 @@
 
 #include "base/log.h"
 #include "device/device.h"
+#include "device/optrack.h"
 #include "kernels/kernels.h"
 
 #if ZC_SUMSQ_BLOCK != ZC_K_SUMSQ_BLOCK
@@ -41,7 +49,38 @@ typedef struct cuda_device {
     double *h_partials; /* host copy of them */
     size_t partials_cap;
     int *d_flag;        /* device: nonfinite flag */
+
+    /* Work enqueued per stream since its last wait, for error messages. Its
+     * mutex is taken inside mu (sumsq notes its kernels holding mu) and
+     * never held across a CUDA call. */
+    zc_optrack track;
 } cuda_device;
+
+/* Errors a kernel's execution raises, reported later by whichever call
+ * notices; they break the context (every later call fails the same way). */
+static int is_execution_fault(cudaError_t e)
+{
+    switch (e) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorAssert:
+    case cudaErrorHardwareStackError:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorECCUncorrectable:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+static void note(cuda_device *c, void *stream, const char *what, int dt, size_t n)
+{
+    zc__optrack_note(&c->track, stream, what, dt, n);
+}
 
 static zc_status cu_fail(cudaError_t e, const char *file, int line, int dev, const char *what)
 {
@@ -50,6 +89,49 @@ static zc_status cu_fail(cudaError_t e, const char *file, int line, int dev, con
                      cudaGetErrorString(e), cudaGetErrorName(e));
 }
 
+enum { AT_ENQUEUE = 0, AT_STREAM_WAIT = 1, AT_EVENT_WAIT = 2 };
+
+/* A failure that may be an earlier execution fault surfacing: at a wait on
+ * `stream` (the work noted on it is the suspect), at an event wait (the
+ * event's stream is not known: every stream's work is), or at an enqueue
+ * that found the context already broken (every stream's work is). */
+static zc_status cu_fail_work(cuda_device *c, cudaError_t e, const char *file, int line,
+                              const char *what, void *stream, int at)
+{
+    (void)cudaGetLastError();
+    int waiting = at != AT_ENQUEUE;
+    char work[1024];
+    if (waiting || is_execution_fault(e))
+        zc__optrack_describe(&c->track, stream, at == AT_STREAM_WAIT && !is_execution_fault(e),
+                             work, sizeof work);
+    else
+        work[0] = '\0';
+    return zc__error(ZC_ERR_DEVICE, file, line, "cuda:%d %s: %s (%s)%s%s", c->base.index, what,
+                     cudaGetErrorString(e), cudaGetErrorName(e),
+                     !waiting && is_execution_fault(e)
+                         ? " - the device had already failed running earlier work"
+                         : "",
+                     work);
+}
+
+/* Fails with the context of the stream's work (a wait) when e is an error. */
+#define CU_WAIT(c, call, what, stream)                                                     \
+    do {                                                                                   \
+        cudaError_t cu_e_ = (call);                                                        \
+        if (cu_e_ != cudaSuccess)                                                          \
+            return cu_fail_work((c), cu_e_, __FILE__, __LINE__, what, (stream), AT_STREAM_WAIT); \
+        zc__optrack_waited(&(c)->track, (stream));                                         \
+    } while (0)
+
+/* An enqueue on `stream`: noted on success, explained on failure. */
+#define CU_ENQ(c, call, what, stream, dt, n)                                               \
+    do {                                                                                   \
+        cudaError_t cu_e_ = (call);                                                        \
+        if (cu_e_ != cudaSuccess)                                                          \
+            return cu_fail_work((c), cu_e_, __FILE__, __LINE__, what, (stream), AT_ENQUEUE); \
+        note((c), (stream), what, (dt), (n));                                              \
+    } while (0)
+
 #define CU(dev, call, what)                                             \
     do {                                                                \
         cudaError_t cu_e_ = (call);                                     \
@@ -57,9 +139,14 @@ static zc_status cu_fail(cudaError_t e, const char *file, int line, int dev, con
             return cu_fail(cu_e_, __FILE__, __LINE__, (dev)->index, what); \
     } while (0)
 
+/* Every call starts here; in a context an earlier fault broke, this is
+ * usually where the fault shows, so it gets the enqueue-time explanation. */
 static zc_status use(zc_device *d)
 {
-    CU(d, cudaSetDevice(d->index), "cudaSetDevice");
+    cudaError_t e = cudaSetDevice(d->index);
+    if (e != cudaSuccess)
+        return cu_fail_work((cuda_device *)d, e, __FILE__, __LINE__, "cudaSetDevice", NULL,
+                            AT_ENQUEUE);
     return ZC_OK;
 }
 
@@ -135,16 +222,32 @@ static zc_status cuda_stream_create(zc_device *d, void **s)
     return ZC_OK;
 }
 
+static zc_status cuda_stream_create_nonblocking(zc_device *d, void **s)
+{
+    *s = NULL;
+    ZC_CHECK(use(d));
+    cudaStream_t st;
+    CU(d, cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking),
+       "cudaStreamCreateWithFlags(cudaStreamNonBlocking)");
+    *s = st;
+    return ZC_OK;
+}
+
 static void cuda_stream_destroy(zc_device *d, void *s)
 {
-    if (s && use(d) == ZC_OK)
+    if (!s)
+        return;
+    /* A later stream may get the same handle: its notes must start empty. */
+    zc__optrack_forget(&((cuda_device *)d)->track, s);
+    if (use(d) == ZC_OK)
         (void)cudaStreamDestroy((cudaStream_t)s);
 }
 
 static zc_status cuda_stream_sync(zc_device *d, void *s)
 {
     ZC_CHECK(use(d));
-    CU(d, cudaStreamSynchronize((cudaStream_t)s), "cudaStreamSynchronize");
+    CU_WAIT((cuda_device *)d, cudaStreamSynchronize((cudaStream_t)s), "cudaStreamSynchronize",
+            s);
     return ZC_OK;
 }
 
@@ -167,22 +270,47 @@ static void cuda_event_destroy(zc_device *d, void *e)
 static zc_status cuda_event_record(zc_device *d, void *e, void *s)
 {
     ZC_CHECK(use(d));
-    CU(d, cudaEventRecord((cudaEvent_t)e, (cudaStream_t)s), "cudaEventRecord");
+    CU_ENQ((cuda_device *)d, cudaEventRecord((cudaEvent_t)e, (cudaStream_t)s),
+           "cudaEventRecord", s, -1, 0);
     return ZC_OK;
 }
 
 static zc_status cuda_stream_wait_event(zc_device *d, void *s, void *e)
 {
     ZC_CHECK(use(d));
-    CU(d, cudaStreamWaitEvent((cudaStream_t)s, (cudaEvent_t)e, 0), "cudaStreamWaitEvent");
+    CU_ENQ((cuda_device *)d, cudaStreamWaitEvent((cudaStream_t)s, (cudaEvent_t)e, 0),
+           "cudaStreamWaitEvent", s, -1, 0);
     return ZC_OK;
 }
 
 static zc_status cuda_event_sync(zc_device *d, void *e)
 {
     ZC_CHECK(use(d));
-    CU(d, cudaEventSynchronize((cudaEvent_t)e), "cudaEventSynchronize");
+    cudaError_t ce = cudaEventSynchronize((cudaEvent_t)e);
+    if (ce != cudaSuccess)
+        return cu_fail_work((cuda_device *)d, ce, __FILE__, __LINE__, "cudaEventSynchronize",
+                            NULL, AT_EVENT_WAIT);
     return ZC_OK;
+}
+
+static zc_status cuda_event_query(zc_device *d, void *e, int *done)
+{
+    *done = 0;
+    ZC_CHECK(use(d));
+    cudaError_t ce = cudaEventQuery((cudaEvent_t)e);
+    if (ce == cudaSuccess) {
+        *done = 1;
+        return ZC_OK;
+    }
+    if (ce == cudaErrorNotReady) {
+        /* Not an error, but the runtime records it as the thread's last
+         * error; clear it so no later cudaGetLastError() blames other work
+         * for it. */
+        (void)cudaGetLastError();
+        return ZC_OK;
+    }
+    return cu_fail_work((cuda_device *)d, ce, __FILE__, __LINE__, "cudaEventQuery", NULL,
+                        AT_EVENT_WAIT);
 }
 
 /* ---- data movement ------------------------------------------------------- */
@@ -200,13 +328,18 @@ static zc_status cuda_copy(zc_device *d, void *dst, const void *src, size_t byte
         return ZC_ERR(ZC_ERR_INVALID_ARG, "copy: unknown copy kind %d", (int)kind);
     if (!bytes || dst == src)
         return ZC_OK;
+    static const char *const names[] = {
+        [ZC_COPY_H2D] = "cudaMemcpyAsync H2D",
+        [ZC_COPY_D2H] = "cudaMemcpyAsync D2H",
+        [ZC_COPY_D2D] = "cudaMemcpyAsync D2D",
+        [ZC_COPY_H2H] = "cudaMemcpyAsync H2H",
+    };
     ZC_CHECK(use(d));
-    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, kinds[kind], (cudaStream_t)s);
-    if (e != cudaSuccess) {
-        char what[96];
-        snprintf(what, sizeof what, "cudaMemcpyAsync(%zu bytes, kind %d)", bytes, (int)kind);
-        return cu_fail(e, __FILE__, __LINE__, d->index, what);
-    }
+    /* Pageable host memory is staged by the runtime (H2D returns once staged,
+     * D2H once done); pinned memory is copied by the DMA engine while this
+     * returns at once. Either way the copy is ordered on s. */
+    CU_ENQ((cuda_device *)d, cudaMemcpyAsync(dst, src, bytes, kinds[kind], (cudaStream_t)s),
+           names[kind], s, -1, bytes);
     return ZC_OK;
 }
 
@@ -215,19 +348,26 @@ static zc_status cuda_memset0(zc_device *d, void *dst, size_t bytes, void *s)
     if (!bytes)
         return ZC_OK;
     ZC_CHECK(use(d));
-    CU(d, cudaMemsetAsync(dst, 0, bytes, (cudaStream_t)s), "cudaMemsetAsync");
+    CU_ENQ((cuda_device *)d, cudaMemsetAsync(dst, 0, bytes, (cudaStream_t)s), "cudaMemsetAsync",
+           s, -1, bytes);
     return ZC_OK;
 }
 
 /* ---- kernels ------------------------------------------------------------- */
 
-static zc_status launched(zc_device *d, cudaError_t e, const char *kernel, zc_dtype dt, size_t n)
+/* The kernel launchers return their own launch's status (kernels/kernels.h):
+ * an error here is this launch's, or a context that earlier work broke. */
+static zc_status launched(zc_device *d, cudaError_t e, const char *kernel, zc_dtype dt, size_t n,
+                          void *stream)
 {
-    if (e == cudaSuccess)
+    cuda_device *c = (cuda_device *)d;
+    if (e == cudaSuccess) {
+        note(c, stream, kernel, (int)dt, n);
         return ZC_OK;
-    char what[96];
-    snprintf(what, sizeof what, "%s kernel (%s, %zu elements)", kernel, zc_dtype_name(dt), n);
-    return cu_fail(e, __FILE__, __LINE__, d->index, what);
+    }
+    char what[128];
+    snprintf(what, sizeof what, "launching %s (%s, %zu elements)", kernel, zc_dtype_name(dt), n);
+    return cu_fail_work(c, e, __FILE__, __LINE__, what, stream, AT_ENQUEUE);
 }
 
 static zc_status cuda_cast(zc_device *d, void *dst, zc_dtype dst_dt, const void *src,
@@ -239,7 +379,7 @@ static zc_status cuda_cast(zc_device *d, void *dst, zc_dtype dst_dt, const void 
     if (dst_dt == src_dt)
         return cuda_copy(d, dst, src, n * zc_dtype_size(dst_dt), ZC_COPY_D2D, s);
     ZC_CHECK(use(d));
-    return launched(d, zc_k_cast(dst, dst_dt, src, src_dt, n, (cudaStream_t)s), "cast", src_dt, n);
+    return launched(d, zc_k_cast(dst, dst_dt, src, src_dt, n, (cudaStream_t)s), "cast kernel", src_dt, n, s);
 }
 
 static zc_status cuda_scale(zc_device *d, void *x, zc_dtype dt, size_t n, float a, void *s)
@@ -247,7 +387,7 @@ static zc_status cuda_scale(zc_device *d, void *x, zc_dtype dt, size_t n, float 
     if (!is_float_dtype(dt) && dt != ZC_DTYPE_F64)
         return ZC_ERR(ZC_ERR_INVALID_ARG, "scale: unsupported dtype %s", zc_dtype_name(dt));
     ZC_CHECK(use(d));
-    return launched(d, zc_k_scale(x, dt, n, a, (cudaStream_t)s), "scale", dt, n);
+    return launched(d, zc_k_scale(x, dt, n, a, (cudaStream_t)s), "scale kernel", dt, n, s);
 }
 
 static zc_status cuda_accumulate(zc_device *d, float *acc, const void *src, zc_dtype src_dt,
@@ -257,8 +397,8 @@ static zc_status cuda_accumulate(zc_device *d, float *acc, const void *src, zc_d
         return ZC_ERR(ZC_ERR_INVALID_ARG, "accumulate: unsupported dtype %s",
                       zc_dtype_name(src_dt));
     ZC_CHECK(use(d));
-    return launched(d, zc_k_accumulate(acc, src, src_dt, n, (cudaStream_t)s), "accumulate",
-                    src_dt, n);
+    return launched(d, zc_k_accumulate(acc, src, src_dt, n, (cudaStream_t)s), "accumulate kernel",
+                    src_dt, n, s);
 }
 
 static zc_status cuda_reduce_sum(zc_device *d, void *dst, const void *const *srcs, int nsrc,
@@ -270,8 +410,8 @@ static zc_status cuda_reduce_sum(zc_device *d, void *dst, const void *const *src
     if (!is_float_dtype(dt) && dt != ZC_DTYPE_F64 && dt != ZC_DTYPE_I32)
         return ZC_ERR(ZC_ERR_INVALID_ARG, "reduce_sum: unsupported dtype %d", (int)dt);
     ZC_CHECK(use(d));
-    return launched(d, zc_k_reduce_sum(dst, srcs, nsrc, dt, n, (cudaStream_t)s), "reduce_sum",
-                    dt, n);
+    return launched(d, zc_k_reduce_sum(dst, srcs, nsrc, dt, n, (cudaStream_t)s), "reduce_sum kernel",
+                    dt, n, s);
 }
 
 /* Grows the partials scratch to hold nb doubles; called with c->mu held. */
@@ -307,10 +447,12 @@ static zc_status sumsq_locked(cuda_device *c, const void *x, zc_dtype dt, size_t
     zc_device *d = &c->base;
     size_t nb = zc_k_sumsq_nblocks(n);
     ZC_CHECK(ensure_partials(c, nb));
-    ZC_CHECK(launched(d, zc_k_sumsq_partials(x, dt, n, c->d_partials, st), "sumsq", dt, n));
-    CU(d, cudaMemcpyAsync(c->h_partials, c->d_partials, nb * sizeof(double),
-                          cudaMemcpyDeviceToHost, st), "copying sumsq partials");
-    CU(d, cudaStreamSynchronize(st), "cudaStreamSynchronize after sumsq");
+    ZC_CHECK(launched(d, zc_k_sumsq_partials(x, dt, n, c->d_partials, st), "sumsq kernel", dt,
+                      n, st));
+    CU_ENQ(c, cudaMemcpyAsync(c->h_partials, c->d_partials, nb * sizeof(double),
+                              cudaMemcpyDeviceToHost, st),
+           "copying sumsq partials", st, -1, nb * sizeof(double));
+    CU_WAIT(c, cudaStreamSynchronize(st), "cudaStreamSynchronize after sumsq", st);
     /* Partials in block order, as the host backend adds them. */
     double total = 0.0;
     for (size_t b = 0; b < nb; b++)
@@ -343,11 +485,12 @@ static zc_status nonfinite_locked(cuda_device *c, const void *x, zc_dtype dt, si
         ZC_CHECK(cuda_alloc(d, NULL, ZC_MEM_BUFFERS, sizeof(int), "nonfinite flag",
                             (void **)&c->d_flag));
     int h = 0;
-    CU(d, cudaMemsetAsync(c->d_flag, 0, sizeof(int), st), "clearing the nonfinite flag");
-    ZC_CHECK(launched(d, zc_k_nonfinite(x, dt, n, c->d_flag, st), "nonfinite", dt, n));
-    CU(d, cudaMemcpyAsync(&h, c->d_flag, sizeof(int), cudaMemcpyDeviceToHost, st),
-       "copying the nonfinite flag");
-    CU(d, cudaStreamSynchronize(st), "cudaStreamSynchronize after nonfinite");
+    CU_ENQ(c, cudaMemsetAsync(c->d_flag, 0, sizeof(int), st), "clearing the nonfinite flag", st,
+           -1, sizeof(int));
+    ZC_CHECK(launched(d, zc_k_nonfinite(x, dt, n, c->d_flag, st), "nonfinite kernel", dt, n, st));
+    CU_ENQ(c, cudaMemcpyAsync(&h, c->d_flag, sizeof(int), cudaMemcpyDeviceToHost, st),
+           "copying the nonfinite flag", st, -1, sizeof(int));
+    CU_WAIT(c, cudaStreamSynchronize(st), "cudaStreamSynchronize after nonfinite", st);
     *flag = h != 0;
     return ZC_OK;
 }
@@ -368,6 +511,43 @@ static zc_status cuda_nonfinite(zc_device *d, const void *x, zc_dtype dt, size_t
     return rc;
 }
 
+/* No handle scratch and no lock: the caller's scratch and result live on
+ * the device and are ordered by its stream, so any number of streams can run
+ * this at once. */
+static zc_status cuda_sumsq_async(zc_device *d, const void *x, zc_dtype dt, size_t n,
+                                  double *scratch, double *out, void *s)
+{
+    if (!is_float_dtype(dt))
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "sumsq_async: unsupported dtype %s",
+                      zc_dtype_name(dt));
+    if (!out || (n && !scratch))
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "sumsq_async: NULL %s", out ? "scratch" : "out");
+    ZC_CHECK(use(d));
+    size_t nb = zc_k_sumsq_nblocks(n);
+    if (n)
+        ZC_CHECK(launched(d, zc_k_sumsq_partials(x, dt, n, scratch, (cudaStream_t)s),
+                          "sumsq kernel", dt, n, s));
+    /* Partials in block order, as sumsq adds them on the host; n = 0 still
+     * writes +0.0 so *out is defined on the stream. */
+    return launched(d, zc_k_sum_partials(scratch, nb, out, (cudaStream_t)s),
+                    "sumsq partials sum kernel", ZC_DTYPE_F64, nb, s);
+}
+
+static zc_status cuda_nonfinite_async(zc_device *d, const void *x, zc_dtype dt, size_t n,
+                                      int *flag, void *s)
+{
+    if (!is_float_dtype(dt))
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "nonfinite_async: unsupported dtype %s",
+                      zc_dtype_name(dt));
+    if (!flag)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "nonfinite_async: flag is NULL");
+    if (n == 0)
+        return ZC_OK;
+    ZC_CHECK(use(d));
+    return launched(d, zc_k_nonfinite(x, dt, n, flag, (cudaStream_t)s), "nonfinite kernel", dt,
+                    n, s);
+}
+
 static zc_status cuda_adam(zc_device *d, const zc_adam_shard *s, const zc_adam_coeffs *c,
                            void *stream)
 {
@@ -386,7 +566,8 @@ static zc_status cuda_adam(zc_device *d, const zc_adam_shard *s, const zc_adam_c
                       "cuda adam: parameter copy dtype %s is not fp32/fp16/bf16",
                       zc_dtype_name(s->param_out_dtype));
     ZC_CHECK(use(d));
-    return launched(d, zc_k_adam(s, c, (cudaStream_t)stream), "adam", s->grad_dtype, s->n);
+    return launched(d, zc_k_adam(s, c, (cudaStream_t)stream), "adam kernel",
+                    s->grad_dtype, s->n, stream);
 }
 
 static void cuda_destroy(zc_device *d)
@@ -400,6 +581,7 @@ static void cuda_destroy(zc_device *d)
     }
     if (c->d_flag)
         cuda_free(d, NULL, ZC_MEM_BUFFERS, c->d_flag, sizeof(int));
+    zc__optrack_destroy(&c->track);
     pthread_mutex_destroy(&c->mu);
     zc__host_free(NULL, ZC_MEM_OTHER, c, sizeof *c);
 }
@@ -409,6 +591,7 @@ static const zc_device_ops cuda_ops = {
     .alloc = cuda_alloc,
     .free = cuda_free,
     .stream_create = cuda_stream_create,
+    .stream_create_nonblocking = cuda_stream_create_nonblocking,
     .stream_destroy = cuda_stream_destroy,
     .stream_sync = cuda_stream_sync,
     .event_create = cuda_event_create,
@@ -416,6 +599,7 @@ static const zc_device_ops cuda_ops = {
     .event_record = cuda_event_record,
     .stream_wait_event = cuda_stream_wait_event,
     .event_sync = cuda_event_sync,
+    .event_query = cuda_event_query,
     .copy = cuda_copy,
     .memset0 = cuda_memset0,
     .cast = cuda_cast,
@@ -424,6 +608,8 @@ static const zc_device_ops cuda_ops = {
     .reduce_sum = cuda_reduce_sum,
     .sumsq = cuda_sumsq,
     .nonfinite = cuda_nonfinite,
+    .sumsq_async = cuda_sumsq_async,
+    .nonfinite_async = cuda_nonfinite_async,
     .adam = cuda_adam,
     .destroy = cuda_destroy,
 };
@@ -476,6 +662,7 @@ zc_status zc__device_cuda_open(int index, zc_device **out)
     c->base.mem_kind = ZC_MEMKIND_DEVICE;
     c->base.index = index;
     pthread_mutex_init(&c->mu, NULL);
+    zc__optrack_init(&c->track);
     zc_status rc = use(&c->base);
     if (rc == ZC_OK) {
         struct cudaDeviceProp prop;
@@ -486,6 +673,7 @@ zc_status zc__device_cuda_open(int index, zc_device **out)
         *out = &c->base;
         return ZC_OK;
     }
+    zc__optrack_destroy(&c->track);
     pthread_mutex_destroy(&c->mu);
     zc__host_free(NULL, ZC_MEM_OTHER, c, sizeof *c);
     return rc;

@@ -6,8 +6,25 @@
  * CUDA backend (cudaMalloc'd memory, streams and events).
  *
  * Streams and events are opaque pointers. NULL stream = the backend's default
- * stream. Operations on one stream run in order; the host backend runs every
- * operation synchronously, so its streams and events are trivial.
+ * stream (CUDA: the legacy default stream, which every blocking stream waits
+ * for and which waits for them). Operations on one stream run in order; the
+ * host backend runs every operation synchronously, so its streams and events
+ * are trivial and every "_async" operation has finished when it returns.
+ *
+ * What is asynchronous on CUDA (returns once enqueued, ordered on `stream`):
+ * copy (except as noted there), memset0, every kernel (cast .. adam),
+ * sumsq_async, nonfinite_async, event_record, stream_wait_event. What waits
+ * for the host: alloc (zero-fill, build time), stream_sync, event_sync, sumsq
+ * and nonfinite (their result is a host value). A caller that owns a
+ * non-blocking stream orders it after another stream with event_record on the
+ * producer + stream_wait_event on the consumer, never with a host wait.
+ *
+ * Errors: an operation reports why it could not be enqueued. A fault while
+ * enqueued work runs surfaces at the next waiting call on that stream (or any
+ * call, once the CUDA context is broken); the CUDA backend's message then
+ * names the work enqueued on the stream since its last successful wait
+ * (how many operations, the first and the last), so the culprit is among
+ * them (CUDA_LAUNCH_BLOCKING=1 narrows it to one).
  *
  * Reductions are deterministic: sum of squares accumulates in fp64 over fixed
  * blocks of ZC_SUMSQ_BLOCK elements (block partials, then the partials summed
@@ -26,6 +43,12 @@
 
 typedef struct zc_device zc_device;
 
+/* Doubles of scratch sumsq_async needs for n elements (one per block). */
+static inline size_t zc__sumsq_scratch_elems(size_t n)
+{
+    return (n + ZC_SUMSQ_BLOCK - 1) / ZC_SUMSQ_BLOCK;
+}
+
 typedef enum zc_copy_kind {
     ZC_COPY_H2D = 0, /* host memory -> device memory */
     ZC_COPY_D2H,
@@ -37,24 +60,53 @@ typedef struct zc_device_ops {
     const char *name; /* "host", "cuda" */
 
     /* Memory. alloc zero-fills and counts the bytes under (kind of this
-     * device, cat) on acct; free must get the same bytes and cat. */
+     * device, cat) on acct; free must get the same bytes and cat. On CUDA
+     * both wait: alloc for its zero-fill (so any stream may use the memory),
+     * free inside cudaFree, which waits for the whole device. Allocate at
+     * build time or from a pool, never per chunk per micro-step. */
     zc_status (*alloc)(zc_device *d, zc_mem_account *acct, zc_mem_category cat, size_t bytes,
                        const char *what, void **out);
     void (*free)(zc_device *d, zc_mem_account *acct, zc_mem_category cat, void *p, size_t bytes);
 
     /* Streams and events (ordering only; host: no-ops that succeed). */
+    /* A stream that orders with the legacy default stream (NULL), so code
+     * mixing NULL and created streams stays correct. */
     zc_status (*stream_create)(zc_device *d, void **stream);
+    /* A stream that does not order with the legacy default stream
+     * (cudaStreamNonBlocking): what the engine's own stream and a comm stream
+     * must be, so that work the user queues on the legacy stream does not
+     * serialise with them. Everything shared with such a stream is ordered
+     * by events. */
+    zc_status (*stream_create_nonblocking)(zc_device *d, void **stream);
     void (*stream_destroy)(zc_device *d, void *stream);
+    /* Waits for all work enqueued on the stream. */
     zc_status (*stream_sync)(zc_device *d, void *stream);
+    /* Events without timing (cheaper to record and wait on). */
     zc_status (*event_create)(zc_device *d, void **event);
     void (*event_destroy)(zc_device *d, void *event);
+    /* Captures the work enqueued on `stream` so far; re-recording moves it. */
     zc_status (*event_record)(zc_device *d, void *event, void *stream);
+    /* Work enqueued on `stream` after this call starts after the event's
+     * captured work finished; the host does not wait. */
     zc_status (*stream_wait_event)(zc_device *d, void *stream, void *event);
+    /* Waits on the host for the event's captured work. */
     zc_status (*event_sync)(zc_device *d, void *event);
+    /* *done = 1 if the event's captured work finished (or it was never
+     * recorded), 0 if not yet; never waits. A fault in the captured work is
+     * an error here. */
+    zc_status (*event_query)(zc_device *d, void *event, int *done);
 
     /* Data movement. */
+    /* Ordered on `stream`. Host memory may be pageable or pinned
+     * (cudaHostAlloc / cudaHostRegister); only pinned memory makes a CUDA copy
+     * truly asynchronous. With pageable memory the CUDA rules hold: H2D
+     * returns once the source was staged (the caller may reuse it), D2H
+     * returns when the data arrived. With pinned memory the host buffer must
+     * stay untouched (H2D) or unread (D2H) until the stream is synced or an
+     * event recorded after the copy completes. */
     zc_status (*copy)(zc_device *d, void *dst, const void *src, size_t bytes, zc_copy_kind kind,
                       void *stream);
+    /* Zeroes `bytes` of device memory, ordered on `stream`; never waits. */
     zc_status (*memset0)(zc_device *d, void *dst, size_t bytes, void *stream);
 
     /* Elementwise kernels over n elements. */
@@ -79,6 +131,17 @@ typedef struct zc_device_ops {
     /* *flag (host) = 1 if any x[i] is inf or NaN, else 0. Synchronises. */
     zc_status (*nonfinite)(zc_device *d, const void *x, zc_dtype dt, size_t n, int *flag,
                            void *stream);
+    /* The stream-ordered forms, for one host wait per step instead of one per
+     * chunk: *out (device memory, one double) = exactly what sumsq returns,
+     * computed on the device; scratch is device memory of
+     * zc__sumsq_scratch_elems(n) doubles, busy until the stream passes this
+     * operation (one scratch per stream, or reuse it on the same stream). */
+    zc_status (*sumsq_async)(zc_device *d, const void *x, zc_dtype dt, size_t n, double *scratch,
+                             double *out, void *stream);
+    /* *flag (device int) |= 1 if any x[i] is inf or NaN; never cleared here
+     * (memset0 it once, OR every chunk into it, read it once). */
+    zc_status (*nonfinite_async)(zc_device *d, const void *x, zc_dtype dt, size_t n, int *flag,
+                                 void *stream);
     /* Fused Adam/AdamW over one shard resident on this device. */
     zc_status (*adam)(zc_device *d, const zc_adam_shard *s, const zc_adam_coeffs *c, void *stream);
 

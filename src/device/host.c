@@ -40,7 +40,19 @@ static zc_status host_event_create(zc_device *d, void **e)
     *e = &host_event_sentinel;
     return ZC_OK;
 }
+/* Same sentinel as a blocking stream: the host has no concurrency to order. */
+static zc_status host_stream_create_nonblocking(zc_device *d, void **s)
+{
+    return host_stream_create(d, s);
+}
 static void host_event_destroy(zc_device *d, void *e) { (void)d; (void)e; }
+/* Every operation finished before it returned, so every event is complete. */
+static zc_status host_event_query(zc_device *d, void *e, int *done)
+{
+    (void)d; (void)e;
+    *done = 1;
+    return ZC_OK;
+}
 static zc_status host_event_record(zc_device *d, void *e, void *s)
 {
     (void)d; (void)e; (void)s;
@@ -160,14 +172,11 @@ static zc_status host_reduce_sum(zc_device *d, void *dst, const void *const *src
     }
 }
 
-static zc_status host_sumsq(zc_device *d, const void *x, zc_dtype dt, size_t n, double *out,
-                            void *stream)
+/* Fixed blocks with fp64 partials, partials added in block order (the CUDA
+ * kernel uses the same blocking). partials (may be NULL) receives each
+ * block's partial. */
+static double sumsq_blocked(const void *x, zc_dtype dt, size_t n, double *partials)
 {
-    (void)d; (void)stream;
-    if (!is_float_dtype(dt))
-        return ZC_ERR(ZC_ERR_INVALID_ARG, "sumsq: unsupported dtype %s", zc_dtype_name(dt));
-    /* Fixed blocks with fp64 partials, partials added in block order (the CUDA
-     * kernel uses the same blocking). */
     double total = 0.0;
     for (size_t b = 0; b < n; b += ZC_SUMSQ_BLOCK) {
         size_t e = b + ZC_SUMSQ_BLOCK < n ? b + ZC_SUMSQ_BLOCK : n;
@@ -176,9 +185,36 @@ static zc_status host_sumsq(zc_device *d, const void *x, zc_dtype dt, size_t n, 
             double v = zc__load_f32(x, dt, i);
             part += v * v;
         }
+        if (partials)
+            partials[b / ZC_SUMSQ_BLOCK] = part;
         total += part;
     }
-    *out = total;
+    return total;
+}
+
+static zc_status host_sumsq(zc_device *d, const void *x, zc_dtype dt, size_t n, double *out,
+                            void *stream)
+{
+    (void)d; (void)stream;
+    if (!is_float_dtype(dt))
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "sumsq: unsupported dtype %s", zc_dtype_name(dt));
+    *out = sumsq_blocked(x, dt, n, NULL);
+    return ZC_OK;
+}
+
+/* The stream-ordered form: the same value, written through the pointer the
+ * engine would pass on CUDA (here host memory, at once). The scratch gets the
+ * block partials, as the CUDA backend's does. */
+static zc_status host_sumsq_async(zc_device *d, const void *x, zc_dtype dt, size_t n,
+                                  double *scratch, double *out, void *stream)
+{
+    (void)d; (void)stream;
+    if (!is_float_dtype(dt))
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "sumsq_async: unsupported dtype %s",
+                      zc_dtype_name(dt));
+    if (!out || (n && !scratch))
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "sumsq_async: NULL %s", out ? "scratch" : "out");
+    *out = sumsq_blocked(x, dt, n, scratch);
     return ZC_OK;
 }
 
@@ -204,6 +240,20 @@ static zc_status host_nonfinite(zc_device *d, const void *x, zc_dtype dt, size_t
     return ZC_OK;
 }
 
+/* ORs into *flag (never clears it), like the CUDA kernel: one flag can
+ * collect every chunk of a step before the single read. */
+static zc_status host_nonfinite_async(zc_device *d, const void *x, zc_dtype dt, size_t n,
+                                      int *flag, void *stream)
+{
+    int bad = 0;
+    if (!flag)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "nonfinite_async: flag is NULL");
+    ZC_CHECK(host_nonfinite(d, x, dt, n, &bad, stream));
+    if (bad)
+        *flag = 1;
+    return ZC_OK;
+}
+
 static zc_status host_adam(zc_device *d, const zc_adam_shard *s, const zc_adam_coeffs *c,
                            void *stream)
 {
@@ -218,6 +268,7 @@ static const zc_device_ops host_ops = {
     .alloc = host_alloc,
     .free = host_free,
     .stream_create = host_stream_create,
+    .stream_create_nonblocking = host_stream_create_nonblocking,
     .stream_destroy = host_stream_destroy,
     .stream_sync = host_stream_sync,
     .event_create = host_event_create,
@@ -225,6 +276,7 @@ static const zc_device_ops host_ops = {
     .event_record = host_event_record,
     .stream_wait_event = host_stream_wait_event,
     .event_sync = host_event_sync,
+    .event_query = host_event_query,
     .copy = host_copy,
     .memset0 = host_memset0,
     .cast = host_cast,
@@ -233,6 +285,8 @@ static const zc_device_ops host_ops = {
     .reduce_sum = host_reduce_sum,
     .sumsq = host_sumsq,
     .nonfinite = host_nonfinite,
+    .sumsq_async = host_sumsq_async,
+    .nonfinite_async = host_nonfinite_async,
     .adam = host_adam,
     .destroy = host_destroy,
 };

@@ -12,17 +12,25 @@ static zc_status reduce(zc_engine *e, zc_chunk *c, bool last_micro)
 }
 
 /* Shared with stage 1: all-gather each chunk's updated working parameters in
- * place (each rank wrote its own slice in the Adam pass). */
+ * place (each rank wrote its own slice in the Adam pass). The chunks' gathers
+ * are independent and issued back to back, so they form one communicator
+ * group: NCCL launches them together instead of one kernel each (the local
+ * backend has no groups and runs each at once). */
 zc_status zc__publish_all_gather(zc_engine *e, bool updated)
 {
     if (!updated)
         return ZC_OK;
-    for (int k = 0; k < e->nchunks; k++) {
+    ZC_CHECK(zc__eng_group_start(e));
+    zc_status rc = ZC_OK;
+    for (int k = 0; k < e->nchunks && rc == ZC_OK; k++) {
         zc_chunk *c = &e->chunks[k];
-        ZC_CHECK(zc__eng_all_gather(e, zc__elem(c->param, (int64_t)e->rank * c->shard, e->pesz),
-                                    c->param, (size_t)c->shard, e->pdt, true));
+        rc = zc__eng_all_gather(e, zc__elem(c->param, (int64_t)e->rank * c->shard, e->pesz),
+                                c->param, (size_t)c->shard, e->pdt, true);
     }
-    return ZC_OK;
+    /* Closed even after a failure inside: the group is per thread in NCCL.
+     * A failed group_end breaks the engine like a failed collective. */
+    zc_status end = zc__eng_group_end(e);
+    return rc != ZC_OK ? rc : end;
 }
 
 const zc_stage_policy zc__stage2_policy = {

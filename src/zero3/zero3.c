@@ -35,6 +35,14 @@ static zc_status reduce(zc_engine *e, zc_chunk *c, bool last_micro)
     return zc__grads_reduce_shard(e, c);
 }
 
+/* The gathered copy goes back to its pool slot (or is freed) before the
+ * buffers every stage has. */
+static void free_chunk(zc_engine *e, zc_chunk *c)
+{
+    zc__z3_gather_free(e, c);
+    zc__chunk_free(e, c);
+}
+
 const zc_stage_policy zc__stage3_policy = {
     .stage = 3,
     .name = "ZeRO-3",
@@ -42,7 +50,7 @@ const zc_stage_policy zc__stage3_policy = {
     .full_optimizer = false,
     .sharded_grads = true,
     .alloc_chunk = zc__chunk_alloc,
-    .free_chunk = zc__chunk_free,
+    .free_chunk = free_chunk,
     .reduce_chunk = reduce,
     .publish = zc__z3_step_end,
     .acquire = zc__z3_acquire,

@@ -6,6 +6,8 @@
 
 #include "core/engine.h"
 
+/* Frees chunk c's gathered copy (pool slot or agreed allocation), if any. */
+void zc__z3_gather_free(zc_engine *e, zc_chunk *c);
 zc_status zc__z3_acquire(zc_engine *e, zc_param *p, void **out);
 zc_status zc__z3_release(zc_engine *e, zc_param *p);
 /* End of a step: checks the trace, frees what is not needed, refreshes the

@@ -238,3 +238,40 @@ Test(comm_local, unsupported_max_fails_on_every_rank)
         cr_assert_eq(w.rc[r], ZC_ERR_INVALID_ARG, "rank %d returned %d", r, (int)w.rc[r]);
     end_world(&w);
 }
+
+/* Groups are optional in the comm seam: the local backend has none, so the
+ * wrappers succeed and the collectives inside run at once with the same
+ * results as outside a group (what the engine's grouped publish relies on
+ * for the host path). */
+static void do_grouped_gathers(int r, void *p)
+{
+    world_ctx *w = p;
+    zc_comm *c = w->comms[r];
+    w->rc[r] = zc__comm_group_start(c);
+    for (int k = 0; k < 2 && w->rc[r] == ZC_OK; k++)
+        w->rc[r] = zc__all_gather(c, w->in[r] + k * N, w->out[r] + k * N * w->world / 2,
+                                  N / 2, ZC_DTYPE_F32, NULL);
+    zc_status end = zc__comm_group_end(c);
+    if (w->rc[r] == ZC_OK)
+        w->rc[r] = end;
+}
+
+Test(comm_local, group_wrappers_are_no_ops_without_groups)
+{
+    static world_ctx w;
+    make_world(&w, 3);
+    cr_assert_null(w.comms[0]->ops->group_start);
+    cr_assert_null(w.comms[0]->ops->group_end);
+    t_run_ranks(3, do_grouped_gathers, &w);
+    const int half = N / 2;
+    for (int r = 0; r < 3; r++) {
+        cr_assert_eq(w.rc[r], ZC_OK, "%s", zc_last_error());
+        for (int k = 0; k < 2; k++)
+            for (int src = 0; src < 3; src++)
+                for (int i = 0; i < half; i++)
+                    cr_assert_eq(w.out[r][k * N * 3 / 2 + src * half + i],
+                                 value(src, k * N + i), "rank %d gather %d from %d elem %d", r,
+                                 k, src, i);
+    }
+    end_world(&w);
+}

@@ -155,3 +155,60 @@ Test(device_host, allocator_counts_and_fault_injection)
     cr_assert_eq(acct.bytes[ZC_MEM_MASTER], 0);
     t_assert_no_leaks();
 }
+
+/* The stream-ordered forms the engine uses for one host wait per step:
+ * sumsq_async equals sumsq bitwise and leaves each block's partial in the
+ * scratch; nonfinite_async ORs into a flag and never clears it. The host
+ * backend runs them at once, so events are complete and a non-blocking
+ * stream is as good as any. */
+Test(device_host, stream_ordered_forms)
+{
+    zc_device *d = zc__device_host();
+    enum { N = 2 * ZC_SUMSQ_BLOCK + 5 };
+    static float x[N];
+    uint64_t s = 5;
+    for (int i = 0; i < N; i++)
+        x[i] = t_rand_range(&s, -3, 3);
+    cr_assert_eq(zc__sumsq_scratch_elems(N), 3);
+    cr_assert_eq(zc__sumsq_scratch_elems(0), 0);
+    cr_assert_eq(zc__sumsq_scratch_elems(ZC_SUMSQ_BLOCK), 1);
+
+    void *st = NULL, *ev = NULL;
+    cr_assert_eq(d->ops->stream_create_nonblocking(d, &st), ZC_OK);
+    cr_assert_not_null(st);
+    double scratch[3] = {-1, -1, -1}, out = -1, want = -2;
+    cr_assert_eq(d->ops->sumsq_async(d, x, ZC_DTYPE_F32, N, scratch, &out, st), ZC_OK);
+    cr_assert_eq(d->ops->sumsq(d, x, ZC_DTYPE_F32, N, &want, st), ZC_OK);
+    cr_assert(memcmp(&out, &want, sizeof out) == 0, "async %a vs sumsq %a", out, want);
+    /* Each partial is its block's sum of squares, added in index order. */
+    for (int b = 0; b < 3; b++) {
+        double p = 0.0;
+        for (int i = b * ZC_SUMSQ_BLOCK; i < N && i < (b + 1) * ZC_SUMSQ_BLOCK; i++)
+            p += (double)x[i] * (double)x[i];
+        cr_assert(memcmp(&p, &scratch[b], sizeof p) == 0, "block %d: %a vs %a", b, scratch[b], p);
+    }
+    cr_assert_eq(d->ops->sumsq_async(d, x, ZC_DTYPE_F32, 0, NULL, &out, st), ZC_OK);
+    cr_assert(out == 0.0 && !signbit(out));
+    cr_assert_eq(d->ops->sumsq_async(d, x, ZC_DTYPE_I32, N, scratch, &out, st),
+                 ZC_ERR_INVALID_ARG);
+    cr_assert_eq(d->ops->sumsq_async(d, x, ZC_DTYPE_F32, N, NULL, &out, st), ZC_ERR_INVALID_ARG);
+
+    int flag = 0;
+    cr_assert_eq(d->ops->nonfinite_async(d, x, ZC_DTYPE_F32, N, &flag, st), ZC_OK);
+    cr_assert_eq(flag, 0);
+    float bad[3] = {1.0f, NAN, 2.0f};
+    cr_assert_eq(d->ops->nonfinite_async(d, bad, ZC_DTYPE_F32, 3, &flag, st), ZC_OK);
+    cr_assert_eq(flag, 1);
+    /* A later clean chunk leaves the step's flag set. */
+    cr_assert_eq(d->ops->nonfinite_async(d, x, ZC_DTYPE_F32, N, &flag, st), ZC_OK);
+    cr_assert_eq(flag, 1);
+
+    cr_assert_eq(d->ops->event_create(d, &ev), ZC_OK);
+    cr_assert_eq(d->ops->event_record(d, ev, st), ZC_OK);
+    int done = 0;
+    cr_assert_eq(d->ops->event_query(d, ev, &done), ZC_OK);
+    cr_assert_eq(done, 1);
+    d->ops->event_destroy(d, ev);
+    d->ops->stream_destroy(d, st);
+    t_assert_no_leaks();
+}

@@ -11,7 +11,9 @@ other prefetch and persistence settings):
   - memory per rank and communication per step follow the stage formulas of
     the issue, within the chunk padding: with Ψ = num_params and the padded
     count Ψ' = padded_params, every quantity x expected as c·Ψ/d satisfies
-    c·Ψ/d <= x <= c·Ψ'/d.
+    c·Ψ/d <= x <= c·Ψ'/d;
+  - fp16 with 8 micro-steps skips the same steps with the same loss scales in
+    every stage, and ZC_FAULTS reaches the library (docs/faults.md).
 Usage: check_train_mlp.py PATH_TO_TRAIN_MLP (or TRAIN_MLP in the environment).
 Exits non-zero on the first failed claim, after printing every failure.
 """
@@ -244,6 +246,68 @@ def check_offload(exe):
                     fail("%s: swap files left behind" % name)
 
 
+def run_steps(exe, args, env=None):
+    """Runs train_mlp --json with args; returns (returncode, step lines, final, stderr)."""
+    p = subprocess.run([exe, "--json", *args], capture_output=True, text=True, timeout=600,
+                       env=env)
+    steps, final = [], None
+    if p.returncode == 0:
+        for line in p.stdout.splitlines():
+            obj = json.loads(line)
+            if obj.get("final"):
+                final = obj
+            else:
+                steps.append(obj)
+    return p.returncode, steps, final, p.stderr
+
+
+def check_fp16_accumulation(exe):
+    """fp16, 8 micro-steps, dynamic scale 2^20 with hysteresis 1 (issue 18's
+    reproduction): windows whose sum overflows fp16 but whose mean does not
+    must not be skipped by stages 0/1 alone. Every stage skips the same steps
+    and uses the same loss scale at every step."""
+    cfg = os.path.join(os.path.dirname(exe), "fp16_accum_ds_config.json")
+    with open(cfg, "w") as f:
+        json.dump({"train_micro_batch_size_per_gpu": 32, "gradient_accumulation_steps": 8,
+                   "fp16": {"enabled": True, "loss_scale": 0, "initial_scale_power": 20,
+                            "hysteresis": 1},
+                   "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}}, f)
+    seen = {}
+    for stage in range(4):
+        rc, steps, final, err = run_steps(exe, ["--config", cfg, "--stage", str(stage),
+                                                "--world", "2", "--dtype", "fp16", "--accum",
+                                                "8", "--steps", "10", "--seed", "11"])
+        if rc != 0 or final is None:
+            fail("fp16 accumulation, stage %d: exit %d: %s" % (stage, rc, err.strip()[-2000:]))
+            continue
+        seen[stage] = [(s["skipped"], s["loss_scale"]) for s in steps]
+    if len(seen) == 4 and any(seen[s] != seen[0] for s in range(4)):
+        fail("fp16 accumulation: (skipped, loss scale) per step differ across stages: %s"
+             % json.dumps(seen))
+
+
+def check_faults(exe):
+    """ZC_FAULTS goes through the library: a malformed value stops the program
+    with the library's message and a non-zero exit; a valid one warns and (the
+    engine allocates nothing after build) leaves the result unchanged."""
+    args = ["--stage", "3", "--world", "2", "--dtype", "bf16", "--steps", "3", "--seed", "5"]
+    rc, _, clean, err = run_steps(exe, args)
+    if rc != 0 or clean is None:
+        fail("ZC_FAULTS: the clean run exited %d: %s" % (rc, err.strip()[-2000:]))
+        return
+    env = dict(os.environ, ZC_FAULTS="alloc:1:1,alloc:0:2")
+    rc, _, final, err = run_steps(exe, args, env)
+    if rc != 0 or final is None or final["params_sha256"] != clean["params_sha256"]:
+        fail("ZC_FAULTS=alloc:1:1,alloc:0:2: exit %d, hash %s vs clean %s: %s"
+             % (rc, final and final["params_sha256"], clean["params_sha256"], err[-2000:]))
+    elif "fault injection is on" not in err:
+        fail("ZC_FAULTS set but no warning on stderr: %r" % err[-2000:])
+    env = dict(os.environ, ZC_FAULTS="alloc:one:1")
+    rc, _, _, err = run_steps(exe, args, env)
+    if rc == 0 or "ZC_FAULTS" not in err or "RANK 'one'" not in err:
+        fail("ZC_FAULTS=alloc:one:1: exit %d, stderr %r" % (rc, err[-2000:]))
+
+
 def main():
     exe = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("TRAIN_MLP")
     if not exe:
@@ -287,6 +351,8 @@ def main():
             fail("%s, W=%d: params_sha256 differs across stages: %s" % (dtype, WORLD, hashes))
     check_accumulation(exe)
     check_config_file(exe)
+    check_fp16_accumulation(exe)
+    check_faults(exe)
     check_offload(exe)
     if failures:
         print("%d failure(s)" % len(failures))

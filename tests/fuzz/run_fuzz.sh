@@ -34,6 +34,9 @@ if [ -d "$seeds" ]; then
 else
     echo "run_fuzz.sh: seed corpus $seeds not found; starting from a minimal seed" >&2
 fi
+# Hostile inputs kept with the tests (dotted names, numbers past every range,
+# floods of unknown keys, long non-ASCII strings, offload the engine refuses).
+cp "$root"/tests/fuzz/corpus/*.json "$work/corpus/"
 printf '{"zero_optimization": {"stage": 3}, "train_batch_size": "auto"}' >"$work/corpus/min.json"
 
 echo "run_fuzz.sh: fuzzing for ${secs}s (work dir $work)"

@@ -1,6 +1,7 @@
 /* The NCCL communicator: one rank (the only NCCL world a single GPU allows on
- * NCCL 2.28), its watchdog, and - on machines with two GPUs - a rank that
- * skips a collective. Built only with NCCL; skips without a GPU. */
+ * NCCL 2.28), its watchdog (timed from a collective's start, not its
+ * enqueue), groups, and - on machines with two GPUs - a rank that skips a
+ * collective. Built only with NCCL; skips without a GPU. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,7 @@
 #include "comm/nccl.h"
 #include "gpu_common.h"
 #include "helpers.h"
+#include "kernels/kernels.h"
 
 static void one_rank_env(void)
 {
@@ -78,6 +80,49 @@ Test(gpu_nccl, one_rank_collectives_on_the_callers_stream)
     t_assert_no_leaks();
 }
 
+/* srun --gpus-per-task=1: each task sees one GPU (CUDA_VISIBLE_DEVICES) while
+ * SLURM_LOCALID counts the node's tasks, and there is no LOCAL_RANK. The
+ * communicator and device_index -1 must pick the same GPU - the device
+ * backend used to wrap the local id and NCCL to refuse it. CUDA is not yet
+ * initialised in this test's process, so CUDA_VISIBLE_DEVICES still applies. */
+Test(gpu_nccl, srun_task_with_its_own_gpu_binds_the_same_device)
+{
+    static const char *const vars[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK",
+                                       "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE",
+                                       "MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE",
+                                       "NCCL_COMM_ID", "MASTER_ADDR", "MASTER_PORT", NULL};
+    for (int i = 0; vars[i]; i++)
+        unsetenv(vars[i]);
+    /* Keep the first GPU the runner already allows, alone. */
+    char first[64] = "0";
+    const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
+    if (cvd && *cvd) {
+        snprintf(first, sizeof first, "%s", cvd);
+        first[strcspn(first, ",")] = '\0';
+    }
+    setenv("CUDA_VISIBLE_DEVICES", first, 1);
+    setenv("SLURM_PROCID", "0", 1);
+    setenv("SLURM_NTASKS", "1", 1);
+    setenv("SLURM_LOCALID", "3", 1);
+    zc_device *d;
+    if (zc__device_open(ZC_DEVICE_CUDA, -1, &d) != ZC_OK)
+        cr_skip_test("no CUDA device: %s", zc_last_error());
+    cr_assert_eq(d->index, 0);
+    zc_comm *c;
+    cr_assert_eq(zc_comm_init_env(&c), ZC_OK, "%s", zc_last_error());
+    cr_assert_eq(c->local_rank, 3);
+    cr_assert_eq(c->ops->bind_device(c, d), ZC_OK, "%s", zc_last_error());
+    float *a = NULL;
+    cr_assert_eq(d->ops->alloc(d, NULL, ZC_MEM_BUFFERS, 64 * 4, "a", (void **)&a), ZC_OK);
+    cr_assert_eq(zc__all_reduce(c, a, a, 64, ZC_DTYPE_F32, ZC_RED_SUM, NULL), ZC_OK, "%s",
+                 zc_last_error());
+    cr_assert_eq(zc__barrier(c), ZC_OK, "%s", zc_last_error());
+    zc_comm_destroy(c);
+    d->ops->free(d, NULL, ZC_MEM_BUFFERS, a, 64 * 4);
+    d->ops->destroy(d);
+    t_assert_no_leaks();
+}
+
 /* Binding the host device is refused with a message saying what to do. */
 Test(gpu_nccl, host_buffers_are_refused)
 {
@@ -93,8 +138,8 @@ Test(gpu_nccl, host_buffers_are_refused)
     t_assert_no_leaks();
 }
 
-/* The watchdog on one GPU: the comm stream is stalled for 8 s, the timeout is
- * 1 s, so the queued all-reduce cannot finish in time. The barrier must fail
+/* The watchdog on one GPU: the all-reduce stalls 8 s after it started (the
+ * stall hook, as a missing peer would hold it), the timeout is 1 s. The barrier must fail
  * (not wait for the stall) with the rank, collective, sequence number and
  * size in the message, and the error must stick to the handle. */
 Test(gpu_nccl, watchdog_aborts_an_overdue_collective, .timeout = 60)
@@ -118,6 +163,112 @@ Test(gpu_nccl, watchdog_aborts_an_overdue_collective, .timeout = 60)
     cr_assert(strstr(zc_last_error(), "all_reduce #1"), "sticky error: %s", zc_last_error());
     zc_comm_destroy(c);
     d->ops->free(d, NULL, ZC_MEM_BUFFERS, a, n * 4);
+    d->ops->destroy(d);
+    t_assert_no_leaks();
+}
+
+/* A collective queued behind 3 s of the caller's own work, with a 1 s
+ * timeout: it has not started (its inputs are not ready), so it must not be
+ * timed out; it runs when the caller's stream reaches it and the data comes
+ * through. Timing from the enqueue aborted this healthy communicator. */
+Test(gpu_nccl, collective_queued_behind_callers_work_is_not_timed_out, .timeout = 60)
+{
+    setenv("ZC_COMM_TIMEOUT", "1", 1);
+    zc_device *d;
+    zc_comm *c;
+    open_pair(&d, &c);
+    const size_t n = 4096;
+    float *h = malloc(n * sizeof(float)), *got = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++)
+        h[i] = (float)i - 100.0f;
+    void *st;
+    cr_assert_eq(d->ops->stream_create_nonblocking(d, &st), ZC_OK, "%s", zc_last_error());
+    float *a = NULL;
+    cr_assert_eq(d->ops->alloc(d, NULL, ZC_MEM_BUFFERS, n * 4, "a", (void **)&a), ZC_OK);
+    cr_assert_eq(zc_k_sleep(3000, (cudaStream_t)st), cudaSuccess);
+    cr_assert_eq(d->ops->copy(d, a, h, n * 4, ZC_COPY_H2D, st), ZC_OK);
+    cr_assert_eq(zc__all_reduce(c, a, a, n, ZC_DTYPE_F32, ZC_RED_SUM, st), ZC_OK, "%s",
+                 zc_last_error());
+    cr_assert_eq(d->ops->scale(d, a, ZC_DTYPE_F32, n, 0.5f, st), ZC_OK);
+    cr_assert_eq(d->ops->copy(d, got, a, n * 4, ZC_COPY_D2H, st), ZC_OK);
+    cr_assert_eq(zc__barrier(c), ZC_OK, "a queued collective was timed out: %s", zc_last_error());
+    cr_assert_eq(d->ops->stream_sync(d, st), ZC_OK, "%s", zc_last_error());
+    for (size_t i = 0; i < n; i++)
+        cr_assert_eq(got[i], 0.5f * h[i], "element %zu", i);
+    d->ops->free(d, NULL, ZC_MEM_BUFFERS, a, n * 4);
+    d->ops->stream_destroy(d, st);
+    zc_comm_destroy(c);
+    d->ops->destroy(d);
+    free(h), free(got);
+    t_assert_no_leaks();
+}
+
+/* Four collectives in one group on a non-blocking caller stream: results as
+ * without the group, ready on the caller's stream after group_end; misuse
+ * (barrier inside, nesting, end without start) is refused with
+ * ZC_ERR_INVALID_STATE and leaves the communicator usable. */
+Test(gpu_nccl, grouped_collectives_on_the_callers_stream, .timeout = 60)
+{
+    zc_device *d;
+    zc_comm *c;
+    open_pair(&d, &c);
+    enum { K = 4 };
+    const size_t n = 3000;
+    float *h = malloc(K * n * sizeof(float)), *got = malloc(K * n * sizeof(float));
+    for (size_t i = 0; i < K * n; i++)
+        h[i] = 0.125f * (float)i;
+    void *st;
+    cr_assert_eq(d->ops->stream_create_nonblocking(d, &st), ZC_OK);
+    float *a = NULL, *b = NULL;
+    cr_assert_eq(d->ops->alloc(d, NULL, ZC_MEM_BUFFERS, K * n * 4, "a", (void **)&a), ZC_OK);
+    cr_assert_eq(d->ops->alloc(d, NULL, ZC_MEM_BUFFERS, K * n * 4, "b", (void **)&b), ZC_OK);
+    cr_assert_eq(d->ops->copy(d, a, h, K * n * 4, ZC_COPY_H2D, st), ZC_OK);
+    cr_assert_eq(zc__comm_group_start(c), ZC_OK, "%s", zc_last_error());
+    cr_assert_eq(zc__comm_group_start(c), ZC_ERR_INVALID_STATE);
+    cr_assert_eq(zc__barrier(c), ZC_ERR_INVALID_STATE);
+    cr_assert_eq(zc__all_gather(c, a, b, n, ZC_DTYPE_F32, st), ZC_OK, "%s", zc_last_error());
+    cr_assert_eq(zc__all_reduce(c, a + n, b + n, n, ZC_DTYPE_F32, ZC_RED_SUM, st), ZC_OK);
+    cr_assert_eq(zc__reduce_scatter(c, a + 2 * n, b + 2 * n, n, ZC_DTYPE_F32, st), ZC_OK);
+    cr_assert_eq(zc__broadcast(c, a + 3 * n, n, ZC_DTYPE_F32, 0, st), ZC_OK);
+    cr_assert_eq(zc__comm_group_end(c), ZC_OK, "%s", zc_last_error());
+    cr_assert_eq(zc__comm_group_end(c), ZC_ERR_INVALID_STATE);
+    /* b[3n..4n) <- the broadcast buffer, on the caller's stream after the group. */
+    cr_assert_eq(d->ops->copy(d, b + 3 * n, a + 3 * n, n * 4, ZC_COPY_D2D, st), ZC_OK);
+    cr_assert_eq(d->ops->copy(d, got, b, K * n * 4, ZC_COPY_D2H, st), ZC_OK);
+    cr_assert_eq(d->ops->stream_sync(d, st), ZC_OK, "%s", zc_last_error());
+    for (size_t i = 0; i < K * n; i++)
+        cr_assert_eq(got[i], h[i], "element %zu", i);
+    cr_assert_eq(zc__barrier(c), ZC_OK, "%s", zc_last_error());
+    d->ops->free(d, NULL, ZC_MEM_BUFFERS, a, K * n * 4);
+    d->ops->free(d, NULL, ZC_MEM_BUFFERS, b, K * n * 4);
+    d->ops->stream_destroy(d, st);
+    zc_comm_destroy(c);
+    d->ops->destroy(d);
+    free(h), free(got);
+    t_assert_no_leaks();
+}
+
+/* A group that starts and then cannot finish (the stall hook, inside the
+ * group after its start): the watchdog fails it after the 1 s timeout. */
+Test(gpu_nccl, watchdog_times_a_stalled_group, .timeout = 60)
+{
+    setenv("ZC_COMM_TIMEOUT", "1", 1);
+    zc_device *d;
+    zc_comm *c;
+    open_pair(&d, &c);
+    const size_t n = 1000;
+    float *a = NULL;
+    cr_assert_eq(d->ops->alloc(d, NULL, ZC_MEM_BUFFERS, 2 * n * 4, "a", (void **)&a), ZC_OK);
+    cr_assert_eq(zc__comm_nccl_stall(c, 8000), ZC_OK);
+    cr_assert_eq(zc__comm_group_start(c), ZC_OK, "%s", zc_last_error());
+    cr_assert_eq(zc__all_reduce(c, a, a, n, ZC_DTYPE_F32, ZC_RED_SUM, NULL), ZC_OK);
+    cr_assert_eq(zc__all_reduce(c, a + n, a + n, n, ZC_DTYPE_F32, ZC_RED_SUM, NULL), ZC_OK);
+    cr_assert_eq(zc__comm_group_end(c), ZC_OK, "%s", zc_last_error());
+    cr_assert_eq(zc__barrier(c), ZC_ERR_COMM, "the stalled group was not timed out");
+    cr_assert(strstr(zc_last_error(), "all_reduce #1") && strstr(zc_last_error(), "of starting"),
+              "%s", zc_last_error());
+    zc_comm_destroy(c);
+    d->ops->free(d, NULL, ZC_MEM_BUFFERS, a, 2 * n * 4);
     d->ops->destroy(d);
     t_assert_no_leaks();
 }

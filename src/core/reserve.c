@@ -1,0 +1,128 @@
+/* What zc_engine_build reserves so that no work between two collectives has
+ * to allocate (see bufpool.h for why):
+ *
+ *   pool_grad    stages 2/3: ZC_GRAD_BUFFERS slots of the largest chunk in
+ *                the parameter dtype (the transient full gradient buffers);
+ *   pool_gather  stage 3: one slot per persistent chunk (gathered once, kept),
+ *                and for every other chunk size s (padded elements) the slots
+ *                of a working set: min(chunks of size s, floor(ws / s)), at
+ *                least one, with ws = prefetch_bucket_size + 2 x the largest
+ *                chunk (the chunks a pass uses at once plus the prefetch
+ *                window), at most stage3_max_live_parameters. Sizing by the
+ *                live bound alone would reserve the whole model with the
+ *                default bound of 1e9 elements. A prefetch that finds no free
+ *                slot is not issued (the pools are in the same state on every
+ *                rank, so every rank skips it together); a demand gather that
+ *                finds none allocates its buffer, agreed across ranks
+ *                (zero3/gather.c);
+ *   pool_stage   one fp32 slot of the largest chunk: the staging of
+ *                zc_param_load and the receive buffer of
+ *                zc_param_gather_master;
+ *   the stage-3 trace, 4 activations per parameter and micro-step (forward,
+ *                backward, and room for a recomputing forward), at least
+ *                ZC_TRACE_MIN and at most ZC_TRACE_MAX entries;
+ *   the status records of zc__eng_agree. */
+#include "core/engine.h"
+
+static int64_t largest_chunk(const zc_engine *e)
+{
+    int64_t m = 0;
+    for (int k = 0; k < e->nchunks; k++)
+        if (e->chunks[k].padded > m)
+            m = e->chunks[k].padded;
+    return m;
+}
+
+/* Bytes of n elements of size esz; padded totals are bounded by
+ * zc_param_add (INT64_MAX / 4 elements), so this cannot overflow, but the
+ * check keeps that coupling explicit. */
+static zc_status elem_bytes(int64_t n, size_t esz, size_t *out)
+{
+    if (n < 0 || __builtin_mul_overflow((size_t)n, esz, out))
+        return ZC_ERR(ZC_ERR_NO_MEMORY, "a buffer of %lld elements of %zu bytes is too large",
+                      (long long)n, esz);
+    return ZC_OK;
+}
+
+static zc_status plan_gather(zc_engine *e, int64_t largest)
+{
+    int64_t ws = 0;
+    if (__builtin_mul_overflow(largest, (int64_t)2, &ws) ||
+        __builtin_add_overflow(ws, e->prefetch_elems, &ws) || ws > e->max_live)
+        ws = e->max_live;
+    for (int k = 0; k < e->nchunks; k++) {
+        const zc_chunk *c = &e->chunks[k];
+        const int64_t s = c->padded;
+        if (s > e->max_live)
+            continue; /* larger than the live bound: acquiring it is refused */
+        size_t bytes = 0;
+        ZC_CHECK(elem_bytes(s, e->pesz, &bytes));
+        if (c->persistent) {
+            ZC_CHECK(zc__bufpool_plan(&e->pool_gather, bytes, 1));
+            continue;
+        }
+        bool seen = false;
+        int64_t n = 0;
+        for (int j = 0; j < e->nchunks; j++) {
+            if (e->chunks[j].padded != s || e->chunks[j].persistent)
+                continue;
+            if (j < k)
+                seen = true;
+            n++;
+        }
+        if (seen)
+            continue; /* this size was planned at its first chunk */
+        const int64_t fit = ws / s > 0 ? ws / s : 1;
+        ZC_CHECK(zc__bufpool_plan(&e->pool_gather, bytes, (int)(n < fit ? n : fit)));
+    }
+    return ZC_OK;
+}
+
+static zc_status reserve_trace(zc_engine *e)
+{
+    int64_t cap = 0;
+    if (__builtin_mul_overflow((int64_t)e->nparams, (int64_t)4, &cap) ||
+        __builtin_mul_overflow(cap, e->gas, &cap) || cap > ZC_TRACE_MAX)
+        cap = ZC_TRACE_MAX;
+    if (cap < ZC_TRACE_MIN)
+        cap = ZC_TRACE_MIN;
+    void *mem = NULL;
+    ZC_CHECK(zc__host_alloc(&e->acct, ZC_MEM_OTHER, (size_t)cap * sizeof(int), "stage-3 trace",
+                            &mem));
+    e->trace.order = mem;
+    e->trace.cap = cap;
+    return ZC_OK;
+}
+
+zc_status zc__reserve_build(zc_engine *e)
+{
+    const int64_t big = largest_chunk(e);
+    size_t bytes = 0;
+    if (e->pol->sharded_grads) {
+        ZC_CHECK(elem_bytes(big, e->pesz, &bytes));
+        const int n = e->nchunks < ZC_GRAD_BUFFERS ? e->nchunks : ZC_GRAD_BUFFERS;
+        ZC_CHECK(zc__bufpool_plan(&e->pool_grad, bytes, n));
+    }
+    if (e->stage == 3) {
+        ZC_CHECK(plan_gather(e, big));
+        ZC_CHECK(reserve_trace(e));
+    }
+    ZC_CHECK(elem_bytes(big, sizeof(float), &bytes));
+    ZC_CHECK(zc__bufpool_plan(&e->pool_stage, bytes, 1));
+    ZC_CHECK(zc__bufpool_reserve(&e->pool_grad));
+    ZC_CHECK(zc__bufpool_reserve(&e->pool_gather));
+    ZC_CHECK(zc__bufpool_reserve(&e->pool_stage));
+    ZC_CHECK(zc__agree_alloc(e));
+    return ZC_OK;
+}
+
+void zc__reserve_free(zc_engine *e)
+{
+    zc__bufpool_destroy(&e->pool_grad);
+    zc__bufpool_destroy(&e->pool_gather);
+    zc__bufpool_destroy(&e->pool_stage);
+    zc__agree_free(e);
+    zc__host_free(&e->acct, ZC_MEM_OTHER, e->trace.order, (size_t)e->trace.cap * sizeof(int));
+    e->trace.order = NULL;
+    e->trace.cap = 0;
+}

@@ -1,0 +1,151 @@
+/* The engine's streams and the events that order them with the caller's.
+ *
+ * On CUDA the engine queues its work on a non-blocking stream of its own, so
+ * nothing the caller queues on the legacy default stream serialises with it
+ * and nothing of ours waits for theirs by accident. Every hand-over between a
+ * caller's stream and ours is therefore an event: recorded on the producer,
+ * waited on by the consumer, no host wait. cudaStreamWaitEvent captures the
+ * event's state when it is called, so one event per direction is re-recorded
+ * for every hand-over.
+ *
+ *   acquire      ev_engine on stream, the caller's stream waits (the gather,
+ *                the last optimizer update are done before it reads);
+ *   release      ev_caller on the caller's stream, stream waits (its reads
+ *                finish before the optimizer or a new gather writes the
+ *                memory, or a stage-3 buffer goes back to the pool);
+ *   grad_buffer  ev_engine on stream, user_stream waits (the zero-fill);
+ *   grad_ready   ev_caller on user_stream, stream waits (the gradient);
+ *   overlap_comm ev_handoff on stream, comm_stream waits (the prescaled
+ *                gradient); ev_reduced on comm_stream after each reduction,
+ *                stream waits before the norm, Adam and the reset read or
+ *                clear reduced gradients; ev_gslot[s] on comm_stream after
+ *                the reduction that read gradient pool slot s, stream waits
+ *                before zero-filling that slot for another chunk, so the
+ *                next chunk's backward never waits for the previous
+ *                chunk's reduction (the two slots double-buffer).
+ *
+ * The host device runs everything synchronously: its streams and events are
+ * sentinels and these calls do nothing, but they are made all the same, so
+ * the ordering is the same code on both backends (and tested on the host
+ * with a recording device). */
+#include "config/config.h"
+#include "core/engine.h"
+
+zc_status zc__streams_create(zc_engine *e)
+{
+    zc_device *d = e->dev;
+    const zc_device_ops *o = d->ops;
+    e->streams_created = true; /* destroy releases whatever was created */
+    ZC_CHECK(o->stream_create_nonblocking(d, &e->stream));
+    e->comm_stream = e->stream;
+    if (zc__cfg_overlap_comm(e->cfg))
+        ZC_CHECK(o->stream_create_nonblocking(d, &e->comm_stream));
+    ZC_CHECK(o->stream_create_nonblocking(d, &e->ctl_stream));
+    ZC_CHECK(o->event_create(d, &e->ev_engine));
+    ZC_CHECK(o->event_create(d, &e->ev_caller));
+    ZC_CHECK(o->event_create(d, &e->ev_handoff));
+    ZC_CHECK(o->event_create(d, &e->ev_reduced));
+    for (int i = 0; i < ZC_GRAD_BUFFERS; i++)
+        ZC_CHECK(o->event_create(d, &e->ev_gslot[i]));
+    return ZC_OK;
+}
+
+static void sync_quietly(zc_engine *e, void *stream, const char *which)
+{
+    if (stream && e->dev->ops->stream_sync(e->dev, stream) != ZC_OK)
+        ZC_LOGE("core", "zc_engine_destroy: waiting for the %s stream: %s", which,
+                zc_last_error());
+}
+
+void zc__streams_destroy(zc_engine *e)
+{
+    if (!e->dev || !e->streams_created)
+        return;
+    zc_device *d = e->dev;
+    const zc_device_ops *o = d->ops;
+    /* The buffers are freed next: nothing queued may still use them. */
+    sync_quietly(e, e->stream, "engine");
+    if (e->comm_stream != e->stream)
+        sync_quietly(e, e->comm_stream, "communication");
+    sync_quietly(e, e->ctl_stream, "control");
+    void **evs[] = {&e->ev_engine, &e->ev_caller, &e->ev_handoff, &e->ev_reduced};
+    for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++) {
+        if (*evs[i])
+            o->event_destroy(d, *evs[i]);
+        *evs[i] = NULL;
+    }
+    for (int i = 0; i < ZC_GRAD_BUFFERS; i++) {
+        if (e->ev_gslot[i])
+            o->event_destroy(d, e->ev_gslot[i]);
+        e->ev_gslot[i] = NULL;
+    }
+    if (e->comm_stream && e->comm_stream != e->stream)
+        o->stream_destroy(d, e->comm_stream);
+    if (e->ctl_stream)
+        o->stream_destroy(d, e->ctl_stream);
+    if (e->stream)
+        o->stream_destroy(d, e->stream);
+    e->stream = e->comm_stream = e->ctl_stream = NULL;
+    e->streams_created = false;
+}
+
+zc_status zc__order_caller_after_engine(zc_engine *e, void *stream)
+{
+    if (stream == e->stream)
+        return ZC_OK;
+    zc_device *d = e->dev;
+    ZC_CHECK(d->ops->event_record(d, e->ev_engine, e->stream));
+    return d->ops->stream_wait_event(d, stream, e->ev_engine);
+}
+
+zc_status zc__order_engine_after_caller(zc_engine *e, void *stream)
+{
+    if (stream == e->stream)
+        return ZC_OK;
+    zc_device *d = e->dev;
+    ZC_CHECK(d->ops->event_record(d, e->ev_caller, stream));
+    return d->ops->stream_wait_event(d, e->stream, e->ev_caller);
+}
+
+zc_status zc__order_comm_after_engine(zc_engine *e)
+{
+    if (e->comm_stream == e->stream)
+        return ZC_OK;
+    zc_device *d = e->dev;
+    ZC_CHECK(d->ops->event_record(d, e->ev_handoff, e->stream));
+    return d->ops->stream_wait_event(d, e->comm_stream, e->ev_handoff);
+}
+
+zc_status zc__reduction_done(zc_engine *e, int slot)
+{
+    if (e->comm_stream == e->stream)
+        return ZC_OK;
+    zc_device *d = e->dev;
+    if (slot >= 0 && slot < ZC_GRAD_BUFFERS) {
+        ZC_CHECK(d->ops->event_record(d, e->ev_gslot[slot], e->comm_stream));
+        e->gslot_pending[slot] = true;
+    }
+    return d->ops->event_record(d, e->ev_reduced, e->comm_stream);
+}
+
+zc_status zc__order_engine_after_reductions(zc_engine *e)
+{
+    if (e->comm_stream == e->stream)
+        return ZC_OK;
+    zc_device *d = e->dev;
+    ZC_CHECK(d->ops->stream_wait_event(d, e->stream, e->ev_reduced));
+    /* ev_reduced follows every slot's reduction on the same stream. */
+    for (int i = 0; i < ZC_GRAD_BUFFERS; i++)
+        e->gslot_pending[i] = false;
+    return ZC_OK;
+}
+
+zc_status zc__order_engine_after_slot(zc_engine *e, int slot)
+{
+    if (slot < 0 || slot >= ZC_GRAD_BUFFERS || !e->gslot_pending[slot])
+        return ZC_OK;
+    zc_device *d = e->dev;
+    ZC_CHECK(d->ops->stream_wait_event(d, e->stream, e->ev_gslot[slot]));
+    e->gslot_pending[slot] = false;
+    return ZC_OK;
+}

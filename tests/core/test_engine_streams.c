@@ -1,0 +1,796 @@
+/* How the engine orders its work with the caller's streams, checked on the
+ * host path with a recording device.
+ *
+ * The host backend runs everything at once, so a missing event cannot race
+ * here; what can be checked is that the engine makes the right ordering calls.
+ * A device that forwards every operation to the host backend and logs it
+ * (operation, stream, event) stands in for the CUDA backend: its streams and
+ * events are distinct handles, so the log says which stream waits on which
+ * recorded work. It is installed right after zc_engine_create, so the
+ * engine's streams are created through it at build.
+ *
+ *   - zc_param_acquire records an event on the engine's stream and makes the
+ *     caller's stream wait on it (a caller's NULL stream too), never a host
+ *     wait; zc_param_release records one on the caller's stream that the
+ *     engine's stream waits on;
+ *   - zc_grad_buffer orders zc_engine_options.stream after the zero-fill;
+ *     the chunk's last zc_grad_ready orders the engine's stream after it
+ *     before any reduction work; with overlap_comm the reduction runs on a
+ *     communication stream, the next chunk's buffer does not wait for it,
+ *     a reused slot does, and zc_step waits for all reductions first;
+ *   - zc_step waits on the host once per step for the engine's work (the
+ *     norm partials, however many chunks) and, when it applies the update,
+ *     once for the agreement's exchange on the control stream;
+ *   - after zc_engine_build nothing allocates in a 3-step run at any stage:
+ *     device allocations counted by the recording device (world 2), and the
+ *     allocator's fault switch armed for the next host allocation (world 1,
+ *     where device memory is host memory).
+ * The numerics of these runs are covered by the stage-equivalence tests. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/engine.h"
+#include "helpers.h"
+
+enum {
+    R_SYNC, R_EVSYNC, R_RECORD, R_WAIT, R_MEMSET, R_COPY, R_ACCUM, R_SCALE, R_CAST,
+    R_SUMSQ_ASYNC, R_SUMSQ, R_NONFINITE, R_NONFINITE_ASYNC, R_ADAM, R_REDUCE
+};
+
+typedef struct rec {
+    int op;
+    void *stream, *event;
+} rec;
+
+#define LOGMAX 8192
+#define NHANDLES 32
+
+typedef struct rec_dev {
+    zc_device base; /* first: the engine sees a zc_device */
+    zc_device_ops ops;
+    char handles[NHANDLES];
+    bool nonblocking[NHANDLES];
+    int nhandles;
+    rec log[LOGMAX];
+    int n;
+    bool overflow;
+    int allocs;
+} rec_dev;
+
+static const zc_device_ops *H(void) { return zc__device_host()->ops; }
+static rec_dev *RD(zc_device *d) { return (rec_dev *)d; }
+
+static void note(zc_device *d, int op, void *stream, void *event)
+{
+    rec_dev *f = RD(d);
+    if (f->n == LOGMAX) {
+        f->overflow = true;
+        return;
+    }
+    f->log[f->n++] = (rec){op, stream, event};
+}
+
+static void *handle(rec_dev *f, bool nonblocking)
+{
+    cr_assert_lt(f->nhandles, NHANDLES);
+    f->nonblocking[f->nhandles] = nonblocking;
+    return &f->handles[f->nhandles++];
+}
+
+static bool is_nonblocking(const rec_dev *f, const void *s)
+{
+    const char *c = s;
+    return c >= f->handles && c < f->handles + f->nhandles && f->nonblocking[c - f->handles];
+}
+
+static zc_status r_alloc(zc_device *d, zc_mem_account *a, zc_mem_category cat, size_t bytes,
+                         const char *what, void **out)
+{
+    RD(d)->allocs++;
+    return H()->alloc(d, a, cat, bytes, what, out);
+}
+static zc_status r_stream_create(zc_device *d, void **s)
+{
+    *s = handle(RD(d), false);
+    return ZC_OK;
+}
+static zc_status r_stream_create_nb(zc_device *d, void **s)
+{
+    *s = handle(RD(d), true);
+    return ZC_OK;
+}
+static void r_stream_destroy(zc_device *d, void *s) { (void)d; (void)s; }
+static zc_status r_stream_sync(zc_device *d, void *s)
+{
+    note(d, R_SYNC, s, NULL);
+    return ZC_OK;
+}
+static zc_status r_event_create(zc_device *d, void **e)
+{
+    *e = handle(RD(d), false);
+    return ZC_OK;
+}
+static void r_event_destroy(zc_device *d, void *e) { (void)d; (void)e; }
+static zc_status r_event_record(zc_device *d, void *e, void *s)
+{
+    note(d, R_RECORD, s, e);
+    return ZC_OK;
+}
+static zc_status r_wait(zc_device *d, void *s, void *e)
+{
+    note(d, R_WAIT, s, e);
+    return ZC_OK;
+}
+static zc_status r_event_sync(zc_device *d, void *e)
+{
+    note(d, R_EVSYNC, NULL, e);
+    return ZC_OK;
+}
+static zc_status r_copy(zc_device *d, void *dst, const void *src, size_t b, zc_copy_kind k,
+                        void *s)
+{
+    note(d, R_COPY, s, NULL);
+    return H()->copy(d, dst, src, b, k, s);
+}
+static zc_status r_memset0(zc_device *d, void *dst, size_t b, void *s)
+{
+    note(d, R_MEMSET, s, NULL);
+    return H()->memset0(d, dst, b, s);
+}
+static zc_status r_cast(zc_device *d, void *dst, zc_dtype ddt, const void *src, zc_dtype sdt,
+                        size_t n, void *s)
+{
+    note(d, R_CAST, s, NULL);
+    return H()->cast(d, dst, ddt, src, sdt, n, s);
+}
+static zc_status r_scale(zc_device *d, void *x, zc_dtype dt, size_t n, float a, void *s)
+{
+    note(d, R_SCALE, s, NULL);
+    return H()->scale(d, x, dt, n, a, s);
+}
+static zc_status r_accum(zc_device *d, float *acc, const void *src, zc_dtype dt, size_t n,
+                         void *s)
+{
+    note(d, R_ACCUM, s, NULL);
+    return H()->accumulate(d, acc, src, dt, n, s);
+}
+static zc_status r_reduce(zc_device *d, void *dst, const void *const *srcs, int nsrc,
+                          zc_dtype dt, size_t n, void *s)
+{
+    note(d, R_REDUCE, s, NULL);
+    return H()->reduce_sum(d, dst, srcs, nsrc, dt, n, s);
+}
+static zc_status r_sumsq(zc_device *d, const void *x, zc_dtype dt, size_t n, double *out,
+                         void *s)
+{
+    note(d, R_SUMSQ, s, NULL);
+    return H()->sumsq(d, x, dt, n, out, s);
+}
+static zc_status r_nonfinite(zc_device *d, const void *x, zc_dtype dt, size_t n, int *flag,
+                             void *s)
+{
+    note(d, R_NONFINITE, s, NULL);
+    return H()->nonfinite(d, x, dt, n, flag, s);
+}
+static zc_status r_sumsq_async(zc_device *d, const void *x, zc_dtype dt, size_t n,
+                               double *scratch, double *out, void *s)
+{
+    note(d, R_SUMSQ_ASYNC, s, NULL);
+    return H()->sumsq_async(d, x, dt, n, scratch, out, s);
+}
+static zc_status r_nonfinite_async(zc_device *d, const void *x, zc_dtype dt, size_t n,
+                                   int *flag, void *s)
+{
+    note(d, R_NONFINITE_ASYNC, s, NULL);
+    return H()->nonfinite_async(d, x, dt, n, flag, s);
+}
+static zc_status r_adam(zc_device *d, const zc_adam_shard *sh, const zc_adam_coeffs *c, void *s)
+{
+    note(d, R_ADAM, s, NULL);
+    return H()->adam(d, sh, c, s);
+}
+static void r_destroy(zc_device *d) { (void)d; }
+
+/* Routes e's device calls (and its pools') through f from now on: before
+ * build, so the streams and events it creates are f's handles. */
+static void install(zc_engine *e, rec_dev *f)
+{
+    memset(f, 0, sizeof *f);
+    f->base = *e->dev;
+    f->ops = *e->dev->ops;
+    f->ops.alloc = r_alloc;
+    f->ops.stream_create = r_stream_create;
+    f->ops.stream_create_nonblocking = r_stream_create_nb;
+    f->ops.stream_destroy = r_stream_destroy;
+    f->ops.stream_sync = r_stream_sync;
+    f->ops.event_create = r_event_create;
+    f->ops.event_destroy = r_event_destroy;
+    f->ops.event_record = r_event_record;
+    f->ops.stream_wait_event = r_wait;
+    f->ops.event_sync = r_event_sync;
+    f->ops.copy = r_copy;
+    f->ops.memset0 = r_memset0;
+    f->ops.cast = r_cast;
+    f->ops.scale = r_scale;
+    f->ops.accumulate = r_accum;
+    f->ops.reduce_sum = r_reduce;
+    f->ops.sumsq = r_sumsq;
+    f->ops.nonfinite = r_nonfinite;
+    f->ops.sumsq_async = r_sumsq_async;
+    f->ops.nonfinite_async = r_nonfinite_async;
+    f->ops.adam = r_adam;
+    f->ops.destroy = r_destroy;
+    f->base.ops = &f->ops;
+    e->dev = &f->base;
+    e->pool_grad.dev = e->pool_gather.dev = e->pool_stage.dev = &f->base;
+}
+
+#define ANY ((void *)-1)
+
+/* Index of the first entry in [from, to) matching op, stream and event
+ * (ANY matches anything), or -1. */
+static int find(const rec_dev *f, int from, int to, int op, void *stream, void *event)
+{
+    for (int i = from; i < to && i < f->n; i++) {
+        const rec *r = &f->log[i];
+        if (r->op == op && (stream == ANY || r->stream == stream) &&
+            (event == ANY || r->event == event))
+            return i;
+    }
+    return -1;
+}
+
+static bool is_host_wait(int op)
+{
+    return op == R_SYNC || op == R_EVSYNC || op == R_SUMSQ || op == R_NONFINITE;
+}
+
+static int count_host_waits(const rec_dev *f, int from, int to, void *stream)
+{
+    int k = 0;
+    for (int i = from; i < to; i++)
+        if (is_host_wait(f->log[i].op) && (stream == ANY || f->log[i].stream == stream))
+            k++;
+    return k;
+}
+
+/* Work enqueued on a stream (not an ordering call). */
+static bool is_work(int op)
+{
+    return op == R_MEMSET || op == R_COPY || op == R_ACCUM || op == R_SCALE || op == R_CAST ||
+           op == R_SUMSQ_ASYNC || op == R_NONFINITE_ASYNC || op == R_ADAM || op == R_REDUCE;
+}
+
+/* ---- a small model ------------------------------------------------------- */
+
+#define NP 4
+/* With a bucket of 512: chunks {p0 p1}, {p2} (larger than the bucket), {p3}. */
+static const int64_t numel[NP] = {300, 200, 700, 400};
+
+typedef struct st_eng {
+    zc_config *cfg;
+    zc_engine *e;
+    zc_param *p[NP];
+    rec_dev *f;
+} st_eng;
+
+static char user_stream_handle, caller_stream_handle;
+#define U ((void *)&user_stream_handle)
+#define S ((void *)&caller_stream_handle)
+
+/* Opens an engine on comm with the recording device installed (or none
+ * when f is NULL); asserts from the calling thread only through its return
+ * value, so rank threads may use it. */
+static zc_status open_eng(st_eng *x, zc_comm *comm, int stage, int overlap, rec_dev *f)
+{
+    memset(x, 0, sizeof *x);
+    x->f = f;
+    ZC_CHECK(zc_config_create(&x->cfg));
+    ZC_CHECK(zc_config_set_int(x->cfg, "zero_optimization.stage", stage));
+    ZC_CHECK(zc_config_set_bool(x->cfg, "zero_optimization.overlap_comm", overlap != 0));
+    ZC_CHECK(zc_config_set_double(x->cfg, "gradient_clipping", 1.0));
+    zc_engine_options eo = ZC_ENGINE_OPTIONS_INIT;
+    eo.device = ZC_DEVICE_HOST;
+    eo.bucket_elems = 512;
+    eo.stream = U;
+    ZC_CHECK(zc_engine_create(&x->e, x->cfg, comm, &eo));
+    if (f)
+        install(x->e, f);
+    for (int i = 0; i < NP; i++) {
+        char name[4] = {'p', (char)('0' + i), 0};
+        x->p[i] = zc_param_add(x->e, name, &numel[i], 1, 0);
+        if (!x->p[i])
+            return ZC_ERR_INVALID_ARG;
+    }
+    ZC_CHECK(zc_engine_build(x->e));
+    float v[700];
+    for (int i = 0; i < NP; i++) {
+        for (int64_t j = 0; j < numel[i]; j++)
+            v[j] = 0.01f * (float)((j + i) % 17) - 0.08f;
+        ZC_CHECK(zc_param_load(x->e, x->p[i], v));
+    }
+    return ZC_OK;
+}
+
+static void close_eng(st_eng *x)
+{
+    zc_engine_destroy(x->e);
+    zc_config_destroy(x->cfg);
+}
+
+/* Writes parameter i's gradient for (rank, step) and makes it ready. */
+static zc_status backward_one(st_eng *x, int i, int rank, int step)
+{
+    zc_engine *e = x->e;
+    if (!zc_param_acquire(e, x->p[i], S))
+        return ZC_ERR_INVALID_STATE;
+    float *g = zc_grad_buffer(e, x->p[i]);
+    if (!g)
+        return ZC_ERR_INVALID_STATE;
+    for (int64_t j = 0; j < numel[i]; j++)
+        g[j] = (float)t_noise(18, rank, step, 0, i, j);
+    ZC_CHECK(zc_grad_ready(e, x->p[i]));
+    return zc_param_release(e, x->p[i], S);
+}
+
+/* Forward (acquire, release) and backward in reverse order. */
+static zc_status window(st_eng *x, int rank, int step)
+{
+    for (int i = 0; i < NP; i++) {
+        if (!zc_param_acquire(x->e, x->p[i], S))
+            return ZC_ERR_INVALID_STATE;
+        ZC_CHECK(zc_param_release(x->e, x->p[i], S));
+    }
+    for (int i = NP - 1; i >= 0; i--)
+        ZC_CHECK(backward_one(x, i, rank, step));
+    return ZC_OK;
+}
+
+static zc_comm *comm1(void)
+{
+    zc_comm *c = NULL;
+    cr_assert_eq(zc_comm_local_world(1, &c), ZC_OK);
+    return c;
+}
+
+/* ---- acquire / release --------------------------------------------------- */
+
+static void check_acquire_release(int stage)
+{
+    zc_comm *comm = comm1();
+    static rec_dev f;
+    st_eng x;
+    cr_assert_eq(open_eng(&x, comm, stage, 0, &f), ZC_OK, "%s", zc_last_error());
+    zc_engine *e = x.e;
+    void *es = e->stream;
+    cr_assert(is_nonblocking(&f, es), "stage %d: the engine's stream was not created "
+                                      "non-blocking through the device", stage);
+    void *callers[2] = {S, NULL}; /* NULL: the legacy default stream */
+    for (int c = 0; c < 2; c++) {
+        void *cs = callers[c];
+        int mark = f.n;
+        cr_assert_not_null(zc_param_acquire(e, x.p[2], cs), "%s", zc_last_error());
+        int end = f.n;
+        int rec_i = find(&f, mark, end, R_RECORD, es, ANY);
+        cr_assert_geq(rec_i, 0, "stage %d: acquire recorded no event on the engine's stream",
+                      stage);
+        void *ev = f.log[rec_i].event;
+        cr_assert_geq(find(&f, rec_i + 1, end, R_WAIT, cs, ev), 0,
+                      "stage %d: the caller's stream (%s) does not wait for the acquire's "
+                      "event", stage, cs ? "S" : "NULL");
+        /* The event captures everything the acquire queued on the engine's stream. */
+        for (int i = rec_i + 1; i < end; i++)
+            cr_assert(!(is_work(f.log[i].op) && f.log[i].stream == es),
+                      "stage %d: work queued on the engine's stream after the acquire's event",
+                      stage);
+        cr_assert_eq(count_host_waits(&f, mark, end, ANY), 0,
+                     "stage %d: zc_param_acquire waited on the host", stage);
+
+        mark = f.n;
+        cr_assert_eq(zc_param_release(e, x.p[2], cs), ZC_OK, "%s", zc_last_error());
+        end = f.n;
+        rec_i = find(&f, mark, end, R_RECORD, cs, ANY);
+        cr_assert_geq(rec_i, 0, "stage %d: release recorded no event on the caller's stream",
+                      stage);
+        cr_assert_geq(find(&f, rec_i + 1, end, R_WAIT, es, f.log[rec_i].event), 0,
+                      "stage %d: the engine's stream does not wait for the release's event",
+                      stage);
+        cr_assert_eq(count_host_waits(&f, mark, end, ANY), 0,
+                     "stage %d: zc_param_release waited on the host", stage);
+    }
+    cr_assert(!f.overflow);
+    close_eng(&x);
+    zc_comm_destroy(comm);
+    t_assert_no_leaks();
+}
+
+Test(engine_streams, acquire_and_release_order_by_events_stage0) { check_acquire_release(0); }
+Test(engine_streams, acquire_and_release_order_by_events_stage1) { check_acquire_release(1); }
+Test(engine_streams, acquire_and_release_order_by_events_stage2) { check_acquire_release(2); }
+Test(engine_streams, acquire_and_release_order_by_events_stage3) { check_acquire_release(3); }
+
+/* ---- gradients ----------------------------------------------------------- */
+
+/* Backward of chunk {p0 p1} with options.stream = U: grad_buffer makes U
+ * wait for the zero-fill, the chunk's last grad_ready makes the engine's
+ * stream wait for U before any reduction work. */
+static void check_grad_order(int stage, int overlap)
+{
+    zc_comm *comm = comm1();
+    static rec_dev f;
+    st_eng x;
+    cr_assert_eq(open_eng(&x, comm, stage, overlap, &f), ZC_OK, "%s", zc_last_error());
+    zc_engine *e = x.e;
+    void *es = e->stream, *cs = e->comm_stream;
+    cr_assert_neq(U, es);
+    if (overlap)
+        cr_assert(cs != es && is_nonblocking(&f, cs),
+                  "stage %d: overlap_comm has no communication stream of its own", stage);
+    else
+        cr_assert_eq(cs, es, "stage %d: a communication stream without overlap_comm", stage);
+
+    int mark = f.n;
+    float *g1 = zc_grad_buffer(e, x.p[1]);
+    cr_assert_not_null(g1, "%s", zc_last_error());
+    int end = f.n;
+    int rec_i = find(&f, mark, end, R_RECORD, es, ANY);
+    cr_assert_geq(rec_i, 0, "stage %d: grad_buffer recorded no event on the engine's stream",
+                  stage);
+    cr_assert_geq(find(&f, rec_i + 1, end, R_WAIT, U, f.log[rec_i].event), 0,
+                  "stage %d: options.stream does not wait for the buffer's zero-fill", stage);
+    if (stage >= 2) {
+        int z = find(&f, mark, end, R_MEMSET, es, NULL);
+        cr_assert(z >= 0 && z < rec_i, "stage %d: the zero-fill is not before the event",
+                  stage);
+    }
+    for (int64_t j = 0; j < numel[1]; j++)
+        g1[j] = 0.5f;
+    mark = f.n;
+    cr_assert_eq(zc_grad_ready(e, x.p[1]), ZC_OK, "%s", zc_last_error());
+    for (int i = mark; i < f.n; i++)
+        cr_assert(!is_work(f.log[i].op), "stage %d: reduction work before the chunk is complete",
+                  stage);
+    float *g0 = zc_grad_buffer(e, x.p[0]);
+    cr_assert_not_null(g0);
+    for (int64_t j = 0; j < numel[0]; j++)
+        g0[j] = -0.25f;
+    mark = f.n;
+    cr_assert_eq(zc_grad_ready(e, x.p[0]), ZC_OK, "%s", zc_last_error());
+    end = f.n;
+    rec_i = find(&f, mark, end, R_RECORD, U, ANY);
+    cr_assert_geq(rec_i, 0, "stage %d: the chunk's last grad_ready recorded nothing on "
+                            "options.stream", stage);
+    int wait_i = find(&f, rec_i + 1, end, R_WAIT, es, f.log[rec_i].event);
+    cr_assert_geq(wait_i, 0, "stage %d: the engine's stream does not wait for options.stream",
+                  stage);
+    for (int i = mark; i < wait_i; i++)
+        cr_assert(!is_work(f.log[i].op), "stage %d: reduction work before the engine's stream "
+                                         "waits for the gradients", stage);
+    cr_assert_eq(count_host_waits(&f, mark, end, ANY), 0, "stage %d: grad_ready waited on the "
+                                                          "host", stage);
+    if (stage >= 2) {
+        /* Adding the reduced slice to the fp32 shard runs on comm_stream,
+         * after comm_stream was ordered after the engine's stream. */
+        int acc = find(&f, wait_i, end, R_ACCUM, cs, NULL);
+        cr_assert_geq(acc, 0, "stage %d: no accumulation on the communication stream", stage);
+        if (overlap) {
+            int h = find(&f, wait_i, acc, R_RECORD, es, ANY);
+            cr_assert(h >= 0 && find(&f, h + 1, acc, R_WAIT, cs, f.log[h].event) >= 0,
+                      "stage %d: comm_stream is not ordered after the engine's stream", stage);
+        }
+    }
+    cr_assert(!f.overflow);
+    close_eng(&x);
+    zc_comm_destroy(comm);
+    t_assert_no_leaks();
+}
+
+Test(engine_streams, grad_order_stage0) { check_grad_order(0, 0); }
+Test(engine_streams, grad_order_stage1) { check_grad_order(1, 0); }
+Test(engine_streams, grad_order_stage2) { check_grad_order(2, 0); }
+Test(engine_streams, grad_order_stage3) { check_grad_order(3, 0); }
+Test(engine_streams, grad_order_stage0_overlap) { check_grad_order(0, 1); }
+Test(engine_streams, grad_order_stage2_overlap) { check_grad_order(2, 1); }
+Test(engine_streams, grad_order_stage3_overlap) { check_grad_order(3, 1); }
+
+/* overlap_comm, stage 2: three chunks completed in order 0, 1, 2 with two
+ * gradient slots. Chunk 1's buffer must not wait for chunk 0's reduction
+ * (that is the overlap); chunk 2 reuses chunk 0's slot and must; zc_step
+ * orders the engine's stream after the last reduction before the norm. */
+static void check_overlap_slots(int stage)
+{
+    zc_comm *comm = comm1();
+    static rec_dev f;
+    st_eng x;
+    cr_assert_eq(open_eng(&x, comm, stage, 1, &f), ZC_OK, "%s", zc_last_error());
+    zc_engine *e = x.e;
+    void *es = e->stream, *cs = e->comm_stream;
+    cr_assert_eq(e->nchunks, 3);
+    const int order[NP] = {0, 1, 2, 3}; /* chunks 0 {p0 p1}, 1 {p2}, 2 {p3} */
+    int done_at[3] = {-1, -1, -1}, buf_at[3] = {-1, -1, -1};
+    for (int k = 0; k < NP; k++) {
+        int i = order[k], c = x.p[i]->chunk;
+        int mark = f.n;
+        float *g = zc_grad_buffer(e, x.p[i]);
+        cr_assert_not_null(g, "%s", zc_last_error());
+        if (buf_at[c] < 0)
+            buf_at[c] = mark;
+        for (int64_t j = 0; j < numel[i]; j++)
+            g[j] = 0.125f;
+        cr_assert_eq(zc_grad_ready(e, x.p[i]), ZC_OK, "%s", zc_last_error());
+        if (x.p[i] == x.p[e->chunks[c].first + e->chunks[c].count - 1])
+            done_at[c] = f.n;
+    }
+    /* The event recorded on comm_stream after chunk 0's accumulation. */
+    int acc0 = find(&f, buf_at[0], done_at[0], R_ACCUM, cs, NULL);
+    cr_assert_geq(acc0, 0);
+    int slot_ev = find(&f, acc0 + 1, done_at[0], R_RECORD, cs, ANY);
+    cr_assert_geq(slot_ev, 0, "no event recorded after chunk 0's reduction");
+    /* Chunk 1's zero-fill waits for nothing on comm_stream. */
+    int z1 = find(&f, buf_at[1], done_at[1], R_MEMSET, es, NULL);
+    cr_assert_geq(z1, 0);
+    for (int i = buf_at[1]; i < z1; i++)
+        cr_assert(f.log[i].op != R_WAIT || f.log[i].stream != es,
+                  "chunk 1's buffer waits for an earlier reduction: no overlap");
+    /* Chunk 2 reuses chunk 0's slot: its zero-fill waits for an event
+     * recorded on comm_stream after chunk 0's reduction. */
+    int z2 = find(&f, buf_at[2], done_at[2], R_MEMSET, es, NULL);
+    cr_assert_geq(z2, 0);
+    bool waited = false;
+    for (int i = buf_at[2]; i < z2; i++)
+        if (f.log[i].op == R_WAIT && f.log[i].stream == es &&
+            find(&f, acc0 + 1, done_at[0], R_RECORD, cs, f.log[i].event) >= 0)
+            waited = true;
+    cr_assert(waited, "chunk 2's reused slot is zeroed without waiting for chunk 0's reduction");
+
+    /* zc_step: the engine's stream waits for the last event recorded on
+     * comm_stream before the first norm partial. */
+    int last_rec = -1;
+    for (int i = 0; i < f.n; i++)
+        if (f.log[i].op == R_RECORD && f.log[i].stream == cs)
+            last_rec = i;
+    int mark = f.n;
+    cr_assert_eq(zc_step(e, NULL), ZC_OK, "%s", zc_last_error());
+    int norm = find(&f, mark, f.n, R_SUMSQ_ASYNC, es, NULL);
+    cr_assert_geq(norm, 0);
+    cr_assert_geq(find(&f, mark, norm, R_WAIT, es, f.log[last_rec].event), 0,
+                  "the norm does not wait for the last reduction");
+    cr_assert(!f.overflow);
+    close_eng(&x);
+    zc_comm_destroy(comm);
+    t_assert_no_leaks();
+}
+
+Test(engine_streams, overlap_double_buffers_gradient_slots_stage2) { check_overlap_slots(2); }
+Test(engine_streams, overlap_double_buffers_gradient_slots_stage3) { check_overlap_slots(3); }
+
+/* ---- host waits and allocations per step (world 2) ----------------------- */
+
+#define STEPS 3
+
+typedef struct w2_run {
+    int stage, overlap;
+    zc_comm *comms[2];
+    rec_dev devs[2];
+    zc_status rc[2];
+    char err[2][512];
+    int engine_waits[2][STEPS], ctl_waits[2][STEPS], other_waits[2][STEPS];
+    int norm_partials[2][STEPS];
+    int allocs[2];
+    bool skipped[2][STEPS];
+} w2_run;
+
+static void w2_rank(int rank, void *arg)
+{
+    w2_run *r = arg;
+    rec_dev *f = &r->devs[rank];
+    st_eng x;
+    zc_status rc = open_eng(&x, r->comms[rank], r->stage, r->overlap, f);
+    if (rc == ZC_OK) {
+        f->allocs = 0; /* from here on: the training steps */
+        for (int s = 0; s < STEPS && rc == ZC_OK; s++) {
+            rc = window(&x, rank, s);
+            if (rc != ZC_OK)
+                break;
+            int mark = f->n;
+            zc_step_info info;
+            rc = zc_step(x.e, &info);
+            r->skipped[rank][s] = info.skipped;
+            r->engine_waits[rank][s] = count_host_waits(f, mark, f->n, x.e->stream);
+            r->ctl_waits[rank][s] = count_host_waits(f, mark, f->n, x.e->ctl_stream);
+            r->other_waits[rank][s] = count_host_waits(f, mark, f->n, ANY) -
+                                      r->engine_waits[rank][s] - r->ctl_waits[rank][s];
+            for (int i = mark; i < f->n; i++)
+                r->norm_partials[rank][s] += f->log[i].op == R_SUMSQ_ASYNC;
+        }
+        r->allocs[rank] = f->allocs;
+    }
+    r->rc[rank] = rc;
+    if (rc != ZC_OK)
+        snprintf(r->err[rank], sizeof r->err[rank], "%s", zc_last_error());
+    if (x.e)
+        close_eng(&x);
+    else
+        zc_config_destroy(x.cfg);
+}
+
+static void run_w2(w2_run *r)
+{
+    cr_assert_eq(zc_comm_local_world(2, r->comms), ZC_OK);
+    t_run_ranks(2, w2_rank, r);
+    for (int k = 0; k < 2; k++)
+        zc_comm_destroy(r->comms[k]);
+    for (int k = 0; k < 2; k++)
+        cr_assert_eq(r->rc[k], ZC_OK, "stage %d rank %d: %s", r->stage, k, r->err[k]);
+}
+
+static void check_host_waits(int stage, int overlap)
+{
+    static w2_run r;
+    memset(&r, 0, sizeof r);
+    r.stage = stage;
+    r.overlap = overlap;
+    run_w2(&r);
+    for (int k = 0; k < 2; k++)
+        for (int s = 0; s < STEPS; s++) {
+            cr_assert(!r.skipped[k][s]);
+            /* Three chunks: one partial each per owned shard (stage 0 owns
+             * both ranks' shards), and still one wait for all of them. */
+            cr_assert_eq(r.norm_partials[k][s], stage == 0 ? 6 : 3,
+                         "stage %d rank %d step %d: %d norm partials", stage, k, s,
+                         r.norm_partials[k][s]);
+            cr_assert_eq(r.engine_waits[k][s], 1,
+                         "stage %d rank %d step %d: %d host waits on the engine's stream",
+                         stage, k, s, r.engine_waits[k][s]);
+            cr_assert_eq(r.ctl_waits[k][s], 1,
+                         "stage %d rank %d step %d: %d host waits for the agreement", stage, k,
+                         s, r.ctl_waits[k][s]);
+            cr_assert_eq(r.other_waits[k][s], 0,
+                         "stage %d rank %d step %d: %d other host waits", stage, k, s,
+                         r.other_waits[k][s]);
+        }
+    t_assert_no_leaks();
+}
+
+Test(engine_streams, one_host_wait_per_step_stage0) { check_host_waits(0, 0); }
+Test(engine_streams, one_host_wait_per_step_stage1) { check_host_waits(1, 0); }
+Test(engine_streams, one_host_wait_per_step_stage2) { check_host_waits(2, 0); }
+Test(engine_streams, one_host_wait_per_step_stage3) { check_host_waits(3, 0); }
+Test(engine_streams, one_host_wait_per_step_stage2_overlap) { check_host_waits(2, 1); }
+
+static void check_no_device_alloc(int stage, int overlap)
+{
+    static w2_run r;
+    memset(&r, 0, sizeof r);
+    r.stage = stage;
+    r.overlap = overlap;
+    run_w2(&r);
+    for (int k = 0; k < 2; k++)
+        cr_assert_eq(r.allocs[k], 0, "stage %d rank %d: %d device allocations in %d steps after "
+                                     "build", stage, k, r.allocs[k], STEPS);
+    t_assert_no_leaks();
+}
+
+Test(engine_streams, no_device_alloc_after_build_stage0) { check_no_device_alloc(0, 0); }
+Test(engine_streams, no_device_alloc_after_build_stage1) { check_no_device_alloc(1, 0); }
+Test(engine_streams, no_device_alloc_after_build_stage2) { check_no_device_alloc(2, 1); }
+Test(engine_streams, no_device_alloc_after_build_stage3) { check_no_device_alloc(3, 1); }
+
+/* World 1 on this thread, the plain host device: the next host allocation
+ * after build fails, so any allocation in the 3 steps (device memory is host
+ * memory here) would fail the run. */
+static void check_no_alloc(int stage)
+{
+    zc_comm *comm = comm1();
+    st_eng x;
+    cr_assert_eq(open_eng(&x, comm, stage, stage == 3, NULL), ZC_OK, "%s", zc_last_error());
+    const int64_t live = zc__mem_global_count(ZC_MEMKIND_HOST);
+    zc__mem_fail_after(ZC_MEMKIND_HOST, 1);
+    zc_status rc = ZC_OK;
+    for (int s = 0; s < STEPS && rc == ZC_OK; s++) {
+        rc = window(&x, 0, s);
+        if (rc == ZC_OK)
+            rc = zc_step(x.e, NULL);
+    }
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", zc_last_error());
+    zc__mem_fail_after(ZC_MEMKIND_HOST, 0);
+    cr_assert_eq(rc, ZC_OK, "stage %d: a step allocated: %s", stage, msg);
+    cr_assert_eq(zc__mem_global_count(ZC_MEMKIND_HOST), live);
+    close_eng(&x);
+    zc_comm_destroy(comm);
+    t_assert_no_leaks();
+}
+
+Test(engine_streams, no_alloc_after_build_stage0) { check_no_alloc(0); }
+Test(engine_streams, no_alloc_after_build_stage1) { check_no_alloc(1); }
+Test(engine_streams, no_alloc_after_build_stage2) { check_no_alloc(2); }
+Test(engine_streams, no_alloc_after_build_stage3) { check_no_alloc(3); }
+
+/* ---- communicator groups ------------------------------------------------- */
+
+/* A local communicator whose ops gain group_start / group_end (the local
+ * backend has none) that count, and fail group_end when asked. */
+static const zc_comm_ops *base_ops;
+static zc_comm_ops grp_ops;
+static int g_starts, g_ends, g_in, g_grouped, g_fail_end;
+
+static zc_status g_start(zc_comm *c)
+{
+    (void)c;
+    g_starts++;
+    g_in = 1;
+    return ZC_OK;
+}
+static zc_status g_end(zc_comm *c)
+{
+    (void)c;
+    g_ends++;
+    g_in = 0;
+    if (g_fail_end)
+        return ZC_ERR(ZC_ERR_COMM, "group_end: injected failure");
+    return ZC_OK;
+}
+static zc_status g_all_gather(zc_comm *c, const void *s, void *r, size_t n, zc_dtype dt,
+                              void *stream)
+{
+    g_grouped += g_in;
+    return base_ops->all_gather(c, s, r, n, dt, stream);
+}
+
+static void check_groups(int stage)
+{
+    zc_comm *comm = comm1();
+    base_ops = comm->ops;
+    grp_ops = *comm->ops;
+    grp_ops.group_start = g_start;
+    grp_ops.group_end = g_end;
+    grp_ops.all_gather = g_all_gather;
+    comm->ops = &grp_ops;
+    g_starts = g_ends = g_in = g_grouped = g_fail_end = 0;
+    st_eng x;
+    cr_assert_eq(open_eng(&x, comm, stage, 0, NULL), ZC_OK, "%s", zc_last_error());
+    zc_engine *e = x.e;
+    /* Stage 3 refreshes what is still gathered at the step: hold two chunks. */
+    if (stage == 3) {
+        cr_assert_not_null(zc_param_acquire(e, x.p[0], NULL));
+        cr_assert_not_null(zc_param_acquire(e, x.p[2], NULL));
+    }
+    cr_assert_eq(window(&x, 0, 0), ZC_OK, "%s", zc_last_error());
+    g_grouped = 0;
+    const int starts = g_starts;
+    cr_assert_eq(zc_step(e, NULL), ZC_OK, "%s", zc_last_error());
+    cr_assert_eq(g_starts - starts, 1, "stage %d: %d groups in one step", stage,
+                 g_starts - starts);
+    cr_assert_eq(g_ends, g_starts);
+    /* Stage 2 publishes every chunk; stage 3 refreshes every chunk still
+     * gathered: the two held, and at the default persistence threshold
+     * (1e5 elements) every chunk of this small model - 3 either way. */
+    cr_assert_eq(g_grouped, 3, "stage %d: %d all-gathers inside the group",
+                 stage, g_grouped);
+
+    /* A failed group_end is a failed collective: the engine is broken. */
+    cr_assert_eq(window(&x, 0, 1), ZC_OK, "%s", zc_last_error());
+    g_fail_end = 1;
+    cr_assert_eq(zc_step(e, NULL), ZC_ERR_COMM);
+    g_fail_end = 0;
+    cr_assert_eq(g_ends, g_starts, "a group was left open");
+    zc_stats st = {.size = sizeof st};
+    cr_assert_eq(zc_engine_stats(e, &st), ZC_ERR_COMM);
+    cr_assert(strstr(zc_last_error(), "broken") && strstr(zc_last_error(), "injected"), "%s",
+              zc_last_error());
+    close_eng(&x);
+    comm->ops = base_ops;
+    zc_comm_destroy(comm);
+    t_assert_no_leaks();
+}
+
+Test(engine_streams, publish_is_one_group_and_a_failed_group_end_breaks_stage2)
+{
+    check_groups(2);
+}
+Test(engine_streams, refresh_is_one_group_and_a_failed_group_end_breaks_stage3)
+{
+    check_groups(3);
+}
