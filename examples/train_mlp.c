@@ -7,6 +7,14 @@
  * the gradients are written back in the parameter's dtype. Each rank is one
  * thread with its own engine (in-process communicator) and its own samples.
  *
+ * Started by a launcher (mpirun: OMPI_COMM_WORLD_SIZE, PMI_SIZE,
+ * MV2_COMM_WORLD_SIZE; torchrun: WORLD_SIZE), or with --launcher env (srun),
+ * the program is one rank per process instead: zc_comm_init_env joins the
+ * job (MPI on a CPU machine), the world size comes from the launcher, and
+ * rank 0 prints. The parameters - params_sha256 - are those of the thread run
+ * with --world W; "loss" is then rank 0's own samples' loss (the processes
+ * share no memory to average it in), and the memory figures rank 0's.
+ *
  *   train_mlp [--stage 0..3] [--world W] [--dtype fp32|bf16|fp16] [--steps N]
  *             [--accum K] [--batch B] [--seed S] [--clip C] [--lr X]
  *             [--bucket ELEMS] [--persistence-threshold ELEMS]
@@ -63,13 +71,16 @@ typedef struct opts {
     double offload_ratio;    /* --offload-ratio, 0 = not given */
     unsigned given;          /* GIVEN_* bits: flags set on the command line */
     bool json;
+    int launcher;            /* LAUNCH_*: ranks as threads, or one per process */
 } opts;
+
+enum { LAUNCH_AUTO = 0, LAUNCH_THREADS, LAUNCH_ENV };
 
 /* With --config, the file decides and only flags given explicitly override it. */
 enum {
     GIVEN_STAGE = 1u << 0, GIVEN_DTYPE = 1u << 1, GIVEN_ACCUM = 1u << 2, GIVEN_BATCH = 1u << 3,
     GIVEN_CLIP = 1u << 4, GIVEN_LR = 1u << 5, GIVEN_BUCKET = 1u << 6, GIVEN_PERSIST = 1u << 7,
-    GIVEN_PREFETCH = 1u << 8
+    GIVEN_PREFETCH = 1u << 8, GIVEN_WORLD = 1u << 9
 };
 
 /* Ends the process from any thread. exit() is not safe to call from two
@@ -101,14 +112,17 @@ static void usage(FILE *f)
             "                 [--seed 0..2^64-1] [--clip 0..1e9] [--lr 0..1e6]\n"
             "                 [--bucket 1..2^40] [--persistence-threshold 0..2^40]\n"
             "                 [--prefetch 0..2^40] [--dump-params FILE] [--json]\n"
-            "                 [--config ds_config.json]\n"
+            "                 [--config ds_config.json] [--launcher auto|threads|env]\n"
             "                 [--offload-optimizer none|cpu|nvme] [--nvme-path DIR[,DIR]]\n"
             "                 [--offload-ratio R]   (R in (0, 1]; below 1 needs --stage 3)\n"
             "defaults: --stage 2 --world 2 --dtype bf16 --steps 50 --accum 1 --batch 32\n"
             "          --seed 1 --clip 1.0 --lr 1e-3 --bucket 65536\n"
             "--config: a DeepSpeed JSON file decides stage, precision, optimizer, clipping,\n"
             "          buckets and accumulation; flags given explicitly override it, and\n"
-            "          \"auto\" values are resolved from the flags (as the HF Trainer does).\n");
+            "          \"auto\" values are resolved from the flags (as the HF Trainer does).\n"
+            "--launcher: threads (every rank a thread here), env (this process is one rank\n"
+            "          of a job started by mpirun, srun or torchrun; the world size is the\n"
+            "          launcher's), auto (env when mpirun or torchrun started it).\n");
 }
 
 /* Every number is parsed strictly (tools/cliarg.h): a value that is not a
@@ -143,7 +157,7 @@ static opts parse_args(int argc, char **argv)
     static const char *const with_value[] = {
         "--config", "--stage", "--world", "--steps", "--accum", "--batch", "--seed", "--clip",
         "--lr", "--bucket", "--persistence-threshold", "--prefetch", "--dump-params", "--dtype",
-        "--offload-optimizer", "--nvme-path", "--offload-ratio"};
+        "--offload-optimizer", "--nvme-path", "--offload-ratio", "--launcher"};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--json")) { o.json = true; continue; }
@@ -166,7 +180,7 @@ static opts parse_args(int argc, char **argv)
             {"--stage", GIVEN_STAGE}, {"--dtype", GIVEN_DTYPE}, {"--accum", GIVEN_ACCUM},
             {"--batch", GIVEN_BATCH}, {"--clip", GIVEN_CLIP}, {"--lr", GIVEN_LR},
             {"--bucket", GIVEN_BUCKET}, {"--persistence-threshold", GIVEN_PERSIST},
-            {"--prefetch", GIVEN_PREFETCH}};
+            {"--prefetch", GIVEN_PREFETCH}, {"--world", GIVEN_WORLD}};
         for (size_t k = 0; k < sizeof bits / sizeof bits[0]; k++)
             if (!strcmp(a, bits[k].flag))
                 o.given |= bits[k].bit;
@@ -178,6 +192,16 @@ static opts parse_args(int argc, char **argv)
             quit(2);
         }
         if (!strcmp(a, "--config")) o.config_path = v;
+        else if (!strcmp(a, "--launcher")) {
+            if (!strcmp(v, "auto")) o.launcher = LAUNCH_AUTO;
+            else if (!strcmp(v, "threads")) o.launcher = LAUNCH_THREADS;
+            else if (!strcmp(v, "env")) o.launcher = LAUNCH_ENV;
+            else {
+                fprintf(stderr, "train_mlp: --launcher must be auto, threads or env, got "
+                        "'%.200s'\n", v);
+                quit(2);
+            }
+        }
         else if (!strcmp(a, "--stage")) o.stage = (int)parse_int(a, v, 0, 3);
         else if (!strcmp(a, "--world")) o.world = (int)parse_int(a, v, 1, 64);
         else if (!strcmp(a, "--steps")) o.steps = (int)parse_int(a, v, 0, 1000000);
@@ -328,6 +352,7 @@ typedef struct shared {
     zc_stats *stats;                /* [world] */
     float *master;                  /* gathered fp32 master, registration order */
     size_t total;
+    int first, nlocal;              /* the ranks of this process: first..first+nlocal-1 */
     pthread_barrier_t bar;
 } shared;
 
@@ -698,8 +723,9 @@ static void *rank_main(void *argp)
         pthread_barrier_wait(&sh->bar);
         if (rank == 0) {
             double loss = 0;
-            for (int r = 0; r < o->world; r++) loss += sh->losses[(size_t)step * o->world + r];
-            loss /= o->world;
+            for (int r = sh->first; r < sh->first + sh->nlocal; r++)
+                loss += sh->losses[(size_t)step * o->world + r];
+            loss /= sh->nlocal;
             if (o->json)
                 printf("{\"step\":%d,\"loss\":%s,\"grad_norm\":%s,\"loss_scale\":%s,"
                        "\"skipped\":%s,\"lr\":%s}\n",
@@ -814,13 +840,48 @@ static void report(const shared *sh)
     }
 }
 
+/* Whether a launcher started this process as one rank of a job: mpirun
+ * (Open MPI, MPICH/hydra, MVAPICH2) or torchrun. Not Slurm's variables,
+ * which every program of a batch allocation inherits: srun users say
+ * --launcher env. */
+static bool launched(void)
+{
+    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE",
+                                       "MV2_COMM_WORLD_SIZE", "WORLD_SIZE"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && *v)
+            return true;
+    }
+    return false;
+}
+
 int main(int argc, char **argv)
 {
     shared *sh = xcalloc(1, sizeof *sh);
     sh->o = parse_args(argc, argv);
+    const int rank = -1; /* for CHECK in the main thread */
+    zc_comm *proc_comm = NULL; /* one rank per process: this process's rank */
+    sh->nlocal = sh->o.world;
+    if (sh->o.launcher == LAUNCH_ENV || (sh->o.launcher == LAUNCH_AUTO && launched())) {
+        /* Before the configuration: its "auto" values need the world size. */
+        CHECK(zc_comm_init_env(&proc_comm));
+        int w = zc_comm_world(proc_comm);
+        if ((sh->o.given & GIVEN_WORLD) && sh->o.world != w) {
+            fprintf(stderr, "train_mlp: --world %d but the launcher started %d ranks\n",
+                    sh->o.world, w);
+            quit(2);
+        }
+        if (w > 64) {
+            fprintf(stderr, "train_mlp: %d ranks; this example runs at most 64\n", w);
+            quit(2);
+        }
+        sh->o.world = w;
+        sh->first = zc_comm_rank(proc_comm);
+        sh->nlocal = 1;
+    }
     sh->cfg = make_config(&sh->o);
     const opts *o = &sh->o;
-    const int rank = -1; /* for CHECK in the main thread */
 
     /* Each rank's buffers (rank_main: activations, targets and two deltas,
      * B x 1696 floats, plus about 8 MiB for a layer's weights, its gradients
@@ -830,14 +891,14 @@ int main(int argc, char **argv)
     uint64_t per_rank, need, avail;
     if (!zc__mul_u64((uint64_t)o->batch, 1696 * sizeof(float), &per_rank) ||
         !zc__add_u64(per_rank, 8u << 20, &per_rank) ||
-        !zc__mul_u64(per_rank, (uint64_t)o->world, &need)) {
+        !zc__mul_u64(per_rank, (uint64_t)sh->nlocal, &need)) {
         fprintf(stderr, "train_mlp: the batch and world size overflow a memory estimate\n");
         quit(2);
     }
     if (zc__mem_available(&avail) && need > avail - avail / 8) {
         fprintf(stderr, "train_mlp: %d ranks x micro batch %d need about %.2f GiB; the machine "
                 "has %.2f GiB available, of which this takes at most 7/8. Use a smaller --batch "
-                "or --world\n", o->world, o->batch, (double)need / 1073741824.0,
+                "or --world\n", sh->nlocal, o->batch, (double)need / 1073741824.0,
                 (double)avail / 1073741824.0);
         quit(1);
     }
@@ -848,23 +909,26 @@ int main(int argc, char **argv)
     sh->stats = xcalloc((size_t)o->world, sizeof(zc_stats));
     sh->master = xcalloc(sh->total, sizeof(float));
     sh->comms = xcalloc((size_t)o->world, sizeof(zc_comm *));
-    int be = pthread_barrier_init(&sh->bar, NULL, (unsigned)o->world);
+    int be = pthread_barrier_init(&sh->bar, NULL, (unsigned)sh->nlocal);
     if (be != 0) {
         fprintf(stderr, "train_mlp: cannot make the rank barrier: %s\n", strerror(be));
         quit(1);
     }
-    CHECK(zc_comm_local_world(o->world, sh->comms));
+    if (proc_comm)
+        sh->comms[sh->first] = proc_comm;
+    else
+        CHECK(zc_comm_local_world(o->world, sh->comms));
 
-    if (!o->json)
+    if (!o->json && sh->first == 0)
         printf("train_mlp: %zu-parameter MLP, ZeRO stage %d, %d ranks, %s, %d steps x %d "
                "micro-steps of %d samples per rank\n",
                sh->total, o->stage, o->world, zc_dtype_name(o->dtype), o->steps, o->accum,
                o->batch);
 
-    pthread_t *th = xcalloc((size_t)o->world, sizeof(pthread_t));
-    rank_arg *args = xcalloc((size_t)o->world, sizeof(rank_arg));
-    for (int r = 0; r < o->world; r++) {
-        args[r] = (rank_arg){sh, r};
+    pthread_t *th = xcalloc((size_t)sh->nlocal, sizeof(pthread_t));
+    rank_arg *args = xcalloc((size_t)sh->nlocal, sizeof(rank_arg));
+    for (int r = 0; r < sh->nlocal; r++) {
+        args[r] = (rank_arg){sh, sh->first + r};
         int e = pthread_create(&th[r], NULL, rank_main, &args[r]); /* returns the error */
         if (e != 0) {
             fprintf(stderr, "train_mlp: cannot start rank thread %d of %d: %s\n", r, o->world,
@@ -872,8 +936,9 @@ int main(int argc, char **argv)
             quit(1);
         }
     }
-    for (int r = 0; r < o->world; r++) pthread_join(th[r], NULL);
-    report(sh);
+    for (int r = 0; r < sh->nlocal; r++) pthread_join(th[r], NULL);
+    if (sh->first == 0) /* rank 0 gathered the parameters */
+        report(sh);
 
     for (int r = 0; r < o->world; r++) zc_comm_destroy(sh->comms[r]);
     zc_config_destroy(sh->cfg);

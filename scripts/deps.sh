@@ -3,9 +3,12 @@
 # Usage: scripts/deps.sh [--tests]   (--tests adds the test and fuzz tools)
 set -euo pipefail
 
-pkgs=(meson ninja-build pkg-config gcc libc6-dev libjansson-dev liburing-dev libhwloc-dev libnuma-dev)
+pkgs=(meson ninja-build pkg-config gcc libc6-dev libjansson-dev liburing-dev libhwloc-dev libnuma-dev
+      libopenblas-dev) # OpenBLAS: the matmuls of examples/gpt
 if [[ "${1:-}" == "--tests" ]]; then
-  pkgs+=(libcriterion-dev clang libclang-rt-14-dev python3)
+  # Open MPI: the MPI communicator (meson -Dmpi=auto finds it) and the
+  # mpirun that tests/comm launches its multi-process tests with.
+  pkgs+=(libcriterion-dev clang libclang-rt-14-dev python3 libopenmpi-dev openmpi-bin)
 fi
 
 missing=()

@@ -18,6 +18,8 @@
 #include "comm/bootstrap.h"
 #include "comm/comm.h"
 #include "base/log.h"
+#include "comm/mpi.h"
+#include "device/device.h"
 
 /* 1: set and parsed into *v; 0: unset (or empty); -1: malformed (error set). */
 static int env_int(const char *name, int *v, const char *launcher)
@@ -169,24 +171,137 @@ double zc__bootstrap_timeout(void)
     return 300.0;
 }
 
+zc_status zc__bootstrap_mode(const zc_launch_env *env, zc_boot_mode *out)
+{
+    const char *m = getenv("ZC_BOOTSTRAP");
+    const char *cid = getenv("NCCL_COMM_ID");
+    if (m && *m) {
+        if (!strcmp(m, "rendezvous")) *out = ZC_BOOT_RENDEZVOUS;
+        else if (!strcmp(m, "nccl_comm_id")) *out = ZC_BOOT_NCCL_COMM_ID;
+        else if (!strcmp(m, "mpi")) *out = ZC_BOOT_MPI;
+        else
+            return ZC_ERR(ZC_ERR_CONFIG, "ZC_BOOTSTRAP='%s': want 'rendezvous', 'nccl_comm_id' "
+                                         "or 'mpi'", m);
+        if (*out == ZC_BOOT_MPI && !ZC_HAVE_MPI)
+            return ZC_ERR(ZC_ERR_UNSUPPORTED, "ZC_BOOTSTRAP=mpi but this zeroc was built "
+                                              "without MPI (-Dmpi=enabled)");
+        return ZC_OK;
+    }
+    const char *addr = getenv("MASTER_ADDR");
+    if (cid && *cid)
+        *out = ZC_BOOT_NCCL_COMM_ID;
+    /* Under mpirun/srun with no MASTER_ADDR exported, MPI already connects
+     * the processes: no address or port to agree on. */
+    else if (ZC_HAVE_MPI && env && strcmp(env->launcher, "torchrun/deepspeed") != 0 &&
+             !(addr && *addr))
+        *out = ZC_BOOT_MPI;
+    else
+        *out = ZC_BOOT_RENDEZVOUS;
+    return ZC_OK;
+}
+
+/* Backends zc_comm_init_env can pick (ZC_COMM). */
+enum { SEL_AUTO, SEL_LOCAL, SEL_MPI, SEL_NCCL };
+
+/* Launchers whose processes MPI_Init connects (srun through PMI/PMIx). */
+static bool mpi_launched(const zc_launch_env *env)
+{
+    return env && strcmp(env->launcher, "torchrun/deepspeed") != 0;
+}
+
 zc_status zc_comm_init_env(zc_comm **out)
 {
     zc__error_clear();
     if (!out)
         return ZC_ERR(ZC_ERR_INVALID_ARG, "zc_comm_init_env: out is NULL");
     *out = NULL;
-    /* With NCCL_COMM_ID set, NCCL's own bootstrap finds rank 0: no MASTER_*. */
-    const char *cid = getenv("NCCL_COMM_ID");
-    zc_launch_env env;
-    ZC_CHECK(zc__launch_env_read(&env, !(cid && *cid)));
-    ZC_LOGI("comm", "launcher %s: rank %d of %d, local rank %d", env.launcher, env.rank,
-            env.world, env.local_rank);
-#if ZC_HAVE_NCCL
-    return zc__comm_nccl_from_env(&env, out);
-#else
-    return ZC_ERR(ZC_ERR_UNSUPPORTED,
-                  "zc_comm_init_env: this zeroc has no NCCL, so it cannot reach other processes "
-                  "(found rank %d of %d from %s); rebuild with -Dnccl=enabled, or run ranks as "
-                  "threads with zc_comm_local_world", env.rank, env.world, env.launcher);
+    /* ZC_COMM forces a backend; exact names only, so a typo is an error and
+     * not a silent fallback to another backend. */
+    const char *want = getenv("ZC_COMM");
+    int sel = SEL_AUTO;
+    if (want && *want) {
+        if (!strcmp(want, "local")) sel = SEL_LOCAL;
+        else if (!strcmp(want, "mpi")) sel = SEL_MPI;
+        else if (!strcmp(want, "nccl")) sel = SEL_NCCL;
+        else
+            return ZC_ERR(ZC_ERR_CONFIG, "ZC_COMM='%s': want 'local', 'mpi' or 'nccl' (or unset "
+                                         "to pick from the build and the launcher)", want);
+    }
+    if (sel == SEL_MPI && !ZC_HAVE_MPI)
+        return ZC_ERR(ZC_ERR_UNSUPPORTED, "ZC_COMM=mpi but this zeroc was built without MPI: "
+                                          "install Open MPI (libopenmpi-dev) and reconfigure "
+                                          "with -Dmpi=enabled");
+    if (sel == SEL_NCCL && !ZC_HAVE_NCCL)
+        return ZC_ERR(ZC_ERR_UNSUPPORTED, "ZC_COMM=nccl but this zeroc was built without NCCL: "
+                                          "reconfigure with -Dnccl=enabled on a machine with "
+                                          "CUDA and NCCL");
+
+    /* The launcher's view; MASTER_ADDR/PORT are checked below only where a
+     * TCP rendezvous needs them. With no launcher at all, ZC_COMM=local or
+     * mpi still makes a world (of one, or MPI's singleton). */
+    zc_launch_env envbuf, *env = &envbuf;
+    zc_status erc = zc__launch_env_read(env, false);
+    if (erc != ZC_OK) {
+        const char *any = NULL;
+        for (size_t i = 0; i < sizeof launchers / sizeof launchers[0] && !any; i++) {
+            const char *r = getenv(launchers[i].rank), *w = getenv(launchers[i].world);
+            if ((r && *r) || (w && *w))
+                any = launchers[i].name;
+        }
+        if (any || (sel != SEL_LOCAL && sel != SEL_MPI))
+            return erc;
+        zc__error_clear();
+        env = NULL;
+    } else {
+        ZC_LOGI("comm", "launcher %s: rank %d of %d, local rank %d", env->launcher, env->rank,
+                env->world, env->local_rank);
+    }
+
+    if (sel == SEL_AUTO) {
+        if (ZC_HAVE_NCCL && zc__device_cuda_count() > 0)
+            sel = SEL_NCCL;
+        else if (ZC_HAVE_MPI && mpi_launched(env))
+            sel = SEL_MPI;
+        else
+            return ZC_ERR(ZC_ERR_UNSUPPORTED,
+                          "zc_comm_init_env: rank %d of %d (%s) cannot reach the other "
+                          "processes: %s", env->rank, env->world, env->launcher,
+                          ZC_HAVE_NCCL ? "NCCL needs a GPU and this process sees none, and "
+                                         "torchrun-style variables do not connect MPI"
+                          : ZC_HAVE_MPI ? "this zeroc has no NCCL, and its MPI communicator "
+                                          "needs processes started by mpirun or srun"
+                                        : "this zeroc has neither NCCL nor MPI; rebuild with "
+                                          "-Dnccl=enabled or -Dmpi=enabled, or run ranks as "
+                                          "threads with zc_comm_local_world (ZC_COMM=local for "
+                                          "one rank)");
+    }
+    ZC_LOGI("comm", "communicator: %s", sel == SEL_LOCAL ? "local" : sel == SEL_MPI ? "mpi"
+                                                                                    : "nccl");
+    if (sel == SEL_LOCAL) {
+        if (env && env->world != 1)
+            return ZC_ERR(ZC_ERR_CONFIG,
+                          "ZC_COMM=local runs every rank as a thread of one process "
+                          "(zc_comm_local_world), but this process is rank %d of %d (%s): "
+                          "use ZC_COMM=mpi or nccl, or start one process", env->rank, env->world,
+                          env->launcher);
+        return zc_comm_local_world(1, out);
+    }
+#if ZC_HAVE_MPI
+    if (sel == SEL_MPI)
+        return zc__comm_mpi_create(env, out);
 #endif
+#if ZC_HAVE_NCCL
+    if (sel == SEL_NCCL) {
+        zc_boot_mode mode;
+        ZC_CHECK(zc__bootstrap_mode(env, &mode));
+        /* Only the TCP rendezvous (and NCCL_COMM_ID made from them) needs
+         * MASTER_ADDR/MASTER_PORT: read again
+         * requiring them, for the error that names what is missing. */
+        const char *cid = getenv("NCCL_COMM_ID");
+        if (mode == ZC_BOOT_RENDEZVOUS || (mode == ZC_BOOT_NCCL_COMM_ID && !(cid && *cid)))
+            ZC_CHECK(zc__launch_env_read(env, true));
+        return zc__comm_nccl_from_env(env, out);
+    }
+#endif
+    return ZC_ERR(ZC_ERR_INTERNAL, "zc_comm_init_env: backend %d not built", sel);
 }

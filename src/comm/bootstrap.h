@@ -37,6 +37,15 @@ typedef struct zc_launch_env {
  * it was expected from); *out is then unspecified. */
 zc_status zc__launch_env_read(zc_launch_env *out, bool need_master);
 
+/* How the NCCL unique id reaches every rank. ZC_BOOTSTRAP forces one
+ * ('rendezvous', 'nccl_comm_id', 'mpi'; anything else is ZC_ERR_CONFIG, 'mpi'
+ * in a build without MPI ZC_ERR_UNSUPPORTED). Unset: nccl_comm_id when
+ * NCCL_COMM_ID is set; mpi (MPI_Bcast) when the build has MPI, the launcher
+ * is mpirun/srun and MASTER_ADDR is not set; otherwise the TCP rendezvous on
+ * MASTER_ADDR:MASTER_PORT+1. env may be NULL. */
+typedef enum zc_boot_mode { ZC_BOOT_RENDEZVOUS, ZC_BOOT_NCCL_COMM_ID, ZC_BOOT_MPI } zc_boot_mode;
+zc_status zc__bootstrap_mode(const zc_launch_env *env, zc_boot_mode *out);
+
 /* Seconds the bootstrap may take: ZC_BOOTSTRAP_TIMEOUT, default 300. */
 double zc__bootstrap_timeout(void);
 

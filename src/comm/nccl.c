@@ -11,6 +11,7 @@
 #include "zc_build_config.h"
 
 #include "comm/bootstrap.h"
+#include "comm/mpi.h"
 #include "comm/nccl.h"
 #include "comm/rendezvous.h"
 #include "base/log.h"
@@ -836,12 +837,9 @@ zc_status zc__comm_nccl_from_env(const zc_launch_env *env, zc_comm **out)
     ncclUniqueId id;
     memset(&id, 0, sizeof id);
     const char *cid = getenv("NCCL_COMM_ID");
-    const char *mode = getenv("ZC_BOOTSTRAP");
-    int via_comm_id = (cid && *cid) || (mode && !strcmp(mode, "nccl_comm_id"));
-    if (mode && *mode && strcmp(mode, "nccl_comm_id") && strcmp(mode, "rendezvous"))
-        return ZC_ERR(ZC_ERR_CONFIG, "ZC_BOOTSTRAP='%s': want 'rendezvous' or 'nccl_comm_id'",
-                      mode);
-    if (via_comm_id) {
+    zc_boot_mode mode;
+    ZC_CHECK(zc__bootstrap_mode(env, &mode));
+    if (mode == ZC_BOOT_NCCL_COMM_ID) {
         /* NCCL encodes NCCL_COMM_ID in the id and rank 0 listens there. */
         if (!(cid && *cid)) {
             char buf[300];
@@ -858,13 +856,27 @@ zc_status zc__comm_nccl_from_env(const zc_launch_env *env, zc_comm **out)
             if (r != ncclSuccess)
                 return ZC_ERR(ZC_ERR_COMM, "ncclGetUniqueId: %s", ncclGetErrorString(r));
         }
-        zc_rdv_opts o = {.addr = env->master_addr, .port = env->master_port + 1,
-                         .rank = env->rank, .world = env->world, .timeout_s = timeout};
-        zc_status rc = zc__rendezvous(&o, &id, sizeof id);
-        if (rc != ZC_OK) {
-            zc__error_context("zc_comm_init_env (MASTER_ADDR=%s, MASTER_PORT+1=%d)",
-                              env->master_addr, env->master_port + 1);
-            return rc;
+        zc_status rc;
+#if ZC_HAVE_MPI
+        if (mode == ZC_BOOT_MPI) {
+            /* mpirun already connected the processes: rank 0's id over
+             * MPI_Bcast, MPI finalised again unless the program holds it. */
+            rc = zc__mpi_bcast_blob(env, &id, sizeof id, timeout);
+            if (rc != ZC_OK) {
+                zc__error_context("zc_comm_init_env (NCCL id over MPI)");
+                return rc;
+            }
+        } else
+#endif
+        {
+            zc_rdv_opts o = {.addr = env->master_addr, .port = env->master_port + 1,
+                             .rank = env->rank, .world = env->world, .timeout_s = timeout};
+            rc = zc__rendezvous(&o, &id, sizeof id);
+            if (rc != ZC_OK) {
+                zc__error_context("zc_comm_init_env (MASTER_ADDR=%s, MASTER_PORT+1=%d)",
+                                  env->master_addr, env->master_port + 1);
+                return rc;
+            }
         }
     } else {
         ncclResult_t r = ncclGetUniqueId(&id);

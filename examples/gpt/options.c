@@ -1,0 +1,223 @@
+/* Flags and configuration of train_gpt (options.h). */
+#include "options.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cliarg.h"
+
+/* exit() is not safe from two threads at once and would run destructors
+ * under ranks still working: the first caller flushes and leaves with
+ * _exit; any other waits here until then. */
+static pthread_mutex_t quit_lock = PTHREAD_MUTEX_INITIALIZER;
+
+_Noreturn void gpt_quit(int code)
+{
+    pthread_mutex_lock(&quit_lock); /* never unlocked: the process ends */
+    fflush(NULL);
+    _exit(code);
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+        "usage: train_gpt [--layers 1..64] [--heads 1..64] [--dim 1..4096] [--seq 1..1024]\n"
+        "                 [--vocab 256..65536] [--batch 1..4096] [--steps 0..1000000]\n"
+        "                 [--stage 0..3] [--world 1..64] [--dtype fp32|bf16|fp16]\n"
+        "                 [--accum 1..1024] [--lr 0..1e6] [--clip 0..1e9] [--seed 0..2^64-1]\n"
+        "                 [--eval-every 0..1000000] [--sample 0..100000] [--data FILE]\n"
+        "                 [--config ds_config.json] [--launcher] [--json]\n"
+        "defaults: --layers 2 --heads 4 --dim 64 --seq 64 --vocab 256 --batch 8 --steps 300\n"
+        "          --stage 2 --world 2 --dtype bf16 --accum 1 --lr 3e-3 --clip 1.0 --seed 1\n"
+        "          --eval-every 100 --sample 0 --data /usr/share/common-licenses/GPL-3\n"
+        "--dim must be a multiple of --heads. --batch is sequences per rank and micro-step.\n"
+        "--launcher: this process is one rank of a job started by torchrun, Slurm or mpirun\n"
+        "            (zc_comm_init_env); without it --world ranks run as threads here.\n"
+        "--config: a DeepSpeed JSON file decides stage, precision, optimizer, clipping and\n"
+        "          accumulation; flags given explicitly override it.\n");
+}
+
+static long long parse_int(const char *flag, const char *v, long long lo, long long hi)
+{
+    char err[ZC_ARG_ERRLEN];
+    int64_t x;
+    if (!zc__arg_i64(flag, v, lo, hi, 0, &x, err, sizeof err)) {
+        fprintf(stderr, "train_gpt: %s\n", err);
+        gpt_quit(2);
+    }
+    return x;
+}
+
+static double parse_double(const char *flag, const char *v, double lo, double hi)
+{
+    char err[ZC_ARG_ERRLEN];
+    double x;
+    if (!zc__arg_double(flag, v, lo, hi, &x, err, sizeof err)) {
+        fprintf(stderr, "train_gpt: %s\n", err);
+        gpt_quit(2);
+    }
+    return x;
+}
+
+gpt_opts gpt_parse_args(int argc, char **argv)
+{
+    gpt_opts o = {.model = {.vocab = 256, .seq = 64, .layers = 2, .heads = 4, .dim = 64},
+                  .stage = 2, .world = 2, .steps = 300, .accum = 1, .batch = 8,
+                  .eval_every = 100, .dtype = ZC_DTYPE_BF16, .seed = 1, .clip = 1.0, .lr = 3e-3,
+                  .weight_decay = 0.1, .data_path = "/usr/share/common-licenses/GPL-3"};
+    static const char *const with_value[] = {
+        "--layers", "--heads", "--dim", "--seq", "--vocab", "--batch", "--steps", "--stage",
+        "--world", "--dtype", "--accum", "--lr", "--clip", "--seed", "--eval-every", "--sample",
+        "--data", "--config"};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--json")) { o.json = true; continue; }
+        if (!strcmp(a, "--launcher")) { o.launcher = true; continue; }
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); gpt_quit(0); }
+        bool known = false;
+        for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
+            known |= !strcmp(a, with_value[k]);
+        if (!known) {
+            fprintf(stderr, "train_gpt: unknown flag '%.200s'\n", a);
+            usage(stderr);
+            gpt_quit(2);
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "train_gpt: %s needs a value\n", a);
+            usage(stderr);
+            gpt_quit(2);
+        }
+        const char *v = argv[++i];
+        /* A file name that starts with '-' is almost always a forgotten value. */
+        if ((!strcmp(a, "--config") || !strcmp(a, "--data")) && v[0] == '-') {
+            fprintf(stderr, "train_gpt: %s needs a file name, got '%.200s' (a flag?); write "
+                    "./%.200s for a file of that name\n", a, v, v);
+            gpt_quit(2);
+        }
+        if (!strcmp(a, "--layers")) o.model.layers = (int)parse_int(a, v, 1, 64);
+        else if (!strcmp(a, "--heads")) o.model.heads = (int)parse_int(a, v, 1, 64);
+        else if (!strcmp(a, "--dim")) o.model.dim = (int)parse_int(a, v, 1, 4096);
+        else if (!strcmp(a, "--seq")) o.model.seq = (int)parse_int(a, v, 1, 1024);
+        /* Byte-level tokens need 256 entries; more are allowed (padding). */
+        else if (!strcmp(a, "--vocab")) o.model.vocab = (int)parse_int(a, v, 256, 65536);
+        else if (!strcmp(a, "--batch")) { o.batch = (int)parse_int(a, v, 1, 4096); o.given |= GPT_GIVEN_BATCH; }
+        else if (!strcmp(a, "--steps")) o.steps = (int)parse_int(a, v, 0, 1000000);
+        else if (!strcmp(a, "--stage")) { o.stage = (int)parse_int(a, v, 0, 3); o.given |= GPT_GIVEN_STAGE; }
+        else if (!strcmp(a, "--world")) { o.world = (int)parse_int(a, v, 1, 64); o.given |= GPT_GIVEN_WORLD; }
+        else if (!strcmp(a, "--accum")) { o.accum = (int)parse_int(a, v, 1, 1024); o.given |= GPT_GIVEN_ACCUM; }
+        else if (!strcmp(a, "--lr")) { o.lr = parse_double(a, v, 0, 1e6); o.given |= GPT_GIVEN_LR; }
+        else if (!strcmp(a, "--clip")) { o.clip = parse_double(a, v, 0, 1e9); o.given |= GPT_GIVEN_CLIP; }
+        else if (!strcmp(a, "--eval-every")) o.eval_every = (int)parse_int(a, v, 0, 1000000);
+        else if (!strcmp(a, "--sample")) o.sample = (int)parse_int(a, v, 0, 100000);
+        else if (!strcmp(a, "--data")) o.data_path = v;
+        else if (!strcmp(a, "--config")) o.config_path = v;
+        else if (!strcmp(a, "--seed")) {
+            char err[ZC_ARG_ERRLEN];
+            uint64_t x;
+            if (!zc__arg_u64(a, v, 0, UINT64_MAX, 0, &x, err, sizeof err)) {
+                fprintf(stderr, "train_gpt: %s\n", err);
+                gpt_quit(2);
+            }
+            o.seed = x;
+        } else if (!strcmp(a, "--dtype")) {
+            if (!strcmp(v, "fp32")) o.dtype = ZC_DTYPE_F32;
+            else if (!strcmp(v, "bf16")) o.dtype = ZC_DTYPE_BF16;
+            else if (!strcmp(v, "fp16")) o.dtype = ZC_DTYPE_F16;
+            else {
+                fprintf(stderr, "train_gpt: --dtype must be fp32, bf16 or fp16, got '%.200s'\n", v);
+                gpt_quit(2);
+            }
+            o.given |= GPT_GIVEN_DTYPE;
+        }
+    }
+    char err[256];
+    if (!gpt_config_check(&o.model, err, sizeof err)) {
+        fprintf(stderr, "train_gpt: %s\n", err);
+        gpt_quit(2);
+    }
+    if (o.launcher && (o.given & GPT_GIVEN_WORLD)) {
+        fprintf(stderr, "train_gpt: --world and --launcher exclude each other: under a "
+                "launcher the world is the launcher's\n");
+        gpt_quit(2);
+    }
+    return o;
+}
+
+static void fail(const char *what)
+{
+    const char *m = zc_last_error();
+    fprintf(stderr, "train_gpt: %s: %s\n", what, m && *m ? m : "(no detail)");
+    gpt_quit(1);
+}
+
+#define CHECK(call) do { if ((call) != ZC_OK) fail(#call); } while (0)
+
+/* A resolved integer or boolean read back and held to this program's range. */
+static long long config_int(zc_config *cfg, const char *path, const char *key, long long lo,
+                            long long hi)
+{
+    char buf[64], err[ZC_ARG_ERRLEN];
+    CHECK(zc_config_get(cfg, key, buf, sizeof buf));
+    if (!strcmp(buf, "true")) return 1;
+    if (!strcmp(buf, "false")) return 0;
+    int64_t v;
+    if (!zc__arg_i64(key, buf, lo, hi, 0, &v, err, sizeof err)) {
+        fprintf(stderr, "train_gpt: %s: %s (this example's limit)\n", path, err);
+        gpt_quit(1);
+    }
+    return v;
+}
+
+zc_config *gpt_make_config(gpt_opts *o, int world)
+{
+    zc_config *cfg = NULL;
+    const bool file = o->config_path != NULL;
+    char v[64];
+    if (file) {
+        if (zc_config_load(&cfg, o->config_path) != ZC_OK) {
+            fprintf(stderr, "train_gpt: %s\n", zc_last_error());
+            gpt_quit(1);
+        }
+        zc_program_values pv = ZC_PROGRAM_VALUES_INIT;
+        pv.micro_batch_per_gpu = o->batch;
+        pv.gradient_accumulation_steps = o->accum;
+        pv.total_num_steps = o->steps > 0 ? o->steps : 1;
+        if (o->given & GPT_GIVEN_LR) pv.lr = o->lr;
+        if (o->given & GPT_GIVEN_CLIP) pv.max_grad_norm = o->clip;
+        if (o->given & GPT_GIVEN_DTYPE) pv.dtype = (int)o->dtype;
+        CHECK(zc_config_set_program_values(cfg, &pv));
+    } else {
+        CHECK(zc_config_create(&cfg));
+    }
+#define SET(bit, key, ...) do { if (!file || (o->given & (bit))) { \
+        snprintf(v, sizeof v, __VA_ARGS__); CHECK(zc_config_set(cfg, key, v)); } } while (0)
+    SET(GPT_GIVEN_STAGE, "zero_optimization.stage", "%d", o->stage);
+    SET(GPT_GIVEN_BATCH, "train_micro_batch_size_per_gpu", "%d", o->batch);
+    SET(GPT_GIVEN_ACCUM, "gradient_accumulation_steps", "%d", o->accum);
+    SET(GPT_GIVEN_CLIP, "gradient_clipping", "%.17g", o->clip);
+    if (!file) {
+        CHECK(zc_config_set(cfg, "optimizer.type", "\"AdamW\""));
+        CHECK(zc_config_set(cfg, "optimizer.params.betas", "[0.9, 0.95]"));
+        snprintf(v, sizeof v, "%.17g", o->weight_decay);
+        CHECK(zc_config_set(cfg, "optimizer.params.weight_decay", v));
+    }
+    SET(GPT_GIVEN_LR, "optimizer.params.lr", "%.17g", o->lr);
+    SET(GPT_GIVEN_DTYPE, "bf16.enabled", "%s", o->dtype == ZC_DTYPE_BF16 ? "true" : "false");
+    SET(GPT_GIVEN_DTYPE, "fp16.enabled", "%s", o->dtype == ZC_DTYPE_F16 ? "true" : "false");
+#undef SET
+    if (zc_config_resolve(cfg, world) != ZC_OK) {
+        fprintf(stderr, "train_gpt: %s: %s\n", file ? o->config_path : "flags", zc_last_error());
+        gpt_quit(1);
+    }
+    const char *p = file ? o->config_path : "flags";
+    o->stage = (int)config_int(cfg, p, "zero_optimization.stage", 0, 3);
+    o->accum = (int)config_int(cfg, p, "gradient_accumulation_steps", 1, 1024);
+    o->batch = (int)config_int(cfg, p, "train_micro_batch_size_per_gpu", 1, 4096);
+    o->dtype = config_int(cfg, p, "bf16.enabled", 0, 1)   ? ZC_DTYPE_BF16
+               : config_int(cfg, p, "fp16.enabled", 0, 1) ? ZC_DTYPE_F16
+                                                           : ZC_DTYPE_F32;
+    return cfg;
+}

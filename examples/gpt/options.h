@@ -1,0 +1,44 @@
+/* Command line and DeepSpeed configuration of train_gpt. */
+#ifndef GPT_OPTIONS_H
+#define GPT_OPTIONS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <zeroc/zeroc.h>
+
+#include "model.h"
+
+typedef struct gpt_opts {
+    gpt_config model;
+    int stage, world, steps, accum, batch, eval_every, sample;
+    zc_dtype dtype;
+    uint64_t seed;
+    double clip, lr, weight_decay;
+    const char *config_path; /* a DeepSpeed JSON file, or NULL */
+    const char *data_path;
+    unsigned given;          /* GPT_GIVEN_* bits: flags set on the command line */
+    bool json, launcher;
+} gpt_opts;
+
+enum {
+    GPT_GIVEN_STAGE = 1u << 0, GPT_GIVEN_DTYPE = 1u << 1, GPT_GIVEN_ACCUM = 1u << 2,
+    GPT_GIVEN_BATCH = 1u << 3, GPT_GIVEN_CLIP = 1u << 4, GPT_GIVEN_LR = 1u << 5,
+    GPT_GIVEN_WORLD = 1u << 6
+};
+
+/* Parses argv strictly (tools/cliarg.h): an unknown flag, a missing value or
+ * a value outside its range prints why and ends the process with status 2. */
+gpt_opts gpt_parse_args(int argc, char **argv);
+
+/* One configuration for every rank. Without --config it is built from the
+ * flags; with it, the file decides, flags given explicitly override it,
+ * "auto" is resolved from the flags, and stage, precision, accumulation and
+ * micro batch are read back into *o. Ends the process with status 1 on
+ * failure. `world` is the data-parallel world the batch keys resolve for. */
+zc_config *gpt_make_config(gpt_opts *o, int world);
+
+/* Ends the process from any thread (see options.c). */
+_Noreturn void gpt_quit(int code);
+
+#endif

@@ -1,0 +1,541 @@
+/* train_gpt — a GPT-2-style decoder trained on a text file through zeroc's
+ * public API, on the CPU (OpenBLAS for the matmuls).
+ *
+ * How it uses the engine, as a ZeRO user would: every tensor is registered,
+ * with a chunk boundary before each transformer block and before the final
+ * LayerNorm, so a chunk is one piece of the model (embedding, block l, head).
+ * Forward acquires each piece just before it runs and releases it after;
+ * backward acquires it again (stage 3 gathers it twice, as DeepSpeed does)
+ * and hands the piece's gradients back (zc_grad_ready) as soon as the piece
+ * is done, so its reduction is launched while the earlier blocks still run
+ * backward. The tied embedding receives gradient from the LM head first and
+ * from the token lookup last: its gradient is summed in fp32 here and given
+ * to the engine at the end of backward, so at most two chunk gradient
+ * buffers are ever open (the engine reserves two in stages 2 and 3).
+ *
+ * Each rank is a thread with its own engine (zc_comm_local_world), or, with
+ * --launcher, this process is one rank of a launched job (zc_comm_init_env).
+ * Run `train_gpt --help` for the flags; --json prints one object per step,
+ * per evaluation and a final one (see README). */
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cblas.h>
+#include <zeroc/zeroc.h>
+
+#include "cliarg.h"
+#include "data.h"
+#include "model.h"
+#include "options.h"
+#include "precision.h"
+#include "sha256.h"
+
+typedef struct shared {
+    gpt_opts o;
+    zc_config *cfg;
+    zc_comm **comms;
+    int world;               /* ranks in the job */
+    int local;               /* ranks run by this process */
+    gpt_data data;
+    double unigram_val;      /* entropy of the validation bytes, nats */
+    double *losses;          /* [local] this step's loss on each local rank */
+    double val_loss;         /* last validation loss (rank 0) */
+    float *master;           /* gathered fp32 master, registration order */
+    pthread_barrier_t bar;
+} shared;
+
+typedef struct rank_arg {
+    shared *sh;
+    int index;               /* into sh->comms */
+} rank_arg;
+
+static const char *lib_error(void)
+{
+    const char *m = zc_last_error();
+    return m && *m ? m : "(the library gave no detail)";
+}
+
+static void die(int rank, const char *what)
+{
+    fprintf(stderr, "train_gpt: rank %d: %s failed: %s\n", rank, what, lib_error());
+    gpt_quit(1);
+}
+
+#define CHECK(call)                        \
+    do {                                   \
+        if ((call) != ZC_OK) die(rank, #call); \
+    } while (0)
+
+static void *xcalloc(size_t n, size_t sz)
+{
+    void *p = calloc(n ? n : 1, sz);
+    if (!p) {
+        fprintf(stderr, "train_gpt: out of memory (%zu x %zu bytes)\n", n, sz);
+        gpt_quit(1);
+    }
+    return p;
+}
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+typedef struct jnum_t { char s[32]; } jnum_t;
+
+/* A JSON number, or null when not finite (a diverging run). */
+static jnum_t jnum(double v)
+{
+    jnum_t j;
+    snprintf(j.s, sizeof j.s, isfinite(v) ? "%.9g" : "null", v);
+    return j;
+}
+
+/* ---- one rank's model state ----------------------------------------------- */
+
+typedef struct rank_state {
+    const shared *sh;
+    zc_engine *eng;
+    int rank, nt;
+    zc_param **P;
+    size_t *numel;
+    /* fp32 copies of acquired weights: the embedding (kept for the tied
+     * head), one block, and lnf; gradients of one block, of the embedding
+     * (summed through backward) and of lnf. */
+    float *wte, *wpe, *blk[GPT_BLOCK_TENSORS], *lnfw, *lnfb;
+    float *dwte, *dwpe, *gblk[GPT_BLOCK_TENSORS], *dlnfw, *dlnfb;
+} rank_state;
+
+static zc_dtype dtype_of(const rank_state *s) { return s->sh->o.dtype; }
+
+/* Acquires tensors [first, first + n) and widens them into dst[]. */
+static void acquire(rank_state *s, int first, int n, float *const *dst)
+{
+    const int rank = s->rank;
+    for (int k = 0; k < n; k++) {
+        const void *p = zc_param_acquire(s->eng, s->P[first + k], NULL);
+        if (!p) die(rank, "zc_param_acquire");
+        gpt_load_f32(dst[k], p, dtype_of(s), s->numel[first + k]);
+    }
+}
+
+static void release(rank_state *s, int first, int n)
+{
+    const int rank = s->rank;
+    for (int k = 0; k < n; k++) CHECK(zc_param_release(s->eng, s->P[first + k], NULL));
+}
+
+/* Writes the fp32 gradients src[] of tensors [first, first + n) into the
+ * engine's buffers and hands them back: the chunk's reduction starts with
+ * the last one. */
+static void give_grads(rank_state *s, int first, int n, float *const *src)
+{
+    const int rank = s->rank;
+    for (int k = 0; k < n; k++) {
+        void *g = zc_grad_buffer(s->eng, s->P[first + k]);
+        if (!g) die(rank, "zc_grad_buffer");
+        gpt_store_dtype(g, dtype_of(s), src[k], s->numel[first + k]);
+    }
+    for (int k = 0; k < n; k++) CHECK(zc_grad_ready(s->eng, s->P[first + k]));
+}
+
+static int block_first(int l) { return 2 + GPT_BLOCK_TENSORS * l; }
+
+/* Forward through every piece, acquiring each; returns the mean loss. */
+static double forward(rank_state *s, gpt_acts *a, const int *tok, const int *tgt, bool keep_head)
+{
+    const gpt_config *c = &s->sh->o.model;
+    float *emb[2] = {s->wte, s->wpe};
+    acquire(s, 0, 2, emb);
+    gpt_embed_forward_piece(c, a, s->wte, s->wpe, tok);
+    release(s, 0, 2);
+    for (int l = 0; l < c->layers; l++) {
+        acquire(s, block_first(l), GPT_BLOCK_TENSORS, s->blk);
+        gpt_block_forward(c, a, l, (const float *const *)s->blk);
+        release(s, block_first(l), GPT_BLOCK_TENSORS);
+    }
+    /* The head reads lnf and the tied wte; with keep_head they stay
+     * acquired for the head's backward, which follows at once. */
+    float *head[2] = {s->lnfw, s->lnfb};
+    acquire(s, s->nt - 2, 2, head);
+    acquire(s, 0, 1, emb);
+    double loss = gpt_head_forward(c, a, s->lnfw, s->lnfb, s->wte, tgt);
+    if (!keep_head) {
+        release(s, 0, 1);
+        release(s, s->nt - 2, 2);
+    }
+    return loss;
+}
+
+static void backward(rank_state *s, gpt_acts *a, const int *tok, const int *tgt)
+{
+    const gpt_config *c = &s->sh->o.model;
+    const int rank = s->rank;
+    const float scale = (float)zc_loss_scale(s->eng);
+    memset(s->dwte, 0, s->numel[0] * sizeof(float));
+    memset(s->dwpe, 0, s->numel[1] * sizeof(float));
+    memset(s->dlnfw, 0, (size_t)c->dim * sizeof(float));
+    memset(s->dlnfb, 0, (size_t)c->dim * sizeof(float));
+    gpt_head_backward(c, a, s->lnfw, s->wte, tgt, scale, s->dwte, s->dlnfw, s->dlnfb);
+    float *dhead[2] = {s->dlnfw, s->dlnfb};
+    give_grads(s, s->nt - 2, 2, dhead); /* the head's chunk is complete */
+    release(s, 0, 1);
+    release(s, s->nt - 2, 2);
+    for (int l = c->layers - 1; l >= 0; l--) {
+        acquire(s, block_first(l), GPT_BLOCK_TENSORS, s->blk);
+        for (int k = 0; k < GPT_BLOCK_TENSORS; k++)
+            memset(s->gblk[k], 0, s->numel[block_first(l) + k] * sizeof(float));
+        gpt_block_backward(c, a, l, (const float *const *)s->blk, s->gblk);
+        give_grads(s, block_first(l), GPT_BLOCK_TENSORS, s->gblk);
+        release(s, block_first(l), GPT_BLOCK_TENSORS);
+    }
+    /* The lookup needs no weights, only the gradient of its output. */
+    gpt_embed_backward_piece(c, a, tok, s->dwte, s->dwpe);
+    float *demb[2] = {s->dwte, s->dwpe};
+    give_grads(s, 0, 2, demb);
+    (void)rank;
+}
+
+/* Mean loss over every validation window (every rank computes the same
+ * value: stage 3's acquires are collective, so all ranks run the same
+ * forward passes). */
+static double validate(rank_state *s, gpt_acts *a, int *tok, int *tgt)
+{
+    const gpt_config *c = &s->sh->o.model;
+    const gpt_data *d = &s->sh->data;
+    const size_t nw = gpt_data_val_windows(d, c->seq);
+    const int B = a->B, T = c->seq, V = c->vocab;
+    double sum = 0.0;
+    for (size_t w0 = 0; w0 < nw; w0 += (size_t)B) {
+        size_t n = nw - w0 < (size_t)B ? nw - w0 : (size_t)B;
+        for (int b = 0; b < B; b++) /* pad a short last batch with its first window */
+            gpt_data_val_window(d, T, w0 + ((size_t)b < n ? (size_t)b : 0),
+                                tok + (size_t)b * T, tgt + (size_t)b * T);
+        forward(s, a, tok, tgt, false);
+        for (size_t r = 0; r < n * (size_t)T; r++) {
+            float p = a->probs[r * (size_t)V + (size_t)tgt[r]];
+            sum -= log(p > 1.17549435e-38f ? (double)p : 1.17549435e-38);
+        }
+    }
+    return sum / ((double)nw * T);
+}
+
+/* Generates n bytes after the first seq bytes of the validation text,
+ * sampling from the model's distribution; rank 0 prints them. */
+static void sample(rank_state *s, int n, bool print)
+{
+    const gpt_config *c = &s->sh->o.model;
+    const gpt_data *d = &s->sh->data;
+    const int T = c->seq, V = c->vocab;
+    char err[256];
+    gpt_acts a;
+    if (!gpt_acts_create(&a, c, 1, err, sizeof err)) {
+        fprintf(stderr, "train_gpt: %s\n", err);
+        gpt_quit(1);
+    }
+    int *tok = xcalloc((size_t)T, sizeof(int)), *tgt = xcalloc((size_t)T, sizeof(int));
+    gpt_data_val_window(d, T, 0, tok, tgt);
+    uint64_t rng = s->sh->o.seed ^ 0x73616d706c65ull;
+    if (print) printf("--- sample ---\n");
+    for (int i = 0; i < n; i++) {
+        forward(s, &a, tok, tgt, false);
+        const float *p = a.probs + (size_t)(T - 1) * V;
+        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+        double u = (double)(rng >> 11) * 0x1p-53, acc = 0.0;
+        int next = V - 1;
+        for (int v = 0; v < V; v++) {
+            acc += p[v];
+            if (u < acc) { next = v; break; }
+        }
+        if (print) {
+            unsigned char ch = gpt_byte_of_token(next);
+            putchar(ch == '\n' || (ch >= 32 && ch < 127) ? ch : '?');
+        }
+        memmove(tok, tok + 1, (size_t)(T - 1) * sizeof(int));
+        tok[T - 1] = next;
+    }
+    if (print) printf("\n--- end of sample ---\n");
+    free(tok);
+    free(tgt);
+    gpt_acts_destroy(&a);
+}
+
+static void *rank_main(void *argp)
+{
+    rank_arg *ra = argp;
+    shared *sh = ra->sh;
+    const gpt_opts *o = &sh->o;
+    const gpt_config *c = &o->model;
+    zc_comm *comm = sh->comms[ra->index];
+    const int rank = zc_comm_rank(comm), B = o->batch, T = c->seq;
+    const bool lead = rank == 0;
+    char err[256];
+
+    zc_engine_options eo = ZC_ENGINE_OPTIONS_INIT;
+    eo.device = ZC_DEVICE_HOST; /* the layers read and write host memory */
+    rank_state s = {.sh = sh, .rank = rank, .nt = gpt_num_tensors(c)};
+    CHECK(zc_engine_create(&s.eng, sh->cfg, comm, &eo));
+    /* Biases and LayerNorm gains train without weight decay, as in GPT-2
+     * recipes: the 1-D tensors go to a group of their own. */
+    int nodecay = 0;
+    CHECK(zc_group_add(s.eng, 0.0, 1.0, &nodecay));
+    s.P = xcalloc((size_t)s.nt, sizeof *s.P);
+    s.numel = xcalloc((size_t)s.nt, sizeof *s.numel);
+    int last_piece = 0;
+    for (int i = 0; i < s.nt; i++) {
+        char name[64];
+        int64_t shape[2];
+        int ndim, piece;
+        gpt_tensor_info(c, i, name, shape, &ndim, &s.numel[i], &piece);
+        if (piece != last_piece) /* one chunk per piece: stage 3 gathers a block at a time */
+            CHECK(zc_chunk_boundary(s.eng));
+        last_piece = piece;
+        if (!(s.P[i] = zc_param_add(s.eng, name, shape, ndim, ndim == 1 ? nodecay : 0)))
+            die(rank, "zc_param_add");
+    }
+    CHECK(zc_engine_build(s.eng));
+    {
+        size_t maxn = 0;
+        for (int i = 0; i < s.nt; i++)
+            if (s.numel[i] > maxn) maxn = s.numel[i];
+        float *init = xcalloc(maxn, sizeof(float));
+        for (int i = 0; i < s.nt; i++) {
+            gpt_init_tensor(c, i, o->seed, init);
+            CHECK(zc_param_load(s.eng, s.P[i], init));
+        }
+        free(init);
+    }
+    s.wte = xcalloc(s.numel[0], sizeof(float));
+    s.wpe = xcalloc(s.numel[1], sizeof(float));
+    s.dwte = xcalloc(s.numel[0], sizeof(float));
+    s.dwpe = xcalloc(s.numel[1], sizeof(float));
+    for (int k = 0; k < GPT_BLOCK_TENSORS; k++) {
+        s.blk[k] = xcalloc(s.numel[2 + k], sizeof(float));
+        s.gblk[k] = xcalloc(s.numel[2 + k], sizeof(float));
+    }
+    s.lnfw = xcalloc((size_t)c->dim, sizeof(float));
+    s.lnfb = xcalloc((size_t)c->dim, sizeof(float));
+    s.dlnfw = xcalloc((size_t)c->dim, sizeof(float));
+    s.dlnfb = xcalloc((size_t)c->dim, sizeof(float));
+
+    gpt_acts a;
+    if (!gpt_acts_create(&a, c, B, err, sizeof err)) {
+        fprintf(stderr, "train_gpt: %s\n", err);
+        gpt_quit(1);
+    }
+    int *tok = xcalloc((size_t)B * T, sizeof(int)), *tgt = xcalloc((size_t)B * T, sizeof(int));
+    const double tokens_per_step = (double)B * T * o->accum * sh->world;
+    const char *dt = zc_dtype_name(o->dtype);
+
+    for (int step = 0; step < o->steps; step++) {
+        double t0 = now(), loss = 0.0;
+        for (int micro = 0; micro < o->accum; micro++) {
+            gpt_data_rank_batch(&sh->data, T, o->seed, step, micro, rank, B, tok, tgt);
+            loss += forward(&s, &a, tok, tgt, true);
+            backward(&s, &a, tok, tgt);
+            if (micro + 1 < o->accum) CHECK(zc_micro_step_end(s.eng));
+        }
+        zc_step_info info;
+        CHECK(zc_step(s.eng, &info));
+        double dt_s = now() - t0;
+        /* Ranks of this process average their losses; under a launcher the
+         * printed loss is rank 0's own. */
+        sh->losses[ra->index] = loss / o->accum;
+        if (sh->local > 1) pthread_barrier_wait(&sh->bar);
+        if (lead) {
+            double l = 0;
+            for (int r = 0; r < sh->local; r++) l += sh->losses[r];
+            l /= sh->local;
+            if (o->json)
+                printf("{\"step\":%d,\"loss\":%s,\"grad_norm\":%s,\"loss_scale\":%s,"
+                       "\"skipped\":%s,\"lr\":%s,\"tokens_per_s\":%s}\n",
+                       step + 1, jnum(l).s, jnum(info.grad_norm).s, jnum(info.loss_scale).s,
+                       info.skipped ? "true" : "false", jnum(info.lr).s,
+                       jnum(tokens_per_step / dt_s).s);
+            else
+                printf("step %5d/%d  loss %.4f  grad_norm %.3f  lr %.2e  %.0f tok/s%s\n",
+                       step + 1, o->steps, l, info.grad_norm, info.lr, tokens_per_step / dt_s,
+                       info.skipped ? "  (skipped: overflow)" : "");
+            fflush(stdout);
+        }
+        if (sh->local > 1) pthread_barrier_wait(&sh->bar); /* losses[] is reused */
+        if (o->eval_every > 0 && (step + 1) % o->eval_every == 0 && step + 1 < o->steps) {
+            double v = validate(&s, &a, tok, tgt);
+            if (lead) {
+                if (o->json)
+                    printf("{\"eval\":true,\"step\":%d,\"val_loss\":%s}\n", step + 1, jnum(v).s);
+                else
+                    printf("step %5d  val_loss %.4f  (unigram entropy %.4f)\n", step + 1, v,
+                           sh->unigram_val);
+                fflush(stdout);
+            }
+        }
+    }
+    double v = validate(&s, &a, tok, tgt);
+    if (lead) sh->val_loss = v;
+    if (lead && o->json)
+        printf("{\"eval\":true,\"step\":%d,\"val_loss\":%s}\n", o->steps, jnum(v).s);
+    if (o->sample > 0) sample(&s, o->sample, lead && !o->json);
+
+    /* Gathering the master is collective: every rank takes part, rank 0 keeps it. */
+    size_t off = 0, maxn = 0;
+    for (int i = 0; i < s.nt; i++)
+        if (s.numel[i] > maxn) maxn = s.numel[i];
+    float *scratch = xcalloc(maxn, sizeof(float));
+    for (int i = 0; i < s.nt; i++) {
+        CHECK(zc_param_gather_master(s.eng, s.P[i], lead ? sh->master + off : scratch));
+        off += s.numel[i];
+    }
+    free(scratch);
+    (void)dt;
+    free(tok);
+    free(tgt);
+    gpt_acts_destroy(&a);
+    for (int k = 0; k < GPT_BLOCK_TENSORS; k++) {
+        free(s.blk[k]);
+        free(s.gblk[k]);
+    }
+    free(s.wte); free(s.wpe); free(s.dwte); free(s.dwpe);
+    free(s.lnfw); free(s.lnfb); free(s.dlnfw); free(s.dlnfb);
+    free(s.P); free(s.numel);
+    zc_engine_destroy(s.eng);
+    return NULL;
+}
+
+static void report(const shared *sh, size_t total, bool lead_here)
+{
+    const gpt_opts *o = &sh->o;
+    if (!lead_here) return;
+    /* Little-endian bytes in registration order, whatever the host order. */
+    uint8_t *bytes = xcalloc(total, 4);
+    for (size_t i = 0; i < total; i++) {
+        uint32_t u;
+        memcpy(&u, &sh->master[i], 4);
+        for (int k = 0; k < 4; k++) bytes[4 * i + k] = (uint8_t)(u >> (8 * k));
+    }
+    sha256_ctx c;
+    char hex[65];
+    sha256_init(&c);
+    sha256_update(&c, bytes, total * 4);
+    sha256_final_hex(&c, hex);
+    free(bytes);
+    if (o->json)
+        printf("{\"final\":true,\"params_sha256\":\"%s\",\"num_params\":%zu,\"val_loss\":%s,"
+               "\"unigram_entropy\":%s,\"stage\":%d,\"world\":%d,\"dtype\":\"%s\","
+               "\"device\":\"cpu\"}\n",
+               hex, total, jnum(sh->val_loss).s, jnum(sh->unigram_val).s, o->stage, sh->world,
+               zc_dtype_name(o->dtype));
+    else
+        printf("\nval_loss %.4f nats/byte; unigram entropy of the validation bytes %.4f\n"
+               "%zu parameters, ZeRO stage %d, %d ranks, %s; fp32 master sha256 %s\n",
+               sh->val_loss, sh->unigram_val, total, o->stage, sh->world,
+               zc_dtype_name(o->dtype), hex);
+}
+
+int main(int argc, char **argv)
+{
+    shared *sh = xcalloc(1, sizeof *sh);
+    sh->o = gpt_parse_args(argc, argv);
+    gpt_opts *o = &sh->o;
+    const int rank = -1; /* for CHECK in the main thread */
+    char err[512];
+
+    zc_comm *env_comm = NULL;
+    if (o->launcher) {
+        CHECK(zc_comm_init_env(&env_comm));
+        sh->world = zc_comm_world(env_comm);
+        sh->local = 1;
+    } else {
+        sh->world = sh->local = o->world;
+    }
+    sh->cfg = gpt_make_config(o, sh->world);
+
+    if (!gpt_data_load(&sh->data, o->data_path, o->model.seq, err, sizeof err)) {
+        fprintf(stderr, "train_gpt: %s\n", err);
+        gpt_quit(1);
+    }
+    sh->unigram_val = gpt_data_unigram_entropy(&sh->data, sh->data.n_train, sh->data.n);
+
+    /* Activations per rank (model.h: about L x N x (16 C + NH T) + 2 N V
+     * floats) must fit the free memory: allocations are overcommitted, so a
+     * huge --batch would otherwise end in the OOM killer, not a message. */
+    const gpt_config *c = &o->model;
+    uint64_t N, per_layer, att, f, need, avail;
+    bool ok = zc__mul_u64((uint64_t)o->batch, (uint64_t)c->seq, &N) &&
+              zc__mul_u64(N, 16u * (uint64_t)c->dim, &per_layer) &&
+              zc__mul_u64(N, (uint64_t)c->heads * (uint64_t)c->seq, &att) &&
+              zc__add_u64(per_layer, att, &per_layer) &&
+              zc__mul_u64(per_layer, (uint64_t)c->layers + 1, &f) &&
+              zc__mul_u64(N, 2u * (uint64_t)c->vocab, &need) && zc__add_u64(f, need, &f) &&
+              zc__add_u64(f, 16u * gpt_num_params(c), &f) && zc__mul_u64(f, 4, &f) &&
+              zc__mul_u64(f, (uint64_t)sh->local, &need);
+    if (!ok) {
+        fprintf(stderr, "train_gpt: the model and batch sizes overflow a memory estimate\n");
+        gpt_quit(2);
+    }
+    if (zc__mem_available(&avail) && need > avail - avail / 8) {
+        fprintf(stderr, "train_gpt: %d ranks need about %.2f GiB; %.2f GiB are available, of "
+                "which this takes at most 7/8. Use a smaller --batch, --seq or model\n",
+                sh->local, (double)need / 1073741824.0, (double)avail / 1073741824.0);
+        gpt_quit(1);
+    }
+    /* Ranks as threads: each rank's matmuls run single-threaded in its own
+     * thread, so the ranks do not fight over one BLAS thread pool. */
+    if (sh->local > 1) openblas_set_num_threads(1);
+
+    const size_t total = gpt_num_params(c);
+    sh->losses = xcalloc((size_t)sh->local, sizeof(double));
+    sh->master = xcalloc(total, sizeof(float));
+    sh->comms = xcalloc((size_t)sh->local, sizeof(zc_comm *));
+    if (o->launcher) {
+        sh->comms[0] = env_comm;
+    } else {
+        CHECK(zc_comm_local_world(sh->world, sh->comms));
+        int be = pthread_barrier_init(&sh->bar, NULL, (unsigned)sh->local);
+        if (be != 0) {
+            fprintf(stderr, "train_gpt: cannot make the rank barrier: %s\n", strerror(be));
+            gpt_quit(1);
+        }
+    }
+    bool lead_here = zc_comm_rank(sh->comms[0]) == 0;
+    if (lead_here && !o->json)
+        printf("train_gpt: %zu parameters (%d layers, %d heads, dim %d, seq %d, vocab %d), "
+               "ZeRO stage %d, %d ranks, %s, %d steps x %d micro-steps of %d sequences per "
+               "rank; data %s (%zu bytes, last %zu held out)\n",
+               total, c->layers, c->heads, c->dim, c->seq, c->vocab, o->stage, sh->world,
+               zc_dtype_name(o->dtype), o->steps, o->accum, o->batch, o->data_path,
+               sh->data.n, sh->data.n - sh->data.n_train);
+
+    pthread_t *th = xcalloc((size_t)sh->local, sizeof(pthread_t));
+    rank_arg *args = xcalloc((size_t)sh->local, sizeof(rank_arg));
+    for (int r = 0; r < sh->local; r++) {
+        args[r] = (rank_arg){sh, r};
+        int e = pthread_create(&th[r], NULL, rank_main, &args[r]);
+        if (e != 0) {
+            fprintf(stderr, "train_gpt: cannot start rank thread %d: %s\n", r, strerror(e));
+            gpt_quit(1);
+        }
+    }
+    for (int r = 0; r < sh->local; r++) pthread_join(th[r], NULL);
+    report(sh, total, lead_here);
+
+    for (int r = 0; r < sh->local; r++) zc_comm_destroy(sh->comms[r]);
+    zc_config_destroy(sh->cfg);
+    if (!o->launcher) pthread_barrier_destroy(&sh->bar);
+    gpt_data_destroy(&sh->data);
+    free(th); free(args); free(sh->comms); free(sh->master); free(sh->losses);
+    free(sh);
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "train_gpt: cannot write the output: %s\n",
+                errno ? strerror(errno) : "write error");
+        return 1;
+    }
+    return 0;
+}

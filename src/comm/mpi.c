@@ -1,0 +1,699 @@
+/* The MPI communicator: see mpi.h for the contract and the algorithms. */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <mpi.h>
+
+#include "comm/mpi.h"
+#include "base/alloc.h"
+#include "base/log.h"
+
+/* Collectives one group may hold in flight; a longer group finishes its
+ * oldest collective early (allowed: results are only promised after
+ * group_end). */
+#define MAX_INFLIGHT 64
+
+enum { K_ALL_REDUCE = 1, K_REDUCE_SCATTER, K_ALL_GATHER, K_BROADCAST, K_BARRIER };
+
+static const char *kind_str(int k)
+{
+    switch (k) {
+    case K_ALL_REDUCE: return "all_reduce";
+    case K_REDUCE_SCATTER: return "reduce_scatter";
+    case K_ALL_GATHER: return "all_gather";
+    case K_BROADCAST: return "broadcast";
+    default: return "barrier";
+    }
+}
+
+/* One collective in flight. Phase 1 is the exchange (alltoall(v), allgather,
+ * bcast, barrier); all_reduce has a phase 2 (the allgatherv of the sums),
+ * posted once phase 1 is done and the slice summed. */
+typedef struct mpi_op {
+    int kind, phase; /* phase 0: slot free */
+    zc_dtype dt;
+    zc_red_op red;
+    size_t count; /* all_reduce: n; reduce_scatter: recv_count; others: count */
+    void *recv;
+    MPI_Request req;
+    uint64_t seq;
+    void *scratch; /* W contributions of this rank's slice; kept between calls */
+    size_t scratch_bytes;
+    /* 4W ints: send counts, send displacements, receive counts, receive
+     * displacements. MPI reads them until the request completes, so each
+     * op in flight has its own. */
+    int *cnt, *dsp;
+} mpi_op;
+
+typedef struct mpi_comm {
+    zc_comm base;
+    MPI_Comm mc;
+    double timeout_s;
+    uint64_t seq;
+    int in_group;
+    mpi_op ops[MAX_INFLIGHT];
+    unsigned head, n; /* in-flight ring, oldest at head */
+    int broken;
+    char failure[512];
+} mpi_comm;
+
+/* ---- process-wide MPI lifetime --------------------------------------------- */
+
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static int g_refs;     /* live MPI communicators and bootstraps */
+static int g_we_init;  /* zeroc called MPI_Init_thread, so zeroc finalises */
+static int g_poisoned; /* a collective never finished: never finalise */
+
+static zc_status mpi_errstr(int code, const char *what)
+{
+    char s[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    if (MPI_Error_string(code, s, &len) != MPI_SUCCESS)
+        snprintf(s, sizeof s, "MPI error %d", code);
+    return ZC_ERR(ZC_ERR_COMM, "%s: %s", what, s);
+}
+
+static zc_status mpi_ref(void)
+{
+    zc_status rc = ZC_OK;
+    pthread_mutex_lock(&g_mu);
+    int inited = 0, fin = 0;
+    MPI_Initialized(&inited);
+    MPI_Finalized(&fin);
+    if (fin) {
+        rc = ZC_ERR(ZC_ERR_COMM, "MPI was already finalised in this process (zeroc finalises it "
+                                 "with its last MPI communicator when zeroc initialised it): "
+                                 "create every MPI communicator before destroying the last");
+    } else if (!inited) {
+        int provided = 0;
+        int e = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided);
+        if (e != MPI_SUCCESS) {
+            rc = mpi_errstr(e, "MPI_Init_thread");
+        } else {
+            g_we_init = 1;
+            /* SERIALIZED: the engine calls from one thread at a time, but not
+             * necessarily the thread that initialised MPI. */
+            if (provided < MPI_THREAD_SERIALIZED)
+                ZC_LOGW("comm", "MPI provides thread level %d < MPI_THREAD_SERIALIZED: call "
+                                "zeroc only from the thread that created the communicator",
+                        provided);
+        }
+    }
+    if (rc == ZC_OK)
+        g_refs++;
+    pthread_mutex_unlock(&g_mu);
+    return rc;
+}
+
+static void mpi_unref(int healthy)
+{
+    pthread_mutex_lock(&g_mu);
+    if (!healthy)
+        g_poisoned = 1;
+    if (--g_refs == 0 && g_we_init && !g_poisoned) {
+        MPI_Finalize();
+        g_we_init = 0;
+    }
+    pthread_mutex_unlock(&g_mu);
+}
+
+/* ---- helpers ------------------------------------------------------------- */
+
+zc_status zc__comm_timeout_env(double *out)
+{
+    const char *s = getenv("ZC_COMM_TIMEOUT");
+    *out = 600.0;
+    if (!s || !*s)
+        return ZC_OK;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || *end || errno || !isfinite(v) || v <= 0)
+        return ZC_ERR(ZC_ERR_CONFIG, "ZC_COMM_TIMEOUT='%s': want seconds, a finite number > 0",
+                      s);
+    *out = v;
+    return ZC_OK;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Element types MPI moves. 16-bit floats travel as uint16: MPI never
+ * computes on them, and Open MPI has no bf16 type anyway. */
+static MPI_Datatype mpi_type(zc_dtype dt)
+{
+    switch (dt) {
+    case ZC_DTYPE_F32: return MPI_FLOAT;
+    case ZC_DTYPE_F64: return MPI_DOUBLE;
+    case ZC_DTYPE_I32: return MPI_INT32_T;
+    case ZC_DTYPE_F16:
+    case ZC_DTYPE_BF16: return MPI_UINT16_T;
+    default: return MPI_DATATYPE_NULL;
+    }
+}
+
+static zc_status broken_err(mpi_comm *c, const char *what)
+{
+    return ZC_ERR(ZC_ERR_COMM, "mpi comm rank %d/%d: %s: the communicator is broken by an "
+                               "earlier failure: %s",
+                  c->base.rank, c->base.world, what, c->failure);
+}
+
+/* Records the first failure (sticky) and returns it as the call's error. */
+static zc_status fail(mpi_comm *c, const char *fmt, ...) ZC_PRINTF(2, 3);
+static zc_status fail(mpi_comm *c, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (!c->broken) {
+        c->broken = 1;
+        snprintf(c->failure, sizeof c->failure, "%s", msg);
+        ZC_LOGE("comm", "%s", msg);
+    }
+    return ZC_ERR(ZC_ERR_COMM, "%s", msg);
+}
+
+static zc_status mpi_fail(mpi_comm *c, const mpi_op *op, const char *call, int code)
+{
+    char s[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    if (MPI_Error_string(code, s, &len) != MPI_SUCCESS)
+        snprintf(s, sizeof s, "MPI error %d", code);
+    return fail(c, "mpi comm rank %d/%d: %s #%llu (%zu x %s): %s: %s", c->base.rank,
+                c->base.world, kind_str(op->kind), (unsigned long long)op->seq, op->count,
+                zc_dtype_name(op->dt), call, s);
+}
+
+/* Polls the op's request until it completes or the deadline passes. Spins
+ * briefly (latency of small collectives), then yields, then sleeps up to
+ * 1 ms, so ranks oversubscribed on few cores leave the CPU to the ranks
+ * that still compute. */
+static zc_status wait_req(mpi_comm *c, mpi_op *op, double deadline)
+{
+    long sleep_ns = 1000;
+    for (unsigned long it = 0;; it++) {
+        int done = 0;
+        int e = MPI_Test(&op->req, &done, MPI_STATUS_IGNORE);
+        if (e != MPI_SUCCESS)
+            return mpi_fail(c, op, "MPI_Test", e);
+        if (done)
+            return ZC_OK;
+        if (now_s() > deadline)
+            return fail(c, "mpi comm rank %d/%d: %s #%llu (%zu x %s) timed out after %g s "
+                           "waiting for the other ranks (ZC_COMM_TIMEOUT)",
+                        c->base.rank, c->base.world, kind_str(op->kind),
+                        (unsigned long long)op->seq, op->count, zc_dtype_name(op->dt),
+                        c->timeout_s);
+        if (it < 200)
+            continue;
+        if (it < 2000) {
+            sched_yield();
+            continue;
+        }
+        struct timespec ts = {0, sleep_ns};
+        nanosleep(&ts, NULL);
+        if (sleep_ns < 1000000)
+            sleep_ns *= 2;
+    }
+}
+
+static zc_status grow(void **buf, size_t *have, size_t need, const char *what)
+{
+    if (need <= *have)
+        return ZC_OK;
+    void *p = NULL;
+    ZC_CHECK(zc__host_alloc(NULL, ZC_MEM_BUFFERS, need, what, &p));
+    zc__host_free(NULL, ZC_MEM_BUFFERS, *buf, *have);
+    *buf = p;
+    *have = need;
+    return ZC_OK;
+}
+
+/* The local communicator's MAX (max_reduce_host): rank order, the first
+ * maximum kept, a NaN replaces whatever came before. */
+static void max_rank_order(void *dst, const void *scratch, size_t n, int W, zc_dtype dt)
+{
+    size_t es = zc_dtype_size(dt);
+    for (size_t i = 0; i < n; i++) {
+        double best = 0;
+        const unsigned char *pick = NULL;
+        for (int r = 0; r < W; r++) {
+            const unsigned char *p = (const unsigned char *)scratch + ((size_t)r * n + i) * es;
+            double v;
+            if (dt == ZC_DTYPE_F64) { double x; memcpy(&x, p, 8); v = x; }
+            else if (dt == ZC_DTYPE_I32) { int32_t x; memcpy(&x, p, 4); v = x; }
+            else { float x; memcpy(&x, p, 4); v = x; }
+            if (r == 0 || v > best || v != v) {
+                best = v;
+                pick = p;
+            }
+        }
+        memcpy((unsigned char *)dst + i * es, pick, es);
+    }
+}
+
+/* ---- the op ring ---------------------------------------------------------- */
+
+static zc_status finish_op(mpi_comm *c, mpi_op *op, double deadline);
+
+/* A free slot, finishing the oldest collective when the ring is full. */
+static zc_status take_slot(mpi_comm *c, mpi_op **out)
+{
+    if (c->n == MAX_INFLIGHT) {
+        mpi_op *old = &c->ops[c->head];
+        ZC_CHECK(finish_op(c, old, now_s() + c->timeout_s));
+    }
+    mpi_op *op = &c->ops[(c->head + c->n) % MAX_INFLIGHT];
+    op->phase = 0;
+    *out = op;
+    return ZC_OK;
+}
+
+static void push(mpi_comm *c) { c->n++; }
+
+/* Drives one op to completion. Ops complete in issue order (the oldest is
+ * always at head), so every rank starts each phase-2 exchange in the same
+ * order. */
+static zc_status finish_op(mpi_comm *c, mpi_op *op, double deadline)
+{
+    const int W = c->base.world, r = c->base.rank;
+    ZC_CHECK(wait_req(c, op, deadline));
+    if (op->phase == 1 && (op->kind == K_ALL_REDUCE || op->kind == K_REDUCE_SCATTER)) {
+        size_t es = zc_dtype_size(op->dt);
+        size_t mine, lo;
+        if (op->kind == K_ALL_REDUCE) {
+            lo = op->count * (size_t)r / (size_t)W;
+            mine = op->count * (size_t)(r + 1) / (size_t)W - lo;
+        } else {
+            lo = 0;
+            mine = op->count;
+        }
+        void *dst = (char *)op->recv + lo * es;
+        if (mine) {
+            if (op->red == ZC_RED_MAX) {
+                max_rank_order(dst, op->scratch, mine, W, op->dt);
+            } else {
+                const void *srcs[W];
+                for (int k = 0; k < W; k++)
+                    srcs[k] = (const char *)op->scratch + (size_t)k * mine * es;
+                /* The local communicator's reduction: same code, same bits. */
+                zc_device *h = zc__device_host();
+                zc_status rc = h->ops->reduce_sum(h, dst, srcs, W, op->dt, mine, NULL);
+                if (rc != ZC_OK)
+                    return fail(c, "mpi comm rank %d/%d: %s #%llu: %s", r, W, kind_str(op->kind),
+                                (unsigned long long)op->seq, zc_last_error());
+            }
+        }
+        if (op->kind == K_ALL_REDUCE) {
+            for (int k = 0; k < W; k++) {
+                size_t klo = op->count * (size_t)k / (size_t)W;
+                op->cnt[k] = (int)(op->count * (size_t)(k + 1) / (size_t)W - klo);
+                op->dsp[k] = (int)klo;
+            }
+            op->phase = 2;
+            /* Phase 1 completed, so its count arrays are free again. */
+            int e = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, op->recv, op->cnt, op->dsp,
+                                    mpi_type(op->dt), c->mc, &op->req);
+            if (e != MPI_SUCCESS)
+                return mpi_fail(c, op, "MPI_Iallgatherv", e);
+            ZC_CHECK(wait_req(c, op, deadline));
+        }
+    }
+    op->phase = 0;
+    c->head = (c->head + 1) % MAX_INFLIGHT;
+    c->n--;
+    return ZC_OK;
+}
+
+/* Finishes every op in flight (each against its own full timeout from now:
+ * the group's collectives were posted together). */
+static zc_status drain(mpi_comm *c)
+{
+    while (c->n) {
+        ZC_CHECK(finish_op(c, &c->ops[c->head], now_s() + c->timeout_s));
+    }
+    return ZC_OK;
+}
+
+/* After posting: outside a group the call waits for its result. */
+static zc_status posted(mpi_comm *c)
+{
+    push(c);
+    return c->in_group ? ZC_OK : drain(c);
+}
+
+static zc_status enter(mpi_comm *c, const char *what, zc_dtype dt, size_t count, size_t limit,
+                       void *stream)
+{
+    if (c->broken)
+        return broken_err(c, what);
+    if (mpi_type(dt) == MPI_DATATYPE_NULL)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "mpi comm rank %d %s: unknown dtype %d", c->base.rank,
+                      what, (int)dt);
+    /* Every rank passes the same count, so every rank refuses together. */
+    if (count > limit)
+        return ZC_ERR(ZC_ERR_UNSUPPORTED,
+                      "mpi comm rank %d %s: %zu elements exceed MPI's int counts (at most %zu "
+                      "here); use smaller buckets", c->base.rank, what, count, limit);
+    /* Host streams are synchronous; this keeps the contract if that changes. */
+    return c->base.dev->ops->stream_sync(c->base.dev, stream);
+}
+
+/* ---- collectives ---------------------------------------------------------- */
+
+static zc_status mpi_all_reduce(zc_comm *base, const void *send, void *recv, size_t count,
+                                zc_dtype dt, zc_red_op red, void *stream)
+{
+    mpi_comm *c = (mpi_comm *)base;
+    const int W = base->world, r = base->rank;
+    if (red != ZC_RED_SUM && red != ZC_RED_MAX)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "mpi comm rank %d all_reduce: unknown op %d", r,
+                      (int)red);
+    if (red == ZC_RED_MAX && dt != ZC_DTYPE_F32 && dt != ZC_DTYPE_F64 && dt != ZC_DTYPE_I32)
+        return ZC_ERR(ZC_ERR_INVALID_ARG,
+                      "mpi comm rank %d all_reduce MAX: dtype %s not supported (use fp32, fp64 "
+                      "or int32)", r, zc_dtype_name(dt));
+    ZC_CHECK(enter(c, "all_reduce", dt, count, INT_MAX, stream));
+    c->seq++;
+    if (!count)
+        return ZC_OK;
+    mpi_op *op;
+    ZC_CHECK(take_slot(c, &op));
+    size_t es = zc_dtype_size(dt);
+    size_t lo = count * (size_t)r / (size_t)W, mine = count * (size_t)(r + 1) / (size_t)W - lo;
+    size_t bytes;
+    if (__builtin_mul_overflow(mine, (size_t)W * es, &bytes))
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "mpi comm all_reduce: %zu elements overflow", count);
+    ZC_CHECK(grow(&op->scratch, &op->scratch_bytes, bytes ? bytes : 1, "mpi comm scratch"));
+    /* Send slice k of this rank's buffer to rank k; receive slice r of every
+     * rank's buffer, rank k's at scratch + k * mine. Counts fit int: the
+     * whole buffer does (checked in enter). */
+    int *scnt = op->cnt, *sdsp = op->cnt + W, *rcnt = op->cnt + 2 * W, *rdsp = op->cnt + 3 * W;
+    for (int k = 0; k < W; k++) {
+        size_t klo = count * (size_t)k / (size_t)W;
+        scnt[k] = (int)(count * (size_t)(k + 1) / (size_t)W - klo);
+        sdsp[k] = (int)klo;
+        rcnt[k] = (int)mine;
+        rdsp[k] = (int)((size_t)k * mine);
+    }
+    *op = (mpi_op){.kind = K_ALL_REDUCE, .phase = 1, .dt = dt, .red = red, .count = count,
+                   .recv = recv, .seq = c->seq, .scratch = op->scratch,
+                   .scratch_bytes = op->scratch_bytes, .cnt = op->cnt, .dsp = op->dsp};
+    int e = MPI_Ialltoallv(send, scnt, sdsp, mpi_type(dt), op->scratch, rcnt, rdsp, mpi_type(dt),
+                           c->mc, &op->req);
+    if (e != MPI_SUCCESS)
+        return mpi_fail(c, op, "MPI_Ialltoallv", e);
+    return posted(c);
+}
+
+static zc_status mpi_reduce_scatter(zc_comm *base, const void *send, void *recv,
+                                    size_t recv_count, zc_dtype dt, void *stream)
+{
+    mpi_comm *c = (mpi_comm *)base;
+    const int W = base->world;
+    size_t limit = (size_t)INT_MAX / (size_t)W; /* displacements reach W * recv_count */
+    ZC_CHECK(enter(c, "reduce_scatter", dt, recv_count, limit, stream));
+    c->seq++;
+    if (!recv_count)
+        return ZC_OK;
+    mpi_op *op;
+    ZC_CHECK(take_slot(c, &op));
+    size_t es = zc_dtype_size(dt), bytes = recv_count * (size_t)W * es; /* < INT_MAX * 8 */
+    ZC_CHECK(grow(&op->scratch, &op->scratch_bytes, bytes, "mpi comm scratch"));
+    *op = (mpi_op){.kind = K_REDUCE_SCATTER, .phase = 1, .dt = dt, .red = ZC_RED_SUM,
+                   .count = recv_count, .recv = recv, .seq = c->seq, .scratch = op->scratch,
+                   .scratch_bytes = op->scratch_bytes, .cnt = op->cnt, .dsp = op->dsp};
+    /* recv may alias slice r of send: only scratch is written until the
+     * exchange completed, and recv only after it. */
+    int e = MPI_Ialltoall(send, (int)recv_count, mpi_type(dt), op->scratch, (int)recv_count,
+                          mpi_type(dt), c->mc, &op->req);
+    if (e != MPI_SUCCESS)
+        return mpi_fail(c, op, "MPI_Ialltoall", e);
+    return posted(c);
+}
+
+static zc_status mpi_all_gather(zc_comm *base, const void *send, void *recv, size_t send_count,
+                                zc_dtype dt, void *stream)
+{
+    mpi_comm *c = (mpi_comm *)base;
+    ZC_CHECK(enter(c, "all_gather", dt, send_count, INT_MAX, stream));
+    c->seq++;
+    if (!send_count)
+        return ZC_OK;
+    mpi_op *op;
+    ZC_CHECK(take_slot(c, &op));
+    size_t es = zc_dtype_size(dt);
+    *op = (mpi_op){.kind = K_ALL_GATHER, .phase = 1, .dt = dt, .count = send_count, .recv = recv,
+                   .seq = c->seq, .scratch = op->scratch, .scratch_bytes = op->scratch_bytes,
+                   .cnt = op->cnt, .dsp = op->dsp};
+    /* comm.h allows send == recv + rank * send_count: MPI's in-place form. */
+    const void *s = send == (const char *)recv + (size_t)base->rank * send_count * es
+                        ? MPI_IN_PLACE : send;
+    int e = MPI_Iallgather(s, (int)send_count, mpi_type(dt), recv, (int)send_count,
+                           mpi_type(dt), c->mc, &op->req);
+    if (e != MPI_SUCCESS)
+        return mpi_fail(c, op, "MPI_Iallgather", e);
+    return posted(c);
+}
+
+static zc_status mpi_broadcast(zc_comm *base, void *buf, size_t count, zc_dtype dt, int root,
+                               void *stream)
+{
+    mpi_comm *c = (mpi_comm *)base;
+    if (root < 0 || root >= base->world)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "mpi comm broadcast: root %d outside 0..%d", root,
+                      base->world - 1);
+    ZC_CHECK(enter(c, "broadcast", dt, count, INT_MAX, stream));
+    c->seq++;
+    if (!count)
+        return ZC_OK;
+    mpi_op *op;
+    ZC_CHECK(take_slot(c, &op));
+    *op = (mpi_op){.kind = K_BROADCAST, .phase = 1, .dt = dt, .count = count, .recv = buf,
+                   .seq = c->seq, .scratch = op->scratch, .scratch_bytes = op->scratch_bytes,
+                   .cnt = op->cnt, .dsp = op->dsp};
+    int e = MPI_Ibcast(buf, (int)count, mpi_type(dt), root, c->mc, &op->req);
+    if (e != MPI_SUCCESS)
+        return mpi_fail(c, op, "MPI_Ibcast", e);
+    return posted(c);
+}
+
+static zc_status mpi_barrier(zc_comm *base)
+{
+    mpi_comm *c = (mpi_comm *)base;
+    if (c->broken)
+        return broken_err(c, "barrier");
+    if (c->in_group)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "mpi comm rank %d: barrier inside a group", base->rank);
+    c->seq++;
+    mpi_op *op;
+    ZC_CHECK(take_slot(c, &op));
+    *op = (mpi_op){.kind = K_BARRIER, .phase = 1, .dt = ZC_DTYPE_F32, .seq = c->seq,
+                   .scratch = op->scratch, .scratch_bytes = op->scratch_bytes, .cnt = op->cnt,
+                   .dsp = op->dsp};
+    int e = MPI_Ibarrier(c->mc, &op->req);
+    if (e != MPI_SUCCESS)
+        return mpi_fail(c, op, "MPI_Ibarrier", e);
+    return posted(c);
+}
+
+static zc_status mpi_group_start(zc_comm *base)
+{
+    mpi_comm *c = (mpi_comm *)base;
+    if (c->in_group)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "mpi comm rank %d: groups do not nest", base->rank);
+    c->in_group = 1;
+    return ZC_OK;
+}
+
+static zc_status mpi_group_end(zc_comm *base)
+{
+    mpi_comm *c = (mpi_comm *)base;
+    if (!c->in_group)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "mpi comm rank %d: group_end without group_start",
+                      base->rank);
+    c->in_group = 0;
+    if (c->broken)
+        return broken_err(c, "group_end");
+    return drain(c);
+}
+
+static zc_status mpi_bind_device(zc_comm *base, zc_device *dev)
+{
+    if (!dev)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "mpi comm bind_device: NULL device");
+    if (dev->mem_kind != ZC_MEMKIND_HOST)
+        return ZC_ERR(ZC_ERR_UNSUPPORTED,
+                      "the MPI communicator moves host buffers only (rank %d was given device "
+                      "%d): use the host device (ZC_DEVICE_HOST) or the NCCL communicator",
+                      base->rank, dev->index);
+    base->dev = dev;
+    return ZC_OK;
+}
+
+static void mpi_destroy(zc_comm *base)
+{
+    mpi_comm *c = (mpi_comm *)base;
+    const int W = base->world;
+    /* A healthy communicator has nothing in flight between calls (outside a
+     * group every call drains); a broken one keeps requests MPI cannot
+     * cancel, so its MPI_Comm is left alone and MPI is never finalised. */
+    int healthy = !c->broken && c->n == 0;
+    if (healthy)
+        MPI_Comm_free(&c->mc);
+    for (int i = 0; i < MAX_INFLIGHT; i++) {
+        zc__host_free(NULL, ZC_MEM_BUFFERS, c->ops[i].scratch, c->ops[i].scratch_bytes);
+        zc__host_free(NULL, ZC_MEM_OTHER, c->ops[i].cnt, 4 * sizeof(int) * (size_t)W);
+    }
+    zc__host_free(NULL, ZC_MEM_OTHER, c, sizeof *c);
+    mpi_unref(healthy);
+}
+
+static const zc_comm_ops mpi_ops = {
+    .name = "mpi",
+    .all_reduce = mpi_all_reduce,
+    .reduce_scatter = mpi_reduce_scatter,
+    .all_gather = mpi_all_gather,
+    .broadcast = mpi_broadcast,
+    .barrier = mpi_barrier,
+    .group_start = mpi_group_start,
+    .group_end = mpi_group_end,
+    .bind_device = mpi_bind_device,
+    .destroy = mpi_destroy,
+};
+
+/* MPI's rank and size against the launcher's. */
+static zc_status check_env(const zc_launch_env *env, int rank, int world, const char *what)
+{
+    if (env && (env->rank != rank || env->world != world))
+        return ZC_ERR(ZC_ERR_CONFIG,
+                      "%s: the launcher (%s) says rank %d of %d but MPI says rank %d of %d: "
+                      "start the processes with mpirun or srun (torchrun-style variables alone "
+                      "do not connect MPI processes), or set ZC_COMM to another backend",
+                      what, env->launcher, env->rank, env->world, rank, world);
+    return ZC_OK;
+}
+
+zc_status zc__comm_mpi_create(const zc_launch_env *env, zc_comm **out)
+{
+    *out = NULL;
+    double timeout;
+    ZC_CHECK(zc__comm_timeout_env(&timeout));
+    ZC_CHECK(mpi_ref());
+    zc_status rc = ZC_OK;
+    mpi_comm *c = NULL;
+    MPI_Comm dup = MPI_COMM_NULL, node = MPI_COMM_NULL;
+    int rank = 0, world = 0, lrank = 0, lworld = 0, e;
+    if ((e = MPI_Comm_dup(MPI_COMM_WORLD, &dup)) != MPI_SUCCESS) {
+        rc = mpi_errstr(e, "zc_comm_init_env: MPI_Comm_dup(MPI_COMM_WORLD)");
+        goto fail;
+    }
+    /* Errors come back as codes (ZC_ERR_COMM), never abort the process. */
+    MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(dup, &rank);
+    MPI_Comm_size(dup, &world);
+    ZC_CHECK_GOTO(check_env(env, rank, world, "zc_comm_init_env"), rc, fail);
+    if ((e = MPI_Comm_split_type(dup, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node)) !=
+        MPI_SUCCESS) {
+        rc = mpi_errstr(e, "zc_comm_init_env: MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)");
+        goto fail;
+    }
+    MPI_Comm_rank(node, &lrank);
+    MPI_Comm_size(node, &lworld);
+    MPI_Comm_free(&node);
+
+    size_t ints = 4 * sizeof(int) * (size_t)world;
+    ZC_CHECK_GOTO(zc__host_alloc(NULL, ZC_MEM_OTHER, sizeof *c, "mpi comm", (void **)&c), rc,
+                  fail);
+    for (int i = 0; i < MAX_INFLIGHT; i++) {
+        ZC_CHECK_GOTO(zc__host_alloc(NULL, ZC_MEM_OTHER, ints, "mpi comm counts",
+                                     (void **)&c->ops[i].cnt), rc, fail);
+        c->ops[i].dsp = c->ops[i].cnt + world;
+    }
+    c->base.ops = &mpi_ops;
+    c->base.rank = rank;
+    c->base.world = world;
+    c->base.local_rank = lrank;
+    c->base.local_world = lworld;
+    c->base.dev = zc__device_host();
+    c->mc = dup;
+    c->timeout_s = timeout;
+    ZC_LOGI("comm", "mpi rank %d of %d (local %d of %d), timeout %g s", rank, world, lrank,
+            lworld, timeout);
+    *out = &c->base;
+    return ZC_OK;
+fail:
+    if (c) {
+        for (int i = 0; i < MAX_INFLIGHT; i++)
+            zc__host_free(NULL, ZC_MEM_OTHER, c->ops[i].cnt, 4 * sizeof(int) * (size_t)world);
+        zc__host_free(NULL, ZC_MEM_OTHER, c, sizeof *c);
+    }
+    if (dup != MPI_COMM_NULL)
+        MPI_Comm_free(&dup);
+    mpi_unref(1);
+    return rc;
+}
+
+zc_status zc__mpi_bcast_blob(const zc_launch_env *env, void *blob, size_t len, double timeout_s)
+{
+    if (len > INT_MAX)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "zc__mpi_bcast_blob: %zu bytes", len);
+    ZC_CHECK(mpi_ref());
+    zc_status rc = ZC_OK;
+    MPI_Comm dup = MPI_COMM_NULL;
+    int rank = 0, world = 0, e;
+    int healthy = 1;
+    if ((e = MPI_Comm_dup(MPI_COMM_WORLD, &dup)) != MPI_SUCCESS) {
+        rc = mpi_errstr(e, "MPI bootstrap: MPI_Comm_dup(MPI_COMM_WORLD)");
+        goto out;
+    }
+    MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(dup, &rank);
+    MPI_Comm_size(dup, &world);
+    ZC_CHECK_GOTO(check_env(env, rank, world, "MPI bootstrap"), rc, out);
+    MPI_Request req;
+    if ((e = MPI_Ibcast(blob, (int)len, MPI_BYTE, 0, dup, &req)) != MPI_SUCCESS) {
+        rc = mpi_errstr(e, "MPI bootstrap: MPI_Ibcast");
+        goto out;
+    }
+    double deadline = now_s() + timeout_s;
+    for (;;) {
+        int done = 0;
+        if ((e = MPI_Test(&req, &done, MPI_STATUS_IGNORE)) != MPI_SUCCESS) {
+            rc = mpi_errstr(e, "MPI bootstrap: MPI_Test");
+            healthy = 0;
+            goto out;
+        }
+        if (done)
+            break;
+        if (now_s() > deadline) {
+            rc = ZC_ERR(ZC_ERR_COMM, "MPI bootstrap: rank %d of %d: the broadcast of %zu bytes "
+                                     "from rank 0 timed out after %g s (ZC_BOOTSTRAP_TIMEOUT)",
+                        rank, world, len, timeout_s);
+            healthy = 0;
+            goto out;
+        }
+        struct timespec ts = {0, 100000};
+        nanosleep(&ts, NULL);
+    }
+out:
+    if (dup != MPI_COMM_NULL && healthy)
+        MPI_Comm_free(&dup);
+    mpi_unref(healthy);
+    return rc;
+}

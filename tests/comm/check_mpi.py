@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+"""The MPI communicator across processes, launched with mpirun.
+
+  1. zc_mpi_helper collectives, W = 1..4 processes: every collective, dtype
+     and uneven size bitwise equal to the local communicator (the helper
+     computes that reference with W threads on the same inputs).
+  2. zc_mpi_helper timeout, W = 2: the rank whose peer sleeps fails with
+     ZC_ERR_COMM within ZC_COMM_TIMEOUT (2 s) and the job ends - no hang.
+  3. train_mlp, one rank per process under mpirun, W = 1..4, stages 0-3: the
+     params_sha256 equals the thread run's (`train_mlp --world W`).
+
+Usage: check_mpi.py ZC_MPI_HELPER [TRAIN_MLP]. Exits 77 (meson: skipped)
+when mpirun is not installed, non-zero after printing every failure.
+Each mpirun is an argv list, never a shell command line.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+failures = []
+MPIRUN = shutil.which("mpirun")
+# --oversubscribe: CI has 2 cores and runs 4 ranks; --allow-run-as-root: CI
+# containers run as root. Shared memory only, no network probing.
+MPI_ARGS = ["--oversubscribe", "--allow-run-as-root", "--mca", "btl", "self,vader"]
+
+
+def fail(msg):
+    failures.append(msg)
+    print("FAIL: " + msg, flush=True)
+
+
+def mpirun(world, argv, env_extra=None, timeout=120):
+    env = dict(os.environ)
+    # The launcher's variables of an outer job (e.g. the test runner itself
+    # started by torchrun or srun) must not leak into these ranks.
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "ZC_COMM"):
+        env.pop(k, None)
+    env.update(env_extra or {})
+    cmd = [MPIRUN, *MPI_ARGS, "-np", str(world), *argv]
+    t0 = time.monotonic()
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    return p, time.monotonic() - t0, " ".join(cmd)
+
+
+def check_collectives(helper):
+    for w in range(1, 5):
+        p, dt, cmd = mpirun(w, [helper, "collectives"])
+        oks = [l for l in p.stdout.splitlines() if l.startswith("OK rank")]
+        if p.returncode != 0 or len(oks) != w:
+            fail("%s: exit %d, %d of %d ranks OK\n%s\n%s"
+                 % (cmd, p.returncode, len(oks), w, p.stdout[-3000:], p.stderr[-3000:]))
+        else:
+            print("collectives W=%d: %s (%.1f s)" % (w, oks[0], dt), flush=True)
+
+
+def check_timeout(helper):
+    p, dt, cmd = mpirun(2, [helper, "timeout"], {"ZC_COMM_TIMEOUT": "2"}, timeout=60)
+    got = [l for l in p.stdout.splitlines() if l.startswith("TIMEOUT_OK")]
+    if len(got) != 1:
+        fail("%s: expected one TIMEOUT_OK line\n%s\n%s" % (cmd, p.stdout[-3000:], p.stderr[-3000:]))
+        return
+    secs = float(got[0].split()[-2])
+    # Failed no earlier than the timeout, and soon after it (polling sleeps
+    # at most 1 ms); the whole job ended instead of waiting for the sleeper.
+    if not 1.9 <= secs <= 4.0:
+        fail("%s: the all-reduce failed after %.2f s, expected about 2 s" % (cmd, secs))
+    if dt > 25:
+        fail("%s: the job took %.1f s; the sleeping rank was not stopped" % (cmd, dt))
+    if p.returncode == 0:
+        fail("%s: mpirun exited 0 although a rank failed" % cmd)
+    print("timeout: %s; job ended after %.1f s" % (got[0], dt), flush=True)
+
+
+def train_args(stage):
+    return ["--json", "--stage", str(stage), "--dtype", "bf16", "--steps", "3", "--batch", "4",
+            "--seed", "5", "--bucket", "20000", "--persistence-threshold", "0"]
+
+
+def final_line(stdout):
+    finals = [json.loads(l) for l in stdout.splitlines() if '"final"' in l]
+    return finals
+
+
+def check_train(train):
+    for w in range(1, 5):
+        p = subprocess.run([train, "--world", str(w), *train_args(0)], capture_output=True,
+                           text=True, timeout=120)
+        finals = final_line(p.stdout)
+        if p.returncode != 0 or len(finals) != 1:
+            fail("train_mlp --world %d: exit %d\n%s" % (w, p.returncode, p.stderr[-2000:]))
+            continue
+        want = finals[0]["params_sha256"]
+        for stage in range(4):
+            p, dt, cmd = mpirun(w, [train, *train_args(stage)])
+            finals = final_line(p.stdout)
+            if p.returncode != 0 or len(finals) != 1:
+                fail("%s: exit %d, %d final lines (rank 0 prints one)\n%s"
+                     % (cmd, p.returncode, len(finals), p.stderr[-2000:]))
+                continue
+            f = finals[0]
+            if f["params_sha256"] != want or f["world"] != w or f["stage"] != stage:
+                fail("%s: params_sha256 %s world %d stage %d; the thread run (--world %d) "
+                     "gave %s" % (cmd, f["params_sha256"], f["world"], f["stage"], w, want))
+            else:
+                print("train_mlp W=%d stage %d: %s (%.1f s)" % (w, stage, want[:16], dt),
+                      flush=True)
+
+
+def main():
+    if len(sys.argv) not in (2, 3):
+        print(__doc__)
+        return 2
+    if MPIRUN is None:
+        print("SKIP: mpirun is not installed (scripts/deps.sh --tests installs openmpi-bin)")
+        return 77
+    t0 = time.monotonic()
+    check_collectives(sys.argv[1])
+    check_timeout(sys.argv[1])
+    if len(sys.argv) == 3:
+        check_train(sys.argv[2])
+    print("total %.1f s" % (time.monotonic() - t0))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
