@@ -11,13 +11,15 @@
 #include <string.h>
 
 #include "core/engine.h"
+#include "core/estimate.h"
 
+_Static_assert(ZC_CHUNK_ALIGN == ZC_EST_CHUNK_ALIGN, "estimate.h repeats the chunk alignment");
+
+/* The rule is shared with the memory planner (estimate.h). */
 static bool starts_chunk(const zc_engine *e, int i, int64_t cur_used)
 {
     const zc_param *p = e->params[i];
-    if (i == 0 || p->chunk_start)
-        return true;
-    return cur_used > 0 && cur_used + p->numel > e->bucket;
+    return zc__chunk_starts(i, p->chunk_start, cur_used, p->numel, e->bucket);
 }
 
 /* Rank r's Adam segments of chunk c (chunk-relative, real elements only). */
@@ -57,7 +59,6 @@ zc_status zc__layout_build(zc_engine *e)
     e->chunks = mem;
     e->nchunks = n;
 
-    const int64_t align = (int64_t)e->world * ZC_CHUNK_ALIGN;
     int ci = -1;
     cur = 0;
     for (int i = 0; i < e->nparams; i++) {
@@ -77,7 +78,7 @@ zc_status zc__layout_build(zc_engine *e)
     e->num_elems = e->padded_elems = 0;
     for (int k = 0; k < n; k++) {
         zc_chunk *c = &e->chunks[k];
-        c->padded = (c->used + align - 1) / align * align;
+        c->padded = zc__chunk_padded(c->used, e->world);
         c->shard = c->padded / e->world;
         e->num_elems += c->used;
         e->padded_elems += c->padded;
@@ -251,14 +252,18 @@ ZC_API zc_status zc_engine_build(zc_engine *e)
     ZC_CHECK_GOTO(zc__layout_build(e), rc, fail);
     ZC_CHECK_GOTO(alloc_partials(e), rc, fail);
     ZC_CHECK_GOTO(check_ranks_agree(e), rc, fail);
+    /* Persistence first (the stage policy's built hook: stage 3 marks
+     * persistent chunks, from the layout alone): the stage-3 reserve keeps a
+     * buffer per persistent chunk, and the pre-flight plans that reserve. */
+    if (e->pol->built)
+        e->pol->built(e);
+    /* Before the optimizer state, the chunks' buffers and the reserve: a
+     * configuration the machine cannot hold is refused with nothing large
+     * allocated. */
+    ZC_CHECK_GOTO(zc__preflight(e), rc, fail);
     ZC_CHECK_GOTO(zc__opt_build(e), rc, fail);
     for (int k = 0; k < e->nchunks; k++)
         ZC_CHECK_GOTO(e->pol->alloc_chunk(e, &e->chunks[k]), rc, fail);
-    /* Persistence first (the stage policy's built hook: stage 3 marks
-     * persistent chunks): the stage-3 reserve keeps a buffer per persistent
-     * chunk. */
-    if (e->pol->built)
-        e->pol->built(e);
     ZC_CHECK_GOTO(zc__reserve_build(e), rc, fail);
     e->state = ZC_ENG_BUILT;
     ZC_LOGI("core", "built: %d parameters, %lld elements in %d chunks of <= %lld (%lld padded)",

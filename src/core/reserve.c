@@ -23,6 +23,7 @@
  *                ZC_TRACE_MIN and at most ZC_TRACE_MAX entries;
  *   the status records of zc__eng_agree. */
 #include "core/engine.h"
+#include "core/estimate.h"
 
 static int64_t largest_chunk(const zc_engine *e)
 {
@@ -44,38 +45,35 @@ static zc_status elem_bytes(int64_t n, size_t esz, size_t *out)
     return ZC_OK;
 }
 
-static zc_status plan_gather(zc_engine *e, int64_t largest)
+/* The working-set rule lives in estimate.c (zc__gather_plan) so that the
+ * planner and this reserve cannot drift apart. */
+static zc_status gather_emit(void *arg, int64_t elems, int count)
 {
-    int64_t ws = 0;
-    if (__builtin_mul_overflow(largest, (int64_t)2, &ws) ||
-        __builtin_add_overflow(ws, e->prefetch_elems, &ws) || ws > e->max_live)
-        ws = e->max_live;
+    zc_engine *e = arg;
+    size_t bytes = 0;
+    ZC_CHECK(elem_bytes(elems, e->pesz, &bytes));
+    return zc__bufpool_plan(&e->pool_gather, bytes, count);
+}
+
+static zc_status plan_gather(zc_engine *e)
+{
+    int64_t *padded = NULL;
+    bool *pers = NULL;
+    zc_status rc = ZC_OK;
+    const size_t n = (size_t)e->nchunks;
+    ZC_CHECK_GOTO(zc__host_alloc(&e->acct, ZC_MEM_OTHER, n * sizeof *padded, "gather plan",
+                                 (void **)&padded), rc, out);
+    ZC_CHECK_GOTO(zc__host_alloc(&e->acct, ZC_MEM_OTHER, n * sizeof *pers, "gather plan",
+                                 (void **)&pers), rc, out);
     for (int k = 0; k < e->nchunks; k++) {
-        const zc_chunk *c = &e->chunks[k];
-        const int64_t s = c->padded;
-        if (s > e->max_live)
-            continue; /* larger than the live bound: acquiring it is refused */
-        size_t bytes = 0;
-        ZC_CHECK(elem_bytes(s, e->pesz, &bytes));
-        if (c->persistent) {
-            ZC_CHECK(zc__bufpool_plan(&e->pool_gather, bytes, 1));
-            continue;
-        }
-        bool seen = false;
-        int64_t n = 0;
-        for (int j = 0; j < e->nchunks; j++) {
-            if (e->chunks[j].padded != s || e->chunks[j].persistent)
-                continue;
-            if (j < k)
-                seen = true;
-            n++;
-        }
-        if (seen)
-            continue; /* this size was planned at its first chunk */
-        const int64_t fit = ws / s > 0 ? ws / s : 1;
-        ZC_CHECK(zc__bufpool_plan(&e->pool_gather, bytes, (int)(n < fit ? n : fit)));
+        padded[k] = e->chunks[k].padded;
+        pers[k] = e->chunks[k].persistent;
     }
-    return ZC_OK;
+    rc = zc__gather_plan(padded, pers, e->nchunks, e->max_live, e->prefetch_elems, gather_emit, e);
+out:
+    zc__host_free(&e->acct, ZC_MEM_OTHER, padded, n * sizeof *padded);
+    zc__host_free(&e->acct, ZC_MEM_OTHER, pers, n * sizeof *pers);
+    return rc;
 }
 
 static zc_status reserve_trace(zc_engine *e)
@@ -104,7 +102,7 @@ zc_status zc__reserve_build(zc_engine *e)
         ZC_CHECK(zc__bufpool_plan(&e->pool_grad, bytes, n));
     }
     if (e->stage == 3) {
-        ZC_CHECK(plan_gather(e, big));
+        ZC_CHECK(plan_gather(e));
         ZC_CHECK(reserve_trace(e));
     }
     ZC_CHECK(elem_bytes(big, sizeof(float), &bytes));

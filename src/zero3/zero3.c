@@ -5,29 +5,25 @@
  * step does not all-gather: parameters are gathered again on the next
  * acquire (chunks still in use or persistent are refreshed in place). */
 #include "zero3/zero3.h"
+#include "core/estimate.h"
 
 /* Stage 3 persistence, DeepSpeed's rule applied per chunk: a chunk whose
  * parameters all have numel <= param_persistence_threshold stays gathered,
- * while the persisted total stays <= model_persistence_threshold. */
+ * while the persisted total stays <= model_persistence_threshold. The rule
+ * is shared with the memory planner (estimate.h). */
 static void mark_persistent(zc_engine *e)
 {
-    int64_t thr = e->cfg->zero.param_persistence_threshold;
-    int64_t model = e->cfg->zero.model_persistence_threshold;
-    if (model < 0)
-        model = INT64_MAX;
     int64_t total = 0;
     for (int k = 0; k < e->nchunks; k++) {
         zc_chunk *c = &e->chunks[k];
-        bool small = thr > 0;
-        for (int i = c->first; small && i < c->first + c->count; i++)
-            small = e->params[i]->numel <= thr;
-        if (small && total + c->padded <= model) {
-            c->persistent = true;
-            total += c->padded;
-        }
+        int64_t big = 0;
+        for (int i = c->first; i < c->first + c->count; i++)
+            if (e->params[i]->numel > big)
+                big = e->params[i]->numel;
+        c->persistent = zc__chunk_persists(big, c->padded, e->cfg->zero.param_persistence_threshold,
+                                           e->cfg->zero.model_persistence_threshold, &total);
     }
 }
-
 
 static zc_status reduce(zc_engine *e, zc_chunk *c, bool last_micro)
 {

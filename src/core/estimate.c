@@ -1,0 +1,341 @@
+/* The memory planner: see estimate.h. Every size below names the file whose
+ * allocation it predicts; a change to one of those must change this too (the
+ * test tests/core/test_estimate.c compares the two for stages 0-3 x offload
+ * none/cpu/nvme at world 1..4). */
+#include <string.h>
+
+#include "config/config.h"
+#include "core/bufpool.h"
+#include "core/engine.h"
+#include "core/estimate.h"
+
+/* Both must match core/opt_home_nvme.c (IO_ALIGN, MAX_SLOTS), which keeps
+ * them private. */
+#define EST_IO_ALIGN 4096
+#define EST_MAX_SLOTS 64
+
+zc_status zc__gather_plan(const int64_t *padded, const bool *persistent, int nchunks,
+                          int64_t max_live, int64_t prefetch_elems,
+                          zc_status (*emit)(void *arg, int64_t elems, int count), void *arg)
+{
+    int64_t largest = 0;
+    for (int k = 0; k < nchunks; k++)
+        if (padded[k] > largest)
+            largest = padded[k];
+    /* The working set: the chunks a pass uses at once plus the prefetch
+     * window, at most the live bound (reserve.c says why). */
+    int64_t ws = 0;
+    if (__builtin_mul_overflow(largest, (int64_t)2, &ws) ||
+        __builtin_add_overflow(ws, prefetch_elems, &ws) || ws > max_live)
+        ws = max_live;
+    for (int k = 0; k < nchunks; k++) {
+        const int64_t s = padded[k];
+        const bool pers_k = persistent && persistent[k];
+        if (s > max_live)
+            continue; /* larger than the live bound: acquiring it is refused */
+        if (pers_k) {
+            ZC_CHECK(emit(arg, s, 1));
+            continue;
+        }
+        bool seen = false;
+        int64_t n = 0;
+        for (int j = 0; j < nchunks; j++) {
+            if (padded[j] != s || (persistent && persistent[j]))
+                continue;
+            if (j < k)
+                seen = true;
+            n++;
+        }
+        if (seen)
+            continue; /* this size was planned at its first chunk */
+        const int64_t fit = ws / s > 0 ? ws / s : 1;
+        ZC_CHECK(emit(arg, s, (int)(n < fit ? n : fit)));
+    }
+    return ZC_OK;
+}
+
+/* ---- checked sums -------------------------------------------------------- */
+
+typedef struct acc {
+    zc_est *out;
+    zc_status rc;
+} acc;
+
+static zc_status too_big(void)
+{
+    return ZC_ERR(ZC_ERR_NO_MEMORY, "the memory plan overflows 64-bit byte counts");
+}
+
+/* out->bytes[kind][cat] += a * b, checked. */
+static zc_status add(zc_est *out, zc_mem_kind kind, zc_mem_category cat, int64_t a, int64_t b)
+{
+    int64_t v = 0;
+    if (a < 0 || b < 0 || __builtin_mul_overflow(a, b, &v) ||
+        __builtin_add_overflow(out->bytes[kind][cat], v, &out->bytes[kind][cat]))
+        return too_big();
+    return ZC_OK;
+}
+
+static int64_t round_up(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
+
+/* A buffer pool (bufpool.c): slots rounded to ZC_BUFPOOL_ALIGN, merged into
+ * classes of equal slot size, each class one allocation of count * slot +
+ * ZC_BUFPOOL_ALIGN bytes (the alignment slack). */
+typedef struct pool_plan {
+    int64_t slot[64];
+    int64_t count[64];
+    int n;
+    bool overflow;
+} pool_plan;
+
+static zc_status pool_add(pool_plan *p, int64_t bytes, int count)
+{
+    const int64_t slot = round_up(bytes, ZC_BUFPOOL_ALIGN);
+    for (int i = 0; i < p->n; i++)
+        if (p->slot[i] == slot) {
+            p->count[i] += count;
+            return ZC_OK;
+        }
+    if (p->n == 64)
+        return ZC_ERR(ZC_ERR_NO_MEMORY, "the memory plan has more than 64 buffer sizes");
+    p->slot[p->n] = slot;
+    p->count[p->n++] = count;
+    return ZC_OK;
+}
+
+static zc_status pool_sum(const pool_plan *p, const zc_est_in *in, zc_est *out)
+{
+    for (int i = 0; i < p->n; i++) {
+        ZC_CHECK(add(out, in->dev_kind, ZC_MEM_RESERVED, p->slot[i], p->count[i]));
+        ZC_CHECK(add(out, in->dev_kind, ZC_MEM_RESERVED, ZC_BUFPOOL_ALIGN, 1));
+    }
+    return ZC_OK;
+}
+
+typedef struct gather_arg {
+    pool_plan *pool;
+    size_t pesz;
+} gather_arg;
+
+static zc_status gather_emit(void *arg, int64_t elems, int count)
+{
+    gather_arg *g = arg;
+    int64_t bytes = 0;
+    if (__builtin_mul_overflow(elems, (int64_t)g->pesz, &bytes))
+        return too_big();
+    return pool_add(g->pool, bytes, count);
+}
+
+/* ---- the plan ------------------------------------------------------------ */
+
+static zc_status check_in(const zc_est_in *in)
+{
+    if (in->world < 1 || in->stage < 0 || in->stage > 3 || in->nchunks < 1 || !in->padded ||
+        (in->pesz != 2 && in->pesz != 4) || in->gas < 1 || in->max_live < 1)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "zc__estimate: bad input (world %d, stage %d, %d "
+                      "chunks, %zu-byte elements, gas %lld)", in->world, in->stage, in->nchunks,
+                      in->pesz, (long long)in->gas);
+    if (in->offload != ZC_OFFLOAD_NONE && in->stage == 0)
+        return ZC_ERR(ZC_ERR_CONFIG, "zc__estimate: stage 0 cannot offload the optimizer");
+    if (in->offload != ZC_OFFLOAD_NONE && !(in->ratio > 0.0 && in->ratio <= 1.0))
+        return ZC_ERR(ZC_ERR_CONFIG, "zc__estimate: offload ratio %g is not in (0, 1]",
+                      in->ratio);
+    for (int k = 0; k < in->nchunks; k++)
+        if (in->padded[k] < 1 || in->padded[k] % ((int64_t)in->world * ZC_EST_CHUNK_ALIGN))
+            return ZC_ERR(ZC_ERR_INVALID_ARG, "zc__estimate: chunk %d has %lld elements, not a "
+                          "positive multiple of world x 64", k, (long long)in->padded[k]);
+    return ZC_OK;
+}
+
+static zc_status plan(const zc_est_in *in, zc_est *out)
+{
+    const int W = in->world, st = in->stage;
+    const bool full_params = st < 3, full_opt = st == 0, sharded = st >= 2;
+    const int64_t pesz = (int64_t)in->pesz;
+    const zc_mem_kind dk = in->dev_kind;
+    const bool nvme = in->offload == ZC_OFFLOAD_NVME, cpu = in->offload == ZC_OFFLOAD_CPU;
+    /* opt_state.c: the offload home takes chunks in order up to ratio x all
+     * optimizer elements. */
+    int64_t total = 0, offloaded = 0, big = 0, maxn_off = 0, nvme_cap = 0;
+    for (int k = 0; k < in->nchunks; k++) {
+        total += full_opt ? in->padded[k] : in->padded[k] / W;
+        if (in->padded[k] > big)
+            big = in->padded[k];
+    }
+    const double want = in->offload != ZC_OFFLOAD_NONE ? in->ratio * (double)total : 0;
+    const int nt = nvme && sharded && in->gas > 1 ? 4 : 3; /* opt_home_nvme.c */
+    for (int k = 0; k < in->nchunks; k++) {
+        const int64_t S = in->padded[k], shard = S / W, n = full_opt ? S : shard;
+        const bool off = in->offload != ZC_OFFLOAD_NONE && (double)offloaded < want;
+        if (off)
+            offloaded += n;
+        /* chunk_mem.c */
+        ZC_CHECK(add(out, dk, ZC_MEM_PARAMS, full_params ? S : shard, pesz));
+        if (!sharded)
+            ZC_CHECK(add(out, dk, ZC_MEM_GRADS, S, pesz));
+        const bool acc_host = off && cpu && sharded;
+        const bool acc_swap = off && nvme && sharded && in->gas > 1;
+        if (!acc_host && !acc_swap)
+            ZC_CHECK(add(out, dk, ZC_MEM_GRADS, sharded ? shard : (in->gas > 1 ? S : 0), 4));
+        if (!off) { /* opt_home_device.c: master, m, v */
+            ZC_CHECK(add(out, dk, ZC_MEM_MASTER, n, 4));
+            ZC_CHECK(add(out, dk, ZC_MEM_ADAM, n, 8));
+        } else if (cpu) { /* opt_home_cpu.c: master, m, v (, gradient shard) */
+            ZC_CHECK(add(out, ZC_MEMKIND_PINNED, ZC_MEM_MASTER, n, 4));
+            ZC_CHECK(add(out, ZC_MEMKIND_PINNED, ZC_MEM_ADAM, n, 8));
+            if (sharded)
+                ZC_CHECK(add(out, ZC_MEMKIND_PINNED, ZC_MEM_GRADS, n, 4));
+        } else { /* opt_home_nvme.c: nt tensors, each rounded to IO_ALIGN */
+            int64_t t = 0;
+            if (__builtin_mul_overflow(n, (int64_t)4, &t) ||
+                __builtin_add_overflow(nvme_cap, nt * round_up(t, EST_IO_ALIGN), &nvme_cap))
+                return too_big();
+        }
+        if (off && n > maxn_off)
+            maxn_off = n;
+    }
+    if (cpu && in->staging && maxn_off) /* opt_home_cpu.c: gradient and output staging */
+        ZC_CHECK(add(out, ZC_MEMKIND_PINNED, ZC_MEM_BUFFERS, maxn_off, 4 + pesz));
+    if (nvme && maxn_off) {
+        /* opt_home_nvme.c: the files count master, m and v (and the
+         * gradient) a tensor each; the swap ring, staging and the gradient
+         * buffer are pinned. */
+        const int64_t per = nvme_cap / nt;
+        ZC_CHECK(add(out, ZC_MEMKIND_NVME, ZC_MEM_MASTER, per, 1));
+        ZC_CHECK(add(out, ZC_MEMKIND_NVME, ZC_MEM_ADAM, per, 2));
+        if (nt == 4)
+            ZC_CHECK(add(out, ZC_MEMKIND_NVME, ZC_MEM_GRADS, per, 1));
+        int64_t slots = in->buffer_count / 4;
+        slots = slots < 1 ? 1 : slots > EST_MAX_SLOTS ? EST_MAX_SLOTS : slots;
+        const int64_t buf = round_up(maxn_off * 4, EST_IO_ALIGN);
+        ZC_CHECK(add(out, ZC_MEMKIND_PINNED, ZC_MEM_BUFFERS, slots * nt, buf));
+        if (in->staging)
+            ZC_CHECK(add(out, ZC_MEMKIND_PINNED, ZC_MEM_BUFFERS, slots * maxn_off, 4 + pesz));
+        if (nt == 4) {
+            ZC_CHECK(add(out, ZC_MEMKIND_PINNED, ZC_MEM_BUFFERS, buf, 1));
+            if (in->staging)
+                ZC_CHECK(add(out, ZC_MEMKIND_PINNED, ZC_MEM_BUFFERS, maxn_off, 4));
+        }
+    }
+    /* reserve.c: the gradient pool, the stage-3 gather pool, the staging. */
+    pool_plan grad = {0}, gather = {0}, stage = {0};
+    if (sharded)
+        ZC_CHECK(pool_add(&grad, big * pesz,
+                          in->nchunks < ZC_GRAD_BUFFERS ? in->nchunks : ZC_GRAD_BUFFERS));
+    if (st == 3) {
+        gather_arg g = {&gather, in->pesz};
+        ZC_CHECK(zc__gather_plan(in->padded, in->persistent, in->nchunks, in->max_live,
+                                 in->prefetch_elems, gather_emit, &g));
+    }
+    ZC_CHECK(pool_add(&stage, big * 4, 1));
+    ZC_CHECK(pool_sum(&grad, in, out));
+    ZC_CHECK(pool_sum(&gather, in, out));
+    ZC_CHECK(pool_sum(&stage, in, out));
+    return ZC_OK;
+}
+
+zc_status zc__estimate(const zc_est_in *in, zc_est *out)
+{
+    memset(out, 0, sizeof *out);
+    ZC_CHECK(check_in(in));
+    /* Padded totals are below INT64_MAX / 4 elements (zc_param_add), but the
+     * CLI plans models it never registers, so every product is checked. */
+    ZC_CHECK(plan(in, out));
+    for (int k = 0; k < ZC_MEMKIND__COUNT; k++)
+        for (int c = 0; c < ZC_MEM__COUNT; c++)
+            if (__builtin_add_overflow(out->kind_total[k], out->bytes[k][c], &out->kind_total[k]))
+                return too_big();
+    return ZC_OK;
+}
+
+int64_t zc__est_part_bytes(const zc_est *e, zc_mem_kind kind, zc_est_part part)
+{
+    const int64_t *b = e->bytes[kind];
+    switch (part) {
+    case ZC_EST_PARAMS: return b[ZC_MEM_PARAMS];
+    case ZC_EST_GRADS: return b[ZC_MEM_GRADS];
+    case ZC_EST_OPTIMIZER: return b[ZC_MEM_MASTER] + b[ZC_MEM_ADAM];
+    default: return b[ZC_MEM_BUFFERS] + b[ZC_MEM_RESERVED];
+    }
+}
+
+const char *zc__est_part_name(zc_est_part part)
+{
+    switch (part) {
+    case ZC_EST_PARAMS: return "working-precision parameters";
+    case ZC_EST_GRADS: return "gradients";
+    case ZC_EST_OPTIMIZER: return "optimizer state (fp32 master, Adam m and v)";
+    default: return "buffers (gradient, gather and staging pools, swap buffers)";
+    }
+}
+
+const char *zc__est_key(int stage, int offload, zc_mem_kind kind, zc_est_part part)
+{
+    switch (part) {
+    case ZC_EST_OPTIMIZER:
+        if (kind == ZC_MEMKIND_NVME)
+            return "zero_optimization.offload_optimizer.nvme_path";
+        if (kind == ZC_MEMKIND_PINNED)
+            return "zero_optimization.offload_optimizer.device (\"nvme\")";
+        return stage == 0 ? "zero_optimization.stage"
+                          : "zero_optimization.offload_optimizer.device";
+    case ZC_EST_GRADS:
+        if (kind == ZC_MEMKIND_PINNED || stage >= 2)
+            return "zero_optimization.offload_optimizer.device";
+        return "zero_optimization.stage";
+    case ZC_EST_PARAMS:
+        return stage == 3 ? "the world size (more ranks)" : "zero_optimization.stage";
+    default:
+        if (kind == ZC_MEMKIND_PINNED)
+            return offload == ZC_OFFLOAD_CPU ? "zero_optimization.offload_optimizer.device"
+                                             : "zero_optimization.offload_optimizer.buffer_count";
+        return stage == 3 ? "zero_optimization.stage3_max_live_parameters"
+                          : "zero_optimization.reduce_bucket_size";
+    }
+}
+
+/* ---- DeepSpeed's estimators ------------------------------------------------ */
+
+/* a * b, then + c, checked; false on overflow. */
+static bool mad(uint64_t a, uint64_t b, uint64_t c, uint64_t *out)
+{
+    return !__builtin_mul_overflow(a, b, out) && !__builtin_add_overflow(*out, c, out);
+}
+
+/* x 1.5, DeepSpeed's additional_buffer_factor, in integers. */
+static bool abf(uint64_t x, uint64_t *out)
+{
+    return mad(x, 3, 0, out) && (*out /= 2, true);
+}
+
+zc_status zc__est_deepspeed(int stage, bool offload, uint64_t P, uint64_t LL, uint64_t G,
+                            uint64_t gpn, uint64_t *gpu, uint64_t *cpu)
+{
+    if (stage < 1 || stage > 3 || G == 0 || gpn == 0 || G % gpn)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "DeepSpeed's estimators cover stages 1-3 with the "
+                      "GPUs a whole number of nodes (stage %d, %llu GPUs, %llu per node)", stage,
+                      (unsigned long long)G, (unsigned long long)gpn);
+    const uint64_t N = G / gpn;
+    uint64_t t = 0, lmem = 0;
+    bool ok = true;
+    if (stage < 3) {
+        if (offload) {
+            ok = mad(P, 2, 0, gpu) && mad(P, 4 * G > 16 ? 4 * G : 16, 0, &t) && abf(t, cpu);
+        } else {
+            ok = mad(P, 18, 0, &t) && mad(P, 2, t / G, gpu) && mad(P, 4, 0, &t) &&
+                 mad(t, gpn, 0, &t) && abf(t, cpu);
+        }
+    } else {
+        ok = mad(LL, 4, 0, &lmem);
+        if (offload) {
+            ok = ok && mad(P, 2, 0, &t) && mad(1, lmem, t / G, gpu) && mad(P, 16, 0, &t) &&
+                 abf(t / N, cpu);
+        } else {
+            ok = ok && mad(P, 18, 0, &t) && mad(1, lmem, t / G, gpu) && mad(lmem, gpn, 0, &t) &&
+                 abf(t, cpu);
+        }
+    }
+    if (!ok)
+        return too_big();
+    return ZC_OK;
+}

@@ -1,0 +1,144 @@
+/* The memory planner (internal): the bytes zc_engine_build will allocate, by
+ * memory kind and category, computed from the chunk layout alone.
+ *
+ * The engine and `zeroc estimate` share it, and it shares its rules with the
+ * engine: the chunking rule (zc__chunk_starts, zc__chunk_padded) is the one
+ * layout.c applies, the stage-3 gather working set (zc__gather_plan) is the
+ * one reserve.c reserves, and the per-chunk and per-home sizes follow
+ * chunk_mem.c, opt_home_device.c, opt_home_cpu.c and opt_home_nvme.c (each
+ * of those files names this one where a size is coupled).
+ *
+ * What it leaves out: ZC_MEM_OTHER (chunk tables, Adam segments, norm
+ * partials, agreement records, the stage-3 trace: O(parameters + chunks *
+ * world) bytes of bookkeeping), and the pinned pools' slab slack. */
+#ifndef ZC_CORE_ESTIMATE_H
+#define ZC_CORE_ESTIMATE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/alloc.h"
+#include "base/error.h"
+
+/* Chunks are padded to a multiple of world * ZC_CHUNK_ALIGN (engine.h); the
+ * value is repeated here so the CLI can plan without the engine's state. */
+#define ZC_EST_CHUNK_ALIGN 64
+
+/* Whether parameter i (numel elements, boundary: zc_chunk_boundary was called
+ * before it) starts a new chunk when the current one holds cur_used
+ * elements. The rule of layout.c. */
+static inline bool zc__chunk_starts(int i, bool boundary, int64_t cur_used, int64_t numel,
+                                    int64_t bucket)
+{
+    if (i == 0 || boundary)
+        return true;
+    return cur_used > 0 && cur_used + numel > bucket;
+}
+
+/* A chunk of `used` elements padded to a multiple of world * 64. */
+static inline int64_t zc__chunk_padded(int64_t used, int world)
+{
+    const int64_t align = (int64_t)world * ZC_EST_CHUNK_ALIGN;
+    return (used + align - 1) / align * align;
+}
+
+/* Stage 3's persistence rule (zero3.c): a chunk whose parameters all have
+ * at most thr elements (thr > 0) stays gathered while the persistent total
+ * *total plus its padded size stays within model_thr (< 0: no bound); adds it
+ * to *total when it does. */
+static inline bool zc__chunk_persists(int64_t max_numel, int64_t padded, int64_t thr,
+                                      int64_t model_thr, int64_t *total)
+{
+    if (model_thr < 0)
+        model_thr = INT64_MAX;
+    if (thr <= 0 || max_numel > thr || *total > model_thr - padded)
+        return false;
+    *total += padded;
+    return true;
+}
+
+/* Stage 3's gather pool, as reserve.c plans it: calls emit(arg, elems,
+ * count) for each planned class of `count` slots of `elems` padded elements
+ * (persistent chunks one slot each; every other size its working set). */
+zc_status zc__gather_plan(const int64_t *padded, const bool *persistent, int nchunks,
+                          int64_t max_live, int64_t prefetch_elems,
+                          zc_status (*emit)(void *arg, int64_t elems, int count), void *arg);
+
+/* What the plan needs: the layout and the configuration that sizes memory. */
+typedef struct zc_est_in {
+    int world, stage;            /* world >= 1, stage 0..3 */
+    size_t pesz;                 /* bytes per working-precision element */
+    int64_t gas;                 /* gradient_accumulation_steps (>= 1) */
+    int offload;                 /* ZC_OFFLOAD_NONE / CPU / NVME (config.h) */
+    double ratio;                /* offload_optimizer.ratio, (0, 1] */
+    bool staging;                /* a real device: host homes stage through pinned buffers */
+    zc_mem_kind dev_kind;        /* where "device" buffers live (HOST on the host path) */
+    int64_t buffer_count;        /* offload_optimizer.buffer_count (nvme) */
+    int64_t max_live, prefetch_elems; /* stage 3 (elements; max_live > 0) */
+    int nchunks;
+    const int64_t *padded;       /* per chunk: padded elements */
+    const bool *persistent;      /* per chunk (stage 3), or NULL: none */
+} zc_est_in;
+
+typedef struct zc_est {
+    int64_t bytes[ZC_MEMKIND__COUNT][ZC_MEM__COUNT];
+    int64_t kind_total[ZC_MEMKIND__COUNT];
+} zc_est;
+
+/* Consumers as a user changes them: the categories grouped by the setting
+ * that shrinks them. */
+typedef enum zc_est_part {
+    ZC_EST_PARAMS = 0, /* working-precision parameters */
+    ZC_EST_GRADS,      /* gradients, accumulators and fp32 gradient shards */
+    ZC_EST_OPTIMIZER,  /* fp32 master, Adam m and v */
+    ZC_EST_BUFFERS,    /* buffer pools, staging and swap buffers */
+    ZC_EST__PARTS
+} zc_est_part;
+
+/* Bytes of a part in one kind of memory. */
+int64_t zc__est_part_bytes(const zc_est *e, zc_mem_kind kind, zc_est_part part);
+/* Static text: the part's name ("optimizer state (fp32 master, Adam m and v)"). */
+const char *zc__est_part_name(zc_est_part part);
+/* Static text: the configuration key that changes a part's bytes in that
+ * kind of memory, for stage and offload (ZC_OFFLOAD_*). */
+const char *zc__est_key(int stage, int offload, zc_mem_kind kind, zc_est_part part);
+
+/* Fills *out with the bytes one rank allocates at build (ZC_MEM_OTHER
+ * excepted, see above). ZC_ERR_INVALID_ARG on a bad input, ZC_ERR_NO_MEMORY
+ * when a byte count overflows int64. Pure; thread-safe. */
+zc_status zc__estimate(const zc_est_in *in, zc_est *out);
+
+
+/* DeepSpeed's estimate_zero2_model_states_mem_needs (stages 1, 2) and
+ * estimate_zero3_model_states_mem_needs (stage 3, zero_init, optimizer
+ * offload only), per GPU and per node, in bytes: P parameters, LL the
+ * largest layer's, G GPUs in all, gpn per node, additional_buffer_factor
+ * 1.5 (applied as x 3 / 2, rounded down):
+ *   stage 1/2  offload: GPU 2P,              CPU P max(4G, 16) 1.5
+ *              none:    GPU 2P + 18P/G,      CPU 4P gpn 1.5
+ *   stage 3    offload: GPU 4LL + 2P/G,      CPU 16P/N 1.5   (N = G / gpn)
+ *              none:    GPU 4LL + 18P/G,     CPU 4LL gpn 1.5
+ * Divisions round down, as DeepSpeed's int() does. ZC_ERR_INVALID_ARG for
+ * stage 0 (no estimator) or G not a multiple of gpn; ZC_ERR_NO_MEMORY on
+ * overflow. */
+zc_status zc__est_deepspeed(int stage, bool offload, uint64_t P, uint64_t LL, uint64_t G,
+                            uint64_t gpn, uint64_t *gpu, uint64_t *cpu);
+
+/* ---- the engine's pre-flight (preflight.c) ------------------------------ */
+
+struct zc_engine;
+
+/* Plans the built engine's memory from its layout (after zc__layout_build
+ * and the stage's persistence marks, before any buffer) and refuses NVMe
+ * swap beyond the nvme_path directories' free space (ZC_ERR_IO), then host
+ * memory (pageable + pinned) beyond MemAvailable or the cgroup's headroom
+ * (ZC_ERR_NO_MEMORY); the message names the biggest consumer and the
+ * configuration key that changes it. */
+zc_status zc__preflight(struct zc_engine *e);
+
+/* Tests: read the host limits under root (a directory of fake proc/sys
+ * files, see zc__host_mem_limits_read) instead of "/"; NULL restores. */
+void zc__preflight_limits_root(const char *root);
+
+#endif

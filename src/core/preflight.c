@@ -1,0 +1,143 @@
+/* zc_engine_build's pre-flight: the memory plan of estimate.c checked against
+ * what the machine can give, before the engine allocates its buffers. The
+ * offload homes check their own parts again at prepare (the nvme home also
+ * the swap files' free space); this check sees the sum, so a configuration
+ * whose parts each fit but whose total does not is refused up front. */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/statvfs.h>
+
+#include "core/engine.h"
+#include "core/estimate.h"
+#include "offload/offload.h"
+
+static _Atomic(const char *) limits_root;
+
+void zc__preflight_limits_root(const char *root) { atomic_store(&limits_root, root); }
+
+static const char *const kind_names[ZC_MEMKIND__COUNT] = {"host", "pinned host", "device",
+                                                          "NVMe"};
+
+/* The swap files' share of each nvme_path directory against its free space.
+ * The store stripes the files over the directories in aio.block_size units,
+ * so each holds the total / ndirs rounded up to a stripe (opt_home_nvme.c's
+ * own pre-flight does the same sum for the optimizer alone). */
+static zc_status check_nvme(const zc_engine *e, uint64_t total)
+{
+    const zc_offload_cfg *o = &e->cfg->zero.offload_optimizer;
+    if (!total || !o->nvme_path || !*o->nvme_path)
+        return ZC_OK; /* no swap, or the home reports the missing path */
+    char buf[16 * 512];
+    if (strlen(o->nvme_path) >= sizeof buf)
+        return ZC_OK; /* the home reports the over-long path */
+    memcpy(buf, o->nvme_path, strlen(o->nvme_path) + 1);
+    const char *dirs[16];
+    int nd = 0;
+    char *save = NULL;
+    for (char *t = strtok_r(buf, "\n", &save); t && nd < 16; t = strtok_r(NULL, "\n", &save))
+        dirs[nd++] = t;
+    if (!nd)
+        return ZC_OK;
+    const uint64_t blk = e->cfg->aio.block_size > 0 ? (uint64_t)e->cfg->aio.block_size : 1;
+    const uint64_t stripes = (total + blk * (uint64_t)nd - 1) / (blk * (uint64_t)nd);
+    uint64_t per_dir = 0;
+    if (__builtin_mul_overflow(stripes, blk, &per_dir))
+        per_dir = UINT64_MAX;
+    for (int i = 0; i < nd; i++) {
+        struct statvfs vf;
+        if (statvfs(dirs[i], &vf) != 0)
+            continue; /* the home names the unusable directory with its errno */
+        uint64_t avail = 0;
+        if (__builtin_mul_overflow((uint64_t)vf.f_bavail, (uint64_t)vf.f_frsize, &avail))
+            avail = UINT64_MAX;
+        if (per_dir > avail)
+            return ZC_ERR(ZC_ERR_IO,
+                          "zc_engine_build (rank %d, stage %d): zero_optimization."
+                          "offload_optimizer.nvme_path '%s': the swap files need %.1f MiB there "
+                          "but the filesystem has %.1f MiB free; the biggest consumer is %s: "
+                          "free space, give nvme_path more directories (a list) or lower "
+                          "offload_optimizer.ratio (stage 3)",
+                          e->rank, e->stage, dirs[i], (double)per_dir / 1048576.0,
+                          (double)avail / 1048576.0, zc__est_part_name(ZC_EST_OPTIMIZER));
+    }
+    return ZC_OK;
+}
+
+/* Pageable and pinned host memory against MemAvailable and the cgroup. */
+static zc_status check_host(const zc_engine *e, const zc_est *est, int offload)
+{
+    uint64_t host = 0;
+    if (__builtin_add_overflow((uint64_t)est->kind_total[ZC_MEMKIND_HOST],
+                               (uint64_t)est->kind_total[ZC_MEMKIND_PINNED], &host))
+        host = UINT64_MAX;
+    zc_host_mem_limits lim;
+    zc__host_mem_limits_read(atomic_load(&limits_root), &lim);
+    char what[256];
+    snprintf(what, sizeof what, "zc_engine_build (rank %d, stage %d, %d chunks)", e->rank,
+             e->stage, e->nchunks);
+    if (zc__host_mem_check(&lim, host, false, what) == ZC_OK)
+        return ZC_OK;
+    int64_t best = -1;
+    int bk = ZC_MEMKIND_HOST, bp = 0;
+    for (int k = ZC_MEMKIND_HOST; k <= ZC_MEMKIND_PINNED; k++)
+        for (int p = 0; p < ZC_EST__PARTS; p++) {
+            const int64_t v = zc__est_part_bytes(est, (zc_mem_kind)k, (zc_est_part)p);
+            if (v > best) {
+                best = v;
+                bk = k;
+                bp = p;
+            }
+        }
+    zc__error_context("the plan needs %.1f MiB of host memory; the biggest consumer is %s in "
+                      "%s memory (%.1f MiB): change %s",
+                      (double)host / 1048576.0, zc__est_part_name((zc_est_part)bp),
+                      kind_names[bk], (double)best / 1048576.0,
+                      zc__est_key(e->stage, offload, (zc_mem_kind)bk, (zc_est_part)bp));
+    return ZC_ERR_NO_MEMORY;
+}
+
+zc_status zc__preflight(zc_engine *e)
+{
+    const size_t n = (size_t)e->nchunks;
+    int64_t *padded = NULL;
+    bool *pers = NULL;
+    zc_status rc = ZC_OK;
+    ZC_CHECK_GOTO(zc__host_alloc(&e->acct, ZC_MEM_OTHER, n * sizeof *padded, "memory plan",
+                                 (void **)&padded), rc, out);
+    ZC_CHECK_GOTO(zc__host_alloc(&e->acct, ZC_MEM_OTHER, n * sizeof *pers, "memory plan",
+                                 (void **)&pers), rc, out);
+    for (int k = 0; k < e->nchunks; k++) {
+        padded[k] = e->chunks[k].padded;
+        pers[k] = e->chunks[k].persistent;
+    }
+    const zc_offload_cfg *o = &e->cfg->zero.offload_optimizer;
+    zc_est_in in = {
+        .world = e->world,
+        .stage = e->stage,
+        .pesz = e->pesz,
+        .gas = e->gas,
+        .offload = (int)o->device,
+        .ratio = o->ratio,
+        .staging = e->dev->mem_kind == ZC_MEMKIND_DEVICE,
+        .dev_kind = e->dev->mem_kind,
+        .buffer_count = o->buffer_count,
+        .max_live = e->max_live,
+        .prefetch_elems = e->prefetch_elems,
+        .nchunks = e->nchunks,
+        .padded = padded,
+        .persistent = pers,
+    };
+    zc_est est;
+    /* Configuration errors (stage 0 with offload, a bad ratio) are left to
+     * the code that reports them with the engine's own words. */
+    if (zc__estimate(&in, &est) != ZC_OK)
+        goto out;
+    rc = check_nvme(e, (uint64_t)est.kind_total[ZC_MEMKIND_NVME]);
+    if (rc == ZC_OK)
+        rc = check_host(e, &est, in.offload);
+out:
+    zc__host_free(&e->acct, ZC_MEM_OTHER, padded, n * sizeof *padded);
+    zc__host_free(&e->acct, ZC_MEM_OTHER, pers, n * sizeof *pers);
+    return rc;
+}

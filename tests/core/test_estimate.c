@@ -1,0 +1,241 @@
+/* The memory planner (core/estimate.c) against what the engine allocates.
+ *
+ * For stages 0-3 x offload none/cpu/nvme (offload from stage 1) x world 1..4
+ * x accumulation 1, 2, the plan made from the built engine's layout (chunk
+ * sizes, persistence, live bound, read in a step hook) equals zc_stats after
+ * the run, exactly, for every kind (host, pinned, NVMe) and every category
+ * but ZC_MEM_OTHER; transient buffers and the idle reserve are compared as
+ * one sum (a pool slot in use moves from RESERVED to BUFFERS). ZC_MEM_OTHER
+ * (bookkeeping the plan leaves out) stays below OTHER_BOUND bytes per rank
+ * for this model, and the NVMe files' stripe round-up (counted as OTHER)
+ * below 1 MiB per directory.
+ *
+ * The pre-flight: with a fake /proc/meminfo of too little MemAvailable, build
+ * fails with ZC_ERR_NO_MEMORY naming the biggest consumer and its key, and
+ * nothing stays allocated. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/engine.h"
+#include "core/estimate.h"
+#include "helpers.h"
+#include "t_engine.h"
+
+#define OTHER_BOUND (2 * 1024 * 1024)
+
+typedef struct layout {
+    int64_t padded[64];
+    bool persistent[64];
+    int nchunks;
+    int64_t max_live, prefetch, buffer_count;
+    double ratio;
+} layout;
+
+static void grab(t_ctx *x, int step, void *arg)
+{
+    layout *l = arg;
+    if (step != 0 || x->rank != 0)
+        return;
+    const zc_engine *e = x->eng;
+    cr_assert(e->nchunks <= 64);
+    l->nchunks = e->nchunks;
+    for (int k = 0; k < e->nchunks; k++) {
+        l->padded[k] = e->chunks[k].padded;
+        l->persistent[k] = e->chunks[k].persistent;
+    }
+    l->max_live = e->max_live;
+    l->prefetch = e->prefetch_elems;
+    l->buffer_count = e->cfg->zero.offload_optimizer.buffer_count;
+    l->ratio = e->cfg->zero.offload_optimizer.ratio;
+}
+
+static const int kind_of[ZC_MEMKIND__COUNT] = {
+    [ZC_MEMKIND_HOST] = ZC_KIND_HOST, [ZC_MEMKIND_PINNED] = ZC_KIND_PINNED,
+    [ZC_MEMKIND_DEVICE] = ZC_KIND_DEVICE, [ZC_MEMKIND_NVME] = ZC_KIND_NVME};
+
+static void check_one(int stage, int world, int accum, int off, const char *nvme_json)
+{
+    static const char *const names[] = {NULL, "cpu", "nvme"};
+    layout l = {0};
+    t_run *r = calloc(1, sizeof *r);
+    t_run_init(r, stage, world, ZC_DTYPE_BF16);
+    r->accum = accum;
+    r->steps = 2;
+    r->offload = names[off];
+    r->nvme_path_json = off == 2 ? nvme_json : NULL;
+    r->after_step = grab;
+    r->hook_arg = &l;
+    cr_assert(t_engine_run(r), "%s", t_run_error(r));
+    zc_est_in in = {
+        .world = world, .stage = stage, .pesz = 2, .gas = accum,
+        .offload = off == 0 ? ZC_OFFLOAD_NONE : off == 1 ? ZC_OFFLOAD_CPU : ZC_OFFLOAD_NVME,
+        .ratio = l.ratio, .staging = false, .dev_kind = ZC_MEMKIND_HOST,
+        .buffer_count = l.buffer_count, .max_live = l.max_live, .prefetch_elems = l.prefetch,
+        .nchunks = l.nchunks, .padded = l.padded, .persistent = l.persistent,
+    };
+    zc_est est;
+    cr_assert_eq(zc__estimate(&in, &est), ZC_OK, "%s", zc_last_error());
+    for (int rank = 0; rank < world; rank++) {
+        const zc_stats *s = &r->stats[rank];
+        for (int mk = 0; mk < ZC_MEMKIND__COUNT; mk++) {
+            const int k = kind_of[mk];
+            for (int c = 0; c < ZC_MEM__COUNT; c++) {
+                if (c == ZC_MEM_OTHER || c == ZC_MEM_BUFFERS || c == ZC_MEM_RESERVED)
+                    continue;
+                cr_assert_eq(est.bytes[mk][c], s->bytes_by_kind_cat[k][c],
+                             "stage %d world %d accum %d offload %d rank %d kind %d cat %d: "
+                             "planned %lld, allocated %lld", stage, world, accum, off, rank, k,
+                             c, (long long)est.bytes[mk][c],
+                             (long long)s->bytes_by_kind_cat[k][c]);
+            }
+            const int64_t pb = est.bytes[mk][ZC_MEM_BUFFERS] + est.bytes[mk][ZC_MEM_RESERVED];
+            const int64_t sb = s->bytes_by_kind_cat[k][ZC_MEM_BUFFERS] +
+                               s->bytes_by_kind_cat[k][ZC_MEM_RESERVED];
+            cr_assert_eq(pb, sb, "stage %d world %d accum %d offload %d kind %d buffers: "
+                         "planned %lld, allocated %lld", stage, world, accum, off, k,
+                         (long long)pb, (long long)sb);
+        }
+        cr_assert_lt(s->bytes_by_kind_cat[ZC_KIND_HOST][ZC_MEM_OTHER] +
+                         s->bytes_by_kind_cat[ZC_KIND_PINNED][ZC_MEM_OTHER], OTHER_BOUND);
+        cr_assert_lt(s->bytes_by_kind_cat[ZC_KIND_NVME][ZC_MEM_OTHER], 1 << 20);
+    }
+    free(r);
+}
+
+Test(estimate, plan_equals_allocation)
+{
+    char dir[64], json[96];
+    snprintf(dir, sizeof dir, "zc-estimate-XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(json, sizeof json, "\"%s\"", dir);
+    for (int stage = 0; stage <= 3; stage++)
+        for (int world = 1; world <= 4; world++)
+            for (int accum = 1; accum <= 2; accum++)
+                for (int off = 0; off <= 2; off++)
+                    if (off == 0 || stage > 0)
+                        check_one(stage, world, accum, off, json);
+    rmdir(dir);
+}
+
+/* Hand-computed: 3 chunks of 1000, 64 and 4096 elements at world 2 pad to
+ * 1024, 128 and 4096; stage 2, bf16, no offload, accumulation 1:
+ *   params 2 x 5248 = 10496; fp32 grad shards 4 x 2624 = 10496;
+ *   master 4 x 2624 = 10496; Adam 8 x 2624 = 20992;
+ *   grad pool: 2 slots of 2 x 4096 = 8192 + 256 slack = 16640;
+ *   staging pool: 1 slot of 4 x 4096 = 16384 + 256 = 16640. */
+Test(estimate, hand_computed_stage2)
+{
+    int64_t padded[3] = {zc__chunk_padded(1000, 2), zc__chunk_padded(64, 2),
+                         zc__chunk_padded(4096, 2)};
+    cr_assert_eq(padded[0], 1024);
+    cr_assert_eq(padded[1], 128);
+    cr_assert_eq(padded[2], 4096);
+    zc_est_in in = {.world = 2, .stage = 2, .pesz = 2, .gas = 1, .offload = ZC_OFFLOAD_NONE,
+                    .dev_kind = ZC_MEMKIND_DEVICE, .max_live = INT64_MAX, .nchunks = 3,
+                    .padded = padded};
+    zc_est e;
+    cr_assert_eq(zc__estimate(&in, &e), ZC_OK);
+    const int64_t *d = e.bytes[ZC_MEMKIND_DEVICE];
+    cr_assert_eq(d[ZC_MEM_PARAMS], 10496);
+    cr_assert_eq(d[ZC_MEM_GRADS], 10496);
+    cr_assert_eq(d[ZC_MEM_MASTER], 10496);
+    cr_assert_eq(d[ZC_MEM_ADAM], 20992);
+    cr_assert_eq(d[ZC_MEM_RESERVED], 16640 + 16640);
+    cr_assert_eq(e.kind_total[ZC_MEMKIND_DEVICE], 10496 * 3 + 20992 + 33280);
+    cr_assert_eq(e.kind_total[ZC_MEMKIND_HOST] + e.kind_total[ZC_MEMKIND_PINNED], 0);
+    cr_assert_eq(zc__est_part_bytes(&e, ZC_MEMKIND_DEVICE, ZC_EST_OPTIMIZER), 10496 + 20992);
+    cr_assert_eq(zc__est_part_bytes(&e, ZC_MEMKIND_DEVICE, ZC_EST_BUFFERS), 33280);
+}
+
+Test(estimate, refuses_bad_input_and_overflow)
+{
+    int64_t bad[1] = {100};
+    zc_est_in in = {.world = 1, .stage = 1, .pesz = 2, .gas = 1, .max_live = 1, .nchunks = 1,
+                    .padded = bad};
+    zc_est e;
+    cr_assert_eq(zc__estimate(&in, &e), ZC_ERR_INVALID_ARG);
+    int64_t huge[2] = {INT64_MAX / 64 * 64, INT64_MAX / 64 * 64};
+    in.padded = huge;
+    in.nchunks = 2;
+    cr_assert_eq(zc__estimate(&in, &e), ZC_ERR_NO_MEMORY);
+    in.nchunks = 1;
+    in.padded = (int64_t[]){64};
+    in.stage = 0;
+    in.offload = ZC_OFFLOAD_CPU;
+    in.ratio = 1;
+    cr_assert_eq(zc__estimate(&in, &e), ZC_ERR_CONFIG);
+}
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f, "%s", path);
+    fputs(text, f);
+    fclose(f);
+}
+
+Test(estimate, build_refuses_beyond_memavailable)
+{
+    char root[64], path[128];
+    snprintf(root, sizeof root, "zc-est-root-XXXXXX");
+    cr_assert_not_null(mkdtemp(root));
+    snprintf(path, sizeof path, "%s/proc", root);
+    mkdir(path, 0755);
+    snprintf(path, sizeof path, "%s/proc/meminfo", root);
+    /* 4 KiB available: less than any plan of the test model. */
+    write_file(path, "MemTotal:       1000 kB\nMemAvailable:       4 kB\n");
+    zc__preflight_limits_root(root);
+    t_run *r = calloc(1, sizeof *r);
+    t_run_init(r, 1, 1, ZC_DTYPE_BF16);
+    r->steps = 1;
+    r->offload = "cpu";
+    const bool ok = t_engine_run(r);
+    zc__preflight_limits_root(NULL);
+    cr_assert(!ok, "build must refuse");
+    const char *msg = t_run_error(r);
+    cr_assert_not_null(strstr(msg, "MemAvailable"), "%s", msg);
+    cr_assert_not_null(strstr(msg, "biggest consumer is optimizer state (fp32 master, Adam m and v) in pinned host"), "%s", msg);
+    cr_assert_not_null(strstr(msg, "zero_optimization.offload_optimizer.device"), "%s", msg);
+    free(r);
+    remove(path);
+    snprintf(path, sizeof path, "%s/proc", root);
+    rmdir(path);
+    rmdir(root);
+}
+
+/* DeepSpeed's estimators (reference/deepspeed.md section 6), by hand:
+ *   stage 2, no offload, P 1e9, 8 GPUs on a node: GPU 2e9 + 18e9 / 8 = 4.25e9,
+ *     CPU 4e9 x 8 x 1.5 = 48e9;
+ *   stage 2, offload: GPU 2e9; CPU 1e9 x max(32, 16) x 1.5 = 48e9, and with 2
+ *     GPUs 1e9 x max(8, 16) x 1.5 = 24e9;
+ *   stage 3, no offload, P 1e9, LL 1e8, 16 GPUs, 8 per node: GPU 4e8 +
+ *     18e9 / 16 = 1.525e9, CPU 4e8 x 8 x 1.5 = 4.8e9;
+ *   stage 3, optimizer offload: GPU 4e8 + 2e9 / 16 = 5.25e8, CPU 16e9 / 2 x
+ *     1.5 = 12e9. */
+Test(estimate, deepspeed_formulas)
+{
+    uint64_t g = 0, c = 0;
+    cr_assert_eq(zc__est_deepspeed(2, false, 1000000000, 0, 8, 8, &g, &c), ZC_OK);
+    cr_assert_eq(g, 4250000000u);
+    cr_assert_eq(c, 48000000000u);
+    cr_assert_eq(zc__est_deepspeed(1, false, 1000000000, 0, 8, 8, &g, &c), ZC_OK);
+    cr_assert_eq(g, 4250000000u);
+    cr_assert_eq(zc__est_deepspeed(2, true, 1000000000, 0, 8, 8, &g, &c), ZC_OK);
+    cr_assert_eq(g, 2000000000u);
+    cr_assert_eq(c, 48000000000u);
+    cr_assert_eq(zc__est_deepspeed(2, true, 1000000000, 0, 2, 2, &g, &c), ZC_OK);
+    cr_assert_eq(c, 24000000000u);
+    cr_assert_eq(zc__est_deepspeed(3, false, 1000000000, 100000000, 16, 8, &g, &c), ZC_OK);
+    cr_assert_eq(g, 1525000000u);
+    cr_assert_eq(c, 4800000000u);
+    cr_assert_eq(zc__est_deepspeed(3, true, 1000000000, 100000000, 16, 8, &g, &c), ZC_OK);
+    cr_assert_eq(g, 525000000u);
+    cr_assert_eq(c, 12000000000u);
+    cr_assert_eq(zc__est_deepspeed(0, false, 1, 1, 1, 1, &g, &c), ZC_ERR_INVALID_ARG);
+    cr_assert_eq(zc__est_deepspeed(2, false, 1, 1, 6, 4, &g, &c), ZC_ERR_INVALID_ARG);
+    cr_assert_eq(zc__est_deepspeed(2, false, UINT64_MAX / 4, 1, 1, 1, &g, &c), ZC_ERR_NO_MEMORY);
+}
