@@ -11,6 +11,7 @@
 #include "zeroc/zeroc.h"
 
 int zc__cmd_config(int argc, char **argv) __attribute__((weak));
+int zc__cmd_estimate(int argc, char **argv) __attribute__((weak));
 int zc__cmd_bench_io(int argc, char **argv) __attribute__((weak));
 int zc__cmd_bench_adam(int argc, char **argv) __attribute__((weak));
 
@@ -21,6 +22,8 @@ static void usage(FILE *f)
             "  config check FILE [--world N] [--lenient] [--json]\n"
             "                         validate a DeepSpeed config and print the effective values\n"
             "  config keys            every supported key with its type, default and aliases\n"
+            "  estimate (--params N | --model gpt:L,D,H,S,V) --world W [options]\n"
+            "                         per-rank memory of every stage x offload configuration\n"
             "  bench io [options]     NVMe store throughput next to fio\n"
             "  bench adam [--device cpu|cuda] [options]\n"
             "                         optimizer step throughput next to a streaming ceiling\n"
@@ -54,6 +57,8 @@ static int dispatch(int argc, char **argv)
     }
     if (!strcmp(cmd, "config"))
         return run(zc__cmd_config, "config", argc - 1, argv + 1);
+    if (!strcmp(cmd, "estimate"))
+        return run(zc__cmd_estimate, "estimate", argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) {
         if (argc >= 3 && !strcmp(argv[2], "io"))
             return run(zc__cmd_bench_io, "bench io", argc - 2, argv + 2);

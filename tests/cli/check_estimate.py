@@ -1,0 +1,191 @@
+#!/usr/bin/env python3
+"""`zeroc estimate` as a user runs it (issue 13, item 1).
+
+Checks: strict flags (exit 2, the message names the flag, the value and the
+range); --json lines are valid JSON with every field; the bytes of a plan
+equal the engine's layout rules computed here independently (chunks of 2^24
+elements padded to world x 64, per-rank shards, the two gradient buffers and
+the staging slot of the reserve, 256-byte pool slack); DeepSpeed's figures;
+GPT-2 small's parameter count and activation formula (docs/estimate.md);
+--config narrows the table to the file's configuration.
+
+Usage: check_estimate.py --zeroc PATH
+Exits 0 when every check passes, 1 after printing every failure.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+failures = []
+
+
+def fail(name, msg):
+    failures.append(name)
+    print("FAIL %s: %s" % (name, msg), flush=True)
+
+
+def run(z, *args):
+    return subprocess.run([z, "estimate"] + list(args), capture_output=True, text=True,
+                          timeout=120)
+
+
+def expect_usage(z, name, args, *words):
+    r = run(z, *args)
+    if r.returncode != 2:
+        fail(name, "exit %r, want 2 (stderr %r)" % (r.returncode, r.stderr))
+        return
+    for w in words:
+        if w not in r.stderr:
+            fail(name, "message %r lacks %r" % (r.stderr, w))
+
+
+def lines(z, *args):
+    r = run(z, *args)
+    if r.returncode != 0:
+        fail("run " + " ".join(args), "exit %r: %s" % (r.returncode, r.stderr))
+        return []
+    out = []
+    for ln in r.stdout.splitlines():
+        try:
+            out.append(json.loads(ln))
+        except ValueError as e:
+            fail("json", "%r: %s" % (ln, e))
+    return out
+
+
+def up(v, a):
+    return (v + a - 1) // a * a
+
+
+def plan_stage2(P, W, pesz):
+    """Stage 2, no offload, accumulation 1, on a device: the engine's rules."""
+    cap = 1 << 24
+    tensors = [cap] * (P // cap) + ([P % cap] if P % cap else [])
+    padded = [up(t, W * 64) for t in tensors]
+    S = sum(padded)
+    shard = S // W
+    big = max(padded)
+    params = S * pesz
+    grads = shard * 4
+    opt = shard * 12
+    pools = (2 * up(big * pesz, 256) + 256) + (up(big * 4, 256) + 256)
+    return params + grads + opt + pools
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--zeroc", required=True)
+    z = ap.parse_args().zeroc
+
+    # Strict flags.
+    expect_usage(z, "world 0", ["--params", "1e9", "--world", "0"], "--world", "'0'",
+                 "[1, 65536]")
+    expect_usage(z, "world junk", ["--params", "1e9", "--world", "4x"], "--world", "'4x'")
+    expect_usage(z, "params fraction", ["--params", "1.5", "--world", "1"], "--params", "'1.5'")
+    expect_usage(z, "params range", ["--params", "0", "--world", "1"], "--params", "'0'",
+                 "[1, 1125899906842624]")
+    expect_usage(z, "micro-batch", ["--params", "10", "--world", "1", "--micro-batch", "-1"],
+                 "--micro-batch", "'-1'")
+    expect_usage(z, "gpn divides", ["--params", "10", "--world", "4", "--gpus-per-node", "3"],
+                 "--gpus-per-node", "3", "--world")
+    expect_usage(z, "dtype", ["--params", "10", "--world", "1", "--dtype", "fp8"], "--dtype",
+                 "'fp8'", "fp32, bf16 or fp16")
+    expect_usage(z, "both", ["--params", "10", "--model", "gpt:1,64,1,8,8", "--world", "1"],
+                 "exactly one")
+    expect_usage(z, "neither", ["--world", "1"], "exactly one")
+    expect_usage(z, "no world", ["--params", "10"], "--world")
+    expect_usage(z, "heads", ["--model", "gpt:12,768,10,1024,50257", "--world", "1"],
+                 "DIM 768", "HEADS 10")
+    expect_usage(z, "model items", ["--model", "gpt:12,768,12,1024", "--world", "1"],
+                 "five whole numbers")
+    expect_usage(z, "model extra", ["--model", "gpt:12,768,12,1024,5,6", "--world", "1"],
+                 "five whole numbers")
+    expect_usage(z, "model value", ["--model", "gpt:12,0,12,1024,50257", "--world", "1"],
+                 "--model DIM", "'0'", "[1, 65536]")
+    expect_usage(z, "model kind", ["--model", "llama:1,2,3,4,5", "--world", "1"], "gpt:")
+    expect_usage(z, "unknown", ["--params", "10", "--world", "1", "--bogus", "1"], "'--bogus'")
+    expect_usage(z, "missing value", ["--params", "10", "--world"], "--world needs a value")
+
+    # JSON: every configuration, every field.
+    P, W = 1000000000, 8
+    rows = lines(z, "--params", "1e9", "--world", str(W), "--json")
+    if len(rows) != 10:
+        fail("json rows", "%d lines, want 10 (stage 0 none, stages 1-3 x 3)" % len(rows))
+    keys = {"stage", "offload_optimizer", "offload_param", "world", "dtype", "bytes", "parts",
+            "activations", "params", "padding_elems", "live_bound", "deepspeed"}
+    for r in rows:
+        if set(r) != keys:
+            fail("json keys", "%s" % sorted(r))
+        if set(r.get("bytes", {})) != {"device", "pinned", "host", "nvme"}:
+            fail("json bytes", "%s" % r.get("bytes"))
+        for k in ("host", "pinned", "device", "nvme"):
+            if set(r["parts"].get(k, {})) != {"params", "grads", "optimizer", "buffers"}:
+                fail("json parts", "%s" % r["parts"])
+        if r["world"] != W or r["dtype"] != "bf16" or r["params"] != P:
+            fail("json values", "%s" % r)
+    by = {(r["stage"], r["offload_optimizer"]): r for r in rows}
+    s2 = by.get((2, "none"))
+    if s2:
+        want = plan_stage2(P, W, 2)
+        if s2["bytes"]["device"] != want:
+            fail("stage 2 bytes", "device %d, want %d" % (s2["bytes"]["device"], want))
+        if s2["deepspeed"] != {"gpu": 2 * P + 18 * P // W, "cpu_per_node": 4 * P * W * 3 // 2}:
+            fail("stage 2 deepspeed", "%s" % s2["deepspeed"])
+    s2c = by.get((2, "cpu"))
+    if s2c:
+        tensors = [1 << 24] * (P >> 24) + [P % (1 << 24)]
+        shard = sum(up(t, W * 64) for t in tensors) // W
+        big = max(up(t, W * 64) for t in tensors) // W
+        # master, m, v and the fp32 gradient shard pinned; gradient and
+        # output staging of the largest shard.
+        want = 16 * shard + big * (4 + 2)
+        if s2c["bytes"]["pinned"] != want:
+            fail("stage 2 cpu pinned", "%d, want %d" % (s2c["bytes"]["pinned"], want))
+    if (0, "cpu") in by:
+        fail("stage 0 offload", "listed, but stage 0 cannot offload")
+
+    # GPT-2 small: parameters and activations.
+    L, D, A, S, V, B = 12, 768, 12, 1024, 50257, 2
+    g = lines(z, "--model", "gpt:%d,%d,%d,%d,%d" % (L, D, A, S, V), "--world", "1",
+              "--micro-batch", str(B), "--dtype", "fp16", "--json")
+    if g:
+        if g[0]["params"] != 124439808:
+            fail("gpt2 params", "%d, want 124439808" % g[0]["params"])
+        esz = 2
+        act = L * (S * B * D * 34 + 5 * A * S * S * B) * esz // 2 + S * B * D * esz \
+            + S * B * V * (esz + 4)
+        if g[0]["activations"] != act:
+            fail("gpt2 activations", "%d, want %d" % (g[0]["activations"], act))
+        if g[0]["bytes"]["device"] < act:
+            fail("gpt2 device", "device bytes do not include the activations")
+
+    # --config: only the file's configuration.
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "ds.json")
+        with open(path, "w") as f:
+            json.dump({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}},
+                       "bf16": {"enabled": True}}, f)
+        c = lines(z, "--params", "1e8", "--world", "2", "--config", path, "--json")
+        if [(r["stage"], r["offload_optimizer"]) for r in c] != [(3, "cpu")]:
+            fail("config", "%s" % c)
+        r = run(z, "--params", "1e8", "--world", "2", "--config", os.path.join(d, "none.json"))
+        if r.returncode not in (1, 2) or "none.json" not in r.stderr:
+            fail("config missing", "exit %r: %r" % (r.returncode, r.stderr))
+
+    # The table.
+    r = run(z, "--params", "1e9", "--world", "8")
+    if r.returncode != 0 or r.stdout.count("\n| ") != 11:
+        fail("table", "exit %r, stdout %r" % (r.returncode, r.stdout))
+
+    if failures:
+        print("%d check(s) failed" % len(failures))
+        return 1
+    print("all estimate checks passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,495 @@
+/* `zeroc estimate`: per-rank memory of a model in every stage x offload
+ * configuration (or a config file's), before anything runs.
+ *
+ * The bytes come from the engine's own planner (src/core/estimate.c), fed the
+ * chunk layout zc_engine_build would make (the same chunking, padding and
+ * stage-3 persistence rules) and the configuration's sizes ("auto" keys
+ * resolved from the model's hidden size as the engine does). Beside them:
+ * DeepSpeed's estimate_zero2/zero3_model_states_mem_needs figures, and with
+ * --model the activations of a GPT-2-style model (docs/estimate.md states the
+ * formula and its assumptions). Exit status: 0, 1 (a plan failed: overflow,
+ * unreadable config), 2 usage error. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "cliarg.h"
+#include "config/config.h"
+#include "core/engine.h"
+#include "core/estimate.h"
+
+int zc__cmd_estimate(int argc, char **argv);
+
+#define MAX_TENSORS (1 << 20)
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: zeroc estimate (--params N | --model gpt:LAYERS,DIM,HEADS,SEQ,VOCAB)\n"
+            "                      --world W [--gpus-per-node G] [--dtype fp32|bf16|fp16]\n"
+            "                      [--micro-batch B] [--config FILE] [--json]\n"
+            "  Per-rank bytes of device, pinned host, pageable host and NVMe memory that\n"
+            "  zc_engine_build allocates, for every stage x offload_optimizer combination\n"
+            "  (or only the one FILE configures), with DeepSpeed's estimator figures and,\n"
+            "  for --model, the activations of one micro-batch (docs/estimate.md).\n"
+            "  --params N        parameters, in 2^24-element tensors, N in [1, 2^50]\n"
+            "  --model gpt:...   a GPT-2 shape: tied embeddings, learned positions, 4x MLP\n"
+            "  --world W         data-parallel ranks, [1, 65536]\n"
+            "  --gpus-per-node G [1, 1024], dividing W (default: W up to 8)\n"
+            "  --dtype           working precision (default: the config's, else bf16)\n"
+            "  --micro-batch B   sequences per rank and micro-step, [1, 65536] (default: the\n"
+            "                    config's train_micro_batch_size_per_gpu, else 1)\n"
+            "  --json            one JSON line per configuration\n"
+            "Exit status: 0 success, 1 a plan failed, 2 usage error.\n");
+}
+
+typedef struct model {
+    int64_t *numel;
+    int n;
+    int64_t total, largest, hidden; /* hidden: H of the "auto" rules (0: none) */
+    bool gpt;
+    int64_t L, D, Hh, S, V;
+} model;
+
+typedef struct opts {
+    model m;
+    int world, gpn, micro;
+    int dtype; /* -1: from the config */
+    const char *config;
+    bool json;
+} opts;
+
+static bool push(model *m, int64_t n)
+{
+    if (m->n == MAX_TENSORS)
+        return false;
+    m->numel[m->n++] = n;
+    if (__builtin_add_overflow(m->total, n, &m->total))
+        return false;
+    if (n > m->largest)
+        m->largest = n;
+    return true;
+}
+
+/* --params: N elements as tensors of the default chunk cap (each then a
+ * chunk of its own) and the remainder. */
+static bool make_params(model *m, int64_t N)
+{
+    for (int64_t left = N; left > 0; left -= ZC_CHUNK_CAP_ELEMS)
+        if (!push(m, left < ZC_CHUNK_CAP_ELEMS ? left : ZC_CHUNK_CAP_ELEMS))
+            return false;
+    return true;
+}
+
+/* GPT-2's tensors in registration order: wte V x D (tied with the output
+ * head), wpe S x D, per layer ln_1 (w, b), attn qkv (3D x D, 3D), attn proj
+ * (D x D, D), ln_2 (w, b), fc (4D x D, 4D), proj (D x 4D, D); then ln_f. */
+static bool make_gpt(model *m)
+{
+    const int64_t D = m->D;
+    int64_t t = 0;
+    if (__builtin_mul_overflow(m->V, D, &t) || !push(m, t))
+        return false;
+    if (__builtin_mul_overflow(m->S, D, &t) || !push(m, t))
+        return false;
+    for (int64_t l = 0; l < m->L; l++) {
+        const int64_t sz[12] = {D, D, 3 * D * D, 3 * D, D * D, D, D, D, 4 * D * D, 4 * D,
+                                4 * D * D, D};
+        for (int i = 0; i < 12; i++)
+            if (!push(m, sz[i]))
+                return false;
+    }
+    /* H of the "auto" rules, as layout.c's model_hidden_size takes it: the
+     * largest dimension of the first 2-D tensor of the largest size (wte,
+     * wpe, then the 4D x D MLP weight; qkv and the D x D projection are
+     * smaller than the MLP's). */
+    const int64_t cand[3][2] = {{m->V, D}, {m->S, D}, {4 * D, D}};
+    int64_t best = 0;
+    for (int i = 0; i < 3; i++)
+        if (cand[i][0] * cand[i][1] > best) {
+            best = cand[i][0] * cand[i][1];
+            m->hidden = cand[i][0] > cand[i][1] ? cand[i][0] : cand[i][1];
+        }
+    return push(m, D) && push(m, D);
+}
+
+static int parse_model(const char *text, model *m)
+{
+    char err[ZC_ARG_ERRLEN];
+    if (strncmp(text, "gpt:", 4)) {
+        fprintf(stderr, "zeroc estimate: --model '%s': expected gpt:LAYERS,DIM,HEADS,SEQ,VOCAB\n",
+                text);
+        return 2;
+    }
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", text + 4);
+    const char *names[5] = {"--model LAYERS", "--model DIM", "--model HEADS", "--model SEQ",
+                            "--model VOCAB"};
+    /* DIM up to 2^16 keeps 12 DIM^2 x LAYERS inside int64 elements. */
+    const int64_t hi[5] = {4096, 65536, 4096, 1 << 20, 1 << 24};
+    int64_t v[5];
+    char *save = NULL, *tok = strtok_r(buf, ",", &save);
+    int n = 0;
+    for (; tok && n < 5; tok = strtok_r(NULL, ",", &save), n++)
+        if (!zc__arg_i64(names[n], tok, 1, hi[n], 0, &v[n], err, sizeof err)) {
+            fprintf(stderr, "zeroc estimate: %s\n", err);
+            return 2;
+        }
+    if (n != 5 || tok || text[strlen(text) - 1] == ',' || strstr(text, ",,")) {
+        fprintf(stderr, "zeroc estimate: --model '%s': expected five whole numbers "
+                        "gpt:LAYERS,DIM,HEADS,SEQ,VOCAB\n", text);
+        return 2;
+    }
+    if (v[1] % v[2]) {
+        fprintf(stderr, "zeroc estimate: --model '%s': DIM %lld is not a multiple of HEADS "
+                        "%lld\n", text, (long long)v[1], (long long)v[2]);
+        return 2;
+    }
+    m->gpt = true;
+    m->L = v[0], m->D = v[1], m->Hh = v[2], m->S = v[3], m->V = v[4];
+    return 0;
+}
+
+static int parse(int argc, char **argv, opts *o, int64_t *params)
+{
+    char err[ZC_ARG_ERRLEN];
+    *params = 0;
+    o->world = 0;
+    o->gpn = 0;
+    o->micro = 0;
+    o->dtype = -1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            exit(0);
+        }
+        if (!strcmp(a, "--json")) {
+            o->json = true;
+            continue;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "zeroc estimate: %s needs a value (see --help)\n", a);
+            return 2;
+        }
+        const char *v = argv[++i];
+        bool ok = true;
+        if (!strcmp(a, "--params")) {
+            ok = zc__arg_i64(a, v, 1, (int64_t)1 << 50, ZC_ARG_SUFFIX, params, err, sizeof err);
+        } else if (!strcmp(a, "--model")) {
+            int rc = parse_model(v, &o->m);
+            if (rc)
+                return rc;
+        } else if (!strcmp(a, "--world")) {
+            ok = zc__arg_int(a, v, 1, 65536, &o->world, err, sizeof err);
+        } else if (!strcmp(a, "--gpus-per-node")) {
+            ok = zc__arg_int(a, v, 1, 1024, &o->gpn, err, sizeof err);
+        } else if (!strcmp(a, "--micro-batch")) {
+            ok = zc__arg_int(a, v, 1, 65536, &o->micro, err, sizeof err);
+        } else if (!strcmp(a, "--dtype")) {
+            if (!strcmp(v, "fp32"))
+                o->dtype = ZC_DTYPE_F32;
+            else if (!strcmp(v, "bf16"))
+                o->dtype = ZC_DTYPE_BF16;
+            else if (!strcmp(v, "fp16"))
+                o->dtype = ZC_DTYPE_F16;
+            else {
+                fprintf(stderr, "zeroc estimate: --dtype '%s': expected fp32, bf16 or fp16\n", v);
+                return 2;
+            }
+        } else if (!strcmp(a, "--config")) {
+            o->config = v;
+        } else {
+            fprintf(stderr, "zeroc estimate: unknown option '%s' (see --help)\n", a);
+            return 2;
+        }
+        if (!ok) {
+            fprintf(stderr, "zeroc estimate: %s\n", err);
+            return 2;
+        }
+    }
+    if ((*params > 0) == o->m.gpt) {
+        fprintf(stderr, "zeroc estimate: give exactly one of --params N and --model gpt:...\n");
+        return 2;
+    }
+    if (!o->world) {
+        fprintf(stderr, "zeroc estimate: --world W is required\n");
+        return 2;
+    }
+    if (!o->gpn)
+        o->gpn = o->world < 8 ? o->world : (o->world % 8 ? 1 : 8);
+    if (o->world % o->gpn) {
+        fprintf(stderr, "zeroc estimate: --gpus-per-node %d does not divide --world %d\n",
+                o->gpn, o->world);
+        return 2;
+    }
+    return 0;
+}
+
+/* Activations of one micro-batch of a GPT-2-style model on one rank, in
+ * bytes (docs/estimate.md): per layer S B D (34 + 5 A S / D) at 2 bytes per
+ * value (Korthikanti et al. 2022, no recomputation, no sequence or tensor
+ * parallelism), scaled by esz / 2; plus the embedding output S B D esz and
+ * the logits with their fp32 softmax S B V (esz + 4). false on overflow. */
+static bool activations(const model *m, int64_t B, int64_t esz, uint64_t *out)
+{
+    uint64_t sbd = 0, per = 0, t = 0, attn = 0;
+    const uint64_t S = (uint64_t)m->S, D = (uint64_t)m->D;
+    if (__builtin_mul_overflow(S, (uint64_t)B, &sbd) || __builtin_mul_overflow(sbd, D, &sbd))
+        return false;
+    /* 5 A S^2 B values per layer: (5 A S / D) x S B D, kept exact by
+     * multiplying before dividing. */
+    if (__builtin_mul_overflow((uint64_t)5 * (uint64_t)m->Hh, S, &attn) ||
+        __builtin_mul_overflow(attn, S, &attn) || __builtin_mul_overflow(attn, (uint64_t)B, &attn))
+        return false;
+    if (__builtin_mul_overflow(sbd, (uint64_t)34, &per) || __builtin_add_overflow(per, attn, &per))
+        return false; /* values of 2 bytes: 2 x (17 S B D + 2.5 A S^2 B) bytes */
+    if (__builtin_mul_overflow(per, (uint64_t)esz, &per))
+        return false;
+    per /= 2;
+    if (__builtin_mul_overflow(per, (uint64_t)m->L, &t))
+        return false;
+    uint64_t emb = 0, logits = 0;
+    if (__builtin_mul_overflow(sbd, (uint64_t)esz, &emb) ||
+        __builtin_mul_overflow(S * (uint64_t)B, (uint64_t)m->V, &logits) ||
+        __builtin_mul_overflow(logits, (uint64_t)esz + 4, &logits))
+        return false;
+    return !__builtin_add_overflow(t, emb, out) && !__builtin_add_overflow(*out, logits, out);
+}
+
+static const char *dtype_name(int dt)
+{
+    return dt == ZC_DTYPE_F32 ? "fp32" : dt == ZC_DTYPE_F16 ? "fp16" : "bf16";
+}
+static const char *off_name(int off)
+{
+    return off == ZC_OFFLOAD_CPU ? "cpu" : off == ZC_OFFLOAD_NVME ? "nvme" : "none";
+}
+
+/* One configuration's row. */
+typedef struct row {
+    int stage, offload, dtype;
+    zc_est est;
+    int64_t used, padded, live_bound;
+    uint64_t act, ds_gpu, ds_cpu;
+    bool has_ds, has_act;
+} row;
+
+static int plan_row(const opts *o, const zc_config *cfg, int stage, int off, int dtype,
+                    int64_t gas, row *r)
+{
+    const model *m = &o->m;
+    const size_t pesz = dtype == ZC_DTYPE_F32 ? 4 : 2;
+    int64_t bucket = cfg->zero.reduce_bucket_size;
+    if (bucket <= 0 || bucket > ZC_CHUNK_CAP_ELEMS)
+        bucket = ZC_CHUNK_CAP_ELEMS; /* layout.c's size_from_model */
+    int64_t *padded = calloc((size_t)m->n, sizeof *padded);
+    bool *pers = calloc((size_t)m->n, sizeof *pers);
+    if (!padded || !pers) {
+        free(padded);
+        free(pers);
+        fprintf(stderr, "zeroc estimate: out of memory\n");
+        return 1;
+    }
+    int nc = -1;
+    int64_t cur = 0, big = 0, ptotal = 0;
+    memset(r, 0, sizeof *r);
+    for (int i = 0; i <= m->n; i++) {
+        if (i == m->n || zc__chunk_starts(i, false, cur, m->numel[i], bucket)) {
+            if (nc >= 0) {
+                padded[nc] = zc__chunk_padded(cur, o->world);
+                r->used += cur;
+                r->padded += padded[nc];
+                if (stage == 3)
+                    pers[nc] = zc__chunk_persists(big, padded[nc],
+                                                  cfg->zero.param_persistence_threshold,
+                                                  cfg->zero.model_persistence_threshold, &ptotal);
+            }
+            if (i == m->n)
+                break;
+            nc++;
+            cur = 0;
+            big = 0;
+        }
+        cur += m->numel[i];
+        if (m->numel[i] > big)
+            big = m->numel[i];
+    }
+    const int64_t max_live =
+        cfg->zero.max_live_parameters > 0 ? cfg->zero.max_live_parameters : INT64_MAX;
+    zc_est_in in = {
+        .world = o->world, .stage = stage, .pesz = pesz, .gas = gas, .offload = off,
+        .ratio = cfg->zero.offload_optimizer.ratio > 0 ? cfg->zero.offload_optimizer.ratio : 1,
+        .staging = true, .dev_kind = ZC_MEMKIND_DEVICE,
+        .buffer_count = cfg->zero.offload_optimizer.buffer_count,
+        .max_live = max_live,
+        .prefetch_elems = cfg->zero.prefetch_bucket_size > 0 ? cfg->zero.prefetch_bucket_size : 0,
+        .nchunks = nc + 1, .padded = padded, .persistent = pers,
+    };
+    zc_status rc = zc__estimate(&in, &r->est);
+    free(padded);
+    free(pers);
+    if (rc != ZC_OK) {
+        fprintf(stderr, "zeroc estimate: stage %d offload %s: %s\n", stage, off_name(off),
+                zc_last_error());
+        return 1;
+    }
+    r->stage = stage;
+    r->offload = off;
+    r->dtype = dtype;
+    if (stage == 3 && max_live != INT64_MAX &&
+        __builtin_mul_overflow(max_live, (int64_t)pesz, &r->live_bound))
+        r->live_bound = INT64_MAX;
+    if (stage >= 1) {
+        r->has_ds = zc__est_deepspeed(stage, off != ZC_OFFLOAD_NONE, (uint64_t)m->total,
+                                      (uint64_t)m->largest, (uint64_t)o->world,
+                                      (uint64_t)o->gpn, &r->ds_gpu, &r->ds_cpu) == ZC_OK;
+    }
+    if (m->gpt) {
+        if (!activations(m, o->micro, (int64_t)pesz, &r->act)) {
+            fprintf(stderr, "zeroc estimate: the activations overflow 64-bit byte counts\n");
+            return 1;
+        }
+        r->has_act = true;
+    }
+    return 0;
+}
+
+static uint64_t device_total(const row *r)
+{
+    return (uint64_t)r->est.kind_total[ZC_MEMKIND_DEVICE] + r->act;
+}
+
+static void print_json(const opts *o, const row *r)
+{
+    const zc_est *e = &r->est;
+    json_t *parts = json_object();
+    static const char *const pn[ZC_EST__PARTS] = {"params", "grads", "optimizer", "buffers"};
+    static const char *const kn[ZC_MEMKIND__COUNT] = {"host", "pinned", "device", "nvme"};
+    for (int k = 0; k < ZC_MEMKIND__COUNT; k++) {
+        json_t *pk = json_object();
+        for (int p = 0; p < ZC_EST__PARTS; p++)
+            json_object_set_new(pk, pn[p],
+                                json_integer(zc__est_part_bytes(e, (zc_mem_kind)k, (zc_est_part)p)));
+        json_object_set_new(parts, kn[k], pk);
+    }
+    json_t *ds = json_null();
+    if (r->has_ds)
+        ds = json_pack("{s:I, s:I}", "gpu", (json_int_t)r->ds_gpu, "cpu_per_node",
+                       (json_int_t)r->ds_cpu);
+    json_t *j = json_pack(
+        "{s:i, s:s, s:s, s:i, s:s, s:{s:I, s:I, s:I, s:I}, s:o, s:I, s:I, s:I, s:I, s:o}",
+        "stage", r->stage, "offload_optimizer", off_name(r->offload), "offload_param", "none",
+        "world", o->world, "dtype", dtype_name(r->dtype), "bytes", "device",
+        (json_int_t)device_total(r), "pinned", (json_int_t)e->kind_total[ZC_MEMKIND_PINNED],
+        "host", (json_int_t)e->kind_total[ZC_MEMKIND_HOST], "nvme",
+        (json_int_t)e->kind_total[ZC_MEMKIND_NVME], "parts", parts, "activations",
+        (json_int_t)r->act, "params", (json_int_t)o->m.total, "padding_elems",
+        (json_int_t)(r->padded - r->used), "live_bound", (json_int_t)r->live_bound,
+        "deepspeed", ds);
+    char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    if (s)
+        printf("%s\n", s);
+    free(s);
+    json_decref(j);
+}
+
+static void mib(char *buf, size_t cap, uint64_t b)
+{
+    snprintf(buf, cap, "%.1f", (double)b / 1048576.0);
+}
+
+static void print_row(const row *r)
+{
+    char d[32], p[32], h[32], n[32], a[32], g[32], c[32];
+    mib(d, sizeof d, device_total(r));
+    mib(p, sizeof p, (uint64_t)r->est.kind_total[ZC_MEMKIND_PINNED]);
+    mib(h, sizeof h, (uint64_t)r->est.kind_total[ZC_MEMKIND_HOST]);
+    mib(n, sizeof n, (uint64_t)r->est.kind_total[ZC_MEMKIND_NVME]);
+    mib(a, sizeof a, r->act);
+    snprintf(g, sizeof g, "-");
+    snprintf(c, sizeof c, "-");
+    if (r->has_ds) {
+        mib(g, sizeof g, r->ds_gpu);
+        mib(c, sizeof c, r->ds_cpu);
+    }
+    printf("| %d | %-4s | %s | %12s | %12s | %12s | %12s | %12s | %12s | %12s |\n", r->stage,
+           off_name(r->offload), dtype_name(r->dtype), d, p, h, n, a, g, c);
+}
+
+static int run(const opts *o, zc_config *cfg)
+{
+    if (zc__config_resolve_model_auto(cfg, o->m.hidden) != ZC_OK) {
+        fprintf(stderr, "zeroc estimate: %s\n", zc_last_error());
+        return 1;
+    }
+    int dtype = o->dtype;
+    if (dtype < 0)
+        dtype = o->config ? (cfg->fp16.enabled ? ZC_DTYPE_F16
+                                               : cfg->bf16.enabled ? ZC_DTYPE_BF16 : ZC_DTYPE_F32)
+                          : ZC_DTYPE_BF16;
+    const int64_t gas = cfg->gradient_accumulation_steps > 0 ? cfg->gradient_accumulation_steps : 1;
+    opts oo = *o;
+    if (!oo.micro)
+        oo.micro = cfg->train_micro_batch_size_per_gpu > 0
+                       ? (int)(cfg->train_micro_batch_size_per_gpu > 65536
+                                   ? 65536 : cfg->train_micro_batch_size_per_gpu)
+                       : 1;
+    if (!o->json) {
+        printf("# %lld parameters, world %d (%d per node), micro-batch %d; MiB per rank "
+               "(DeepSpeed: GPU per rank, CPU per node)\n",
+               (long long)o->m.total, o->world, o->gpn, oo.micro);
+        printf("| stage | offload | dtype | device | pinned | host | nvme | of device: "
+               "activations | DeepSpeed GPU | DeepSpeed CPU |\n");
+        printf("|---|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
+    }
+    for (int stage = 0; stage <= 3; stage++)
+        for (int off = ZC_OFFLOAD_NONE; off <= ZC_OFFLOAD_NVME; off++) {
+            if (o->config && (stage != cfg->zero.stage || off != (int)cfg->zero.offload_optimizer.device))
+                continue;
+            if (stage == 0 && off != ZC_OFFLOAD_NONE)
+                continue; /* stage 0 keeps the whole optimizer state on every rank */
+            row r;
+            int rc = plan_row(&oo, cfg, stage, off, dtype, gas, &r);
+            if (rc)
+                return rc;
+            if (o->json)
+                print_json(&oo, &r);
+            else
+                print_row(&r);
+        }
+    return 0;
+}
+
+int zc__cmd_estimate(int argc, char **argv)
+{
+    opts o = {0};
+    int64_t params = 0;
+    o.m.numel = calloc(MAX_TENSORS, sizeof *o.m.numel);
+    if (!o.m.numel) {
+        fprintf(stderr, "zeroc estimate: out of memory\n");
+        return 1;
+    }
+    int rc = parse(argc, argv, &o, &params);
+    if (rc)
+        goto out;
+    if (!(o.m.gpt ? make_gpt(&o.m) : make_params(&o.m, params))) {
+        fprintf(stderr, "zeroc estimate: the model has more than %d tensors or 2^63 elements\n",
+                MAX_TENSORS);
+        rc = 2;
+        goto out;
+    }
+    zc_config *cfg = NULL;
+    if (o.config ? zc_config_load(&cfg, o.config) : zc_config_create(&cfg)) {
+        fprintf(stderr, "zeroc estimate: %s\n", zc_last_error());
+        rc = o.config ? 2 : 1;
+        goto out;
+    }
+    rc = run(&o, cfg);
+    zc_config_destroy(cfg);
+out:
+    free(o.m.numel);
+    return rc;
+}
