@@ -27,6 +27,10 @@ void zc__mem_count(zc_mem_account *acct, zc_mem_kind kind, zc_mem_category cat, 
     if (!acct)
         return;
     atomic_fetch_add(&acct->kind_bytes[kind][cat], delta);
+    const int64_t know = atomic_fetch_add(&acct->kind_total[kind], delta) + delta;
+    int64_t kpeak = atomic_load(&acct->kind_peak[kind]);
+    while (know > kpeak && !atomic_compare_exchange_weak(&acct->kind_peak[kind], &kpeak, know)) {
+    }
     int64_t now = atomic_fetch_add(&acct->bytes[cat], delta) + delta;
     /* Peak: raise monotonically; a lost race only delays the update. */
     int64_t peak = atomic_load(&acct->peak[cat]);

@@ -33,6 +33,9 @@ typedef struct zc_mem_account {
     _Atomic int64_t bytes[ZC_MEM__COUNT];
     _Atomic int64_t peak[ZC_MEM__COUNT];
     _Atomic int64_t kind_bytes[ZC_MEMKIND__COUNT][ZC_MEM__COUNT]; /* the same, by kind */
+    _Atomic int64_t kind_total[ZC_MEMKIND__COUNT]; /* by kind, all categories */
+    _Atomic int64_t kind_peak[ZC_MEMKIND__COUNT];  /* high-water mark of kind_total (the
+                                                      progress lines' MaxMemAllocated) */
 } zc_mem_account;
 
 /* Records delta bytes (negative on free) of `kind` in category `cat` on the

@@ -214,6 +214,11 @@ struct zc_engine {
     double *norm_scratch;      /* device: sumsq_async blocks of the largest shard */
     size_t norm_scratch_elems;
 
+    /* Progress lines (progress.c): when and at which step the last one was
+     * printed (or the engine was built). */
+    double prog_t0;
+    int64_t prog_steps0;
+
     /* Stats: the current window and the last completed step. */
     int64_t comm_cur[ZC_COLL__COUNT], comm_last[ZC_COLL__COUNT];
     int64_t gathers_cur, gathers_last;
@@ -360,6 +365,12 @@ zc_status zc__layout_build(zc_engine *e);
 void zc__layout_free(zc_engine *e);
 /* Frees the norm-partial buffers (before zc__layout_free: sized by nchunks). */
 void zc__partials_free(zc_engine *e);
+/* Progress lines (progress.c). progress_start records the time at build;
+ * progress_step, after every zc_step, logs one DeepSpeed-style INFO line
+ * ("core") every steps_per_print steps: step, skipped steps, lr, loss scale,
+ * samples/s since the last line, and MemAllocated / MaxMemAllocated by kind. */
+void zc__progress_start(zc_engine *e);
+void zc__progress_step(zc_engine *e, double lr);
 /* Plans and reserves the buffer pools and the stage-3 trace from the layout
  * and the configuration (reserve.c); zc__reserve_free releases them. */
 zc_status zc__reserve_build(zc_engine *e);

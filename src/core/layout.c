@@ -266,6 +266,7 @@ ZC_API zc_status zc_engine_build(zc_engine *e)
         ZC_CHECK_GOTO(e->pol->alloc_chunk(e, &e->chunks[k]), rc, fail);
     ZC_CHECK_GOTO(zc__reserve_build(e), rc, fail);
     e->state = ZC_ENG_BUILT;
+    zc__progress_start(e);
     ZC_LOGI("core", "built: %d parameters, %lld elements in %d chunks of <= %lld (%lld padded)",
             e->nparams, (long long)e->num_elems, e->nchunks, (long long)e->bucket,
             (long long)e->padded_elems);

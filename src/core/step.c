@@ -282,5 +282,6 @@ ZC_API zc_status zc_step(zc_engine *e, zc_step_info *info)
     snapshot_stats(e);
     if (info)
         info->step = e->steps;
+    zc__progress_step(e, lr);
     return ZC_OK;
 }

@@ -1,0 +1,87 @@
+/* Progress lines (core/progress.c): with steps_per_print 2, a 5-step run at
+ * world 2 logs exactly the lines of steps 2 and 4 (rank 0 only, the default
+ * sink rule), each with step, skipped, lr, loss scale, a positive samples/s
+ * and MemAllocated / MaxMemAllocated by kind; on the host path the engine's
+ * memory is host memory, so device is 0 and host is not; MaxMemAllocated is
+ * never below MemAllocated. Without steps_per_print nothing is logged. */
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "helpers.h"
+#include "t_engine.h"
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static char lines[8][512];
+static int nlines;
+
+static void sink(zc_log_level level, const char *subsys, int rank, const char *line, void *user)
+{
+    (void)user;
+    if (level != ZC_LOG_INFO || strcmp(subsys, "core") || !strstr(line, "samples/s="))
+        return;
+    pthread_mutex_lock(&mu);
+    if (nlines < 8)
+        snprintf(lines[nlines++], sizeof lines[0], "%d|%s", rank, line);
+    pthread_mutex_unlock(&mu);
+}
+
+static void run_steps(int64_t every, int steps)
+{
+    nlines = 0;
+    zc_log_set_sink(sink, NULL);
+    zc_log_set_level(ZC_LOG_INFO);
+    t_run *r = calloc(1, sizeof *r);
+    t_run_init(r, 2, 2, ZC_DTYPE_BF16);
+    r->steps = steps;
+    r->steps_per_print = every;
+    cr_assert(t_engine_run(r), "%s", t_run_error(r));
+    zc_log_set_level(ZC_LOG_WARN);
+    zc_log_set_sink(NULL, NULL);
+    free(r);
+}
+
+/* The value after "key=" as a number of bytes (B, KiB, MiB, GiB). */
+static double bytes_after(const char *s, const char *key)
+{
+    const char *p = strstr(s, key);
+    cr_assert_not_null(p, "%s lacks %s", s, key);
+    char *end = NULL;
+    double v = strtod(p + strlen(key), &end);
+    if (!strncmp(end, "KiB", 3))
+        v *= 1024;
+    else if (!strncmp(end, "MiB", 3))
+        v *= 1048576;
+    else if (!strncmp(end, "GiB", 3))
+        v *= 1073741824.0;
+    return v;
+}
+
+Test(progress, every_steps_per_print)
+{
+    run_steps(2, 5);
+    cr_assert_eq(nlines, 2, "want the lines of steps 2 and 4, got %d", nlines);
+    for (int i = 0; i < 2; i++) {
+        const char *l = lines[i];
+        char want[64];
+        snprintf(want, sizeof want, "0|step=%d, skipped=0, lr=", 2 * (i + 1));
+        cr_assert(!strncmp(l, want, strlen(want)), "%s", l);
+        cr_assert_not_null(strstr(l, ", loss_scale=1, "), "%s", l);
+        const char *sps = strstr(l, "samples/s=");
+        cr_assert_gt(strtod(sps + 10, NULL), 0.0, "%s", l);
+        const char *cur = strstr(l, "MemAllocated device=");
+        const char *max = strstr(l, "MaxMemAllocated device=");
+        cr_assert(cur && max, "%s", l);
+        cr_assert_eq(bytes_after(cur, "device="), 0.0, "%s", l);
+        cr_assert_gt(bytes_after(cur, "host="), 0.0, "%s", l);
+        cr_assert_geq(bytes_after(max, "host="), bytes_after(cur, "host="), "%s", l);
+    }
+}
+
+Test(progress, silent_without_steps_per_print)
+{
+    run_steps(0, 3);
+    cr_assert_eq(nlines, 0);
+}
