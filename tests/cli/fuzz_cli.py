@@ -202,6 +202,12 @@ TRAIN = {"--stage": "num", "--world": "num", "--steps": "num", "--accum": "num",
          "--json": None, "--config": "config",
          "--dtype": ["fp32", "bf16", "fp16", "", "fp64", "BF16"], "--help": None}
 CONFIG = {"--world": "num", "--lenient": None, "--json": None, "--help": None}
+ESTIMATE = {"--params": "num", "--world": "num", "--gpus-per-node": "num",
+            "--micro-batch": "num", "--json": None, "--help": None, "--config": "config",
+            "--dtype": ["fp32", "bf16", "fp16", "", "fp8", "BF16"],
+            "--model": ["gpt:12,768,12,1024,50257", "gpt:1,64,1,8,8", "gpt:", "gpt:1,2",
+                        "gpt:1,2,3,4,5,6", "gpt:1,,1,8,8", "llama:1,2,3,4,5", "",
+                        "gpt:4096,65536,4096,1048576,16777216", "gpt:1,64,3,8,8"]}
 
 
 def with_tail(rng, head, spec, fx, tail):
@@ -233,6 +239,8 @@ def make_case(rng, a, fx):
         return with_tail(rng, [z, "bench", "io"], IO, fx, tail)
     if r < 0.78:
         return with_tail(rng, [t], TRAIN, fx, ["--steps", "1", "--world", "1", "--batch", "1"])
+    if r < 0.86:
+        return with_tail(rng, [z, "estimate"], ESTIMATE, fx, ["--params", "1M", "--world", "2"])
     if r < 0.93:
         args = flag_args(rng, CONFIG, fx)
         args.insert(rng.randint(0, len(args)), pick(rng, fx.configs))
@@ -330,6 +338,8 @@ def main():
             runs += 1
             if cmd[0] == a.train_mlp:
                 key = "train_mlp"
+            elif cmd[1:2] == ["estimate"]:
+                key = "zeroc estimate"
             elif cmd[1:3] in (["bench", "io"], ["config", "check"]):
                 key = "zeroc " + " ".join(cmd[1:3])
             elif cmd[1:5] in (["bench", "adam", "--device", "cpu"], ["bench", "adam", "--device", "cuda"]):
