@@ -133,6 +133,15 @@ zc_status zc__preflight(zc_engine *e)
      * the code that reports them with the engine's own words. */
     if (zc__estimate(&in, &est) != ZC_OK)
         goto out;
+    /* Says what the build is about to allocate: with a large model the
+     * zero-fills and the swap files take a while, and the line tells the
+     * user what is being waited for. */
+    ZC_LOGI("core", "build plan (rank %d, stage %d, %d chunks): device %.1f MiB, pinned %.1f "
+            "MiB, host %.1f MiB, NVMe %.1f MiB (bookkeeping not included)", e->rank, e->stage,
+            e->nchunks, (double)est.kind_total[ZC_MEMKIND_DEVICE] / 1048576.0,
+            (double)est.kind_total[ZC_MEMKIND_PINNED] / 1048576.0,
+            (double)est.kind_total[ZC_MEMKIND_HOST] / 1048576.0,
+            (double)est.kind_total[ZC_MEMKIND_NVME] / 1048576.0);
     rc = check_nvme(e, (uint64_t)est.kind_total[ZC_MEMKIND_NVME]);
     if (rc == ZC_OK)
         rc = check_host(e, &est, in.offload);
