@@ -362,6 +362,71 @@ ZC_API void *zc_grad_buffer(zc_engine *eng, zc_param *p);
  * micro-step (nothing is changed). */
 ZC_API zc_status zc_grad_ready(zc_engine *eng, zc_param *p);
 
+/* ---- Blocks: the calls above over several parameters at once ------------ */
+
+/* A block is a list of parameters of one engine (a transformer block's dozen
+ * tensors). Each block call is its per-parameter calls in the block's order -
+ * the same effect, the same collectives in the same order - so a loop that
+ * switches to blocks trains bitwise the same; in addition it is
+ * all-or-nothing where a per-parameter loop would stop half-way (below). */
+typedef struct zc_block zc_block;
+
+/* Creates a block over params[0..n-1] (n >= 1, each of eng, none twice),
+ * visited in that order. Before or after build. The caller owns *out and
+ * frees it with zc_block_destroy (before or after the engine; using it after
+ * the engine is gone is undefined). ZC_ERR_INVALID_ARG for a NULL, foreign or
+ * repeated handle; *out is NULL on failure. */
+ZC_API zc_status zc_block_create(zc_engine *eng, zc_param *const *params, int n,
+                                 zc_block **out);
+
+/* Creates the block of the parameters between two chunk boundaries: `first`
+ * and the parameters registered after it, up to (not including) the next one
+ * registered after a zc_chunk_boundary call, or the last one. Automatic chunk
+ * splits (bucket size) do not end it, so it may span several chunks. Same
+ * ownership and failures as zc_block_create. */
+ZC_API zc_status zc_block_span(zc_engine *eng, zc_param *first, zc_block **out);
+
+/* Number of parameters of a block (-1 for NULL or a bad handle), and its i-th
+ * parameter (NULL when i is out of range). */
+ZC_API int zc_block_size(const zc_block *b);
+ZC_API zc_param *zc_block_param(const zc_block *b, int i);
+
+/* Frees a block (not its parameters). NULL is a no-op. */
+ZC_API void zc_block_destroy(zc_block *b);
+
+/* zc_param_acquire of every parameter of the block, in order: ptrs[i]
+ * (ptrs may be NULL, else it holds zc_block_size(b) pointers) receives the
+ * i-th pointer, valid until zc_block_release (or the parameter's own
+ * release). Collective in stage 3, like the per-parameter call. On failure
+ * the parameters acquired by this call are released again and its status
+ * (that of the failing zc_param_acquire, e.g. ZC_ERR_NO_MEMORY beyond
+ * stage3_max_live_parameters) is returned. */
+ZC_API zc_status zc_block_acquire(zc_engine *eng, zc_block *b, void *stream, void **ptrs);
+
+/* zc_param_release of every parameter of the block, in order. Fails with
+ * ZC_ERR_INVALID_STATE, releasing nothing, when some parameter is not
+ * acquired. */
+ZC_API zc_status zc_block_release(zc_engine *eng, zc_block *b, void *stream);
+
+/* zc_grad_buffer of every parameter of the block: bufs[i] (zc_block_size(b)
+ * pointers) receives the i-th buffer, under zc_grad_buffer's contract
+ * (zeroed per micro-step, stream order, valid until that parameter's
+ * zc_grad_ready). Stages 2 and 3 hold a gradient buffer per chunk and
+ * reserve two at build: a block needs one for each of its chunks that has
+ * none yet, and when fewer are free the call fails with ZC_ERR_NO_MEMORY,
+ * on every rank alike, before taking any; so a block must span at most two
+ * chunks there (one chunk per block: zc_chunk_boundary before each block
+ * with a bucket that holds it). ZC_ERR_INVALID_STATE, nothing taken, when a
+ * parameter was already made ready in this micro-step. */
+ZC_API zc_status zc_block_grad_buffers(zc_engine *eng, zc_block *b, void **bufs);
+
+/* zc_grad_ready of every parameter of the block, in order (a chunk's
+ * reduction starts as its last parameter is made ready, as per parameter).
+ * Fails with ZC_ERR_INVALID_STATE, changing nothing, when some parameter was
+ * already made ready in this micro-step; a failed reduction breaks the
+ * engine as zc_grad_ready's does. */
+ZC_API zc_status zc_block_grad_ready(zc_engine *eng, zc_block *b);
+
 /* Ends a micro-step that is not the last of the accumulation window; every
  * parameter must have been made ready. zc_step ends the last one itself. */
 ZC_API zc_status zc_micro_step_end(zc_engine *eng);

@@ -427,6 +427,11 @@ void zc__opt_force_staging(bool on);
 /* Tests and the bench: the offload home of an engine, or NULL. */
 zc_opt_home *zc__opt_offload_home(zc_engine *e);
 
+/* ---- params.c ------------------------------------------------------------ */
+
+/* zc_param_acquire with its status (block calls need it to fail alike). */
+zc_status zc__param_acquire(zc_engine *e, zc_param *p, void *stream, void **out);
+
 /* ---- chunk_mem.c --------------------------------------------------------- */
 
 /* Allocates / frees a chunk's buffers as the engine's policy says. */
@@ -456,6 +461,8 @@ zc_status zc__grads_reduce_full(zc_engine *e, zc_chunk *c, bool last_micro, bool
 /* Stages 2/3: reduce-scatter the transient buffer into the fp32 shard and
  * free the buffer. */
 zc_status zc__grads_reduce_shard(zc_engine *e, zc_chunk *c);
+/* zc_grad_buffer with its status (block calls return it). */
+zc_status zc__grad_buffer(zc_engine *e, zc_param *p, void **out);
 /* The first parameter whose gradient is missing in this micro-step, or NULL. */
 const zc_param *zc__grads_first_missing(const zc_engine *e);
 /* Resets every gradient for the next window (after a step). */

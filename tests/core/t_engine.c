@@ -22,6 +22,16 @@ int64_t t_total_numel(void)
     return n;
 }
 
+int t_nlayers(const t_ctx *x)
+{
+    return x->run->layers ? x->run->nlayers : T_NLAYERS;
+}
+
+int t_layer_at(const t_ctx *x, int l)
+{
+    return x->run->layers ? x->run->layers[l] : t_layer_begin[l];
+}
+
 void t_run_init(t_run *run, int stage, int world, zc_dtype dtype)
 {
     memset(run, 0, sizeof *run);
@@ -142,11 +152,26 @@ zc_status t_ctx_open(t_ctx *x, t_run *run, int rank, zc_comm *comm)
         }
     }
     free(init);
+    if (run->blocks) {
+        for (int l = 0; l < t_nlayers(x); l++) {
+            int a = t_layer_at(x, l), b = t_layer_at(x, l + 1);
+            if (run->blocks == T_BLOCK_SPAN)
+                TRY(zc_block_span(x->eng, x->p[a], &x->blk[l]));
+            else
+                TRY(zc_block_create(x->eng, &x->p[a], b - a, &x->blk[l]));
+            if (zc_block_size(x->blk[l]) != b - a)
+                return fail(x, "zc_block_span: the block does not end at the layer's end");
+        }
+    }
     return ZC_OK;
 }
 
 void t_ctx_close(t_ctx *x)
 {
+    for (int l = 0; l < T_NPARAMS; l++) {
+        zc_block_destroy(x->blk[l]);
+        x->blk[l] = NULL;
+    }
     zc_engine_destroy(x->eng);
     zc_config_destroy(x->cfg);
     x->eng = NULL;
@@ -167,11 +192,23 @@ zc_status t_forward(t_ctx *x, const int *order)
 {
     const void *w;
     if (x->run->layerwise) {
-        for (int j = 0; j < T_NLAYERS; j++) {
+        for (int j = 0; j < t_nlayers(x); j++) {
             int l = order ? order[j] : j;
-            for (int i = t_layer_begin[l]; i < t_layer_begin[l + 1]; i++)
+            int a = t_layer_at(x, l), b = t_layer_at(x, l + 1);
+            if (x->run->blocks) {
+                void *ptrs[T_NPARAMS];
+                TRY(zc_block_acquire(x->eng, x->blk[l], NULL, ptrs));
+                for (int i = a; i < b; i++) {
+                    volatile float sink =
+                        zc__load_f32(ptrs[i - a], x->run->dtype, (size_t)t_numel[i] - 1);
+                    (void)sink;
+                }
+                TRY(zc_block_release(x->eng, x->blk[l], NULL));
+                continue;
+            }
+            for (int i = a; i < b; i++)
                 ZC_CHECK(use_param(x, i, &w));
-            for (int i = t_layer_begin[l]; i < t_layer_begin[l + 1]; i++)
+            for (int i = a; i < b; i++)
                 TRY(zc_param_release(x->eng, x->p[i], NULL));
         }
         return ZC_OK;
@@ -184,18 +221,38 @@ zc_status t_forward(t_ctx *x, const int *order)
     return ZC_OK;
 }
 
-static zc_status write_grad(t_ctx *x, int i, const void *w, int step, int micro)
+static void fill_grad(t_ctx *x, int i, const void *w, void *g, int step, int micro)
 {
     const zc_dtype dt = x->run->dtype;
     const float scale = (float)zc_loss_scale(x->eng) * (float)x->run->grad_gain;
-    void *g = zc_grad_buffer(x->eng, x->p[i]);
-    if (!g)
-        return fail(x, "zc_grad_buffer");
     uint64_t key = ((uint64_t)x->rank << 48) ^ ((uint64_t)step << 24) ^ ((uint64_t)micro << 8);
     for (int64_t k = 0; k < t_numel[i]; k++) {
         float v = 0.05f * zc__load_f32(w, dt, (size_t)k) + unit(key, (uint64_t)i, (uint64_t)k);
         zc__store_f32(g, dt, (size_t)k, v * scale);
     }
+}
+
+/* Backward of layer l through the block calls: the same gradients as the
+ * per-parameter path, with one call per kind for the whole layer. */
+static zc_status backward_block(t_ctx *x, int l, int step, int micro)
+{
+    int a = t_layer_at(x, l), b = t_layer_at(x, l + 1);
+    void *w[T_NPARAMS], *g[T_NPARAMS];
+    TRY(zc_block_acquire(x->eng, x->blk[l], NULL, w));
+    TRY(zc_block_grad_buffers(x->eng, x->blk[l], g));
+    for (int i = b - 1; i >= a; i--)
+        fill_grad(x, i, w[i - a], g[i - a], step, micro);
+    TRY(zc_block_grad_ready(x->eng, x->blk[l]));
+    TRY(zc_block_release(x->eng, x->blk[l], NULL));
+    return ZC_OK;
+}
+
+static zc_status write_grad(t_ctx *x, int i, const void *w, int step, int micro)
+{
+    void *g = zc_grad_buffer(x->eng, x->p[i]);
+    if (!g)
+        return fail(x, "zc_grad_buffer");
+    fill_grad(x, i, w, g, step, micro);
     return ZC_OK;
 }
 
@@ -203,16 +260,21 @@ zc_status t_backward(t_ctx *x, int step, int micro, int skip)
 {
     const void *w[T_NPARAMS];
     if (x->run->layerwise) {
-        for (int l = T_NLAYERS - 1; l >= 0; l--) {
-            for (int i = t_layer_begin[l + 1] - 1; i >= t_layer_begin[l]; i--)
+        for (int l = t_nlayers(x) - 1; l >= 0; l--) {
+            int a = t_layer_at(x, l), b = t_layer_at(x, l + 1);
+            if (x->run->blocks && skip < 0) {
+                ZC_CHECK(backward_block(x, l, step, micro));
+                continue;
+            }
+            for (int i = b - 1; i >= a; i--)
                 ZC_CHECK(use_param(x, i, &w[i]));
-            for (int i = t_layer_begin[l + 1] - 1; i >= t_layer_begin[l]; i--) {
+            for (int i = b - 1; i >= a; i--) {
                 if (i == skip)
                     continue;
                 ZC_CHECK(write_grad(x, i, w[i], step, micro));
                 TRY(zc_grad_ready(x->eng, x->p[i]));
             }
-            for (int i = t_layer_begin[l + 1] - 1; i >= t_layer_begin[l]; i--)
+            for (int i = b - 1; i >= a; i--)
                 TRY(zc_param_release(x->eng, x->p[i], NULL));
         }
         return ZC_OK;

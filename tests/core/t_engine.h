@@ -35,6 +35,8 @@ int64_t t_total_numel(void);
 extern const int t_layer_begin[T_NLAYERS + 1];
 extern const int64_t t_layer_numel[T_NLAYERS];
 
+enum { T_BLOCK_NONE = 0, T_BLOCK_LIST, T_BLOCK_SPAN };
+
 struct t_ctx;
 
 typedef struct t_run {
@@ -50,6 +52,13 @@ typedef struct t_run {
     int permute_step;          /* forward acquires in another order at this step (-1: never) */
     bool layerwise;            /* acquire a layer's (chunk's) params together, as a model
                                   would, instead of one parameter at a time */
+    const int *layers;         /* layer-wise: layer l is parameters [layers[l],
+                                  layers[l + 1]) (NULL: t_layer_begin) */
+    int nlayers;               /* with layers: how many */
+    int blocks;                /* layer-wise through the block calls: T_BLOCK_LIST
+                                  (zc_block_create per layer) or T_BLOCK_SPAN
+                                  (zc_block_span at each layer's first parameter:
+                                  layers must end at zc_chunk_boundary calls) */
     /* offload_optimizer (NULL: none): "cpu" or "nvme"; nvme_path as a JSON
      * value (a string or a list); ratio (0: the default 1); buffer_count
      * (0: the default); pipeline: pipeline_read and pipeline_write */
@@ -79,8 +88,13 @@ typedef struct t_ctx {
     zc_config *cfg;
     zc_engine *eng;
     zc_param *p[T_NPARAMS];
+    zc_block *blk[T_NPARAMS];  /* per layer, with run->blocks */
 } t_ctx;
 
+/* The layer table of a run (run->layers, else t_layer_begin): how many
+ * layers, and where layer l begins (l == t_nlayers: the end). */
+int t_nlayers(const t_ctx *x);
+int t_layer_at(const t_ctx *x, int l);
 /* Creates the configuration and engine, registers the model, builds and
  * loads the initial values. */
 zc_status t_ctx_open(t_ctx *x, t_run *run, int rank, zc_comm *comm);
