@@ -362,6 +362,27 @@ ZC_API void *zc_grad_buffer(zc_engine *eng, zc_param *p);
  * micro-step (nothing is changed). */
 ZC_API zc_status zc_grad_ready(zc_engine *eng, zc_param *p);
 
+/* ---- Layout: where a chunk's parameters lie ------------------------------ */
+
+/* Guarantee: the working-precision parameters of one chunk lie back to back in
+ * registration order, without gaps - a parameter starts right after the last
+ * element of the one registered before it in the same chunk - and a chunk's
+ * base (its first parameter) is aligned to at least ZC_CHUNK_BASE_ALIGN bytes.
+ * So a block of consecutive parameters of one chunk is one array, as a trainer
+ * that keeps its weights in a single buffer expects. A parameter never
+ * straddles two chunks; chunks start at each zc_chunk_boundary and wherever
+ * the bucket (zc_engine_options.bucket_elems) is full. */
+#define ZC_CHUNK_BASE_ALIGN 64
+
+/* The base of the chunk holding p (its first parameter, in the working dtype)
+ * and, when elem_offset is not NULL, p's element offset from it. Stages 0-2
+ * keep the chunk resident: the pointer is valid until the engine is destroyed
+ * (the optimizer step writes it in place). Stage 3 holds the full chunk only
+ * while one of its parameters is acquired: p must be acquired (else
+ * ZC_ERR_INVALID_STATE) and the pointer is valid until that release. */
+ZC_API zc_status zc_param_chunk_base(zc_engine *eng, const zc_param *p, void **base,
+                                     int64_t *elem_offset);
+
 /* ---- Blocks: the calls above over several parameters at once ------------ */
 
 /* A block is a list of parameters of one engine (a transformer block's dozen
@@ -426,6 +447,13 @@ ZC_API zc_status zc_block_grad_buffers(zc_engine *eng, zc_block *b, void **bufs)
  * already made ready in this micro-step; a failed reduction breaks the
  * engine as zc_grad_ready's does. */
 ZC_API zc_status zc_block_grad_ready(zc_engine *eng, zc_block *b);
+
+/* The address of the block's first parameter, when its parameters are
+ * consecutive in registration order and lie in one chunk (ZC_ERR_INVALID_ARG
+ * otherwise): then the block is one array of the sum of their numel elements
+ * (the layout guarantee above). Valid as zc_param_chunk_base's pointer: in
+ * stage 3 only while the block (its first parameter) is acquired. */
+ZC_API zc_status zc_block_base(zc_engine *eng, const zc_block *b, void **base);
 
 /* Ends a micro-step that is not the last of the accumulation window; every
  * parameter must have been made ready. zc_step ends the last one itself. */

@@ -242,3 +242,30 @@ ZC_API zc_status zc_block_grad_ready(zc_engine *e, zc_block *b)
     }
     return ZC_OK;
 }
+
+ZC_API zc_status zc_block_base(zc_engine *e, const zc_block *b, void **base)
+{
+    ZC_CHECK(block_enter(e, b, "zc_block_base"));
+    if (!base)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "zc_block_base: base is NULL");
+    /* One base pointer describes the block only when its parameters are
+     * laid out back to back: consecutive in registration order, which
+     * within one chunk means consecutive in memory (layout.c packs a chunk
+     * in registration order without gaps). */
+    const zc_param *p0 = b->params[0];
+    for (int i = 1; i < b->n; i++) {
+        const zc_param *p = b->params[i];
+        if (p->index != p0->index + i || p->chunk != p0->chunk)
+            return ZC_ERR(ZC_ERR_INVALID_ARG,
+                          "zc_block_base: parameter %d of %d ('%s') does not follow '%s' in the "
+                          "same chunk (chunks %d and %d); a base pointer needs consecutive "
+                          "parameters of one chunk",
+                          i, b->n, p->name, b->params[i - 1]->name, p->chunk,
+                          b->params[i - 1]->chunk);
+    }
+    void *cb = NULL;
+    int64_t off = 0;
+    ZC_CHECK(zc_param_chunk_base(e, p0, &cb, &off));
+    *base = zc__elem(cb, off, e->pesz);
+    return ZC_OK;
+}

@@ -172,3 +172,25 @@ ZC_API zc_status zc_param_release(zc_engine *e, zc_param *p, void *stream)
     p->acquired--;
     return ZC_OK;
 }
+
+ZC_API zc_status zc_param_chunk_base(zc_engine *e, const zc_param *p, void **base,
+                                     int64_t *elem_offset)
+{
+    ZC_CHECK(zc__eng_enter(e, "zc_param_chunk_base", true));
+    ZC_CHECK(zc__eng_check_param(e, p, "zc_param_chunk_base"));
+    if (!base)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "zc_param_chunk_base('%s'): base is NULL", p->name);
+    const zc_chunk *c = &e->chunks[p->chunk];
+    /* Stages 0-2 keep every chunk's working parameters resident; stage 3
+     * has the full chunk only while one of its parameters is acquired. */
+    void *b = e->pol->full_params ? c->param : (p->acquired > 0 ? c->gather : NULL);
+    if (!b)
+        return ZC_ERR(ZC_ERR_INVALID_STATE,
+                      "zc_param_chunk_base('%s'): stage 3 holds chunk %d gathered only while one "
+                      "of its parameters is acquired; acquire '%s' first",
+                      p->name, p->chunk, p->name);
+    *base = b;
+    if (elem_offset)
+        *elem_offset = p->offset;
+    return ZC_OK;
+}
