@@ -347,7 +347,16 @@ ZC_API zc_status zc_param_release(zc_engine *eng, zc_param *p, void *stream);
  * Returns NULL for an unknown parameter. In stages 2 and 3 the buffer is one of
  * two chunk buffers reserved at build: writing the gradients of a third chunk
  * before the first two are complete (every parameter made ready) returns NULL
- * with ZC_ERR_NO_MEMORY, on every rank alike. */
+ * with ZC_ERR_NO_MEMORY, on every rank alike.
+ * Lifetime: the pointer is valid until this parameter's zc_grad_ready; a
+ * later call in the next micro-step may return it again, zeroed. Writing it
+ * after zc_grad_ready is a bug whose effect depends on the stage: in stages
+ * 0-1 it silently changes this rank's already-reduced gradient, in stages 2-3
+ * the memory is back in the pool and may hold another chunk's gradient. With
+ * ZC_DEBUG=1 in the environment (docs/debug.md) the buffer is a shadow the
+ * engine checks instead, at every stage alike: the next zc_step or
+ * zc_micro_step_end fails with ZC_ERR_INVALID_STATE naming the parameter and
+ * the element, on every rank, and the engine is broken. */
 ZC_API void *zc_grad_buffer(zc_engine *eng, zc_param *p);
 
 /* Hands the gradient back for this micro-step. When every parameter of a chunk

@@ -89,6 +89,10 @@ struct zc_param {
     int64_t offset;     /* element offset inside its chunk */
     bool ready;         /* gradient handed back in the current micro-step */
     int acquired;       /* outstanding zc_param_acquire calls */
+    bool dbg_taken;     /* ZC_DEBUG: its shadow slice was handed out (and
+                           zeroed) in this micro-step */
+    bool dbg_poisoned;  /* ZC_DEBUG: its shadow slice holds the poison of its
+                           last zc_grad_ready */
 };
 
 typedef struct zc_group {
@@ -237,6 +241,14 @@ struct zc_engine {
     int nhomes;
     bool opt_staging;          /* host homes stage the gradient and the output */
     int *pass_ks;              /* nchunks: a pass's chunk list, per home */
+
+    /* ZC_DEBUG=1 (grad_debug.c). */
+    bool debug;
+    void **dbg_shadow;         /* nchunks device buffers handed out as gradients */
+    void *dbg_pattern, *dbg_read; /* host: the poison, a slice read back */
+    size_t dbg_host_bytes;
+    bool dbg_found;            /* a late write was seen (dbg_msg says where) */
+    char dbg_msg[384];
 };
 
 /* A stage policy: what a stage keeps, reduces and gathers. The step pipeline
@@ -426,6 +438,23 @@ zc_status zc__opt_master_read(zc_engine *e, int k, float *dst, size_t n);
 void zc__opt_force_staging(bool on);
 /* Tests and the bench: the offload home of an engine, or NULL. */
 zc_opt_home *zc__opt_offload_home(zc_engine *e);
+
+/* ---- grad_debug.c (ZC_DEBUG) ---------------------------------------------- */
+
+/* Parses ZC_DEBUG strictly: unset, "" or "0" off, "1" on, else ZC_ERR_CONFIG. */
+zc_status zc__debug_parse(const char *text, bool *on);
+/* Allocates the shadows at build (no-op when off); freed by zc__debug_free. */
+zc_status zc__debug_build(zc_engine *e);
+void zc__debug_free(zc_engine *e);
+/* zc_grad_buffer: replaces *buf by p's shadow slice (zeroed on first use in
+ * a micro-step, after checking it still holds the last poison). */
+zc_status zc__debug_grad_buffer(zc_engine *e, zc_param *p, void **buf);
+/* zc_grad_ready, before the reduction: copies p's shadow slice into `real`
+ * (p's slice of the buffer the reduction reads) and poisons the shadow. */
+zc_status zc__debug_grad_ready(zc_engine *e, zc_param *p, void *real);
+/* zc_step / zc_micro_step_end: checks every poisoned slice; collective (the
+ * outcome is agreed, so a late write breaks the engine on every rank). */
+zc_status zc__debug_check(zc_engine *e, const char *fn);
 
 /* ---- params.c ------------------------------------------------------------ */
 

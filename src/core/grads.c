@@ -193,6 +193,7 @@ zc_status zc__grad_buffer(zc_engine *e, zc_param *p, void **out)
         ZC_CHECK(ensure_gbuf(e, c));
         buf = zc__elem(c->gbuf, p->offset, e->pesz);
     }
+    ZC_CHECK(zc__debug_grad_buffer(e, p, &buf));
     /* The buffer was zeroed (this micro-step's fill, or the last window's
      * reset) on the engine's stream: the caller's compute stream must not
      * write it before that. */
@@ -221,6 +222,14 @@ ZC_API zc_status zc_grad_ready(zc_engine *e, zc_param *p)
                       "parameter is made ready once per micro-step",
                       p->name, (long long)e->micro);
     zc_chunk *c = &e->chunks[p->chunk];
+    if (e->debug) {
+        /* The gradient moves from the shadow the caller wrote into the
+         * buffer the reduction reads (stages 2/3: the chunk's pool slot). */
+        if (e->pol->sharded_grads)
+            ZC_CHECK(ensure_gbuf(e, c));
+        void *real = e->pol->sharded_grads ? c->gbuf : c->grad;
+        ZC_CHECK(zc__debug_grad_ready(e, p, zc__elem(real, p->offset, e->pesz)));
+    }
     p->ready = true;
     c->nready++;
     e->nready++;
@@ -268,6 +277,7 @@ ZC_API zc_status zc_micro_step_end(zc_engine *e)
                       "zc_micro_step_end: the gradient of parameter '%s' was not made ready in "
                       "micro-step %lld (%d of %d are); call zc_grad_ready for every parameter",
                       miss->name, (long long)e->micro, e->nready, e->nparams);
+    ZC_CHECK(zc__debug_check(e, "zc_micro_step_end"));
     reset_micro_flags(e);
     e->micro++;
     return ZC_OK;

@@ -260,6 +260,7 @@ ZC_API zc_status zc_engine_build(zc_engine *e)
     if (e->pol->built)
         e->pol->built(e);
     ZC_CHECK_GOTO(zc__reserve_build(e), rc, fail);
+    ZC_CHECK_GOTO(zc__debug_build(e), rc, fail);
     e->state = ZC_ENG_BUILT;
     ZC_LOGI("core", "built: %d parameters, %lld elements in %d chunks of <= %lld (%lld padded)",
             e->nparams, (long long)e->num_elems, e->nchunks, (long long)e->bucket,
