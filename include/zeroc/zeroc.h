@@ -376,7 +376,8 @@ ZC_API zc_status zc_grad_ready(zc_engine *eng, zc_param *p);
 /* Guarantee: the working-precision parameters of one chunk lie back to back in
  * registration order, without gaps - a parameter starts right after the last
  * element of the one registered before it in the same chunk - and a chunk's
- * base (its first parameter) is aligned to at least ZC_CHUNK_BASE_ALIGN bytes.
+ * base (its first parameter) is aligned to at least ZC_CHUNK_BASE_ALIGN bytes
+ * (a chunk over adopted memory, zc_block_adopt, is where the caller put it).
  * So a block of consecutive parameters of one chunk is one array, as a trainer
  * that keeps its weights in a single buffer expects. A parameter never
  * straddles two chunks; chunks start at each zc_chunk_boundary and wherever
@@ -456,6 +457,36 @@ ZC_API zc_status zc_block_grad_buffers(zc_engine *eng, zc_block *b, void **bufs)
  * already made ready in this micro-step; a failed reduction breaks the
  * engine as zc_grad_ready's does. */
 ZC_API zc_status zc_block_grad_ready(zc_engine *eng, zc_block *b);
+
+/* Adopting storage. Registers the block's parameters over the caller's
+ * memory, which zeroc then uses in place as their working-precision values:
+ * zc_param_acquire returns pointers into it (pointer identity), zc_step
+ * writes the updated parameters into it, and the values it holds at
+ * zc_engine_build become the parameters' initial values (the fp32 master
+ * included; zc_param_load still works and writes into it). The parameters
+ * must be consecutive in registration order; the block becomes exactly one
+ * chunk (a chunk boundary before and after it, whatever the bucket), so
+ * parameter i lies at its layout offset (the guarantee above: the caller's
+ * arrays, back to back). `memory` must hold zc_block_adopt_bytes(b) bytes:
+ * the parameters plus zeroc's padding of the chunk to a multiple of
+ * world x 64 elements, which zeroc zeroes and uses (stages 1-2 all-gather the
+ * padded chunk in place). The caller keeps ownership and must keep the
+ * memory alive and unmoved until zc_engine_destroy; zc_stats does not count
+ * it under ZC_MEM_PARAMS. Only the working copy is adopted: the fp32 master
+ * and Adam state stay where the configuration puts them (device, or
+ * offload_optimizer cpu / nvme). By stage: 0-2 use it in place on the host
+ * device; stage 3 refuses with ZC_ERR_UNSUPPORTED (it holds only a shard of
+ * the working parameters: load with zc_param_load and use zc_block_base
+ * while acquired), as does a CUDA device. Before build only
+ * (ZC_ERR_INVALID_STATE). ZC_ERR_INVALID_ARG for memory that is NULL, not
+ * aligned to the element size or too small (the message says how many
+ * bytes), parameters not consecutive or already adopted. A single parameter
+ * is adopted as a block of one. */
+ZC_API zc_status zc_block_adopt(zc_engine *eng, zc_block *b, void *memory, size_t bytes);
+
+/* The bytes zc_block_adopt needs for block b (its parameters in the working
+ * dtype, padded as its chunk will be). Before or after build. */
+ZC_API zc_status zc_block_adopt_bytes(zc_engine *eng, const zc_block *b, size_t *bytes);
 
 /* The address of the block's first parameter, when its parameters are
  * consecutive in registration order and lie in one chunk (ZC_ERR_INVALID_ARG

@@ -89,6 +89,10 @@ struct zc_param {
     int64_t offset;     /* element offset inside its chunk */
     bool ready;         /* gradient handed back in the current micro-step */
     int acquired;       /* outstanding zc_param_acquire calls */
+    void *adopt_mem;    /* first parameter of an adopted block: the caller's
+                           memory its chunk uses as working parameters */
+    size_t adopt_bytes; /* its size */
+    bool adopt_inner;   /* a later parameter of an adopted block */
     bool dbg_taken;     /* ZC_DEBUG: its shadow slice was handed out (and
                            zeroed) in this micro-step */
     bool dbg_poisoned;  /* ZC_DEBUG: its shadow slice holds the poison of its
@@ -119,6 +123,8 @@ typedef struct zc_chunk {
 
     /* Device buffers (see the table at the top). */
     void *param;               /* P dtype; full (stages 0-2) or shard (stage 3) */
+    bool adopted;              /* param is the caller's memory (zc_block_adopt):
+                                  never allocated or freed here */
     int home;                  /* e->homes[home] holds master, m, v (full at
                                   stage 0, else this rank's shard) */
     void *grad;                /* stages 0/1: full P-dtype gradient */
@@ -438,6 +444,15 @@ zc_status zc__opt_master_read(zc_engine *e, int k, float *dst, size_t n);
 void zc__opt_force_staging(bool on);
 /* Tests and the bench: the offload home of an engine, or NULL. */
 zc_opt_home *zc__opt_offload_home(zc_engine *e);
+
+/* ---- adopt.c ------------------------------------------------------------- */
+
+/* Whether parameter i starts a chunk because of adoption: 1 yes, 0 no (inside
+ * an adopted block), -1 adoption does not decide (layout.c). */
+int zc__adopt_starts_chunk(const zc_engine *e, int i);
+/* After build: the adopted memory's current values become the parameters'
+ * initial values (master included), and the chunk padding is zeroed. */
+zc_status zc__adopt_load(zc_engine *e);
 
 /* ---- grad_debug.c (ZC_DEBUG) ---------------------------------------------- */
 

@@ -17,6 +17,10 @@ static bool starts_chunk(const zc_engine *e, int i, int64_t cur_used)
     const zc_param *p = e->params[i];
     if (i == 0 || p->chunk_start)
         return true;
+    /* An adopted block is exactly one chunk, whatever the bucket. */
+    int a = zc__adopt_starts_chunk(e, i);
+    if (a >= 0)
+        return a == 1;
     return cur_used > 0 && cur_used + p->numel > e->bucket;
 }
 
@@ -262,6 +266,8 @@ ZC_API zc_status zc_engine_build(zc_engine *e)
     ZC_CHECK_GOTO(zc__reserve_build(e), rc, fail);
     ZC_CHECK_GOTO(zc__debug_build(e), rc, fail);
     e->state = ZC_ENG_BUILT;
+    /* Needs the built engine (it loads through zc_param_load). */
+    ZC_CHECK_GOTO(zc__adopt_load(e), rc, fail);
     ZC_LOGI("core", "built: %d parameters, %lld elements in %d chunks of <= %lld (%lld padded)",
             e->nparams, (long long)e->num_elems, e->nchunks, (long long)e->bucket,
             (long long)e->padded_elems);

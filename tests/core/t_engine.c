@@ -84,6 +84,36 @@ static zc_status fail(t_ctx *x, const char *what)
     return ZC_ERR_INTERNAL;
 }
 
+static float init_value(int i, int64_t k)
+{
+    return 0.5f * unit(0x1417, (uint64_t)i, (uint64_t)k);
+}
+
+/* The two spans {p0..p4} and {p5..p7} over memory this rank owns, holding
+ * the initial values in the working dtype, back to back as a trainer's
+ * single weight buffer would. */
+static zc_status adopt(t_ctx *x)
+{
+    static const int span[3] = {0, 5, 8};
+    for (int s = 0; s < 2; s++) {
+        zc_block *b = NULL;
+        size_t bytes = 0;
+        TRY(zc_block_span(x->eng, x->p[span[s]], &b));
+        zc_status rc = zc_block_adopt_bytes(x->eng, b, &bytes);
+        x->adopt_mem[s] = rc == ZC_OK ? calloc(1, bytes) : NULL;
+        if (x->adopt_mem[s]) {
+            size_t at = 0;
+            for (int i = span[s]; i < span[s + 1]; i++)
+                for (int64_t k = 0; k < t_numel[i]; k++)
+                    zc__store_f32(x->adopt_mem[s], x->run->dtype, at++, init_value(i, k));
+            rc = zc_block_adopt(x->eng, b, x->adopt_mem[s], bytes);
+        }
+        zc_block_destroy(b);
+        TRY(rc);
+    }
+    return ZC_OK;
+}
+
 zc_status t_ctx_open(t_ctx *x, t_run *run, int rank, zc_comm *comm)
 {
     memset(x, 0, sizeof *x);
@@ -140,11 +170,13 @@ zc_status t_ctx_open(t_ctx *x, t_run *run, int rank, zc_comm *comm)
         if (!x->p[i])
             return fail(x, "zc_param_add");
     }
+    if (run->adopt)
+        TRY(adopt(x));
     TRY(zc_engine_build(x->eng));
     float *init = malloc((size_t)4000 * sizeof(float));
     for (int i = 0; i < T_NPARAMS; i++) {
         for (int64_t k = 0; k < t_numel[i]; k++)
-            init[k] = 0.5f * unit(0x1417, (uint64_t)i, (uint64_t)k);
+            init[k] = init_value(i, k);
         zc_status rc = zc_param_load(x->eng, x->p[i], init);
         if (rc != ZC_OK) {
             free(init);
@@ -168,13 +200,18 @@ zc_status t_ctx_open(t_ctx *x, t_run *run, int rank, zc_comm *comm)
 
 void t_ctx_close(t_ctx *x)
 {
+    /* The adopted memory is the caller's, and must outlive the engine. */
+    zc_engine_destroy(x->eng);
+    x->eng = NULL;
+    for (int s = 0; s < 2; s++) {
+        free(x->adopt_mem[s]);
+        x->adopt_mem[s] = NULL;
+    }
     for (int l = 0; l < T_NPARAMS; l++) {
         zc_block_destroy(x->blk[l]);
         x->blk[l] = NULL;
     }
-    zc_engine_destroy(x->eng);
     zc_config_destroy(x->cfg);
-    x->eng = NULL;
     x->cfg = NULL;
 }
 
@@ -355,6 +392,24 @@ static void *rank_main(void *argp)
         }
         if (t_gather(&x, a->run->master) != ZC_OK)
             goto out;
+        if (a->run->adopt) {
+            const void *w0 = zc_param_acquire(x.eng, x.p[0], NULL);
+            const void *w5 = zc_param_acquire(x.eng, x.p[5], NULL);
+            a->run->adopt_identity[a->rank] = w0 == x.adopt_mem[0] && w5 == x.adopt_mem[1];
+            if (w0)
+                zc_param_release(x.eng, x.p[0], NULL);
+            if (w5)
+                zc_param_release(x.eng, x.p[5], NULL);
+            float *o = a->run->adopt_out[a->rank];
+            size_t at = 0;
+            for (int s = 0; s < 2; s++) {
+                int64_t n = 0;
+                for (int i = s ? 5 : 0; i < (s ? T_NPARAMS : 5); i++)
+                    n += t_numel[i];
+                for (int64_t k = 0; k < n; k++)
+                    o[at++] = zc__load_f32(x.adopt_mem[s], a->run->dtype, (size_t)k);
+            }
+        }
         a->run->stats[a->rank] = (zc_stats){.size = sizeof(zc_stats)};
         zc_engine_stats(x.eng, &a->run->stats[a->rank]);
     }
@@ -377,6 +432,9 @@ bool t_engine_run(t_run *run)
     }
     if (!run->master)
         run->master = calloc((size_t)t_total_numel(), sizeof(float));
+    for (int r = 0; run->adopt && r < run->world; r++)
+        if (!run->adopt_out[r])
+            run->adopt_out[r] = calloc((size_t)t_total_numel(), sizeof(float));
     pthread_t th[T_MAX_WORLD];
     rank_arg args[T_MAX_WORLD];
     for (int r = 0; r < run->world; r++) {

@@ -67,6 +67,8 @@ typedef struct t_run {
     double offload_ratio;
     int64_t buffer_count;
     bool pipeline;
+    bool adopt;                /* register {p0..p4} and {p5..p7} over memory the rank
+                                  owns (zc_block_adopt), filled with the initial values */
     /* called on every rank thread after each zc_step (may be NULL) */
     void (*after_step)(struct t_ctx *x, int step, void *arg);
     void *hook_arg;
@@ -76,6 +78,11 @@ typedef struct t_run {
     zc_step_info info[T_MAX_STEPS]; /* rank 0's */
     zc_stats step_stats[T_MAX_STEPS]; /* rank 0's stats after each step */
     char err[T_MAX_WORLD][512];
+    /* with adopt: each rank's adopted memory after training, widened to fp32
+       (t_total_numel() floats, allocated by t_engine_run), and whether
+       zc_param_acquire of p0 and p5 returned that memory */
+    float *adopt_out[T_MAX_WORLD];
+    bool adopt_identity[T_MAX_WORLD];
 } t_run;
 
 /* Defaults: world 1, 20 steps, accumulation 1, fp32, bucket 2048, clip 1. */
@@ -89,6 +96,7 @@ typedef struct t_ctx {
     zc_engine *eng;
     zc_param *p[T_NPARAMS];
     zc_block *blk[T_NPARAMS];  /* per layer, with run->blocks */
+    void *adopt_mem[2];        /* with run->adopt: the rank's memory for {p0..p4}, {p5..p7} */
 } t_ctx;
 
 /* The layer table of a run (run->layers, else t_layer_begin): how many
