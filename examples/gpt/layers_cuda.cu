@@ -10,6 +10,7 @@
 
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 struct gpt_cublas {
@@ -399,5 +400,41 @@ __global__ void add_inplace(float *y, const float *x, size_t n)
 extern "C" int gpt_cuda_add_inplace(float *y, const float *x, size_t n, void *stream)
 {
     add_inplace<<<blocks(n, 256), 256, 0, (cudaStream_t)stream>>>(y, x, n);
+    return last_error();
+}
+
+// Codes of zc_dtype (include/zeroc/zeroc.h): the header is C, so the values
+// are restated here.
+enum { DT_F32 = 0, DT_F16 = 1, DT_BF16 = 2 };
+
+__global__ void widen_k(float *dst, const void *src, int dt, size_t n)
+{
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    if (dt == DT_BF16) dst[i] = __bfloat162float(((const __nv_bfloat16 *)src)[i]);
+    else if (dt == DT_F16) dst[i] = __half2float(((const __half *)src)[i]);
+    else dst[i] = ((const float *)src)[i];
+}
+
+__global__ void narrow_k(void *dst, int dt, const float *src, size_t n)
+{
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    if (dt == DT_BF16) ((__nv_bfloat16 *)dst)[i] = __float2bfloat16_rn(src[i]);
+    else if (dt == DT_F16) ((__half *)dst)[i] = __float2half_rn(src[i]);
+    else ((float *)dst)[i] = src[i];
+}
+
+extern "C" int gpt_cuda_widen(float *dst, const void *src, int dtype, size_t n, void *stream)
+{
+    if (dtype != DT_F32 && dtype != DT_F16 && dtype != DT_BF16) return (int)cudaErrorInvalidValue;
+    if (n) widen_k<<<blocks(n, 256), 256, 0, (cudaStream_t)stream>>>(dst, src, dtype, n);
+    return last_error();
+}
+
+extern "C" int gpt_cuda_narrow(void *dst, int dtype, const float *src, size_t n, void *stream)
+{
+    if (dtype != DT_F32 && dtype != DT_F16 && dtype != DT_BF16) return (int)cudaErrorInvalidValue;
+    if (n) narrow_k<<<blocks(n, 256), 256, 0, (cudaStream_t)stream>>>(dst, dtype, src, n);
     return last_error();
 }

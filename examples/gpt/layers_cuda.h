@@ -54,6 +54,11 @@ int gpt_cuda_softmax_xent_backward(float *dlogits, const float *probs, const int
 /* y += x over n values (the residual connections). */
 int gpt_cuda_add_inplace(float *y, const float *x, size_t n, void *stream);
 
+/* fp32 <-> the engine's working dtype, given as a zc_dtype value (0 fp32,
+ * 1 fp16, 2 bf16; rounding to nearest even). */
+int gpt_cuda_widen(float *dst, const void *src, int dtype, size_t n, void *stream);
+int gpt_cuda_narrow(void *dst, int dtype, const float *src, size_t n, void *stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -29,10 +29,12 @@ static void usage(FILE *f)
         "                 [--stage 0..3] [--world 1..64] [--dtype fp32|bf16|fp16]\n"
         "                 [--accum 1..1024] [--lr 0..1e6] [--clip 0..1e9] [--seed 0..2^64-1]\n"
         "                 [--eval-every 0..1000000] [--sample 0..100000] [--data FILE]\n"
-        "                 [--config ds_config.json] [--launcher] [--json]\n"
+        "                 [--config ds_config.json] [--device cpu|cuda] [--launcher] [--json]\n"
         "defaults: --layers 2 --heads 4 --dim 64 --seq 64 --vocab 256 --batch 8 --steps 300\n"
         "          --stage 2 --world 2 --dtype bf16 --accum 1 --lr 3e-3 --clip 1.0 --seed 1\n"
         "          --eval-every 100 --sample 0 --data /usr/share/common-licenses/GPL-3\n"
+        "--device cuda: the model on the GPU (cuBLAS bf16 matmuls, CUDA kernels); cpu is\n"
+        "          the default (OpenBLAS).\n"
         "--dim must be a multiple of --heads. --batch is sequences per rank and micro-step.\n"
         "--launcher: this process is one rank of a job started by torchrun, Slurm or mpirun\n"
         "            (zc_comm_init_env); without it --world ranks run as threads here.\n"
@@ -71,7 +73,7 @@ gpt_opts gpt_parse_args(int argc, char **argv)
     static const char *const with_value[] = {
         "--layers", "--heads", "--dim", "--seq", "--vocab", "--batch", "--steps", "--stage",
         "--world", "--dtype", "--accum", "--lr", "--clip", "--seed", "--eval-every", "--sample",
-        "--data", "--config"};
+        "--data", "--config", "--device"};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--json")) { o.json = true; continue; }
@@ -114,6 +116,14 @@ gpt_opts gpt_parse_args(int argc, char **argv)
         else if (!strcmp(a, "--sample")) o.sample = (int)parse_int(a, v, 0, 100000);
         else if (!strcmp(a, "--data")) o.data_path = v;
         else if (!strcmp(a, "--config")) o.config_path = v;
+        else if (!strcmp(a, "--device")) {
+            if (!strcmp(v, "cpu")) o.cuda = false;
+            else if (!strcmp(v, "cuda")) o.cuda = true;
+            else {
+                fprintf(stderr, "train_gpt: --device must be cpu or cuda, got '%.200s'\n", v);
+                gpt_quit(2);
+            }
+        }
         else if (!strcmp(a, "--seed")) {
             char err[ZC_ARG_ERRLEN];
             uint64_t x;

@@ -19,6 +19,7 @@ typedef struct gpt_opts {
     const char *data_path;
     unsigned given;          /* GPT_GIVEN_* bits: flags set on the command line */
     bool json, launcher;
+    bool cuda;               /* --device cuda */
 } gpt_opts;
 
 enum {
