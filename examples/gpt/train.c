@@ -1,5 +1,6 @@
 /* train_gpt — a GPT-2-style decoder trained on a text file through zeroc's
- * public API, on the CPU (OpenBLAS for the matmuls).
+ * public API, on the CPU (OpenBLAS for the matmuls) or, with --device cuda,
+ * on a GPU (cuBLAS and the kernels of layers_cuda.cu; backend.h).
  *
  * How it uses the engine, as a ZeRO user would: every tensor is registered,
  * with a chunk boundary before each transformer block and before the final

@@ -14,6 +14,7 @@
 
 #include "layers_cpu.h"
 #include "layers_cuda.h"
+#include "precision.h"
 
 static void need_device(void)
 {
@@ -57,6 +58,7 @@ static void expect(const char *what, const float *d, const float *want, size_t n
     double mx = 0;
     for (size_t i = 0; i < n; i++) mx = fmax(mx, fabs(want[i]));
     for (size_t i = 0; i < n; i++) {
+        if (got[i] == want[i]) continue; /* also equal infinities */
         double tol = rel_of_max ? rel * mx + 1e-6 : rel * (1 + fabs(want[i]));
         cr_assert_leq(fabs(got[i] - want[i]), tol, "%s[%zu]: CUDA %.8g, CPU %.8g", what, i,
                       got[i], want[i]);
@@ -187,4 +189,39 @@ Test(gpt_cuda, embedding_and_xent)
     void *all[] = {Dt, Dwte, Dwpe, Dd, Do, Ddwte, Ddwpe, Dp, Drl, Ddl};
     for (size_t i = 0; i < 10; i++) cudaFree(all[i]);
     free(wte); free(wpe); free(d); free(o); free(dwte); free(dwpe); free(logits); free(dl); free(rl);
+}
+
+/* The conversions between fp32 and the engine's 16-bit dtypes, against the
+ * host conversions train_gpt's CPU path uses (both round to nearest even,
+ * so they agree bit for bit), over values that include ties, subnormals
+ * and overflow. */
+
+Test(gpt_cuda, widen_and_narrow)
+{
+    need_device();
+    enum { N = 4096 };
+    float *x = malloc(N * 4), *back = malloc(N * 4), *want = malloc(N * 4);
+    /* fp32-sized: the conversions also have an fp32 branch, whose copy the
+     * compiler checks against the buffer's size */
+    uint16_t *h = malloc(N * 4), *hw = malloc(N * 4);
+    for (int i = 0; i < N; i++) x[i] = ldexpf(rnd(), (i % 64) - 40); /* 2^-40 .. 2^23 */
+    x[0] = 70000.0f;      /* past fp16's range: inf */
+    x[1] = 1.0f + 0x1p-8f; /* halfway between two bf16 values */
+    float *Dx = dev(x, N * 4), *Db = dev(NULL, N * 4);
+    void *Dh = dev(NULL, N * 2);
+    const zc_dtype dts[2] = {ZC_DTYPE_BF16, ZC_DTYPE_F16};
+    for (int k = 0; k < 2; k++) {
+        gpt_store_dtype(hw, dts[k], x, N);
+        gpt_load_f32(want, hw, dts[k], N);
+        cr_assert_eq(gpt_cuda_narrow(Dh, (int)dts[k], Dx, N, NULL), 0);
+        cr_assert_eq(cudaMemcpy(h, Dh, N * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+        for (int i = 0; i < N; i++)
+            cr_assert_eq(h[i], hw[i], "%s narrow of %a: CUDA 0x%04x, CPU 0x%04x",
+                         zc_dtype_name(dts[k]), x[i], h[i], hw[i]);
+        cr_assert_eq(gpt_cuda_widen(Db, Dh, (int)dts[k], N, NULL), 0);
+        expect("widen", Db, want, N, 0, false);
+    }
+    cr_assert_neq(gpt_cuda_widen(Db, Dh, 99, N, NULL), 0, "an unknown dtype is refused");
+    cudaFree(Dx); cudaFree(Db); cudaFree(Dh);
+    free(x); free(back); free(want); free(h); free(hw);
 }
