@@ -100,3 +100,22 @@ Test(gpt_model, parameter_count)
     gpt_config c = {.vocab = 50257, .seq = 1024, .layers = 12, .heads = 12, .dim = 768};
     cr_assert_eq(gpt_num_params(&c), 124439808u);
 }
+
+Test(gpt_model, bad_shapes_are_refused)
+{
+    char err[256] = "";
+    gpt_config c = {.vocab = 256, .seq = 64, .layers = 2, .heads = 3, .dim = 64};
+    cr_assert(!gpt_config_check(&c, err, sizeof err));
+    cr_assert(strstr(err, "multiple"), "message: %s", err);
+    c.heads = 4;
+    c.seq = 1025;
+    cr_assert(!gpt_config_check(&c, err, sizeof err), "longer than the attention's limit");
+    c.seq = 1024;
+    c.dim = 4096;
+    cr_assert(gpt_config_check(&c, err, sizeof err), "%s", err);
+    /* 2^20 sequences of 1024 x 4096: sizes past int, refused before any
+     * allocation */
+    gpt_acts a;
+    cr_assert(!gpt_acts_create(&a, &c, 1 << 20, err, sizeof err));
+    cr_assert(strstr(err, "too large"), "message: %s", err);
+}
