@@ -64,7 +64,10 @@ static const char *lib_error(void)
 
 static void die(int rank, const char *what)
 {
-    fprintf(stderr, "train_gpt: rank %d: %s failed: %s\n", rank, what, lib_error());
+    char who[32] = "";
+    if (rank >= 0) /* -1: the main thread, before or after the ranks run */
+        snprintf(who, sizeof who, "rank %d: ", rank);
+    fprintf(stderr, "train_gpt: %s%s failed: %s\n", who, what, lib_error());
     gpt_quit(1);
 }
 

@@ -104,6 +104,16 @@ for bad in (["--dim", "30", "--heads", "4"], ["--seq", "1025"], ["--steps", "1.5
         failures.append(f"{bad}: message does not name the flag: {p.stderr!r}")
 print("ok bad flags refused with status 2")
 
+# 4. --launcher outside a launcher: status 1, naming what is missing
+import os
+env = {k: v for k, v in os.environ.items()
+       if not k.startswith(("RANK", "WORLD_SIZE", "OMPI_", "PMI_", "SLURM_", "MV2_"))}
+p = subprocess.run([exe, "--launcher", "--steps", "1"], capture_output=True, text=True,
+                   timeout=60, env=env)
+if p.returncode != 1 or "RANK" not in p.stderr or "rank -1" in p.stderr:
+    failures.append(f"--launcher without a launcher: status {p.returncode}, {p.stderr!r}")
+print("ok --launcher without a launcher refused")
+
 if failures:
     print("\n".join(failures))
     sys.exit(1)
