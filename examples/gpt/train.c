@@ -14,8 +14,9 @@
  * to the engine at the end of backward, so at most two chunk gradient
  * buffers are ever open (the engine reserves two in stages 2 and 3).
  *
- * Each rank is a thread with its own engine (zc_comm_local_world), or, with
- * --launcher, this process is one rank of a launched job (zc_comm_init_env).
+ * Each rank is a thread with its own engine (zc_comm_local_world), or, when
+ * mpirun or torchrun started this process (or with --launcher env), it is one
+ * rank of the launched job (zc_comm_init_env).
  * Run `train_gpt --help` for the flags; --json prints one object per step,
  * per evaluation and a final one (see README). */
 #include <errno.h>
@@ -491,6 +492,21 @@ static void report(const shared *sh, size_t total, bool lead_here)
                zc_dtype_name(o->dtype), hex);
 }
 
+/* Whether a launcher started this process as one rank of a job: mpirun
+ * (Open MPI, MPICH/hydra, MVAPICH2) or torchrun. Not Slurm's variables,
+ * which every program of a batch allocation inherits: srun users say
+ * --launcher env. (The rule of train_mlp's --launcher auto.) */
+static bool launched(void)
+{
+    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE",
+                                       "MV2_COMM_WORLD_SIZE", "WORLD_SIZE"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && *v) return true;
+    }
+    return false;
+}
+
 int main(int argc, char **argv)
 {
     shared *sh = xcalloc(1, sizeof *sh);
@@ -500,10 +516,17 @@ int main(int argc, char **argv)
     char err[512];
 
     zc_comm *env_comm = NULL;
-    if (o->launcher) {
+    const bool per_process =
+        o->launcher == GPT_LAUNCH_ENV || (o->launcher == GPT_LAUNCH_AUTO && launched());
+    if (per_process) {
         CHECK(zc_comm_init_env(&env_comm));
         sh->world = zc_comm_world(env_comm);
         sh->local = 1;
+        if ((o->given & GPT_GIVEN_WORLD) && o->world != sh->world) {
+            fprintf(stderr, "train_gpt: --world %d but the launcher started %d ranks\n",
+                    o->world, sh->world);
+            gpt_quit(2);
+        }
     } else {
         sh->world = sh->local = o->world;
     }
@@ -557,7 +580,7 @@ int main(int argc, char **argv)
     sh->losses = xcalloc((size_t)sh->local, sizeof(double));
     sh->master = xcalloc(total, sizeof(float));
     sh->comms = xcalloc((size_t)sh->local, sizeof(zc_comm *));
-    if (o->launcher) {
+    if (per_process) {
         sh->comms[0] = env_comm;
     } else {
         CHECK(zc_comm_local_world(sh->world, sh->comms));
@@ -591,7 +614,7 @@ int main(int argc, char **argv)
 
     for (int r = 0; r < sh->local; r++) zc_comm_destroy(sh->comms[r]);
     zc_config_destroy(sh->cfg);
-    if (!o->launcher) pthread_barrier_destroy(&sh->bar);
+    if (!per_process) pthread_barrier_destroy(&sh->bar);
     gpt_data_destroy(&sh->data);
     free(th); free(args); free(sh->comms); free(sh->master); free(sh->losses);
     free(sh);

@@ -10,17 +10,20 @@
    training bytes, computed here from the file; the validation loss ends
    below the entropy of the validation bytes, which train_gpt reports and
    this script recomputes.
-3. Bad flags are refused with status 2 and a message naming the flag.
+3. Bad flags are refused with status 2 and a message naming the flag; --launcher env
+   outside a launcher fails with status 1. The shipped DeepSpeed configs (stages
+   0-3, optimizer offload) give one params_sha256.
 """
 import json
 import math
+import os
 import subprocess
 import sys
 from collections import Counter
 
 exe, data = sys.argv[1], sys.argv[2]
 TINY = ["--layers", "2", "--heads", "2", "--dim", "16", "--seq", "16", "--batch", "2",
-        "--eval-every", "0", "--data", data, "--json"]
+        "--eval-every", "0", "--data", data, "--json", "--launcher", "threads"]
 failures = []
 
 
@@ -69,6 +72,18 @@ for a, b in zip(acc[0], acc[3]):
         failures.append(f"accumulation 4: stage 3 loss {b} vs stage 0 {a}")
 print(f"ok accumulation 4: stage 0 and 3 losses within 1e-6 ({acc[0]})")
 
+# The shipped DeepSpeed configs: stages 0-3 and optimizer offload to the CPU
+# give one hash (they differ only in how the state is sharded and placed).
+cfg_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "gpt")
+hashes = {}
+for name in ("zero0", "zero1", "zero2", "zero3", "offload"):
+    _, final = lines(TINY + ["--steps", "3", "--world", "2", "--config",
+                             os.path.join(cfg_dir, f"ds_config_gpt_{name}.json")])
+    hashes[name] = final["params_sha256"]
+if len(set(hashes.values())) != 1:
+    failures.append(f"the DeepSpeed configs disagree: {hashes}")
+print(f"ok ds_config_gpt_{{zero0..3,offload}}.json give one hash")
+
 # 2. learning: below the unigram entropy of the bytes
 raw = open(data, "rb").read()
 n_train = len(raw) - len(raw) // 10
@@ -79,7 +94,7 @@ L, C, T, V = 2, 32, 32, 256
 steps, final = lines(["--layers", str(L), "--heads", "4", "--dim", str(C), "--seq", str(T),
                       "--batch", "8", "--world", "2", "--stage", "3", "--dtype", "bf16",
                       "--lr", "1e-2", "--steps", "250", "--eval-every", "0", "--data", data,
-                      "--json"])
+                      "--json", "--launcher", "threads"])
 last = sum(s["loss"] for s in steps[-10:]) / 10
 print(f"train loss (last 10 steps) {last:.4f} vs unigram entropy of the training bytes "
       f"{h_train:.4f}; val_loss {final['val_loss']:.4f} vs {h_val:.4f}")
@@ -98,20 +113,19 @@ if not steps[0]["loss"] > 5.0:  # ln 256 = 5.55 at initialisation
 # 3. strict flags
 for bad in (["--dim", "30", "--heads", "4"], ["--seq", "1025"], ["--steps", "1.5"],
             ["--vocab", "255"], ["--layers", " 2"], ["--dtype", "fp8"], ["--bogus"],
-            ["--data"], ["--world", "2", "--launcher"], ["--lr", "nan"]):
+            ["--data"], ["--launcher", "mpi"], ["--device", "gpu"], ["--lr", "nan"]):
     p = run(bad, expect=2)
     if bad[0] not in p.stderr:
         failures.append(f"{bad}: message does not name the flag: {p.stderr!r}")
 print("ok bad flags refused with status 2")
 
-# 4. --launcher outside a launcher: status 1, naming what is missing
-import os
+# 4. --launcher env outside a launcher: status 1, naming what is missing
 env = {k: v for k, v in os.environ.items()
        if not k.startswith(("RANK", "WORLD_SIZE", "OMPI_", "PMI_", "SLURM_", "MV2_"))}
-p = subprocess.run([exe, "--launcher", "--steps", "1"], capture_output=True, text=True,
+p = subprocess.run([exe, "--launcher", "env", "--steps", "1"], capture_output=True, text=True,
                    timeout=60, env=env)
 if p.returncode != 1 or "RANK" not in p.stderr or "rank -1" in p.stderr:
-    failures.append(f"--launcher without a launcher: status {p.returncode}, {p.stderr!r}")
+    failures.append(f"--launcher env without a launcher: status {p.returncode}, {p.stderr!r}")
 print("ok --launcher without a launcher refused")
 
 if failures:
