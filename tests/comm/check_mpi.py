@@ -6,9 +6,11 @@
      computes that reference with W threads on the same inputs).
   2. zc_mpi_helper timeout, W = 2: the rank whose peer sleeps fails with
      ZC_ERR_COMM within ZC_COMM_TIMEOUT (2 s) and the job ends - no hang.
-  3. train_mlp, one rank per process under mpirun, W = 1..4, stages 0-3: the
+  3. zc_mpi_helper kill, W = 3: a rank killed mid-step ends the job within
+     the timeout; nothing hangs.
+  4. train_mlp, one rank per process under mpirun, W = 1..4, stages 0-3: the
      params_sha256 equals the thread run's (`train_mlp --world W`).
-  4. two train_mlp processes with different stages: the build agreement
+  5. two train_mlp processes with different stages: the build agreement
      fails every rank with ZC_ERR_CONFIG naming both stages.
 
 Usage: check_mpi.py ZC_MPI_HELPER [TRAIN_MLP]. Exits 77 (meson: skipped)
@@ -74,6 +76,21 @@ def check_timeout(helper):
     if p.returncode == 0:
         fail("%s: mpirun exited 0 although a rank failed" % cmd)
     print("timeout: %s; job ended after %.1f s" % (got[0], dt), flush=True)
+
+
+def check_killed(helper):
+    """A rank killed mid-step: the job ends (non-zero) well within the
+    timeout; if a survivor got to report, its all-reduce failed with
+    ZC_ERR_COMM (status 3)."""
+    p, dt, cmd = mpirun(3, [helper, "kill"], {"ZC_COMM_TIMEOUT": "5"}, timeout=60)
+    seen = [l for l in p.stdout.splitlines() if l.startswith("KILL_SEEN")]
+    bad = [l for l in seen if not l.startswith("KILL_SEEN rank") or " 6 " not in l]
+    if p.returncode == 0 or dt > 20 or bad:
+        fail("%s: exit %d after %.1f s, survivors: %s\n%s"
+             % (cmd, p.returncode, dt, seen, p.stderr[-2000:]))
+    else:
+        print("killed rank: job ended after %.1f s (exit %d), %d survivor report(s)"
+              % (dt, p.returncode, len(seen)), flush=True)
 
 
 def train_args(stage):
@@ -149,6 +166,7 @@ def main():
     t0 = time.monotonic()
     check_collectives(sys.argv[1])
     check_timeout(sys.argv[1])
+    check_killed(sys.argv[1])
     if len(sys.argv) == 3:
         check_train(sys.argv[2])
         check_disagreement(sys.argv[2])
