@@ -74,7 +74,7 @@ print(f"ok accumulation 4: stage 0 and 3 losses within 1e-6 ({acc[0]})")
 
 # The shipped DeepSpeed configs: stages 0-3 and optimizer offload to the CPU
 # give one hash (they differ only in how the state is sharded and placed).
-cfg_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "gpt")
+cfg_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples")
 hashes = {}
 for name in ("zero0", "zero1", "zero2", "zero3", "offload"):
     _, final = lines(TINY + ["--steps", "3", "--world", "2", "--config",
