@@ -220,9 +220,12 @@ ZC_API zc_status zc_comm_local_world(int world, zc_comm **comms);
 /* Creates this process's rank from the launcher's environment (torchrun and the
  * deepspeed launcher: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT;
  * Slurm: SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID; Open MPI:
- * OMPI_COMM_WORLD_*). Returns ZC_ERR_UNSUPPORTED when this build has no
- * backend that can reach other processes, ZC_ERR_CONFIG naming the missing
- * variable. */
+ * OMPI_COMM_WORLD_*). The backend: NCCL when built and a GPU is visible, else
+ * MPI (host buffers) under mpirun/srun when built; ZC_COMM=local|mpi|nccl
+ * forces one (local: a world of one process). Returns ZC_ERR_UNSUPPORTED when
+ * this build has no backend that can reach other processes (or lacks the one
+ * ZC_COMM names), ZC_ERR_CONFIG naming a missing or malformed variable
+ * (an unknown ZC_COMM included). */
 ZC_API zc_status zc_comm_init_env(zc_comm **out);
 
 /* Rank and world size of a handle (-1 for NULL). */

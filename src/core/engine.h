@@ -330,6 +330,11 @@ zc_status zc__eng_group_end(zc_engine *e);
 zc_status zc__eng_agree(zc_engine *e, zc_status local, const char *what);
 zc_status zc__agree_alloc(zc_engine *e);
 void zc__agree_free(zc_engine *e);
+/* Compares, across ranks, a digest of the registered model and the settings
+ * that must match (build_agree.c); collective, at zc_engine_build after the
+ * layout. A mismatch is ZC_ERR_CONFIG on every rank, with the same message
+ * naming the first difference and the ranks involved. */
+zc_status zc__build_agree(zc_engine *e);
 
 /* ---- streams.c ----------------------------------------------------------- */
 
