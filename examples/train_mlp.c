@@ -626,6 +626,11 @@ static void *rank_main(void *argp)
         snprintf(name, sizeof name, "layers.%d.bias", l);
         if (!(P[2 * l + 1] = zc_param_add(eng, name, bshape, 1, nodecay))) die_null(rank, "zc_param_add(bias)");
     }
+    /* One block per layer (weight, bias): the parameters between two chunk
+     * boundaries, driven with one call per kind below. */
+    zc_block *blk[N_LAYERS];
+    for (int l = 0; l < N_LAYERS; l++)
+        CHECK(zc_block_span(eng, P[2 * l], &blk[l]));
     CHECK(zc_engine_build(eng));
     for (int i = 0; i < 2 * N_LAYERS; i++)
         CHECK(zc_param_load(eng, P[i], sh->init[i]));
@@ -647,13 +652,11 @@ static void *rank_main(void *argp)
              * here and again in backward, as ZeRO-3 does). */
             for (int l = 0; l < N_LAYERS; l++) {
                 int in = DIMS[l], out = DIMS[l + 1];
-                const void *pw = zc_param_acquire(eng, P[2 * l], NULL);
-                const void *pb = zc_param_acquire(eng, P[2 * l + 1], NULL);
-                if (!pw || !pb) die_null(rank, "zc_param_acquire");
-                load_f32(w, pw, o->dtype, (size_t)in * out);
-                load_f32(bias, pb, o->dtype, (size_t)out);
-                CHECK(zc_param_release(eng, P[2 * l], NULL));
-                CHECK(zc_param_release(eng, P[2 * l + 1], NULL));
+                void *pwb[2]; /* the block's weight and bias */
+                CHECK(zc_block_acquire(eng, blk[l], NULL, pwb));
+                load_f32(w, pwb[0], o->dtype, (size_t)in * out);
+                load_f32(bias, pwb[1], o->dtype, (size_t)out);
+                CHECK(zc_block_release(eng, blk[l], NULL));
                 for (int b = 0; b < B; b++) {
                     const float *xb = act[l] + (size_t)b * in;
                     float *hb = act[l + 1] + (size_t)b * out;
@@ -681,10 +684,9 @@ static void *rank_main(void *argp)
                 int in = DIMS[l], out = DIMS[l + 1];
                 /* The whole layer is acquired, as ZeRO-3's module hooks do,
                  * although only the weight is read. */
-                const void *pw = zc_param_acquire(eng, P[2 * l], NULL);
-                const void *pbias = zc_param_acquire(eng, P[2 * l + 1], NULL);
-                if (!pw || !pbias) die_null(rank, "zc_param_acquire");
-                load_f32(w, pw, o->dtype, (size_t)in * out);
+                void *pwb[2];
+                CHECK(zc_block_acquire(eng, blk[l], NULL, pwb));
+                load_f32(w, pwb[0], o->dtype, (size_t)in * out);
                 memset(gw, 0, (size_t)in * out * sizeof(float));
                 memset(gb, 0, (size_t)out * sizeof(float));
                 memset(dprev, 0, (size_t)B * in * sizeof(float));
@@ -702,14 +704,14 @@ static void *rank_main(void *argp)
                         }
                     }
                 }
-                void *gbw = zc_grad_buffer(eng, P[2 * l]), *gbb = zc_grad_buffer(eng, P[2 * l + 1]);
-                if (!gbw || !gbb) die_null(rank, "zc_grad_buffer");
-                store_dtype(gbw, o->dtype, gw, (size_t)in * out);
-                store_dtype(gbb, o->dtype, gb, (size_t)out);
-                CHECK(zc_grad_ready(eng, P[2 * l]));
-                CHECK(zc_grad_ready(eng, P[2 * l + 1]));
-                CHECK(zc_param_release(eng, P[2 * l], NULL));
-                CHECK(zc_param_release(eng, P[2 * l + 1], NULL));
+                /* The gradient pointers are valid until the block's
+                 * grad_ready (ZC_DEBUG=1 checks it). */
+                void *g[2];
+                CHECK(zc_block_grad_buffers(eng, blk[l], g));
+                store_dtype(g[0], o->dtype, gw, (size_t)in * out);
+                store_dtype(g[1], o->dtype, gb, (size_t)out);
+                CHECK(zc_block_grad_ready(eng, blk[l]));
+                CHECK(zc_block_release(eng, blk[l], NULL));
                 if (l > 0) /* through tanh: d/dh = 1 - a^2 */
                     for (size_t k = 0; k < (size_t)B * in; k++)
                         delta[k] = dprev[k] * (1.0f - act[l][k] * act[l][k]);
@@ -751,6 +753,8 @@ static void *rank_main(void *argp)
     free(scratch);
     for (int l = 0; l <= N_LAYERS; l++) free(act[l]);
     free(y); free(w); free(bias); free(gw); free(gb); free(delta); free(dprev);
+    for (int l = 0; l < N_LAYERS; l++)
+        zc_block_destroy(blk[l]);
     zc_engine_destroy(eng);
     return NULL;
 }

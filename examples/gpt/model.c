@@ -132,10 +132,13 @@ bool gpt_acts_create(gpt_acts *a, const gpt_config *c, int B, char *err, size_t 
 {
     memset(a, 0, sizeof *a);
     const size_t L = (size_t)c->layers, C = (size_t)c->dim, T = (size_t)c->seq;
-    size_t N, NC, att, NV;
+    size_t N, NC, att, NV, widest;
+    /* widest: the largest per-layer buffer (4 N C, the MLP) over every layer,
+     * in bytes; with it and att checked, every size below fits size_t. */
     if (B < 1 || !mul3((size_t)B, T, 1, &N) || !mul3(N, C, 4, &NC) ||
         !mul3((size_t)B * c->heads, T, T, &att) || !mul3(N, (size_t)c->vocab, 1, &NV) ||
-        !mul3(att, L, sizeof(float), &att) || NC > INT32_MAX || NV > INT32_MAX) {
+        !mul3(att, L, sizeof(float), &att) || !mul3(NC, L + 1, sizeof(float), &widest) ||
+        NC > INT32_MAX || NV > INT32_MAX) {
         snprintf(err, errlen, "batch %d x seq %zu is too large for this model", B, T);
         return false;
     }
@@ -151,8 +154,6 @@ bool gpt_acts_create(gpt_acts *a, const gpt_config *c, int B, char *err, size_t 
         {&a->datty, NC}, {&a->dqkv, 3 * NC}, {&a->dfch, 4 * NC}, {&a->dfch_gelu, 4 * NC},
         {&a->dlogits, NV}};
     for (size_t k = 0; k < sizeof t / sizeof t[0]; k++) {
-        /* The products of L with per-layer sizes above cannot overflow once
-         * att (which is L x B x NH x T x T x 4 >= L x N x 4) did not. */
         *t[k].p = calloc(t[k].n, sizeof(float));
         if (!*t[k].p) {
             snprintf(err, errlen, "out of memory for activations (%zu floats)", t[k].n);

@@ -29,13 +29,18 @@ static void usage(FILE *f)
         "                 [--stage 0..3] [--world 1..64] [--dtype fp32|bf16|fp16]\n"
         "                 [--accum 1..1024] [--lr 0..1e6] [--clip 0..1e9] [--seed 0..2^64-1]\n"
         "                 [--eval-every 0..1000000] [--sample 0..100000] [--data FILE]\n"
-        "                 [--config ds_config.json] [--launcher] [--json]\n"
+        "                 [--config ds_config.json] [--device cpu|cuda]\n"
+        "                 [--launcher auto|threads|env] [--json]\n"
         "defaults: --layers 2 --heads 4 --dim 64 --seq 64 --vocab 256 --batch 8 --steps 300\n"
         "          --stage 2 --world 2 --dtype bf16 --accum 1 --lr 3e-3 --clip 1.0 --seed 1\n"
         "          --eval-every 100 --sample 0 --data /usr/share/common-licenses/GPL-3\n"
+        "--device cuda: the model on the GPU (cuBLAS bf16 matmuls, CUDA kernels); cpu is\n"
+        "          the default (OpenBLAS).\n"
         "--dim must be a multiple of --heads. --batch is sequences per rank and micro-step.\n"
-        "--launcher: this process is one rank of a job started by torchrun, Slurm or mpirun\n"
-        "            (zc_comm_init_env); without it --world ranks run as threads here.\n"
+        "--launcher: threads (--world ranks run as threads here), env (this process is one\n"
+        "          rank of a job started by torchrun, srun or mpirun: zc_comm_init_env; the\n"
+        "          world is the launcher's), auto (env when mpirun or torchrun started it;\n"
+        "          the default).\n"
         "--config: a DeepSpeed JSON file decides stage, precision, optimizer, clipping and\n"
         "          accumulation; flags given explicitly override it.\n");
 }
@@ -71,11 +76,10 @@ gpt_opts gpt_parse_args(int argc, char **argv)
     static const char *const with_value[] = {
         "--layers", "--heads", "--dim", "--seq", "--vocab", "--batch", "--steps", "--stage",
         "--world", "--dtype", "--accum", "--lr", "--clip", "--seed", "--eval-every", "--sample",
-        "--data", "--config"};
+        "--data", "--config", "--device", "--launcher"};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--json")) { o.json = true; continue; }
-        if (!strcmp(a, "--launcher")) { o.launcher = true; continue; }
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); gpt_quit(0); }
         bool known = false;
         for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
@@ -114,6 +118,23 @@ gpt_opts gpt_parse_args(int argc, char **argv)
         else if (!strcmp(a, "--sample")) o.sample = (int)parse_int(a, v, 0, 100000);
         else if (!strcmp(a, "--data")) o.data_path = v;
         else if (!strcmp(a, "--config")) o.config_path = v;
+        else if (!strcmp(a, "--launcher")) {
+            if (!strcmp(v, "auto")) o.launcher = GPT_LAUNCH_AUTO;
+            else if (!strcmp(v, "threads")) o.launcher = GPT_LAUNCH_THREADS;
+            else if (!strcmp(v, "env")) o.launcher = GPT_LAUNCH_ENV;
+            else {
+                fprintf(stderr, "train_gpt: --launcher must be auto, threads or env, got "
+                        "'%.200s'\n", v);
+                gpt_quit(2);
+            }
+        } else if (!strcmp(a, "--device")) {
+            if (!strcmp(v, "cpu")) o.cuda = false;
+            else if (!strcmp(v, "cuda")) o.cuda = true;
+            else {
+                fprintf(stderr, "train_gpt: --device must be cpu or cuda, got '%.200s'\n", v);
+                gpt_quit(2);
+            }
+        }
         else if (!strcmp(a, "--seed")) {
             char err[ZC_ARG_ERRLEN];
             uint64_t x;
@@ -136,11 +157,6 @@ gpt_opts gpt_parse_args(int argc, char **argv)
     char err[256];
     if (!gpt_config_check(&o.model, err, sizeof err)) {
         fprintf(stderr, "train_gpt: %s\n", err);
-        gpt_quit(2);
-    }
-    if (o.launcher && (o.given & GPT_GIVEN_WORLD)) {
-        fprintf(stderr, "train_gpt: --world and --launcher exclude each other: under a "
-                "launcher the world is the launcher's\n");
         gpt_quit(2);
     }
     return o;

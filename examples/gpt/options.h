@@ -18,7 +18,9 @@ typedef struct gpt_opts {
     const char *config_path; /* a DeepSpeed JSON file, or NULL */
     const char *data_path;
     unsigned given;          /* GPT_GIVEN_* bits: flags set on the command line */
-    bool json, launcher;
+    bool json;
+    int launcher;            /* GPT_LAUNCH_*: ranks as threads, or one per process */
+    bool cuda;               /* --device cuda */
 } gpt_opts;
 
 enum {
@@ -26,6 +28,11 @@ enum {
     GPT_GIVEN_BATCH = 1u << 3, GPT_GIVEN_CLIP = 1u << 4, GPT_GIVEN_LR = 1u << 5,
     GPT_GIVEN_WORLD = 1u << 6
 };
+
+/* --launcher: auto (one rank per process when mpirun or torchrun started
+ * this one), threads (every rank a thread here), env (one rank per process,
+ * from the launcher's environment: zc_comm_init_env). */
+enum { GPT_LAUNCH_AUTO, GPT_LAUNCH_THREADS, GPT_LAUNCH_ENV };
 
 /* Parses argv strictly (tools/cliarg.h): an unknown flag, a missing value or
  * a value outside its range prints why and ends the process with status 2. */

@@ -1,5 +1,6 @@
 /* train_gpt — a GPT-2-style decoder trained on a text file through zeroc's
- * public API, on the CPU (OpenBLAS for the matmuls).
+ * public API, on the CPU (OpenBLAS for the matmuls) or, with --device cuda,
+ * on a GPU (cuBLAS and the kernels of layers_cuda.cu; backend.h).
  *
  * How it uses the engine, as a ZeRO user would: every tensor is registered,
  * with a chunk boundary before each transformer block and before the final
@@ -13,8 +14,9 @@
  * to the engine at the end of backward, so at most two chunk gradient
  * buffers are ever open (the engine reserves two in stages 2 and 3).
  *
- * Each rank is a thread with its own engine (zc_comm_local_world), or, with
- * --launcher, this process is one rank of a launched job (zc_comm_init_env).
+ * Each rank is a thread with its own engine (zc_comm_local_world), or, when
+ * mpirun or torchrun started this process (or with --launcher env), it is one
+ * rank of the launched job (zc_comm_init_env).
  * Run `train_gpt --help` for the flags; --json prints one object per step,
  * per evaluation and a final one (see README). */
 #include <errno.h>
@@ -32,7 +34,7 @@
 #include "data.h"
 #include "model.h"
 #include "options.h"
-#include "precision.h"
+#include "backend.h"
 #include "sha256.h"
 
 typedef struct shared {
@@ -46,6 +48,7 @@ typedef struct shared {
     double *losses;          /* [local] this step's loss on each local rank */
     double val_loss;         /* last validation loss (rank 0) */
     float *master;           /* gathered fp32 master, registration order */
+    const gpt_backend *be;   /* where the model runs (--device) */
     pthread_barrier_t bar;
 } shared;
 
@@ -62,7 +65,10 @@ static const char *lib_error(void)
 
 static void die(int rank, const char *what)
 {
-    fprintf(stderr, "train_gpt: rank %d: %s failed: %s\n", rank, what, lib_error());
+    char who[32] = "";
+    if (rank >= 0) /* -1: the main thread, before or after the ranks run */
+        snprintf(who, sizeof who, "rank %d: ", rank);
+    fprintf(stderr, "train_gpt: %s%s failed: %s\n", who, what, lib_error());
     gpt_quit(1);
 }
 
@@ -102,34 +108,60 @@ static jnum_t jnum(double v)
 
 typedef struct rank_state {
     const shared *sh;
+    const gpt_backend *be;
+    void *stream;            /* the rank's stream (NULL on the CPU) */
     zc_engine *eng;
     int rank, nt;
     zc_param **P;
     size_t *numel;
-    /* fp32 copies of acquired weights: the embedding (kept for the tied
-     * head), one block, and lnf; gradients of one block, of the embedding
-     * (summed through backward) and of lnf. */
+    /* fp32 copies of acquired weights, in the backend's memory: the
+     * embedding (kept for the tied head), one block, and lnf; gradients of
+     * one block, of the embedding (summed through backward) and of lnf. */
     float *wte, *wpe, *blk[GPT_BLOCK_TENSORS], *lnfw, *lnfb;
     float *dwte, *dwpe, *gblk[GPT_BLOCK_TENSORS], *dlnfw, *dlnfb;
+    int *tok, *tgt;          /* the micro-batch, in the backend's memory */
 } rank_state;
 
+/* A failed backend call ends the program (a rank that stops would leave
+ * the others waiting in a collective). */
+#define BE(s, call)                                                                      \
+    do {                                                                                 \
+        int be_rc_ = (s)->be->call;                                                      \
+        if (be_rc_) {                                                                    \
+            fprintf(stderr, "train_gpt: rank %d: %s backend: %s failed: %s\n", (s)->rank, \
+                    (s)->be->name, #call, (s)->be->error_str(be_rc_));                   \
+            gpt_quit(1);                                                                 \
+        }                                                                                \
+    } while (0)
+
 static zc_dtype dtype_of(const rank_state *s) { return s->sh->o.dtype; }
+
+static float *balloc(rank_state *s, size_t n)
+{
+    float *p = s->be->alloc(n);
+    if (!p) {
+        fprintf(stderr, "train_gpt: rank %d: out of %s memory (%zu floats)\n", s->rank,
+                s->be->name, n);
+        gpt_quit(1);
+    }
+    return p;
+}
 
 /* Acquires tensors [first, first + n) and widens them into dst[]. */
 static void acquire(rank_state *s, int first, int n, float *const *dst)
 {
     const int rank = s->rank;
     for (int k = 0; k < n; k++) {
-        const void *p = zc_param_acquire(s->eng, s->P[first + k], NULL);
+        const void *p = zc_param_acquire(s->eng, s->P[first + k], s->stream);
         if (!p) die(rank, "zc_param_acquire");
-        gpt_load_f32(dst[k], p, dtype_of(s), s->numel[first + k]);
+        BE(s, widen(dst[k], p, dtype_of(s), s->numel[first + k], s->stream));
     }
 }
 
 static void release(rank_state *s, int first, int n)
 {
     const int rank = s->rank;
-    for (int k = 0; k < n; k++) CHECK(zc_param_release(s->eng, s->P[first + k], NULL));
+    for (int k = 0; k < n; k++) CHECK(zc_param_release(s->eng, s->P[first + k], s->stream));
 }
 
 /* Writes the fp32 gradients src[] of tensors [first, first + n) into the
@@ -141,24 +173,25 @@ static void give_grads(rank_state *s, int first, int n, float *const *src)
     for (int k = 0; k < n; k++) {
         void *g = zc_grad_buffer(s->eng, s->P[first + k]);
         if (!g) die(rank, "zc_grad_buffer");
-        gpt_store_dtype(g, dtype_of(s), src[k], s->numel[first + k]);
+        BE(s, narrow(g, dtype_of(s), src[k], s->numel[first + k], s->stream));
     }
     for (int k = 0; k < n; k++) CHECK(zc_grad_ready(s->eng, s->P[first + k]));
 }
 
 static int block_first(int l) { return 2 + GPT_BLOCK_TENSORS * l; }
 
-/* Forward through every piece, acquiring each; returns the mean loss. */
-static double forward(rank_state *s, gpt_acts *a, const int *tok, const int *tgt, bool keep_head)
+/* Forward of model m over s->tok / s->tgt through every piece, acquiring
+ * each; returns the mean loss. */
+static double forward(rank_state *s, void *m, bool keep_head)
 {
     const gpt_config *c = &s->sh->o.model;
     float *emb[2] = {s->wte, s->wpe};
     acquire(s, 0, 2, emb);
-    gpt_embed_forward_piece(c, a, s->wte, s->wpe, tok);
+    BE(s, embed_forward(m, s->wte, s->wpe, s->tok));
     release(s, 0, 2);
     for (int l = 0; l < c->layers; l++) {
         acquire(s, block_first(l), GPT_BLOCK_TENSORS, s->blk);
-        gpt_block_forward(c, a, l, (const float *const *)s->blk);
+        BE(s, block_forward(m, l, (const float *const *)s->blk));
         release(s, block_first(l), GPT_BLOCK_TENSORS);
     }
     /* The head reads lnf and the tied wte; with keep_head they stay
@@ -166,7 +199,8 @@ static double forward(rank_state *s, gpt_acts *a, const int *tok, const int *tgt
     float *head[2] = {s->lnfw, s->lnfb};
     acquire(s, s->nt - 2, 2, head);
     acquire(s, 0, 1, emb);
-    double loss = gpt_head_forward(c, a, s->lnfw, s->lnfb, s->wte, tgt);
+    double loss = 0.0;
+    BE(s, head_forward(m, s->lnfw, s->lnfb, s->wte, s->tgt, &loss));
     if (!keep_head) {
         release(s, 0, 1);
         release(s, s->nt - 2, 2);
@@ -174,16 +208,15 @@ static double forward(rank_state *s, gpt_acts *a, const int *tok, const int *tgt
     return loss;
 }
 
-static void backward(rank_state *s, gpt_acts *a, const int *tok, const int *tgt)
+static void backward(rank_state *s, void *m)
 {
     const gpt_config *c = &s->sh->o.model;
-    const int rank = s->rank;
     const float scale = (float)zc_loss_scale(s->eng);
-    memset(s->dwte, 0, s->numel[0] * sizeof(float));
-    memset(s->dwpe, 0, s->numel[1] * sizeof(float));
-    memset(s->dlnfw, 0, (size_t)c->dim * sizeof(float));
-    memset(s->dlnfb, 0, (size_t)c->dim * sizeof(float));
-    gpt_head_backward(c, a, s->lnfw, s->wte, tgt, scale, s->dwte, s->dlnfw, s->dlnfb);
+    BE(s, zero(s->dwte, s->numel[0], s->stream));
+    BE(s, zero(s->dwpe, s->numel[1], s->stream));
+    BE(s, zero(s->dlnfw, (size_t)c->dim, s->stream));
+    BE(s, zero(s->dlnfb, (size_t)c->dim, s->stream));
+    BE(s, head_backward(m, s->lnfw, s->wte, s->tgt, scale, s->dwte, s->dlnfw, s->dlnfb));
     float *dhead[2] = {s->dlnfw, s->dlnfb};
     give_grads(s, s->nt - 2, 2, dhead); /* the head's chunk is complete */
     release(s, 0, 1);
@@ -191,62 +224,66 @@ static void backward(rank_state *s, gpt_acts *a, const int *tok, const int *tgt)
     for (int l = c->layers - 1; l >= 0; l--) {
         acquire(s, block_first(l), GPT_BLOCK_TENSORS, s->blk);
         for (int k = 0; k < GPT_BLOCK_TENSORS; k++)
-            memset(s->gblk[k], 0, s->numel[block_first(l) + k] * sizeof(float));
-        gpt_block_backward(c, a, l, (const float *const *)s->blk, s->gblk);
+            BE(s, zero(s->gblk[k], s->numel[block_first(l) + k], s->stream));
+        BE(s, block_backward(m, l, (const float *const *)s->blk, s->gblk));
         give_grads(s, block_first(l), GPT_BLOCK_TENSORS, s->gblk);
         release(s, block_first(l), GPT_BLOCK_TENSORS);
     }
     /* The lookup needs no weights, only the gradient of its output. */
-    gpt_embed_backward_piece(c, a, tok, s->dwte, s->dwpe);
+    BE(s, embed_backward(m, s->tok, s->dwte, s->dwpe));
     float *demb[2] = {s->dwte, s->dwpe};
     give_grads(s, 0, 2, demb);
-    (void)rank;
 }
 
 /* Mean loss over every validation window (every rank computes the same
  * value: stage 3's acquires are collective, so all ranks run the same
- * forward passes). */
-static double validate(rank_state *s, gpt_acts *a, int *tok, int *tgt)
+ * forward passes). tok and tgt are host scratch of B x T. */
+static double validate(rank_state *s, void *m, int B, int *tok, int *tgt)
 {
     const gpt_config *c = &s->sh->o.model;
     const gpt_data *d = &s->sh->data;
     const size_t nw = gpt_data_val_windows(d, c->seq);
-    const int B = a->B, T = c->seq, V = c->vocab;
+    const int T = c->seq;
     double sum = 0.0;
     for (size_t w0 = 0; w0 < nw; w0 += (size_t)B) {
         size_t n = nw - w0 < (size_t)B ? nw - w0 : (size_t)B;
         for (int b = 0; b < B; b++) /* pad a short last batch with its first window */
             gpt_data_val_window(d, T, w0 + ((size_t)b < n ? (size_t)b : 0),
                                 tok + (size_t)b * T, tgt + (size_t)b * T);
-        forward(s, a, tok, tgt, false);
-        for (size_t r = 0; r < n * (size_t)T; r++) {
-            float p = a->probs[r * (size_t)V + (size_t)tgt[r]];
-            sum -= log(p > 1.17549435e-38f ? (double)p : 1.17549435e-38);
-        }
+        BE(s, upload_ints(s->tok, tok, (size_t)B * T, s->stream));
+        BE(s, upload_ints(s->tgt, tgt, (size_t)B * T, s->stream));
+        forward(s, m, false);
+        double part = 0.0;
+        BE(s, loss_sum(m, tgt, n * (size_t)T, &part));
+        sum += part;
     }
     return sum / ((double)nw * T);
 }
 
 /* Generates n bytes after the first seq bytes of the validation text,
- * sampling from the model's distribution; rank 0 prints them. */
+ * sampling from the model's distribution; rank 0 prints them. Every rank
+ * runs it (stage 3 gathers are collective). */
 static void sample(rank_state *s, int n, bool print)
 {
     const gpt_config *c = &s->sh->o.model;
     const gpt_data *d = &s->sh->data;
     const int T = c->seq, V = c->vocab;
     char err[256];
-    gpt_acts a;
-    if (!gpt_acts_create(&a, c, 1, err, sizeof err)) {
+    void *m = NULL;
+    if (!s->be->model_create(&m, c, 1, s->stream, err, sizeof err)) {
         fprintf(stderr, "train_gpt: %s\n", err);
         gpt_quit(1);
     }
     int *tok = xcalloc((size_t)T, sizeof(int)), *tgt = xcalloc((size_t)T, sizeof(int));
+    float *p = xcalloc((size_t)V, sizeof(float));
     gpt_data_val_window(d, T, 0, tok, tgt);
     uint64_t rng = s->sh->o.seed ^ 0x73616d706c65ull;
     if (print) printf("--- sample ---\n");
     for (int i = 0; i < n; i++) {
-        forward(s, &a, tok, tgt, false);
-        const float *p = a.probs + (size_t)(T - 1) * V;
+        BE(s, upload_ints(s->tok, tok, (size_t)T, s->stream));
+        BE(s, upload_ints(s->tgt, tgt, (size_t)T, s->stream));
+        forward(s, m, false);
+        BE(s, probs_row(m, (size_t)(T - 1), p));
         rng = rng * 6364136223846793005ull + 1442695040888963407ull;
         double u = (double)(rng >> 11) * 0x1p-53, acc = 0.0;
         int next = V - 1;
@@ -264,7 +301,8 @@ static void sample(rank_state *s, int n, bool print)
     if (print) printf("\n--- end of sample ---\n");
     free(tok);
     free(tgt);
-    gpt_acts_destroy(&a);
+    free(p);
+    s->be->model_destroy(m);
 }
 
 static void *rank_main(void *argp)
@@ -278,9 +316,14 @@ static void *rank_main(void *argp)
     const bool lead = rank == 0;
     char err[256];
 
+    rank_state s = {.sh = sh, .be = sh->be, .rank = rank, .nt = gpt_num_tensors(c)};
+    BE(&s, stream_create(&s.stream));
     zc_engine_options eo = ZC_ENGINE_OPTIONS_INIT;
-    eo.device = ZC_DEVICE_HOST; /* the layers read and write host memory */
-    rank_state s = {.sh = sh, .rank = rank, .nt = gpt_num_tensors(c)};
+    /* The layers read parameters and write gradients where the backend
+     * computes: host memory, or the device with gradients written on this
+     * rank's stream. */
+    eo.device = s.be->device;
+    eo.stream = s.stream;
     CHECK(zc_engine_create(&s.eng, sh->cfg, comm, &eo));
     /* Biases and LayerNorm gains train without weight decay, as in GPT-2
      * recipes: the 1-D tensors go to a group of their own. */
@@ -312,34 +355,41 @@ static void *rank_main(void *argp)
         }
         free(init);
     }
-    s.wte = xcalloc(s.numel[0], sizeof(float));
-    s.wpe = xcalloc(s.numel[1], sizeof(float));
-    s.dwte = xcalloc(s.numel[0], sizeof(float));
-    s.dwpe = xcalloc(s.numel[1], sizeof(float));
+    s.wte = balloc(&s, s.numel[0]);
+    s.wpe = balloc(&s, s.numel[1]);
+    s.dwte = balloc(&s, s.numel[0]);
+    s.dwpe = balloc(&s, s.numel[1]);
     for (int k = 0; k < GPT_BLOCK_TENSORS; k++) {
-        s.blk[k] = xcalloc(s.numel[2 + k], sizeof(float));
-        s.gblk[k] = xcalloc(s.numel[2 + k], sizeof(float));
+        s.blk[k] = balloc(&s, s.numel[2 + k]);
+        s.gblk[k] = balloc(&s, s.numel[2 + k]);
     }
-    s.lnfw = xcalloc((size_t)c->dim, sizeof(float));
-    s.lnfb = xcalloc((size_t)c->dim, sizeof(float));
-    s.dlnfw = xcalloc((size_t)c->dim, sizeof(float));
-    s.dlnfb = xcalloc((size_t)c->dim, sizeof(float));
+    s.lnfw = balloc(&s, (size_t)c->dim);
+    s.lnfb = balloc(&s, (size_t)c->dim);
+    s.dlnfw = balloc(&s, (size_t)c->dim);
+    s.dlnfb = balloc(&s, (size_t)c->dim);
+    s.tok = s.be->alloc_ints((size_t)B * T);
+    s.tgt = s.be->alloc_ints((size_t)B * T);
+    if (!s.tok || !s.tgt) {
+        fprintf(stderr, "train_gpt: rank %d: out of %s memory for tokens\n", rank, s.be->name);
+        gpt_quit(1);
+    }
 
-    gpt_acts a;
-    if (!gpt_acts_create(&a, c, B, err, sizeof err)) {
+    void *m = NULL;
+    if (!s.be->model_create(&m, c, B, s.stream, err, sizeof err)) {
         fprintf(stderr, "train_gpt: %s\n", err);
         gpt_quit(1);
     }
     int *tok = xcalloc((size_t)B * T, sizeof(int)), *tgt = xcalloc((size_t)B * T, sizeof(int));
     const double tokens_per_step = (double)B * T * o->accum * sh->world;
-    const char *dt = zc_dtype_name(o->dtype);
 
     for (int step = 0; step < o->steps; step++) {
         double t0 = now(), loss = 0.0;
         for (int micro = 0; micro < o->accum; micro++) {
             gpt_data_rank_batch(&sh->data, T, o->seed, step, micro, rank, B, tok, tgt);
-            loss += forward(&s, &a, tok, tgt, true);
-            backward(&s, &a, tok, tgt);
+            BE(&s, upload_ints(s.tok, tok, (size_t)B * T, s.stream));
+            BE(&s, upload_ints(s.tgt, tgt, (size_t)B * T, s.stream));
+            loss += forward(&s, m, true);
+            backward(&s, m);
             if (micro + 1 < o->accum) CHECK(zc_micro_step_end(s.eng));
         }
         zc_step_info info;
@@ -367,7 +417,7 @@ static void *rank_main(void *argp)
         }
         if (sh->local > 1) pthread_barrier_wait(&sh->bar); /* losses[] is reused */
         if (o->eval_every > 0 && (step + 1) % o->eval_every == 0 && step + 1 < o->steps) {
-            double v = validate(&s, &a, tok, tgt);
+            double v = validate(&s, m, B, tok, tgt);
             if (lead) {
                 if (o->json)
                     printf("{\"eval\":true,\"step\":%d,\"val_loss\":%s}\n", step + 1, jnum(v).s);
@@ -378,7 +428,7 @@ static void *rank_main(void *argp)
             }
         }
     }
-    double v = validate(&s, &a, tok, tgt);
+    double v = validate(&s, m, B, tok, tgt);
     if (lead) sh->val_loss = v;
     if (lead && o->json)
         printf("{\"eval\":true,\"step\":%d,\"val_loss\":%s}\n", o->steps, jnum(v).s);
@@ -394,18 +444,21 @@ static void *rank_main(void *argp)
         off += s.numel[i];
     }
     free(scratch);
-    (void)dt;
     free(tok);
     free(tgt);
-    gpt_acts_destroy(&a);
+    s.be->model_destroy(m);
+    float *bufs[] = {s.wte, s.wpe, s.dwte, s.dwpe, s.lnfw, s.lnfb, s.dlnfw, s.dlnfb};
+    for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++) s.be->free(bufs[k]);
     for (int k = 0; k < GPT_BLOCK_TENSORS; k++) {
-        free(s.blk[k]);
-        free(s.gblk[k]);
+        s.be->free(s.blk[k]);
+        s.be->free(s.gblk[k]);
     }
-    free(s.wte); free(s.wpe); free(s.dwte); free(s.dwpe);
-    free(s.lnfw); free(s.lnfb); free(s.dlnfw); free(s.dlnfb);
-    free(s.P); free(s.numel);
+    s.be->free(s.tok);
+    s.be->free(s.tgt);
+    free(s.P);
+    free(s.numel);
     zc_engine_destroy(s.eng);
+    s.be->stream_destroy(s.stream);
     return NULL;
 }
 
@@ -429,14 +482,29 @@ static void report(const shared *sh, size_t total, bool lead_here)
     if (o->json)
         printf("{\"final\":true,\"params_sha256\":\"%s\",\"num_params\":%zu,\"val_loss\":%s,"
                "\"unigram_entropy\":%s,\"stage\":%d,\"world\":%d,\"dtype\":\"%s\","
-               "\"device\":\"cpu\"}\n",
+               "\"device\":\"%s\"}\n",
                hex, total, jnum(sh->val_loss).s, jnum(sh->unigram_val).s, o->stage, sh->world,
-               zc_dtype_name(o->dtype));
+               zc_dtype_name(o->dtype), sh->be->name);
     else
         printf("\nval_loss %.4f nats/byte; unigram entropy of the validation bytes %.4f\n"
                "%zu parameters, ZeRO stage %d, %d ranks, %s; fp32 master sha256 %s\n",
                sh->val_loss, sh->unigram_val, total, o->stage, sh->world,
                zc_dtype_name(o->dtype), hex);
+}
+
+/* Whether a launcher started this process as one rank of a job: mpirun
+ * (Open MPI, MPICH/hydra, MVAPICH2) or torchrun. Not Slurm's variables,
+ * which every program of a batch allocation inherits: srun users say
+ * --launcher env. (The rule of train_mlp's --launcher auto.) */
+static bool launched(void)
+{
+    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE",
+                                       "MV2_COMM_WORLD_SIZE", "WORLD_SIZE"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && *v) return true;
+    }
+    return false;
 }
 
 int main(int argc, char **argv)
@@ -448,14 +516,31 @@ int main(int argc, char **argv)
     char err[512];
 
     zc_comm *env_comm = NULL;
-    if (o->launcher) {
+    const bool per_process =
+        o->launcher == GPT_LAUNCH_ENV || (o->launcher == GPT_LAUNCH_AUTO && launched());
+    if (per_process) {
         CHECK(zc_comm_init_env(&env_comm));
         sh->world = zc_comm_world(env_comm);
         sh->local = 1;
+        if ((o->given & GPT_GIVEN_WORLD) && o->world != sh->world) {
+            fprintf(stderr, "train_gpt: --world %d but the launcher started %d ranks\n",
+                    o->world, sh->world);
+            gpt_quit(2);
+        }
     } else {
         sh->world = sh->local = o->world;
     }
     sh->cfg = gpt_make_config(o, sh->world);
+    sh->be = &gpt_backend_cpu;
+    if (o->cuda) {
+#ifdef GPT_HAVE_CUDA
+        sh->be = &gpt_backend_cuda;
+#else
+        fprintf(stderr, "train_gpt: --device cuda: this build has no CUDA (meson found no CUDA "
+                "toolkit or cuBLAS)\n");
+        gpt_quit(2);
+#endif
+    }
 
     if (!gpt_data_load(&sh->data, o->data_path, o->model.seq, err, sizeof err)) {
         fprintf(stderr, "train_gpt: %s\n", err);
@@ -480,7 +565,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "train_gpt: the model and batch sizes overflow a memory estimate\n");
         gpt_quit(2);
     }
-    if (zc__mem_available(&avail) && need > avail - avail / 8) {
+    /* (Host memory: on a device, cudaMalloc failures are reported as such.) */
+    if (!o->cuda && zc__mem_available(&avail) && need > avail - avail / 8) {
         fprintf(stderr, "train_gpt: %d ranks need about %.2f GiB; %.2f GiB are available, of "
                 "which this takes at most 7/8. Use a smaller --batch, --seq or model\n",
                 sh->local, (double)need / 1073741824.0, (double)avail / 1073741824.0);
@@ -488,13 +574,13 @@ int main(int argc, char **argv)
     }
     /* Ranks as threads: each rank's matmuls run single-threaded in its own
      * thread, so the ranks do not fight over one BLAS thread pool. */
-    if (sh->local > 1) openblas_set_num_threads(1);
+    if (!o->cuda && sh->local > 1) openblas_set_num_threads(1);
 
     const size_t total = gpt_num_params(c);
     sh->losses = xcalloc((size_t)sh->local, sizeof(double));
     sh->master = xcalloc(total, sizeof(float));
     sh->comms = xcalloc((size_t)sh->local, sizeof(zc_comm *));
-    if (o->launcher) {
+    if (per_process) {
         sh->comms[0] = env_comm;
     } else {
         CHECK(zc_comm_local_world(sh->world, sh->comms));
@@ -528,7 +614,7 @@ int main(int argc, char **argv)
 
     for (int r = 0; r < sh->local; r++) zc_comm_destroy(sh->comms[r]);
     zc_config_destroy(sh->cfg);
-    if (!o->launcher) pthread_barrier_destroy(&sh->bar);
+    if (!per_process) pthread_barrier_destroy(&sh->bar);
     gpt_data_destroy(&sh->data);
     free(th); free(args); free(sh->comms); free(sh->master); free(sh->losses);
     free(sh);

@@ -220,9 +220,12 @@ ZC_API zc_status zc_comm_local_world(int world, zc_comm **comms);
 /* Creates this process's rank from the launcher's environment (torchrun and the
  * deepspeed launcher: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT;
  * Slurm: SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID; Open MPI:
- * OMPI_COMM_WORLD_*). Returns ZC_ERR_UNSUPPORTED when this build has no
- * backend that can reach other processes, ZC_ERR_CONFIG naming the missing
- * variable. */
+ * OMPI_COMM_WORLD_*). The backend: NCCL when built and a GPU is visible, else
+ * MPI (host buffers) under mpirun/srun when built; ZC_COMM=local|mpi|nccl
+ * forces one (local: a world of one process). Returns ZC_ERR_UNSUPPORTED when
+ * this build has no backend that can reach other processes (or lacks the one
+ * ZC_COMM names), ZC_ERR_CONFIG naming a missing or malformed variable
+ * (an unknown ZC_COMM included). */
 ZC_API zc_status zc_comm_init_env(zc_comm **out);
 
 /* Rank and world size of a handle (-1 for NULL). */
@@ -347,7 +350,16 @@ ZC_API zc_status zc_param_release(zc_engine *eng, zc_param *p, void *stream);
  * Returns NULL for an unknown parameter. In stages 2 and 3 the buffer is one of
  * two chunk buffers reserved at build: writing the gradients of a third chunk
  * before the first two are complete (every parameter made ready) returns NULL
- * with ZC_ERR_NO_MEMORY, on every rank alike. */
+ * with ZC_ERR_NO_MEMORY, on every rank alike.
+ * Lifetime: the pointer is valid until this parameter's zc_grad_ready; a
+ * later call in the next micro-step may return it again, zeroed. Writing it
+ * after zc_grad_ready is a bug whose effect depends on the stage: in stages
+ * 0-1 it silently changes this rank's already-reduced gradient, in stages 2-3
+ * the memory is back in the pool and may hold another chunk's gradient. With
+ * ZC_DEBUG=1 in the environment (docs/debug.md) the buffer is a shadow the
+ * engine checks instead, at every stage alike: the next zc_step or
+ * zc_micro_step_end fails with ZC_ERR_INVALID_STATE naming the parameter and
+ * the element, on every rank, and the engine is broken. */
 ZC_API void *zc_grad_buffer(zc_engine *eng, zc_param *p);
 
 /* Hands the gradient back for this micro-step. When every parameter of a chunk
@@ -361,6 +373,130 @@ ZC_API void *zc_grad_buffer(zc_engine *eng, zc_param *p);
  * rest of the backward pass. Errors: unknown parameter, ready twice in one
  * micro-step (nothing is changed). */
 ZC_API zc_status zc_grad_ready(zc_engine *eng, zc_param *p);
+
+/* ---- Layout: where a chunk's parameters lie ------------------------------ */
+
+/* Guarantee: the working-precision parameters of one chunk lie back to back in
+ * registration order, without gaps - a parameter starts right after the last
+ * element of the one registered before it in the same chunk - and a chunk's
+ * base (its first parameter) is aligned to at least ZC_CHUNK_BASE_ALIGN bytes
+ * (a chunk over adopted memory, zc_block_adopt, is where the caller put it).
+ * So a block of consecutive parameters of one chunk is one array, as a trainer
+ * that keeps its weights in a single buffer expects. A parameter never
+ * straddles two chunks; chunks start at each zc_chunk_boundary and wherever
+ * the bucket (zc_engine_options.bucket_elems) is full. */
+#define ZC_CHUNK_BASE_ALIGN 64
+
+/* The base of the chunk holding p (its first parameter, in the working dtype)
+ * and, when elem_offset is not NULL, p's element offset from it. Stages 0-2
+ * keep the chunk resident: the pointer is valid until the engine is destroyed
+ * (the optimizer step writes it in place). Stage 3 holds the full chunk only
+ * while one of its parameters is acquired: p must be acquired (else
+ * ZC_ERR_INVALID_STATE) and the pointer is valid until that release. */
+ZC_API zc_status zc_param_chunk_base(zc_engine *eng, const zc_param *p, void **base,
+                                     int64_t *elem_offset);
+
+/* ---- Blocks: the calls above over several parameters at once ------------ */
+
+/* A block is a list of parameters of one engine (a transformer block's dozen
+ * tensors). Each block call is its per-parameter calls in the block's order -
+ * the same effect, the same collectives in the same order - so a loop that
+ * switches to blocks trains bitwise the same; in addition it is
+ * all-or-nothing where a per-parameter loop would stop half-way (below). */
+typedef struct zc_block zc_block;
+
+/* Creates a block over params[0..n-1] (n >= 1, each of eng, none twice),
+ * visited in that order. Before or after build. The caller owns *out and
+ * frees it with zc_block_destroy (before or after the engine; using it after
+ * the engine is gone is undefined). ZC_ERR_INVALID_ARG for a NULL, foreign or
+ * repeated handle; *out is NULL on failure. */
+ZC_API zc_status zc_block_create(zc_engine *eng, zc_param *const *params, int n,
+                                 zc_block **out);
+
+/* Creates the block of the parameters between two chunk boundaries: `first`
+ * and the parameters registered after it, up to (not including) the next one
+ * registered after a zc_chunk_boundary call, or the last one. Automatic chunk
+ * splits (bucket size) do not end it, so it may span several chunks. Same
+ * ownership and failures as zc_block_create. */
+ZC_API zc_status zc_block_span(zc_engine *eng, zc_param *first, zc_block **out);
+
+/* Number of parameters of a block (-1 for NULL or a bad handle), and its i-th
+ * parameter (NULL when i is out of range). */
+ZC_API int zc_block_size(const zc_block *b);
+ZC_API zc_param *zc_block_param(const zc_block *b, int i);
+
+/* Frees a block (not its parameters). NULL is a no-op. */
+ZC_API void zc_block_destroy(zc_block *b);
+
+/* zc_param_acquire of every parameter of the block, in order: ptrs[i]
+ * (ptrs may be NULL, else it holds zc_block_size(b) pointers) receives the
+ * i-th pointer, valid until zc_block_release (or the parameter's own
+ * release). Collective in stage 3, like the per-parameter call. On failure
+ * the parameters acquired by this call are released again and its status
+ * (that of the failing zc_param_acquire, e.g. ZC_ERR_NO_MEMORY beyond
+ * stage3_max_live_parameters) is returned. */
+ZC_API zc_status zc_block_acquire(zc_engine *eng, zc_block *b, void *stream, void **ptrs);
+
+/* zc_param_release of every parameter of the block, in order. Fails with
+ * ZC_ERR_INVALID_STATE, releasing nothing, when some parameter is not
+ * acquired. */
+ZC_API zc_status zc_block_release(zc_engine *eng, zc_block *b, void *stream);
+
+/* zc_grad_buffer of every parameter of the block: bufs[i] (zc_block_size(b)
+ * pointers) receives the i-th buffer, under zc_grad_buffer's contract
+ * (zeroed per micro-step, stream order, valid until that parameter's
+ * zc_grad_ready). Stages 2 and 3 hold a gradient buffer per chunk and
+ * reserve two at build: a block needs one for each of its chunks that has
+ * none yet, and when fewer are free the call fails with ZC_ERR_NO_MEMORY,
+ * on every rank alike, before taking any; so a block must span at most two
+ * chunks there (one chunk per block: zc_chunk_boundary before each block
+ * with a bucket that holds it). ZC_ERR_INVALID_STATE, nothing taken, when a
+ * parameter was already made ready in this micro-step. */
+ZC_API zc_status zc_block_grad_buffers(zc_engine *eng, zc_block *b, void **bufs);
+
+/* zc_grad_ready of every parameter of the block, in order (a chunk's
+ * reduction starts as its last parameter is made ready, as per parameter).
+ * Fails with ZC_ERR_INVALID_STATE, changing nothing, when some parameter was
+ * already made ready in this micro-step; a failed reduction breaks the
+ * engine as zc_grad_ready's does. */
+ZC_API zc_status zc_block_grad_ready(zc_engine *eng, zc_block *b);
+
+/* Adopting storage. Registers the block's parameters over the caller's
+ * memory, which zeroc then uses in place as their working-precision values:
+ * zc_param_acquire returns pointers into it (pointer identity), zc_step
+ * writes the updated parameters into it, and the values it holds at
+ * zc_engine_build become the parameters' initial values (the fp32 master
+ * included; zc_param_load still works and writes into it). The parameters
+ * must be consecutive in registration order; the block becomes exactly one
+ * chunk (a chunk boundary before and after it, whatever the bucket), so
+ * parameter i lies at its layout offset (the guarantee above: the caller's
+ * arrays, back to back). `memory` must hold zc_block_adopt_bytes(b) bytes:
+ * the parameters plus zeroc's padding of the chunk to a multiple of
+ * world x 64 elements, which zeroc zeroes and uses (stages 1-2 all-gather the
+ * padded chunk in place). The caller keeps ownership and must keep the
+ * memory alive and unmoved until zc_engine_destroy; zc_stats does not count
+ * it under ZC_MEM_PARAMS. Only the working copy is adopted: the fp32 master
+ * and Adam state stay where the configuration puts them (device, or
+ * offload_optimizer cpu / nvme). By stage: 0-2 use it in place on the host
+ * device; stage 3 refuses with ZC_ERR_UNSUPPORTED (it holds only a shard of
+ * the working parameters: load with zc_param_load and use zc_block_base
+ * while acquired), as does a CUDA device. Before build only
+ * (ZC_ERR_INVALID_STATE). ZC_ERR_INVALID_ARG for memory that is NULL, not
+ * aligned to the element size or too small (the message says how many
+ * bytes), parameters not consecutive or already adopted. A single parameter
+ * is adopted as a block of one. */
+ZC_API zc_status zc_block_adopt(zc_engine *eng, zc_block *b, void *memory, size_t bytes);
+
+/* The bytes zc_block_adopt needs for block b (its parameters in the working
+ * dtype, padded as its chunk will be). Before or after build. */
+ZC_API zc_status zc_block_adopt_bytes(zc_engine *eng, const zc_block *b, size_t *bytes);
+
+/* The address of the block's first parameter, when its parameters are
+ * consecutive in registration order and lie in one chunk (ZC_ERR_INVALID_ARG
+ * otherwise): then the block is one array of the sum of their numel elements
+ * (the layout guarantee above). Valid as zc_param_chunk_base's pointer: in
+ * stage 3 only while the block (its first parameter) is acquired. */
+ZC_API zc_status zc_block_base(zc_engine *eng, const zc_block *b, void **base);
 
 /* Ends a micro-step that is not the last of the accumulation window; every
  * parameter must have been made ready. zc_step ends the last one itself. */

@@ -34,23 +34,20 @@ static const char *kind_str(int k)
     }
 }
 
-/* One collective in flight. Phase 1 is the exchange (alltoall(v), allgather,
- * bcast, barrier); all_reduce has a phase 2 (the allgatherv of the sums),
- * posted once phase 1 is done and the slice summed. */
+/* One collective in flight: point-to-point requests with every other rank
+ * (phase 1: the exchange; all_reduce's phase 2: spreading the sums, posted
+ * once phase 1 is done and the slice summed), or one request (barrier). */
 typedef struct mpi_op {
     int kind, phase; /* phase 0: slot free */
     zc_dtype dt;
     zc_red_op red;
     size_t count; /* all_reduce: n; reduce_scatter: recv_count; others: count */
     void *recv;
-    MPI_Request req;
+    MPI_Request *reqs; /* 2W, allocated with the communicator */
+    int nreq;
     uint64_t seq;
     void *scratch; /* W contributions of this rank's slice; kept between calls */
     size_t scratch_bytes;
-    /* 4W ints: send counts, send displacements, receive counts, receive
-     * displacements. MPI reads them until the request completes, so each
-     * op in flight has its own. */
-    int *cnt, *dsp;
 } mpi_op;
 
 typedef struct mpi_comm {
@@ -199,36 +196,43 @@ static zc_status mpi_fail(mpi_comm *c, const mpi_op *op, const char *call, int c
                 zc_dtype_name(op->dt), call, s);
 }
 
-/* Polls the op's request until it completes or the deadline passes. Spins
- * briefly (latency of small collectives), then yields, then sleeps up to
- * 1 ms, so ranks oversubscribed on few cores leave the CPU to the ranks
- * that still compute. */
+/* Polls the op's request until it completes or the deadline passes.
+ * MPI_Test is also what progresses Open MPI's shared-memory transfers (a
+ * large message moves in fragments as both sides poll), so the loop spins
+ * on it for 2 ms (a sched_yield per test gave the core away to any other
+ * runnable process for a whole time slice, 5-10x slower collectives on a
+ * loaded machine), then yields between tests up to 20 ms, so ranks
+ * oversubscribed on few cores let the slow rank compute, and only then
+ * sleeps 50 us between tests. */
 static zc_status wait_req(mpi_comm *c, mpi_op *op, double deadline)
 {
-    long sleep_ns = 1000;
+    double t0 = -1;
     for (unsigned long it = 0;; it++) {
         int done = 0;
-        int e = MPI_Test(&op->req, &done, MPI_STATUS_IGNORE);
+        int e = MPI_Testall(op->nreq, op->reqs, &done, MPI_STATUSES_IGNORE);
         if (e != MPI_SUCCESS)
-            return mpi_fail(c, op, "MPI_Test", e);
+            return mpi_fail(c, op, "MPI_Testall", e);
         if (done)
             return ZC_OK;
-        if (now_s() > deadline)
+        if (it < 64)
+            continue;
+        double t = now_s();
+        if (t > deadline)
             return fail(c, "mpi comm rank %d/%d: %s #%llu (%zu x %s) timed out after %g s "
                            "waiting for the other ranks (ZC_COMM_TIMEOUT)",
                         c->base.rank, c->base.world, kind_str(op->kind),
                         (unsigned long long)op->seq, op->count, zc_dtype_name(op->dt),
                         c->timeout_s);
-        if (it < 200)
+        if (t0 < 0)
+            t0 = t;
+        if (t - t0 < 0.002) {
             continue;
-        if (it < 2000) {
+        } else if (t - t0 < 0.02) {
             sched_yield();
-            continue;
+        } else {
+            struct timespec ts = {0, 50000};
+            nanosleep(&ts, NULL);
         }
-        struct timespec ts = {0, sleep_ns};
-        nanosleep(&ts, NULL);
-        if (sleep_ns < 1000000)
-            sleep_ns *= 2;
     }
 }
 
@@ -286,53 +290,140 @@ static zc_status take_slot(mpi_comm *c, mpi_op **out)
 
 static void push(mpi_comm *c) { c->n++; }
 
+/* Tags keep each op's messages apart: the sequence number (mod 2^14, far
+ * more than can be in flight) and the phase. Matching would be right without
+ * them (every rank posts the same messages in the same order and MPI does not
+ * let messages of one pair overtake), the tags make a mismatch fail loudly
+ * instead of pairing the wrong buffers. MPI_TAG_UB is at least 32767. */
+static int tag_of(const mpi_op *op, int phase)
+{
+    return (int)((op->seq & 0x3fff) << 1) | (phase - 1);
+}
+
+/* Posts, for every other rank k, a receive of rcnt(k) elements at rbuf(k)
+ * and a send of scnt(k) elements from sbuf(k); receives first, so a peer's
+ * message lands in place. Element offsets are computed in size_t; MPI's int
+ * counts were checked against INT_MAX on entry. */
+typedef struct xfer {
+    const char *sbase; size_t sstride; /* send to k: sbase + k * sstride (or sfix) */
+    const char *sfix;                  /* non-NULL: the same send buffer for every k */
+    size_t scount;
+    char *rbase; size_t rstride;       /* receive from k: rbase + k * rstride */
+    size_t rcount;
+    const size_t *los;                 /* non-NULL: all_reduce ranges, [W+1] */
+    int split_send;                    /* send slice k of los; else receive slice k */
+} xfer;
+
+static zc_status post_p2p(mpi_comm *c, mpi_op *op, int phase, const xfer *x)
+{
+    const int W = c->base.world, r = c->base.rank;
+    MPI_Datatype t = mpi_type(op->dt);
+    size_t es = zc_dtype_size(op->dt);
+    int tag = tag_of(op, phase);
+    op->nreq = 0;
+    for (int k = 0; k < W; k++) {
+        if (k == r)
+            continue;
+        char *rb = x->rbase + (size_t)k * x->rstride * es;
+        size_t rn = x->rcount;
+        if (x->los && !x->split_send) {
+            rb = x->rbase + x->los[k] * es;
+            rn = x->los[k + 1] - x->los[k];
+        }
+        int e = MPI_Irecv(rb, (int)rn, t, k, tag, c->mc, &op->reqs[op->nreq]);
+        if (e != MPI_SUCCESS)
+            return mpi_fail(c, op, "MPI_Irecv", e);
+        op->nreq++;
+    }
+    for (int k = 0; k < W; k++) {
+        if (k == r)
+            continue;
+        const char *sb = x->sfix ? x->sfix : x->sbase + (size_t)k * x->sstride * es;
+        size_t sn = x->scount;
+        if (x->los && x->split_send) {
+            sb = x->sbase + x->los[k] * es;
+            sn = x->los[k + 1] - x->los[k];
+        }
+        int e = MPI_Isend(sb, (int)sn, t, k, tag, c->mc, &op->reqs[op->nreq]);
+        if (e != MPI_SUCCESS)
+            return mpi_fail(c, op, "MPI_Isend", e);
+        op->nreq++;
+    }
+    return ZC_OK;
+}
+
+/* all_reduce's split: rank k owns [n*k/W, n*(k+1)/W), the local
+ * communicator's. los has W+1 entries. */
+static void ranges(size_t n, int W, size_t *los)
+{
+    for (int k = 0; k <= W; k++)
+        los[k] = n * (size_t)k / (size_t)W;
+}
+
+/* d[i] += s[i]. Built with the dynamic vectoriser cost model: -O2's
+ * "very cheap" model leaves this loop scalar (its trip count is unknown),
+ * and it is the all-reduce's one pass over the data. Lane-wise adds keep
+ * each element's order of additions, so the bits do not change. */
+__attribute__((optimize("tree-vectorize", "vect-cost-model=dynamic")))
+static void add_f32(float *restrict d, const float *restrict s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        d[i] += s[i];
+}
+
+/* The rank-order sum (or MAX) of the W contributions in scratch into dst. */
+static zc_status reduce_slice(mpi_comm *c, mpi_op *op, void *dst, size_t mine)
+{
+    const int W = c->base.world;
+    if (!mine)
+        return ZC_OK;
+    if (op->red == ZC_RED_MAX) {
+        max_rank_order(dst, op->scratch, mine, W, op->dt);
+        return ZC_OK;
+    }
+    if (op->dt == ZC_DTYPE_F32) {
+        /* The host reduce_sum's fp32 case, reordered only across elements:
+         * each element is still ((s0 + s1) + s2) + ..., plain fp32 adds
+         * (dst never aliases scratch), so the bits are the same. */
+        float *d = dst;
+        memcpy(d, op->scratch, mine * sizeof(float));
+        for (int k = 1; k < W; k++)
+            add_f32(d, (const float *)op->scratch + (size_t)k * mine, mine);
+        return ZC_OK;
+    }
+    size_t es = zc_dtype_size(op->dt);
+    const void *srcs[W];
+    for (int k = 0; k < W; k++)
+        srcs[k] = (const char *)op->scratch + (size_t)k * mine * es;
+    /* The local communicator's reduction: same code, same bits. */
+    zc_device *h = zc__device_host();
+    zc_status rc = h->ops->reduce_sum(h, dst, srcs, W, op->dt, mine, NULL);
+    if (rc != ZC_OK)
+        return fail(c, "mpi comm rank %d/%d: %s #%llu: %s", c->base.rank, W, kind_str(op->kind),
+                    (unsigned long long)op->seq, zc_last_error());
+    return ZC_OK;
+}
+
 /* Drives one op to completion. Ops complete in issue order (the oldest is
- * always at head), so every rank starts each phase-2 exchange in the same
+ * always at head), so every rank posts each phase-2 exchange in the same
  * order. */
 static zc_status finish_op(mpi_comm *c, mpi_op *op, double deadline)
 {
     const int W = c->base.world, r = c->base.rank;
     ZC_CHECK(wait_req(c, op, deadline));
-    if (op->phase == 1 && (op->kind == K_ALL_REDUCE || op->kind == K_REDUCE_SCATTER)) {
-        size_t es = zc_dtype_size(op->dt);
-        size_t mine, lo;
-        if (op->kind == K_ALL_REDUCE) {
-            lo = op->count * (size_t)r / (size_t)W;
-            mine = op->count * (size_t)(r + 1) / (size_t)W - lo;
-        } else {
-            lo = 0;
-            mine = op->count;
-        }
-        void *dst = (char *)op->recv + lo * es;
-        if (mine) {
-            if (op->red == ZC_RED_MAX) {
-                max_rank_order(dst, op->scratch, mine, W, op->dt);
-            } else {
-                const void *srcs[W];
-                for (int k = 0; k < W; k++)
-                    srcs[k] = (const char *)op->scratch + (size_t)k * mine * es;
-                /* The local communicator's reduction: same code, same bits. */
-                zc_device *h = zc__device_host();
-                zc_status rc = h->ops->reduce_sum(h, dst, srcs, W, op->dt, mine, NULL);
-                if (rc != ZC_OK)
-                    return fail(c, "mpi comm rank %d/%d: %s #%llu: %s", r, W, kind_str(op->kind),
-                                (unsigned long long)op->seq, zc_last_error());
-            }
-        }
-        if (op->kind == K_ALL_REDUCE) {
-            for (int k = 0; k < W; k++) {
-                size_t klo = op->count * (size_t)k / (size_t)W;
-                op->cnt[k] = (int)(op->count * (size_t)(k + 1) / (size_t)W - klo);
-                op->dsp[k] = (int)klo;
-            }
-            op->phase = 2;
-            /* Phase 1 completed, so its count arrays are free again. */
-            int e = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, op->recv, op->cnt, op->dsp,
-                                    mpi_type(op->dt), c->mc, &op->req);
-            if (e != MPI_SUCCESS)
-                return mpi_fail(c, op, "MPI_Iallgatherv", e);
-            ZC_CHECK(wait_req(c, op, deadline));
-        }
+    if (op->phase == 1 && op->kind == K_REDUCE_SCATTER)
+        ZC_CHECK(reduce_slice(c, op, op->recv, op->count));
+    if (op->phase == 1 && op->kind == K_ALL_REDUCE) {
+        size_t los[W + 1], es = zc_dtype_size(op->dt);
+        ranges(op->count, W, los);
+        size_t mine = los[r + 1] - los[r];
+        /* recv may be send: every send of phase 1 has completed. */
+        ZC_CHECK(reduce_slice(c, op, (char *)op->recv + los[r] * es, mine));
+        op->phase = 2;
+        xfer x = {.sfix = (const char *)op->recv + los[r] * es, .scount = mine,
+                  .rbase = op->recv, .los = los, .split_send = 0};
+        ZC_CHECK(post_p2p(c, op, 2, &x));
+        ZC_CHECK(wait_req(c, op, deadline));
     }
     op->phase = 0;
     c->head = (c->head + 1) % MAX_INFLIGHT;
@@ -374,6 +465,24 @@ static zc_status enter(mpi_comm *c, const char *what, zc_dtype dt, size_t count,
     return c->base.dev->ops->stream_sync(c->base.dev, stream);
 }
 
+/* A slot for a new op, set up; the scratch keeps its buffer. */
+static zc_status new_op(mpi_comm *c, int kind, zc_dtype dt, zc_red_op red, size_t count,
+                        void *recv, mpi_op **out)
+{
+    mpi_op *op;
+    ZC_CHECK(take_slot(c, &op));
+    op->kind = kind;
+    op->phase = 1;
+    op->dt = dt;
+    op->red = red;
+    op->count = count;
+    op->recv = recv;
+    op->nreq = 0;
+    op->seq = c->seq;
+    *out = op;
+    return ZC_OK;
+}
+
 /* ---- collectives ---------------------------------------------------------- */
 
 static zc_status mpi_all_reduce(zc_comm *base, const void *send, void *recv, size_t count,
@@ -393,31 +502,22 @@ static zc_status mpi_all_reduce(zc_comm *base, const void *send, void *recv, siz
     if (!count)
         return ZC_OK;
     mpi_op *op;
-    ZC_CHECK(take_slot(c, &op));
-    size_t es = zc_dtype_size(dt);
-    size_t lo = count * (size_t)r / (size_t)W, mine = count * (size_t)(r + 1) / (size_t)W - lo;
-    size_t bytes;
+    ZC_CHECK(new_op(c, K_ALL_REDUCE, dt, red, count, recv, &op));
+    size_t es = zc_dtype_size(dt), los[W + 1];
+    ranges(count, W, los);
+    size_t mine = los[r + 1] - los[r], bytes;
     if (__builtin_mul_overflow(mine, (size_t)W * es, &bytes))
         return ZC_ERR(ZC_ERR_INVALID_ARG, "mpi comm all_reduce: %zu elements overflow", count);
     ZC_CHECK(grow(&op->scratch, &op->scratch_bytes, bytes ? bytes : 1, "mpi comm scratch"));
-    /* Send slice k of this rank's buffer to rank k; receive slice r of every
-     * rank's buffer, rank k's at scratch + k * mine. Counts fit int: the
-     * whole buffer does (checked in enter). */
-    int *scnt = op->cnt, *sdsp = op->cnt + W, *rcnt = op->cnt + 2 * W, *rdsp = op->cnt + 3 * W;
-    for (int k = 0; k < W; k++) {
-        size_t klo = count * (size_t)k / (size_t)W;
-        scnt[k] = (int)(count * (size_t)(k + 1) / (size_t)W - klo);
-        sdsp[k] = (int)klo;
-        rcnt[k] = (int)mine;
-        rdsp[k] = (int)((size_t)k * mine);
-    }
-    *op = (mpi_op){.kind = K_ALL_REDUCE, .phase = 1, .dt = dt, .red = red, .count = count,
-                   .recv = recv, .seq = c->seq, .scratch = op->scratch,
-                   .scratch_bytes = op->scratch_bytes, .cnt = op->cnt, .dsp = op->dsp};
-    int e = MPI_Ialltoallv(send, scnt, sdsp, mpi_type(dt), op->scratch, rcnt, rdsp, mpi_type(dt),
-                           c->mc, &op->req);
-    if (e != MPI_SUCCESS)
-        return mpi_fail(c, op, "MPI_Ialltoallv", e);
+    /* Slice k of this rank's buffer goes to rank k; rank k's copy of slice r
+     * lands at scratch + k * mine; this rank's own is copied now (send is
+     * valid and unchanged until the op completes). */
+    if (mine)
+        memcpy((char *)op->scratch + (size_t)r * mine * es, (const char *)send + los[r] * es,
+               mine * es);
+    xfer x = {.sbase = send, .rbase = op->scratch, .rstride = mine, .rcount = mine, .los = los,
+              .split_send = 1};
+    ZC_CHECK(post_p2p(c, op, 1, &x));
     return posted(c);
 }
 
@@ -425,25 +525,23 @@ static zc_status mpi_reduce_scatter(zc_comm *base, const void *send, void *recv,
                                     size_t recv_count, zc_dtype dt, void *stream)
 {
     mpi_comm *c = (mpi_comm *)base;
-    const int W = base->world;
-    size_t limit = (size_t)INT_MAX / (size_t)W; /* displacements reach W * recv_count */
+    const int W = base->world, r = base->rank;
+    size_t limit = (size_t)INT_MAX / (size_t)W; /* keeps W * recv_count in range */
     ZC_CHECK(enter(c, "reduce_scatter", dt, recv_count, limit, stream));
     c->seq++;
     if (!recv_count)
         return ZC_OK;
     mpi_op *op;
-    ZC_CHECK(take_slot(c, &op));
+    ZC_CHECK(new_op(c, K_REDUCE_SCATTER, dt, ZC_RED_SUM, recv_count, recv, &op));
     size_t es = zc_dtype_size(dt), bytes = recv_count * (size_t)W * es; /* < INT_MAX * 8 */
     ZC_CHECK(grow(&op->scratch, &op->scratch_bytes, bytes, "mpi comm scratch"));
-    *op = (mpi_op){.kind = K_REDUCE_SCATTER, .phase = 1, .dt = dt, .red = ZC_RED_SUM,
-                   .count = recv_count, .recv = recv, .seq = c->seq, .scratch = op->scratch,
-                   .scratch_bytes = op->scratch_bytes, .cnt = op->cnt, .dsp = op->dsp};
-    /* recv may alias slice r of send: only scratch is written until the
-     * exchange completed, and recv only after it. */
-    int e = MPI_Ialltoall(send, (int)recv_count, mpi_type(dt), op->scratch, (int)recv_count,
-                          mpi_type(dt), c->mc, &op->req);
-    if (e != MPI_SUCCESS)
-        return mpi_fail(c, op, "MPI_Ialltoall", e);
+    /* recv may alias slice r of send: only scratch is written until every
+     * exchange completed, and recv only after. */
+    memcpy((char *)op->scratch + (size_t)r * recv_count * es,
+           (const char *)send + (size_t)r * recv_count * es, recv_count * es);
+    xfer x = {.sbase = send, .sstride = recv_count, .scount = recv_count,
+              .rbase = op->scratch, .rstride = recv_count, .rcount = recv_count};
+    ZC_CHECK(post_p2p(c, op, 1, &x));
     return posted(c);
 }
 
@@ -451,23 +549,21 @@ static zc_status mpi_all_gather(zc_comm *base, const void *send, void *recv, siz
                                 zc_dtype dt, void *stream)
 {
     mpi_comm *c = (mpi_comm *)base;
+    const int r = base->rank;
     ZC_CHECK(enter(c, "all_gather", dt, send_count, INT_MAX, stream));
     c->seq++;
     if (!send_count)
         return ZC_OK;
     mpi_op *op;
-    ZC_CHECK(take_slot(c, &op));
+    ZC_CHECK(new_op(c, K_ALL_GATHER, dt, ZC_RED_SUM, send_count, recv, &op));
     size_t es = zc_dtype_size(dt);
-    *op = (mpi_op){.kind = K_ALL_GATHER, .phase = 1, .dt = dt, .count = send_count, .recv = recv,
-                   .seq = c->seq, .scratch = op->scratch, .scratch_bytes = op->scratch_bytes,
-                   .cnt = op->cnt, .dsp = op->dsp};
-    /* comm.h allows send == recv + rank * send_count: MPI's in-place form. */
-    const void *s = send == (const char *)recv + (size_t)base->rank * send_count * es
-                        ? MPI_IN_PLACE : send;
-    int e = MPI_Iallgather(s, (int)send_count, mpi_type(dt), recv, (int)send_count,
-                           mpi_type(dt), c->mc, &op->req);
-    if (e != MPI_SUCCESS)
-        return mpi_fail(c, op, "MPI_Iallgather", e);
+    char *own = (char *)recv + (size_t)r * send_count * es;
+    /* comm.h allows send == own (in place); memmove also covers that. */
+    if (send != own)
+        memmove(own, send, send_count * es);
+    xfer x = {.sfix = own, .scount = send_count, .rbase = recv, .rstride = send_count,
+              .rcount = send_count};
+    ZC_CHECK(post_p2p(c, op, 1, &x));
     return posted(c);
 }
 
@@ -483,13 +579,11 @@ static zc_status mpi_broadcast(zc_comm *base, void *buf, size_t count, zc_dtype 
     if (!count)
         return ZC_OK;
     mpi_op *op;
-    ZC_CHECK(take_slot(c, &op));
-    *op = (mpi_op){.kind = K_BROADCAST, .phase = 1, .dt = dt, .count = count, .recv = buf,
-                   .seq = c->seq, .scratch = op->scratch, .scratch_bytes = op->scratch_bytes,
-                   .cnt = op->cnt, .dsp = op->dsp};
-    int e = MPI_Ibcast(buf, (int)count, mpi_type(dt), root, c->mc, &op->req);
+    ZC_CHECK(new_op(c, K_BROADCAST, dt, ZC_RED_SUM, count, buf, &op));
+    int e = MPI_Ibcast(buf, (int)count, mpi_type(dt), root, c->mc, &op->reqs[0]);
     if (e != MPI_SUCCESS)
         return mpi_fail(c, op, "MPI_Ibcast", e);
+    op->nreq = 1;
     return posted(c);
 }
 
@@ -502,13 +596,11 @@ static zc_status mpi_barrier(zc_comm *base)
         return ZC_ERR(ZC_ERR_INVALID_ARG, "mpi comm rank %d: barrier inside a group", base->rank);
     c->seq++;
     mpi_op *op;
-    ZC_CHECK(take_slot(c, &op));
-    *op = (mpi_op){.kind = K_BARRIER, .phase = 1, .dt = ZC_DTYPE_F32, .seq = c->seq,
-                   .scratch = op->scratch, .scratch_bytes = op->scratch_bytes, .cnt = op->cnt,
-                   .dsp = op->dsp};
-    int e = MPI_Ibarrier(c->mc, &op->req);
+    ZC_CHECK(new_op(c, K_BARRIER, ZC_DTYPE_F32, ZC_RED_SUM, 0, NULL, &op));
+    int e = MPI_Ibarrier(c->mc, &op->reqs[0]);
     if (e != MPI_SUCCESS)
         return mpi_fail(c, op, "MPI_Ibarrier", e);
+    op->nreq = 1;
     return posted(c);
 }
 
@@ -558,7 +650,7 @@ static void mpi_destroy(zc_comm *base)
         MPI_Comm_free(&c->mc);
     for (int i = 0; i < MAX_INFLIGHT; i++) {
         zc__host_free(NULL, ZC_MEM_BUFFERS, c->ops[i].scratch, c->ops[i].scratch_bytes);
-        zc__host_free(NULL, ZC_MEM_OTHER, c->ops[i].cnt, 4 * sizeof(int) * (size_t)W);
+        zc__host_free(NULL, ZC_MEM_OTHER, c->ops[i].reqs, 2 * sizeof(MPI_Request) * (size_t)W);
     }
     zc__host_free(NULL, ZC_MEM_OTHER, c, sizeof *c);
     mpi_unref(healthy);
@@ -599,6 +691,7 @@ zc_status zc__comm_mpi_create(const zc_launch_env *env, zc_comm **out)
     mpi_comm *c = NULL;
     MPI_Comm dup = MPI_COMM_NULL, node = MPI_COMM_NULL;
     int rank = 0, world = 0, lrank = 0, lworld = 0, e;
+    size_t reqs = 0; /* bytes of each op's request array, once world is known */
     if ((e = MPI_Comm_dup(MPI_COMM_WORLD, &dup)) != MPI_SUCCESS) {
         rc = mpi_errstr(e, "zc_comm_init_env: MPI_Comm_dup(MPI_COMM_WORLD)");
         goto fail;
@@ -617,13 +710,13 @@ zc_status zc__comm_mpi_create(const zc_launch_env *env, zc_comm **out)
     MPI_Comm_size(node, &lworld);
     MPI_Comm_free(&node);
 
-    size_t ints = 4 * sizeof(int) * (size_t)world;
+    reqs = 2 * sizeof(MPI_Request) * (size_t)world;
+
     ZC_CHECK_GOTO(zc__host_alloc(NULL, ZC_MEM_OTHER, sizeof *c, "mpi comm", (void **)&c), rc,
                   fail);
     for (int i = 0; i < MAX_INFLIGHT; i++) {
-        ZC_CHECK_GOTO(zc__host_alloc(NULL, ZC_MEM_OTHER, ints, "mpi comm counts",
-                                     (void **)&c->ops[i].cnt), rc, fail);
-        c->ops[i].dsp = c->ops[i].cnt + world;
+        ZC_CHECK_GOTO(zc__host_alloc(NULL, ZC_MEM_OTHER, reqs, "mpi comm requests",
+                                     (void **)&c->ops[i].reqs), rc, fail);
     }
     c->base.ops = &mpi_ops;
     c->base.rank = rank;
@@ -640,7 +733,7 @@ zc_status zc__comm_mpi_create(const zc_launch_env *env, zc_comm **out)
 fail:
     if (c) {
         for (int i = 0; i < MAX_INFLIGHT; i++)
-            zc__host_free(NULL, ZC_MEM_OTHER, c->ops[i].cnt, 4 * sizeof(int) * (size_t)world);
+            zc__host_free(NULL, ZC_MEM_OTHER, c->ops[i].reqs, reqs);
         zc__host_free(NULL, ZC_MEM_OTHER, c, sizeof *c);
     }
     if (dup != MPI_COMM_NULL)

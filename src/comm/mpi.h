@@ -4,29 +4,35 @@
  * host). Every collective is deterministic whatever algorithm the MPI
  * library would pick, because MPI never adds anything: it only moves bytes,
  * and the sums are done here, in rank order, by the host device's
- * reduce_sum - the very function the local communicator uses - so results
+ * reduce_sum - the very function the local communicator uses (fp32 through
+ * an equivalent loop: the same adds per element in the same order) - so results
  * are bitwise equal to the local communicator's for the same world size:
  *
  *   all_reduce(n):      rank r owns elements [n*r/W, n*(r+1)/W) (the local
- *                       communicator's split). MPI_Ialltoallv sends every
- *                       rank its slice of this rank's buffer; each rank sums
- *                       the W contributions of its slice in rank order (fp32,
- *                       rounded once for 16-bit); MPI_Iallgatherv (in place)
- *                       spreads the sums. Bytes sent per rank: 2(W-1)/W * n
- *                       elements, the same as a ring all-reduce; the cost
- *                       against MPI_Allreduce is one extra copy of the
- *                       slice into scratch and the summing pass on one core.
- *   reduce_scatter(m):  MPI_Ialltoall of the slices, then the rank-order sum
- *                       of slice r: (W-1)/W of the input sent, as a ring.
- *   all_gather, broadcast, barrier: MPI_Iallgather, MPI_Ibcast, MPI_Ibarrier
- *                       (no arithmetic, nothing to make deterministic).
+ *                       communicator's split). Each rank sends slice k of its
+ *                       buffer to rank k (MPI_Isend/MPI_Irecv, W-1 pairs),
+ *                       sums the W contributions of its own slice in rank
+ *                       order (fp32, rounded once for 16-bit), then sends
+ *                       its summed slice to every rank. Bytes sent per rank:
+ *                       2(W-1)/W * n elements, the volume of a ring
+ *                       all-reduce, but W-1 messages per phase (a direct
+ *                       exchange: fine for the few ranks of a node, more
+ *                       latency than a ring for many); the extra costs over
+ *                       MPI_Allreduce are one copy of the own slice into
+ *                       scratch and the summing pass on one core.
+ *   reduce_scatter(m):  the same first phase and sum: (W-1)/W of the input
+ *                       sent, as a ring.
+ *   all_gather:         each rank sends its part to every rank (no
+ *                       arithmetic); broadcast and barrier are MPI_Ibcast and
+ *                       MPI_Ibarrier.
  *   MAX (fp32/fp64/int32 flags): like SUM, the rank-order loop of the local
  *                       communicator (NaN wins).
+ * Messages are tagged with the collective's sequence number and phase.
  * Scratch: one buffer per collective in flight, W slices of the reduced
  * range (about the payload size), kept and reused between calls.
  *
- * Non-blocking: every call posts MPI non-blocking collectives and polls them
- * with MPI_Test against a deadline of ZC_COMM_TIMEOUT seconds (default 600).
+ * Non-blocking: every call posts non-blocking MPI requests and polls them
+ * with MPI_Testall against a deadline of ZC_COMM_TIMEOUT seconds (default 600).
  * Outside a group a call returns when its result is ready; between
  * group_start and group_end the exchanges of every collective are posted at
  * once and finished at group_end, so they overlap each other (and, on the
@@ -36,7 +42,8 @@
  *
  * A collective not finished by its deadline fails with ZC_ERR_COMM naming
  * the rank, the collective, its sequence number and size, and breaks the
- * communicator for good (MPI cannot cancel a collective): every later call
+ * communicator for good (requests still posted cannot be taken back safely
+ * while the peer may yet match them): every later call
  * returns ZC_ERR_COMM. The process should then exit non-zero; mpirun ends the
  * rest of the job. MPI errors are returned (MPI_ERRORS_RETURN on the
  * communicator's own duplicate of MPI_COMM_WORLD), never fatal.

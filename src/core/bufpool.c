@@ -173,6 +173,15 @@ int zc__bufpool_in_use(const zc_bufpool *bp)
     return n;
 }
 
+int zc__bufpool_free(const zc_bufpool *bp, size_t bytes)
+{
+    int n = 0;
+    for (int i = 0; i < bp->ncls; i++)
+        if (bp->cls[i].bytes >= bytes)
+            n += bp->cls[i].count - bp->cls[i].nused;
+    return n;
+}
+
 size_t zc__bufpool_bytes(const zc_bufpool *bp)
 {
     size_t n = 0;

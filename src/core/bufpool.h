@@ -87,6 +87,9 @@ int zc__bufpool_slot(const zc_bufpool *bp, const void *p);
 
 /* Slots in use, over all classes. */
 int zc__bufpool_in_use(const zc_bufpool *bp);
+/* Free slots of at least `bytes`, over all classes (what that many
+ * zc__bufpool_get calls of `bytes` can take without failing). */
+int zc__bufpool_free(const zc_bufpool *bp, size_t bytes);
 /* Bytes reserved, over all classes (with each class's alignment slack). */
 size_t zc__bufpool_bytes(const zc_bufpool *bp);
 

@@ -21,8 +21,21 @@ static size_t acc_elems(const zc_engine *e, const zc_chunk *c)
 zc_status zc__chunk_alloc(zc_engine *e, zc_chunk *c)
 {
     void *p = NULL;
-    ZC_CHECK(zc__eng_alloc(e, ZC_MEM_PARAMS, param_elems(e, c) * e->pesz, "parameters", &p));
-    c->param = p;
+    const zc_param *first = e->params[c->first];
+    if (first->adopt_mem) {
+        /* zc_block_adopt checked the size against this very padding rule
+         * (world * ZC_CHUNK_ALIGN); check again, the layout is the truth. */
+        if (param_elems(e, c) * e->pesz > first->adopt_bytes)
+            return ZC_ERR(ZC_ERR_INTERNAL,
+                          "chunk %d: adopted memory of %zu bytes, the chunk needs %zu",
+                          (int)(c - e->chunks), first->adopt_bytes, param_elems(e, c) * e->pesz);
+        c->param = first->adopt_mem;
+        c->adopted = true;
+    } else {
+        ZC_CHECK(
+            zc__eng_alloc(e, ZC_MEM_PARAMS, param_elems(e, c) * e->pesz, "parameters", &p));
+        c->param = p;
+    }
     if (!e->pol->sharded_grads) {
         ZC_CHECK(zc__eng_alloc(e, ZC_MEM_GRADS, (size_t)c->padded * e->pesz, "gradients", &p));
         c->grad = p;
@@ -43,8 +56,9 @@ zc_status zc__chunk_alloc(zc_engine *e, zc_chunk *c)
 void zc__chunk_free(zc_engine *e, zc_chunk *c)
 {
     void *p;
-    p = c->param;
+    p = c->adopted ? NULL : c->param; /* adopted memory is the caller's */
     zc__eng_free(e, ZC_MEM_PARAMS, &p, param_elems(e, c) * e->pesz);
+    c->adopted = false;
     p = c->grad;
     zc__eng_free(e, ZC_MEM_GRADS, &p, (size_t)c->padded * e->pesz);
     p = c->acc_host ? NULL : c->acc; /* a home-held shard is the home's to free */

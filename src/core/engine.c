@@ -291,6 +291,8 @@ ZC_API zc_status zc_engine_create(zc_engine **out, const zc_config *cfg, zc_comm
                         faults);
             goto fail;
         }
+    /* Strict like ZC_FAULTS, and read here for the same reason. */
+    ZC_CHECK_GOTO(zc__debug_parse(getenv("ZC_DEBUG"), &e->debug), rc, fail);
     ZC_CHECK_GOTO(zc__config_clone(cfg, &e->cfg), rc, fail);
     ZC_CHECK_GOTO(resolve_gas(e->cfg, world, &e->gas), rc, fail);
     ZC_CHECK_GOTO(pick_dtype(e, opts), rc, fail);
@@ -345,6 +347,8 @@ ZC_API void zc_engine_destroy(zc_engine *e)
         e->pol->teardown(e);
     zc__opt_free(e);
     zc__partials_free(e);
+    /* Before the layout: the shadows are sized by the chunks. */
+    zc__debug_free(e);
     zc__layout_free(e);
     /* After the chunks: they return their pool slots first. */
     zc__reserve_free(e);

@@ -89,6 +89,14 @@ struct zc_param {
     int64_t offset;     /* element offset inside its chunk */
     bool ready;         /* gradient handed back in the current micro-step */
     int acquired;       /* outstanding zc_param_acquire calls */
+    void *adopt_mem;    /* first parameter of an adopted block: the caller's
+                           memory its chunk uses as working parameters */
+    size_t adopt_bytes; /* its size */
+    bool adopt_inner;   /* a later parameter of an adopted block */
+    bool dbg_taken;     /* ZC_DEBUG: its shadow slice was handed out (and
+                           zeroed) in this micro-step */
+    bool dbg_poisoned;  /* ZC_DEBUG: its shadow slice holds the poison of its
+                           last zc_grad_ready */
 };
 
 typedef struct zc_group {
@@ -115,6 +123,8 @@ typedef struct zc_chunk {
 
     /* Device buffers (see the table at the top). */
     void *param;               /* P dtype; full (stages 0-2) or shard (stage 3) */
+    bool adopted;              /* param is the caller's memory (zc_block_adopt):
+                                  never allocated or freed here */
     int home;                  /* e->homes[home] holds master, m, v (full at
                                   stage 0, else this rank's shard) */
     void *grad;                /* stages 0/1: full P-dtype gradient */
@@ -242,6 +252,14 @@ struct zc_engine {
     int nhomes;
     bool opt_staging;          /* host homes stage the gradient and the output */
     int *pass_ks;              /* nchunks: a pass's chunk list, per home */
+
+    /* ZC_DEBUG=1 (grad_debug.c). */
+    bool debug;
+    void **dbg_shadow;         /* nchunks device buffers handed out as gradients */
+    void *dbg_pattern, *dbg_read; /* host: the poison, a slice read back */
+    size_t dbg_host_bytes;
+    bool dbg_found;            /* a late write was seen (dbg_msg says where) */
+    char dbg_msg[384];
 };
 
 /* A stage policy: what a stage keeps, reduces and gathers. The step pipeline
@@ -317,6 +335,11 @@ zc_status zc__eng_group_end(zc_engine *e);
 zc_status zc__eng_agree(zc_engine *e, zc_status local, const char *what);
 zc_status zc__agree_alloc(zc_engine *e);
 void zc__agree_free(zc_engine *e);
+/* Compares, across ranks, a digest of the registered model and the settings
+ * that must match (build_agree.c); collective, at zc_engine_build after the
+ * layout. A mismatch is ZC_ERR_CONFIG on every rank, with the same message
+ * naming the first difference and the ranks involved. */
+zc_status zc__build_agree(zc_engine *e);
 
 /* ---- streams.c ----------------------------------------------------------- */
 
@@ -438,6 +461,37 @@ void zc__opt_force_staging(bool on);
 /* Tests and the bench: the offload home of an engine, or NULL. */
 zc_opt_home *zc__opt_offload_home(zc_engine *e);
 
+/* ---- adopt.c ------------------------------------------------------------- */
+
+/* Whether parameter i starts a chunk because of adoption: 1 yes, 0 no (inside
+ * an adopted block), -1 adoption does not decide (layout.c). */
+int zc__adopt_starts_chunk(const zc_engine *e, int i);
+/* After build: the adopted memory's current values become the parameters'
+ * initial values (master included), and the chunk padding is zeroed. */
+zc_status zc__adopt_load(zc_engine *e);
+
+/* ---- grad_debug.c (ZC_DEBUG) ---------------------------------------------- */
+
+/* Parses ZC_DEBUG strictly: unset, "" or "0" off, "1" on, else ZC_ERR_CONFIG. */
+zc_status zc__debug_parse(const char *text, bool *on);
+/* Allocates the shadows at build (no-op when off); freed by zc__debug_free. */
+zc_status zc__debug_build(zc_engine *e);
+void zc__debug_free(zc_engine *e);
+/* zc_grad_buffer: replaces *buf by p's shadow slice (zeroed on first use in
+ * a micro-step, after checking it still holds the last poison). */
+zc_status zc__debug_grad_buffer(zc_engine *e, zc_param *p, void **buf);
+/* zc_grad_ready, before the reduction: copies p's shadow slice into `real`
+ * (p's slice of the buffer the reduction reads) and poisons the shadow. */
+zc_status zc__debug_grad_ready(zc_engine *e, zc_param *p, void *real);
+/* zc_step / zc_micro_step_end: checks every poisoned slice; collective (the
+ * outcome is agreed, so a late write breaks the engine on every rank). */
+zc_status zc__debug_check(zc_engine *e, const char *fn);
+
+/* ---- params.c ------------------------------------------------------------ */
+
+/* zc_param_acquire with its status (block calls need it to fail alike). */
+zc_status zc__param_acquire(zc_engine *e, zc_param *p, void *stream, void **out);
+
 /* ---- chunk_mem.c --------------------------------------------------------- */
 
 /* Allocates / frees a chunk's buffers as the engine's policy says. */
@@ -467,6 +521,8 @@ zc_status zc__grads_reduce_full(zc_engine *e, zc_chunk *c, bool last_micro, bool
 /* Stages 2/3: reduce-scatter the transient buffer into the fp32 shard and
  * free the buffer. */
 zc_status zc__grads_reduce_shard(zc_engine *e, zc_chunk *c);
+/* zc_grad_buffer with its status (block calls return it). */
+zc_status zc__grad_buffer(zc_engine *e, zc_param *p, void **out);
 /* The first parameter whose gradient is missing in this micro-step, or NULL. */
 const zc_param *zc__grads_first_missing(const zc_engine *e);
 /* Resets every gradient for the next window (after a step). */

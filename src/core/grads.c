@@ -175,34 +175,41 @@ zc_status zc__grads_reset(zc_engine *e)
     return ZC_OK;
 }
 
-ZC_API void *zc_grad_buffer(zc_engine *e, zc_param *p)
+zc_status zc__grad_buffer(zc_engine *e, zc_param *p, void **out)
 {
-    if (zc__eng_enter(e, "zc_grad_buffer", true) != ZC_OK ||
-        zc__eng_check_param(e, p, "zc_grad_buffer") != ZC_OK)
-        return NULL;
-    if (p->ready) {
-        ZC_ERR(ZC_ERR_INVALID_STATE,
-               "zc_grad_buffer('%s'): the gradient was already made ready in this micro-step",
-               p->name);
-        return NULL;
-    }
+    *out = NULL;
+    ZC_CHECK(zc__eng_enter(e, "zc_grad_buffer", true));
+    ZC_CHECK(zc__eng_check_param(e, p, "zc_grad_buffer"));
+    if (p->ready)
+        return ZC_ERR(ZC_ERR_INVALID_STATE,
+                      "zc_grad_buffer('%s'): the gradient was already made ready in this "
+                      "micro-step",
+                      p->name);
     zc_chunk *c = &e->chunks[p->chunk];
     void *buf = NULL;
     if (!e->pol->sharded_grads) {
         buf = zc__elem(c->grad, p->offset, e->pesz);
     } else {
-        if (ensure_gbuf(e, c) != ZC_OK)
-            return NULL;
+        ZC_CHECK(ensure_gbuf(e, c));
         buf = zc__elem(c->gbuf, p->offset, e->pesz);
     }
+    ZC_CHECK(zc__debug_grad_buffer(e, p, &buf));
     /* The buffer was zeroed (this micro-step's fill, or the last window's
      * reset) on the engine's stream: the caller's compute stream must not
      * write it before that. */
-    if (zc__order_caller_after_engine(e, e->user_stream) != ZC_OK) {
+    zc_status rc = zc__order_caller_after_engine(e, e->user_stream);
+    if (rc != ZC_OK) {
         zc__error_context("zc_grad_buffer('%s')", p->name);
-        return NULL;
+        return rc;
     }
-    return buf;
+    *out = buf;
+    return ZC_OK;
+}
+
+ZC_API void *zc_grad_buffer(zc_engine *e, zc_param *p)
+{
+    void *buf = NULL;
+    return zc__grad_buffer(e, p, &buf) == ZC_OK ? buf : NULL;
 }
 
 ZC_API zc_status zc_grad_ready(zc_engine *e, zc_param *p)
@@ -215,6 +222,14 @@ ZC_API zc_status zc_grad_ready(zc_engine *e, zc_param *p)
                       "parameter is made ready once per micro-step",
                       p->name, (long long)e->micro);
     zc_chunk *c = &e->chunks[p->chunk];
+    if (e->debug) {
+        /* The gradient moves from the shadow the caller wrote into the
+         * buffer the reduction reads (stages 2/3: the chunk's pool slot). */
+        if (e->pol->sharded_grads)
+            ZC_CHECK(ensure_gbuf(e, c));
+        void *real = e->pol->sharded_grads ? c->gbuf : c->grad;
+        ZC_CHECK(zc__debug_grad_ready(e, p, zc__elem(real, p->offset, e->pesz)));
+    }
     p->ready = true;
     c->nready++;
     e->nready++;
@@ -262,6 +277,7 @@ ZC_API zc_status zc_micro_step_end(zc_engine *e)
                       "zc_micro_step_end: the gradient of parameter '%s' was not made ready in "
                       "micro-step %lld (%d of %d are); call zc_grad_ready for every parameter",
                       miss->name, (long long)e->micro, e->nready, e->nparams);
+    ZC_CHECK(zc__debug_check(e, "zc_micro_step_end"));
     reset_micro_flags(e);
     e->micro++;
     return ZC_OK;

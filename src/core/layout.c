@@ -19,6 +19,13 @@ _Static_assert(ZC_CHUNK_ALIGN == ZC_EST_CHUNK_ALIGN, "estimate.h repeats the chu
 static bool starts_chunk(const zc_engine *e, int i, int64_t cur_used)
 {
     const zc_param *p = e->params[i];
+    /* An adopted block is exactly one chunk, whatever the bucket (the
+     * memory planner, which knows no adoption, sees the bucket rule). */
+    if (i > 0 && !p->chunk_start) {
+        int a = zc__adopt_starts_chunk(e, i);
+        if (a >= 0)
+            return a == 1;
+    }
     return zc__chunk_starts(i, p->chunk_start, cur_used, p->numel, e->bucket);
 }
 
@@ -176,31 +183,6 @@ void zc__partials_free(zc_engine *e)
     e->norm_scratch_elems = 0;
 }
 
-/* Every rank must register the same parameters: compare the layout summary
- * across ranks so a mismatch is an error here rather than a collective
- * mismatch (or a hang) in the middle of a step. */
-static zc_status check_ranks_agree(zc_engine *e)
-{
-    double mine[3] = {(double)e->nparams, (double)e->num_elems, (double)e->nchunks};
-    zc_device *d = e->dev;
-    ZC_CHECK(d->ops->copy(d, e->part_send, mine, sizeof mine, ZC_COPY_H2D, e->stream));
-    ZC_CHECK(zc__eng_all_gather(e, e->part_send, e->part_recv, 3, ZC_DTYPE_F64, false));
-    ZC_CHECK(d->ops->copy(d, e->partials, e->part_recv, 3 * (size_t)e->world * sizeof(double),
-                          ZC_COPY_D2H, e->stream));
-    ZC_CHECK(d->ops->stream_sync(d, e->stream));
-    for (int r = 0; r < e->world; r++) {
-        const double *o = e->partials + 3 * r;
-        if (o[0] != mine[0] || o[1] != mine[1] || o[2] != mine[2])
-            return ZC_ERR(ZC_ERR_INVALID_STATE,
-                          "zc_engine_build: rank %d registered %.0f parameters (%.0f elements, "
-                          "%.0f chunks) but rank %d registered %.0f (%.0f elements, %.0f "
-                          "chunks); every rank must register the same parameters in the same "
-                          "order with the same chunk boundaries",
-                          r, o[0], o[1], o[2], e->rank, mine[0], mine[1], mine[2]);
-    }
-    return ZC_OK;
-}
-
 /* Hidden size H as the Hugging Face integration takes it: the largest
  * dimension of the largest 2-D parameter (0 when there is none). */
 static int64_t model_hidden_size(const zc_engine *e)
@@ -251,7 +233,10 @@ ZC_API zc_status zc_engine_build(zc_engine *e)
     ZC_CHECK_GOTO(size_from_model(e), rc, fail);
     ZC_CHECK_GOTO(zc__layout_build(e), rc, fail);
     ZC_CHECK_GOTO(alloc_partials(e), rc, fail);
-    ZC_CHECK_GOTO(check_ranks_agree(e), rc, fail);
+    /* Every rank must register the same model with the same settings
+     * (build_agree.c): a mismatch fails here, named, on every rank, rather
+     * than as a collective mismatch or a hang in the first step. */
+    ZC_CHECK_GOTO(zc__build_agree(e), rc, fail);
     /* Persistence first (the stage policy's built hook: stage 3 marks
      * persistent chunks, from the layout alone): the stage-3 reserve keeps a
      * buffer per persistent chunk, and the pre-flight plans that reserve. */
@@ -265,7 +250,10 @@ ZC_API zc_status zc_engine_build(zc_engine *e)
     for (int k = 0; k < e->nchunks; k++)
         ZC_CHECK_GOTO(e->pol->alloc_chunk(e, &e->chunks[k]), rc, fail);
     ZC_CHECK_GOTO(zc__reserve_build(e), rc, fail);
+    ZC_CHECK_GOTO(zc__debug_build(e), rc, fail);
     e->state = ZC_ENG_BUILT;
+    /* Needs the built engine (it loads through zc_param_load). */
+    ZC_CHECK_GOTO(zc__adopt_load(e), rc, fail);
     zc__progress_start(e);
     ZC_LOGI("core", "built: %d parameters, %lld elements in %d chunks of <= %lld (%lld padded)",
             e->nparams, (long long)e->num_elems, e->nchunks, (long long)e->bucket,

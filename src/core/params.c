@@ -119,21 +119,20 @@ out:
     return rc;
 }
 
-ZC_API void *zc_param_acquire(zc_engine *e, zc_param *p, void *stream)
+zc_status zc__param_acquire(zc_engine *e, zc_param *p, void *stream, void **out)
 {
-    if (zc__eng_enter(e, "zc_param_acquire", true) != ZC_OK ||
-        zc__eng_check_param(e, p, "zc_param_acquire") != ZC_OK)
-        return NULL;
+    *out = NULL;
+    ZC_CHECK(zc__eng_enter(e, "zc_param_acquire", true));
+    ZC_CHECK(zc__eng_check_param(e, p, "zc_param_acquire"));
     void *ptr = NULL;
-    if (e->pol->acquire) {
-        if (e->pol->acquire(e, p, &ptr) != ZC_OK)
-            return NULL;
-    } else {
+    if (e->pol->acquire)
+        ZC_CHECK(e->pol->acquire(e, p, &ptr));
+    else
         ptr = zc__elem(e->chunks[p->chunk].param, p->offset, e->pesz);
-    }
     /* The gather (stage 3) and the last optimizer update are queued on the
      * engine's stream: the caller's stream waits for them by an event. */
-    if (zc__order_caller_after_engine(e, stream) != ZC_OK) {
+    zc_status rc = zc__order_caller_after_engine(e, stream);
+    if (rc != ZC_OK) {
         /* Undo the policy's acquire so the chunk is not left counted as in
          * use (stage 3 would never free it); keep the ordering error. */
         if (e->pol->release) {
@@ -141,12 +140,19 @@ ZC_API void *zc_param_acquire(zc_engine *e, zc_param *p, void *stream)
             snprintf(msg, sizeof msg, "%s", zc_last_error());
             (void)e->pol->release(e, p);
             zc__error_clear();
-            ZC_ERR(ZC_ERR_DEVICE, "%s", msg);
+            return ZC_ERR(rc, "%s", msg);
         }
-        return NULL;
+        return rc;
     }
     p->acquired++;
-    return ptr;
+    *out = ptr;
+    return ZC_OK;
+}
+
+ZC_API void *zc_param_acquire(zc_engine *e, zc_param *p, void *stream)
+{
+    void *ptr = NULL;
+    return zc__param_acquire(e, p, stream, &ptr) == ZC_OK ? ptr : NULL;
 }
 
 ZC_API zc_status zc_param_release(zc_engine *e, zc_param *p, void *stream)
@@ -164,5 +170,27 @@ ZC_API zc_status zc_param_release(zc_engine *e, zc_param *p, void *stream)
     if (e->pol->release)
         ZC_CHECK(e->pol->release(e, p));
     p->acquired--;
+    return ZC_OK;
+}
+
+ZC_API zc_status zc_param_chunk_base(zc_engine *e, const zc_param *p, void **base,
+                                     int64_t *elem_offset)
+{
+    ZC_CHECK(zc__eng_enter(e, "zc_param_chunk_base", true));
+    ZC_CHECK(zc__eng_check_param(e, p, "zc_param_chunk_base"));
+    if (!base)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "zc_param_chunk_base('%s'): base is NULL", p->name);
+    const zc_chunk *c = &e->chunks[p->chunk];
+    /* Stages 0-2 keep every chunk's working parameters resident; stage 3
+     * has the full chunk only while one of its parameters is acquired. */
+    void *b = e->pol->full_params ? c->param : (p->acquired > 0 ? c->gather : NULL);
+    if (!b)
+        return ZC_ERR(ZC_ERR_INVALID_STATE,
+                      "zc_param_chunk_base('%s'): stage 3 holds chunk %d gathered only while one "
+                      "of its parameters is acquired; acquire '%s' first",
+                      p->name, p->chunk, p->name);
+    *base = b;
+    if (elem_offset)
+        *elem_offset = p->offset;
     return ZC_OK;
 }

@@ -213,6 +213,8 @@ ZC_API zc_status zc_step(zc_engine *e, zc_step_info *info)
                       "zc_step: the gradient of parameter '%s' is missing in micro-step %lld "
                       "(%d of %d parameters are ready); call zc_grad_ready for it first",
                       miss->name, (long long)e->micro, e->nready, e->nparams);
+    /* Before anything of the step: a late write fails it unchanged. */
+    ZC_CHECK(zc__debug_check(e, "zc_step"));
 
     const zc_config *cfg = e->cfg;
     double sumsq = 0.0;

@@ -6,8 +6,12 @@
      computes that reference with W threads on the same inputs).
   2. zc_mpi_helper timeout, W = 2: the rank whose peer sleeps fails with
      ZC_ERR_COMM within ZC_COMM_TIMEOUT (2 s) and the job ends - no hang.
-  3. train_mlp, one rank per process under mpirun, W = 1..4, stages 0-3: the
+  3. zc_mpi_helper kill, W = 3: a rank killed mid-step ends the job within
+     the timeout; nothing hangs.
+  4. train_mlp, one rank per process under mpirun, W = 1..4, stages 0-3: the
      params_sha256 equals the thread run's (`train_mlp --world W`).
+  5. two train_mlp processes with different stages: the build agreement
+     fails every rank with ZC_ERR_CONFIG naming both stages.
 
 Usage: check_mpi.py ZC_MPI_HELPER [TRAIN_MLP]. Exits 77 (meson: skipped)
 when mpirun is not installed, non-zero after printing every failure.
@@ -74,6 +78,21 @@ def check_timeout(helper):
     print("timeout: %s; job ended after %.1f s" % (got[0], dt), flush=True)
 
 
+def check_killed(helper):
+    """A rank killed mid-step: the job ends (non-zero) well within the
+    timeout; if a survivor got to report, its all-reduce failed with
+    ZC_ERR_COMM (status 3)."""
+    p, dt, cmd = mpirun(3, [helper, "kill"], {"ZC_COMM_TIMEOUT": "5"}, timeout=60)
+    seen = [l for l in p.stdout.splitlines() if l.startswith("KILL_SEEN")]
+    bad = [l for l in seen if not l.startswith("KILL_SEEN rank") or " 6 " not in l]
+    if p.returncode == 0 or dt > 20 or bad:
+        fail("%s: exit %d after %.1f s, survivors: %s\n%s"
+             % (cmd, p.returncode, dt, seen, p.stderr[-2000:]))
+    else:
+        print("killed rank: job ended after %.1f s (exit %d), %d survivor report(s)"
+              % (dt, p.returncode, len(seen)), flush=True)
+
+
 def train_args(stage):
     return ["--json", "--stage", str(stage), "--dtype", "bf16", "--steps", "3", "--batch", "4",
             "--seed", "5", "--bucket", "20000", "--persistence-threshold", "0"]
@@ -109,6 +128,34 @@ def check_train(train):
                       flush=True)
 
 
+def check_disagreement(train):
+    """Two processes built with different stages (mpirun's MPMD form): the
+    build agreement fails every rank with ZC_ERR_CONFIG naming the stage of
+    rank 0 and of rank 1, and nothing hangs."""
+    env = dict(os.environ)
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "ZC_COMM"):
+        env.pop(k, None)
+    env["ZC_COMM_TIMEOUT"] = "20"
+    cmd = [MPIRUN, *MPI_ARGS, "-np", "1", train, *train_args(2), ":", "-np", "1", train,
+           *train_args(3)]
+    t0 = time.monotonic()
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env)
+    dt = time.monotonic() - t0
+    lines = [l for l in p.stderr.splitlines() if "zc_engine_build" in l]
+    want = ("configuration error", "rank 0 has zero_optimization.stage 2",
+            "rank 1 has zero_optimization.stage 3")
+    # Each rank prints its own line; mpirun may end one rank before it wrote
+    # (the first exit ends the job), so at least one line, every line right.
+    if p.returncode == 0 or not lines or not all(all(w in l for w in want) for l in lines):
+        fail("%s: exit %d; expected every rank's error to name both stages, got:\n%s"
+             % (" ".join(cmd), p.returncode, p.stderr[-3000:]))
+    elif dt > 15:
+        fail("%s: took %.1f s" % (" ".join(cmd), dt))
+    else:
+        print("disagreement: %d rank(s) named it in %.1f s: %s" % (len(lines), dt, lines[0][:160]),
+              flush=True)
+
+
 def main():
     if len(sys.argv) not in (2, 3):
         print(__doc__)
@@ -119,8 +166,10 @@ def main():
     t0 = time.monotonic()
     check_collectives(sys.argv[1])
     check_timeout(sys.argv[1])
+    check_killed(sys.argv[1])
     if len(sys.argv) == 3:
         check_train(sys.argv[2])
+        check_disagreement(sys.argv[2])
     print("total %.1f s" % (time.monotonic() - t0))
     return 1 if failures else 0
 

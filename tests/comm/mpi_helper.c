@@ -12,11 +12,16 @@
  *   zc_mpi_helper timeout       rank 1 sleeps past ZC_COMM_TIMEOUT; rank 0's
  *                               all-reduce must fail with ZC_ERR_COMM within
  *                               the timeout, and the next call too (sticky).
+ *   zc_mpi_helper kill          the last rank kills itself (SIGKILL) before
+ *                               an all-reduce; the others must not outlive
+ *                               the timeout (mpirun ends the job, or the
+ *                               all-reduce fails with ZC_ERR_COMM).
  *
  * Prints "OK ..." (or "TIMEOUT_OK ...") and exits 0; on a failed check prints
  * "FAIL ..." and exits 1; 4 on bad usage. */
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -346,6 +351,25 @@ static int timeout_case(void)
     _exit(3);
 }
 
+static int kill_case(void)
+{
+    zc_comm *c = NULL;
+    CHECK(zc_comm_init_env(&c) == ZC_OK, "zc_comm_init_env");
+    if (g_fail)
+        return 1;
+    g_rank = zc_comm_rank(c);
+    g_world = zc_comm_world(c);
+    float x[1024] = {1};
+    CHECK(zc__all_reduce(c, x, x, 1024, ZC_DTYPE_F32, ZC_RED_SUM, NULL) == ZC_OK, "first");
+    if (g_rank == g_world - 1)
+        raise(SIGKILL); /* a rank dying mid-step, as an OOM kill would */
+    zc_status rc = zc__all_reduce(c, x, x, 1024, ZC_DTYPE_F32, ZC_RED_SUM, NULL);
+    /* Reached only when mpirun did not end this process first. */
+    printf("KILL_SEEN rank %d: %d %s\n", g_rank, (int)rc, zc_last_error());
+    fflush(stdout);
+    _exit(rc == ZC_ERR_COMM ? 3 : 1);
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -355,5 +379,7 @@ int main(int argc, char **argv)
         return collectives();
     if (!strcmp(argv[1], "timeout"))
         return timeout_case();
+    if (!strcmp(argv[1], "kill"))
+        return kill_case();
     return 4;
 }

@@ -22,6 +22,16 @@ int64_t t_total_numel(void)
     return n;
 }
 
+int t_nlayers(const t_ctx *x)
+{
+    return x->run->layers ? x->run->nlayers : T_NLAYERS;
+}
+
+int t_layer_at(const t_ctx *x, int l)
+{
+    return x->run->layers ? x->run->layers[l] : t_layer_begin[l];
+}
+
 void t_run_init(t_run *run, int stage, int world, zc_dtype dtype)
 {
     memset(run, 0, sizeof *run);
@@ -72,6 +82,36 @@ static zc_status fail(t_ctx *x, const char *what)
         snprintf(x->run->err[x->rank], sizeof x->run->err[x->rank], "rank %d: %s: %s", x->rank,
                  what, zc_last_error());
     return ZC_ERR_INTERNAL;
+}
+
+static float init_value(int i, int64_t k)
+{
+    return 0.5f * unit(0x1417, (uint64_t)i, (uint64_t)k);
+}
+
+/* The two spans {p0..p4} and {p5..p7} over memory this rank owns, holding
+ * the initial values in the working dtype, back to back as a trainer's
+ * single weight buffer would. */
+static zc_status adopt(t_ctx *x)
+{
+    static const int span[3] = {0, 5, 8};
+    for (int s = 0; s < 2; s++) {
+        zc_block *b = NULL;
+        size_t bytes = 0;
+        TRY(zc_block_span(x->eng, x->p[span[s]], &b));
+        zc_status rc = zc_block_adopt_bytes(x->eng, b, &bytes);
+        x->adopt_mem[s] = rc == ZC_OK ? calloc(1, bytes) : NULL;
+        if (x->adopt_mem[s]) {
+            size_t at = 0;
+            for (int i = span[s]; i < span[s + 1]; i++)
+                for (int64_t k = 0; k < t_numel[i]; k++)
+                    zc__store_f32(x->adopt_mem[s], x->run->dtype, at++, init_value(i, k));
+            rc = zc_block_adopt(x->eng, b, x->adopt_mem[s], bytes);
+        }
+        zc_block_destroy(b);
+        TRY(rc);
+    }
+    return ZC_OK;
 }
 
 zc_status t_ctx_open(t_ctx *x, t_run *run, int rank, zc_comm *comm)
@@ -132,11 +172,13 @@ zc_status t_ctx_open(t_ctx *x, t_run *run, int rank, zc_comm *comm)
         if (!x->p[i])
             return fail(x, "zc_param_add");
     }
+    if (run->adopt)
+        TRY(adopt(x));
     TRY(zc_engine_build(x->eng));
     float *init = malloc((size_t)4000 * sizeof(float));
     for (int i = 0; i < T_NPARAMS; i++) {
         for (int64_t k = 0; k < t_numel[i]; k++)
-            init[k] = 0.5f * unit(0x1417, (uint64_t)i, (uint64_t)k);
+            init[k] = init_value(i, k);
         zc_status rc = zc_param_load(x->eng, x->p[i], init);
         if (rc != ZC_OK) {
             free(init);
@@ -144,14 +186,34 @@ zc_status t_ctx_open(t_ctx *x, t_run *run, int rank, zc_comm *comm)
         }
     }
     free(init);
+    if (run->blocks) {
+        for (int l = 0; l < t_nlayers(x); l++) {
+            int a = t_layer_at(x, l), b = t_layer_at(x, l + 1);
+            if (run->blocks == T_BLOCK_SPAN)
+                TRY(zc_block_span(x->eng, x->p[a], &x->blk[l]));
+            else
+                TRY(zc_block_create(x->eng, &x->p[a], b - a, &x->blk[l]));
+            if (zc_block_size(x->blk[l]) != b - a)
+                return fail(x, "zc_block_span: the block does not end at the layer's end");
+        }
+    }
     return ZC_OK;
 }
 
 void t_ctx_close(t_ctx *x)
 {
+    /* The adopted memory is the caller's, and must outlive the engine. */
     zc_engine_destroy(x->eng);
-    zc_config_destroy(x->cfg);
     x->eng = NULL;
+    for (int s = 0; s < 2; s++) {
+        free(x->adopt_mem[s]);
+        x->adopt_mem[s] = NULL;
+    }
+    for (int l = 0; l < T_NPARAMS; l++) {
+        zc_block_destroy(x->blk[l]);
+        x->blk[l] = NULL;
+    }
+    zc_config_destroy(x->cfg);
     x->cfg = NULL;
 }
 
@@ -169,11 +231,23 @@ zc_status t_forward(t_ctx *x, const int *order)
 {
     const void *w;
     if (x->run->layerwise) {
-        for (int j = 0; j < T_NLAYERS; j++) {
+        for (int j = 0; j < t_nlayers(x); j++) {
             int l = order ? order[j] : j;
-            for (int i = t_layer_begin[l]; i < t_layer_begin[l + 1]; i++)
+            int a = t_layer_at(x, l), b = t_layer_at(x, l + 1);
+            if (x->run->blocks) {
+                void *ptrs[T_NPARAMS];
+                TRY(zc_block_acquire(x->eng, x->blk[l], NULL, ptrs));
+                for (int i = a; i < b; i++) {
+                    volatile float sink =
+                        zc__load_f32(ptrs[i - a], x->run->dtype, (size_t)t_numel[i] - 1);
+                    (void)sink;
+                }
+                TRY(zc_block_release(x->eng, x->blk[l], NULL));
+                continue;
+            }
+            for (int i = a; i < b; i++)
                 ZC_CHECK(use_param(x, i, &w));
-            for (int i = t_layer_begin[l]; i < t_layer_begin[l + 1]; i++)
+            for (int i = a; i < b; i++)
                 TRY(zc_param_release(x->eng, x->p[i], NULL));
         }
         return ZC_OK;
@@ -186,18 +260,38 @@ zc_status t_forward(t_ctx *x, const int *order)
     return ZC_OK;
 }
 
-static zc_status write_grad(t_ctx *x, int i, const void *w, int step, int micro)
+static void fill_grad(t_ctx *x, int i, const void *w, void *g, int step, int micro)
 {
     const zc_dtype dt = x->run->dtype;
     const float scale = (float)zc_loss_scale(x->eng) * (float)x->run->grad_gain;
-    void *g = zc_grad_buffer(x->eng, x->p[i]);
-    if (!g)
-        return fail(x, "zc_grad_buffer");
     uint64_t key = ((uint64_t)x->rank << 48) ^ ((uint64_t)step << 24) ^ ((uint64_t)micro << 8);
     for (int64_t k = 0; k < t_numel[i]; k++) {
         float v = 0.05f * zc__load_f32(w, dt, (size_t)k) + unit(key, (uint64_t)i, (uint64_t)k);
         zc__store_f32(g, dt, (size_t)k, v * scale);
     }
+}
+
+/* Backward of layer l through the block calls: the same gradients as the
+ * per-parameter path, with one call per kind for the whole layer. */
+static zc_status backward_block(t_ctx *x, int l, int step, int micro)
+{
+    int a = t_layer_at(x, l), b = t_layer_at(x, l + 1);
+    void *w[T_NPARAMS], *g[T_NPARAMS];
+    TRY(zc_block_acquire(x->eng, x->blk[l], NULL, w));
+    TRY(zc_block_grad_buffers(x->eng, x->blk[l], g));
+    for (int i = b - 1; i >= a; i--)
+        fill_grad(x, i, w[i - a], g[i - a], step, micro);
+    TRY(zc_block_grad_ready(x->eng, x->blk[l]));
+    TRY(zc_block_release(x->eng, x->blk[l], NULL));
+    return ZC_OK;
+}
+
+static zc_status write_grad(t_ctx *x, int i, const void *w, int step, int micro)
+{
+    void *g = zc_grad_buffer(x->eng, x->p[i]);
+    if (!g)
+        return fail(x, "zc_grad_buffer");
+    fill_grad(x, i, w, g, step, micro);
     return ZC_OK;
 }
 
@@ -205,16 +299,21 @@ zc_status t_backward(t_ctx *x, int step, int micro, int skip)
 {
     const void *w[T_NPARAMS];
     if (x->run->layerwise) {
-        for (int l = T_NLAYERS - 1; l >= 0; l--) {
-            for (int i = t_layer_begin[l + 1] - 1; i >= t_layer_begin[l]; i--)
+        for (int l = t_nlayers(x) - 1; l >= 0; l--) {
+            int a = t_layer_at(x, l), b = t_layer_at(x, l + 1);
+            if (x->run->blocks && skip < 0) {
+                ZC_CHECK(backward_block(x, l, step, micro));
+                continue;
+            }
+            for (int i = b - 1; i >= a; i--)
                 ZC_CHECK(use_param(x, i, &w[i]));
-            for (int i = t_layer_begin[l + 1] - 1; i >= t_layer_begin[l]; i--) {
+            for (int i = b - 1; i >= a; i--) {
                 if (i == skip)
                     continue;
                 ZC_CHECK(write_grad(x, i, w[i], step, micro));
                 TRY(zc_grad_ready(x->eng, x->p[i]));
             }
-            for (int i = t_layer_begin[l + 1] - 1; i >= t_layer_begin[l]; i--)
+            for (int i = b - 1; i >= a; i--)
                 TRY(zc_param_release(x->eng, x->p[i], NULL));
         }
         return ZC_OK;
@@ -295,6 +394,24 @@ static void *rank_main(void *argp)
         }
         if (t_gather(&x, a->run->master) != ZC_OK)
             goto out;
+        if (a->run->adopt) {
+            const void *w0 = zc_param_acquire(x.eng, x.p[0], NULL);
+            const void *w5 = zc_param_acquire(x.eng, x.p[5], NULL);
+            a->run->adopt_identity[a->rank] = w0 == x.adopt_mem[0] && w5 == x.adopt_mem[1];
+            if (w0)
+                zc_param_release(x.eng, x.p[0], NULL);
+            if (w5)
+                zc_param_release(x.eng, x.p[5], NULL);
+            float *o = a->run->adopt_out[a->rank];
+            size_t at = 0;
+            for (int s = 0; s < 2; s++) {
+                int64_t n = 0;
+                for (int i = s ? 5 : 0; i < (s ? T_NPARAMS : 5); i++)
+                    n += t_numel[i];
+                for (int64_t k = 0; k < n; k++)
+                    o[at++] = zc__load_f32(x.adopt_mem[s], a->run->dtype, (size_t)k);
+            }
+        }
         a->run->stats[a->rank] = (zc_stats){.size = sizeof(zc_stats)};
         zc_engine_stats(x.eng, &a->run->stats[a->rank]);
     }
@@ -317,6 +434,9 @@ bool t_engine_run(t_run *run)
     }
     if (!run->master)
         run->master = calloc((size_t)t_total_numel(), sizeof(float));
+    for (int r = 0; run->adopt && r < run->world; r++)
+        if (!run->adopt_out[r])
+            run->adopt_out[r] = calloc((size_t)t_total_numel(), sizeof(float));
     pthread_t th[T_MAX_WORLD];
     rank_arg args[T_MAX_WORLD];
     for (int r = 0; r < run->world; r++) {

@@ -35,6 +35,8 @@ int64_t t_total_numel(void);
 extern const int t_layer_begin[T_NLAYERS + 1];
 extern const int64_t t_layer_numel[T_NLAYERS];
 
+enum { T_BLOCK_NONE = 0, T_BLOCK_LIST, T_BLOCK_SPAN };
+
 struct t_ctx;
 
 typedef struct t_run {
@@ -50,6 +52,13 @@ typedef struct t_run {
     int permute_step;          /* forward acquires in another order at this step (-1: never) */
     bool layerwise;            /* acquire a layer's (chunk's) params together, as a model
                                   would, instead of one parameter at a time */
+    const int *layers;         /* layer-wise: layer l is parameters [layers[l],
+                                  layers[l + 1]) (NULL: t_layer_begin) */
+    int nlayers;               /* with layers: how many */
+    int blocks;                /* layer-wise through the block calls: T_BLOCK_LIST
+                                  (zc_block_create per layer) or T_BLOCK_SPAN
+                                  (zc_block_span at each layer's first parameter:
+                                  layers must end at zc_chunk_boundary calls) */
     /* offload_optimizer (NULL: none): "cpu" or "nvme"; nvme_path as a JSON
      * value (a string or a list); ratio (0: the default 1); buffer_count
      * (0: the default); pipeline: pipeline_read and pipeline_write */
@@ -59,6 +68,8 @@ typedef struct t_run {
     double offload_ratio;
     int64_t buffer_count;
     bool pipeline;
+    bool adopt;                /* register {p0..p4} and {p5..p7} over memory the rank
+                                  owns (zc_block_adopt), filled with the initial values */
     /* called on every rank thread after each zc_step (may be NULL) */
     void (*after_step)(struct t_ctx *x, int step, void *arg);
     void *hook_arg;
@@ -68,6 +79,11 @@ typedef struct t_run {
     zc_step_info info[T_MAX_STEPS]; /* rank 0's */
     zc_stats step_stats[T_MAX_STEPS]; /* rank 0's stats after each step */
     char err[T_MAX_WORLD][512];
+    /* with adopt: each rank's adopted memory after training, widened to fp32
+       (t_total_numel() floats, allocated by t_engine_run), and whether
+       zc_param_acquire of p0 and p5 returned that memory */
+    float *adopt_out[T_MAX_WORLD];
+    bool adopt_identity[T_MAX_WORLD];
 } t_run;
 
 /* Defaults: world 1, 20 steps, accumulation 1, fp32, bucket 2048, clip 1. */
@@ -80,8 +96,14 @@ typedef struct t_ctx {
     zc_config *cfg;
     zc_engine *eng;
     zc_param *p[T_NPARAMS];
+    zc_block *blk[T_NPARAMS];  /* per layer, with run->blocks */
+    void *adopt_mem[2];        /* with run->adopt: the rank's memory for {p0..p4}, {p5..p7} */
 } t_ctx;
 
+/* The layer table of a run (run->layers, else t_layer_begin): how many
+ * layers, and where layer l begins (l == t_nlayers: the end). */
+int t_nlayers(const t_ctx *x);
+int t_layer_at(const t_ctx *x, int l);
 /* Creates the configuration and engine, registers the model, builds and
  * loads the initial values. */
 zc_status t_ctx_open(t_ctx *x, t_run *run, int rank, zc_comm *comm);

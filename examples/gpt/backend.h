@@ -1,0 +1,59 @@
+/* Where train_gpt's model runs: the CPU (model.c, host memory) or a CUDA
+ * device (model_cuda.c, device memory). The training loop in train.c is
+ * written once against this table; each entry returns 0 or a backend error
+ * code that error_str names. Pointers handed to the model functions are in
+ * the backend's memory (what alloc returns, or what the engine hands out
+ * for the backend's zc_device_kind). */
+#ifndef GPT_BACKEND_H
+#define GPT_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include <zeroc/zeroc.h>
+
+#include "model.h"
+
+typedef struct gpt_backend {
+    const char *name;            /* "cpu", "cuda": the --device value */
+    zc_device_kind device;       /* the engine's device for this backend */
+    const char *(*error_str)(int code);
+    /* A stream for the engine and the kernels (NULL on the CPU). */
+    int (*stream_create)(void **stream);
+    void (*stream_destroy)(void *stream);
+    bool (*model_create)(void **m, const gpt_config *c, int B, void *stream, char *err,
+                         size_t errlen);
+    void (*model_destroy)(void *m);
+    /* n floats or ints of backend memory, zeroed; NULL when out of memory. */
+    float *(*alloc)(size_t n);
+    int *(*alloc_ints)(size_t n);
+    void (*free)(void *p);
+    int (*upload_ints)(int *dst, const int *host, size_t n, void *stream);
+    int (*zero)(float *p, size_t n, void *stream);
+    /* fp32 <-> the engine's working dtype, in backend memory. */
+    int (*widen)(float *dst, const void *src, zc_dtype dt, size_t n, void *stream);
+    int (*narrow)(void *dst, zc_dtype dt, const float *src, size_t n, void *stream);
+    /* The pieces of model.h. head_forward's loss is the mean over B x T. */
+    int (*embed_forward)(void *m, const float *wte, const float *wpe, const int *tok);
+    int (*block_forward)(void *m, int l, const float *const w[GPT_BLOCK_TENSORS]);
+    int (*head_forward)(void *m, const float *lnfw, const float *lnfb, const float *wte,
+                        const int *tgt, double *loss);
+    int (*head_backward)(void *m, const float *lnfw, const float *wte, const int *tgt,
+                         float loss_scale, float *dwte, float *dlnfw, float *dlnfb);
+    int (*block_backward)(void *m, int l, const float *const w[GPT_BLOCK_TENSORS],
+                          float *const g[GPT_BLOCK_TENSORS]);
+    int (*embed_backward)(void *m, const int *tok, float *dwte, float *dwpe);
+    /* After head_forward: the sum of -log p[target] over the first `rows`
+     * positions (tgt_host: the targets, on the host). */
+    int (*loss_sum)(void *m, const int *tgt_host, size_t rows, double *sum);
+    /* After head_forward: copies the probabilities of position `row` (vocab
+     * floats) to the host. */
+    int (*probs_row)(void *m, size_t row, float *host);
+} gpt_backend;
+
+extern const gpt_backend gpt_backend_cpu;
+#ifdef GPT_HAVE_CUDA
+extern const gpt_backend gpt_backend_cuda;
+#endif
+
+#endif
