@@ -50,6 +50,8 @@ int zc__mem_should_fail(zc_mem_kind kind)
 
 void zc__mem_fail_after(zc_mem_kind kind, int64_t k) { atomic_store(&fail_countdown[kind], k); }
 
+int64_t zc__mem_fail_pending(zc_mem_kind kind) { return atomic_load(&fail_countdown[kind]); }
+
 int64_t zc__mem_global_bytes(zc_mem_kind kind) { return atomic_load(&global_bytes[kind]); }
 int64_t zc__mem_global_count(zc_mem_kind kind) { return atomic_load(&global_count[kind]); }
 

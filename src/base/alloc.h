@@ -48,6 +48,9 @@ int zc__mem_should_fail(zc_mem_kind kind);
 
 /* Test hook: the k-th next allocation of `kind` fails (0 disables). */
 void zc__mem_fail_after(zc_mem_kind kind, int64_t k);
+/* Allocations of `kind` still to go before the armed failure (0: none
+ * armed). Lets a test measure how many allocations a phase makes. */
+int64_t zc__mem_fail_pending(zc_mem_kind kind);
 
 /* Bytes currently allocated of one kind, over all categories and owners. */
 int64_t zc__mem_global_bytes(zc_mem_kind kind);

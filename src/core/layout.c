@@ -218,6 +218,20 @@ static zc_status size_from_model(zc_engine *e)
     return ZC_OK;
 }
 
+/* The rank-local part of zc_engine_build, after the layout is agreed. */
+static zc_status build_local(zc_engine *e)
+{
+    ZC_CHECK(zc__preflight(e));
+    ZC_CHECK(zc__opt_build(e));
+    for (int k = 0; k < e->nchunks; k++)
+        ZC_CHECK(e->pol->alloc_chunk(e, &e->chunks[k]));
+    ZC_CHECK(zc__reserve_build(e));
+    ZC_CHECK(zc__debug_build(e));
+    e->state = ZC_ENG_BUILT;
+    /* Needs the built engine (it loads through zc_param_load). */
+    return zc__adopt_load(e);
+}
+
 ZC_API zc_status zc_engine_build(zc_engine *e)
 {
     ZC_CHECK(zc__eng_enter(e, "zc_engine_build", false));
@@ -230,6 +244,10 @@ ZC_API zc_status zc_engine_build(zc_engine *e)
     /* First: every later build step (the layout check's collective, the
      * zero-fills) is queued on the engine's own stream. */
     ZC_CHECK_GOTO(zc__streams_create(e), rc, fail);
+    /* The status records come before the first collective: everything from
+     * the pre-flight on is rank-local (MemAvailable, free disk space,
+     * allocations) and its outcome is agreed with them below. */
+    ZC_CHECK_GOTO(zc__agree_alloc(e), rc, fail);
     ZC_CHECK_GOTO(size_from_model(e), rc, fail);
     ZC_CHECK_GOTO(zc__layout_build(e), rc, fail);
     ZC_CHECK_GOTO(alloc_partials(e), rc, fail);
@@ -245,15 +263,11 @@ ZC_API zc_status zc_engine_build(zc_engine *e)
     /* Before the optimizer state, the chunks' buffers and the reserve: a
      * configuration the machine cannot hold is refused with nothing large
      * allocated. */
-    ZC_CHECK_GOTO(zc__preflight(e), rc, fail);
-    ZC_CHECK_GOTO(zc__opt_build(e), rc, fail);
-    for (int k = 0; k < e->nchunks; k++)
-        ZC_CHECK_GOTO(e->pol->alloc_chunk(e, &e->chunks[k]), rc, fail);
-    ZC_CHECK_GOTO(zc__reserve_build(e), rc, fail);
-    ZC_CHECK_GOTO(zc__debug_build(e), rc, fail);
-    e->state = ZC_ENG_BUILT;
-    /* Needs the built engine (it loads through zc_param_load). */
-    ZC_CHECK_GOTO(zc__adopt_load(e), rc, fail);
+    rc = build_local(e);
+    /* A pre-flight refusal or an allocation failure can happen on one rank
+     * alone; returning there would leave the others built and waiting in
+     * their first collective. Every rank fails alike, naming that rank. */
+    ZC_CHECK_GOTO(zc__eng_agree(e, rc, "zc_engine_build"), rc, fail);
     zc__progress_start(e);
     ZC_LOGI("core", "built: %d parameters, %lld elements in %d chunks of <= %lld (%lld padded)",
             e->nparams, (long long)e->num_elems, e->nchunks, (long long)e->bucket,

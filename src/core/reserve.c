@@ -21,7 +21,8 @@
  *   the stage-3 trace, 4 activations per parameter and micro-step (forward,
  *                backward, and room for a recomputing forward), at least
  *                ZC_TRACE_MIN and at most ZC_TRACE_MAX entries;
- *   the status records of zc__eng_agree. */
+ *   (the status records of zc__eng_agree are allocated first of all, by
+ *   zc_engine_build, which agrees its own outcome with them). */
 #include "core/engine.h"
 #include "core/estimate.h"
 
@@ -110,7 +111,6 @@ zc_status zc__reserve_build(zc_engine *e)
     ZC_CHECK(zc__bufpool_reserve(&e->pool_grad));
     ZC_CHECK(zc__bufpool_reserve(&e->pool_gather));
     ZC_CHECK(zc__bufpool_reserve(&e->pool_stage));
-    ZC_CHECK(zc__agree_alloc(e));
     return ZC_OK;
 }
 

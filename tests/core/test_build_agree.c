@@ -8,6 +8,7 @@
 
 #include <criterion/criterion.h>
 
+#include "base/alloc.h"
 #include "helpers.h"
 #include "zeroc/zeroc.h"
 
@@ -20,6 +21,7 @@ typedef struct ba_run {
     int64_t shape1[W];   /* shape of parameter 1 ("b"), second dimension */
     int extra[W];        /* registers a fourth parameter */
     int group2[W];       /* group of parameter 2 */
+    int rename[W];       /* names parameter 0 "z" instead of "a" (same length) */
     zc_status rc[W];
     char msg[W][1024];
 } ba_run;
@@ -35,7 +37,7 @@ static void ba_rank(int rank, void *arg)
     if (rc == ZC_OK)
         rc = zc_group_add(e, 0.0, 1.0, &g1);
     int64_t s0[1] = {100}, s1[2] = {4, r->shape1[rank]}, s2[1] = {33}, s3[1] = {5};
-    if (rc == ZC_OK && (!zc_param_add(e, "a", s0, 1, 0) || !zc_param_add(e, "b", s1, 2, 0) ||
+    if (rc == ZC_OK && (!zc_param_add(e, r->rename[rank] ? "z" : "a", s0, 1, 0) || !zc_param_add(e, "b", s1, 2, 0) ||
                         !zc_param_add(e, "c", s2, 1, r->group2[rank] ? g1 : 0) ||
                         (r->extra[rank] && !zc_param_add(e, "d", s3, 1, 0))))
         rc = ZC_ERR_INTERNAL;
@@ -132,5 +134,38 @@ Test(build_agree, a_stage_is_named)
     static const char *const n[] = {"rank 0 has zero_optimization.stage 2",
                                     "rank 3 has zero_optimization.stage 1", NULL};
     expect_all(&r, n);
+    t_assert_no_leaks();
+}
+
+/* A failure after the agreement is rank-local (one rank's allocation, its
+ * pre-flight): every rank must fail alike, naming that rank, rather than the
+ * others returning built and waiting in their first collective. The
+ * allocator's countdown is process-wide, so it is armed for the first host
+ * allocation after the agreement, whichever rank makes it: a probe run
+ * whose ranks disagree (rank 3 names a parameter differently) stops at the
+ * agreement and so counts the host allocations that come before it; the
+ * ranks make the same ones in the real run. */
+Test(build_agree, a_rank_local_failure_after_it_fails_every_rank)
+{
+    const int64_t armed = INT64_MAX / 2;
+    ba_run probe = {.rename = {0, 0, 0, 1}};
+    zc__mem_fail_after(ZC_MEMKIND_HOST, armed);
+    ba_go(&probe, -1);
+    const int64_t before = armed - zc__mem_fail_pending(ZC_MEMKIND_HOST);
+    for (int k = 0; k < W; k++)
+        cr_assert_eq(probe.rc[k], ZC_ERR_CONFIG, "probe rank %d: %s", k, probe.msg[k]);
+    cr_assert_gt(before, 0);
+
+    ba_run r = {0};
+    zc__mem_fail_after(ZC_MEMKIND_HOST, before + 1);
+    ba_go(&r, -1);
+    zc__mem_fail_after(ZC_MEMKIND_HOST, 0);
+    const char *ref = strstr(r.msg[0], "zc_engine_build failed on rank ");
+    cr_assert(ref, "rank 0: %d %s", r.rc[0], r.msg[0]);
+    for (int k = 0; k < W; k++) {
+        cr_assert_eq(r.rc[k], ZC_ERR_NO_MEMORY, "rank %d: %d %s", k, r.rc[k], r.msg[k]);
+        const char *m = strstr(r.msg[k], "zc_engine_build failed on rank ");
+        cr_assert(m && !strcmp(m, ref), "rank %d: '%s' vs rank 0: '%s'", k, r.msg[k], r.msg[0]);
+    }
     t_assert_no_leaks();
 }
