@@ -158,7 +158,9 @@ static zc_status plan(const zc_est_in *in, zc_est *out)
      * optimizer elements. */
     int64_t total = 0, offloaded = 0, big = 0, maxn_off = 0, nvme_cap = 0;
     for (int k = 0; k < in->nchunks; k++) {
-        total += full_opt ? in->padded[k] : in->padded[k] / W;
+        if (__builtin_add_overflow(total, full_opt ? in->padded[k] : in->padded[k] / W, &total))
+            return ZC_ERR(ZC_ERR_NO_MEMORY, "zc__estimate: the chunks hold more than 2^63 "
+                          "optimizer elements together");
         if (in->padded[k] > big)
             big = in->padded[k];
     }

@@ -104,6 +104,7 @@ static void check_one(int stage, int world, int accum, int off, const char *nvme
                          s->bytes_by_kind_cat[ZC_KIND_PINNED][ZC_MEM_OTHER], OTHER_BOUND);
         cr_assert_lt(s->bytes_by_kind_cat[ZC_KIND_NVME][ZC_MEM_OTHER], 1 << 20);
     }
+    free(r->master);
     free(r);
 }
 

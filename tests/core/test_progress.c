@@ -42,6 +42,7 @@ static void run_steps(int64_t every, int steps)
     cr_assert(t_engine_run(r), "%s", t_run_error(r));
     zc_log_set_level(ZC_LOG_WARN);
     zc_log_set_sink(NULL, NULL);
+    free(r->master);
     free(r);
 }
 
