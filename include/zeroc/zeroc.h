@@ -333,6 +333,33 @@ ZC_API zc_status zc_param_gather_master(zc_engine *eng, zc_param *p, float *out)
  * broken (docs/faults.md). */
 ZC_API void *zc_param_acquire(zc_engine *eng, zc_param *p, void *stream);
 
+/* zc_param_acquire with a status, like every other fallible call: *out gets
+ * the pointer on success and NULL on failure (ZC_ERR_INVALID_ARG for an
+ * unknown parameter or a NULL out; the errors of zc_param_acquire otherwise).
+ * Same contract, same collective rule in stage 3. */
+ZC_API zc_status zc_param_acquire_status(zc_engine *eng, zc_param *p, void *stream, void **out);
+
+/* Introspection. Read-only, thread-safe once registration is over; a NULL or
+ * foreign handle gets the sentinel in brackets, never a crash.
+ * zc_param_name: the registered name, owned by the engine (NULL).
+ * zc_param_numel: the number of elements (-1).
+ * zc_param_shape: copies min(ndim, cap) dimensions into shape and returns
+ *   ndim (-1; also for cap < 0, or cap > 0 with shape NULL).
+ * zc_param_group: its group id (-1).
+ * zc_param_dtype: the working dtype (a zc_dtype) of its engine's parameters
+ *   and gradient buffers (-1).
+ * zc_param_count: parameters registered so far (-1).
+ * zc_param_at: the parameter registered index-th, from 0 (NULL out of range).
+ * zc_param_find: the parameter of that name (NULL when there is none). */
+ZC_API const char *zc_param_name(const zc_param *p);
+ZC_API int64_t zc_param_numel(const zc_param *p);
+ZC_API int zc_param_shape(const zc_param *p, int64_t *shape, int cap);
+ZC_API int zc_param_group(const zc_param *p);
+ZC_API int zc_param_dtype(const zc_param *p);
+ZC_API int zc_param_count(const zc_engine *eng);
+ZC_API zc_param *zc_param_at(const zc_engine *eng, int index);
+ZC_API zc_param *zc_param_find(const zc_engine *eng, const char *name);
+
 /* Ends a use begun by zc_param_acquire. Stage 3 frees the gathered chunk when
  * none of its parameters is acquired, unless it is persistent. With a CUDA
  * device the engine's later writes of that memory (the optimizer update, a

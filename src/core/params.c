@@ -155,6 +155,13 @@ ZC_API void *zc_param_acquire(zc_engine *e, zc_param *p, void *stream)
     return zc__param_acquire(e, p, stream, &ptr) == ZC_OK ? ptr : NULL;
 }
 
+ZC_API zc_status zc_param_acquire_status(zc_engine *e, zc_param *p, void *stream, void **out)
+{
+    if (!out)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "zc_param_acquire_status: out is NULL");
+    return zc__param_acquire(e, p, stream, out);
+}
+
 ZC_API zc_status zc_param_release(zc_engine *e, zc_param *p, void *stream)
 {
     ZC_CHECK(zc__eng_enter(e, "zc_param_release", true));
