@@ -80,4 +80,9 @@ static inline zc_status zc__comm_group_start(zc_comm *c)
 static inline zc_status zc__comm_group_end(zc_comm *c)
 { return c->ops->group_end ? c->ops->group_end(c) : ZC_OK; }
 
+/* The collective kinds the host backends (local, mpi) tag their in-flight
+ * operations with, and their names in messages ("all_reduce", ...). */
+enum { K_ALL_REDUCE = 1, K_REDUCE_SCATTER, K_ALL_GATHER, K_BROADCAST, K_BARRIER };
+const char *zc__coll_kind_name(int kind);
+
 #endif

@@ -9,3 +9,14 @@ void zc_comm_destroy(zc_comm *comm)
     if (comm)
         comm->ops->destroy(comm);
 }
+
+const char *zc__coll_kind_name(int kind)
+{
+    switch (kind) {
+    case K_ALL_REDUCE: return "all_reduce";
+    case K_REDUCE_SCATTER: return "reduce_scatter";
+    case K_ALL_GATHER: return "all_gather";
+    case K_BROADCAST: return "broadcast";
+    default: return "barrier";
+    }
+}

@@ -54,18 +54,6 @@ typedef struct local_comm {
     unsigned long seq; /* collectives issued by this rank, for messages */
 } local_comm;
 
-enum { K_ALL_REDUCE = 1, K_REDUCE_SCATTER, K_ALL_GATHER, K_BROADCAST, K_BARRIER };
-
-static const char *kind_str(int k)
-{
-    switch (k) {
-    case K_ALL_REDUCE: return "all_reduce";
-    case K_REDUCE_SCATTER: return "reduce_scatter";
-    case K_ALL_GATHER: return "all_gather";
-    case K_BROADCAST: return "broadcast";
-    default: return "barrier";
-    }
-}
 
 static double env_timeout(void)
 {
@@ -90,7 +78,7 @@ static zc_status group_wait(local_comm *c, int kind)
         pthread_mutex_unlock(&g->mu);
         return ZC_ERR(ZC_ERR_COMM, "local comm rank %d: %s #%lu: the group is broken by an "
                                    "earlier failure or timeout",
-                      c->base.rank, kind_str(kind), c->seq);
+                      c->base.rank, zc__coll_kind_name(kind), c->seq);
     }
     unsigned long gen = g->generation;
     if (++g->arrived == g->world) {
@@ -115,14 +103,14 @@ static zc_status group_wait(local_comm *c, int kind)
                 rc = ZC_ERR(ZC_ERR_COMM,
                             "local comm rank %d: %s #%lu (%zu elements) timed out after %.0f s "
                             "waiting for %d of %d ranks (ZC_COMM_TIMEOUT)",
-                            c->base.rank, kind_str(kind), c->seq, g->slots[c->base.rank].count,
+                            c->base.rank, zc__coll_kind_name(kind), c->seq, g->slots[c->base.rank].count,
                             g->timeout_s, g->world - g->arrived, g->world);
                 break;
             }
         }
         if (rc == ZC_OK && gen == g->generation && g->broken)
             rc = ZC_ERR(ZC_ERR_COMM, "local comm rank %d: %s #%lu: another rank failed",
-                        c->base.rank, kind_str(kind), c->seq);
+                        c->base.rank, zc__coll_kind_name(kind), c->seq);
     }
     pthread_mutex_unlock(&g->mu);
     return rc;
@@ -146,8 +134,8 @@ static zc_status post(local_comm *c, int kind, const void *send, void *recv, siz
             zc_status rc = ZC_ERR(ZC_ERR_COMM,
                                   "local comm: collective mismatch at #%lu: rank %d called %s "
                                   "(%zu x %s) but rank %d called %s (%zu x %s)",
-                                  c->seq, c->base.rank, kind_str(kind), count, zc_dtype_name(dt), r,
-                                  kind_str(o->kind), o->count, zc_dtype_name((zc_dtype)o->dt));
+                                  c->seq, c->base.rank, zc__coll_kind_name(kind), count, zc_dtype_name(dt), r,
+                                  zc__coll_kind_name(o->kind), o->count, zc_dtype_name((zc_dtype)o->dt));
             group_wait(c, kind); /* everyone sees the mismatch; keep phases aligned */
             return rc;
         }

@@ -21,18 +21,6 @@
  * group_end). */
 #define MAX_INFLIGHT 64
 
-enum { K_ALL_REDUCE = 1, K_REDUCE_SCATTER, K_ALL_GATHER, K_BROADCAST, K_BARRIER };
-
-static const char *kind_str(int k)
-{
-    switch (k) {
-    case K_ALL_REDUCE: return "all_reduce";
-    case K_REDUCE_SCATTER: return "reduce_scatter";
-    case K_ALL_GATHER: return "all_gather";
-    case K_BROADCAST: return "broadcast";
-    default: return "barrier";
-    }
-}
 
 /* One collective in flight: point-to-point requests with every other rank
  * (phase 1: the exchange; all_reduce's phase 2: spreading the sums, posted
@@ -192,7 +180,7 @@ static zc_status mpi_fail(mpi_comm *c, const mpi_op *op, const char *call, int c
     if (MPI_Error_string(code, s, &len) != MPI_SUCCESS)
         snprintf(s, sizeof s, "MPI error %d", code);
     return fail(c, "mpi comm rank %d/%d: %s #%llu (%zu x %s): %s: %s", c->base.rank,
-                c->base.world, kind_str(op->kind), (unsigned long long)op->seq, op->count,
+                c->base.world, zc__coll_kind_name(op->kind), (unsigned long long)op->seq, op->count,
                 zc_dtype_name(op->dt), call, s);
 }
 
@@ -220,7 +208,7 @@ static zc_status wait_req(mpi_comm *c, mpi_op *op, double deadline)
         if (t > deadline)
             return fail(c, "mpi comm rank %d/%d: %s #%llu (%zu x %s) timed out after %g s "
                            "waiting for the other ranks (ZC_COMM_TIMEOUT)",
-                        c->base.rank, c->base.world, kind_str(op->kind),
+                        c->base.rank, c->base.world, zc__coll_kind_name(op->kind),
                         (unsigned long long)op->seq, op->count, zc_dtype_name(op->dt),
                         c->timeout_s);
         if (t0 < 0)
@@ -399,7 +387,7 @@ static zc_status reduce_slice(mpi_comm *c, mpi_op *op, void *dst, size_t mine)
     zc_device *h = zc__device_host();
     zc_status rc = h->ops->reduce_sum(h, dst, srcs, W, op->dt, mine, NULL);
     if (rc != ZC_OK)
-        return fail(c, "mpi comm rank %d/%d: %s #%llu: %s", c->base.rank, W, kind_str(op->kind),
+        return fail(c, "mpi comm rank %d/%d: %s #%llu: %s", c->base.rank, W, zc__coll_kind_name(op->kind),
                     (unsigned long long)op->seq, zc_last_error());
     return ZC_OK;
 }
