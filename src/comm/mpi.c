@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +36,8 @@ typedef struct mpi_op {
     int nreq;
     uint64_t seq;
     void *scratch; /* W contributions of this rank's slice; kept between calls */
+    const void *own; /* fp32 sums: this rank's contribution read in place from
+                      * the send buffer (NULL: it was copied into scratch) */
     size_t scratch_bytes;
 } mpi_op;
 
@@ -270,6 +273,12 @@ static zc_status take_slot(mpi_comm *c, mpi_op **out)
         mpi_op *old = &c->ops[c->head];
         ZC_CHECK(finish_op(c, old, now_s() + c->timeout_s));
     }
+    /* An empty ring restarts at slot 0: each slot keeps its scratch between
+     * calls, so a step's collectives reuse the same few warm buffers instead
+     * of walking all MAX_INFLIGHT slots (each first use page-faults its
+     * scratch in, which cost more than the exchange itself). */
+    if (c->n == 0)
+        c->head = 0;
     mpi_op *op = &c->ops[(c->head + c->n) % MAX_INFLIGHT];
     op->phase = 0;
     *out = op;
@@ -359,6 +368,35 @@ static void add_f32(float *restrict d, const float *restrict s, size_t n)
         d[i] += s[i];
 }
 
+/* d[i] = a[i] + b[i]; d may be a or b (in-place collectives), so no
+ * restrict: the compiler checks for overlap and still vectorises. */
+__attribute__((optimize("tree-vectorize", "vect-cost-model=dynamic")))
+static void add2_f32(float *d, const float *a, const float *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        d[i] = a[i] + b[i];
+}
+
+static int overlaps(const void *a, const void *b, size_t bytes)
+{
+    uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+    return x < y + bytes && y < x + bytes;
+}
+
+/* Whether an fp32 sum may read this rank's contribution `own` in place
+ * instead of copying it into scratch: the sum writes dst as
+ * dst = c0 + c1, then dst += ck for k >= 2, so own may only be dst itself
+ * when this rank is 0 or 1 (read before dst is first written). */
+static int own_in_place(const mpi_op *op, int rank, const void *own, const void *dst,
+                        size_t n)
+{
+    if (op->dt != ZC_DTYPE_F32 || op->red != ZC_RED_SUM)
+        return 0;
+    if (!overlaps(own, dst, n * sizeof(float)))
+        return 1;
+    return own == dst && rank < 2;
+}
+
 /* The rank-order sum (or MAX) of the W contributions in scratch into dst. */
 static zc_status reduce_slice(mpi_comm *c, mpi_op *op, void *dst, size_t mine)
 {
@@ -372,11 +410,21 @@ static zc_status reduce_slice(mpi_comm *c, mpi_op *op, void *dst, size_t mine)
     if (op->dt == ZC_DTYPE_F32) {
         /* The host reduce_sum's fp32 case, reordered only across elements:
          * each element is still ((s0 + s1) + s2) + ..., plain fp32 adds
-         * (dst never aliases scratch), so the bits are the same. */
+         * (dst never aliases scratch; own_in_place says when it may alias
+         * this rank's own contribution), so the bits are the same. */
+        const int r = c->base.rank;
+        const float *in = op->scratch;
+#define CONTRIB(k) (((k) == r && op->own) ? (const float *)op->own : in + (size_t)(k) * mine)
         float *d = dst;
-        memcpy(d, op->scratch, mine * sizeof(float));
-        for (int k = 1; k < W; k++)
-            add_f32(d, (const float *)op->scratch + (size_t)k * mine, mine);
+        if (W == 1) {
+            if (d != CONTRIB(0))
+                memcpy(d, CONTRIB(0), mine * sizeof(float));
+            return ZC_OK;
+        }
+        add2_f32(d, CONTRIB(0), CONTRIB(1), mine);
+        for (int k = 2; k < W; k++)
+            add_f32(d, CONTRIB(k), mine);
+#undef CONTRIB
         return ZC_OK;
     }
     size_t es = zc_dtype_size(op->dt);
@@ -466,6 +514,7 @@ static zc_status new_op(mpi_comm *c, int kind, zc_dtype dt, zc_red_op red, size_
     op->count = count;
     op->recv = recv;
     op->nreq = 0;
+    op->own = NULL;
     op->seq = c->seq;
     *out = op;
     return ZC_OK;
@@ -498,11 +547,13 @@ static zc_status mpi_all_reduce(zc_comm *base, const void *send, void *recv, siz
         return ZC_ERR(ZC_ERR_INVALID_ARG, "mpi comm all_reduce: %zu elements overflow", count);
     ZC_CHECK(grow(&op->scratch, &op->scratch_bytes, bytes ? bytes : 1, "mpi comm scratch"));
     /* Slice k of this rank's buffer goes to rank k; rank k's copy of slice r
-     * lands at scratch + k * mine; this rank's own is copied now (send is
-     * valid and unchanged until the op completes). */
-    if (mine)
-        memcpy((char *)op->scratch + (size_t)r * mine * es, (const char *)send + los[r] * es,
-               mine * es);
+     * lands at scratch + k * mine; this rank's own is read in place where the
+     * sum allows it, else copied now (send is valid and unchanged until the
+     * op completes). */
+    const char *own = (const char *)send + los[r] * es;
+    op->own = own_in_place(op, r, own, (char *)recv + los[r] * es, mine) ? own : NULL;
+    if (mine && !op->own)
+        memcpy((char *)op->scratch + (size_t)r * mine * es, own, mine * es);
     xfer x = {.sbase = send, .rbase = op->scratch, .rstride = mine, .rcount = mine, .los = los,
               .split_send = 1};
     ZC_CHECK(post_p2p(c, op, 1, &x));
@@ -524,9 +575,12 @@ static zc_status mpi_reduce_scatter(zc_comm *base, const void *send, void *recv,
     size_t es = zc_dtype_size(dt), bytes = recv_count * (size_t)W * es; /* < INT_MAX * 8 */
     ZC_CHECK(grow(&op->scratch, &op->scratch_bytes, bytes, "mpi comm scratch"));
     /* recv may alias slice r of send: only scratch is written until every
-     * exchange completed, and recv only after. */
-    memcpy((char *)op->scratch + (size_t)r * recv_count * es,
-           (const char *)send + (size_t)r * recv_count * es, recv_count * es);
+     * exchange completed, and recv only after (own_in_place says when the
+     * sum may still read slice r in place). */
+    const char *own = (const char *)send + (size_t)r * recv_count * es;
+    op->own = own_in_place(op, r, own, recv, recv_count) ? own : NULL;
+    if (!op->own)
+        memcpy((char *)op->scratch + (size_t)r * recv_count * es, own, recv_count * es);
     xfer x = {.sbase = send, .sstride = recv_count, .scount = recv_count,
               .rbase = op->scratch, .rstride = recv_count, .rcount = recv_count};
     ZC_CHECK(post_p2p(c, op, 1, &x));
