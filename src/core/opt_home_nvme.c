@@ -571,6 +571,10 @@ static zc_status nv_prepare(zc_opt_home *hh)
     o.block_size = (size_t)h->p.aio_block_size;
     o.alignment = IO_ALIGN;
     o.queue_depth = (int)(qd > 4096 ? 4096 : qd);
+    if (h->p.aio_single_submit)
+        o.flags |= ZC_NVME_SINGLE_SUBMIT;
+    if (!h->p.aio_overlap_events)
+        o.flags |= ZC_NVME_NO_OVERLAP;
     zc_status rc = zc__nvme_open(&h->store, &o);
     if (rc != ZC_OK) {
         zc__error_context("zero_optimization.offload_optimizer (rank %d; aio.block_size %lld, "
@@ -631,9 +635,6 @@ static zc_status nv_prepare(zc_opt_home *hh)
     if (nr > 64)
         nr = 64;
     ZC_CHECK(zc__nvme_register_buffers(h->store, regions, nr));
-    if (h->p.aio_single_submit || !h->p.aio_overlap_events)
-        ZC_LOGI("offload", "aio.single_submit / aio.overlap_events: the io_uring store always "
-                "submits a batch per refill and refills on every completion");
     /* fast_init: the store reserved the files with fallocate (or sized them
      * sparse), and both read back as zeros, so the zero pass is skipped. */
     if (!h->p.fast_init)

@@ -188,11 +188,11 @@ static zc_status submit(zc_nvme_store *st)
 {
     if (!st->prepped)
         return ZC_OK;
+    st->st.submit_calls++;
     int ret;
     do {
         ret = io_uring_submit(&st->ring);
     } while (ret == -EINTR);
-    st->st.submit_calls++;
     if (ret < 0)
         return ZC_ERR(ZC_ERR_IO, "io_uring_submit of %d requests failed: %s", st->prepped,
                       strerror(-ret));
@@ -241,8 +241,12 @@ static zc_status issue(zc_nvme_store *st, uint32_t ri)
 {
     st->st.submitted++;
 #if ZC_HAVE_URING
-    if (st->use_uring)
-        return prep(st, ri);
+    if (st->use_uring) {
+        ZC_CHECK(prep(st, ri));
+        /* aio.single_submit: each request is its own submission (DeepSpeed's
+         * "individual requests" mode; a syscall per request). */
+        return (st->opts.flags & ZC_NVME_SINGLE_SUBMIT) ? submit(st) : ZC_OK;
+    }
 #endif
     zc__nvme_complete(st, ri, sync_io(st, &st->reqs[ri]));
     return ZC_OK;
@@ -296,6 +300,14 @@ static uint32_t next_piece(zc_nvme_store *st)
 
 zc_status zc__nvme_engine_fill(zc_nvme_store *st)
 {
+    /* aio.overlap_events false: no new request while the kernel still holds
+     * some; the caller's wait reaps them and fills again (so a caller that
+     * finds nothing in flight after a fill always has something to wait
+     * for). */
+    if ((st->opts.flags & ZC_NVME_NO_OVERLAP) && st->kernel_inflight > 0)
+        return ZC_OK;
+    const int64_t issued_before = st->st.submitted;
+    const bool earlier_in_kernel = st->kernel_inflight > 0;
     bool progress = true;
     while (progress) {
         progress = false;
@@ -322,6 +334,8 @@ zc_status zc__nvme_engine_fill(zc_nvme_store *st)
     if (st->use_uring)
         ZC_CHECK(submit(st));
 #endif
+    if (earlier_in_kernel && st->st.submitted > issued_before)
+        st->st.overlapped_submits++;
     return ZC_OK;
 }
 

@@ -155,6 +155,11 @@ typedef uint64_t zc_nvme_ticket;
 #define ZC_NVME_SYNC         0x10u /* pread/pwrite instead of io_uring */
 #define ZC_NVME_NO_FALLOCATE 0x20u /* size with ftruncate only (sparse) */
 #define ZC_NVME_NO_HUGEPAGE  0x40u /* leave registered regions' pages as they are */
+#define ZC_NVME_SINGLE_SUBMIT 0x80u /* aio.single_submit: one io_uring_submit per
+                                      request instead of one per batch */
+#define ZC_NVME_NO_OVERLAP   0x100u /* aio.overlap_events false: submit the next
+                                      batch only once the kernel has completed
+                                      every request of the previous one */
 
 typedef struct zc_nvme_opts {
     size_t size;              /* sizeof(zc_nvme_opts) */
@@ -192,6 +197,9 @@ typedef struct zc_nvme_stats {
     int64_t submitted;        /* requests handed to the kernel (resubmits included) */
     int64_t resubmitted;      /* short transfers and -EAGAIN continued */
     int64_t submit_calls;     /* io_uring_submit calls (batching: << submitted) */
+    int64_t overlapped_submits; /* refills that added requests while requests of
+                                 an earlier refill were still in the kernel
+                                 (0 with ZC_NVME_NO_OVERLAP) */
     int64_t requests;         /* requests numbered so far (what fault positions count) */
     int64_t write_requests;   /* of which writes (enospc=K counts these) */
     bool direct;              /* O_DIRECT in use */

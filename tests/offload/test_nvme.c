@@ -181,8 +181,13 @@ static void property(int ndirs, unsigned flags, int qd, uint64_t seed, int nops)
     zc__nvme_stats_get(st, &ss);
     cr_assert_eq(ss.tickets_live, 0);
     cr_assert_eq(ss.inflight, 0);
-    if (ss.uring && qd > 1)
+    if (ss.uring && qd > 1 && !(flags & ZC_NVME_SINGLE_SUBMIT))
         cr_assert_lt(ss.submit_calls, ss.submitted, "submissions are batched");
+    if (ss.uring && (flags & ZC_NVME_SINGLE_SUBMIT))
+        cr_assert_eq(ss.submit_calls, ss.submitted, "aio.single_submit: one submit per request");
+    if (flags & ZC_NVME_NO_OVERLAP)
+        cr_assert_eq(ss.overlapped_submits, 0,
+                     "aio.overlap_events false: no submit while requests are in the kernel");
     cr_assert_eq(zc__nvme_close(st, ZC_NVME_CLOSE_WAIT), ZC_OK);
     zc_pinned_pool_stats ps;
     zc__pinned_pool_stats_get(pool, &ps);
@@ -197,6 +202,12 @@ Test(nvme, roundtrip_fixed_seed_two_dirs) { property(2, 0, 8, 12345, 600); }
 Test(nvme, roundtrip_random_seed_one_dir) { property(1, 0, 4, t_seed("nvme/roundtrip_random_one"), 600); }
 Test(nvme, roundtrip_random_seed_two_dirs) { property(2, 0, 16, t_seed("nvme/roundtrip_random_two"), 600); }
 Test(nvme, roundtrip_depth_one) { property(2, 0, 1, 777, 200); }
+Test(nvme, roundtrip_single_submit) { property(2, ZC_NVME_SINGLE_SUBMIT, 8, 4242, 300); }
+Test(nvme, roundtrip_no_overlap) { property(2, ZC_NVME_NO_OVERLAP, 8, 4343, 300); }
+Test(nvme, roundtrip_single_submit_no_overlap)
+{
+    property(1, ZC_NVME_SINGLE_SUBMIT | ZC_NVME_NO_OVERLAP, 4, 4444, 200);
+}
 Test(nvme, roundtrip_buffered_unregistered) { property(2, ZC_NVME_BUFFERED | ZC_NVME_NO_FIXED, 8, 99, 300); }
 Test(nvme, roundtrip_pread_engine) { property(2, ZC_NVME_SYNC, 8, 4242, 300); }
 
