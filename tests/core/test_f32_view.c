@@ -453,3 +453,24 @@ Test(f32_view, option_out_of_range_is_refused)
     zc_config_destroy(cfg);
     t_assert_no_leaks();
 }
+
+/* ZC_DEBUG=1 hands out shadow gradient buffers: the fp32 gradients are
+ * narrowed into the shadow and moved on from there, so the result is the
+ * same bits as the reference loop without it. */
+Test(f32_view, debug_shadows_train_the_same)
+{
+    for (int stage = 0; stage <= 3; stage++) {
+        run ref = {.stage = stage, .world = 2, .steps = 4, .dt = ZC_DTYPE_BF16};
+        run view = ref;
+        view.views = true;
+        train(&ref);
+        setenv("ZC_DEBUG", "1", 1);
+        train(&view);
+        unsetenv("ZC_DEBUG");
+        cr_assert(memcmp(ref.master, view.master, (size_t)total() * sizeof(float)) == 0,
+                  "stage %d: views under ZC_DEBUG=1 differ", stage);
+        free(ref.master);
+        free(view.master);
+    }
+    t_assert_no_leaks();
+}
