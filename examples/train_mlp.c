@@ -2,9 +2,11 @@
  *
  * A 4-layer tanh MLP (64 -> 320 -> 320 -> 320 -> 16, about 231k parameters)
  * learns to imitate a fixed random "teacher" network on synthetic inputs.
- * Forward and backward are plain C in fp32; with bf16/fp16 parameters the
- * weights the engine hands out are 16-bit and are widened for the math, and
- * the gradients are written back in the parameter's dtype. Each rank is one
+ * Forward and backward are plain C in fp32 at every precision: the loop
+ * reads each layer through zeroc's fp32 view (zc_block_view_f32: 16-bit
+ * parameters widened) and writes fp32 gradients (zc_block_grad_buffers_f32:
+ * narrowed to the parameter dtype at grad-ready), one block call per layer
+ * and kind. Each rank is one
  * thread with its own engine (in-process communicator) and its own samples.
  *
  * Started by a launcher (mpirun: OMPI_COMM_WORLD_SIZE, PMI_SIZE,
@@ -274,64 +276,6 @@ static uint64_t stream(uint64_t seed, uint64_t purpose, uint64_t a, uint64_t b, 
         s = splitmix(&s);
     }
     return s;
-}
-
-/* ---- 16-bit conversions (round to nearest even; the program's own) -------- */
-
-static float bf16_to_f32(uint16_t h) { uint32_t u = (uint32_t)h << 16; float f; memcpy(&f, &u, 4); return f; }
-
-static uint16_t f32_to_bf16(float f)
-{
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    if ((x & 0x7fffffffu) > 0x7f800000u)
-        return 0x7fc0;
-    x += 0x7fffu + ((x >> 16) & 1u);
-    return (uint16_t)(x >> 16);
-}
-
-static float f16_to_f32(uint16_t h)
-{
-    int e = (h >> 10) & 0x1f, m = h & 0x3ff;
-    float v = e == 0 ? ldexpf((float)m, -24)
-              : e == 31 ? (m ? NAN : INFINITY)
-                        : ldexpf((float)(m | 0x400), e - 25);
-    return (h & 0x8000) ? -v : v;
-}
-
-static uint16_t f32_to_f16(float f)
-{
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    uint32_t sign = (x >> 16) & 0x8000u, a = x & 0x7fffffffu;
-    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);
-    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* rounds to inf */
-    if (a < 0x38800000u) {                                   /* subnormal: FPU rounds */
-        float v;
-        memcpy(&v, &a, 4);
-        v += 0.5f;
-        uint32_t r;
-        memcpy(&r, &v, 4);
-        return (uint16_t)(sign | (r - 0x3f000000u));
-    }
-    a += 0xc8000fffu + ((a >> 13) & 1u);
-    return (uint16_t)(sign | (a >> 13));
-}
-
-static void load_f32(float *dst, const void *src, zc_dtype dt, size_t n)
-{
-    if (dt == ZC_DTYPE_F32) { memcpy(dst, src, n * sizeof(float)); return; }
-    const uint16_t *h = src;
-    for (size_t i = 0; i < n; i++)
-        dst[i] = dt == ZC_DTYPE_BF16 ? bf16_to_f32(h[i]) : f16_to_f32(h[i]);
-}
-
-static void store_dtype(void *dst, zc_dtype dt, const float *src, size_t n)
-{
-    if (dt == ZC_DTYPE_F32) { memcpy(dst, src, n * sizeof(float)); return; }
-    uint16_t *h = dst;
-    for (size_t i = 0; i < n; i++)
-        h[i] = dt == ZC_DTYPE_BF16 ? f32_to_bf16(src[i]) : f32_to_f16(src[i]);
 }
 
 /* ---- shared state --------------------------------------------------------- */
@@ -607,6 +551,10 @@ static void *rank_main(void *argp)
     /* Host memory: the forward and backward below read the acquired
      * parameters and write the gradient buffers with the CPU. */
     eo.device = ZC_DEVICE_HOST;
+    /* The loop below is written in float: zeroc widens the 16-bit
+     * parameters into fp32 views and narrows the fp32 gradients (round to
+     * nearest even). One layer is viewed at a time; 2 leaves room. */
+    eo.f32_view_chunks = 2;
     zc_engine *eng = NULL;
     CHECK(zc_engine_create(&eng, cfg, sh->comms[rank], &eo));
 
@@ -635,13 +583,10 @@ static void *rank_main(void *argp)
     for (int i = 0; i < 2 * N_LAYERS; i++)
         CHECK(zc_param_load(eng, P[i], sh->init[i]));
 
-    /* Activations act[l] (B x DIMS[l]), fp32 scratch for one layer's weights
-     * and gradients, and the backward deltas. */
+    /* Activations act[l] (B x DIMS[l]) and the backward deltas. */
     float *act[N_LAYERS + 1];
     for (int l = 0; l <= N_LAYERS; l++) act[l] = xcalloc((size_t)B * DIMS[l], sizeof(float));
     float *y = xcalloc((size_t)B * OUT_DIM, sizeof(float));
-    float *w = xcalloc((size_t)MAX_DIM * MAX_DIM, sizeof(float)), *bias = xcalloc(MAX_DIM, sizeof(float));
-    float *gw = xcalloc((size_t)MAX_DIM * MAX_DIM, sizeof(float)), *gb = xcalloc(MAX_DIM, sizeof(float));
     float *delta = xcalloc((size_t)B * MAX_DIM, sizeof(float)), *dprev = xcalloc((size_t)B * MAX_DIM, sizeof(float));
 
     for (int step = 0; step < o->steps; step++) {
@@ -652,11 +597,10 @@ static void *rank_main(void *argp)
              * here and again in backward, as ZeRO-3 does). */
             for (int l = 0; l < N_LAYERS; l++) {
                 int in = DIMS[l], out = DIMS[l + 1];
-                void *pwb[2]; /* the block's weight and bias */
-                CHECK(zc_block_acquire(eng, blk[l], NULL, pwb));
-                load_f32(w, pwb[0], o->dtype, (size_t)in * out);
-                load_f32(bias, pwb[1], o->dtype, (size_t)out);
-                CHECK(zc_block_release(eng, blk[l], NULL));
+                float *wb[2]; /* the block's weight and bias, in fp32 */
+                CHECK(zc_block_acquire(eng, blk[l], NULL, NULL));
+                CHECK(zc_block_view_f32(eng, blk[l], wb));
+                const float *w = wb[0], *bias = wb[1];
                 for (int b = 0; b < B; b++) {
                     const float *xb = act[l] + (size_t)b * in;
                     float *hb = act[l + 1] + (size_t)b * out;
@@ -667,6 +611,7 @@ static void *rank_main(void *argp)
                         hb[j] = l + 1 < N_LAYERS ? tanhf(acc) : acc;
                     }
                 }
+                CHECK(zc_block_release(eng, blk[l], NULL)); /* ends the view */
             }
             /* Loss: mean squared error over the batch and outputs. The
              * gradient is multiplied by the loss scale (1 unless fp16). */
@@ -684,11 +629,14 @@ static void *rank_main(void *argp)
                 int in = DIMS[l], out = DIMS[l + 1];
                 /* The whole layer is acquired, as ZeRO-3's module hooks do,
                  * although only the weight is read. */
-                void *pwb[2];
-                CHECK(zc_block_acquire(eng, blk[l], NULL, pwb));
-                load_f32(w, pwb[0], o->dtype, (size_t)in * out);
-                memset(gw, 0, (size_t)in * out * sizeof(float));
-                memset(gb, 0, (size_t)out * sizeof(float));
+                float *wb[2], *g[2];
+                CHECK(zc_block_acquire(eng, blk[l], NULL, NULL));
+                CHECK(zc_block_view_f32(eng, blk[l], wb));
+                /* Zeroed fp32 gradients, valid until the block's grad_ready
+                 * (ZC_DEBUG=1 checks the 16-bit buffers they go to). */
+                CHECK(zc_block_grad_buffers_f32(eng, blk[l], g));
+                const float *w = wb[0];
+                float *gw = g[0], *gb = g[1];
                 memset(dprev, 0, (size_t)B * in * sizeof(float));
                 for (int b = 0; b < B; b++) {
                     const float *xb = act[l] + (size_t)b * in, *db = delta + (size_t)b * out;
@@ -704,13 +652,7 @@ static void *rank_main(void *argp)
                         }
                     }
                 }
-                /* The gradient pointers are valid until the block's
-                 * grad_ready (ZC_DEBUG=1 checks it). */
-                void *g[2];
-                CHECK(zc_block_grad_buffers(eng, blk[l], g));
-                store_dtype(g[0], o->dtype, gw, (size_t)in * out);
-                store_dtype(g[1], o->dtype, gb, (size_t)out);
-                CHECK(zc_block_grad_ready(eng, blk[l]));
+                CHECK(zc_block_grad_ready(eng, blk[l])); /* narrows g into the engine */
                 CHECK(zc_block_release(eng, blk[l], NULL));
                 if (l > 0) /* through tanh: d/dh = 1 - a^2 */
                     for (size_t k = 0; k < (size_t)B * in; k++)
@@ -752,7 +694,7 @@ static void *rank_main(void *argp)
     }
     free(scratch);
     for (int l = 0; l <= N_LAYERS; l++) free(act[l]);
-    free(y); free(w); free(bias); free(gw); free(gb); free(delta); free(dprev);
+    free(y); free(delta); free(dprev);
     for (int l = 0; l < N_LAYERS; l++)
         zc_block_destroy(blk[l]);
     zc_engine_destroy(eng);

@@ -7,9 +7,10 @@
  * LayerNorm, so a chunk is one piece of the model (embedding, block l, head).
  * Forward acquires each piece just before it runs and releases it after;
  * backward acquires it again (stage 3 gathers it twice, as DeepSpeed does)
- * and hands the piece's gradients back (zc_grad_ready) as soon as the piece
- * is done, so its reduction is launched while the earlier blocks still run
- * backward. The tied embedding receives gradient from the LM head first and
+ * and hands the piece's gradients back (zc_block_grad_ready) as soon as the
+ * piece is done - one block call per piece (zc_block_span: a piece is the
+ * tensors between two chunk boundaries) - so its reduction is launched
+ * while the earlier blocks still run backward. The tied embedding receives gradient from the LM head first and
  * from the token lookup last: its gradient is summed in fp32 here and given
  * to the engine at the end of backward, so at most two chunk gradient
  * buffers are ever open (the engine reserves two in stages 2 and 3).
@@ -114,6 +115,10 @@ typedef struct rank_state {
     int rank, nt;
     zc_param **P;
     size_t *numel;
+    /* The pieces as blocks (one block call per piece and kind): the
+     * embedding {wte, wpe}, each transformer block's 12 tensors, the final
+     * LayerNorm {lnf.w, lnf.b}, and wte alone for the tied head. */
+    zc_block *emb, **layer, *head, *wte_only;
     /* fp32 copies of acquired weights, in the backend's memory: the
      * embedding (kept for the tied head), one block, and lnf; gradients of
      * one block, of the embedding (summed through backward) and of lnf. */
@@ -147,35 +152,34 @@ static float *balloc(rank_state *s, size_t n)
     return p;
 }
 
-/* Acquires tensors [first, first + n) and widens them into dst[]. */
-static void acquire(rank_state *s, int first, int n, float *const *dst)
+/* Acquires block b (one call for its tensors) and widens them into dst[]. */
+static void acquire(rank_state *s, zc_block *b, float *const *dst)
 {
     const int rank = s->rank;
-    for (int k = 0; k < n; k++) {
-        const void *p = zc_param_acquire(s->eng, s->P[first + k], s->stream);
-        if (!p) die(rank, "zc_param_acquire");
-        BE(s, widen(dst[k], p, dtype_of(s), s->numel[first + k], s->stream));
-    }
+    void *p[GPT_BLOCK_TENSORS];
+    CHECK(zc_block_acquire(s->eng, b, s->stream, p));
+    for (int k = 0; k < zc_block_size(b); k++)
+        BE(s, widen(dst[k], p[k], dtype_of(s), (size_t)zc_param_numel(zc_block_param(b, k)),
+                    s->stream));
 }
 
-static void release(rank_state *s, int first, int n)
+static void release(rank_state *s, zc_block *b)
 {
     const int rank = s->rank;
-    for (int k = 0; k < n; k++) CHECK(zc_param_release(s->eng, s->P[first + k], s->stream));
+    CHECK(zc_block_release(s->eng, b, s->stream));
 }
 
-/* Writes the fp32 gradients src[] of tensors [first, first + n) into the
- * engine's buffers and hands them back: the chunk's reduction starts with
- * the last one. */
-static void give_grads(rank_state *s, int first, int n, float *const *src)
+/* Writes the fp32 gradients src[] of block b into the engine's buffers and
+ * hands them back: the chunk's reduction starts with the last one. */
+static void give_grads(rank_state *s, zc_block *b, float *const *src)
 {
     const int rank = s->rank;
-    for (int k = 0; k < n; k++) {
-        void *g = zc_grad_buffer(s->eng, s->P[first + k]);
-        if (!g) die(rank, "zc_grad_buffer");
-        BE(s, narrow(g, dtype_of(s), src[k], s->numel[first + k], s->stream));
-    }
-    for (int k = 0; k < n; k++) CHECK(zc_grad_ready(s->eng, s->P[first + k]));
+    void *g[GPT_BLOCK_TENSORS];
+    CHECK(zc_block_grad_buffers(s->eng, b, g));
+    for (int k = 0; k < zc_block_size(b); k++)
+        BE(s, narrow(g[k], dtype_of(s), src[k], (size_t)zc_param_numel(zc_block_param(b, k)),
+                     s->stream));
+    CHECK(zc_block_grad_ready(s->eng, b));
 }
 
 static int block_first(int l) { return 2 + GPT_BLOCK_TENSORS * l; }
@@ -186,24 +190,24 @@ static double forward(rank_state *s, void *m, bool keep_head)
 {
     const gpt_config *c = &s->sh->o.model;
     float *emb[2] = {s->wte, s->wpe};
-    acquire(s, 0, 2, emb);
+    acquire(s, s->emb, emb);
     BE(s, embed_forward(m, s->wte, s->wpe, s->tok));
-    release(s, 0, 2);
+    release(s, s->emb);
     for (int l = 0; l < c->layers; l++) {
-        acquire(s, block_first(l), GPT_BLOCK_TENSORS, s->blk);
+        acquire(s, s->layer[l], s->blk);
         BE(s, block_forward(m, l, (const float *const *)s->blk));
-        release(s, block_first(l), GPT_BLOCK_TENSORS);
+        release(s, s->layer[l]);
     }
     /* The head reads lnf and the tied wte; with keep_head they stay
      * acquired for the head's backward, which follows at once. */
     float *head[2] = {s->lnfw, s->lnfb};
-    acquire(s, s->nt - 2, 2, head);
-    acquire(s, 0, 1, emb);
+    acquire(s, s->head, head);
+    acquire(s, s->wte_only, emb);
     double loss = 0.0;
     BE(s, head_forward(m, s->lnfw, s->lnfb, s->wte, s->tgt, &loss));
     if (!keep_head) {
-        release(s, 0, 1);
-        release(s, s->nt - 2, 2);
+        release(s, s->wte_only);
+        release(s, s->head);
     }
     return loss;
 }
@@ -218,21 +222,21 @@ static void backward(rank_state *s, void *m)
     BE(s, zero(s->dlnfb, (size_t)c->dim, s->stream));
     BE(s, head_backward(m, s->lnfw, s->wte, s->tgt, scale, s->dwte, s->dlnfw, s->dlnfb));
     float *dhead[2] = {s->dlnfw, s->dlnfb};
-    give_grads(s, s->nt - 2, 2, dhead); /* the head's chunk is complete */
-    release(s, 0, 1);
-    release(s, s->nt - 2, 2);
+    give_grads(s, s->head, dhead); /* the head's chunk is complete */
+    release(s, s->wte_only);
+    release(s, s->head);
     for (int l = c->layers - 1; l >= 0; l--) {
-        acquire(s, block_first(l), GPT_BLOCK_TENSORS, s->blk);
+        acquire(s, s->layer[l], s->blk);
         for (int k = 0; k < GPT_BLOCK_TENSORS; k++)
             BE(s, zero(s->gblk[k], s->numel[block_first(l) + k], s->stream));
         BE(s, block_backward(m, l, (const float *const *)s->blk, s->gblk));
-        give_grads(s, block_first(l), GPT_BLOCK_TENSORS, s->gblk);
-        release(s, block_first(l), GPT_BLOCK_TENSORS);
+        give_grads(s, s->layer[l], s->gblk);
+        release(s, s->layer[l]);
     }
     /* The lookup needs no weights, only the gradient of its output. */
     BE(s, embed_backward(m, s->tok, s->dwte, s->dwpe));
     float *demb[2] = {s->dwte, s->dwpe};
-    give_grads(s, 0, 2, demb);
+    give_grads(s, s->emb, demb);
 }
 
 /* Mean loss over every validation window (every rank computes the same
@@ -344,6 +348,13 @@ static void *rank_main(void *argp)
             die(rank, "zc_param_add");
     }
     CHECK(zc_engine_build(s.eng));
+    /* Each piece starts at a chunk boundary, so a span is the piece. */
+    s.layer = xcalloc((size_t)c->layers, sizeof *s.layer);
+    CHECK(zc_block_span(s.eng, s.P[0], &s.emb));
+    for (int l = 0; l < c->layers; l++)
+        CHECK(zc_block_span(s.eng, s.P[block_first(l)], &s.layer[l]));
+    CHECK(zc_block_span(s.eng, s.P[s.nt - 2], &s.head));
+    CHECK(zc_block_create(s.eng, &s.P[0], 1, &s.wte_only));
     {
         size_t maxn = 0;
         for (int i = 0; i < s.nt; i++)
@@ -455,6 +466,11 @@ static void *rank_main(void *argp)
     }
     s.be->free(s.tok);
     s.be->free(s.tgt);
+    zc_block_destroy(s.emb);
+    for (int l = 0; l < c->layers; l++) zc_block_destroy(s.layer[l]);
+    free(s.layer);
+    zc_block_destroy(s.head);
+    zc_block_destroy(s.wte_only);
     free(s.P);
     free(s.numel);
     zc_engine_destroy(s.eng);

@@ -270,10 +270,17 @@ typedef struct zc_engine_options {
                                after the buffer's zero-fill and zc_grad_ready
                                orders the engine's reduction after it, with
                                events (no host wait). Ignored by the host device. */
+    int f32_view_chunks;    /* host device, fp16/bf16 parameters: how many chunks
+                               may have fp32 views (zc_block_view_f32) at once, and
+                               as many fp32 gradient views (zc_block_grad_buffers_f32).
+                               Costs 2 x this x 4 bytes x the largest padded chunk,
+                               reserved at build; 0 (the default) reserves nothing
+                               and the view calls refuse. 0..64; fp32 parameters
+                               need no slots (their views are the parameters). */
 } zc_engine_options;
 
 #define ZC_ENGINE_OPTIONS_INIT \
-    { sizeof(zc_engine_options), ZC_DEVICE_AUTO, -1, 0, (zc_dtype)-1, NULL }
+    { sizeof(zc_engine_options), ZC_DEVICE_AUTO, -1, 0, (zc_dtype)-1, NULL, 0 }
 
 /* Creates an engine for one rank. Copies cfg (resolving the batch keys for the
  * communicator's world); borrows comm, which must outlive the engine. opts may
@@ -524,6 +531,70 @@ ZC_API zc_status zc_block_adopt_bytes(zc_engine *eng, const zc_block *b, size_t 
  * (the layout guarantee above). Valid as zc_param_chunk_base's pointer: in
  * stage 3 only while the block (its first parameter) is acquired. */
 ZC_API zc_status zc_block_base(zc_engine *eng, const zc_block *b, void **base);
+
+/* ---- fp32 views: float loops over 16-bit parameters (host path) ---------- */
+
+/* A CPU trainer with float kernels can train fp16/bf16 parameters without
+ * widening and narrowing them itself. With zc_engine_options.f32_view_chunks
+ * = N > 0 the build reserves N fp32 slots of the largest padded chunk for
+ * parameter views and N for gradient views: memory 2 x N x 4 x (largest
+ * padded chunk) bytes (zc_stats: ZC_MEM_RESERVED while idle, ZC_MEM_BUFFERS
+ * while in use). A chunk whose parameters have a view (or a gradient view)
+ * holds one slot until its last such parameter is released (made ready), so
+ * N bounds the chunks viewed at once: 2 covers a block plus a tied embedding.
+ * With fp32 parameters no slot is used: the views are the parameters and the
+ * gradient buffers themselves, so the same float loop runs in every
+ * precision. Host device only: with a CUDA device both calls return
+ * ZC_ERR_UNSUPPORTED (widen in your kernels). Not collective; like the
+ * gradient pool, running out of slots follows the call sequence, so every
+ * rank fails alike. */
+
+/* Fills views[i] (zc_block_size(b) pointers) with the fp32 values of the
+ * block's i-th parameter: the working-precision values widened (exactly)
+ * into the chunk's view slot, or for fp32 parameters the acquired pointer.
+ * Every parameter must be acquired (zc_block_acquire); the view is valid
+ * until the parameter's last outstanding acquire is released. It is a copy:
+ * zc_step refreshes it (a block held across the step sees the update), a
+ * later call widens again (after zc_param_load), and writing it changes no
+ * parameter. Errors, with nothing changed: ZC_ERR_INVALID_STATE naming a
+ * parameter that is not acquired; ZC_ERR_UNSUPPORTED on a CUDA device;
+ * ZC_ERR_NO_MEMORY when f32_view_chunks is 0 or its slots are all held by
+ * other chunks; ZC_ERR_INVALID_ARG for a bad block or NULL views. */
+ZC_API zc_status zc_block_view_f32(zc_engine *eng, zc_block *b, float **views);
+
+/* zc_block_grad_buffers in fp32: bufs[i] receives a zeroed fp32 buffer of
+ * the i-th parameter's numel elements, which zc_grad_ready (or
+ * zc_block_grad_ready) narrows, rounding to nearest even, into the
+ * parameter's working-precision gradient buffer (overwriting it: do not also
+ * write that buffer). Same lifetime as zc_grad_buffer's pointer: valid until
+ * the parameter's zc_grad_ready, zeroed for each micro-step; a second call
+ * in the same micro-step returns the same buffer, contents kept. For fp32
+ * parameters bufs[i] is the gradient buffer itself. The 16-bit buffers are
+ * taken as zc_block_grad_buffers takes them (its errors, stages 2-3 pool
+ * included), and then the fp32 slots: ZC_ERR_NO_MEMORY, nothing taken, when
+ * f32_view_chunks is 0 or too few slots are free; ZC_ERR_INVALID_STATE when
+ * a parameter was already made ready in this micro-step; ZC_ERR_UNSUPPORTED
+ * on a CUDA device. */
+ZC_API zc_status zc_block_grad_buffers_f32(zc_engine *eng, zc_block *b, float **bufs);
+
+/* ---- Tied parameters -------------------------------------------------------
+ *
+ * A parameter used twice in the forward pass - an LM head tied to the token
+ * embedding - receives gradient twice in backward: from the head at the
+ * start, from the embedding lookup at the end. zeroc needs no call for it:
+ * take its gradient buffer (zc_grad_buffer / zc_block_grad_buffers[_f32])
+ * at the first use, accumulate both contributions into it (the buffer is
+ * zeroed once per micro-step and kept until zc_grad_ready), and make it
+ * ready once, after its last use - so its chunk is reduced last. Keep the
+ * tied parameter in a chunk of its own (zc_chunk_boundary before and after
+ * it, with its own block), so making the blocks between its two uses ready
+ * does not wait on it; in stages 2-3 its chunk then holds one of the two
+ * reserved gradient buffers through the whole backward pass, which leaves
+ * one for the blocks in between (make each block ready before the next
+ * takes its buffers). Making it ready at its first use, or twice, is wrong:
+ * the second contribution would be lost (zc_grad_ready fails the second
+ * time with ZC_ERR_INVALID_STATE). For a stage-3 model the tied parameter is
+ * acquired again for the head's backward, as any parameter. */
 
 /* Ends a micro-step that is not the last of the accumulation window; every
  * parameter must have been made ready. zc_step ends the last one itself. */

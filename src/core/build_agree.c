@@ -43,7 +43,12 @@ static void item_text(const zc_engine *e, int64_t i, char *b, size_t cap)
     if (i < N_HEAD) {
         switch (i) {
         case 0: snprintf(b, cap, "zero_optimization.stage %d", e->stage); return;
-        case 1: snprintf(b, cap, "parameter dtype %s", zc_dtype_name(e->pdt)); return;
+        case 1:
+            /* The view slots are taken per call like the gradient pool's: a
+             * rank with fewer would run out where the others do not. */
+            snprintf(b, cap, "parameter dtype %s, f32_view_chunks %d", zc_dtype_name(e->pdt),
+                     e->f32_view_chunks);
+            return;
         case 2: snprintf(b, cap, "chunk size (reduce_bucket_size) %" PRId64 " elements", e->bucket);
             return;
         case 3: snprintf(b, cap, "gradient_accumulation_steps %" PRId64, e->gas); return;

@@ -308,6 +308,10 @@ ZC_API zc_status zc_engine_create(zc_engine **out, const zc_config *cfg, zc_comm
 
     e->bucket_option = opts && OPT_HAS(opts, bucket_elems) ? opts->bucket_elems : 0;
     e->user_stream = opts && OPT_HAS(opts, stream) ? opts->stream : NULL;
+    ZC_CHECK_GOTO(zc__view_option(e, opts && OPT_HAS(opts, f32_view_chunks)
+                                         ? opts->f32_view_chunks
+                                         : 0),
+                  rc, fail);
     if (e->cfg->communication_data_type >= 0 && e->cfg->communication_data_type != (int)e->pdt)
         ZC_LOGW("core", "communication_data_type %s is not supported yet: gradients are "
                         "reduced in the parameter dtype %s",
@@ -352,6 +356,7 @@ ZC_API void zc_engine_destroy(zc_engine *e)
     zc__layout_free(e);
     /* After the chunks: they return their pool slots first. */
     zc__reserve_free(e);
+    zc__view_free(e);
     for (int i = 0; i < e->nparams; i++) {
         zc_param *p = e->params[i];
         zc__host_free(&e->acct, ZC_MEM_OTHER, p->name, p->name_bytes);

@@ -97,6 +97,12 @@ struct zc_param {
                            zeroed) in this micro-step */
     bool dbg_poisoned;  /* ZC_DEBUG: its shadow slice holds the poison of its
                            last zc_grad_ready */
+    float *view;        /* fp32 view (f32_view.c): its widened values in its
+                           chunk's view slot while acquired, else NULL */
+    float *gview;       /* fp32 gradient handed out in this micro-step (its
+                           slice of the chunk's gradient view slot), or NULL */
+    void *gview_dst;    /* the working-dtype gradient buffer gview is narrowed
+                           into at zc_grad_ready */
 };
 
 typedef struct zc_group {
@@ -149,6 +155,11 @@ typedef struct zc_chunk {
     bool persistent;           /* kept gathered (param_persistence_threshold) */
     bool prefetched;           /* gathered ahead of its next use, not yet acquired */
     int64_t gathers_cur, gathers_last; /* gathers in this / the last step */
+
+    /* fp32 views (f32_view.c): slots of pool_view / pool_gview and how many
+     * of the chunk's parameters use them. */
+    float *view_slot, *gview_slot;
+    int view_refs, gview_refs;
 } zc_chunk;
 
 /* Stage 3's acquire trace (src/zero3/gather.c). */
@@ -243,6 +254,10 @@ struct zc_engine {
      * stage 3 gather buffers, fp32 staging of zc_param_load and
      * zc_param_gather_master. */
     zc_bufpool pool_grad, pool_gather, pool_stage;
+    /* fp32 views of 16-bit parameters and gradients (f32_view.c): slots of
+     * the largest chunk in fp32, f32_view_chunks each. */
+    zc_bufpool pool_view, pool_gview;
+    int f32_view_chunks;
     /* Status records of zc__eng_agree (agree.c). */
     void *agree_host, *agree_send, *agree_recv;
 
@@ -486,6 +501,23 @@ zc_status zc__debug_grad_ready(zc_engine *e, zc_param *p, void *real);
 /* zc_step / zc_micro_step_end: checks every poisoned slice; collective (the
  * outcome is agreed, so a late write breaks the engine on every rank). */
 zc_status zc__debug_check(zc_engine *e, const char *fn);
+
+/* ---- f32_view.c (fp32 views of 16-bit parameters and gradients) ---------- */
+
+/* zc_engine_create: checks zc_engine_options.f32_view_chunks (0..64, host
+ * device only) and sets up the (empty) view pools. */
+zc_status zc__view_option(zc_engine *e, int chunks);
+/* Reserves the view pools at build (none for fp32 parameters or
+ * f32_view_chunks 0); zc__view_free releases them. */
+zc_status zc__view_build(zc_engine *e);
+void zc__view_free(zc_engine *e);
+/* zc_param_release, once p has no outstanding acquire: its view ends. */
+void zc__view_release(zc_engine *e, zc_param *p);
+/* zc_grad_ready, before anything else: p's fp32 gradient, if one was handed
+ * out, is narrowed (round to nearest even) into its working-dtype buffer. */
+zc_status zc__view_grad_ready(zc_engine *e, zc_param *p);
+/* After zc_step published the update: live views are widened again. */
+zc_status zc__view_refresh(zc_engine *e);
 
 /* ---- params.c ------------------------------------------------------------ */
 

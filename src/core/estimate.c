@@ -131,7 +131,8 @@ static zc_status gather_emit(void *arg, int64_t elems, int count)
 static zc_status check_in(const zc_est_in *in)
 {
     if (in->world < 1 || in->stage < 0 || in->stage > 3 || in->nchunks < 1 || !in->padded ||
-        (in->pesz != 2 && in->pesz != 4) || in->gas < 1 || in->max_live < 1)
+        (in->pesz != 2 && in->pesz != 4) || in->gas < 1 || in->max_live < 1 ||
+        in->view_chunks < 0 || in->view_chunks > 64)
         return ZC_ERR(ZC_ERR_INVALID_ARG, "zc__estimate: bad input (world %d, stage %d, %d "
                       "chunks, %zu-byte elements, gas %lld)", in->world, in->stage, in->nchunks,
                       in->pesz, (long long)in->gas);
@@ -233,6 +234,14 @@ static zc_status plan(const zc_est_in *in, zc_est *out)
     ZC_CHECK(pool_sum(&grad, in, out));
     ZC_CHECK(pool_sum(&gather, in, out));
     ZC_CHECK(pool_sum(&stage, in, out));
+    /* f32_view.c: fp32 slots of the largest chunk for parameter views and
+     * as many for gradient views, a pool each. */
+    if (in->view_chunks > 0 && pesz != 4)
+        for (int pool = 0; pool < 2; pool++) {
+            pool_plan views = {0};
+            ZC_CHECK(pool_add(&views, big * 4, in->view_chunks));
+            ZC_CHECK(pool_sum(&views, in, out));
+        }
     return ZC_OK;
 }
 

@@ -79,6 +79,8 @@ typedef struct zc_est_in {
     int nchunks;
     const int64_t *padded;       /* per chunk: padded elements */
     const bool *persistent;      /* per chunk (stage 3), or NULL: none */
+    int view_chunks;             /* zc_engine_options.f32_view_chunks (0..64; its two
+                                    pools exist only for 16-bit parameters) */
 } zc_est_in;
 
 typedef struct zc_est {

@@ -222,6 +222,10 @@ ZC_API zc_status zc_grad_ready(zc_engine *e, zc_param *p)
                       "parameter is made ready once per micro-step",
                       p->name, (long long)e->micro);
     zc_chunk *c = &e->chunks[p->chunk];
+    /* An fp32 gradient (zc_block_grad_buffers_f32) is narrowed into the
+     * buffer zc_grad_buffer handed out - the ZC_DEBUG shadow included, which
+     * the next lines then move on. */
+    ZC_CHECK(zc__view_grad_ready(e, p));
     if (e->debug) {
         /* The gradient moves from the shadow the caller wrote into the
          * buffer the reduction reads (stages 2/3: the chunk's pool slot). */

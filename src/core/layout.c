@@ -226,6 +226,7 @@ static zc_status build_local(zc_engine *e)
     for (int k = 0; k < e->nchunks; k++)
         ZC_CHECK(e->pol->alloc_chunk(e, &e->chunks[k]));
     ZC_CHECK(zc__reserve_build(e));
+    ZC_CHECK(zc__view_build(e));
     ZC_CHECK(zc__debug_build(e));
     e->state = ZC_ENG_BUILT;
     /* Needs the built engine (it loads through zc_param_load). */

@@ -177,6 +177,7 @@ ZC_API zc_status zc_param_release(zc_engine *e, zc_param *p, void *stream)
     if (e->pol->release)
         ZC_CHECK(e->pol->release(e, p));
     p->acquired--;
+    zc__view_release(e, p);
     return ZC_OK;
 }
 

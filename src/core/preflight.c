@@ -127,6 +127,7 @@ zc_status zc__preflight(zc_engine *e)
         .nchunks = e->nchunks,
         .padded = padded,
         .persistent = pers,
+        .view_chunks = e->f32_view_chunks,
     };
     zc_est est;
     /* Configuration errors (stage 0 with offload, a bad ratio) are left to

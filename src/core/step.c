@@ -281,6 +281,9 @@ ZC_API zc_status zc_step(zc_engine *e, zc_step_info *info)
     if (overflow)
         ZC_CHECK(zc__grads_reset(e));
     ZC_CHECK(e->pol->publish(e, !overflow));
+    /* fp32 views of blocks held across the step show the update. */
+    if (!overflow)
+        ZC_CHECK(zc__view_refresh(e));
     snapshot_stats(e);
     if (info)
         info->step = e->steps;

@@ -23,6 +23,7 @@ static void mark_persistent(zc_engine *e)
         c->persistent = zc__chunk_persists(big, c->padded, e->cfg->zero.param_persistence_threshold,
                                            e->cfg->zero.model_persistence_threshold, &total);
     }
+    zc__z3_log_plan(e);
 }
 
 static zc_status reduce(zc_engine *e, zc_chunk *c, bool last_micro)

@@ -15,5 +15,8 @@ zc_status zc__z3_release(zc_engine *e, zc_param *p);
 zc_status zc__z3_step_end(zc_engine *e, bool updated);
 /* Drops every gathered copy (engine teardown). */
 void zc__z3_free_all(zc_engine *e);
+/* Logs once, at INFO, what stage 3 keeps gathered and why: persistent
+ * chunks, the prefetch window, the live bound (keep_log.c; at build). */
+void zc__z3_log_plan(const zc_engine *e);
 
 #endif

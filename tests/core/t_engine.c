@@ -160,6 +160,7 @@ zc_status t_ctx_open(t_ctx *x, t_run *run, int rank, zc_comm *comm)
     zc_engine_options eo = ZC_ENGINE_OPTIONS_INIT;
     eo.device = ZC_DEVICE_HOST;
     eo.bucket_elems = run->bucket;
+    eo.f32_view_chunks = run->f32_views;
     TRY(zc_engine_create(&x->eng, x->cfg, comm, &eo));
     int nodecay = -1;
     TRY(zc_group_add(x->eng, 0.0, 0.5, &nodecay));

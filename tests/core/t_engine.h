@@ -68,6 +68,8 @@ typedef struct t_run {
     double offload_ratio;
     int64_t buffer_count;
     bool pipeline;
+    int f32_views;             /* zc_engine_options.f32_view_chunks (slots reserved;
+                                  the harness's loop does not use them) */
     bool adopt;                /* register {p0..p4} and {p5..p7} over memory the rank
                                   owns (zc_block_adopt), filled with the initial values */
     /* called on every rank thread after each zc_step (may be NULL) */

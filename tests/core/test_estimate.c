@@ -10,6 +10,8 @@
  * for this model, and the NVMe files' stripe round-up (counted as OTHER)
  * below 1 MiB per directory.
  *
+ * The same with fp32 view slots reserved (f32_view_chunks 1 and 3).
+ *
  * The pre-flight: with a fake /proc/meminfo of too little MemAvailable, build
  * fails with ZC_ERR_NO_MEMORY naming the biggest consumer and its key, and
  * nothing stays allocated. */
@@ -58,7 +60,8 @@ static const int kind_of[ZC_MEMKIND__COUNT] = {
     [ZC_MEMKIND_HOST] = ZC_KIND_HOST, [ZC_MEMKIND_PINNED] = ZC_KIND_PINNED,
     [ZC_MEMKIND_DEVICE] = ZC_KIND_DEVICE, [ZC_MEMKIND_NVME] = ZC_KIND_NVME};
 
-static void check_one(int stage, int world, int accum, int off, const char *nvme_json)
+static void check_one(int stage, int world, int accum, int off, const char *nvme_json,
+                      int views)
 {
     static const char *const names[] = {NULL, "cpu", "nvme"};
     layout l = {0};
@@ -70,6 +73,7 @@ static void check_one(int stage, int world, int accum, int off, const char *nvme
     r->nvme_path_json = off == 2 ? nvme_json : NULL;
     r->after_step = grab;
     r->hook_arg = &l;
+    r->f32_views = views;
     cr_assert(t_engine_run(r), "%s", t_run_error(r));
     zc_est_in in = {
         .world = world, .stage = stage, .pesz = 2, .gas = accum,
@@ -77,6 +81,7 @@ static void check_one(int stage, int world, int accum, int off, const char *nvme
         .ratio = l.ratio, .staging = false, .dev_kind = ZC_MEMKIND_HOST,
         .buffer_count = l.buffer_count, .max_live = l.max_live, .prefetch_elems = l.prefetch,
         .nchunks = l.nchunks, .padded = l.padded, .persistent = l.persistent,
+        .view_chunks = views,
     };
     zc_est est;
     cr_assert_eq(zc__estimate(&in, &est), ZC_OK, "%s", zc_last_error());
@@ -119,8 +124,17 @@ Test(estimate, plan_equals_allocation)
             for (int accum = 1; accum <= 2; accum++)
                 for (int off = 0; off <= 2; off++)
                     if (off == 0 || stage > 0)
-                        check_one(stage, world, accum, off, json);
+                        check_one(stage, world, accum, off, json, 0);
     rmdir(dir);
+}
+
+/* The fp32 view pools (zc_engine_options.f32_view_chunks) are in the plan. */
+Test(estimate, plan_equals_allocation_with_fp32_views)
+{
+    for (int stage = 0; stage <= 3; stage++)
+        for (int world = 1; world <= 3; world += 2)
+            for (int views = 1; views <= 3; views += 2)
+                check_one(stage, world, 1, 0, NULL, views);
 }
 
 /* Hand-computed: 3 chunks of 1000, 64 and 4096 elements at world 2 pad to

@@ -254,3 +254,43 @@ Test(gpu_engine, nccl_one_rank_equals_host, .timeout = 600)
     }
     t_assert_no_leaks();
 }
+
+/* fp32 views are for the host path: on a CUDA device the option is refused
+ * at create, and without it the view calls are refused, naming the device
+ * and changing nothing (the block can still be released). */
+Test(gpu_engine, f32_views_refused_on_the_device)
+{
+    zc_device *probe;
+    g_open_or_skip(&probe);
+    probe->ops->destroy(probe);
+    zc_config *cfg = NULL;
+    zc_comm *comm = NULL;
+    zc_engine *eng = NULL;
+    cr_assert_eq(zc_config_create(&cfg), ZC_OK);
+    cr_assert_eq(zc_config_set_bool(cfg, "bf16.enabled", true), ZC_OK);
+    cr_assert_eq(zc_comm_local_world(1, &comm), ZC_OK);
+    zc_engine_options eo = ZC_ENGINE_OPTIONS_INIT;
+    eo.device = ZC_DEVICE_CUDA;
+    eo.f32_view_chunks = 2;
+    cr_assert_eq(zc_engine_create(&eng, cfg, comm, &eo), ZC_ERR_UNSUPPORTED);
+    cr_assert_not_null(strstr(zc_last_error(), "host path"), "%s", zc_last_error());
+    eo.f32_view_chunks = 0;
+    cr_assert_eq(zc_engine_create(&eng, cfg, comm, &eo), ZC_OK, "%s", zc_last_error());
+    const int64_t n = 100;
+    zc_param *p = zc_param_add(eng, "w", &n, 1, 0);
+    cr_assert_not_null(p);
+    cr_assert_eq(zc_engine_build(eng), ZC_OK, "%s", zc_last_error());
+    zc_block *b = NULL;
+    cr_assert_eq(zc_block_create(eng, &p, 1, &b), ZC_OK);
+    cr_assert_eq(zc_block_acquire(eng, b, NULL, NULL), ZC_OK);
+    float *v[1];
+    cr_assert_eq(zc_block_view_f32(eng, b, v), ZC_ERR_UNSUPPORTED);
+    cr_assert_not_null(strstr(zc_last_error(), "cuda device"), "%s", zc_last_error());
+    cr_assert_eq(zc_block_grad_buffers_f32(eng, b, v), ZC_ERR_UNSUPPORTED);
+    cr_assert_eq(zc_block_release(eng, b, NULL), ZC_OK);
+    zc_block_destroy(b);
+    zc_engine_destroy(eng);
+    zc_comm_destroy(comm);
+    zc_config_destroy(cfg);
+    t_assert_no_leaks();
+}

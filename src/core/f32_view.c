@@ -1,0 +1,252 @@
+/* fp32 views: a float training loop over fp16/bf16 parameters, host path.
+ *
+ * zc_block_view_f32 widens an acquired block's parameters into an fp32 slot
+ * of their chunk; zc_block_grad_buffers_f32 hands out fp32 gradient buffers
+ * from another slot of the chunk, narrowed (round to nearest even) into the
+ * working-dtype gradient buffers at each parameter's zc_grad_ready. The
+ * loop's arithmetic is then the same as a loop that widens and narrows by
+ * itself, bit for bit: widening is exact and the narrowing rounds as
+ * src/base/dtype.h does everywhere else.
+ *
+ * Slots. Both pools hold f32_view_chunks slots of the largest padded chunk,
+ * reserved at build, so handing out a view never allocates: like the
+ * gradient pool, which slots are in use follows the call sequence, the same
+ * on every rank, and running out is the same error everywhere. A chunk takes
+ * a slot when the first of its parameters gets a view and gives it back when
+ * the last one's view ends (release; zc_grad_ready for gradients); a
+ * parameter lies at its layout offset in the slot, as in the chunk.
+ *
+ * fp32 parameters need no copy: their views are the acquired pointers and
+ * the gradient buffers themselves, and no slot is reserved. */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/engine.h"
+
+/* Most slots f32_view_chunks may ask for: a view is for the few chunks a
+ * loop touches at once, and the bound keeps the reserve's size arithmetic
+ * far from overflow. */
+#define ZC_F32_VIEW_MAX 64
+
+static bool copies(const zc_engine *e)
+{
+    return e->pdt != ZC_DTYPE_F32;
+}
+
+static size_t slot_bytes(const zc_engine *e)
+{
+    int64_t big = 0;
+    for (int k = 0; k < e->nchunks; k++)
+        if (e->chunks[k].padded > big)
+            big = e->chunks[k].padded;
+    return (size_t)big * sizeof(float);
+}
+
+zc_status zc__view_option(zc_engine *e, int chunks)
+{
+    if (chunks < 0 || chunks > ZC_F32_VIEW_MAX)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "zc_engine_options.f32_view_chunks %d: must be 0..%d",
+                      chunks, ZC_F32_VIEW_MAX);
+    if (chunks > 0 && strcmp(e->dev->ops->name, "host") != 0)
+        return ZC_ERR(ZC_ERR_UNSUPPORTED,
+                      "zc_engine_options.f32_view_chunks %d: fp32 views are for the host path; "
+                      "the parameters live on the %s device (widen them in your kernels)",
+                      chunks, e->dev->ops->name);
+    e->f32_view_chunks = chunks;
+    zc__bufpool_init(&e->pool_view, "fp32 parameter views", ZC_MEM_BUFFERS, e->dev, &e->acct);
+    zc__bufpool_init(&e->pool_gview, "fp32 gradient views", ZC_MEM_BUFFERS, e->dev, &e->acct);
+    return ZC_OK;
+}
+
+zc_status zc__view_build(zc_engine *e)
+{
+    if (e->f32_view_chunks == 0 || !copies(e))
+        return ZC_OK;
+    const size_t bytes = slot_bytes(e);
+    ZC_CHECK(zc__bufpool_plan(&e->pool_view, bytes, e->f32_view_chunks));
+    ZC_CHECK(zc__bufpool_plan(&e->pool_gview, bytes, e->f32_view_chunks));
+    ZC_CHECK(zc__bufpool_reserve(&e->pool_view));
+    ZC_CHECK(zc__bufpool_reserve(&e->pool_gview));
+    ZC_LOGI("core", "fp32 views: %d chunk slots for parameters and %d for gradients, %zu bytes "
+                    "each (%s parameters widened on the host)",
+            e->f32_view_chunks, e->f32_view_chunks, bytes, zc_dtype_name(e->pdt));
+    return ZC_OK;
+}
+
+void zc__view_free(zc_engine *e)
+{
+    zc__bufpool_destroy(&e->pool_view);
+    zc__bufpool_destroy(&e->pool_gview);
+}
+
+/* The checks every view call makes before touching anything. */
+static zc_status view_enter(zc_engine *e, zc_block *b, const void *out, const char *fn)
+{
+    ZC_CHECK(zc__eng_enter(e, fn, true));
+    if (zc_block_size(b) < 1)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "%s: %p is not a block handle", fn, (const void *)b);
+    if (zc_block_param(b, 0)->eng != e)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "%s: the block belongs to another engine", fn);
+    if (!out)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "%s: the output array is NULL", fn);
+    if (strcmp(e->dev->ops->name, "host") != 0)
+        return ZC_ERR(ZC_ERR_UNSUPPORTED,
+                      "%s: fp32 views are for the host path; the parameters live on the %s "
+                      "device (widen them in your kernels)",
+                      fn, e->dev->ops->name);
+    return ZC_OK;
+}
+
+/* How many of the block's chunks need a slot (have none yet and are not
+ * counted already); has(c) says whether chunk c holds one. Each chunk is
+ * counted at the first of its parameters in the block. */
+static int slots_needed(const zc_engine *e, const zc_block *b, bool gradient)
+{
+    const int n = zc_block_size(b);
+    int need = 0;
+    for (int i = 0; i < n; i++) {
+        const zc_param *p = zc_block_param(b, i);
+        const zc_chunk *c = &e->chunks[p->chunk];
+        if (gradient ? c->gview_slot != NULL : c->view_slot != NULL)
+            continue;
+        bool seen = false;
+        for (int j = 0; j < i && !seen; j++)
+            seen = zc_block_param(b, j)->chunk == p->chunk;
+        need += !seen;
+    }
+    return need;
+}
+
+static zc_status check_slots(zc_engine *e, const zc_block *b, bool gradient, const char *fn)
+{
+    zc_bufpool *pool = gradient ? &e->pool_gview : &e->pool_view;
+    const int need = slots_needed(e, b, gradient);
+    if (need == 0)
+        return ZC_OK;
+    if (e->f32_view_chunks == 0)
+        return ZC_ERR(ZC_ERR_NO_MEMORY,
+                      "%s: fp32 views of %s parameters need slots reserved at build: set "
+                      "zc_engine_options.f32_view_chunks (2 covers a block and a tied "
+                      "embedding)",
+                      fn, zc_dtype_name(e->pdt));
+    const int have = zc__bufpool_free(pool, slot_bytes(e));
+    if (have < need)
+        return ZC_ERR(ZC_ERR_NO_MEMORY,
+                      "%s: the block's parameters lie in %d chunks without a %s view slot and "
+                      "%d of the %d reserved (zc_engine_options.f32_view_chunks) are free; "
+                      "%s the views of other chunks first, or raise f32_view_chunks",
+                      fn, need, gradient ? "gradient" : "parameter", have, e->f32_view_chunks,
+                      gradient ? "make ready" : "release");
+    return ZC_OK;
+}
+
+/* The acquired full parameter: resident (stages 0-2) or gathered (3). */
+static const void *acquired_ptr(const zc_engine *e, const zc_param *p)
+{
+    const zc_chunk *c = &e->chunks[p->chunk];
+    return zc__elem(e->pol->full_params ? c->param : c->gather, p->offset, e->pesz);
+}
+
+static zc_status widen(zc_engine *e, const zc_param *p)
+{
+    return zc__eng_convert(e, p->view, ZC_DTYPE_F32, acquired_ptr(e, p), e->pdt,
+                           (size_t)p->numel);
+}
+
+ZC_API zc_status zc_block_view_f32(zc_engine *e, zc_block *b, float **views)
+{
+    static const char fn[] = "zc_block_view_f32";
+    ZC_CHECK(view_enter(e, b, views, fn));
+    const int n = zc_block_size(b);
+    for (int i = 0; i < n; i++) {
+        const zc_param *p = zc_block_param(b, i);
+        if (p->acquired <= 0)
+            return ZC_ERR(ZC_ERR_INVALID_STATE,
+                          "%s: parameter %d of %d ('%s') is not acquired; a view is of acquired "
+                          "parameters (zc_block_acquire first)",
+                          fn, i, n, p->name);
+    }
+    if (!copies(e)) {
+        for (int i = 0; i < n; i++)
+            views[i] = (float *)acquired_ptr(e, zc_block_param(b, i));
+        return ZC_OK;
+    }
+    ZC_CHECK(check_slots(e, b, false, fn));
+    for (int i = 0; i < n; i++) {
+        zc_param *p = zc_block_param(b, i);
+        zc_chunk *c = &e->chunks[p->chunk];
+        if (!p->view) {
+            if (!c->view_slot) /* checked above: a free slot exists */
+                ZC_CHECK(zc__bufpool_get(&e->pool_view, slot_bytes(e), false, NULL,
+                                         (void **)&c->view_slot));
+            p->view = c->view_slot + p->offset;
+            c->view_refs++;
+        }
+        /* Widened at every call, so a view taken again after zc_param_load
+         * sees the new values. */
+        ZC_CHECK(widen(e, p));
+        views[i] = p->view;
+    }
+    return ZC_OK;
+}
+
+void zc__view_release(zc_engine *e, zc_param *p)
+{
+    if (!p->view || p->acquired > 0)
+        return;
+    zc_chunk *c = &e->chunks[p->chunk];
+    p->view = NULL;
+    if (--c->view_refs == 0)
+        zc__bufpool_put(&e->pool_view, (void **)&c->view_slot);
+}
+
+zc_status zc__view_refresh(zc_engine *e)
+{
+    for (int i = 0; i < e->nparams; i++)
+        if (e->params[i]->view)
+            ZC_CHECK(widen(e, e->params[i]));
+    return ZC_OK;
+}
+
+ZC_API zc_status zc_block_grad_buffers_f32(zc_engine *e, zc_block *b, float **bufs)
+{
+    static const char fn[] = "zc_block_grad_buffers_f32";
+    ZC_CHECK(view_enter(e, b, bufs, fn));
+    if (!copies(e))
+        return zc_block_grad_buffers(e, b, (void **)bufs);
+    /* Both checks before anything is taken: the fp32 slots here, the
+     * 16-bit buffers (and the ready flags) inside zc_block_grad_buffers,
+     * which takes nothing when it fails. */
+    ZC_CHECK(check_slots(e, b, true, fn));
+    const int n = zc_block_size(b);
+    /* bufs first receives the working-dtype buffers the views narrow into. */
+    ZC_CHECK(zc_block_grad_buffers(e, b, (void **)bufs));
+    for (int i = 0; i < n; i++) {
+        zc_param *p = zc_block_param(b, i);
+        zc_chunk *c = &e->chunks[p->chunk];
+        if (!p->gview) {
+            if (!c->gview_slot)
+                ZC_CHECK(zc__bufpool_get(&e->pool_gview, slot_bytes(e), false, NULL,
+                                         (void **)&c->gview_slot));
+            p->gview = c->gview_slot + p->offset;
+            p->gview_dst = bufs[i];
+            memset(p->gview, 0, (size_t)p->numel * sizeof(float));
+            c->gview_refs++;
+        }
+        bufs[i] = p->gview;
+    }
+    return ZC_OK;
+}
+
+zc_status zc__view_grad_ready(zc_engine *e, zc_param *p)
+{
+    if (!p->gview)
+        return ZC_OK;
+    ZC_CHECK(zc__eng_convert(e, p->gview_dst, e->pdt, p->gview, ZC_DTYPE_F32, (size_t)p->numel));
+    zc_chunk *c = &e->chunks[p->chunk];
+    p->gview = NULL;
+    p->gview_dst = NULL;
+    if (--c->gview_refs == 0)
+        zc__bufpool_put(&e->pool_gview, (void **)&c->gview_slot);
+    return ZC_OK;
+}
