@@ -73,6 +73,9 @@ typedef struct opts {
     double offload_ratio;    /* --offload-ratio, 0 = not given */
     unsigned given;          /* GIVEN_* bits: flags set on the command line */
     bool json;
+    int save_every;          /* --save-every: checkpoint every N steps (0: never) */
+    const char *save_dir;    /* --save-dir */
+    bool resume;             /* --resume: load the latest checkpoint in save_dir first */
     int launcher;            /* LAUNCH_*: ranks as threads, or one per process */
 } opts;
 
@@ -117,11 +120,15 @@ static void usage(FILE *f)
             "                 [--config ds_config.json] [--launcher auto|threads|env]\n"
             "                 [--offload-optimizer none|cpu|nvme] [--nvme-path DIR[,DIR]]\n"
             "                 [--offload-ratio R]   (R in (0, 1]; below 1 needs --stage 3)\n"
+            "                 [--save-every N --save-dir DIR] [--resume]\n"
             "defaults: --stage 2 --world 2 --dtype bf16 --steps 50 --accum 1 --batch 32\n"
             "          --seed 1 --clip 1.0 --lr 1e-3 --bucket 65536\n"
             "--config: a DeepSpeed JSON file decides stage, precision, optimizer, clipping,\n"
             "          buckets and accumulation; flags given explicitly override it, and\n"
             "          \"auto\" values are resolved from the flags (as the HF Trainer does).\n"
+            "--save-every N: a checkpoint in --save-dir every N steps (tag global_stepN);\n"
+            "--resume: load the latest checkpoint in --save-dir first and train --steps more\n"
+            "          steps from it (step numbers and data go on from the checkpoint).\n"
             "--launcher: threads (every rank a thread here), env (this process is one rank\n"
             "          of a job started by mpirun, srun or torchrun; the world size is the\n"
             "          launcher's), auto (env when mpirun or torchrun started it).\n");
@@ -159,10 +166,12 @@ static opts parse_args(int argc, char **argv)
     static const char *const with_value[] = {
         "--config", "--stage", "--world", "--steps", "--accum", "--batch", "--seed", "--clip",
         "--lr", "--bucket", "--persistence-threshold", "--prefetch", "--dump-params", "--dtype",
-        "--offload-optimizer", "--nvme-path", "--offload-ratio", "--launcher"};
+        "--offload-optimizer", "--nvme-path", "--offload-ratio", "--launcher", "--save-every",
+        "--save-dir"};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--json")) { o.json = true; continue; }
+        if (!strcmp(a, "--resume")) { o.resume = true; continue; }
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); quit(0); }
         bool known = false;
         for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
@@ -224,6 +233,8 @@ static opts parse_args(int argc, char **argv)
         else if (!strcmp(a, "--persistence-threshold")) o.persistence = parse_int(a, v, 0, 1LL << 40);
         else if (!strcmp(a, "--prefetch")) o.prefetch = parse_int(a, v, 0, 1LL << 40);
         else if (!strcmp(a, "--dump-params")) o.dump_path = v;
+        else if (!strcmp(a, "--save-every")) o.save_every = (int)parse_int(a, v, 1, 1000000);
+        else if (!strcmp(a, "--save-dir")) o.save_dir = v;
         else if (!strcmp(a, "--offload-optimizer")) {
             if (strcmp(v, "none") && strcmp(v, "cpu") && strcmp(v, "nvme")) {
                 fprintf(stderr, "train_mlp: --offload-optimizer must be none, cpu or nvme, got "
@@ -248,6 +259,10 @@ static opts parse_args(int argc, char **argv)
                 quit(2);
             }
         }
+    }
+    if ((o.save_every || o.resume) && !o.save_dir) {
+        fprintf(stderr, "train_mlp: --save-every and --resume need --save-dir DIR\n");
+        quit(2);
     }
     return o;
 }
@@ -589,7 +604,16 @@ static void *rank_main(void *argp)
     float *y = xcalloc((size_t)B * OUT_DIM, sizeof(float));
     float *delta = xcalloc((size_t)B * MAX_DIM, sizeof(float)), *dprev = xcalloc((size_t)B * MAX_DIM, sizeof(float));
 
-    for (int step = 0; step < o->steps; step++) {
+    /* --resume: the checkpoint's step count is where the step numbers (and
+     * the data, a function of the step) go on from. */
+    int start = 0;
+    if (o->resume) {
+        CHECK(zc_checkpoint_load(eng, o->save_dir, NULL));
+        zc_stats st = {.size = sizeof st};
+        CHECK(zc_engine_stats(eng, &st));
+        start = (int)st.steps;
+    }
+    for (int step = start; step < start + o->steps; step++) {
         double loss_sum = 0;
         for (int micro = 0; micro < o->accum; micro++) {
             make_batch(sh, rank, step, micro, act[0], y);
@@ -663,12 +687,14 @@ static void *rank_main(void *argp)
         }
         zc_step_info info;
         CHECK(zc_step(eng, &info));
-        sh->losses[(size_t)step * o->world + rank] = loss_sum / o->accum;
+        sh->losses[(size_t)(step - start) * o->world + rank] = loss_sum / o->accum;
+        if (o->save_every && (step + 1) % o->save_every == 0)
+            CHECK(zc_checkpoint_save(eng, o->save_dir, NULL));
         pthread_barrier_wait(&sh->bar);
         if (rank == 0) {
             double loss = 0;
             for (int r = sh->first; r < sh->first + sh->nlocal; r++)
-                loss += sh->losses[(size_t)step * o->world + r];
+                loss += sh->losses[(size_t)(step - start) * o->world + r];
             loss /= sh->nlocal;
             if (o->json)
                 printf("{\"step\":%d,\"loss\":%s,\"grad_norm\":%s,\"loss_scale\":%s,"
@@ -677,7 +703,7 @@ static void *rank_main(void *argp)
                        info.skipped ? "true" : "false", jnum(info.lr).s);
             else
                 printf("step %4d/%d  loss %.6f  grad_norm %8.4f  loss_scale %-6g  lr %.2e%s\n",
-                       step + 1, o->steps, loss, info.grad_norm, info.loss_scale, info.lr,
+                       step + 1, start + o->steps, loss, info.grad_norm, info.loss_scale, info.lr,
                        info.skipped ? "  (skipped: overflow)" : "");
             fflush(stdout);
         }

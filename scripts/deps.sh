@@ -4,11 +4,12 @@
 set -euo pipefail
 
 pkgs=(meson ninja-build pkg-config gcc libc6-dev libjansson-dev liburing-dev libhwloc-dev libnuma-dev
-      libopenblas-dev) # OpenBLAS: the matmuls of examples/gpt
+      libopenblas-dev libxxhash-dev) # OpenBLAS: the matmuls of examples/gpt; xxHash: checkpoint checksums
 if [[ "${1:-}" == "--tests" ]]; then
   # Open MPI: the MPI communicator (meson -Dmpi=auto finds it) and the
   # mpirun that tests/comm launches its multi-process tests with.
-  pkgs+=(libcriterion-dev clang libclang-rt-14-dev python3 libopenmpi-dev openmpi-bin)
+  pkgs+=(libcriterion-dev clang libclang-rt-14-dev python3 libopenmpi-dev openmpi-bin
+         python3-venv) # venv: the checkpoint export test pip-installs safetensors
 fi
 
 missing=()

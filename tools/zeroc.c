@@ -14,6 +14,7 @@ int zc__cmd_config(int argc, char **argv) __attribute__((weak));
 int zc__cmd_estimate(int argc, char **argv) __attribute__((weak));
 int zc__cmd_bench_io(int argc, char **argv) __attribute__((weak));
 int zc__cmd_bench_adam(int argc, char **argv) __attribute__((weak));
+int zc__cmd_ckpt(int argc, char **argv) __attribute__((weak));
 
 static void usage(FILE *f)
 {
@@ -27,6 +28,10 @@ static void usage(FILE *f)
             "  bench io [options]     NVMe store throughput next to fio\n"
             "  bench adam [--device cpu|cuda] [options]\n"
             "                         optimizer step throughput next to a streaming ceiling\n"
+            "  ckpt inspect DIR [--tag T] [--json]\n"
+            "  ckpt export DIR OUT.safetensors [--tag T] [--dtype fp32|bf16|fp16]\n"
+            "  ckpt reshard IN OUT --world W [--tag T]\n"
+            "                         look at, export or reshard a checkpoint\n"
             "  version                print the version\n"
             "Run a command with --help for its options.\n");
 }
@@ -57,6 +62,8 @@ static int dispatch(int argc, char **argv)
     }
     if (!strcmp(cmd, "config"))
         return run(zc__cmd_config, "config", argc - 1, argv + 1);
+    if (!strcmp(cmd, "ckpt"))
+        return run(zc__cmd_ckpt, "ckpt", argc - 1, argv + 1);
     if (!strcmp(cmd, "estimate"))
         return run(zc__cmd_estimate, "estimate", argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) {

@@ -31,11 +31,14 @@ static void usage(FILE *f)
         "                 [--eval-every 0..1000000] [--sample 0..100000] [--data FILE]\n"
         "                 [--config ds_config.json] [--device cpu|cuda]\n"
         "                 [--launcher auto|threads|env] [--json]\n"
+        "                 [--save-every N --save-dir DIR] [--resume]\n"
         "defaults: --layers 2 --heads 4 --dim 64 --seq 64 --vocab 256 --batch 8 --steps 300\n"
         "          --stage 2 --world 2 --dtype bf16 --accum 1 --lr 3e-3 --clip 1.0 --seed 1\n"
         "          --eval-every 100 --sample 0 --data /usr/share/common-licenses/GPL-3\n"
         "--device cuda: the model on the GPU (cuBLAS bf16 matmuls, CUDA kernels); cpu is\n"
         "          the default (OpenBLAS).\n"
+        "--save-every N: a checkpoint in --save-dir every N steps; --resume: load the\n"
+        "          latest one in --save-dir and train --steps more steps from it.\n"
         "--dim must be a multiple of --heads. --batch is sequences per rank and micro-step.\n"
         "--launcher: threads (--world ranks run as threads here), env (this process is one\n"
         "          rank of a job started by torchrun, srun or mpirun: zc_comm_init_env; the\n"
@@ -76,10 +79,11 @@ gpt_opts gpt_parse_args(int argc, char **argv)
     static const char *const with_value[] = {
         "--layers", "--heads", "--dim", "--seq", "--vocab", "--batch", "--steps", "--stage",
         "--world", "--dtype", "--accum", "--lr", "--clip", "--seed", "--eval-every", "--sample",
-        "--data", "--config", "--device", "--launcher"};
+        "--data", "--config", "--device", "--launcher", "--save-every", "--save-dir"};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--json")) { o.json = true; continue; }
+        if (!strcmp(a, "--resume")) { o.resume = true; continue; }
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); gpt_quit(0); }
         bool known = false;
         for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
@@ -116,6 +120,8 @@ gpt_opts gpt_parse_args(int argc, char **argv)
         else if (!strcmp(a, "--clip")) { o.clip = parse_double(a, v, 0, 1e9); o.given |= GPT_GIVEN_CLIP; }
         else if (!strcmp(a, "--eval-every")) o.eval_every = (int)parse_int(a, v, 0, 1000000);
         else if (!strcmp(a, "--sample")) o.sample = (int)parse_int(a, v, 0, 100000);
+        else if (!strcmp(a, "--save-every")) o.save_every = (int)parse_int(a, v, 1, 1000000);
+        else if (!strcmp(a, "--save-dir")) o.save_dir = v;
         else if (!strcmp(a, "--data")) o.data_path = v;
         else if (!strcmp(a, "--config")) o.config_path = v;
         else if (!strcmp(a, "--launcher")) {
@@ -153,6 +159,10 @@ gpt_opts gpt_parse_args(int argc, char **argv)
             }
             o.given |= GPT_GIVEN_DTYPE;
         }
+    }
+    if ((o.save_every || o.resume) && !o.save_dir) {
+        fprintf(stderr, "train_gpt: --save-every and --resume need --save-dir DIR\n");
+        gpt_quit(2);
     }
     char err[256];
     if (!gpt_config_check(&o.model, err, sizeof err)) {

@@ -21,6 +21,9 @@ typedef struct gpt_opts {
     bool json;
     int launcher;            /* GPT_LAUNCH_*: ranks as threads, or one per process */
     bool cuda;               /* --device cuda */
+    int save_every;          /* --save-every: checkpoint every N steps (0: never) */
+    const char *save_dir;    /* --save-dir */
+    bool resume;             /* --resume: load the latest checkpoint in save_dir first */
 } gpt_opts;
 
 enum {

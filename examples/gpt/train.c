@@ -393,7 +393,17 @@ static void *rank_main(void *argp)
     int *tok = xcalloc((size_t)B * T, sizeof(int)), *tgt = xcalloc((size_t)B * T, sizeof(int));
     const double tokens_per_step = (double)B * T * o->accum * sh->world;
 
-    for (int step = 0; step < o->steps; step++) {
+    /* --resume: step numbers (and the data, a function of the step) go on
+     * from the checkpoint. */
+    int start = 0;
+    if (o->resume) {
+        CHECK(zc_checkpoint_load(s.eng, o->save_dir, NULL));
+        zc_stats st = {.size = sizeof st};
+        CHECK(zc_engine_stats(s.eng, &st));
+        start = (int)st.steps;
+    }
+    const int end = start + o->steps;
+    for (int step = start; step < end; step++) {
         double t0 = now(), loss = 0.0;
         for (int micro = 0; micro < o->accum; micro++) {
             gpt_data_rank_batch(&sh->data, T, o->seed, step, micro, rank, B, tok, tgt);
@@ -405,6 +415,8 @@ static void *rank_main(void *argp)
         }
         zc_step_info info;
         CHECK(zc_step(s.eng, &info));
+        if (o->save_every && (step + 1) % o->save_every == 0)
+            CHECK(zc_checkpoint_save(s.eng, o->save_dir, NULL));
         double dt_s = now() - t0;
         /* Ranks of this process average their losses; under a launcher the
          * printed loss is rank 0's own. */
@@ -422,12 +434,12 @@ static void *rank_main(void *argp)
                        jnum(tokens_per_step / dt_s).s);
             else
                 printf("step %5d/%d  loss %.4f  grad_norm %.3f  lr %.2e  %.0f tok/s%s\n",
-                       step + 1, o->steps, l, info.grad_norm, info.lr, tokens_per_step / dt_s,
+                       step + 1, end, l, info.grad_norm, info.lr, tokens_per_step / dt_s,
                        info.skipped ? "  (skipped: overflow)" : "");
             fflush(stdout);
         }
         if (sh->local > 1) pthread_barrier_wait(&sh->bar); /* losses[] is reused */
-        if (o->eval_every > 0 && (step + 1) % o->eval_every == 0 && step + 1 < o->steps) {
+        if (o->eval_every > 0 && (step + 1) % o->eval_every == 0 && step + 1 < end) {
             double v = validate(&s, m, B, tok, tgt);
             if (lead) {
                 if (o->json)
@@ -442,7 +454,7 @@ static void *rank_main(void *argp)
     double v = validate(&s, m, B, tok, tgt);
     if (lead) sh->val_loss = v;
     if (lead && o->json)
-        printf("{\"eval\":true,\"step\":%d,\"val_loss\":%s}\n", o->steps, jnum(v).s);
+        printf("{\"eval\":true,\"step\":%d,\"val_loss\":%s}\n", end, jnum(v).s);
     if (o->sample > 0) sample(&s, o->sample, lead && !o->json);
 
     /* Gathering the master is collective: every rank takes part, rank 0 keeps it. */

@@ -639,6 +639,61 @@ ZC_API zc_status zc_step(zc_engine *eng, zc_step_info *info);
  * before backward. */
 ZC_API double zc_loss_scale(const zc_engine *eng);
 
+/* ---- Checkpoints (docs/checkpoint.md) ----------------------------------- */
+
+/* Saves the training state to DIR/TAG (tag NULL: "global_step<N>"): each
+ * rank writes the fp32 master, exp_avg and exp_avg_sq it holds (straight from
+ * its optimizer home; an NVMe home streams chunk by chunk) to
+ * rank_NNNNN.bin, and rank 0 writes manifest.json (step, loss scaler,
+ * scheduler position, config digest, world size, stage, layout, tensor
+ * names, shapes, offsets and per-tensor XXH3 checksums), then points
+ * DIR/latest at TAG. Collective, between optimizer steps (else
+ * ZC_ERR_INVALID_STATE). Crash-safe: files are written under temporary
+ * names, fsync'd and renamed, the checkpoint appears by one directory rename
+ * and `latest` moves last, so a crash leaves the previous checkpoint
+ * loadable. DIR is created if missing (one level); an existing DIR/TAG is
+ * refused (ZC_ERR_IO). A tag is 1-128 characters of [A-Za-z0-9._-], not
+ * starting with '.'. On an I/O failure on any rank every rank returns the
+ * same status and message, nothing under DIR/TAG or DIR/latest has changed,
+ * and the engine trains on. Ranks of several processes need DIR on a file
+ * system they share. */
+ZC_API zc_status zc_checkpoint_save(zc_engine *eng, const char *dir, const char *tag);
+
+/* Restores what zc_checkpoint_save wrote to DIR/TAG (tag NULL: the tag in
+ * DIR/latest): the optimizer state, the working parameters derived from the
+ * master, the step counters and scheduler position, and fp16's loss scaler,
+ * so training continues bitwise as if it had not stopped (same world size).
+ * Tensors are matched by name and element range, so a checkpoint saved with
+ * another world size, stage or chunk size loads directly. Collective,
+ * between optimizer steps, with no parameter acquired (ZC_ERR_INVALID_STATE).
+ * Every rank verifies the checksum of every entry it reads before anything
+ * is changed: a missing, truncated or damaged file, another model's
+ * checkpoint (a name or shape differs), fp16 against another precision or a
+ * newer format version fails with a message naming the file and the tensor,
+ * the same on every rank, and the engine unchanged. A failure after that
+ * (an I/O error while writing the state into an NVMe home) breaks the engine
+ * on every rank. A config whose optimizer or scheduler settings differ from
+ * the saved digest is a warning: the engine's settings apply. */
+ZC_API zc_status zc_checkpoint_load(zc_engine *eng, const char *dir, const char *tag);
+
+/* Writes the full model of checkpoint DIR/TAG (tag NULL: latest) as a
+ * safetensors file to fd (an empty file the caller opened for writing and
+ * keeps owning): every parameter under its registered name and shape, in
+ * registration order, converted from the fp32 master to dtype (ZC_DTYPE_F32,
+ * ZC_DTYPE_BF16 or ZC_DTYPE_F16, rounded to nearest even), with metadata
+ * {"format": "pt"}. Checksums are verified as by zc_checkpoint_load. Reads
+ * one tensor at a time. Not collective (no engine). On failure the file
+ * holds a partial write: the caller removes it. */
+ZC_API zc_status zc_checkpoint_export_fd(const char *dir, const char *tag, int fd,
+                                         zc_dtype dtype);
+
+/* Rewrites checkpoint IN_DIR/TAG (tag NULL: latest) for `world` ranks into
+ * OUT_DIR/TAG (OUT_DIR must exist; OUT_DIR/latest is set), with the shard
+ * files a world of that size reads its own ranges from. Same crash safety as
+ * zc_checkpoint_save; the input is verified as it is read. */
+ZC_API zc_status zc_checkpoint_reshard(const char *in_dir, const char *tag, const char *out_dir,
+                                       int world);
+
 /* Memory categories of zc_stats. */
 typedef enum zc_mem_category {
     ZC_MEM_PARAMS = 0, /* working-precision parameters (full or shard) */

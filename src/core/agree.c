@@ -53,7 +53,9 @@ void zc__agree_free(zc_engine *e)
     zc__eng_free(e, ZC_MEM_OTHER, &e->agree_recv, all);
 }
 
-zc_status zc__eng_agree(zc_engine *e, zc_status local, const char *what)
+/* The exchange; `keep` leaves the engine usable after a failure agreed by
+ * the ranks (a failed exchange always breaks it). */
+static zc_status agree(zc_engine *e, zc_status local, const char *what, bool keep)
 {
     zc_device *d = e->dev;
     /* The local record: the status and, on failure, this rank's message. */
@@ -94,8 +96,19 @@ zc_status zc__eng_agree(zc_engine *e, zc_status local, const char *what)
         zc_status fs = s > ZC_OK && s <= ZC_ERR_INTERNAL ? (zc_status)s : ZC_ERR_INTERNAL;
         zc__error_clear();
         rc = ZC_ERR(fs, "%s failed on rank %d of %d: %s", what, r, e->world, msg);
-        zc__eng_break(e, fs, zc_last_error());
+        if (!keep)
+            zc__eng_break(e, fs, zc_last_error());
         return rc;
     }
     return ZC_OK;
+}
+
+zc_status zc__eng_agree(zc_engine *e, zc_status local, const char *what)
+{
+    return agree(e, local, what, false);
+}
+
+zc_status zc__eng_agree_keep(zc_engine *e, zc_status local, const char *what)
+{
+    return agree(e, local, what, true);
 }

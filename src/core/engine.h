@@ -348,6 +348,11 @@ zc_status zc__eng_group_end(zc_engine *e);
  * returns the status of the first failed rank with the same message
  * ("<what> failed on rank R of W: <its message>") and its engine is broken. */
 zc_status zc__eng_agree(zc_engine *e, zc_status local, const char *what);
+/* The same, for rank-local work that changed nothing observable (checkpoint
+ * files, the verification of a load): every rank returns the same status and
+ * message, and the engine stays usable (broken only if the exchange itself
+ * fails). */
+zc_status zc__eng_agree_keep(zc_engine *e, zc_status local, const char *what);
 zc_status zc__agree_alloc(zc_engine *e);
 void zc__agree_free(zc_engine *e);
 /* Compares, across ranks, a digest of the registered model and the settings
@@ -469,6 +474,15 @@ bool zc__opt_rank_local_io(const zc_engine *e);
  * of its home tensor (parameter loading and gathering). */
 zc_status zc__opt_master_write(zc_engine *e, int k, int64_t at, const float *src, size_t n);
 zc_status zc__opt_master_read(zc_engine *e, int k, float *dst, size_t n);
+
+/* A pass over every chunk in chunk order for checkpoints: fn sees chunk k's
+ * state (the view's tensors hold this rank's range of the chunk: the whole
+ * chunk at stage 0, else its shard) and whether that memory is host memory.
+ * dirty: each chunk is written back after fn (a load). The first failure
+ * stops the pass, which is still drained; it is returned. */
+typedef zc_status (*zc_opt_visit_fn)(zc_engine *e, int k, const zc_opt_view *v, bool host,
+                                     void *arg);
+zc_status zc__opt_visit(zc_engine *e, bool dirty, zc_opt_visit_fn fn, void *arg);
 
 /* Tests: make host homes stage through pinned buffers even when device
  * memory is host memory, so the host path runs the CUDA path's copies. */

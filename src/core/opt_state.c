@@ -339,6 +339,27 @@ zc_status zc__opt_put(zc_engine *e, int k, zc_opt_chunk *oc)
     return h->ops->release(h, k, true);
 }
 
+zc_status zc__opt_visit(zc_engine *e, bool dirty, zc_opt_visit_fn fn, void *arg)
+{
+    ZC_CHECK(begin_range(e, 0, e->nchunks));
+    zc_status rc = ZC_OK;
+    for (int k = 0; k < e->nchunks && rc == ZC_OK; k++) {
+        zc_opt_home *h = e->homes[e->chunks[k].home];
+        zc_opt_view v;
+        rc = h->ops->acquire(h, k, &v);
+        if (rc != ZC_OK)
+            break;
+        rc = fn(e, k, &v, h->ops->host, arg);
+        /* Released also after a failure: a streaming home must see every
+         * acquire handed back before pass_end drains it. */
+        zc_status rrc = h->ops->release(h, k, dirty && rc == ZC_OK);
+        if (rc == ZC_OK)
+            rc = rrc;
+    }
+    zc_status erc = end_all(e);
+    return rc != ZC_OK ? rc : erc;
+}
+
 /* ---- master access ------------------------------------------------------- */
 
 zc_status zc__opt_master_write(zc_engine *e, int k, int64_t at, const float *src, size_t n)

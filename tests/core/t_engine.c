@@ -131,6 +131,8 @@ zc_status t_ctx_open(t_ctx *x, t_run *run, int rank, zc_comm *comm)
         TRY(zc_config_set_bool(x->cfg, "bf16.enabled", true));
     if (run->dtype == ZC_DTYPE_F16)
         TRY(zc_config_set_bool(x->cfg, "fp16.enabled", true));
+    if (run->dtype == ZC_DTYPE_F16 && run->loss_scale_window > 0)
+        TRY(zc_config_set_int(x->cfg, "fp16.loss_scale_window", run->loss_scale_window));
     TRY(zc_config_set_int(x->cfg, "zero_optimization.stage3_param_persistence_threshold",
                           run->persistence < 0 ? 0 : run->persistence));
     if (run->prefetch >= 0)
@@ -265,7 +267,8 @@ static void fill_grad(t_ctx *x, int i, const void *w, void *g, int step, int mic
 {
     const zc_dtype dt = x->run->dtype;
     const float scale = (float)zc_loss_scale(x->eng) * (float)x->run->grad_gain;
-    uint64_t key = ((uint64_t)x->rank << 48) ^ ((uint64_t)step << 24) ^ ((uint64_t)micro << 8);
+    const uint64_t rank = x->run->same_grads ? 0 : (uint64_t)x->rank;
+    uint64_t key = (rank << 48) ^ ((uint64_t)step << 24) ^ ((uint64_t)micro << 8);
     for (int64_t k = 0; k < t_numel[i]; k++) {
         float v = 0.05f * zc__load_f32(w, dt, (size_t)k) + unit(key, (uint64_t)i, (uint64_t)k);
         zc__store_f32(g, dt, (size_t)k, v * scale);

@@ -1,0 +1,93 @@
+/* Crash-safe file operations (fsio.h). */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ckpt/fsio.h"
+
+zc_status zc__ck_pwrite(int fd, const void *buf, size_t n, uint64_t off, const char *path)
+{
+    const char *p = buf;
+    while (n) {
+        ssize_t w = pwrite(fd, p, n, (off_t)off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return ZC_ERR(ZC_ERR_IO, "%s: write of %zu bytes at offset %" PRIu64 ": %s", path, n,
+                          off, w < 0 ? strerror(errno) : "no progress");
+        p += w;
+        n -= (size_t)w;
+        off += (uint64_t)w;
+    }
+    return ZC_OK;
+}
+
+zc_status zc__ck_pread(int fd, void *buf, size_t n, uint64_t off, const char *path)
+{
+    char *p = buf;
+    while (n) {
+        ssize_t r = pread(fd, p, n, (off_t)off);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            return ZC_ERR(ZC_ERR_IO, "%s: read of %zu bytes at offset %" PRIu64 ": %s", path, n,
+                          off, strerror(errno));
+        if (r == 0)
+            return ZC_ERR(ZC_ERR_IO, "%s: truncated: it ends before offset %" PRIu64
+                          " (%zu more bytes expected)", path, off, n);
+        p += r;
+        n -= (size_t)r;
+        off += (uint64_t)r;
+    }
+    return ZC_OK;
+}
+
+zc_status zc__ck_create(const char *path, int *fd)
+{
+    *fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (*fd < 0)
+        return ZC_ERR(ZC_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+    return ZC_OK;
+}
+
+zc_status zc__ck_fsync_dir(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return ZC_ERR(ZC_ERR_IO, "%s: cannot open the directory to sync it: %s", dir,
+                      strerror(errno));
+    int r = fsync(fd);
+    int err = errno;
+    close(fd);
+    if (r != 0)
+        return ZC_ERR(ZC_ERR_IO, "%s: fsync of the directory: %s", dir, strerror(err));
+    return ZC_OK;
+}
+
+zc_status zc__ck_commit_file(int fd, const char *tmp, const char *final, const char *dir)
+{
+    zc_status rc = ZC_OK;
+    if (fsync(fd) != 0)
+        rc = ZC_ERR(ZC_ERR_IO, "%s: fsync: %s", tmp, strerror(errno));
+    if (close(fd) != 0 && rc == ZC_OK)
+        rc = ZC_ERR(ZC_ERR_IO, "%s: close: %s", tmp, strerror(errno));
+    if (rc == ZC_OK && rename(tmp, final) != 0)
+        rc = ZC_ERR(ZC_ERR_IO, "rename %s -> %s: %s", tmp, final, strerror(errno));
+    if (rc != ZC_OK) {
+        unlink(tmp);
+        return rc;
+    }
+    return zc__ck_fsync_dir(dir);
+}
+
+zc_status zc__ck_join(char *out, size_t cap, const char *a, const char *b)
+{
+    int n = snprintf(out, cap, "%s/%s", a, b);
+    if (n < 0 || (size_t)n >= cap)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "path '%s/%s' is longer than %zu bytes", a, b, cap - 1);
+    return ZC_OK;
+}

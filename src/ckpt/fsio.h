@@ -1,0 +1,31 @@
+/* Crash-safe file operations for checkpoints (internal).
+ *
+ * A file becomes visible under its final name only complete and on disk:
+ * written under a temporary name created with O_EXCL, fsync'd, renamed, and
+ * its directory fsync'd. A crash at any moment leaves either the old state or
+ * the new one, plus at worst a temporary file the next save removes. */
+#ifndef ZC_CKPT_FSIO_H
+#define ZC_CKPT_FSIO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/error.h"
+
+/* Whole-buffer pwrite / pread loops; a short read is "truncated" (ZC_ERR_IO
+ * naming path and offset). */
+zc_status zc__ck_pwrite(int fd, const void *buf, size_t n, uint64_t off, const char *path);
+zc_status zc__ck_pread(int fd, void *buf, size_t n, uint64_t off, const char *path);
+
+/* Creates path exclusively (O_EXCL, mode 0644) for writing. */
+zc_status zc__ck_create(const char *path, int *fd);
+/* fsync and close fd, then rename tmp to final and fsync dir. fd is closed
+ * on every path; on failure tmp is removed. */
+zc_status zc__ck_commit_file(int fd, const char *tmp, const char *final, const char *dir);
+/* fsync a directory. */
+zc_status zc__ck_fsync_dir(const char *dir);
+/* Joins a and b with '/' into out (cap bytes); ZC_ERR_INVALID_ARG when it
+ * does not fit. */
+zc_status zc__ck_join(char *out, size_t cap, const char *a, const char *b);
+
+#endif

@@ -1,0 +1,244 @@
+/* zc_checkpoint_load: verify everything first, then commit.
+ *
+ *   1. every rank reads the manifest, matches the checkpoint's tensors to the
+ *      engine's parameters by name and shape, and checks the checksum of every
+ *      entry its own optimizer range will be read from; the outcome is agreed
+ *      (zc__eng_agree_keep): a bad checkpoint is the same error on every rank
+ *      and nothing has changed;
+ *   2. every rank writes its range of master, exp_avg and exp_avg_sq into its
+ *      optimizer home (chunk by chunk: an NVMe home streams) and its working
+ *      parameters from the master (the working copy is derived from the
+ *      master, as the step derives it); agreed with zc__eng_agree, since a
+ *      failure here leaves a half-restored engine: broken on every rank;
+ *   3. the working parameters are all-gathered as after a step (stages 1-2,
+ *      and stage 3's gathered chunks), and the step counters, scheduler
+ *      position and loss scaler are restored.
+ *
+ * The data is looked up by parameter name and element range, so the saving
+ * world size, stage and chunk size do not matter (docs/checkpoint.md). */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt/engine_io.h"
+#include "ckpt/format.h"
+#include "ckpt/source.h"
+
+static void shape_text(const int64_t *sh, int nd, char *b, size_t cap)
+{
+    size_t n = (size_t)snprintf(b, cap, "[");
+    for (int d = 0; d < nd && n < cap; d++)
+        n += (size_t)snprintf(b + n, cap - n, "%s%" PRId64, d ? ", " : "", sh[d]);
+    if (n < cap)
+        snprintf(b + n, cap - n, "]");
+}
+
+/* map[i]: the checkpoint's index of engine parameter i. */
+static zc_status match_model(const zc_engine *e, const zc_ck_source *s, int *map)
+{
+    const zc_ck_manifest *m = &s->m;
+    for (int i = 0; i < e->nparams; i++) {
+        const zc_param *p = e->params[i];
+        int j = i < m->nparams && !strcmp(m->params[i].name, p->name) ? i : -1;
+        for (int q = 0; j < 0 && q < m->nparams; q++)
+            if (!strcmp(m->params[q].name, p->name))
+                j = q;
+        if (j < 0)
+            return ZC_ERR(ZC_ERR_INVALID_ARG, "%s/%s: no tensor '%s' (the engine's parameter %d): "
+                          "a checkpoint of another model?", s->dir, ZC_CK_MANIFEST, p->name, i);
+        const zc_ck_param *q = &m->params[j];
+        if (q->ndim != p->ndim || memcmp(q->shape, p->shape, sizeof(int64_t) * (size_t)p->ndim)) {
+            char a[160], b[160];
+            shape_text(q->shape, q->ndim, a, sizeof a);
+            shape_text(p->shape, p->ndim, b, sizeof b);
+            return ZC_ERR(ZC_ERR_INVALID_ARG, "%s/%s: tensor '%s' has shape %s, the engine's "
+                          "parameter has %s", s->dir, ZC_CK_MANIFEST, p->name, a, b);
+        }
+        map[i] = j;
+    }
+    if (m->nparams != e->nparams) {
+        /* Every engine parameter was found: the checkpoint has more. */
+        for (int q = 0; q < m->nparams; q++) {
+            bool found = false;
+            for (int i = 0; i < e->nparams && !found; i++)
+                found = map[i] == q;
+            if (!found)
+                return ZC_ERR(ZC_ERR_INVALID_ARG, "%s/%s: tensor '%s' is not a parameter of the "
+                              "engine (%d tensors saved, %d registered): a checkpoint of another "
+                              "model?", s->dir, ZC_CK_MANIFEST, m->params[q].name, m->nparams,
+                              e->nparams);
+        }
+    }
+    /* fp16's loss-scaler state has no meaning elsewhere: the precision
+     * matters exactly when one side has a scaler. */
+    const bool ck16 = m->dtype == ZC_DTYPE_F16, eng16 = e->pdt == ZC_DTYPE_F16;
+    if (ck16 != eng16 || (eng16 && m->scaler.dynamic != e->scaler.dynamic))
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "%s/%s: saved with %s parameters (%s loss scale), the "
+                      "engine trains in %s (%s loss scale): the loss scaler state does not carry "
+                      "over; load it into an engine of the same precision", s->dir,
+                      ZC_CK_MANIFEST, zc_dtype_name(m->dtype),
+                      m->scaler.dynamic ? "dynamic" : "no dynamic", zc_dtype_name(e->pdt),
+                      e->scaler.dynamic ? "dynamic" : "no dynamic");
+    return ZC_OK;
+}
+
+/* Calls fn(param, a, b, at) for each parameter of chunk c overlapping the
+ * chunk range [r0, r1): its elements [a, b), at element `at` of the range. */
+#define EACH_OVERLAP(e, c, r0, r1, BODY)                                              \
+    for (int i_ = (c)->first; i_ < (c)->first + (c)->count; i_++) {                  \
+        const zc_param *p_ = (e)->params[i_];                                         \
+        const int64_t x0_ = p_->offset > (r0) ? p_->offset : (r0);                    \
+        const int64_t x1_ = p_->offset + p_->numel < (r1) ? p_->offset + p_->numel : (r1); \
+        if (x0_ >= x1_)                                                               \
+            continue;                                                                 \
+        const int pi = i_;                                                            \
+        const int64_t a = x0_ - p_->offset, b = x1_ - p_->offset, at = x0_ - (r0);    \
+        BODY                                                                          \
+    }
+
+static zc_status verify_own(const zc_engine *e, zc_ck_source *s, const int *map)
+{
+    for (int k = 0; k < e->nchunks; k++) {
+        const zc_chunk *c = &e->chunks[k];
+        int64_t r0, r1;
+        zc__ck_home_range(e, c, &r0, &r1);
+        EACH_OVERLAP(e, c, r0, r1, {
+            (void)at;
+            for (int kind = 0; kind < ZC_CK__KINDS; kind++)
+                ZC_CHECK(zc__ck_source_verify_range(s, map[pi], kind, a, b));
+        })
+    }
+    return ZC_OK;
+}
+
+typedef struct load_ctx {
+    zc_ck_source *src;
+    const int *map;
+    float *bounce;
+} load_ctx;
+
+static zc_status load_chunk(zc_engine *e, int k, const zc_opt_view *v, bool host, void *arg)
+{
+    load_ctx *x = arg;
+    zc_chunk *c = &e->chunks[k];
+    zc_device *d = e->dev;
+    int64_t r0, r1;
+    zc__ck_home_range(e, c, &r0, &r1);
+    const size_t n = (size_t)(r1 - r0);
+    float *tensors[ZC_CK__KINDS] = {v->master, v->m, v->v};
+    const bool bounce = zc__ck_needs_bounce(e, host);
+    for (int kind = 0; kind < ZC_CK__KINDS; kind++) {
+        float *dst = bounce ? x->bounce : tensors[kind];
+        memset(dst, 0, n * sizeof(float)); /* the padding */
+        EACH_OVERLAP(e, c, r0, r1, {
+            ZC_CHECK(zc__ck_source_read(x->src, x->map[pi], kind, a, b, dst + at));
+        })
+        if (bounce)
+            ZC_CHECK(d->ops->copy(d, tensors[kind], dst, n * sizeof(float), ZC_COPY_H2D,
+                                  e->stream));
+    }
+    /* The working parameters of the range, from the master, as the step
+     * writes them. A host home's master is not device memory on a GPU: it
+     * goes through the fp32 staging slot (one chunk, reserved at build). */
+    void *pdst = zc__elem(c->param, e->pol->full_params ? r0 : 0, e->pesz);
+    const float *msrc = v->master;
+    void *stage = NULL;
+    zc_status rc = ZC_OK;
+    if (host && d->mem_kind == ZC_MEMKIND_DEVICE) {
+        ZC_CHECK(zc__bufpool_get(&e->pool_stage, n * sizeof(float), false, e->stream, &stage));
+        rc = d->ops->copy(d, stage, v->master, n * sizeof(float), ZC_COPY_H2D, e->stream);
+        msrc = stage;
+    }
+    if (rc == ZC_OK)
+        rc = zc__eng_convert(e, pdst, e->pdt, msrc, ZC_DTYPE_F32, n);
+    if (rc == ZC_OK)
+        rc = d->ops->stream_sync(d, e->stream);
+    zc__bufpool_put(&e->pool_stage, &stage);
+    return rc;
+}
+
+/* The working parameters on every rank, as after a step's publish (not
+ * counted in the step's communication stats). */
+static zc_status refresh(zc_engine *e)
+{
+    zc_status rc = ZC_OK;
+    for (int k = 0; k < e->nchunks && rc == ZC_OK; k++) {
+        zc_chunk *c = &e->chunks[k];
+        if (e->pol->full_params && !e->pol->full_optimizer)
+            rc = zc__eng_all_gather(e, zc__elem(c->param, (int64_t)e->rank * c->shard, e->pesz),
+                                    c->param, (size_t)c->shard, e->pdt, false);
+        else if (!e->pol->full_params && c->gather)
+            rc = zc__eng_all_gather(e, c->param, c->gather, (size_t)c->shard, e->pdt, false);
+    }
+    if (rc == ZC_OK)
+        rc = e->dev->ops->stream_sync(e->dev, e->stream);
+    return rc;
+}
+
+static void restore_counters(zc_engine *e, const zc_ck_manifest *m)
+{
+    e->steps = m->steps;
+    e->skipped = m->skipped;
+    e->adam_steps = m->adam_steps;
+    e->prog_steps0 = m->steps;
+    if (e->pdt == ZC_DTYPE_F16) {
+        e->scaler.scale = m->scaler.scale;
+        e->scaler.cur_hysteresis = m->scaler.cur_hysteresis;
+        e->scaler.cur_iter = m->scaler.cur_iter;
+        e->scaler.last_overflow_iter = m->scaler.last_overflow_iter;
+    }
+}
+
+ZC_API zc_status zc_checkpoint_load(zc_engine *e, const char *dir, const char *tag)
+{
+    ZC_CHECK(zc__eng_enter(e, "zc_checkpoint_load", true));
+    if (!dir || !*dir)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "zc_checkpoint_load: dir is NULL or empty");
+    if (e->window_started || e->micro > 0)
+        return ZC_ERR(ZC_ERR_INVALID_STATE,
+                      "zc_checkpoint_load: gradients of the current accumulation window were "
+                      "already handed back; load between optimizer steps");
+    for (int i = 0; i < e->nparams; i++)
+        if (e->params[i]->acquired)
+            return ZC_ERR(ZC_ERR_INVALID_STATE, "zc_checkpoint_load: parameter '%s' is acquired; "
+                          "release every parameter before loading", e->params[i]->name);
+
+    zc_ck_source src;
+    int *map = calloc((size_t)e->nparams, sizeof *map);
+    float *bounce = NULL;
+    size_t bounce_bytes = 0;
+    zc_status rc = map ? zc__ck_source_open(&src, dir, tag)
+                       : ZC_ERR(ZC_ERR_NO_MEMORY, "zc_checkpoint_load: parameter map");
+    const bool opened = rc == ZC_OK;
+    if (rc == ZC_OK)
+        rc = match_model(e, &src, map);
+    if (rc == ZC_OK)
+        rc = verify_own(e, &src, map);
+    if (rc == ZC_OK && e->dev->mem_kind == ZC_MEMKIND_DEVICE) {
+        bounce_bytes = zc__ck_bounce_bytes(e);
+        rc = zc__host_alloc(&e->acct, ZC_MEM_OTHER, bounce_bytes, "checkpoint bounce buffer",
+                            (void **)&bounce);
+    }
+    rc = zc__eng_agree_keep(e, rc, "zc_checkpoint_load: reading and verifying the checkpoint");
+    if (rc == ZC_OK) {
+        if (src.m.config_digest != zc__ck_config_digest(e->cfg))
+            ZC_LOGW("ckpt", "%s was saved with other optimizer, scheduler or precision settings "
+                    "than this engine's; they take effect from here", src.dir);
+        load_ctx x = {&src, map, bounce};
+        rc = zc__opt_visit(e, true, load_chunk, &x);
+        rc = zc__eng_agree(e, rc, "zc_checkpoint_load: restoring the optimizer state");
+    }
+    if (rc == ZC_OK)
+        rc = refresh(e);
+    if (rc == ZC_OK) {
+        restore_counters(e, &src.m);
+        ZC_LOGI("ckpt", "loaded %s (step %" PRId64 ", saved by %d ranks at stage %d)", src.dir,
+                src.m.steps, src.m.world, src.m.stage);
+    }
+    if (opened)
+        zc__ck_source_close(&src);
+    zc__host_free(&e->acct, ZC_MEM_OTHER, bounce, bounce_bytes);
+    free(map);
+    return rc;
+}

@@ -1,0 +1,169 @@
+/* zc_checkpoint_save: every rank writes the state its optimizer home holds,
+ * chunk by chunk, straight from the home (an NVMe home streams its swap
+ * files through its swap buffers: one chunk in memory at a time), and rank 0
+ * writes the manifest and moves `latest`.
+ *
+ * Ranks never split: each phase's rank-local outcome (directory, shard
+ * files, manifest) is agreed before the next, with zc__eng_agree_keep, so a
+ * failure anywhere is the same error on every rank and the engine keeps
+ * training (a save changes no engine state). */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt/dirwrite.h"
+#include "ckpt/engine_io.h"
+#include "ckpt/format.h"
+
+size_t zc__ck_bounce_bytes(const zc_engine *e)
+{
+    size_t most = 0;
+    for (int k = 0; k < e->nchunks; k++) {
+        int64_t r0, r1;
+        zc__ck_home_range(e, &e->chunks[k], &r0, &r1);
+        if ((size_t)(r1 - r0) > most)
+            most = (size_t)(r1 - r0);
+    }
+    return most * sizeof(float);
+}
+
+typedef struct save_ctx {
+    zc_ck_shard *shard;
+    float *bounce;
+} save_ctx;
+
+static zc_status save_chunk(zc_engine *e, int k, const zc_opt_view *v, bool host, void *arg)
+{
+    save_ctx *x = arg;
+    const zc_chunk *c = &e->chunks[k];
+    int64_t r0, r1;
+    zc__ck_home_range(e, c, &r0, &r1);
+    /* Every rank writes its own shard's range, also at stage 0 where each
+     * holds the whole chunk: together they write each element once. */
+    const int64_t lo = (int64_t)e->rank * c->shard, hi = lo + c->shard;
+    const int64_t used_hi = hi < c->used ? hi : c->used;
+    if (used_hi <= lo)
+        return ZC_OK; /* this rank's shard is all padding */
+    const float *tensors[ZC_CK__KINDS] = {v->master, v->m, v->v};
+    for (int kind = 0; kind < ZC_CK__KINDS; kind++) {
+        const float *src = tensors[kind] + (lo - r0);
+        if (zc__ck_needs_bounce(e, host)) {
+            zc_device *d = e->dev;
+            ZC_CHECK(d->ops->copy(d, x->bounce, src, (size_t)(used_hi - lo) * sizeof(float),
+                                  ZC_COPY_D2H, e->stream));
+            ZC_CHECK(d->ops->stream_sync(d, e->stream));
+            src = x->bounce;
+        }
+        for (int i = c->first; i < c->first + c->count; i++) {
+            const zc_param *p = e->params[i];
+            const int64_t a = p->offset > lo ? p->offset : lo;
+            const int64_t b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
+            if (a < b)
+                ZC_CHECK(zc__ck_shard_append(x->shard, i, kind, a - p->offset, b - p->offset,
+                                             src + (a - lo)));
+        }
+    }
+    return ZC_OK;
+}
+
+static zc_status write_shard(zc_engine *e, const char *dir, const char *tag)
+{
+    zc_ck_shard sh;
+    save_ctx x = {&sh, NULL};
+    size_t bounce_bytes = 0;
+    zc_status rc = zc__ck_shard_open(&sh, dir, tag, e->rank);
+    if (rc == ZC_OK && e->dev->mem_kind == ZC_MEMKIND_DEVICE) {
+        bounce_bytes = zc__ck_bounce_bytes(e);
+        rc = zc__host_alloc(&e->acct, ZC_MEM_OTHER, bounce_bytes, "checkpoint bounce buffer",
+                            (void **)&x.bounce);
+    }
+    if (rc == ZC_OK)
+        rc = zc__opt_visit(e, false, save_chunk, &x);
+    if (rc == ZC_OK)
+        rc = zc__ck_shard_close(&sh);
+    zc__ck_shard_discard(&sh);
+    zc__host_free(&e->acct, ZC_MEM_OTHER, x.bounce, bounce_bytes);
+    return rc;
+}
+
+/* Rank 0: the manifest's head and model (the entries come from the ranks). */
+static zc_status describe(zc_engine *e, const char *tag, zc_ck_manifest *m)
+{
+    memset(m, 0, sizeof *m);
+    m->version = ZC_CK_VERSION;
+    snprintf(m->tag, sizeof m->tag, "%s", tag);
+    m->world = e->world;
+    m->stage = e->stage;
+    m->dtype = e->pdt;
+    m->steps = e->steps;
+    m->skipped = e->skipped;
+    m->adam_steps = e->adam_steps;
+    m->lr = zc_config_lr_at(e->cfg, e->adam_steps, NULL);
+    m->config_digest = zc__ck_config_digest(e->cfg);
+    m->scaler = (zc_ck_scaler){e->scaler.dynamic, e->scaler.scale, e->scaler.cur_hysteresis,
+                               e->scaler.cur_iter, e->scaler.last_overflow_iter};
+    m->params = calloc((size_t)e->nparams, sizeof *m->params);
+    m->chunks = calloc((size_t)e->nchunks, sizeof *m->chunks);
+    if (!m->params || !m->chunks)
+        return ZC_ERR(ZC_ERR_NO_MEMORY, "checkpoint manifest: %d parameters", e->nparams);
+    m->nparams = e->nparams;
+    m->nchunks = e->nchunks;
+    for (int i = 0; i < e->nparams; i++) {
+        const zc_param *p = e->params[i];
+        zc_ck_param *q = &m->params[i];
+        q->name = strdup(p->name);
+        if (!q->name)
+            return ZC_ERR(ZC_ERR_NO_MEMORY, "checkpoint manifest: names");
+        q->ndim = p->ndim;
+        memcpy(q->shape, p->shape, sizeof(int64_t) * (size_t)p->ndim);
+        q->numel = p->numel;
+        q->group = p->group;
+        q->chunk = p->chunk;
+        q->offset = p->offset;
+    }
+    for (int k = 0; k < e->nchunks; k++)
+        m->chunks[k] = (zc_ck_chunk){e->chunks[k].first, e->chunks[k].count, e->chunks[k].used};
+    return ZC_OK;
+}
+
+ZC_API zc_status zc_checkpoint_save(zc_engine *e, const char *dir, const char *tag)
+{
+    ZC_CHECK(zc__eng_enter(e, "zc_checkpoint_save", true));
+    if (!dir || !*dir)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "zc_checkpoint_save: dir is NULL or empty");
+    char t[ZC_CK_TAG_MAX + 1];
+    if (tag) {
+        ZC_CHECK(zc__ck_resolve_tag(dir, tag, t));
+    } else {
+        snprintf(t, sizeof t, "global_step%" PRId64, e->steps);
+    }
+    if (strlen(dir) + strlen(t) + 64 > ZC_CK_PATH_MAX)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "zc_checkpoint_save: directory path '%s' is too long",
+                      dir);
+    if (e->window_started || e->micro > 0)
+        return ZC_ERR(ZC_ERR_INVALID_STATE,
+                      "zc_checkpoint_save('%s'): gradients of the current accumulation window "
+                      "were already handed back; save between optimizer steps", t);
+
+    zc_status rc = e->rank == 0 ? zc__ck_stage_open(dir, t) : ZC_OK;
+    ZC_CHECK(zc__eng_agree_keep(e, rc, "zc_checkpoint_save: preparing the directory"));
+    rc = write_shard(e, dir, t);
+    rc = zc__eng_agree_keep(e, rc, "zc_checkpoint_save: writing the shard files");
+    if (rc == ZC_OK) {
+        zc_status mrc = ZC_OK;
+        if (e->rank == 0) {
+            zc_ck_manifest m;
+            mrc = describe(e, t, &m);
+            if (mrc == ZC_OK)
+                mrc = zc__ck_stage_commit(dir, &m, e->world);
+            zc__ck_manifest_free(&m);
+        }
+        rc = zc__eng_agree_keep(e, mrc, "zc_checkpoint_save: writing the manifest");
+    }
+    if (rc != ZC_OK && e->rank == 0)
+        zc__ck_stage_abort(dir, t);
+    if (rc == ZC_OK)
+        ZC_LOGI("ckpt", "saved %s/%s at step %" PRId64, dir, t, e->steps);
+    return rc;
+}

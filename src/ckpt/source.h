@@ -1,0 +1,37 @@
+/* Reading a saved checkpoint (internal): the manifest and the values of any
+ * parameter's tensor by element range, each entry checked against its
+ * checksum before its bytes are used. Used by the engine's load, the
+ * reshard and the exporter, so every reader reports damage the same way:
+ * the file, the tensor, the element range. */
+#ifndef ZC_CKPT_SOURCE_H
+#define ZC_CKPT_SOURCE_H
+
+#include "ckpt/dirwrite.h"
+#include "ckpt/format.h"
+
+typedef struct zc_ck_source {
+    char dir[ZC_CK_PATH_MAX]; /* DIR/TAG */
+    zc_ck_manifest m;
+    int *fds;                 /* per file */
+    unsigned char *verified;  /* per entry: its checksum was checked */
+    char *buf;                /* verification buffer */
+} zc_ck_source;
+
+/* Resolves tag (NULL: DIR/latest), reads the manifest and opens every shard
+ * file, checking its size against the manifest: a missing or truncated file
+ * is an error naming it and a tensor it holds. */
+zc_status zc__ck_source_open(zc_ck_source *s, const char *dir, const char *tag);
+void zc__ck_source_close(zc_ck_source *s);
+
+/* Checks entry i's checksum (once; later calls return at once). */
+zc_status zc__ck_source_verify(zc_ck_source *s, int64_t i);
+
+/* Verifies every entry that elements [a, b) of (param, kind) come from. */
+zc_status zc__ck_source_verify_range(zc_ck_source *s, int param, int kind, int64_t a, int64_t b);
+
+/* Reads elements [a, b) of (param, kind) into dst (host memory), verifying
+ * the entries first. */
+zc_status zc__ck_source_read(zc_ck_source *s, int param, int kind, int64_t a, int64_t b,
+                             float *dst);
+
+#endif

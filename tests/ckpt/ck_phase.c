@@ -1,0 +1,111 @@
+/* Checkpoint test phases (ck_phase.h). */
+#define _XOPEN_SOURCE 700
+#include <ftw.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ck_phase.h"
+#include "core/engine.h"
+
+typedef struct rank_arg {
+    ck_phase *ph;
+    zc_comm *comm;
+    int rank;
+} rank_arg;
+
+static void *rank_main(void *p)
+{
+    rank_arg *a = p;
+    ck_phase *ph = a->ph;
+    const int r = a->rank;
+    t_ctx x;
+    ph->load_rc[r] = ph->save_rc[r] = ZC_OK;
+    if (t_ctx_open(&x, ph->run, r, a->comm) != ZC_OK) {
+        snprintf(ph->err[r], sizeof ph->err[r], "open: %s", ph->run->err[r]);
+        goto out;
+    }
+    if (ph->load_dir) {
+        ph->load_rc[r] = zc_checkpoint_load(x.eng, ph->load_dir, ph->load_tag);
+        snprintf(ph->load_msg[r], sizeof ph->load_msg[r], "%s",
+                 ph->load_rc[r] ? zc_last_error() : "");
+        if (r == 0)
+            ph->scale_after_load = zc_loss_scale(x.eng);
+    }
+    for (int s = ph->first; s < ph->first + ph->n; s++) {
+        zc_step_info info;
+        if (t_train_step(&x, s, &info) != ZC_OK) {
+            snprintf(ph->err[r], sizeof ph->err[r], "step %d: %s", s, ph->run->err[r]);
+            goto out;
+        }
+        if (r == 0 && s < T_MAX_STEPS)
+            ph->info[s] = info;
+    }
+    if (ph->save_dir)
+        ph->save_rc[r] = zc_checkpoint_save(x.eng, ph->save_dir, ph->save_tag);
+    if (r == 0)
+        ph->cur_hysteresis = x.eng->scaler.cur_hysteresis;
+    if (t_gather(&x, ph->master) != ZC_OK)
+        snprintf(ph->err[r], sizeof ph->err[r], "gather: %s", ph->run->err[r]);
+out:
+    t_ctx_close(&x);
+    return NULL;
+}
+
+bool ck_phase_run(ck_phase *ph)
+{
+    setenv("ZC_COMM_TIMEOUT", "60", 0);
+    zc_comm *comms[T_MAX_WORLD] = {0};
+    const int w = ph->run->world;
+    if (zc_comm_local_world(w, comms) != ZC_OK) {
+        snprintf(ph->err[0], sizeof ph->err[0], "zc_comm_local_world: %s", zc_last_error());
+        return false;
+    }
+    if (!ph->master)
+        ph->master = calloc((size_t)t_total_numel(), sizeof(float));
+    pthread_t th[T_MAX_WORLD];
+    rank_arg args[T_MAX_WORLD];
+    for (int r = 0; r < w; r++) {
+        args[r] = (rank_arg){ph, comms[r], r};
+        pthread_create(&th[r], NULL, rank_main, &args[r]);
+    }
+    for (int r = 0; r < w; r++)
+        pthread_join(th[r], NULL);
+    for (int r = 0; r < w; r++)
+        zc_comm_destroy(comms[r]);
+    return ck_phase_error(ph)[0] == '\0';
+}
+
+const char *ck_phase_error(const ck_phase *ph)
+{
+    for (int r = 0; r < T_MAX_WORLD; r++)
+        if (ph->err[r][0])
+            return ph->err[r];
+    return "";
+}
+
+char *ck_tmpdir(void)
+{
+    char *d = strdup("/tmp/zc_ckpt_test_XXXXXX");
+    if (d && !mkdtemp(d)) {
+        free(d);
+        return NULL;
+    }
+    return d;
+}
+
+static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *f)
+{
+    (void)st;
+    (void)flag;
+    (void)f;
+    return remove(p);
+}
+
+void ck_rm_tree(const char *dir)
+{
+    if (dir)
+        nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}

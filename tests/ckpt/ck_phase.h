@@ -1,0 +1,34 @@
+/* Checkpoint tests: one phase of a training run on W rank threads - open
+ * fresh engines, optionally load a checkpoint, train steps [first, first + n),
+ * optionally save, gather the master - with every status recorded. */
+#ifndef ZC_TESTS_CK_PHASE_H
+#define ZC_TESTS_CK_PHASE_H
+
+#include "t_engine.h"
+
+typedef struct ck_phase {
+    t_run *run;
+    const char *load_dir, *load_tag; /* load before training (load_dir NULL: none) */
+    int first, n;                    /* steps [first, first + n) */
+    const char *save_dir, *save_tag; /* save after training (save_dir NULL: none) */
+    /* outputs */
+    float *master;                   /* t_total_numel() floats, rank 0's gather */
+    zc_step_info info[T_MAX_STEPS];  /* rank 0's, by step index */
+    zc_status load_rc[T_MAX_WORLD], save_rc[T_MAX_WORLD];
+    char load_msg[T_MAX_WORLD][1024];
+    double scale_after_load;         /* rank 0's zc_loss_scale after loading */
+    int64_t cur_hysteresis;          /* rank 0's loss scaler after training */
+    char err[T_MAX_WORLD][512];      /* harness failures */
+} ck_phase;
+
+/* Runs the phase; returns false with err set when training or the gather
+ * failed (a failed load or save is recorded, not fatal: training goes on). */
+bool ck_phase_run(ck_phase *ph);
+const char *ck_phase_error(const ck_phase *ph);
+
+/* A fresh directory under /tmp (caller frees the string); removed with
+ * ck_rm_tree. */
+char *ck_tmpdir(void);
+void ck_rm_tree(const char *dir);
+
+#endif

@@ -1,0 +1,202 @@
+/* Bad checkpoints: a flipped byte, a truncated or missing shard file, a newer
+ * format version, another model (a name or a shape differs), fp16 against
+ * another precision. Each is refused with a message naming the file and the
+ * tensor, the same on every rank, and the engine is unchanged: the run that
+ * tried the load and then trained from its initial values ends bitwise where
+ * a run that never tried does. A checkpoint of another stage loads (the
+ * format does not depend on it) and continues bitwise as that stage would. */
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ck_phase.h"
+#include "helpers.h"
+
+#define STEPS 6
+
+typedef void (*damage_fn)(const char *ck);
+
+static void path_of(char *out, size_t cap, const char *ck, const char *name)
+{
+    snprintf(out, cap, "%s/%s", ck, name);
+}
+
+static void flip_byte(const char *ck)
+{
+    char p[700];
+    path_of(p, sizeof p, ck, "rank_00001.bin");
+    int fd = open(p, O_RDWR);
+    cr_assert_geq(fd, 0);
+    unsigned char b;
+    cr_assert_eq(pread(fd, &b, 1, 100), 1);
+    b ^= 0x10;
+    cr_assert_eq(pwrite(fd, &b, 1, 100), 1);
+    close(fd);
+}
+
+static void truncate_file(const char *ck)
+{
+    char p[700];
+    path_of(p, sizeof p, ck, "rank_00000.bin");
+    cr_assert_eq(truncate(p, 1000), 0);
+}
+
+static void remove_file(const char *ck)
+{
+    char p[700];
+    path_of(p, sizeof p, ck, "rank_00001.bin");
+    cr_assert_eq(unlink(p), 0);
+}
+
+static void edit_manifest(const char *ck, void (*edit)(json_t *root))
+{
+    char p[700];
+    path_of(p, sizeof p, ck, "manifest.json");
+    json_error_t je;
+    json_t *root = json_load_file(p, 0, &je);
+    cr_assert_not_null(root, "%s", je.text);
+    edit(root);
+    cr_assert_eq(json_dump_file(root, p, JSON_PRESERVE_ORDER), 0);
+    json_decref(root);
+}
+
+static void v2(json_t *root) { json_object_set_new(root, "version", json_integer(2)); }
+static void rename_p3(json_t *root)
+{
+    json_t *p = json_array_get(json_object_get(root, "params"), 3);
+    json_object_set_new(p, "name", json_string("q3"));
+}
+static void reshape_p2(json_t *root)
+{
+    json_t *p = json_array_get(json_object_get(root, "params"), 2);
+    json_t *sh = json_object_get(p, "shape");
+    /* The same number of elements, another shape. */
+    json_int_t n = json_integer_value(json_array_get(sh, 0));
+    json_t *two = json_array();
+    json_array_append_new(two, json_integer(1));
+    json_array_append_new(two, json_integer(n));
+    json_object_set_new(p, "shape", two);
+}
+static void newer_version(const char *ck) { edit_manifest(ck, v2); }
+static void other_names(const char *ck) { edit_manifest(ck, rename_p3); }
+static void other_shapes(const char *ck) { edit_manifest(ck, reshape_p2); }
+
+/* Saves after STEPS steps with (save_stage, save_dt), damages, loads into a
+ * fresh (stage 2, fp32) world of 2 which then trains STEPS steps. */
+static void refused(damage_fn damage, zc_dtype save_dt, const char *want1, const char *want2)
+{
+    char *dir = ck_tmpdir();
+    t_run save_run;
+    t_run_init(&save_run, 2, 2, save_dt);
+    ck_phase saved = {.run = &save_run, .first = 0, .n = STEPS, .save_dir = dir,
+                      .save_tag = "t"};
+    cr_assert(ck_phase_run(&saved), "%s", ck_phase_error(&saved));
+    cr_assert_eq(saved.save_rc[0], ZC_OK);
+    char ck[700];
+    snprintf(ck, sizeof ck, "%s/t", dir);
+    if (damage)
+        damage(ck);
+
+    t_run run;
+    t_run_init(&run, 2, 2, ZC_DTYPE_F32);
+    ck_phase never = {.run = &run, .first = 0, .n = STEPS};
+    cr_assert(ck_phase_run(&never), "%s", ck_phase_error(&never));
+    ck_phase tried = {.run = &run, .load_dir = dir, .first = 0, .n = STEPS};
+    cr_assert(ck_phase_run(&tried), "%s", ck_phase_error(&tried));
+    for (int r = 0; r < 2; r++) {
+        cr_assert_neq(tried.load_rc[r], ZC_OK, "rank %d: the damaged checkpoint loaded", r);
+        cr_assert_eq(tried.load_rc[r], tried.load_rc[0]);
+        cr_assert_not_null(strstr(tried.load_msg[r], want1), "rank %d: '%s' lacks '%s'", r,
+                           tried.load_msg[r], want1);
+        cr_assert_not_null(strstr(tried.load_msg[r], want2), "rank %d: '%s' lacks '%s'", r,
+                           tried.load_msg[r], want2);
+    }
+    /* The same text on every rank, up to the part naming the failed rank
+     * (everything after "failed on rank R of W: "). */
+    const char *a = strstr(tried.load_msg[0], "failed on rank");
+    const char *b = strstr(tried.load_msg[1], "failed on rank");
+    cr_assert(a && b && !strcmp(a, b), "ranks disagree: '%s' vs '%s'", tried.load_msg[0],
+              tried.load_msg[1]);
+    cr_assert(memcmp(never.master, tried.master, (size_t)t_total_numel() * 4) == 0,
+              "the failed load changed the engine");
+    free(saved.master);
+    free(never.master);
+    free(tried.master);
+    ck_rm_tree(dir);
+    free(dir);
+    t_assert_no_leaks();
+}
+
+Test(ckpt_bad_input, flipped_byte) { refused(flip_byte, ZC_DTYPE_F32, "rank_00001.bin", "checksum mismatch in tensor 'p"); }
+Test(ckpt_bad_input, truncated_file) { refused(truncate_file, ZC_DTYPE_F32, "rank_00000.bin", "truncated; holds tensor 'p"); }
+Test(ckpt_bad_input, missing_rank_file) { refused(remove_file, ZC_DTYPE_F32, "rank_00001.bin: missing shard file", "tensor 'p"); }
+Test(ckpt_bad_input, newer_version) { refused(newer_version, ZC_DTYPE_F32, "manifest.json", "format version 2 is newer"); }
+Test(ckpt_bad_input, other_model_names) { refused(other_names, ZC_DTYPE_F32, "manifest.json", "no tensor 'p3'"); }
+Test(ckpt_bad_input, other_model_shapes) { refused(other_shapes, ZC_DTYPE_F32, "manifest.json", "tensor 'p2' has shape"); }
+Test(ckpt_bad_input, fp16_into_fp32) { refused(NULL, ZC_DTYPE_F16, "manifest.json", "saved with fp16 parameters"); }
+Test(ckpt_bad_input, no_checkpoint) 
+{
+    char *dir = ck_tmpdir();
+    t_run run;
+    t_run_init(&run, 1, 1, ZC_DTYPE_F32);
+    ck_phase tried = {.run = &run, .load_dir = dir, .first = 0, .n = 1};
+    cr_assert(ck_phase_run(&tried), "%s", ck_phase_error(&tried));
+    cr_assert_eq(tried.load_rc[0], ZC_ERR_IO);
+    cr_assert_not_null(strstr(tried.load_msg[0], "/latest: cannot open"), "%s", tried.load_msg[0]);
+    free(tried.master);
+    ck_rm_tree(dir);
+    free(dir);
+}
+
+/* The saving stage does not matter: stage 1's checkpoint resumes in stage 3
+ * bitwise as stage 1 continues (the stages are bitwise equivalent). */
+Test(ckpt_bad_input, other_stage_loads)
+{
+    char *dir = ck_tmpdir();
+    t_run r1, r3;
+    t_run_init(&r1, 1, 2, ZC_DTYPE_BF16);
+    t_run_init(&r3, 3, 2, ZC_DTYPE_BF16);
+    ck_phase saved = {.run = &r1, .first = 0, .n = STEPS, .save_dir = dir, .save_tag = "s1"};
+    cr_assert(ck_phase_run(&saved), "%s", ck_phase_error(&saved));
+    ck_phase ref = {.run = &r1, .first = 0, .n = 2 * STEPS};
+    cr_assert(ck_phase_run(&ref), "%s", ck_phase_error(&ref));
+    ck_phase in3 = {.run = &r3, .load_dir = dir, .first = STEPS, .n = STEPS};
+    cr_assert(ck_phase_run(&in3), "%s", ck_phase_error(&in3));
+    cr_assert_eq(in3.load_rc[0], ZC_OK, "%s", in3.load_msg[0]);
+    cr_assert(memcmp(ref.master, in3.master, (size_t)t_total_numel() * 4) == 0);
+    free(saved.master);
+    free(ref.master);
+    free(in3.master);
+    ck_rm_tree(dir);
+    free(dir);
+    t_assert_no_leaks();
+}
+
+/* A save that fails (the tag exists) fails alike on every rank and changes
+ * nothing: the engine trains on, and the existing checkpoint still loads. */
+Test(ckpt_bad_input, existing_tag_refused)
+{
+    char *dir = ck_tmpdir();
+    t_run run;
+    t_run_init(&run, 2, 2, ZC_DTYPE_F32);
+    ck_phase a = {.run = &run, .first = 0, .n = 2, .save_dir = dir, .save_tag = "x"};
+    cr_assert(ck_phase_run(&a), "%s", ck_phase_error(&a));
+    ck_phase b = {.run = &run, .first = 0, .n = 3, .save_dir = dir, .save_tag = "x"};
+    cr_assert(ck_phase_run(&b), "%s", ck_phase_error(&b));
+    cr_assert_eq(b.save_rc[0], ZC_ERR_IO);
+    cr_assert_eq(b.save_rc[1], ZC_ERR_IO);
+    ck_phase c = {.run = &run, .load_dir = dir, .first = 2, .n = 1};
+    cr_assert(ck_phase_run(&c), "%s", ck_phase_error(&c));
+    cr_assert_eq(c.load_rc[0], ZC_OK, "%s", c.load_msg[0]);
+    cr_assert(memcmp(b.master, c.master, (size_t)t_total_numel() * 4) == 0);
+    free(a.master);
+    free(b.master);
+    free(c.master);
+    ck_rm_tree(dir);
+    free(dir);
+    t_assert_no_leaks();
+}

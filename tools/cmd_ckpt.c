@@ -1,0 +1,314 @@
+/* zeroc ckpt: look at, export and reshard checkpoints offline.
+ *
+ *   zeroc ckpt inspect DIR [--tag T] [--json]
+ *   zeroc ckpt export DIR OUT.safetensors [--tag T] [--dtype fp32|bf16|fp16]
+ *   zeroc ckpt reshard IN OUT --world W [--tag T]
+ *
+ * The tool writes only what it creates: export creates OUT with O_EXCL (an
+ * existing file is refused), reshard writes OUT/.TAG.partial, then OUT/TAG
+ * and OUT/latest (an existing OUT/TAG is refused). On a failure or on
+ * SIGINT/SIGTERM/SIGHUP it removes what it had created (the handler only
+ * unlinks and rmdirs precomputed paths: async-signal-safe). */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ckpt/dirwrite.h"
+#include "ckpt/format.h"
+#include "ckpt/source.h"
+#include "cliarg.h"
+#include "zeroc/zeroc.h"
+
+int zc__cmd_ckpt(int argc, char **argv);
+
+#define WORLD_MAX 65536
+
+/* What the signal handler removes. */
+static char sig_file[ZC_CK_PATH_MAX];          /* export: OUT */
+static char sig_stage[ZC_CK_PATH_MAX];         /* reshard: OUT/.TAG.partial */
+static char sig_outdir[ZC_CK_PATH_MAX];        /* reshard: OUT when we created it */
+static int sig_world;
+
+static size_t cat(char *d, size_t at, const char *s)
+{
+    while (*s && at + 1 < ZC_CK_PATH_MAX + 64)
+        d[at++] = *s++;
+    d[at] = '\0';
+    return at;
+}
+
+static void remove_stage(void)
+{
+    static const char *const tails[] = {".bin", ".bin.tmp", ".idx", ".idx.tmp"};
+    char p[ZC_CK_PATH_MAX + 64];
+    for (int r = 0; r < sig_world; r++) {
+        char num[6] = "00000";
+        for (int i = 4, v = r; i >= 0; i--, v /= 10)
+            num[i] = (char)('0' + v % 10);
+        for (int t = 0; t < 4; t++) {
+            size_t n = cat(p, 0, sig_stage);
+            n = cat(p, n, "/rank_");
+            n = cat(p, n, num);
+            cat(p, n, tails[t]);
+            unlink(p);
+        }
+    }
+    size_t n = cat(p, 0, sig_stage);
+    cat(p, n, "/" ZC_CK_MANIFEST);
+    unlink(p);
+    cat(p, n, "/" ZC_CK_MANIFEST ".tmp");
+    unlink(p);
+    rmdir(sig_stage);
+}
+
+static void cleanup(void)
+{
+    if (sig_file[0])
+        unlink(sig_file);
+    if (sig_stage[0])
+        remove_stage();
+    if (sig_outdir[0])
+        rmdir(sig_outdir); /* only if empty: a completed checkpoint stays */
+}
+
+static void on_signal(int sig)
+{
+    cleanup();
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static void install_handlers(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+}
+
+static int usage(FILE *f)
+{
+    fprintf(f, "usage: zeroc ckpt inspect DIR [--tag T] [--json]\n"
+               "       zeroc ckpt export DIR OUT.safetensors [--tag T] [--dtype fp32|bf16|fp16]\n"
+               "       zeroc ckpt reshard IN OUT --world W [--tag T]\n"
+               "DIR holds checkpoints saved by zc_checkpoint_save; without --tag the one named "
+               "by DIR/latest.\n");
+    return f == stdout ? 0 : 2;
+}
+
+static int fail(const char *what)
+{
+    fprintf(stderr, "zeroc ckpt %s: %s\n", what, zc_last_error());
+    return 1;
+}
+
+/* Splits argv into up to npos positional arguments and the flags. */
+typedef struct opts {
+    const char *pos[3];
+    int npos;
+    const char *tag, *dtype, *world;
+    bool json;
+} opts;
+
+static bool parse(int argc, char **argv, opts *o, const char *cmd)
+{
+    memset(o, 0, sizeof *o);
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        const char **slot = !strcmp(a, "--tag")     ? &o->tag
+                            : !strcmp(a, "--dtype") ? &o->dtype
+                            : !strcmp(a, "--world") ? &o->world
+                                                    : NULL;
+        if (slot) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "zeroc ckpt %s: %s needs a value\n", cmd, a);
+                return false;
+            }
+            *slot = argv[++i];
+        } else if (!strcmp(a, "--json")) {
+            o->json = true;
+        } else if (a[0] == '-' && a[1]) {
+            fprintf(stderr, "zeroc ckpt %s: unknown option '%s'\n", cmd, a);
+            return false;
+        } else if (o->npos < 3) {
+            o->pos[o->npos++] = a;
+        } else {
+            fprintf(stderr, "zeroc ckpt %s: too many arguments ('%s')\n", cmd, a);
+            return false;
+        }
+    }
+    return true;
+}
+
+static void print_shape(const zc_ck_param *p)
+{
+    printf("[");
+    for (int d = 0; d < p->ndim; d++)
+        printf("%s%lld", d ? ", " : "", (long long)p->shape[d]);
+    printf("]");
+}
+
+static int inspect(const opts *o)
+{
+    if (o->npos != 1 || o->dtype || o->world)
+        return usage(stderr);
+    zc_ck_source s;
+    if (zc__ck_source_open(&s, o->pos[0], o->tag) != ZC_OK)
+        return fail("inspect");
+    const zc_ck_manifest *m = &s.m;
+    if (o->json) {
+        char p[ZC_CK_PATH_MAX + 32];
+        snprintf(p, sizeof p, "%s/%s", s.dir, ZC_CK_MANIFEST);
+        FILE *f = fopen(p, "r");
+        int c;
+        while (f && (c = fgetc(f)) != EOF)
+            putchar(c);
+        if (f)
+            fclose(f);
+        zc__ck_source_close(&s);
+        return f ? 0 : 1;
+    }
+    int64_t elems = 0;
+    for (int i = 0; i < m->nparams; i++)
+        elems += m->params[i].numel;
+    uint64_t bytes = 0;
+    for (int f = 0; f < m->nfiles; f++)
+        bytes += m->files[f].bytes;
+    printf("checkpoint   %s (format %s version %d)\n", s.dir, ZC_CK_FORMAT, m->version);
+    printf("step         %lld (%lld skipped, %lld optimizer updates; next lr %.6g)\n",
+           (long long)m->steps, (long long)m->skipped, (long long)m->adam_steps, m->lr);
+    printf("saved by     %d ranks, ZeRO stage %d, %s parameters\n", m->world, m->stage,
+           zc_dtype_name(m->dtype));
+    printf("loss scaler  %s, scale %.17g, hysteresis left %lld, iteration %lld, last overflow "
+           "%lld\n",
+           m->scaler.dynamic ? "dynamic" : "static/none", m->scaler.scale,
+           (long long)m->scaler.cur_hysteresis, (long long)m->scaler.cur_iter,
+           (long long)m->scaler.last_overflow_iter);
+    printf("config       digest %016llx\n", (unsigned long long)m->config_digest);
+    printf("model        %d tensors, %lld elements, %d chunks\n", m->nparams, (long long)elems,
+           m->nchunks);
+    printf("files        %d, %llu bytes (fp32 master, exp_avg, exp_avg_sq; %lld entries)\n",
+           m->nfiles, (unsigned long long)bytes, (long long)m->nentries);
+    for (int f = 0; f < m->nfiles; f++)
+        printf("  %s  %llu bytes\n", m->files[f].name, (unsigned long long)m->files[f].bytes);
+    printf("tensors\n");
+    for (int i = 0; i < m->nparams; i++) {
+        const zc_ck_param *p = &m->params[i];
+        printf("  %-40s fp32 ", p->name);
+        print_shape(p);
+        printf("  group %d  chunk %d+%lld\n", p->group, p->chunk, (long long)p->offset);
+    }
+    zc__ck_source_close(&s);
+    return 0;
+}
+
+static int export_cmd(const opts *o)
+{
+    if (o->npos != 2 || o->world || o->json)
+        return usage(stderr);
+    zc_dtype dt = ZC_DTYPE_F32;
+    if (o->dtype) {
+        if (!strcmp(o->dtype, "fp32"))
+            dt = ZC_DTYPE_F32;
+        else if (!strcmp(o->dtype, "bf16"))
+            dt = ZC_DTYPE_BF16;
+        else if (!strcmp(o->dtype, "fp16"))
+            dt = ZC_DTYPE_F16;
+        else {
+            fprintf(stderr, "zeroc ckpt export: --dtype '%s': use fp32, bf16 or fp16\n",
+                    o->dtype);
+            return 2;
+        }
+    }
+    const char *out = o->pos[1];
+    if (strlen(out) >= sizeof sig_file) {
+        fprintf(stderr, "zeroc ckpt export: output path is too long\n");
+        return 2;
+    }
+    install_handlers();
+    int fd = open(out, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        fprintf(stderr, "zeroc ckpt export: %s: cannot create (%s)%s\n", out, strerror(errno),
+                errno == EEXIST ? "; the tool does not overwrite files" : "");
+        return 1;
+    }
+    snprintf(sig_file, sizeof sig_file, "%s", out);
+    zc_status rc = zc_checkpoint_export_fd(o->pos[0], o->tag, fd, dt);
+    if (rc == ZC_OK && fsync(fd) != 0)
+        rc = ZC_ERR_IO;
+    if (close(fd) != 0 && rc == ZC_OK)
+        rc = ZC_ERR_IO;
+    if (rc != ZC_OK) {
+        int r = fail("export");
+        cleanup();
+        return r;
+    }
+    sig_file[0] = '\0';
+    return 0;
+}
+
+static int reshard(const opts *o)
+{
+    if (o->npos != 2 || o->dtype || o->json || !o->world)
+        return usage(stderr);
+    int world = 0;
+    char err[256];
+    if (!zc__arg_int("--world", o->world, 1, WORLD_MAX, &world, err, sizeof err)) {
+        fprintf(stderr, "zeroc ckpt reshard: %s\n", err);
+        return 2;
+    }
+    const char *in = o->pos[0], *out = o->pos[1];
+    char tag[ZC_CK_TAG_MAX + 1];
+    /* The tag is known before anything is written, so the handler knows
+     * the staging directory's name. */
+    if (zc__ck_resolve_tag(in, o->tag, tag) != ZC_OK)
+        return fail("reshard");
+    if (strlen(out) + strlen(tag) + 32 >= sizeof sig_stage) {
+        fprintf(stderr, "zeroc ckpt reshard: output path is too long\n");
+        return 2;
+    }
+    install_handlers();
+    if (mkdir(out, 0755) == 0)
+        snprintf(sig_outdir, sizeof sig_outdir, "%s", out);
+    else if (errno != EEXIST) {
+        fprintf(stderr, "zeroc ckpt reshard: %s: cannot create (%s)\n", out, strerror(errno));
+        return 1;
+    }
+    snprintf(sig_stage, sizeof sig_stage, "%s/.%s.partial", out, tag);
+    sig_world = world;
+    zc_status rc = zc_checkpoint_reshard(in, tag, out, world);
+    if (rc != ZC_OK) {
+        int r = fail("reshard");
+        cleanup();
+        return r;
+    }
+    sig_stage[0] = sig_outdir[0] = '\0';
+    printf("resharded %s/%s for %d ranks into %s/%s\n", in, tag, world, out, tag);
+    return 0;
+}
+
+int zc__cmd_ckpt(int argc, char **argv)
+{
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))
+        return usage(argc < 2 ? stderr : stdout);
+    opts o;
+    const char *cmd = argv[1];
+    if (!parse(argc, argv, &o, cmd))
+        return 2;
+    if (!strcmp(cmd, "inspect"))
+        return inspect(&o);
+    if (!strcmp(cmd, "export"))
+        return export_cmd(&o);
+    if (!strcmp(cmd, "reshard"))
+        return reshard(&o);
+    fprintf(stderr, "zeroc ckpt: unknown command '%s'\n", cmd);
+    return usage(stderr);
+}
