@@ -130,8 +130,9 @@ zc_status zc__est_deepspeed(int stage, bool offload, uint64_t P, uint64_t LL, ui
 struct zc_engine;
 
 /* Plans the built engine's memory from its layout (after zc__layout_build
- * and the stage's persistence marks, before any buffer) and refuses NVMe
- * swap beyond the nvme_path directories' free space (ZC_ERR_IO), then host
+ * and the stage's persistence marks, before any buffer) and refuses device
+ * buffers beyond the device's free memory (zc_device_ops.mem_info;
+ * ZC_ERR_NO_MEMORY), NVMe swap beyond the nvme_path directories' free space (ZC_ERR_IO), then host
  * memory (pageable + pinned) beyond MemAvailable or the cgroup's headroom
  * (ZC_ERR_NO_MEMORY); the message names the biggest consumer and the
  * configuration key that changes it. */
@@ -140,5 +141,8 @@ zc_status zc__preflight(struct zc_engine *e);
 /* Tests: read the host limits under root (a directory of fake proc/sys
  * files, see zc__host_mem_limits_read) instead of "/"; NULL restores. */
 void zc__preflight_limits_root(const char *root);
+/* Tests: the device has `bytes` free (any backend, the host's included: its
+ * "device" buffers are then held to it); < 0 restores asking the device. */
+void zc__preflight_device_free(int64_t bytes);
 
 #endif

@@ -12,7 +12,8 @@
  *
  * The pre-flight: with a fake /proc/meminfo of too little MemAvailable, build
  * fails with ZC_ERR_NO_MEMORY naming the biggest consumer and its key, and
- * nothing stays allocated. */
+ * nothing stays allocated; with a device capacity below the plan's device
+ * bytes it fails the same way naming the device. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -229,6 +230,70 @@ Test(estimate, build_refuses_beyond_memavailable)
     snprintf(path, sizeof path, "%s/proc", root);
     rmdir(path);
     rmdir(root);
+}
+
+/* A one-rank engine over a 1 Mi-element weight, built under a device
+ * capacity set for the test (the host backend has none of its own): returns
+ * the build's status, the message in msg, and the host bytes the build left
+ * allocated beyond the registration's. */
+static zc_status build_with_device_free(int64_t free_bytes, int stage, const char *offload,
+                                        char *msg, size_t cap, int64_t *host_left)
+{
+    zc_config *cfg = NULL;
+    cr_assert_eq(zc_config_create(&cfg), ZC_OK);
+    cr_assert_eq(zc_config_set_int(cfg, "zero_optimization.stage", stage), ZC_OK);
+    if (offload)
+        cr_assert_eq(zc_config_set(cfg, "zero_optimization.offload_optimizer.device", offload),
+                     ZC_OK);
+    zc_comm *comm = NULL;
+    cr_assert_eq(zc_comm_local_world(1, &comm), ZC_OK);
+    zc_engine_options eo = ZC_ENGINE_OPTIONS_INIT;
+    eo.device = ZC_DEVICE_HOST;
+    zc_engine *e = NULL;
+    cr_assert_eq(zc_engine_create(&e, cfg, comm, &eo), ZC_OK, "%s", zc_last_error());
+    const int64_t shape[2] = {1024, 1024};
+    cr_assert_not_null(zc_param_add(e, "w", shape, 2, 0), "%s", zc_last_error());
+    const int64_t host_before = zc__mem_global_bytes(ZC_MEMKIND_HOST);
+    zc__preflight_device_free(free_bytes);
+    const zc_status rc = zc_engine_build(e);
+    zc__preflight_device_free(-1);
+    snprintf(msg, cap, "%s", rc == ZC_OK ? "" : zc_last_error());
+    *host_left = zc__mem_global_bytes(ZC_MEMKIND_HOST) - host_before;
+    cr_assert_eq(zc__mem_global_bytes(ZC_MEMKIND_PINNED), 0);
+    zc_engine_destroy(e);
+    zc_comm_destroy(comm);
+    zc_config_destroy(cfg);
+    return rc;
+}
+
+/* The device check: stage 2 at world 1 keeps the 1 Mi-element fp32 weight's
+ * master, m and v (12 MiB) in device memory, next to the parameters and the
+ * gradient shard (4 MiB each) and the gradient and staging pools (a chunk
+ * each, 4 MiB each): 1 MiB free cannot hold it, and the message names the
+ * device, the numbers, the optimizer state as the biggest consumer and the
+ * key that moves it off the device. With cpu offload the optimizer state and
+ * the gradient shard leave the device and the pools (8 MiB) are the biggest
+ * device consumer, changed by the bucket size. A capacity of 1 TiB lets the
+ * same build through. */
+Test(estimate, build_refuses_beyond_device_free)
+{
+    char msg[2048];
+    int64_t left = 0;
+    zc_status rc = build_with_device_free(1 << 20, 2, NULL, msg, sizeof msg, &left);
+    cr_assert_eq(rc, ZC_ERR_NO_MEMORY, "build must refuse: %s", msg);
+    cr_assert_lt(left, 64 * 1024, "the refused build allocated %lld bytes", (long long)left);
+    cr_assert_not_null(strstr(msg, "device memory but the device has 1.0 MiB free"), "%s", msg);
+    cr_assert_not_null(strstr(msg, "biggest consumer is optimizer state (fp32 master, Adam m "
+                                   "and v) (12.0 MiB): change "
+                                   "zero_optimization.offload_optimizer.device"), "%s", msg);
+    rc = build_with_device_free(1 << 20, 2, "\"cpu\"", msg, sizeof msg, &left);
+    cr_assert_eq(rc, ZC_ERR_NO_MEMORY, "build must refuse: %s", msg);
+    cr_assert_not_null(strstr(msg, "biggest consumer is buffers (gradient, gather and staging "
+                                   "pools, swap buffers) (8.0 MiB): change "
+                                   "zero_optimization.reduce_bucket_size"), "%s", msg);
+    cr_assert_lt(left, 64 * 1024, "the refused build allocated %lld bytes", (long long)left);
+    rc = build_with_device_free((int64_t)1 << 40, 2, NULL, msg, sizeof msg, &left);
+    cr_assert_eq(rc, ZC_OK, "%s", msg);
 }
 
 /* DeepSpeed's estimators (reference/deepspeed.md section 6), by hand:
