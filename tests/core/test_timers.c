@@ -221,3 +221,35 @@ Test(timers, progress_line_means)
     cr_assert_leq(sum - v[ZC_TIMER__COUNT], 0.004, "%s", line);
     cr_assert_geq(sum - v[ZC_TIMER__COUNT], -0.004, "%s", line);
 }
+
+/* A stage-3 first step says what it is doing: rank 0 logs, once each, that
+ * the first step records the acquire order (gathering on demand) and that
+ * the order is recorded; later steps add nothing. */
+static int n_record, n_recorded;
+
+static void z3_sink(zc_log_level level, const char *subsys, int rank, const char *l, void *user)
+{
+    (void)user;
+    if (level != ZC_LOG_INFO || strcmp(subsys, "zero3") || rank != 0)
+        return;
+    pthread_mutex_lock(&mu);
+    n_record += strstr(l, "first step: recording the order of parameter acquires") != NULL;
+    n_recorded += strstr(l, "step 1: acquire order recorded") != NULL;
+    pthread_mutex_unlock(&mu);
+}
+
+Test(timers, stage3_first_step_says_what_it_does)
+{
+    zc_log_set_sink(z3_sink, NULL);
+    zc_log_set_level(ZC_LOG_INFO);
+    t_run *r = calloc(1, sizeof *r);
+    t_run_init(r, 3, 2, ZC_DTYPE_BF16);
+    r->steps = 3;
+    cr_assert(t_engine_run(r), "%s", t_run_error(r));
+    zc_log_set_level(ZC_LOG_WARN);
+    zc_log_set_sink(NULL, NULL);
+    free(r->master);
+    free(r);
+    cr_assert_eq(n_record, 1);
+    cr_assert_eq(n_recorded, 1);
+}
