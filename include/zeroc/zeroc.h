@@ -621,6 +621,9 @@ typedef struct zc_stats {
     int64_t bytes_by_kind[ZC_KIND__COUNT]; /* allocated now, by where it lives
                                               (sum over categories) */
     int64_t bytes_by_kind_cat[ZC_KIND__COUNT][ZC_MEM__COUNT]; /* by kind and category */
+    int64_t peak_bytes_by_kind[ZC_KIND__COUNT]; /* high-water mark of bytes_by_kind since
+                                              create (the progress lines'
+                                              MaxMemAllocated) */
 } zc_stats;
 
 /* Fills *out (out->size must be set). Thread-safe with respect to other
