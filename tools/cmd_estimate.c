@@ -353,6 +353,8 @@ static int plan_row(const opts *o, const zc_config *cfg, int stage, int off, int
         .staging = !o->host_device,
         .dev_kind = o->host_device ? ZC_MEMKIND_HOST : ZC_MEMKIND_DEVICE,
         .buffer_count = cfg->zero.offload_optimizer.buffer_count,
+        .nvme_round = cfg->aio.block_size *
+                      zc__nvme_path_count(cfg->zero.offload_optimizer.nvme_path),
         .max_live = max_live,
         .prefetch_elems = cfg->zero.prefetch_bucket_size > 0 ? cfg->zero.prefetch_bucket_size : 0,
         .nchunks = nc + 1, .padded = padded, .persistent = pers,

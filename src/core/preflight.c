@@ -183,6 +183,7 @@ zc_status zc__preflight(zc_engine *e)
         .staging = e->dev->mem_kind == ZC_MEMKIND_DEVICE,
         .dev_kind = e->dev->mem_kind,
         .buffer_count = o->buffer_count,
+        .nvme_round = e->cfg->aio.block_size * zc__nvme_path_count(o->nvme_path),
         .max_live = e->max_live,
         .prefetch_elems = e->prefetch_elems,
         .nchunks = e->nchunks,

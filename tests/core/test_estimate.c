@@ -7,8 +7,8 @@
  * but ZC_MEM_OTHER; transient buffers and the idle reserve are compared as
  * one sum (a pool slot in use moves from RESERVED to BUFFERS). ZC_MEM_OTHER
  * (bookkeeping the plan leaves out) stays below OTHER_BOUND bytes per rank
- * for this model, and the NVMe files' stripe round-up (counted as OTHER)
- * below 1 MiB per directory.
+ * for this model; the NVMe files' stripe round-up (counted as NVMe OTHER)
+ * is planned exactly.
  *
  * The pre-flight: with a fake /proc/meminfo of too little MemAvailable, build
  * fails with ZC_ERR_NO_MEMORY naming the biggest consumer and its key, and
@@ -33,7 +33,7 @@ typedef struct layout {
     int64_t padded[64];
     bool persistent[64];
     int nchunks;
-    int64_t max_live, prefetch, buffer_count;
+    int64_t max_live, prefetch, buffer_count, nvme_round;
     double ratio;
 } layout;
 
@@ -52,6 +52,8 @@ static void grab(t_ctx *x, int step, void *arg)
     l->max_live = e->max_live;
     l->prefetch = e->prefetch_elems;
     l->buffer_count = e->cfg->zero.offload_optimizer.buffer_count;
+    l->nvme_round = e->cfg->aio.block_size *
+                    zc__nvme_path_count(e->cfg->zero.offload_optimizer.nvme_path);
     l->ratio = e->cfg->zero.offload_optimizer.ratio;
 }
 
@@ -76,7 +78,7 @@ static void check_one(int stage, int world, int accum, int off, const char *nvme
         .world = world, .stage = stage, .pesz = 2, .gas = accum,
         .offload = off == 0 ? ZC_OFFLOAD_NONE : off == 1 ? ZC_OFFLOAD_CPU : ZC_OFFLOAD_NVME,
         .ratio = l.ratio, .staging = false, .dev_kind = ZC_MEMKIND_HOST,
-        .buffer_count = l.buffer_count, .max_live = l.max_live, .prefetch_elems = l.prefetch,
+        .buffer_count = l.buffer_count, .nvme_round = l.nvme_round, .max_live = l.max_live, .prefetch_elems = l.prefetch,
         .nchunks = l.nchunks, .padded = l.padded, .persistent = l.persistent,
     };
     zc_est est;
@@ -103,7 +105,10 @@ static void check_one(int stage, int world, int accum, int off, const char *nvme
         }
         cr_assert_lt(s->bytes_by_kind_cat[ZC_KIND_HOST][ZC_MEM_OTHER] +
                          s->bytes_by_kind_cat[ZC_KIND_PINNED][ZC_MEM_OTHER], OTHER_BOUND);
-        cr_assert_lt(s->bytes_by_kind_cat[ZC_KIND_NVME][ZC_MEM_OTHER], 1 << 20);
+        cr_assert_eq(s->bytes_by_kind_cat[ZC_KIND_NVME][ZC_MEM_OTHER],
+                     est.bytes[ZC_MEMKIND_NVME][ZC_MEM_OTHER], "stripe round-up: planned %lld, "
+                     "counted %lld", (long long)est.bytes[ZC_MEMKIND_NVME][ZC_MEM_OTHER],
+                     (long long)s->bytes_by_kind_cat[ZC_KIND_NVME][ZC_MEM_OTHER]);
     }
     free(r->master);
     free(r);
