@@ -53,6 +53,8 @@ typedef struct bt_result {
     double breakdown[6];           /* median per phase over the timed steps (s) */
     bool have_breakdown;
     double samples_per_s, tokens_per_s;
+    double step_over_ddp;          /* median / stage 0's (same world and dtype, this
+                                      sweep): the reference in the same run; 0 unknown */
 } bt_result;
 
 /* Set by the signal handler: the sweep stops, kills its child and cleans up. */

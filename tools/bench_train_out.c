@@ -52,10 +52,13 @@ json_t *bt_result_json(const bt_setup *s, const bt_result *r)
                                                    "min", r->step_min, "max", r->step_max));
         json_object_set_new(j, "samples_per_s", json_real(r->samples_per_s));
         json_object_set_new(j, "tokens_per_s", json_real(r->tokens_per_s));
+        json_object_set_new(j, "step_over_ddp",
+                            r->step_over_ddp > 0 ? json_real(r->step_over_ddp) : json_null());
     } else {
         json_object_set_new(j, "step_s", json_null());
         json_object_set_new(j, "samples_per_s", json_null());
         json_object_set_new(j, "tokens_per_s", json_null());
+        json_object_set_new(j, "step_over_ddp", json_null());
     }
     json_t *bd = json_null();
     if (r->status == BT_OK && r->have_breakdown) {
@@ -91,13 +94,14 @@ bool bt_write_markdown(const char *path, const bt_setup *s, const bt_result *rs,
                "peak from the library's accounting (rank 0), estimate from `zeroc estimate` "
                "(activations left out), VmHWM of the whole process (every rank's thread and "
                "the activations). Step times in ms: median (min-max); the breakdown is the "
-               "median of each wall_clock_breakdown phase.\n\n",
+               "median of each wall_clock_breakdown phase; x DDP is the median over stage "
+               "0's at the same world and dtype in this run.\n\n",
             s->layers, s->dim, s->heads, s->seq, s->vocab, s->batch, s->steps, s->warmup,
             s->cuda ? "CUDA" : "host");
     fprintf(f, "| stage | opt offload | param offload | world | dtype | status | peak dev / "
                "pinned / host / nvme | estimate dev / pinned / host / nvme | VmHWM | step ms | "
-               "samples/s | tokens/s | fwd / bwd / reduce / gather / opt / io ms |\n");
-    fprintf(f, "|---|---|---|---|---|---|---|---|---:|---|---:|---:|---|\n");
+               "x DDP | samples/s | tokens/s | fwd / bwd / reduce / gather / opt / io ms |\n");
+    fprintf(f, "|---|---|---|---|---|---|---|---|---:|---|---:|---:|---:|---|\n");
     for (int i = 0; i < n; i++) {
         const bt_result *r = &rs[i];
         char p[BT_KINDS][32], e[BT_KINDS][32], hwm[32];
@@ -111,8 +115,13 @@ bool bt_write_markdown(const char *path, const bt_setup *s, const bt_result *rs,
                 r->cfg.dtype, status_names[r->status], p[0], p[1], p[2], p[3], e[0], e[1], e[2],
                 e[3], hwm);
         if (r->status == BT_OK) {
-            fprintf(f, " %.1f (%.1f-%.1f) | %.1f | %.0f |", 1e3 * r->step_med, 1e3 * r->step_min,
-                    1e3 * r->step_max, r->samples_per_s, r->tokens_per_s);
+            fprintf(f, " %.1f (%.1f-%.1f) |", 1e3 * r->step_med, 1e3 * r->step_min,
+                    1e3 * r->step_max);
+            if (r->step_over_ddp > 0)
+                fprintf(f, " %.2f |", r->step_over_ddp);
+            else
+                fprintf(f, " - |");
+            fprintf(f, " %.1f | %.0f |", r->samples_per_s, r->tokens_per_s);
             if (r->have_breakdown)
                 fprintf(f, " %.1f / %.1f / %.1f / %.1f / %.1f / %.1f |\n", 1e3 * r->breakdown[0],
                         1e3 * r->breakdown[1], 1e3 * r->breakdown[2], 1e3 * r->breakdown[3],
@@ -126,7 +135,7 @@ bool bt_write_markdown(const char *path, const bt_setup *s, const bt_result *rs,
             for (char *q = why; *q; q++)
                 if (*q == '|' || *q == '\n')
                     *q = '/';
-            fprintf(f, " - | - | - | %s |\n", why);
+            fprintf(f, " - | - | - | - | %s |\n", why);
         }
     }
     bool ok = !ferror(f);

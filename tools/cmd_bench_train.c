@@ -376,6 +376,13 @@ static int sweep(const opts *o, bt_setup *s)
         }
         if (bt_stop_signal)
             break; /* the child was killed by us: not a result */
+        /* The reference measured in the same run: stage 0 without offload
+         * (plain data parallelism) at the same world and dtype, which the
+         * sweep runs first. */
+        for (int k = 0; k <= i && rs[i].status == BT_OK; k++)
+            if (rs[k].status == BT_OK && rs[k].cfg.stage == 0 &&
+                rs[k].cfg.world == rs[i].cfg.world && !strcmp(rs[k].cfg.dtype, rs[i].cfg.dtype))
+                rs[i].step_over_ddp = rs[i].step_med / rs[k].step_med;
         json_t *j = bt_result_json(s, &rs[i]);
         char *line = j ? json_dumps(j, JSON_COMPACT) : NULL;
         json_decref(j);

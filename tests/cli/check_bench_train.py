@@ -16,9 +16,12 @@ usage: check_bench_train.py ZEROC TRAIN_GPT
    configuration fails with the engine's reason and the others complete. The
    bench's own directory is gone afterwards, and a second run into the same
    DIR is refused without touching the files.
-2. A crash and a hang: a stand-in workload (this script, --as-workload) kills
+2. A crash and a hang: a stand-in workload (this script's as_workload) kills
    itself with SIGKILL in stage 1 and sleeps past --timeout in stage 2; both
    come out "killed" with the reason, and stages 0 and 3 complete.
+3. SIGTERM to the bench while the hanging configuration runs: the child is
+   killed, the bench's directory removed, the bench dies of SIGTERM, and the
+   configuration finished before stays in results.jsonl.
 """
 import json
 import os
@@ -46,6 +49,10 @@ def as_workload(argv):
         print("about to crash", file=sys.stderr, flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
     if stage == 2:
+        piddir = os.environ.get("ZC_TEST_PIDDIR")
+        if piddir:
+            with open(os.path.join(piddir, "hung.pid"), "w") as f:
+                f.write(str(os.getpid()))
         time.sleep(600)
     real = os.environ["ZC_TEST_TRAIN_GPT"]
     os.execv(real, [real] + argv[1:])
@@ -134,6 +141,11 @@ def sweep(zeroc, train_gpt, tmp):
         if r["status"] != "ok":
             fail(f"{c}: {r['status']}: {r.get('reason')}")
         check_ok(r)
+        # The reference of the same run: stage 0 (the sweep's first line).
+        ddp = rows[0]["step_s"]["median"]
+        want = r["step_s"]["median"] / ddp
+        if abs(r["step_over_ddp"] - want) > 1e-9 * want:
+            fail(f"{c}: step_over_ddp {r['step_over_ddp']}, want {want}")
     check_files(out, rows)
     before = {n: os.stat(os.path.join(out, n)).st_mtime_ns for n in os.listdir(out)}
     p, _ = run(cmd)
@@ -173,6 +185,39 @@ def crash_and_hang(zeroc, train_gpt, tmp):
         fail("a killed configuration has figures")
     check_files(out, [rows[s] for s in range(4)])
     print(f"# crash and hang reported, the others ran ({dt:.1f} s)")
+
+    # SIGTERM while a configuration runs: the bench kills its child, removes
+    # its own directory and dies of the signal; what finished is kept.
+    out = os.path.join(tmp, "stopped")
+    env["ZC_TEST_PIDDIR"] = tmp
+    cmd = [zeroc, "bench", "train", "--out", out, "--json", "--steps", "3", "--warmup", "1",
+           "--workload", wrapper, "--only", "stage=0,2", "--timeout", "600"]
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    pidfile = os.path.join(tmp, "hung.pid")
+    for _ in range(600):
+        if os.path.exists(pidfile) and os.path.getsize(pidfile) > 0:
+            break
+        time.sleep(0.05)
+    else:
+        p.kill()
+        fail("the hanging configuration never started")
+    hung = int(open(pidfile).read())
+    p.send_signal(signal.SIGTERM)
+    so, se = p.communicate(timeout=60)
+    if p.returncode != -signal.SIGTERM:
+        fail(f"after SIGTERM: exit {p.returncode}, {se!r}")
+    try:
+        os.kill(hung, 0)
+        fail(f"the running configuration (pid {hung}) outlived the bench")
+    except ProcessLookupError:
+        pass
+    left = [n for n in os.listdir(out) if n.startswith("zeroc-bench-train.")]
+    if left:
+        fail(f"SIGTERM left the bench's directory: {left}")
+    done = [json.loads(l) for l in open(os.path.join(out, "results.jsonl")) if l.strip()]
+    if [r["config"]["stage"] for r in done] != [0] or done[0]["status"] != "ok":
+        fail(f"results kept after SIGTERM: {done}")
+    print("# SIGTERM: child killed, directory removed, finished results kept")
 
 
 def main():
