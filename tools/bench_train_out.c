@@ -130,7 +130,7 @@ bool bt_write_markdown(const char *path, const bt_setup *s, const bt_result *rs,
                 fprintf(f, " - |\n");
         } else {
             /* The reason in the table, without a '|' that would split it. */
-            char why[160];
+            char why[400]; /* the engine's message is long; its key is near the end */
             snprintf(why, sizeof why, "%s", r->reason);
             for (char *q = why; *q; q++)
                 if (*q == '|' || *q == '\n')

@@ -648,7 +648,9 @@ ZC_API zc_status zc_engine_stats(const zc_engine *eng, zc_stats *out);
  *   optimizer the rest of zc_step: norm, overflow check, clipping, Adam
  *             (fetching and putting back offloaded state), the loss scaler;
  *   io_wait   the part of zc_step spent waiting for NVMe reads and writes of
- *             the optimizer state (0 without offload_optimizer nvme).
+ *             the optimizer state (0 without offload_optimizer nvme; the
+ *             swapped gradient of an accumulation window is read and
+ *             written inside zc_grad_ready, and counts as reduce).
  * An evaluation pass between two steps that acquires parameters opens the
  * next window early and counts as its forward. On CUDA the asynchronous work
  * is charged to whichever phase waits for it. */
