@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages zeroc needs to build and test, when missing.
-# Usage: scripts/deps.sh [--tests]   (--tests adds the test and fuzz tools)
+# Usage: scripts/deps.sh [--tests | --bench]   (--tests adds the test and fuzz
+# tools; --bench adds matplotlib, which `zeroc bench train` draws its plot with)
 set -euo pipefail
 
 pkgs=(meson ninja-build pkg-config gcc libc6-dev libjansson-dev liburing-dev libhwloc-dev libnuma-dev
@@ -10,6 +11,11 @@ if [[ "${1:-}" == "--tests" ]]; then
   # mpirun that tests/comm launches its multi-process tests with.
   pkgs+=(libcriterion-dev clang libclang-rt-14-dev python3 libopenmpi-dev openmpi-bin
          python3-venv) # venv: the checkpoint export test pip-installs safetensors
+  # tests/cli/check_bench_train.py runs `zeroc bench train`, plot included.
+  pkgs+=(python3-matplotlib)
+fi
+if [[ "${1:-}" == "--bench" ]]; then
+  pkgs+=(python3 python3-matplotlib)
 fi
 
 missing=()

@@ -30,6 +30,7 @@ static void usage(FILE *f)
             "usage: zeroc estimate (--params N | --model gpt:LAYERS,DIM,HEADS,SEQ,VOCAB)\n"
             "                      --world W [--gpus-per-node G] [--dtype fp32|bf16|fp16]\n"
             "                      [--micro-batch B] [--config FILE] [--json]\n"
+            "                      [--chunks auto|per-block] [--device cuda|host]\n"
             "  Per-rank bytes of device, pinned host, pageable host and NVMe memory that\n"
             "  zc_engine_build allocates, for every stage x offload_optimizer combination\n"
             "  (or only the one FILE configures), with DeepSpeed's estimator figures and,\n"
@@ -42,11 +43,17 @@ static void usage(FILE *f)
             "  --micro-batch B   sequences per rank and micro-step, [1, 65536] (default: the\n"
             "                    config's train_micro_batch_size_per_gpu, else 1)\n"
             "  --json            one JSON line per configuration\n"
+            "  --chunks per-block  with --model: a chunk boundary before each transformer\n"
+            "                    block and the final LayerNorm, as examples/gpt registers\n"
+            "                    them (default auto: chunks filled to the bucket size)\n"
+            "  --device host     the engine on the host path (no GPU): its \"device\"\n"
+            "                    buffers and the activations are host memory (default cuda)\n"
             "Exit status: 0 success, 1 a plan failed, 2 usage error.\n");
 }
 
 typedef struct model {
     int64_t *numel;
+    bool *boundary;  /* per tensor: a zc_chunk_boundary before it (--chunks per-block) */
     int n;
     int64_t total, largest, hidden; /* hidden: H of the "auto" rules (0: none) */
     bool gpt;
@@ -59,6 +66,8 @@ typedef struct opts {
     int dtype; /* -1: from the config */
     const char *config;
     bool json;
+    bool per_block;   /* --chunks per-block */
+    bool host_device; /* --device host */
 } opts;
 
 static bool push(model *m, int64_t n)
@@ -97,10 +106,12 @@ static bool make_gpt(model *m)
     for (int64_t l = 0; l < m->L; l++) {
         const int64_t sz[12] = {D, D, 3 * D * D, 3 * D, D * D, D, D, D, 4 * D * D, 4 * D,
                                 4 * D * D, D};
+        m->boundary[m->n] = true; /* examples/gpt: a chunk per block */
         for (int i = 0; i < 12; i++)
             if (!push(m, sz[i]))
                 return false;
     }
+    m->boundary[m->n] = true; /* and one for ln_f */
     /* H of the "auto" rules, as layout.c's model_hidden_size takes it: the
      * largest dimension of the first 2-D tensor of the largest size (wte,
      * wpe, then the 4D x D MLP weight; qkv and the D x D projection are
@@ -201,6 +212,18 @@ static int parse(int argc, char **argv, opts *o, int64_t *params)
             }
         } else if (!strcmp(a, "--config")) {
             o->config = v;
+        } else if (!strcmp(a, "--chunks")) {
+            if (strcmp(v, "auto") && strcmp(v, "per-block")) {
+                fprintf(stderr, "zeroc estimate: --chunks '%s': expected auto or per-block\n", v);
+                return 2;
+            }
+            o->per_block = !strcmp(v, "per-block");
+        } else if (!strcmp(a, "--device")) {
+            if (strcmp(v, "cuda") && strcmp(v, "host")) {
+                fprintf(stderr, "zeroc estimate: --device '%s': expected cuda or host\n", v);
+                return 2;
+            }
+            o->host_device = !strcmp(v, "host");
         } else {
             fprintf(stderr, "zeroc estimate: unknown option '%s' (see --help)\n", a);
             return 2;
@@ -216,6 +239,10 @@ static int parse(int argc, char **argv, opts *o, int64_t *params)
     }
     if (!o->world) {
         fprintf(stderr, "zeroc estimate: --world W is required\n");
+        return 2;
+    }
+    if (o->per_block && !o->m.gpt) {
+        fprintf(stderr, "zeroc estimate: --chunks per-block needs --model gpt:...\n");
         return 2;
     }
     if (!o->gpn)
@@ -297,7 +324,8 @@ static int plan_row(const opts *o, const zc_config *cfg, int stage, int off, int
     int64_t cur = 0, big = 0, ptotal = 0;
     memset(r, 0, sizeof *r);
     for (int i = 0; i <= m->n; i++) {
-        if (i == m->n || zc__chunk_starts(i, false, cur, m->numel[i], bucket)) {
+        const bool boundary = i < m->n && o->per_block && m->boundary[i];
+        if (i == m->n || zc__chunk_starts(i, boundary, cur, m->numel[i], bucket)) {
             if (nc >= 0) {
                 padded[nc] = zc__chunk_padded(cur, o->world);
                 r->used += cur;
@@ -322,8 +350,11 @@ static int plan_row(const opts *o, const zc_config *cfg, int stage, int off, int
     zc_est_in in = {
         .world = o->world, .stage = stage, .pesz = pesz, .gas = gas, .offload = off,
         .ratio = cfg->zero.offload_optimizer.ratio > 0 ? cfg->zero.offload_optimizer.ratio : 1,
-        .staging = true, .dev_kind = ZC_MEMKIND_DEVICE,
+        .staging = !o->host_device,
+        .dev_kind = o->host_device ? ZC_MEMKIND_HOST : ZC_MEMKIND_DEVICE,
         .buffer_count = cfg->zero.offload_optimizer.buffer_count,
+        .nvme_round = cfg->aio.block_size *
+                      zc__nvme_path_count(cfg->zero.offload_optimizer.nvme_path),
         .max_live = max_live,
         .prefetch_elems = cfg->zero.prefetch_bucket_size > 0 ? cfg->zero.prefetch_bucket_size : 0,
         .nchunks = nc + 1, .padded = padded, .persistent = pers,
@@ -357,9 +388,16 @@ static int plan_row(const opts *o, const zc_config *cfg, int stage, int off, int
     return 0;
 }
 
-static uint64_t device_total(const row *r)
+/* The activations live where the model runs: the device, or the host on
+ * the host path. */
+static uint64_t device_total(const opts *o, const row *r)
 {
-    return (uint64_t)r->est.kind_total[ZC_MEMKIND_DEVICE] + r->act;
+    return (uint64_t)r->est.kind_total[ZC_MEMKIND_DEVICE] + (o->host_device ? 0 : r->act);
+}
+
+static uint64_t host_total(const opts *o, const row *r)
+{
+    return (uint64_t)r->est.kind_total[ZC_MEMKIND_HOST] + (o->host_device ? r->act : 0);
 }
 
 static void print_json(const opts *o, const row *r)
@@ -383,8 +421,8 @@ static void print_json(const opts *o, const row *r)
         "{s:i, s:s, s:s, s:i, s:s, s:{s:I, s:I, s:I, s:I}, s:o, s:I, s:I, s:I, s:I, s:o}",
         "stage", r->stage, "offload_optimizer", off_name(r->offload), "offload_param", "none",
         "world", o->world, "dtype", dtype_name(r->dtype), "bytes", "device",
-        (json_int_t)device_total(r), "pinned", (json_int_t)e->kind_total[ZC_MEMKIND_PINNED],
-        "host", (json_int_t)e->kind_total[ZC_MEMKIND_HOST], "nvme",
+        (json_int_t)device_total(o, r), "pinned", (json_int_t)e->kind_total[ZC_MEMKIND_PINNED],
+        "host", (json_int_t)host_total(o, r), "nvme",
         (json_int_t)e->kind_total[ZC_MEMKIND_NVME], "parts", parts, "activations",
         (json_int_t)r->act, "params", (json_int_t)o->m.total, "padding_elems",
         (json_int_t)(r->padded - r->used), "live_bound", (json_int_t)r->live_bound,
@@ -401,12 +439,12 @@ static void mib(char *buf, size_t cap, uint64_t b)
     snprintf(buf, cap, "%.1f", (double)b / 1048576.0);
 }
 
-static void print_row(const row *r)
+static void print_row(const opts *o, const row *r)
 {
     char d[32], p[32], h[32], n[32], a[32], g[32], c[32];
-    mib(d, sizeof d, device_total(r));
+    mib(d, sizeof d, device_total(o, r));
     mib(p, sizeof p, (uint64_t)r->est.kind_total[ZC_MEMKIND_PINNED]);
-    mib(h, sizeof h, (uint64_t)r->est.kind_total[ZC_MEMKIND_HOST]);
+    mib(h, sizeof h, host_total(o, r));
     mib(n, sizeof n, (uint64_t)r->est.kind_total[ZC_MEMKIND_NVME]);
     mib(a, sizeof a, r->act);
     snprintf(g, sizeof g, "-");
@@ -441,8 +479,9 @@ static int run(const opts *o, zc_config *cfg)
         printf("# %lld parameters, world %d (%d per node), micro-batch %d; MiB per rank "
                "(DeepSpeed: GPU per rank, CPU per node)\n",
                (long long)o->m.total, o->world, o->gpn, oo.micro);
-        printf("| stage | offload | dtype | device | pinned | host | nvme | of device: "
-               "activations | DeepSpeed GPU | DeepSpeed CPU |\n");
+        printf("| stage | offload | dtype | device | pinned | host | nvme | of %s: "
+               "activations | DeepSpeed GPU | DeepSpeed CPU |\n",
+               o->host_device ? "host" : "device");
         printf("|---|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
     }
     for (int stage = 0; stage <= 3; stage++)
@@ -458,7 +497,7 @@ static int run(const opts *o, zc_config *cfg)
             if (o->json)
                 print_json(&oo, &r);
             else
-                print_row(&r);
+                print_row(&oo, &r);
         }
     return 0;
 }
@@ -468,7 +507,10 @@ int zc__cmd_estimate(int argc, char **argv)
     opts o = {0};
     int64_t params = 0;
     o.m.numel = calloc(MAX_TENSORS, sizeof *o.m.numel);
-    if (!o.m.numel) {
+    o.m.boundary = calloc(MAX_TENSORS + 1, sizeof *o.m.boundary);
+    if (!o.m.numel || !o.m.boundary) {
+        free(o.m.numel);
+        free(o.m.boundary);
         fprintf(stderr, "zeroc estimate: out of memory\n");
         return 1;
     }
@@ -491,5 +533,6 @@ int zc__cmd_estimate(int argc, char **argv)
     zc_config_destroy(cfg);
 out:
     free(o.m.numel);
+    free(o.m.boundary);
     return rc;
 }

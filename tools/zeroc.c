@@ -15,6 +15,7 @@ int zc__cmd_estimate(int argc, char **argv) __attribute__((weak));
 int zc__cmd_bench_io(int argc, char **argv) __attribute__((weak));
 int zc__cmd_bench_adam(int argc, char **argv) __attribute__((weak));
 int zc__cmd_ckpt(int argc, char **argv) __attribute__((weak));
+int zc__cmd_bench_train(int argc, char **argv) __attribute__((weak));
 
 static void usage(FILE *f)
 {
@@ -32,6 +33,8 @@ static void usage(FILE *f)
             "  ckpt export DIR OUT.safetensors [--tag T] [--dtype fp32|bf16|fp16]\n"
             "  ckpt reshard IN OUT --world W [--tag T]\n"
             "                         look at, export or reshard a checkpoint\n"
+            "  bench train --out DIR [options]\n"
+            "                         memory against step time over a sweep of ZeRO configurations\n"
             "  version                print the version\n"
             "Run a command with --help for its options.\n");
 }
@@ -71,7 +74,9 @@ static int dispatch(int argc, char **argv)
             return run(zc__cmd_bench_io, "bench io", argc - 2, argv + 2);
         if (argc >= 3 && !strcmp(argv[2], "adam"))
             return run(zc__cmd_bench_adam, "bench adam", argc - 2, argv + 2);
-        fprintf(stderr, "zeroc bench: expected 'io' or 'adam'%s%.200s%s\n",
+        if (argc >= 3 && !strcmp(argv[2], "train"))
+            return run(zc__cmd_bench_train, "bench train", argc - 2, argv + 2);
+        fprintf(stderr, "zeroc bench: expected 'io', 'adam' or 'train'%s%.200s%s\n",
                 argc >= 3 ? ", got '" : "", argc >= 3 ? argv[2] : "", argc >= 3 ? "'" : "");
         usage(stderr);
         return 2;

@@ -48,6 +48,7 @@ typedef struct shared {
     double unigram_val;      /* entropy of the validation bytes, nats */
     double *losses;          /* [local] this step's loss on each local rank */
     double val_loss;         /* last validation loss (rank 0) */
+    zc_stats stats0;         /* rank 0's engine stats before it is destroyed (--json) */
     float *master;           /* gathered fp32 master, registration order */
     const gpt_backend *be;   /* where the model runs (--device) */
     pthread_barrier_t bar;
@@ -426,12 +427,24 @@ static void *rank_main(void *argp)
             double l = 0;
             for (int r = 0; r < sh->local; r++) l += sh->losses[r];
             l /= sh->local;
-            if (o->json)
+            if (o->json) {
+                /* With wall_clock_breakdown, rank 0's step timers too. */
+                char tm[320] = "";
+                zc_timers t = {.size = sizeof t};
+                if (zc_engine_timers(s.eng, &t) == ZC_OK && t.enabled && t.step == info.step) {
+                    int n = snprintf(tm, sizeof tm, ",\"timers\":{");
+                    for (int i = 0; i < ZC_TIMER__COUNT && n > 0 && (size_t)n < sizeof tm; i++)
+                        n += snprintf(tm + n, sizeof tm - (size_t)n, "%s\"%s\":%s", i ? "," : "",
+                                      zc_timer_name((zc_timer_phase)i), jnum(t.last[i]).s);
+                    if (n > 0 && (size_t)n < sizeof tm)
+                        snprintf(tm + n, sizeof tm - (size_t)n, "}");
+                }
                 printf("{\"step\":%d,\"loss\":%s,\"grad_norm\":%s,\"loss_scale\":%s,"
-                       "\"skipped\":%s,\"lr\":%s,\"tokens_per_s\":%s}\n",
+                       "\"skipped\":%s,\"lr\":%s,\"tokens_per_s\":%s,\"step_s\":%s%s}\n",
                        step + 1, jnum(l).s, jnum(info.grad_norm).s, jnum(info.loss_scale).s,
                        info.skipped ? "true" : "false", jnum(info.lr).s,
-                       jnum(tokens_per_step / dt_s).s);
+                       jnum(tokens_per_step / dt_s).s, jnum(dt_s).s, tm);
+            }
             else
                 printf("step %5d/%d  loss %.4f  grad_norm %.3f  lr %.2e  %.0f tok/s%s\n",
                        step + 1, end, l, info.grad_norm, info.lr, tokens_per_step / dt_s,
@@ -485,6 +498,10 @@ static void *rank_main(void *argp)
     zc_block_destroy(s.wte_only);
     free(s.P);
     free(s.numel);
+    if (lead) {
+        sh->stats0 = (zc_stats){.size = sizeof(zc_stats)};
+        CHECK(zc_engine_stats(s.eng, &sh->stats0));
+    }
     zc_engine_destroy(s.eng);
     s.be->stream_destroy(s.stream);
     return NULL;
@@ -507,12 +524,16 @@ static void report(const shared *sh, size_t total, bool lead_here)
     sha256_update(&c, bytes, total * 4);
     sha256_final_hex(&c, hex);
     free(bytes);
+    const int64_t *pk = sh->stats0.peak_bytes_by_kind;
     if (o->json)
         printf("{\"final\":true,\"params_sha256\":\"%s\",\"num_params\":%zu,\"val_loss\":%s,"
                "\"unigram_entropy\":%s,\"stage\":%d,\"world\":%d,\"dtype\":\"%s\","
-               "\"device\":\"%s\"}\n",
+               "\"device\":\"%s\",\"peak_bytes\":{\"device\":%lld,\"pinned\":%lld,"
+               "\"host\":%lld,\"nvme\":%lld}}\n",
                hex, total, jnum(sh->val_loss).s, jnum(sh->unigram_val).s, o->stage, sh->world,
-               zc_dtype_name(o->dtype), sh->be->name);
+               zc_dtype_name(o->dtype), sh->be->name, (long long)pk[ZC_KIND_DEVICE],
+               (long long)pk[ZC_KIND_PINNED], (long long)pk[ZC_KIND_HOST],
+               (long long)pk[ZC_KIND_NVME]);
     else
         printf("\nval_loss %.4f nats/byte; unigram entropy of the validation bytes %.4f\n"
                "%zu parameters, ZeRO stage %d, %d ranks, %s; fp32 master sha256 %s\n",

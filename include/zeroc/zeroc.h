@@ -747,11 +747,68 @@ typedef struct zc_stats {
     int64_t bytes_by_kind[ZC_KIND__COUNT]; /* allocated now, by where it lives
                                               (sum over categories) */
     int64_t bytes_by_kind_cat[ZC_KIND__COUNT][ZC_MEM__COUNT]; /* by kind and category */
+    int64_t peak_bytes_by_kind[ZC_KIND__COUNT]; /* high-water mark of bytes_by_kind since
+                                              create (the progress lines'
+                                              MaxMemAllocated) */
 } zc_stats;
 
 /* Fills *out (out->size must be set). Thread-safe with respect to other
  * engines; not with concurrent calls on this engine. */
 ZC_API zc_status zc_engine_stats(const zc_engine *eng, zc_stats *out);
+
+/* Phases of a step timed with `wall_clock_breakdown: true`, in host wall
+ * time. A step's window opens at its first zc_param_acquire, zc_grad_buffer
+ * or zc_grad_ready (or the block calls, which make them) and closes when
+ * zc_step returns having taken the step; every moment in between belongs to
+ * exactly one phase, so the phases add up to the window:
+ *   forward   from the window's opening (and, with accumulation, from
+ *             zc_micro_step_end) to the micro-step's first gradient buffer
+ *             request: the caller's forward pass;
+ *   backward  from that request to the end of the micro-step: the caller's
+ *             backward pass;
+ *   reduce    inside zc_grad_ready, reducing a chunk whose gradients are all
+ *             ready (all-reduce or reduce-scatter, accumulation);
+ *   gather    stage 3's gathers and prefetches inside zc_param_acquire, and
+ *             the publish all-gather of stages 1-3 at the end of zc_step
+ *             (0 in stage 0);
+ *   optimizer the rest of zc_step: norm, overflow check, clipping, Adam
+ *             (fetching and putting back offloaded state), the loss scaler;
+ *   io_wait   the part of zc_step spent waiting for NVMe reads and writes of
+ *             the optimizer state (0 without offload_optimizer nvme; the
+ *             swapped gradient of an accumulation window is read and
+ *             written inside zc_grad_ready, and counts as reduce).
+ * An evaluation pass between two steps that acquires parameters opens the
+ * next window early and counts as its forward. On CUDA the asynchronous work
+ * is charged to whichever phase waits for it. */
+typedef enum zc_timer_phase {
+    ZC_TIMER_FORWARD = 0,
+    ZC_TIMER_BACKWARD,
+    ZC_TIMER_REDUCE,
+    ZC_TIMER_GATHER,
+    ZC_TIMER_OPTIMIZER,
+    ZC_TIMER_IO_WAIT,
+    ZC_TIMER__COUNT
+} zc_timer_phase;
+
+typedef struct zc_timers {
+    size_t size;                  /* sizeof(zc_timers), set by caller */
+    bool enabled;                 /* wall_clock_breakdown is on; else all zero */
+    int64_t step;                 /* the step `last` describes (0: none timed yet) */
+    double last[ZC_TIMER__COUNT]; /* seconds per phase in that step */
+    double last_total;            /* its window: the sum of last[] */
+    double sum[ZC_TIMER__COUNT];  /* seconds per phase over every timed step */
+    double sum_total;
+    int64_t timed_steps;          /* windows closed since build */
+} zc_timers;
+
+/* Fills *out (out->size must be set) with the step timings of
+ * wall_clock_breakdown; ZC_ERR_INVALID_ARG for a NULL or short out. With the
+ * key off it succeeds with enabled false and zeros. Not thread-safe with
+ * calls on the same engine. */
+ZC_API zc_status zc_engine_timers(const zc_engine *eng, zc_timers *out);
+/* Static text: "forward", "backward", "reduce", "gather", "optimizer",
+ * "io_wait"; "unknown" outside the enum. */
+ZC_API const char *zc_timer_name(zc_timer_phase phase);
 
 /* Destroys the engine and frees everything it allocated. NULL is a no-op. Not
  * collective. */

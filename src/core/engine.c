@@ -544,6 +544,8 @@ ZC_API zc_status zc_engine_stats(const zc_engine *e, zc_stats *out)
         [ZC_KIND_DEVICE] = ZC_MEMKIND_DEVICE, [ZC_KIND_PINNED] = ZC_MEMKIND_PINNED,
         [ZC_KIND_HOST] = ZC_MEMKIND_HOST, [ZC_KIND_NVME] = ZC_MEMKIND_NVME};
     for (int kind = 0; kind < ZC_KIND__COUNT; kind++)
+        s.peak_bytes_by_kind[kind] = atomic_load(&e->acct.kind_peak[to_internal[kind]]);
+    for (int kind = 0; kind < ZC_KIND__COUNT; kind++)
         for (int k = 0; k < ZC_MEM__COUNT; k++) {
             int64_t b = atomic_load(&e->acct.kind_bytes[to_internal[kind]][k]);
             s.bytes_by_kind_cat[kind][k] = b;

@@ -38,6 +38,7 @@
 #include "core/faults.h"
 #include "core/loss_scaler.h"
 #include "core/opt_home.h"
+#include "core/timers.h"
 #include "device/device.h"
 #include "optim/adam.h"
 
@@ -239,6 +240,11 @@ struct zc_engine {
      * printed (or the engine was built). */
     double prog_t0;
     int64_t prog_steps0;
+    double prog_tsum0[ZC_TIMER__COUNT], prog_ttotal0; /* timer sums at that line */
+    int64_t prog_timed0;
+
+    /* wall_clock_breakdown (timers.c). */
+    zc_step_timers timers;
 
     /* Stats: the current window and the last completed step. */
     int64_t comm_cur[ZC_COLL__COUNT], comm_last[ZC_COLL__COUNT];

@@ -138,6 +138,9 @@ static zc_status check_in(const zc_est_in *in)
                       in->pesz, (long long)in->gas);
     if (in->offload != ZC_OFFLOAD_NONE && in->stage == 0)
         return ZC_ERR(ZC_ERR_CONFIG, "zc__estimate: stage 0 cannot offload the optimizer");
+    if (in->nvme_round < 0)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "zc__estimate: nvme_round %lld < 0",
+                      (long long)in->nvme_round);
     if (in->offload != ZC_OFFLOAD_NONE && !(in->ratio > 0.0 && in->ratio <= 1.0))
         return ZC_ERR(ZC_ERR_CONFIG, "zc__estimate: offload ratio %g is not in (0, 1]",
                       in->ratio);
@@ -204,6 +207,15 @@ static zc_status plan(const zc_est_in *in, zc_est *out)
          * gradient) a tensor each; the swap ring, staging and the gradient
          * buffer are pinned. */
         const int64_t per = nvme_cap / nt;
+        /* nvme_store.c: the files hold whole stripes of every directory;
+         * opt_home_nvme.c counts the round-up as OTHER. */
+        if (in->nvme_round > 0) {
+            int64_t rounded = 0;
+            if (__builtin_add_overflow(nvme_cap, in->nvme_round - 1, &rounded))
+                return too_big();
+            rounded = rounded / in->nvme_round * in->nvme_round;
+            ZC_CHECK(add(out, ZC_MEMKIND_NVME, ZC_MEM_OTHER, rounded - nvme_cap, 1));
+        }
         ZC_CHECK(add(out, ZC_MEMKIND_NVME, ZC_MEM_MASTER, per, 1));
         ZC_CHECK(add(out, ZC_MEMKIND_NVME, ZC_MEM_ADAM, per, 2));
         if (nt == 4)
@@ -257,6 +269,16 @@ zc_status zc__estimate(const zc_est_in *in, zc_est *out)
             if (__builtin_add_overflow(out->kind_total[k], out->bytes[k][c], &out->kind_total[k]))
                 return too_big();
     return ZC_OK;
+}
+
+int zc__nvme_path_count(const char *nvme_path)
+{
+    if (!nvme_path || !*nvme_path)
+        return 0;
+    int n = 1;
+    for (const char *p = nvme_path; *p; p++)
+        n += *p == '\n' && p[1];
+    return n < 16 ? n : 16;
 }
 
 int64_t zc__est_part_bytes(const zc_est *e, zc_mem_kind kind, zc_est_part part)

@@ -8,9 +8,11 @@
  * chunk_mem.c, opt_home_device.c, opt_home_cpu.c and opt_home_nvme.c (each
  * of those files names this one where a size is coupled).
  *
- * What it leaves out: ZC_MEM_OTHER (chunk tables, Adam segments, norm
- * partials, agreement records, the stage-3 trace: O(parameters + chunks *
- * world) bytes of bookkeeping), and the pinned pools' slab slack. */
+ * What it leaves out: ZC_MEM_OTHER of host memory (chunk tables, Adam
+ * segments, norm partials, agreement records, the stage-3 trace:
+ * O(parameters + chunks * world) bytes of bookkeeping), and the pinned
+ * pools' slab slack. The NVMe store's round-up of the swap files to whole
+ * stripes is planned, as NVMe ZC_MEM_OTHER like the engine counts it. */
 #ifndef ZC_CORE_ESTIMATE_H
 #define ZC_CORE_ESTIMATE_H
 
@@ -75,6 +77,8 @@ typedef struct zc_est_in {
     bool staging;                /* a real device: host homes stage through pinned buffers */
     zc_mem_kind dev_kind;        /* where "device" buffers live (HOST on the host path) */
     int64_t buffer_count;        /* offload_optimizer.buffer_count (nvme) */
+    int64_t nvme_round;          /* the swap store's round-up unit: aio.block_size x
+                                    nvme_path directories (0: none) */
     int64_t max_live, prefetch_elems; /* stage 3 (elements; max_live > 0) */
     int nchunks;
     const int64_t *padded;       /* per chunk: padded elements */
@@ -97,6 +101,10 @@ typedef enum zc_est_part {
     ZC_EST_BUFFERS,    /* buffer pools, staging and swap buffers */
     ZC_EST__PARTS
 } zc_est_part;
+
+/* Directories in a configuration's nvme_path (the config keeps a list
+ * '\n'-separated), at most 16 as the store takes them; 0 for NULL or "". */
+int zc__nvme_path_count(const char *nvme_path);
 
 /* Bytes of a part in one kind of memory. */
 int64_t zc__est_part_bytes(const zc_est *e, zc_mem_kind kind, zc_est_part part);
@@ -132,8 +140,9 @@ zc_status zc__est_deepspeed(int stage, bool offload, uint64_t P, uint64_t LL, ui
 struct zc_engine;
 
 /* Plans the built engine's memory from its layout (after zc__layout_build
- * and the stage's persistence marks, before any buffer) and refuses NVMe
- * swap beyond the nvme_path directories' free space (ZC_ERR_IO), then host
+ * and the stage's persistence marks, before any buffer) and refuses device
+ * buffers beyond the device's free memory (zc_device_ops.mem_info;
+ * ZC_ERR_NO_MEMORY), NVMe swap beyond the nvme_path directories' free space (ZC_ERR_IO), then host
  * memory (pageable + pinned) beyond MemAvailable or the cgroup's headroom
  * (ZC_ERR_NO_MEMORY); the message names the biggest consumer and the
  * configuration key that changes it. */
@@ -142,5 +151,8 @@ zc_status zc__preflight(struct zc_engine *e);
 /* Tests: read the host limits under root (a directory of fake proc/sys
  * files, see zc__host_mem_limits_read) instead of "/"; NULL restores. */
 void zc__preflight_limits_root(const char *root);
+/* Tests: the device has `bytes` free (any backend, the host's included: its
+ * "device" buffers are then held to it); < 0 restores asking the device. */
+void zc__preflight_device_free(int64_t bytes);
 
 #endif

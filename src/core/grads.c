@@ -185,6 +185,7 @@ zc_status zc__grad_buffer(zc_engine *e, zc_param *p, void **out)
                       "zc_grad_buffer('%s'): the gradient was already made ready in this "
                       "micro-step",
                       p->name);
+    zc__timers_backward(&e->timers);
     zc_chunk *c = &e->chunks[p->chunk];
     void *buf = NULL;
     if (!e->pol->sharded_grads) {
@@ -244,8 +245,10 @@ ZC_API zc_status zc_grad_ready(zc_engine *e, zc_param *p)
     /* Every gradient of the chunk was written on the caller's compute stream
      * before this call: the reduction waits for that stream's work so far. */
     zc_status rc = zc__order_engine_after_caller(e, e->user_stream);
+    zc__timers_push(&e->timers, ZC_TIMER_REDUCE);
     if (rc == ZC_OK)
         rc = e->pol->reduce_chunk(e, c, last);
+    zc__timers_pop(&e->timers);
     if (rc != ZC_OK) {
         p->ready = false;
         c->nready--;
@@ -284,5 +287,6 @@ ZC_API zc_status zc_micro_step_end(zc_engine *e)
     ZC_CHECK(zc__debug_check(e, "zc_micro_step_end"));
     reset_micro_flags(e);
     e->micro++;
+    zc__timers_forward(&e->timers);
     return ZC_OK;
 }

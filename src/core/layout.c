@@ -269,6 +269,7 @@ ZC_API zc_status zc_engine_build(zc_engine *e)
      * alone; returning there would leave the others built and waiting in
      * their first collective. Every rank fails alike, naming that rank. */
     ZC_CHECK_GOTO(zc__eng_agree(e, rc, "zc_engine_build"), rc, fail);
+    zc__timers_init(&e->timers, e->cfg->wall_clock_breakdown);
     zc__progress_start(e);
     ZC_LOGI("core", "built: %d parameters, %lld elements in %d chunks of <= %lld (%lld padded)",
             e->nparams, (long long)e->num_elems, e->nchunks, (long long)e->bucket,

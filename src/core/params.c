@@ -125,9 +125,13 @@ zc_status zc__param_acquire(zc_engine *e, zc_param *p, void *stream, void **out)
     ZC_CHECK(zc__eng_enter(e, "zc_param_acquire", true));
     ZC_CHECK(zc__eng_check_param(e, p, "zc_param_acquire"));
     void *ptr = NULL;
-    if (e->pol->acquire)
-        ZC_CHECK(e->pol->acquire(e, p, &ptr));
-    else
+    zc__timers_begin(&e->timers);
+    if (e->pol->acquire) {
+        zc__timers_push(&e->timers, ZC_TIMER_GATHER);
+        zc_status grc = e->pol->acquire(e, p, &ptr);
+        zc__timers_pop(&e->timers);
+        ZC_CHECK(grc);
+    } else
         ptr = zc__elem(e->chunks[p->chunk].param, p->offset, e->pesz);
     /* The gather (stage 3) and the last optimizer update are queued on the
      * engine's stream: the caller's stream waits for them by an event. */

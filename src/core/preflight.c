@@ -13,8 +13,11 @@
 #include "offload/offload.h"
 
 static _Atomic(const char *) limits_root;
+/* < 0: ask the device (zc_device_ops.mem_info). */
+static _Atomic int64_t fake_device_free = -1;
 
 void zc__preflight_limits_root(const char *root) { atomic_store(&limits_root, root); }
+void zc__preflight_device_free(int64_t bytes) { atomic_store(&fake_device_free, bytes); }
 
 static const char *const kind_names[ZC_MEMKIND__COUNT] = {"host", "pinned host", "device",
                                                           "NVMe"};
@@ -62,6 +65,64 @@ static zc_status check_nvme(const zc_engine *e, uint64_t total)
                           (double)avail / 1048576.0, zc__est_part_name(ZC_EST_OPTIMIZER));
     }
     return ZC_OK;
+}
+
+/* The biggest part of the plan in kind k (ties: the first part). */
+static zc_est_part biggest_part(const zc_est *est, zc_mem_kind k, int64_t *bytes)
+{
+    zc_est_part best = ZC_EST_PARAMS;
+    *bytes = -1;
+    for (int p = 0; p < ZC_EST__PARTS; p++) {
+        const int64_t v = zc__est_part_bytes(est, k, (zc_est_part)p);
+        if (v > *bytes) {
+            *bytes = v;
+            best = (zc_est_part)p;
+        }
+    }
+    return best;
+}
+
+/* The engine's device buffers against the device's free memory. Only a
+ * device with memory of its own is asked (the host backend's buffers are
+ * host memory, checked below); a test may set a capacity for any backend
+ * (zc__preflight_device_free), which then applies to the buffers in the
+ * engine's device memory kind. Activations and the application's own
+ * buffers come on top of the plan, so a plan that only just fits is let
+ * through: the check catches what cannot fit at all. */
+static zc_status check_device(const zc_engine *e, const zc_est *est, int offload)
+{
+    const zc_mem_kind dk = e->dev->mem_kind;
+    const int64_t need = est->kind_total[dk];
+    int64_t fake = atomic_load(&fake_device_free);
+    size_t free_b = 0, total_b = 0;
+    if (fake >= 0) {
+        free_b = (size_t)fake;
+    } else {
+        if (dk != ZC_MEMKIND_DEVICE || !e->dev->ops->mem_info)
+            return ZC_OK;
+        if (e->dev->ops->mem_info(e->dev, &free_b, &total_b) != ZC_OK) {
+            /* Not knowing the free memory is no reason to refuse: the
+             * allocations report what they could not get. */
+            ZC_LOGW("core", "zc_engine_build: cannot read the device's free memory (%s); "
+                    "the memory plan is not checked against it", zc_last_error());
+            zc__error_clear();
+            return ZC_OK;
+        }
+        if (total_b == 0)
+            return ZC_OK;
+    }
+    if (need <= 0 || (uint64_t)need <= (uint64_t)free_b)
+        return ZC_OK;
+    int64_t best = 0;
+    const zc_est_part bp = biggest_part(est, dk, &best);
+    return ZC_ERR(ZC_ERR_NO_MEMORY,
+                  "zc_engine_build (rank %d, stage %d, %d chunks): the plan needs %.1f MiB of "
+                  "device memory but the device has %.1f MiB free%s; the biggest consumer is %s "
+                  "(%.1f MiB): change %s",
+                  e->rank, e->stage, e->nchunks, (double)need / 1048576.0,
+                  (double)free_b / 1048576.0, fake >= 0 ? " (as set by a test)" : "",
+                  zc__est_part_name(bp), (double)best / 1048576.0,
+                  zc__est_key(e->stage, offload, dk, bp));
 }
 
 /* Pageable and pinned host memory against MemAvailable and the cgroup. */
@@ -122,6 +183,7 @@ zc_status zc__preflight(zc_engine *e)
         .staging = e->dev->mem_kind == ZC_MEMKIND_DEVICE,
         .dev_kind = e->dev->mem_kind,
         .buffer_count = o->buffer_count,
+        .nvme_round = e->cfg->aio.block_size * zc__nvme_path_count(o->nvme_path),
         .max_live = e->max_live,
         .prefetch_elems = e->prefetch_elems,
         .nchunks = e->nchunks,
@@ -143,7 +205,9 @@ zc_status zc__preflight(zc_engine *e)
             (double)est.kind_total[ZC_MEMKIND_PINNED] / 1048576.0,
             (double)est.kind_total[ZC_MEMKIND_HOST] / 1048576.0,
             (double)est.kind_total[ZC_MEMKIND_NVME] / 1048576.0);
-    rc = check_nvme(e, (uint64_t)est.kind_total[ZC_MEMKIND_NVME]);
+    rc = check_device(e, &est, in.offload);
+    if (rc == ZC_OK)
+        rc = check_nvme(e, (uint64_t)est.kind_total[ZC_MEMKIND_NVME]);
     if (rc == ZC_OK)
         rc = check_host(e, &est, in.offload);
 out:

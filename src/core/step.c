@@ -34,6 +34,7 @@
  * outcome, whose wait covers only its own status exchange on the control
  * stream (agree.c), not the optimizer pass queued before it. */
 #include <math.h>
+#include <string.h>
 
 #include "config/scheduler.h"
 #include "core/engine.h"
@@ -179,6 +180,15 @@ static zc_status run_adam(zc_engine *e, float grad_scale, double lr, double beta
     }
     /* Always ends the pass: it drains the I/O still in flight. */
     zc_status erc = zc__opt_pass_end(e);
+    /* wall_clock_breakdown: the pass's waits for NVMe, by the nvme home's
+     * own clock (reset at each pass), leave the optimizer phase. */
+    const zc_opt_home *off = zc__opt_offload_home(e);
+    if (e->timers.on && off && !strcmp(off->ops->name, "nvme")) {
+        zc_opt_nvme_info ni;
+        zc__opt_home_nvme_info(off, &ni);
+        zc__timers_move(&e->timers, ZC_TIMER_OPTIMIZER, ZC_TIMER_IO_WAIT,
+                        ni.read_wait_s + ni.write_wait_s);
+    }
     return rc != ZC_OK ? rc : erc;
 }
 
@@ -198,9 +208,9 @@ static void snapshot_stats(zc_engine *e)
     e->live_peak_cur = e->live_elems;
 }
 
-ZC_API zc_status zc_step(zc_engine *e, zc_step_info *info)
+/* zc_step's work; the public call times it and prints the progress line. */
+static zc_status step_window(zc_engine *e, zc_step_info *info)
 {
-    ZC_CHECK(zc__eng_enter(e, "zc_step", true));
     if (e->micro != e->gas - 1)
         return ZC_ERR(ZC_ERR_INVALID_STATE,
                       "zc_step: this is micro-step %lld of the window but "
@@ -280,13 +290,36 @@ ZC_API zc_status zc_step(zc_engine *e, zc_step_info *info)
     e->steps++;
     if (overflow)
         ZC_CHECK(zc__grads_reset(e));
-    ZC_CHECK(e->pol->publish(e, !overflow));
+    /* Stage 0's publish does nothing: no gather phase to charge. */
+    if (e->stage > 0)
+        zc__timers_push(&e->timers, ZC_TIMER_GATHER);
+    const zc_status prc = e->pol->publish(e, !overflow);
+    if (e->stage > 0)
+        zc__timers_pop(&e->timers);
+    ZC_CHECK(prc);
     /* fp32 views of blocks held across the step show the update. */
     if (!overflow)
         ZC_CHECK(zc__view_refresh(e));
     snapshot_stats(e);
     if (info)
         info->step = e->steps;
-    zc__progress_step(e, lr);
+    return ZC_OK;
+}
+
+ZC_API zc_status zc_step(zc_engine *e, zc_step_info *info)
+{
+    ZC_CHECK(zc__eng_enter(e, "zc_step", true));
+    zc_step_info local, *out = info ? info : &local;
+    const int64_t before = e->steps;
+    zc__timers_push(&e->timers, ZC_TIMER_OPTIMIZER);
+    const zc_status rc = step_window(e, out);
+    zc__timers_pop(&e->timers);
+    /* A refused call (a missing gradient) leaves the window open; a step
+     * taken, applied or skipped, closes it. */
+    if (e->steps != before)
+        zc__timers_end(&e->timers, e->steps);
+    if (rc != ZC_OK)
+        return rc;
+    zc__progress_step(e, out->lr);
     return ZC_OK;
 }

@@ -570,6 +570,16 @@ static zc_status cuda_adam(zc_device *d, const zc_adam_shard *s, const zc_adam_c
                     s->grad_dtype, s->n, stream);
 }
 
+static zc_status cuda_mem_info(zc_device *d, size_t *free_bytes, size_t *total_bytes)
+{
+    ZC_CHECK(use(d));
+    size_t f = 0, t = 0;
+    CU(d, cudaMemGetInfo(&f, &t), "cudaMemGetInfo");
+    *free_bytes = f;
+    *total_bytes = t;
+    return ZC_OK;
+}
+
 static void cuda_destroy(zc_device *d)
 {
     if (!d)
@@ -611,6 +621,7 @@ static const zc_device_ops cuda_ops = {
     .sumsq_async = cuda_sumsq_async,
     .nonfinite_async = cuda_nonfinite_async,
     .adam = cuda_adam,
+    .mem_info = cuda_mem_info,
     .destroy = cuda_destroy,
 };
 

@@ -145,6 +145,12 @@ typedef struct zc_device_ops {
     /* Fused Adam/AdamW over one shard resident on this device. */
     zc_status (*adam)(zc_device *d, const zc_adam_shard *s, const zc_adam_coeffs *c, void *stream);
 
+    /* Memory of the device itself, in bytes: what is free now and its total
+     * (CUDA: cudaMemGetInfo, which counts every process's allocations). The
+     * host backend has no memory of its own and reports 0 and 0; the build's
+     * pre-flight then checks host memory only. */
+    zc_status (*mem_info)(zc_device *d, size_t *free_bytes, size_t *total_bytes);
+
     void (*destroy)(zc_device *d);
 } zc_device_ops;
 

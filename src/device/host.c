@@ -261,6 +261,16 @@ static zc_status host_adam(zc_device *d, const zc_adam_shard *s, const zc_adam_c
     return zc__adam_host(s, c);
 }
 
+/* The host's "device" memory is host memory, which the pre-flight checks
+ * against MemAvailable and the cgroup: no device capacity to report. */
+static zc_status host_mem_info(zc_device *d, size_t *free_bytes, size_t *total_bytes)
+{
+    (void)d;
+    *free_bytes = 0;
+    *total_bytes = 0;
+    return ZC_OK;
+}
+
 static void host_destroy(zc_device *d) { (void)d; }
 
 static const zc_device_ops host_ops = {
@@ -288,6 +298,7 @@ static const zc_device_ops host_ops = {
     .sumsq_async = host_sumsq_async,
     .nonfinite_async = host_nonfinite_async,
     .adam = host_adam,
+    .mem_info = host_mem_info,
     .destroy = host_destroy,
 };
 

@@ -174,6 +174,14 @@ static void trace_activate(zc_engine *e, const zc_param *p)
         t->pf_end = t->pos;
         t->truncated = false;
     }
+    if (t->len == 0 && e->steps == 0)
+        /* The first step runs without prefetch and gathers each chunk when
+         * it is asked for: on a large model it is much slower than the
+         * next ones, and this says why. */
+        ZC_LOGI("zero3", "first step: recording the order of parameter acquires (%d chunks); "
+                "each chunk is gathered on demand until the order is known, then up to "
+                "%lld elements are prefetched ahead",
+                e->nchunks, (long long)e->prefetch_elems);
     if (t->len < t->cap) {
         t->order[t->len++] = k;
     } else if (!t->truncated) {
@@ -297,6 +305,10 @@ zc_status zc__z3_step_end(zc_engine *e, bool updated)
         t->len = t->pos < t->cap ? t->pos : t->cap;
         t->truncated = t->pos > t->cap;
     }
+    if (t->mode == ZC_TRACE_RECORD && e->steps <= 1)
+        ZC_LOGI("zero3", "step %lld: acquire order recorded (%lld chunk activations%s); "
+                "prefetch is on from the next step",
+                (long long)e->steps, (long long)t->len, t->truncated ? ", truncated" : "");
     t->mode = ZC_TRACE_COMPLETE;
     t->pos = 0;
     t->pf_end = 0;

@@ -175,6 +175,38 @@ def main():
         if r.returncode not in (1, 2) or "none.json" not in r.stderr:
             fail("config missing", "exit %r: %r" % (r.returncode, r.stderr))
 
+    # --chunks per-block: examples/gpt's chunks. gpt:2,64,4,64,256 at world 2
+    # pads to 128 elements: {wte, wpe} = 20480 (a multiple of 128), each
+    # block 12 x 64^2 + 13 x 64 = 49984 -> 50048, ln_f 128; in one auto chunk
+    # the 120576 elements are a multiple of 128 already.
+    gpt = ("--model", "gpt:2,64,4,64,256", "--world", "2", "--json")
+    auto = lines(z, *gpt)
+    blocks = lines(z, *gpt, "--chunks", "per-block")
+    if [r["padding_elems"] for r in auto][:1] != [0] or \
+            [r["padding_elems"] for r in blocks][:1] != [128]:
+        fail("per-block", "padding %s / %s" % ([r["padding_elems"] for r in auto],
+                                               [r["padding_elems"] for r in blocks]))
+    # --device host: the engine's buffers and the activations in host memory
+    # (without offload nothing else is); the CUDA figures hold the same bytes
+    # as device memory.
+    host = lines(z, *gpt, "--device", "host")
+    for a, h in zip(auto, host):
+        if h["bytes"]["device"] != 0:
+            fail("device host", "stage %d %s: device %d" % (a["stage"], a["offload_optimizer"],
+                                                            h["bytes"]["device"]))
+        if a["offload_optimizer"] == "none":
+            eng = sum(a["parts"]["device"].values())
+            if a["bytes"]["device"] != eng + a["activations"] or \
+                    h["bytes"]["host"] != eng + a["activations"]:
+                fail("device host", "stage %d: cuda %s, host %s" % (a["stage"], a["bytes"],
+                                                                    h["bytes"]))
+    expect_usage(z, "chunks without model", ["--params", "1M", "--world", "1", "--chunks",
+                                             "per-block"], "--chunks per-block needs --model")
+    expect_usage(z, "chunks value", ["--model", "gpt:1,64,4,64,256", "--world", "1",
+                                     "--chunks", "some"], "--chunks 'some'")
+    expect_usage(z, "device value", ["--model", "gpt:1,64,4,64,256", "--world", "1",
+                                     "--device", "tpu"], "--device 'tpu'")
+
     # The table.
     r = run(z, "--params", "1e9", "--world", "8")
     if r.returncode != 0 or r.stdout.count("\n| ") != 11:

@@ -124,6 +124,8 @@ zc_status t_ctx_open(t_ctx *x, t_run *run, int rank, zc_comm *comm)
     TRY(zc_config_set_int(x->cfg, "gradient_accumulation_steps", run->accum));
     if (run->steps_per_print > 0)
         TRY(zc_config_set_int(x->cfg, "steps_per_print", run->steps_per_print));
+    if (run->wall_clock_breakdown)
+        TRY(zc_config_set_bool(x->cfg, "wall_clock_breakdown", true));
     TRY(zc_config_set_double(x->cfg, "gradient_clipping", run->clip));
     TRY(zc_config_set_double(x->cfg, "optimizer.params.lr", 1e-2));
     TRY(zc_config_set_double(x->cfg, "optimizer.params.weight_decay", 0.01));

@@ -68,6 +68,7 @@ typedef struct t_run {
      * value (a string or a list); ratio (0: the default 1); buffer_count
      * (0: the default); pipeline: pipeline_read and pipeline_write */
     int64_t steps_per_print;   /* > 0: set steps_per_print (progress lines) */
+    bool wall_clock_breakdown; /* set the key (step timers) */
     const char *offload;
     const char *nvme_path_json;
     double offload_ratio;

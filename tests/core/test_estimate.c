@@ -7,14 +7,15 @@
  * but ZC_MEM_OTHER; transient buffers and the idle reserve are compared as
  * one sum (a pool slot in use moves from RESERVED to BUFFERS). ZC_MEM_OTHER
  * (bookkeeping the plan leaves out) stays below OTHER_BOUND bytes per rank
- * for this model, and the NVMe files' stripe round-up (counted as OTHER)
- * below 1 MiB per directory.
+ * for this model; the NVMe files' stripe round-up (counted as NVMe OTHER)
+ * is planned exactly.
  *
  * The same with fp32 view slots reserved (f32_view_chunks 1 and 3).
  *
  * The pre-flight: with a fake /proc/meminfo of too little MemAvailable, build
  * fails with ZC_ERR_NO_MEMORY naming the biggest consumer and its key, and
- * nothing stays allocated. */
+ * nothing stays allocated; with a device capacity below the plan's device
+ * bytes it fails the same way naming the device. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,7 +35,7 @@ typedef struct layout {
     int64_t padded[64];
     bool persistent[64];
     int nchunks;
-    int64_t max_live, prefetch, buffer_count;
+    int64_t max_live, prefetch, buffer_count, nvme_round;
     double ratio;
 } layout;
 
@@ -53,6 +54,8 @@ static void grab(t_ctx *x, int step, void *arg)
     l->max_live = e->max_live;
     l->prefetch = e->prefetch_elems;
     l->buffer_count = e->cfg->zero.offload_optimizer.buffer_count;
+    l->nvme_round = e->cfg->aio.block_size *
+                    zc__nvme_path_count(e->cfg->zero.offload_optimizer.nvme_path);
     l->ratio = e->cfg->zero.offload_optimizer.ratio;
 }
 
@@ -79,7 +82,7 @@ static void check_one(int stage, int world, int accum, int off, const char *nvme
         .world = world, .stage = stage, .pesz = 2, .gas = accum,
         .offload = off == 0 ? ZC_OFFLOAD_NONE : off == 1 ? ZC_OFFLOAD_CPU : ZC_OFFLOAD_NVME,
         .ratio = l.ratio, .staging = false, .dev_kind = ZC_MEMKIND_HOST,
-        .buffer_count = l.buffer_count, .max_live = l.max_live, .prefetch_elems = l.prefetch,
+        .buffer_count = l.buffer_count, .nvme_round = l.nvme_round, .max_live = l.max_live, .prefetch_elems = l.prefetch,
         .nchunks = l.nchunks, .padded = l.padded, .persistent = l.persistent,
         .view_chunks = views,
     };
@@ -107,7 +110,10 @@ static void check_one(int stage, int world, int accum, int off, const char *nvme
         }
         cr_assert_lt(s->bytes_by_kind_cat[ZC_KIND_HOST][ZC_MEM_OTHER] +
                          s->bytes_by_kind_cat[ZC_KIND_PINNED][ZC_MEM_OTHER], OTHER_BOUND);
-        cr_assert_lt(s->bytes_by_kind_cat[ZC_KIND_NVME][ZC_MEM_OTHER], 1 << 20);
+        cr_assert_eq(s->bytes_by_kind_cat[ZC_KIND_NVME][ZC_MEM_OTHER],
+                     est.bytes[ZC_MEMKIND_NVME][ZC_MEM_OTHER], "stripe round-up: planned %lld, "
+                     "counted %lld", (long long)est.bytes[ZC_MEMKIND_NVME][ZC_MEM_OTHER],
+                     (long long)s->bytes_by_kind_cat[ZC_KIND_NVME][ZC_MEM_OTHER]);
     }
     free(r->master);
     free(r);
@@ -243,6 +249,70 @@ Test(estimate, build_refuses_beyond_memavailable)
     snprintf(path, sizeof path, "%s/proc", root);
     rmdir(path);
     rmdir(root);
+}
+
+/* A one-rank engine over a 1 Mi-element weight, built under a device
+ * capacity set for the test (the host backend has none of its own): returns
+ * the build's status, the message in msg, and the host bytes the build left
+ * allocated beyond the registration's. */
+static zc_status build_with_device_free(int64_t free_bytes, int stage, const char *offload,
+                                        char *msg, size_t cap, int64_t *host_left)
+{
+    zc_config *cfg = NULL;
+    cr_assert_eq(zc_config_create(&cfg), ZC_OK);
+    cr_assert_eq(zc_config_set_int(cfg, "zero_optimization.stage", stage), ZC_OK);
+    if (offload)
+        cr_assert_eq(zc_config_set(cfg, "zero_optimization.offload_optimizer.device", offload),
+                     ZC_OK);
+    zc_comm *comm = NULL;
+    cr_assert_eq(zc_comm_local_world(1, &comm), ZC_OK);
+    zc_engine_options eo = ZC_ENGINE_OPTIONS_INIT;
+    eo.device = ZC_DEVICE_HOST;
+    zc_engine *e = NULL;
+    cr_assert_eq(zc_engine_create(&e, cfg, comm, &eo), ZC_OK, "%s", zc_last_error());
+    const int64_t shape[2] = {1024, 1024};
+    cr_assert_not_null(zc_param_add(e, "w", shape, 2, 0), "%s", zc_last_error());
+    const int64_t host_before = zc__mem_global_bytes(ZC_MEMKIND_HOST);
+    zc__preflight_device_free(free_bytes);
+    const zc_status rc = zc_engine_build(e);
+    zc__preflight_device_free(-1);
+    snprintf(msg, cap, "%s", rc == ZC_OK ? "" : zc_last_error());
+    *host_left = zc__mem_global_bytes(ZC_MEMKIND_HOST) - host_before;
+    cr_assert_eq(zc__mem_global_bytes(ZC_MEMKIND_PINNED), 0);
+    zc_engine_destroy(e);
+    zc_comm_destroy(comm);
+    zc_config_destroy(cfg);
+    return rc;
+}
+
+/* The device check: stage 2 at world 1 keeps the 1 Mi-element fp32 weight's
+ * master, m and v (12 MiB) in device memory, next to the parameters and the
+ * gradient shard (4 MiB each) and the gradient and staging pools (a chunk
+ * each, 4 MiB each): 1 MiB free cannot hold it, and the message names the
+ * device, the numbers, the optimizer state as the biggest consumer and the
+ * key that moves it off the device. With cpu offload the optimizer state and
+ * the gradient shard leave the device and the pools (8 MiB) are the biggest
+ * device consumer, changed by the bucket size. A capacity of 1 TiB lets the
+ * same build through. */
+Test(estimate, build_refuses_beyond_device_free)
+{
+    char msg[2048];
+    int64_t left = 0;
+    zc_status rc = build_with_device_free(1 << 20, 2, NULL, msg, sizeof msg, &left);
+    cr_assert_eq(rc, ZC_ERR_NO_MEMORY, "build must refuse: %s", msg);
+    cr_assert_lt(left, 64 * 1024, "the refused build allocated %lld bytes", (long long)left);
+    cr_assert_not_null(strstr(msg, "device memory but the device has 1.0 MiB free"), "%s", msg);
+    cr_assert_not_null(strstr(msg, "biggest consumer is optimizer state (fp32 master, Adam m "
+                                   "and v) (12.0 MiB): change "
+                                   "zero_optimization.offload_optimizer.device"), "%s", msg);
+    rc = build_with_device_free(1 << 20, 2, "\"cpu\"", msg, sizeof msg, &left);
+    cr_assert_eq(rc, ZC_ERR_NO_MEMORY, "build must refuse: %s", msg);
+    cr_assert_not_null(strstr(msg, "biggest consumer is buffers (gradient, gather and staging "
+                                   "pools, swap buffers) (8.0 MiB): change "
+                                   "zero_optimization.reduce_bucket_size"), "%s", msg);
+    cr_assert_lt(left, 64 * 1024, "the refused build allocated %lld bytes", (long long)left);
+    rc = build_with_device_free((int64_t)1 << 40, 2, NULL, msg, sizeof msg, &left);
+    cr_assert_eq(rc, ZC_OK, "%s", msg);
 }
 
 /* DeepSpeed's estimators (reference/deepspeed.md section 6), by hand:

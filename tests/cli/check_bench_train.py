@@ -1,0 +1,232 @@
+#!/usr/bin/env python3
+"""`zeroc bench train` end to end on a short sweep of the GPT example.
+
+usage: check_bench_train.py ZEROC TRAIN_GPT
+
+1. The sweep: stages 0-3 x offload_optimizer none/cpu/nvme (from stage 1) at
+   world 2, bf16, and stage 3 with offload_param cpu, 4 steps (2 timed).
+   Every JSON line has the interface's keys; results.jsonl holds the same
+   lines as stdout; results.md a row per configuration; the SVG and PNG are
+   images. Every configuration that ran has the library's peak within 10% of
+   `zeroc estimate`'s bytes in every kind (and both 0 where one is), step
+   times ordered min <= median <= max, samples/s = world x batch / median and
+   the six breakdown phases (>= 0; gather 0 exactly in stage 0, io_wait 0
+   without nvme), swap files seen on disk under nvme and a VmHWM above the
+   library's peak. The offload_param
+   configuration fails with the engine's reason and the others complete. The
+   bench's own directory is gone afterwards, and a second run into the same
+   DIR is refused without touching the files.
+2. A crash and a hang: a stand-in workload (this script's as_workload) kills
+   itself with SIGKILL in stage 1 and sleeps past --timeout in stage 2; both
+   come out "killed" with the reason, and stages 0 and 3 complete.
+3. SIGTERM to the bench while the hanging configuration runs: the child is
+   killed, the bench's directory removed, the bench dies of SIGTERM, and the
+   configuration finished before stays in results.jsonl.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+KEYS = {"config", "status", "peak", "estimate", "step_s", "samples_per_s"}
+KINDS = ("device", "pinned", "host", "nvme")
+BATCH, WORLD = 8, 2
+
+
+def fail(msg):
+    print("FAIL:", msg)
+    sys.exit(1)
+
+
+def as_workload(argv):
+    """Stand-in for train_gpt: misbehaves by stage, else runs the real one."""
+    cfg = json.load(open(argv[argv.index("--config") + 1]))
+    stage = cfg["zero_optimization"]["stage"]
+    if stage == 1:
+        print("about to crash", file=sys.stderr, flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+    if stage == 2:
+        piddir = os.environ.get("ZC_TEST_PIDDIR")
+        if piddir:
+            with open(os.path.join(piddir, "hung.pid"), "w") as f:
+                f.write(str(os.getpid()))
+        time.sleep(600)
+    real = os.environ["ZC_TEST_TRAIN_GPT"]
+    os.execv(real, [real] + argv[1:])
+
+
+def run(cmd, env=None, timeout=300):
+    t0 = time.monotonic()
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+    return p, time.monotonic() - t0
+
+
+def lines_of(p):
+    return [json.loads(l) for l in p.stdout.splitlines() if l.strip()]
+
+
+def check_files(out, rows):
+    with open(os.path.join(out, "results.jsonl")) as f:
+        disk = [json.loads(l) for l in f if l.strip()]
+    if disk != rows:
+        fail("results.jsonl differs from the lines printed")
+    md = open(os.path.join(out, "results.md")).read()
+    body = [l for l in md.splitlines() if l.startswith("| ") and not l.startswith("| stage |")]
+    if len(body) != len(rows):
+        fail(f"results.md has {len(body)} rows for {len(rows)} configurations")
+    if not open(os.path.join(out, "memory_vs_time.png"), "rb").read(8) == b"\x89PNG\r\n\x1a\n":
+        fail("memory_vs_time.png is not a PNG")
+    if "<svg" not in open(os.path.join(out, "memory_vs_time.svg")).read(4096):
+        fail("memory_vs_time.svg is not an SVG")
+    left = [n for n in os.listdir(out) if n.startswith("zeroc-bench-train.")]
+    if left:
+        fail(f"the bench's directory was left behind: {left}")
+
+
+def check_ok(r):
+    c = r["config"]
+    name = f"stage {c['stage']} {c['offload_optimizer']}"
+    for k in KINDS:
+        peak, est = r["peak"][k], r["estimate"][k]
+        if peak == 0 and est == 0:
+            continue
+        if peak == 0 or abs(est - peak) > 0.10 * peak:
+            fail(f"{name}: {k} estimate {est} is not within 10% of the peak {peak}")
+    s = r["step_s"]
+    if not (0 < s["min"] <= s["median"] <= s["max"]):
+        fail(f"{name}: step times out of order {s}")
+    want = WORLD * BATCH / s["median"]
+    if abs(r["samples_per_s"] - want) > 1e-6 * want:
+        fail(f"{name}: samples/s {r['samples_per_s']}, want {want}")
+    bd = r["breakdown_s"]
+    if set(bd) != {"forward", "backward", "reduce", "gather", "optimizer", "io_wait"}:
+        fail(f"{name}: breakdown {bd}")
+    if any(v < 0 for v in bd.values()):
+        fail(f"{name}: a negative phase {bd}")
+    if (c["stage"] == 0) != (bd["gather"] == 0):
+        fail(f"{name}: gather {bd['gather']} (0 exactly when stage 0)")
+    if c["offload_optimizer"] != "nvme" and bd["io_wait"] != 0:
+        fail(f"{name}: io_wait {bd['io_wait']} without nvme")
+    if c["offload_optimizer"] == "nvme" and r["process"]["nvme_files"] <= 0:
+        fail(f"{name}: no swap file seen on disk")
+    if r["process"]["vmhwm"] < sum(r["peak"][k] for k in ("device", "pinned", "host")):
+        fail(f"{name}: VmHWM {r['process']['vmhwm']} below the library's peak")
+
+
+def sweep(zeroc, train_gpt, tmp):
+    out = os.path.join(tmp, "sweep")
+    cmd = [zeroc, "bench", "train", "--out", out, "--json", "--steps", "4", "--warmup", "2",
+           "--world", str(WORLD), "--batch", str(BATCH), "--workload", train_gpt,
+           "--only", "offload_param=none,cpu", "--timeout", "120"]
+    p, dt = run(cmd)
+    if p.returncode != 0:
+        fail(f"exit {p.returncode}: {p.stderr}")
+    rows = lines_of(p)
+    print(f"# sweep of {len(rows)} configurations in {dt:.1f} s")
+    if len(rows) != 13:
+        fail(f"{len(rows)} configurations, want 13 (1 + 3 + 3 + 3 x 2)")
+    for r in rows:
+        if not KEYS <= set(r):
+            fail(f"missing keys {KEYS - set(r)} in {r}")
+        c = r["config"]
+        if set(c) != {"stage", "offload_optimizer", "offload_param", "world", "dtype"}:
+            fail(f"config keys {sorted(c)}")
+        if c["offload_param"] != "none":
+            if r["status"] != "failed" or "offload_param" not in r.get("reason", ""):
+                fail(f"offload_param {c}: {r['status']} {r.get('reason')}")
+            continue
+        if r["status"] != "ok":
+            fail(f"{c}: {r['status']}: {r.get('reason')}")
+        check_ok(r)
+        # The reference of the same run: stage 0 (the sweep's first line).
+        ddp = rows[0]["step_s"]["median"]
+        want = r["step_s"]["median"] / ddp
+        if abs(r["step_over_ddp"] - want) > 1e-9 * want:
+            fail(f"{c}: step_over_ddp {r['step_over_ddp']}, want {want}")
+    check_files(out, rows)
+    before = {n: os.stat(os.path.join(out, n)).st_mtime_ns for n in os.listdir(out)}
+    p, _ = run(cmd)
+    if p.returncode != 1 or "exists" not in p.stderr:
+        fail(f"a second run into the same --out: exit {p.returncode}, {p.stderr!r}")
+    after = {n: os.stat(os.path.join(out, n)).st_mtime_ns for n in os.listdir(out)}
+    if before != after:
+        fail("the refused second run changed the output directory")
+
+
+def crash_and_hang(zeroc, train_gpt, tmp):
+    out = os.path.join(tmp, "faults")
+    env = dict(os.environ, ZC_TEST_TRAIN_GPT=train_gpt)
+    wrapper = os.path.join(tmp, "workload.py")
+    with open(wrapper, "w") as f:
+        f.write(f"#!{sys.executable}\nimport sys\nsys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})\n"
+                "import check_bench_train\ncheck_bench_train.as_workload(sys.argv)\n")
+    os.chmod(wrapper, 0o700)
+    cmd = [zeroc, "bench", "train", "--out", out, "--json", "--steps", "3", "--warmup", "1",
+           "--workload", wrapper, "--only", "offload_optimizer=none",
+           "--only", "offload_param=none", "--timeout", "3"]
+    p, dt = run(cmd, env=env)
+    if p.returncode != 0:
+        fail(f"exit {p.returncode}: {p.stderr}")
+    rows = {r["config"]["stage"]: r for r in lines_of(p)}
+    if sorted(rows) != [0, 1, 2, 3]:
+        fail(f"stages {sorted(rows)}")
+    if rows[1]["status"] != "killed" or "signal 9" not in rows[1]["reason"] \
+            or "about to crash" not in rows[1]["reason"]:
+        fail(f"stage 1: {rows[1]['status']} {rows[1].get('reason')}")
+    if rows[2]["status"] != "killed" or "timed out after 3 s" not in rows[2]["reason"]:
+        fail(f"stage 2: {rows[2]['status']} {rows[2].get('reason')}")
+    for s in (0, 3):
+        if rows[s]["status"] != "ok":
+            fail(f"stage {s} after the crash: {rows[s]['status']} {rows[s].get('reason')}")
+    if rows[1]["peak"] is not None or rows[1]["step_s"] is not None:
+        fail("a killed configuration has figures")
+    check_files(out, [rows[s] for s in range(4)])
+    print(f"# crash and hang reported, the others ran ({dt:.1f} s)")
+
+    # SIGTERM while a configuration runs: the bench kills its child, removes
+    # its own directory and dies of the signal; what finished is kept.
+    out = os.path.join(tmp, "stopped")
+    env["ZC_TEST_PIDDIR"] = tmp
+    cmd = [zeroc, "bench", "train", "--out", out, "--json", "--steps", "3", "--warmup", "1",
+           "--workload", wrapper, "--only", "stage=0,2", "--timeout", "600"]
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    pidfile = os.path.join(tmp, "hung.pid")
+    for _ in range(600):
+        if os.path.exists(pidfile) and os.path.getsize(pidfile) > 0:
+            break
+        time.sleep(0.05)
+    else:
+        p.kill()
+        fail("the hanging configuration never started")
+    hung = int(open(pidfile).read())
+    p.send_signal(signal.SIGTERM)
+    so, se = p.communicate(timeout=60)
+    if p.returncode != -signal.SIGTERM:
+        fail(f"after SIGTERM: exit {p.returncode}, {se!r}")
+    try:
+        os.kill(hung, 0)
+        fail(f"the running configuration (pid {hung}) outlived the bench")
+    except ProcessLookupError:
+        pass
+    left = [n for n in os.listdir(out) if n.startswith("zeroc-bench-train.")]
+    if left:
+        fail(f"SIGTERM left the bench's directory: {left}")
+    done = [json.loads(l) for l in open(os.path.join(out, "results.jsonl")) if l.strip()]
+    if [r["config"]["stage"] for r in done] != [0] or done[0]["status"] != "ok":
+        fail(f"results kept after SIGTERM: {done}")
+    print("# SIGTERM: child killed, directory removed, finished results kept")
+
+
+def main():
+    zeroc, train_gpt = sys.argv[1], sys.argv[2]
+    with tempfile.TemporaryDirectory(prefix="zc-bench-train-", dir=".") as tmp:
+        sweep(zeroc, train_gpt, tmp)
+        crash_and_hang(zeroc, train_gpt, tmp)
+    print("ok")
+
+
+if __name__ == "__main__":
+    main()

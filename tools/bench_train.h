@@ -1,0 +1,88 @@
+/* `zeroc bench train` (internal): the sweep's configurations, how one runs
+ * in a child process, and what comes back. cmd_bench_train.c parses the flags
+ * and drives the sweep, bench_train_run.c runs one configuration,
+ * bench_train_out.c writes results.jsonl, results.md and the plot. */
+#ifndef ZC_TOOLS_BENCH_TRAIN_H
+#define ZC_TOOLS_BENCH_TRAIN_H
+
+#include <limits.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#define BT_KINDS 4 /* device, pinned, host, nvme: the order of every bytes object */
+extern const char *const bt_kind_names[BT_KINDS];
+
+/* One point of the sweep. */
+typedef struct bt_config {
+    int stage;
+    const char *offload_optimizer; /* "none", "cpu", "nvme" */
+    const char *offload_param;     /* "none", "cpu", "nvme" (stage 3 only) */
+    int world;
+    const char *dtype;             /* "fp32", "bf16", "fp16" */
+} bt_config;
+
+/* What the whole sweep shares. */
+typedef struct bt_setup {
+    const char *workload;          /* train_gpt */
+    const char *self;              /* this zeroc, for `zeroc estimate` */
+    int layers, dim, heads, seq, vocab, batch;
+    int steps, warmup;
+    double timeout_s;
+    bool cuda;                     /* --device cuda */
+    char work[PATH_MAX];           /* the bench's own directory (mkdtemp) */
+} bt_setup;
+
+typedef enum bt_status { BT_OK = 0, BT_FAILED, BT_KILLED } bt_status;
+
+/* One configuration's outcome. */
+typedef struct bt_result {
+    bt_config cfg;
+    bt_status status;
+    char reason[512];              /* why it failed or was killed */
+    bool have_peak, have_estimate;
+    int64_t peak[BT_KINDS];        /* the library's accounting, rank 0 */
+    int64_t estimate[BT_KINDS];    /* `zeroc estimate` of the same configuration */
+    int64_t activations;           /* its activation term (not in estimate[]) */
+    int64_t vmhwm;                 /* the child's peak resident set (ru_maxrss) */
+    int64_t nvme_files;            /* largest total size of the swap files seen */
+    int nsteps;                    /* steps timed after warm-up */
+    double step_med, step_min, step_max;
+    double breakdown[6];           /* median per phase over the timed steps (s) */
+    bool have_breakdown;
+    double samples_per_s, tokens_per_s;
+    double step_over_ddp;          /* median / stage 0's (same world and dtype, this
+                                      sweep): the reference in the same run; 0 unknown */
+} bt_result;
+
+/* Set by the signal handler: the sweep stops, kills its child and cleans up. */
+extern volatile sig_atomic_t bt_stop_signal;
+
+/* Runs one configuration in its own process (its config file and swap
+ * directory under setup->work, named by index) and fills *r. Returns false
+ * only when the harness itself failed (the message in r->reason); a
+ * configuration that fails or is killed is a result, not an error. */
+bool bt_run_config(const bt_setup *s, int index, const bt_config *c, bt_result *r);
+
+/* A result as the JSON object of the interface (issue 13): config, status,
+ * peak, estimate, step_s, samples_per_s, and the rest. New reference. */
+json_t *bt_result_json(const bt_setup *s, const bt_result *r);
+/* results.md: one table row per configuration. false with errno. */
+bool bt_write_markdown(const char *path, const bt_setup *s, const bt_result *rs, int n);
+/* Draws memory_vs_time.svg and .png from results.jsonl with the plot script
+ * (python3 + matplotlib, started from an argv). false with a message. */
+bool bt_plot(const char *script, const char *workdir, const char *jsonl, const char *svg,
+             const char *png, char *err, size_t errlen);
+
+/* Runs argv (no shell) with stdout and stderr to the given files (created
+ * O_EXCL), env extra added; kills it after timeout_s (> 0) or when
+ * bt_stop_signal is set. *wstatus, *maxrss_kib from wait4; *timed_out.
+ * poll(arg) is called every 20 ms while it runs (may be NULL). Returns false
+ * when it could not be started (errno). */
+bool bt_spawn(char *const argv[], const char *out_path, const char *err_path,
+              double timeout_s, void (*poll)(void *arg), void *arg, int *wstatus,
+              long *maxrss_kib, bool *timed_out);
+
+#endif

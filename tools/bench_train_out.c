@@ -1,0 +1,177 @@
+/* `zeroc bench train`: the results as JSON lines, a markdown table and the
+ * plot (bench_train.h). */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "bench_train.h"
+
+static const char *const status_names[] = {"ok", "failed", "killed"};
+static const char *const phase_names[6] = {"forward", "backward", "reduce",
+                                           "gather",  "optimizer", "io_wait"};
+
+static json_t *bytes_obj(const int64_t *v)
+{
+    json_t *o = json_object();
+    for (int k = 0; k < BT_KINDS; k++)
+        json_object_set_new(o, bt_kind_names[k], json_integer(v[k]));
+    return o;
+}
+
+json_t *bt_result_json(const bt_setup *s, const bt_result *r)
+{
+    const bt_config *c = &r->cfg;
+    json_t *j = json_pack("{s:{s:i, s:s, s:s, s:i, s:s}, s:s}", "config", "stage", c->stage,
+                          "offload_optimizer", c->offload_optimizer, "offload_param",
+                          c->offload_param, "world", c->world, "dtype", c->dtype, "status",
+                          status_names[r->status]);
+    if (r->status != BT_OK)
+        json_object_set_new(j, "reason", json_string(r->reason));
+    json_object_set_new(j, "peak", r->have_peak ? bytes_obj(r->peak) : json_null());
+    json_object_set_new(j, "estimate", r->have_estimate ? bytes_obj(r->estimate) : json_null());
+    json_object_set_new(j, "estimate_activations",
+                        r->have_estimate ? json_integer(r->activations) : json_null());
+    json_t *ratio = json_null();
+    if (r->have_peak && r->have_estimate) {
+        /* estimate / peak per kind (1 = exact; null where the peak is 0:
+         * the estimate is then compared as a number of bytes). */
+        ratio = json_object();
+        for (int k = 0; k < BT_KINDS; k++)
+            json_object_set_new(ratio, bt_kind_names[k],
+                                r->peak[k] ? json_real((double)r->estimate[k] / (double)r->peak[k])
+                                           : json_null());
+    }
+    json_object_set_new(j, "estimate_over_peak", ratio);
+    json_object_set_new(j, "process", json_pack("{s:I, s:I}", "vmhwm", (json_int_t)r->vmhwm,
+                                                "nvme_files", (json_int_t)r->nvme_files));
+    if (r->status == BT_OK && r->nsteps > 0) {
+        json_object_set_new(j, "step_s", json_pack("{s:f, s:f, s:f}", "median", r->step_med,
+                                                   "min", r->step_min, "max", r->step_max));
+        json_object_set_new(j, "samples_per_s", json_real(r->samples_per_s));
+        json_object_set_new(j, "tokens_per_s", json_real(r->tokens_per_s));
+        json_object_set_new(j, "step_over_ddp",
+                            r->step_over_ddp > 0 ? json_real(r->step_over_ddp) : json_null());
+    } else {
+        json_object_set_new(j, "step_s", json_null());
+        json_object_set_new(j, "samples_per_s", json_null());
+        json_object_set_new(j, "tokens_per_s", json_null());
+        json_object_set_new(j, "step_over_ddp", json_null());
+    }
+    json_t *bd = json_null();
+    if (r->status == BT_OK && r->have_breakdown) {
+        bd = json_object();
+        for (int i = 0; i < 6; i++)
+            json_object_set_new(bd, phase_names[i], json_real(r->breakdown[i]));
+    }
+    json_object_set_new(j, "breakdown_s", bd);
+    json_object_set_new(j, "steps_timed", json_integer(r->nsteps));
+    json_object_set_new(j, "warmup", json_integer(s->warmup));
+    return j;
+}
+
+static void mib(char *b, size_t cap, bool have, int64_t v)
+{
+    if (have)
+        snprintf(b, cap, "%.2f", (double)v / 1048576.0);
+    else
+        snprintf(b, cap, "-");
+}
+
+bool bt_write_markdown(const char *path, const bt_setup *s, const bt_result *rs, int n)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (!f) {
+        if (fd >= 0)
+            close(fd);
+        return false;
+    }
+    fprintf(f, "GPT %d layers, dim %d, %d heads, seq %d, vocab %d; %d sequences per rank per "
+               "step; %d steps, the first %d not timed; %s path. Memory in MiB per rank: "
+               "peak from the library's accounting (rank 0), estimate from `zeroc estimate` "
+               "(activations left out), VmHWM of the whole process (every rank's thread and "
+               "the activations). Step times in ms: median (min-max); the breakdown is the "
+               "median of each wall_clock_breakdown phase; x DDP is the median over stage "
+               "0's at the same world and dtype in this run.\n\n",
+            s->layers, s->dim, s->heads, s->seq, s->vocab, s->batch, s->steps, s->warmup,
+            s->cuda ? "CUDA" : "host");
+    fprintf(f, "| stage | opt offload | param offload | world | dtype | status | peak dev / "
+               "pinned / host / nvme | estimate dev / pinned / host / nvme | VmHWM | step ms | "
+               "x DDP | samples/s | tokens/s | fwd / bwd / reduce / gather / opt / io ms |\n");
+    fprintf(f, "|---|---|---|---|---|---|---|---|---:|---|---:|---:|---:|---|\n");
+    for (int i = 0; i < n; i++) {
+        const bt_result *r = &rs[i];
+        char p[BT_KINDS][32], e[BT_KINDS][32], hwm[32];
+        for (int k = 0; k < BT_KINDS; k++) {
+            mib(p[k], sizeof p[k], r->have_peak, r->peak[k]);
+            mib(e[k], sizeof e[k], r->have_estimate, r->estimate[k]);
+        }
+        mib(hwm, sizeof hwm, r->vmhwm > 0, r->vmhwm);
+        fprintf(f, "| %d | %s | %s | %d | %s | %s | %s / %s / %s / %s | %s / %s / %s / %s | %s |",
+                r->cfg.stage, r->cfg.offload_optimizer, r->cfg.offload_param, r->cfg.world,
+                r->cfg.dtype, status_names[r->status], p[0], p[1], p[2], p[3], e[0], e[1], e[2],
+                e[3], hwm);
+        if (r->status == BT_OK) {
+            fprintf(f, " %.1f (%.1f-%.1f) |", 1e3 * r->step_med, 1e3 * r->step_min,
+                    1e3 * r->step_max);
+            if (r->step_over_ddp > 0)
+                fprintf(f, " %.2f |", r->step_over_ddp);
+            else
+                fprintf(f, " - |");
+            fprintf(f, " %.1f | %.0f |", r->samples_per_s, r->tokens_per_s);
+            if (r->have_breakdown)
+                fprintf(f, " %.1f / %.1f / %.1f / %.1f / %.1f / %.1f |\n", 1e3 * r->breakdown[0],
+                        1e3 * r->breakdown[1], 1e3 * r->breakdown[2], 1e3 * r->breakdown[3],
+                        1e3 * r->breakdown[4], 1e3 * r->breakdown[5]);
+            else
+                fprintf(f, " - |\n");
+        } else {
+            /* The reason in the table, without a '|' that would split it. */
+            char why[400]; /* the engine's message is long; its key is near the end */
+            snprintf(why, sizeof why, "%s", r->reason);
+            for (char *q = why; *q; q++)
+                if (*q == '|' || *q == '\n')
+                    *q = '/';
+            fprintf(f, " - | - | - | - | %s |\n", why);
+        }
+    }
+    bool ok = !ferror(f);
+    ok &= fclose(f) == 0;
+    return ok;
+}
+
+bool bt_plot(const char *script, const char *workdir, const char *jsonl, const char *svg,
+             const char *png, char *err, size_t errlen)
+{
+    char out[PATH_MAX + 32], perr[PATH_MAX + 32];
+    /* The script's output goes to the bench's own directory, read back on
+     * failure. */
+    snprintf(out, sizeof out, "%s/plot.log", workdir);
+    snprintf(perr, sizeof perr, "%s/plot.err", workdir);
+    char *argv[] = {"/usr/bin/python3", (char *)script, (char *)jsonl, (char *)svg, (char *)png,
+                    NULL};
+    int st = 0;
+    long rss = 0;
+    bool to = false;
+    if (!bt_spawn(argv, out, perr, 300, NULL, NULL, &st, &rss, &to)) {
+        snprintf(err, errlen, "cannot start /usr/bin/python3 %s: %s", script, strerror(errno));
+        return false;
+    }
+    bool ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+    if (!ok) {
+        FILE *f = fopen(perr, "r");
+        char line[512] = "", last[512] = "";
+        while (f && fgets(line, sizeof line, f))
+            if (line[0] != '\n')
+                snprintf(last, sizeof last, "%s", line);
+        if (f)
+            fclose(f);
+        last[strcspn(last, "\n")] = '\0';
+        snprintf(err, errlen, "the plot script %s failed%s: %s", script,
+                 to ? " (timed out)" : "", last);
+    }
+    return ok;
+}

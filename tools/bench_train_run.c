@@ -1,0 +1,364 @@
+/* `zeroc bench train`: one configuration in its own process (bench_train.h).
+ *
+ * The configuration becomes a DeepSpeed JSON file in the bench's directory;
+ * `zeroc estimate` plans it (the engine's planner, the workload's chunk per
+ * block, the host or CUDA path as the workload runs) and the workload trains
+ * it for a few steps, each in a child started from an argv (never a shell)
+ * with its output in files of the bench's directory. A child that exits
+ * non-zero failed (its last stderr line says why), one that dies of a signal
+ * or outlives the timeout was killed; either way the sweep goes on. */
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <math.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bench_train.h"
+
+extern char **environ;
+
+const char *const bt_kind_names[BT_KINDS] = {"device", "pinned", "host", "nvme"};
+volatile sig_atomic_t bt_stop_signal;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+bool bt_spawn(char *const argv[], const char *out_path, const char *err_path,
+              double timeout_s, void (*poll)(void *arg), void *arg, int *wstatus,
+              long *maxrss_kib, bool *timed_out)
+{
+    *timed_out = false;
+    *maxrss_kib = 0;
+    posix_spawn_file_actions_t fa;
+    if (posix_spawn_file_actions_init(&fa) != 0)
+        return false;
+    /* No O_CLOEXEC: these become the child's stdout and stderr across exec. */
+    const int flags = O_WRONLY | O_CREAT | O_EXCL;
+    bool ok = !posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0) &&
+              !posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, out_path, flags, 0600) &&
+              !posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, err_path, flags, 0600);
+    pid_t pid = -1;
+    int e = ok ? posix_spawn(&pid, argv[0], &fa, NULL, argv, environ) : ENOMEM;
+    posix_spawn_file_actions_destroy(&fa);
+    if (e) {
+        errno = e;
+        return false;
+    }
+    const double end = timeout_s > 0 ? now_s() + timeout_s : INFINITY;
+    struct rusage ru;
+    for (;;) {
+        pid_t w = wait4(pid, wstatus, WNOHANG, &ru);
+        if (w == pid)
+            break;
+        if (w < 0 && errno != EINTR)
+            return false;
+        if (bt_stop_signal || now_s() > end) {
+            *timed_out = !bt_stop_signal;
+            kill(pid, SIGKILL);
+            while (wait4(pid, wstatus, 0, &ru) < 0 && errno == EINTR)
+                ;
+            break;
+        }
+        if (poll)
+            poll(arg);
+        nanosleep(&(struct timespec){.tv_nsec = 20 * 1000 * 1000}, NULL);
+    }
+    *maxrss_kib = ru.ru_maxrss;
+    return true;
+}
+
+/* ---- reading what a child wrote ------------------------------------------- */
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return NULL;
+    size_t cap = 4096, len = 0;
+    char *buf = malloc(cap);
+    for (size_t n; buf && (n = fread(buf + len, 1, cap - len - 1, f)) > 0;) {
+        len += n;
+        if (len + 1 == cap) {
+            char *nb = cap < (64u << 20) ? realloc(buf, cap * 2) : NULL;
+            if (!nb) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+    }
+    fclose(f);
+    if (buf)
+        buf[len] = '\0';
+    return buf;
+}
+
+/* The last non-empty line of a file, for a failure's reason. */
+static void last_line(const char *path, char *out, size_t cap)
+{
+    out[0] = '\0';
+    char *t = slurp(path);
+    if (!t)
+        return;
+    size_t n = strlen(t);
+    while (n && (t[n - 1] == '\n' || t[n - 1] == '\r'))
+        t[--n] = '\0';
+    const char *l = strrchr(t, '\n');
+    snprintf(out, cap, "%s", l ? l + 1 : t);
+    free(t);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* The workload's --json lines: step lines (step_s, timers) and the final
+ * one (peak_bytes). */
+static bool parse_workload(const bt_setup *s, const char *path, bt_result *r)
+{
+    char *text = slurp(path);
+    if (!text)
+        return false;
+    double st[4096], ph[6][4096];
+    int n = 0;
+    bool all_timed = true, final = false;
+    for (char *save = NULL, *l = strtok_r(text, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
+        json_t *j = json_loads(l, 0, NULL);
+        if (!j)
+            continue; /* a line that is not JSON (a log line) */
+        json_t *step = json_object_get(j, "step"), *dt = json_object_get(j, "step_s");
+        if (json_is_true(json_object_get(j, "final"))) {
+            json_t *pk = json_object_get(j, "peak_bytes");
+            final = json_is_object(pk);
+            for (int k = 0; final && k < BT_KINDS; k++) {
+                json_t *v = json_object_get(pk, bt_kind_names[k]);
+                final = json_is_integer(v);
+                if (final)
+                    r->peak[k] = json_integer_value(v);
+            }
+        } else if (json_is_integer(step) && json_is_number(dt) &&
+                   json_integer_value(step) > s->warmup && n < 4096) {
+            st[n] = json_number_value(dt);
+            json_t *t = json_object_get(j, "timers");
+            for (int i = 0; i < 6; i++) {
+                static const char *const names[6] = {"forward", "backward", "reduce",
+                                                     "gather", "optimizer", "io_wait"};
+                json_t *v = json_object_get(t, names[i]);
+                all_timed &= json_is_number(v);
+                ph[i][n] = json_is_number(v) ? json_number_value(v) : 0;
+            }
+            n++;
+        }
+        json_decref(j);
+    }
+    free(text);
+    r->have_peak = final;
+    r->nsteps = n;
+    if (n > 0) {
+        r->step_min = r->step_max = st[0];
+        for (int i = 1; i < n; i++) {
+            r->step_min = st[i] < r->step_min ? st[i] : r->step_min;
+            r->step_max = st[i] > r->step_max ? st[i] : r->step_max;
+        }
+        r->step_med = median(st, n);
+        r->have_breakdown = all_timed;
+        for (int i = 0; i < 6 && all_timed; i++)
+            r->breakdown[i] = median(ph[i], n);
+        const double samples = (double)s->batch * (double)r->cfg.world;
+        r->samples_per_s = r->step_med > 0 ? samples / r->step_med : 0;
+        r->tokens_per_s = r->samples_per_s * (double)s->seq;
+    }
+    return final && n > 0;
+}
+
+/* ---- the configuration file ------------------------------------------------ */
+
+static bool write_config(const bt_setup *s, const bt_config *c, const char *path,
+                         const char *nvme_dir)
+{
+    json_t *zero = json_pack("{s:i}", "stage", c->stage);
+    if (strcmp(c->offload_optimizer, "none")) {
+        json_t *o = json_pack("{s:s, s:b}", "device", c->offload_optimizer, "pin_memory", 1);
+        if (!strcmp(c->offload_optimizer, "nvme"))
+            json_object_set_new(o, "nvme_path", json_string(nvme_dir));
+        json_object_set_new(zero, "offload_optimizer", o);
+    }
+    if (strcmp(c->offload_param, "none")) {
+        json_t *o = json_pack("{s:s, s:b}", "device", c->offload_param, "pin_memory", 1);
+        if (!strcmp(c->offload_param, "nvme"))
+            json_object_set_new(o, "nvme_path", json_string(nvme_dir));
+        json_object_set_new(zero, "offload_param", o);
+    }
+    json_t *j = json_pack(
+        "{s:i, s:i, s:f, s:b, s:{s:b}, s:{s:b}, s:{s:s, s:{s:f, s:[f, f], s:f, s:f}}, s:o}",
+        "train_micro_batch_size_per_gpu", s->batch, "gradient_accumulation_steps", 1,
+        "gradient_clipping", 1.0, "wall_clock_breakdown", 1, "bf16", "enabled",
+        !strcmp(c->dtype, "bf16"), "fp16", "enabled", !strcmp(c->dtype, "fp16"), "optimizer",
+        "type", "AdamW", "params", "lr", 3e-3, "betas", 0.9, 0.95, "eps", 1e-8, "weight_decay",
+        0.1, "zero_optimization", zero);
+    if (!j)
+        return false;
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    bool ok = fd >= 0 && json_dumpfd(j, fd, JSON_INDENT(2)) == 0;
+    if (fd >= 0)
+        ok &= close(fd) == 0;
+    json_decref(j);
+    return ok;
+}
+
+/* ---- the swap files while the workload runs -------------------------------- */
+
+typedef struct nvme_watch {
+    const char *dir;
+    int64_t max;
+} nvme_watch;
+
+static int64_t nvme_sum;
+
+static int add_size(const char *p, const struct stat *st, int type, struct FTW *f)
+{
+    (void)p;
+    (void)f;
+    if (type == FTW_F)
+        nvme_sum += (int64_t)st->st_size;
+    return 0;
+}
+
+static void watch_nvme(void *arg)
+{
+    nvme_watch *w = arg;
+    nvme_sum = 0;
+    if (nftw(w->dir, add_size, 8, FTW_PHYS) == 0 && nvme_sum > w->max)
+        w->max = nvme_sum;
+}
+
+/* ---- one configuration --------------------------------------------------------- */
+
+static bool run_estimate(const bt_setup *s, const char *cfg_path, const char *out,
+                         const char *err, const bt_config *c, bt_result *r)
+{
+    char model[128], world[16], micro[16];
+    snprintf(model, sizeof model, "gpt:%d,%d,%d,%d,%d", s->layers, s->dim, s->heads, s->seq,
+             s->vocab);
+    snprintf(world, sizeof world, "%d", c->world);
+    snprintf(micro, sizeof micro, "%d", s->batch);
+    char *argv[] = {(char *)s->self, "estimate", "--model", model, "--world", world,
+                    "--config", (char *)cfg_path, "--micro-batch", micro, "--chunks",
+                    "per-block", "--device", s->cuda ? "cuda" : "host", "--json", NULL};
+    int st = 0;
+    long rss = 0;
+    bool to = false;
+    if (!bt_spawn(argv, out, err, 60, NULL, NULL, &st, &rss, &to))
+        return false;
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        return true; /* no estimate (the configuration is one it cannot plan) */
+    char *text = slurp(out);
+    json_t *j = text ? json_loads(text, 0, NULL) : NULL;
+    free(text);
+    json_t *b = json_object_get(j, "bytes");
+    const int64_t act = json_integer_value(json_object_get(j, "activations"));
+    r->have_estimate = json_is_object(b);
+    for (int k = 0; k < BT_KINDS && r->have_estimate; k++)
+        r->estimate[k] = json_integer_value(json_object_get(b, bt_kind_names[k]));
+    /* The library's accounting holds no activations: they come out of the
+     * estimate's device (CUDA) or host (host path) figure. */
+    if (r->have_estimate) {
+        r->activations = act;
+        r->estimate[s->cuda ? 0 : 2] -= act;
+    }
+    json_decref(j);
+    return true;
+}
+
+bool bt_run_config(const bt_setup *s, int index, const bt_config *c, bt_result *r)
+{
+    memset(r, 0, sizeof *r);
+    r->cfg = *c;
+    char cfg_path[PATH_MAX + 64], nvme_dir[PATH_MAX + 64], out[PATH_MAX + 64],
+        err[PATH_MAX + 64], eout[PATH_MAX + 64], eerr[PATH_MAX + 64];
+    snprintf(cfg_path, sizeof cfg_path, "%s/config-%03d.json", s->work, index);
+    snprintf(nvme_dir, sizeof nvme_dir, "%s/nvme-%03d", s->work, index);
+    snprintf(out, sizeof out, "%s/run-%03d.out", s->work, index);
+    snprintf(err, sizeof err, "%s/run-%03d.err", s->work, index);
+    snprintf(eout, sizeof eout, "%s/estimate-%03d.out", s->work, index);
+    snprintf(eerr, sizeof eerr, "%s/estimate-%03d.err", s->work, index);
+    if (mkdir(nvme_dir, 0700) != 0 || !write_config(s, c, cfg_path, nvme_dir)) {
+        snprintf(r->reason, sizeof r->reason, "cannot write %.300s: %s", cfg_path, strerror(errno));
+        return false;
+    }
+    if (!run_estimate(s, cfg_path, eout, eerr, c, r)) {
+        snprintf(r->reason, sizeof r->reason, "cannot run %.300s estimate: %s", s->self,
+                 strerror(errno));
+        return false;
+    }
+    char steps[16], world[16], L[16], D[16], H[16], S[16], V[16], B[16];
+    snprintf(steps, sizeof steps, "%d", s->steps);
+    snprintf(world, sizeof world, "%d", c->world);
+    snprintf(L, sizeof L, "%d", s->layers);
+    snprintf(D, sizeof D, "%d", s->dim);
+    snprintf(H, sizeof H, "%d", s->heads);
+    snprintf(S, sizeof S, "%d", s->seq);
+    snprintf(V, sizeof V, "%d", s->vocab);
+    snprintf(B, sizeof B, "%d", s->batch);
+    char *argv[] = {(char *)s->workload, "--config", cfg_path, "--steps", steps, "--world",
+                    world, "--launcher", "threads", "--layers", L, "--dim", D, "--heads", H,
+                    "--seq", S, "--vocab", V, "--batch", B, "--eval-every", "0", "--device",
+                    s->cuda ? "cuda" : "cpu", "--json", NULL};
+    nvme_watch w = {.dir = nvme_dir};
+    int st = 0;
+    long rss = 0;
+    bool timed_out = false;
+    if (!bt_spawn(argv, out, err, s->timeout_s, watch_nvme, &w, &st, &rss, &timed_out)) {
+        snprintf(r->reason, sizeof r->reason, "cannot start %.300s: %s", s->workload,
+                 strerror(errno));
+        return false;
+    }
+    r->vmhwm = (int64_t)rss * 1024;
+    r->nvme_files = w.max;
+    char tail[400];
+    last_line(err, tail, sizeof tail);
+    if (timed_out) {
+        r->status = BT_KILLED;
+        snprintf(r->reason, sizeof r->reason, "timed out after %g s (killed)", s->timeout_s);
+    } else if (WIFSIGNALED(st)) {
+        r->status = BT_KILLED;
+        snprintf(r->reason, sizeof r->reason, "killed by signal %d (%s)%s%s", WTERMSIG(st),
+                 strsignal(WTERMSIG(st)),
+                 WTERMSIG(st) == SIGKILL ? ": the OOM killer, or a timeout outside" : "",
+                 tail[0] ? "; last words: " : "");
+        if (tail[0])
+            strncat(r->reason, tail, sizeof r->reason - strlen(r->reason) - 1);
+    } else if (WEXITSTATUS(st) != 0) {
+        r->status = BT_FAILED;
+        snprintf(r->reason, sizeof r->reason, "exit status %d: %s", WEXITSTATUS(st),
+                 tail[0] ? tail : "(nothing on stderr)");
+    } else if (!parse_workload(s, out, r)) {
+        r->status = BT_FAILED;
+        snprintf(r->reason, sizeof r->reason,
+                 "the workload printed no step after warm-up or no final line (%d steps timed)",
+                 r->nsteps);
+    }
+    return true;
+}

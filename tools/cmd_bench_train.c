@@ -1,0 +1,475 @@
+/* `zeroc bench train`: memory against speed over a sweep of configurations.
+ *
+ * Every configuration of stages 0-3 x offload_optimizer none/cpu/nvme x
+ * offload_param (stage 3) x dtype x world, narrowed by --only, trains the
+ * GPT example (examples/gpt, train_gpt) for a few steps in a child process of
+ * its own (bench_train_run.c), so a failure or a kill in one is reported and
+ * the sweep goes on. What comes back per configuration: the peak bytes by
+ * kind (the library's accounting and the process's VmHWM and swap files),
+ * `zeroc estimate`'s bytes for the same configuration, step times after
+ * warm-up, samples/s and tokens/s, and the wall_clock_breakdown phases.
+ *
+ * Files: --out DIR receives results.jsonl, results.md, memory_vs_time.svg
+ * and memory_vs_time.png, each created here (O_EXCL: an existing one is
+ * refused, never overwritten); the configs, the children's output and the
+ * swap files live in a directory of the bench's own under DIR
+ * (zeroc-bench-train.XXXXXX), removed at the end and on SIGINT, SIGTERM,
+ * SIGHUP (the running child is killed first). Exit status: 0 the sweep ran
+ * (configurations that failed are results), 1 the bench itself failed, 2 a
+ * usage error. */
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "bench_train.h"
+#include "cliarg.h"
+
+int zc__cmd_bench_train(int argc, char **argv);
+
+#ifndef ZC_BENCH_PLOT_SCRIPT
+#define ZC_BENCH_PLOT_SCRIPT "bench/train/plot_memory_time.py"
+#endif
+
+#define MAX_VALUES 8
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: zeroc bench train --out DIR [--json] [--only KEY=V[,V...]]... [--steps N]\n"
+            "                         [--warmup N] [--world W[,W...]] [--dtype D[,D...]]\n"
+            "                         [--model L,D,H,S,V] [--batch B] [--timeout SECONDS]\n"
+            "                         [--device cpu|cuda] [--workload PATH]\n"
+            "                         [--plot-script PATH]\n"
+            "  Trains the GPT example a few steps in every configuration of stages 0-3 x\n"
+            "  offload_optimizer none/cpu/nvme x offload_param none/cpu/nvme (stage 3) x\n"
+            "  --dtype x --world, each in its own process, and writes DIR/results.jsonl,\n"
+            "  results.md, memory_vs_time.svg and memory_vs_time.png (docs/bench_train.md).\n"
+            "  --only KEY=V,...  keep the configurations whose KEY is one of the values; KEY\n"
+            "                    is stage, offload_optimizer, offload_param, world or dtype\n"
+            "                    (repeat for several keys)\n"
+            "  --steps N         steps per configuration, [2, 100000] (default 6)\n"
+            "  --warmup N        first steps left out of the timings, [0, steps-1] (default 2)\n"
+            "  --world LIST      ranks (threads of the workload), each in [1, 64] (default 2)\n"
+            "  --dtype LIST      fp32, bf16, fp16 (default bf16)\n"
+            "  --model L,D,H,S,V the GPT's layers, dim, heads, seq, vocab (default\n"
+            "                    2,64,4,64,256)\n"
+            "  --batch B         sequences per rank and step, [1, 4096] (default 8)\n"
+            "  --timeout S       seconds before a configuration is killed, [1, 86400]\n"
+            "                    (default 600)\n"
+            "  --workload PATH   train_gpt (default: the one built next to this zeroc)\n"
+            "  --json            print each configuration's JSON line as it finishes\n"
+            "Exit status: 0 the sweep ran, 1 the bench failed, 2 usage error.\n");
+}
+
+typedef struct filter {
+    const char *key;
+    const char *values[MAX_VALUES];
+    int n;
+    char buf[256];
+} filter;
+
+static const char *const filter_keys[] = {"stage", "offload_optimizer", "offload_param",
+                                          "world", "dtype"};
+
+static int parse_only(const char *text, filter *f)
+{
+    const char *eq = strchr(text, '=');
+    if (!eq || eq == text || !eq[1] || (size_t)(eq - text) >= sizeof f->buf / 2) {
+        fprintf(stderr, "zeroc bench train: --only '%s': expected KEY=V[,V...]\n", text);
+        return 2;
+    }
+    snprintf(f->buf, sizeof f->buf, "%s", text);
+    f->buf[eq - text] = '\0';
+    f->key = NULL;
+    for (size_t i = 0; i < sizeof filter_keys / sizeof filter_keys[0]; i++)
+        if (!strcmp(f->buf, filter_keys[i]))
+            f->key = filter_keys[i];
+    if (!f->key) {
+        fprintf(stderr, "zeroc bench train: --only '%s': unknown key '%s' (stage, "
+                        "offload_optimizer, offload_param, world or dtype)\n", text, f->buf);
+        return 2;
+    }
+    f->n = 0;
+    char *save = NULL;
+    for (char *t = strtok_r(f->buf + (eq - text) + 1, ",", &save); t;
+         t = strtok_r(NULL, ",", &save)) {
+        if (f->n == MAX_VALUES) {
+            fprintf(stderr, "zeroc bench train: --only '%s': more than %d values\n", text,
+                    MAX_VALUES);
+            return 2;
+        }
+        f->values[f->n++] = t;
+    }
+    if (!f->n || text[strlen(text) - 1] == ',' || strstr(text, ",,")) {
+        fprintf(stderr, "zeroc bench train: --only '%s': an empty value\n", text);
+        return 2;
+    }
+    return 0;
+}
+
+static bool keep(const filter *fs, int nf, const bt_config *c)
+{
+    for (int i = 0; i < nf; i++) {
+        char v[16];
+        const char *have = v;
+        if (!strcmp(fs[i].key, "stage"))
+            snprintf(v, sizeof v, "%d", c->stage);
+        else if (!strcmp(fs[i].key, "world"))
+            snprintf(v, sizeof v, "%d", c->world);
+        else if (!strcmp(fs[i].key, "offload_optimizer"))
+            have = c->offload_optimizer;
+        else if (!strcmp(fs[i].key, "offload_param"))
+            have = c->offload_param;
+        else
+            have = c->dtype;
+        bool any = false;
+        for (int k = 0; k < fs[i].n; k++)
+            any |= !strcmp(fs[i].values[k], have);
+        if (!any)
+            return false;
+    }
+    return true;
+}
+
+/* ---- cleanup ----------------------------------------------------------------- */
+
+static char work_dir[PATH_MAX];
+static const int stop_signals[] = {SIGINT, SIGTERM, SIGHUP};
+
+/* Only sets the flag: the sweep kills its child, removes its directory and
+ * then dies of the same signal (main). */
+static void on_signal(int sig) { bt_stop_signal = sig; }
+
+static int remove_entry(const char *p, const struct stat *st, int type, struct FTW *f)
+{
+    (void)st;
+    (void)f;
+    return type == FTW_DP ? rmdir(p) : unlink(p);
+}
+
+/* Removes the bench's own directory: everything in it was made by this run
+ * (the configs, the children's output, their swap files). */
+static void remove_work(void)
+{
+    if (work_dir[0])
+        nftw(work_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    work_dir[0] = '\0';
+}
+
+/* ---- the sweep ------------------------------------------------------------------- */
+
+static int open_excl(const char *path, FILE **f)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0 || !(*f = fdopen(fd, "w"))) {
+        fprintf(stderr, "zeroc bench train: cannot create %s: %s%s\n", path, strerror(errno),
+                errno == EEXIST ? " (the bench writes only files it creates: remove it or "
+                                  "choose another --out)" : "");
+        if (fd >= 0)
+            close(fd);
+        return 1;
+    }
+    return 0;
+}
+
+/* The workload next to this zeroc in a build tree (tools/zeroc ->
+ * examples/gpt/train_gpt). */
+static void default_workload(char *out, size_t cap)
+{
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    out[0] = '\0';
+    if (n <= 0)
+        return;
+    self[n] = '\0';
+    char *slash = strrchr(self, '/');
+    if (slash)
+        *slash = '\0';
+    snprintf(out, cap, "%s/../examples/gpt/train_gpt", self);
+}
+
+typedef struct opts {
+    const char *out, *workload, *plot_script;
+    bool json;
+    filter only[8];
+    int nonly;
+    uint64_t worlds[MAX_VALUES];
+    int nworlds;
+    const char *dtypes[3];
+    int ndtypes;
+    char dtype_buf[64];
+} opts;
+
+static int parse(int argc, char **argv, opts *o, bt_setup *s)
+{
+    char err[ZC_ARG_ERRLEN];
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            exit(0);
+        }
+        if (!strcmp(a, "--json")) {
+            o->json = true;
+            continue;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "zeroc bench train: %s needs a value (see --help)\n", a);
+            return 2;
+        }
+        const char *v = argv[++i];
+        bool ok = true;
+        if (!strcmp(a, "--out")) {
+            o->out = v;
+        } else if (!strcmp(a, "--only")) {
+            if (o->nonly == 8) {
+                fprintf(stderr, "zeroc bench train: more than 8 --only\n");
+                return 2;
+            }
+            int rc = parse_only(v, &o->only[o->nonly++]);
+            if (rc)
+                return rc;
+        } else if (!strcmp(a, "--steps")) {
+            ok = zc__arg_int(a, v, 2, 100000, &s->steps, err, sizeof err);
+        } else if (!strcmp(a, "--warmup")) {
+            ok = zc__arg_int(a, v, 0, 99999, &s->warmup, err, sizeof err);
+        } else if (!strcmp(a, "--world")) {
+            ok = zc__arg_u64_list(a, v, 1, 64, 0, o->worlds, MAX_VALUES, &o->nworlds, err,
+                                  sizeof err);
+        } else if (!strcmp(a, "--dtype")) {
+            snprintf(o->dtype_buf, sizeof o->dtype_buf, "%s", v);
+            o->ndtypes = 0;
+            char *save = NULL;
+            for (char *t = strtok_r(o->dtype_buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+                if ((strcmp(t, "fp32") && strcmp(t, "bf16") && strcmp(t, "fp16")) ||
+                    o->ndtypes == 3) {
+                    fprintf(stderr, "zeroc bench train: --dtype '%s': expected up to three of "
+                                    "fp32, bf16, fp16\n", v);
+                    return 2;
+                }
+                o->dtypes[o->ndtypes++] = t;
+            }
+            if (!o->ndtypes || v[strlen(v) - 1] == ',' || strstr(v, ",,")) {
+                fprintf(stderr, "zeroc bench train: --dtype '%s': an empty value\n", v);
+                return 2;
+            }
+        } else if (!strcmp(a, "--model")) {
+            uint64_t m[5];
+            int n = 0;
+            ok = zc__arg_u64_list(a, v, 1, 65536, 0, m, 5, &n, err, sizeof err);
+            if (ok && n != 5) {
+                fprintf(stderr, "zeroc bench train: --model '%s': expected five numbers "
+                                "LAYERS,DIM,HEADS,SEQ,VOCAB\n", v);
+                return 2;
+            }
+            if (ok) {
+                s->layers = (int)m[0], s->dim = (int)m[1], s->heads = (int)m[2];
+                s->seq = (int)m[3], s->vocab = (int)m[4];
+            }
+        } else if (!strcmp(a, "--batch")) {
+            ok = zc__arg_int(a, v, 1, 4096, &s->batch, err, sizeof err);
+        } else if (!strcmp(a, "--timeout")) {
+            ok = zc__arg_double(a, v, 1, 86400, &s->timeout_s, err, sizeof err);
+        } else if (!strcmp(a, "--device")) {
+            if (strcmp(v, "cpu") && strcmp(v, "cuda")) {
+                fprintf(stderr, "zeroc bench train: --device '%s': expected cpu or cuda\n", v);
+                return 2;
+            }
+            s->cuda = !strcmp(v, "cuda");
+        } else if (!strcmp(a, "--workload")) {
+            o->workload = v;
+        } else if (!strcmp(a, "--plot-script")) {
+            o->plot_script = v;
+        } else {
+            fprintf(stderr, "zeroc bench train: unknown option '%s' (see --help)\n", a);
+            return 2;
+        }
+        if (!ok) {
+            fprintf(stderr, "zeroc bench train: %s\n", err);
+            return 2;
+        }
+    }
+    if (!o->out) {
+        fprintf(stderr, "zeroc bench train: --out DIR is required\n");
+        return 2;
+    }
+    if (s->warmup >= s->steps) {
+        fprintf(stderr, "zeroc bench train: --warmup %d leaves no step of --steps %d to time\n",
+                s->warmup, s->steps);
+        return 2;
+    }
+    return 0;
+}
+
+/* Every configuration of the sweep, in order, that the filters keep. */
+static int make_sweep(const opts *o, bt_config *out, int cap)
+{
+    static const char *const offs[] = {"none", "cpu", "nvme"};
+    int n = 0;
+    for (int w = 0; w < o->nworlds; w++)
+        for (int d = 0; d < o->ndtypes; d++)
+            for (int stage = 0; stage <= 3; stage++)
+                for (int oo = 0; oo < (stage ? 3 : 1); oo++)
+                    for (int op = 0; op < (stage == 3 ? 3 : 1); op++) {
+                        bt_config c = {stage, offs[oo], offs[op], (int)o->worlds[w],
+                                       o->dtypes[d]};
+                        if (keep(o->only, o->nonly, &c) && n < cap)
+                            out[n++] = c;
+                    }
+    return n;
+}
+
+static int sweep(const opts *o, bt_setup *s)
+{
+    bt_config cfgs[512];
+    const int n = make_sweep(o, cfgs, 512);
+    if (n == 0) {
+        fprintf(stderr, "zeroc bench train: --only leaves no configuration\n");
+        return 2;
+    }
+    if (mkdir(o->out, 0755) != 0 && errno != EEXIST) {
+        fprintf(stderr, "zeroc bench train: cannot make --out '%s': %s\n", o->out,
+                strerror(errno));
+        return 1;
+    }
+    char jsonl[PATH_MAX + 32], md[PATH_MAX + 32], svg[PATH_MAX + 32], png[PATH_MAX + 32];
+    snprintf(jsonl, sizeof jsonl, "%s/results.jsonl", o->out);
+    snprintf(md, sizeof md, "%s/results.md", o->out);
+    snprintf(svg, sizeof svg, "%s/memory_vs_time.svg", o->out);
+    snprintf(png, sizeof png, "%s/memory_vs_time.png", o->out);
+    /* Every output must be new before anything runs. */
+    const char *outs[] = {jsonl, md, svg, png};
+    for (int i = 0; i < 4; i++)
+        if (access(outs[i], F_OK) == 0) {
+            fprintf(stderr, "zeroc bench train: %s exists: the bench writes only files it "
+                            "creates; remove it or choose another --out\n", outs[i]);
+            return 1;
+        }
+    FILE *fj = NULL;
+    if (open_excl(jsonl, &fj))
+        return 1;
+    snprintf(s->work, sizeof s->work, "%s/zeroc-bench-train.XXXXXX", o->out);
+    if (!mkdtemp(s->work)) {
+        fprintf(stderr, "zeroc bench train: cannot make a directory under '%s': %s\n", o->out,
+                strerror(errno));
+        fclose(fj);
+        return 1;
+    }
+    snprintf(work_dir, sizeof work_dir, "%s", s->work);
+    bt_result *rs = calloc((size_t)n, sizeof *rs);
+    int rc = rs ? 0 : 1, done = 0;
+    for (int i = 0; i < n && rc == 0 && !bt_stop_signal; i++) {
+        if (!o->json)
+            fprintf(stderr, "zeroc bench train: [%d/%d] stage %d, offload_optimizer %s, "
+                            "offload_param %s, world %d, %s\n", i + 1, n, cfgs[i].stage,
+                    cfgs[i].offload_optimizer, cfgs[i].offload_param, cfgs[i].world,
+                    cfgs[i].dtype);
+        if (!bt_run_config(s, i, &cfgs[i], &rs[i])) {
+            fprintf(stderr, "zeroc bench train: %s\n", rs[i].reason);
+            rc = 1;
+            break;
+        }
+        if (bt_stop_signal)
+            break; /* the child was killed by us: not a result */
+        /* The reference measured in the same run: stage 0 without offload
+         * (plain data parallelism) at the same world and dtype, which the
+         * sweep runs first. */
+        for (int k = 0; k <= i && rs[i].status == BT_OK; k++)
+            if (rs[k].status == BT_OK && rs[k].cfg.stage == 0 &&
+                rs[k].cfg.world == rs[i].cfg.world && !strcmp(rs[k].cfg.dtype, rs[i].cfg.dtype))
+                rs[i].step_over_ddp = rs[i].step_med / rs[k].step_med;
+        json_t *j = bt_result_json(s, &rs[i]);
+        char *line = j ? json_dumps(j, JSON_COMPACT) : NULL;
+        json_decref(j);
+        if (!line || fprintf(fj, "%s\n", line) < 0 || fflush(fj) != 0) {
+            fprintf(stderr, "zeroc bench train: cannot write %s\n", jsonl);
+            free(line);
+            rc = 1;
+            break;
+        }
+        if (o->json)
+            printf("%s\n", line), fflush(stdout);
+        free(line);
+        done++;
+    }
+    if (fclose(fj) != 0 && rc == 0) {
+        fprintf(stderr, "zeroc bench train: cannot write %s: %s\n", jsonl, strerror(errno));
+        rc = 1;
+    }
+    if (rc == 0 && !bt_stop_signal) {
+        if (!bt_write_markdown(md, s, rs, done)) {
+            fprintf(stderr, "zeroc bench train: cannot write %s: %s\n", md, strerror(errno));
+            rc = 1;
+        }
+    }
+    if (rc == 0 && !bt_stop_signal) {
+        char err[1024];
+        if (!bt_plot(o->plot_script, s->work, jsonl, svg, png, err, sizeof err)) {
+            fprintf(stderr, "zeroc bench train: %s\n", err);
+            rc = 1;
+        }
+    }
+    if (rc == 0 && !o->json && !bt_stop_signal)
+        fprintf(stderr, "zeroc bench train: %d configurations; %s, %s, %s, %s\n", done, jsonl,
+                md, svg, png);
+    free(rs);
+    return rc;
+}
+
+int zc__cmd_bench_train(int argc, char **argv)
+{
+    opts o = {.plot_script = ZC_BENCH_PLOT_SCRIPT, .worlds = {2}, .nworlds = 1,
+              .dtypes = {"bf16"}, .ndtypes = 1};
+    bt_setup s = {.layers = 2, .dim = 64, .heads = 4, .seq = 64, .vocab = 256, .batch = 8,
+                  .steps = 6, .warmup = 2, .timeout_s = 600};
+    int rc = parse(argc, argv, &o, &s);
+    if (rc)
+        return rc;
+    if (s.dim % s.heads) {
+        fprintf(stderr, "zeroc bench train: --model: DIM %d is not a multiple of HEADS %d\n",
+                s.dim, s.heads);
+        return 2;
+    }
+    static char workload[PATH_MAX + 32], self[PATH_MAX];
+    if (o.workload) {
+        snprintf(workload, sizeof workload, "%s", o.workload);
+    } else {
+        default_workload(workload, sizeof workload);
+    }
+    if (!workload[0] || access(workload, X_OK) != 0) {
+        fprintf(stderr, "zeroc bench train: the workload '%s' is not an executable (%s); build "
+                        "examples/gpt or give --workload PATH\n", workload, strerror(errno));
+        return 2;
+    }
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) {
+        fprintf(stderr, "zeroc bench train: cannot find this program (/proc/self/exe): %s\n",
+                strerror(errno));
+        return 1;
+    }
+    self[n] = '\0';
+    s.workload = workload;
+    s.self = self;
+    struct sigaction sa = {0}, old[3];
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    for (int i = 0; i < 3; i++)
+        sigaction(stop_signals[i], &sa, &old[i]);
+    rc = sweep(&o, &s);
+    remove_work();
+    for (int i = 0; i < 3; i++)
+        sigaction(stop_signals[i], &old[i], NULL);
+    if (bt_stop_signal) {
+        fprintf(stderr, "zeroc bench train: stopped by signal %d; results so far are in %s\n",
+                (int)bt_stop_signal, o.out);
+        fflush(NULL);
+        raise(bt_stop_signal);
+        return 1;
+    }
+    return rc;
+}
