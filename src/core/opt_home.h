@@ -149,6 +149,8 @@ typedef struct zc_opt_nvme_info {
     int64_t reads, writes;   /* tickets in the last pass */
     int64_t requests, write_requests; /* the store's request numbers so far (the
                                          positions zc_nvme_faults counts) */
+    int64_t read_bytes, write_bytes;  /* bytes read and written since prepare (state
+                                         and swapped gradient shards) */
 } zc_opt_nvme_info;
 
 void zc__opt_home_nvme_info(const zc_opt_home *h, zc_opt_nvme_info *out);
