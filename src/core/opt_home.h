@@ -28,8 +28,8 @@
  * the I/O in flight (buffers must not be written by the kernel after the pass)
  * and returns the first error of the pass. Homes are used by one thread.
  *
- * Issue 7 (stage-3 parameter shards homed on cpu/nvme) extends the view with
- * the parameter shard: the same pass brings it in beside the optimizer state. */
+ * Stage-3 parameter shards have a seam of their own (core/param_home.h): with
+ * offload_param the pass's output (pout) is the parameter home's memory. */
 #ifndef ZC_CORE_OPT_HOME_H
 #define ZC_CORE_OPT_HOME_H
 
