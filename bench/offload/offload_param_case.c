@@ -2,7 +2,10 @@
  * shards live in a swap file (offload_param nvme, max_in_cpu 0), with a
  * synthetic compute delay per chunk in forward and backward, run with
  * prefetch (stage3_prefetch_bucket_size large) and without (0); reuse
- * distance 0, so every chunk is read twice a step.
+ * distance 0, so every chunk is read twice a step. buffer_count 3: two reads
+ * ahead are enough when compute per chunk exceeds the read time, and more
+ * start as a burst at the beginning of forward that shares the drive and
+ * delays the first gathers (bench/RESULTS.md).
  *
  * Calibration, in the same run: a step without prefetch and without delay
  * makes every acquire wait for its read; the exposed I/O of that step over
@@ -65,7 +68,7 @@ static void open_run(prun *r, const char *dir, long long params, long long chunk
     snprintf(v, sizeof v, "\"%s\"", dir);
     CK(zc_config_set(r->cfg, "zero_optimization.offload_param.nvme_path", v));
     CK(zc_config_set(r->cfg, "zero_optimization.offload_param.max_in_cpu", "0"));
-    CK(zc_config_set(r->cfg, "zero_optimization.offload_param.buffer_count", "8"));
+    CK(zc_config_set(r->cfg, "zero_optimization.offload_param.buffer_count", "3"));
     zc_engine_options eo = ZC_ENGINE_OPTIONS_INIT;
     eo.device = ZC_DEVICE_HOST;
     eo.bucket_elems = chunk;
