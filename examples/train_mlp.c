@@ -22,7 +22,8 @@
  *             [--bucket ELEMS] [--persistence-threshold ELEMS]
  *             [--prefetch ELEMS] [--dump-params FILE] [--json]
  *             [--offload-optimizer none|cpu|nvme] [--nvme-path DIR[,DIR]]
- *             [--offload-ratio R]
+ *             [--offload-ratio R] [--offload-param none|cpu|nvme]
+ *             [--reuse-distance ELEMS] [--max-in-cpu ELEMS]
  *
  * With --json: one JSON object per optimizer step, then a final object with
  * the SHA-256 of the fp32 master parameters (gathered, little-endian, in
@@ -69,7 +70,9 @@ typedef struct opts {
     const char *dump_path;
     const char *config_path; /* a DeepSpeed JSON file, or NULL */
     const char *offload;     /* --offload-optimizer: "none", "cpu", "nvme" or NULL */
-    const char *nvme_path;   /* --nvme-path: DIR[,DIR...] or NULL */
+    const char *nvme_path;   /* --nvme-path: DIR[,DIR...] or NULL (both offload blocks) */
+    const char *offload_param; /* --offload-param: "none", "cpu", "nvme" or NULL */
+    long long reuse, max_in_cpu; /* --reuse-distance, --max-in-cpu; -1: config / default */
     double offload_ratio;    /* --offload-ratio, 0 = not given */
     unsigned given;          /* GIVEN_* bits: flags set on the command line */
     bool json;
@@ -121,6 +124,8 @@ static void usage(FILE *f)
             "                 [--offload-optimizer none|cpu|nvme] [--nvme-path DIR[,DIR]]\n"
             "                 [--offload-ratio R]   (R in (0, 1]; below 1 needs --stage 3)\n"
             "                 [--save-every N --save-dir DIR] [--resume]\n"
+            "                 [--offload-param none|cpu|nvme] (stage 3) [--reuse-distance 0..2^40]\n"
+            "                 [--max-in-cpu 0..2^40]\n"
             "defaults: --stage 2 --world 2 --dtype bf16 --steps 50 --accum 1 --batch 32\n"
             "          --seed 1 --clip 1.0 --lr 1e-3 --bucket 65536\n"
             "--config: a DeepSpeed JSON file decides stage, precision, optimizer, clipping,\n"
@@ -162,12 +167,13 @@ static opts parse_args(int argc, char **argv)
 {
     opts o = {.stage = 2, .world = 2, .steps = 50, .accum = 1, .batch = 32,
               .dtype = ZC_DTYPE_BF16, .seed = 1, .clip = 1.0, .lr = 1e-3,
-              .weight_decay = 0.01, .bucket = 65536, .persistence = -1, .prefetch = -1};
+              .weight_decay = 0.01, .bucket = 65536, .persistence = -1, .prefetch = -1,
+              .reuse = -1, .max_in_cpu = -1};
     static const char *const with_value[] = {
         "--config", "--stage", "--world", "--steps", "--accum", "--batch", "--seed", "--clip",
         "--lr", "--bucket", "--persistence-threshold", "--prefetch", "--dump-params", "--dtype",
         "--offload-optimizer", "--nvme-path", "--offload-ratio", "--launcher", "--save-every",
-        "--save-dir"};
+        "--save-dir", "--offload-param", "--reuse-distance", "--max-in-cpu"};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--json")) { o.json = true; continue; }
@@ -242,7 +248,16 @@ static opts parse_args(int argc, char **argv)
                 quit(2);
             }
             o.offload = v;
-        } else if (!strcmp(a, "--nvme-path")) o.nvme_path = v;
+        } else if (!strcmp(a, "--offload-param")) {
+            if (strcmp(v, "none") && strcmp(v, "cpu") && strcmp(v, "nvme")) {
+                fprintf(stderr, "train_mlp: --offload-param must be none, cpu or nvme, got "
+                        "'%.200s'\n", v);
+                quit(2);
+            }
+            o.offload_param = v;
+        } else if (!strcmp(a, "--reuse-distance")) o.reuse = parse_int(a, v, 0, 1LL << 40);
+        else if (!strcmp(a, "--max-in-cpu")) o.max_in_cpu = parse_int(a, v, 0, 1LL << 40);
+        else if (!strcmp(a, "--nvme-path")) o.nvme_path = v;
         else if (!strcmp(a, "--offload-ratio")) {
             o.offload_ratio = parse_double(a, v, 0, 1);
             if (!(o.offload_ratio > 0)) {
@@ -309,6 +324,8 @@ typedef struct shared {
     size_t numel[2 * N_LAYERS];
     double *losses;                 /* [steps][world] mean loss of each rank */
     zc_stats *stats;                /* [world] */
+    double (*offload)[2];           /* [world]: NVMe bytes read and exposed I/O seconds,
+                                       summed over the steps after the first */
     float *master;                  /* gathered fp32 master, registration order */
     size_t total;
     int first, nlocal;              /* the ranks of this process: first..first+nlocal-1 */
@@ -444,7 +461,7 @@ static long long config_int(zc_config *cfg, const char *path, const char *key, l
 /* --nvme-path DIR[,DIR]: a JSON list of the directories (zeroc stripes the
  * swap files over them). Paths with characters JSON would need escaped are
  * refused rather than escaped. */
-static void set_nvme_path(zc_config *cfg, const char *arg)
+static void set_nvme_path(zc_config *cfg, const char *key, const char *arg)
 {
     char json[4096];
     size_t n = 0;
@@ -472,7 +489,7 @@ static void set_nvme_path(zc_config *cfg, const char *arg)
     }
     json[n++] = ']';
     json[n] = '\0';
-    if (zc_config_set(cfg, "zero_optimization.offload_optimizer.nvme_path", json) != ZC_OK) {
+    if (zc_config_set(cfg, key, json) != ZC_OK) {
         fprintf(stderr, "train_mlp: %s\n", zc_last_error());
         quit(2);
     }
@@ -531,8 +548,22 @@ static zc_config *make_config(opts *o)
         snprintf(v, sizeof v, "\"%s\"", o->offload);
         CHECK(zc_config_set(cfg, "zero_optimization.offload_optimizer.device", v));
     }
-    if (o->nvme_path)
-        set_nvme_path(cfg, o->nvme_path);
+    if (o->offload_param) {
+        snprintf(v, sizeof v, "\"%s\"", o->offload_param);
+        CHECK(zc_config_set(cfg, "zero_optimization.offload_param.device", v));
+    }
+    if (o->reuse >= 0) {
+        snprintf(v, sizeof v, "%lld", o->reuse);
+        CHECK(zc_config_set(cfg, "zero_optimization.stage3_max_reuse_distance", v));
+    }
+    if (o->max_in_cpu >= 0) {
+        snprintf(v, sizeof v, "%lld", o->max_in_cpu);
+        CHECK(zc_config_set(cfg, "zero_optimization.offload_param.max_in_cpu", v));
+    }
+    if (o->nvme_path) {
+        set_nvme_path(cfg, "zero_optimization.offload_optimizer.nvme_path", o->nvme_path);
+        set_nvme_path(cfg, "zero_optimization.offload_param.nvme_path", o->nvme_path);
+    }
     if (o->offload_ratio > 0) {
         snprintf(v, sizeof v, "%.17g", o->offload_ratio);
         CHECK(zc_config_set(cfg, "zero_optimization.offload_optimizer.ratio", v));
@@ -687,6 +718,15 @@ static void *rank_main(void *argp)
         }
         zc_step_info info;
         CHECK(zc_step(eng, &info));
+        /* The first step of a run (or of a resumed run: a fresh engine)
+         * records the stage-3 trace (no prefetch yet): the per-step figures
+         * are the mean over the later steps. */
+        zc_offload_stats os = {.size = sizeof os};
+        CHECK(zc_engine_offload_stats(eng, &os));
+        if (step > start || o->steps == 1) {
+            sh->offload[rank][0] += (double)(os.param_nvme_read_bytes + os.optim_nvme_read_bytes);
+            sh->offload[rank][1] += os.io_wait_s;
+        }
         sh->losses[(size_t)(step - start) * o->world + rank] = loss_sum / o->accum;
         if (o->save_every && (step + 1) % o->save_every == 0)
             CHECK(zc_checkpoint_save(eng, o->save_dir, NULL));
@@ -770,6 +810,14 @@ static void report(const shared *sh)
     }
     const zc_stats *s0 = &sh->stats[0];
     const char *dt = zc_dtype_name(o->dtype);
+    /* Offload figures per step (mean over the steps after the first, max over
+     * ranks). */
+    const int counted = o->steps > 1 ? o->steps - 1 : o->steps;
+    double nvme_read = 0, exposed = 0;
+    for (int r = 0; counted > 0 && r < o->world; r++) {
+        if (sh->offload[r][0] / counted > nvme_read) nvme_read = sh->offload[r][0] / counted;
+        if (sh->offload[r][1] / counted > exposed) exposed = sh->offload[r][1] / counted;
+    }
     if (o->json) {
         printf("{\"final\":true,\"params_sha256\":\"%s\",\"num_params\":%zu,\"world\":%d,"
                "\"stage\":%d,\"dtype\":\"%s\",\"accum\":%d,\"steps\":%d,"
@@ -781,7 +829,8 @@ static void report(const shared *sh)
                "\"comm_bytes_per_step\":{\"all_reduce\":%lld,\"reduce_scatter\":%lld,"
                "\"all_gather\":%lld},\"gathers_last_step\":%lld,"
                "\"bytes_by_kind\":{\"device\":%lld,\"pinned\":%lld,\"host\":%lld,"
-               "\"nvme\":%lld}}\n",
+               "\"nvme\":%lld},\"nvme_read_bytes_per_step\":%.0f,"
+               "\"exposed_io_s_per_step\":%s}\n",
                hex, sh->total, o->world, o->stage, dt, o->accum, o->steps,
                (long long)s0->padded_params, (long long)s0->num_chunks,
                (long long)s0->skipped_steps, (long long)mem[ZC_MEM_PARAMS],
@@ -793,7 +842,7 @@ static void report(const shared *sh)
                (long long)comm[ZC_COLL_REDUCE_SCATTER], (long long)comm[ZC_COLL_ALL_GATHER],
                (long long)s0->gathers_last_step, (long long)kind[ZC_KIND_DEVICE],
                (long long)kind[ZC_KIND_PINNED], (long long)kind[ZC_KIND_HOST],
-               (long long)kind[ZC_KIND_NVME]);
+               (long long)kind[ZC_KIND_NVME], nvme_read, jnum(exposed).s);
     } else {
         printf("\n%zu parameters (%lld after padding, %lld chunks), ZeRO stage %d, %d ranks, %s, "
                "%lld skipped steps\n",
@@ -879,6 +928,7 @@ int main(int argc, char **argv)
     make_init(sh);
     sh->losses = xcalloc((size_t)(o->steps ? o->steps : 1) * o->world, sizeof(double));
     sh->stats = xcalloc((size_t)o->world, sizeof(zc_stats));
+    sh->offload = xcalloc((size_t)o->world, sizeof *sh->offload);
     sh->master = xcalloc(sh->total, sizeof(float));
     sh->comms = xcalloc((size_t)o->world, sizeof(zc_comm *));
     int be = pthread_barrier_init(&sh->bar, NULL, (unsigned)sh->nlocal);
@@ -916,7 +966,8 @@ int main(int argc, char **argv)
     zc_config_destroy(sh->cfg);
     pthread_barrier_destroy(&sh->bar);
     for (int i = 0; i < 2 * N_LAYERS; i++) free(sh->init[i]);
-    free(th); free(args); free(sh->comms); free(sh->master); free(sh->stats); free(sh->losses);
+    free(th); free(args); free(sh->comms); free(sh->master); free(sh->stats); free(sh->offload);
+    free(sh->losses);
     free(sh);
     /* Output that could not be written (a full disk, a closed pipe) is a
      * failure, not a silent success. */

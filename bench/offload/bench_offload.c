@@ -28,8 +28,12 @@
  * the median of --iters passes after one warm-up pass (which also writes the
  * whole state, so reads never hit unwritten extents).
  *
+ * --case param runs the stage-3 parameter offload cases instead
+ * (offload_param_case.c: {"bench":"offload_param", ...}); --case all both.
+ *
  * Usage: bench_offload [--params N] [--chunk N] [--dir PATH] [--iters N]
- *                      [--device cpu|nvme|both] [--block BYTES] [--depth N] */
+ *                      [--device cpu|nvme|both] [--block BYTES] [--depth N]
+ *                      [--case optimizer|param|all] */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -43,6 +47,7 @@
 #include "core/opt_home.h"
 #include "offload/offload.h"
 #include "optim/adam.h"
+#include "offload_param_case.h"
 
 #define MAXITER 15
 
@@ -51,6 +56,7 @@ typedef struct bopts {
     int iters;
     const char *dir;
     bool cpu, nvme;
+    bool opt_case, param_case;
 } bopts;
 
 static double now_s(void)
@@ -284,7 +290,7 @@ static void emit(const bopts *o, const char *dev, bool pipeline, double step, do
 int main(int argc, char **argv)
 {
     bopts o = {.params = 256LL << 20, .chunk = 1LL << 24, .block = 1 << 20, .depth = 32,
-               .iters = 3, .dir = ".", .cpu = true, .nvme = true};
+               .iters = 3, .dir = ".", .cpu = true, .nvme = true, .opt_case = true};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) {
@@ -298,6 +304,14 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--depth")) o.depth = parse_ll(a, v, 1, 4096);
         else if (!strcmp(a, "--iters")) o.iters = (int)parse_ll(a, v, 1, MAXITER);
         else if (!strcmp(a, "--dir")) o.dir = v;
+        else if (!strcmp(a, "--case")) {
+            o.opt_case = !strcmp(v, "optimizer") || !strcmp(v, "all");
+            o.param_case = !strcmp(v, "param") || !strcmp(v, "all");
+            if (!o.opt_case && !o.param_case) {
+                fprintf(stderr, "bench_offload: --case optimizer|param|all, got '%s'\n", v);
+                return 2;
+            }
+        }
         else if (!strcmp(a, "--device")) {
             o.cpu = !strcmp(v, "cpu") || !strcmp(v, "both");
             o.nvme = !strcmp(v, "nvme") || !strcmp(v, "both");
@@ -310,6 +324,10 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    if (o.param_case)
+        zc_bench_offload_param(o.dir, o.params, o.chunk, o.iters);
+    if (!o.opt_case)
+        return 0;
     model m = {0};
     m.nchunks = (int)((o.params + o.chunk - 1) / o.chunk);
     m.n = calloc((size_t)m.nchunks, sizeof *m.n);

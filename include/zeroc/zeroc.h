@@ -810,6 +810,32 @@ ZC_API zc_status zc_engine_timers(const zc_engine *eng, zc_timers *out);
  * "io_wait"; "unknown" outside the enum. */
 ZC_API const char *zc_timer_name(zc_timer_phase phase);
 
+/* Offload and prefetch figures of the last completed optimizer step (all
+ * zero before the first one). NVMe bytes count whole I/O requests (each
+ * shard or state extent rounded up to the 4 KiB swap alignment). */
+typedef struct zc_offload_stats {
+    size_t size;                    /* sizeof(zc_offload_stats), set by caller */
+    int64_t param_nvme_read_bytes;  /* parameter shards read (offload_param nvme) */
+    int64_t param_nvme_write_bytes; /* updated parameter shards written home */
+    int64_t optim_nvme_read_bytes;  /* optimizer state (and swapped fp32 gradient
+                                       shards) read (offload_optimizer nvme) */
+    int64_t optim_nvme_write_bytes; /* ... and written */
+    int64_t param_reads;            /* parameter shard reads from NVMe */
+    int64_t prefetch_hits;          /* stage 3 chunk activations that found the
+                                       chunk gathered, kept or its read started */
+    int64_t prefetch_misses;        /* activations that gathered on demand */
+    int64_t io_wait_acquires;       /* zc_param_acquire calls that waited for a
+                                       parameter read */
+    double io_wait_s;               /* the time they waited: the exposed I/O */
+    int64_t max_live_elems;         /* peak gathered + in-flight elements
+                                       (= zc_stats.max_live_elems_last_step) */
+} zc_offload_stats;
+
+/* Fills *out (out->size must be set; ZC_ERR_INVALID_ARG otherwise) with the
+ * figures of the last completed zc_step. Not collective; the values are this
+ * rank's. Thread-safe with respect to other engines only. */
+ZC_API zc_status zc_engine_offload_stats(const zc_engine *eng, zc_offload_stats *out);
+
 /* Destroys the engine and frees everything it allocated. NULL is a no-op. Not
  * collective. */
 ZC_API void zc_engine_destroy(zc_engine *eng);

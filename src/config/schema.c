@@ -286,8 +286,9 @@ const zc_cfg_key zc__cfg_keys[] = {
     /* offload_param */
     KENUM(OPAR "device", zero.offload_param.device, offload_devices, (int)sizeof(int),
           ZC_OFFLOAD_NONE, 0, "none, cpu or nvme (stage 3 only)"),
-    { .path = OPAR "nvme_path", .type = ZC_KT_STR, .flags = ZC_KF_NULL,
-      .off = O(zero.offload_param.nvme_path), .doc = "directory for NVMe swap files" },
+    { .path = OPAR "nvme_path", .type = ZC_KT_STR, .flags = ZC_KF_NULL | ZC_KF_PATH_LIST,
+      .off = O(zero.offload_param.nvme_path),
+      .doc = "directory for NVMe swap files, or a list of them to stripe over (zeroc)" },
     KBOOL(OPAR "pin_memory", zero.offload_param.pin_memory, 1, 0, "pinned host buffers"),
     KI64(OPAR "buffer_count", zero.offload_param.buffer_count, 5, 1, 1 << 20, 0,
          "parameter swap buffers"),

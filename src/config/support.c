@@ -1,12 +1,12 @@
 /* What the engine accepts, as a config-level rule.
  *
  * A configuration can be valid DeepSpeed and still be one this build's engine
- * refuses: parameter offload is parsed and checked, but the engine does not
- * run it (issue 7), and optimizer offload at stage 0 has nothing to offload
- * from (stage 0 keeps the whole optimizer state on every rank).
- * zc_engine_create and `zeroc config check` both call this one function, so
- * the checker's verdict is the engine's: when the engine learns to offload,
- * the rule changes here and both follow. */
+ * refuses: optimizer offload at stage 0 has nothing to offload from (stage 0
+ * keeps the whole optimizer state on every rank). Parameter offload below
+ * stage 3 is accepted and ignored, as DeepSpeed does (the loader warns that
+ * it has no effect, src/config/semantic.c). zc_engine_create and `zeroc config
+ * check` both call this one function, so the checker's verdict is the
+ * engine's. */
 #include "config/internal.h"
 #include "base/error.h"
 
@@ -17,19 +17,13 @@ static const char *device_name(zc_offload_device dev)
 
 void zc__cfg_engine_support(const zc_config *cfg, zc_cfg_diag *d)
 {
-    const zc_offload_cfg *opt = &cfg->zero.offload_optimizer, *par = &cfg->zero.offload_param;
+    const zc_offload_cfg *opt = &cfg->zero.offload_optimizer;
     if (opt->device != ZC_OFFLOAD_NONE && cfg->zero.stage == 0)
         zc__diag_add(d, ZC_SEV_ERROR, ZC_ERR_CONFIG, "zero_optimization.offload_optimizer.device",
                      "\"%s\" at stage 0, which keeps the whole optimizer state on every rank: "
                      "zc_engine_create refuses it; set zero_optimization.stage to 1, 2 or 3 or "
                      "remove offload_optimizer",
                      device_name(opt->device));
-    if (par->device != ZC_OFFLOAD_NONE)
-        zc__diag_add(d, ZC_SEV_ERROR, ZC_ERR_UNSUPPORTED, "zero_optimization.offload_param.device",
-                     "\"%s\": valid for DeepSpeed, but the zeroc engine does not offload "
-                     "parameters yet, so zc_engine_create refuses it; set it to \"none\" or "
-                     "remove the block",
-                     device_name(par->device));
 }
 
 zc_status zc__config_engine_check(const zc_config *cfg)

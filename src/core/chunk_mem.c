@@ -31,7 +31,8 @@ zc_status zc__chunk_alloc(zc_engine *e, zc_chunk *c)
                           (int)(c - e->chunks), first->adopt_bytes, param_elems(e, c) * e->pesz);
         c->param = first->adopt_mem;
         c->adopted = true;
-    } else {
+    } else if (!zc__param_offloaded(e, c)) {
+        /* An offloaded stage-3 shard lives in its home (param_state.c). */
         ZC_CHECK(
             zc__eng_alloc(e, ZC_MEM_PARAMS, param_elems(e, c) * e->pesz, "parameters", &p));
         c->param = p;

@@ -350,6 +350,7 @@ ZC_API void zc_engine_destroy(zc_engine *e)
     if (e->pol && e->pol->teardown && e->chunks)
         e->pol->teardown(e);
     zc__opt_free(e);
+    zc__param_free(e);
     zc__partials_free(e);
     /* Before the layout: the shadows are sized by the chunks. */
     zc__debug_free(e);
@@ -559,5 +560,31 @@ ZC_API zc_status zc_engine_stats(const zc_engine *e, zc_stats *out)
     s.steps = e->steps;
     s.skipped_steps = e->skipped;
     *out = s;
+    return ZC_OK;
+}
+
+ZC_API zc_status zc_engine_offload_stats(const zc_engine *e, zc_offload_stats *out)
+{
+    ZC_CHECK(zc__eng_enter(e, "zc_engine_offload_stats", false));
+    if (!out)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "zc_engine_offload_stats: out is NULL");
+    if (out->size < sizeof(zc_offload_stats))
+        return ZC_ERR(ZC_ERR_INVALID_ARG,
+                      "zc_engine_offload_stats: out->size %zu is smaller than "
+                      "sizeof(zc_offload_stats) %zu; set out->size",
+                      out->size, sizeof(zc_offload_stats));
+    *out = (zc_offload_stats){
+        .size = sizeof *out,
+        .param_nvme_read_bytes = e->pread_last,
+        .param_nvme_write_bytes = e->pwrite_last,
+        .optim_nvme_read_bytes = e->oread_last,
+        .optim_nvme_write_bytes = e->owrite_last,
+        .param_reads = e->preads_last,
+        .prefetch_hits = e->off_last.hits,
+        .prefetch_misses = e->off_last.misses,
+        .io_wait_acquires = e->off_last.io_wait_acquires,
+        .io_wait_s = e->off_last.io_wait_s,
+        .max_live_elems = e->live_peak_last,
+    };
     return ZC_OK;
 }

@@ -39,6 +39,7 @@
 #include "core/loss_scaler.h"
 #include "core/opt_home.h"
 #include "core/timers.h"
+#include "core/param_home.h"
 #include "device/device.h"
 #include "optim/adam.h"
 
@@ -154,13 +155,24 @@ typedef struct zc_chunk {
     /* Stage 3 */
     int acq;                   /* outstanding acquires over its parameters */
     bool persistent;           /* kept gathered (param_persistence_threshold) */
-    bool prefetched;           /* gathered ahead of its next use, not yet acquired */
+    bool prefetched;           /* gathered (or its shard being read) ahead of its next
+                                  use, not yet acquired */
+    bool kept;                 /* released but kept gathered: used again within
+                                  stage3_max_reuse_distance */
+    bool reading;              /* offloaded shard read started ahead (prefetch): counted
+                                  live and prefetched, not gathered yet */
+    int64_t read_act;          /* the activation that started that read */
     int64_t gathers_cur, gathers_last; /* gathers in this / the last step */
 
     /* fp32 views (f32_view.c): slots of pool_view / pool_gview and how many
      * of the chunk's parameters use them. */
     float *view_slot, *gview_slot;
     int view_refs, gview_refs;
+    /* Stage 3 with offload_param (param_state.c). */
+    bool poff;                 /* the shard lives in e->phome, not c->param */
+    int64_t reads_cur, reads_last; /* shard reads from NVMe in this / the last step */
+    void *pout_home, *pout_dev; /* the optimizer's output for the home (between
+                                   zc__param_out_begin and _end) */
 } zc_chunk;
 
 /* Stage 3's acquire trace (src/zero3/gather.c). */
@@ -171,7 +183,6 @@ typedef struct zc_trace {
     int *order;                /* chunk activations (acquire with acq 0 -> 1) */
     int64_t len, cap;
     int64_t pos;               /* next expected activation (complete mode) */
-    int64_t pf_end;            /* trace entries [pos, pf_end) were considered for prefetch */
     bool truncated;            /* more activations than cap were recorded: the trace
                                   holds the first cap, and nothing is prefetched
                                   beyond them */
@@ -254,7 +265,20 @@ struct zc_engine {
 
     /* Stage 3. */
     int64_t max_live, prefetch_elems, prefetched_elems;
+    int64_t reuse_elems;       /* stage3_max_reuse_distance */
+    int64_t activations;       /* chunk activations so far (orders prefetch reads) */
     zc_trace trace;
+    /* Parameter offload (param_state.c): the home of offloaded shards, or
+     * NULL; the per-step counters of zc_engine_offload_stats. */
+    zc_param_home *phome;
+    struct zc_offload_step {
+        int64_t hits, misses, io_wait_acquires;
+        double io_wait_s;
+    } off_cur, off_last;
+    zc_param_home_io pio_mark; /* home counters at the start of the step */
+    int64_t pread_last, pwrite_last, preads_last; /* NVMe parameter bytes and
+                                                     reads of the last step */
+    int64_t oread_mark, owrite_mark, oread_last, owrite_last; /* optimizer ones */
 
     /* Reserved at build (bufpool.h, reserve.c): stage 2/3 gradient buffers,
      * stage 3 gather buffers, fp32 staging of zc_param_load and
@@ -308,6 +332,11 @@ struct zc_stage_policy {
     /* Before the chunks are freed at destroy (stage 3: drop what is
      * gathered). May be NULL. */
     void (*teardown)(zc_engine *e);
+    /* Drops work done ahead of use that nothing holds (stage 3: prefetched
+     * and kept chunks, shard reads in flight), before the optimizer writes
+     * the shards and before zc_param_load. Not collective: every rank drops
+     * the same chunks. May be NULL. */
+    void (*quiesce)(zc_engine *e);
 };
 
 extern const zc_stage_policy zc__stage0_policy;
@@ -447,6 +476,7 @@ typedef struct zc_opt_chunk {
     int64_t pout_base;
     zc_opt_view view;
     bool staged;
+    bool pout_home;            /* pout is the parameter home's (offload_param) */
 } zc_opt_chunk;
 
 /* The step's pass over every chunk in order: begin, then per chunk fetch
@@ -495,6 +525,47 @@ zc_status zc__opt_visit(zc_engine *e, bool dirty, zc_opt_visit_fn fn, void *arg)
 void zc__opt_force_staging(bool on);
 /* Tests and the bench: the offload home of an engine, or NULL. */
 zc_opt_home *zc__opt_offload_home(zc_engine *e);
+
+/* Shared with param_state.c: nvme_path split into directories (key names
+ * the offload block in messages), and the ZC_FAULTS io hook of the homes. */
+zc_status zc__split_nvme_paths(const char *key, const char *s, char *buf, size_t cap,
+                               const char **dirs, int *n);
+bool zc__eng_io_fault(void *arg, int64_t *nth);
+
+/* ---- param_state.c (stage-3 parameter offload, core/param_home.h) -------- */
+
+/* Reads offload_param, creates the home and places every non-persistent
+ * chunk's shard in it (after persistence is marked, before chunk buffers). */
+zc_status zc__param_build(zc_engine *e);
+void zc__param_free(zc_engine *e);
+/* Whether c's shard lives in the offload home (chunk_mem.c then allocates no
+ * device shard). */
+bool zc__param_offloaded(const zc_engine *e, const zc_chunk *c);
+/* Whether bringing chunk k's shard in can fail on one rank alone (NVMe): the
+ * gather agrees on it before the all-gather. */
+bool zc__param_rank_local_io(const zc_engine *e, int k);
+/* Starts reading chunk k's shard ahead of its gather; *started false when no
+ * buffer can be spared (nothing changed). Never fails: an error is reported
+ * by the gather that uses the read. */
+void zc__param_read_ahead(zc_engine *e, int k, bool *started);
+/* Abandons a read started ahead (waits for it, frees its buffer). */
+void zc__param_read_cancel(zc_engine *e, int k);
+/* Puts this rank's shard of chunk k where the all-gather into `gather` can
+ * send it from (*send: c->param, or the rank's slice of gather after an H2D
+ * copy from the home; the all-gather then runs in place). */
+zc_status zc__param_send(zc_engine *e, int k, void *gather, const void **send);
+/* The optimizer's output for an offloaded chunk k: *pout is where Adam writes
+ * the new shard (host memory when host_adam, or on the host path; else
+ * device memory copied D2H by out_end); out_end sends it home. flush waits
+ * for every write (first error since the last flush). */
+zc_status zc__param_out_begin(zc_engine *e, int k, bool host_adam, char **pout);
+zc_status zc__param_out_end(zc_engine *e, int k);
+zc_status zc__param_flush(zc_engine *e);
+/* zc_param_load into an offloaded shard: n fp32 host values at shard element
+ * `at`, converted on the host (round to nearest even) and written home. */
+zc_status zc__param_load_range(zc_engine *e, int k, int64_t at, const float *values, size_t n);
+/* The home's counters (zeros without a home). */
+void zc__param_io(const zc_engine *e, zc_param_home_io *out);
 
 /* ---- adopt.c ------------------------------------------------------------- */
 

@@ -215,6 +215,7 @@ static zc_status size_from_model(zc_engine *e)
                                                        : INT64_MAX;
     e->prefetch_elems = e->cfg->zero.prefetch_bucket_size > 0 ? e->cfg->zero.prefetch_bucket_size
                                                               : 0;
+    e->reuse_elems = e->cfg->zero.max_reuse_distance > 0 ? e->cfg->zero.max_reuse_distance : 0;
     return ZC_OK;
 }
 
@@ -223,6 +224,7 @@ static zc_status build_local(zc_engine *e)
 {
     ZC_CHECK(zc__preflight(e));
     ZC_CHECK(zc__opt_build(e));
+    ZC_CHECK(zc__param_build(e));
     for (int k = 0; k < e->nchunks; k++)
         ZC_CHECK(e->pol->alloc_chunk(e, &e->chunks[k]));
     ZC_CHECK(zc__reserve_build(e));

@@ -28,8 +28,8 @@
  * the I/O in flight (buffers must not be written by the kernel after the pass)
  * and returns the first error of the pass. Homes are used by one thread.
  *
- * Issue 7 (stage-3 parameter shards homed on cpu/nvme) extends the view with
- * the parameter shard: the same pass brings it in beside the optimizer state. */
+ * Stage-3 parameter shards have a seam of their own (core/param_home.h): with
+ * offload_param the pass's output (pout) is the parameter home's memory. */
 #ifndef ZC_CORE_OPT_HOME_H
 #define ZC_CORE_OPT_HOME_H
 
@@ -149,6 +149,8 @@ typedef struct zc_opt_nvme_info {
     int64_t reads, writes;   /* tickets in the last pass */
     int64_t requests, write_requests; /* the store's request numbers so far (the
                                          positions zc_nvme_faults counts) */
+    int64_t read_bytes, write_bytes;  /* bytes read and written since prepare (state
+                                         and swapped gradient shards) */
 } zc_opt_nvme_info;
 
 void zc__opt_home_nvme_info(const zc_opt_home *h, zc_opt_nvme_info *out);

@@ -97,6 +97,7 @@ typedef struct nvme_home {
     char errmsg[1024];
     double read_wait, write_wait;
     int64_t reads, writes;
+    int64_t read_bytes, write_bytes; /* since prepare (the engine's step stats) */
     int64_t counted_nvme[4];   /* bytes counted as ZC_MEMKIND_NVME: master, Adam,
                                   gradient, padding of the stripe round-up */
 } nvme_home;
@@ -216,10 +217,13 @@ static zc_status submit(nvme_home *h, nv_slot *s, int k, bool write, bool retry)
                           write ? "writing" : "reading", k, h->p.rank);
         return fail(h, rc);
     }
-    if (write)
+    if (write) {
         h->writes++;
-    else
+        h->write_bytes += (int64_t)(3 * c->tbytes);
+    } else {
         h->reads++;
+        h->read_bytes += (int64_t)((size_t)h->nt * c->tbytes);
+    }
     return ZC_OK;
 }
 
@@ -330,6 +334,8 @@ static zc_status nv_grad_add(zc_opt_home *hh, int k, const void *src, zc_dtype d
             rc = zc__nvme_read(h->store, at, h->gbuf, c->tbytes, &t);
             if (rc == ZC_OK)
                 rc = zc__nvme_wait(h->store, t, &err);
+            if (rc == ZC_OK)
+                h->read_bytes += (int64_t)c->tbytes;
             if (rc == ZC_OK || err.err != EIO)
                 break;
         }
@@ -348,6 +354,8 @@ static zc_status nv_grad_add(zc_opt_home *hh, int k, const void *src, zc_dtype d
         rc = zc__nvme_write(h->store, at, h->gbuf, c->tbytes, &h->gwt);
     if (rc != ZC_OK)
         grad_fail(h, rc, k, "writing");
+    else
+        h->write_bytes += (int64_t)c->tbytes;
     return ZC_OK;
 }
 
@@ -753,6 +761,8 @@ void zc__opt_home_nvme_info(const zc_opt_home *hh, zc_opt_nvme_info *out)
     out->write_wait_s = h->write_wait;
     out->reads = h->reads;
     out->writes = h->writes;
+    out->read_bytes = h->read_bytes;
+    out->write_bytes = h->write_bytes;
     if (h->store) {
         zc_nvme_stats ns;
         zc__nvme_stats_get(h->store, &ns);

@@ -49,32 +49,34 @@ static size_t opt_elems(const zc_engine *e, const zc_chunk *c)
 }
 
 /* Splits nvme_path into its directories (the configuration stores a JSON
- * list joined with '\n', see src/config/schema.c); dirs point into buf. */
-static zc_status split_paths(const char *s, char *buf, size_t cap, const char **dirs, int *n)
+ * list joined with '\n', see src/config/schema.c); dirs point into buf. key
+ * names the setting in messages (offload_optimizer or offload_param). */
+zc_status zc__split_nvme_paths(const char *key, const char *s, char *buf, size_t cap,
+                               const char **dirs, int *n)
 {
     *n = 0;
     if (!s || !*s)
-        return ZC_ERR(ZC_ERR_CONFIG, "zero_optimization.offload_optimizer.nvme_path is required "
-                      "with device \"nvme\": a writable directory (or a list of them)");
+        return ZC_ERR(ZC_ERR_CONFIG, "zero_optimization.%s.nvme_path is required with device "
+                      "\"nvme\": a writable directory (or a list of them)", key);
     if (strlen(s) >= cap)
-        return ZC_ERR(ZC_ERR_CONFIG, "zero_optimization.offload_optimizer.nvme_path is longer "
-                      "than %zu bytes", cap - 1);
+        return ZC_ERR(ZC_ERR_CONFIG, "zero_optimization.%s.nvme_path is longer than %zu bytes",
+                      key, cap - 1);
     memcpy(buf, s, strlen(s) + 1);
     char *save = NULL;
     for (char *t = strtok_r(buf, "\n", &save); t; t = strtok_r(NULL, "\n", &save)) {
         if (*n == 16)
-            return ZC_ERR(ZC_ERR_CONFIG, "zero_optimization.offload_optimizer.nvme_path lists "
-                          "more than 16 directories");
+            return ZC_ERR(ZC_ERR_CONFIG, "zero_optimization.%s.nvme_path lists more than 16 "
+                          "directories", key);
         dirs[(*n)++] = t;
     }
     if (!*n)
-        return ZC_ERR(ZC_ERR_CONFIG, "zero_optimization.offload_optimizer.nvme_path is empty");
+        return ZC_ERR(ZC_ERR_CONFIG, "zero_optimization.%s.nvme_path is empty", key);
     return ZC_OK;
 }
 
 /* ZC_FAULTS io items: each read or write of the swap files after build is
  * one event of the rank's count. */
-static bool io_fault(void *arg, int64_t *nth)
+bool zc__eng_io_fault(void *arg, int64_t *nth)
 {
     zc_engine *e = arg;
     return e->state == ZC_ENG_BUILT && zc__faults_hit(&e->faults, ZC_FAULT_IO, nth);
@@ -102,7 +104,7 @@ zc_status zc__opt_build(zc_engine *e)
         .aio_intra_op = e->cfg->aio.intra_op_parallelism,
         .aio_single_submit = e->cfg->aio.single_submit,
         .aio_overlap_events = e->cfg->aio.overlap_events,
-        .io_fault = io_fault,
+        .io_fault = zc__eng_io_fault,
         .io_fault_arg = e,
     };
     e->opt_staging = e->dev->mem_kind == ZC_MEMKIND_DEVICE || atomic_load(&force_staging);
@@ -127,7 +129,8 @@ zc_status zc__opt_build(zc_engine *e)
         } else {
             char buf[16 * 512];
             const char *dirs[16];
-            ZC_CHECK(split_paths(o->nvme_path, buf, sizeof buf, dirs, &hp.ndirs));
+            ZC_CHECK(zc__split_nvme_paths("offload_optimizer", o->nvme_path, buf, sizeof buf, dirs,
+                                              &hp.ndirs));
             hp.dirs = dirs;
             ZC_CHECK(zc__opt_home_nvme_create(&hp, &e->homes[1]));
         }
@@ -302,6 +305,14 @@ zc_status zc__opt_fetch(zc_engine *e, int k, zc_opt_chunk *out)
         out->grad = (const char *)v.grad;
         out->grad_base = shard_base;
     }
+    /* An offloaded parameter shard (offload_param) takes the output in its
+     * home's memory (param_state.c). */
+    const bool poff = zc__param_offloaded(e, c);
+    if (poff) {
+        ZC_CHECK(zc__param_out_begin(e, k, h->ops->host, &out->pout));
+        out->pout_base = shard_base;
+        out->pout_home = true;
+    }
     if (!h->ops->host || !e->opt_staging)
         return ZC_OK;
     zc_device *d = e->dev;
@@ -316,6 +327,8 @@ zc_status zc__opt_fetch(zc_engine *e, int k, zc_opt_chunk *out)
         out->grad = v.grad_stage;
         out->grad_base = shard_base;
     }
+    if (poff)
+        return ZC_OK;
     out->pout = v.pout_stage;
     out->pout_base = shard_base;
     out->staged = true;
@@ -326,7 +339,9 @@ zc_status zc__opt_put(zc_engine *e, int k, zc_opt_chunk *oc)
 {
     zc_chunk *c = &e->chunks[k];
     zc_opt_home *h = e->homes[c->home];
-    if (oc->staged) {
+    if (oc->pout_home) {
+        ZC_CHECK(zc__param_out_end(e, k));
+    } else if (oc->staged) {
         /* The new working-precision shard goes back to the device (H2D);
          * synchronous, so the staging buffer can take the next chunk. */
         zc_device *d = e->dev;

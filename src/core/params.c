@@ -56,7 +56,17 @@ ZC_API zc_status zc_param_load(zc_engine *e, zc_param *p, const float *values)
                                       ZC_DTYPE_F32, (size_t)p->numel),
                       rc, out);
     } else {
-        if (own_overlap(e, c, p->offset, p->numel, &a, &b)) {
+        /* An offloaded shard (offload_param) is converted on the host from
+         * the caller's values and written to its home; prefetched copies of
+         * the old values are dropped first. */
+        if (own_overlap(e, c, p->offset, p->numel, &a, &b) && zc__param_offloaded(e, c)) {
+            if (e->pol->quiesce)
+                e->pol->quiesce(e);
+            int64_t lo = (int64_t)e->rank * c->shard;
+            ZC_CHECK_GOTO(zc__param_load_range(e, p->chunk, a - lo, values + (a - p->offset),
+                                               (size_t)(b - a)),
+                          rc, out);
+        } else if (own_overlap(e, c, p->offset, p->numel, &a, &b)) {
             int64_t lo = (int64_t)e->rank * c->shard;
             ZC_CHECK_GOTO(zc__eng_convert(e, zc__elem(c->param, a - lo, e->pesz), e->pdt,
                                           (const float *)tmp + (a - p->offset), ZC_DTYPE_F32,

@@ -174,11 +174,17 @@ static zc_status run_adam(zc_engine *e, float grad_scale, double lr, double beta
         };
         coeffs[g] = zc__adam_coeffs(&hp, e->adam_steps + 1);
     }
+    /* Reads and gathers made ahead for chunks nothing holds are dropped
+     * first: the update changes those shards (and an nvme parameter home
+     * needs its buffers for the writes). */
+    if (e->pol->quiesce)
+        e->pol->quiesce(e);
     zc_status rc = zc__opt_pass_begin(e);
     for (int k = 0; rc == ZC_OK && k < e->nchunks; k++) {
         rc = adam_chunk(e, k, coeffs, grad_scale);
     }
-    /* Always ends the pass: it drains the I/O still in flight. */
+    /* Always ends the pass: it drains the I/O still in flight, the
+     * optimizer's and the parameter shards' written home. */
     zc_status erc = zc__opt_pass_end(e);
     /* wall_clock_breakdown: the pass's waits for NVMe, by the nvme home's
      * own clock (reset at each pass), leave the optimizer phase. */
@@ -189,7 +195,8 @@ static zc_status run_adam(zc_engine *e, float grad_scale, double lr, double beta
         zc__timers_move(&e->timers, ZC_TIMER_OPTIMIZER, ZC_TIMER_IO_WAIT,
                         ni.read_wait_s + ni.write_wait_s);
     }
-    return rc != ZC_OK ? rc : erc;
+    zc_status frc = zc__param_flush(e);
+    return rc != ZC_OK ? rc : erc != ZC_OK ? erc : frc;
 }
 
 static void snapshot_stats(zc_engine *e)
@@ -206,6 +213,26 @@ static void snapshot_stats(zc_engine *e)
     }
     e->live_peak_last = e->live_peak_cur;
     e->live_peak_cur = e->live_elems;
+    /* Offload figures: the homes count from build, the step is the
+     * difference since the last snapshot. */
+    zc_param_home_io io;
+    zc__param_io(e, &io);
+    e->pread_last = io.read_bytes - e->pio_mark.read_bytes;
+    e->pwrite_last = io.write_bytes - e->pio_mark.write_bytes;
+    e->preads_last = io.reads - e->pio_mark.reads;
+    e->pio_mark = io;
+    for (int k = 0; k < e->nchunks; k++) {
+        e->chunks[k].reads_last = e->chunks[k].reads_cur;
+        e->chunks[k].reads_cur = 0;
+    }
+    zc_opt_nvme_info oi;
+    zc__opt_home_nvme_info(zc__opt_offload_home(e), &oi);
+    e->oread_last = oi.read_bytes - e->oread_mark;
+    e->owrite_last = oi.write_bytes - e->owrite_mark;
+    e->oread_mark = oi.read_bytes;
+    e->owrite_mark = oi.write_bytes;
+    e->off_last = e->off_cur;
+    e->off_cur = (struct zc_offload_step){0};
 }
 
 /* zc_step's work; the public call times it and prints the progress line. */

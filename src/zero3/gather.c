@@ -22,9 +22,29 @@
  * do not depend on it, only the timing of gathers does. On the host path a
  * prefetch is a gather issued early (synchronous).
  *
+ * Offloaded shards (offload_param, core/param_state.c). A gather first
+ * brings this rank's shard in from its home; under nvme that is a read, and
+ * the prefetcher starts those reads ahead: at each activation it walks the
+ * trace from the next expected activation, gathers the chunks whose reads
+ * were started at an earlier activation (so a read has at least one chunk's
+ * compute to finish in), and starts reads for the chunks after them, while
+ * the prefetch budget, max_live and the home's buffers allow. A chunk whose
+ * read is in flight counts as live and prefetched with its full padded size,
+ * so gathered plus in-flight elements never exceed max_live. A read is
+ * rank-local I/O before a collective: its outcome is agreed (zc__eng_agree)
+ * before the all-gather that sends it.
+ *
+ * Reuse distance. In a recorded step, a chunk released by its last user is
+ * kept gathered when its next activation in the trace comes within
+ * stage3_max_reuse_distance elements (the padded sizes of the activations in
+ * between), so it is neither gathered nor read again. Kept and prefetched
+ * chunks nothing holds are the first evicted when a demand gather needs room
+ * (max_live) or a reserved buffer.
+ *
  * Collective order. Gathers are collectives, so every rank must acquire the
  * same parameters in the same order; then every rank makes the same
- * prefetch and eviction decisions. */
+ * prefetch, read-ahead, keep and eviction decisions (none depends on I/O
+ * timing). */
 #include <stdio.h>
 #include <string.h>
 
@@ -44,17 +64,55 @@ void zc__z3_gather_free(zc_engine *e, zc_chunk *c)
     c->gather_own = false;
 }
 
+static void count_live(zc_engine *e, int64_t n)
+{
+    e->live_elems += n;
+    if (e->live_elems > e->live_peak_cur)
+        e->live_peak_cur = e->live_elems;
+}
+
+/* Frees what chunk c holds ahead of or after its use: its gathered copy or
+ * the read of its shard in flight. */
+static void drop_chunk(zc_engine *e, zc_chunk *c)
+{
+    if (!c->gather && !c->reading)
+        return;
+    if (c->reading)
+        zc__param_read_cancel(e, (int)(c - e->chunks));
+    else
+        zc__z3_gather_free(e, c);
+    c->reading = false;
+    c->kept = false;
+    e->live_elems -= c->padded;
+    if (c->prefetched) {
+        c->prefetched = false;
+        e->prefetched_elems -= c->padded;
+    }
+}
+
+static bool idle(const zc_chunk *c)
+{
+    return c->acq == 0 && (c->prefetched || c->kept) && (c->gather || c->reading);
+}
+
 /* The buffer of a gather. Taken from the pool reserved at build
  * (core/reserve.c) when a slot is free; which slots are free follows the
  * acquire sequence, the same on every rank, so every rank takes the same
  * branch here. Without a free slot a prefetch is not issued (*skip: every
- * rank skips it together), and a demand gather allocates its buffer: an
+ * rank skips it together); a demand gather first evicts idle kept and
+ * prefetched chunks (latest first) and otherwise allocates its buffer: an
  * allocation can fail on one rank alone, so its outcome is agreed before the
  * all-gather, and a failure on any rank breaks the engine on every rank. */
 static zc_status gather_buffer(zc_engine *e, zc_chunk *c, int k, bool demand, bool *skip)
 {
     const size_t bytes = gather_bytes(e, c);
     *skip = false;
+    for (int j = e->nchunks - 1; demand && j >= 0 && !zc__bufpool_free(&e->pool_gather, bytes);
+         j--) {
+        zc_chunk *o = &e->chunks[j];
+        if (o != c && idle(o) && o->gather && !o->gather_own)
+            drop_chunk(e, o);
+    }
     if (zc__bufpool_get(&e->pool_gather, bytes, false, e->stream, &c->gather) == ZC_OK)
         return ZC_OK;
     zc__error_clear(); /* no free slot: not an error by itself */
@@ -79,13 +137,24 @@ static zc_status gather_buffer(zc_engine *e, zc_chunk *c, int k, bool demand, bo
     return ZC_OK;
 }
 
+/* Brings this rank's shard in (its home: device memory, pinned memory or a
+ * read from NVMe) and all-gathers the chunk. A chunk with a read in flight
+ * is already counted live; any other is counted now. */
 static zc_status gather_chunk(zc_engine *e, int k, bool demand, bool *skip)
 {
     zc_chunk *c = &e->chunks[k];
     ZC_CHECK(gather_buffer(e, c, k, demand, skip));
     if (*skip)
         return ZC_OK;
-    zc_status rc = zc__eng_all_gather(e, c->param, c->gather, (size_t)c->shard, e->pdt, true);
+    const void *send = NULL;
+    zc_status rc = zc__param_send(e, k, c->gather, &send);
+    if (zc__param_rank_local_io(e, k)) {
+        char what[96];
+        snprintf(what, sizeof what, "stage 3: reading the parameter shard of chunk %d", k);
+        rc = zc__eng_agree(e, rc, what);
+    }
+    if (rc == ZC_OK)
+        rc = zc__eng_all_gather(e, send, c->gather, (size_t)c->shard, e->pdt, true);
     if (rc != ZC_OK) {
         zc__z3_gather_free(e, c);
         zc__error_context("stage 3: gathering chunk %d (%lld elements)", k, (long long)c->padded);
@@ -93,49 +162,30 @@ static zc_status gather_chunk(zc_engine *e, int k, bool demand, bool *skip)
     }
     e->gathers_cur++;
     c->gathers_cur++;
-    e->live_elems += c->padded;
-    if (e->live_elems > e->live_peak_cur)
-        e->live_peak_cur = e->live_elems;
+    if (c->reading)
+        c->reading = false;
+    else
+        count_live(e, c->padded);
     return ZC_OK;
 }
 
-static void drop_chunk(zc_engine *e, zc_chunk *c)
-{
-    if (!c->gather)
-        return;
-    zc__z3_gather_free(e, c);
-    e->live_elems -= c->padded;
-    if (c->prefetched) {
-        c->prefetched = false;
-        e->prefetched_elems -= c->padded;
-    }
-}
-
-static void rewind_prefetch(zc_engine *e, int k);
-
-/* Evicts idle prefetched chunks (latest chunk first) until need more elements
- * fit under max_live. When even evicting all of them would not make room,
- * evicts nothing: the acquire is refused and must leave the prefetched
- * chunks (and the gathers they cost) in place. */
+/* Evicts idle kept and prefetched chunks (latest chunk first) until need
+ * more elements fit under max_live. When even evicting all of them would not
+ * make room, evicts nothing: the acquire is refused and must leave them (and
+ * the gathers they cost) in place. */
 static bool make_room(zc_engine *e, int64_t need)
 {
     if (e->live_elems + need <= e->max_live)
         return true;
-    int64_t idle = 0;
-    for (int k = 0; k < e->nchunks; k++) {
-        const zc_chunk *c = &e->chunks[k];
-        if (c->gather && c->prefetched && c->acq == 0)
-            idle += c->padded;
-    }
-    if (e->live_elems - idle + need > e->max_live)
+    int64_t free_able = 0;
+    for (int k = 0; k < e->nchunks; k++)
+        if (idle(&e->chunks[k]))
+            free_able += e->chunks[k].padded;
+    if (e->live_elems - free_able + need > e->max_live)
         return false;
-    for (int k = e->nchunks - 1; k >= 0 && e->live_elems + need > e->max_live; k--) {
-        zc_chunk *c = &e->chunks[k];
-        if (c->gather && c->prefetched && c->acq == 0) {
-            drop_chunk(e, c);
-            rewind_prefetch(e, k);
-        }
-    }
+    for (int k = e->nchunks - 1; k >= 0 && e->live_elems + need > e->max_live; k--)
+        if (idle(&e->chunks[k]))
+            drop_chunk(e, &e->chunks[k]);
     return e->live_elems + need <= e->max_live;
 }
 
@@ -171,7 +221,6 @@ static void trace_activate(zc_engine *e, const zc_param *p)
                     (long long)e->steps, p->name, k, (long long)t->len);
         t->len = t->pos;
         t->mode = ZC_TRACE_RECORD;
-        t->pf_end = t->pos;
         t->truncated = false;
     }
     if (t->len == 0 && e->steps == 0)
@@ -193,50 +242,54 @@ static void trace_activate(zc_engine *e, const zc_param *p)
     }
 }
 
-/* A chunk freed on release may have been counted by the prefetch scan as
- * already live for a later use; rewind the scan to that use so the next
- * activation prefetches it again. */
-static void rewind_prefetch(zc_engine *e, int k)
-{
-    zc_trace *t = &e->trace;
-    if (t->mode != ZC_TRACE_COMPLETE)
-        return;
-    for (int64_t j = t->pos; j < t->pf_end && j < t->len; j++)
-        if (t->order[j] == k) {
-            t->pf_end = j;
-            return;
-        }
-}
-
-/* Gathers the next chunks of the trace ahead of their use. Stops at the first
- * chunk that is acquired right now (it will be released before its next use,
- * so it cannot be counted as prefetched), that does not fit the prefetch
- * budget or max_live, or for which no reserved buffer is free (a prefetch
- * never allocates). */
+/* Works ahead along the trace from the next expected activation. Stops at
+ * the first chunk that is acquired right now (it will be released before its
+ * next use, so it cannot be counted as prefetched), that does not fit the
+ * prefetch budget or max_live, for which no reserved buffer is free (a
+ * prefetch never allocates), or whose shard the home cannot start reading
+ * (no buffer to spare). A shard read started ahead is gathered from the next
+ * activation on, never by the activation that started it. */
 static zc_status prefetch(zc_engine *e)
 {
     zc_trace *t = &e->trace;
     if (t->mode != ZC_TRACE_COMPLETE || e->prefetch_elems <= 0)
         return ZC_OK;
-    int64_t j = t->pf_end > t->pos ? t->pf_end : t->pos;
-    for (; j < t->len; j++) {
-        zc_chunk *c = &e->chunks[t->order[j]];
+    for (int64_t j = t->pos; j < t->len; j++) {
+        const int k = t->order[j];
+        zc_chunk *c = &e->chunks[k];
         if (c->gather) {
             if (c->acq > 0 && !c->persistent)
                 break;
-            continue; /* persistent or already prefetched */
+            continue; /* persistent, kept or already prefetched */
+        }
+        bool skip = false;
+        if (c->reading) {
+            if (c->read_act == e->activations)
+                continue; /* started by this activation: gathered at a later one */
+            ZC_CHECK(gather_chunk(e, k, false, &skip));
+            if (skip)
+                break;
+            continue;
         }
         if (e->prefetched_elems + c->padded > e->prefetch_elems ||
             e->live_elems + c->padded > e->max_live)
             break;
-        bool skip = false;
-        ZC_CHECK(gather_chunk(e, t->order[j], false, &skip));
-        if (skip)
-            break; /* no reserved buffer free: considered again at the next activation */
+        if (zc__param_rank_local_io(e, k)) {
+            bool started = false;
+            zc__param_read_ahead(e, k, &started);
+            if (!started)
+                break; /* no buffer to spare: considered again at the next activation */
+            c->reading = true;
+            c->read_act = e->activations;
+            count_live(e, c->padded);
+        } else {
+            ZC_CHECK(gather_chunk(e, k, false, &skip));
+            if (skip)
+                break; /* no reserved buffer free: considered again at the next activation */
+        }
         c->prefetched = true;
         e->prefetched_elems += c->padded;
     }
-    t->pf_end = j;
     return ZC_OK;
 }
 
@@ -244,8 +297,17 @@ zc_status zc__z3_acquire(zc_engine *e, zc_param *p, void **out)
 {
     zc_chunk *c = &e->chunks[p->chunk];
     const bool activation = c->acq == 0;
+    zc_param_home_io io0;
+    zc__param_io(e, &io0);
+    if (activation && !c->persistent) {
+        if (c->gather || c->reading)
+            e->off_cur.hits++;
+        else
+            e->off_cur.misses++;
+    }
     if (!c->gather) {
-        if (!make_room(e, c->padded))
+        /* A chunk whose read is in flight is counted live already. */
+        if (!c->reading && !make_room(e, c->padded))
             return ZC_ERR(ZC_ERR_NO_MEMORY,
                           "zc_param_acquire('%s'): gathering chunk %d (%lld elements) would "
                           "exceed stage3_max_live_parameters = %lld (%lld elements are gathered "
@@ -253,30 +315,61 @@ zc_status zc__z3_acquire(zc_engine *e, zc_param *p, void **out)
                           p->name, p->chunk, (long long)c->padded, (long long)e->max_live,
                           (long long)e->live_elems);
         bool skip = false;
-        ZC_CHECK(gather_chunk(e, p->chunk, true, &skip));
+        zc_status rc = gather_chunk(e, p->chunk, true, &skip);
+        if (rc != ZC_OK) {
+            if (c->reading)
+                drop_chunk(e, c);
+            return rc;
+        }
     }
-    if (activation)
+    if (activation) {
+        e->activations++;
         trace_activate(e, p);
+    }
     if (c->prefetched) {
         c->prefetched = false;
         e->prefetched_elems -= c->padded;
     }
+    c->kept = false;
     c->acq++;
     *out = zc__elem(c->gather, p->offset, e->pesz);
     /* A prefetch is a gather, a collective: a rank that skipped it would
      * issue different collectives than the others from here on. Its buffer
-     * cannot fail (reserved), so what can fail is the all-gather itself,
-     * which breaks the engine; the acquire reports it rather than going on. */
-    if (activation) {
-        zc_status rc = prefetch(e);
-        if (rc != ZC_OK) {
-            zc__eng_break(e, rc, zc_last_error());
-            zc__error_context("zc_param_acquire('%s'): prefetching after chunk %d", p->name,
-                              p->chunk);
-            return rc;
-        }
+     * cannot fail (reserved), so what can fail is the all-gather itself (or
+     * the agreed read of a shard), which breaks the engine; the acquire
+     * reports it rather than going on. */
+    zc_status rc = activation ? prefetch(e) : ZC_OK;
+    zc_param_home_io io1;
+    zc__param_io(e, &io1);
+    if (io1.waits > io0.waits) {
+        e->off_cur.io_wait_acquires++;
+        e->off_cur.io_wait_s += io1.wait_s - io0.wait_s;
+    }
+    if (rc != ZC_OK) {
+        zc__eng_break(e, rc, zc_last_error());
+        zc__error_context("zc_param_acquire('%s'): prefetching after chunk %d", p->name,
+                          p->chunk);
+        return rc;
     }
     return ZC_OK;
+}
+
+/* Elements activated before chunk k's next activation in the recorded
+ * trace, or -1 when it has none in this step. */
+static int64_t reuse_distance(const zc_engine *e, int k)
+{
+    const zc_trace *t = &e->trace;
+    if (t->mode != ZC_TRACE_COMPLETE)
+        return -1;
+    int64_t d = 0;
+    for (int64_t j = t->pos; j < t->len; j++) {
+        if (t->order[j] == k)
+            return d;
+        d += e->chunks[t->order[j]].padded;
+        if (d > e->reuse_elems)
+            return -1;
+    }
+    return -1;
 }
 
 zc_status zc__z3_release(zc_engine *e, zc_param *p)
@@ -284,12 +377,33 @@ zc_status zc__z3_release(zc_engine *e, zc_param *p)
     zc_chunk *c = &e->chunks[p->chunk];
     if (--c->acq > 0 || c->persistent)
         return ZC_OK;
-    /* Freed as soon as nothing uses it (stage3_max_reuse_distance is not
-     * implemented: it behaves as 0), so a chunk is gathered once per use
-     * window: in forward and again in backward. */
+    /* Kept when used again soon (stage3_max_reuse_distance): it stays live
+     * and is the first evicted when room is needed. Otherwise freed, so a
+     * chunk is gathered once per use window. */
+    const int64_t d = e->reuse_elems > 0 ? reuse_distance(e, p->chunk) : -1;
+    if (d >= 0 && d <= e->reuse_elems) {
+        c->kept = true;
+        return ZC_OK;
+    }
     drop_chunk(e, c);
-    rewind_prefetch(e, p->chunk);
     return ZC_OK;
+}
+
+/* Drops every chunk that nothing holds and that is not persistent. */
+static void drop_unheld(zc_engine *e)
+{
+    for (int k = 0; k < e->nchunks; k++) {
+        zc_chunk *c = &e->chunks[k];
+        if ((c->gather || c->reading) && c->acq == 0 && !c->persistent)
+            drop_chunk(e, c);
+    }
+}
+
+void zc__z3_quiesce(zc_engine *e)
+{
+    for (int k = 0; k < e->nchunks; k++)
+        if (idle(&e->chunks[k]))
+            drop_chunk(e, &e->chunks[k]);
 }
 
 zc_status zc__z3_step_end(zc_engine *e, bool updated)
@@ -311,24 +425,37 @@ zc_status zc__z3_step_end(zc_engine *e, bool updated)
                 (long long)e->steps, (long long)t->len, t->truncated ? ", truncated" : "");
     t->mode = ZC_TRACE_COMPLETE;
     t->pos = 0;
-    t->pf_end = 0;
-    for (int k = 0; k < e->nchunks; k++) {
-        zc_chunk *c = &e->chunks[k];
-        if (c->gather && c->acq == 0 && !c->persistent)
-            drop_chunk(e, c);
-    }
+    drop_unheld(e);
     if (!updated)
         return ZC_OK;
     /* What stays gathered (in use or persistent) is refreshed in place, so
-     * pointers handed out stay valid and see the new values. The refreshes
-     * are independent and issued back to back: one communicator group. */
-    ZC_CHECK(zc__eng_group_start(e));
+     * pointers handed out stay valid and see the new values. Offloaded
+     * shards come in first (reads agreed across ranks); the all-gathers are
+     * independent and issued back to back: one communicator group. */
     zc_status rc = ZC_OK;
+    bool io = false;
+    for (int k = 0; k < e->nchunks && rc == ZC_OK; k++) {
+        zc_chunk *c = &e->chunks[k];
+        if (!c->gather || !zc__param_offloaded(e, c))
+            continue;
+        const void *send = NULL;
+        rc = zc__param_send(e, k, c->gather, &send);
+        io = io || zc__param_rank_local_io(e, k);
+    }
+    /* Whether a shard is read is the same on every rank (the homes' layout
+     * is), so either every rank agrees here or none does. */
+    if (io)
+        rc = zc__eng_agree(e, rc, "stage 3: reading the parameter shards to refresh");
+    ZC_CHECK(rc);
+    ZC_CHECK(zc__eng_group_start(e));
     for (int k = 0; k < e->nchunks && rc == ZC_OK; k++) {
         zc_chunk *c = &e->chunks[k];
         if (!c->gather)
             continue;
-        rc = zc__eng_all_gather(e, c->param, c->gather, (size_t)c->shard, e->pdt, true);
+        const void *send = zc__param_offloaded(e, c)
+                               ? zc__elem(c->gather, (int64_t)e->rank * c->shard, e->pesz)
+                               : c->param;
+        rc = zc__eng_all_gather(e, send, c->gather, (size_t)c->shard, e->pdt, true);
         if (rc == ZC_OK) {
             e->gathers_cur++;
             c->gathers_cur++;

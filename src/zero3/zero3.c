@@ -54,4 +54,5 @@ const zc_stage_policy zc__stage3_policy = {
     .release = zc__z3_release,
     .built = mark_persistent,
     .teardown = zc__z3_free_all,
+    .quiesce = zc__z3_quiesce,
 };

@@ -13,6 +13,9 @@ zc_status zc__z3_release(zc_engine *e, zc_param *p);
 /* End of a step: checks the trace, frees what is not needed, refreshes the
  * gathered copies that stay (updated says whether parameters changed). */
 zc_status zc__z3_step_end(zc_engine *e, bool updated);
+/* Drops kept and prefetched chunks nothing holds, and shard reads in flight
+ * (the policy's quiesce). */
+void zc__z3_quiesce(zc_engine *e);
 /* Drops every gathered copy (engine teardown). */
 void zc__z3_free_all(zc_engine *e);
 /* Logs once, at INFO, what stage 3 keeps gathered and why: persistent

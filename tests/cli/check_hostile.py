@@ -385,7 +385,7 @@ def check_train_mlp(tmp):
     cfg = os.path.join(tmp, "offload.json")
     with open(cfg, "w") as f:
         json.dump({"train_micro_batch_size_per_gpu": 2,
-                   "zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}}}, f)
+                   "zero_optimization": {"stage": 0, "offload_optimizer": {"device": "cpu"}}}, f)
     for i in range(12):
         p = run([t, "--config", cfg, "--world", "16", "--steps", "1"])
         if p.returncode != 1 or "offload" not in p.stderr:

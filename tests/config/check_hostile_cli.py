@@ -242,22 +242,30 @@ def case_strings(r):
 
 def case_engine_verdict(r):
     p = []
+    # Optimizer offload at stage 0 is valid DeepSpeed that the engine refuses.
     path = r.write("offload.json", json.dumps({
         "train_batch_size": 8,
-        "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"},
-                              "offload_param": {"device": "nvme", "nvme_path": r.work}}}))
+        "zero_optimization": {"stage": 0, "offload_optimizer": {"device": "cpu"}}}))
     rc, out, err, _ = r.run(path, "--json")
     j = json.loads(out)
     expect(p, rc == 1 and j["valid"] is False and j["deepspeed_valid"] is True,
            "exit %d valid %r deepspeed_valid %r" % (rc, j["valid"], j.get("deepspeed_valid")))
-    # Optimizer offload runs at stages 1-3; parameter offload is refused.
     paths = sorted(e["path"] for e in j["errors"])
-    expect(p, paths == ["zero_optimization.offload_param.device"], "error paths %s" % paths)
+    expect(p, paths == ["zero_optimization.offload_optimizer.device"], "error paths %s" % paths)
     expect(p, all("zc_engine_create refuses it" in e["message"] for e in j["errors"]),
            "messages %r" % j["errors"])
     expect(p, j["effective"], "no effective configuration for a valid DeepSpeed file")
     rc, out, err, _ = r.run(path)
     expect(p, "INVALID for zeroc (valid DeepSpeed)" in out, "text verdict: %r" % out[:200])
+    # Parameter and optimizer offload at stage 3: the engine runs them.
+    path = r.write("offload3.json", json.dumps({
+        "train_batch_size": 8,
+        "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"},
+                              "offload_param": {"device": "nvme", "nvme_path": r.work}}}))
+    rc, out, err, _ = r.run(path, "--json")
+    j = json.loads(out)
+    expect(p, rc == 0 and j["valid"] is True and not j["errors"],
+           "stage 3 offload: exit %d valid %r errors %r" % (rc, j["valid"], j["errors"]))
     r.check("offload: the checker says what zc_engine_create does", p)
 
 

@@ -60,9 +60,10 @@ Test(config_paths, bad_lists_are_refused_unchanged)
         cr_assert(strstr(zc_last_error(), "nvme_path"), "%s: %s", bad[i], zc_last_error());
         get_eq(cfg, "\"/keep\"");
     }
-    /* The list form is for nvme_path only. */
-    cr_assert_neq(zc_config_set(cfg, "zero_optimization.offload_param.nvme_path", "[\"/a\"]"),
-                  ZC_OK);
+    /* The list form is for the nvme_path keys only (both offload blocks). */
+    cr_assert_eq(zc_config_set(cfg, "zero_optimization.offload_param.nvme_path", "[\"/a\"]"),
+                 ZC_OK, "%s", zc_last_error());
+    cr_assert_neq(zc_config_set(cfg, "optimizer.type", "[\"/a\"]"), ZC_OK);
     zc_config_destroy(cfg);
     t_assert_no_leaks();
 }

@@ -46,6 +46,7 @@ void t_run_init(t_run *run, int stage, int world, zc_dtype dtype)
     run->persistence = -1;
     run->prefetch = -1;
     run->max_live = -1;
+    run->reuse = 0;
     run->permute_step = -1;
 }
 
@@ -143,6 +144,21 @@ zc_status t_ctx_open(t_ctx *x, t_run *run, int rank, zc_comm *comm)
     if (run->max_live >= 0)
         TRY(zc_config_set_int(x->cfg, "zero_optimization.stage3_max_live_parameters",
                               run->max_live));
+    TRY(zc_config_set_int(x->cfg, "zero_optimization.stage3_max_reuse_distance",
+                          run->reuse < 0 ? 0 : run->reuse));
+    if (run->offload_param) {
+        char dev[32];
+        snprintf(dev, sizeof dev, "\"%s\"", run->offload_param);
+        TRY(zc_config_set(x->cfg, "zero_optimization.offload_param.device", dev));
+        if (run->param_nvme_path_json)
+            TRY(zc_config_set(x->cfg, "zero_optimization.offload_param.nvme_path",
+                              run->param_nvme_path_json));
+        if (run->param_buffer_count > 0)
+            TRY(zc_config_set_int(x->cfg, "zero_optimization.offload_param.buffer_count",
+                                  run->param_buffer_count));
+        TRY(zc_config_set_int(x->cfg, "zero_optimization.offload_param.max_in_cpu",
+                              run->max_in_cpu));
+    }
     if (run->offload) {
         char dev[32];
         snprintf(dev, sizeof dev, "\"%s\"", run->offload);

@@ -54,6 +54,15 @@ typedef struct t_run {
     int64_t persistence;       /* stage3_param_persistence_threshold; < 0: 0 */
     int64_t prefetch;          /* stage3_prefetch_bucket_size; < 0: library default */
     int64_t max_live;          /* stage3_max_live_parameters; < 0: library default */
+    int64_t reuse;             /* stage3_max_reuse_distance (default 0 here, so each use
+                                  window gathers; the library's default is 1e9) */
+    /* offload_param (NULL: none): "cpu" or "nvme"; nvme_path as a JSON value;
+     * buffer_count (0: the default); max_in_cpu (elements cached in host
+     * memory, 0 by default here) */
+    const char *offload_param;
+    const char *param_nvme_path_json;
+    int64_t param_buffer_count;
+    int64_t max_in_cpu;
     int permute_step;          /* forward acquires in another order at this step (-1: never) */
     bool layerwise;            /* acquire a layer's (chunk's) params together, as a model
                                   would, instead of one parameter at a time */

@@ -132,6 +132,9 @@ static void ha_rank(sweep_run *sr, int rank)
                                    0), ZC_OK);
     cr_assert_eq(zc_config_set_int(cfg, "zero_optimization.stage3_prefetch_bucket_size", 512),
                  ZC_OK);
+    /* Released chunks are freed (reuse distance 0), the schedule the gather
+     * counts below describe. */
+    cr_assert_eq(zc_config_set_int(cfg, "zero_optimization.stage3_max_reuse_distance", 0), ZC_OK);
     zc_engine_options eo = ZC_ENGINE_OPTIONS_INIT;
     eo.device = ZC_DEVICE_HOST;
     eo.bucket_elems = 512; /* one chunk per parameter, 512 padded elements at W = 4 */

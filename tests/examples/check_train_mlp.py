@@ -36,7 +36,7 @@ def fail(msg):
 def run(exe, stage, dtype, extra=()):
     cmd = [exe, "--json", "--stage", str(stage), "--world", str(WORLD), "--dtype", dtype,
            "--steps", str(STEPS), "--seed", "7", "--batch", "16", "--bucket", "65536",
-           "--persistence-threshold", "0", *extra]
+           "--persistence-threshold", "0", "--reuse-distance", "0", *extra]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if p.returncode != 0:
         fail("%s exited %d: %s" % (" ".join(cmd), p.returncode, p.stderr.strip()[-2000:]))
@@ -246,6 +246,50 @@ def check_offload(exe):
                     fail("%s: swap files left behind" % name)
 
 
+def check_offload_param(exe):
+    """--offload-param cpu and nvme at stage 3 (with and without prefetch and
+    reuse, alone and with --offload-optimizer nvme) give the params_sha256 of
+    stage 3 without offload. nvme with --max-in-cpu 0 reads every shard from
+    the swap files: nvme_read_bytes_per_step is at least one read of this
+    rank's shards (padded parameters x 2 bytes / W), cpu reads nothing, and
+    --max-in-cpu covering the model reads nothing either."""
+    import tempfile
+    ref = run(exe, 3, "bf16")
+    if ref is None:
+        return
+    shard_bytes = 2 * ref["final"]["padded_params"] // WORLD
+    with tempfile.TemporaryDirectory(dir=".") as d:
+        cases = [("cpu", ["--offload-param", "cpu"], 0),
+                 ("nvme", ["--offload-param", "nvme", "--nvme-path", d, "--max-in-cpu", "0"], 1),
+                 ("nvme prefetch 1e6 reuse 1e9",
+                  ["--offload-param", "nvme", "--nvme-path", d, "--max-in-cpu", "0",
+                   "--prefetch", "1000000", "--reuse-distance", "1000000000"], 1),
+                 ("nvme + optimizer nvme",
+                  ["--offload-param", "nvme", "--offload-optimizer", "nvme", "--nvme-path", d,
+                   "--max-in-cpu", "0"], 1),
+                 ("nvme max_in_cpu covers the model", ["--offload-param", "nvme", "--nvme-path",
+                                                      d], 0)]
+        for label, extra, reads in cases:
+            r = run(exe, 3, "bf16", extra)
+            if r is None:
+                continue
+            name = "offload_param " + label
+            f = r["final"]
+            if f["params_sha256"] != ref["final"]["params_sha256"]:
+                fail("%s: params_sha256 differs from stage 3 without offload" % name)
+            got = f.get("nvme_read_bytes_per_step")
+            exposed = f.get("exposed_io_s_per_step")
+            if not isinstance(got, (int, float)) or not isinstance(exposed, (int, float)):
+                fail("%s: nvme_read_bytes_per_step / exposed_io_s_per_step missing" % name)
+                continue
+            if reads and got < shard_bytes:
+                fail("%s: %d NVMe bytes read per step, expected >= %d" % (name, got, shard_bytes))
+            if not reads and "optimizer" not in label and got != 0:
+                fail("%s: %d NVMe bytes read per step, expected none" % (name, got))
+            if os.listdir(d):
+                fail("%s: swap files left behind" % name)
+
+
 def run_steps(exe, args, env=None):
     """Runs train_mlp --json with args; returns (returncode, step lines, final, stderr)."""
     p = subprocess.run([exe, "--json", *args], capture_output=True, text=True, timeout=600,
@@ -354,6 +398,7 @@ def main():
     check_fp16_accumulation(exe)
     check_faults(exe)
     check_offload(exe)
+    check_offload_param(exe)
     if failures:
         print("%d failure(s)" % len(failures))
         return 1

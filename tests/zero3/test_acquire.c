@@ -31,6 +31,10 @@ static void open_model(model *m, int stage, int accum, int64_t max_live, int64_t
                                    max_live), ZC_OK);
     cr_assert_eq(zc_config_set_int(m->cfg, "zero_optimization.stage3_prefetch_bucket_size",
                                    prefetch), ZC_OK);
+    /* Released chunks are freed (reuse distance 0): the gather counts below
+     * are those of one gather per use window. */
+    cr_assert_eq(zc_config_set_int(m->cfg, "zero_optimization.stage3_max_reuse_distance", 0),
+                 ZC_OK);
     zc_engine_options eo = ZC_ENGINE_OPTIONS_INIT;
     eo.device = ZC_DEVICE_HOST;
     eo.bucket_elems = 1 << 20;

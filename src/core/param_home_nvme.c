@@ -1,0 +1,587 @@
+/* The nvme parameter home (ZeRO-Infinity's parameter offload): stage-3
+ * shards live in a swap file and are read through a ring of pinned buffers
+ * when their chunk is gathered.
+ *
+ * Files. As for the optimizer's nvme home: each engine makes its own
+ * directory under every nvme_path entry (zeroc-swap-r<rank>-XXXXXX, mkdtemp),
+ * and the io_uring store creates zeroc-r<rank>-params.swp in it, striped over
+ * the directories, opened O_DIRECT where the filesystem allows it (so the
+ * page cache neither hides reads nor doubles the memory). Destroy removes
+ * both.
+ *
+ * Layout. Chunk k owns the store extent [off_k, off_k + T_k), T_k = its shard
+ * bytes rounded up to the I/O alignment: one read and one write per chunk.
+ * The chunks first in registration order, up to max_in_cpu shard elements in
+ * all, are "cached": they live in pinned host memory like the cpu home and
+ * never touch the file (DeepSpeed's max_in_cpu). The file starts as zeros
+ * (fallocate or a sparse file both read back as zeros), as every shard does.
+ *
+ * Buffers. buffer_count buffers of the largest non-cached shard (aligned);
+ * buffer_size (elements) must hold that shard, as DeepSpeed requires. Host
+ * memory for parameters is therefore buffer_count buffers plus the cached
+ * shards, whatever the model size. A buffer is free, reading for a chunk
+ * (owner), being filled by the optimizer for a chunk, or writing (wt).
+ *
+ * Faults. The store retries short transfers and EAGAIN itself; a ticket that
+ * fails with EIO is submitted again up to ZC_PNVME_RETRIES times (reads and
+ * writes of the same bytes are idempotent); anything else fails with
+ * ZC_ERR_IO naming the chunk, the file and the offset. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/statvfs.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/log.h"
+#include "core/param_home.h"
+#include "offload/offload.h"
+
+#define IO_ALIGN 4096u
+#define ZC_PNVME_RETRIES 2
+#define MAX_BUFS 256
+
+typedef struct pn_chunk {
+    size_t n;          /* shard elements, 0 = not homed here */
+    size_t tbytes;     /* shard bytes, aligned */
+    uint64_t off;      /* store offset (not cached) */
+    void *cache;       /* cached in pinned memory (max_in_cpu), or NULL */
+    int buf;           /* buffer reading or being filled for it, -1 = none */
+} pn_chunk;
+
+typedef enum pn_use { PN_FREE = 0, PN_READ, PN_FILL } pn_use;
+
+typedef struct pn_buf {
+    char *mem;
+    pn_use use;
+    int k;                     /* owner chunk (PN_READ, PN_FILL) */
+    zc_nvme_ticket rt, wt;     /* read / write in flight, 0 = none */
+    int wk;                    /* chunk of the write */
+    zc_status rerr;            /* the read failed to start (kept for read_wait) */
+    char rmsg[512];
+} pn_buf;
+
+typedef struct pnvme_home {
+    zc_param_home base;
+    zc_param_home_params p;
+    pn_chunk *chunks;
+    size_t chunks_bytes;
+    size_t buf_bytes;
+    int nbufs, next_fill;
+    pn_buf *bufs;
+    size_t bufs_bytes;
+    uint64_t capacity, counted_nvme;
+    int ndirs;
+    char dirs[16][512];
+    char swapdirs[16][512];
+    zc_pinned_pool *pool;
+    zc_nvme_store *store;
+    zc_status werr;            /* first write error since the last flush */
+    char wmsg[1024];
+    zc_param_home_io io;
+} pnvme_home;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+static zc_status pn_add(zc_param_home *hh, int k, size_t n)
+{
+    pnvme_home *h = (pnvme_home *)hh;
+    if (k < 0 || k >= h->p.nchunks || h->chunks[k].n || !n)
+        return ZC_ERR(ZC_ERR_INTERNAL, "nvme parameter home: chunk %d added twice or out of "
+                      "range", k);
+    h->chunks[k].n = n;
+    return ZC_OK;
+}
+
+/* ---- setup --------------------------------------------------------------- */
+
+static void remove_swapdirs(pnvme_home *h)
+{
+    for (int i = 0; i < h->ndirs; i++)
+        if (h->swapdirs[i][0]) {
+            if (rmdir(h->swapdirs[i]) != 0)
+                ZC_LOGW("offload", "cannot remove the swap directory '%s': %s", h->swapdirs[i],
+                        strerror(errno));
+            h->swapdirs[i][0] = 0;
+        }
+}
+
+static zc_status make_swapdirs(pnvme_home *h)
+{
+    for (int i = 0; i < h->ndirs; i++) {
+        char tmpl[512];
+        int n = snprintf(tmpl, sizeof tmpl, "%s/zeroc-swap-r%d-XXXXXX", h->dirs[i], h->p.rank);
+        if (n < 0 || (size_t)n >= sizeof tmpl - 64)
+            return ZC_ERR(ZC_ERR_CONFIG, "zero_optimization.offload_param.nvme_path '%s' is too "
+                          "long", h->dirs[i]);
+        if (!mkdtemp(tmpl))
+            return ZC_ERR(ZC_ERR_IO, "zero_optimization.offload_param.nvme_path '%s': cannot "
+                          "create a swap directory there: %s; point nvme_path at a writable "
+                          "directory", h->dirs[i], strerror(errno));
+        memcpy(h->swapdirs[i], tmpl, sizeof tmpl);
+    }
+    return ZC_OK;
+}
+
+static zc_status preflight(pnvme_home *h, uint64_t pinned)
+{
+    const uint64_t stripe = (uint64_t)h->p.aio_block_size * (uint64_t)h->ndirs;
+    const uint64_t per_dir = (h->capacity + stripe - 1) / stripe * (uint64_t)h->p.aio_block_size;
+    for (int i = 0; h->capacity && i < h->ndirs; i++) {
+        struct statvfs vf;
+        if (statvfs(h->dirs[i], &vf) != 0)
+            return ZC_ERR(ZC_ERR_IO, "zero_optimization.offload_param.nvme_path '%s' cannot be "
+                          "examined: %s; point nvme_path at a writable directory", h->dirs[i],
+                          strerror(errno));
+        const uint64_t avail = (uint64_t)vf.f_bavail * (uint64_t)vf.f_frsize;
+        if (per_dir > avail)
+            return ZC_ERR(ZC_ERR_IO, "zero_optimization.offload_param.nvme_path '%s': rank %d's "
+                          "parameter swap file needs %.1f MiB but the filesystem has %.1f MiB "
+                          "free; free space or give nvme_path more directories (a list)",
+                          h->dirs[i], h->p.rank, (double)per_dir / 1048576.0,
+                          (double)avail / 1048576.0);
+    }
+    zc_host_mem_limits lim;
+    zc__host_mem_limits_read(NULL, &lim);
+    if (zc__host_mem_check(&lim, pinned, false, "pinned parameter buffers") != ZC_OK) {
+        zc__error_context("zero_optimization.offload_param (rank %d, %d buffers of %zu bytes, "
+                          "max_in_cpu %lld): lower offload_param.buffer_count, max_in_cpu or the "
+                          "chunk size (reduce_bucket_size)",
+                          h->p.rank, h->nbufs, h->buf_bytes, (long long)h->p.max_in_cpu);
+        return ZC_ERR_NO_MEMORY;
+    }
+    return ZC_OK;
+}
+
+static zc_status pn_prepare(zc_param_home *hh)
+{
+    pnvme_home *h = (pnvme_home *)hh;
+    /* Layout: the first chunks up to max_in_cpu elements are cached. */
+    int64_t cached = 0;
+    uint64_t off = 0, cache_bytes = 0;
+    size_t maxn = 0;
+    for (int k = 0; k < h->p.nchunks; k++) {
+        pn_chunk *c = &h->chunks[k];
+        c->buf = -1;
+        if (!c->n)
+            continue;
+        c->tbytes = round_up(c->n * h->p.param_bytes, IO_ALIGN);
+        if (cached + (int64_t)c->n <= h->p.max_in_cpu) {
+            cached += (int64_t)c->n;
+            cache_bytes += c->tbytes;
+            c->cache = (void *)1; /* placeholder until allocated below */
+            continue;
+        }
+        c->off = off;
+        off += c->tbytes;
+        if (c->n > maxn)
+            maxn = c->n;
+    }
+    h->capacity = off;
+    if (maxn > (size_t)h->p.buffer_size)
+        return ZC_ERR(ZC_ERR_CONFIG, "zero_optimization.offload_param.buffer_size %lld is "
+                      "smaller than the largest parameter shard (%zu elements); raise it or "
+                      "lower the chunk size (reduce_bucket_size)",
+                      (long long)h->p.buffer_size, maxn);
+    h->buf_bytes = round_up(maxn * h->p.param_bytes, IO_ALIGN);
+    h->nbufs = h->capacity ? (int)h->p.buffer_count : 0;
+    const uint64_t pinned = (uint64_t)h->nbufs * h->buf_bytes + cache_bytes;
+    ZC_CHECK(preflight(h, pinned));
+
+    zc_pinned_pool_opts po = ZC_PINNED_POOL_OPTS_INIT;
+    po.acct = h->p.acct;
+    po.slab_bytes = (size_t)pinned + (size_t)(h->nbufs + h->p.nchunks + 2) * IO_ALIGN;
+    po.device_index = h->p.device_index;
+    if (h->p.device_index < 0)
+        po.flags |= ZC_PINNED_NO_CUDA;
+    if (!h->p.pin_memory)
+        po.flags |= ZC_PINNED_NO_LOCK;
+    ZC_CHECK(zc__pinned_pool_create(&h->pool, &po));
+    for (int k = 0; k < h->p.nchunks; k++) {
+        pn_chunk *c = &h->chunks[k];
+        if (!c->cache)
+            continue;
+        c->cache = NULL;
+        ZC_CHECK(zc__pinned_alloc(h->pool, c->tbytes, IO_ALIGN, ZC_MEM_PARAMS,
+                                  "parameter shard (nvme offload, max_in_cpu)", &c->cache));
+        memset(c->cache, 0, c->tbytes);
+    }
+    if (!h->capacity) {
+        ZC_LOGI("offload", "parameter shards of rank %d: all %lld elements within max_in_cpu, "
+                "kept in pinned host memory", h->p.rank, (long long)cached);
+        return ZC_OK;
+    }
+    h->bufs_bytes = (size_t)h->nbufs * sizeof(pn_buf);
+    ZC_CHECK(zc__host_alloc(h->p.acct, ZC_MEM_OTHER, h->bufs_bytes, "parameter swap buffers",
+                            (void **)&h->bufs));
+    for (int j = 0; j < h->nbufs; j++)
+        ZC_CHECK(zc__pinned_alloc(h->pool, h->buf_bytes, IO_ALIGN, ZC_MEM_BUFFERS,
+                                  "NVMe parameter buffers", (void **)&h->bufs[j].mem));
+
+    ZC_CHECK(make_swapdirs(h));
+    const char *dirs[16];
+    for (int i = 0; i < h->ndirs; i++)
+        dirs[i] = h->swapdirs[i];
+    const int64_t qd = h->p.aio_queue_depth * (h->p.aio_intra_op > 0 ? h->p.aio_intra_op : 1);
+    zc_nvme_opts o = ZC_NVME_OPTS_INIT;
+    o.dirs = dirs;
+    o.ndirs = h->ndirs;
+    o.rank = h->p.rank;
+    o.purpose = "params";
+    o.capacity = h->capacity;
+    o.block_size = (size_t)h->p.aio_block_size;
+    o.alignment = IO_ALIGN;
+    o.queue_depth = (int)(qd > 4096 ? 4096 : qd);
+    zc_status rc = zc__nvme_open(&h->store, &o);
+    if (rc != ZC_OK) {
+        zc__error_context("zero_optimization.offload_param (rank %d)", h->p.rank);
+        return rc;
+    }
+    zc_nvme_stats ns;
+    zc__nvme_stats_get(h->store, &ns);
+    if (ns.alignment > IO_ALIGN)
+        return ZC_ERR(ZC_ERR_UNSUPPORTED, "offload_param nvme: '%s' needs %zu-byte aligned I/O, "
+                      "more than the %u bytes the swap layout uses", h->dirs[0], ns.alignment,
+                      IO_ALIGN);
+    h->counted_nvme = ns.capacity;
+    zc__mem_count(h->p.acct, ZC_MEMKIND_NVME, ZC_MEM_PARAMS, (int64_t)h->counted_nvme);
+    zc_mem_region regions[64];
+    int nr = zc__pinned_pool_regions(h->pool, regions, 64);
+    ZC_CHECK(zc__nvme_register_buffers(h->store, regions, nr > 64 ? 64 : nr));
+    ZC_LOGI("offload", "parameter shards of rank %d: %.1f MiB in %d swap file(s) under '%s'%s, "
+            "%lld elements cached (max_in_cpu), %d buffers of %.1f MiB",
+            h->p.rank, (double)h->capacity / 1048576.0, h->ndirs, h->swapdirs[0],
+            ns.direct ? " (O_DIRECT)" : " (buffered: the filesystem refused O_DIRECT)",
+            (long long)cached, h->nbufs, (double)h->buf_bytes / 1048576.0);
+    return ZC_OK;
+}
+
+/* ---- I/O ----------------------------------------------------------------- */
+
+/* ZC_FAULTS io items: this read or write fails as a persistent I/O error. */
+static zc_status injected(pnvme_home *h, bool write, int k)
+{
+    int64_t nth = 0;
+    if (!h->p.io_fault || !h->p.io_fault(h->p.io_fault_arg, &nth))
+        return ZC_OK;
+    return ZC_ERR(ZC_ERR_IO, "ZC_FAULTS: offload %s %lld of rank %d fails (parameter shard of "
+                  "chunk %d, store offset %llu of '%s')", write ? "write" : "read",
+                  (long long)nth, h->p.rank, k, (unsigned long long)h->chunks[k].off,
+                  zc__nvme_path(h->store, 0));
+}
+
+static zc_status submit(pnvme_home *h, pn_buf *b, int k, bool write, bool retry)
+{
+    const pn_chunk *c = &h->chunks[k];
+    zc_status rc = retry ? ZC_OK : injected(h, write, k);
+    if (rc == ZC_OK)
+        rc = write ? zc__nvme_write(h->store, c->off, b->mem, c->tbytes, &b->wt)
+                   : zc__nvme_read(h->store, c->off, b->mem, c->tbytes, &b->rt);
+    if (rc != ZC_OK)
+        zc__error_context("offload_param nvme: %s the shard of chunk %d (rank %d)",
+                          write ? "writing" : "reading", k, h->p.rank);
+    return rc;
+}
+
+/* Waits for a buffer's read or write; a one-off EIO is submitted again. */
+static zc_status wait_io(pnvme_home *h, pn_buf *b, int k, bool write)
+{
+    zc_nvme_ticket *t = write ? &b->wt : &b->rt;
+    zc_status rc = ZC_OK;
+    for (int tries = 0; *t;) {
+        zc_nvme_error err;
+        rc = zc__nvme_wait(h->store, *t, &err);
+        *t = 0;
+        if (rc == ZC_OK)
+            break;
+        if (err.err == EIO && tries++ < ZC_PNVME_RETRIES) {
+            ZC_LOGW("offload", "offload_param nvme: %s of chunk %d failed with EIO at offset "
+                    "%llu of '%s'; trying again (%d of %d)", write ? "write" : "read", k,
+                    (unsigned long long)err.file_offset, err.path, tries, ZC_PNVME_RETRIES);
+            zc__error_clear();
+            rc = submit(h, b, k, write, true);
+            if (rc != ZC_OK)
+                break;
+            continue;
+        }
+        zc__error_context("offload_param nvme: %s the shard of chunk %d (rank %d)",
+                          write ? "writing" : "reading", k, h->p.rank);
+        break;
+    }
+    return rc;
+}
+
+static void keep_write_error(pnvme_home *h, zc_status rc)
+{
+    if (rc == ZC_OK || h->werr != ZC_OK)
+        return;
+    h->werr = rc;
+    snprintf(h->wmsg, sizeof h->wmsg, "%s", zc_last_error());
+}
+
+/* Makes buffer b free of its write (the write's error is kept for flush). */
+static void settle_write(pnvme_home *h, pn_buf *b)
+{
+    if (b->wt)
+        keep_write_error(h, wait_io(h, b, b->wk, true));
+}
+
+static int free_buffers(const pnvme_home *h)
+{
+    int n = 0;
+    for (int j = 0; j < h->nbufs; j++)
+        n += h->bufs[j].use == PN_FREE && !h->bufs[j].wt;
+    return n;
+}
+
+static int take_buffer(pnvme_home *h, int k, pn_use use, bool allow_writing)
+{
+    for (int i = 0; i < h->nbufs; i++) {
+        const int j = (h->next_fill + i) % h->nbufs;
+        pn_buf *b = &h->bufs[j];
+        if (b->use != PN_FREE || (b->wt && !allow_writing))
+            continue;
+        settle_write(h, b);
+        b->use = use;
+        b->k = k;
+        h->chunks[k].buf = j;
+        h->next_fill = (j + 1) % h->nbufs;
+        return j;
+    }
+    return -1;
+}
+
+static void start_read(pnvme_home *h, int k, int j)
+{
+    pn_buf *b = &h->bufs[j];
+    b->rerr = submit(h, b, k, false, false);
+    if (b->rerr != ZC_OK)
+        snprintf(b->rmsg, sizeof b->rmsg, "%s", zc_last_error());
+}
+
+static bool pn_rank_local_io(const zc_param_home *hh, int k)
+{
+    const pnvme_home *h = (const pnvme_home *)hh;
+    return !h->chunks[k].cache;
+}
+
+static void pn_read_start(zc_param_home *hh, int k, bool *started)
+{
+    pnvme_home *h = (pnvme_home *)hh;
+    pn_chunk *c = &h->chunks[k];
+    *started = true;
+    if (c->cache || c->buf >= 0)
+        return;
+    /* The last free buffer is kept for a read on demand. */
+    if (free_buffers(h) <= 1) {
+        *started = false;
+        return;
+    }
+    start_read(h, k, take_buffer(h, k, PN_READ, false));
+}
+
+static bool pn_read_started(const zc_param_home *hh, int k)
+{
+    const pnvme_home *h = (const pnvme_home *)hh;
+    return h->chunks[k].cache || h->chunks[k].buf >= 0;
+}
+
+static zc_status pn_read_wait(zc_param_home *hh, int k, const void **shard)
+{
+    pnvme_home *h = (pnvme_home *)hh;
+    pn_chunk *c = &h->chunks[k];
+    if (c->cache) {
+        *shard = c->cache;
+        return ZC_OK;
+    }
+    if (c->buf < 0) {
+        if (take_buffer(h, k, PN_READ, true) < 0)
+            return ZC_ERR(ZC_ERR_INTERNAL, "nvme parameter home: no buffer free for a read of "
+                          "chunk %d (%d buffers)", k, h->nbufs);
+        start_read(h, k, c->buf);
+    }
+    pn_buf *b = &h->bufs[c->buf];
+    if (b->rerr != ZC_OK)
+        return ZC_ERR(b->rerr, "%s", b->rmsg);
+    const double t0 = now_s();
+    const bool waited = b->rt && !zc__nvme_done(h->store, b->rt);
+    ZC_CHECK(wait_io(h, b, k, false));
+    if (waited) {
+        h->io.waits++;
+        h->io.wait_s += now_s() - t0;
+    }
+    h->io.reads++;
+    h->io.read_bytes += (int64_t)c->tbytes;
+    *shard = b->mem;
+    return ZC_OK;
+}
+
+static void pn_read_end(zc_param_home *hh, int k)
+{
+    pnvme_home *h = (pnvme_home *)hh;
+    pn_chunk *c = &h->chunks[k];
+    if (c->cache || c->buf < 0)
+        return;
+    pn_buf *b = &h->bufs[c->buf];
+    if (b->rt) { /* abandoned: the buffer must not be written after this */
+        (void)zc__nvme_wait(h->store, b->rt, NULL);
+        b->rt = 0;
+        zc__error_clear();
+    }
+    b->use = PN_FREE;
+    b->rerr = ZC_OK;
+    c->buf = -1;
+}
+
+static zc_status pn_write_begin(zc_param_home *hh, int k, void **dst)
+{
+    pnvme_home *h = (pnvme_home *)hh;
+    pn_chunk *c = &h->chunks[k];
+    if (c->cache) {
+        *dst = c->cache;
+        return ZC_OK;
+    }
+    if (c->buf >= 0 && h->bufs[c->buf].use == PN_READ && !h->bufs[c->buf].rt &&
+        h->bufs[c->buf].rerr == ZC_OK) {
+        /* A completed read becomes the write (zc_param_load changes part of
+         * the shard read back): the buffer already holds the shard. */
+        h->bufs[c->buf].use = PN_FILL;
+        *dst = h->bufs[c->buf].mem;
+        return ZC_OK;
+    }
+    if (c->buf >= 0 || take_buffer(h, k, PN_FILL, true) < 0)
+        return ZC_ERR(ZC_ERR_INTERNAL, "nvme parameter home: no buffer to write chunk %d "
+                      "(%d buffers, chunk holds %d)", k, h->nbufs, c->buf);
+    *dst = h->bufs[c->buf].mem;
+    return ZC_OK;
+}
+
+static zc_status pn_write_end(zc_param_home *hh, int k)
+{
+    pnvme_home *h = (pnvme_home *)hh;
+    pn_chunk *c = &h->chunks[k];
+    if (c->cache)
+        return ZC_OK;
+    if (c->buf < 0 || h->bufs[c->buf].use != PN_FILL)
+        return ZC_ERR(ZC_ERR_INTERNAL, "nvme parameter home: chunk %d written without "
+                      "write_begin", k);
+    pn_buf *b = &h->bufs[c->buf];
+    b->use = PN_FREE;
+    c->buf = -1;
+    b->wk = k;
+    zc_status rc = submit(h, b, k, true, false);
+    keep_write_error(h, rc);
+    if (rc == ZC_OK) {
+        h->io.writes++;
+        h->io.write_bytes += (int64_t)c->tbytes;
+    }
+    return rc;
+}
+
+static zc_status pn_flush(zc_param_home *hh)
+{
+    pnvme_home *h = (pnvme_home *)hh;
+    for (int j = 0; j < h->nbufs; j++)
+        settle_write(h, &h->bufs[j]);
+    zc_status rc = h->werr;
+    h->werr = ZC_OK;
+    if (rc != ZC_OK)
+        return ZC_ERR(rc, "%s", h->wmsg);
+    return ZC_OK;
+}
+
+static void pn_io(const zc_param_home *hh, zc_param_home_io *out)
+{
+    *out = ((const pnvme_home *)hh)->io;
+}
+
+static void pn_destroy(zc_param_home *hh)
+{
+    pnvme_home *h = (pnvme_home *)hh;
+    if (h->store) {
+        zc_status rc = zc__nvme_close(h->store, ZC_NVME_CLOSE_CANCEL);
+        if (rc != ZC_OK)
+            ZC_LOGW("offload", "closing the parameter swap store: %s", zc_last_error());
+    }
+    if (h->counted_nvme)
+        zc__mem_count(h->p.acct, ZC_MEMKIND_NVME, ZC_MEM_PARAMS, -(int64_t)h->counted_nvme);
+    remove_swapdirs(h);
+    for (int j = 0; h->bufs && j < h->nbufs; j++)
+        zc__pinned_free(h->pool, h->bufs[j].mem);
+    for (int k = 0; h->chunks && k < h->p.nchunks; k++)
+        if (h->chunks[k].cache != (void *)1)
+            zc__pinned_free(h->pool, h->chunks[k].cache);
+    zc__pinned_pool_destroy(h->pool);
+    zc__host_free(h->p.acct, ZC_MEM_OTHER, h->bufs, h->bufs_bytes);
+    zc__host_free(h->p.acct, ZC_MEM_OTHER, h->chunks, h->chunks_bytes);
+    zc__host_free(h->p.acct, ZC_MEM_OTHER, h, sizeof *h);
+}
+
+static const zc_param_home_ops pn_ops = {
+    .name = "nvme",
+    .add_chunk = pn_add,
+    .prepare = pn_prepare,
+    .rank_local_io = pn_rank_local_io,
+    .read_start = pn_read_start,
+    .read_started = pn_read_started,
+    .read_wait = pn_read_wait,
+    .read_end = pn_read_end,
+    .write_begin = pn_write_begin,
+    .write_end = pn_write_end,
+    .flush = pn_flush,
+    .io = pn_io,
+    .destroy = pn_destroy,
+};
+
+zc_status zc__param_home_nvme_create(const zc_param_home_params *p, zc_param_home **out)
+{
+    *out = NULL;
+    if (p->ndirs < 1 || p->ndirs > 16)
+        return ZC_ERR(ZC_ERR_CONFIG, "zero_optimization.offload_param.nvme_path: %d directories "
+                      "given; give 1 to 16", p->ndirs);
+    if (p->buffer_count < 2 || p->buffer_count > MAX_BUFS)
+        return ZC_ERR(ZC_ERR_CONFIG, "zero_optimization.offload_param.buffer_count %lld: NVMe "
+                      "parameter offload needs 2 to %d (one is kept for reads on demand)",
+                      (long long)p->buffer_count, MAX_BUFS);
+    if (p->aio_block_size < (int64_t)IO_ALIGN || p->aio_block_size > ((int64_t)1 << 30) ||
+        (p->aio_block_size & (p->aio_block_size - 1)))
+        return ZC_ERR(ZC_ERR_CONFIG, "aio.block_size %lld: NVMe offload needs a power of two "
+                      "between %u and 1 GiB", (long long)p->aio_block_size, IO_ALIGN);
+    if (p->aio_queue_depth < 1 || p->aio_queue_depth > 4096 || p->aio_intra_op < 1 ||
+        p->aio_intra_op > 64)
+        return ZC_ERR(ZC_ERR_CONFIG, "aio.queue_depth %lld must be 1..4096 and "
+                      "aio.intra_op_parallelism %lld 1..64",
+                      (long long)p->aio_queue_depth, (long long)p->aio_intra_op);
+    pnvme_home *h = NULL;
+    ZC_CHECK(zc__host_alloc(p->acct, ZC_MEM_OTHER, sizeof *h, "nvme parameter home",
+                            (void **)&h));
+    h->base.ops = &pn_ops;
+    h->p = *p;
+    h->p.dirs = NULL;
+    h->ndirs = p->ndirs;
+    for (int i = 0; i < p->ndirs; i++) {
+        if (!p->dirs[i] || !*p->dirs[i] || strlen(p->dirs[i]) > 400) {
+            zc__host_free(p->acct, ZC_MEM_OTHER, h, sizeof *h);
+            return ZC_ERR(ZC_ERR_CONFIG, "zero_optimization.offload_param.nvme_path entry %d is "
+                          "empty or longer than 400 bytes", i);
+        }
+        snprintf(h->dirs[i], sizeof h->dirs[i], "%s", p->dirs[i]);
+    }
+    h->chunks_bytes = (size_t)p->nchunks * sizeof(pn_chunk);
+    zc_status rc = zc__host_alloc(p->acct, ZC_MEM_OTHER, h->chunks_bytes,
+                                  "nvme parameter home table", (void **)&h->chunks);
+    if (rc != ZC_OK) {
+        zc__host_free(p->acct, ZC_MEM_OTHER, h, sizeof *h);
+        return rc;
+    }
+    *out = &h->base;
+    return ZC_OK;
+}

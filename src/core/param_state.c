@@ -1,0 +1,210 @@
+/* The engine's side of the parameter-shard seam (core/param_home.h): which
+ * stage-3 shards are offloaded, and the few operations the gather, the
+ * optimizer and zc_param_load need from wherever a shard lives. This is the
+ * only file that tells a device-resident shard (c->param) from an offloaded
+ * one.
+ *
+ * Placement. With zero_optimization.offload_param.device "cpu" or "nvme"
+ * (at stage 3; below it the block is ignored, as DeepSpeed does) every chunk's shard goes to the offload home except the
+ * persistent chunks (stage3_param_persistence_threshold), which stay
+ * gathered on the device for the whole run, as DeepSpeed keeps them.
+ *
+ * Gathering an offloaded chunk: the shard comes out of its home (nvme: the
+ * read started ahead by the prefetcher, or one started now), is copied H2D
+ * into this rank's slice of the gather buffer, and the all-gather runs in
+ * place. The copy is on the engine's stream and the host waits for it before
+ * the home's buffer is reused (a CUDA stream of its own per stage is future
+ * work; the host path's copies are synchronous anyway).
+ *
+ * The optimizer's output. A host Adam (offload_optimizer cpu / nvme) writes
+ * the new 16-bit shard straight into the home's memory (the shard itself, or
+ * an nvme buffer that is then written to the file): no round trip through
+ * the device. A device Adam writes into device memory that is copied D2H into
+ * the home (on the host path that memory is host memory, so the same code
+ * runs). Either way the kernel and its segmenting are the device home's, so
+ * offloading parameters changes where bytes are, never their values. */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/engine.h"
+
+bool zc__param_offloaded(const zc_engine *e, const zc_chunk *c)
+{
+    return e->phome && c->poff;
+}
+
+zc_status zc__param_build(zc_engine *e)
+{
+    const zc_offload_cfg *o = &e->cfg->zero.offload_param;
+    /* Below stage 3 there is no shard to offload: ignored, as DeepSpeed
+     * does (the configuration loader warned that it has no effect). */
+    if (o->device == ZC_OFFLOAD_NONE || e->stage != 3)
+        return ZC_OK;
+    zc_param_home_params hp = {
+        .acct = &e->acct,
+        .rank = e->rank,
+        .nchunks = e->nchunks,
+        .param_bytes = e->pesz,
+        .pin_memory = o->pin_memory,
+        .device_index = e->dev->mem_kind == ZC_MEMKIND_DEVICE ? e->dev->index : -1,
+        .buffer_count = o->buffer_count,
+        .buffer_size = o->buffer_size,
+        .max_in_cpu = o->max_in_cpu,
+        .aio_block_size = e->cfg->aio.block_size,
+        .aio_queue_depth = e->cfg->aio.queue_depth,
+        .aio_intra_op = e->cfg->aio.intra_op_parallelism,
+        .io_fault = zc__eng_io_fault,
+        .io_fault_arg = e,
+    };
+    char buf[16 * 512];
+    const char *dirs[16];
+    if (o->device == ZC_OFFLOAD_CPU) {
+        ZC_CHECK(zc__param_home_cpu_create(&hp, &e->phome));
+    } else {
+        ZC_CHECK(zc__split_nvme_paths("offload_param", o->nvme_path, buf, sizeof buf, dirs,
+                                      &hp.ndirs));
+        hp.dirs = dirs;
+        ZC_CHECK(zc__param_home_nvme_create(&hp, &e->phome));
+    }
+    int64_t offloaded = 0;
+    for (int k = 0; k < e->nchunks; k++) {
+        zc_chunk *c = &e->chunks[k];
+        c->poff = !c->persistent;
+        if (!c->poff)
+            continue;
+        ZC_CHECK(e->phome->ops->add_chunk(e->phome, k, (size_t)c->shard));
+        offloaded += c->padded;
+    }
+    ZC_CHECK(e->phome->ops->prepare(e->phome));
+    ZC_LOGI("core", "parameters: %lld of %lld padded elements offloaded (%s); persistent chunks "
+            "stay on the device", (long long)offloaded, (long long)e->padded_elems,
+            e->phome->ops->name);
+    return ZC_OK;
+}
+
+void zc__param_free(zc_engine *e)
+{
+    zc__param_home_destroy(e->phome);
+    e->phome = NULL;
+}
+
+bool zc__param_rank_local_io(const zc_engine *e, int k)
+{
+    return zc__param_offloaded(e, &e->chunks[k]) && e->phome->ops->rank_local_io(e->phome, k);
+}
+
+void zc__param_read_ahead(zc_engine *e, int k, bool *started)
+{
+    *started = true;
+    if (zc__param_offloaded(e, &e->chunks[k]))
+        e->phome->ops->read_start(e->phome, k, started);
+}
+
+void zc__param_read_cancel(zc_engine *e, int k)
+{
+    if (zc__param_offloaded(e, &e->chunks[k]))
+        e->phome->ops->read_end(e->phome, k);
+}
+
+zc_status zc__param_send(zc_engine *e, int k, void *gather, const void **send)
+{
+    zc_chunk *c = &e->chunks[k];
+    if (!zc__param_offloaded(e, c)) {
+        *send = c->param;
+        return ZC_OK;
+    }
+    zc_param_home *h = e->phome;
+    zc_device *d = e->dev;
+    const bool io = h->ops->rank_local_io(h, k);
+    const void *src = NULL;
+    zc_status rc = h->ops->read_wait(h, k, &src);
+    char *slot = zc__elem(gather, (int64_t)e->rank * c->shard, e->pesz);
+    const size_t bytes = (size_t)c->shard * e->pesz;
+    if (rc == ZC_OK)
+        rc = d->ops->copy(d, slot, src, bytes, ZC_COPY_H2D, e->stream);
+    /* The home's buffer is reused after read_end: the copy must be done. */
+    if (rc == ZC_OK)
+        rc = d->ops->stream_sync(d, e->stream);
+    h->ops->read_end(h, k);
+    if (rc != ZC_OK)
+        return rc;
+    if (io)
+        c->reads_cur++;
+    *send = slot;
+    return ZC_OK;
+}
+
+zc_status zc__param_out_begin(zc_engine *e, int k, bool host_adam, char **pout)
+{
+    zc_chunk *c = &e->chunks[k];
+    void *dst = NULL;
+    ZC_CHECK(e->phome->ops->write_begin(e->phome, k, &dst));
+    c->pout_home = dst;
+    if (host_adam || e->dev->mem_kind == ZC_MEMKIND_HOST) {
+        *pout = dst;
+        return ZC_OK;
+    }
+    /* A device Adam writes device memory: the fp32 staging slot reserved at
+     * build (one chunk of fp32 >= one shard of the parameter dtype) takes it,
+     * copied D2H at out_end. */
+    void *tmp = NULL;
+    ZC_CHECK(zc__bufpool_get(&e->pool_stage, (size_t)c->shard * e->pesz, false, e->stream, &tmp));
+    c->pout_dev = tmp;
+    *pout = tmp;
+    return ZC_OK;
+}
+
+zc_status zc__param_out_end(zc_engine *e, int k)
+{
+    zc_chunk *c = &e->chunks[k];
+    zc_status rc = ZC_OK;
+    if (c->pout_dev) {
+        zc_device *d = e->dev;
+        rc = d->ops->copy(d, c->pout_home, c->pout_dev, (size_t)c->shard * e->pesz, ZC_COPY_D2H,
+                          e->stream);
+        if (rc == ZC_OK)
+            rc = d->ops->stream_sync(d, e->stream);
+        zc__bufpool_put(&e->pool_stage, &c->pout_dev);
+    }
+    c->pout_home = NULL;
+    if (rc == ZC_OK)
+        rc = e->phome->ops->write_end(e->phome, k);
+    return rc;
+}
+
+zc_status zc__param_flush(zc_engine *e)
+{
+    return e->phome ? e->phome->ops->flush(e->phome) : ZC_OK;
+}
+
+zc_status zc__param_load_range(zc_engine *e, int k, int64_t at, const float *values, size_t n)
+{
+    zc_param_home *h = e->phome;
+    zc_chunk *c = &e->chunks[k];
+    zc_device *hd = zc__device_host();
+    const void *src = NULL;
+    void *dst = NULL;
+    /* The shard as it is (nvme: read now), then the same memory becomes the
+     * write: the homes hand the read's memory back for writing. */
+    zc_status rc = h->ops->read_wait(h, k, &src);
+    if (rc == ZC_OK)
+        rc = h->ops->write_begin(h, k, &dst);
+    if (rc != ZC_OK) {
+        h->ops->read_end(h, k);
+        return rc;
+    }
+    if (dst != src)
+        memcpy(dst, src, (size_t)c->shard * e->pesz);
+    /* The host's conversion, round to nearest even like the device's. */
+    rc = hd->ops->cast(hd, zc__elem(dst, at, e->pesz), e->pdt, values, ZC_DTYPE_F32, n, NULL);
+    zc_status wrc = h->ops->write_end(h, k);
+    zc_status frc = h->ops->flush(h);
+    return rc != ZC_OK ? rc : wrc != ZC_OK ? wrc : frc;
+}
+
+void zc__param_io(const zc_engine *e, zc_param_home_io *out)
+{
+    memset(out, 0, sizeof *out);
+    if (e->phome)
+        e->phome->ops->io(e->phome, out);
+}
