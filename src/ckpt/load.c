@@ -118,6 +118,25 @@ typedef struct load_ctx {
     float *bounce;
 } load_ctx;
 
+/* The new 16-bit shard of an offloaded chunk, from its master, into the
+ * shard's home (param_state.c): host memory when the Adam home is host or
+ * the device is the host, else a device staging slot copied home at _end. */
+static zc_status load_offloaded_param(zc_engine *e, int k, const float *master, bool host,
+                                      size_t n)
+{
+    char *pout = NULL;
+    ZC_CHECK(zc__param_out_begin(e, k, host, &pout));
+    zc_status rc;
+    if (host || e->dev->mem_kind == ZC_MEMKIND_HOST) {
+        zc_device *hd = zc__device_host();
+        rc = hd->ops->cast(hd, pout, e->pdt, master, ZC_DTYPE_F32, n, NULL);
+    } else {
+        rc = zc__eng_convert(e, pout, e->pdt, master, ZC_DTYPE_F32, n);
+    }
+    zc_status erc = zc__param_out_end(e, k);
+    return rc != ZC_OK ? rc : erc;
+}
+
 static zc_status load_chunk(zc_engine *e, int k, const zc_opt_view *v, bool host, void *arg)
 {
     load_ctx *x = arg;
@@ -139,8 +158,12 @@ static zc_status load_chunk(zc_engine *e, int k, const zc_opt_view *v, bool host
                                   e->stream));
     }
     /* The working parameters of the range, from the master, as the step
-     * writes them. A host home's master is not device memory on a GPU: it
-     * goes through the fp32 staging slot (one chunk, reserved at build). */
+     * writes them. An offloaded stage-3 shard (offload_param) is written to
+     * its home, as the step's optimizer output is. */
+    if (zc__param_offloaded(e, c))
+        return load_offloaded_param(e, k, v->master, host, n);
+    /* A host home's master is not device memory on a GPU: it goes through
+     * the fp32 staging slot (one chunk, reserved at build). */
     void *pdst = zc__elem(c->param, e->pol->full_params ? r0 : 0, e->pesz);
     const float *msrc = v->master;
     void *stage = NULL;
@@ -162,14 +185,32 @@ static zc_status load_chunk(zc_engine *e, int k, const zc_opt_view *v, bool host
  * counted in the step's communication stats). */
 static zc_status refresh(zc_engine *e)
 {
-    zc_status rc = ZC_OK;
+    zc_status rc = zc__param_flush(e);
+    /* Stage 3: an offloaded shard of a chunk that stays gathered comes into
+     * its slot of the gather buffer first (reads agreed across ranks: whether
+     * a shard is read is the same on every rank). */
+    bool io = false;
+    for (int k = 0; k < e->nchunks && rc == ZC_OK; k++) {
+        zc_chunk *c = &e->chunks[k];
+        if (e->pol->full_params || !c->gather || !zc__param_offloaded(e, c))
+            continue;
+        const void *send = NULL;
+        rc = zc__param_send(e, k, c->gather, &send);
+        io = io || zc__param_rank_local_io(e, k);
+    }
+    if (io)
+        rc = zc__eng_agree(e, rc, "zc_checkpoint_load: reading the parameter shards to refresh");
     for (int k = 0; k < e->nchunks && rc == ZC_OK; k++) {
         zc_chunk *c = &e->chunks[k];
         if (e->pol->full_params && !e->pol->full_optimizer)
             rc = zc__eng_all_gather(e, zc__elem(c->param, (int64_t)e->rank * c->shard, e->pesz),
                                     c->param, (size_t)c->shard, e->pdt, false);
         else if (!e->pol->full_params && c->gather)
-            rc = zc__eng_all_gather(e, c->param, c->gather, (size_t)c->shard, e->pdt, false);
+            rc = zc__eng_all_gather(e,
+                                    zc__param_offloaded(e, c)
+                                        ? zc__elem(c->gather, (int64_t)e->rank * c->shard, e->pesz)
+                                        : c->param,
+                                    c->gather, (size_t)c->shard, e->pdt, false);
     }
     if (rc == ZC_OK)
         rc = e->dev->ops->stream_sync(e->dev, e->stream);
