@@ -6,13 +6,14 @@
  *
  * One rank, stage 1, fp32; the optimizer state (master, exp_avg, exp_avg_sq:
  * 12 bytes per parameter) is what a checkpoint writes. save = zc_checkpoint_save
- * (write, checksums, fsync, renames); load = zc_checkpoint_load (verify every
- * checksum, then restore). The store's write is followed by an fsync of its
- * file, as the save's files are. Prints one JSON line per operation with the
- * best of K iterations: bytes, seconds, GB/s, the store's GB/s and the ratio.
- * The load reads through the page cache (the save just wrote the files); the
- * store reads with O_DIRECT: the load figure is an upper bound on a cold
- * load's. */
+ * (O_DIRECT writes, checksums, fsync, renames); load = zc_checkpoint_load
+ * (verify every checksum, then restore). The store's write is followed by an
+ * fsync of its file, as the save's files are. Prints one JSON line per
+ * operation with the best of K iterations: bytes, seconds, GB/s, the store's
+ * GB/s and the ratio. The save writes with O_DIRECT, so the load finds
+ * nothing of the files in the page cache: its verify pass reads the disk,
+ * like the store's O_DIRECT reads (its restore pass then reads what that
+ * pass left in the cache). */
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>

@@ -8,7 +8,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include "ckpt/dirwrite.h"
 #include "ckpt/fsio.h"
@@ -18,7 +17,7 @@
  * never leaves the staging directory). */
 #define IDX_MAGIC 0x49434b5aU /* "ZKCI" */
 
-static zc_status staging_path(char *out, const char *dir, const char *tag)
+zc_status zc__ck_staging_path(char *out, const char *dir, const char *tag)
 {
     char name[ZC_CK_TAG_MAX + 16];
     snprintf(name, sizeof name, ".%s.partial", tag);
@@ -80,7 +79,7 @@ zc_status zc__ck_stage_open(const char *dir, const char *tag)
     if (lstat(p, &st) == 0)
         return ZC_ERR(ZC_ERR_IO, "checkpoint %s exists already: save under another tag or "
                       "remove it", p);
-    ZC_CHECK(staging_path(sp, dir, tag));
+    ZC_CHECK(zc__ck_staging_path(sp, dir, tag));
     ZC_CHECK(clear_staging(sp, true));
     if (mkdir(sp, 0755) != 0)
         return ZC_ERR(ZC_ERR_IO, "%s: cannot create the staging directory: %s", sp,
@@ -91,80 +90,31 @@ zc_status zc__ck_stage_open(const char *dir, const char *tag)
 void zc__ck_stage_abort(const char *dir, const char *tag)
 {
     char sp[ZC_CK_PATH_MAX];
-    if (staging_path(sp, dir, tag) == ZC_OK)
+    if (zc__ck_staging_path(sp, dir, tag) == ZC_OK)
         (void)clear_staging(sp, false);
 }
 
-zc_status zc__ck_shard_open(zc_ck_shard *s, const char *dir, const char *tag, int rank)
+zc_status zc__ck_index_write(const char *sp, int rank, const zc_ck_entry *ents, int64_t n,
+                             uint64_t bytes)
 {
-    memset(s, 0, sizeof *s);
-    s->fd = -1;
-    s->rank = rank;
-    char name[32];
-    zc__ck_file_name(rank, name);
-    ZC_CHECK(staging_path(s->dir, dir, tag));
-    ZC_CHECK(zc__ck_join(s->final, sizeof s->final, s->dir, name));
-    if (snprintf(s->tmp, sizeof s->tmp, "%s.tmp", s->final) >= (int)sizeof s->tmp)
-        return ZC_ERR(ZC_ERR_INVALID_ARG, "path %s.tmp is too long", s->final);
-    return zc__ck_create(s->tmp, &s->fd);
-}
-
-zc_status zc__ck_shard_append(zc_ck_shard *s, int param, int kind, int64_t begin, int64_t end,
-                              const float *values)
-{
-    if (s->n == s->cap) {
-        int64_t cap = s->cap ? 2 * s->cap : 64;
-        zc_ck_entry *e = realloc(s->ents, (size_t)cap * sizeof *e);
-        if (!e)
-            return ZC_ERR(ZC_ERR_NO_MEMORY, "%s: %" PRId64 " tensor entries", s->tmp, cap);
-        s->ents = e;
-        s->cap = cap;
-    }
-    const size_t bytes = (size_t)(end - begin) * sizeof(float);
-    ZC_CHECK(zc__ck_pwrite(s->fd, values, bytes, s->bytes, s->tmp));
-    s->ents[s->n++] = (zc_ck_entry){.param = param, .kind = kind, .file = s->rank,
-                                    .begin = begin, .end = end, .offset = s->bytes,
-                                    .xxh3 = XXH3_64bits(values, bytes)};
-    s->bytes += bytes;
-    return ZC_OK;
-}
-
-zc_status zc__ck_shard_close(zc_ck_shard *s)
-{
-    int fd = s->fd;
-    s->fd = -1;
-    ZC_CHECK(zc__ck_commit_file(fd, s->tmp, s->final, s->dir));
     /* The index: header {magic, count, bytes}, then the entries. */
     char ip[ZC_CK_PATH_MAX], it[ZC_CK_PATH_MAX + 8];
     char name[32];
-    snprintf(name, sizeof name, "rank_%05d.idx", s->rank);
-    ZC_CHECK(zc__ck_join(ip, sizeof ip, s->dir, name));
+    int fd;
+    snprintf(name, sizeof name, "rank_%05d.idx", rank);
+    ZC_CHECK(zc__ck_join(ip, sizeof ip, sp, name));
     snprintf(it, sizeof it, "%s.tmp", ip);
     ZC_CHECK(zc__ck_create(it, &fd));
-    uint64_t head[3] = {IDX_MAGIC, (uint64_t)s->n, s->bytes};
+    uint64_t head[3] = {IDX_MAGIC, (uint64_t)n, bytes};
     zc_status rc = zc__ck_pwrite(fd, head, sizeof head, 0, it);
-    if (rc == ZC_OK && s->n)
-        rc = zc__ck_pwrite(fd, s->ents, (size_t)s->n * sizeof *s->ents, sizeof head, it);
+    if (rc == ZC_OK && n)
+        rc = zc__ck_pwrite(fd, ents, (size_t)n * sizeof *ents, sizeof head, it);
     if (rc != ZC_OK) {
         close(fd);
         unlink(it);
         return rc;
     }
-    ZC_CHECK(zc__ck_commit_file(fd, it, ip, s->dir));
-    free(s->ents);
-    s->ents = NULL;
-    return ZC_OK;
-}
-
-void zc__ck_shard_discard(zc_ck_shard *s)
-{
-    if (s->fd >= 0) {
-        close(s->fd);
-        unlink(s->tmp);
-        s->fd = -1;
-    }
-    free(s->ents);
-    s->ents = NULL;
+    return zc__ck_commit_file(fd, it, ip, sp);
 }
 
 /* Reads rank r's index into m (appending its entries). */
@@ -206,7 +156,7 @@ static zc_status read_index(const char *sp, int r, zc_ck_manifest *m, int64_t *c
 zc_status zc__ck_stage_commit(const char *dir, zc_ck_manifest *m, int nfiles)
 {
     char sp[ZC_CK_PATH_MAX], p[ZC_CK_PATH_MAX], t[ZC_CK_PATH_MAX + 8];
-    ZC_CHECK(staging_path(sp, dir, m->tag));
+    ZC_CHECK(zc__ck_staging_path(sp, dir, m->tag));
     m->files = calloc((size_t)nfiles, sizeof *m->files);
     if (!m->files)
         return ZC_ERR(ZC_ERR_NO_MEMORY, "checkpoint manifest: %d files", nfiles);

@@ -2,7 +2,8 @@
  * the offline reshard.
  *
  *   rank 0:     zc__ck_stage_open   (DIR/.TAG.partial, fresh)
- *   every rank: zc__ck_shard_open / _append ... / _close   (rank_R.bin + its index)
+ *   every rank: zc__ck_shard_open / _run, _entry ... / _close   (rank_R.bin + its index;
+ *               ckpt/shard_write.h)
  *   rank 0:     zc__ck_stage_commit (manifest, rename to DIR/TAG, then `latest`)
  *
  * The callers agree across ranks between the three phases. Until the rename
@@ -20,27 +21,15 @@
  * stale DIR/.TAG.partial left by a crashed save (only the names a save
  * writes; anything else there is an error naming it) and creates it anew. */
 zc_status zc__ck_stage_open(const char *dir, const char *tag);
+/* DIR/.TAG.partial into out (ZC_CK_PATH_MAX bytes). */
+zc_status zc__ck_staging_path(char *out, const char *dir, const char *tag);
 /* Removes DIR/.TAG.partial and what a save writes in it (best effort). */
 void zc__ck_stage_abort(const char *dir, const char *tag);
 
-/* One rank's shard file being written. */
-typedef struct zc_ck_shard {
-    int fd, rank;
-    char tmp[ZC_CK_PATH_MAX], final[ZC_CK_PATH_MAX], dir[ZC_CK_PATH_MAX];
-    uint64_t bytes;
-    zc_ck_entry *ents;
-    int64_t n, cap;
-} zc_ck_shard;
-
-zc_status zc__ck_shard_open(zc_ck_shard *s, const char *dir, const char *tag, int rank);
-/* Appends elements [begin, end) of parameter `param`'s tensor `kind` (fp32
- * values in host memory) and records its entry and checksum. */
-zc_status zc__ck_shard_append(zc_ck_shard *s, int param, int kind, int64_t begin, int64_t end,
-                              const float *values);
-/* Makes the shard file and its index durable under their final names. */
-zc_status zc__ck_shard_close(zc_ck_shard *s);
-/* Frees and removes what was not closed (after a failure). */
-void zc__ck_shard_discard(zc_ck_shard *s);
+/* Shard files: ckpt/shard_write.h. Each rank leaves DIR/.TAG.partial/rank_R.idx
+ * next to its shard for rank 0 (zc__ck_index_write). */
+zc_status zc__ck_index_write(const char *staging_dir, int rank, const zc_ck_entry *ents,
+                             int64_t n, uint64_t bytes);
 
 /* Rank 0: completes m (files and entries, from the ranks' indexes: nfiles
  * ranks), writes manifest.json, renames the staging directory to DIR/TAG and

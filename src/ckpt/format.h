@@ -22,7 +22,11 @@
 #include "zeroc/zeroc.h"
 
 #define ZC_CK_FORMAT "zeroc-checkpoint"
-#define ZC_CK_VERSION 1
+#define ZC_CK_VERSION 2
+/* Version 2: every run of entries starts at a multiple of ZC_CK_ALIGN bytes
+ * and a shard file's size is one (O_DIRECT). Version 1 (entries back to back)
+ * is still read. */
+#define ZC_CK_ALIGN 4096
 #define ZC_CK_MANIFEST "manifest.json"
 #define ZC_CK_LATEST "latest"
 #define ZC_CK_TAG_MAX 128

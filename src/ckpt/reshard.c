@@ -10,6 +10,7 @@
 
 #include "base/error.h"
 #include "ckpt/dirwrite.h"
+#include "ckpt/shard_write.h"
 #include "ckpt/source.h"
 
 /* Writes rank r's file of the new world. */
@@ -17,8 +18,22 @@ static zc_status write_rank(zc_ck_source *s, const char *out_dir, const char *ta
                             int r, float *buf)
 {
     const zc_ck_manifest *m = &s->m;
+    /* One run per entry: an entry of the new cut per parameter piece. */
+    uint64_t bytes = 0;
+    for (int k = 0; k < m->nchunks; k++) {
+        const zc_ck_chunk *c = &m->chunks[k];
+        const int64_t shard = zc__ck_padded(c->used, world) / world;
+        const int64_t lo = (int64_t)r * shard, hi = lo + shard;
+        for (int i = c->first; i < c->first + c->count; i++) {
+            const zc_ck_param *p = &m->params[i];
+            const int64_t a = p->offset > lo ? p->offset : lo;
+            const int64_t b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
+            if (a < b)
+                bytes += ZC_CK__KINDS * zc__ck_run_bytes((uint64_t)(b - a) * sizeof(float));
+        }
+    }
     zc_ck_shard sh;
-    ZC_CHECK(zc__ck_shard_open(&sh, out_dir, tag, r));
+    ZC_CHECK(zc__ck_shard_open(&sh, out_dir, tag, r, bytes));
     zc_status rc = ZC_OK;
     for (int k = 0; k < m->nchunks && rc == ZC_OK; k++) {
         const zc_ck_chunk *c = &m->chunks[k];
@@ -69,6 +84,7 @@ ZC_API zc_status zc_checkpoint_reshard(const char *in_dir, const char *tag, cons
     if (rc == ZC_OK) {
         /* The same head and model; the files and entries are the new ones. */
         zc_ck_manifest out = *m;
+        out.version = ZC_CK_VERSION; /* written in this build's layout */
         out.world = world;
         out.files = NULL;
         out.entries = NULL;

@@ -15,6 +15,8 @@
 #include "ckpt/dirwrite.h"
 #include "ckpt/engine_io.h"
 #include "ckpt/format.h"
+#include "ckpt/shard_write.h"
+#include "ckpt/shard_write.h"
 
 size_t zc__ck_bounce_bytes(const zc_engine *e)
 {
@@ -28,29 +30,53 @@ size_t zc__ck_bounce_bytes(const zc_engine *e)
     return most * sizeof(float);
 }
 
+/* This rank's part of chunk c: elements [*lo, *hi) of the chunk, the
+ * parameters in its own shard's range (also at stage 0, where each rank holds
+ * the whole chunk: together the ranks write each element once). Empty when
+ * the shard is all padding. */
+static void own_part(const zc_engine *e, const zc_chunk *c, int64_t *lo, int64_t *hi)
+{
+    *lo = (int64_t)e->rank * c->shard;
+    const int64_t end = *lo + c->shard;
+    *hi = end < c->used ? end : c->used;
+    if (*hi < *lo)
+        *hi = *lo;
+}
+
+/* The shard file's size: one run per chunk and kind (shard_write.h). */
+static uint64_t shard_bytes(const zc_engine *e)
+{
+    uint64_t total = 0;
+    for (int k = 0; k < e->nchunks; k++) {
+        int64_t lo, hi;
+        own_part(e, &e->chunks[k], &lo, &hi);
+        total += ZC_CK__KINDS * zc__ck_run_bytes((uint64_t)(hi - lo) * sizeof(float));
+    }
+    return total;
+}
+
 typedef struct save_ctx {
     zc_ck_shard *shard;
     float *bounce;
 } save_ctx;
 
+/* Each tensor of the chunk is one run: its parameters lie back to back in
+ * the home as in the file. */
 static zc_status save_chunk(zc_engine *e, int k, const zc_opt_view *v, bool host, void *arg)
 {
     save_ctx *x = arg;
     const zc_chunk *c = &e->chunks[k];
-    int64_t r0, r1;
+    int64_t r0, r1, lo, hi;
     zc__ck_home_range(e, c, &r0, &r1);
-    /* Every rank writes its own shard's range, also at stage 0 where each
-     * holds the whole chunk: together they write each element once. */
-    const int64_t lo = (int64_t)e->rank * c->shard, hi = lo + c->shard;
-    const int64_t used_hi = hi < c->used ? hi : c->used;
-    if (used_hi <= lo)
-        return ZC_OK; /* this rank's shard is all padding */
+    own_part(e, c, &lo, &hi);
+    if (hi == lo)
+        return ZC_OK;
     const float *tensors[ZC_CK__KINDS] = {v->master, v->m, v->v};
     for (int kind = 0; kind < ZC_CK__KINDS; kind++) {
         const float *src = tensors[kind] + (lo - r0);
         if (zc__ck_needs_bounce(e, host)) {
             zc_device *d = e->dev;
-            ZC_CHECK(d->ops->copy(d, x->bounce, src, (size_t)(used_hi - lo) * sizeof(float),
+            ZC_CHECK(d->ops->copy(d, x->bounce, src, (size_t)(hi - lo) * sizeof(float),
                                   ZC_COPY_D2H, e->stream));
             ZC_CHECK(d->ops->stream_sync(d, e->stream));
             src = x->bounce;
@@ -60,9 +86,10 @@ static zc_status save_chunk(zc_engine *e, int k, const zc_opt_view *v, bool host
             const int64_t a = p->offset > lo ? p->offset : lo;
             const int64_t b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
             if (a < b)
-                ZC_CHECK(zc__ck_shard_append(x->shard, i, kind, a - p->offset, b - p->offset,
-                                             src + (a - lo)));
+                ZC_CHECK(zc__ck_shard_put(x->shard, i, kind, a - p->offset, b - p->offset,
+                                          src + (a - lo)));
         }
+        ZC_CHECK(zc__ck_shard_pad(x->shard));
     }
     return ZC_OK;
 }
@@ -72,7 +99,7 @@ static zc_status write_shard(zc_engine *e, const char *dir, const char *tag)
     zc_ck_shard sh;
     save_ctx x = {&sh, NULL};
     size_t bounce_bytes = 0;
-    zc_status rc = zc__ck_shard_open(&sh, dir, tag, e->rank);
+    zc_status rc = zc__ck_shard_open(&sh, dir, tag, e->rank, shard_bytes(e));
     if (rc == ZC_OK && e->dev->mem_kind == ZC_MEMKIND_DEVICE) {
         bounce_bytes = zc__ck_bounce_bytes(e);
         rc = zc__host_alloc(&e->acct, ZC_MEM_OTHER, bounce_bytes, "checkpoint bounce buffer",

@@ -177,7 +177,12 @@ static zc_status open_file(zc_nvme_store *st, int i, bool *warned_direct)
 {
     const char *path = st->paths[i];
     bool want_direct = !(st->opts.flags & ZC_NVME_BUFFERED);
-    int base = O_RDWR | O_CLOEXEC;
+    /* A named file (opts.file) is the caller's: created exclusively, or
+     * opened read-only as it is; never the open-existing fallback of swap
+     * files, which may take over a file a crashed run left. */
+    const bool named = st->opts.file != NULL;
+    const bool read_only = named && (st->opts.flags & ZC_NVME_READ_ONLY);
+    int base = (read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC;
     int fd = -1, e = 0;
     for (int attempt = 0; attempt < 2 && fd < 0; attempt++) {
         int fl = base | (want_direct ? O_DIRECT : 0);
@@ -185,16 +190,22 @@ static zc_status open_file(zc_nvme_store *st, int i, bool *warned_direct)
             e = EINVAL;
         } else {
             /* O_EXCL first, so a failed open removes only what it created. */
-            fd = open(path, fl | O_CREAT | O_EXCL, 0600);
+            if (read_only)
+                fd = open(path, fl);
+            else
+                fd = open(path, fl | O_CREAT | O_EXCL, named ? 0644 : 0600);
             if (fd >= 0)
-                st->created[i] = true;
-            else if (errno == EEXIST)
+                st->created[i] = !read_only;
+            else if (errno == EEXIST && !named)
                 fd = open(path, fl);
             e = fd < 0 ? errno : 0;
         }
         if (fd < 0 && e == EINVAL && want_direct) {
             want_direct = false;
-            if (!*warned_direct) {
+            if (named) {
+                /* A checkpoint on tmpfs is normal: not worth a warning per file. */
+                ZC_LOGI("offload", "%s: the filesystem refuses O_DIRECT: buffered I/O", path);
+            } else if (!*warned_direct) {
                 *warned_direct = true;
                 ZC_LOGW("offload", "the filesystem of '%s' refuses O_DIRECT: the NVMe store "
                         "uses buffered I/O through the page cache (slower, and it takes "
@@ -204,6 +215,9 @@ static zc_status open_file(zc_nvme_store *st, int i, bool *warned_direct)
         }
         break;
     }
+    if (fd < 0 && named)
+        return ZC_ERR(ZC_ERR_IO, "%s: cannot %s it: %s", path,
+                      read_only ? "open" : "create", strerror(e));
     if (fd < 0)
         return ZC_ERR(ZC_ERR_IO, "cannot create the NVMe store file '%s' in nvme_path '%s': %s",
                       path, st->dirs[i], strerror(e));
@@ -222,6 +236,13 @@ static zc_status reserve(zc_nvme_store *st, int i)
 {
     char a[32], b[32];
     int fd = st->fds[i];
+    if (st->opts.file && (st->opts.flags & ZC_NVME_READ_ONLY)) {
+        struct stat sb;
+        if (fstat(fd, &sb) != 0 || (uint64_t)sb.st_size < st->file_bytes)
+            return ZC_ERR(ZC_ERR_IO, "%s: shorter than the %llu bytes to be read", st->paths[i],
+                          (unsigned long long)st->file_bytes);
+        return ZC_OK;
+    }
     if (!(st->opts.flags & ZC_NVME_NO_FALLOCATE)) {
         if (fallocate(fd, 0, 0, (off_t)st->file_bytes) == 0)
             return ZC_OK;
@@ -287,13 +308,22 @@ static zc_status validate(const zc_nvme_opts *o)
     if (o->size < sizeof(zc_nvme_opts))
         return ZC_ERR(ZC_ERR_INVALID_ARG, "NVMe store: opts->size %zu, expected %zu (use "
                       "ZC_NVME_OPTS_INIT)", o->size, sizeof(zc_nvme_opts));
-    if (!o->dirs || o->ndirs < 1 || o->ndirs > ZC_NVME_MAX_DIRS)
+    if (o->file) {
+        if (!*o->file || strlen(o->file) > 500)
+            return ZC_ERR(ZC_ERR_INVALID_ARG, "NVMe store: file name is empty or longer than "
+                          "500 bytes");
+    } else if (o->flags & ZC_NVME_READ_ONLY) {
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "NVMe store: ZC_NVME_READ_ONLY needs opts.file");
+    }
+    if (o->file) {
+        /* One named file: no directories, rank or purpose. */
+    } else if (!o->dirs || o->ndirs < 1 || o->ndirs > ZC_NVME_MAX_DIRS)
         return ZC_ERR(ZC_ERR_INVALID_ARG, "NVMe store: %d directories given (need 1..%d)",
                       o->ndirs, ZC_NVME_MAX_DIRS);
-    for (int i = 0; i < o->ndirs; i++)
+    for (int i = 0; !o->file && i < o->ndirs; i++)
         if (!o->dirs[i] || !*o->dirs[i] || strlen(o->dirs[i]) > 400)
             return ZC_ERR(ZC_ERR_INVALID_ARG, "NVMe store: directory %d is empty or too long", i);
-    if (!valid_purpose(o->purpose))
+    if (!o->file && !valid_purpose(o->purpose))
         return ZC_ERR(ZC_ERR_INVALID_ARG, "NVMe store: purpose '%s' must be 1-64 characters of "
                       "[A-Za-z0-9_-]", o->purpose ? o->purpose : "(null)");
     if (o->rank < 0)
@@ -326,7 +356,7 @@ zc_status zc__nvme_open(zc_nvme_store **out, const zc_nvme_opts *opts)
     zc_nvme_store *st;
     ZC_CHECK(zc__host_alloc(NULL, ZC_MEM_OTHER, sizeof *st, "NVMe store", (void **)&st));
     st->opts = *opts;
-    st->ndirs = opts->ndirs;
+    st->ndirs = opts->file ? 1 : opts->ndirs;
     for (int i = 0; i < ZC_NVME_MAX_DIRS; i++)
         st->fds[i] = -1;
     st->retry_head = st->retry_tail = st->pend_head = st->pend_tail = st->free_ticket = NIL;
@@ -342,7 +372,18 @@ zc_status zc__nvme_open(zc_nvme_store **out, const zc_nvme_opts *opts)
     st->opts.dirs = NULL; /* not kept: copied below */
     st->opts.faults = NULL;
 
-    for (int i = 0; i < st->ndirs; i++) {
+    if (opts->file) {
+        snprintf(st->paths[0], sizeof st->paths[0], "%s", opts->file);
+        /* Messages about "the directory" name the file's. */
+        snprintf(st->dirs[0], sizeof st->dirs[0], "%s", opts->file);
+        char *slash = strrchr(st->dirs[0], '/');
+        if (slash)
+            slash[slash == st->dirs[0]] = '\0';
+        else
+            snprintf(st->dirs[0], sizeof st->dirs[0], ".");
+        st->opts.file = st->paths[0];
+    }
+    for (int i = 0; !opts->file && i < st->ndirs; i++) {
         snprintf(st->dirs[i], sizeof st->dirs[i], "%s", opts->dirs[i]);
         ZC_CHECK_GOTO(check_dir(st->dirs[i]), rc, fail);
         for (int j = 0; j < i; j++)
@@ -370,7 +411,9 @@ zc_status zc__nvme_open(zc_nvme_store **out, const zc_nvme_opts *opts)
                     st->align, st->dirs[0]);
         goto fail;
     }
-    uint64_t per_round = (uint64_t)st->stripe * (uint64_t)st->ndirs;
+    /* Swap files hold whole stripes; a named file holds what was asked,
+     * rounded to the alignment (a checkpoint shard's exact size). */
+    uint64_t per_round = opts->file ? st->align : (uint64_t)st->stripe * (uint64_t)st->ndirs;
     st->capacity = (opts->capacity + per_round - 1) / per_round * per_round;
     st->file_bytes = st->capacity / (uint64_t)st->ndirs;
     for (int i = 0; i < st->ndirs; i++)
@@ -655,10 +698,21 @@ zc_status zc__nvme_close(zc_nvme_store *st, zc_nvme_close_mode mode)
     } else {
         rc = zc__nvme_wait_all(st);
     }
-    if (!(st->opts.flags & ZC_NVME_KEEP_FILES))
+    if (!(st->opts.flags & ZC_NVME_KEEP_FILES) && !st->opts.file)
         remove_files(st, false);
     free_store(st);
     return rc;
+}
+
+zc_status zc__nvme_fsync(zc_nvme_store *st)
+{
+    if (!st)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "zc__nvme_fsync: store is NULL");
+    ZC_CHECK(zc__nvme_wait_all(st));
+    for (int i = 0; i < st->ndirs; i++)
+        if (fsync(st->fds[i]) != 0)
+            return ZC_ERR(ZC_ERR_IO, "%s: fsync: %s", st->paths[i], strerror(errno));
+    return ZC_OK;
 }
 
 /* ------------------------------------------------------------------------- */

@@ -160,6 +160,8 @@ typedef uint64_t zc_nvme_ticket;
 #define ZC_NVME_NO_OVERLAP   0x100u /* aio.overlap_events false: submit the next
                                       batch only once the kernel has completed
                                       every request of the previous one */
+#define ZC_NVME_READ_ONLY    0x200u /* with opts.file: open the existing file
+                                      read-only, reserve nothing */
 
 typedef struct zc_nvme_opts {
     size_t size;              /* sizeof(zc_nvme_opts) */
@@ -177,9 +179,15 @@ typedef struct zc_nvme_opts {
     unsigned flags;           /* ZC_NVME_* */
     const struct zc_nvme_faults *faults; /* tests: faults from open on (NULL =
                                  the ZC_NVME_FAULTS environment variable) */
+    const char *file;         /* one named file instead of dirs/rank/purpose
+                                 (checkpoint shards): created with O_EXCL (an
+                                 existing file is an error) or, with
+                                 ZC_NVME_READ_ONLY, opened as it is; capacity
+                                 is rounded to the alignment only; never
+                                 removed by close (the caller owns the name) */
 } zc_nvme_opts;
 
-#define ZC_NVME_OPTS_INIT { sizeof(zc_nvme_opts), NULL, 0, 0, NULL, 0, 0, 0, 0, 0, 0u, NULL }
+#define ZC_NVME_OPTS_INIT { sizeof(zc_nvme_opts), NULL, 0, 0, NULL, 0, 0, 0, 0, 0, 0u, NULL, NULL }
 
 /* What went wrong with a ticket (zc__nvme_wait). */
 typedef struct zc_nvme_error {
@@ -218,7 +226,9 @@ typedef struct zc_nvme_stats {
  * (not built, or refused by the kernel/seccomp) uses pread/pwrite with one
  * warning. Errors: ZC_ERR_INVALID_ARG (bad options), ZC_ERR_IO naming the
  * directory (missing, not a directory, not writable) or the file (ENOSPC with
- * the sizes). On failure no file is left behind. The caller owns *out.
+ * the sizes; with opts.file: it exists, or with ZC_NVME_READ_ONLY it is
+ * missing or shorter than capacity). On failure no file is left behind
+ * (none is created read-only). The caller owns *out.
  * A store is used by one thread at a time (not thread-safe). */
 zc_status zc__nvme_open(zc_nvme_store **out, const zc_nvme_opts *opts);
 
@@ -263,6 +273,10 @@ bool zc__nvme_done(zc_nvme_store *st, zc_nvme_ticket ticket);
 zc_status zc__nvme_wait_all(zc_nvme_store *st);
 
 void zc__nvme_stats_get(const zc_nvme_store *st, zc_nvme_stats *out);
+
+/* Makes what was written durable: waits for every live ticket, then fsyncs
+ * each file. ZC_ERR_IO names the file (or the first failed ticket). */
+zc_status zc__nvme_fsync(zc_nvme_store *st);
 
 /* Path of the file for directory i (0 <= i < ndirs), or NULL. */
 const char *zc__nvme_path(const zc_nvme_store *st, int i);

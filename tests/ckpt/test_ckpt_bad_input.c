@@ -64,7 +64,7 @@ static void edit_manifest(const char *ck, void (*edit)(json_t *root))
     json_decref(root);
 }
 
-static void v2(json_t *root) { json_object_set_new(root, "version", json_integer(2)); }
+static void v3(json_t *root) { json_object_set_new(root, "version", json_integer(3)); }
 static void rename_p3(json_t *root)
 {
     json_t *p = json_array_get(json_object_get(root, "params"), 3);
@@ -81,7 +81,7 @@ static void reshape_p2(json_t *root)
     json_array_append_new(two, json_integer(n));
     json_object_set_new(p, "shape", two);
 }
-static void newer_version(const char *ck) { edit_manifest(ck, v2); }
+static void newer_version(const char *ck) { edit_manifest(ck, v3); }
 static void other_names(const char *ck) { edit_manifest(ck, rename_p3); }
 static void other_shapes(const char *ck) { edit_manifest(ck, reshape_p2); }
 
@@ -134,7 +134,7 @@ static void refused(damage_fn damage, zc_dtype save_dt, const char *want1, const
 Test(ckpt_bad_input, flipped_byte) { refused(flip_byte, ZC_DTYPE_F32, "rank_00001.bin", "checksum mismatch in tensor 'p"); }
 Test(ckpt_bad_input, truncated_file) { refused(truncate_file, ZC_DTYPE_F32, "rank_00000.bin", "truncated; holds tensor 'p"); }
 Test(ckpt_bad_input, missing_rank_file) { refused(remove_file, ZC_DTYPE_F32, "rank_00001.bin: missing shard file", "tensor 'p"); }
-Test(ckpt_bad_input, newer_version) { refused(newer_version, ZC_DTYPE_F32, "manifest.json", "format version 2 is newer"); }
+Test(ckpt_bad_input, newer_version) { refused(newer_version, ZC_DTYPE_F32, "manifest.json", "format version 3 is newer"); }
 Test(ckpt_bad_input, other_model_names) { refused(other_names, ZC_DTYPE_F32, "manifest.json", "no tensor 'p3'"); }
 Test(ckpt_bad_input, other_model_shapes) { refused(other_shapes, ZC_DTYPE_F32, "manifest.json", "tensor 'p2' has shape"); }
 Test(ckpt_bad_input, fp16_into_fp32) { refused(NULL, ZC_DTYPE_F16, "manifest.json", "saved with fp16 parameters"); }

@@ -746,3 +746,76 @@ Test(nvme, close_reports_an_unwaited_error)
     free(buf);
     t_assert_no_leaks();
 }
+
+/* ------------------------------------------------------------------------- */
+/* A named file (checkpoint shards)                                          */
+/* ------------------------------------------------------------------------- */
+
+static zc_status open_named(const char *path, uint64_t cap, unsigned flags, zc_nvme_store **st)
+{
+    zc_nvme_opts o = ZC_NVME_OPTS_INIT;
+    o.file = path;
+    o.capacity = cap;
+    o.alignment = 4096;
+    o.block_size = 64 * KiB;
+    o.queue_depth = 4;
+    o.flags = flags;
+    return zc__nvme_open(st, &o);
+}
+
+Test(nvme, named_file_is_created_exclusively_sized_exactly_kept_and_read_back)
+{
+    char path[700];
+    snprintf(path, sizeof path, "%s/shard.bin", sub[0]);
+    /* 300 KiB: a multiple of the alignment, not of the 64 KiB block. */
+    const size_t len = 300 * KiB;
+    unsigned char *buf = aligned_alloc(4096, len), *back = aligned_alloc(4096, len);
+    cr_assert(buf && back);
+    ot_fill(buf, len, 31, 0);
+    zc_nvme_store *st;
+    cr_assert_eq(open_named(path, len, 0, &st), ZC_OK, "%s", zc_last_error());
+    zc_nvme_ticket t;
+    cr_assert_eq(zc__nvme_write(st, 0, buf, len, &t), ZC_OK, "%s", zc_last_error());
+    cr_assert_eq(zc__nvme_fsync(st), ZC_OK, "%s", zc_last_error());
+    cr_assert_eq(zc__nvme_close(st, ZC_NVME_CLOSE_WAIT), ZC_OK);
+
+    struct stat sb;
+    cr_assert_eq(stat(path, &sb), 0, "close keeps a named file");
+    cr_assert_eq((uint64_t)sb.st_size, len, "sized to the capacity, not to whole stripes");
+
+    /* An existing name is never taken over. */
+    zc_nvme_store *again = NULL;
+    cr_assert_eq(open_named(path, len, 0, &again), ZC_ERR_IO);
+    cr_assert(strstr(zc_last_error(), path) && strstr(zc_last_error(), "File exists"), "%s",
+              zc_last_error());
+    cr_assert_null(again);
+
+    /* Read-only: what was written, and nothing beyond the file. */
+    cr_assert_eq(open_named(path, len, ZC_NVME_READ_ONLY, &st), ZC_OK, "%s", zc_last_error());
+    memset(back, 0, len);
+    cr_assert_eq(zc__nvme_read(st, 0, back, len, &t), ZC_OK, "%s", zc_last_error());
+    cr_assert_eq(zc__nvme_wait(st, t, NULL), ZC_OK, "%s", zc_last_error());
+    cr_assert_eq(ot_check(back, len, 31, 0), -1);
+    cr_assert_eq(zc__nvme_close(st, ZC_NVME_CLOSE_WAIT), ZC_OK);
+    cr_assert_eq(stat(path, &sb), 0, "a read-only store removes nothing");
+
+    cr_assert_eq(open_named(path, len + 4096, ZC_NVME_READ_ONLY, &st), ZC_ERR_IO);
+    cr_assert(strstr(zc_last_error(), "shorter"), "%s", zc_last_error());
+    snprintf(path, sizeof path, "%s/missing.bin", sub[0]);
+    cr_assert_eq(open_named(path, len, ZC_NVME_READ_ONLY, &st), ZC_ERR_IO);
+    cr_assert(strstr(zc_last_error(), "missing.bin"), "%s", zc_last_error());
+    cr_assert_eq(access(path, F_OK), -1, "a read-only open creates nothing");
+
+    /* READ_ONLY means a named file. */
+    const char *dirs[1] = {sub[1]};
+    zc_nvme_opts o = ZC_NVME_OPTS_INIT;
+    o.dirs = dirs;
+    o.ndirs = 1;
+    o.purpose = "x";
+    o.capacity = MiB;
+    o.flags = ZC_NVME_READ_ONLY;
+    cr_assert_eq(zc__nvme_open(&st, &o), ZC_ERR_INVALID_ARG);
+    free(buf);
+    free(back);
+    t_assert_no_leaks();
+}

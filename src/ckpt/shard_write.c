@@ -1,0 +1,234 @@
+/* Writing one rank's shard file with O_DIRECT (shard_write.h). */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "ckpt/fsio.h"
+#include "ckpt/shard_write.h"
+
+/* Ring buffers of 4 MiB: three keep 12 MiB of writes in flight while the
+ * fourth is filled, enough to hide a disk's latency; small next to a shard. */
+#define SLOT_BYTES ((size_t)4 << 20)
+/* The store's requests: 1 MiB, 32 in flight (its defaults). */
+#define IO_BLOCK ((size_t)1 << 20)
+#define IO_DEPTH 32
+/* Copy and hash in pieces that stay in the core's cache: the checksum reads
+ * the bytes the copy just wrote. */
+#define PIECE ((size_t)256 << 10)
+
+static void free_buffers(zc_ck_shard *s)
+{
+    zc__host_free(NULL, ZC_MEM_OTHER, s->ring_mem, ZC_CK_RING_SLOTS * SLOT_BYTES + ZC_CK_ALIGN);
+    s->ring_mem = NULL;
+    s->ring = NULL;
+    free(s->ents);
+    s->ents = NULL;
+    XXH3_freeState(s->hash);
+    s->hash = NULL;
+}
+
+zc_status zc__ck_shard_open(zc_ck_shard *s, const char *dir, const char *tag, int rank,
+                            uint64_t capacity)
+{
+    memset(s, 0, sizeof *s);
+    s->fd = -1;
+    s->rank = rank;
+    char name[32];
+    zc__ck_file_name(rank, name);
+    ZC_CHECK(zc__ck_staging_path(s->dir, dir, tag));
+    ZC_CHECK(zc__ck_join(s->final, sizeof s->final, s->dir, name));
+    if (snprintf(s->tmp, sizeof s->tmp, "%s.tmp", s->final) >= (int)sizeof s->tmp)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "path %s.tmp is too long", s->final);
+    if (capacity % ZC_CK_ALIGN)
+        return ZC_ERR(ZC_ERR_INTERNAL, "%s: size %" PRIu64 " is not a multiple of %d", s->tmp,
+                      capacity, ZC_CK_ALIGN);
+    s->capacity = capacity;
+    if (!capacity)
+        return zc__ck_create(s->tmp, &s->fd); /* a rank whose shards are all padding */
+    zc_nvme_opts o = ZC_NVME_OPTS_INIT;
+    o.file = s->tmp;
+    o.capacity = capacity;
+    o.alignment = ZC_CK_ALIGN;
+    o.block_size = IO_BLOCK;
+    o.queue_depth = IO_DEPTH;
+    ZC_CHECK(zc__nvme_open(&s->st, &o));
+    zc_nvme_stats stats;
+    zc__nvme_stats_get(s->st, &stats);
+    zc_status rc = ZC_OK;
+    if (stats.alignment > ZC_CK_ALIGN)
+        rc = ZC_ERR(ZC_ERR_IO, "%s: the file system needs O_DIRECT alignment %zu, more than the "
+                    "checkpoint format's %d", s->tmp, stats.alignment, ZC_CK_ALIGN);
+    if (rc == ZC_OK)
+        rc = zc__host_alloc(NULL, ZC_MEM_OTHER, ZC_CK_RING_SLOTS * SLOT_BYTES + ZC_CK_ALIGN,
+                            "checkpoint write buffers", &s->ring_mem);
+    if (rc == ZC_OK && !(s->hash = XXH3_createState()))
+        rc = ZC_ERR(ZC_ERR_NO_MEMORY, "%s: xxHash state", s->tmp);
+    if (rc != ZC_OK) {
+        zc__nvme_close(s->st, ZC_NVME_CLOSE_CANCEL);
+        s->st = NULL;
+        unlink(s->tmp);
+        free_buffers(s);
+        return rc;
+    }
+    s->ring = (char *)(((uintptr_t)s->ring_mem + ZC_CK_ALIGN - 1) & ~(uintptr_t)(ZC_CK_ALIGN - 1));
+    return ZC_OK;
+}
+
+/* Hands the buffer being filled to the disk and moves to the next one. */
+static zc_status flush_slot(zc_ck_shard *s)
+{
+    if (!s->fill)
+        return ZC_OK;
+    char *buf = s->ring + (size_t)s->slot * SLOT_BYTES;
+    zc_status rc = zc__nvme_write(s->st, s->slot_off, buf, s->fill, &s->slot_ticket[s->slot]);
+    if (rc != ZC_OK) {
+        zc__error_context("writing %s", s->tmp);
+        return rc;
+    }
+    s->slot = (s->slot + 1) % ZC_CK_RING_SLOTS;
+    s->fill = 0;
+    s->slot_off = s->bytes;
+    return ZC_OK;
+}
+
+/* Room in the ring for up to n bytes at the current position: *dst and the
+ * byte count it may take (> 0). Waits for a buffer's previous write before
+ * reusing it. */
+static zc_status room(zc_ck_shard *s, size_t n, char **dst, size_t *k)
+{
+    if (!s->fill) {
+        zc_nvme_ticket *t = &s->slot_ticket[s->slot];
+        if (*t) {
+            zc_nvme_ticket w = *t;
+            *t = 0;
+            ZC_CHECK(zc__nvme_wait(s->st, w, NULL));
+        }
+        s->slot_off = s->bytes;
+    }
+    *dst = s->ring + (size_t)s->slot * SLOT_BYTES + s->fill;
+    *k = SLOT_BYTES - s->fill < n ? SLOT_BYTES - s->fill : n;
+    return ZC_OK;
+}
+
+static zc_status advance(zc_ck_shard *s, size_t k)
+{
+    s->fill += k;
+    s->bytes += k;
+    /* Each buffer is at most four of the store's requests, all handed to
+     * the kernel at submission: no polling needed in between. */
+    if (s->fill == SLOT_BYTES)
+        ZC_CHECK(flush_slot(s));
+    return ZC_OK;
+}
+
+static zc_status grow_entries(zc_ck_shard *s)
+{
+    if (s->n < s->cap)
+        return ZC_OK;
+    int64_t cap = s->cap ? 2 * s->cap : 64;
+    zc_ck_entry *e = realloc(s->ents, (size_t)cap * sizeof *e);
+    if (!e)
+        return ZC_ERR(ZC_ERR_NO_MEMORY, "%s: %" PRId64 " tensor entries", s->tmp, cap);
+    s->ents = e;
+    s->cap = cap;
+    return ZC_OK;
+}
+
+zc_status zc__ck_shard_put(zc_ck_shard *s, int param, int kind, int64_t begin, int64_t end,
+                           const float *values)
+{
+    ZC_CHECK(grow_entries(s));
+    size_t left = (size_t)(end - begin) * sizeof(float);
+    if (zc__ck_run_bytes(s->bytes + left) > s->capacity) /* with the run's padding */
+        return ZC_ERR(ZC_ERR_INTERNAL, "%s: %zu bytes at %" PRIu64 " do not fit the %" PRIu64
+                      " bytes reserved", s->tmp, left, s->bytes, s->capacity);
+    const uint64_t offset = s->bytes;
+    XXH3_state_t *h = s->hash;
+    XXH3_64bits_reset(h);
+    const char *p = (const char *)values;
+    while (left) {
+        char *dst;
+        size_t k;
+        ZC_CHECK(room(s, left < PIECE ? left : PIECE, &dst, &k));
+        memcpy(dst, p, k);
+        XXH3_64bits_update(h, dst, k);
+        p += k;
+        left -= k;
+        ZC_CHECK(advance(s, k));
+    }
+    s->ents[s->n++] = (zc_ck_entry){.param = param, .kind = kind, .file = s->rank,
+                                    .begin = begin, .end = end, .offset = offset,
+                                    .xxh3 = XXH3_64bits_digest(h)};
+    return ZC_OK;
+}
+
+zc_status zc__ck_shard_pad(zc_ck_shard *s)
+{
+    size_t left = (size_t)(zc__ck_run_bytes(s->bytes) - s->bytes);
+    while (left) {
+        char *dst;
+        size_t k;
+        ZC_CHECK(room(s, left, &dst, &k));
+        memset(dst, 0, k);
+        left -= k;
+        ZC_CHECK(advance(s, k));
+    }
+    return ZC_OK;
+}
+
+zc_status zc__ck_shard_append(zc_ck_shard *s, int param, int kind, int64_t begin, int64_t end,
+                              const float *values)
+{
+    ZC_CHECK(zc__ck_shard_put(s, param, kind, begin, end, values));
+    return zc__ck_shard_pad(s);
+}
+
+zc_status zc__ck_shard_close(zc_ck_shard *s)
+{
+    if (s->st) {
+        ZC_CHECK(flush_slot(s));
+        if (s->bytes != s->capacity)
+            return ZC_ERR(ZC_ERR_INTERNAL, "%s: %" PRIu64 " bytes written, %" PRIu64 " reserved",
+                          s->tmp, s->bytes, s->capacity);
+        /* fsync waits for every write still in flight first. */
+        ZC_CHECK(zc__nvme_fsync(s->st));
+        zc_nvme_store *st = s->st;
+        s->st = NULL;
+        zc_status rc = zc__nvme_close(st, ZC_NVME_CLOSE_WAIT);
+        if (rc == ZC_OK && rename(s->tmp, s->final) != 0)
+            rc = ZC_ERR(ZC_ERR_IO, "rename %s -> %s: %s", s->tmp, s->final, strerror(errno));
+        if (rc != ZC_OK) {
+            unlink(s->tmp);
+            return rc;
+        }
+        ZC_CHECK(zc__ck_fsync_dir(s->dir));
+    } else {
+        int fd = s->fd;
+        s->fd = -1;
+        ZC_CHECK(zc__ck_commit_file(fd, s->tmp, s->final, s->dir));
+    }
+    zc_status rc = zc__ck_index_write(s->dir, s->rank, s->ents, s->n, s->bytes);
+    free_buffers(s);
+    return rc;
+}
+
+void zc__ck_shard_discard(zc_ck_shard *s)
+{
+    if (s->st) {
+        /* Cancel, and wait for what the kernel cannot: no write may read
+         * freed buffers. */
+        zc__nvme_close(s->st, ZC_NVME_CLOSE_CANCEL);
+        s->st = NULL;
+        unlink(s->tmp);
+    }
+    if (s->fd >= 0) {
+        close(s->fd);
+        s->fd = -1;
+        unlink(s->tmp);
+    }
+    free_buffers(s);
+}

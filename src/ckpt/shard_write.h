@@ -1,0 +1,78 @@
+/* Writing one rank's shard file with O_DIRECT through the NVMe store's
+ * io_uring engine (internal), shared by the engine's save and the reshard.
+ *
+ * The file is a sequence of *runs*, each starting at a multiple of
+ * ZC_CK_ALIGN: a run holds entries back to back (a chunk range's parameters
+ * for one tensor kind, contiguous in the engine's memory too) and is padded
+ * with zeros to the alignment.
+ *
+ * Bytes reach the disk through a ring of aligned bounce buffers: each entry
+ * is copied in pieces small enough to stay in cache, its checksum is updated
+ * from the copy, and a full buffer is submitted at once while the next one is
+ * filled, so copying and hashing overlap the writes. (Writing the engine's
+ * memory directly, without the copy, was slower on the disks measured: its
+ * 4 KiB pages make every request many segments; bench/RESULTS.md.)
+ *
+ * The file is created as TMP = FINAL.tmp with O_EXCL, reserved at its exact
+ * size up front (a full disk shows at open), and made durable under FINAL by
+ * zc__ck_shard_close (fsync, rename, directory fsync). */
+#ifndef ZC_CKPT_SHARD_WRITE_H
+#define ZC_CKPT_SHARD_WRITE_H
+
+#include <stdint.h>
+
+#include "ckpt/dirwrite.h"
+#include "offload/offload.h"
+
+#define ZC_CK_RING_SLOTS 4
+
+/* One rank's shard file being written. */
+typedef struct zc_ck_shard {
+    zc_nvme_store *st;        /* NULL for an empty shard (fd instead) */
+    int fd, rank;
+    char tmp[ZC_CK_PATH_MAX], final[ZC_CK_PATH_MAX], dir[ZC_CK_PATH_MAX];
+    uint64_t capacity;        /* the file's size, fixed at open */
+    uint64_t bytes;           /* written so far: the next byte's offset */
+    void *ring_mem;           /* allocation behind ring */
+    char *ring;               /* ZC_CK_RING_SLOTS buffers, ZC_CK_ALIGN aligned */
+    zc_nvme_ticket slot_ticket[ZC_CK_RING_SLOTS];
+    int slot;                 /* the buffer being filled */
+    size_t fill;              /* bytes in it */
+    uint64_t slot_off;        /* file offset of its first byte */
+    struct XXH3_state_s *hash; /* the entry being put */
+    zc_ck_entry *ents;
+    int64_t n, cap;
+} zc_ck_shard;
+
+/* Bytes a run of `bytes` takes in the file (padded to ZC_CK_ALIGN). */
+static inline uint64_t zc__ck_run_bytes(uint64_t bytes)
+{
+    return (bytes + ZC_CK_ALIGN - 1) / ZC_CK_ALIGN * ZC_CK_ALIGN;
+}
+
+/* Creates DIR/.TAG.partial/rank_R.bin.tmp (O_EXCL) of exactly `capacity`
+ * bytes (the sum of zc__ck_run_bytes of the runs to come). On failure nothing
+ * is left behind (zc__ck_shard_discard is still safe). */
+zc_status zc__ck_shard_open(zc_ck_shard *s, const char *dir, const char *tag, int rank,
+                            uint64_t capacity);
+
+/* Appends elements [begin, end) of parameter `param`'s tensor `kind` (fp32
+ * values in host memory) right after the previous entry of the run, and
+ * records its entry and checksum. */
+zc_status zc__ck_shard_put(zc_ck_shard *s, int param, int kind, int64_t begin, int64_t end,
+                           const float *values);
+
+/* Ends the run: zero padding up to ZC_CK_ALIGN. */
+zc_status zc__ck_shard_pad(zc_ck_shard *s);
+
+/* A run of one entry: zc__ck_shard_put + zc__ck_shard_pad. */
+zc_status zc__ck_shard_append(zc_ck_shard *s, int param, int kind, int64_t begin, int64_t end,
+                              const float *values);
+
+/* Makes the shard file and its index durable under their final names. */
+zc_status zc__ck_shard_close(zc_ck_shard *s);
+/* Cancels what is in flight, frees and removes what was not closed (after a
+ * failure; a no-op after a successful close). */
+void zc__ck_shard_discard(zc_ck_shard *s);
+
+#endif
