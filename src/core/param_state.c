@@ -33,6 +33,17 @@ bool zc__param_offloaded(const zc_engine *e, const zc_chunk *c)
     return e->phome && c->poff;
 }
 
+/* Sends the shard zc_param_load was filling home (nvme: submits its
+ * write; an error of it is also kept by the home for the next flush). */
+static zc_status load_settle(zc_engine *e)
+{
+    if (!e->pload_pending)
+        return ZC_OK;
+    e->pload_pending = false;
+    e->pload_dst = NULL;
+    return e->phome->ops->write_end(e->phome, e->pload_k);
+}
+
 zc_status zc__param_build(zc_engine *e)
 {
     const zc_offload_cfg *o = &e->cfg->zero.offload_param;
@@ -96,6 +107,10 @@ bool zc__param_rank_local_io(const zc_engine *e, int k)
 void zc__param_read_ahead(zc_engine *e, int k, bool *started)
 {
     *started = true;
+    /* Loads are settled at the agreement points before any read; should one
+     * still be pending, its write goes first (an error is kept by the home
+     * for the next flush, which is agreed). */
+    (void)load_settle(e);
     if (zc__param_offloaded(e, &e->chunks[k]))
         e->phome->ops->read_start(e->phome, k, started);
 }
@@ -115,6 +130,7 @@ zc_status zc__param_send(zc_engine *e, int k, void *gather, const void **send)
     }
     zc_param_home *h = e->phome;
     zc_device *d = e->dev;
+    ZC_CHECK(load_settle(e));
     const bool io = h->ops->rank_local_io(h, k);
     const void *src = NULL;
     zc_status rc = h->ops->read_wait(h, k, &src);
@@ -138,6 +154,7 @@ zc_status zc__param_out_begin(zc_engine *e, int k, bool host_adam, char **pout)
 {
     zc_chunk *c = &e->chunks[k];
     void *dst = NULL;
+    ZC_CHECK(load_settle(e));
     ZC_CHECK(e->phome->ops->write_begin(e->phome, k, &dst));
     c->pout_home = dst;
     if (host_adam || e->dev->mem_kind == ZC_MEMKIND_HOST) {
@@ -174,7 +191,11 @@ zc_status zc__param_out_end(zc_engine *e, int k)
 
 zc_status zc__param_flush(zc_engine *e)
 {
-    return e->phome ? e->phome->ops->flush(e->phome) : ZC_OK;
+    if (!e->phome)
+        return ZC_OK;
+    zc_status rc = load_settle(e);
+    zc_status frc = e->phome->ops->flush(e->phome);
+    return rc != ZC_OK ? rc : frc;
 }
 
 zc_status zc__param_load_range(zc_engine *e, int k, int64_t at, const float *values, size_t n)
@@ -182,24 +203,56 @@ zc_status zc__param_load_range(zc_engine *e, int k, int64_t at, const float *val
     zc_param_home *h = e->phome;
     zc_chunk *c = &e->chunks[k];
     zc_device *hd = zc__device_host();
-    const void *src = NULL;
-    void *dst = NULL;
-    /* The shard as it is (nvme: read now), then the same memory becomes the
-     * write: the homes hand the read's memory back for writing. */
-    zc_status rc = h->ops->read_wait(h, k, &src);
-    if (rc == ZC_OK)
-        rc = h->ops->write_begin(h, k, &dst);
-    if (rc != ZC_OK) {
-        h->ops->read_end(h, k);
-        return rc;
+    if (!e->pload_pending || e->pload_k != k) {
+        /* Loads moved on to chunk k: the previous chunk's write is submitted
+         * (it proceeds while k is read), then k's shard as it is (nvme: read
+         * now) becomes the write buffer: the homes hand the read's memory
+         * back for writing. */
+        ZC_CHECK(load_settle(e));
+        const void *src = NULL;
+        void *dst = NULL;
+        zc_status rc = h->ops->read_wait(h, k, &src);
+        if (rc == ZC_OK)
+            rc = h->ops->write_begin(h, k, &dst);
+        if (rc != ZC_OK) {
+            h->ops->read_end(h, k);
+            return rc;
+        }
+        if (dst != src)
+            memcpy(dst, src, (size_t)c->shard * e->pesz);
+        e->pload_pending = true;
+        e->pload_k = k;
+        e->pload_dst = dst;
     }
-    if (dst != src)
-        memcpy(dst, src, (size_t)c->shard * e->pesz);
     /* The host's conversion, round to nearest even like the device's. */
-    rc = hd->ops->cast(hd, zc__elem(dst, at, e->pesz), e->pdt, values, ZC_DTYPE_F32, n, NULL);
-    zc_status wrc = h->ops->write_end(h, k);
-    zc_status frc = h->ops->flush(h);
-    return rc != ZC_OK ? rc : wrc != ZC_OK ? wrc : frc;
+    return hd->ops->cast(hd, zc__elem(e->pload_dst, at, e->pesz), e->pdt, values, ZC_DTYPE_F32,
+                         n, NULL);
+}
+
+void zc__param_load_note(zc_engine *e)
+{
+    if (e->phome)
+        e->pload_unagreed = true;
+}
+
+zc_status zc__param_loads_agree(zc_engine *e)
+{
+    if (!e->pload_unagreed)
+        return ZC_OK;
+    e->pload_unagreed = false;
+    zc_status rc = load_settle(e);
+    zc_status frc = e->phome->ops->flush(e->phome);
+    if (rc == ZC_OK)
+        rc = frc;
+    /* Whether the home does rank-local I/O follows its layout, the same on
+     * every rank: either every rank agrees here or none does. A cpu home
+     * (and an nvme one whose shards are all cached) cannot fail. */
+    bool io = false;
+    for (int k = 0; k < e->nchunks && !io; k++)
+        io = zc__param_rank_local_io(e, k);
+    if (!io)
+        return rc;
+    return zc__eng_agree(e, rc, "zc_param_load: writing the loaded parameter shards home");
 }
 
 void zc__param_io(const zc_engine *e, zc_param_home_io *out)

@@ -15,7 +15,9 @@
  *     zc_engine_build with ZC_ERR_NO_MEMORY, leaving no swap file.
  * Positions are counted from the moment the faults are set (after build and
  * zc_param_load), so they cover every read and write of the steps: the
- * gathers' reads (on demand or started ahead) and the optimizer's writes. */
+ * gathers' reads (on demand or started ahead), the optimizer's writes, and
+ * the write of the last shard zc_param_load filled, which goes home at the
+ * first acquire. */
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <pthread.h>
@@ -202,10 +204,14 @@ static void store_sweep(bool prefetch)
     const size_t bytes = (size_t)t_total_numel() * sizeof(float);
     int clean = 0, broken = 0;
     for (int fr = 0; fr < W; fr++) {
-        /* 6 chunks read twice a step and written once: 18 per step. */
-        cr_assert_geq(ref->requests[fr], 18 * STEPS, "rank %d: %lld requests", fr,
-                      (long long)ref->requests[fr]);
-        cr_assert_eq(ref->writes[fr], 6 * STEPS);
+        /* 6 chunks written once a step, and the write of the last chunk
+         * zc_param_load filled, deferred to the first acquire (where its
+         * outcome is agreed), so it is a position too; the rest are the
+         * gathers' reads. */
+        cr_assert_gt(ref->requests[fr], ref->writes[fr], "rank %d: %lld requests", fr,
+                     (long long)ref->requests[fr]);
+        cr_assert_eq(ref->writes[fr], 6 * STEPS + 1, "rank %d: %lld writes", fr,
+                     (long long)ref->writes[fr]);
         for (int64_t k = 1; k <= ref->requests[fr]; k++) {
             frun *f = run(prefetch, NULL, (fault_case){fr, false, k});
             cr_assert_str_empty(t_run_error(&f->run), "eio at request %lld of rank %d: %s",
