@@ -210,6 +210,17 @@ struct zc_engine {
     void *ev_caller;           /* recorded on a caller's stream for stream to wait on */
     void *ev_handoff;          /* stream -> comm_stream before a reduction */
     void *ev_reduced;          /* comm_stream -> stream: every reduction so far */
+    /* Stage-3 parameter offload (param_state.c): the H2D copies of shards
+     * out of their home run on a copy stream of their own; ev_h2d_in orders
+     * the copy after the engine's stream (the gather buffer's earlier
+     * users), ev_h2d_done the engine's stream after the copy (the
+     * all-gather waits on the device). NULL without offload_param. */
+    void *h2d_stream, *ev_h2d_in, *ev_h2d_done;
+    /* With asynchronous copies (a GPU): chunk h2d_k's home buffer is still
+     * being copied from; it is given back (read_end) after ev_h2d_done, at
+     * the next send or home operation. */
+    bool h2d_pending;
+    int h2d_k;
     void *ev_gslot[ZC_GRAD_BUFFERS]; /* per gradient pool slot: its last reduction */
     bool gslot_pending[ZC_GRAD_BUFFERS];
     int rank, world, stage;
