@@ -10,12 +10,17 @@
  * Calibration, in the same run: a step without prefetch and without delay
  * makes every acquire wait for its read; the exposed I/O of that step over
  * its reads is the per-chunk read time, and the delay is 1.5 x that (the
- * issue's condition: compute per chunk >= read time per chunk).
+ * issue's condition: compute per chunk >= read time per chunk). During the
+ * measurement a calibration step runs before each measured pair, so every
+ * measured step is compared with the read time of the same moment:
+ * read_s = its reads x that step's per-chunk read time, and
+ * exposed_over_read = exposed_io_s / read_s (near 1 without prefetch).
  *
  * One JSON line per case:
  *   {"bench":"offload_param","params","prefetch","step_s","exposed_io_s",
- *    "exposed_io_fraction","read_s_per_chunk","compute_s_per_chunk","reads"}
- * the median of --iters steps after two warm-up steps (the first records the
+ *    "exposed_io_fraction","read_s","exposed_over_read","read_s_per_chunk",
+ *    "compute_s_per_chunk","reads"}
+ * medians of --iters steps after two warm-up steps (the first records the
  * trace). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -134,7 +139,9 @@ static int cmp(const void *a, const void *b)
 
 void zc_bench_offload_param(const char *dir, long long params, long long chunk, int iters)
 {
-    /* Calibration: no prefetch, no compute: every read is exposed. */
+    /* Calibration of the delay: no prefetch, no compute: every read is
+     * exposed, so the exposed I/O over the reads is the read time per
+     * chunk. */
     prun r;
     zc_offload_stats os;
     open_run(&r, dir, params, chunk, false);
@@ -144,29 +151,44 @@ void zc_bench_offload_param(const char *dir, long long params, long long chunk, 
         if (it >= 2 && os.param_reads > 0)
             per_read += os.io_wait_s / (double)os.param_reads / iters;
     }
-    close_run(&r);
     const double delay = 1.5 * per_read;
-    for (int pf = 1; pf >= 0; pf--) {
-        open_run(&r, dir, params, chunk, pf == 1);
-        double st[64], ex[64];
-        int64_t reads = 0;
-        for (int it = 0; it < 2 + iters && it < 66; it++) {
-            double t = step(&r, delay, &os);
+    /* The measurement: the calibration engine, the prefetch run and the run
+     * without prefetch step in turn, so the read time each iteration is
+     * compared with was measured next to it, at the disk speed of that
+     * moment (on a shared machine it drifts between passes). */
+    prun pr[2];
+    open_run(&pr[0], dir, params, chunk, false);
+    open_run(&pr[1], dir, params, chunk, true);
+    double st[2][64], ex[2][64], rd[2][64];
+    int64_t reads[2] = {0, 0};
+    if (iters > 64)
+        iters = 64;
+    for (int it = 0; it < 2 + iters; it++) {
+        step(&r, 0, &os);
+        const double read_now = os.param_reads > 0 ? os.io_wait_s / (double)os.param_reads : 0;
+        for (int pf = 1; pf >= 0; pf--) {
+            double t = step(&pr[pf], delay, &os);
             if (it >= 2) {
-                st[it - 2] = t;
-                ex[it - 2] = os.io_wait_s;
-                reads = os.param_reads;
+                st[pf][it - 2] = t;
+                ex[pf][it - 2] = os.io_wait_s;
+                rd[pf][it - 2] = read_now * (double)os.param_reads;
+                reads[pf] = os.param_reads;
             }
         }
-        close_run(&r);
-        qsort(st, (size_t)iters, sizeof *st, cmp);
-        qsort(ex, (size_t)iters, sizeof *ex, cmp);
-        const double s = st[iters / 2], e = ex[iters / 2];
+    }
+    close_run(&r);
+    for (int pf = 1; pf >= 0; pf--) {
+        close_run(&pr[pf]);
+        qsort(st[pf], (size_t)iters, sizeof(double), cmp);
+        qsort(ex[pf], (size_t)iters, sizeof(double), cmp);
+        qsort(rd[pf], (size_t)iters, sizeof(double), cmp);
+        const double s = st[pf][iters / 2], e = ex[pf][iters / 2], rs = rd[pf][iters / 2];
         printf("{\"bench\":\"offload_param\",\"params\":%lld,\"prefetch\":%s,\"step_s\":%.6f,"
-               "\"exposed_io_s\":%.6f,\"exposed_io_fraction\":%.4f,\"read_s_per_chunk\":%.6f,"
+               "\"exposed_io_s\":%.6f,\"exposed_io_fraction\":%.4f,\"read_s\":%.6f,"
+               "\"exposed_over_read\":%.4f,\"read_s_per_chunk\":%.6f,"
                "\"compute_s_per_chunk\":%.6f,\"reads\":%lld}\n",
-               params, pf ? "true" : "false", s, e, s > 0 ? e / s : 0.0, per_read, delay,
-               (long long)reads);
+               params, pf ? "true" : "false", s, e, s > 0 ? e / s : 0.0, rs,
+               rs > 0 ? e / rs : 0.0, per_read, delay, (long long)reads[pf]);
         fflush(stdout);
     }
 }

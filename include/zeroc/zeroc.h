@@ -317,8 +317,14 @@ ZC_API zc_status zc_chunk_boundary(zc_engine *eng);
 ZC_API zc_status zc_engine_build(zc_engine *eng);
 
 /* Sets the full value of a parameter (numel floats, row-major, host memory).
- * Every rank passes the same values. Sets the fp32 master (this rank's shard)
- * and the working-precision copy. After build, outside a micro-step. */
+ * Every rank loads the same parameters with the same values. Sets the fp32
+ * master (this rank's shard) and the working-precision copy. After build,
+ * outside a micro-step. Not collective. At stage 3 with offload_param the
+ * working-precision shard is converted into its home's memory and written
+ * home once per chunk - when loads move on to another chunk, or (the last
+ * one) at the next zc_param_acquire or zc_step, which agree on the write's
+ * outcome across ranks: a failed write there breaks every rank's engine
+ * with the same message (docs/offload.md). */
 ZC_API zc_status zc_param_load(zc_engine *eng, zc_param *p, const float *full_values);
 
 /* Copies the full fp32 master value of a parameter into out (numel floats).

@@ -275,19 +275,21 @@ ZC_API zc_status zc_engine_create(zc_engine **out, const zc_config *cfg, zc_comm
             ZC_LOGW("core", "ZC_FAULTS=%s: fault injection is on", faults);
         for (int i = 0; i < e->faults.n; i++)
             ZC_LOGW("core", "ZC_FAULTS: %s %lld after zc_engine_build will fail on this rank",
-                    e->faults.kind[i] == ZC_FAULT_IO ? "optimizer-state read or write"
+                    e->faults.kind[i] == ZC_FAULT_IO ? "swap-file read or write"
                                                      : "allocation",
                     (long long)e->faults.at[i]);
     }
-    /* io items fire only on optimizer-state I/O (nvme): without it, an item
-     * that can never fire is refused rather than passing silently. */
+    /* io items fire only on swap-file I/O (optimizer state or, at stage 3,
+     * parameter shards under nvme): without it, an item that can never fire
+     * is refused rather than passing silently. */
+    const bool swap_io = cfg->zero.offload_optimizer.device == ZC_OFFLOAD_NVME ||
+                         (stage == 3 && cfg->zero.offload_param.device == ZC_OFFLOAD_NVME);
     for (int i = 0; i < e->faults.n; i++)
-        if (e->faults.kind[i] == ZC_FAULT_IO &&
-            cfg->zero.offload_optimizer.device != ZC_OFFLOAD_NVME) {
+        if (e->faults.kind[i] == ZC_FAULT_IO && !swap_io) {
             rc = ZC_ERR(ZC_ERR_CONFIG,
-                        "ZC_FAULTS='%s': io items apply to the optimizer-state reads and writes "
-                        "of zero_optimization.offload_optimizer.device \"nvme\", which this "
-                        "configuration does not do",
+                        "ZC_FAULTS='%s': io items apply to the swap-file reads and writes of "
+                        "zero_optimization.offload_optimizer.device \"nvme\" or (stage 3) "
+                        "offload_param.device \"nvme\", which this configuration does not do",
                         faults);
             goto fail;
         }

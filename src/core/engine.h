@@ -210,6 +210,17 @@ struct zc_engine {
     void *ev_caller;           /* recorded on a caller's stream for stream to wait on */
     void *ev_handoff;          /* stream -> comm_stream before a reduction */
     void *ev_reduced;          /* comm_stream -> stream: every reduction so far */
+    /* Stage-3 parameter offload (param_state.c): the H2D copies of shards
+     * out of their home run on a copy stream of their own; ev_h2d_in orders
+     * the copy after the engine's stream (the gather buffer's earlier
+     * users), ev_h2d_done the engine's stream after the copy (the
+     * all-gather waits on the device). NULL without offload_param. */
+    void *h2d_stream, *ev_h2d_in, *ev_h2d_done;
+    /* With asynchronous copies (a GPU): chunk h2d_k's home buffer is still
+     * being copied from; it is given back (read_end) after ev_h2d_done, at
+     * the next send or home operation. */
+    bool h2d_pending;
+    int h2d_k;
     void *ev_gslot[ZC_GRAD_BUFFERS]; /* per gradient pool slot: its last reduction */
     bool gslot_pending[ZC_GRAD_BUFFERS];
     int rank, world, stage;
@@ -271,6 +282,15 @@ struct zc_engine {
     /* Parameter offload (param_state.c): the home of offloaded shards, or
      * NULL; the per-step counters of zc_engine_offload_stats. */
     zc_param_home *phome;
+    /* zc_param_load's shard being filled (param_state.c): chunk pload_k's
+     * shard stays in the home's write buffer at pload_dst while consecutive
+     * loads hit the same chunk, and goes home when another chunk is loaded
+     * or at the next agreement point (pload_unagreed: loads were made since
+     * the last one; every rank loads the same parameters, so it is the same
+     * on every rank). */
+    bool pload_pending, pload_unagreed;
+    int pload_k;
+    void *pload_dst;
     struct zc_offload_step {
         int64_t hits, misses, io_wait_acquires;
         double io_wait_s;
@@ -562,8 +582,20 @@ zc_status zc__param_out_begin(zc_engine *e, int k, bool host_adam, char **pout);
 zc_status zc__param_out_end(zc_engine *e, int k);
 zc_status zc__param_flush(zc_engine *e);
 /* zc_param_load into an offloaded shard: n fp32 host values at shard element
- * `at`, converted on the host (round to nearest even) and written home. */
+ * `at`, converted on the host (round to nearest even) into the chunk's
+ * shard, which goes home once loads move to another chunk or at
+ * zc__param_loads_agree (one write per chunk, not per parameter). Errors are
+ * this rank's (reading the shard, or the write of the previous chunk). */
 zc_status zc__param_load_range(zc_engine *e, int k, int64_t at, const float *values, size_t n);
+/* Every zc_param_load at stage 3 with a parameter home calls it (on every
+ * rank, whether or not its shard overlaps the parameter). */
+void zc__param_load_note(zc_engine *e);
+/* The agreement point of loads (the first acquire and the step after them):
+ * the shard still being filled goes home, the home's writes are waited for,
+ * and when the home does NVMe I/O the outcome is agreed across ranks, so a
+ * failed write breaks every rank's engine with the same message. Does
+ * nothing when no load was made since the last one. Collective. */
+zc_status zc__param_loads_agree(zc_engine *e);
 /* The home's counters (zeros without a home). */
 void zc__param_io(const zc_engine *e, zc_param_home_io *out);
 

@@ -5,8 +5,9 @@
  *
  *   alloc  an allocation the engine makes after zc_engine_build returned
  *          (memory reserved by build is not counted: it cannot fail later)
- *   io     a read or write of the optimizer state in the swap files
- *          (offload_optimizer "nvme") after zc_engine_build returned; it fails
+ *   io     a read or write in the swap files - the optimizer state
+ *          (offload_optimizer "nvme") or, at stage 3, a parameter shard
+ *          (offload_param "nvme") - after zc_engine_build returned; it fails
  *          with ZC_ERR_IO, not retried. Refused by zc_engine_create when the
  *          configuration does no such I/O (an item that could never fire
  *          would hide a typo)

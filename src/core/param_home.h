@@ -58,6 +58,9 @@ typedef struct zc_param_home_io {
     int64_t reads, writes;           /* shard transfers */
     double wait_s;                   /* time read_wait spent waiting for reads */
     int64_t waits;                   /* read_wait calls that had to wait */
+    /* The store's request counters (nvme; what ZC_NVME_FAULTS positions
+     * count), for the fault tests. */
+    int64_t requests, write_requests;
 } zc_param_home_io;
 
 typedef struct zc_param_home_ops {
@@ -109,6 +112,11 @@ typedef struct zc_param_home_params {
 
 zc_status zc__param_home_cpu_create(const zc_param_home_params *p, zc_param_home **out);
 zc_status zc__param_home_nvme_create(const zc_param_home_params *p, zc_param_home **out);
+
+/* Tests: sets the store faults of an nvme home (ZC_NVME_FAULTS syntax,
+ * positions counted from the store's open); no-op for another home. */
+struct zc_nvme_faults;
+void zc__param_home_nvme_set_faults(zc_param_home *h, const struct zc_nvme_faults *f);
 
 static inline void zc__param_home_destroy(zc_param_home *h)
 {

@@ -500,7 +500,14 @@ static zc_status pn_flush(zc_param_home *hh)
 
 static void pn_io(const zc_param_home *hh, zc_param_home_io *out)
 {
-    *out = ((const pnvme_home *)hh)->io;
+    const pnvme_home *h = (const pnvme_home *)hh;
+    *out = h->io;
+    if (h->store) {
+        zc_nvme_stats ns;
+        zc__nvme_stats_get(h->store, &ns);
+        out->requests = ns.requests;
+        out->write_requests = ns.write_requests;
+    }
 }
 
 static void pn_destroy(zc_param_home *hh)
@@ -584,4 +591,13 @@ zc_status zc__param_home_nvme_create(const zc_param_home_params *p, zc_param_hom
     }
     *out = &h->base;
     return ZC_OK;
+}
+
+void zc__param_home_nvme_set_faults(zc_param_home *hh, const struct zc_nvme_faults *f)
+{
+    if (!hh || hh->ops != &pn_ops)
+        return;
+    pnvme_home *h = (pnvme_home *)hh;
+    if (h->store)
+        zc__nvme_set_faults(h->store, f);
 }

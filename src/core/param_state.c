@@ -12,9 +12,12 @@
  * Gathering an offloaded chunk: the shard comes out of its home (nvme: the
  * read started ahead by the prefetcher, or one started now), is copied H2D
  * into this rank's slice of the gather buffer, and the all-gather runs in
- * place. The copy is on the engine's stream and the host waits for it before
- * the home's buffer is reused (a CUDA stream of its own per stage is future
- * work; the host path's copies are synchronous anyway).
+ * place. The copy runs on a copy stream of its own (h2d_stream, streams.c):
+ * it waits for the engine's stream (the gather buffer's earlier users) and
+ * the all-gather waits for it on the device, never on the host; the home's
+ * buffer is given back only after the copy's event, at the next send or
+ * home operation (h2d_retire). On the host path copies are synchronous and
+ * the buffer goes back at once, as before.
  *
  * The optimizer's output. A host Adam (offload_optimizer cpu / nvme) writes
  * the new 16-bit shard straight into the home's memory (the shard itself, or
@@ -31,6 +34,32 @@
 bool zc__param_offloaded(const zc_engine *e, const zc_chunk *c)
 {
     return e->phome && c->poff;
+}
+
+/* Sends the shard zc_param_load was filling home (nvme: submits its
+ * write; an error of it is also kept by the home for the next flush). */
+static zc_status load_settle(zc_engine *e)
+{
+    if (!e->pload_pending)
+        return ZC_OK;
+    e->pload_pending = false;
+    e->pload_dst = NULL;
+    return e->phome->ops->write_end(e->phome, e->pload_k);
+}
+
+/* Gives back the home buffer of the last shard copied H2D once the copy is
+ * done (a GPU: the copy runs on h2d_stream while the host goes on). Called
+ * before the home is asked for anything, always at the same points of the
+ * call sequence and waiting rather than polling, so which buffers are free
+ * never depends on timing: every rank makes the same prefetch decisions. */
+static zc_status h2d_retire(zc_engine *e)
+{
+    if (!e->h2d_pending)
+        return ZC_OK;
+    e->h2d_pending = false;
+    zc_status rc = e->dev->ops->event_sync(e->dev, e->ev_h2d_done);
+    e->phome->ops->read_end(e->phome, e->h2d_k);
+    return rc;
 }
 
 zc_status zc__param_build(zc_engine *e)
@@ -96,6 +125,13 @@ bool zc__param_rank_local_io(const zc_engine *e, int k)
 void zc__param_read_ahead(zc_engine *e, int k, bool *started)
 {
     *started = true;
+    /* Loads are settled at the agreement points before any read; should one
+     * still be pending, its write goes first (an error is kept by the home
+     * for the next flush, which is agreed). A buffer still being copied
+     * from (h2d_pending) counts as taken: it is taken after every send and
+     * given back at fixed points, so the home's free buffers still follow
+     * the call sequence alone. */
+    (void)load_settle(e);
     if (zc__param_offloaded(e, &e->chunks[k]))
         e->phome->ops->read_start(e->phome, k, started);
 }
@@ -115,17 +151,36 @@ zc_status zc__param_send(zc_engine *e, int k, void *gather, const void **send)
     }
     zc_param_home *h = e->phome;
     zc_device *d = e->dev;
+    ZC_CHECK(h2d_retire(e));
+    ZC_CHECK(load_settle(e));
     const bool io = h->ops->rank_local_io(h, k);
     const void *src = NULL;
     zc_status rc = h->ops->read_wait(h, k, &src);
     char *slot = zc__elem(gather, (int64_t)e->rank * c->shard, e->pesz);
     const size_t bytes = (size_t)c->shard * e->pesz;
+    /* The copy on the copy stream: after what the engine's stream queued
+     * for the gather buffer, and the all-gather (on the engine's stream)
+     * after the copy, both ordered on the device. */
     if (rc == ZC_OK)
-        rc = d->ops->copy(d, slot, src, bytes, ZC_COPY_H2D, e->stream);
-    /* The home's buffer is reused after read_end: the copy must be done. */
+        rc = d->ops->event_record(d, e->ev_h2d_in, e->stream);
     if (rc == ZC_OK)
-        rc = d->ops->stream_sync(d, e->stream);
-    h->ops->read_end(h, k);
+        rc = d->ops->stream_wait_event(d, e->h2d_stream, e->ev_h2d_in);
+    if (rc == ZC_OK)
+        rc = d->ops->copy(d, slot, src, bytes, ZC_COPY_H2D, e->h2d_stream);
+    if (rc == ZC_OK)
+        rc = d->ops->event_record(d, e->ev_h2d_done, e->h2d_stream);
+    if (rc == ZC_OK)
+        rc = d->ops->stream_wait_event(d, e->stream, e->ev_h2d_done);
+    if (rc == ZC_OK && d->mem_kind == ZC_MEMKIND_DEVICE) {
+        /* The home buffer is read by the copy until ev_h2d_done: given
+         * back at the next send or home operation (h2d_retire). */
+        e->h2d_pending = true;
+        e->h2d_k = k;
+    } else {
+        /* Host path (copies are synchronous: done here), or a failed copy,
+         * after which the device is unusable anyway: given back now. */
+        h->ops->read_end(h, k);
+    }
     if (rc != ZC_OK)
         return rc;
     if (io)
@@ -138,6 +193,8 @@ zc_status zc__param_out_begin(zc_engine *e, int k, bool host_adam, char **pout)
 {
     zc_chunk *c = &e->chunks[k];
     void *dst = NULL;
+    ZC_CHECK(h2d_retire(e));
+    ZC_CHECK(load_settle(e));
     ZC_CHECK(e->phome->ops->write_begin(e->phome, k, &dst));
     c->pout_home = dst;
     if (host_adam || e->dev->mem_kind == ZC_MEMKIND_HOST) {
@@ -174,7 +231,12 @@ zc_status zc__param_out_end(zc_engine *e, int k)
 
 zc_status zc__param_flush(zc_engine *e)
 {
-    return e->phome ? e->phome->ops->flush(e->phome) : ZC_OK;
+    if (!e->phome)
+        return ZC_OK;
+    zc_status rc = h2d_retire(e);
+    zc_status lrc = load_settle(e);
+    zc_status frc = e->phome->ops->flush(e->phome);
+    return rc != ZC_OK ? rc : lrc != ZC_OK ? lrc : frc;
 }
 
 zc_status zc__param_load_range(zc_engine *e, int k, int64_t at, const float *values, size_t n)
@@ -182,24 +244,57 @@ zc_status zc__param_load_range(zc_engine *e, int k, int64_t at, const float *val
     zc_param_home *h = e->phome;
     zc_chunk *c = &e->chunks[k];
     zc_device *hd = zc__device_host();
-    const void *src = NULL;
-    void *dst = NULL;
-    /* The shard as it is (nvme: read now), then the same memory becomes the
-     * write: the homes hand the read's memory back for writing. */
-    zc_status rc = h->ops->read_wait(h, k, &src);
-    if (rc == ZC_OK)
-        rc = h->ops->write_begin(h, k, &dst);
-    if (rc != ZC_OK) {
-        h->ops->read_end(h, k);
-        return rc;
+    ZC_CHECK(h2d_retire(e));
+    if (!e->pload_pending || e->pload_k != k) {
+        /* Loads moved on to chunk k: the previous chunk's write is submitted
+         * (it proceeds while k is read), then k's shard as it is (nvme: read
+         * now) becomes the write buffer: the homes hand the read's memory
+         * back for writing. */
+        ZC_CHECK(load_settle(e));
+        const void *src = NULL;
+        void *dst = NULL;
+        zc_status rc = h->ops->read_wait(h, k, &src);
+        if (rc == ZC_OK)
+            rc = h->ops->write_begin(h, k, &dst);
+        if (rc != ZC_OK) {
+            h->ops->read_end(h, k);
+            return rc;
+        }
+        if (dst != src)
+            memcpy(dst, src, (size_t)c->shard * e->pesz);
+        e->pload_pending = true;
+        e->pload_k = k;
+        e->pload_dst = dst;
     }
-    if (dst != src)
-        memcpy(dst, src, (size_t)c->shard * e->pesz);
     /* The host's conversion, round to nearest even like the device's. */
-    rc = hd->ops->cast(hd, zc__elem(dst, at, e->pesz), e->pdt, values, ZC_DTYPE_F32, n, NULL);
-    zc_status wrc = h->ops->write_end(h, k);
-    zc_status frc = h->ops->flush(h);
-    return rc != ZC_OK ? rc : wrc != ZC_OK ? wrc : frc;
+    return hd->ops->cast(hd, zc__elem(e->pload_dst, at, e->pesz), e->pdt, values, ZC_DTYPE_F32,
+                         n, NULL);
+}
+
+void zc__param_load_note(zc_engine *e)
+{
+    if (e->phome)
+        e->pload_unagreed = true;
+}
+
+zc_status zc__param_loads_agree(zc_engine *e)
+{
+    if (!e->pload_unagreed)
+        return ZC_OK;
+    e->pload_unagreed = false;
+    zc_status rc = load_settle(e);
+    zc_status frc = e->phome->ops->flush(e->phome);
+    if (rc == ZC_OK)
+        rc = frc;
+    /* Whether the home does rank-local I/O follows its layout, the same on
+     * every rank: either every rank agrees here or none does. A cpu home
+     * (and an nvme one whose shards are all cached) cannot fail. */
+    bool io = false;
+    for (int k = 0; k < e->nchunks && !io; k++)
+        io = zc__param_rank_local_io(e, k);
+    if (!io)
+        return rc;
+    return zc__eng_agree(e, rc, "zc_param_load: writing the loaded parameter shards home");
 }
 
 void zc__param_io(const zc_engine *e, zc_param_home_io *out)

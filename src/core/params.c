@@ -57,8 +57,10 @@ ZC_API zc_status zc_param_load(zc_engine *e, zc_param *p, const float *values)
                       rc, out);
     } else {
         /* An offloaded shard (offload_param) is converted on the host from
-         * the caller's values and written to its home; prefetched copies of
-         * the old values are dropped first. */
+         * the caller's values into its home's memory, one write per chunk at
+         * the next chunk or agreement point (param_state.c); prefetched
+         * copies of the old values are dropped first. */
+        zc__param_load_note(e);
         if (own_overlap(e, c, p->offset, p->numel, &a, &b) && zc__param_offloaded(e, c)) {
             if (e->pol->quiesce)
                 e->pol->quiesce(e);

@@ -252,6 +252,8 @@ static zc_status step_window(zc_engine *e, zc_step_info *info)
                       miss->name, (long long)e->micro, e->nready, e->nparams);
     /* Before anything of the step: a late write fails it unchanged. */
     ZC_CHECK(zc__debug_check(e, "zc_step"));
+    /* Parameter shards loaded since the last acquire go home, agreed. */
+    ZC_CHECK(zc__param_loads_agree(e));
 
     const zc_config *cfg = e->cfg;
     double sumsq = 0.0;

@@ -22,7 +22,12 @@
  *                the reduction that read gradient pool slot s, stream waits
  *                before zero-filling that slot for another chunk, so the
  *                next chunk's backward never waits for the previous
- *                chunk's reduction (the two slots double-buffer).
+ *                chunk's reduction (the two slots double-buffer);
+ *   offload_param ev_h2d_in on stream, h2d_stream waits (the gather buffer's
+ *                earlier users); a shard's H2D copy from its pinned home
+ *                buffer on h2d_stream; ev_h2d_done on h2d_stream, stream
+ *                waits (the all-gather); the host syncs ev_h2d_done only
+ *                before the home buffer is reused (param_state.c).
  *
  * The host device runs everything synchronously: its streams and events are
  * sentinels and these calls do nothing, but they are made all the same, so
@@ -47,6 +52,13 @@ zc_status zc__streams_create(zc_engine *e)
     ZC_CHECK(o->event_create(d, &e->ev_reduced));
     for (int i = 0; i < ZC_GRAD_BUFFERS; i++)
         ZC_CHECK(o->event_create(d, &e->ev_gslot[i]));
+    /* Stage-3 parameter offload: the shards' H2D copies get a stream of
+     * their own, so a copy overlaps the engine's work (param_state.c). */
+    if (e->stage == 3 && e->cfg->zero.offload_param.device != ZC_OFFLOAD_NONE) {
+        ZC_CHECK(o->stream_create_nonblocking(d, &e->h2d_stream));
+        ZC_CHECK(o->event_create(d, &e->ev_h2d_in));
+        ZC_CHECK(o->event_create(d, &e->ev_h2d_done));
+    }
     return ZC_OK;
 }
 
@@ -68,7 +80,9 @@ void zc__streams_destroy(zc_engine *e)
     if (e->comm_stream != e->stream)
         sync_quietly(e, e->comm_stream, "communication");
     sync_quietly(e, e->ctl_stream, "control");
-    void **evs[] = {&e->ev_engine, &e->ev_caller, &e->ev_handoff, &e->ev_reduced};
+    sync_quietly(e, e->h2d_stream, "parameter copy");
+    void **evs[] = {&e->ev_engine, &e->ev_caller, &e->ev_handoff, &e->ev_reduced,
+                    &e->ev_h2d_in, &e->ev_h2d_done};
     for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++) {
         if (*evs[i])
             o->event_destroy(d, *evs[i]);
@@ -83,9 +97,11 @@ void zc__streams_destroy(zc_engine *e)
         o->stream_destroy(d, e->comm_stream);
     if (e->ctl_stream)
         o->stream_destroy(d, e->ctl_stream);
+    if (e->h2d_stream)
+        o->stream_destroy(d, e->h2d_stream);
     if (e->stream)
         o->stream_destroy(d, e->stream);
-    e->stream = e->comm_stream = e->ctl_stream = NULL;
+    e->stream = e->comm_stream = e->ctl_stream = e->h2d_stream = NULL;
     e->streams_created = false;
 }
 

@@ -297,6 +297,10 @@ zc_status zc__z3_acquire(zc_engine *e, zc_param *p, void **out)
 {
     zc_chunk *c = &e->chunks[p->chunk];
     const bool activation = c->acq == 0;
+    /* Shards written by zc_param_load since the last acquire or step go
+     * home first, their outcome agreed (every rank loaded the same
+     * parameters, so every rank agrees here). */
+    ZC_CHECK(zc__param_loads_agree(e));
     zc_param_home_io io0;
     zc__param_io(e, &io0);
     if (activation && !c->persistent) {

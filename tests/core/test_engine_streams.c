@@ -282,12 +282,22 @@ static char user_stream_handle, caller_stream_handle;
 /* Opens an engine on comm with the recording device installed (or none
  * when f is NULL); asserts from the calling thread only through its return
  * value, so rank threads may use it. */
+/* offload_param.device for the next open_eng (NULL: none). */
+static const char *g_offload_param;
+
 static zc_status open_eng(st_eng *x, zc_comm *comm, int stage, int overlap, rec_dev *f)
 {
     memset(x, 0, sizeof *x);
     x->f = f;
     ZC_CHECK(zc_config_create(&x->cfg));
     ZC_CHECK(zc_config_set_int(x->cfg, "zero_optimization.stage", stage));
+    if (g_offload_param) {
+        ZC_CHECK(zc_config_set(x->cfg, "zero_optimization.offload_param.device",
+                               g_offload_param));
+        /* small chunks would otherwise be persistent: never offloaded */
+        ZC_CHECK(zc_config_set_int(x->cfg,
+                                   "zero_optimization.stage3_param_persistence_threshold", 0));
+    }
     ZC_CHECK(zc_config_set_bool(x->cfg, "zero_optimization.overlap_comm", overlap != 0));
     ZC_CHECK(zc_config_set_double(x->cfg, "gradient_clipping", 1.0));
     zc_engine_options eo = ZC_ENGINE_OPTIONS_INIT;
@@ -409,6 +419,51 @@ Test(engine_streams, acquire_and_release_order_by_events_stage0) { check_acquire
 Test(engine_streams, acquire_and_release_order_by_events_stage1) { check_acquire_release(1); }
 Test(engine_streams, acquire_and_release_order_by_events_stage2) { check_acquire_release(2); }
 Test(engine_streams, acquire_and_release_order_by_events_stage3) { check_acquire_release(3); }
+
+/* Stage 3 with offload_param: the shard's H2D copy out of its pinned home
+ * runs on a copy stream of its own, after the engine's stream (an event the
+ * copy stream waits on), and the engine's stream - where the all-gather
+ * runs - waits for the copy's event: no host wait in the acquire. */
+Test(engine_streams, offload_param_copy_on_its_own_stream)
+{
+    zc_comm *comm = comm1();
+    static rec_dev f;
+    st_eng x;
+    g_offload_param = "\"cpu\"";
+    zc_status orc = open_eng(&x, comm, 3, 0, &f);
+    g_offload_param = NULL;
+    cr_assert_eq(orc, ZC_OK, "%s", zc_last_error());
+    zc_engine *e = x.e;
+    void *es = e->stream, *hs = e->h2d_stream;
+    cr_assert_not_null(hs);
+    cr_assert_neq(hs, es);
+    cr_assert(is_nonblocking(&f, hs), "the copy stream was not created non-blocking");
+    const int mark = f.n;
+    cr_assert_not_null(zc_param_acquire(e, x.p[2], S), "%s", zc_last_error());
+    const int end = f.n;
+    const int cp = find(&f, mark, end, R_COPY, hs, NULL);
+    cr_assert_geq(cp, 0, "the shard's copy is not on the copy stream");
+    cr_assert_lt(find(&f, mark, end, R_COPY, es, NULL), 0, "a copy on the engine's stream");
+    /* before the copy: the copy stream waits for an event of the engine's */
+    int w = -1;
+    for (int i = cp - 1; i >= mark && w < 0; i--)
+        if (f.log[i].op == R_WAIT && f.log[i].stream == hs)
+            w = i;
+    cr_assert_geq(w, 0, "the copy stream does not wait before the copy");
+    cr_assert_geq(find(&f, mark, w, R_RECORD, es, f.log[w].event), 0,
+                  "the copy stream waits for an event not recorded on the engine's stream");
+    /* after it: its event, which the engine's stream waits for */
+    const int rc_i = find(&f, cp + 1, end, R_RECORD, hs, ANY);
+    cr_assert_geq(rc_i, 0, "no event recorded after the copy");
+    cr_assert_geq(find(&f, rc_i + 1, end, R_WAIT, es, f.log[rc_i].event), 0,
+                  "the engine's stream does not wait for the copy");
+    cr_assert_eq(count_host_waits(&f, mark, end, ANY), 0, "the acquire waited on the host");
+    cr_assert_eq(zc_param_release(e, x.p[2], S), ZC_OK, "%s", zc_last_error());
+    cr_assert(!f.overflow);
+    close_eng(&x);
+    zc_comm_destroy(comm);
+    t_assert_no_leaks();
+}
 
 /* ---- gradients ----------------------------------------------------------- */
 
