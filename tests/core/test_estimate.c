@@ -10,12 +10,21 @@
  * for this model; the NVMe files' stripe round-up (counted as NVMe OTHER)
  * is planned exactly.
  *
- * The same with fp32 view slots reserved (f32_view_chunks 1 and 3).
+ * The same with fp32 view slots reserved (f32_view_chunks 1 and 3), and at
+ * stage 3 with offload_param cpu and nvme (x offload_optimizer none/cpu/nvme
+ * x world 1..4 x accumulation 1, 2; nvme also with max_in_cpu caching some
+ * chunks and with persistent chunks that stay on the device): the pinned
+ * shards, the cached shards, the swap buffers and the parameter swap file
+ * (its stripe round-up included) as the homes allocate them.
  *
  * The pre-flight: with a fake /proc/meminfo of too little MemAvailable, build
  * fails with ZC_ERR_NO_MEMORY naming the biggest consumer and its key, and
  * nothing stays allocated; with a device capacity below the plan's device
- * bytes it fails the same way naming the device. */
+ * bytes it fails the same way naming the device. With offload_param the
+ * homes no longer check for themselves: too little MemAvailable names the
+ * pinned parameter shards and offload_param's key, too little disk space
+ * (a capacity set for the test) the parameter swap file and
+ * offload_param.nvme_path, and nothing stays allocated or on disk. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +45,7 @@ typedef struct layout {
     bool persistent[64];
     int nchunks;
     int64_t max_live, prefetch, buffer_count, nvme_round;
+    int64_t pbuffer_count, max_in_cpu, pnvme_round;
     double ratio;
 } layout;
 
@@ -57,16 +67,30 @@ static void grab(t_ctx *x, int step, void *arg)
     l->nvme_round = e->cfg->aio.block_size *
                     zc__nvme_path_count(e->cfg->zero.offload_optimizer.nvme_path);
     l->ratio = e->cfg->zero.offload_optimizer.ratio;
+    l->pbuffer_count = e->cfg->zero.offload_param.buffer_count;
+    l->max_in_cpu = e->cfg->zero.offload_param.max_in_cpu;
+    l->pnvme_round = e->cfg->aio.block_size *
+                     zc__nvme_path_count(e->cfg->zero.offload_param.nvme_path);
 }
 
 static const int kind_of[ZC_MEMKIND__COUNT] = {
     [ZC_MEMKIND_HOST] = ZC_KIND_HOST, [ZC_MEMKIND_PINNED] = ZC_KIND_PINNED,
     [ZC_MEMKIND_DEVICE] = ZC_KIND_DEVICE, [ZC_MEMKIND_NVME] = ZC_KIND_NVME};
 
-static void check_one(int stage, int world, int accum, int off, const char *nvme_json,
-                      int views)
+/* Parameter offload of a run (stage 3): none/cpu/nvme, max_in_cpu (nvme)
+ * and stage3_param_persistence_threshold (< 0: none). */
+typedef struct poff_opts {
+    int dev;
+    int64_t max_in_cpu, persistence;
+} poff_opts;
+
+static const poff_opts NO_POFF = {0, 0, -1};
+
+static void check_with(int stage, int world, int accum, int off, const char *nvme_json,
+                       int views, poff_opts po)
 {
     static const char *const names[] = {NULL, "cpu", "nvme"};
+    static const int dev_of[] = {ZC_OFFLOAD_NONE, ZC_OFFLOAD_CPU, ZC_OFFLOAD_NVME};
     layout l = {0};
     t_run *r = calloc(1, sizeof *r);
     t_run_init(r, stage, world, ZC_DTYPE_BF16);
@@ -77,6 +101,10 @@ static void check_one(int stage, int world, int accum, int off, const char *nvme
     r->after_step = grab;
     r->hook_arg = &l;
     r->f32_views = views;
+    r->offload_param = names[po.dev];
+    r->param_nvme_path_json = po.dev == 2 ? nvme_json : NULL;
+    r->max_in_cpu = po.max_in_cpu;
+    r->persistence = po.persistence;
     cr_assert(t_engine_run(r), "%s", t_run_error(r));
     zc_est_in in = {
         .world = world, .stage = stage, .pesz = 2, .gas = accum,
@@ -85,9 +113,13 @@ static void check_one(int stage, int world, int accum, int off, const char *nvme
         .buffer_count = l.buffer_count, .nvme_round = l.nvme_round, .max_live = l.max_live, .prefetch_elems = l.prefetch,
         .nchunks = l.nchunks, .padded = l.padded, .persistent = l.persistent,
         .view_chunks = views,
+        .poffload = dev_of[po.dev], .pbuffer_count = l.pbuffer_count,
+        .max_in_cpu = l.max_in_cpu, .pnvme_round = l.pnvme_round,
     };
     zc_est est;
     cr_assert_eq(zc__estimate(&in, &est), ZC_OK, "%s", zc_last_error());
+    if (stage == 3 && po.dev == 2 && po.max_in_cpu == 0)
+        cr_assert_gt(est.param_nvme, 0, "offload_param nvme planned no swap file");
     for (int rank = 0; rank < world; rank++) {
         const zc_stats *s = &r->stats[rank];
         for (int mk = 0; mk < ZC_MEMKIND__COUNT; mk++) {
@@ -96,16 +128,17 @@ static void check_one(int stage, int world, int accum, int off, const char *nvme
                 if (c == ZC_MEM_OTHER || c == ZC_MEM_BUFFERS || c == ZC_MEM_RESERVED)
                     continue;
                 cr_assert_eq(est.bytes[mk][c], s->bytes_by_kind_cat[k][c],
-                             "stage %d world %d accum %d offload %d rank %d kind %d cat %d: "
-                             "planned %lld, allocated %lld", stage, world, accum, off, rank, k,
+                             "stage %d world %d accum %d offload %d/%d rank %d kind %d cat %d: "
+                             "planned %lld, allocated %lld", stage, world, accum, off, po.dev,
+                             rank, k,
                              c, (long long)est.bytes[mk][c],
                              (long long)s->bytes_by_kind_cat[k][c]);
             }
             const int64_t pb = est.bytes[mk][ZC_MEM_BUFFERS] + est.bytes[mk][ZC_MEM_RESERVED];
             const int64_t sb = s->bytes_by_kind_cat[k][ZC_MEM_BUFFERS] +
                                s->bytes_by_kind_cat[k][ZC_MEM_RESERVED];
-            cr_assert_eq(pb, sb, "stage %d world %d accum %d offload %d kind %d buffers: "
-                         "planned %lld, allocated %lld", stage, world, accum, off, k,
+            cr_assert_eq(pb, sb, "stage %d world %d accum %d offload %d/%d kind %d buffers: "
+                         "planned %lld, allocated %lld", stage, world, accum, off, po.dev, k,
                          (long long)pb, (long long)sb);
         }
         cr_assert_lt(s->bytes_by_kind_cat[ZC_KIND_HOST][ZC_MEM_OTHER] +
@@ -117,6 +150,12 @@ static void check_one(int stage, int world, int accum, int off, const char *nvme
     }
     free(r->master);
     free(r);
+}
+
+static void check_one(int stage, int world, int accum, int off, const char *nvme_json,
+                      int views)
+{
+    check_with(stage, world, accum, off, nvme_json, views, NO_POFF);
 }
 
 Test(estimate, plan_equals_allocation)
@@ -132,6 +171,45 @@ Test(estimate, plan_equals_allocation)
                     if (off == 0 || stage > 0)
                         check_one(stage, world, accum, off, json, 0);
     rmdir(dir);
+}
+
+/* Stage 3 with offload_param cpu and nvme, every offload_optimizer. */
+Test(estimate, plan_equals_allocation_offload_param)
+{
+    char dir[64], json[96];
+    snprintf(dir, sizeof dir, "zc-estimate-XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(json, sizeof json, "\"%s\"", dir);
+    for (int world = 1; world <= 4; world++)
+        for (int accum = 1; accum <= 2; accum++)
+            for (int off = 0; off <= 2; off++)
+                for (int pdev = 1; pdev <= 2; pdev++)
+                    check_with(3, world, accum, off, json, 0, (poff_opts){pdev, 0, -1});
+    rmdir(dir);
+}
+
+/* nvme with max_in_cpu caching the chunks that fit (the test model's shards
+ * at world 2 are 1024, 1024, ... elements: 2500 caches two of them and skips
+ * to smaller ones), a list of two directories (the store's round-up is two
+ * stripes), and persistent chunks (threshold 600: the small parameters'
+ * chunks) that keep their shard on the device. */
+Test(estimate, plan_equals_allocation_offload_param_cached_and_persistent)
+{
+    char d1[64], d2[64], json[200];
+    snprintf(d1, sizeof d1, "zc-estimate-XXXXXX");
+    snprintf(d2, sizeof d2, "zc-estimate-XXXXXX");
+    cr_assert_not_null(mkdtemp(d1));
+    cr_assert_not_null(mkdtemp(d2));
+    snprintf(json, sizeof json, "[\"%s\", \"%s\"]", d1, d2);
+    for (int world = 1; world <= 3; world++)
+        for (int off = 0; off <= 2; off += 2) {
+            check_with(3, world, 1, off, json, 0, (poff_opts){2, 2500, -1});
+            check_with(3, world, 1, off, json, 0, (poff_opts){2, 0, 600});
+            check_with(3, world, 1, off, json, 0, (poff_opts){1, 0, 600});
+            check_with(3, world, 2, off, json, 0, (poff_opts){2, 1 << 20, -1});
+        }
+    rmdir(d1);
+    rmdir(d2);
 }
 
 /* The fp32 view pools (zc_engine_options.f32_view_chunks) are in the plan. */
