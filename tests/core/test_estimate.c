@@ -425,3 +425,147 @@ Test(estimate, deepspeed_formulas)
     cr_assert_eq(zc__est_deepspeed(2, false, 1, 1, 6, 4, &g, &c), ZC_ERR_INVALID_ARG);
     cr_assert_eq(zc__est_deepspeed(2, false, UINT64_MAX / 4, 1, 1, 1, &g, &c), ZC_ERR_NO_MEMORY);
 }
+
+/* A one-rank stage-3 engine of 16 fp32 weights of 64 Ki elements, a chunk
+ * each (reduce_bucket_size 65536), none persistent, no prefetch window, configured by the
+ * key/value pairs kv (NULL-terminated), built under the fake limits root
+ * and NVMe capacity given (NULL / < 0: the real ones). Returns the build's
+ * status with the message in msg; asserts that a refused build left nothing
+ * pinned, almost nothing in host memory and nothing under the dirs. */
+static zc_status build_offload_param(const char *const *kv, const char *root,
+                                     int64_t nvme_free, const char *const *dirs, char *msg,
+                                     size_t cap)
+{
+    zc_config *cfg = NULL;
+    cr_assert_eq(zc_config_create(&cfg), ZC_OK);
+    cr_assert_eq(zc_config_set_int(cfg, "zero_optimization.stage", 3), ZC_OK);
+    cr_assert_eq(zc_config_set_int(cfg, "zero_optimization.reduce_bucket_size", 65536), ZC_OK);
+    cr_assert_eq(zc_config_set_int(cfg, "zero_optimization.stage3_prefetch_bucket_size", 0),
+                 ZC_OK);
+    /* No persistent chunks (the default threshold would keep every one). */
+    cr_assert_eq(zc_config_set_int(cfg, "zero_optimization.stage3_param_persistence_threshold",
+                                   0), ZC_OK);
+    for (int i = 0; kv[i]; i += 2)
+        cr_assert_eq(zc_config_set(cfg, kv[i], kv[i + 1]), ZC_OK, "%s: %s", kv[i],
+                     zc_last_error());
+    zc_comm *comm = NULL;
+    cr_assert_eq(zc_comm_local_world(1, &comm), ZC_OK);
+    zc_engine_options eo = ZC_ENGINE_OPTIONS_INIT;
+    eo.device = ZC_DEVICE_HOST;
+    zc_engine *e = NULL;
+    cr_assert_eq(zc_engine_create(&e, cfg, comm, &eo), ZC_OK, "%s", zc_last_error());
+    for (int i = 0; i < 16; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "w%d", i);
+        const int64_t shape[2] = {256, 256};
+        cr_assert_not_null(zc_param_add(e, name, shape, 2, 0), "%s", zc_last_error());
+    }
+    const int64_t host_before = zc__mem_global_bytes(ZC_MEMKIND_HOST);
+    zc__preflight_limits_root(root);
+    zc__preflight_nvme_free(nvme_free);
+    const zc_status rc = zc_engine_build(e);
+    zc__preflight_limits_root(NULL);
+    zc__preflight_nvme_free(-1);
+    snprintf(msg, cap, "%s", rc == ZC_OK ? "" : zc_last_error());
+    if (rc != ZC_OK) {
+        cr_assert_eq(zc__mem_global_bytes(ZC_MEMKIND_PINNED), 0);
+        cr_assert_lt(zc__mem_global_bytes(ZC_MEMKIND_HOST) - host_before, 64 * 1024,
+                     "the refused build allocated %lld bytes",
+                     (long long)(zc__mem_global_bytes(ZC_MEMKIND_HOST) - host_before));
+        for (int i = 0; dirs && dirs[i]; i++)
+            cr_assert_eq(rmdir(dirs[i]), 0, "the refused build left files in %s", dirs[i]);
+    }
+    zc_engine_destroy(e);
+    zc_comm_destroy(comm);
+    zc_config_destroy(cfg);
+    return rc;
+}
+
+/* Host memory: with offload_param cpu the 16 shards (4 MiB fp32) are the
+ * biggest host consumer (the optimizer state is on NVMe, its gradients
+ * swapped with accumulation 2, its buffers a chunk each): MemAvailable of
+ * 1 MiB refuses the build naming them and offload_param's key. */
+Test(estimate, build_refuses_offload_param_beyond_memavailable)
+{
+    char root[64], path[128], dir[64], json[96], msg[2048];
+    snprintf(root, sizeof root, "zc-est-root-XXXXXX");
+    cr_assert_not_null(mkdtemp(root));
+    snprintf(path, sizeof path, "%s/proc", root);
+    mkdir(path, 0755);
+    snprintf(path, sizeof path, "%s/proc/meminfo", root);
+    write_file(path, "MemTotal:       100000 kB\nMemAvailable:       1024 kB\n");
+    snprintf(dir, sizeof dir, "zc-estimate-XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(json, sizeof json, "\"%s\"", dir);
+    const char *const kv[] = {"zero_optimization.offload_param.device", "\"cpu\"",
+                              "zero_optimization.offload_optimizer.device", "\"nvme\"",
+                              "zero_optimization.offload_optimizer.nvme_path", json,
+                              "gradient_accumulation_steps", "2", NULL};
+    const char *const dirs[] = {dir, NULL};
+    const zc_status rc = build_offload_param(kv, root, -1, dirs, msg, sizeof msg);
+    cr_assert_eq(rc, ZC_ERR_NO_MEMORY, "build must refuse: %s", msg);
+    cr_assert_not_null(strstr(msg, "MemAvailable"), "%s", msg);
+    cr_assert_not_null(strstr(msg, "the biggest consumer is working-precision parameters in "
+                                   "pinned host memory (4.0 MiB): change "
+                                   "zero_optimization.offload_param.device (\"nvme\")"),
+                       "%s", msg);
+    remove(path);
+    snprintf(path, sizeof path, "%s/proc", root);
+    rmdir(path);
+    rmdir(root);
+}
+
+/* Disk space: offload_param nvme puts the 16 shards in a 4 MiB swap file.
+ * With 1 MiB free the build is refused naming offload_param.nvme_path and
+ * the file; with 14 MiB free the file fits, and so do the optimizer's swap
+ * files (master, m, v: 12 MiB) on their own, but not both on one
+ * filesystem (two directories side by side): refused, naming the optimizer's
+ * store, the larger share. Nothing is created under either directory. */
+/* Two new directories side by side (one filesystem), and each as a JSON
+ * string; a refused build must leave them empty (build_offload_param
+ * removes them). */
+static void fresh_dirs(char d1[64], char d2[64], char j1[96], char j2[96])
+{
+    snprintf(d1, 64, "zc-estimate-XXXXXX");
+    snprintf(d2, 64, "zc-estimate-XXXXXX");
+    cr_assert_not_null(mkdtemp(d1));
+    cr_assert_not_null(mkdtemp(d2));
+    snprintf(j1, 96, "\"%s\"", d1);
+    snprintf(j2, 96, "\"%s\"", d2);
+}
+
+Test(estimate, build_refuses_swap_beyond_free_space)
+{
+    char d1[64], d2[64], j1[96], j2[96], msg[2048];
+    fresh_dirs(d1, d2, j1, j2);
+    const char *const dirs[] = {d1, d2, NULL};
+    const char *const alone[] = {"zero_optimization.offload_param.device", "\"nvme\"",
+                                 "zero_optimization.offload_param.nvme_path", j1,
+                                 "zero_optimization.offload_param.max_in_cpu", "0", NULL};
+    zc_status rc = build_offload_param(alone, NULL, 1 << 20, dirs, msg, sizeof msg);
+    cr_assert_eq(rc, ZC_ERR_IO, "build must refuse: %s", msg);
+    char want[512];
+    snprintf(want, sizeof want, "zero_optimization.offload_param.nvme_path '%s': the swap files "
+             "need 4.0 MiB on its filesystem (optimizer 0.0 MiB, parameters 4.0 MiB) but it "
+             "has 1.0 MiB free (as set by a test); the biggest consumer is the parameter "
+             "shards' swap file (offload_param)", d1);
+    cr_assert_not_null(strstr(msg, want), "%s", msg);
+    fresh_dirs(d1, d2, j1, j2);
+    const char *const both[] = {"zero_optimization.offload_param.device", "\"nvme\"",
+                                "zero_optimization.offload_param.nvme_path", j1,
+                                "zero_optimization.offload_param.max_in_cpu", "0",
+                                "zero_optimization.offload_optimizer.device", "\"nvme\"",
+                                "zero_optimization.offload_optimizer.nvme_path", j2, NULL};
+    rc = build_offload_param(both, NULL, 14 << 20, dirs, msg, sizeof msg);
+    cr_assert_eq(rc, ZC_ERR_IO, "build must refuse: %s", msg);
+    snprintf(want, sizeof want, "zero_optimization.offload_optimizer.nvme_path '%s': the swap "
+             "files need 16.0 MiB on its filesystem (optimizer 12.0 MiB, parameters 4.0 MiB) "
+             "but it has 14.0 MiB free", d2);
+    cr_assert_not_null(strstr(msg, want), "%s", msg);
+    /* 16 MiB free: both fit, the build goes through and trains nothing. */
+    fresh_dirs(d1, d2, j1, j2);
+    rc = build_offload_param(both, NULL, 16 << 20, dirs, msg, sizeof msg);
+    cr_assert_eq(rc, ZC_OK, "%s", msg);
+    rmdir(d1);
+    rmdir(d2);
+}
