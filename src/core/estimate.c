@@ -420,9 +420,13 @@ static bool abf(uint64_t x, uint64_t *out)
     return mad(x, 3, 0, out) && (*out /= 2, true);
 }
 
-zc_status zc__est_deepspeed(int stage, bool offload, uint64_t P, uint64_t LL, uint64_t G,
-                            uint64_t gpn, uint64_t *gpu, uint64_t *cpu)
+zc_status zc__est_deepspeed(int stage, bool offload, bool offload_params, uint64_t P,
+                            uint64_t LL, uint64_t G, uint64_t gpn, uint64_t *gpu,
+                            uint64_t *cpu)
 {
+    if (offload_params && (stage != 3 || !offload))
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "DeepSpeed's estimators cover parameter offload only "
+                      "at stage 3 with the optimizer offloaded too");
     if (stage < 1 || stage > 3 || G == 0 || gpn == 0 || G % gpn)
         return ZC_ERR(ZC_ERR_INVALID_ARG, "DeepSpeed's estimators cover stages 1-3 with the "
                       "GPUs a whole number of nodes (stage %d, %llu GPUs, %llu per node)", stage,
@@ -439,7 +443,9 @@ zc_status zc__est_deepspeed(int stage, bool offload, uint64_t P, uint64_t LL, ui
         }
     } else {
         ok = mad(LL, 4, 0, &lmem);
-        if (offload) {
+        if (offload_params) {
+            ok = ok && mad(1, lmem, 0, gpu) && mad(P, 18, 0, &t) && abf(t / N, cpu);
+        } else if (offload) {
             ok = ok && mad(P, 2, 0, &t) && mad(1, lmem, t / G, gpu) && mad(P, 16, 0, &t) &&
                  abf(t / N, cpu);
         } else {

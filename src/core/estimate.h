@@ -138,19 +138,22 @@ zc_status zc__estimate(const zc_est_in *in, zc_est *out);
 
 
 /* DeepSpeed's estimate_zero2_model_states_mem_needs (stages 1, 2) and
- * estimate_zero3_model_states_mem_needs (stage 3, zero_init, optimizer
- * offload only), per GPU and per node, in bytes: P parameters, LL the
- * largest layer's, G GPUs in all, gpn per node, additional_buffer_factor
- * 1.5 (applied as x 3 / 2, rounded down):
+ * estimate_zero3_model_states_mem_needs (stage 3, zero_init), per GPU and per
+ * node, in bytes: P parameters, LL the largest layer's, G GPUs in all, gpn
+ * per node, additional_buffer_factor 1.5 (applied as x 3 / 2, rounded down);
+ * offload: the optimizer's, offload_params: the parameters' too (stage 3):
  *   stage 1/2  offload: GPU 2P,              CPU P max(4G, 16) 1.5
  *              none:    GPU 2P + 18P/G,      CPU 4P gpn 1.5
- *   stage 3    offload: GPU 4LL + 2P/G,      CPU 16P/N 1.5   (N = G / gpn)
+ *   stage 3    both:    GPU 4LL,             CPU 18P/N 1.5   (N = G / gpn)
+ *              offload: GPU 4LL + 2P/G,      CPU 16P/N 1.5
  *              none:    GPU 4LL + 18P/G,     CPU 4LL gpn 1.5
  * Divisions round down, as DeepSpeed's int() does. ZC_ERR_INVALID_ARG for
- * stage 0 (no estimator) or G not a multiple of gpn; ZC_ERR_NO_MEMORY on
- * overflow. */
-zc_status zc__est_deepspeed(int stage, bool offload, uint64_t P, uint64_t LL, uint64_t G,
-                            uint64_t gpn, uint64_t *gpu, uint64_t *cpu);
+ * stage 0 (no estimator), G not a multiple of gpn, or offload_params without
+ * the optimizer's offload or below stage 3 (DeepSpeed has no estimator for
+ * them); ZC_ERR_NO_MEMORY on overflow. */
+zc_status zc__est_deepspeed(int stage, bool offload, bool offload_params, uint64_t P,
+                            uint64_t LL, uint64_t G, uint64_t gpn, uint64_t *gpu,
+                            uint64_t *cpu);
 
 /* ---- the engine's pre-flight (preflight.c) ------------------------------ */
 

@@ -401,29 +401,36 @@ Test(estimate, build_refuses_beyond_device_free)
  *   stage 3, no offload, P 1e9, LL 1e8, 16 GPUs, 8 per node: GPU 4e8 +
  *     18e9 / 16 = 1.525e9, CPU 4e8 x 8 x 1.5 = 4.8e9;
  *   stage 3, optimizer offload: GPU 4e8 + 2e9 / 16 = 5.25e8, CPU 16e9 / 2 x
- *     1.5 = 12e9. */
+ *     1.5 = 12e9;
+ *   stage 3, optimizer and parameter offload: GPU 4e8, CPU 18e9 / 2 x 1.5 =
+ *     13.5e9. */
 Test(estimate, deepspeed_formulas)
 {
     uint64_t g = 0, c = 0;
-    cr_assert_eq(zc__est_deepspeed(2, false, 1000000000, 0, 8, 8, &g, &c), ZC_OK);
+    cr_assert_eq(zc__est_deepspeed(2, false, false, 1000000000, 0, 8, 8, &g, &c), ZC_OK);
     cr_assert_eq(g, 4250000000u);
     cr_assert_eq(c, 48000000000u);
-    cr_assert_eq(zc__est_deepspeed(1, false, 1000000000, 0, 8, 8, &g, &c), ZC_OK);
+    cr_assert_eq(zc__est_deepspeed(1, false, false, 1000000000, 0, 8, 8, &g, &c), ZC_OK);
     cr_assert_eq(g, 4250000000u);
-    cr_assert_eq(zc__est_deepspeed(2, true, 1000000000, 0, 8, 8, &g, &c), ZC_OK);
+    cr_assert_eq(zc__est_deepspeed(2, true, false, 1000000000, 0, 8, 8, &g, &c), ZC_OK);
     cr_assert_eq(g, 2000000000u);
     cr_assert_eq(c, 48000000000u);
-    cr_assert_eq(zc__est_deepspeed(2, true, 1000000000, 0, 2, 2, &g, &c), ZC_OK);
+    cr_assert_eq(zc__est_deepspeed(2, true, false, 1000000000, 0, 2, 2, &g, &c), ZC_OK);
     cr_assert_eq(c, 24000000000u);
-    cr_assert_eq(zc__est_deepspeed(3, false, 1000000000, 100000000, 16, 8, &g, &c), ZC_OK);
+    cr_assert_eq(zc__est_deepspeed(3, false, false, 1000000000, 100000000, 16, 8, &g, &c), ZC_OK);
     cr_assert_eq(g, 1525000000u);
     cr_assert_eq(c, 4800000000u);
-    cr_assert_eq(zc__est_deepspeed(3, true, 1000000000, 100000000, 16, 8, &g, &c), ZC_OK);
+    cr_assert_eq(zc__est_deepspeed(3, true, false, 1000000000, 100000000, 16, 8, &g, &c), ZC_OK);
     cr_assert_eq(g, 525000000u);
     cr_assert_eq(c, 12000000000u);
-    cr_assert_eq(zc__est_deepspeed(0, false, 1, 1, 1, 1, &g, &c), ZC_ERR_INVALID_ARG);
-    cr_assert_eq(zc__est_deepspeed(2, false, 1, 1, 6, 4, &g, &c), ZC_ERR_INVALID_ARG);
-    cr_assert_eq(zc__est_deepspeed(2, false, UINT64_MAX / 4, 1, 1, 1, &g, &c), ZC_ERR_NO_MEMORY);
+    cr_assert_eq(zc__est_deepspeed(3, true, true, 1000000000, 100000000, 16, 8, &g, &c), ZC_OK);
+    cr_assert_eq(g, 400000000u);
+    cr_assert_eq(c, 13500000000u);
+    cr_assert_eq(zc__est_deepspeed(3, false, true, 1, 1, 1, 1, &g, &c), ZC_ERR_INVALID_ARG);
+    cr_assert_eq(zc__est_deepspeed(2, true, true, 1, 1, 1, 1, &g, &c), ZC_ERR_INVALID_ARG);
+    cr_assert_eq(zc__est_deepspeed(0, false, false, 1, 1, 1, 1, &g, &c), ZC_ERR_INVALID_ARG);
+    cr_assert_eq(zc__est_deepspeed(2, false, false, 1, 1, 6, 4, &g, &c), ZC_ERR_INVALID_ARG);
+    cr_assert_eq(zc__est_deepspeed(2, false, false, UINT64_MAX / 4, 1, 1, 1, &g, &c), ZC_ERR_NO_MEMORY);
 }
 
 /* A one-rank stage-3 engine of 16 fp32 weights of 64 Ki elements, a chunk
