@@ -199,6 +199,12 @@ static bool write_config(const bt_setup *s, const bt_config *c, const char *path
                          const char *nvme_dir)
 {
     json_t *zero = json_pack("{s:i}", "stage", c->stage);
+    /* Stage 3 shards every chunk: DeepSpeed's persistence default (1e5
+     * elements) would keep every parameter of the bench's small models
+     * gathered, and stage 3 (with or without offload_param) would measure
+     * stage 2's memory. */
+    if (c->stage == 3)
+        json_object_set_new(zero, "stage3_param_persistence_threshold", json_integer(0));
     if (strcmp(c->offload_optimizer, "none")) {
         json_t *o = json_pack("{s:s, s:b}", "device", c->offload_optimizer, "pin_memory", 1);
         if (!strcmp(c->offload_optimizer, "nvme"))
@@ -207,8 +213,13 @@ static bool write_config(const bt_setup *s, const bt_config *c, const char *path
     }
     if (strcmp(c->offload_param, "none")) {
         json_t *o = json_pack("{s:s, s:b}", "device", c->offload_param, "pin_memory", 1);
-        if (!strcmp(c->offload_param, "nvme"))
+        /* max_in_cpu 0: every shard lives in the swap file (DeepSpeed's
+         * default of 1e9 elements would cache the whole model in pinned
+         * memory, and the configuration would measure cpu's). */
+        if (!strcmp(c->offload_param, "nvme")) {
             json_object_set_new(o, "nvme_path", json_string(nvme_dir));
+            json_object_set_new(o, "max_in_cpu", json_integer(0));
+        }
         json_object_set_new(zero, "offload_param", o);
     }
     json_t *j = json_pack(

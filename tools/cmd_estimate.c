@@ -1,5 +1,6 @@
 /* `zeroc estimate`: per-rank memory of a model in every stage x offload
- * configuration (or a config file's), before anything runs.
+ * configuration (offload_optimizer, and offload_param at stage 3) or a config
+ * file's, before anything runs.
  *
  * The bytes come from the engine's own planner (src/core/estimate.c), fed the
  * chunk layout zc_engine_build would make (the same chunking, padding and
@@ -33,7 +34,8 @@ static void usage(FILE *f)
             "                      [--chunks auto|per-block] [--device cuda|host]\n"
             "  Per-rank bytes of device, pinned host, pageable host and NVMe memory that\n"
             "  zc_engine_build allocates, for every stage x offload_optimizer combination\n"
-            "  (or only the one FILE configures), with DeepSpeed's estimator figures and,\n"
+            "  and, at stage 3, x offload_param (or only the one FILE configures), with\n"
+            "  DeepSpeed's estimator figures and,\n"
             "  for --model, the activations of one micro-batch (docs/estimate.md).\n"
             "  --params N        parameters, in 2^24-element tensors, N in [1, 2^50]\n"
             "  --model gpt:...   a GPT-2 shape: tied embeddings, learned positions, 4x MLP\n"
@@ -297,15 +299,15 @@ static const char *off_name(int off)
 
 /* One configuration's row. */
 typedef struct row {
-    int stage, offload, dtype;
+    int stage, offload, poffload, dtype;
     zc_est est;
     int64_t used, padded, live_bound;
     uint64_t act, ds_gpu, ds_cpu;
     bool has_ds, has_act;
 } row;
 
-static int plan_row(const opts *o, const zc_config *cfg, int stage, int off, int dtype,
-                    int64_t gas, row *r)
+static int plan_row(const opts *o, const zc_config *cfg, int stage, int off, int poff,
+                    int dtype, int64_t gas, row *r)
 {
     const model *m = &o->m;
     const size_t pesz = dtype == ZC_DTYPE_F32 ? 4 : 2;
@@ -358,23 +360,30 @@ static int plan_row(const opts *o, const zc_config *cfg, int stage, int off, int
         .max_live = max_live,
         .prefetch_elems = cfg->zero.prefetch_bucket_size > 0 ? cfg->zero.prefetch_bucket_size : 0,
         .nchunks = nc + 1, .padded = padded, .persistent = pers,
+        .poffload = poff,
+        .pbuffer_count = cfg->zero.offload_param.buffer_count,
+        .max_in_cpu = cfg->zero.offload_param.max_in_cpu,
+        .pnvme_round = cfg->aio.block_size *
+                       zc__nvme_path_count(cfg->zero.offload_param.nvme_path),
     };
     zc_status rc = zc__estimate(&in, &r->est);
     free(padded);
     free(pers);
     if (rc != ZC_OK) {
-        fprintf(stderr, "zeroc estimate: stage %d offload %s: %s\n", stage, off_name(off),
-                zc_last_error());
+        fprintf(stderr, "zeroc estimate: stage %d offload_optimizer %s offload_param %s: %s\n",
+                stage, off_name(off), off_name(poff), zc_last_error());
         return 1;
     }
     r->stage = stage;
     r->offload = off;
+    r->poffload = poff;
     r->dtype = dtype;
     if (stage == 3 && max_live != INT64_MAX &&
         __builtin_mul_overflow(max_live, (int64_t)pesz, &r->live_bound))
         r->live_bound = INT64_MAX;
-    if (stage >= 1) {
-        r->has_ds = zc__est_deepspeed(stage, off != ZC_OFFLOAD_NONE, (uint64_t)m->total,
+    if (stage >= 1 && (poff == ZC_OFFLOAD_NONE || off != ZC_OFFLOAD_NONE)) {
+        r->has_ds = zc__est_deepspeed(stage, off != ZC_OFFLOAD_NONE, poff != ZC_OFFLOAD_NONE,
+                                      (uint64_t)m->total,
                                       (uint64_t)m->largest, (uint64_t)o->world,
                                       (uint64_t)o->gpn, &r->ds_gpu, &r->ds_cpu) == ZC_OK;
     }
@@ -419,7 +428,7 @@ static void print_json(const opts *o, const row *r)
                        (json_int_t)r->ds_cpu);
     json_t *j = json_pack(
         "{s:i, s:s, s:s, s:i, s:s, s:{s:I, s:I, s:I, s:I}, s:o, s:I, s:I, s:I, s:I, s:o}",
-        "stage", r->stage, "offload_optimizer", off_name(r->offload), "offload_param", "none",
+        "stage", r->stage, "offload_optimizer", off_name(r->offload), "offload_param", off_name(r->poffload),
         "world", o->world, "dtype", dtype_name(r->dtype), "bytes", "device",
         (json_int_t)device_total(o, r), "pinned", (json_int_t)e->kind_total[ZC_MEMKIND_PINNED],
         "host", (json_int_t)host_total(o, r), "nvme",
@@ -453,8 +462,9 @@ static void print_row(const opts *o, const row *r)
         mib(g, sizeof g, r->ds_gpu);
         mib(c, sizeof c, r->ds_cpu);
     }
-    printf("| %d | %-4s | %s | %12s | %12s | %12s | %12s | %12s | %12s | %12s |\n", r->stage,
-           off_name(r->offload), dtype_name(r->dtype), d, p, h, n, a, g, c);
+    printf("| %d | %-4s | %-4s | %s | %12s | %12s | %12s | %12s | %12s | %12s | %12s |\n",
+           r->stage, off_name(r->offload), off_name(r->poffload), dtype_name(r->dtype), d, p, h,
+           n, a, g, c);
 }
 
 static int run(const opts *o, zc_config *cfg)
@@ -475,30 +485,46 @@ static int run(const opts *o, zc_config *cfg)
                        ? (int)(cfg->train_micro_batch_size_per_gpu > 65536
                                    ? 65536 : cfg->train_micro_batch_size_per_gpu)
                        : 1;
+    /* offload_param only exists at stage 3: below it the engine ignores the
+     * block (as DeepSpeed does), so a file's offload_param counts there
+     * only. */
+    const int cfg_poff = cfg->zero.stage == 3 ? (int)cfg->zero.offload_param.device
+                                              : ZC_OFFLOAD_NONE;
     if (!o->json) {
         printf("# %lld parameters, world %d (%d per node), micro-batch %d; MiB per rank "
                "(DeepSpeed: GPU per rank, CPU per node)\n",
                (long long)o->m.total, o->world, o->gpn, oo.micro);
-        printf("| stage | offload | dtype | device | pinned | host | nvme | of %s: "
-               "activations | DeepSpeed GPU | DeepSpeed CPU |\n",
+        /* DeepSpeed's max_in_cpu default (1e9 elements) caches every shard of
+         * most models in pinned memory: say so next to nvme rows. */
+        if (!o->config || cfg_poff == ZC_OFFLOAD_NVME)
+            printf("# offload_param nvme keeps shards of up to max_in_cpu = %lld elements in "
+                   "pinned memory (set it to 0 in --config to plan every shard on NVMe)\n",
+                   (long long)cfg->zero.offload_param.max_in_cpu);
+        printf("| stage | offload_optimizer | offload_param | dtype | device | pinned | host | "
+               "nvme | of %s: activations | DeepSpeed GPU | DeepSpeed CPU |\n",
                o->host_device ? "host" : "device");
-        printf("|---|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
+        printf("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
     }
     for (int stage = 0; stage <= 3; stage++)
-        for (int off = ZC_OFFLOAD_NONE; off <= ZC_OFFLOAD_NVME; off++) {
-            if (o->config && (stage != cfg->zero.stage || off != (int)cfg->zero.offload_optimizer.device))
-                continue;
-            if (stage == 0 && off != ZC_OFFLOAD_NONE)
-                continue; /* stage 0 keeps the whole optimizer state on every rank */
-            row r;
-            int rc = plan_row(&oo, cfg, stage, off, dtype, gas, &r);
-            if (rc)
-                return rc;
-            if (o->json)
-                print_json(&oo, &r);
-            else
-                print_row(&oo, &r);
-        }
+        for (int off = ZC_OFFLOAD_NONE; off <= ZC_OFFLOAD_NVME; off++)
+            for (int poff = ZC_OFFLOAD_NONE; poff <= ZC_OFFLOAD_NVME; poff++) {
+                if (o->config && (stage != cfg->zero.stage ||
+                                  off != (int)cfg->zero.offload_optimizer.device ||
+                                  poff != cfg_poff))
+                    continue;
+                if (stage == 0 && off != ZC_OFFLOAD_NONE)
+                    continue; /* stage 0 keeps the whole optimizer state on every rank */
+                if (stage < 3 && poff != ZC_OFFLOAD_NONE)
+                    continue; /* only stage 3 shards the parameters */
+                row r;
+                int rc = plan_row(&oo, cfg, stage, off, poff, dtype, gas, &r);
+                if (rc)
+                    return rc;
+                if (o->json)
+                    print_json(&oo, &r);
+                else
+                    print_row(&oo, &r);
+            }
     return 0;
 }
 

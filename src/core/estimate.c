@@ -10,7 +10,7 @@
 #include "core/estimate.h"
 
 /* Both must match core/opt_home_nvme.c (IO_ALIGN, MAX_SLOTS), which keeps
- * them private. */
+ * them private; EST_IO_ALIGN also core/param_home_nvme.c's IO_ALIGN. */
 #define EST_IO_ALIGN 4096
 #define EST_MAX_SLOTS 64
 
@@ -138,9 +138,14 @@ static zc_status check_in(const zc_est_in *in)
                       in->pesz, (long long)in->gas);
     if (in->offload != ZC_OFFLOAD_NONE && in->stage == 0)
         return ZC_ERR(ZC_ERR_CONFIG, "zc__estimate: stage 0 cannot offload the optimizer");
-    if (in->nvme_round < 0)
-        return ZC_ERR(ZC_ERR_INVALID_ARG, "zc__estimate: nvme_round %lld < 0",
-                      (long long)in->nvme_round);
+    if (in->nvme_round < 0 || in->pnvme_round < 0)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "zc__estimate: nvme_round %lld or pnvme_round %lld "
+                      "< 0", (long long)in->nvme_round, (long long)in->pnvme_round);
+    if (in->stage == 3 && in->poffload == ZC_OFFLOAD_NVME &&
+        (in->pbuffer_count < 1 || in->max_in_cpu < 0))
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "zc__estimate: offload_param buffer_count %lld or "
+                      "max_in_cpu %lld out of range", (long long)in->pbuffer_count,
+                      (long long)in->max_in_cpu);
     if (in->offload != ZC_OFFLOAD_NONE && !(in->ratio > 0.0 && in->ratio <= 1.0))
         return ZC_ERR(ZC_ERR_CONFIG, "zc__estimate: offload ratio %g is not in (0, 1]",
                       in->ratio);
@@ -149,6 +154,60 @@ static zc_status check_in(const zc_est_in *in)
             return ZC_ERR(ZC_ERR_INVALID_ARG, "zc__estimate: chunk %d has %lld elements, not a "
                           "positive multiple of world x 64", k, (long long)in->padded[k]);
     return ZC_OK;
+}
+
+/* param_state.c: with offload_param at stage 3 every chunk but the
+ * persistent ones has its shard in the parameter home. */
+static bool param_offloaded(const zc_est_in *in, int k)
+{
+    return in->stage == 3 && in->poffload != ZC_OFFLOAD_NONE &&
+           !(in->persistent && in->persistent[k]);
+}
+
+/* The parameter home's allocations (core/param_home_cpu.c, param_home_nvme.c).
+ * cpu: every offloaded shard in the pinned pool. nvme: the offloaded chunks
+ * first in chunk order whose shards fit max_in_cpu elements together are
+ * cached in pinned memory (each rounded to the I/O alignment; a chunk that
+ * does not fit is skipped and a later, smaller one may still fit), the others
+ * get I/O-aligned extents of the swap file, whose store rounds it up to whole
+ * stripes of every directory and counts all of it as NVMe PARAMS; with any
+ * extent, buffer_count pinned buffers of the largest swapped shard. */
+static zc_status param_home_plan(const zc_est_in *in, zc_est *out)
+{
+    const int64_t pesz = (int64_t)in->pesz;
+    int64_t cached = 0, cap = 0, maxn = 0;
+    for (int k = 0; k < in->nchunks; k++) {
+        if (!param_offloaded(in, k))
+            continue;
+        const int64_t shard = in->padded[k] / in->world;
+        if (in->poffload == ZC_OFFLOAD_CPU) {
+            ZC_CHECK(add(out, ZC_MEMKIND_PINNED, ZC_MEM_PARAMS, shard, pesz));
+            continue;
+        }
+        const int64_t tb = round_up(shard * pesz, EST_IO_ALIGN);
+        if (cached <= in->max_in_cpu - shard) {
+            cached += shard;
+            ZC_CHECK(add(out, ZC_MEMKIND_PINNED, ZC_MEM_PARAMS, tb, 1));
+            continue;
+        }
+        if (__builtin_add_overflow(cap, tb, &cap))
+            return too_big();
+        if (shard > maxn)
+            maxn = shard;
+    }
+    if (!cap)
+        return ZC_OK;
+    if (in->pnvme_round > 0) {
+        if (__builtin_add_overflow(cap, in->pnvme_round - 1, &cap))
+            return too_big();
+        cap = cap / in->pnvme_round * in->pnvme_round;
+    }
+    const int64_t buf = round_up(maxn * pesz, EST_IO_ALIGN);
+    if (__builtin_mul_overflow(buf, in->pbuffer_count, &out->param_buffers))
+        return too_big();
+    out->param_nvme = cap;
+    ZC_CHECK(add(out, ZC_MEMKIND_PINNED, ZC_MEM_BUFFERS, out->param_buffers, 1));
+    return add(out, ZC_MEMKIND_NVME, ZC_MEM_PARAMS, cap, 1);
 }
 
 static zc_status plan(const zc_est_in *in, zc_est *out)
@@ -175,8 +234,10 @@ static zc_status plan(const zc_est_in *in, zc_est *out)
         const bool off = in->offload != ZC_OFFLOAD_NONE && (double)offloaded < want;
         if (off)
             offloaded += n;
-        /* chunk_mem.c */
-        ZC_CHECK(add(out, dk, ZC_MEM_PARAMS, full_params ? S : shard, pesz));
+        /* chunk_mem.c; an offloaded stage-3 shard lives in its home
+         * (param_home_plan below). */
+        if (!param_offloaded(in, k))
+            ZC_CHECK(add(out, dk, ZC_MEM_PARAMS, full_params ? S : shard, pesz));
         if (!sharded)
             ZC_CHECK(add(out, dk, ZC_MEM_GRADS, S, pesz));
         const bool acc_host = off && cpu && sharded;
@@ -232,6 +293,7 @@ static zc_status plan(const zc_est_in *in, zc_est *out)
                 ZC_CHECK(add(out, ZC_MEMKIND_PINNED, ZC_MEM_BUFFERS, maxn_off, 4));
         }
     }
+    ZC_CHECK(param_home_plan(in, out));
     /* reserve.c: the gradient pool, the stage-3 gather pool, the staging. */
     pool_plan grad = {0}, gather = {0}, stage = {0};
     if (sharded)
@@ -302,8 +364,11 @@ const char *zc__est_part_name(zc_est_part part)
     }
 }
 
-const char *zc__est_key(int stage, int offload, zc_mem_kind kind, zc_est_part part)
+const char *zc__est_key(const zc_est_in *in, const zc_est *e, zc_mem_kind kind,
+                        zc_est_part part)
 {
+    const int stage = in->stage, offload = in->offload;
+    const int poff = stage == 3 ? in->poffload : ZC_OFFLOAD_NONE;
     switch (part) {
     case ZC_EST_OPTIMIZER:
         if (kind == ZC_MEMKIND_NVME)
@@ -317,11 +382,25 @@ const char *zc__est_key(int stage, int offload, zc_mem_kind kind, zc_est_part pa
             return "zero_optimization.offload_optimizer.device";
         return "zero_optimization.stage";
     case ZC_EST_PARAMS:
-        return stage == 3 ? "the world size (more ranks)" : "zero_optimization.stage";
-    default:
+        /* Pinned and NVMe parameters are the parameter home's. */
+        if (kind == ZC_MEMKIND_NVME)
+            return "zero_optimization.offload_param.nvme_path";
         if (kind == ZC_MEMKIND_PINNED)
+            return poff == ZC_OFFLOAD_CPU ? "zero_optimization.offload_param.device (\"nvme\")"
+                                          : "zero_optimization.offload_param.max_in_cpu";
+        if (stage < 3)
+            return "zero_optimization.stage";
+        return poff == ZC_OFFLOAD_NONE ? "zero_optimization.offload_param.device"
+                                       : "zero_optimization.stage3_param_persistence_threshold";
+    default:
+        if (kind == ZC_MEMKIND_PINNED) {
+            /* The home holding most of the pinned buffers names the key. */
+            const int64_t all = e->bytes[kind][ZC_MEM_BUFFERS] + e->bytes[kind][ZC_MEM_RESERVED];
+            if (e->param_buffers > all - e->param_buffers)
+                return "zero_optimization.offload_param.buffer_count";
             return offload == ZC_OFFLOAD_CPU ? "zero_optimization.offload_optimizer.device"
                                              : "zero_optimization.offload_optimizer.buffer_count";
+        }
         return stage == 3 ? "zero_optimization.stage3_max_live_parameters"
                           : "zero_optimization.reduce_bucket_size";
     }
@@ -341,9 +420,13 @@ static bool abf(uint64_t x, uint64_t *out)
     return mad(x, 3, 0, out) && (*out /= 2, true);
 }
 
-zc_status zc__est_deepspeed(int stage, bool offload, uint64_t P, uint64_t LL, uint64_t G,
-                            uint64_t gpn, uint64_t *gpu, uint64_t *cpu)
+zc_status zc__est_deepspeed(int stage, bool offload, bool offload_params, uint64_t P,
+                            uint64_t LL, uint64_t G, uint64_t gpn, uint64_t *gpu,
+                            uint64_t *cpu)
 {
+    if (offload_params && (stage != 3 || !offload))
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "DeepSpeed's estimators cover parameter offload only "
+                      "at stage 3 with the optimizer offloaded too");
     if (stage < 1 || stage > 3 || G == 0 || gpn == 0 || G % gpn)
         return ZC_ERR(ZC_ERR_INVALID_ARG, "DeepSpeed's estimators cover stages 1-3 with the "
                       "GPUs a whole number of nodes (stage %d, %llu GPUs, %llu per node)", stage,
@@ -360,7 +443,9 @@ zc_status zc__est_deepspeed(int stage, bool offload, uint64_t P, uint64_t LL, ui
         }
     } else {
         ok = mad(LL, 4, 0, &lmem);
-        if (offload) {
+        if (offload_params) {
+            ok = ok && mad(1, lmem, 0, gpu) && mad(P, 18, 0, &t) && abf(t / N, cpu);
+        } else if (offload) {
             ok = ok && mad(P, 2, 0, &t) && mad(1, lmem, t / G, gpu) && mad(P, 16, 0, &t) &&
                  abf(t / N, cpu);
         } else {

@@ -5,14 +5,17 @@
  * engine: the chunking rule (zc__chunk_starts, zc__chunk_padded) is the one
  * layout.c applies, the stage-3 gather working set (zc__gather_plan) is the
  * one reserve.c reserves, and the per-chunk and per-home sizes follow
- * chunk_mem.c, opt_home_device.c, opt_home_cpu.c and opt_home_nvme.c (each
- * of those files names this one where a size is coupled).
+ * chunk_mem.c, opt_home_device.c, opt_home_cpu.c, opt_home_nvme.c and, for
+ * stage-3 parameter offload, param_home_cpu.c and param_home_nvme.c (each of
+ * those files names this one where a size is coupled).
  *
  * What it leaves out: ZC_MEM_OTHER of host memory (chunk tables, Adam
  * segments, norm partials, agreement records, the stage-3 trace:
  * O(parameters + chunks * world) bytes of bookkeeping), and the pinned
  * pools' slab slack. The NVMe store's round-up of the swap files to whole
- * stripes is planned, as NVMe ZC_MEM_OTHER like the engine counts it. */
+ * stripes is planned, as NVMe ZC_MEM_OTHER like the engine counts it; the
+ * parameter store's round-up is planned as NVMe ZC_MEM_PARAMS, as
+ * param_home_nvme.c counts its whole file. */
 #ifndef ZC_CORE_ESTIMATE_H
 #define ZC_CORE_ESTIMATE_H
 
@@ -85,11 +88,23 @@ typedef struct zc_est_in {
     const bool *persistent;      /* per chunk (stage 3), or NULL: none */
     int view_chunks;             /* zc_engine_options.f32_view_chunks (0..64; its two
                                     pools exist only for 16-bit parameters) */
+    /* zero_optimization.offload_param (stage 3; ignored below it, as the
+     * engine ignores it): where the non-persistent chunks' shards live. */
+    int poffload;                /* ZC_OFFLOAD_NONE / CPU / NVME */
+    int64_t pbuffer_count;       /* offload_param.buffer_count (nvme, >= 1) */
+    int64_t max_in_cpu;          /* offload_param.max_in_cpu: shard elements cached in
+                                    pinned memory (nvme) */
+    int64_t pnvme_round;         /* the parameter store's round-up unit: aio.block_size x
+                                    offload_param.nvme_path directories (0: none) */
 } zc_est_in;
 
 typedef struct zc_est {
     int64_t bytes[ZC_MEMKIND__COUNT][ZC_MEM__COUNT];
     int64_t kind_total[ZC_MEMKIND__COUNT];
+    /* Shares of bytes[][] held by the stage-3 parameter home (offload_param),
+     * so that a message can name its key rather than offload_optimizer's:
+     * its pinned swap buffers (nvme) and its swap file (NVMe PARAMS). */
+    int64_t param_buffers, param_nvme;
 } zc_est;
 
 /* Consumers as a user changes them: the categories grouped by the setting
@@ -111,8 +126,10 @@ int64_t zc__est_part_bytes(const zc_est *e, zc_mem_kind kind, zc_est_part part);
 /* Static text: the part's name ("optimizer state (fp32 master, Adam m and v)"). */
 const char *zc__est_part_name(zc_est_part part);
 /* Static text: the configuration key that changes a part's bytes in that
- * kind of memory, for stage and offload (ZC_OFFLOAD_*). */
-const char *zc__est_key(int stage, int offload, zc_mem_kind kind, zc_est_part part);
+ * kind of memory, for the plan's stage, offload_optimizer and offload_param
+ * (in) and its bytes (e: which home holds most of the pinned buffers). */
+const char *zc__est_key(const zc_est_in *in, const zc_est *e, zc_mem_kind kind,
+                        zc_est_part part);
 
 /* Fills *out with the bytes one rank allocates at build (ZC_MEM_OTHER
  * excepted, see above). ZC_ERR_INVALID_ARG on a bad input, ZC_ERR_NO_MEMORY
@@ -121,19 +138,22 @@ zc_status zc__estimate(const zc_est_in *in, zc_est *out);
 
 
 /* DeepSpeed's estimate_zero2_model_states_mem_needs (stages 1, 2) and
- * estimate_zero3_model_states_mem_needs (stage 3, zero_init, optimizer
- * offload only), per GPU and per node, in bytes: P parameters, LL the
- * largest layer's, G GPUs in all, gpn per node, additional_buffer_factor
- * 1.5 (applied as x 3 / 2, rounded down):
+ * estimate_zero3_model_states_mem_needs (stage 3, zero_init), per GPU and per
+ * node, in bytes: P parameters, LL the largest layer's, G GPUs in all, gpn
+ * per node, additional_buffer_factor 1.5 (applied as x 3 / 2, rounded down);
+ * offload: the optimizer's, offload_params: the parameters' too (stage 3):
  *   stage 1/2  offload: GPU 2P,              CPU P max(4G, 16) 1.5
  *              none:    GPU 2P + 18P/G,      CPU 4P gpn 1.5
- *   stage 3    offload: GPU 4LL + 2P/G,      CPU 16P/N 1.5   (N = G / gpn)
+ *   stage 3    both:    GPU 4LL,             CPU 18P/N 1.5   (N = G / gpn)
+ *              offload: GPU 4LL + 2P/G,      CPU 16P/N 1.5
  *              none:    GPU 4LL + 18P/G,     CPU 4LL gpn 1.5
  * Divisions round down, as DeepSpeed's int() does. ZC_ERR_INVALID_ARG for
- * stage 0 (no estimator) or G not a multiple of gpn; ZC_ERR_NO_MEMORY on
- * overflow. */
-zc_status zc__est_deepspeed(int stage, bool offload, uint64_t P, uint64_t LL, uint64_t G,
-                            uint64_t gpn, uint64_t *gpu, uint64_t *cpu);
+ * stage 0 (no estimator), G not a multiple of gpn, or offload_params without
+ * the optimizer's offload or below stage 3 (DeepSpeed has no estimator for
+ * them); ZC_ERR_NO_MEMORY on overflow. */
+zc_status zc__est_deepspeed(int stage, bool offload, bool offload_params, uint64_t P,
+                            uint64_t LL, uint64_t G, uint64_t gpn, uint64_t *gpu,
+                            uint64_t *cpu);
 
 /* ---- the engine's pre-flight (preflight.c) ------------------------------ */
 
@@ -142,10 +162,13 @@ struct zc_engine;
 /* Plans the built engine's memory from its layout (after zc__layout_build
  * and the stage's persistence marks, before any buffer) and refuses device
  * buffers beyond the device's free memory (zc_device_ops.mem_info;
- * ZC_ERR_NO_MEMORY), NVMe swap beyond the nvme_path directories' free space (ZC_ERR_IO), then host
+ * ZC_ERR_NO_MEMORY), NVMe swap beyond the free space of the filesystems
+ * under offload_optimizer.nvme_path and offload_param.nvme_path (the two
+ * swap stores summed where they share a filesystem; ZC_ERR_IO), then host
  * memory (pageable + pinned) beyond MemAvailable or the cgroup's headroom
  * (ZC_ERR_NO_MEMORY); the message names the biggest consumer and the
- * configuration key that changes it. */
+ * configuration key that changes it. The parameter homes leave these checks
+ * to it. */
 zc_status zc__preflight(struct zc_engine *e);
 
 /* Tests: read the host limits under root (a directory of fake proc/sys
@@ -154,5 +177,8 @@ void zc__preflight_limits_root(const char *root);
 /* Tests: the device has `bytes` free (any backend, the host's included: its
  * "device" buffers are then held to it); < 0 restores asking the device. */
 void zc__preflight_device_free(int64_t bytes);
+/* Tests: every swap directory's filesystem has `bytes` free; < 0 restores
+ * asking statvfs. */
+void zc__preflight_nvme_free(int64_t bytes);
 
 #endif

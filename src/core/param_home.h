@@ -68,8 +68,11 @@ typedef struct zc_param_home_ops {
     /* Homes chunk k (0 <= k < nchunks, each once) with a shard of n
      * elements. */
     zc_status (*add_chunk)(zc_param_home *h, int k, size_t n);
-    /* After every add_chunk: pre-flight (host memory, disk space), then
-     * allocation; shards start as zeros. Nothing is allocated before it. */
+    /* After every add_chunk: allocation; shards start as zeros. Nothing is
+     * allocated before it. Host memory and disk space are not checked here:
+     * the engine's pre-flight (core/preflight.c) checks them with the whole
+     * memory plan (core/estimate.c, which must follow every size a home
+     * allocates). */
     zc_status (*prepare)(zc_param_home *h);
     /* Whether reading chunk k can fail on one rank alone (NVMe I/O): the
      * caller agrees on the outcome before the next collective. */

@@ -41,14 +41,8 @@ static zc_status pc_prepare(zc_param_home *hh)
     }
     if (!need)
         return ZC_OK;
-    zc_host_mem_limits lim;
-    zc__host_mem_limits_read(NULL, &lim);
-    if (zc__host_mem_check(&lim, need, false, "pinned host memory for the parameter shards") !=
-        ZC_OK) {
-        zc__error_context("zero_optimization.offload_param.device \"cpu\" (rank %d): set device "
-                          "to \"nvme\" or use more ranks", h->p.rank);
-        return ZC_ERR_NO_MEMORY;
-    }
+    /* Host memory was checked with the whole plan by the engine's pre-flight
+     * (core/preflight.c); core/estimate.c plans these shards. */
     zc_pinned_pool_opts o = ZC_PINNED_POOL_OPTS_INIT;
     o.acct = h->p.acct;
     o.slab_bytes = (size_t)need + (size_t)(nchunks + 1) * ALIGN;

@@ -30,7 +30,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -131,36 +130,6 @@ static zc_status make_swapdirs(pnvme_home *h)
     return ZC_OK;
 }
 
-static zc_status preflight(pnvme_home *h, uint64_t pinned)
-{
-    const uint64_t stripe = (uint64_t)h->p.aio_block_size * (uint64_t)h->ndirs;
-    const uint64_t per_dir = (h->capacity + stripe - 1) / stripe * (uint64_t)h->p.aio_block_size;
-    for (int i = 0; h->capacity && i < h->ndirs; i++) {
-        struct statvfs vf;
-        if (statvfs(h->dirs[i], &vf) != 0)
-            return ZC_ERR(ZC_ERR_IO, "zero_optimization.offload_param.nvme_path '%s' cannot be "
-                          "examined: %s; point nvme_path at a writable directory", h->dirs[i],
-                          strerror(errno));
-        const uint64_t avail = (uint64_t)vf.f_bavail * (uint64_t)vf.f_frsize;
-        if (per_dir > avail)
-            return ZC_ERR(ZC_ERR_IO, "zero_optimization.offload_param.nvme_path '%s': rank %d's "
-                          "parameter swap file needs %.1f MiB but the filesystem has %.1f MiB "
-                          "free; free space or give nvme_path more directories (a list)",
-                          h->dirs[i], h->p.rank, (double)per_dir / 1048576.0,
-                          (double)avail / 1048576.0);
-    }
-    zc_host_mem_limits lim;
-    zc__host_mem_limits_read(NULL, &lim);
-    if (zc__host_mem_check(&lim, pinned, false, "pinned parameter buffers") != ZC_OK) {
-        zc__error_context("zero_optimization.offload_param (rank %d, %d buffers of %zu bytes, "
-                          "max_in_cpu %lld): lower offload_param.buffer_count, max_in_cpu or the "
-                          "chunk size (reduce_bucket_size)",
-                          h->p.rank, h->nbufs, h->buf_bytes, (long long)h->p.max_in_cpu);
-        return ZC_ERR_NO_MEMORY;
-    }
-    return ZC_OK;
-}
-
 static zc_status pn_prepare(zc_param_home *hh)
 {
     pnvme_home *h = (pnvme_home *)hh;
@@ -193,8 +162,10 @@ static zc_status pn_prepare(zc_param_home *hh)
                       (long long)h->p.buffer_size, maxn);
     h->buf_bytes = round_up(maxn * h->p.param_bytes, IO_ALIGN);
     h->nbufs = h->capacity ? (int)h->p.buffer_count : 0;
+    /* Host memory and the swap file's disk space were checked with the whole
+     * plan by the engine's pre-flight (core/preflight.c): core/estimate.c
+     * plans this layout, these buffers and the store's round-up. */
     const uint64_t pinned = (uint64_t)h->nbufs * h->buf_bytes + cache_bytes;
-    ZC_CHECK(preflight(h, pinned));
 
     zc_pinned_pool_opts po = ZC_PINNED_POOL_OPTS_INIT;
     po.acct = h->p.acct;

@@ -1,11 +1,13 @@
 /* zc_engine_build's pre-flight: the memory plan of estimate.c checked against
  * what the machine can give, before the engine allocates its buffers. The
- * offload homes check their own parts again at prepare (the nvme home also
- * the swap files' free space); this check sees the sum, so a configuration
- * whose parts each fit but whose total does not is refused up front. */
+ * optimizer's offload homes check their own parts again at prepare (the nvme
+ * home also the swap files' free space); the parameter homes (offload_param)
+ * leave it to this check. It sees the sum, so a configuration whose parts
+ * each fit but whose total does not is refused up front. */
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 
 #include "core/engine.h"
@@ -22,47 +24,103 @@ void zc__preflight_device_free(int64_t bytes) { atomic_store(&fake_device_free, 
 static const char *const kind_names[ZC_MEMKIND__COUNT] = {"host", "pinned host", "device",
                                                           "NVMe"};
 
-/* The swap files' share of each nvme_path directory against its free space.
- * The store stripes the files over the directories in aio.block_size units,
- * so each holds the total / ndirs rounded up to a stripe (opt_home_nvme.c's
- * own pre-flight does the same sum for the optimizer alone). */
-static zc_status check_nvme(const zc_engine *e, uint64_t total)
+/* A swap store's share of one directory: the store stripes its file over
+ * its nvme_path directories in aio.block_size units, so each holds the
+ * store's bytes / directories rounded up to a stripe. */
+typedef struct swap_dir {
+    const char *dir;
+    uint64_t need;
+    bool param;     /* offload_param's store, else offload_optimizer's */
+} swap_dir;
+
+static int add_store(const zc_engine *e, const char *key, const char *nvme_path, uint64_t total,
+                     bool param, char *buf, size_t cap, swap_dir *out, int n)
 {
-    const zc_offload_cfg *o = &e->cfg->zero.offload_optimizer;
-    if (!total || !o->nvme_path || !*o->nvme_path)
-        return ZC_OK; /* no swap, or the home reports the missing path */
-    char buf[16 * 512];
-    if (strlen(o->nvme_path) >= sizeof buf)
-        return ZC_OK; /* the home reports the over-long path */
-    memcpy(buf, o->nvme_path, strlen(o->nvme_path) + 1);
     const char *dirs[16];
     int nd = 0;
-    char *save = NULL;
-    for (char *t = strtok_r(buf, "\n", &save); t && nd < 16; t = strtok_r(NULL, "\n", &save))
-        dirs[nd++] = t;
-    if (!nd)
-        return ZC_OK;
+    if (!total)
+        return n;
+    if (zc__split_nvme_paths(key, nvme_path, buf, cap, dirs, &nd) != ZC_OK) {
+        zc__error_clear(); /* the home reports the bad path with its own words */
+        return n;
+    }
     const uint64_t blk = e->cfg->aio.block_size > 0 ? (uint64_t)e->cfg->aio.block_size : 1;
     const uint64_t stripes = (total + blk * (uint64_t)nd - 1) / (blk * (uint64_t)nd);
     uint64_t per_dir = 0;
     if (__builtin_mul_overflow(stripes, blk, &per_dir))
         per_dir = UINT64_MAX;
-    for (int i = 0; i < nd; i++) {
-        struct statvfs vf;
-        if (statvfs(dirs[i], &vf) != 0)
-            continue; /* the home names the unusable directory with its errno */
+    for (int i = 0; i < nd; i++)
+        out[n++] = (swap_dir){dirs[i], per_dir, param};
+    return n;
+}
+
+/* Free test capacity for every swap directory (< 0: ask statvfs). */
+static _Atomic int64_t fake_nvme_free = -1;
+void zc__preflight_nvme_free(int64_t bytes) { atomic_store(&fake_nvme_free, bytes); }
+
+/* The swap stores against the free space of their filesystems: the
+ * optimizer's (offload_optimizer.nvme_path) and the parameters'
+ * (offload_param.nvme_path), summed where directories share a filesystem
+ * (st_dev), so two stores that each fit but not together are refused. The
+ * message names the directory, the store with the larger share there and its
+ * key. A directory that cannot be examined is left to the home, which names
+ * it with its errno. */
+static zc_status check_nvme(const zc_engine *e, const zc_est *est)
+{
+    const int64_t popt = est->kind_total[ZC_MEMKIND_NVME] - est->param_nvme;
+    char obuf[16 * 512], pbuf[16 * 512];
+    swap_dir sd[32];
+    int n = add_store(e, "offload_optimizer", e->cfg->zero.offload_optimizer.nvme_path,
+                      popt > 0 ? (uint64_t)popt : 0, false, obuf, sizeof obuf, sd, 0);
+    n = add_store(e, "offload_param", e->cfg->zero.offload_param.nvme_path,
+                  (uint64_t)est->param_nvme, true, pbuf, sizeof pbuf, sd, n);
+    const int64_t fake = atomic_load(&fake_nvme_free);
+    struct stat st[32];
+    bool ok[32];
+    for (int i = 0; i < n; i++)
+        ok[i] = stat(sd[i].dir, &st[i]) == 0;
+    for (int i = 0; i < n; i++) {
+        if (!ok[i])
+            continue;
+        uint64_t need[2] = {0, 0};
+        bool first = true;
+        for (int j = 0; j < n; j++) {
+            if (!ok[j] || st[j].st_dev != st[i].st_dev)
+                continue;
+            first = first && j >= i;
+            need[sd[j].param] += sd[j].need;
+        }
+        if (!first)
+            continue; /* this filesystem was checked at its first directory */
         uint64_t avail = 0;
-        if (__builtin_mul_overflow((uint64_t)vf.f_bavail, (uint64_t)vf.f_frsize, &avail))
-            avail = UINT64_MAX;
-        if (per_dir > avail)
-            return ZC_ERR(ZC_ERR_IO,
-                          "zc_engine_build (rank %d, stage %d): zero_optimization."
-                          "offload_optimizer.nvme_path '%s': the swap files need %.1f MiB there "
-                          "but the filesystem has %.1f MiB free; the biggest consumer is %s: "
-                          "free space, give nvme_path more directories (a list) or lower "
-                          "offload_optimizer.ratio (stage 3)",
-                          e->rank, e->stage, dirs[i], (double)per_dir / 1048576.0,
-                          (double)avail / 1048576.0, zc__est_part_name(ZC_EST_OPTIMIZER));
+        if (fake >= 0) {
+            avail = (uint64_t)fake;
+        } else {
+            struct statvfs vf;
+            if (statvfs(sd[i].dir, &vf) != 0)
+                continue;
+            if (__builtin_mul_overflow((uint64_t)vf.f_bavail, (uint64_t)vf.f_frsize, &avail))
+                avail = UINT64_MAX;
+        }
+        uint64_t total = 0;
+        if (__builtin_add_overflow(need[0], need[1], &total))
+            total = UINT64_MAX;
+        if (total <= avail)
+            continue;
+        const bool param = need[1] > need[0];
+        return ZC_ERR(ZC_ERR_IO,
+                      "zc_engine_build (rank %d, stage %d): zero_optimization.%s.nvme_path "
+                      "'%s': the swap files need %.1f MiB on its filesystem (optimizer %.1f MiB, "
+                      "parameters %.1f MiB) but it has %.1f MiB free%s; the biggest consumer is "
+                      "%s: free space, give nvme_path more directories (a list) or %s",
+                      e->rank, e->stage, param ? "offload_param" : "offload_optimizer",
+                      sd[i].dir, (double)total / 1048576.0, (double)need[0] / 1048576.0,
+                      (double)need[1] / 1048576.0, (double)avail / 1048576.0,
+                      fake >= 0 ? " (as set by a test)" : "",
+                      param ? "the parameter shards' swap file (offload_param)"
+                            : zc__est_part_name(ZC_EST_OPTIMIZER),
+                      param ? "raise offload_param.max_in_cpu"
+                            : "lower offload_optimizer.ratio (stage 3)");
     }
     return ZC_OK;
 }
@@ -89,7 +147,7 @@ static zc_est_part biggest_part(const zc_est *est, zc_mem_kind k, int64_t *bytes
  * engine's device memory kind. Activations and the application's own
  * buffers come on top of the plan, so a plan that only just fits is let
  * through: the check catches what cannot fit at all. */
-static zc_status check_device(const zc_engine *e, const zc_est *est, int offload)
+static zc_status check_device(const zc_engine *e, const zc_est_in *in, const zc_est *est)
 {
     const zc_mem_kind dk = e->dev->mem_kind;
     const int64_t need = est->kind_total[dk];
@@ -122,11 +180,11 @@ static zc_status check_device(const zc_engine *e, const zc_est *est, int offload
                   e->rank, e->stage, e->nchunks, (double)need / 1048576.0,
                   (double)free_b / 1048576.0, fake >= 0 ? " (as set by a test)" : "",
                   zc__est_part_name(bp), (double)best / 1048576.0,
-                  zc__est_key(e->stage, offload, dk, bp));
+                  zc__est_key(in, est, dk, bp));
 }
 
 /* Pageable and pinned host memory against MemAvailable and the cgroup. */
-static zc_status check_host(const zc_engine *e, const zc_est *est, int offload)
+static zc_status check_host(const zc_engine *e, const zc_est_in *in, const zc_est *est)
 {
     uint64_t host = 0;
     if (__builtin_add_overflow((uint64_t)est->kind_total[ZC_MEMKIND_HOST],
@@ -154,7 +212,7 @@ static zc_status check_host(const zc_engine *e, const zc_est *est, int offload)
                       "%s memory (%.1f MiB): change %s",
                       (double)host / 1048576.0, zc__est_part_name((zc_est_part)bp),
                       kind_names[bk], (double)best / 1048576.0,
-                      zc__est_key(e->stage, offload, (zc_mem_kind)bk, (zc_est_part)bp));
+                      zc__est_key(in, est, (zc_mem_kind)bk, (zc_est_part)bp));
     return ZC_ERR_NO_MEMORY;
 }
 
@@ -173,6 +231,7 @@ zc_status zc__preflight(zc_engine *e)
         pers[k] = e->chunks[k].persistent;
     }
     const zc_offload_cfg *o = &e->cfg->zero.offload_optimizer;
+    const zc_offload_cfg *p = &e->cfg->zero.offload_param;
     zc_est_in in = {
         .world = e->world,
         .stage = e->stage,
@@ -190,6 +249,10 @@ zc_status zc__preflight(zc_engine *e)
         .padded = padded,
         .persistent = pers,
         .view_chunks = e->f32_view_chunks,
+        .poffload = (int)p->device,
+        .pbuffer_count = p->buffer_count,
+        .max_in_cpu = p->max_in_cpu,
+        .pnvme_round = e->cfg->aio.block_size * zc__nvme_path_count(p->nvme_path),
     };
     zc_est est;
     /* Configuration errors (stage 0 with offload, a bad ratio) are left to
@@ -205,11 +268,11 @@ zc_status zc__preflight(zc_engine *e)
             (double)est.kind_total[ZC_MEMKIND_PINNED] / 1048576.0,
             (double)est.kind_total[ZC_MEMKIND_HOST] / 1048576.0,
             (double)est.kind_total[ZC_MEMKIND_NVME] / 1048576.0);
-    rc = check_device(e, &est, in.offload);
+    rc = check_device(e, &in, &est);
     if (rc == ZC_OK)
-        rc = check_nvme(e, (uint64_t)est.kind_total[ZC_MEMKIND_NVME]);
+        rc = check_nvme(e, &est);
     if (rc == ZC_OK)
-        rc = check_host(e, &est, in.offload);
+        rc = check_host(e, &in, &est);
 out:
     zc__host_free(&e->acct, ZC_MEM_OTHER, padded, n * sizeof *padded);
     zc__host_free(&e->acct, ZC_MEM_OTHER, pers, n * sizeof *pers);

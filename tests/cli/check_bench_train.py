@@ -4,21 +4,26 @@
 usage: check_bench_train.py ZEROC TRAIN_GPT
 
 1. The sweep: stages 0-3 x offload_optimizer none/cpu/nvme (from stage 1) at
-   world 2, bf16, and stage 3 with offload_param cpu, 4 steps (2 timed).
+   world 2, bf16, and stage 3 x offload_param none/cpu/nvme, 4 steps (2 timed).
    Every JSON line has the interface's keys; results.jsonl holds the same
    lines as stdout; results.md a row per configuration; the SVG and PNG are
    images. Every configuration that ran has the library's peak within 10% of
    `zeroc estimate`'s bytes in every kind (and both 0 where one is), step
    times ordered min <= median <= max, samples/s = world x batch / median and
    the six breakdown phases (>= 0; gather 0 exactly in stage 0, io_wait 0
-   without nvme), swap files seen on disk under nvme and a VmHWM above the
-   library's peak. The offload_param
-   configuration fails with the engine's reason and the others complete. The
-   bench's own directory is gone afterwards, and a second run into the same
-   DIR is refused without touching the files.
-2. A crash and a hang: a stand-in workload (this script's as_workload) kills
-   itself with SIGKILL in stage 1 and sleeps past --timeout in stage 2; both
-   come out "killed" with the reason, and stages 0 and 3 complete.
+   without nvme), swap files seen on disk under nvme (either offload), the
+   parameter shards in pinned memory (offload_param cpu) or on NVMe (nvme,
+   max_in_cpu 0) and a VmHWM above the library's peak. Every configuration
+   runs, offload_param included. The bench's own directory is gone
+   afterwards, and a second run into the same DIR is refused without
+   touching the files.
+2. A crash, a hang and a refusal: a stand-in workload (this script's
+   as_workload) kills itself with SIGKILL in stage 1, sleeps past --timeout
+   in stage 2, and in stage 3 with offload_param nvme points
+   offload_param.nvme_path at a regular file, which the library refuses when
+   it loads the configuration; the first two come out "killed" with the
+   reason, the third "failed" with the library's message naming the key, and stage 0 and stage 3
+   without offload complete.
 3. SIGTERM to the bench while the hanging configuration runs: the child is
    killed, the bench's directory removed, the bench dies of SIGTERM, and the
    configuration finished before stays in results.jsonl.
@@ -44,7 +49,15 @@ def fail(msg):
 def as_workload(argv):
     """Stand-in for train_gpt: misbehaves by stage, else runs the real one."""
     cfg = json.load(open(argv[argv.index("--config") + 1]))
-    stage = cfg["zero_optimization"]["stage"]
+    zero = cfg["zero_optimization"]
+    stage = zero["stage"]
+    if stage == 3 and zero.get("offload_param", {}).get("device") == "nvme":
+        # A regular file where a directory must be: the library refuses it.
+        path = os.path.join(os.environ["ZC_TEST_TMP"], "not-a-directory")
+        open(path, "w").close()
+        zero["offload_param"]["nvme_path"] = path
+        with open(argv[argv.index("--config") + 1], "w") as f:
+            json.dump(cfg, f)
     if stage == 1:
         print("about to crash", file=sys.stderr, flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
@@ -88,7 +101,7 @@ def check_files(out, rows):
 
 def check_ok(r):
     c = r["config"]
-    name = f"stage {c['stage']} {c['offload_optimizer']}"
+    name = f"stage {c['stage']} {c['offload_optimizer']} {c['offload_param']}"
     for k in KINDS:
         peak, est = r["peak"][k], r["estimate"][k]
         if peak == 0 and est == 0:
@@ -108,10 +121,12 @@ def check_ok(r):
         fail(f"{name}: a negative phase {bd}")
     if (c["stage"] == 0) != (bd["gather"] == 0):
         fail(f"{name}: gather {bd['gather']} (0 exactly when stage 0)")
-    if c["offload_optimizer"] != "nvme" and bd["io_wait"] != 0:
+    nvme = "nvme" in (c["offload_optimizer"], c["offload_param"])
+    if not nvme and bd["io_wait"] != 0:
         fail(f"{name}: io_wait {bd['io_wait']} without nvme")
-    if c["offload_optimizer"] == "nvme" and r["process"]["nvme_files"] <= 0:
+    if nvme and r["process"]["nvme_files"] <= 0:
         fail(f"{name}: no swap file seen on disk")
+
     if r["process"]["vmhwm"] < sum(r["peak"][k] for k in ("device", "pinned", "host")):
         fail(f"{name}: VmHWM {r['process']['vmhwm']} below the library's peak")
 
@@ -120,27 +135,32 @@ def sweep(zeroc, train_gpt, tmp):
     out = os.path.join(tmp, "sweep")
     cmd = [zeroc, "bench", "train", "--out", out, "--json", "--steps", "4", "--warmup", "2",
            "--world", str(WORLD), "--batch", str(BATCH), "--workload", train_gpt,
-           "--only", "offload_param=none,cpu", "--timeout", "120"]
+           "--timeout", "120"]
     p, dt = run(cmd)
     if p.returncode != 0:
         fail(f"exit {p.returncode}: {p.stderr}")
     rows = lines_of(p)
     print(f"# sweep of {len(rows)} configurations in {dt:.1f} s")
-    if len(rows) != 13:
-        fail(f"{len(rows)} configurations, want 13 (1 + 3 + 3 + 3 x 2)")
+    if len(rows) != 16:
+        fail(f"{len(rows)} configurations, want 16 (1 + 3 + 3 + 3 x 3)")
     for r in rows:
         if not KEYS <= set(r):
             fail(f"missing keys {KEYS - set(r)} in {r}")
         c = r["config"]
         if set(c) != {"stage", "offload_optimizer", "offload_param", "world", "dtype"}:
             fail(f"config keys {sorted(c)}")
-        if c["offload_param"] != "none":
-            if r["status"] != "failed" or "offload_param" not in r.get("reason", ""):
-                fail(f"offload_param {c}: {r['status']} {r.get('reason')}")
-            continue
         if r["status"] != "ok":
             fail(f"{c}: {r['status']}: {r.get('reason')}")
         check_ok(r)
+        # The parameter home against the same configuration without it: cpu
+        # moves the shards to pinned memory; nvme (the bench sets max_in_cpu
+        # 0) to the swap file, with pinned buffers.
+        if c["offload_param"] != "none":
+            base = next(b for b in rows if b["config"] == dict(c, offload_param="none"))
+            more = {k: r["peak"][k] - base["peak"][k] for k in KINDS}
+            if more["pinned"] <= 0 or more["host"] >= 0 or \
+                    (more["nvme"] > 0) != (c["offload_param"] == "nvme"):
+                fail(f"{c}: the parameter home's bytes {more} against offload_param none")
         # The reference of the same run: stage 0 (the sweep's first line).
         ddp = rows[0]["step_s"]["median"]
         want = r["step_s"]["median"] / ddp
@@ -158,7 +178,7 @@ def sweep(zeroc, train_gpt, tmp):
 
 def crash_and_hang(zeroc, train_gpt, tmp):
     out = os.path.join(tmp, "faults")
-    env = dict(os.environ, ZC_TEST_TRAIN_GPT=train_gpt)
+    env = dict(os.environ, ZC_TEST_TRAIN_GPT=train_gpt, ZC_TEST_TMP=tmp)
     wrapper = os.path.join(tmp, "workload.py")
     with open(wrapper, "w") as f:
         f.write(f"#!{sys.executable}\nimport sys\nsys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})\n"
@@ -166,13 +186,22 @@ def crash_and_hang(zeroc, train_gpt, tmp):
     os.chmod(wrapper, 0o700)
     cmd = [zeroc, "bench", "train", "--out", out, "--json", "--steps", "3", "--warmup", "1",
            "--workload", wrapper, "--only", "offload_optimizer=none",
-           "--only", "offload_param=none", "--timeout", "3"]
+           "--only", "offload_param=none,nvme", "--timeout", "3"]
     p, dt = run(cmd, env=env)
     if p.returncode != 0:
         fail(f"exit {p.returncode}: {p.stderr}")
-    rows = {r["config"]["stage"]: r for r in lines_of(p)}
-    if sorted(rows) != [0, 1, 2, 3]:
-        fail(f"stages {sorted(rows)}")
+    order = lines_of(p)
+    rows = {r["config"]["stage"]: r for r in order if r["config"]["offload_param"] == "none"}
+    if sorted(rows) != [0, 1, 2, 3] or len(order) != 5:
+        fail(f"stages {sorted(rows)} in {len(order)} configurations")
+    refused = [r for r in order if r["config"]["offload_param"] == "nvme"]
+    reason = refused[0].get("reason") or "" if refused else ""
+    if not refused or refused[0]["status"] != "failed" or \
+            "zero_optimization.offload_param.nvme_path" not in reason or \
+            "is not a directory" not in reason:
+        fail(f"stage 3 offload_param nvme (refused): {refused}")
+    if refused[0]["peak"] is not None or refused[0]["step_s"] is not None:
+        fail("a refused configuration has figures")
     if rows[1]["status"] != "killed" or "signal 9" not in rows[1]["reason"] \
             or "about to crash" not in rows[1]["reason"]:
         fail(f"stage 1: {rows[1]['status']} {rows[1].get('reason')}")
@@ -183,8 +212,8 @@ def crash_and_hang(zeroc, train_gpt, tmp):
             fail(f"stage {s} after the crash: {rows[s]['status']} {rows[s].get('reason')}")
     if rows[1]["peak"] is not None or rows[1]["step_s"] is not None:
         fail("a killed configuration has figures")
-    check_files(out, [rows[s] for s in range(4)])
-    print(f"# crash and hang reported, the others ran ({dt:.1f} s)")
+    check_files(out, order)
+    print(f"# crash, hang and refusal reported, the others ran ({dt:.1f} s)")
 
     # SIGTERM while a configuration runs: the bench kills its child, removes
     # its own directory and dies of the signal; what finished is kept.

@@ -112,8 +112,9 @@ def main():
     # JSON: every configuration, every field.
     P, W = 1000000000, 8
     rows = lines(z, "--params", "1e9", "--world", str(W), "--json")
-    if len(rows) != 10:
-        fail("json rows", "%d lines, want 10 (stage 0 none, stages 1-3 x 3)" % len(rows))
+    if len(rows) != 16:
+        fail("json rows", "%d lines, want 16 (stage 0 none, stages 1-2 x 3, stage 3 x 3 x 3)"
+             % len(rows))
     keys = {"stage", "offload_optimizer", "offload_param", "world", "dtype", "bytes", "parts",
             "activations", "params", "padding_elems", "live_bound", "deepspeed"}
     for r in rows:
@@ -126,7 +127,44 @@ def main():
                 fail("json parts", "%s" % r["parts"])
         if r["world"] != W or r["dtype"] != "bf16" or r["params"] != P:
             fail("json values", "%s" % r)
-    by = {(r["stage"], r["offload_optimizer"]): r for r in rows}
+    by = {(r["stage"], r["offload_optimizer"]): r for r in rows if r["offload_param"] == "none"}
+    byp = {(r["stage"], r["offload_optimizer"], r["offload_param"]): r for r in rows}
+    if any(r["offload_param"] != "none" and r["stage"] != 3 for r in rows):
+        fail("offload_param", "listed below stage 3")
+    # offload_param cpu: the device keeps no parameter shard (no chunk of 2^24
+    # elements is persistent), pinned memory holds them all (bf16), and
+    # nothing else moves.
+    tensors = [1 << 24] * (P >> 24) + [P % (1 << 24)]
+    pshard = sum(up(t, W * 64) for t in tensors) // W
+    for opt in ("none", "cpu", "nvme"):
+        base, pc, pn = byp.get((3, opt, "none")), byp.get((3, opt, "cpu")), \
+            byp.get((3, opt, "nvme"))
+        if not (base and pc and pn):
+            fail("offload_param rows", "stage 3 %s: missing" % opt)
+            continue
+        if pc["parts"]["device"]["params"] != 0 or \
+                base["parts"]["device"]["params"] != 2 * pshard:
+            fail("offload_param cpu", "device params %d (none: %d, want %d)"
+                 % (pc["parts"]["device"]["params"], base["parts"]["device"]["params"],
+                    2 * pshard))
+        if pc["bytes"]["pinned"] - base["bytes"]["pinned"] != 2 * pshard or \
+                pc["bytes"]["device"] != base["bytes"]["device"] - 2 * pshard:
+            fail("offload_param cpu", "pinned %d -> %d, device %d -> %d, shards %d"
+                 % (base["bytes"]["pinned"], pc["bytes"]["pinned"], base["bytes"]["device"],
+                    pc["bytes"]["device"], 2 * pshard))
+        # nvme with DeepSpeed's max_in_cpu (1e9 elements) caches all 1.25e8
+        # shard elements: each shard rounded up to 4 KiB, no swap file.
+        cached = sum(up(2 * up(t, W * 64) // W, 4096) for t in tensors)
+        if pn["parts"]["pinned"]["params"] != cached or pn["bytes"]["nvme"] != \
+                base["bytes"]["nvme"]:
+            fail("offload_param nvme", "pinned params %d, want %d; nvme %d"
+                 % (pn["parts"]["pinned"]["params"], cached, pn["bytes"]["nvme"]))
+    if byp[(3, "cpu", "cpu")]["deepspeed"] != {"gpu": 4 * (1 << 24),
+                                               "cpu_per_node": 18 * P * 3 // 2}:
+        fail("deepspeed offload_param", "%s" % byp[(3, "cpu", "cpu")]["deepspeed"])
+    if byp[(3, "none", "cpu")]["deepspeed"] is not None:
+        fail("deepspeed offload_param", "a figure for parameters offloaded without the "
+             "optimizer: %s" % byp[(3, "none", "cpu")]["deepspeed"])
     s2 = by.get((2, "none"))
     if s2:
         want = plan_stage2(P, W, 2)
@@ -171,6 +209,23 @@ def main():
         c = lines(z, "--params", "1e8", "--world", "2", "--config", path, "--json")
         if [(r["stage"], r["offload_optimizer"]) for r in c] != [(3, "cpu")]:
             fail("config", "%s" % c)
+        # offload_param nvme with nothing cached, striped over two
+        # directories: the swap file holds every shard rounded up to 4 KiB,
+        # then to whole stripes of 2 x aio.block_size (1 MiB by default);
+        # buffer_count buffers of the largest shard are pinned.
+        with open(path, "w") as f:
+            json.dump({"zero_optimization": {
+                "stage": 3, "offload_optimizer": {"device": "cpu"},
+                "offload_param": {"device": "nvme", "nvme_path": [d, d], "max_in_cpu": 0,
+                                  "buffer_count": 3}}, "bf16": {"enabled": True}}, f)
+        c = lines(z, "--params", "1e8", "--world", "2", "--config", path, "--json")
+        tensors = [1 << 24] * (100000000 >> 24) + [100000000 % (1 << 24)]
+        shards = [up(2 * up(t, 128) // 2, 4096) for t in tensors]
+        swap = up(sum(shards), 2 << 20)
+        if [(r["stage"], r["offload_optimizer"], r["offload_param"]) for r in c] != \
+                [(3, "cpu", "nvme")] or c[0]["parts"]["nvme"]["params"] != swap or \
+                c[0]["parts"]["pinned"]["buffers"] < 3 * max(shards):
+            fail("config offload_param", "want nvme params %d: %s" % (swap, c))
         r = run(z, "--params", "1e8", "--world", "2", "--config", os.path.join(d, "none.json"))
         if r.returncode not in (1, 2) or "none.json" not in r.stderr:
             fail("config missing", "exit %r: %r" % (r.returncode, r.stderr))
@@ -209,7 +264,7 @@ def main():
 
     # The table.
     r = run(z, "--params", "1e9", "--world", "8")
-    if r.returncode != 0 or r.stdout.count("\n| ") != 11:
+    if r.returncode != 0 or r.stdout.count("\n| ") != 17:
         fail("table", "exit %r, stdout %r" % (r.returncode, r.stdout))
 
     if failures:

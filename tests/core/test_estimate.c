@@ -10,12 +10,21 @@
  * for this model; the NVMe files' stripe round-up (counted as NVMe OTHER)
  * is planned exactly.
  *
- * The same with fp32 view slots reserved (f32_view_chunks 1 and 3).
+ * The same with fp32 view slots reserved (f32_view_chunks 1 and 3), and at
+ * stage 3 with offload_param cpu and nvme (x offload_optimizer none/cpu/nvme
+ * x world 1..4 x accumulation 1, 2; nvme also with max_in_cpu caching some
+ * chunks and with persistent chunks that stay on the device): the pinned
+ * shards, the cached shards, the swap buffers and the parameter swap file
+ * (its stripe round-up included) as the homes allocate them.
  *
  * The pre-flight: with a fake /proc/meminfo of too little MemAvailable, build
  * fails with ZC_ERR_NO_MEMORY naming the biggest consumer and its key, and
  * nothing stays allocated; with a device capacity below the plan's device
- * bytes it fails the same way naming the device. */
+ * bytes it fails the same way naming the device. With offload_param the
+ * homes no longer check for themselves: too little MemAvailable names the
+ * pinned parameter shards and offload_param's key, too little disk space
+ * (a capacity set for the test) the parameter swap file and
+ * offload_param.nvme_path, and nothing stays allocated or on disk. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +45,7 @@ typedef struct layout {
     bool persistent[64];
     int nchunks;
     int64_t max_live, prefetch, buffer_count, nvme_round;
+    int64_t pbuffer_count, max_in_cpu, pnvme_round;
     double ratio;
 } layout;
 
@@ -57,16 +67,30 @@ static void grab(t_ctx *x, int step, void *arg)
     l->nvme_round = e->cfg->aio.block_size *
                     zc__nvme_path_count(e->cfg->zero.offload_optimizer.nvme_path);
     l->ratio = e->cfg->zero.offload_optimizer.ratio;
+    l->pbuffer_count = e->cfg->zero.offload_param.buffer_count;
+    l->max_in_cpu = e->cfg->zero.offload_param.max_in_cpu;
+    l->pnvme_round = e->cfg->aio.block_size *
+                     zc__nvme_path_count(e->cfg->zero.offload_param.nvme_path);
 }
 
 static const int kind_of[ZC_MEMKIND__COUNT] = {
     [ZC_MEMKIND_HOST] = ZC_KIND_HOST, [ZC_MEMKIND_PINNED] = ZC_KIND_PINNED,
     [ZC_MEMKIND_DEVICE] = ZC_KIND_DEVICE, [ZC_MEMKIND_NVME] = ZC_KIND_NVME};
 
-static void check_one(int stage, int world, int accum, int off, const char *nvme_json,
-                      int views)
+/* Parameter offload of a run (stage 3): none/cpu/nvme, max_in_cpu (nvme)
+ * and stage3_param_persistence_threshold (< 0: none). */
+typedef struct poff_opts {
+    int dev;
+    int64_t max_in_cpu, persistence;
+} poff_opts;
+
+static const poff_opts NO_POFF = {0, 0, -1};
+
+static void check_with(int stage, int world, int accum, int off, const char *nvme_json,
+                       int views, poff_opts po)
 {
     static const char *const names[] = {NULL, "cpu", "nvme"};
+    static const int dev_of[] = {ZC_OFFLOAD_NONE, ZC_OFFLOAD_CPU, ZC_OFFLOAD_NVME};
     layout l = {0};
     t_run *r = calloc(1, sizeof *r);
     t_run_init(r, stage, world, ZC_DTYPE_BF16);
@@ -77,6 +101,10 @@ static void check_one(int stage, int world, int accum, int off, const char *nvme
     r->after_step = grab;
     r->hook_arg = &l;
     r->f32_views = views;
+    r->offload_param = names[po.dev];
+    r->param_nvme_path_json = po.dev == 2 ? nvme_json : NULL;
+    r->max_in_cpu = po.max_in_cpu;
+    r->persistence = po.persistence;
     cr_assert(t_engine_run(r), "%s", t_run_error(r));
     zc_est_in in = {
         .world = world, .stage = stage, .pesz = 2, .gas = accum,
@@ -85,9 +113,13 @@ static void check_one(int stage, int world, int accum, int off, const char *nvme
         .buffer_count = l.buffer_count, .nvme_round = l.nvme_round, .max_live = l.max_live, .prefetch_elems = l.prefetch,
         .nchunks = l.nchunks, .padded = l.padded, .persistent = l.persistent,
         .view_chunks = views,
+        .poffload = dev_of[po.dev], .pbuffer_count = l.pbuffer_count,
+        .max_in_cpu = l.max_in_cpu, .pnvme_round = l.pnvme_round,
     };
     zc_est est;
     cr_assert_eq(zc__estimate(&in, &est), ZC_OK, "%s", zc_last_error());
+    if (stage == 3 && po.dev == 2 && po.max_in_cpu == 0)
+        cr_assert_gt(est.param_nvme, 0, "offload_param nvme planned no swap file");
     for (int rank = 0; rank < world; rank++) {
         const zc_stats *s = &r->stats[rank];
         for (int mk = 0; mk < ZC_MEMKIND__COUNT; mk++) {
@@ -96,16 +128,17 @@ static void check_one(int stage, int world, int accum, int off, const char *nvme
                 if (c == ZC_MEM_OTHER || c == ZC_MEM_BUFFERS || c == ZC_MEM_RESERVED)
                     continue;
                 cr_assert_eq(est.bytes[mk][c], s->bytes_by_kind_cat[k][c],
-                             "stage %d world %d accum %d offload %d rank %d kind %d cat %d: "
-                             "planned %lld, allocated %lld", stage, world, accum, off, rank, k,
+                             "stage %d world %d accum %d offload %d/%d rank %d kind %d cat %d: "
+                             "planned %lld, allocated %lld", stage, world, accum, off, po.dev,
+                             rank, k,
                              c, (long long)est.bytes[mk][c],
                              (long long)s->bytes_by_kind_cat[k][c]);
             }
             const int64_t pb = est.bytes[mk][ZC_MEM_BUFFERS] + est.bytes[mk][ZC_MEM_RESERVED];
             const int64_t sb = s->bytes_by_kind_cat[k][ZC_MEM_BUFFERS] +
                                s->bytes_by_kind_cat[k][ZC_MEM_RESERVED];
-            cr_assert_eq(pb, sb, "stage %d world %d accum %d offload %d kind %d buffers: "
-                         "planned %lld, allocated %lld", stage, world, accum, off, k,
+            cr_assert_eq(pb, sb, "stage %d world %d accum %d offload %d/%d kind %d buffers: "
+                         "planned %lld, allocated %lld", stage, world, accum, off, po.dev, k,
                          (long long)pb, (long long)sb);
         }
         cr_assert_lt(s->bytes_by_kind_cat[ZC_KIND_HOST][ZC_MEM_OTHER] +
@@ -117,6 +150,12 @@ static void check_one(int stage, int world, int accum, int off, const char *nvme
     }
     free(r->master);
     free(r);
+}
+
+static void check_one(int stage, int world, int accum, int off, const char *nvme_json,
+                      int views)
+{
+    check_with(stage, world, accum, off, nvme_json, views, NO_POFF);
 }
 
 Test(estimate, plan_equals_allocation)
@@ -132,6 +171,45 @@ Test(estimate, plan_equals_allocation)
                     if (off == 0 || stage > 0)
                         check_one(stage, world, accum, off, json, 0);
     rmdir(dir);
+}
+
+/* Stage 3 with offload_param cpu and nvme, every offload_optimizer. */
+Test(estimate, plan_equals_allocation_offload_param)
+{
+    char dir[64], json[96];
+    snprintf(dir, sizeof dir, "zc-estimate-XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(json, sizeof json, "\"%s\"", dir);
+    for (int world = 1; world <= 4; world++)
+        for (int accum = 1; accum <= 2; accum++)
+            for (int off = 0; off <= 2; off++)
+                for (int pdev = 1; pdev <= 2; pdev++)
+                    check_with(3, world, accum, off, json, 0, (poff_opts){pdev, 0, -1});
+    rmdir(dir);
+}
+
+/* nvme with max_in_cpu caching the chunks that fit (the test model's shards
+ * at world 2 are 1024, 1024, ... elements: 2500 caches two of them and skips
+ * to smaller ones), a list of two directories (the store's round-up is two
+ * stripes), and persistent chunks (threshold 600: the small parameters'
+ * chunks) that keep their shard on the device. */
+Test(estimate, plan_equals_allocation_offload_param_cached_and_persistent)
+{
+    char d1[64], d2[64], json[200];
+    snprintf(d1, sizeof d1, "zc-estimate-XXXXXX");
+    snprintf(d2, sizeof d2, "zc-estimate-XXXXXX");
+    cr_assert_not_null(mkdtemp(d1));
+    cr_assert_not_null(mkdtemp(d2));
+    snprintf(json, sizeof json, "[\"%s\", \"%s\"]", d1, d2);
+    for (int world = 1; world <= 3; world++)
+        for (int off = 0; off <= 2; off += 2) {
+            check_with(3, world, 1, off, json, 0, (poff_opts){2, 2500, -1});
+            check_with(3, world, 1, off, json, 0, (poff_opts){2, 0, 600});
+            check_with(3, world, 1, off, json, 0, (poff_opts){1, 0, 600});
+            check_with(3, world, 2, off, json, 0, (poff_opts){2, 1 << 20, -1});
+        }
+    rmdir(d1);
+    rmdir(d2);
 }
 
 /* The fp32 view pools (zc_engine_options.f32_view_chunks) are in the plan. */
@@ -323,27 +401,178 @@ Test(estimate, build_refuses_beyond_device_free)
  *   stage 3, no offload, P 1e9, LL 1e8, 16 GPUs, 8 per node: GPU 4e8 +
  *     18e9 / 16 = 1.525e9, CPU 4e8 x 8 x 1.5 = 4.8e9;
  *   stage 3, optimizer offload: GPU 4e8 + 2e9 / 16 = 5.25e8, CPU 16e9 / 2 x
- *     1.5 = 12e9. */
+ *     1.5 = 12e9;
+ *   stage 3, optimizer and parameter offload: GPU 4e8, CPU 18e9 / 2 x 1.5 =
+ *     13.5e9. */
 Test(estimate, deepspeed_formulas)
 {
     uint64_t g = 0, c = 0;
-    cr_assert_eq(zc__est_deepspeed(2, false, 1000000000, 0, 8, 8, &g, &c), ZC_OK);
+    cr_assert_eq(zc__est_deepspeed(2, false, false, 1000000000, 0, 8, 8, &g, &c), ZC_OK);
     cr_assert_eq(g, 4250000000u);
     cr_assert_eq(c, 48000000000u);
-    cr_assert_eq(zc__est_deepspeed(1, false, 1000000000, 0, 8, 8, &g, &c), ZC_OK);
+    cr_assert_eq(zc__est_deepspeed(1, false, false, 1000000000, 0, 8, 8, &g, &c), ZC_OK);
     cr_assert_eq(g, 4250000000u);
-    cr_assert_eq(zc__est_deepspeed(2, true, 1000000000, 0, 8, 8, &g, &c), ZC_OK);
+    cr_assert_eq(zc__est_deepspeed(2, true, false, 1000000000, 0, 8, 8, &g, &c), ZC_OK);
     cr_assert_eq(g, 2000000000u);
     cr_assert_eq(c, 48000000000u);
-    cr_assert_eq(zc__est_deepspeed(2, true, 1000000000, 0, 2, 2, &g, &c), ZC_OK);
+    cr_assert_eq(zc__est_deepspeed(2, true, false, 1000000000, 0, 2, 2, &g, &c), ZC_OK);
     cr_assert_eq(c, 24000000000u);
-    cr_assert_eq(zc__est_deepspeed(3, false, 1000000000, 100000000, 16, 8, &g, &c), ZC_OK);
+    cr_assert_eq(zc__est_deepspeed(3, false, false, 1000000000, 100000000, 16, 8, &g, &c), ZC_OK);
     cr_assert_eq(g, 1525000000u);
     cr_assert_eq(c, 4800000000u);
-    cr_assert_eq(zc__est_deepspeed(3, true, 1000000000, 100000000, 16, 8, &g, &c), ZC_OK);
+    cr_assert_eq(zc__est_deepspeed(3, true, false, 1000000000, 100000000, 16, 8, &g, &c), ZC_OK);
     cr_assert_eq(g, 525000000u);
     cr_assert_eq(c, 12000000000u);
-    cr_assert_eq(zc__est_deepspeed(0, false, 1, 1, 1, 1, &g, &c), ZC_ERR_INVALID_ARG);
-    cr_assert_eq(zc__est_deepspeed(2, false, 1, 1, 6, 4, &g, &c), ZC_ERR_INVALID_ARG);
-    cr_assert_eq(zc__est_deepspeed(2, false, UINT64_MAX / 4, 1, 1, 1, &g, &c), ZC_ERR_NO_MEMORY);
+    cr_assert_eq(zc__est_deepspeed(3, true, true, 1000000000, 100000000, 16, 8, &g, &c), ZC_OK);
+    cr_assert_eq(g, 400000000u);
+    cr_assert_eq(c, 13500000000u);
+    cr_assert_eq(zc__est_deepspeed(3, false, true, 1, 1, 1, 1, &g, &c), ZC_ERR_INVALID_ARG);
+    cr_assert_eq(zc__est_deepspeed(2, true, true, 1, 1, 1, 1, &g, &c), ZC_ERR_INVALID_ARG);
+    cr_assert_eq(zc__est_deepspeed(0, false, false, 1, 1, 1, 1, &g, &c), ZC_ERR_INVALID_ARG);
+    cr_assert_eq(zc__est_deepspeed(2, false, false, 1, 1, 6, 4, &g, &c), ZC_ERR_INVALID_ARG);
+    cr_assert_eq(zc__est_deepspeed(2, false, false, UINT64_MAX / 4, 1, 1, 1, &g, &c), ZC_ERR_NO_MEMORY);
+}
+
+/* A one-rank stage-3 engine of 16 fp32 weights of 64 Ki elements, a chunk
+ * each (reduce_bucket_size 65536), none persistent, no prefetch window, configured by the
+ * key/value pairs kv (NULL-terminated), built under the fake limits root
+ * and NVMe capacity given (NULL / < 0: the real ones). Returns the build's
+ * status with the message in msg; asserts that a refused build left nothing
+ * pinned, almost nothing in host memory and nothing under the dirs. */
+static zc_status build_offload_param(const char *const *kv, const char *root,
+                                     int64_t nvme_free, const char *const *dirs, char *msg,
+                                     size_t cap)
+{
+    zc_config *cfg = NULL;
+    cr_assert_eq(zc_config_create(&cfg), ZC_OK);
+    cr_assert_eq(zc_config_set_int(cfg, "zero_optimization.stage", 3), ZC_OK);
+    cr_assert_eq(zc_config_set_int(cfg, "zero_optimization.reduce_bucket_size", 65536), ZC_OK);
+    cr_assert_eq(zc_config_set_int(cfg, "zero_optimization.stage3_prefetch_bucket_size", 0),
+                 ZC_OK);
+    /* No persistent chunks (the default threshold would keep every one). */
+    cr_assert_eq(zc_config_set_int(cfg, "zero_optimization.stage3_param_persistence_threshold",
+                                   0), ZC_OK);
+    for (int i = 0; kv[i]; i += 2)
+        cr_assert_eq(zc_config_set(cfg, kv[i], kv[i + 1]), ZC_OK, "%s: %s", kv[i],
+                     zc_last_error());
+    zc_comm *comm = NULL;
+    cr_assert_eq(zc_comm_local_world(1, &comm), ZC_OK);
+    zc_engine_options eo = ZC_ENGINE_OPTIONS_INIT;
+    eo.device = ZC_DEVICE_HOST;
+    zc_engine *e = NULL;
+    cr_assert_eq(zc_engine_create(&e, cfg, comm, &eo), ZC_OK, "%s", zc_last_error());
+    for (int i = 0; i < 16; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "w%d", i);
+        const int64_t shape[2] = {256, 256};
+        cr_assert_not_null(zc_param_add(e, name, shape, 2, 0), "%s", zc_last_error());
+    }
+    const int64_t host_before = zc__mem_global_bytes(ZC_MEMKIND_HOST);
+    zc__preflight_limits_root(root);
+    zc__preflight_nvme_free(nvme_free);
+    const zc_status rc = zc_engine_build(e);
+    zc__preflight_limits_root(NULL);
+    zc__preflight_nvme_free(-1);
+    snprintf(msg, cap, "%s", rc == ZC_OK ? "" : zc_last_error());
+    if (rc != ZC_OK) {
+        cr_assert_eq(zc__mem_global_bytes(ZC_MEMKIND_PINNED), 0);
+        cr_assert_lt(zc__mem_global_bytes(ZC_MEMKIND_HOST) - host_before, 64 * 1024,
+                     "the refused build allocated %lld bytes",
+                     (long long)(zc__mem_global_bytes(ZC_MEMKIND_HOST) - host_before));
+        for (int i = 0; dirs && dirs[i]; i++)
+            cr_assert_eq(rmdir(dirs[i]), 0, "the refused build left files in %s", dirs[i]);
+    }
+    zc_engine_destroy(e);
+    zc_comm_destroy(comm);
+    zc_config_destroy(cfg);
+    return rc;
+}
+
+/* Host memory: with offload_param cpu the 16 shards (4 MiB fp32) are the
+ * biggest host consumer (the optimizer state is on NVMe, its gradients
+ * swapped with accumulation 2, its buffers a chunk each): MemAvailable of
+ * 1 MiB refuses the build naming them and offload_param's key. */
+Test(estimate, build_refuses_offload_param_beyond_memavailable)
+{
+    char root[64], path[128], dir[64], json[96], msg[2048];
+    snprintf(root, sizeof root, "zc-est-root-XXXXXX");
+    cr_assert_not_null(mkdtemp(root));
+    snprintf(path, sizeof path, "%s/proc", root);
+    mkdir(path, 0755);
+    snprintf(path, sizeof path, "%s/proc/meminfo", root);
+    write_file(path, "MemTotal:       100000 kB\nMemAvailable:       1024 kB\n");
+    snprintf(dir, sizeof dir, "zc-estimate-XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(json, sizeof json, "\"%s\"", dir);
+    const char *const kv[] = {"zero_optimization.offload_param.device", "\"cpu\"",
+                              "zero_optimization.offload_optimizer.device", "\"nvme\"",
+                              "zero_optimization.offload_optimizer.nvme_path", json,
+                              "gradient_accumulation_steps", "2", NULL};
+    const char *const dirs[] = {dir, NULL};
+    const zc_status rc = build_offload_param(kv, root, -1, dirs, msg, sizeof msg);
+    cr_assert_eq(rc, ZC_ERR_NO_MEMORY, "build must refuse: %s", msg);
+    cr_assert_not_null(strstr(msg, "MemAvailable"), "%s", msg);
+    cr_assert_not_null(strstr(msg, "the biggest consumer is working-precision parameters in "
+                                   "pinned host memory (4.0 MiB): change "
+                                   "zero_optimization.offload_param.device (\"nvme\")"),
+                       "%s", msg);
+    remove(path);
+    snprintf(path, sizeof path, "%s/proc", root);
+    rmdir(path);
+    rmdir(root);
+}
+
+/* Disk space: offload_param nvme puts the 16 shards in a 4 MiB swap file.
+ * With 1 MiB free the build is refused naming offload_param.nvme_path and
+ * the file; with 14 MiB free the file fits, and so do the optimizer's swap
+ * files (master, m, v: 12 MiB) on their own, but not both on one
+ * filesystem (two directories side by side): refused, naming the optimizer's
+ * store, the larger share. Nothing is created under either directory. */
+/* Two new directories side by side (one filesystem), and each as a JSON
+ * string; a refused build must leave them empty (build_offload_param
+ * removes them). */
+static void fresh_dirs(char d1[64], char d2[64], char j1[96], char j2[96])
+{
+    snprintf(d1, 64, "zc-estimate-XXXXXX");
+    snprintf(d2, 64, "zc-estimate-XXXXXX");
+    cr_assert_not_null(mkdtemp(d1));
+    cr_assert_not_null(mkdtemp(d2));
+    snprintf(j1, 96, "\"%s\"", d1);
+    snprintf(j2, 96, "\"%s\"", d2);
+}
+
+Test(estimate, build_refuses_swap_beyond_free_space)
+{
+    char d1[64], d2[64], j1[96], j2[96], msg[2048];
+    fresh_dirs(d1, d2, j1, j2);
+    const char *const dirs[] = {d1, d2, NULL};
+    const char *const alone[] = {"zero_optimization.offload_param.device", "\"nvme\"",
+                                 "zero_optimization.offload_param.nvme_path", j1,
+                                 "zero_optimization.offload_param.max_in_cpu", "0", NULL};
+    zc_status rc = build_offload_param(alone, NULL, 1 << 20, dirs, msg, sizeof msg);
+    cr_assert_eq(rc, ZC_ERR_IO, "build must refuse: %s", msg);
+    char want[512];
+    snprintf(want, sizeof want, "zero_optimization.offload_param.nvme_path '%s': the swap files "
+             "need 4.0 MiB on its filesystem (optimizer 0.0 MiB, parameters 4.0 MiB) but it "
+             "has 1.0 MiB free (as set by a test); the biggest consumer is the parameter "
+             "shards' swap file (offload_param)", d1);
+    cr_assert_not_null(strstr(msg, want), "%s", msg);
+    fresh_dirs(d1, d2, j1, j2);
+    const char *const both[] = {"zero_optimization.offload_param.device", "\"nvme\"",
+                                "zero_optimization.offload_param.nvme_path", j1,
+                                "zero_optimization.offload_param.max_in_cpu", "0",
+                                "zero_optimization.offload_optimizer.device", "\"nvme\"",
+                                "zero_optimization.offload_optimizer.nvme_path", j2, NULL};
+    rc = build_offload_param(both, NULL, 14 << 20, dirs, msg, sizeof msg);
+    cr_assert_eq(rc, ZC_ERR_IO, "build must refuse: %s", msg);
+    snprintf(want, sizeof want, "zero_optimization.offload_optimizer.nvme_path '%s': the swap "
+             "files need 16.0 MiB on its filesystem (optimizer 12.0 MiB, parameters 4.0 MiB) "
+             "but it has 14.0 MiB free", d2);
+    cr_assert_not_null(strstr(msg, want), "%s", msg);
+    /* 16 MiB free: both fit, the build goes through and trains nothing. */
+    fresh_dirs(d1, d2, j1, j2);
+    rc = build_offload_param(both, NULL, 16 << 20, dirs, msg, sizeof msg);
+    cr_assert_eq(rc, ZC_OK, "%s", msg);
+    rmdir(d1);
+    rmdir(d2);
 }
