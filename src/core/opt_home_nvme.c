@@ -48,6 +48,7 @@
 
 #include "base/log.h"
 #include "core/opt_home.h"
+#include "core/swap_dirs.h"
 #include "offload/offload.h"
 
 #define IO_ALIGN 4096u     /* layout alignment: >= every O_DIRECT requirement seen */
@@ -88,9 +89,7 @@ typedef struct nvme_home {
     uint64_t capacity;
     int nslots, ahead;
     nv_slot slots[MAX_SLOTS];
-    int ndirs;
-    char dirs[16][512];        /* nvme_path entries as given */
-    char swapdirs[16][512];    /* our mkdtemp directories */
+    zc_swap_dirs sd;           /* nvme_path entries and our directories under them */
     zc_pinned_pool *pool;
     zc_nvme_store *store;
     zc_status err;             /* first error of the pass (sticky) */
@@ -130,15 +129,15 @@ static zc_status nv_add(zc_opt_home *hh, int k, size_t n)
 static zc_status preflight(nvme_home *h, uint64_t pinned)
 {
     /* Each directory holds capacity / ndirs (the store rounds to stripes). */
-    const uint64_t stripe = (uint64_t)h->p.aio_block_size * (uint64_t)h->ndirs;
+    const uint64_t stripe = (uint64_t)h->p.aio_block_size * (uint64_t)h->sd.n;
     const uint64_t per_dir = (h->capacity + stripe - 1) / stripe * (uint64_t)h->p.aio_block_size;
-    for (int i = 0; i < h->ndirs; i++) {
+    for (int i = 0; i < h->sd.n; i++) {
         struct statvfs vf;
-        if (statvfs(h->dirs[i], &vf) != 0)
+        if (statvfs(h->sd.given[i], &vf) != 0)
             return ZC_ERR(ZC_ERR_IO,
                           "zero_optimization.offload_optimizer.nvme_path '%s' cannot be "
                           "examined: %s; point nvme_path at a writable directory",
-                          h->dirs[i], strerror(errno));
+                          h->sd.given[i], strerror(errno));
         uint64_t avail = (uint64_t)vf.f_bavail * (uint64_t)vf.f_frsize;
         if (per_dir > avail)
             return ZC_ERR(ZC_ERR_IO,
@@ -146,7 +145,7 @@ static zc_status preflight(nvme_home *h, uint64_t pinned)
                           "file needs %.1f MiB but the filesystem has %.1f MiB free; free space, "
                           "give nvme_path more directories (a list) or lower "
                           "offload_optimizer.ratio (stage 3)",
-                          h->dirs[i], h->p.rank, (double)per_dir / 1048576.0,
+                          h->sd.given[i], h->p.rank, (double)per_dir / 1048576.0,
                           (double)avail / 1048576.0);
     }
     zc_host_mem_limits lim;
@@ -476,34 +475,6 @@ static void nv_progress(zc_opt_home *hh)
 
 /* ---- setup --------------------------------------------------------------- */
 
-static void remove_swapdirs(nvme_home *h)
-{
-    for (int i = 0; i < h->ndirs; i++)
-        if (h->swapdirs[i][0]) {
-            if (rmdir(h->swapdirs[i]) != 0)
-                ZC_LOGW("offload", "cannot remove the swap directory '%s': %s", h->swapdirs[i],
-                        strerror(errno));
-            h->swapdirs[i][0] = 0;
-        }
-}
-
-static zc_status make_swapdirs(nvme_home *h)
-{
-    for (int i = 0; i < h->ndirs; i++) {
-        char tmpl[512];
-        int n = snprintf(tmpl, sizeof tmpl, "%s/zeroc-swap-r%d-XXXXXX", h->dirs[i], h->p.rank);
-        if (n < 0 || (size_t)n >= sizeof tmpl - 64)
-            return ZC_ERR(ZC_ERR_CONFIG, "zero_optimization.offload_optimizer.nvme_path '%s' is "
-                          "too long", h->dirs[i]);
-        if (!mkdtemp(tmpl))
-            return ZC_ERR(ZC_ERR_IO, "zero_optimization.offload_optimizer.nvme_path '%s': "
-                          "cannot create a swap directory there: %s; point nvme_path at a "
-                          "writable directory", h->dirs[i], strerror(errno));
-        memcpy(h->swapdirs[i], tmpl, sizeof tmpl);
-    }
-    return ZC_OK;
-}
-
 /* Writes zeros over every chunk's extent (m = v = 0, master 0 until loaded),
  * proving at build that the files take writes. */
 static zc_status zero_fill(nvme_home *h)
@@ -565,14 +536,13 @@ static zc_status nv_prepare(zc_opt_home *hh)
     ZC_CHECK(preflight(h, pinned));
 
     /* Swap directories and the store. */
-    ZC_CHECK(make_swapdirs(h));
-    const char *dirs[16];
-    for (int i = 0; i < h->ndirs; i++)
-        dirs[i] = h->swapdirs[i];
+    ZC_CHECK(zc__swap_dirs_make(&h->sd, h->p.rank, "zero_optimization.offload_optimizer"));
+    const char *dirs[ZC_SWAP_MAX_DIRS];
+    zc__swap_dirs_list(&h->sd, dirs);
     int64_t qd = h->p.aio_queue_depth * (h->p.aio_intra_op > 0 ? h->p.aio_intra_op : 1);
     zc_nvme_opts o = ZC_NVME_OPTS_INIT;
     o.dirs = dirs;
-    o.ndirs = h->ndirs;
+    o.ndirs = h->sd.n;
     o.rank = h->p.rank;
     o.purpose = "optimizer";
     o.capacity = h->capacity;
@@ -596,7 +566,7 @@ static zc_status nv_prepare(zc_opt_home *hh)
     if (ns.alignment > IO_ALIGN)
         return ZC_ERR(ZC_ERR_UNSUPPORTED, "offload_optimizer nvme: '%s' needs %zu-byte aligned "
                       "I/O, more than the %u bytes the swap layout uses",
-                      h->dirs[0], ns.alignment, IO_ALIGN);
+                      h->sd.given[0], ns.alignment, IO_ALIGN);
     /* Count the files like memory: of the chunk extents, one tensor in nt is
      * master, two m and v, (nt = 4) one the gradient; the store's stripe
      * round-up is bookkeeping. */
@@ -649,7 +619,7 @@ static zc_status nv_prepare(zc_opt_home *hh)
         ZC_CHECK(zero_fill(h));
     ZC_LOGI("offload", "optimizer state of rank %d: %.1f MiB in %d swap file(s) under '%s'%s, "
             "%d chunk(s) in flight of %.1f MiB buffers, pipeline read %s / write %s",
-            h->p.rank, (double)ns.capacity / 1048576.0, h->ndirs, h->swapdirs[0],
+            h->p.rank, (double)ns.capacity / 1048576.0, h->sd.n, h->sd.made[0],
             ns.direct ? " (O_DIRECT)" : " (buffered: the filesystem refused O_DIRECT)",
             h->nslots, (double)h->buf_bytes / 1048576.0, h->p.pipeline_read ? "on" : "off",
             h->p.pipeline_write ? "on" : "off");
@@ -667,7 +637,7 @@ static void nv_destroy(zc_opt_home *hh)
     for (int i = 0; i < 4; i++)
         if (h->counted_nvme[i])
             zc__mem_count(h->p.acct, ZC_MEMKIND_NVME, nvme_cats[i], -h->counted_nvme[i]);
-    remove_swapdirs(h);
+    zc__swap_dirs_remove(&h->sd);
     zc__pinned_free(h->pool, h->gbuf);
     zc__pinned_free(h->pool, h->gin);
     for (int j = 0; j < h->nslots; j++) {
@@ -699,35 +669,21 @@ static const zc_opt_home_ops nv_ops = {
 zc_status zc__opt_home_nvme_create(const zc_opt_home_params *p, zc_opt_home **out)
 {
     *out = NULL;
-    if (p->ndirs < 1 || p->ndirs > 16)
-        return ZC_ERR(ZC_ERR_CONFIG, "zero_optimization.offload_optimizer.nvme_path: %d "
-                      "directories given; give 1 to 16", p->ndirs);
     if (p->buffer_count < 4)
         return ZC_ERR(ZC_ERR_CONFIG, "zero_optimization.offload_optimizer.buffer_count %lld: "
                       "NVMe offload needs at least 4 (master, m, v and the gradient of a "
                       "chunk)", (long long)p->buffer_count);
-    if (p->aio_block_size < (int64_t)IO_ALIGN || p->aio_block_size > ((int64_t)1 << 30) ||
-        (p->aio_block_size & (p->aio_block_size - 1)))
-        return ZC_ERR(ZC_ERR_CONFIG, "aio.block_size %lld: NVMe offload needs a power of two "
-                      "between %u and 1 GiB", (long long)p->aio_block_size, IO_ALIGN);
-    if (p->aio_queue_depth < 1 || p->aio_queue_depth > 4096 || p->aio_intra_op < 1 ||
-        p->aio_intra_op > 64)
-        return ZC_ERR(ZC_ERR_CONFIG, "aio.queue_depth %lld must be 1..4096 and "
-                      "aio.intra_op_parallelism %lld 1..64",
-                      (long long)p->aio_queue_depth, (long long)p->aio_intra_op);
+    ZC_CHECK(zc__swap_aio_check(p->aio_block_size, p->aio_queue_depth, p->aio_intra_op));
     nvme_home *h = NULL;
     ZC_CHECK(zc__host_alloc(p->acct, ZC_MEM_OTHER, sizeof *h, "nvme home", (void **)&h));
     h->base.ops = &nv_ops;
     h->p = *p;
     h->p.dirs = NULL;
-    h->ndirs = p->ndirs;
-    for (int i = 0; i < p->ndirs; i++) {
-        if (!p->dirs[i] || !*p->dirs[i] || strlen(p->dirs[i]) > 400) {
-            zc__host_free(p->acct, ZC_MEM_OTHER, h, sizeof *h);
-            return ZC_ERR(ZC_ERR_CONFIG, "zero_optimization.offload_optimizer.nvme_path entry "
-                          "%d is empty or longer than 400 bytes", i);
-        }
-        snprintf(h->dirs[i], sizeof h->dirs[i], "%s", p->dirs[i]);
+    zc_status drc =
+        zc__swap_dirs_init(&h->sd, p->dirs, p->ndirs, "zero_optimization.offload_optimizer");
+    if (drc != ZC_OK) {
+        zc__host_free(p->acct, ZC_MEM_OTHER, h, sizeof *h);
+        return drc;
     }
     for (int j = 0; j < MAX_SLOTS; j++)
         h->slots[j].pos = -1;
@@ -756,7 +712,7 @@ void zc__opt_home_nvme_info(const zc_opt_home *hh, zc_opt_nvme_info *out)
     out->buffer_count = (int64_t)h->nslots * (h->p.staging || h->nt == 4 ? 4 : 3);
     out->slots = h->nslots;
     out->file_bytes = h->capacity;
-    snprintf(out->dir, sizeof out->dir, "%s", h->swapdirs[0]);
+    snprintf(out->dir, sizeof out->dir, "%s", h->sd.made[0]);
     out->read_wait_s = h->read_wait;
     out->write_wait_s = h->write_wait;
     out->reads = h->reads;

@@ -35,6 +35,7 @@
 
 #include "base/log.h"
 #include "core/param_home.h"
+#include "core/swap_dirs.h"
 #include "offload/offload.h"
 
 #define IO_ALIGN 4096u
@@ -71,9 +72,7 @@ typedef struct pnvme_home {
     pn_buf *bufs;
     size_t bufs_bytes;
     uint64_t capacity, counted_nvme;
-    int ndirs;
-    char dirs[16][512];
-    char swapdirs[16][512];
+    zc_swap_dirs sd;           /* nvme_path entries and our directories under them */
     zc_pinned_pool *pool;
     zc_nvme_store *store;
     zc_status werr;            /* first write error since the last flush */
@@ -101,34 +100,6 @@ static zc_status pn_add(zc_param_home *hh, int k, size_t n)
 }
 
 /* ---- setup --------------------------------------------------------------- */
-
-static void remove_swapdirs(pnvme_home *h)
-{
-    for (int i = 0; i < h->ndirs; i++)
-        if (h->swapdirs[i][0]) {
-            if (rmdir(h->swapdirs[i]) != 0)
-                ZC_LOGW("offload", "cannot remove the swap directory '%s': %s", h->swapdirs[i],
-                        strerror(errno));
-            h->swapdirs[i][0] = 0;
-        }
-}
-
-static zc_status make_swapdirs(pnvme_home *h)
-{
-    for (int i = 0; i < h->ndirs; i++) {
-        char tmpl[512];
-        int n = snprintf(tmpl, sizeof tmpl, "%s/zeroc-swap-r%d-XXXXXX", h->dirs[i], h->p.rank);
-        if (n < 0 || (size_t)n >= sizeof tmpl - 64)
-            return ZC_ERR(ZC_ERR_CONFIG, "zero_optimization.offload_param.nvme_path '%s' is too "
-                          "long", h->dirs[i]);
-        if (!mkdtemp(tmpl))
-            return ZC_ERR(ZC_ERR_IO, "zero_optimization.offload_param.nvme_path '%s': cannot "
-                          "create a swap directory there: %s; point nvme_path at a writable "
-                          "directory", h->dirs[i], strerror(errno));
-        memcpy(h->swapdirs[i], tmpl, sizeof tmpl);
-    }
-    return ZC_OK;
-}
 
 static zc_status pn_prepare(zc_param_home *hh)
 {
@@ -197,14 +168,13 @@ static zc_status pn_prepare(zc_param_home *hh)
         ZC_CHECK(zc__pinned_alloc(h->pool, h->buf_bytes, IO_ALIGN, ZC_MEM_BUFFERS,
                                   "NVMe parameter buffers", (void **)&h->bufs[j].mem));
 
-    ZC_CHECK(make_swapdirs(h));
-    const char *dirs[16];
-    for (int i = 0; i < h->ndirs; i++)
-        dirs[i] = h->swapdirs[i];
+    ZC_CHECK(zc__swap_dirs_make(&h->sd, h->p.rank, "zero_optimization.offload_param"));
+    const char *dirs[ZC_SWAP_MAX_DIRS];
+    zc__swap_dirs_list(&h->sd, dirs);
     const int64_t qd = h->p.aio_queue_depth * (h->p.aio_intra_op > 0 ? h->p.aio_intra_op : 1);
     zc_nvme_opts o = ZC_NVME_OPTS_INIT;
     o.dirs = dirs;
-    o.ndirs = h->ndirs;
+    o.ndirs = h->sd.n;
     o.rank = h->p.rank;
     o.purpose = "params";
     o.capacity = h->capacity;
@@ -220,7 +190,7 @@ static zc_status pn_prepare(zc_param_home *hh)
     zc__nvme_stats_get(h->store, &ns);
     if (ns.alignment > IO_ALIGN)
         return ZC_ERR(ZC_ERR_UNSUPPORTED, "offload_param nvme: '%s' needs %zu-byte aligned I/O, "
-                      "more than the %u bytes the swap layout uses", h->dirs[0], ns.alignment,
+                      "more than the %u bytes the swap layout uses", h->sd.given[0], ns.alignment,
                       IO_ALIGN);
     h->counted_nvme = ns.capacity;
     zc__mem_count(h->p.acct, ZC_MEMKIND_NVME, ZC_MEM_PARAMS, (int64_t)h->counted_nvme);
@@ -229,7 +199,7 @@ static zc_status pn_prepare(zc_param_home *hh)
     ZC_CHECK(zc__nvme_register_buffers(h->store, regions, nr > 64 ? 64 : nr));
     ZC_LOGI("offload", "parameter shards of rank %d: %.1f MiB in %d swap file(s) under '%s'%s, "
             "%lld elements cached (max_in_cpu), %d buffers of %.1f MiB",
-            h->p.rank, (double)h->capacity / 1048576.0, h->ndirs, h->swapdirs[0],
+            h->p.rank, (double)h->capacity / 1048576.0, h->sd.n, h->sd.made[0],
             ns.direct ? " (O_DIRECT)" : " (buffered: the filesystem refused O_DIRECT)",
             (long long)cached, h->nbufs, (double)h->buf_bytes / 1048576.0);
     return ZC_OK;
@@ -491,7 +461,7 @@ static void pn_destroy(zc_param_home *hh)
     }
     if (h->counted_nvme)
         zc__mem_count(h->p.acct, ZC_MEMKIND_NVME, ZC_MEM_PARAMS, -(int64_t)h->counted_nvme);
-    remove_swapdirs(h);
+    zc__swap_dirs_remove(&h->sd);
     for (int j = 0; h->bufs && j < h->nbufs; j++)
         zc__pinned_free(h->pool, h->bufs[j].mem);
     for (int k = 0; h->chunks && k < h->p.nchunks; k++)
@@ -522,36 +492,22 @@ static const zc_param_home_ops pn_ops = {
 zc_status zc__param_home_nvme_create(const zc_param_home_params *p, zc_param_home **out)
 {
     *out = NULL;
-    if (p->ndirs < 1 || p->ndirs > 16)
-        return ZC_ERR(ZC_ERR_CONFIG, "zero_optimization.offload_param.nvme_path: %d directories "
-                      "given; give 1 to 16", p->ndirs);
     if (p->buffer_count < 2 || p->buffer_count > MAX_BUFS)
         return ZC_ERR(ZC_ERR_CONFIG, "zero_optimization.offload_param.buffer_count %lld: NVMe "
                       "parameter offload needs 2 to %d (one is kept for reads on demand)",
                       (long long)p->buffer_count, MAX_BUFS);
-    if (p->aio_block_size < (int64_t)IO_ALIGN || p->aio_block_size > ((int64_t)1 << 30) ||
-        (p->aio_block_size & (p->aio_block_size - 1)))
-        return ZC_ERR(ZC_ERR_CONFIG, "aio.block_size %lld: NVMe offload needs a power of two "
-                      "between %u and 1 GiB", (long long)p->aio_block_size, IO_ALIGN);
-    if (p->aio_queue_depth < 1 || p->aio_queue_depth > 4096 || p->aio_intra_op < 1 ||
-        p->aio_intra_op > 64)
-        return ZC_ERR(ZC_ERR_CONFIG, "aio.queue_depth %lld must be 1..4096 and "
-                      "aio.intra_op_parallelism %lld 1..64",
-                      (long long)p->aio_queue_depth, (long long)p->aio_intra_op);
+    ZC_CHECK(zc__swap_aio_check(p->aio_block_size, p->aio_queue_depth, p->aio_intra_op));
     pnvme_home *h = NULL;
     ZC_CHECK(zc__host_alloc(p->acct, ZC_MEM_OTHER, sizeof *h, "nvme parameter home",
                             (void **)&h));
     h->base.ops = &pn_ops;
     h->p = *p;
     h->p.dirs = NULL;
-    h->ndirs = p->ndirs;
-    for (int i = 0; i < p->ndirs; i++) {
-        if (!p->dirs[i] || !*p->dirs[i] || strlen(p->dirs[i]) > 400) {
-            zc__host_free(p->acct, ZC_MEM_OTHER, h, sizeof *h);
-            return ZC_ERR(ZC_ERR_CONFIG, "zero_optimization.offload_param.nvme_path entry %d is "
-                          "empty or longer than 400 bytes", i);
-        }
-        snprintf(h->dirs[i], sizeof h->dirs[i], "%s", p->dirs[i]);
+    zc_status drc =
+        zc__swap_dirs_init(&h->sd, p->dirs, p->ndirs, "zero_optimization.offload_param");
+    if (drc != ZC_OK) {
+        zc__host_free(p->acct, ZC_MEM_OTHER, h, sizeof *h);
+        return drc;
     }
     h->chunks_bytes = (size_t)p->nchunks * sizeof(pn_chunk);
     zc_status rc = zc__host_alloc(p->acct, ZC_MEM_OTHER, h->chunks_bytes,
