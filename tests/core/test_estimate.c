@@ -10,7 +10,8 @@
  * for this model; the NVMe files' stripe round-up (counted as NVMe OTHER)
  * is planned exactly.
  *
- * The same with fp32 view slots reserved (f32_view_chunks 1 and 3).
+ * The same with fp32 view slots reserved (f32_view_chunks 1 and 3), and with
+ * the cpu home's staging forced on (what a GPU allocates).
  *
  * The pre-flight: with a fake /proc/meminfo of too little MemAvailable, build
  * fails with ZC_ERR_NO_MEMORY naming the biggest consumer and its key, and
@@ -63,8 +64,8 @@ static const int kind_of[ZC_MEMKIND__COUNT] = {
     [ZC_MEMKIND_HOST] = ZC_KIND_HOST, [ZC_MEMKIND_PINNED] = ZC_KIND_PINNED,
     [ZC_MEMKIND_DEVICE] = ZC_KIND_DEVICE, [ZC_MEMKIND_NVME] = ZC_KIND_NVME};
 
-static void check_one(int stage, int world, int accum, int off, const char *nvme_json,
-                      int views)
+static void check_one_staged(int stage, int world, int accum, int off, const char *nvme_json,
+                             int views, bool staged)
 {
     static const char *const names[] = {NULL, "cpu", "nvme"};
     layout l = {0};
@@ -77,11 +78,14 @@ static void check_one(int stage, int world, int accum, int off, const char *nvme
     r->after_step = grab;
     r->hook_arg = &l;
     r->f32_views = views;
-    cr_assert(t_engine_run(r), "%s", t_run_error(r));
+    zc__opt_force_staging(staged);
+    const bool ran = t_engine_run(r);
+    zc__opt_force_staging(false);
+    cr_assert(ran, "%s", t_run_error(r));
     zc_est_in in = {
         .world = world, .stage = stage, .pesz = 2, .gas = accum,
         .offload = off == 0 ? ZC_OFFLOAD_NONE : off == 1 ? ZC_OFFLOAD_CPU : ZC_OFFLOAD_NVME,
-        .ratio = l.ratio, .staging = false, .dev_kind = ZC_MEMKIND_HOST,
+        .ratio = l.ratio, .staging = staged, .dev_kind = ZC_MEMKIND_HOST,
         .buffer_count = l.buffer_count, .nvme_round = l.nvme_round, .max_live = l.max_live, .prefetch_elems = l.prefetch,
         .nchunks = l.nchunks, .padded = l.padded, .persistent = l.persistent,
         .view_chunks = views,
@@ -119,6 +123,12 @@ static void check_one(int stage, int world, int accum, int off, const char *nvme
     free(r);
 }
 
+static void check_one(int stage, int world, int accum, int off, const char *nvme_json,
+                      int views)
+{
+    check_one_staged(stage, world, accum, off, nvme_json, views, false);
+}
+
 Test(estimate, plan_equals_allocation)
 {
     char dir[64], json[96];
@@ -132,6 +142,16 @@ Test(estimate, plan_equals_allocation)
                     if (off == 0 || stage > 0)
                         check_one(stage, world, accum, off, json, 0);
     rmdir(dir);
+}
+
+/* The staging a GPU adds under cpu offload (forced on the host): a gradient
+ * landing buffer per offloaded chunk and two output buffers, exactly. */
+Test(estimate, plan_equals_allocation_with_cpu_staging)
+{
+    for (int stage = 1; stage <= 3; stage++)
+        for (int world = 1; world <= 3; world++)
+            for (int accum = 1; accum <= 2; accum++)
+                check_one_staged(stage, world, accum, 1, NULL, 0, true);
 }
 
 /* The fp32 view pools (zc_engine_options.f32_view_chunks) are in the plan. */
