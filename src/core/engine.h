@@ -317,6 +317,18 @@ struct zc_engine {
     int nhomes;
     bool opt_staging;          /* host homes stage the gradient and the output */
     int *pass_ks;              /* nchunks: a pass's chunk list, per home */
+    /* Asynchronous copies of a staging home with landing buffers (cpu on a
+     * device, opt_copy.c); copy_stream is NULL otherwise. ev_copy_in orders
+     * the copy stream after a producer stream; ev_land[k] is chunk k's last
+     * gradient D2H, land_pending[k] whether its consumer has not run yet;
+     * ev_out[s] the last H2D out of output buffer s; ev_copy_tail the copy
+     * stream's work so far, for the gradient reset to wait on; gslot_land[s]
+     * the chunk whose D2H last read gradient pool slot s (-1: none). */
+    void *copy_stream, *ev_copy_in, *ev_copy_tail, *ev_out[2];
+    void **ev_land;
+    bool *land_pending;
+    bool out_pending[2];
+    int gslot_land[ZC_GRAD_BUFFERS];
 
     /* ZC_DEBUG=1 (grad_debug.c). */
     bool debug;
@@ -521,6 +533,43 @@ zc_device *zc__opt_acc_dev(zc_engine *e, const zc_chunk *c);
 zc_status zc__opt_grad_accumulate(zc_engine *e, zc_chunk *c, const void *own, void *stream);
 /* While Adam runs on chunk k: keeps the home's I/O moving (non-blocking). */
 void zc__opt_progress(zc_engine *e, int k);
+
+/* ---- opt_copy.c ---------------------------------------------------------- */
+
+/* Creates the optimizer's copy stream and its events when the offload home
+ * stages through landing buffers (cpu home on a device, or forced staging);
+ * nothing otherwise. Called by zc__opt_build once the homes are prepared. */
+zc_status zc__opt_copy_build(zc_engine *e);
+/* Waits for the copy stream and destroys it (before the homes are freed). */
+void zc__opt_copy_free(zc_engine *e);
+/* Whether chunk c's reduced gradient goes D2H into its landing buffer on the
+ * copy stream (and its output H2D from a parity buffer on it). */
+bool zc__opt_copy_on(const zc_engine *e, const zc_chunk *c);
+/* Queues the D2H of this rank's reduced slice `src` (shard elements of the
+ * working dtype, produced on `from`) into c's landing buffer: the copy
+ * stream waits for `from`, copies, records ev_land[k]. No host wait. A
+ * gradient pool slot the slice lies in is not zeroed for another chunk
+ * before the copy read it (zc__order_engine_after_slot). */
+zc_status zc__opt_copy_grad_d2h(zc_engine *e, zc_chunk *c, const void *src, void *from);
+/* Consumes chunk k's landed gradient: waits on the host for ev_land[k] only,
+ * then (a host-held fp32 shard, stages 2/3) adds it to c->acc. Nothing when
+ * no copy is pending. */
+zc_status zc__opt_copy_settle(zc_engine *e, int k);
+/* Settles every chunk in order (zc_micro_step_end: the landing buffers take
+ * the next micro-step's slices). */
+zc_status zc__opt_copy_settle_all(zc_engine *e);
+/* Before Adam writes chunk k's output into parity buffer k & 1: waits on the
+ * host for that buffer's last H2D (chunk k - 2's), if one is pending. */
+zc_status zc__opt_copy_out_begin(zc_engine *e, int k);
+/* Queues the H2D of chunk k's output (bytes from src, a parity buffer, to
+ * dst, device memory): after the engine's stream so far (dst's earlier
+ * users), on the copy stream; the engine's stream then waits for it, so
+ * the publish reads the new shard. No host wait. */
+zc_status zc__opt_copy_out_end(zc_engine *e, int k, void *dst, const void *src, size_t bytes);
+/* Before the engine's stream clears the gradients the D2H copies read (the
+ * reset): it waits for the copy stream so far; unconsumed copies (a skipped
+ * stage-1 step) are dropped. */
+zc_status zc__opt_copy_order_reset(zc_engine *e);
 
 /* Whether reading or writing the optimizer state can fail on one rank alone
  * (nvme: I/O), so collective callers agree on its outcome first. */

@@ -261,8 +261,12 @@ static zc_status plan(const zc_est_in *in, zc_est *out)
         if (off && n > maxn_off)
             maxn_off = n;
     }
-    if (cpu && in->staging && maxn_off) /* opt_home_cpu.c: gradient and output staging */
-        ZC_CHECK(add(out, ZC_MEMKIND_PINNED, ZC_MEM_BUFFERS, maxn_off, 4 + pesz));
+    if (cpu && in->staging && maxn_off) {
+        /* opt_home_cpu.c: a gradient landing buffer per offloaded chunk (its
+         * shard in the working dtype) and two output buffers of the largest */
+        ZC_CHECK(add(out, ZC_MEMKIND_PINNED, ZC_MEM_BUFFERS, offloaded, pesz));
+        ZC_CHECK(add(out, ZC_MEMKIND_PINNED, ZC_MEM_BUFFERS, maxn_off, 2 * pesz));
+    }
     if (nvme && maxn_off) {
         /* opt_home_nvme.c: the files count master, m and v (and the
          * gradient) a tensor each; the swap ring, staging and the gradient

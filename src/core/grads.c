@@ -86,7 +86,14 @@ zc_status zc__grads_reduce_full(zc_engine *e, zc_chunk *c, bool last_micro, bool
         ZC_CHECK(zc__eng_all_reduce_on(e, c->grad, n, e->pdt, true, e->comm_stream));
     /* c->grad is next read by the norm (zc_step waits for ev_reduced first)
      * and next written by the reset after it. */
-    return zc__reduction_done(e, -1);
+    ZC_CHECK(zc__reduction_done(e, -1));
+    /* Stage 1 under cpu offload on a device: this rank's reduced slice goes
+     * D2H now, on the copy stream, overlapping the rest of backward; Adam
+     * waits for this chunk's copy alone (opt_copy.c). */
+    if (scatter && zc__opt_copy_on(e, c))
+        ZC_CHECK(zc__opt_copy_grad_d2h(e, c, zc__elem(c->grad, e->rank * c->shard, e->pesz),
+                                       e->comm_stream));
+    return ZC_OK;
 }
 
 /* The chunk's transient gradient buffer, zeroed: this micro-step's zero
@@ -152,6 +159,8 @@ static void reset_micro_flags(zc_engine *e)
 zc_status zc__grads_reset(zc_engine *e)
 {
     zc_device *d = e->dev;
+    /* The optimizer's gradient copies read what is cleared here. */
+    ZC_CHECK(zc__opt_copy_order_reset(e));
     for (int k = 0; k < e->nchunks; k++) {
         zc_chunk *c = &e->chunks[k];
         if (e->pol->sharded_grads) {
@@ -285,6 +294,9 @@ ZC_API zc_status zc_micro_step_end(zc_engine *e)
                       "micro-step %lld (%d of %d are); call zc_grad_ready for every parameter",
                       miss->name, (long long)e->micro, e->nready, e->nparams);
     ZC_CHECK(zc__debug_check(e, "zc_micro_step_end"));
+    /* cpu offload on a device: the slices copied D2H in this micro-step are
+     * added to the host shards, freeing the landing buffers for the next. */
+    ZC_CHECK(zc__opt_copy_settle_all(e));
     reset_micro_flags(e);
     e->micro++;
     zc__timers_forward(&e->timers);

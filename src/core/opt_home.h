@@ -52,7 +52,11 @@ typedef struct zc_opt_view {
                                 shard, or NULL (Adam reads it where it is) */
     void *pout_stage;        /* host staging of >= n * param_bytes for the new
                                 working-precision shard, or NULL (written in
-                                place) */
+                                place). The cpu home alternates two buffers by
+                                the parity of k, so the H2D copy of chunk k's
+                                output can run while Adam writes chunk k+1's;
+                                the engine waits for a buffer's last copy
+                                before handing it to Adam again (opt_copy.c) */
 } zc_opt_view;
 
 typedef struct zc_opt_home_ops {
@@ -80,6 +84,14 @@ typedef struct zc_opt_home_ops {
      * ranks must keep issuing the same collectives): they are kept and fail
      * the next pass. grad_in_stage is a pinned buffer of >= n * 4 bytes for
      * staging src from a device. May be NULL. */
+    /* With staging: chunk k's own pinned landing buffer of n * param_bytes
+     * for its reduced working-precision gradient slice, copied D2H on the
+     * engine's copy stream as the chunk's reduction finishes (opt_copy.c);
+     * one per chunk, so no copy waits for another chunk's consumer. Valid
+     * from prepare until destroy; it is also the view's grad_stage. NULL
+     * without staging, or when the home has none (nvme: bounded memory;
+     * it stages synchronously through its swap slots). May be NULL. */
+    void *(*grad_land)(zc_opt_home *h, int k);
     zc_status (*grad_add)(zc_opt_home *h, int k, const void *src, zc_dtype dt, bool first,
                           bool last, double *sumsq);
     void *(*grad_in_stage)(zc_opt_home *h);

@@ -1,10 +1,13 @@
 /* The cpu home (ZeRO-Offload): master, m and v of every chunk homed here live
  * in the pinned host pool (NUMA-placed near the GPU, registered with CUDA when
  * there is one), and at stages 2/3 the fp32 gradient shard too, all allocated
- * at prepare, so a step never allocates. The host Adam updates them in place;
- * with staging, one pinned pair of buffers carries each reduced gradient
- * slice in (D2H, accumulated on the host) and the new working-precision shard
- * out (H2D) for the chunk being updated. */
+ * at prepare, so a step never allocates. The host Adam updates them in place.
+ * With staging (a GPU) each chunk also has a pinned landing buffer of its
+ * shard in the working precision, where its reduced gradient slice lands (D2H
+ * on the engine's copy stream as the reduction finishes, opt_copy.c), and two
+ * pinned output buffers, used by chunk parity, carry the new working-precision
+ * shards out (H2D), so the copy of one chunk's output overlaps Adam on the
+ * next. */
 #include <string.h>
 
 #include "base/log.h"
@@ -16,6 +19,7 @@
 typedef struct cpu_chunk {
     size_t n;
     float *t[4]; /* master, m, v, and (hold_grads) the fp32 gradient shard */
+    void *land;  /* staging: the gradient slice's landing buffer (n * param_bytes) */
 } cpu_chunk;
 
 typedef struct cpu_home {
@@ -25,7 +29,7 @@ typedef struct cpu_home {
     size_t chunks_bytes;
     size_t maxn;
     zc_pinned_pool *pool;
-    void *grad_stage, *pout_stage;
+    void *pout_stage[2];  /* staging: output buffers, by chunk parity */
 } cpu_home;
 
 static const zc_mem_category cats[4] = {ZC_MEM_MASTER, ZC_MEM_ADAM, ZC_MEM_ADAM, ZC_MEM_GRADS};
@@ -49,10 +53,13 @@ static zc_status cpu_add(zc_opt_home *hh, int k, size_t n)
 static uint64_t cpu_bytes(const cpu_home *h)
 {
     uint64_t b = 0;
-    for (int k = 0; k < h->p.nchunks; k++)
+    for (int k = 0; k < h->p.nchunks; k++) {
         b += (uint64_t)ntensors(h) * h->chunks[k].n * sizeof(float);
+        if (h->p.staging)
+            b += (uint64_t)h->chunks[k].n * h->p.param_bytes;
+    }
     if (h->p.staging)
-        b += (uint64_t)h->maxn * (sizeof(float) + h->p.param_bytes);
+        b += 2 * (uint64_t)h->maxn * h->p.param_bytes;
     return b;
 }
 
@@ -82,7 +89,7 @@ static zc_status cpu_prepare(zc_opt_home *hh)
     /* Slabs sized to the need (plus alignment slack), not the pool's 64 MiB
      * default: a small model must not lock 64 MiB per rank. The pool caps a
      * slab at 1 GiB and adds more as needed. */
-    o.slab_bytes = (size_t)need + (size_t)(4 * h->p.nchunks + 2) * ALIGN;
+    o.slab_bytes = (size_t)need + (size_t)(5 * h->p.nchunks + 2) * ALIGN;
     o.device_index = h->p.device_index;
     if (h->p.device_index < 0)
         o.flags |= ZC_PINNED_NO_CUDA;
@@ -102,13 +109,20 @@ static zc_status cpu_prepare(zc_opt_home *hh)
             memset(mem, 0, c->n * sizeof(float));
             c->t[i] = mem;
         }
+        if (h->p.staging && c->n) {
+            zc_status rc = zc__pinned_alloc(h->pool, c->n * h->p.param_bytes, ALIGN,
+                                            ZC_MEM_BUFFERS, "gradient landing (cpu offload)",
+                                            &c->land);
+            if (rc != ZC_OK) {
+                zc__error_context("offload_optimizer \"cpu\": chunk %d (rank %d)", k,
+                                  h->p.rank);
+                return rc;
+            }
+        }
     }
-    if (h->p.staging && h->maxn) {
-        ZC_CHECK(zc__pinned_alloc(h->pool, h->maxn * sizeof(float), ALIGN, ZC_MEM_BUFFERS,
-                                  "gradient staging (cpu offload)", &h->grad_stage));
+    for (int i = 0; h->p.staging && h->maxn && i < 2; i++)
         ZC_CHECK(zc__pinned_alloc(h->pool, h->maxn * h->p.param_bytes, ALIGN, ZC_MEM_BUFFERS,
-                                  "parameter staging (cpu offload)", &h->pout_stage));
-    }
+                                  "parameter staging (cpu offload)", &h->pout_stage[i]));
     ZC_LOGI("offload", "optimizer state of %.1f MiB in pinned host memory (rank %d)",
             (double)need / 1048576.0, h->p.rank);
     return ZC_OK;
@@ -118,6 +132,11 @@ static float *cpu_grad_shard(zc_opt_home *hh, int k)
 {
     cpu_home *h = (cpu_home *)hh;
     return h->p.hold_grads ? h->chunks[k].t[3] : NULL;
+}
+
+static void *cpu_grad_land(zc_opt_home *hh, int k)
+{
+    return ((cpu_home *)hh)->chunks[k].land;
 }
 
 static zc_status cpu_pass_begin(zc_opt_home *hh, const int *ks, int nk)
@@ -133,7 +152,7 @@ static zc_status cpu_acquire(zc_opt_home *hh, int k, zc_opt_view *out)
     if (!c->t[0])
         return ZC_ERR(ZC_ERR_INTERNAL, "cpu home: chunk %d is not homed here", k);
     *out = (zc_opt_view){.master = c->t[0], .m = c->t[1], .v = c->t[2],
-                         .grad_stage = h->grad_stage, .pout_stage = h->pout_stage};
+                         .grad_stage = c->land, .pout_stage = h->pout_stage[k & 1]};
     return ZC_OK;
 }
 
@@ -152,11 +171,13 @@ static zc_status cpu_pass_end(zc_opt_home *hh)
 static void cpu_destroy(zc_opt_home *hh)
 {
     cpu_home *h = (cpu_home *)hh;
-    for (int k = 0; h->chunks && k < h->p.nchunks; k++)
+    for (int k = 0; h->chunks && k < h->p.nchunks; k++) {
         for (int i = 0; i < 4; i++)
             zc__pinned_free(h->pool, h->chunks[k].t[i]);
-    zc__pinned_free(h->pool, h->grad_stage);
-    zc__pinned_free(h->pool, h->pout_stage);
+        zc__pinned_free(h->pool, h->chunks[k].land);
+    }
+    for (int i = 0; i < 2; i++)
+        zc__pinned_free(h->pool, h->pout_stage[i]);
     zc__pinned_pool_destroy(h->pool);
     zc__host_free(h->p.acct, ZC_MEM_OTHER, h->chunks, h->chunks_bytes);
     zc__host_free(h->p.acct, ZC_MEM_OTHER, h, sizeof *h);
@@ -172,6 +193,7 @@ static const zc_opt_home_ops cpu_ops = {
     .release = cpu_release,
     .pass_end = cpu_pass_end,
     .grad_shard = cpu_grad_shard,
+    .grad_land = cpu_grad_land,
     .destroy = cpu_destroy,
 };
 

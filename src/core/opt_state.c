@@ -17,7 +17,9 @@
  * path device memory is host memory and Adam reads and writes it in place.
  * Either way the kernel, its inputs and its segmenting are those of the
  * device home, so none / cpu / nvme give bitwise-identical results on the
- * host path.
+ * host path. Under cpu offload the copies are asynchronous on a copy stream
+ * (opt_copy.c): the gradient lands in a per-chunk buffer during backward and
+ * the output goes back while Adam runs on the next chunk.
  *
  * Failures. The nvme home does rank-local I/O between two collectives (the
  * gradient reductions before the step and the publish after it). The step
@@ -159,11 +161,12 @@ zc_status zc__opt_build(zc_engine *e)
         ZC_LOGI("core", "optimizer state: %lld of %lld elements offloaded (%s, ratio %g)",
                 (long long)offloaded, (long long)total, e->homes[1]->ops->name,
                 e->cfg->zero.offload_optimizer.ratio);
-    return ZC_OK;
+    return zc__opt_copy_build(e);
 }
 
 void zc__opt_free(zc_engine *e)
 {
+    zc__opt_copy_free(e); /* its copies read and write the homes' buffers */
     for (int h = 0; h < e->nhomes; h++)
         zc__opt_home_destroy(e->homes[h]);
     e->homes[0] = e->homes[1] = NULL;
@@ -252,6 +255,10 @@ zc_status zc__opt_grad_accumulate(zc_engine *e, zc_chunk *c, const void *own, vo
     zc_device *h = zc__device_host();
     if (!e->opt_staging) /* device memory is host memory: add in place */
         return h->ops->accumulate(h, c->acc, own, e->pdt, n, NULL);
+    /* D2H on the copy stream into the chunk's landing buffer; the host adds
+     * it at the micro-step's end or in the norm (opt_copy.c). */
+    if (zc__opt_copy_on(e, c))
+        return zc__opt_copy_grad_d2h(e, c, own, stream);
     /* D2H into the home's pinned gradient staging (free during backward:
      * the optimizer pass uses it only inside zc_step), then a host add. */
     zc_opt_home *hm = e->homes[c->home];
@@ -316,7 +323,15 @@ zc_status zc__opt_fetch(zc_engine *e, int k, zc_opt_chunk *out)
     if (!h->ops->host || !e->opt_staging)
         return ZC_OK;
     zc_device *d = e->dev;
-    if (!(sharded && (c->acc_swap || c->acc_host))) {
+    if (zc__opt_copy_on(e, c)) {
+        /* The slice landed during backward (stage 1; stages 2/3 added it to
+         * the host shard already): wait for this chunk's copy alone. */
+        ZC_CHECK(zc__opt_copy_settle(e, k));
+        if (!sharded) {
+            out->grad = v.grad_stage;
+            out->grad_base = shard_base;
+        }
+    } else if (!(sharded && (c->acc_swap || c->acc_host))) {
         /* Stage this rank's gradient shard into pinned memory (D2H); a
          * host-held fp32 shard is already there. */
         const size_t gesz = zc_dtype_size(out->grad_dtype);
@@ -329,6 +344,9 @@ zc_status zc__opt_fetch(zc_engine *e, int k, zc_opt_chunk *out)
     }
     if (poff)
         return ZC_OK;
+    /* The parity buffer's last H2D (two chunks back) must be done. */
+    if (zc__opt_copy_on(e, c))
+        ZC_CHECK(zc__opt_copy_out_begin(e, k));
     out->pout = v.pout_stage;
     out->pout_base = shard_base;
     out->staged = true;
@@ -342,14 +360,19 @@ zc_status zc__opt_put(zc_engine *e, int k, zc_opt_chunk *oc)
     if (oc->pout_home) {
         ZC_CHECK(zc__param_out_end(e, k));
     } else if (oc->staged) {
-        /* The new working-precision shard goes back to the device (H2D);
-         * synchronous, so the staging buffer can take the next chunk. */
+        /* The new working-precision shard goes back to the device (H2D):
+         * on the copy stream when the home has parity buffers, else
+         * synchronous, so the one staging buffer can take the next chunk. */
         zc_device *d = e->dev;
         const int64_t shard_base = (int64_t)e->rank * c->shard;
         char *dst = zc__elem(c->param, e->pol->full_params ? shard_base : 0, e->pesz);
-        ZC_CHECK(d->ops->copy(d, dst, oc->pout, (size_t)c->shard * e->pesz, ZC_COPY_H2D,
-                              e->stream));
-        ZC_CHECK(d->ops->stream_sync(d, e->stream));
+        if (zc__opt_copy_on(e, c)) {
+            ZC_CHECK(zc__opt_copy_out_end(e, k, dst, oc->pout, (size_t)c->shard * e->pesz));
+        } else {
+            ZC_CHECK(d->ops->copy(d, dst, oc->pout, (size_t)c->shard * e->pesz, ZC_COPY_H2D,
+                                  e->stream));
+            ZC_CHECK(d->ops->stream_sync(d, e->stream));
+        }
     }
     return h->ops->release(h, k, true);
 }

@@ -87,6 +87,10 @@ static zc_status norm_partials(zc_engine *e, double *total)
                  * joins the device partials. */
                 double v = c->acc_sumsq;
                 if (c->acc_host) {
+                    /* Its last slice may still be landing (cpu offload on a
+                     * device): this chunk's copy alone is waited for, so
+                     * the next chunks' copies overlap this sum. */
+                    ZC_CHECK(zc__opt_copy_settle(e, k));
                     zc_device *h = zc__device_host();
                     ZC_CHECK(h->ops->sumsq(h, g, dt, (size_t)c->shard, &v, NULL));
                 }

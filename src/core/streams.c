@@ -28,6 +28,10 @@
  *                buffer on h2d_stream; ev_h2d_done on h2d_stream, stream
  *                waits (the all-gather); the host syncs ev_h2d_done only
  *                before the home buffer is reused (param_state.c).
+ *   offload_optimizer (cpu, on a device) the gradient D2H and the output
+ *                H2D on copy_stream, each chunk's with an event of its own
+ *                (opt_copy.c); a gradient pool slot is not zeroed before
+ *                the copy that read it (ev_land of gslot_land[s]).
  *
  * The host device runs everything synchronously: its streams and events are
  * sentinels and these calls do nothing, but they are made all the same, so
@@ -158,10 +162,19 @@ zc_status zc__order_engine_after_reductions(zc_engine *e)
 
 zc_status zc__order_engine_after_slot(zc_engine *e, int slot)
 {
-    if (slot < 0 || slot >= ZC_GRAD_BUFFERS || !e->gslot_pending[slot])
+    if (slot < 0 || slot >= ZC_GRAD_BUFFERS)
         return ZC_OK;
     zc_device *d = e->dev;
-    ZC_CHECK(d->ops->stream_wait_event(d, e->stream, e->ev_gslot[slot]));
-    e->gslot_pending[slot] = false;
+    if (e->gslot_pending[slot]) {
+        ZC_CHECK(d->ops->stream_wait_event(d, e->stream, e->ev_gslot[slot]));
+        e->gslot_pending[slot] = false;
+    }
+    /* cpu offload on a device: the slot's slice may still be copied D2H on
+     * the optimizer's copy stream (opt_copy.c). */
+    const int k = e->gslot_land[slot];
+    if (e->copy_stream && k >= 0) {
+        ZC_CHECK(d->ops->stream_wait_event(d, e->stream, e->ev_land[k]));
+        e->gslot_land[slot] = -1;
+    }
     return ZC_OK;
 }

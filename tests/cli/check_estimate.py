@@ -177,9 +177,10 @@ def main():
         tensors = [1 << 24] * (P >> 24) + [P % (1 << 24)]
         shard = sum(up(t, W * 64) for t in tensors) // W
         big = max(up(t, W * 64) for t in tensors) // W
-        # master, m, v and the fp32 gradient shard pinned; gradient and
-        # output staging of the largest shard.
-        want = 16 * shard + big * (4 + 2)
+        # master, m, v and the fp32 gradient shard pinned; a bf16 gradient
+        # landing buffer per chunk shard and two bf16 output buffers of the
+        # largest shard.
+        want = 16 * shard + 2 * shard + 2 * big * 2
         if s2c["bytes"]["pinned"] != want:
             fail("stage 2 cpu pinned", "%d, want %d" % (s2c["bytes"]["pinned"], want))
     if (0, "cpu") in by:

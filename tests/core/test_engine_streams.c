@@ -25,6 +25,8 @@
  *     device allocations counted by the recording device (world 2), and the
  *     allocator's fault switch armed for the next host allocation (world 1,
  *     where device memory is host memory).
+ *   - offload_optimizer "cpu" with staging forced on: the gradient D2H and
+ *     output H2D copies on a copy stream of their own (see below).
  * The numerics of these runs are covered by the stage-equivalence tests. */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -284,6 +286,8 @@ static char user_stream_handle, caller_stream_handle;
  * value, so rank threads may use it. */
 /* offload_param.device for the next open_eng (NULL: none). */
 static const char *g_offload_param;
+/* offload_optimizer.device for the next open_eng (NULL: none). */
+static const char *g_offload_opt;
 
 static zc_status open_eng(st_eng *x, zc_comm *comm, int stage, int overlap, rec_dev *f)
 {
@@ -298,6 +302,9 @@ static zc_status open_eng(st_eng *x, zc_comm *comm, int stage, int overlap, rec_
         ZC_CHECK(zc_config_set_int(x->cfg,
                                    "zero_optimization.stage3_param_persistence_threshold", 0));
     }
+    if (g_offload_opt)
+        ZC_CHECK(zc_config_set(x->cfg, "zero_optimization.offload_optimizer.device",
+                               g_offload_opt));
     ZC_CHECK(zc_config_set_bool(x->cfg, "zero_optimization.overlap_comm", overlap != 0));
     ZC_CHECK(zc_config_set_double(x->cfg, "gradient_clipping", 1.0));
     zc_engine_options eo = ZC_ENGINE_OPTIONS_INIT;
@@ -464,6 +471,177 @@ Test(engine_streams, offload_param_copy_on_its_own_stream)
     zc_comm_destroy(comm);
     t_assert_no_leaks();
 }
+
+/* Optimizer offload "cpu" with the staging a GPU takes (forced on the host):
+ *   - backward: each chunk's reduced slice is copied D2H on the engine's
+ *     optimizer copy stream, after an event of the reduction's stream, and
+ *     the chunk's own event is recorded after it; no host wait at all, and
+ *     no copy on the engine's or the communication stream (stages 2/3: a
+ *     gradient pool slot is zeroed for another chunk only after the engine's
+ *     stream waited for the copy that read it);
+ *   - the step: chunk k's H2D output copy runs on the copy stream after an
+ *     event of the engine's stream, and the engine's stream waits for it;
+ *     before it, the host waited only for chunk k's gradient copy and for
+ *     the output buffer's copy two chunks back - never for a later chunk's
+ *     gradient or the previous chunk's output (stages 2/3 wait for chunk
+ *     k's gradient in the norm, before chunk k's partial and after chunk
+ *     k-1's); the reset waits, on the device, for the copy stream. */
+static void check_offload_opt_copies(int stage, int overlap)
+{
+    zc_comm *comm = comm1();
+    static rec_dev f;
+    st_eng x;
+    g_offload_opt = "\"cpu\"";
+    zc__opt_force_staging(true);
+    zc_status orc = open_eng(&x, comm, stage, overlap, &f);
+    zc__opt_force_staging(false);
+    g_offload_opt = NULL;
+    cr_assert_eq(orc, ZC_OK, "%s", zc_last_error());
+    zc_engine *e = x.e;
+    void *es = e->stream, *cs = e->comm_stream, *cp = e->copy_stream;
+    cr_assert_not_null(cp, "stage %d: no optimizer copy stream", stage);
+    cr_assert(cp != es && cp != cs && is_nonblocking(&f, cp));
+    cr_assert_eq(e->nchunks, 3);
+
+    /* backward, chunks completed in order 2, 1, 0; which gradient pool slot
+     * each chunk's buffer took, and where its zero-fill was logged */
+    int mark = f.n;
+    int slot_of[3] = {-1, -1, -1}, fill_from[3] = {-1, -1, -1};
+    for (int i = NP - 1; i >= 0; i--) {
+        const int c = x.p[i]->chunk;
+        if (fill_from[c] < 0)
+            fill_from[c] = f.n;
+        cr_assert_not_null(zc_param_acquire(e, x.p[i], S));
+        float *g = zc_grad_buffer(e, x.p[i]);
+        cr_assert_not_null(g, "%s", zc_last_error());
+        if (stage >= 2)
+            slot_of[c] = zc__bufpool_slot(&e->pool_grad, e->chunks[c].gbuf);
+        for (int64_t j = 0; j < numel[i]; j++)
+            g[j] = (float)t_noise(18, 0, 0, 0, i, j);
+        cr_assert_eq(zc_grad_ready(e, x.p[i]), ZC_OK, "%s", zc_last_error());
+        cr_assert_eq(zc_param_release(e, x.p[i], S), ZC_OK);
+    }
+    int end = f.n;
+    cr_assert_eq(count_host_waits(&f, mark, end, ANY), 0,
+                 "stage %d: the host waited during backward", stage);
+    int copies = 0;
+    for (int i = mark; i < end; i++) {
+        if (f.log[i].op != R_COPY)
+            continue;
+        cr_assert_eq(f.log[i].stream, cp, "stage %d: a copy off the copy stream in backward",
+                     stage);
+        copies++;
+        int w = -1;
+        for (int j = i - 1; j >= mark && w < 0; j--)
+            if (f.log[j].op == R_WAIT && f.log[j].stream == cp)
+                w = j;
+        cr_assert_geq(w, 0, "stage %d: the gradient copy waits for nothing", stage);
+        cr_assert_geq(find(&f, mark, w, R_RECORD, cs, f.log[w].event), 0,
+                      "stage %d: the gradient copy does not wait for the reduction's stream",
+                      stage);
+    }
+    cr_assert_eq(copies, 3, "stage %d: %d gradient copies for 3 chunks", stage, copies);
+    for (int k = 0; k < 3; k++)
+        cr_assert_geq(find(&f, mark, end, R_RECORD, cp, e->ev_land[k]), 0,
+                      "stage %d: chunk %d's copy recorded no event", stage, k);
+    /* a chunk whose buffer reuses an earlier chunk's slot: its zero-fill
+     * waits for that chunk's copy (3 chunks, 2 slots: at least one reuse) */
+    int reuses = 0;
+    for (int c = 1; stage >= 2 && c >= 0; c--)
+        for (int p = c + 1; p <= 2; p++) {
+            if (slot_of[p] != slot_of[c])
+                continue;
+            reuses++;
+            const int z = find(&f, fill_from[c], end, R_MEMSET, es, NULL);
+            cr_assert_geq(z, 0);
+            cr_assert_geq(find(&f, fill_from[c], z, R_WAIT, es, e->ev_land[p]), 0,
+                          "stage %d: chunk %d's slot is zeroed before chunk %d's copy read it",
+                          stage, c, p);
+            break;
+        }
+    cr_assert(stage < 2 || reuses > 0, "stage %d: no slot was reused", stage);
+
+    /* the step */
+    mark = f.n;
+    cr_assert_eq(zc_step(e, NULL), ZC_OK, "%s", zc_last_error());
+    end = f.n;
+    int h2d[3], n = 0;
+    for (int i = mark; i < end; i++)
+        if (f.log[i].op == R_COPY && f.log[i].stream == cp) {
+            cr_assert_lt(n, 3, "stage %d: more than 3 copies in the step", stage);
+            h2d[n++] = i;
+        }
+    cr_assert_eq(n, 3, "stage %d: %d output copies on the copy stream", stage, n);
+    cr_assert_eq(count_host_waits(&f, mark, end, cp), 0, "stage %d: the copy stream was synced",
+                 stage);
+    for (int k = 0; k < 3; k++) {
+        const int from = k ? h2d[k - 1] : mark;
+        /* ordered after the engine's stream, and the engine's stream after it */
+        int w = -1;
+        for (int j = h2d[k] - 1; j >= from && w < 0; j--)
+            if (f.log[j].op == R_WAIT && f.log[j].stream == cp)
+                w = j;
+        cr_assert_geq(w, 0, "stage %d chunk %d: the output copy waits for nothing", stage, k);
+        cr_assert_geq(find(&f, from, w, R_RECORD, es, f.log[w].event), 0);
+        const int r = find(&f, h2d[k] + 1, end, R_RECORD, cp, e->ev_out[k & 1]);
+        cr_assert_geq(r, 0, "stage %d chunk %d: no event after the output copy", stage, k);
+        cr_assert_geq(find(&f, r + 1, end, R_WAIT, es, e->ev_out[k & 1]), 0,
+                      "stage %d chunk %d: the engine's stream does not wait for it", stage, k);
+        /* chunk k's host waits since the previous output copy: its own
+         * gradient (stage 1) and its output buffer's copy of chunk k-2 */
+        for (int j = from; j < h2d[k]; j++) {
+            if (f.log[j].op != R_EVSYNC)
+                continue;
+            void *ev = f.log[j].event;
+            const bool own = ev == e->ev_land[k] && stage == 1;
+            const bool buf = ev == e->ev_out[k & 1] && k >= 2;
+            cr_assert(own || buf || (stage >= 2 && k == 0),
+                      "stage %d: before chunk %d's output the host waited for another event",
+                      stage, k);
+            if (buf)
+                cr_assert_gt(j, h2d[k - 1], "stage %d chunk %d: waited for the previous "
+                             "chunk's output copy", stage, k);
+        }
+        if (stage == 1)
+            cr_assert_geq(find(&f, from, h2d[k], R_EVSYNC, NULL, e->ev_land[k]), 0,
+                          "stage 1 chunk %d: Adam does not wait for its gradient copy", k);
+    }
+    if (stage >= 2) {
+        /* the norm: chunk k's gradient copy is waited for right before its
+         * partial, after chunk k-1's */
+        int prev = mark;
+        for (int k = 0; k < 3; k++) {
+            const int sy = find(&f, prev, end, R_EVSYNC, NULL, e->ev_land[k]);
+            cr_assert_geq(sy, 0, "stage %d: the norm does not wait for chunk %d's copy", stage,
+                          k);
+            for (int j = k + 1; j < 3; j++)
+                cr_assert_lt(find(&f, mark, sy, R_EVSYNC, NULL, e->ev_land[j]), 0,
+                             "stage %d: chunk %d's copy waited for before chunk %d's", stage,
+                             j, k);
+            prev = sy + 1;
+        }
+    }
+    /* the reset: the engine's stream waits for the copy stream before it
+     * clears what the copies read */
+    const int tail = find(&f, h2d[2], end, R_RECORD, cp, e->ev_copy_tail);
+    cr_assert_geq(tail, 0, "stage %d: no event for the reset", stage);
+    cr_assert_geq(find(&f, tail + 1, end, R_WAIT, es, e->ev_copy_tail), 0,
+                  "stage %d: the reset does not wait for the copy stream", stage);
+    if (stage == 1) {
+        const int wt = find(&f, tail + 1, end, R_WAIT, es, e->ev_copy_tail);
+        const int z = find(&f, h2d[2], end, R_MEMSET, es, NULL);
+        cr_assert(z > wt, "stage 1: the gradient is cleared before the copy stream's wait");
+    }
+    cr_assert(!f.overflow);
+    close_eng(&x);
+    zc_comm_destroy(comm);
+    t_assert_no_leaks();
+}
+
+Test(engine_streams, offload_optimizer_copies_stage1) { check_offload_opt_copies(1, 0); }
+Test(engine_streams, offload_optimizer_copies_stage2) { check_offload_opt_copies(2, 0); }
+Test(engine_streams, offload_optimizer_copies_stage2_overlap) { check_offload_opt_copies(2, 1); }
+Test(engine_streams, offload_optimizer_copies_stage3_overlap) { check_offload_opt_copies(3, 1); }
 
 /* ---- gradients ----------------------------------------------------------- */
 

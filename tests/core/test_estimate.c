@@ -16,6 +16,7 @@
  * chunks and with persistent chunks that stay on the device): the pinned
  * shards, the cached shards, the swap buffers and the parameter swap file
  * (its stripe round-up included) as the homes allocate them.
+ * And with the cpu home's staging forced on (what a GPU allocates).
  *
  * The pre-flight: with a fake /proc/meminfo of too little MemAvailable, build
  * fails with ZC_ERR_NO_MEMORY naming the biggest consumer and its key, and
@@ -87,7 +88,7 @@ typedef struct poff_opts {
 static const poff_opts NO_POFF = {0, 0, -1};
 
 static void check_with(int stage, int world, int accum, int off, const char *nvme_json,
-                       int views, poff_opts po)
+                       int views, poff_opts po, bool staged)
 {
     static const char *const names[] = {NULL, "cpu", "nvme"};
     static const int dev_of[] = {ZC_OFFLOAD_NONE, ZC_OFFLOAD_CPU, ZC_OFFLOAD_NVME};
@@ -105,11 +106,14 @@ static void check_with(int stage, int world, int accum, int off, const char *nvm
     r->param_nvme_path_json = po.dev == 2 ? nvme_json : NULL;
     r->max_in_cpu = po.max_in_cpu;
     r->persistence = po.persistence;
-    cr_assert(t_engine_run(r), "%s", t_run_error(r));
+    zc__opt_force_staging(staged);
+    const bool ran = t_engine_run(r);
+    zc__opt_force_staging(false);
+    cr_assert(ran, "%s", t_run_error(r));
     zc_est_in in = {
         .world = world, .stage = stage, .pesz = 2, .gas = accum,
         .offload = off == 0 ? ZC_OFFLOAD_NONE : off == 1 ? ZC_OFFLOAD_CPU : ZC_OFFLOAD_NVME,
-        .ratio = l.ratio, .staging = false, .dev_kind = ZC_MEMKIND_HOST,
+        .ratio = l.ratio, .staging = staged, .dev_kind = ZC_MEMKIND_HOST,
         .buffer_count = l.buffer_count, .nvme_round = l.nvme_round, .max_live = l.max_live, .prefetch_elems = l.prefetch,
         .nchunks = l.nchunks, .padded = l.padded, .persistent = l.persistent,
         .view_chunks = views,
@@ -155,7 +159,7 @@ static void check_with(int stage, int world, int accum, int off, const char *nvm
 static void check_one(int stage, int world, int accum, int off, const char *nvme_json,
                       int views)
 {
-    check_with(stage, world, accum, off, nvme_json, views, NO_POFF);
+    check_with(stage, world, accum, off, nvme_json, views, NO_POFF, false);
 }
 
 Test(estimate, plan_equals_allocation)
@@ -184,7 +188,7 @@ Test(estimate, plan_equals_allocation_offload_param)
         for (int accum = 1; accum <= 2; accum++)
             for (int off = 0; off <= 2; off++)
                 for (int pdev = 1; pdev <= 2; pdev++)
-                    check_with(3, world, accum, off, json, 0, (poff_opts){pdev, 0, -1});
+                    check_with(3, world, accum, off, json, 0, (poff_opts){pdev, 0, -1}, false);
     rmdir(dir);
 }
 
@@ -203,13 +207,23 @@ Test(estimate, plan_equals_allocation_offload_param_cached_and_persistent)
     snprintf(json, sizeof json, "[\"%s\", \"%s\"]", d1, d2);
     for (int world = 1; world <= 3; world++)
         for (int off = 0; off <= 2; off += 2) {
-            check_with(3, world, 1, off, json, 0, (poff_opts){2, 2500, -1});
-            check_with(3, world, 1, off, json, 0, (poff_opts){2, 0, 600});
-            check_with(3, world, 1, off, json, 0, (poff_opts){1, 0, 600});
-            check_with(3, world, 2, off, json, 0, (poff_opts){2, 1 << 20, -1});
+            check_with(3, world, 1, off, json, 0, (poff_opts){2, 2500, -1}, false);
+            check_with(3, world, 1, off, json, 0, (poff_opts){2, 0, 600}, false);
+            check_with(3, world, 1, off, json, 0, (poff_opts){1, 0, 600}, false);
+            check_with(3, world, 2, off, json, 0, (poff_opts){2, 1 << 20, -1}, false);
         }
     rmdir(d1);
     rmdir(d2);
+}
+
+/* The staging a GPU adds under cpu offload (forced on the host): a gradient
+ * landing buffer per offloaded chunk and two output buffers, exactly. */
+Test(estimate, plan_equals_allocation_with_cpu_staging)
+{
+    for (int stage = 1; stage <= 3; stage++)
+        for (int world = 1; world <= 3; world++)
+            for (int accum = 1; accum <= 2; accum++)
+                check_with(stage, world, accum, 1, NULL, 0, NO_POFF, true);
 }
 
 /* The fp32 view pools (zc_engine_options.f32_view_chunks) are in the plan. */
