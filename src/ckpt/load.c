@@ -23,6 +23,7 @@
 
 #include "ckpt/engine_io.h"
 #include "ckpt/format.h"
+#include "ckpt/shard_read.h"
 #include "ckpt/source.h"
 
 static void shape_text(const int64_t *sh, int nd, char *b, size_t cap)
@@ -97,26 +98,109 @@ static zc_status match_model(const zc_engine *e, const zc_ck_source *s, int *map
         BODY                                                                          \
     }
 
+/* Calls fn for every entry elements [r0, r1) of chunk k's tensor `kind`
+ * come from, in element order: the entry, its elements [x0, x1) that are
+ * read, and where they go (element `at` of the range). The plan of the
+ * reader and the restore both walk the chunks this way, so they agree on
+ * the order. */
+typedef zc_status (*entry_fn)(void *arg, int64_t entry, int64_t x0, int64_t x1, int64_t at);
+
+static zc_status chunk_entries(const zc_engine *e, const zc_ck_source *s, const int *map, int k,
+                               int kind, entry_fn fn, void *arg)
+{
+    const zc_chunk *c = &e->chunks[k];
+    const zc_ck_manifest *m = &s->m;
+    int64_t r0, r1;
+    zc__ck_home_range(e, c, &r0, &r1);
+    EACH_OVERLAP(e, c, r0, r1, {
+        const int q = map[pi];
+        const int64_t lo = m->first_entry[q * ZC_CK__KINDS + kind];
+        const int64_t hi = m->first_entry[q * ZC_CK__KINDS + kind + 1];
+        for (int64_t i = lo; i < hi; i++) {
+            const zc_ck_entry *en = &m->entries[i];
+            if (en->end <= a || en->begin >= b)
+                continue;
+            const int64_t x0 = en->begin > a ? en->begin : a;
+            const int64_t x1 = en->end < b ? en->end : b;
+            ZC_CHECK(fn(arg, i, x0, x1, at + (x0 - a)));
+        }
+    })
+    return ZC_OK;
+}
+
+typedef struct plan {
+    int64_t *idx;
+    int64_t n, cap;
+} plan;
+
+static zc_status plan_add(void *arg, int64_t entry, int64_t x0, int64_t x1, int64_t at)
+{
+    (void)x0;
+    (void)x1;
+    (void)at;
+    plan *p = arg;
+    if (p->n == p->cap) {
+        int64_t cap = p->cap ? 2 * p->cap : 256;
+        int64_t *idx = realloc(p->idx, (size_t)cap * sizeof *idx);
+        if (!idx)
+            return ZC_ERR(ZC_ERR_NO_MEMORY, "zc_checkpoint_load: plan of %" PRId64 " entries",
+                          cap);
+        p->idx = idx;
+        p->cap = cap;
+    }
+    p->idx[p->n++] = entry;
+    return ZC_OK;
+}
+
+/* The entries this rank reads, in the order it reads them. */
+static zc_status make_plan(const zc_engine *e, const zc_ck_source *s, const int *map, plan *p)
+{
+    for (int k = 0; k < e->nchunks; k++)
+        for (int kind = 0; kind < ZC_CK__KINDS; kind++)
+            ZC_CHECK(chunk_entries(e, s, map, k, kind, plan_add, p));
+    return ZC_OK;
+}
+
+static zc_status verify_entry(void *arg, int64_t entry, int64_t x0, int64_t x1, int64_t at)
+{
+    (void)x0;
+    (void)x1;
+    (void)at;
+    return zc__ck_source_verify(arg, entry);
+}
+
+/* Version 1 (entries not aligned): every checksum first, by pread. */
 static zc_status verify_own(const zc_engine *e, zc_ck_source *s, const int *map)
 {
-    for (int k = 0; k < e->nchunks; k++) {
-        const zc_chunk *c = &e->chunks[k];
-        int64_t r0, r1;
-        zc__ck_home_range(e, c, &r0, &r1);
-        EACH_OVERLAP(e, c, r0, r1, {
-            (void)at;
-            for (int kind = 0; kind < ZC_CK__KINDS; kind++)
-                ZC_CHECK(zc__ck_source_verify_range(s, map[pi], kind, a, b));
-        })
-    }
+    for (int k = 0; k < e->nchunks; k++)
+        for (int kind = 0; kind < ZC_CK__KINDS; kind++)
+            ZC_CHECK(chunk_entries(e, s, map, k, kind, verify_entry, s));
     return ZC_OK;
 }
 
 typedef struct load_ctx {
     zc_ck_source *src;
     const int *map;
+    zc_ck_reader *reader; /* version 2: one O_DIRECT read; NULL: pread */
     float *bounce;
+    /* the tensor being restored */
+    float *dst;
+    int64_t filled;       /* elements of dst written or zeroed */
 } load_ctx;
+
+/* One entry's elements into place; the gap before them is chunk padding
+ * (entries tile every parameter, parameters lie in offset order). */
+static zc_status restore_entry(void *arg, int64_t entry, int64_t x0, int64_t x1, int64_t at)
+{
+    load_ctx *x = arg;
+    if (at > x->filled)
+        memset(x->dst + x->filled, 0, (size_t)(at - x->filled) * sizeof(float));
+    x->filled = at + (x1 - x0);
+    if (x->reader)
+        return zc__ck_reader_next(x->reader, entry, x0, x1, x->dst + at);
+    const zc_ck_entry *en = &x->src->m.entries[entry];
+    return zc__ck_source_read(x->src, en->param, en->kind, x0, x1, x->dst + at);
+}
 
 /* The new 16-bit shard of an offloaded chunk, from its master, into the
  * shard's home (param_state.c): host memory when the Adam home is host or
@@ -148,13 +232,13 @@ static zc_status load_chunk(zc_engine *e, int k, const zc_opt_view *v, bool host
     float *tensors[ZC_CK__KINDS] = {v->master, v->m, v->v};
     const bool bounce = zc__ck_needs_bounce(e, host);
     for (int kind = 0; kind < ZC_CK__KINDS; kind++) {
-        float *dst = bounce ? x->bounce : tensors[kind];
-        memset(dst, 0, n * sizeof(float)); /* the padding */
-        EACH_OVERLAP(e, c, r0, r1, {
-            ZC_CHECK(zc__ck_source_read(x->src, x->map[pi], kind, a, b, dst + at));
-        })
+        x->dst = bounce ? x->bounce : tensors[kind];
+        x->filled = 0;
+        ZC_CHECK(chunk_entries(e, x->src, x->map, k, kind, restore_entry, x));
+        if ((size_t)x->filled < n) /* the padding after the last parameter */
+            memset(x->dst + x->filled, 0, (n - (size_t)x->filled) * sizeof(float));
         if (bounce)
-            ZC_CHECK(d->ops->copy(d, tensors[kind], dst, n * sizeof(float), ZC_COPY_H2D,
+            ZC_CHECK(d->ops->copy(d, tensors[kind], x->dst, n * sizeof(float), ZC_COPY_H2D,
                                   e->stream));
     }
     /* The working parameters of the range, from the master, as the step
@@ -254,8 +338,18 @@ ZC_API zc_status zc_checkpoint_load(zc_engine *e, const char *dir, const char *t
     const bool opened = rc == ZC_OK;
     if (rc == ZC_OK)
         rc = match_model(e, &src, map);
-    if (rc == ZC_OK)
+    /* Version 2 is read once, after the agreement: here only what needs no
+     * payload (the plan, opening the files, the buffers). Version 1 is
+     * verified whole here and read again below. */
+    plan pl = {0};
+    zc_ck_reader *reader = NULL;
+    if (rc == ZC_OK && src.m.version >= 2) {
+        rc = make_plan(e, &src, map, &pl);
+        if (rc == ZC_OK)
+            rc = zc__ck_reader_open(&reader, &src, &e->acct, pl.idx, pl.n);
+    } else if (rc == ZC_OK) {
         rc = verify_own(e, &src, map);
+    }
     if (rc == ZC_OK && e->dev->mem_kind == ZC_MEMKIND_DEVICE) {
         bounce_bytes = zc__ck_bounce_bytes(e);
         rc = zc__host_alloc(&e->acct, ZC_MEM_OTHER, bounce_bytes, "checkpoint bounce buffer",
@@ -266,9 +360,12 @@ ZC_API zc_status zc_checkpoint_load(zc_engine *e, const char *dir, const char *t
         if (src.m.config_digest != zc__ck_config_digest(e->cfg))
             ZC_LOGW("ckpt", "%s was saved with other optimizer, scheduler or precision settings "
                     "than this engine's; they take effect from here", src.dir);
-        load_ctx x = {&src, map, bounce};
+        load_ctx x = {.src = &src, .map = map, .reader = reader, .bounce = bounce};
         rc = zc__opt_visit(e, true, load_chunk, &x);
-        rc = zc__eng_agree(e, rc, "zc_checkpoint_load: restoring the optimizer state");
+        /* From here the state is partly overwritten: a damaged entry or a
+         * read error breaks the engine on every rank. */
+        rc = zc__eng_agree(e, rc, "zc_checkpoint_load: reading the checkpoint into the "
+                           "optimizer state");
     }
     if (rc == ZC_OK)
         rc = refresh(e);
@@ -277,6 +374,8 @@ ZC_API zc_status zc_checkpoint_load(zc_engine *e, const char *dir, const char *t
         ZC_LOGI("ckpt", "loaded %s (step %" PRId64 ", saved by %d ranks at stage %d)", src.dir,
                 src.m.steps, src.m.world, src.m.stage);
     }
+    zc__ck_reader_close(reader);
+    free(pl.idx);
     if (opened)
         zc__ck_source_close(&src);
     zc__host_free(&e->acct, ZC_MEM_OTHER, bounce, bounce_bytes);

@@ -33,6 +33,13 @@ static void *rank_main(void *p)
                  ph->load_rc[r] ? zc_last_error() : "");
         if (r == 0)
             ph->scale_after_load = zc_loss_scale(x.eng);
+        ph->broken[r] = x.eng->state == ZC_ENG_BROKEN;
+        if (ph->broken[r]) {
+            zc_step_info info;
+            ph->after_rc[r] = zc_step(x.eng, &info);
+            snprintf(ph->after_msg[r], sizeof ph->after_msg[r], "%s", zc_last_error());
+            goto out;
+        }
     }
     for (int s = ph->first; s < ph->first + ph->n; s++) {
         zc_step_info info;

@@ -17,6 +17,11 @@ typedef struct ck_phase {
     zc_status load_rc[T_MAX_WORLD], save_rc[T_MAX_WORLD];
     char load_msg[T_MAX_WORLD][1024];
     double scale_after_load;         /* rank 0's zc_loss_scale after loading */
+    /* A load that broke the engine: no training follows; after_msg is what
+     * the next call (zc_step) said. */
+    bool broken[T_MAX_WORLD];
+    zc_status after_rc[T_MAX_WORLD];
+    char after_msg[T_MAX_WORLD][1024];
     int64_t cur_hysteresis;          /* rank 0's loss scaler after training */
     char err[T_MAX_WORLD][512];      /* harness failures */
 } ck_phase;
