@@ -243,3 +243,40 @@ Test(ckpt_bad_input, existing_tag_refused)
     free(dir);
     t_assert_no_leaks();
 }
+
+/* A read error while the entries are read into the state (the store's fault
+ * injection fails the first read request of every shard file): the same
+ * message on every rank, naming the file and the tensor, and the engine
+ * broken on every rank. */
+Test(ckpt_bad_input, read_error_breaks)
+{
+    char *dir = ck_tmpdir();
+    t_run save_run;
+    t_run_init(&save_run, 2, 2, ZC_DTYPE_F32);
+    ck_phase saved = {.run = &save_run, .first = 0, .n = STEPS, .save_dir = dir,
+                      .save_tag = "t"};
+    cr_assert(ck_phase_run(&saved), "%s", ck_phase_error(&saved));
+
+    t_run run;
+    t_run_init(&run, 2, 2, ZC_DTYPE_F32);
+    setenv("ZC_NVME_FAULTS", "eio=1", 1);
+    ck_phase tried = {.run = &run, .load_dir = dir, .first = 0, .n = STEPS};
+    cr_assert(ck_phase_run(&tried), "%s", ck_phase_error(&tried));
+    unsetenv("ZC_NVME_FAULTS");
+    for (int r = 0; r < 2; r++) {
+        cr_assert_eq(tried.load_rc[r], ZC_ERR_IO, "rank %d: %s", r, tried.load_msg[r]);
+        cr_assert_not_null(strstr(tried.load_msg[r], "failed on rank 0 of 2"), "'%s'",
+                           tried.load_msg[r]);
+        cr_assert_not_null(strstr(tried.load_msg[r], "rank_00000.bin"), "'%s'",
+                           tried.load_msg[r]);
+        cr_assert_not_null(strstr(tried.load_msg[r], "tensor 'p0' (master)"), "'%s'",
+                           tried.load_msg[r]);
+        cr_assert(tried.broken[r], "rank %d: the engine is not broken", r);
+    }
+    cr_assert_str_eq(tried.load_msg[0], tried.load_msg[1]);
+    free(saved.master);
+    free(tried.master);
+    ck_rm_tree(dir);
+    free(dir);
+    t_assert_no_leaks();
+}
