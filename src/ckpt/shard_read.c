@@ -5,6 +5,7 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "ckpt/ring_mem.h"
 #include "ckpt/shard_read.h"
 #include "offload/offload.h"
 
@@ -14,10 +15,7 @@
 #define SLOT_BYTES ((size_t)8 << 20)
 #define IO_BLOCK ((size_t)1 << 20)
 #define IO_DEPTH 32
-/* The ring is aligned to a huge page: the store asks for huge pages when it
- * registers the ring, so a 1 MiB request is one segment, not 256
- * (offload.h, zc__nvme_register_buffers). */
-#define RING_ALIGN ((size_t)2 << 20)
+#define RING_BYTES (SLOTS * SLOT_BYTES)
 /* Copy, then hash, in pieces that stay in the core's cache: the hash reads
  * what the copy just read. */
 #define PIECE ((size_t)256 << 10)
@@ -36,7 +34,6 @@ typedef struct slot {
 
 struct zc_ck_reader {
     const zc_ck_source *src;
-    zc_mem_account *acct;
     zc_nvme_store **stores; /* per file of the manifest, NULL when not read */
     const int64_t *plan;
     int64_t *plan_ext;      /* the extent of each plan entry */
@@ -48,7 +45,7 @@ struct zc_ck_reader {
     uint64_t sub_off;
     slot slots[SLOTS];
     int head, live;         /* oldest slot in use, slots in use */
-    void *ring_mem;
+    zc_ck_ring_mem mem;     /* the ring: SLOTS buffers */
     char *ring;
     XXH3_state_t *hash;
 };
@@ -96,7 +93,6 @@ static zc_status open_stores(zc_ck_reader *r)
     r->stores = calloc((size_t)m->nfiles, sizeof *r->stores);
     if (!r->stores)
         return ZC_ERR(ZC_ERR_NO_MEMORY, "%s: %d file handles", r->src->dir, m->nfiles);
-    zc_mem_region ring = {r->ring, SLOTS * SLOT_BYTES};
     for (int64_t x = 0; x < r->next; x++) {
         const int f = r->ext[x].file;
         if (r->stores[f])
@@ -117,7 +113,7 @@ static zc_status open_stores(zc_ck_reader *r)
             return ZC_ERR(ZC_ERR_IO, "%s: the file system needs O_DIRECT alignment %zu, more "
                           "than the checkpoint format's %d", p, st.alignment, ZC_CK_ALIGN);
         /* Not an error when refused: plain reads then (the store warns). */
-        ZC_CHECK(zc__nvme_register_buffers(r->stores[f], &ring, 1));
+        ZC_CHECK(zc__ck_ring_register(&r->mem, r->stores[f]));
     }
     return ZC_OK;
 }
@@ -133,18 +129,14 @@ zc_status zc__ck_reader_open(zc_ck_reader **out, const zc_ck_source *s, zc_mem_a
     if (!r)
         return ZC_ERR(ZC_ERR_NO_MEMORY, "%s: reader", s->dir);
     r->src = s;
-    r->acct = acct;
     r->plan = plan;
     r->n = n;
     for (int i = 0; i < SLOTS; i++)
         r->slots[i].ext = -1;
     zc_status rc = make_extents(r);
     if (rc == ZC_OK && n > 0) {
-        rc = zc__host_alloc(acct, ZC_MEM_OTHER, SLOTS * SLOT_BYTES + RING_ALIGN,
-                            "checkpoint read buffers", &r->ring_mem);
-        if (rc == ZC_OK)
-            r->ring = (char *)(((uintptr_t)r->ring_mem + RING_ALIGN - 1) &
-                               ~(uintptr_t)(RING_ALIGN - 1));
+        rc = zc__ck_ring_alloc(&r->mem, RING_BYTES, acct, "checkpoint read buffers");
+        r->ring = r->mem.base;
         if (rc == ZC_OK && !(r->hash = XXH3_createState()))
             rc = ZC_ERR(ZC_ERR_NO_MEMORY, "%s: xxHash state", s->dir);
         if (rc == ZC_OK)
@@ -167,7 +159,7 @@ void zc__ck_reader_close(zc_ck_reader *r)
     for (int f = 0; r->stores && f < r->src->m.nfiles; f++)
         zc__nvme_close(r->stores[f], ZC_NVME_CLOSE_CANCEL);
     free(r->stores);
-    zc__host_free(r->acct, ZC_MEM_OTHER, r->ring_mem, SLOTS * SLOT_BYTES + RING_ALIGN);
+    zc__ck_ring_free(&r->mem);
     XXH3_freeState(r->hash);
     free(r->ext);
     free(r->plan_ext);
