@@ -9,10 +9,12 @@
 #include "ckpt/shard_read.h"
 #include "offload/offload.h"
 
-/* Four buffers of 8 MiB: while one is hashed and copied, three (24 of the
- * store's 1 MiB requests, within its queue depth of 32) are being read. */
+/* Four buffers of 4 MiB: while one is hashed and copied, three (12 of the
+ * store's 1 MiB requests) are being read. 8 MiB buffers read no faster on
+ * the machine measured, and the ring's huge pages are faulted in at every
+ * load (bench/RESULTS.md). */
 #define SLOTS 4
-#define SLOT_BYTES ((size_t)8 << 20)
+#define SLOT_BYTES ((size_t)4 << 20)
 #define IO_BLOCK ((size_t)1 << 20)
 #define IO_DEPTH 32
 #define RING_BYTES (SLOTS * SLOT_BYTES)
