@@ -11,6 +11,8 @@ typedef struct ck_phase {
     const char *load_dir, *load_tag; /* load before training (load_dir NULL: none) */
     int first, n;                    /* steps [first, first + n) */
     const char *save_dir, *save_tag; /* save after training (save_dir NULL: none) */
+    int64_t fail_pinned_alloc;       /* > 0: the k-th pinned allocation of the phase
+                                        fails (zc__mem_fail_after), disarmed after */
     /* outputs */
     float *master;                   /* t_total_numel() floats, rank 0's gather */
     zc_step_info info[T_MAX_STEPS];  /* rank 0's, by step index */

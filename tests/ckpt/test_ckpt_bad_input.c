@@ -280,3 +280,40 @@ Test(ckpt_bad_input, read_error_breaks)
     free(dir);
     t_assert_no_leaks();
 }
+
+/* The read buffers cannot be allocated on one rank (the first pinned
+ * allocation of the phase fails, on whichever rank gets there first): found
+ * before anything is read, agreed, the same message on every rank, and the
+ * engine unchanged. */
+Test(ckpt_bad_input, read_buffers_refused_on_one_rank)
+{
+    char *dir = ck_tmpdir();
+    t_run save_run;
+    t_run_init(&save_run, 2, 2, ZC_DTYPE_F32);
+    ck_phase saved = {.run = &save_run, .first = 0, .n = STEPS, .save_dir = dir,
+                      .save_tag = "t"};
+    cr_assert(ck_phase_run(&saved), "%s", ck_phase_error(&saved));
+
+    t_run run;
+    t_run_init(&run, 2, 2, ZC_DTYPE_F32);
+    ck_phase never = {.run = &run, .first = 0, .n = STEPS};
+    cr_assert(ck_phase_run(&never), "%s", ck_phase_error(&never));
+    ck_phase tried = {.run = &run, .load_dir = dir, .first = 0, .n = STEPS,
+                      .fail_pinned_alloc = 1};
+    cr_assert(ck_phase_run(&tried), "%s", ck_phase_error(&tried));
+    for (int r = 0; r < 2; r++) {
+        cr_assert_eq(tried.load_rc[r], ZC_ERR_NO_MEMORY, "rank %d: %s", r, tried.load_msg[r]);
+        cr_assert_not_null(strstr(tried.load_msg[r], "checkpoint read buffers"), "'%s'",
+                           tried.load_msg[r]);
+        cr_assert(!tried.broken[r], "rank %d: the engine is broken", r);
+    }
+    cr_assert_str_eq(tried.load_msg[0], tried.load_msg[1]);
+    cr_assert(memcmp(never.master, tried.master, (size_t)t_total_numel() * 4) == 0,
+              "the failed load changed the engine");
+    free(saved.master);
+    free(never.master);
+    free(tried.master);
+    ck_rm_tree(dir);
+    free(dir);
+    t_assert_no_leaks();
+}
