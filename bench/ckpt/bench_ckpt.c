@@ -13,7 +13,7 @@
  * operation with the best of K iterations: bytes, seconds, GB/s, the store's
  * GB/s and the ratio. Both sides read cold: the save and the store write
  * with O_DIRECT, so neither file is in the page cache when it is read, and
- * both reads use O_DIRECT into huge-page buffers registered with io_uring. */
+ * both read with O_DIRECT into huge-page buffers. */
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>

@@ -22,12 +22,6 @@ zc_status zc__ck_ring_alloc(zc_ck_ring_mem *r, size_t bytes, zc_mem_account *acc
     return ZC_OK;
 }
 
-zc_status zc__ck_ring_register(const zc_ck_ring_mem *r, zc_nvme_store *st)
-{
-    zc_mem_region reg = {r->base, r->bytes};
-    return zc__nvme_register_buffers(st, &reg, 1);
-}
-
 void zc__ck_ring_free(zc_ck_ring_mem *r)
 {
     if (r->pool) {

@@ -114,8 +114,6 @@ static zc_status open_stores(zc_ck_reader *r)
         if (st.alignment > ZC_CK_ALIGN)
             return ZC_ERR(ZC_ERR_IO, "%s: the file system needs O_DIRECT alignment %zu, more "
                           "than the checkpoint format's %d", p, st.alignment, ZC_CK_ALIGN);
-        /* Not an error when refused: plain reads then (the store warns). */
-        ZC_CHECK(zc__ck_ring_register(&r->mem, r->stores[f]));
     }
     return ZC_OK;
 }

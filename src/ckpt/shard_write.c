@@ -64,8 +64,6 @@ zc_status zc__ck_shard_open(zc_ck_shard *s, const char *dir, const char *tag, in
     if (rc == ZC_OK)
         rc = zc__ck_ring_alloc(&s->ring_mem, ZC_CK_RING_SLOTS * SLOT_BYTES, NULL,
                                "checkpoint write buffers");
-    if (rc == ZC_OK)
-        rc = zc__ck_ring_register(&s->ring_mem, s->st);
     if (rc == ZC_OK && !(s->hash = XXH3_createState()))
         rc = ZC_ERR(ZC_ERR_NO_MEMORY, "%s: xxHash state", s->tmp);
     if (rc != ZC_OK) {

@@ -6,8 +6,8 @@
  * for one tensor kind, contiguous in the engine's memory too) and is padded
  * with zeros to the alignment.
  *
- * Bytes reach the disk through a ring of aligned bounce buffers (huge pages,
- * registered with the store: ring_mem.h): each entry
+ * Bytes reach the disk through a ring of aligned bounce buffers (huge pages:
+ * ring_mem.h): each entry
  * is copied in pieces small enough to stay in cache, its checksum is updated
  * from the copy, and a full buffer is submitted at once while the next one is
  * filled, so copying and hashing overlap the writes. (Writing the engine's
