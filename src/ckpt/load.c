@@ -1,18 +1,24 @@
-/* zc_checkpoint_load: verify everything first, then commit.
+/* zc_checkpoint_load: check what needs no payload, then read once into place.
  *
  *   1. every rank reads the manifest, matches the checkpoint's tensors to the
- *      engine's parameters by name and shape, and checks the checksum of every
- *      entry its own optimizer range will be read from; the outcome is agreed
- *      (zc__eng_agree_keep): a bad checkpoint is the same error on every rank
- *      and nothing has changed;
- *   2. every rank writes its range of master, exp_avg and exp_avg_sq into its
- *      optimizer home (chunk by chunk: an NVMe home streams) and its working
- *      parameters from the master (the working copy is derived from the
- *      master, as the step derives it); agreed with zc__eng_agree, since a
- *      failure here leaves a half-restored engine: broken on every rank;
+ *      engine's parameters by name and shape, checks every shard file's
+ *      presence and size, lists the entries its own optimizer range reads
+ *      (the plan) and opens the files and read buffers for them; the outcome
+ *      is agreed (zc__eng_agree_keep): a bad checkpoint is the same error on
+ *      every rank and nothing has changed;
+ *   2. every rank reads its planned entries once (shard_read.c: O_DIRECT,
+ *      read ahead through a ring) into its range of master, exp_avg and
+ *      exp_avg_sq in its optimizer home (chunk by chunk: an NVMe home
+ *      streams), checking each entry's checksum on the way, and writes its
+ *      working parameters from the master (as the step derives them); agreed
+ *      with zc__eng_agree, since a damaged entry or an I/O error here leaves
+ *      a half-restored engine: broken on every rank;
  *   3. the working parameters are all-gathered as after a step (stages 1-2,
  *      and stage 3's gathered chunks), and the step counters, scheduler
  *      position and loss scaler are restored.
+ *
+ * Format version 1 (entries not aligned for O_DIRECT) keeps the older way:
+ * every checksum verified in step 1 by pread, the entries read again in 2.
  *
  * The data is looked up by parameter name and element range, so the saving
  * world size, stage and chunk size do not matter (docs/checkpoint.md). */
