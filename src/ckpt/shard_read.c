@@ -41,7 +41,7 @@ struct zc_ck_reader {
     int64_t *plan_ext;      /* the extent of each plan entry */
     int64_t n, pos;         /* plan length, next plan entry */
     extent *ext;
-    int64_t next;           /* extent count */
+    int64_t n_ext;          /* extents */
     /* reading ahead: the next piece to submit is (sub_ext, sub_off) */
     int64_t sub_ext;
     uint64_t sub_off;
@@ -76,14 +76,14 @@ static zc_status make_extents(zc_ck_reader *r)
         const zc_ck_entry *e = &m->entries[r->plan[i]];
         const uint64_t end = e->offset + (uint64_t)(e->end - e->begin) * sizeof(float);
         const uint64_t a0 = align_down(e->offset), a1 = align_up(end);
-        extent *x = r->next ? &r->ext[r->next - 1] : NULL;
+        extent *x = r->n_ext ? &r->ext[r->n_ext - 1] : NULL;
         if (x && x->file == e->file && e->offset >= prev_end && a0 <= x->off + x->len) {
             if (a1 > x->off + x->len)
                 x->len = a1 - x->off;
         } else {
-            r->ext[r->next++] = (extent){e->file, a0, a1 - a0};
+            r->ext[r->n_ext++] = (extent){e->file, a0, a1 - a0};
         }
-        r->plan_ext[i] = r->next - 1;
+        r->plan_ext[i] = r->n_ext - 1;
         prev_end = end;
     }
     return ZC_OK;
@@ -95,7 +95,7 @@ static zc_status open_stores(zc_ck_reader *r)
     r->stores = calloc((size_t)m->nfiles, sizeof *r->stores);
     if (!r->stores)
         return ZC_ERR(ZC_ERR_NO_MEMORY, "%s: %d file handles", r->src->dir, m->nfiles);
-    for (int64_t x = 0; x < r->next; x++) {
+    for (int64_t x = 0; x < r->n_ext; x++) {
         const int f = r->ext[x].file;
         if (r->stores[f])
             continue;
@@ -166,16 +166,16 @@ void zc__ck_reader_close(zc_ck_reader *r)
     free(r);
 }
 
-/* Starts reading the next piece into free slot i; false when every extent
- * has been submitted. */
+/* Starts reading the next piece into free slot i; *any is false when every
+ * extent has been submitted already. */
 static zc_status submit(zc_ck_reader *r, int i, bool *any)
 {
     *any = false;
-    while (r->sub_ext < r->next && r->sub_off >= r->ext[r->sub_ext].len) {
+    while (r->sub_ext < r->n_ext && r->sub_off >= r->ext[r->sub_ext].len) {
         r->sub_ext++;
         r->sub_off = 0;
     }
-    if (r->sub_ext >= r->next)
+    if (r->sub_ext >= r->n_ext)
         return ZC_OK;
     const extent *x = &r->ext[r->sub_ext];
     const uint64_t left = x->len - r->sub_off;
