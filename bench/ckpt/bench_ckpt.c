@@ -7,13 +7,13 @@
  * One rank, stage 1, fp32; the optimizer state (master, exp_avg, exp_avg_sq:
  * 12 bytes per parameter) is what a checkpoint writes. save = zc_checkpoint_save
  * (O_DIRECT writes, checksums, fsync, renames); load = zc_checkpoint_load
- * (verify every checksum, then restore). The store's write is followed by an
- * fsync of its file, as the save's files are. Prints one JSON line per
+ * (checks, then one O_DIRECT read of every entry into place, hashed on the
+ * way, and the working parameters rebuilt). The store's write is followed by
+ * an fsync of its file, as the save's files are. Prints one JSON line per
  * operation with the best of K iterations: bytes, seconds, GB/s, the store's
- * GB/s and the ratio. The save writes with O_DIRECT, so the load finds
- * nothing of the files in the page cache: its verify pass reads the disk,
- * like the store's O_DIRECT reads (its restore pass then reads what that
- * pass left in the cache). */
+ * GB/s and the ratio. Both sides read cold: the save and the store write
+ * with O_DIRECT, so neither file is in the page cache when it is read, and
+ * both read with O_DIRECT into huge-page buffers. */
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>

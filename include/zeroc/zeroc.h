@@ -672,14 +672,20 @@ ZC_API zc_status zc_checkpoint_save(zc_engine *eng, const char *dir, const char 
  * Tensors are matched by name and element range, so a checkpoint saved with
  * another world size, stage or chunk size loads directly. Collective,
  * between optimizer steps, with no parameter acquired (ZC_ERR_INVALID_STATE).
- * Every rank verifies the checksum of every entry it reads before anything
- * is changed: a missing, truncated or damaged file, another model's
- * checkpoint (a name or shape differs), fp16 against another precision or a
- * newer format version fails with a message naming the file and the tensor,
- * the same on every rank, and the engine unchanged. A failure after that
- * (an I/O error while writing the state into an NVMe home) breaks the engine
- * on every rank. A config whose optimizer or scheduler settings differ from
- * the saved digest is a warning: the engine's settings apply. */
+ * Before anything is changed every rank checks what needs no payload: a
+ * missing or truncated file (every shard file is opened and its size
+ * checked), another model's checkpoint (a name or shape differs), fp16
+ * against another precision or a newer format version fails with a message
+ * naming the file and the tensor, the same on every rank, and the engine
+ * unchanged. Then each rank reads the entries it needs once, straight into
+ * its state, checking each entry's checksum as it is read: a damaged entry
+ * (checksum mismatch) or a read error, like an I/O error of an NVMe home,
+ * fails every rank with the same message naming the file and the tensor and
+ * breaks the engine on every rank (its state was partly overwritten: load a
+ * good checkpoint into fresh engines). Checkpoints of format version 1 are
+ * verified whole before anything changes. A config whose optimizer or
+ * scheduler settings differ from the saved digest is a warning: the engine's
+ * settings apply. */
 ZC_API zc_status zc_checkpoint_load(zc_engine *eng, const char *dir, const char *tag);
 
 /* Writes the full model of checkpoint DIR/TAG (tag NULL: latest) as a

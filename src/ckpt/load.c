@@ -1,18 +1,24 @@
-/* zc_checkpoint_load: verify everything first, then commit.
+/* zc_checkpoint_load: check what needs no payload, then read once into place.
  *
  *   1. every rank reads the manifest, matches the checkpoint's tensors to the
- *      engine's parameters by name and shape, and checks the checksum of every
- *      entry its own optimizer range will be read from; the outcome is agreed
- *      (zc__eng_agree_keep): a bad checkpoint is the same error on every rank
- *      and nothing has changed;
- *   2. every rank writes its range of master, exp_avg and exp_avg_sq into its
- *      optimizer home (chunk by chunk: an NVMe home streams) and its working
- *      parameters from the master (the working copy is derived from the
- *      master, as the step derives it); agreed with zc__eng_agree, since a
- *      failure here leaves a half-restored engine: broken on every rank;
+ *      engine's parameters by name and shape, checks every shard file's
+ *      presence and size, lists the entries its own optimizer range reads
+ *      (the plan) and opens the files and read buffers for them; the outcome
+ *      is agreed (zc__eng_agree_keep): a bad checkpoint is the same error on
+ *      every rank and nothing has changed;
+ *   2. every rank reads its planned entries once (shard_read.c: O_DIRECT,
+ *      read ahead through a ring) into its range of master, exp_avg and
+ *      exp_avg_sq in its optimizer home (chunk by chunk: an NVMe home
+ *      streams), checking each entry's checksum on the way, and writes its
+ *      working parameters from the master (as the step derives them); agreed
+ *      with zc__eng_agree, since a damaged entry or an I/O error here leaves
+ *      a half-restored engine: broken on every rank;
  *   3. the working parameters are all-gathered as after a step (stages 1-2,
  *      and stage 3's gathered chunks), and the step counters, scheduler
  *      position and loss scaler are restored.
+ *
+ * Format version 1 (entries not aligned for O_DIRECT) keeps the older way:
+ * every checksum verified in step 1 by pread, the entries read again in 2.
  *
  * The data is looked up by parameter name and element range, so the saving
  * world size, stage and chunk size do not matter (docs/checkpoint.md). */
@@ -23,6 +29,7 @@
 
 #include "ckpt/engine_io.h"
 #include "ckpt/format.h"
+#include "ckpt/shard_read.h"
 #include "ckpt/source.h"
 
 static void shape_text(const int64_t *sh, int nd, char *b, size_t cap)
@@ -97,26 +104,109 @@ static zc_status match_model(const zc_engine *e, const zc_ck_source *s, int *map
         BODY                                                                          \
     }
 
+/* Calls fn for every entry elements [r0, r1) of chunk k's tensor `kind`
+ * come from, in element order: the entry, its elements [x0, x1) that are
+ * read, and where they go (element `at` of the range). The plan of the
+ * reader and the restore both walk the chunks this way, so they agree on
+ * the order. */
+typedef zc_status (*entry_fn)(void *arg, int64_t entry, int64_t x0, int64_t x1, int64_t at);
+
+static zc_status chunk_entries(const zc_engine *e, const zc_ck_source *s, const int *map, int k,
+                               int kind, entry_fn fn, void *arg)
+{
+    const zc_chunk *c = &e->chunks[k];
+    const zc_ck_manifest *m = &s->m;
+    int64_t r0, r1;
+    zc__ck_home_range(e, c, &r0, &r1);
+    EACH_OVERLAP(e, c, r0, r1, {
+        const int q = map[pi];
+        const int64_t lo = m->first_entry[q * ZC_CK__KINDS + kind];
+        const int64_t hi = m->first_entry[q * ZC_CK__KINDS + kind + 1];
+        for (int64_t i = lo; i < hi; i++) {
+            const zc_ck_entry *en = &m->entries[i];
+            if (en->end <= a || en->begin >= b)
+                continue;
+            const int64_t x0 = en->begin > a ? en->begin : a;
+            const int64_t x1 = en->end < b ? en->end : b;
+            ZC_CHECK(fn(arg, i, x0, x1, at + (x0 - a)));
+        }
+    })
+    return ZC_OK;
+}
+
+typedef struct plan {
+    int64_t *idx;
+    int64_t n, cap;
+} plan;
+
+static zc_status plan_add(void *arg, int64_t entry, int64_t x0, int64_t x1, int64_t at)
+{
+    (void)x0;
+    (void)x1;
+    (void)at;
+    plan *p = arg;
+    if (p->n == p->cap) {
+        int64_t cap = p->cap ? 2 * p->cap : 256;
+        int64_t *idx = realloc(p->idx, (size_t)cap * sizeof *idx);
+        if (!idx)
+            return ZC_ERR(ZC_ERR_NO_MEMORY, "zc_checkpoint_load: plan of %" PRId64 " entries",
+                          cap);
+        p->idx = idx;
+        p->cap = cap;
+    }
+    p->idx[p->n++] = entry;
+    return ZC_OK;
+}
+
+/* The entries this rank reads, in the order it reads them. */
+static zc_status make_plan(const zc_engine *e, const zc_ck_source *s, const int *map, plan *p)
+{
+    for (int k = 0; k < e->nchunks; k++)
+        for (int kind = 0; kind < ZC_CK__KINDS; kind++)
+            ZC_CHECK(chunk_entries(e, s, map, k, kind, plan_add, p));
+    return ZC_OK;
+}
+
+static zc_status verify_entry(void *arg, int64_t entry, int64_t x0, int64_t x1, int64_t at)
+{
+    (void)x0;
+    (void)x1;
+    (void)at;
+    return zc__ck_source_verify(arg, entry);
+}
+
+/* Version 1 (entries not aligned): every checksum first, by pread. */
 static zc_status verify_own(const zc_engine *e, zc_ck_source *s, const int *map)
 {
-    for (int k = 0; k < e->nchunks; k++) {
-        const zc_chunk *c = &e->chunks[k];
-        int64_t r0, r1;
-        zc__ck_home_range(e, c, &r0, &r1);
-        EACH_OVERLAP(e, c, r0, r1, {
-            (void)at;
-            for (int kind = 0; kind < ZC_CK__KINDS; kind++)
-                ZC_CHECK(zc__ck_source_verify_range(s, map[pi], kind, a, b));
-        })
-    }
+    for (int k = 0; k < e->nchunks; k++)
+        for (int kind = 0; kind < ZC_CK__KINDS; kind++)
+            ZC_CHECK(chunk_entries(e, s, map, k, kind, verify_entry, s));
     return ZC_OK;
 }
 
 typedef struct load_ctx {
     zc_ck_source *src;
     const int *map;
+    zc_ck_reader *reader; /* version 2: one O_DIRECT read; NULL: pread */
     float *bounce;
+    /* the tensor being restored */
+    float *dst;
+    int64_t filled;       /* elements of dst written or zeroed */
 } load_ctx;
+
+/* One entry's elements into place; the gap before them is chunk padding
+ * (entries tile every parameter, parameters lie in offset order). */
+static zc_status restore_entry(void *arg, int64_t entry, int64_t x0, int64_t x1, int64_t at)
+{
+    load_ctx *x = arg;
+    if (at > x->filled)
+        memset(x->dst + x->filled, 0, (size_t)(at - x->filled) * sizeof(float));
+    x->filled = at + (x1 - x0);
+    if (x->reader)
+        return zc__ck_reader_next(x->reader, entry, x0, x1, x->dst + at);
+    const zc_ck_entry *en = &x->src->m.entries[entry];
+    return zc__ck_source_read(x->src, en->param, en->kind, x0, x1, x->dst + at);
+}
 
 /* The new 16-bit shard of an offloaded chunk, from its master, into the
  * shard's home (param_state.c): host memory when the Adam home is host or
@@ -148,13 +238,13 @@ static zc_status load_chunk(zc_engine *e, int k, const zc_opt_view *v, bool host
     float *tensors[ZC_CK__KINDS] = {v->master, v->m, v->v};
     const bool bounce = zc__ck_needs_bounce(e, host);
     for (int kind = 0; kind < ZC_CK__KINDS; kind++) {
-        float *dst = bounce ? x->bounce : tensors[kind];
-        memset(dst, 0, n * sizeof(float)); /* the padding */
-        EACH_OVERLAP(e, c, r0, r1, {
-            ZC_CHECK(zc__ck_source_read(x->src, x->map[pi], kind, a, b, dst + at));
-        })
+        x->dst = bounce ? x->bounce : tensors[kind];
+        x->filled = 0;
+        ZC_CHECK(chunk_entries(e, x->src, x->map, k, kind, restore_entry, x));
+        if ((size_t)x->filled < n) /* the padding after the last parameter */
+            memset(x->dst + x->filled, 0, (n - (size_t)x->filled) * sizeof(float));
         if (bounce)
-            ZC_CHECK(d->ops->copy(d, tensors[kind], dst, n * sizeof(float), ZC_COPY_H2D,
+            ZC_CHECK(d->ops->copy(d, tensors[kind], x->dst, n * sizeof(float), ZC_COPY_H2D,
                                   e->stream));
     }
     /* The working parameters of the range, from the master, as the step
@@ -254,8 +344,18 @@ ZC_API zc_status zc_checkpoint_load(zc_engine *e, const char *dir, const char *t
     const bool opened = rc == ZC_OK;
     if (rc == ZC_OK)
         rc = match_model(e, &src, map);
-    if (rc == ZC_OK)
+    /* Version 2 is read once, after the agreement: here only what needs no
+     * payload (the plan, opening the files, the buffers). Version 1 is
+     * verified whole here and read again below. */
+    plan pl = {0};
+    zc_ck_reader *reader = NULL;
+    if (rc == ZC_OK && src.m.version >= 2) {
+        rc = make_plan(e, &src, map, &pl);
+        if (rc == ZC_OK)
+            rc = zc__ck_reader_open(&reader, &src, &e->acct, pl.idx, pl.n);
+    } else if (rc == ZC_OK) {
         rc = verify_own(e, &src, map);
+    }
     if (rc == ZC_OK && e->dev->mem_kind == ZC_MEMKIND_DEVICE) {
         bounce_bytes = zc__ck_bounce_bytes(e);
         rc = zc__host_alloc(&e->acct, ZC_MEM_OTHER, bounce_bytes, "checkpoint bounce buffer",
@@ -266,9 +366,12 @@ ZC_API zc_status zc_checkpoint_load(zc_engine *e, const char *dir, const char *t
         if (src.m.config_digest != zc__ck_config_digest(e->cfg))
             ZC_LOGW("ckpt", "%s was saved with other optimizer, scheduler or precision settings "
                     "than this engine's; they take effect from here", src.dir);
-        load_ctx x = {&src, map, bounce};
+        load_ctx x = {.src = &src, .map = map, .reader = reader, .bounce = bounce};
         rc = zc__opt_visit(e, true, load_chunk, &x);
-        rc = zc__eng_agree(e, rc, "zc_checkpoint_load: restoring the optimizer state");
+        /* From here the state is partly overwritten: a damaged entry or a
+         * read error breaks the engine on every rank. */
+        rc = zc__eng_agree(e, rc, "zc_checkpoint_load: reading the checkpoint into the "
+                           "optimizer state");
     }
     if (rc == ZC_OK)
         rc = refresh(e);
@@ -277,6 +380,8 @@ ZC_API zc_status zc_checkpoint_load(zc_engine *e, const char *dir, const char *t
         ZC_LOGI("ckpt", "loaded %s (step %" PRId64 ", saved by %d ranks at stage %d)", src.dir,
                 src.m.steps, src.m.world, src.m.stage);
     }
+    zc__ck_reader_close(reader);
+    free(pl.idx);
     if (opened)
         zc__ck_source_close(&src);
     zc__host_free(&e->acct, ZC_MEM_OTHER, bounce, bounce_bytes);

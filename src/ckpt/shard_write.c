@@ -22,8 +22,7 @@
 
 static void free_buffers(zc_ck_shard *s)
 {
-    zc__host_free(NULL, ZC_MEM_OTHER, s->ring_mem, ZC_CK_RING_SLOTS * SLOT_BYTES + ZC_CK_ALIGN);
-    s->ring_mem = NULL;
+    zc__ck_ring_free(&s->ring_mem);
     s->ring = NULL;
     free(s->ents);
     s->ents = NULL;
@@ -63,8 +62,8 @@ zc_status zc__ck_shard_open(zc_ck_shard *s, const char *dir, const char *tag, in
         rc = ZC_ERR(ZC_ERR_IO, "%s: the file system needs O_DIRECT alignment %zu, more than the "
                     "checkpoint format's %d", s->tmp, stats.alignment, ZC_CK_ALIGN);
     if (rc == ZC_OK)
-        rc = zc__host_alloc(NULL, ZC_MEM_OTHER, ZC_CK_RING_SLOTS * SLOT_BYTES + ZC_CK_ALIGN,
-                            "checkpoint write buffers", &s->ring_mem);
+        rc = zc__ck_ring_alloc(&s->ring_mem, ZC_CK_RING_SLOTS * SLOT_BYTES, NULL,
+                               "checkpoint write buffers");
     if (rc == ZC_OK && !(s->hash = XXH3_createState()))
         rc = ZC_ERR(ZC_ERR_NO_MEMORY, "%s: xxHash state", s->tmp);
     if (rc != ZC_OK) {
@@ -74,7 +73,7 @@ zc_status zc__ck_shard_open(zc_ck_shard *s, const char *dir, const char *tag, in
         free_buffers(s);
         return rc;
     }
-    s->ring = (char *)(((uintptr_t)s->ring_mem + ZC_CK_ALIGN - 1) & ~(uintptr_t)(ZC_CK_ALIGN - 1));
+    s->ring = s->ring_mem.base;
     return ZC_OK;
 }
 

@@ -6,7 +6,8 @@
  * for one tensor kind, contiguous in the engine's memory too) and is padded
  * with zeros to the alignment.
  *
- * Bytes reach the disk through a ring of aligned bounce buffers: each entry
+ * Bytes reach the disk through a ring of aligned bounce buffers (huge pages:
+ * ring_mem.h): each entry
  * is copied in pieces small enough to stay in cache, its checksum is updated
  * from the copy, and a full buffer is submitted at once while the next one is
  * filled, so copying and hashing overlap the writes. (Writing the engine's
@@ -22,6 +23,7 @@
 #include <stdint.h>
 
 #include "ckpt/dirwrite.h"
+#include "ckpt/ring_mem.h"
 #include "offload/offload.h"
 
 #define ZC_CK_RING_SLOTS 4
@@ -33,8 +35,8 @@ typedef struct zc_ck_shard {
     char tmp[ZC_CK_PATH_MAX], final[ZC_CK_PATH_MAX], dir[ZC_CK_PATH_MAX];
     uint64_t capacity;        /* the file's size, fixed at open */
     uint64_t bytes;           /* written so far: the next byte's offset */
-    void *ring_mem;           /* allocation behind ring */
-    char *ring;               /* ZC_CK_RING_SLOTS buffers, ZC_CK_ALIGN aligned */
+    zc_ck_ring_mem ring_mem;  /* allocation behind ring */
+    char *ring;               /* ZC_CK_RING_SLOTS buffers, page aligned */
     zc_nvme_ticket slot_ticket[ZC_CK_RING_SLOTS];
     int slot;                 /* the buffer being filled */
     size_t fill;              /* bytes in it */

@@ -33,6 +33,13 @@ static void *rank_main(void *p)
                  ph->load_rc[r] ? zc_last_error() : "");
         if (r == 0)
             ph->scale_after_load = zc_loss_scale(x.eng);
+        ph->broken[r] = x.eng->state == ZC_ENG_BROKEN;
+        if (ph->broken[r]) {
+            zc_step_info info;
+            ph->after_rc[r] = zc_step(x.eng, &info);
+            snprintf(ph->after_msg[r], sizeof ph->after_msg[r], "%s", zc_last_error());
+            goto out;
+        }
     }
     for (int s = ph->first; s < ph->first + ph->n; s++) {
         zc_step_info info;
@@ -67,12 +74,16 @@ bool ck_phase_run(ck_phase *ph)
         ph->master = calloc((size_t)t_total_numel(), sizeof(float));
     pthread_t th[T_MAX_WORLD];
     rank_arg args[T_MAX_WORLD];
+    if (ph->fail_pinned_alloc > 0)
+        zc__mem_fail_after(ZC_MEMKIND_PINNED, ph->fail_pinned_alloc);
     for (int r = 0; r < w; r++) {
         args[r] = (rank_arg){ph, comms[r], r};
         pthread_create(&th[r], NULL, rank_main, &args[r]);
     }
     for (int r = 0; r < w; r++)
         pthread_join(th[r], NULL);
+    if (ph->fail_pinned_alloc > 0)
+        zc__mem_fail_after(ZC_MEMKIND_PINNED, 0);
     for (int r = 0; r < w; r++)
         zc_comm_destroy(comms[r]);
     return ck_phase_error(ph)[0] == '\0';

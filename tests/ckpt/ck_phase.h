@@ -11,12 +11,19 @@ typedef struct ck_phase {
     const char *load_dir, *load_tag; /* load before training (load_dir NULL: none) */
     int first, n;                    /* steps [first, first + n) */
     const char *save_dir, *save_tag; /* save after training (save_dir NULL: none) */
+    int64_t fail_pinned_alloc;       /* > 0: the k-th pinned allocation of the phase
+                                        fails (zc__mem_fail_after), disarmed after */
     /* outputs */
     float *master;                   /* t_total_numel() floats, rank 0's gather */
     zc_step_info info[T_MAX_STEPS];  /* rank 0's, by step index */
     zc_status load_rc[T_MAX_WORLD], save_rc[T_MAX_WORLD];
     char load_msg[T_MAX_WORLD][1024];
     double scale_after_load;         /* rank 0's zc_loss_scale after loading */
+    /* A load that broke the engine: no training follows; after_msg is what
+     * the next call (zc_step) said. */
+    bool broken[T_MAX_WORLD];
+    zc_status after_rc[T_MAX_WORLD];
+    char after_msg[T_MAX_WORLD][1024];
     int64_t cur_hysteresis;          /* rank 0's loss scaler after training */
     char err[T_MAX_WORLD][512];      /* harness failures */
 } ck_phase;

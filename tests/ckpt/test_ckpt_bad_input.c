@@ -1,10 +1,13 @@
-/* Bad checkpoints: a flipped byte, a truncated or missing shard file, a newer
- * format version, another model (a name or a shape differs), fp16 against
- * another precision. Each is refused with a message naming the file and the
- * tensor, the same on every rank, and the engine is unchanged: the run that
- * tried the load and then trained from its initial values ends bitwise where
- * a run that never tried does. A checkpoint of another stage loads (the
- * format does not depend on it) and continues bitwise as that stage would. */
+/* Bad checkpoints: a truncated or missing shard file, a newer format
+ * version, another model (a name or a shape differs), fp16 against another
+ * precision. Each is found before anything is read into the engine and
+ * refused with a message naming the file and the tensor, the same on every
+ * rank, and the engine is unchanged: the run that tried the load and then
+ * trained from its initial values ends bitwise where a run that never tried
+ * does. A flipped byte shows only when its entry is read, once, into the
+ * engine's state: the same message on every rank, and the engine broken on
+ * every rank. A checkpoint of another stage loads (the format does not depend
+ * on it) and continues bitwise as that stage would. */
 #include <criterion/criterion.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -27,7 +30,7 @@ static void path_of(char *out, size_t cap, const char *ck, const char *name)
 
 static void flip_byte(const char *ck)
 {
-    char p[700];
+    char p[800];
     path_of(p, sizeof p, ck, "rank_00001.bin");
     int fd = open(p, O_RDWR);
     cr_assert_geq(fd, 0);
@@ -40,21 +43,21 @@ static void flip_byte(const char *ck)
 
 static void truncate_file(const char *ck)
 {
-    char p[700];
+    char p[800];
     path_of(p, sizeof p, ck, "rank_00000.bin");
     cr_assert_eq(truncate(p, 1000), 0);
 }
 
 static void remove_file(const char *ck)
 {
-    char p[700];
+    char p[800];
     path_of(p, sizeof p, ck, "rank_00001.bin");
     cr_assert_eq(unlink(p), 0);
 }
 
 static void edit_manifest(const char *ck, void (*edit)(json_t *root))
 {
-    char p[700];
+    char p[800];
     path_of(p, sizeof p, ck, "manifest.json");
     json_error_t je;
     json_t *root = json_load_file(p, 0, &je);
@@ -121,6 +124,8 @@ static void refused(damage_fn damage, zc_dtype save_dt, const char *want1, const
     const char *b = strstr(tried.load_msg[1], "failed on rank");
     cr_assert(a && b && !strcmp(a, b), "ranks disagree: '%s' vs '%s'", tried.load_msg[0],
               tried.load_msg[1]);
+    for (int r = 0; r < 2; r++)
+        cr_assert(!tried.broken[r], "rank %d: the refused load broke the engine", r);
     cr_assert(memcmp(never.master, tried.master, (size_t)t_total_numel() * 4) == 0,
               "the failed load changed the engine");
     free(saved.master);
@@ -131,7 +136,45 @@ static void refused(damage_fn damage, zc_dtype save_dt, const char *want1, const
     t_assert_no_leaks();
 }
 
-Test(ckpt_bad_input, flipped_byte) { refused(flip_byte, ZC_DTYPE_F32, "rank_00001.bin", "checksum mismatch in tensor 'p"); }
+/* A byte of rank 1's file flipped: rank 1 reads that entry into its state
+ * (rank 0 reads nothing of that file) and finds the mismatch only then. */
+Test(ckpt_bad_input, flipped_byte)
+{
+    char *dir = ck_tmpdir();
+    t_run save_run;
+    t_run_init(&save_run, 2, 2, ZC_DTYPE_F32);
+    ck_phase saved = {.run = &save_run, .first = 0, .n = STEPS, .save_dir = dir,
+                      .save_tag = "t"};
+    cr_assert(ck_phase_run(&saved), "%s", ck_phase_error(&saved));
+    char ck[700];
+    snprintf(ck, sizeof ck, "%s/t", dir);
+    flip_byte(ck);
+
+    t_run run;
+    t_run_init(&run, 2, 2, ZC_DTYPE_F32);
+    ck_phase tried = {.run = &run, .load_dir = dir, .first = 0, .n = STEPS};
+    cr_assert(ck_phase_run(&tried), "%s", ck_phase_error(&tried));
+    for (int r = 0; r < 2; r++) {
+        cr_assert_eq(tried.load_rc[r], ZC_ERR_IO, "rank %d: %s", r, tried.load_msg[r]);
+        cr_assert_not_null(strstr(tried.load_msg[r], "failed on rank 1 of 2"), "rank %d: '%s'",
+                           r, tried.load_msg[r]);
+        cr_assert_not_null(strstr(tried.load_msg[r], "rank_00001.bin: checksum mismatch in "
+                                  "tensor 'p1' (master, elements ["),
+                           "rank %d: '%s'", r, tried.load_msg[r]);
+        cr_assert(tried.broken[r], "rank %d: the engine is not broken", r);
+        cr_assert_eq(tried.after_rc[r], ZC_ERR_IO, "rank %d: %s", r, tried.after_msg[r]);
+        cr_assert_not_null(strstr(tried.after_msg[r], "this engine is broken"), "rank %d: '%s'",
+                           r, tried.after_msg[r]);
+        cr_assert_not_null(strstr(tried.after_msg[r], "checksum mismatch"), "rank %d: '%s'", r,
+                           tried.after_msg[r]);
+    }
+    cr_assert_str_eq(tried.load_msg[0], tried.load_msg[1]);
+    free(saved.master);
+    free(tried.master);
+    ck_rm_tree(dir);
+    free(dir);
+    t_assert_no_leaks();
+}
 Test(ckpt_bad_input, truncated_file) { refused(truncate_file, ZC_DTYPE_F32, "rank_00000.bin", "truncated; holds tensor 'p"); }
 Test(ckpt_bad_input, missing_rank_file) { refused(remove_file, ZC_DTYPE_F32, "rank_00001.bin: missing shard file", "tensor 'p"); }
 Test(ckpt_bad_input, newer_version) { refused(newer_version, ZC_DTYPE_F32, "manifest.json", "format version 3 is newer"); }
@@ -196,6 +239,80 @@ Test(ckpt_bad_input, existing_tag_refused)
     free(a.master);
     free(b.master);
     free(c.master);
+    ck_rm_tree(dir);
+    free(dir);
+    t_assert_no_leaks();
+}
+
+/* A read error while the entries are read into the state (the store's fault
+ * injection fails the first read request of every shard file): the same
+ * message on every rank, naming the file and the tensor, and the engine
+ * broken on every rank. */
+Test(ckpt_bad_input, read_error_breaks)
+{
+    char *dir = ck_tmpdir();
+    t_run save_run;
+    t_run_init(&save_run, 2, 2, ZC_DTYPE_F32);
+    ck_phase saved = {.run = &save_run, .first = 0, .n = STEPS, .save_dir = dir,
+                      .save_tag = "t"};
+    cr_assert(ck_phase_run(&saved), "%s", ck_phase_error(&saved));
+
+    t_run run;
+    t_run_init(&run, 2, 2, ZC_DTYPE_F32);
+    setenv("ZC_NVME_FAULTS", "eio=1", 1);
+    ck_phase tried = {.run = &run, .load_dir = dir, .first = 0, .n = STEPS};
+    cr_assert(ck_phase_run(&tried), "%s", ck_phase_error(&tried));
+    unsetenv("ZC_NVME_FAULTS");
+    for (int r = 0; r < 2; r++) {
+        cr_assert_eq(tried.load_rc[r], ZC_ERR_IO, "rank %d: %s", r, tried.load_msg[r]);
+        cr_assert_not_null(strstr(tried.load_msg[r], "failed on rank 0 of 2"), "'%s'",
+                           tried.load_msg[r]);
+        cr_assert_not_null(strstr(tried.load_msg[r], "rank_00000.bin"), "'%s'",
+                           tried.load_msg[r]);
+        cr_assert_not_null(strstr(tried.load_msg[r], "tensor 'p0' (master)"), "'%s'",
+                           tried.load_msg[r]);
+        cr_assert(tried.broken[r], "rank %d: the engine is not broken", r);
+    }
+    cr_assert_str_eq(tried.load_msg[0], tried.load_msg[1]);
+    free(saved.master);
+    free(tried.master);
+    ck_rm_tree(dir);
+    free(dir);
+    t_assert_no_leaks();
+}
+
+/* The read buffers cannot be allocated on one rank (the first pinned
+ * allocation of the phase fails, on whichever rank gets there first): found
+ * before anything is read, agreed, the same message on every rank, and the
+ * engine unchanged. */
+Test(ckpt_bad_input, read_buffers_refused_on_one_rank)
+{
+    char *dir = ck_tmpdir();
+    t_run save_run;
+    t_run_init(&save_run, 2, 2, ZC_DTYPE_F32);
+    ck_phase saved = {.run = &save_run, .first = 0, .n = STEPS, .save_dir = dir,
+                      .save_tag = "t"};
+    cr_assert(ck_phase_run(&saved), "%s", ck_phase_error(&saved));
+
+    t_run run;
+    t_run_init(&run, 2, 2, ZC_DTYPE_F32);
+    ck_phase never = {.run = &run, .first = 0, .n = STEPS};
+    cr_assert(ck_phase_run(&never), "%s", ck_phase_error(&never));
+    ck_phase tried = {.run = &run, .load_dir = dir, .first = 0, .n = STEPS,
+                      .fail_pinned_alloc = 1};
+    cr_assert(ck_phase_run(&tried), "%s", ck_phase_error(&tried));
+    for (int r = 0; r < 2; r++) {
+        cr_assert_eq(tried.load_rc[r], ZC_ERR_NO_MEMORY, "rank %d: %s", r, tried.load_msg[r]);
+        cr_assert_not_null(strstr(tried.load_msg[r], "checkpoint read buffers"), "'%s'",
+                           tried.load_msg[r]);
+        cr_assert(!tried.broken[r], "rank %d: the engine is broken", r);
+    }
+    cr_assert_str_eq(tried.load_msg[0], tried.load_msg[1]);
+    cr_assert(memcmp(never.master, tried.master, (size_t)t_total_numel() * 4) == 0,
+              "the failed load changed the engine");
+    free(saved.master);
+    free(never.master);
+    free(tried.master);
     ck_rm_tree(dir);
     free(dir);
     t_assert_no_leaks();

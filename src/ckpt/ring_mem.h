@@ -1,0 +1,33 @@
+/* The aligned buffers shard files are written from and read into with
+ * O_DIRECT (internal; shard_write.c, shard_read.c).
+ *
+ * A slab of its own from a private pinned pool, unlocked: mapped with
+ * MADV_HUGEPAGE before its first touch, so the buffers are huge pages from
+ * the start. A 1 MiB request from 4 KiB pages is 256 segments, over the usual
+ * max_segments, and the block layer splits it (offload.h,
+ * zc__nvme_register_buffers). The buffers are not registered with io_uring:
+ * pinning and collapsing them at every save and load cost more than it saved
+ * on the loaded machine measured (bench/RESULTS.md), and registration counts
+ * against RLIMIT_MEMLOCK. The memory is not zeroed. */
+#ifndef ZC_CKPT_RING_MEM_H
+#define ZC_CKPT_RING_MEM_H
+
+#include <stddef.h>
+
+#include "offload/offload.h"
+
+typedef struct zc_ck_ring_mem {
+    zc_pinned_pool *pool;
+    char *base;  /* page-aligned (huge-page aligned where the kernel aligns
+                    large anonymous mappings) */
+    size_t bytes;
+} zc_ck_ring_mem;
+
+/* bytes of buffer memory, counted in acct (may be NULL) as ZC_MEM_OTHER
+ * pinned memory. ZC_ERR_NO_MEMORY naming `what` on failure (nothing held). */
+zc_status zc__ck_ring_alloc(zc_ck_ring_mem *r, size_t bytes, zc_mem_account *acct,
+                            const char *what);
+/* NULL-safe on a zeroed or freed ring. */
+void zc__ck_ring_free(zc_ck_ring_mem *r);
+
+#endif
