@@ -275,21 +275,21 @@ static zc_status load_chunk(zc_engine *e, int k, const zc_opt_view *v, bool host
  * counted in the step's communication stats). */
 static zc_status refresh(zc_engine *e)
 {
+    /* Stage 3 with offload_param: the shards written home by load_chunk are
+     * flushed, and an offloaded shard of a chunk that stays gathered comes
+     * into its slot of the gather buffer. Both are rank-local I/O, so their
+     * outcome is agreed before the all-gathers (whether a parameter home
+     * exists is the same on every rank). */
     zc_status rc = zc__param_flush(e);
-    /* Stage 3: an offloaded shard of a chunk that stays gathered comes into
-     * its slot of the gather buffer first (reads agreed across ranks: whether
-     * a shard is read is the same on every rank). */
-    bool io = false;
     for (int k = 0; k < e->nchunks && rc == ZC_OK; k++) {
         zc_chunk *c = &e->chunks[k];
         if (e->pol->full_params || !c->gather || !zc__param_offloaded(e, c))
             continue;
         const void *send = NULL;
         rc = zc__param_send(e, k, c->gather, &send);
-        io = io || zc__param_rank_local_io(e, k);
     }
-    if (io)
-        rc = zc__eng_agree(e, rc, "zc_checkpoint_load: reading the parameter shards to refresh");
+    if (e->phome)
+        rc = zc__eng_agree(e, rc, "zc_checkpoint_load: writing and reading the parameter shards");
     for (int k = 0; k < e->nchunks && rc == ZC_OK; k++) {
         zc_chunk *c = &e->chunks[k];
         if (e->pol->full_params && !e->pol->full_optimizer)
