@@ -27,8 +27,14 @@ static void *rank_main(void *p)
         snprintf(ph->err[r], sizeof ph->err[r], "open: %s", ph->run->err[r]);
         goto out;
     }
+    ph->io_after_open[r] = x.eng->faults.seen[ZC_FAULT_IO];
+    if (ph->hook)
+        ph->hook(&x, r, CK_AFTER_OPEN, ph->hook_arg);
     if (ph->load_dir) {
         ph->load_rc[r] = zc_checkpoint_load(x.eng, ph->load_dir, ph->load_tag);
+        ph->io_after_load[r] = x.eng->faults.seen[ZC_FAULT_IO];
+        if (ph->hook)
+            ph->hook(&x, r, CK_AFTER_LOAD, ph->hook_arg);
         snprintf(ph->load_msg[r], sizeof ph->load_msg[r], "%s",
                  ph->load_rc[r] ? zc_last_error() : "");
         if (r == 0)

@@ -6,6 +6,8 @@
 
 #include "t_engine.h"
 
+enum { CK_AFTER_OPEN, CK_AFTER_LOAD };
+
 typedef struct ck_phase {
     t_run *run;
     const char *load_dir, *load_tag; /* load before training (load_dir NULL: none) */
@@ -13,6 +15,11 @@ typedef struct ck_phase {
     const char *save_dir, *save_tag; /* save after training (save_dir NULL: none) */
     int64_t fail_pinned_alloc;       /* > 0: the k-th pinned allocation of the phase
                                         fails (zc__mem_fail_after), disarmed after */
+    /* called on each rank thread with its opened engine (may be NULL):
+     * CK_AFTER_OPEN before the load, CK_AFTER_LOAD after it (not when the
+     * phase has no load) */
+    void (*hook)(t_ctx *x, int rank, int when, void *arg);
+    void *hook_arg;
     /* outputs */
     float *master;                   /* t_total_numel() floats, rank 0's gather */
     zc_step_info info[T_MAX_STEPS];  /* rank 0's, by step index */
@@ -25,6 +32,10 @@ typedef struct ck_phase {
     zc_status after_rc[T_MAX_WORLD];
     char after_msg[T_MAX_WORLD][1024];
     int64_t cur_hysteresis;          /* rank 0's loss scaler after training */
+    /* swap-file reads and writes each rank's engine had made (ZC_FAULTS io
+     * events, counted with or without ZC_FAULTS set) when it was opened and
+     * when the load returned */
+    int64_t io_after_open[T_MAX_WORLD], io_after_load[T_MAX_WORLD];
     char err[T_MAX_WORLD][512];      /* harness failures */
 } ck_phase;
 
