@@ -782,13 +782,16 @@ ZC_API zc_status zc_engine_stats(const zc_engine *eng, zc_stats *out);
  *             ready (all-reduce or reduce-scatter, accumulation);
  *   gather    stage 3's gathers and prefetches inside zc_param_acquire, and
  *             the publish all-gather of stages 1-3 at the end of zc_step
- *             (0 in stage 0);
+ *             (0 in stage 0), less the waits for parameter shard reads;
  *   optimizer the rest of zc_step: norm, overflow check, clipping, Adam
  *             (fetching and putting back offloaded state), the loss scaler;
- *   io_wait   the part of zc_step spent waiting for NVMe reads and writes of
- *             the optimizer state (0 without offload_optimizer nvme; the
- *             swapped gradient of an accumulation window is read and
- *             written inside zc_grad_ready, and counts as reduce).
+ *   io_wait   waiting for NVMe: inside zc_step, for the reads and writes of
+ *             the optimizer state (offload_optimizer nvme); at stage 3 with
+ *             offload_param nvme, for the parameter shards' reads inside
+ *             zc_param_acquire and the step's publish (the exposed part of
+ *             the prefetch). 0 without NVMe offload. The swapped gradient
+ *             of an accumulation window is read and written inside
+ *             zc_grad_ready, and counts as reduce.
  * An evaluation pass between two steps that acquires parameters opens the
  * next window early and counts as its forward. On CUDA the asynchronous work
  * is charged to whichever phase waits for it. */

@@ -647,6 +647,11 @@ void zc__param_load_note(zc_engine *e);
 zc_status zc__param_loads_agree(zc_engine *e);
 /* The home's counters (zeros without a home). */
 void zc__param_io(const zc_engine *e, zc_param_home_io *out);
+/* wall_clock_breakdown: notes the time the parameter home has waited for
+ * NVMe reads so far (0 without timers or a home); zc__param_wait_end moves
+ * what it waited since out of the gather phase into io_wait. */
+double zc__param_wait_begin(const zc_engine *e);
+void zc__param_wait_end(zc_engine *e, double since);
 
 /* ---- adopt.c ------------------------------------------------------------- */
 

@@ -297,6 +297,23 @@ zc_status zc__param_loads_agree(zc_engine *e)
     return zc__eng_agree(e, rc, "zc_param_load: writing the loaded parameter shards home");
 }
 
+double zc__param_wait_begin(const zc_engine *e)
+{
+    if (!e->timers.on || !e->phome)
+        return 0;
+    zc_param_home_io io;
+    zc__param_io(e, &io);
+    return io.wait_s;
+}
+
+void zc__param_wait_end(zc_engine *e, double since)
+{
+    if (!e->timers.on || !e->phome)
+        return;
+    zc__timers_move(&e->timers, ZC_TIMER_GATHER, ZC_TIMER_IO_WAIT,
+                    zc__param_wait_begin(e) - since);
+}
+
 void zc__param_io(const zc_engine *e, zc_param_home_io *out)
 {
     memset(out, 0, sizeof *out);

@@ -139,9 +139,11 @@ zc_status zc__param_acquire(zc_engine *e, zc_param *p, void *stream, void **out)
     void *ptr = NULL;
     zc__timers_begin(&e->timers);
     if (e->pol->acquire) {
+        const double waited = zc__param_wait_begin(e);
         zc__timers_push(&e->timers, ZC_TIMER_GATHER);
         zc_status grc = e->pol->acquire(e, p, &ptr);
         zc__timers_pop(&e->timers);
+        zc__param_wait_end(e, waited);
         ZC_CHECK(grc);
     } else
         ptr = zc__elem(e->chunks[p->chunk].param, p->offset, e->pesz);

@@ -324,11 +324,13 @@ static zc_status step_window(zc_engine *e, zc_step_info *info)
     if (overflow)
         ZC_CHECK(zc__grads_reset(e));
     /* Stage 0's publish does nothing: no gather phase to charge. */
+    const double waited = zc__param_wait_begin(e);
     if (e->stage > 0)
         zc__timers_push(&e->timers, ZC_TIMER_GATHER);
     const zc_status prc = e->pol->publish(e, !overflow);
     if (e->stage > 0)
         zc__timers_pop(&e->timers);
+    zc__param_wait_end(e, waited);
     ZC_CHECK(prc);
     /* fp32 views of blocks held across the step show the update. */
     if (!overflow)

@@ -10,7 +10,11 @@
  *   - the phases every step has (forward, backward, reduce, optimizer; gather
  *     in stages 1-3) are not 0: they were charged at all;
  *   - the sums over the run are the sums of the per-step values, step and
- *     timed_steps count the steps.
+ *     timed_steps count the steps;
+ *   - at stage 3 with offload_param nvme (and no optimizer offload), io_wait
+ *     is exactly the time the parameter home's own clock says it waited for
+ *     shard reads during the step, and it was not 0 over the run when the
+ *     home did wait.
  * No threshold on any duration. Without the key the call succeeds with zeros;
  * a short out->size is refused. The progress line carries the means. */
 #include <criterion/criterion.h>
@@ -21,6 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/engine.h"
 #include "helpers.h"
 #include "t_engine.h"
 
@@ -37,6 +42,7 @@ typedef struct job {
     t_run run;
     zc_comm *comms[T_MAX_WORLD];
     bool has_gather, has_io;
+    bool param_io;                /* offload_param nvme: io_wait is the home's waits */
     char err[T_MAX_WORLD][512];
 } job;
 
@@ -56,12 +62,17 @@ static void rank_fn(int rank, void *arg)
         return;
     }
     double sums[ZC_TIMER__COUNT] = {0}, total = 0;
+    zc_param_home_io io_start;
+    zc__param_io(x.eng, &io_start);
     for (int s = 0; s < STEPS; s++) {
         zc_step_info info;
+        zc_param_home_io io0, io1;
+        zc__param_io(x.eng, &io0);
         const double t0 = now_s();
         if (t_train_step(&x, s, &info) != ZC_OK)
             FAIL("step %d: %s", s, zc_last_error());
         const double wall = now_s() - t0;
+        zc__param_io(x.eng, &io1);
         zc_timers t = {.size = sizeof t};
         if (zc_engine_timers(x.eng, &t) != ZC_OK)
             FAIL("zc_engine_timers: %s", zc_last_error());
@@ -89,7 +100,17 @@ static void rank_fn(int rank, void *arg)
                 FAIL("step %d: %s = %g, expected %s", s, zc_timer_name(i), t.last[i],
                      want[i] ? "> 0" : "0");
         }
+        if (j->param_io) {
+            const double waited = io1.wait_s - io0.wait_s;
+            if (!(t.last[ZC_TIMER_IO_WAIT] >= waited - 1e-9 &&
+                  t.last[ZC_TIMER_IO_WAIT] <= waited + 1e-9))
+                FAIL("step %d: io_wait %.9f s, the parameter home waited %.9f s", s,
+                     t.last[ZC_TIMER_IO_WAIT], waited);
+        }
         if (s == STEPS - 1) {
+            if (j->param_io && io1.waits > io_start.waits && !(t.sum[ZC_TIMER_IO_WAIT] > 0))
+                FAIL("the parameter home waited %lld times, io_wait is 0",
+                     (long long)(io1.waits - io_start.waits));
             for (int i = 0; i < ZC_TIMER__COUNT; i++)
                 if (t.sum[i] != sums[i])
                     FAIL("sum of %s %.9f, the steps add up to %.9f", zc_timer_name(i), t.sum[i],
@@ -102,7 +123,8 @@ out:
     t_ctx_close(&x);
 }
 
-static void run_job(int stage, const char *offload, const char *path_json)
+static void run_job_param(int stage, const char *offload, const char *path_json,
+                          const char *param_path_json)
 {
     job *j = calloc(1, sizeof *j);
     t_run_init(&j->run, stage, 2, ZC_DTYPE_BF16);
@@ -110,8 +132,13 @@ static void run_job(int stage, const char *offload, const char *path_json)
     j->run.wall_clock_breakdown = true;
     j->run.offload = offload;
     j->run.nvme_path_json = path_json;
+    if (param_path_json) {
+        j->run.offload_param = "nvme";
+        j->run.param_nvme_path_json = param_path_json;
+        j->param_io = !offload;
+    }
     j->has_gather = stage > 0;
-    j->has_io = offload && !strcmp(offload, "nvme");
+    j->has_io = (offload && !strcmp(offload, "nvme")) || param_path_json;
     cr_assert_eq(zc_comm_local_world(2, j->comms), ZC_OK);
     t_run_ranks(2, rank_fn, j);
     for (int r = 0; r < 2; r++)
@@ -119,6 +146,11 @@ static void run_job(int stage, const char *offload, const char *path_json)
     for (int r = 0; r < 2; r++)
         cr_assert_eq(j->err[r][0], '\0', "stage %d rank %d: %s", stage, r, j->err[r]);
     free(j);
+}
+
+static void run_job(int stage, const char *offload, const char *path_json)
+{
+    run_job_param(stage, offload, path_json, NULL);
 }
 
 Test(timers, consistent_in_every_stage)
@@ -135,6 +167,20 @@ Test(timers, nvme_offload_has_io_wait)
     snprintf(json, sizeof json, "\"%s\"", dir);
     run_job(2, "nvme", json);
     run_job(1, "cpu", NULL);
+    rmdir(dir);
+}
+
+/* Stage 3's parameter shards on NVMe: the acquires' and the publish's waits
+ * for their reads are io_wait, not gather; with the optimizer state on NVMe
+ * too, both kinds of wait add up there (only the consistency checks). */
+Test(timers, param_offload_waits_are_io_wait)
+{
+    char dir[64], json[96];
+    snprintf(dir, sizeof dir, "zc-timers-XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(json, sizeof json, "\"%s\"", dir);
+    run_job_param(3, NULL, NULL, json);
+    run_job_param(3, "nvme", json, json);
     rmdir(dir);
 }
 
