@@ -580,7 +580,10 @@ ZC_API zc_status zc_block_view_f32(zc_engine *eng, zc_block *b, float **views);
  * included), and then the fp32 slots: ZC_ERR_NO_MEMORY, nothing taken, when
  * f32_view_chunks is 0 or too few slots are free; ZC_ERR_INVALID_STATE when
  * a parameter was already made ready in this micro-step; ZC_ERR_UNSUPPORTED
- * on a CUDA device. */
+ * on a CUDA device. With ZC_DEBUG=1 every chunk has an fp32 slot of its own
+ * (no pool to run out of) and a write into bufs[i] after the parameter's
+ * zc_grad_ready fails the next zc_step or zc_micro_step_end on every rank
+ * (docs/debug.md). */
 ZC_API zc_status zc_block_grad_buffers_f32(zc_engine *eng, zc_block *b, float **bufs);
 
 /* ---- Tied parameters -------------------------------------------------------

@@ -105,6 +105,8 @@ struct zc_param {
                            slice of the chunk's gradient view slot), or NULL */
     void *gview_dst;    /* the working-dtype gradient buffer gview is narrowed
                            into at zc_grad_ready */
+    bool gview_poisoned; /* ZC_DEBUG: its slice of the chunk's fp32 gradient
+                            slot holds the poison of its last zc_grad_ready */
 };
 
 typedef struct zc_group {
@@ -335,6 +337,8 @@ struct zc_engine {
     void **dbg_shadow;         /* nchunks device buffers handed out as gradients */
     void *dbg_pattern, *dbg_read; /* host: the poison, a slice read back */
     size_t dbg_host_bytes;
+    float **dbg_gview;         /* with fp32 views: nchunks fp32 gradient slots, one
+                                  per chunk (f32_view.c), instead of the pool */
     bool dbg_found;            /* a late write was seen (dbg_msg says where) */
     char dbg_msg[384];
 };
@@ -675,9 +679,19 @@ zc_status zc__debug_grad_buffer(zc_engine *e, zc_param *p, void **buf);
 /* zc_grad_ready, before the reduction: copies p's shadow slice into `real`
  * (p's slice of the buffer the reduction reads) and poisons the shadow. */
 zc_status zc__debug_grad_ready(zc_engine *e, zc_param *p, void *real);
-/* zc_step / zc_micro_step_end: checks every poisoned slice; collective (the
- * outcome is agreed, so a late write breaks the engine on every rank). */
+/* zc_step / zc_micro_step_end: checks every poisoned slice (the 16-bit
+ * shadows' and the fp32 gradient views'); collective (the outcome is agreed,
+ * so a late write breaks the engine on every rank). */
 zc_status zc__debug_check(zc_engine *e, const char *fn);
+/* Records the first late write found (e->dbg_found, e->dbg_msg): `got` is
+ * what p's poisoned slice of `bytes` holds now, compared with the poison;
+ * `buffer` names the buffer ("gradient buffer", "fp32 gradient buffer"),
+ * `source` the call that handed it out, `when` where it was seen. */
+void zc__debug_compare(zc_engine *e, const zc_param *p, const void *got, size_t bytes,
+                       size_t elem_bytes, const char *buffer, const char *source,
+                       const char *when);
+/* The poison byte of ZC_DEBUG slices. */
+#define ZC_DEBUG_POISON 0xA5
 
 /* ---- f32_view.c (fp32 views of 16-bit parameters and gradients) ---------- */
 
@@ -685,9 +699,16 @@ zc_status zc__debug_check(zc_engine *e, const char *fn);
  * device only) and sets up the (empty) view pools. */
 zc_status zc__view_option(zc_engine *e, int chunks);
 /* Reserves the view pools at build (none for fp32 parameters or
- * f32_view_chunks 0); zc__view_free releases them. */
+ * f32_view_chunks 0); with ZC_DEBUG, one fp32 gradient slot per chunk
+ * instead of the gradient pool. zc__view_free releases them. */
 zc_status zc__view_build(zc_engine *e);
 void zc__view_free(zc_engine *e);
+/* ZC_DEBUG: frees the per-chunk fp32 gradient slots (zc__debug_free, while
+ * the chunks that size them exist). */
+void zc__view_debug_free(zc_engine *e);
+/* ZC_DEBUG: checks p's poisoned fp32 gradient slice (a no-op when it holds
+ * none), recording a late write as zc__debug_compare does. */
+void zc__view_debug_check(zc_engine *e, const zc_param *p, const char *when);
 /* zc_param_release, once p has no outstanding acquire: its view ends. */
 void zc__view_release(zc_engine *e, zc_param *p);
 /* zc_grad_ready, before anything else: p's fp32 gradient, if one was handed

@@ -17,7 +17,13 @@
  * parameter lies at its layout offset in the slot, as in the chunk.
  *
  * fp32 parameters need no copy: their views are the acquired pointers and
- * the gradient buffers themselves, and no slot is reserved. */
+ * the gradient buffers themselves, and no slot is reserved.
+ *
+ * ZC_DEBUG=1 (grad_debug.c, docs/debug.md): each chunk gets an fp32
+ * gradient slot of its own instead of the pool, and zc_grad_ready fills the
+ * parameter's slice with the poison after narrowing it; a pooled slot would
+ * go to another chunk, whose use would look like a late write. The slices
+ * are checked where the 16-bit shadows are. */
 #include <stdio.h>
 #include <string.h>
 
@@ -58,15 +64,36 @@ zc_status zc__view_option(zc_engine *e, int chunks)
     return ZC_OK;
 }
 
+static size_t debug_slot_bytes(const zc_chunk *c)
+{
+    return (size_t)c->padded * sizeof(float);
+}
+
+/* ZC_DEBUG: the per-chunk fp32 gradient slots. */
+static zc_status debug_build(zc_engine *e)
+{
+    ZC_CHECK(zc__host_alloc(&e->acct, ZC_MEM_OTHER, (size_t)e->nchunks * sizeof(float *),
+                            "ZC_DEBUG fp32 gradient slot table", (void **)&e->dbg_gview));
+    memset(e->dbg_gview, 0, (size_t)e->nchunks * sizeof(float *));
+    for (int k = 0; k < e->nchunks; k++)
+        ZC_CHECK(zc__eng_alloc(e, ZC_MEM_GRADS, debug_slot_bytes(&e->chunks[k]),
+                               "ZC_DEBUG fp32 gradient view slot", (void **)&e->dbg_gview[k]));
+    return ZC_OK;
+}
+
 zc_status zc__view_build(zc_engine *e)
 {
     if (e->f32_view_chunks == 0 || !copies(e))
         return ZC_OK;
     const size_t bytes = slot_bytes(e);
     ZC_CHECK(zc__bufpool_plan(&e->pool_view, bytes, e->f32_view_chunks));
-    ZC_CHECK(zc__bufpool_plan(&e->pool_gview, bytes, e->f32_view_chunks));
     ZC_CHECK(zc__bufpool_reserve(&e->pool_view));
-    ZC_CHECK(zc__bufpool_reserve(&e->pool_gview));
+    if (e->debug) {
+        ZC_CHECK(debug_build(e));
+    } else {
+        ZC_CHECK(zc__bufpool_plan(&e->pool_gview, bytes, e->f32_view_chunks));
+        ZC_CHECK(zc__bufpool_reserve(&e->pool_gview));
+    }
     ZC_LOGI("core", "fp32 views: %d chunk slots for parameters and %d for gradients, %zu bytes "
                     "each (%s parameters widened on the host)",
             e->f32_view_chunks, e->f32_view_chunks, bytes, zc_dtype_name(e->pdt));
@@ -77,6 +104,26 @@ void zc__view_free(zc_engine *e)
 {
     zc__bufpool_destroy(&e->pool_view);
     zc__bufpool_destroy(&e->pool_gview);
+}
+
+void zc__view_debug_free(zc_engine *e)
+{
+    if (e->dbg_gview) {
+        for (int k = 0; k < e->nchunks; k++)
+            if (e->dbg_gview[k])
+                zc__eng_free(e, ZC_MEM_GRADS, (void **)&e->dbg_gview[k],
+                             debug_slot_bytes(&e->chunks[k]));
+        zc__host_free(&e->acct, ZC_MEM_OTHER, e->dbg_gview, (size_t)e->nchunks * sizeof(float *));
+        e->dbg_gview = NULL;
+    }
+}
+
+void zc__view_debug_check(zc_engine *e, const zc_param *p, const char *when)
+{
+    if (p->gview_poisoned)
+        zc__debug_compare(e, p, e->dbg_gview[p->chunk] + p->offset,
+                          (size_t)p->numel * sizeof(float), sizeof(float),
+                          "fp32 gradient buffer", "zc_block_grad_buffers_f32", when);
 }
 
 /* The checks every view call makes before touching anything. */
@@ -121,7 +168,7 @@ static zc_status check_slots(zc_engine *e, const zc_block *b, bool gradient, con
 {
     zc_bufpool *pool = gradient ? &e->pool_gview : &e->pool_view;
     const int need = slots_needed(e, b, gradient);
-    if (need == 0)
+    if (need == 0 || (gradient && e->dbg_gview))
         return ZC_OK;
     if (e->f32_view_chunks == 0)
         return ZC_ERR(ZC_ERR_NO_MEMORY,
@@ -225,10 +272,15 @@ ZC_API zc_status zc_block_grad_buffers_f32(zc_engine *e, zc_block *b, float **bu
         zc_param *p = zc_block_param(b, i);
         zc_chunk *c = &e->chunks[p->chunk];
         if (!p->gview) {
-            if (!c->gview_slot)
+            if (!c->gview_slot && e->dbg_gview)
+                c->gview_slot = e->dbg_gview[p->chunk];
+            else if (!c->gview_slot)
                 ZC_CHECK(zc__bufpool_get(&e->pool_gview, slot_bytes(e), false, NULL,
                                          (void **)&c->gview_slot));
             p->gview = c->gview_slot + p->offset;
+            /* ZC_DEBUG: a write through the pointer of an earlier window. */
+            zc__view_debug_check(e, p, "at its next zc_block_grad_buffers_f32");
+            p->gview_poisoned = false;
             p->gview_dst = bufs[i];
             memset(p->gview, 0, (size_t)p->numel * sizeof(float));
             c->gview_refs++;
@@ -244,9 +296,17 @@ zc_status zc__view_grad_ready(zc_engine *e, zc_param *p)
         return ZC_OK;
     ZC_CHECK(zc__eng_convert(e, p->gview_dst, e->pdt, p->gview, ZC_DTYPE_F32, (size_t)p->numel));
     zc_chunk *c = &e->chunks[p->chunk];
+    if (e->dbg_gview) {
+        memset(p->gview, ZC_DEBUG_POISON, (size_t)p->numel * sizeof(float));
+        p->gview_poisoned = true;
+    }
     p->gview = NULL;
     p->gview_dst = NULL;
-    if (--c->gview_refs == 0)
-        zc__bufpool_put(&e->pool_gview, (void **)&c->gview_slot);
+    if (--c->gview_refs == 0) {
+        if (e->dbg_gview)
+            c->gview_slot = NULL; /* the chunk's own: nothing to give back */
+        else
+            zc__bufpool_put(&e->pool_gview, (void **)&c->gview_slot);
+    }
     return ZC_OK;
 }

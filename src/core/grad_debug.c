@@ -21,7 +21,7 @@
 
 #include "core/engine.h"
 
-#define POISON_BYTE 0xA5
+#define POISON_BYTE ZC_DEBUG_POISON
 
 zc_status zc__debug_parse(const char *text, bool *on)
 {
@@ -71,6 +71,7 @@ zc_status zc__debug_build(zc_engine *e)
 
 void zc__debug_free(zc_engine *e)
 {
+    zc__view_debug_free(e);
     if (e->dbg_shadow) {
         for (int k = 0; k < e->nchunks; k++)
             if (e->dbg_shadow[k])
@@ -88,8 +89,28 @@ static void *slice(const zc_engine *e, const zc_param *p)
     return zc__elem(e->dbg_shadow[p->chunk], p->offset, e->pesz);
 }
 
-/* Reads p's poisoned slice back and records the first late write found
- * (the first one is kept: it names the parameter the user must fix). */
+void zc__debug_compare(zc_engine *e, const zc_param *p, const void *got, size_t bytes,
+                       size_t elem_bytes, const char *buffer, const char *source,
+                       const char *when)
+{
+    /* The first late write is kept: it names the parameter to fix. */
+    if (e->dbg_found)
+        return;
+    const unsigned char *r = got;
+    size_t at = 0;
+    while (at < bytes && r[at] == POISON_BYTE)
+        at++;
+    if (at == bytes)
+        return;
+    e->dbg_found = true;
+    snprintf(e->dbg_msg, sizeof e->dbg_msg,
+             "ZC_DEBUG: the %s of parameter '%s' was written after its zc_grad_ready "
+             "(element %zu of %lld changed, seen %s); the pointer from %s is valid only "
+             "until the parameter's zc_grad_ready",
+             buffer, p->name, at / elem_bytes, (long long)p->numel, when, source);
+}
+
+/* Reads p's poisoned shadow slice back and compares it with the poison. */
 static zc_status check_slice(zc_engine *e, const zc_param *p, const char *when)
 {
     zc_device *d = e->dev;
@@ -98,18 +119,8 @@ static zc_status check_slice(zc_engine *e, const zc_param *p, const char *when)
     ZC_CHECK(zc__order_engine_after_caller(e, e->user_stream));
     ZC_CHECK(d->ops->copy(d, e->dbg_read, slice(e, p), bytes, ZC_COPY_D2H, e->stream));
     ZC_CHECK(d->ops->stream_sync(d, e->stream));
-    if (e->dbg_found || memcmp(e->dbg_read, e->dbg_pattern, bytes) == 0)
-        return ZC_OK;
-    size_t at = 0;
-    const unsigned char *r = e->dbg_read;
-    while (r[at] == POISON_BYTE)
-        at++;
-    e->dbg_found = true;
-    snprintf(e->dbg_msg, sizeof e->dbg_msg,
-             "ZC_DEBUG: the gradient buffer of parameter '%s' was written after its "
-             "zc_grad_ready (element %zu of %lld changed, seen %s); the pointer from "
-             "zc_grad_buffer is valid only until the parameter's zc_grad_ready",
-             p->name, at / e->pesz, (long long)p->numel, when);
+    zc__debug_compare(e, p, e->dbg_read, bytes, e->pesz, "gradient buffer", "zc_grad_buffer",
+                      when);
     return ZC_OK;
 }
 
@@ -156,9 +167,11 @@ zc_status zc__debug_check(zc_engine *e, const char *fn)
     if (!e->debug)
         return ZC_OK;
     zc_status rc = ZC_OK;
-    for (int i = 0; i < e->nparams && rc == ZC_OK; i++)
+    for (int i = 0; i < e->nparams && rc == ZC_OK; i++) {
         if (e->params[i]->dbg_poisoned)
             rc = check_slice(e, e->params[i], "at the end of the micro-step");
+        zc__view_debug_check(e, e->params[i], "at the end of the micro-step");
+    }
     if (rc == ZC_OK && e->dbg_found)
         rc = ZC_ERR(ZC_ERR_INVALID_STATE, "%s", e->dbg_msg);
     /* Every rank checks at the same call: agreeing keeps one rank's finding

@@ -474,3 +474,102 @@ Test(f32_view, debug_shadows_train_the_same)
     }
     t_assert_no_leaks();
 }
+
+/* ZC_DEBUG=1 and a write into an fp32 gradient view after zc_grad_ready:
+ * every rank adds to element 5 of w2's fp32 gradient (block 1) in the same
+ * micro-step (when 0) or after the step through the pointer of the previous
+ * window (when 1). The next zc_step fails on every rank with the same
+ * message naming the fp32 buffer, the parameter and the element, as the
+ * 16-bit buffers' check does (tests/core/test_grad_debug.c). */
+typedef struct late_view {
+    int stage, when;
+    zc_status rc[2];
+    char msg[2][512];
+    char err[2][512];
+} late_view;
+
+static void late_view_rank(int rank, void *arg)
+{
+    late_view *lv = arg;
+    zc_engine *eng = NULL;
+    zc_param *P[NP] = {0};
+    zc_block *B[NB] = {0};
+    float *g2 = NULL;
+    lv->rc[rank] = ZC_ERR_INTERNAL;
+    zc_status rc = open_engine(lv->stage, ZC_DTYPE_BF16, rank, 2, &eng, P, B);
+    for (int s = 0; s < 2 && rc == ZC_OK; s++) {
+        if (s == 1 && lv->when == 1)
+            g2[5] += 2.0f; /* the pointer of the last window is stale */
+        for (int l = NB - 1; l >= 0 && rc == ZC_OK; l--) {
+            const int a = block_begin[l], n = block_begin[l + 1] - a;
+            float *w[NP], *g[NP];
+            rc = zc_block_acquire(eng, B[l], NULL, NULL);
+            if (rc == ZC_OK)
+                rc = zc_block_view_f32(eng, B[l], w);
+            if (rc == ZC_OK)
+                rc = zc_block_grad_buffers_f32(eng, B[l], g);
+            for (int j = 0; j < n && rc == ZC_OK; j++)
+                for (int64_t k = 0; k < numel[a + j]; k++)
+                    g[j][k] = grad_of(rank, s, a + j, k, w[j][k], 1.0f);
+            if (rc == ZC_OK)
+                rc = zc_block_grad_ready(eng, B[l]);
+            if (rc == ZC_OK && l == 1) {
+                g2 = g[0];
+                if (s == 0 && lv->when == 0)
+                    g2[5] += 2.0f;
+            }
+            if (rc == ZC_OK)
+                rc = zc_block_release(eng, B[l], NULL);
+        }
+        if (rc != ZC_OK) {
+            snprintf(lv->err[rank], sizeof lv->err[rank], "step %d: %s", s, zc_last_error());
+            break;
+        }
+        zc_step_info info;
+        zc_status src = zc_step(eng, &info);
+        if (src != ZC_OK || s == 1) {
+            lv->rc[rank] = src;
+            snprintf(lv->msg[rank], sizeof lv->msg[rank], "%s", src ? zc_last_error() : "");
+            break;
+        }
+    }
+    if (rc != ZC_OK && !lv->err[rank][0])
+        snprintf(lv->err[rank], sizeof lv->err[rank], "open: %s", zc_last_error());
+    for (int l = 0; l < NB; l++)
+        zc_block_destroy(B[l]);
+    zc_engine_destroy(eng);
+}
+
+Test(f32_view, debug_catches_late_writes_into_fp32_gradients)
+{
+    static const char *const seen[2] = {"seen at the end of the micro-step",
+                                        "seen at its next zc_block_grad_buffers_f32"};
+    for (int when = 0; when <= 1; when++) {
+        for (int stage = 0; stage <= 3; stage++) {
+            late_view lv = {.stage = stage, .when = when};
+            cr_assert_eq(zc_comm_local_world(2, comms), ZC_OK);
+            setenv("ZC_DEBUG", "1", 1);
+            t_run_ranks(2, late_view_rank, &lv);
+            unsetenv("ZC_DEBUG");
+            for (int i = 0; i < 2; i++)
+                zc_comm_destroy(comms[i]);
+            char want[256];
+            snprintf(want, sizeof want,
+                     "ZC_DEBUG: the fp32 gradient buffer of parameter 'w2' was written after its "
+                     "zc_grad_ready (element 5 of 1000 changed, %s); the pointer from "
+                     "zc_block_grad_buffers_f32 is valid only",
+                     seen[when]);
+            for (int r = 0; r < 2; r++) {
+                cr_assert_str_empty(lv.err[r], "stage %d when %d rank %d: %s", stage, when, r,
+                                    lv.err[r]);
+                cr_assert_eq(lv.rc[r], ZC_ERR_INVALID_STATE, "stage %d when %d rank %d: %s (%s)",
+                             stage, when, r, zc_status_str(lv.rc[r]), lv.msg[r]);
+                cr_assert_not_null(strstr(lv.msg[r], want), "stage %d when %d rank %d: %s",
+                                   stage, when, r, lv.msg[r]);
+            }
+            cr_assert_str_eq(lv.msg[0], lv.msg[1], "stage %d when %d: ranks disagree", stage,
+                             when);
+        }
+    }
+    t_assert_no_leaks();
+}
