@@ -1,7 +1,6 @@
 /* Checkpoint test phases (ck_phase.h). */
 #define _XOPEN_SOURCE 700
 #include <ftw.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,20 +9,12 @@
 #include "ck_phase.h"
 #include "core/engine.h"
 
-typedef struct rank_arg {
-    ck_phase *ph;
-    zc_comm *comm;
-    int rank;
-} rank_arg;
-
-static void *rank_main(void *p)
+static void rank_main(void *arg, zc_comm *comm, int r)
 {
-    rank_arg *a = p;
-    ck_phase *ph = a->ph;
-    const int r = a->rank;
+    ck_phase *ph = arg;
     t_ctx x;
     ph->load_rc[r] = ph->save_rc[r] = ZC_OK;
-    if (t_ctx_open(&x, ph->run, r, a->comm) != ZC_OK) {
+    if (t_ctx_open(&x, ph->run, r, comm) != ZC_OK) {
         snprintf(ph->err[r], sizeof ph->err[r], "open: %s", ph->run->err[r]);
         goto out;
     }
@@ -64,35 +55,18 @@ static void *rank_main(void *p)
         snprintf(ph->err[r], sizeof ph->err[r], "gather: %s", ph->run->err[r]);
 out:
     t_ctx_close(&x);
-    return NULL;
 }
 
 bool ck_phase_run(ck_phase *ph)
 {
-    setenv("ZC_COMM_TIMEOUT", "60", 0);
-    zc_comm *comms[T_MAX_WORLD] = {0};
-    const int w = ph->run->world;
-    if (zc_comm_local_world(w, comms) != ZC_OK) {
-        snprintf(ph->err[0], sizeof ph->err[0], "zc_comm_local_world: %s", zc_last_error());
-        return false;
-    }
     if (!ph->master)
         ph->master = calloc((size_t)t_total_numel(), sizeof(float));
-    pthread_t th[T_MAX_WORLD];
-    rank_arg args[T_MAX_WORLD];
     if (ph->fail_pinned_alloc > 0)
         zc__mem_fail_after(ZC_MEMKIND_PINNED, ph->fail_pinned_alloc);
-    for (int r = 0; r < w; r++) {
-        args[r] = (rank_arg){ph, comms[r], r};
-        pthread_create(&th[r], NULL, rank_main, &args[r]);
-    }
-    for (int r = 0; r < w; r++)
-        pthread_join(th[r], NULL);
+    const bool ran = t_on_ranks(ph->run->world, rank_main, ph, ph->err[0], sizeof ph->err[0]);
     if (ph->fail_pinned_alloc > 0)
         zc__mem_fail_after(ZC_MEMKIND_PINNED, 0);
-    for (int r = 0; r < w; r++)
-        zc_comm_destroy(comms[r]);
-    return ck_phase_error(ph)[0] == '\0';
+    return ran && ck_phase_error(ph)[0] == '\0';
 }
 
 const char *ck_phase_error(const ck_phase *ph)

@@ -391,84 +391,92 @@ zc_status t_gather(t_ctx *x, float *out)
     return ZC_OK;
 }
 
-typedef struct rank_arg {
-    t_run *run;
-    zc_comm *comm;
-    int rank;
-} rank_arg;
-
-static void *rank_main(void *argp)
+static void rank_main(void *argp, zc_comm *comm, int rank)
 {
-    rank_arg *a = argp;
+    t_run *run = argp;
     t_ctx x;
-    if (t_ctx_open(&x, a->run, a->rank, a->comm) == ZC_OK) {
-        for (int s = 0; s < a->run->steps; s++) {
+    if (t_ctx_open(&x, run, rank, comm) == ZC_OK) {
+        for (int s = 0; s < run->steps; s++) {
             zc_step_info info;
             if (t_train_step(&x, s, &info) != ZC_OK)
                 goto out;
-            if (a->run->after_step)
-                a->run->after_step(&x, s, a->run->hook_arg);
-            if (a->rank == 0 && s < T_MAX_STEPS) {
-                a->run->info[s] = info;
-                a->run->step_stats[s] = (zc_stats){.size = sizeof(zc_stats)};
-                zc_engine_stats(x.eng, &a->run->step_stats[s]);
+            if (run->after_step)
+                run->after_step(&x, s, run->hook_arg);
+            if (rank == 0 && s < T_MAX_STEPS) {
+                run->info[s] = info;
+                run->step_stats[s] = (zc_stats){.size = sizeof(zc_stats)};
+                zc_engine_stats(x.eng, &run->step_stats[s]);
             }
         }
-        if (t_gather(&x, a->run->master) != ZC_OK)
+        if (t_gather(&x, run->master) != ZC_OK)
             goto out;
-        if (a->run->adopt) {
+        if (run->adopt) {
             const void *w0 = zc_param_acquire(x.eng, x.p[0], NULL);
             const void *w5 = zc_param_acquire(x.eng, x.p[5], NULL);
-            a->run->adopt_identity[a->rank] = w0 == x.adopt_mem[0] && w5 == x.adopt_mem[1];
+            run->adopt_identity[rank] = w0 == x.adopt_mem[0] && w5 == x.adopt_mem[1];
             if (w0)
                 zc_param_release(x.eng, x.p[0], NULL);
             if (w5)
                 zc_param_release(x.eng, x.p[5], NULL);
-            float *o = a->run->adopt_out[a->rank];
+            float *o = run->adopt_out[rank];
             size_t at = 0;
             for (int s = 0; s < 2; s++) {
                 int64_t n = 0;
                 for (int i = s ? 5 : 0; i < (s ? T_NPARAMS : 5); i++)
                     n += t_numel[i];
                 for (int64_t k = 0; k < n; k++)
-                    o[at++] = zc__load_f32(x.adopt_mem[s], a->run->dtype, (size_t)k);
+                    o[at++] = zc__load_f32(x.adopt_mem[s], run->dtype, (size_t)k);
             }
         }
-        a->run->stats[a->rank] = (zc_stats){.size = sizeof(zc_stats)};
-        zc_engine_stats(x.eng, &a->run->stats[a->rank]);
+        run->stats[rank] = (zc_stats){.size = sizeof(zc_stats)};
+        zc_engine_stats(x.eng, &run->stats[rank]);
     }
 out:
     t_ctx_close(&x);
-    return NULL;
 }
 
-#include <pthread.h>
+typedef struct on_ranks {
+    t_rank_fn *fn;
+    void *arg;
+    zc_comm **comms;
+} on_ranks;
 
-bool t_engine_run(t_run *run)
+static void on_rank(int rank, void *argp)
+{
+    on_ranks *o = argp;
+    o->fn(o->arg, o->comms[rank], rank);
+}
+
+bool t_on_ranks(int world, t_rank_fn *fn, void *arg, char *err, size_t cap)
 {
     /* A failing rank makes the others' next collective time out instead of
      * hanging the suite. */
     setenv("ZC_COMM_TIMEOUT", "60", 0);
     zc_comm *comms[T_MAX_WORLD] = {0};
-    if (zc_comm_local_world(run->world, comms) != ZC_OK) {
-        snprintf(run->err[0], sizeof run->err[0], "zc_comm_local_world: %s", zc_last_error());
+    if (world < 1 || world > T_MAX_WORLD) {
+        snprintf(err, cap, "t_on_ranks: world %d is not within 1..%d", world, T_MAX_WORLD);
         return false;
     }
+    if (zc_comm_local_world(world, comms) != ZC_OK) {
+        snprintf(err, cap, "zc_comm_local_world: %s", zc_last_error());
+        return false;
+    }
+    on_ranks o = {fn, arg, comms};
+    t_run_ranks(world, on_rank, &o);
+    for (int r = 0; r < world; r++)
+        zc_comm_destroy(comms[r]);
+    return true;
+}
+
+bool t_engine_run(t_run *run)
+{
     if (!run->master)
         run->master = calloc((size_t)t_total_numel(), sizeof(float));
     for (int r = 0; run->adopt && r < run->world; r++)
         if (!run->adopt_out[r])
             run->adopt_out[r] = calloc((size_t)t_total_numel(), sizeof(float));
-    pthread_t th[T_MAX_WORLD];
-    rank_arg args[T_MAX_WORLD];
-    for (int r = 0; r < run->world; r++) {
-        args[r] = (rank_arg){run, comms[r], r};
-        pthread_create(&th[r], NULL, rank_main, &args[r]);
-    }
-    for (int r = 0; r < run->world; r++)
-        pthread_join(th[r], NULL);
-    for (int r = 0; r < run->world; r++)
-        zc_comm_destroy(comms[r]);
+    if (!t_on_ranks(run->world, rank_main, run, run->err[0], sizeof run->err[0]))
+        return false;
     return t_run_error(run)[0] == '\0';
 }
 

@@ -17,6 +17,7 @@
 #define ZC_TESTS_T_ENGINE_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "zeroc/zeroc.h"
@@ -137,6 +138,15 @@ zc_status t_backward_one(t_ctx *x, int step, int micro, int i);
 zc_status t_train_step(t_ctx *x, int step, zc_step_info *info);
 /* Collective: gathers every parameter's fp32 master; rank 0 stores it in out. */
 zc_status t_gather(t_ctx *x, float *out);
+
+/* Runs fn(arg, comm, rank) on `world` threads (at most T_MAX_WORLD), one
+ * per rank of a fresh local communicator, joins them and destroys the
+ * communicators. ZC_COMM_TIMEOUT defaults to 60 s here, so a rank that
+ * fails makes the others' next collective fail instead of hanging the suite.
+ * Returns false, with the reason in err (cap bytes), when the communicator
+ * could not be made; fn then never runs. */
+typedef void t_rank_fn(void *arg, zc_comm *comm, int rank);
+bool t_on_ranks(int world, t_rank_fn *fn, void *arg, char *err, size_t cap);
 
 /* Runs the whole training on run->world threads; master, stats and info are
  * filled. Returns false (with run->err set) when a rank failed. */

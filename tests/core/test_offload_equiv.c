@@ -9,108 +9,53 @@
  * staging path a GPU takes (D2H gradient, H2D output) forced on the host.
  * Every run must leave its nvme_path directories empty. */
 #include <criterion/criterion.h>
-#include <dirent.h>
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <unistd.h>
 
 #include "core/engine.h"
 #include "helpers.h"
 #include "t_engine.h"
-
-/* A fresh directory under the build directory (the test's cwd): a real
- * filesystem, so O_DIRECT is exercised where it can be. */
-static void make_dir(char *out, size_t cap)
-{
-    snprintf(out, cap, "zc-offload-test-XXXXXX");
-    cr_assert_not_null(mkdtemp(out), "mkdtemp");
-}
-
-static int entries(const char *dir)
-{
-    DIR *d = opendir(dir);
-    cr_assert_not_null(d, "%s", dir);
-    int n = 0;
-    for (struct dirent *e; (e = readdir(d));)
-        n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
-    closedir(d);
-    return n;
-}
+#include "t_offload.h"
+#include "t_runs.h"
 
 static t_run *run_cfg(int stage, int world, zc_dtype dt, int accum, const char *offload,
                       const char *path_json, double ratio, bool pipeline)
 {
-    t_run *r = calloc(1, sizeof *r);
-    t_run_init(r, stage, world, dt);
-    r->accum = accum;
-    r->offload = offload;
-    r->nvme_path_json = path_json;
-    r->offload_ratio = ratio;
-    r->pipeline = pipeline;
-    r->buffer_count = pipeline ? 12 : 0;
-    bool ok = t_engine_run(r);
-    cr_assert(ok, "stage %d world %d %s accum %d offload %s: %s", stage, world,
-              zc_dtype_name(dt), accum, offload ? offload : "none", t_run_error(r));
-    return r;
-}
-
-static void free_run(t_run *r)
-{
-    free(r->master);
-    free(r);
-}
-
-static void same(const t_run *r, const t_run *ref, const char *what)
-{
-    const int64_t n = t_total_numel();
-    int64_t diff = 0, first = -1;
-    for (int64_t i = 0; i < n; i++)
-        if (memcmp(&r->master[i], &ref->master[i], sizeof(float))) {
-            diff++;
-            if (first < 0)
-                first = i;
-        }
-    cr_assert_eq(diff, 0, "%s: %lld of %lld master elements differ (first %lld: %a vs %a)", what,
-                 (long long)diff, (long long)n, (long long)first,
-                 first >= 0 ? r->master[first] : 0.0f, first >= 0 ? ref->master[first] : 0.0f);
-    for (int s = 0; s < ref->steps; s++) {
-        cr_assert(r->info[s].grad_norm == ref->info[s].grad_norm, "%s step %d: norm %.17g vs %.17g",
-                  what, s, r->info[s].grad_norm, ref->info[s].grad_norm);
-        cr_assert_eq(r->info[s].skipped, ref->info[s].skipped, "%s step %d skipped", what, s);
-        cr_assert(r->info[s].loss_scale == ref->info[s].loss_scale, "%s step %d scale", what, s);
-    }
+    t_run cfg;
+    t_run_init(&cfg, stage, world, dt);
+    cfg.accum = accum;
+    cfg.offload = offload;
+    cfg.nvme_path_json = path_json;
+    cfg.offload_ratio = ratio;
+    cfg.pipeline = pipeline;
+    cfg.buffer_count = pipeline ? 12 : 0;
+    return t_run_trained(&cfg);
 }
 
 static void sweep(zc_dtype dt, int accum)
 {
-    char dir[64], json[96];
-    make_dir(dir, sizeof dir);
-    snprintf(json, sizeof json, "\"%s\"", dir);
+    t_swapdir dir;
+    t_swapdir_make(&dir, "zc-offload-test");
     for (int world = 1; world <= 4; world++)
         for (int stage = 1; stage <= 3; stage++) {
             t_run *ref = run_cfg(stage, world, dt, accum, NULL, NULL, 0, false);
-            int skipped = 0;
-            for (int s = 0; s < ref->steps; s++)
-                skipped += ref->info[s].skipped;
-            cr_assert_lt(skipped, ref->steps, "every step skipped");
+            t_assert_trained(ref);
             char what[96];
             t_run *cpu = run_cfg(stage, world, dt, accum, "cpu", NULL, 0, false);
             snprintf(what, sizeof what, "%s accum %d world %d stage %d cpu", zc_dtype_name(dt),
                      accum, world, stage);
-            same(cpu, ref, what);
-            free_run(cpu);
+            t_assert_same_training(cpu, ref, what);
+            t_run_free(cpu);
             /* Serial swapping on odd worlds, pipelined on even ones: both
              * orders of I/O must give the same numbers. */
-            t_run *nv = run_cfg(stage, world, dt, accum, "nvme", json, 0, world % 2 == 0);
+            t_run *nv = run_cfg(stage, world, dt, accum, "nvme", dir.json, 0, world % 2 == 0);
             snprintf(what, sizeof what, "%s accum %d world %d stage %d nvme", zc_dtype_name(dt),
                      accum, world, stage);
-            same(nv, ref, what);
-            free_run(nv);
-            cr_assert_eq(entries(dir), 0, "swap files left in %s", dir);
-            free_run(ref);
+            t_assert_same_training(nv, ref, what);
+            t_run_free(nv);
+            cr_assert_eq(t_dir_entries(dir.path), 0, "swap files left in %s", dir.path);
+            t_run_free(ref);
         }
-    rmdir(dir);
+    t_swapdir_remove(&dir);
     t_assert_no_leaks();
 }
 
@@ -124,22 +69,22 @@ Test(offload_equiv, fp16_accum4) { sweep(ZC_DTYPE_F16, 4); }
 /* ratio 0.5 (stage 3 only, as in DeepSpeed) and two striped directories. */
 Test(offload_equiv, nvme_ratio_half_and_two_dirs)
 {
-    char d1[64], d2[64], one[96], two[200];
-    make_dir(d1, sizeof d1);
-    make_dir(d2, sizeof d2);
-    snprintf(one, sizeof one, "\"%s\"", d1);
-    snprintf(two, sizeof two, "[\"%s\", \"%s\"]", d1, d2);
+    t_swapdir d1, d2;
+    t_swapdir_make(&d1, "zc-offload-test");
+    t_swapdir_make(&d2, "zc-offload-test");
+    char two[200];
+    snprintf(two, sizeof two, "[\"%s\", \"%s\"]", d1.path, d2.path);
     const zc_dtype dts[] = {ZC_DTYPE_F32, ZC_DTYPE_BF16, ZC_DTYPE_F16};
     for (int di = 0; di < 3; di++)
         for (int world = 1; world <= 4; world += 3)
             for (int accum = 1; accum <= 4; accum += 3) {
                 char what[96];
                 t_run *ref = run_cfg(3, world, dts[di], accum, NULL, NULL, 0, false);
-                t_run *half = run_cfg(3, world, dts[di], accum, "nvme", one, 0.5, true);
+                t_run *half = run_cfg(3, world, dts[di], accum, "nvme", d1.json, 0.5, true);
                 snprintf(what, sizeof what, "%s world %d accum %d ratio 0.5",
                          zc_dtype_name(dts[di]), world, accum);
-                same(half, ref, what);
-                free_run(half);
+                t_assert_same_training(half, ref, what);
+                t_run_free(half);
                 for (int stage = 1; stage <= 3; stage++) {
                     t_run *sref = stage == 3 ? ref
                                              : run_cfg(stage, world, dts[di], accum, NULL, NULL,
@@ -147,16 +92,17 @@ Test(offload_equiv, nvme_ratio_half_and_two_dirs)
                     t_run *striped = run_cfg(stage, world, dts[di], accum, "nvme", two, 0, true);
                     snprintf(what, sizeof what, "%s world %d accum %d stage %d two dirs",
                              zc_dtype_name(dts[di]), world, accum, stage);
-                    same(striped, sref, what);
-                    free_run(striped);
+                    t_assert_same_training(striped, sref, what);
+                    t_run_free(striped);
                     if (sref != ref)
-                        free_run(sref);
+                        t_run_free(sref);
                 }
-                free_run(ref);
-                cr_assert_eq(entries(d1) + entries(d2), 0, "swap files left behind");
+                t_run_free(ref);
+                cr_assert_eq(t_dir_entries(d1.path) + t_dir_entries(d2.path), 0,
+                             "swap files left behind");
             }
-    rmdir(d1);
-    rmdir(d2);
+    t_swapdir_remove(&d1);
+    t_swapdir_remove(&d2);
     t_assert_no_leaks();
 }
 
@@ -164,9 +110,8 @@ Test(offload_equiv, nvme_ratio_half_and_two_dirs)
  * from it), run on the host: still bitwise the device-home result. */
 Test(offload_equiv, staged_copies_as_on_a_gpu)
 {
-    char dir[64], json[96];
-    make_dir(dir, sizeof dir);
-    snprintf(json, sizeof json, "\"%s\"", dir);
+    t_swapdir dir;
+    t_swapdir_make(&dir, "zc-offload-test");
     zc__opt_force_staging(true);
     const zc_dtype dts[] = {ZC_DTYPE_F32, ZC_DTYPE_BF16, ZC_DTYPE_F16};
     for (int di = 0; di < 3; di++)
@@ -177,19 +122,18 @@ Test(offload_equiv, staged_copies_as_on_a_gpu)
                 t_run *ref = run_cfg(stage, 2, dts[di], accum, NULL, NULL, 0, false);
                 zc__opt_force_staging(true);
                 t_run *cpu = run_cfg(stage, 2, dts[di], accum, "cpu", NULL, 0, false);
-                t_run *nv = run_cfg(stage, 2, dts[di], accum, "nvme", json, 0, true);
+                t_run *nv = run_cfg(stage, 2, dts[di], accum, "nvme", dir.json, 0, true);
                 snprintf(what, sizeof what, "staged %s stage %d accum %d cpu",
                          zc_dtype_name(dts[di]), stage, accum);
-                same(cpu, ref, what);
+                t_assert_same_training(cpu, ref, what);
                 snprintf(what, sizeof what, "staged %s stage %d accum %d nvme",
                          zc_dtype_name(dts[di]), stage, accum);
-                same(nv, ref, what);
-                free_run(cpu);
-                free_run(nv);
-                free_run(ref);
+                t_assert_same_training(nv, ref, what);
+                t_run_free(cpu);
+                t_run_free(nv);
+                t_run_free(ref);
             }
     zc__opt_force_staging(false);
-    cr_assert_eq(entries(dir), 0);
-    rmdir(dir);
+    t_swapdir_remove(&dir);
     t_assert_no_leaks();
 }

@@ -14,30 +14,19 @@
  * stage 0, more pinned memory than the machine has, more swap than the disk
  * has; each names what was asked, what is there and the key to change. */
 #include <criterion/criterion.h>
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include "base/alloc.h"
 #include "core/engine.h"
 #include "helpers.h"
 #include "t_engine.h"
+#include "t_offload.h"
+#include "t_runs.h"
 
 #define NVME_BOOKKEEPING (64 * 1024)
-
-static int entries(const char *dir)
-{
-    DIR *d = opendir(dir);
-    cr_assert_not_null(d);
-    int n = 0;
-    for (struct dirent *e; (e = readdir(d));)
-        n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
-    closedir(d);
-    return n;
-}
 
 typedef struct probe {
     zc_opt_nvme_info info[T_MAX_WORLD];
@@ -64,16 +53,15 @@ static void after_step(t_ctx *x, int step, void *arg)
 static t_run *run_acc(int stage, int world, int accum, const char *offload, const char *json,
                       probe *pr)
 {
-    t_run *r = calloc(1, sizeof *r);
-    t_run_init(r, stage, world, ZC_DTYPE_BF16);
-    r->accum = accum;
-    r->steps = 2;
-    r->offload = offload;
-    r->nvme_path_json = json;
-    r->after_step = after_step;
-    r->hook_arg = pr;
-    cr_assert(t_engine_run(r), "%s", t_run_error(r));
-    return r;
+    t_run cfg;
+    t_run_init(&cfg, stage, world, ZC_DTYPE_BF16);
+    cfg.accum = accum;
+    cfg.steps = 2;
+    cfg.offload = offload;
+    cfg.nvme_path_json = json;
+    cfg.after_step = after_step;
+    cfg.hook_arg = pr;
+    return t_run_trained(&cfg);
 }
 
 static t_run *run(int stage, int world, const char *offload, const char *json, probe *pr)
@@ -88,16 +76,14 @@ static int64_t state_bytes(const zc_stats *s, int kind)
 
 Test(offload_memory, bytes_by_kind_match_the_formulas)
 {
-    char dir[64], json[96];
-    snprintf(dir, sizeof dir, "zc-offload-mem-XXXXXX");
-    cr_assert_not_null(mkdtemp(dir));
-    snprintf(json, sizeof json, "\"%s\"", dir);
+    t_swapdir dir;
+    t_swapdir_make(&dir, "zc-offload-mem");
     for (int stage = 1; stage <= 3; stage++)
         for (int world = 1; world <= 4; world++) {
             probe pn = {0}, pc = {0}, pv = {0};
             t_run *none = run(stage, world, NULL, NULL, &pn);
             t_run *cpu = run(stage, world, "cpu", NULL, &pc);
-            t_run *nv = run(stage, world, "nvme", json, &pv);
+            t_run *nv = run(stage, world, "nvme", dir.json, &pv);
             for (int r = 0; r < world; r++) {
                 const zc_stats *sn = &none->stats[r], *sc = &cpu->stats[r], *sv = &nv->stats[r];
                 const int64_t P = sn->padded_params, per = P / world;
@@ -140,15 +126,12 @@ Test(offload_memory, bytes_by_kind_match_the_formulas)
                                 (sn->bytes_by_kind[ZC_KIND_HOST] - state_bytes(sn, ZC_KIND_HOST));
                 cr_assert_leq(extra, NVME_BOOKKEEPING, "bookkeeping %lld bytes", (long long)extra);
             }
-            cr_assert_eq(entries(dir), 0);
-            free(none->master);
-            free(cpu->master);
-            free(nv->master);
-            free(none);
-            free(cpu);
-            free(nv);
+            cr_assert_eq(t_dir_entries(dir.path), 0);
+            t_run_free(none);
+            t_run_free(cpu);
+            t_run_free(nv);
         }
-    rmdir(dir);
+    t_swapdir_remove(&dir);
     t_assert_no_leaks();
     cr_assert_eq(zc__mem_global_bytes(ZC_MEMKIND_NVME), 0);
     cr_assert_eq(zc__mem_global_bytes(ZC_MEMKIND_PINNED), 0);
@@ -159,14 +142,12 @@ Test(offload_memory, bytes_by_kind_match_the_formulas)
  * gradient memory, and still no state in host memory beyond the buffers. */
 Test(offload_memory, accumulated_gradient_in_the_swap_files)
 {
-    char dir[64], json[96];
-    snprintf(dir, sizeof dir, "zc-offload-mem-XXXXXX");
-    cr_assert_not_null(mkdtemp(dir));
-    snprintf(json, sizeof json, "\"%s\"", dir);
+    t_swapdir dir;
+    t_swapdir_make(&dir, "zc-offload-mem");
     for (int stage = 2; stage <= 3; stage++) {
         probe pn = {0}, pv = {0};
         t_run *none = run_acc(stage, 2, 4, NULL, NULL, &pn);
-        t_run *nv = run_acc(stage, 2, 4, "nvme", json, &pv);
+        t_run *nv = run_acc(stage, 2, 4, "nvme", dir.json, &pv);
         for (int r = 0; r < 2; r++) {
             const zc_stats *sn = &none->stats[r], *sv = &nv->stats[r];
             const int64_t per = sn->padded_params / 2;
@@ -180,13 +161,11 @@ Test(offload_memory, accumulated_gradient_in_the_swap_files)
                           (int64_t)(4 * pv.info[r].slots + 1) * (int64_t)pv.info[r].buffer_bytes,
                           "swap buffers and the one gradient buffer");
         }
-        cr_assert_eq(entries(dir), 0);
-        free(none->master);
-        free(nv->master);
-        free(none);
-        free(nv);
+        cr_assert_eq(t_dir_entries(dir.path), 0);
+        t_run_free(none);
+        t_run_free(nv);
     }
-    rmdir(dir);
+    t_swapdir_remove(&dir);
     t_assert_no_leaks();
 }
 
@@ -226,23 +205,22 @@ static zc_status build_huge(const char *device, const char *json, int stage, cha
 
 Test(offload_memory, preflight_errors_before_allocating)
 {
-    char dir[64], json[96], msg[1024];
-    snprintf(dir, sizeof dir, "zc-offload-mem-XXXXXX");
-    cr_assert_not_null(mkdtemp(dir));
-    snprintf(json, sizeof json, "\"%s\"", dir);
+    char msg[1024];
+    t_swapdir dir;
+    t_swapdir_make(&dir, "zc-offload-mem");
 
     cr_assert_eq(build_huge("cpu", NULL, 2, msg, sizeof msg), ZC_ERR_NO_MEMORY);
     cr_assert(strstr(msg, "MemAvailable") && strstr(msg, "offload_optimizer") &&
                   strstr(msg, "TiB"),
               "%s", msg);
 
-    cr_assert_eq(build_huge("nvme", json, 2, msg, sizeof msg), ZC_ERR_IO);
-    cr_assert(strstr(msg, "nvme_path") && strstr(msg, "free") && strstr(msg, dir), "%s", msg);
-    cr_assert_eq(entries(dir), 0, "pre-flight left files");
+    cr_assert_eq(build_huge("nvme", dir.json, 2, msg, sizeof msg), ZC_ERR_IO);
+    cr_assert(strstr(msg, "nvme_path") && strstr(msg, "free") && strstr(msg, dir.path), "%s", msg);
+    cr_assert_eq(t_dir_entries(dir.path), 0, "pre-flight left files");
 
     cr_assert_eq(build_huge("cpu", NULL, 0, msg, sizeof msg), ZC_ERR_CONFIG);
     cr_assert(strstr(msg, "zero_optimization.offload_optimizer") && strstr(msg, "stage"), "%s",
               msg);
-    rmdir(dir);
+    t_swapdir_remove(&dir);
     t_assert_no_leaks();
 }

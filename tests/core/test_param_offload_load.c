@@ -8,15 +8,15 @@
  * of a chunk overlaps about 7 parameters, so a write per parameter would be
  * about 7 writes per chunk. */
 #include <criterion/criterion.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "base/dtype.h"
 #include "core/engine.h"
 #include "helpers.h"
+#include "t_engine.h"
+#include "t_offload.h"
 
 #define W 2
 #define NP 48
@@ -32,12 +32,6 @@ typedef struct lrun {
     char err[W][512];
 } lrun;
 
-typedef struct larg {
-    lrun *r;
-    zc_comm *comm;
-    int rank;
-} larg;
-
 static float value(int round, int i, int k)
 {
     /* Values that bf16 cannot hold exactly, so rounding shows. */
@@ -49,16 +43,15 @@ static float value(int round, int i, int k)
     do {                                                                           \
         zc_status rc_ = (call);                                                    \
         if (rc_ != ZC_OK) {                                                        \
-            snprintf(r->err[a->rank], sizeof r->err[a->rank], "%s: %s", #call,     \
+            snprintf(r->err[rank], sizeof r->err[rank], "%s: %s", #call,           \
                      zc_last_error());                                             \
             goto out;                                                              \
         }                                                                          \
     } while (0)
 
-static void *rank_main(void *p)
+static void rank_main(void *arg, zc_comm *comm, int rank)
 {
-    larg *a = p;
-    lrun *r = a->r;
+    lrun *r = arg;
     zc_config *cfg = NULL;
     zc_engine *eng = NULL;
     zc_param *ps[NP];
@@ -77,7 +70,7 @@ static void *rank_main(void *p)
     zc_engine_options eo = ZC_ENGINE_OPTIONS_INIT;
     eo.device = ZC_DEVICE_HOST;
     eo.bucket_elems = 2048;
-    TRY(zc_engine_create(&eng, cfg, a->comm, &eo));
+    TRY(zc_engine_create(&eng, cfg, comm, &eo));
     for (int i = 0; i < NP; i++) {
         char name[16];
         const int64_t shape = PN;
@@ -88,7 +81,7 @@ static void *rank_main(void *p)
     }
     TRY(zc_engine_build(eng));
     for (int k = 0; k < eng->nchunks; k++)
-        r->chunks_offloaded[a->rank] += eng->chunks[k].poff;
+        r->chunks_offloaded[rank] += eng->chunks[k].poff;
     for (int round = 0; round < 2; round++) {
         zc_param_home_io io0, io1;
         zc__param_io(eng, &io0);
@@ -105,36 +98,25 @@ static void *rank_main(void *p)
             const void *w = zc_param_acquire(eng, ps[i], NULL);
             if (!w)
                 TRY(ZC_ERR_INTERNAL);
-            if (a->rank == 0)
+            if (rank == 0)
                 for (int k = 0; k < PN; k++)
                     r->acquired[round][i * PN + k] = zc__load_f32(w, ZC_DTYPE_BF16, (size_t)k);
             TRY(zc_param_release(eng, ps[i], NULL));
         }
         zc__param_io(eng, &io1);
-        r->load_writes[a->rank][round] = io1.writes - io0.writes;
+        r->load_writes[rank][round] = io1.writes - io0.writes;
     }
 out:
     zc_engine_destroy(eng);
     zc_config_destroy(cfg);
-    return NULL;
 }
 
 static void run(lrun *r)
 {
-    zc_comm *comms[W];
-    cr_assert_eq(zc_comm_local_world(W, comms), ZC_OK);
-    pthread_t th[W];
-    larg args[W];
-    for (int i = 0; i < W; i++) {
-        args[i] = (larg){r, comms[i], i};
-        pthread_create(&th[i], NULL, rank_main, &args[i]);
-    }
+    char err[512];
+    cr_assert(t_on_ranks(W, rank_main, r, err, sizeof err), "%s", err);
     for (int i = 0; i < W; i++)
-        pthread_join(th[i], NULL);
-    for (int i = 0; i < W; i++) {
-        zc_comm_destroy(comms[i]);
         cr_assert_str_empty(r->err[i], "%s rank %d: %s", r->offload, i, r->err[i]);
-    }
 }
 
 /* fp32 -> bf16 -> fp32, round to nearest even (the values are finite). */
@@ -151,13 +133,11 @@ static float bf16_rne(float x)
 
 Test(param_offload_load, one_write_per_chunk_same_values)
 {
-    char dir[64], json[96];
-    snprintf(dir, sizeof dir, "zc-poff-load-XXXXXX");
-    cr_assert_not_null(mkdtemp(dir));
-    snprintf(json, sizeof json, "\"%s\"", dir);
+    t_swapdir dir;
+    t_swapdir_make(&dir, "zc-poff-load");
     lrun *ref = calloc(1, sizeof *ref);
     ref->offload = "none";
-    ref->json = json;
+    ref->json = dir.json;
     run(ref);
     /* The independent reference: what the engine must hold after each round. */
     for (int round = 0; round < 2; round++)
@@ -173,7 +153,7 @@ Test(param_offload_load, one_write_per_chunk_same_values)
     for (int d = 0; d < 2; d++) {
         lrun *r = calloc(1, sizeof *r);
         r->offload = devs[d];
-        r->json = json;
+        r->json = dir.json;
         run(r);
         cr_assert(!memcmp(r->acquired, ref->acquired, sizeof ref->acquired),
                   "%s: acquired values differ from the run without offload", devs[d]);
@@ -193,6 +173,6 @@ Test(param_offload_load, one_write_per_chunk_same_values)
         free(r);
     }
     free(ref);
-    cr_assert_eq(rmdir(dir), 0, "swap files left in %s", dir);
+    t_swapdir_remove(&dir);
     t_assert_no_leaks();
 }

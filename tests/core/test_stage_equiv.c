@@ -5,65 +5,35 @@
  * accumulation 4 (fp32). The reference for each world size is stage 0 (DDP). */
 #include <criterion/criterion.h>
 #include <math.h>
-#include <stdlib.h>
-#include <string.h>
+#include <stdio.h>
 
 #include "helpers.h"
 #include "t_engine.h"
+#include "t_runs.h"
 
 static t_run *run_one(int stage, int world, zc_dtype dt, int accum)
 {
-    t_run *r = calloc(1, sizeof *r);
-    t_run_init(r, stage, world, dt);
-    r->accum = accum;
-    bool ok = t_engine_run(r);
-    cr_assert(ok, "stage %d world %d %s accum %d: %s", stage, world, zc_dtype_name(dt), accum,
-              t_run_error(r));
-    return r;
-}
-
-static void free_run(t_run *r)
-{
-    free(r->master);
-    free(r);
+    t_run cfg;
+    t_run_init(&cfg, stage, world, dt);
+    cfg.accum = accum;
+    return t_run_trained(&cfg);
 }
 
 static void check_bitwise(zc_dtype dt)
 {
-    const int64_t n = t_total_numel();
     for (int world = 1; world <= 4; world++) {
         t_run *ref = run_one(0, world, dt, 1);
         /* The run must have trained: parameters moved from their start. */
-        int skipped = 0;
-        for (int s = 0; s < ref->steps; s++)
-            skipped += ref->info[s].skipped;
-        cr_assert_lt(skipped, ref->steps, "every step skipped");
+        t_assert_trained(ref);
         for (int stage = 1; stage <= 3; stage++) {
             t_run *r = run_one(stage, world, dt, 1);
-            int64_t diff = 0, first = -1;
-            for (int64_t i = 0; i < n; i++)
-                if (memcmp(&r->master[i], &ref->master[i], sizeof(float))) {
-                    diff++;
-                    if (first < 0)
-                        first = i;
-                }
-            cr_assert_eq(diff, 0,
-                         "%s world %d: stage %d differs from stage 0 in %lld of %lld elements "
-                         "(first %lld: %a vs %a)",
-                         zc_dtype_name(dt), world, stage, (long long)diff, (long long)n,
-                         (long long)first, first >= 0 ? r->master[first] : 0.0f,
-                         first >= 0 ? ref->master[first] : 0.0f);
-            for (int s = 0; s < ref->steps; s++) {
-                cr_assert(r->info[s].grad_norm == ref->info[s].grad_norm,
-                          "%s world %d stage %d step %d: norm %.17g vs stage 0 %.17g",
-                          zc_dtype_name(dt), world, stage, s, r->info[s].grad_norm,
-                          ref->info[s].grad_norm);
-                cr_assert_eq(r->info[s].skipped, ref->info[s].skipped);
-                cr_assert(r->info[s].loss_scale == ref->info[s].loss_scale);
-            }
-            free_run(r);
+            char what[96];
+            snprintf(what, sizeof what, "%s world %d: stage %d against stage 0",
+                     zc_dtype_name(dt), world, stage);
+            t_assert_same_training(r, ref, what);
+            t_run_free(r);
         }
-        free_run(ref);
+        t_run_free(ref);
     }
     t_assert_no_leaks();
 }
@@ -98,9 +68,9 @@ Test(stage_equiv, accumulation4_fp32_within_1e6)
                 cr_assert_leq(fabs(r->info[s].grad_norm - ref->info[s].grad_norm),
                               1e-6 * ref->info[s].grad_norm, "world %d stage %d step %d norm",
                               world, stage, s);
-            free_run(r);
+            t_run_free(r);
         }
-        free_run(ref);
+        t_run_free(ref);
     }
     t_assert_no_leaks();
 }
