@@ -23,11 +23,11 @@ static void rank_main(void *arg, zc_comm *comm, int r)
         ph->hook(&x, r, CK_AFTER_OPEN, ph->hook_arg);
     if (ph->load_dir) {
         ph->load_rc[r] = zc_checkpoint_load(x.eng, ph->load_dir, ph->load_tag);
+        snprintf(ph->load_msg[r], sizeof ph->load_msg[r], "%s",
+                 ph->load_rc[r] ? zc_last_error() : "");
         ph->io_after_load[r] = x.eng->faults.seen[ZC_FAULT_IO];
         if (ph->hook)
             ph->hook(&x, r, CK_AFTER_LOAD, ph->hook_arg);
-        snprintf(ph->load_msg[r], sizeof ph->load_msg[r], "%s",
-                 ph->load_rc[r] ? zc_last_error() : "");
         if (r == 0)
             ph->scale_after_load = zc_loss_scale(x.eng);
         ph->broken[r] = x.eng->state == ZC_ENG_BROKEN;
