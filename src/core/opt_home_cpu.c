@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "core/home_pool.h"
 #include "core/opt_home.h"
 #include "offload/offload.h"
 
@@ -77,25 +78,17 @@ static zc_status cpu_prepare(zc_opt_home *hh)
                           h->p.rank);
         return ZC_ERR_NO_MEMORY;
     }
-    if (h->p.pin_memory && !lim.can_lock_unlimited && lim.memlock_limit != UINT64_MAX &&
-        need > lim.memlock_limit && h->p.device_index < 0)
+    if (zc__home_pool_unlocked(&lim, h->p.pin_memory, h->p.device_index, need))
         ZC_LOGW("offload", "offload_optimizer: %.1f MiB of optimizer state exceed RLIMIT_MEMLOCK "
                 "(%.1f MiB); the pinned pool falls back to unlocked memory (raise 'ulimit -l' or "
                 "set offload_optimizer.pin_memory false to silence this)",
                 (double)need / 1048576.0, (double)lim.memlock_limit / 1048576.0);
 
-    zc_pinned_pool_opts o = ZC_PINNED_POOL_OPTS_INIT;
-    o.acct = h->p.acct;
-    /* Slabs sized to the need (plus alignment slack), not the pool's 64 MiB
-     * default: a small model must not lock 64 MiB per rank. The pool caps a
-     * slab at 1 GiB and adds more as needed. */
-    o.slab_bytes = (size_t)need + (size_t)(5 * h->p.nchunks + 2) * ALIGN;
-    o.device_index = h->p.device_index;
-    if (h->p.device_index < 0)
-        o.flags |= ZC_PINNED_NO_CUDA;
-    if (!h->p.pin_memory)
-        o.flags |= ZC_PINNED_NO_LOCK;
-    ZC_CHECK(zc__pinned_pool_create(&h->pool, &o));
+    /* Slabs sized to the need plus alignment slack; the pool caps a slab at
+     * 1 GiB and adds more as needed. */
+    ZC_CHECK(zc__home_pool_create(h->p.acct,
+                                  (size_t)need + (size_t)(5 * h->p.nchunks + 2) * ALIGN,
+                                  h->p.device_index, h->p.pin_memory, &h->pool));
     for (int k = 0; k < h->p.nchunks; k++) {
         cpu_chunk *c = &h->chunks[k];
         for (int i = 0; c->n && i < ntensors(h); i++) {

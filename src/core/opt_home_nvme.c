@@ -43,15 +43,17 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/statvfs.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "base/checked.h"
+#include "base/clock.h"
 #include "base/log.h"
+#include "core/home_pool.h"
+#include "core/home_store.h"
 #include "core/opt_home.h"
 #include "core/swap_dirs.h"
 #include "offload/offload.h"
 
-#define IO_ALIGN 4096u     /* layout alignment: >= every O_DIRECT requirement seen */
 #define ZC_NVME_RETRIES 2  /* extra attempts of a ticket that failed with EIO */
 #define MAX_SLOTS 64
 
@@ -83,17 +85,15 @@ typedef struct nvme_home {
     void *gin;                 /* swap_grads with staging: the slice staged in */
     zc_nvme_ticket gwt;        /* write of gbuf in flight */
     int gwk;                   /* its chunk */
-    zc_status gerr;            /* first gradient I/O error, reported by the
+    zc_kept_error gerr;        /* first gradient I/O error, reported by the
                                   next pass */
-    char gerrmsg[1024];
     uint64_t capacity;
     int nslots, ahead;
     nv_slot slots[MAX_SLOTS];
     zc_swap_dirs sd;           /* nvme_path entries and our directories under them */
     zc_pinned_pool *pool;
     zc_nvme_store *store;
-    zc_status err;             /* first error of the pass (sticky) */
-    char errmsg[1024];
+    zc_kept_error err;         /* first error of the pass (sticky) */
     double read_wait, write_wait;
     int64_t reads, writes;
     int64_t read_bytes, write_bytes; /* since prepare (the engine's step stats) */
@@ -103,15 +103,6 @@ typedef struct nvme_home {
 
 static const zc_mem_category nvme_cats[4] = {ZC_MEM_MASTER, ZC_MEM_ADAM, ZC_MEM_GRADS,
                                              ZC_MEM_OTHER};
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
 static zc_status nv_add(zc_opt_home *hh, int k, size_t n)
 {
@@ -157,8 +148,7 @@ static zc_status preflight(nvme_home *h, uint64_t pinned)
                           h->p.rank, (long long)h->p.buffer_count, h->buf_bytes);
         return ZC_ERR_NO_MEMORY;
     }
-    if (h->p.pin_memory && !lim.can_lock_unlimited && lim.memlock_limit != UINT64_MAX &&
-        pinned > lim.memlock_limit && h->p.device_index < 0)
+    if (zc__home_pool_unlocked(&lim, h->p.pin_memory, h->p.device_index, pinned))
         ZC_LOGW("offload", "offload_optimizer: %.1f MiB of swap buffers exceed RLIMIT_MEMLOCK "
                 "(%.1f MiB); they fall back to unlocked memory (raise 'ulimit -l' or set "
                 "offload_optimizer.pin_memory false)",
@@ -168,19 +158,12 @@ static zc_status preflight(nvme_home *h, uint64_t pinned)
 
 /* ---- tickets ------------------------------------------------------------- */
 
-static zc_status fail(nvme_home *h, zc_status rc)
-{
-    if (h->err == ZC_OK) {
-        h->err = rc;
-        snprintf(h->errmsg, sizeof h->errmsg, "%s", zc_last_error());
-    }
-    return rc;
-}
+static zc_status fail(nvme_home *h, zc_status rc) { return zc__kept_error_keep(&h->err, rc); }
 
 static zc_status sticky(nvme_home *h)
 {
-    if (h->err != ZC_OK)
-        return ZC_ERR(h->err, "%s", h->errmsg);
+    if (h->err.rc != ZC_OK)
+        return ZC_KEPT_RAISE(&h->err);
     return ZC_OK;
 }
 
@@ -231,7 +214,7 @@ static zc_status wait_io(nvme_home *h, nv_slot *s, int k, bool write)
 {
     zc_nvme_ticket *t = write ? &s->wt : &s->rt;
     int *tries = write ? &s->wtries : &s->rtries;
-    double t0 = now_s();
+    double t0 = zc__now_s();
     zc_status rc = ZC_OK;
     while (*t) {
         zc_nvme_error err;
@@ -258,9 +241,9 @@ static zc_status wait_io(nvme_home *h, nv_slot *s, int k, bool write)
     }
     *tries = 0;
     if (write)
-        h->write_wait += now_s() - t0;
+        h->write_wait += zc__now_s() - t0;
     else
-        h->read_wait += now_s() - t0;
+        h->read_wait += zc__now_s() - t0;
     return rc;
 }
 
@@ -279,12 +262,11 @@ static zc_status start_read(nvme_home *h, int i)
 
 static void grad_fail(nvme_home *h, zc_status rc, int k, const char *what)
 {
-    if (h->gerr != ZC_OK)
+    if (h->gerr.rc != ZC_OK)
         return;
     zc__error_context("offload_optimizer nvme: %s the gradient of chunk %d (rank %d)", what, k,
                       h->p.rank);
-    h->gerr = rc;
-    snprintf(h->gerrmsg, sizeof h->gerrmsg, "%s", zc_last_error());
+    zc__kept_error_keep(&h->gerr, rc);
 }
 
 /* Waits for the gradient buffer's write (EIO retried like the state's). */
@@ -317,7 +299,7 @@ static zc_status nv_grad_add(zc_opt_home *hh, int k, const void *src, zc_dtype d
     *sumsq = 0.0;
     if (h->gwt)
         grad_wait_write(h);
-    if (h->gerr != ZC_OK)
+    if (h->gerr.rc != ZC_OK)
         return ZC_OK; /* the window's gradient is lost; the next pass says so */
     const uint64_t at = c->off + 3 * c->tbytes;
     if (first) {
@@ -370,15 +352,14 @@ static zc_status nv_pass_begin(zc_opt_home *hh, const int *ks, int nk)
     memcpy(h->ks, ks, (size_t)nk * sizeof(int));
     h->nk = nk;
     h->pos = h->next_read = 0;
-    h->err = ZC_OK;
+    zc__kept_error_clear(&h->err);
     /* The last gradient write must be on disk before the pass reads it, and
      * a gradient I/O error of the window fails this pass. */
     if (h->gwt)
         grad_wait_write(h);
-    if (h->gerr != ZC_OK) {
+    if (h->gerr.rc != ZC_OK) {
         h->err = h->gerr;
-        snprintf(h->errmsg, sizeof h->errmsg, "%s", h->gerrmsg);
-        h->gerr = ZC_OK;
+        zc__kept_error_clear(&h->gerr);
     }
     h->read_wait = h->write_wait = 0;
     h->reads = h->writes = 0;
@@ -441,7 +422,7 @@ static zc_status nv_pass_end(zc_opt_home *hh)
     for (int j = 0; j < h->nslots; j++) {
         nv_slot *s = &h->slots[j];
         int k = s->pos >= 0 && s->pos < h->nk ? h->ks[s->pos] : -1;
-        if (s->rt && h->err != ZC_OK) {
+        if (s->rt && h->err.rc != ZC_OK) {
             (void)zc__nvme_wait(h->store, s->rt, NULL);
             s->rt = 0;
         } else if (s->rt) {
@@ -500,19 +481,22 @@ static zc_status nv_prepare(zc_opt_home *hh)
     nvme_home *h = (nvme_home *)hh;
     if (!h->maxn)
         return ZC_OK;
-    /* Layout. */
+    /* Layout. No chunk's tensor is larger than a buffer, so once the buffer
+     * size is computed without overflow, so is every tensor's. */
     h->nt = h->p.swap_grads ? 4 : 3;
+    if (!zc__aligned_bytes(h->maxn, sizeof(float), ZC_SWAP_ALIGN, &h->buf_bytes))
+        return ZC_ERR(ZC_ERR_CONFIG, "zero_optimization.offload_optimizer: a chunk shard of %zu "
+                      "elements is too large to swap (its size overflows)", h->maxn);
     uint64_t off = 0;
     for (int k = 0; k < h->p.nchunks; k++) {
         nv_chunk *c = &h->chunks[k];
         if (!c->n)
             continue;
-        c->tbytes = round_up(c->n * sizeof(float), IO_ALIGN);
+        (void)zc__aligned_bytes(c->n, sizeof(float), ZC_SWAP_ALIGN, &c->tbytes);
         c->off = off;
         off += (uint64_t)h->nt * c->tbytes;
     }
     h->capacity = off;
-    h->buf_bytes = round_up(h->maxn * sizeof(float), IO_ALIGN);
     int64_t slots = h->p.buffer_count / 4;
     if (slots < 1)
         slots = 1;
@@ -536,37 +520,19 @@ static zc_status nv_prepare(zc_opt_home *hh)
     ZC_CHECK(preflight(h, pinned));
 
     /* Swap directories and the store. */
-    ZC_CHECK(zc__swap_dirs_make(&h->sd, h->p.rank, "zero_optimization.offload_optimizer"));
-    const char *dirs[ZC_SWAP_MAX_DIRS];
-    zc__swap_dirs_list(&h->sd, dirs);
-    int64_t qd = h->p.aio_queue_depth * (h->p.aio_intra_op > 0 ? h->p.aio_intra_op : 1);
-    zc_nvme_opts o = ZC_NVME_OPTS_INIT;
-    o.dirs = dirs;
-    o.ndirs = h->sd.n;
-    o.rank = h->p.rank;
-    o.purpose = "optimizer";
-    o.capacity = h->capacity;
-    o.block_size = (size_t)h->p.aio_block_size;
-    o.alignment = IO_ALIGN;
-    o.queue_depth = (int)(qd > 4096 ? 4096 : qd);
-    if (h->p.aio_single_submit)
-        o.flags |= ZC_NVME_SINGLE_SUBMIT;
-    if (!h->p.aio_overlap_events)
-        o.flags |= ZC_NVME_NO_OVERLAP;
-    zc_status rc = zc__nvme_open(&h->store, &o);
-    if (rc != ZC_OK) {
-        zc__error_context("zero_optimization.offload_optimizer (rank %d; aio.block_size %lld, "
-                          "aio.queue_depth %lld)",
-                          h->p.rank, (long long)h->p.aio_block_size,
-                          (long long)h->p.aio_queue_depth);
-        return rc;
-    }
+    zc_home_store_spec ss = {
+        .block = "offload_optimizer",
+        .purpose = "optimizer",
+        .rank = h->p.rank,
+        .capacity = h->capacity,
+        .aio_block_size = h->p.aio_block_size,
+        .aio_queue_depth = h->p.aio_queue_depth,
+        .aio_intra_op = h->p.aio_intra_op,
+        .flags = (h->p.aio_single_submit ? ZC_NVME_SINGLE_SUBMIT : 0u) |
+                 (h->p.aio_overlap_events ? 0u : ZC_NVME_NO_OVERLAP),
+    };
     zc_nvme_stats ns;
-    zc__nvme_stats_get(h->store, &ns);
-    if (ns.alignment > IO_ALIGN)
-        return ZC_ERR(ZC_ERR_UNSUPPORTED, "offload_optimizer nvme: '%s' needs %zu-byte aligned "
-                      "I/O, more than the %u bytes the swap layout uses",
-                      h->sd.given[0], ns.alignment, IO_ALIGN);
+    ZC_CHECK(zc__home_store_open(&h->sd, &ss, &h->store, &ns));
     /* Count the files like memory: of the chunk extents, one tensor in nt is
      * master, two m and v, (nt = 4) one the gradient; the store's stripe
      * round-up is bookkeeping. */
@@ -578,21 +544,14 @@ static zc_status nv_prepare(zc_opt_home *hh)
         zc__mem_count(h->p.acct, ZC_MEMKIND_NVME, nvme_cats[i], h->counted_nvme[i]);
 
     /* Swap buffers. */
-    zc_pinned_pool_opts po = ZC_PINNED_POOL_OPTS_INIT;
-    po.acct = h->p.acct;
-    /* One slab of what the buffers need (plus alignment slack), not the
-     * pool's 64 MiB default. */
-    po.slab_bytes = (size_t)pinned + (size_t)(3 * h->nslots + 2) * IO_ALIGN;
-    po.device_index = h->p.device_index;
-    if (h->p.device_index < 0)
-        po.flags |= ZC_PINNED_NO_CUDA;
-    if (!h->p.pin_memory)
-        po.flags |= ZC_PINNED_NO_LOCK;
-    ZC_CHECK(zc__pinned_pool_create(&h->pool, &po));
+    /* One slab of what the buffers need plus alignment slack. */
+    ZC_CHECK(zc__home_pool_create(h->p.acct,
+                                  (size_t)pinned + (size_t)(3 * h->nslots + 2) * ZC_SWAP_ALIGN,
+                                  h->p.device_index, h->p.pin_memory, &h->pool));
     for (int j = 0; j < h->nslots; j++) {
         nv_slot *s = &h->slots[j];
         s->pos = -1;
-        ZC_CHECK(zc__pinned_alloc(h->pool, (size_t)h->nt * h->buf_bytes, IO_ALIGN,
+        ZC_CHECK(zc__pinned_alloc(h->pool, (size_t)h->nt * h->buf_bytes, ZC_SWAP_ALIGN,
                                   ZC_MEM_BUFFERS, "NVMe swap buffers", (void **)&s->buf));
         if (h->p.staging) {
             ZC_CHECK(zc__pinned_alloc(h->pool, h->maxn * sizeof(float), 64, ZC_MEM_BUFFERS,
@@ -602,17 +561,13 @@ static zc_status nv_prepare(zc_opt_home *hh)
         }
     }
     if (h->nt == 4) {
-        ZC_CHECK(zc__pinned_alloc(h->pool, h->buf_bytes, IO_ALIGN, ZC_MEM_BUFFERS,
+        ZC_CHECK(zc__pinned_alloc(h->pool, h->buf_bytes, ZC_SWAP_ALIGN, ZC_MEM_BUFFERS,
                                   "NVMe gradient buffer", (void **)&h->gbuf));
         if (h->p.staging)
             ZC_CHECK(zc__pinned_alloc(h->pool, h->maxn * sizeof(float), 64, ZC_MEM_BUFFERS,
                                       "gradient staging (nvme offload)", &h->gin));
     }
-    zc_mem_region regions[64];
-    int nr = zc__pinned_pool_regions(h->pool, regions, 64);
-    if (nr > 64)
-        nr = 64;
-    ZC_CHECK(zc__nvme_register_buffers(h->store, regions, nr));
+    ZC_CHECK(zc__home_store_register(h->store, h->pool));
     /* fast_init: the store reserved the files with fallocate (or sized them
      * sparse), and both read back as zeros, so the zero pass is skipped. */
     if (!h->p.fast_init)
@@ -629,11 +584,7 @@ static zc_status nv_prepare(zc_opt_home *hh)
 static void nv_destroy(zc_opt_home *hh)
 {
     nvme_home *h = (nvme_home *)hh;
-    if (h->store) {
-        zc_status rc = zc__nvme_close(h->store, ZC_NVME_CLOSE_CANCEL);
-        if (rc != ZC_OK)
-            ZC_LOGW("offload", "closing the swap store: %s", zc_last_error());
-    }
+    zc__home_store_close(h->store, "swap store");
     for (int i = 0; i < 4; i++)
         if (h->counted_nvme[i])
             zc__mem_count(h->p.acct, ZC_MEMKIND_NVME, nvme_cats[i], -h->counted_nvme[i]);

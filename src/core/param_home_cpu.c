@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "core/home_pool.h"
 #include "core/param_home.h"
 #include "offload/offload.h"
 
@@ -43,15 +44,8 @@ static zc_status pc_prepare(zc_param_home *hh)
         return ZC_OK;
     /* Host memory was checked with the whole plan by the engine's pre-flight
      * (core/preflight.c); core/estimate.c plans these shards. */
-    zc_pinned_pool_opts o = ZC_PINNED_POOL_OPTS_INIT;
-    o.acct = h->p.acct;
-    o.slab_bytes = (size_t)need + (size_t)(nchunks + 1) * ALIGN;
-    o.device_index = h->p.device_index;
-    if (h->p.device_index < 0)
-        o.flags |= ZC_PINNED_NO_CUDA;
-    if (!h->p.pin_memory)
-        o.flags |= ZC_PINNED_NO_LOCK;
-    ZC_CHECK(zc__pinned_pool_create(&h->pool, &o));
+    ZC_CHECK(zc__home_pool_create(h->p.acct, (size_t)need + (size_t)(nchunks + 1) * ALIGN,
+                                  h->p.device_index, h->p.pin_memory, &h->pool));
     for (int k = 0; k < h->p.nchunks; k++) {
         if (!h->n[k])
             continue;
