@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "core/home_alloc.h"
 #include "core/home_pool.h"
 #include "core/opt_home.h"
 #include "offload/offload.h"
@@ -172,8 +173,7 @@ static void cpu_destroy(zc_opt_home *hh)
     for (int i = 0; i < 2; i++)
         zc__pinned_free(h->pool, h->pout_stage[i]);
     zc__pinned_pool_destroy(h->pool);
-    zc__host_free(h->p.acct, ZC_MEM_OTHER, h->chunks, h->chunks_bytes);
-    zc__host_free(h->p.acct, ZC_MEM_OTHER, h, sizeof *h);
+    zc__home_free(h->p.acct, h, sizeof *h, h->chunks, h->chunks_bytes);
 }
 
 static const zc_opt_home_ops cpu_ops = {
@@ -192,19 +192,17 @@ static const zc_opt_home_ops cpu_ops = {
 
 zc_status zc__opt_home_cpu_create(const zc_opt_home_params *p, zc_opt_home **out)
 {
-    cpu_home *h = NULL;
+    cpu_home *h;
+    cpu_chunk *chunks;
+    size_t chunks_bytes;
     *out = NULL;
-    ZC_CHECK(zc__host_alloc(p->acct, ZC_MEM_OTHER, sizeof *h, "cpu home", (void **)&h));
+    ZC_CHECK(zc__home_alloc(p->acct, "cpu home", sizeof *h, (void **)&h, p->nchunks,
+                            sizeof *chunks, (void **)&chunks, &chunks_bytes));
     h->base.ops = &cpu_ops;
     h->p = *p;
     h->p.dirs = NULL;
-    h->chunks_bytes = (size_t)p->nchunks * sizeof(cpu_chunk);
-    zc_status rc = zc__host_alloc(p->acct, ZC_MEM_OTHER, h->chunks_bytes, "cpu home table",
-                                  (void **)&h->chunks);
-    if (rc != ZC_OK) {
-        zc__host_free(p->acct, ZC_MEM_OTHER, h, sizeof *h);
-        return rc;
-    }
+    h->chunks = chunks;
+    h->chunks_bytes = chunks_bytes;
     *out = &h->base;
     return ZC_OK;
 }

@@ -1,6 +1,7 @@
 /* The device home: master, m and v in the engine device's memory (what every
  * chunk had before offload), allocated per chunk at prepare and updated in
  * place by the device's Adam. Passes are free: acquire hands out the buffers. */
+#include "core/home_alloc.h"
 #include "core/opt_home.h"
 
 typedef struct dev_chunk {
@@ -82,8 +83,7 @@ static void dev_destroy(zc_opt_home *hh)
             if (h->chunks[k].t[i])
                 d->ops->free(d, h->p.acct, cats[i], h->chunks[k].t[i],
                              h->chunks[k].n * sizeof(float));
-    zc__host_free(h->p.acct, ZC_MEM_OTHER, h->chunks, h->chunks_bytes);
-    zc__host_free(h->p.acct, ZC_MEM_OTHER, h, sizeof *h);
+    zc__home_free(h->p.acct, h, sizeof *h, h->chunks, h->chunks_bytes);
 }
 
 static const zc_opt_home_ops dev_ops = {
@@ -100,18 +100,16 @@ static const zc_opt_home_ops dev_ops = {
 
 zc_status zc__opt_home_device_create(const zc_opt_home_params *p, zc_opt_home **out)
 {
-    dev_home *h = NULL;
+    dev_home *h;
+    dev_chunk *chunks;
+    size_t chunks_bytes;
     *out = NULL;
-    ZC_CHECK(zc__host_alloc(p->acct, ZC_MEM_OTHER, sizeof *h, "device home", (void **)&h));
+    ZC_CHECK(zc__home_alloc(p->acct, "device home", sizeof *h, (void **)&h, p->nchunks,
+                            sizeof *chunks, (void **)&chunks, &chunks_bytes));
     h->base.ops = &dev_ops;
     h->p = *p;
-    h->chunks_bytes = (size_t)p->nchunks * sizeof(dev_chunk);
-    zc_status rc = zc__host_alloc(p->acct, ZC_MEM_OTHER, h->chunks_bytes, "device home table",
-                                  (void **)&h->chunks);
-    if (rc != ZC_OK) {
-        zc__host_free(p->acct, ZC_MEM_OTHER, h, sizeof *h);
-        return rc;
-    }
+    h->chunks = chunks;
+    h->chunks_bytes = chunks_bytes;
     *out = &h->base;
     return ZC_OK;
 }

@@ -48,6 +48,7 @@
 #include "base/checked.h"
 #include "base/clock.h"
 #include "base/log.h"
+#include "core/home_alloc.h"
 #include "core/home_pool.h"
 #include "core/home_store.h"
 #include "core/opt_home.h"
@@ -598,8 +599,7 @@ static void nv_destroy(zc_opt_home *hh)
     }
     zc__pinned_pool_destroy(h->pool);
     zc__host_free(h->p.acct, ZC_MEM_OTHER, h->ks, (size_t)h->p.nchunks * sizeof(int));
-    zc__host_free(h->p.acct, ZC_MEM_OTHER, h->chunks, h->chunks_bytes);
-    zc__host_free(h->p.acct, ZC_MEM_OTHER, h, sizeof *h);
+    zc__home_free(h->p.acct, h, sizeof *h, h->chunks, h->chunks_bytes);
 }
 
 static const zc_opt_home_ops nv_ops = {
@@ -625,30 +625,27 @@ zc_status zc__opt_home_nvme_create(const zc_opt_home_params *p, zc_opt_home **ou
                       "NVMe offload needs at least 4 (master, m, v and the gradient of a "
                       "chunk)", (long long)p->buffer_count);
     ZC_CHECK(zc__swap_aio_check(p->aio_block_size, p->aio_queue_depth, p->aio_intra_op));
-    nvme_home *h = NULL;
-    ZC_CHECK(zc__host_alloc(p->acct, ZC_MEM_OTHER, sizeof *h, "nvme home", (void **)&h));
+    nvme_home *h;
+    nv_chunk *chunks;
+    size_t chunks_bytes;
+    ZC_CHECK(zc__home_alloc(p->acct, "nvme home", sizeof *h, (void **)&h, p->nchunks,
+                            sizeof *chunks, (void **)&chunks, &chunks_bytes));
     h->base.ops = &nv_ops;
     h->p = *p;
     h->p.dirs = NULL;
-    zc_status drc =
+    zc_status rc =
         zc__swap_dirs_init(&h->sd, p->dirs, p->ndirs, "zero_optimization.offload_optimizer");
-    if (drc != ZC_OK) {
-        zc__host_free(p->acct, ZC_MEM_OTHER, h, sizeof *h);
-        return drc;
-    }
-    for (int j = 0; j < MAX_SLOTS; j++)
-        h->slots[j].pos = -1;
-    h->chunks_bytes = (size_t)p->nchunks * sizeof(nv_chunk);
-    zc_status rc = zc__host_alloc(p->acct, ZC_MEM_OTHER, h->chunks_bytes, "nvme home table",
-                                  (void **)&h->chunks);
     if (rc == ZC_OK)
         rc = zc__host_alloc(p->acct, ZC_MEM_OTHER, (size_t)p->nchunks * sizeof(int),
                             "nvme pass order", (void **)&h->ks);
     if (rc != ZC_OK) {
-        zc__host_free(p->acct, ZC_MEM_OTHER, h->chunks, h->chunks_bytes);
-        zc__host_free(p->acct, ZC_MEM_OTHER, h, sizeof *h);
+        zc__home_free(p->acct, h, sizeof *h, chunks, chunks_bytes);
         return rc;
     }
+    for (int j = 0; j < MAX_SLOTS; j++)
+        h->slots[j].pos = -1;
+    h->chunks = chunks;
+    h->chunks_bytes = chunks_bytes;
     *out = &h->base;
     return ZC_OK;
 }

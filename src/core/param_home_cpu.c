@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "core/home_alloc.h"
 #include "core/home_pool.h"
 #include "core/param_home.h"
 #include "offload/offload.h"
@@ -125,9 +126,8 @@ static void pc_destroy(zc_param_home *hh)
     for (int k = 0; h->shard && k < h->p.nchunks; k++)
         zc__pinned_free(h->pool, h->shard[k]);
     zc__pinned_pool_destroy(h->pool);
-    zc__host_free(h->p.acct, ZC_MEM_OTHER, h->n, h->table_bytes);
     zc__host_free(h->p.acct, ZC_MEM_OTHER, h->shard, (size_t)h->p.nchunks * sizeof(void *));
-    zc__host_free(h->p.acct, ZC_MEM_OTHER, h, sizeof *h);
+    zc__home_free(h->p.acct, h, sizeof *h, h->n, h->table_bytes);
 }
 
 static const zc_param_home_ops pc_ops = {
@@ -148,19 +148,19 @@ static const zc_param_home_ops pc_ops = {
 
 zc_status zc__param_home_cpu_create(const zc_param_home_params *p, zc_param_home **out)
 {
-    pcpu_home *h = NULL;
+    pcpu_home *h;
+    size_t *n;
+    size_t table_bytes;
     *out = NULL;
-    ZC_CHECK(zc__host_alloc(p->acct, ZC_MEM_OTHER, sizeof *h, "cpu parameter home",
-                            (void **)&h));
+    ZC_CHECK(zc__home_alloc(p->acct, "cpu parameter home", sizeof *h, (void **)&h, p->nchunks,
+                            sizeof *n, (void **)&n, &table_bytes));
     h->base.ops = &pc_ops;
     h->p = *p;
     h->p.dirs = NULL;
-    h->table_bytes = (size_t)p->nchunks * sizeof(size_t);
-    zc_status rc = zc__host_alloc(p->acct, ZC_MEM_OTHER, h->table_bytes,
-                                  "cpu parameter home table", (void **)&h->n);
-    if (rc == ZC_OK)
-        rc = zc__host_alloc(p->acct, ZC_MEM_OTHER, (size_t)p->nchunks * sizeof(void *),
-                            "cpu parameter home table", (void **)&h->shard);
+    h->n = n;
+    h->table_bytes = table_bytes;
+    zc_status rc = zc__host_alloc(p->acct, ZC_MEM_OTHER, (size_t)p->nchunks * sizeof(void *),
+                                  "cpu parameter home table", (void **)&h->shard);
     if (rc != ZC_OK) {
         pc_destroy(&h->base);
         return rc;

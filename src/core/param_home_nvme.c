@@ -35,6 +35,7 @@
 #include "base/checked.h"
 #include "base/clock.h"
 #include "base/log.h"
+#include "core/home_alloc.h"
 #include "core/home_pool.h"
 #include "core/home_store.h"
 #include "core/param_home.h"
@@ -428,8 +429,7 @@ static void pn_destroy(zc_param_home *hh)
             zc__pinned_free(h->pool, h->chunks[k].cache);
     zc__pinned_pool_destroy(h->pool);
     zc__host_free(h->p.acct, ZC_MEM_OTHER, h->bufs, h->bufs_bytes);
-    zc__host_free(h->p.acct, ZC_MEM_OTHER, h->chunks, h->chunks_bytes);
-    zc__host_free(h->p.acct, ZC_MEM_OTHER, h, sizeof *h);
+    zc__home_free(h->p.acct, h, sizeof *h, h->chunks, h->chunks_bytes);
 }
 
 static const zc_param_home_ops pn_ops = {
@@ -456,25 +456,22 @@ zc_status zc__param_home_nvme_create(const zc_param_home_params *p, zc_param_hom
                       "parameter offload needs 2 to %d (one is kept for reads on demand)",
                       (long long)p->buffer_count, MAX_BUFS);
     ZC_CHECK(zc__swap_aio_check(p->aio_block_size, p->aio_queue_depth, p->aio_intra_op));
-    pnvme_home *h = NULL;
-    ZC_CHECK(zc__host_alloc(p->acct, ZC_MEM_OTHER, sizeof *h, "nvme parameter home",
-                            (void **)&h));
+    pnvme_home *h;
+    pn_chunk *chunks;
+    size_t chunks_bytes;
+    ZC_CHECK(zc__home_alloc(p->acct, "nvme parameter home", sizeof *h, (void **)&h, p->nchunks,
+                            sizeof *chunks, (void **)&chunks, &chunks_bytes));
     h->base.ops = &pn_ops;
     h->p = *p;
     h->p.dirs = NULL;
-    zc_status drc =
+    zc_status rc =
         zc__swap_dirs_init(&h->sd, p->dirs, p->ndirs, "zero_optimization.offload_param");
-    if (drc != ZC_OK) {
-        zc__host_free(p->acct, ZC_MEM_OTHER, h, sizeof *h);
-        return drc;
-    }
-    h->chunks_bytes = (size_t)p->nchunks * sizeof(pn_chunk);
-    zc_status rc = zc__host_alloc(p->acct, ZC_MEM_OTHER, h->chunks_bytes,
-                                  "nvme parameter home table", (void **)&h->chunks);
     if (rc != ZC_OK) {
-        zc__host_free(p->acct, ZC_MEM_OTHER, h, sizeof *h);
+        zc__home_free(p->acct, h, sizeof *h, chunks, chunks_bytes);
         return rc;
     }
+    h->chunks = chunks;
+    h->chunks_bytes = chunks_bytes;
     *out = &h->base;
     return ZC_OK;
 }
