@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "base/error.h"
+#include "core/home_env.h"
 #include "core/swap_dirs.h"
 #include "offload/offload.h"
 
@@ -20,9 +21,8 @@ typedef struct zc_home_store_spec {
     const char *block;     /* "offload_optimizer" or "offload_param": the config
                               block under zero_optimization that errors name */
     const char *purpose;   /* the swap file's name part ("optimizer", "params") */
-    int rank;
+    const zc_home_env *env; /* rank and the aio block */
     uint64_t capacity;     /* bytes the home's layout needs */
-    int64_t aio_block_size, aio_queue_depth, aio_intra_op;
     unsigned flags;        /* ZC_NVME_* flags the home adds */
 } zc_home_store_spec;
 

@@ -108,7 +108,7 @@ static const zc_mem_category nvme_cats[4] = {ZC_MEM_MASTER, ZC_MEM_ADAM, ZC_MEM_
 static zc_status nv_add(zc_opt_home *hh, int k, size_t n)
 {
     nvme_home *h = (nvme_home *)hh;
-    if (k < 0 || k >= h->p.nchunks || h->chunks[k].n)
+    if (k < 0 || k >= h->p.env.nchunks || h->chunks[k].n)
         return ZC_ERR(ZC_ERR_INTERNAL, "nvme home: chunk %d added twice or out of range", k);
     h->chunks[k].n = n;
     if (n > h->maxn)
@@ -121,8 +121,9 @@ static zc_status nv_add(zc_opt_home *hh, int k, size_t n)
 static zc_status preflight(nvme_home *h, uint64_t pinned)
 {
     /* Each directory holds capacity / ndirs (the store rounds to stripes). */
-    const uint64_t stripe = (uint64_t)h->p.aio_block_size * (uint64_t)h->sd.n;
-    const uint64_t per_dir = (h->capacity + stripe - 1) / stripe * (uint64_t)h->p.aio_block_size;
+    const uint64_t stripe = (uint64_t)h->p.env.aio_block_size * (uint64_t)h->sd.n;
+    const uint64_t per_dir =
+        (h->capacity + stripe - 1) / stripe * (uint64_t)h->p.env.aio_block_size;
     for (int i = 0; i < h->sd.n; i++) {
         struct statvfs vf;
         if (statvfs(h->sd.given[i], &vf) != 0)
@@ -137,7 +138,7 @@ static zc_status preflight(nvme_home *h, uint64_t pinned)
                           "file needs %.1f MiB but the filesystem has %.1f MiB free; free space, "
                           "give nvme_path more directories (a list) or lower "
                           "offload_optimizer.ratio (stage 3)",
-                          h->sd.given[i], h->p.rank, (double)per_dir / 1048576.0,
+                          h->sd.given[i], h->p.env.rank, (double)per_dir / 1048576.0,
                           (double)avail / 1048576.0);
     }
     zc_host_mem_limits lim;
@@ -146,10 +147,10 @@ static zc_status preflight(nvme_home *h, uint64_t pinned)
         zc__error_context("zero_optimization.offload_optimizer (rank %d, %lld swap buffers of "
                           "%zu bytes): lower offload_optimizer.buffer_count or the chunk size "
                           "(reduce_bucket_size)",
-                          h->p.rank, (long long)h->p.buffer_count, h->buf_bytes);
+                          h->p.env.rank, (long long)h->p.buffer_count, h->buf_bytes);
         return ZC_ERR_NO_MEMORY;
     }
-    if (zc__home_pool_unlocked(&lim, h->p.pin_memory, h->p.device_index, pinned))
+    if (zc__home_pool_unlocked(&lim, h->p.pin_memory, h->p.env.device_index, pinned))
         ZC_LOGW("offload", "offload_optimizer: %.1f MiB of swap buffers exceed RLIMIT_MEMLOCK "
                 "(%.1f MiB); they fall back to unlocked memory (raise 'ulimit -l' or set "
                 "offload_optimizer.pin_memory false)",
@@ -172,10 +173,11 @@ static zc_status sticky(nvme_home *h)
 static zc_status injected(nvme_home *h, bool write, int k, uint64_t off)
 {
     int64_t nth = 0;
-    if (!h->p.io_fault || !h->p.io_fault(h->p.io_fault_arg, &nth))
+    if (!h->p.env.io_fault || !h->p.env.io_fault(h->p.env.io_fault_arg, &nth))
         return ZC_OK;
     return ZC_ERR(ZC_ERR_IO, "ZC_FAULTS: offload %s %lld of rank %d fails (chunk %d, store "
-                  "offset %llu of '%s')", write ? "write" : "read", (long long)nth, h->p.rank, k,
+                  "offset %llu of '%s')", write ? "write" : "read", (long long)nth, h->p.env.rank,
+                  k,
                   (unsigned long long)off, zc__nvme_path(h->store, 0));
 }
 
@@ -187,7 +189,7 @@ static zc_status submit(nvme_home *h, nv_slot *s, int k, bool write, bool retry)
     zc_status irc = retry ? ZC_OK : injected(h, write, k, c->off);
     if (irc != ZC_OK) {
         zc__error_context("offload_optimizer nvme: %s chunk %d (rank %d)",
-                          write ? "writing" : "reading", k, h->p.rank);
+                          write ? "writing" : "reading", k, h->p.env.rank);
         return fail(h, irc);
     }
     /* The gradient (nt = 4) is read with the state but never written back
@@ -197,7 +199,7 @@ static zc_status submit(nvme_home *h, nv_slot *s, int k, bool write, bool retry)
                                          (size_t)h->nt * c->tbytes, &s->rt);
     if (rc != ZC_OK) {
         zc__error_context("offload_optimizer nvme: %s chunk %d (rank %d)",
-                          write ? "writing" : "reading", k, h->p.rank);
+                          write ? "writing" : "reading", k, h->p.env.rank);
         return fail(h, rc);
     }
     if (write) {
@@ -236,7 +238,7 @@ static zc_status wait_io(nvme_home *h, nv_slot *s, int k, bool write)
             continue;
         }
         zc__error_context("offload_optimizer nvme: %s chunk %d (rank %d)",
-                          write ? "writing" : "reading", k, h->p.rank);
+                          write ? "writing" : "reading", k, h->p.env.rank);
         fail(h, rc);
         break;
     }
@@ -266,7 +268,7 @@ static void grad_fail(nvme_home *h, zc_status rc, int k, const char *what)
     if (h->gerr.rc != ZC_OK)
         return;
     zc__error_context("offload_optimizer nvme: %s the gradient of chunk %d (rank %d)", what, k,
-                      h->p.rank);
+                      h->p.env.rank);
     zc__kept_error_keep(&h->gerr, rc);
 }
 
@@ -348,7 +350,7 @@ static void *nv_grad_in_stage(zc_opt_home *hh) { return ((nvme_home *)hh)->gin; 
 static zc_status nv_pass_begin(zc_opt_home *hh, const int *ks, int nk)
 {
     nvme_home *h = (nvme_home *)hh;
-    if (nk < 0 || nk > h->p.nchunks)
+    if (nk < 0 || nk > h->p.env.nchunks)
         return ZC_ERR(ZC_ERR_INTERNAL, "nvme home: a pass of %d chunks", nk);
     memcpy(h->ks, ks, (size_t)nk * sizeof(int));
     h->nk = nk;
@@ -365,7 +367,7 @@ static zc_status nv_pass_begin(zc_opt_home *hh, const int *ks, int nk)
     h->read_wait = h->write_wait = 0;
     h->reads = h->writes = 0;
     for (int i = 0; i < nk; i++)
-        if (ks[i] < 0 || ks[i] >= h->p.nchunks || !h->chunks[ks[i]].n)
+        if (ks[i] < 0 || ks[i] >= h->p.env.nchunks || !h->chunks[ks[i]].n)
             return ZC_ERR(ZC_ERR_INTERNAL, "nvme home: chunk %d is not homed here", ks[i]);
     return ZC_OK;
 }
@@ -463,7 +465,7 @@ static zc_status zero_fill(nvme_home *h)
 {
     nv_slot *s = &h->slots[0];
     memset(s->buf, 0, (size_t)h->nt * h->buf_bytes);
-    for (int k = 0; k < h->p.nchunks; k++) {
+    for (int k = 0; k < h->p.env.nchunks; k++) {
         const nv_chunk *c = &h->chunks[k];
         if (!c->n)
             continue;
@@ -473,7 +475,7 @@ static zc_status zero_fill(nvme_home *h)
     zc_status rc = zc__nvme_wait_all(h->store);
     if (rc != ZC_OK)
         zc__error_context("offload_optimizer nvme: initialising the swap files (rank %d)",
-                          h->p.rank);
+                          h->p.env.rank);
     return rc;
 }
 
@@ -489,7 +491,7 @@ static zc_status nv_prepare(zc_opt_home *hh)
         return ZC_ERR(ZC_ERR_CONFIG, "zero_optimization.offload_optimizer: a chunk shard of %zu "
                       "elements is too large to swap (its size overflows)", h->maxn);
     uint64_t off = 0;
-    for (int k = 0; k < h->p.nchunks; k++) {
+    for (int k = 0; k < h->p.env.nchunks; k++) {
         nv_chunk *c = &h->chunks[k];
         if (!c->n)
             continue;
@@ -515,7 +517,7 @@ static zc_status nv_prepare(zc_opt_home *hh)
                 h->p.pipeline_write ? 12 : 8);
     uint64_t pinned = (uint64_t)h->nslots * (uint64_t)h->nt * h->buf_bytes;
     if (h->p.staging)
-        pinned += (uint64_t)h->nslots * h->maxn * (sizeof(float) + h->p.param_bytes);
+        pinned += (uint64_t)h->nslots * h->maxn * (sizeof(float) + h->p.env.param_bytes);
     if (h->nt == 4)
         pinned += h->buf_bytes + (h->p.staging ? h->maxn * sizeof(float) : 0);
     ZC_CHECK(preflight(h, pinned));
@@ -524,11 +526,8 @@ static zc_status nv_prepare(zc_opt_home *hh)
     zc_home_store_spec ss = {
         .block = "offload_optimizer",
         .purpose = "optimizer",
-        .rank = h->p.rank,
+        .env = &h->p.env,
         .capacity = h->capacity,
-        .aio_block_size = h->p.aio_block_size,
-        .aio_queue_depth = h->p.aio_queue_depth,
-        .aio_intra_op = h->p.aio_intra_op,
         .flags = (h->p.aio_single_submit ? ZC_NVME_SINGLE_SUBMIT : 0u) |
                  (h->p.aio_overlap_events ? 0u : ZC_NVME_NO_OVERLAP),
     };
@@ -542,13 +541,13 @@ static zc_status nv_prepare(zc_opt_home *hh)
     h->counted_nvme[2] = h->nt == 4 ? h->counted_nvme[0] : 0;
     h->counted_nvme[3] = (int64_t)(ns.capacity - h->capacity);
     for (int i = 0; i < 4; i++)
-        zc__mem_count(h->p.acct, ZC_MEMKIND_NVME, nvme_cats[i], h->counted_nvme[i]);
+        zc__mem_count(h->p.env.acct, ZC_MEMKIND_NVME, nvme_cats[i], h->counted_nvme[i]);
 
     /* Swap buffers. */
     /* One slab of what the buffers need plus alignment slack. */
-    ZC_CHECK(zc__home_pool_create(h->p.acct,
+    ZC_CHECK(zc__home_pool_create(h->p.env.acct,
                                   (size_t)pinned + (size_t)(3 * h->nslots + 2) * ZC_SWAP_ALIGN,
-                                  h->p.device_index, h->p.pin_memory, &h->pool));
+                                  h->p.env.device_index, h->p.pin_memory, &h->pool));
     for (int j = 0; j < h->nslots; j++) {
         nv_slot *s = &h->slots[j];
         s->pos = -1;
@@ -557,7 +556,7 @@ static zc_status nv_prepare(zc_opt_home *hh)
         if (h->p.staging) {
             ZC_CHECK(zc__pinned_alloc(h->pool, h->maxn * sizeof(float), 64, ZC_MEM_BUFFERS,
                                       "gradient staging (nvme offload)", &s->grad_stage));
-            ZC_CHECK(zc__pinned_alloc(h->pool, h->maxn * h->p.param_bytes, 64, ZC_MEM_BUFFERS,
+            ZC_CHECK(zc__pinned_alloc(h->pool, h->maxn * h->p.env.param_bytes, 64, ZC_MEM_BUFFERS,
                                       "parameter staging (nvme offload)", &s->pout_stage));
         }
     }
@@ -575,7 +574,7 @@ static zc_status nv_prepare(zc_opt_home *hh)
         ZC_CHECK(zero_fill(h));
     ZC_LOGI("offload", "optimizer state of rank %d: %.1f MiB in %d swap file(s) under '%s'%s, "
             "%d chunk(s) in flight of %.1f MiB buffers, pipeline read %s / write %s",
-            h->p.rank, (double)ns.capacity / 1048576.0, h->sd.n, h->sd.made[0],
+            h->p.env.rank, (double)ns.capacity / 1048576.0, h->sd.n, h->sd.made[0],
             ns.direct ? " (O_DIRECT)" : " (buffered: the filesystem refused O_DIRECT)",
             h->nslots, (double)h->buf_bytes / 1048576.0, h->p.pipeline_read ? "on" : "off",
             h->p.pipeline_write ? "on" : "off");
@@ -588,7 +587,7 @@ static void nv_destroy(zc_opt_home *hh)
     zc__home_store_close(h->store, "swap store");
     for (int i = 0; i < 4; i++)
         if (h->counted_nvme[i])
-            zc__mem_count(h->p.acct, ZC_MEMKIND_NVME, nvme_cats[i], -h->counted_nvme[i]);
+            zc__mem_count(h->p.env.acct, ZC_MEMKIND_NVME, nvme_cats[i], -h->counted_nvme[i]);
     zc__swap_dirs_remove(&h->sd);
     zc__pinned_free(h->pool, h->gbuf);
     zc__pinned_free(h->pool, h->gin);
@@ -598,8 +597,8 @@ static void nv_destroy(zc_opt_home *hh)
         zc__pinned_free(h->pool, h->slots[j].pout_stage);
     }
     zc__pinned_pool_destroy(h->pool);
-    zc__host_free(h->p.acct, ZC_MEM_OTHER, h->ks, (size_t)h->p.nchunks * sizeof(int));
-    zc__home_free(h->p.acct, h, sizeof *h, h->chunks, h->chunks_bytes);
+    zc__host_free(h->p.env.acct, ZC_MEM_OTHER, h->ks, (size_t)h->p.env.nchunks * sizeof(int));
+    zc__home_free(h->p.env.acct, h, sizeof *h, h->chunks, h->chunks_bytes);
 }
 
 static const zc_opt_home_ops nv_ops = {
@@ -624,11 +623,12 @@ zc_status zc__opt_home_nvme_create(const zc_opt_home_params *p, zc_opt_home **ou
         return ZC_ERR(ZC_ERR_CONFIG, "zero_optimization.offload_optimizer.buffer_count %lld: "
                       "NVMe offload needs at least 4 (master, m, v and the gradient of a "
                       "chunk)", (long long)p->buffer_count);
-    ZC_CHECK(zc__swap_aio_check(p->aio_block_size, p->aio_queue_depth, p->aio_intra_op));
+    ZC_CHECK(zc__swap_aio_check(p->env.aio_block_size, p->env.aio_queue_depth,
+                                p->env.aio_intra_op));
     nvme_home *h;
     nv_chunk *chunks;
     size_t chunks_bytes;
-    ZC_CHECK(zc__home_alloc(p->acct, "nvme home", sizeof *h, (void **)&h, p->nchunks,
+    ZC_CHECK(zc__home_alloc(p->env.acct, "nvme home", sizeof *h, (void **)&h, p->env.nchunks,
                             sizeof *chunks, (void **)&chunks, &chunks_bytes));
     h->base.ops = &nv_ops;
     h->p = *p;
@@ -636,10 +636,10 @@ zc_status zc__opt_home_nvme_create(const zc_opt_home_params *p, zc_opt_home **ou
     zc_status rc =
         zc__swap_dirs_init(&h->sd, p->dirs, p->ndirs, "zero_optimization.offload_optimizer");
     if (rc == ZC_OK)
-        rc = zc__host_alloc(p->acct, ZC_MEM_OTHER, (size_t)p->nchunks * sizeof(int),
+        rc = zc__host_alloc(p->env.acct, ZC_MEM_OTHER, (size_t)p->env.nchunks * sizeof(int),
                             "nvme pass order", (void **)&h->ks);
     if (rc != ZC_OK) {
-        zc__home_free(p->acct, h, sizeof *h, chunks, chunks_bytes);
+        zc__home_free(p->env.acct, h, sizeof *h, chunks, chunks_bytes);
         return rc;
     }
     for (int j = 0; j < MAX_SLOTS; j++)

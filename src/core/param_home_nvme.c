@@ -84,7 +84,7 @@ typedef struct pnvme_home {
 static zc_status pn_add(zc_param_home *hh, int k, size_t n)
 {
     pnvme_home *h = (pnvme_home *)hh;
-    if (k < 0 || k >= h->p.nchunks || h->chunks[k].n || !n)
+    if (k < 0 || k >= h->p.env.nchunks || h->chunks[k].n || !n)
         return ZC_ERR(ZC_ERR_INTERNAL, "nvme parameter home: chunk %d added twice or out of "
                       "range", k);
     h->chunks[k].n = n;
@@ -100,12 +100,12 @@ static zc_status pn_prepare(zc_param_home *hh)
     int64_t cached = 0;
     uint64_t off = 0, cache_bytes = 0;
     size_t maxn = 0;
-    for (int k = 0; k < h->p.nchunks; k++) {
+    for (int k = 0; k < h->p.env.nchunks; k++) {
         pn_chunk *c = &h->chunks[k];
         c->buf = -1;
         if (!c->n)
             continue;
-        if (!zc__aligned_bytes(c->n, h->p.param_bytes, ZC_SWAP_ALIGN, &c->tbytes))
+        if (!zc__aligned_bytes(c->n, h->p.env.param_bytes, ZC_SWAP_ALIGN, &c->tbytes))
             return ZC_ERR(ZC_ERR_CONFIG, "zero_optimization.offload_param: the shard of chunk %d "
                           "(%zu elements) is too large to swap (its size overflows)", k, c->n);
         if (cached + (int64_t)c->n <= h->p.max_in_cpu) {
@@ -126,7 +126,7 @@ static zc_status pn_prepare(zc_param_home *hh)
                       "lower the chunk size (reduce_bucket_size)",
                       (long long)h->p.buffer_size, maxn);
     /* maxn is one of the shards sized above: no overflow. */
-    (void)zc__aligned_bytes(maxn, h->p.param_bytes, ZC_SWAP_ALIGN, &h->buf_bytes);
+    (void)zc__aligned_bytes(maxn, h->p.env.param_bytes, ZC_SWAP_ALIGN, &h->buf_bytes);
     h->nbufs = h->capacity ? (int)h->p.buffer_count : 0;
     /* Host memory and the swap file's disk space were checked with the whole
      * plan by the engine's pre-flight (core/preflight.c): core/estimate.c
@@ -134,9 +134,9 @@ static zc_status pn_prepare(zc_param_home *hh)
     const uint64_t pinned = (uint64_t)h->nbufs * h->buf_bytes + cache_bytes;
 
     ZC_CHECK(zc__home_pool_create(
-        h->p.acct, (size_t)pinned + (size_t)(h->nbufs + h->p.nchunks + 2) * ZC_SWAP_ALIGN,
-        h->p.device_index, h->p.pin_memory, &h->pool));
-    for (int k = 0; k < h->p.nchunks; k++) {
+        h->p.env.acct, (size_t)pinned + (size_t)(h->nbufs + h->p.env.nchunks + 2) * ZC_SWAP_ALIGN,
+        h->p.env.device_index, h->p.pin_memory, &h->pool));
+    for (int k = 0; k < h->p.env.nchunks; k++) {
         pn_chunk *c = &h->chunks[k];
         if (!c->cache)
             continue;
@@ -147,11 +147,11 @@ static zc_status pn_prepare(zc_param_home *hh)
     }
     if (!h->capacity) {
         ZC_LOGI("offload", "parameter shards of rank %d: all %lld elements within max_in_cpu, "
-                "kept in pinned host memory", h->p.rank, (long long)cached);
+                "kept in pinned host memory", h->p.env.rank, (long long)cached);
         return ZC_OK;
     }
     h->bufs_bytes = (size_t)h->nbufs * sizeof(pn_buf);
-    ZC_CHECK(zc__host_alloc(h->p.acct, ZC_MEM_OTHER, h->bufs_bytes, "parameter swap buffers",
+    ZC_CHECK(zc__host_alloc(h->p.env.acct, ZC_MEM_OTHER, h->bufs_bytes, "parameter swap buffers",
                             (void **)&h->bufs));
     for (int j = 0; j < h->nbufs; j++)
         ZC_CHECK(zc__pinned_alloc(h->pool, h->buf_bytes, ZC_SWAP_ALIGN, ZC_MEM_BUFFERS,
@@ -160,20 +160,17 @@ static zc_status pn_prepare(zc_param_home *hh)
     const zc_home_store_spec ss = {
         .block = "offload_param",
         .purpose = "params",
-        .rank = h->p.rank,
+        .env = &h->p.env,
         .capacity = h->capacity,
-        .aio_block_size = h->p.aio_block_size,
-        .aio_queue_depth = h->p.aio_queue_depth,
-        .aio_intra_op = h->p.aio_intra_op,
     };
     zc_nvme_stats ns;
     ZC_CHECK(zc__home_store_open(&h->sd, &ss, &h->store, &ns));
     h->counted_nvme = ns.capacity;
-    zc__mem_count(h->p.acct, ZC_MEMKIND_NVME, ZC_MEM_PARAMS, (int64_t)h->counted_nvme);
+    zc__mem_count(h->p.env.acct, ZC_MEMKIND_NVME, ZC_MEM_PARAMS, (int64_t)h->counted_nvme);
     ZC_CHECK(zc__home_store_register(h->store, h->pool));
     ZC_LOGI("offload", "parameter shards of rank %d: %.1f MiB in %d swap file(s) under '%s'%s, "
             "%lld elements cached (max_in_cpu), %d buffers of %.1f MiB",
-            h->p.rank, (double)h->capacity / 1048576.0, h->sd.n, h->sd.made[0],
+            h->p.env.rank, (double)h->capacity / 1048576.0, h->sd.n, h->sd.made[0],
             ns.direct ? " (O_DIRECT)" : " (buffered: the filesystem refused O_DIRECT)",
             (long long)cached, h->nbufs, (double)h->buf_bytes / 1048576.0);
     return ZC_OK;
@@ -185,11 +182,11 @@ static zc_status pn_prepare(zc_param_home *hh)
 static zc_status injected(pnvme_home *h, bool write, int k)
 {
     int64_t nth = 0;
-    if (!h->p.io_fault || !h->p.io_fault(h->p.io_fault_arg, &nth))
+    if (!h->p.env.io_fault || !h->p.env.io_fault(h->p.env.io_fault_arg, &nth))
         return ZC_OK;
     return ZC_ERR(ZC_ERR_IO, "ZC_FAULTS: offload %s %lld of rank %d fails (parameter shard of "
                   "chunk %d, store offset %llu of '%s')", write ? "write" : "read",
-                  (long long)nth, h->p.rank, k, (unsigned long long)h->chunks[k].off,
+                  (long long)nth, h->p.env.rank, k, (unsigned long long)h->chunks[k].off,
                   zc__nvme_path(h->store, 0));
 }
 
@@ -202,7 +199,7 @@ static zc_status submit(pnvme_home *h, pn_buf *b, int k, bool write, bool retry)
                    : zc__nvme_read(h->store, c->off, b->mem, c->tbytes, &b->rt);
     if (rc != ZC_OK)
         zc__error_context("offload_param nvme: %s the shard of chunk %d (rank %d)",
-                          write ? "writing" : "reading", k, h->p.rank);
+                          write ? "writing" : "reading", k, h->p.env.rank);
     return rc;
 }
 
@@ -228,7 +225,7 @@ static zc_status wait_io(pnvme_home *h, pn_buf *b, int k, bool write)
             continue;
         }
         zc__error_context("offload_param nvme: %s the shard of chunk %d (rank %d)",
-                          write ? "writing" : "reading", k, h->p.rank);
+                          write ? "writing" : "reading", k, h->p.env.rank);
         break;
     }
     return rc;
@@ -420,16 +417,16 @@ static void pn_destroy(zc_param_home *hh)
     pnvme_home *h = (pnvme_home *)hh;
     zc__home_store_close(h->store, "parameter swap store");
     if (h->counted_nvme)
-        zc__mem_count(h->p.acct, ZC_MEMKIND_NVME, ZC_MEM_PARAMS, -(int64_t)h->counted_nvme);
+        zc__mem_count(h->p.env.acct, ZC_MEMKIND_NVME, ZC_MEM_PARAMS, -(int64_t)h->counted_nvme);
     zc__swap_dirs_remove(&h->sd);
     for (int j = 0; h->bufs && j < h->nbufs; j++)
         zc__pinned_free(h->pool, h->bufs[j].mem);
-    for (int k = 0; h->chunks && k < h->p.nchunks; k++)
+    for (int k = 0; h->chunks && k < h->p.env.nchunks; k++)
         if (h->chunks[k].cache != (void *)1)
             zc__pinned_free(h->pool, h->chunks[k].cache);
     zc__pinned_pool_destroy(h->pool);
-    zc__host_free(h->p.acct, ZC_MEM_OTHER, h->bufs, h->bufs_bytes);
-    zc__home_free(h->p.acct, h, sizeof *h, h->chunks, h->chunks_bytes);
+    zc__host_free(h->p.env.acct, ZC_MEM_OTHER, h->bufs, h->bufs_bytes);
+    zc__home_free(h->p.env.acct, h, sizeof *h, h->chunks, h->chunks_bytes);
 }
 
 static const zc_param_home_ops pn_ops = {
@@ -455,19 +452,20 @@ zc_status zc__param_home_nvme_create(const zc_param_home_params *p, zc_param_hom
         return ZC_ERR(ZC_ERR_CONFIG, "zero_optimization.offload_param.buffer_count %lld: NVMe "
                       "parameter offload needs 2 to %d (one is kept for reads on demand)",
                       (long long)p->buffer_count, MAX_BUFS);
-    ZC_CHECK(zc__swap_aio_check(p->aio_block_size, p->aio_queue_depth, p->aio_intra_op));
+    ZC_CHECK(zc__swap_aio_check(p->env.aio_block_size, p->env.aio_queue_depth,
+                                p->env.aio_intra_op));
     pnvme_home *h;
     pn_chunk *chunks;
     size_t chunks_bytes;
-    ZC_CHECK(zc__home_alloc(p->acct, "nvme parameter home", sizeof *h, (void **)&h, p->nchunks,
-                            sizeof *chunks, (void **)&chunks, &chunks_bytes));
+    ZC_CHECK(zc__home_alloc(p->env.acct, "nvme parameter home", sizeof *h, (void **)&h,
+                            p->env.nchunks, sizeof *chunks, (void **)&chunks, &chunks_bytes));
     h->base.ops = &pn_ops;
     h->p = *p;
     h->p.dirs = NULL;
     zc_status rc =
         zc__swap_dirs_init(&h->sd, p->dirs, p->ndirs, "zero_optimization.offload_param");
     if (rc != ZC_OK) {
-        zc__home_free(p->acct, h, sizeof *h, chunks, chunks_bytes);
+        zc__home_free(p->env.acct, h, sizeof *h, chunks, chunks_bytes);
         return rc;
     }
     h->chunks = chunks;
