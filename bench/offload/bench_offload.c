@@ -151,12 +151,13 @@ static zc_opt_home *make_home(const bopts *o, const model *m, zc_mem_account *ac
 {
     const char *dirs[1] = {o->dir};
     zc_opt_home_params hp = {
-        .acct = acct, .dev = NULL, .rank = 0, .nchunks = m->nchunks, .param_bytes = 2,
-        .staging = false, .pin_memory = true, .device_index = -1,
+        .env = {.acct = acct, .rank = 0, .nchunks = m->nchunks, .param_bytes = 2,
+                .device_index = -1, .aio_block_size = o->block, .aio_queue_depth = o->depth,
+                .aio_intra_op = 1},
+        .dev = NULL, .staging = false, .pin_memory = true,
         .dirs = dirs, .ndirs = 1, .buffer_count = 12,
         .pipeline_read = pipeline, .pipeline_write = pipeline,
         .fast_init = true, /* the warm-up pass writes everything */
-        .aio_block_size = o->block, .aio_queue_depth = o->depth, .aio_intra_op = 1,
         .aio_overlap_events = true,
     };
     zc_opt_home *h = NULL;

@@ -59,3 +59,18 @@ void zc__error_context(const char *fmt, ...)
 }
 
 const char *zc_last_error(void) { return errbuf; }
+
+zc_status zc__kept_error_keep(zc_kept_error *ke, zc_status rc)
+{
+    if (rc != ZC_OK && ke->rc == ZC_OK) {
+        ke->rc = rc;
+        snprintf(ke->msg, sizeof ke->msg, "%s", errbuf);
+    }
+    return rc;
+}
+
+void zc__kept_error_clear(zc_kept_error *ke)
+{
+    ke->rc = ZC_OK;
+    ke->msg[0] = '\0';
+}

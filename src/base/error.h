@@ -22,6 +22,27 @@ void zc__error_context(const char *fmt, ...) ZC_PRINTF(1, 2);
 
 #define ZC_ERR(status, ...) zc__error((status), __FILE__, __LINE__, __VA_ARGS__)
 
+/* An error kept for later: asynchronous work (an I/O request that fails
+ * while the caller goes on) is reported by a later call, so its status and a
+ * copy of its message wait here. The first failure wins, since later ones are
+ * often its consequences. Zero-initialised it holds nothing. */
+typedef struct zc_kept_error {
+    zc_status rc;
+    char msg[1024];
+} zc_kept_error;
+
+/* Keeps rc and the thread's last error message, unless rc is ZC_OK or an
+ * error is kept already. Returns rc. */
+zc_status zc__kept_error_keep(zc_kept_error *ke, zc_status rc);
+
+/* Forgets the kept error. */
+void zc__kept_error_clear(zc_kept_error *ke);
+
+/* Records the kept error again as the thread's last error (prefixed with the
+ * raising call site's file:line, like every ZC_ERR) and evaluates to its
+ * status; the error stays kept. */
+#define ZC_KEPT_RAISE(ke) ZC_ERR((ke)->rc, "%s", (ke)->msg)
+
 /* Propagate a failing status unchanged. */
 #define ZC_CHECK(call)                   \
     do {                                 \

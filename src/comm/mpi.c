@@ -14,6 +14,7 @@
 #include <mpi.h>
 
 #include "comm/mpi.h"
+#include "base/clock.h"
 #include "base/alloc.h"
 #include "base/log.h"
 
@@ -131,13 +132,6 @@ zc_status zc__comm_timeout_env(double *out)
     return ZC_OK;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* Element types MPI moves. 16-bit floats travel as uint16: MPI never
  * computes on them, and Open MPI has no bf16 type anyway. */
 static MPI_Datatype mpi_type(zc_dtype dt)
@@ -207,7 +201,7 @@ static zc_status wait_req(mpi_comm *c, mpi_op *op, double deadline)
             return ZC_OK;
         if (it < 64)
             continue;
-        double t = now_s();
+        double t = zc__now_s();
         if (t > deadline)
             return fail(c, "mpi comm rank %d/%d: %s #%llu (%zu x %s) timed out after %g s "
                            "waiting for the other ranks (ZC_COMM_TIMEOUT)",
@@ -271,7 +265,7 @@ static zc_status take_slot(mpi_comm *c, mpi_op **out)
 {
     if (c->n == MAX_INFLIGHT) {
         mpi_op *old = &c->ops[c->head];
-        ZC_CHECK(finish_op(c, old, now_s() + c->timeout_s));
+        ZC_CHECK(finish_op(c, old, zc__now_s() + c->timeout_s));
     }
     /* An empty ring restarts at slot 0: each slot keeps its scratch between
      * calls, so a step's collectives reuse the same few warm buffers instead
@@ -472,7 +466,7 @@ static zc_status finish_op(mpi_comm *c, mpi_op *op, double deadline)
 static zc_status drain(mpi_comm *c)
 {
     while (c->n) {
-        ZC_CHECK(finish_op(c, &c->ops[c->head], now_s() + c->timeout_s));
+        ZC_CHECK(finish_op(c, &c->ops[c->head], zc__now_s() + c->timeout_s));
     }
     return ZC_OK;
 }
@@ -806,7 +800,7 @@ zc_status zc__mpi_bcast_blob(const zc_launch_env *env, void *blob, size_t len, d
         rc = mpi_errstr(e, "MPI bootstrap: MPI_Ibcast");
         goto out;
     }
-    double deadline = now_s() + timeout_s;
+    double deadline = zc__now_s() + timeout_s;
     for (;;) {
         int done = 0;
         if ((e = MPI_Test(&req, &done, MPI_STATUS_IGNORE)) != MPI_SUCCESS) {
@@ -816,7 +810,7 @@ zc_status zc__mpi_bcast_blob(const zc_launch_env *env, void *blob, size_t len, d
         }
         if (done)
             break;
-        if (now_s() > deadline) {
+        if (zc__now_s() > deadline) {
             rc = ZC_ERR(ZC_ERR_COMM, "MPI bootstrap: rank %d of %d: the broadcast of %zu bytes "
                                      "from rank 0 timed out after %g s (ZC_BOOTSTRAP_TIMEOUT)",
                         rank, world, len, timeout_s);

@@ -14,6 +14,7 @@
 #include "comm/mpi.h"
 #include "comm/nccl.h"
 #include "comm/rendezvous.h"
+#include "base/clock.h"
 #include "base/log.h"
 #include "kernels/kernels.h"
 
@@ -78,13 +79,6 @@ typedef struct nccl_comm {
     pthread_t watchdog;
     int watchdog_started;
 } nccl_comm;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static double env_seconds(const char *name, double dflt)
 {
@@ -202,7 +196,7 @@ static void reap_locked(nccl_comm *c)
                 return;
             if (q == 1) {
                 p->started = 1;
-                p->start = now_s(); /* late by at most one watchdog period */
+                p->start = zc__now_s(); /* late by at most one watchdog period */
             }
         }
         char msg[512];
@@ -217,7 +211,7 @@ static void reap_locked(nccl_comm *c)
             fail_locked(c, msg);
             return;
         }
-        if (p->started && now_s() - p->start > c->timeout_s) {
+        if (p->started && zc__now_s() - p->start > c->timeout_s) {
             snprintf(msg, sizeof msg,
                      "nccl rank %d/%d: %s #%llu (%zu bytes) did not finish within %.0f s of "
                      "starting (ZC_COMM_TIMEOUT): a rank skipped or reordered a collective, or "
@@ -251,7 +245,7 @@ static void *watchdog_main(void *arg)
 static ncclResult_t settle(nccl_comm *c, ncclComm_t nc, ncclResult_t r, double deadline)
 {
     while (r == ncclInProgress) {
-        if (now_s() > deadline)
+        if (zc__now_s() > deadline)
             return ncclInProgress;
         struct timespec ts = {0, 100 * 1000};
         nanosleep(&ts, NULL);
@@ -353,7 +347,7 @@ static zc_status issue(nccl_comm *c, const char *op, size_t bytes, launch_fn lau
     if (!msg[0]) {
         r = launch(c, args);
         if (!grouped)
-            r = settle(c, c->nc, r, now_s() + c->timeout_s);
+            r = settle(c, c->nc, r, zc__now_s() + c->timeout_s);
         if (r != ncclSuccess) {
             snprintf(msg, sizeof msg, "nccl rank %d/%d: %s #%llu (%zu bytes): %s", c->base.rank,
                      c->base.world, op, (unsigned long long)seq, bytes,
@@ -494,7 +488,7 @@ static zc_status nccl_group_end(zc_comm *base)
         ce = zc_k_sleep(stall, c->stream);
     ncclResult_t r = ncclGroupEnd();
     if (!already_failed)
-        r = settle(c, c->nc, r, now_s() + c->timeout_s);
+        r = settle(c, c->nc, r, zc__now_s() + c->timeout_s);
     for (unsigned i = 0; i < n && ce == cudaSuccess && r == ncclSuccess; i++)
         ce = cudaEventRecord(c->ring[(first + i) % RING].done, c->stream);
     if (n && ce == cudaSuccess && r == ncclSuccess) {
@@ -672,7 +666,7 @@ static void nccl_destroy(zc_comm *base)
         ncclResult_t r = rc == ZC_OK ? ncclCommFinalize(c->nc) : ncclInternalError;
         if (r == ncclSuccess || r == ncclInProgress)
             r = settle(NULL, c->nc, r == ncclInProgress ? ncclInProgress : ncclSuccess,
-                       now_s() + c->timeout_s);
+                       zc__now_s() + c->timeout_s);
         if (r == ncclSuccess)
             ncclCommDestroy(c->nc);
         else
@@ -769,7 +763,7 @@ zc_status zc__comm_nccl_create(int rank, int world, int device, const void *uniq
         cfg.blocking = 0; /* so a missing peer cannot hang init: we poll with a deadline */
         ncclResult_t r = ncclCommInitRankConfig(&c->nc, world, id, rank, &cfg);
         if (r == ncclSuccess || r == ncclInProgress)
-            r = settle(NULL, c->nc, ncclInProgress, now_s() + init_timeout_s);
+            r = settle(NULL, c->nc, ncclInProgress, zc__now_s() + init_timeout_s);
         if (r != ncclSuccess) {
             rc = ZC_ERR(ZC_ERR_COMM,
                         "nccl rank %d of %d on cuda:%d: communicator init %s%s",

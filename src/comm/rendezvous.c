@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "comm/rendezvous.h"
+#include "base/clock.h"
 #include "base/alloc.h"
 #include "base/log.h"
 
@@ -28,16 +29,9 @@
 
 enum { ST_OK = 0, ST_WORLD = 1, ST_LEN = 2, ST_DUP = 3 };
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static int ms_left(double deadline)
 {
-    double l = deadline - now_s();
+    double l = deadline - zc__now_s();
     if (l <= 0)
         return 0;
     return l > 1e6 ? 1000000000 : (int)(l * 1000.0) + 1;
@@ -354,6 +348,6 @@ zc_status zc__rendezvous(const zc_rdv_opts *o, void *blob, size_t len)
     if (o->port < 1 || o->port > 65535 || (o->rank > 0 && (!o->addr || !*o->addr)))
         return ZC_ERR(ZC_ERR_INVALID_ARG, "rendezvous: bad address '%s' port %d",
                       o->addr ? o->addr : "(null)", o->port);
-    double deadline = now_s() + o->timeout_s;
+    double deadline = zc__now_s() + o->timeout_s;
     return o->rank == 0 ? root_side(o, blob, len, deadline) : peer_side(o, blob, len, deadline);
 }

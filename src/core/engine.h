@@ -604,6 +604,8 @@ zc_opt_home *zc__opt_offload_home(zc_engine *e);
 zc_status zc__split_nvme_paths(const char *key, const char *s, char *buf, size_t cap,
                                const char **dirs, int *n);
 bool zc__eng_io_fault(void *arg, int64_t *nth);
+/* What every home is told about e (core/home_env.h). */
+zc_home_env zc__eng_home_env(zc_engine *e);
 
 /* ---- param_state.c (stage-3 parameter offload, core/param_home.h) -------- */
 

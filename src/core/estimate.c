@@ -8,10 +8,11 @@
 #include "core/bufpool.h"
 #include "core/engine.h"
 #include "core/estimate.h"
+#include "core/swap_dirs.h"
 
-/* Both must match core/opt_home_nvme.c (IO_ALIGN, MAX_SLOTS), which keeps
- * them private; EST_IO_ALIGN also core/param_home_nvme.c's IO_ALIGN. */
-#define EST_IO_ALIGN 4096
+/* The swap layout's alignment, shared with both NVMe homes; EST_MAX_SLOTS
+ * must match core/opt_home_nvme.c's MAX_SLOTS, which it keeps private. */
+#define EST_IO_ALIGN ((int64_t)ZC_SWAP_ALIGN)
 #define EST_MAX_SLOTS 64
 
 zc_status zc__gather_plan(const int64_t *padded, const bool *persistent, int nchunks,

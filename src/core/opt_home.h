@@ -39,6 +39,7 @@
 
 #include "base/alloc.h"
 #include "base/error.h"
+#include "core/home_env.h"
 #include "device/device.h"
 
 typedef struct zc_opt_home zc_opt_home;
@@ -110,11 +111,8 @@ struct zc_opt_home {
 
 /* What a home needs to know, filled by the engine from its configuration. */
 typedef struct zc_opt_home_params {
-    zc_mem_account *acct;    /* the engine's account (bytes by kind) */
+    zc_home_env env;         /* the engine: account, rank, chunks, aio, faults */
     zc_device *dev;          /* the engine's device (device home) */
-    int rank;
-    int nchunks;
-    size_t param_bytes;      /* bytes per working-precision element */
     bool staging;            /* host homes: stage gradient and output */
     bool hold_grads;         /* stages 2/3: a host home may keep the fp32
                                 gradient shard too (cpu does) */
@@ -122,19 +120,12 @@ typedef struct zc_opt_home_params {
                                 gradient shard, which outlives a micro-step,
                                 goes to the swap files too */
     bool pin_memory;         /* offload_optimizer.pin_memory */
-    int device_index;        /* CUDA device for NUMA placement, -1 = none */
     /* nvme */
     const char *const *dirs; /* nvme_path directories (striped) */
     int ndirs;
     int64_t buffer_count;    /* offload_optimizer.buffer_count */
     bool pipeline_read, pipeline_write, fast_init;
-    int64_t aio_block_size, aio_queue_depth, aio_intra_op;
     bool aio_single_submit, aio_overlap_events;
-    /* Fault injection (the engine's ZC_FAULTS io items): asked before every
-     * read and write the home submits (not before retries); true makes that
-     * one fail with ZC_ERR_IO, *nth its number. NULL: none. */
-    bool (*io_fault)(void *arg, int64_t *nth);
-    void *io_fault_arg;
 } zc_opt_home_params;
 
 zc_status zc__opt_home_device_create(const zc_opt_home_params *p, zc_opt_home **out);

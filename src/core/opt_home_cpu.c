@@ -11,6 +11,8 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "core/home_alloc.h"
+#include "core/home_pool.h"
 #include "core/opt_home.h"
 #include "offload/offload.h"
 
@@ -41,7 +43,7 @@ static int ntensors(const cpu_home *h) { return h->p.hold_grads ? 4 : 3; }
 static zc_status cpu_add(zc_opt_home *hh, int k, size_t n)
 {
     cpu_home *h = (cpu_home *)hh;
-    if (k < 0 || k >= h->p.nchunks || h->chunks[k].n)
+    if (k < 0 || k >= h->p.env.nchunks || h->chunks[k].n)
         return ZC_ERR(ZC_ERR_INTERNAL, "cpu home: chunk %d added twice or out of range", k);
     h->chunks[k].n = n;
     if (n > h->maxn)
@@ -53,13 +55,13 @@ static zc_status cpu_add(zc_opt_home *hh, int k, size_t n)
 static uint64_t cpu_bytes(const cpu_home *h)
 {
     uint64_t b = 0;
-    for (int k = 0; k < h->p.nchunks; k++) {
+    for (int k = 0; k < h->p.env.nchunks; k++) {
         b += (uint64_t)ntensors(h) * h->chunks[k].n * sizeof(float);
         if (h->p.staging)
-            b += (uint64_t)h->chunks[k].n * h->p.param_bytes;
+            b += (uint64_t)h->chunks[k].n * h->p.env.param_bytes;
     }
     if (h->p.staging)
-        b += 2 * (uint64_t)h->maxn * h->p.param_bytes;
+        b += 2 * (uint64_t)h->maxn * h->p.env.param_bytes;
     return b;
 }
 
@@ -74,57 +76,50 @@ static zc_status cpu_prepare(zc_opt_home *hh)
         zc__error_context("zero_optimization.offload_optimizer.device \"cpu\" (rank %d): set "
                           "device to \"nvme\", lower offload_optimizer.ratio (stage 3) or use "
                           "more ranks",
-                          h->p.rank);
+                          h->p.env.rank);
         return ZC_ERR_NO_MEMORY;
     }
-    if (h->p.pin_memory && !lim.can_lock_unlimited && lim.memlock_limit != UINT64_MAX &&
-        need > lim.memlock_limit && h->p.device_index < 0)
+    if (zc__home_pool_unlocked(&lim, h->p.pin_memory, h->p.env.device_index, need))
         ZC_LOGW("offload", "offload_optimizer: %.1f MiB of optimizer state exceed RLIMIT_MEMLOCK "
                 "(%.1f MiB); the pinned pool falls back to unlocked memory (raise 'ulimit -l' or "
                 "set offload_optimizer.pin_memory false to silence this)",
                 (double)need / 1048576.0, (double)lim.memlock_limit / 1048576.0);
 
-    zc_pinned_pool_opts o = ZC_PINNED_POOL_OPTS_INIT;
-    o.acct = h->p.acct;
-    /* Slabs sized to the need (plus alignment slack), not the pool's 64 MiB
-     * default: a small model must not lock 64 MiB per rank. The pool caps a
-     * slab at 1 GiB and adds more as needed. */
-    o.slab_bytes = (size_t)need + (size_t)(5 * h->p.nchunks + 2) * ALIGN;
-    o.device_index = h->p.device_index;
-    if (h->p.device_index < 0)
-        o.flags |= ZC_PINNED_NO_CUDA;
-    if (!h->p.pin_memory)
-        o.flags |= ZC_PINNED_NO_LOCK;
-    ZC_CHECK(zc__pinned_pool_create(&h->pool, &o));
-    for (int k = 0; k < h->p.nchunks; k++) {
+    /* Slabs sized to the need plus alignment slack; the pool caps a slab at
+     * 1 GiB and adds more as needed. */
+    ZC_CHECK(zc__home_pool_create(h->p.env.acct,
+                                  (size_t)need + (size_t)(5 * h->p.env.nchunks + 2) * ALIGN,
+                                  h->p.env.device_index, h->p.pin_memory, &h->pool));
+    for (int k = 0; k < h->p.env.nchunks; k++) {
         cpu_chunk *c = &h->chunks[k];
         for (int i = 0; c->n && i < ntensors(h); i++) {
             void *mem = NULL;
             zc_status rc = zc__pinned_alloc(h->pool, c->n * sizeof(float), ALIGN, cats[i],
                                             names[i], &mem);
             if (rc != ZC_OK) {
-                zc__error_context("offload_optimizer \"cpu\": chunk %d (rank %d)", k, h->p.rank);
+                zc__error_context("offload_optimizer \"cpu\": chunk %d (rank %d)", k,
+                                  h->p.env.rank);
                 return rc;
             }
             memset(mem, 0, c->n * sizeof(float));
             c->t[i] = mem;
         }
         if (h->p.staging && c->n) {
-            zc_status rc = zc__pinned_alloc(h->pool, c->n * h->p.param_bytes, ALIGN,
+            zc_status rc = zc__pinned_alloc(h->pool, c->n * h->p.env.param_bytes, ALIGN,
                                             ZC_MEM_BUFFERS, "gradient landing (cpu offload)",
                                             &c->land);
             if (rc != ZC_OK) {
                 zc__error_context("offload_optimizer \"cpu\": chunk %d (rank %d)", k,
-                                  h->p.rank);
+                                  h->p.env.rank);
                 return rc;
             }
         }
     }
     for (int i = 0; h->p.staging && h->maxn && i < 2; i++)
-        ZC_CHECK(zc__pinned_alloc(h->pool, h->maxn * h->p.param_bytes, ALIGN, ZC_MEM_BUFFERS,
+        ZC_CHECK(zc__pinned_alloc(h->pool, h->maxn * h->p.env.param_bytes, ALIGN, ZC_MEM_BUFFERS,
                                   "parameter staging (cpu offload)", &h->pout_stage[i]));
     ZC_LOGI("offload", "optimizer state of %.1f MiB in pinned host memory (rank %d)",
-            (double)need / 1048576.0, h->p.rank);
+            (double)need / 1048576.0, h->p.env.rank);
     return ZC_OK;
 }
 
@@ -171,7 +166,7 @@ static zc_status cpu_pass_end(zc_opt_home *hh)
 static void cpu_destroy(zc_opt_home *hh)
 {
     cpu_home *h = (cpu_home *)hh;
-    for (int k = 0; h->chunks && k < h->p.nchunks; k++) {
+    for (int k = 0; h->chunks && k < h->p.env.nchunks; k++) {
         for (int i = 0; i < 4; i++)
             zc__pinned_free(h->pool, h->chunks[k].t[i]);
         zc__pinned_free(h->pool, h->chunks[k].land);
@@ -179,8 +174,7 @@ static void cpu_destroy(zc_opt_home *hh)
     for (int i = 0; i < 2; i++)
         zc__pinned_free(h->pool, h->pout_stage[i]);
     zc__pinned_pool_destroy(h->pool);
-    zc__host_free(h->p.acct, ZC_MEM_OTHER, h->chunks, h->chunks_bytes);
-    zc__host_free(h->p.acct, ZC_MEM_OTHER, h, sizeof *h);
+    zc__home_free(h->p.env.acct, h, sizeof *h, h->chunks, h->chunks_bytes);
 }
 
 static const zc_opt_home_ops cpu_ops = {
@@ -199,19 +193,17 @@ static const zc_opt_home_ops cpu_ops = {
 
 zc_status zc__opt_home_cpu_create(const zc_opt_home_params *p, zc_opt_home **out)
 {
-    cpu_home *h = NULL;
+    cpu_home *h;
+    cpu_chunk *chunks;
+    size_t chunks_bytes;
     *out = NULL;
-    ZC_CHECK(zc__host_alloc(p->acct, ZC_MEM_OTHER, sizeof *h, "cpu home", (void **)&h));
+    ZC_CHECK(zc__home_alloc(p->env.acct, "cpu home", sizeof *h, (void **)&h, p->env.nchunks,
+                            sizeof *chunks, (void **)&chunks, &chunks_bytes));
     h->base.ops = &cpu_ops;
     h->p = *p;
     h->p.dirs = NULL;
-    h->chunks_bytes = (size_t)p->nchunks * sizeof(cpu_chunk);
-    zc_status rc = zc__host_alloc(p->acct, ZC_MEM_OTHER, h->chunks_bytes, "cpu home table",
-                                  (void **)&h->chunks);
-    if (rc != ZC_OK) {
-        zc__host_free(p->acct, ZC_MEM_OTHER, h, sizeof *h);
-        return rc;
-    }
+    h->chunks = chunks;
+    h->chunks_bytes = chunks_bytes;
     *out = &h->base;
     return ZC_OK;
 }

@@ -1,6 +1,7 @@
 /* The device home: master, m and v in the engine device's memory (what every
  * chunk had before offload), allocated per chunk at prepare and updated in
  * place by the device's Adam. Passes are free: acquire hands out the buffers. */
+#include "core/home_alloc.h"
 #include "core/opt_home.h"
 
 typedef struct dev_chunk {
@@ -21,7 +22,7 @@ static const char *const names[3] = {"fp32 master", "Adam m", "Adam v"};
 static zc_status dev_add(zc_opt_home *hh, int k, size_t n)
 {
     dev_home *h = (dev_home *)hh;
-    if (k < 0 || k >= h->p.nchunks || h->chunks[k].n)
+    if (k < 0 || k >= h->p.env.nchunks || h->chunks[k].n)
         return ZC_ERR(ZC_ERR_INTERNAL, "device home: chunk %d added twice or out of range", k);
     h->chunks[k].n = n;
     return ZC_OK;
@@ -31,14 +32,15 @@ static zc_status dev_prepare(zc_opt_home *hh)
 {
     dev_home *h = (dev_home *)hh;
     zc_device *d = h->p.dev;
-    for (int k = 0; k < h->p.nchunks; k++) {
+    for (int k = 0; k < h->p.env.nchunks; k++) {
         dev_chunk *c = &h->chunks[k];
         if (!c->n)
             continue;
         for (int i = 0; i < 3; i++) {
             void *mem = NULL;
             /* Device alloc zero-fills: m = v = 0, master 0 until loaded. */
-            ZC_CHECK(d->ops->alloc(d, h->p.acct, cats[i], c->n * sizeof(float), names[i], &mem));
+            ZC_CHECK(d->ops->alloc(d, h->p.env.acct, cats[i], c->n * sizeof(float), names[i],
+                                   &mem));
             c->t[i] = mem;
         }
     }
@@ -77,13 +79,12 @@ static void dev_destroy(zc_opt_home *hh)
 {
     dev_home *h = (dev_home *)hh;
     zc_device *d = h->p.dev;
-    for (int k = 0; h->chunks && k < h->p.nchunks; k++)
+    for (int k = 0; h->chunks && k < h->p.env.nchunks; k++)
         for (int i = 0; i < 3; i++)
             if (h->chunks[k].t[i])
-                d->ops->free(d, h->p.acct, cats[i], h->chunks[k].t[i],
+                d->ops->free(d, h->p.env.acct, cats[i], h->chunks[k].t[i],
                              h->chunks[k].n * sizeof(float));
-    zc__host_free(h->p.acct, ZC_MEM_OTHER, h->chunks, h->chunks_bytes);
-    zc__host_free(h->p.acct, ZC_MEM_OTHER, h, sizeof *h);
+    zc__home_free(h->p.env.acct, h, sizeof *h, h->chunks, h->chunks_bytes);
 }
 
 static const zc_opt_home_ops dev_ops = {
@@ -100,18 +101,16 @@ static const zc_opt_home_ops dev_ops = {
 
 zc_status zc__opt_home_device_create(const zc_opt_home_params *p, zc_opt_home **out)
 {
-    dev_home *h = NULL;
+    dev_home *h;
+    dev_chunk *chunks;
+    size_t chunks_bytes;
     *out = NULL;
-    ZC_CHECK(zc__host_alloc(p->acct, ZC_MEM_OTHER, sizeof *h, "device home", (void **)&h));
+    ZC_CHECK(zc__home_alloc(p->env.acct, "device home", sizeof *h, (void **)&h, p->env.nchunks,
+                            sizeof *chunks, (void **)&chunks, &chunks_bytes));
     h->base.ops = &dev_ops;
     h->p = *p;
-    h->chunks_bytes = (size_t)p->nchunks * sizeof(dev_chunk);
-    zc_status rc = zc__host_alloc(p->acct, ZC_MEM_OTHER, h->chunks_bytes, "device home table",
-                                  (void **)&h->chunks);
-    if (rc != ZC_OK) {
-        zc__host_free(p->acct, ZC_MEM_OTHER, h, sizeof *h);
-        return rc;
-    }
+    h->chunks = chunks;
+    h->chunks_bytes = chunks_bytes;
     *out = &h->base;
     return ZC_OK;
 }

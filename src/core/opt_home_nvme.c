@@ -43,15 +43,18 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/statvfs.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "base/checked.h"
+#include "base/clock.h"
 #include "base/log.h"
+#include "core/home_alloc.h"
+#include "core/home_pool.h"
+#include "core/home_store.h"
 #include "core/opt_home.h"
 #include "core/swap_dirs.h"
 #include "offload/offload.h"
 
-#define IO_ALIGN 4096u     /* layout alignment: >= every O_DIRECT requirement seen */
 #define ZC_NVME_RETRIES 2  /* extra attempts of a ticket that failed with EIO */
 #define MAX_SLOTS 64
 
@@ -83,17 +86,15 @@ typedef struct nvme_home {
     void *gin;                 /* swap_grads with staging: the slice staged in */
     zc_nvme_ticket gwt;        /* write of gbuf in flight */
     int gwk;                   /* its chunk */
-    zc_status gerr;            /* first gradient I/O error, reported by the
+    zc_kept_error gerr;        /* first gradient I/O error, reported by the
                                   next pass */
-    char gerrmsg[1024];
     uint64_t capacity;
     int nslots, ahead;
     nv_slot slots[MAX_SLOTS];
     zc_swap_dirs sd;           /* nvme_path entries and our directories under them */
     zc_pinned_pool *pool;
     zc_nvme_store *store;
-    zc_status err;             /* first error of the pass (sticky) */
-    char errmsg[1024];
+    zc_kept_error err;         /* first error of the pass (sticky) */
     double read_wait, write_wait;
     int64_t reads, writes;
     int64_t read_bytes, write_bytes; /* since prepare (the engine's step stats) */
@@ -104,19 +105,10 @@ typedef struct nvme_home {
 static const zc_mem_category nvme_cats[4] = {ZC_MEM_MASTER, ZC_MEM_ADAM, ZC_MEM_GRADS,
                                              ZC_MEM_OTHER};
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
-
 static zc_status nv_add(zc_opt_home *hh, int k, size_t n)
 {
     nvme_home *h = (nvme_home *)hh;
-    if (k < 0 || k >= h->p.nchunks || h->chunks[k].n)
+    if (k < 0 || k >= h->p.env.nchunks || h->chunks[k].n)
         return ZC_ERR(ZC_ERR_INTERNAL, "nvme home: chunk %d added twice or out of range", k);
     h->chunks[k].n = n;
     if (n > h->maxn)
@@ -129,8 +121,9 @@ static zc_status nv_add(zc_opt_home *hh, int k, size_t n)
 static zc_status preflight(nvme_home *h, uint64_t pinned)
 {
     /* Each directory holds capacity / ndirs (the store rounds to stripes). */
-    const uint64_t stripe = (uint64_t)h->p.aio_block_size * (uint64_t)h->sd.n;
-    const uint64_t per_dir = (h->capacity + stripe - 1) / stripe * (uint64_t)h->p.aio_block_size;
+    const uint64_t stripe = (uint64_t)h->p.env.aio_block_size * (uint64_t)h->sd.n;
+    const uint64_t per_dir =
+        (h->capacity + stripe - 1) / stripe * (uint64_t)h->p.env.aio_block_size;
     for (int i = 0; i < h->sd.n; i++) {
         struct statvfs vf;
         if (statvfs(h->sd.given[i], &vf) != 0)
@@ -145,7 +138,7 @@ static zc_status preflight(nvme_home *h, uint64_t pinned)
                           "file needs %.1f MiB but the filesystem has %.1f MiB free; free space, "
                           "give nvme_path more directories (a list) or lower "
                           "offload_optimizer.ratio (stage 3)",
-                          h->sd.given[i], h->p.rank, (double)per_dir / 1048576.0,
+                          h->sd.given[i], h->p.env.rank, (double)per_dir / 1048576.0,
                           (double)avail / 1048576.0);
     }
     zc_host_mem_limits lim;
@@ -154,11 +147,10 @@ static zc_status preflight(nvme_home *h, uint64_t pinned)
         zc__error_context("zero_optimization.offload_optimizer (rank %d, %lld swap buffers of "
                           "%zu bytes): lower offload_optimizer.buffer_count or the chunk size "
                           "(reduce_bucket_size)",
-                          h->p.rank, (long long)h->p.buffer_count, h->buf_bytes);
+                          h->p.env.rank, (long long)h->p.buffer_count, h->buf_bytes);
         return ZC_ERR_NO_MEMORY;
     }
-    if (h->p.pin_memory && !lim.can_lock_unlimited && lim.memlock_limit != UINT64_MAX &&
-        pinned > lim.memlock_limit && h->p.device_index < 0)
+    if (zc__home_pool_unlocked(&lim, h->p.pin_memory, h->p.env.device_index, pinned))
         ZC_LOGW("offload", "offload_optimizer: %.1f MiB of swap buffers exceed RLIMIT_MEMLOCK "
                 "(%.1f MiB); they fall back to unlocked memory (raise 'ulimit -l' or set "
                 "offload_optimizer.pin_memory false)",
@@ -168,19 +160,12 @@ static zc_status preflight(nvme_home *h, uint64_t pinned)
 
 /* ---- tickets ------------------------------------------------------------- */
 
-static zc_status fail(nvme_home *h, zc_status rc)
-{
-    if (h->err == ZC_OK) {
-        h->err = rc;
-        snprintf(h->errmsg, sizeof h->errmsg, "%s", zc_last_error());
-    }
-    return rc;
-}
+static zc_status fail(nvme_home *h, zc_status rc) { return zc__kept_error_keep(&h->err, rc); }
 
 static zc_status sticky(nvme_home *h)
 {
-    if (h->err != ZC_OK)
-        return ZC_ERR(h->err, "%s", h->errmsg);
+    if (h->err.rc != ZC_OK)
+        return ZC_KEPT_RAISE(&h->err);
     return ZC_OK;
 }
 
@@ -188,10 +173,11 @@ static zc_status sticky(nvme_home *h)
 static zc_status injected(nvme_home *h, bool write, int k, uint64_t off)
 {
     int64_t nth = 0;
-    if (!h->p.io_fault || !h->p.io_fault(h->p.io_fault_arg, &nth))
+    if (!h->p.env.io_fault || !h->p.env.io_fault(h->p.env.io_fault_arg, &nth))
         return ZC_OK;
     return ZC_ERR(ZC_ERR_IO, "ZC_FAULTS: offload %s %lld of rank %d fails (chunk %d, store "
-                  "offset %llu of '%s')", write ? "write" : "read", (long long)nth, h->p.rank, k,
+                  "offset %llu of '%s')", write ? "write" : "read", (long long)nth, h->p.env.rank,
+                  k,
                   (unsigned long long)off, zc__nvme_path(h->store, 0));
 }
 
@@ -203,7 +189,7 @@ static zc_status submit(nvme_home *h, nv_slot *s, int k, bool write, bool retry)
     zc_status irc = retry ? ZC_OK : injected(h, write, k, c->off);
     if (irc != ZC_OK) {
         zc__error_context("offload_optimizer nvme: %s chunk %d (rank %d)",
-                          write ? "writing" : "reading", k, h->p.rank);
+                          write ? "writing" : "reading", k, h->p.env.rank);
         return fail(h, irc);
     }
     /* The gradient (nt = 4) is read with the state but never written back
@@ -213,7 +199,7 @@ static zc_status submit(nvme_home *h, nv_slot *s, int k, bool write, bool retry)
                                          (size_t)h->nt * c->tbytes, &s->rt);
     if (rc != ZC_OK) {
         zc__error_context("offload_optimizer nvme: %s chunk %d (rank %d)",
-                          write ? "writing" : "reading", k, h->p.rank);
+                          write ? "writing" : "reading", k, h->p.env.rank);
         return fail(h, rc);
     }
     if (write) {
@@ -231,7 +217,7 @@ static zc_status wait_io(nvme_home *h, nv_slot *s, int k, bool write)
 {
     zc_nvme_ticket *t = write ? &s->wt : &s->rt;
     int *tries = write ? &s->wtries : &s->rtries;
-    double t0 = now_s();
+    double t0 = zc__now_s();
     zc_status rc = ZC_OK;
     while (*t) {
         zc_nvme_error err;
@@ -252,15 +238,15 @@ static zc_status wait_io(nvme_home *h, nv_slot *s, int k, bool write)
             continue;
         }
         zc__error_context("offload_optimizer nvme: %s chunk %d (rank %d)",
-                          write ? "writing" : "reading", k, h->p.rank);
+                          write ? "writing" : "reading", k, h->p.env.rank);
         fail(h, rc);
         break;
     }
     *tries = 0;
     if (write)
-        h->write_wait += now_s() - t0;
+        h->write_wait += zc__now_s() - t0;
     else
-        h->read_wait += now_s() - t0;
+        h->read_wait += zc__now_s() - t0;
     return rc;
 }
 
@@ -279,12 +265,11 @@ static zc_status start_read(nvme_home *h, int i)
 
 static void grad_fail(nvme_home *h, zc_status rc, int k, const char *what)
 {
-    if (h->gerr != ZC_OK)
+    if (h->gerr.rc != ZC_OK)
         return;
     zc__error_context("offload_optimizer nvme: %s the gradient of chunk %d (rank %d)", what, k,
-                      h->p.rank);
-    h->gerr = rc;
-    snprintf(h->gerrmsg, sizeof h->gerrmsg, "%s", zc_last_error());
+                      h->p.env.rank);
+    zc__kept_error_keep(&h->gerr, rc);
 }
 
 /* Waits for the gradient buffer's write (EIO retried like the state's). */
@@ -317,7 +302,7 @@ static zc_status nv_grad_add(zc_opt_home *hh, int k, const void *src, zc_dtype d
     *sumsq = 0.0;
     if (h->gwt)
         grad_wait_write(h);
-    if (h->gerr != ZC_OK)
+    if (h->gerr.rc != ZC_OK)
         return ZC_OK; /* the window's gradient is lost; the next pass says so */
     const uint64_t at = c->off + 3 * c->tbytes;
     if (first) {
@@ -365,25 +350,24 @@ static void *nv_grad_in_stage(zc_opt_home *hh) { return ((nvme_home *)hh)->gin; 
 static zc_status nv_pass_begin(zc_opt_home *hh, const int *ks, int nk)
 {
     nvme_home *h = (nvme_home *)hh;
-    if (nk < 0 || nk > h->p.nchunks)
+    if (nk < 0 || nk > h->p.env.nchunks)
         return ZC_ERR(ZC_ERR_INTERNAL, "nvme home: a pass of %d chunks", nk);
     memcpy(h->ks, ks, (size_t)nk * sizeof(int));
     h->nk = nk;
     h->pos = h->next_read = 0;
-    h->err = ZC_OK;
+    zc__kept_error_clear(&h->err);
     /* The last gradient write must be on disk before the pass reads it, and
      * a gradient I/O error of the window fails this pass. */
     if (h->gwt)
         grad_wait_write(h);
-    if (h->gerr != ZC_OK) {
+    if (h->gerr.rc != ZC_OK) {
         h->err = h->gerr;
-        snprintf(h->errmsg, sizeof h->errmsg, "%s", h->gerrmsg);
-        h->gerr = ZC_OK;
+        zc__kept_error_clear(&h->gerr);
     }
     h->read_wait = h->write_wait = 0;
     h->reads = h->writes = 0;
     for (int i = 0; i < nk; i++)
-        if (ks[i] < 0 || ks[i] >= h->p.nchunks || !h->chunks[ks[i]].n)
+        if (ks[i] < 0 || ks[i] >= h->p.env.nchunks || !h->chunks[ks[i]].n)
             return ZC_ERR(ZC_ERR_INTERNAL, "nvme home: chunk %d is not homed here", ks[i]);
     return ZC_OK;
 }
@@ -441,7 +425,7 @@ static zc_status nv_pass_end(zc_opt_home *hh)
     for (int j = 0; j < h->nslots; j++) {
         nv_slot *s = &h->slots[j];
         int k = s->pos >= 0 && s->pos < h->nk ? h->ks[s->pos] : -1;
-        if (s->rt && h->err != ZC_OK) {
+        if (s->rt && h->err.rc != ZC_OK) {
             (void)zc__nvme_wait(h->store, s->rt, NULL);
             s->rt = 0;
         } else if (s->rt) {
@@ -481,7 +465,7 @@ static zc_status zero_fill(nvme_home *h)
 {
     nv_slot *s = &h->slots[0];
     memset(s->buf, 0, (size_t)h->nt * h->buf_bytes);
-    for (int k = 0; k < h->p.nchunks; k++) {
+    for (int k = 0; k < h->p.env.nchunks; k++) {
         const nv_chunk *c = &h->chunks[k];
         if (!c->n)
             continue;
@@ -491,7 +475,7 @@ static zc_status zero_fill(nvme_home *h)
     zc_status rc = zc__nvme_wait_all(h->store);
     if (rc != ZC_OK)
         zc__error_context("offload_optimizer nvme: initialising the swap files (rank %d)",
-                          h->p.rank);
+                          h->p.env.rank);
     return rc;
 }
 
@@ -500,19 +484,22 @@ static zc_status nv_prepare(zc_opt_home *hh)
     nvme_home *h = (nvme_home *)hh;
     if (!h->maxn)
         return ZC_OK;
-    /* Layout. */
+    /* Layout. No chunk's tensor is larger than a buffer, so once the buffer
+     * size is computed without overflow, so is every tensor's. */
     h->nt = h->p.swap_grads ? 4 : 3;
+    if (!zc__aligned_bytes(h->maxn, sizeof(float), ZC_SWAP_ALIGN, &h->buf_bytes))
+        return ZC_ERR(ZC_ERR_CONFIG, "zero_optimization.offload_optimizer: a chunk shard of %zu "
+                      "elements is too large to swap (its size overflows)", h->maxn);
     uint64_t off = 0;
-    for (int k = 0; k < h->p.nchunks; k++) {
+    for (int k = 0; k < h->p.env.nchunks; k++) {
         nv_chunk *c = &h->chunks[k];
         if (!c->n)
             continue;
-        c->tbytes = round_up(c->n * sizeof(float), IO_ALIGN);
+        (void)zc__aligned_bytes(c->n, sizeof(float), ZC_SWAP_ALIGN, &c->tbytes);
         c->off = off;
         off += (uint64_t)h->nt * c->tbytes;
     }
     h->capacity = off;
-    h->buf_bytes = round_up(h->maxn * sizeof(float), IO_ALIGN);
     int64_t slots = h->p.buffer_count / 4;
     if (slots < 1)
         slots = 1;
@@ -530,43 +517,22 @@ static zc_status nv_prepare(zc_opt_home *hh)
                 h->p.pipeline_write ? 12 : 8);
     uint64_t pinned = (uint64_t)h->nslots * (uint64_t)h->nt * h->buf_bytes;
     if (h->p.staging)
-        pinned += (uint64_t)h->nslots * h->maxn * (sizeof(float) + h->p.param_bytes);
+        pinned += (uint64_t)h->nslots * h->maxn * (sizeof(float) + h->p.env.param_bytes);
     if (h->nt == 4)
         pinned += h->buf_bytes + (h->p.staging ? h->maxn * sizeof(float) : 0);
     ZC_CHECK(preflight(h, pinned));
 
     /* Swap directories and the store. */
-    ZC_CHECK(zc__swap_dirs_make(&h->sd, h->p.rank, "zero_optimization.offload_optimizer"));
-    const char *dirs[ZC_SWAP_MAX_DIRS];
-    zc__swap_dirs_list(&h->sd, dirs);
-    int64_t qd = h->p.aio_queue_depth * (h->p.aio_intra_op > 0 ? h->p.aio_intra_op : 1);
-    zc_nvme_opts o = ZC_NVME_OPTS_INIT;
-    o.dirs = dirs;
-    o.ndirs = h->sd.n;
-    o.rank = h->p.rank;
-    o.purpose = "optimizer";
-    o.capacity = h->capacity;
-    o.block_size = (size_t)h->p.aio_block_size;
-    o.alignment = IO_ALIGN;
-    o.queue_depth = (int)(qd > 4096 ? 4096 : qd);
-    if (h->p.aio_single_submit)
-        o.flags |= ZC_NVME_SINGLE_SUBMIT;
-    if (!h->p.aio_overlap_events)
-        o.flags |= ZC_NVME_NO_OVERLAP;
-    zc_status rc = zc__nvme_open(&h->store, &o);
-    if (rc != ZC_OK) {
-        zc__error_context("zero_optimization.offload_optimizer (rank %d; aio.block_size %lld, "
-                          "aio.queue_depth %lld)",
-                          h->p.rank, (long long)h->p.aio_block_size,
-                          (long long)h->p.aio_queue_depth);
-        return rc;
-    }
+    zc_home_store_spec ss = {
+        .block = "offload_optimizer",
+        .purpose = "optimizer",
+        .env = &h->p.env,
+        .capacity = h->capacity,
+        .flags = (h->p.aio_single_submit ? ZC_NVME_SINGLE_SUBMIT : 0u) |
+                 (h->p.aio_overlap_events ? 0u : ZC_NVME_NO_OVERLAP),
+    };
     zc_nvme_stats ns;
-    zc__nvme_stats_get(h->store, &ns);
-    if (ns.alignment > IO_ALIGN)
-        return ZC_ERR(ZC_ERR_UNSUPPORTED, "offload_optimizer nvme: '%s' needs %zu-byte aligned "
-                      "I/O, more than the %u bytes the swap layout uses",
-                      h->sd.given[0], ns.alignment, IO_ALIGN);
+    ZC_CHECK(zc__home_store_open(&h->sd, &ss, &h->store, &ns));
     /* Count the files like memory: of the chunk extents, one tensor in nt is
      * master, two m and v, (nt = 4) one the gradient; the store's stripe
      * round-up is bookkeeping. */
@@ -575,51 +541,40 @@ static zc_status nv_prepare(zc_opt_home *hh)
     h->counted_nvme[2] = h->nt == 4 ? h->counted_nvme[0] : 0;
     h->counted_nvme[3] = (int64_t)(ns.capacity - h->capacity);
     for (int i = 0; i < 4; i++)
-        zc__mem_count(h->p.acct, ZC_MEMKIND_NVME, nvme_cats[i], h->counted_nvme[i]);
+        zc__mem_count(h->p.env.acct, ZC_MEMKIND_NVME, nvme_cats[i], h->counted_nvme[i]);
 
     /* Swap buffers. */
-    zc_pinned_pool_opts po = ZC_PINNED_POOL_OPTS_INIT;
-    po.acct = h->p.acct;
-    /* One slab of what the buffers need (plus alignment slack), not the
-     * pool's 64 MiB default. */
-    po.slab_bytes = (size_t)pinned + (size_t)(3 * h->nslots + 2) * IO_ALIGN;
-    po.device_index = h->p.device_index;
-    if (h->p.device_index < 0)
-        po.flags |= ZC_PINNED_NO_CUDA;
-    if (!h->p.pin_memory)
-        po.flags |= ZC_PINNED_NO_LOCK;
-    ZC_CHECK(zc__pinned_pool_create(&h->pool, &po));
+    /* One slab of what the buffers need plus alignment slack. */
+    ZC_CHECK(zc__home_pool_create(h->p.env.acct,
+                                  (size_t)pinned + (size_t)(3 * h->nslots + 2) * ZC_SWAP_ALIGN,
+                                  h->p.env.device_index, h->p.pin_memory, &h->pool));
     for (int j = 0; j < h->nslots; j++) {
         nv_slot *s = &h->slots[j];
         s->pos = -1;
-        ZC_CHECK(zc__pinned_alloc(h->pool, (size_t)h->nt * h->buf_bytes, IO_ALIGN,
+        ZC_CHECK(zc__pinned_alloc(h->pool, (size_t)h->nt * h->buf_bytes, ZC_SWAP_ALIGN,
                                   ZC_MEM_BUFFERS, "NVMe swap buffers", (void **)&s->buf));
         if (h->p.staging) {
             ZC_CHECK(zc__pinned_alloc(h->pool, h->maxn * sizeof(float), 64, ZC_MEM_BUFFERS,
                                       "gradient staging (nvme offload)", &s->grad_stage));
-            ZC_CHECK(zc__pinned_alloc(h->pool, h->maxn * h->p.param_bytes, 64, ZC_MEM_BUFFERS,
+            ZC_CHECK(zc__pinned_alloc(h->pool, h->maxn * h->p.env.param_bytes, 64, ZC_MEM_BUFFERS,
                                       "parameter staging (nvme offload)", &s->pout_stage));
         }
     }
     if (h->nt == 4) {
-        ZC_CHECK(zc__pinned_alloc(h->pool, h->buf_bytes, IO_ALIGN, ZC_MEM_BUFFERS,
+        ZC_CHECK(zc__pinned_alloc(h->pool, h->buf_bytes, ZC_SWAP_ALIGN, ZC_MEM_BUFFERS,
                                   "NVMe gradient buffer", (void **)&h->gbuf));
         if (h->p.staging)
             ZC_CHECK(zc__pinned_alloc(h->pool, h->maxn * sizeof(float), 64, ZC_MEM_BUFFERS,
                                       "gradient staging (nvme offload)", &h->gin));
     }
-    zc_mem_region regions[64];
-    int nr = zc__pinned_pool_regions(h->pool, regions, 64);
-    if (nr > 64)
-        nr = 64;
-    ZC_CHECK(zc__nvme_register_buffers(h->store, regions, nr));
+    ZC_CHECK(zc__home_store_register(h->store, h->pool));
     /* fast_init: the store reserved the files with fallocate (or sized them
      * sparse), and both read back as zeros, so the zero pass is skipped. */
     if (!h->p.fast_init)
         ZC_CHECK(zero_fill(h));
     ZC_LOGI("offload", "optimizer state of rank %d: %.1f MiB in %d swap file(s) under '%s'%s, "
             "%d chunk(s) in flight of %.1f MiB buffers, pipeline read %s / write %s",
-            h->p.rank, (double)ns.capacity / 1048576.0, h->sd.n, h->sd.made[0],
+            h->p.env.rank, (double)ns.capacity / 1048576.0, h->sd.n, h->sd.made[0],
             ns.direct ? " (O_DIRECT)" : " (buffered: the filesystem refused O_DIRECT)",
             h->nslots, (double)h->buf_bytes / 1048576.0, h->p.pipeline_read ? "on" : "off",
             h->p.pipeline_write ? "on" : "off");
@@ -629,14 +584,10 @@ static zc_status nv_prepare(zc_opt_home *hh)
 static void nv_destroy(zc_opt_home *hh)
 {
     nvme_home *h = (nvme_home *)hh;
-    if (h->store) {
-        zc_status rc = zc__nvme_close(h->store, ZC_NVME_CLOSE_CANCEL);
-        if (rc != ZC_OK)
-            ZC_LOGW("offload", "closing the swap store: %s", zc_last_error());
-    }
+    zc__home_store_close(h->store, "swap store");
     for (int i = 0; i < 4; i++)
         if (h->counted_nvme[i])
-            zc__mem_count(h->p.acct, ZC_MEMKIND_NVME, nvme_cats[i], -h->counted_nvme[i]);
+            zc__mem_count(h->p.env.acct, ZC_MEMKIND_NVME, nvme_cats[i], -h->counted_nvme[i]);
     zc__swap_dirs_remove(&h->sd);
     zc__pinned_free(h->pool, h->gbuf);
     zc__pinned_free(h->pool, h->gin);
@@ -646,9 +597,8 @@ static void nv_destroy(zc_opt_home *hh)
         zc__pinned_free(h->pool, h->slots[j].pout_stage);
     }
     zc__pinned_pool_destroy(h->pool);
-    zc__host_free(h->p.acct, ZC_MEM_OTHER, h->ks, (size_t)h->p.nchunks * sizeof(int));
-    zc__host_free(h->p.acct, ZC_MEM_OTHER, h->chunks, h->chunks_bytes);
-    zc__host_free(h->p.acct, ZC_MEM_OTHER, h, sizeof *h);
+    zc__host_free(h->p.env.acct, ZC_MEM_OTHER, h->ks, (size_t)h->p.env.nchunks * sizeof(int));
+    zc__home_free(h->p.env.acct, h, sizeof *h, h->chunks, h->chunks_bytes);
 }
 
 static const zc_opt_home_ops nv_ops = {
@@ -673,31 +623,29 @@ zc_status zc__opt_home_nvme_create(const zc_opt_home_params *p, zc_opt_home **ou
         return ZC_ERR(ZC_ERR_CONFIG, "zero_optimization.offload_optimizer.buffer_count %lld: "
                       "NVMe offload needs at least 4 (master, m, v and the gradient of a "
                       "chunk)", (long long)p->buffer_count);
-    ZC_CHECK(zc__swap_aio_check(p->aio_block_size, p->aio_queue_depth, p->aio_intra_op));
-    nvme_home *h = NULL;
-    ZC_CHECK(zc__host_alloc(p->acct, ZC_MEM_OTHER, sizeof *h, "nvme home", (void **)&h));
+    ZC_CHECK(zc__swap_aio_check(p->env.aio_block_size, p->env.aio_queue_depth,
+                                p->env.aio_intra_op));
+    nvme_home *h;
+    nv_chunk *chunks;
+    size_t chunks_bytes;
+    ZC_CHECK(zc__home_alloc(p->env.acct, "nvme home", sizeof *h, (void **)&h, p->env.nchunks,
+                            sizeof *chunks, (void **)&chunks, &chunks_bytes));
     h->base.ops = &nv_ops;
     h->p = *p;
     h->p.dirs = NULL;
-    zc_status drc =
+    zc_status rc =
         zc__swap_dirs_init(&h->sd, p->dirs, p->ndirs, "zero_optimization.offload_optimizer");
-    if (drc != ZC_OK) {
-        zc__host_free(p->acct, ZC_MEM_OTHER, h, sizeof *h);
-        return drc;
+    if (rc == ZC_OK)
+        rc = zc__host_alloc(p->env.acct, ZC_MEM_OTHER, (size_t)p->env.nchunks * sizeof(int),
+                            "nvme pass order", (void **)&h->ks);
+    if (rc != ZC_OK) {
+        zc__home_free(p->env.acct, h, sizeof *h, chunks, chunks_bytes);
+        return rc;
     }
     for (int j = 0; j < MAX_SLOTS; j++)
         h->slots[j].pos = -1;
-    h->chunks_bytes = (size_t)p->nchunks * sizeof(nv_chunk);
-    zc_status rc = zc__host_alloc(p->acct, ZC_MEM_OTHER, h->chunks_bytes, "nvme home table",
-                                  (void **)&h->chunks);
-    if (rc == ZC_OK)
-        rc = zc__host_alloc(p->acct, ZC_MEM_OTHER, (size_t)p->nchunks * sizeof(int),
-                            "nvme pass order", (void **)&h->ks);
-    if (rc != ZC_OK) {
-        zc__host_free(p->acct, ZC_MEM_OTHER, h->chunks, h->chunks_bytes);
-        zc__host_free(p->acct, ZC_MEM_OTHER, h, sizeof *h);
-        return rc;
-    }
+    h->chunks = chunks;
+    h->chunks_bytes = chunks_bytes;
     *out = &h->base;
     return ZC_OK;
 }

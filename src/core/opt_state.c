@@ -84,30 +84,37 @@ bool zc__eng_io_fault(void *arg, int64_t *nth)
     return e->state == ZC_ENG_BUILT && zc__faults_hit(&e->faults, ZC_FAULT_IO, nth);
 }
 
+zc_home_env zc__eng_home_env(zc_engine *e)
+{
+    return (zc_home_env){
+        .acct = &e->acct,
+        .rank = e->rank,
+        .nchunks = e->nchunks,
+        .param_bytes = e->pesz,
+        .device_index = e->dev->mem_kind == ZC_MEMKIND_DEVICE ? e->dev->index : -1,
+        .aio_block_size = e->cfg->aio.block_size,
+        .aio_queue_depth = e->cfg->aio.queue_depth,
+        .aio_intra_op = e->cfg->aio.intra_op_parallelism,
+        .io_fault = zc__eng_io_fault,
+        .io_fault_arg = e,
+    };
+}
+
 zc_status zc__opt_build(zc_engine *e)
 {
     const zc_offload_cfg *o = &e->cfg->zero.offload_optimizer;
     ZC_CHECK(zc__host_alloc(&e->acct, ZC_MEM_OTHER, (size_t)e->nchunks * sizeof(int),
                             "optimizer pass order", (void **)&e->pass_ks));
     zc_opt_home_params hp = {
-        .acct = &e->acct,
+        .env = zc__eng_home_env(e),
         .dev = e->dev,
-        .rank = e->rank,
-        .nchunks = e->nchunks,
-        .param_bytes = e->pesz,
         .pin_memory = o->pin_memory,
-        .device_index = e->dev->mem_kind == ZC_MEMKIND_DEVICE ? e->dev->index : -1,
         .buffer_count = o->buffer_count,
         .pipeline_read = o->pipeline_read,
         .pipeline_write = o->pipeline_write,
         .fast_init = o->fast_init,
-        .aio_block_size = e->cfg->aio.block_size,
-        .aio_queue_depth = e->cfg->aio.queue_depth,
-        .aio_intra_op = e->cfg->aio.intra_op_parallelism,
         .aio_single_submit = e->cfg->aio.single_submit,
         .aio_overlap_events = e->cfg->aio.overlap_events,
-        .io_fault = zc__eng_io_fault,
-        .io_fault_arg = e,
     };
     e->opt_staging = e->dev->mem_kind == ZC_MEMKIND_DEVICE || atomic_load(&force_staging);
     hp.staging = e->opt_staging;

@@ -48,6 +48,7 @@
 
 #include "base/alloc.h"
 #include "base/error.h"
+#include "core/home_env.h"
 
 typedef struct zc_param_home zc_param_home;
 
@@ -97,20 +98,12 @@ struct zc_param_home {
 
 /* What a home needs to know, filled by the engine from offload_param. */
 typedef struct zc_param_home_params {
-    zc_mem_account *acct;
-    int rank;
-    int nchunks;
-    size_t param_bytes;      /* bytes per working-precision element */
-    bool pin_memory;
-    int device_index;        /* CUDA device for NUMA placement, -1 = none */
+    zc_home_env env;         /* the engine: account, rank, chunks, aio, faults */
+    bool pin_memory;         /* offload_param.pin_memory */
     /* nvme */
     const char *const *dirs;
     int ndirs;
     int64_t buffer_count, buffer_size, max_in_cpu;
-    int64_t aio_block_size, aio_queue_depth, aio_intra_op;
-    /* ZC_FAULTS io items, as for the optimizer homes (opt_home.h). */
-    bool (*io_fault)(void *arg, int64_t *nth);
-    void *io_fault_arg;
 } zc_param_home_params;
 
 zc_status zc__param_home_cpu_create(const zc_param_home_params *p, zc_param_home **out);

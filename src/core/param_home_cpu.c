@@ -6,6 +6,8 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "core/home_alloc.h"
+#include "core/home_pool.h"
 #include "core/param_home.h"
 #include "offload/offload.h"
 
@@ -23,7 +25,7 @@ typedef struct pcpu_home {
 static zc_status pc_add(zc_param_home *hh, int k, size_t n)
 {
     pcpu_home *h = (pcpu_home *)hh;
-    if (k < 0 || k >= h->p.nchunks || h->n[k] || !n)
+    if (k < 0 || k >= h->p.env.nchunks || h->n[k] || !n)
         return ZC_ERR(ZC_ERR_INTERNAL, "cpu parameter home: chunk %d added twice or out of "
                       "range", k);
     h->n[k] = n;
@@ -35,37 +37,30 @@ static zc_status pc_prepare(zc_param_home *hh)
     pcpu_home *h = (pcpu_home *)hh;
     uint64_t need = 0;
     int nchunks = 0;
-    for (int k = 0; k < h->p.nchunks; k++) {
-        need += (uint64_t)h->n[k] * h->p.param_bytes;
+    for (int k = 0; k < h->p.env.nchunks; k++) {
+        need += (uint64_t)h->n[k] * h->p.env.param_bytes;
         nchunks += h->n[k] > 0;
     }
     if (!need)
         return ZC_OK;
     /* Host memory was checked with the whole plan by the engine's pre-flight
      * (core/preflight.c); core/estimate.c plans these shards. */
-    zc_pinned_pool_opts o = ZC_PINNED_POOL_OPTS_INIT;
-    o.acct = h->p.acct;
-    o.slab_bytes = (size_t)need + (size_t)(nchunks + 1) * ALIGN;
-    o.device_index = h->p.device_index;
-    if (h->p.device_index < 0)
-        o.flags |= ZC_PINNED_NO_CUDA;
-    if (!h->p.pin_memory)
-        o.flags |= ZC_PINNED_NO_LOCK;
-    ZC_CHECK(zc__pinned_pool_create(&h->pool, &o));
-    for (int k = 0; k < h->p.nchunks; k++) {
+    ZC_CHECK(zc__home_pool_create(h->p.env.acct, (size_t)need + (size_t)(nchunks + 1) * ALIGN,
+                                  h->p.env.device_index, h->p.pin_memory, &h->pool));
+    for (int k = 0; k < h->p.env.nchunks; k++) {
         if (!h->n[k])
             continue;
-        const size_t bytes = h->n[k] * h->p.param_bytes;
+        const size_t bytes = h->n[k] * h->p.env.param_bytes;
         zc_status rc = zc__pinned_alloc(h->pool, bytes, ALIGN, ZC_MEM_PARAMS,
                                         "parameter shard (cpu offload)", &h->shard[k]);
         if (rc != ZC_OK) {
-            zc__error_context("offload_param \"cpu\": chunk %d (rank %d)", k, h->p.rank);
+            zc__error_context("offload_param \"cpu\": chunk %d (rank %d)", k, h->p.env.rank);
             return rc;
         }
         memset(h->shard[k], 0, bytes);
     }
     ZC_LOGI("offload", "parameter shards of %.1f MiB in pinned host memory (rank %d)",
-            (double)need / 1048576.0, h->p.rank);
+            (double)need / 1048576.0, h->p.env.rank);
     return ZC_OK;
 }
 
@@ -128,12 +123,11 @@ static void pc_io(const zc_param_home *hh, zc_param_home_io *out)
 static void pc_destroy(zc_param_home *hh)
 {
     pcpu_home *h = (pcpu_home *)hh;
-    for (int k = 0; h->shard && k < h->p.nchunks; k++)
+    for (int k = 0; h->shard && k < h->p.env.nchunks; k++)
         zc__pinned_free(h->pool, h->shard[k]);
     zc__pinned_pool_destroy(h->pool);
-    zc__host_free(h->p.acct, ZC_MEM_OTHER, h->n, h->table_bytes);
-    zc__host_free(h->p.acct, ZC_MEM_OTHER, h->shard, (size_t)h->p.nchunks * sizeof(void *));
-    zc__host_free(h->p.acct, ZC_MEM_OTHER, h, sizeof *h);
+    zc__host_free(h->p.env.acct, ZC_MEM_OTHER, h->shard, (size_t)h->p.env.nchunks * sizeof(void *));
+    zc__home_free(h->p.env.acct, h, sizeof *h, h->n, h->table_bytes);
 }
 
 static const zc_param_home_ops pc_ops = {
@@ -154,19 +148,20 @@ static const zc_param_home_ops pc_ops = {
 
 zc_status zc__param_home_cpu_create(const zc_param_home_params *p, zc_param_home **out)
 {
-    pcpu_home *h = NULL;
+    pcpu_home *h;
+    size_t *n;
+    size_t table_bytes;
     *out = NULL;
-    ZC_CHECK(zc__host_alloc(p->acct, ZC_MEM_OTHER, sizeof *h, "cpu parameter home",
-                            (void **)&h));
+    ZC_CHECK(zc__home_alloc(p->env.acct, "cpu parameter home", sizeof *h, (void **)&h,
+                            p->env.nchunks, sizeof *n, (void **)&n, &table_bytes));
     h->base.ops = &pc_ops;
     h->p = *p;
     h->p.dirs = NULL;
-    h->table_bytes = (size_t)p->nchunks * sizeof(size_t);
-    zc_status rc = zc__host_alloc(p->acct, ZC_MEM_OTHER, h->table_bytes,
-                                  "cpu parameter home table", (void **)&h->n);
-    if (rc == ZC_OK)
-        rc = zc__host_alloc(p->acct, ZC_MEM_OTHER, (size_t)p->nchunks * sizeof(void *),
-                            "cpu parameter home table", (void **)&h->shard);
+    h->n = n;
+    h->table_bytes = table_bytes;
+    zc_status rc = zc__host_alloc(p->env.acct, ZC_MEM_OTHER,
+                                  (size_t)p->env.nchunks * sizeof(void *),
+                                  "cpu parameter home table", (void **)&h->shard);
     if (rc != ZC_OK) {
         pc_destroy(&h->base);
         return rc;

@@ -30,15 +30,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "base/checked.h"
+#include "base/clock.h"
 #include "base/log.h"
+#include "core/home_alloc.h"
+#include "core/home_pool.h"
+#include "core/home_store.h"
 #include "core/param_home.h"
 #include "core/swap_dirs.h"
 #include "offload/offload.h"
 
-#define IO_ALIGN 4096u
 #define ZC_PNVME_RETRIES 2
 #define MAX_BUFS 256
 
@@ -58,8 +61,7 @@ typedef struct pn_buf {
     int k;                     /* owner chunk (PN_READ, PN_FILL) */
     zc_nvme_ticket rt, wt;     /* read / write in flight, 0 = none */
     int wk;                    /* chunk of the write */
-    zc_status rerr;            /* the read failed to start (kept for read_wait) */
-    char rmsg[512];
+    zc_kept_error rerr;        /* the read failed to start (kept for read_wait) */
 } pn_buf;
 
 typedef struct pnvme_home {
@@ -75,24 +77,14 @@ typedef struct pnvme_home {
     zc_swap_dirs sd;           /* nvme_path entries and our directories under them */
     zc_pinned_pool *pool;
     zc_nvme_store *store;
-    zc_status werr;            /* first write error since the last flush */
-    char wmsg[1024];
+    zc_kept_error werr;        /* first write error since the last flush */
     zc_param_home_io io;
 } pnvme_home;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
 static zc_status pn_add(zc_param_home *hh, int k, size_t n)
 {
     pnvme_home *h = (pnvme_home *)hh;
-    if (k < 0 || k >= h->p.nchunks || h->chunks[k].n || !n)
+    if (k < 0 || k >= h->p.env.nchunks || h->chunks[k].n || !n)
         return ZC_ERR(ZC_ERR_INTERNAL, "nvme parameter home: chunk %d added twice or out of "
                       "range", k);
     h->chunks[k].n = n;
@@ -108,12 +100,14 @@ static zc_status pn_prepare(zc_param_home *hh)
     int64_t cached = 0;
     uint64_t off = 0, cache_bytes = 0;
     size_t maxn = 0;
-    for (int k = 0; k < h->p.nchunks; k++) {
+    for (int k = 0; k < h->p.env.nchunks; k++) {
         pn_chunk *c = &h->chunks[k];
         c->buf = -1;
         if (!c->n)
             continue;
-        c->tbytes = round_up(c->n * h->p.param_bytes, IO_ALIGN);
+        if (!zc__aligned_bytes(c->n, h->p.env.param_bytes, ZC_SWAP_ALIGN, &c->tbytes))
+            return ZC_ERR(ZC_ERR_CONFIG, "zero_optimization.offload_param: the shard of chunk %d "
+                          "(%zu elements) is too large to swap (its size overflows)", k, c->n);
         if (cached + (int64_t)c->n <= h->p.max_in_cpu) {
             cached += (int64_t)c->n;
             cache_bytes += c->tbytes;
@@ -131,75 +125,52 @@ static zc_status pn_prepare(zc_param_home *hh)
                       "smaller than the largest parameter shard (%zu elements); raise it or "
                       "lower the chunk size (reduce_bucket_size)",
                       (long long)h->p.buffer_size, maxn);
-    h->buf_bytes = round_up(maxn * h->p.param_bytes, IO_ALIGN);
+    /* maxn is one of the shards sized above: no overflow. */
+    (void)zc__aligned_bytes(maxn, h->p.env.param_bytes, ZC_SWAP_ALIGN, &h->buf_bytes);
     h->nbufs = h->capacity ? (int)h->p.buffer_count : 0;
     /* Host memory and the swap file's disk space were checked with the whole
      * plan by the engine's pre-flight (core/preflight.c): core/estimate.c
      * plans this layout, these buffers and the store's round-up. */
     const uint64_t pinned = (uint64_t)h->nbufs * h->buf_bytes + cache_bytes;
 
-    zc_pinned_pool_opts po = ZC_PINNED_POOL_OPTS_INIT;
-    po.acct = h->p.acct;
-    po.slab_bytes = (size_t)pinned + (size_t)(h->nbufs + h->p.nchunks + 2) * IO_ALIGN;
-    po.device_index = h->p.device_index;
-    if (h->p.device_index < 0)
-        po.flags |= ZC_PINNED_NO_CUDA;
-    if (!h->p.pin_memory)
-        po.flags |= ZC_PINNED_NO_LOCK;
-    ZC_CHECK(zc__pinned_pool_create(&h->pool, &po));
-    for (int k = 0; k < h->p.nchunks; k++) {
+    ZC_CHECK(zc__home_pool_create(
+        h->p.env.acct, (size_t)pinned + (size_t)(h->nbufs + h->p.env.nchunks + 2) * ZC_SWAP_ALIGN,
+        h->p.env.device_index, h->p.pin_memory, &h->pool));
+    for (int k = 0; k < h->p.env.nchunks; k++) {
         pn_chunk *c = &h->chunks[k];
         if (!c->cache)
             continue;
         c->cache = NULL;
-        ZC_CHECK(zc__pinned_alloc(h->pool, c->tbytes, IO_ALIGN, ZC_MEM_PARAMS,
+        ZC_CHECK(zc__pinned_alloc(h->pool, c->tbytes, ZC_SWAP_ALIGN, ZC_MEM_PARAMS,
                                   "parameter shard (nvme offload, max_in_cpu)", &c->cache));
         memset(c->cache, 0, c->tbytes);
     }
     if (!h->capacity) {
         ZC_LOGI("offload", "parameter shards of rank %d: all %lld elements within max_in_cpu, "
-                "kept in pinned host memory", h->p.rank, (long long)cached);
+                "kept in pinned host memory", h->p.env.rank, (long long)cached);
         return ZC_OK;
     }
     h->bufs_bytes = (size_t)h->nbufs * sizeof(pn_buf);
-    ZC_CHECK(zc__host_alloc(h->p.acct, ZC_MEM_OTHER, h->bufs_bytes, "parameter swap buffers",
+    ZC_CHECK(zc__host_alloc(h->p.env.acct, ZC_MEM_OTHER, h->bufs_bytes, "parameter swap buffers",
                             (void **)&h->bufs));
     for (int j = 0; j < h->nbufs; j++)
-        ZC_CHECK(zc__pinned_alloc(h->pool, h->buf_bytes, IO_ALIGN, ZC_MEM_BUFFERS,
+        ZC_CHECK(zc__pinned_alloc(h->pool, h->buf_bytes, ZC_SWAP_ALIGN, ZC_MEM_BUFFERS,
                                   "NVMe parameter buffers", (void **)&h->bufs[j].mem));
 
-    ZC_CHECK(zc__swap_dirs_make(&h->sd, h->p.rank, "zero_optimization.offload_param"));
-    const char *dirs[ZC_SWAP_MAX_DIRS];
-    zc__swap_dirs_list(&h->sd, dirs);
-    const int64_t qd = h->p.aio_queue_depth * (h->p.aio_intra_op > 0 ? h->p.aio_intra_op : 1);
-    zc_nvme_opts o = ZC_NVME_OPTS_INIT;
-    o.dirs = dirs;
-    o.ndirs = h->sd.n;
-    o.rank = h->p.rank;
-    o.purpose = "params";
-    o.capacity = h->capacity;
-    o.block_size = (size_t)h->p.aio_block_size;
-    o.alignment = IO_ALIGN;
-    o.queue_depth = (int)(qd > 4096 ? 4096 : qd);
-    zc_status rc = zc__nvme_open(&h->store, &o);
-    if (rc != ZC_OK) {
-        zc__error_context("zero_optimization.offload_param (rank %d)", h->p.rank);
-        return rc;
-    }
+    const zc_home_store_spec ss = {
+        .block = "offload_param",
+        .purpose = "params",
+        .env = &h->p.env,
+        .capacity = h->capacity,
+    };
     zc_nvme_stats ns;
-    zc__nvme_stats_get(h->store, &ns);
-    if (ns.alignment > IO_ALIGN)
-        return ZC_ERR(ZC_ERR_UNSUPPORTED, "offload_param nvme: '%s' needs %zu-byte aligned I/O, "
-                      "more than the %u bytes the swap layout uses", h->sd.given[0], ns.alignment,
-                      IO_ALIGN);
+    ZC_CHECK(zc__home_store_open(&h->sd, &ss, &h->store, &ns));
     h->counted_nvme = ns.capacity;
-    zc__mem_count(h->p.acct, ZC_MEMKIND_NVME, ZC_MEM_PARAMS, (int64_t)h->counted_nvme);
-    zc_mem_region regions[64];
-    int nr = zc__pinned_pool_regions(h->pool, regions, 64);
-    ZC_CHECK(zc__nvme_register_buffers(h->store, regions, nr > 64 ? 64 : nr));
+    zc__mem_count(h->p.env.acct, ZC_MEMKIND_NVME, ZC_MEM_PARAMS, (int64_t)h->counted_nvme);
+    ZC_CHECK(zc__home_store_register(h->store, h->pool));
     ZC_LOGI("offload", "parameter shards of rank %d: %.1f MiB in %d swap file(s) under '%s'%s, "
             "%lld elements cached (max_in_cpu), %d buffers of %.1f MiB",
-            h->p.rank, (double)h->capacity / 1048576.0, h->sd.n, h->sd.made[0],
+            h->p.env.rank, (double)h->capacity / 1048576.0, h->sd.n, h->sd.made[0],
             ns.direct ? " (O_DIRECT)" : " (buffered: the filesystem refused O_DIRECT)",
             (long long)cached, h->nbufs, (double)h->buf_bytes / 1048576.0);
     return ZC_OK;
@@ -211,11 +182,11 @@ static zc_status pn_prepare(zc_param_home *hh)
 static zc_status injected(pnvme_home *h, bool write, int k)
 {
     int64_t nth = 0;
-    if (!h->p.io_fault || !h->p.io_fault(h->p.io_fault_arg, &nth))
+    if (!h->p.env.io_fault || !h->p.env.io_fault(h->p.env.io_fault_arg, &nth))
         return ZC_OK;
     return ZC_ERR(ZC_ERR_IO, "ZC_FAULTS: offload %s %lld of rank %d fails (parameter shard of "
                   "chunk %d, store offset %llu of '%s')", write ? "write" : "read",
-                  (long long)nth, h->p.rank, k, (unsigned long long)h->chunks[k].off,
+                  (long long)nth, h->p.env.rank, k, (unsigned long long)h->chunks[k].off,
                   zc__nvme_path(h->store, 0));
 }
 
@@ -228,7 +199,7 @@ static zc_status submit(pnvme_home *h, pn_buf *b, int k, bool write, bool retry)
                    : zc__nvme_read(h->store, c->off, b->mem, c->tbytes, &b->rt);
     if (rc != ZC_OK)
         zc__error_context("offload_param nvme: %s the shard of chunk %d (rank %d)",
-                          write ? "writing" : "reading", k, h->p.rank);
+                          write ? "writing" : "reading", k, h->p.env.rank);
     return rc;
 }
 
@@ -254,25 +225,17 @@ static zc_status wait_io(pnvme_home *h, pn_buf *b, int k, bool write)
             continue;
         }
         zc__error_context("offload_param nvme: %s the shard of chunk %d (rank %d)",
-                          write ? "writing" : "reading", k, h->p.rank);
+                          write ? "writing" : "reading", k, h->p.env.rank);
         break;
     }
     return rc;
-}
-
-static void keep_write_error(pnvme_home *h, zc_status rc)
-{
-    if (rc == ZC_OK || h->werr != ZC_OK)
-        return;
-    h->werr = rc;
-    snprintf(h->wmsg, sizeof h->wmsg, "%s", zc_last_error());
 }
 
 /* Makes buffer b free of its write (the write's error is kept for flush). */
 static void settle_write(pnvme_home *h, pn_buf *b)
 {
     if (b->wt)
-        keep_write_error(h, wait_io(h, b, b->wk, true));
+        zc__kept_error_keep(&h->werr, wait_io(h, b, b->wk, true));
 }
 
 static int free_buffers(const pnvme_home *h)
@@ -303,9 +266,7 @@ static int take_buffer(pnvme_home *h, int k, pn_use use, bool allow_writing)
 static void start_read(pnvme_home *h, int k, int j)
 {
     pn_buf *b = &h->bufs[j];
-    b->rerr = submit(h, b, k, false, false);
-    if (b->rerr != ZC_OK)
-        snprintf(b->rmsg, sizeof b->rmsg, "%s", zc_last_error());
+    zc__kept_error_keep(&b->rerr, submit(h, b, k, false, false));
 }
 
 static bool pn_rank_local_io(const zc_param_home *hh, int k)
@@ -350,14 +311,14 @@ static zc_status pn_read_wait(zc_param_home *hh, int k, const void **shard)
         start_read(h, k, c->buf);
     }
     pn_buf *b = &h->bufs[c->buf];
-    if (b->rerr != ZC_OK)
-        return ZC_ERR(b->rerr, "%s", b->rmsg);
-    const double t0 = now_s();
+    if (b->rerr.rc != ZC_OK)
+        return ZC_KEPT_RAISE(&b->rerr);
+    const double t0 = zc__now_s();
     const bool waited = b->rt && !zc__nvme_done(h->store, b->rt);
     ZC_CHECK(wait_io(h, b, k, false));
     if (waited) {
         h->io.waits++;
-        h->io.wait_s += now_s() - t0;
+        h->io.wait_s += zc__now_s() - t0;
     }
     h->io.reads++;
     h->io.read_bytes += (int64_t)c->tbytes;
@@ -378,7 +339,7 @@ static void pn_read_end(zc_param_home *hh, int k)
         zc__error_clear();
     }
     b->use = PN_FREE;
-    b->rerr = ZC_OK;
+    zc__kept_error_clear(&b->rerr);
     c->buf = -1;
 }
 
@@ -391,7 +352,7 @@ static zc_status pn_write_begin(zc_param_home *hh, int k, void **dst)
         return ZC_OK;
     }
     if (c->buf >= 0 && h->bufs[c->buf].use == PN_READ && !h->bufs[c->buf].rt &&
-        h->bufs[c->buf].rerr == ZC_OK) {
+        h->bufs[c->buf].rerr.rc == ZC_OK) {
         /* A completed read becomes the write (zc_param_load changes part of
          * the shard read back): the buffer already holds the shard. */
         h->bufs[c->buf].use = PN_FILL;
@@ -419,7 +380,7 @@ static zc_status pn_write_end(zc_param_home *hh, int k)
     c->buf = -1;
     b->wk = k;
     zc_status rc = submit(h, b, k, true, false);
-    keep_write_error(h, rc);
+    zc__kept_error_keep(&h->werr, rc);
     if (rc == ZC_OK) {
         h->io.writes++;
         h->io.write_bytes += (int64_t)c->tbytes;
@@ -432,11 +393,11 @@ static zc_status pn_flush(zc_param_home *hh)
     pnvme_home *h = (pnvme_home *)hh;
     for (int j = 0; j < h->nbufs; j++)
         settle_write(h, &h->bufs[j]);
-    zc_status rc = h->werr;
-    h->werr = ZC_OK;
-    if (rc != ZC_OK)
-        return ZC_ERR(rc, "%s", h->wmsg);
-    return ZC_OK;
+    if (h->werr.rc == ZC_OK)
+        return ZC_OK;
+    zc_status rc = ZC_KEPT_RAISE(&h->werr);
+    zc__kept_error_clear(&h->werr);
+    return rc;
 }
 
 static void pn_io(const zc_param_home *hh, zc_param_home_io *out)
@@ -454,23 +415,18 @@ static void pn_io(const zc_param_home *hh, zc_param_home_io *out)
 static void pn_destroy(zc_param_home *hh)
 {
     pnvme_home *h = (pnvme_home *)hh;
-    if (h->store) {
-        zc_status rc = zc__nvme_close(h->store, ZC_NVME_CLOSE_CANCEL);
-        if (rc != ZC_OK)
-            ZC_LOGW("offload", "closing the parameter swap store: %s", zc_last_error());
-    }
+    zc__home_store_close(h->store, "parameter swap store");
     if (h->counted_nvme)
-        zc__mem_count(h->p.acct, ZC_MEMKIND_NVME, ZC_MEM_PARAMS, -(int64_t)h->counted_nvme);
+        zc__mem_count(h->p.env.acct, ZC_MEMKIND_NVME, ZC_MEM_PARAMS, -(int64_t)h->counted_nvme);
     zc__swap_dirs_remove(&h->sd);
     for (int j = 0; h->bufs && j < h->nbufs; j++)
         zc__pinned_free(h->pool, h->bufs[j].mem);
-    for (int k = 0; h->chunks && k < h->p.nchunks; k++)
+    for (int k = 0; h->chunks && k < h->p.env.nchunks; k++)
         if (h->chunks[k].cache != (void *)1)
             zc__pinned_free(h->pool, h->chunks[k].cache);
     zc__pinned_pool_destroy(h->pool);
-    zc__host_free(h->p.acct, ZC_MEM_OTHER, h->bufs, h->bufs_bytes);
-    zc__host_free(h->p.acct, ZC_MEM_OTHER, h->chunks, h->chunks_bytes);
-    zc__host_free(h->p.acct, ZC_MEM_OTHER, h, sizeof *h);
+    zc__host_free(h->p.env.acct, ZC_MEM_OTHER, h->bufs, h->bufs_bytes);
+    zc__home_free(h->p.env.acct, h, sizeof *h, h->chunks, h->chunks_bytes);
 }
 
 static const zc_param_home_ops pn_ops = {
@@ -496,26 +452,24 @@ zc_status zc__param_home_nvme_create(const zc_param_home_params *p, zc_param_hom
         return ZC_ERR(ZC_ERR_CONFIG, "zero_optimization.offload_param.buffer_count %lld: NVMe "
                       "parameter offload needs 2 to %d (one is kept for reads on demand)",
                       (long long)p->buffer_count, MAX_BUFS);
-    ZC_CHECK(zc__swap_aio_check(p->aio_block_size, p->aio_queue_depth, p->aio_intra_op));
-    pnvme_home *h = NULL;
-    ZC_CHECK(zc__host_alloc(p->acct, ZC_MEM_OTHER, sizeof *h, "nvme parameter home",
-                            (void **)&h));
+    ZC_CHECK(zc__swap_aio_check(p->env.aio_block_size, p->env.aio_queue_depth,
+                                p->env.aio_intra_op));
+    pnvme_home *h;
+    pn_chunk *chunks;
+    size_t chunks_bytes;
+    ZC_CHECK(zc__home_alloc(p->env.acct, "nvme parameter home", sizeof *h, (void **)&h,
+                            p->env.nchunks, sizeof *chunks, (void **)&chunks, &chunks_bytes));
     h->base.ops = &pn_ops;
     h->p = *p;
     h->p.dirs = NULL;
-    zc_status drc =
+    zc_status rc =
         zc__swap_dirs_init(&h->sd, p->dirs, p->ndirs, "zero_optimization.offload_param");
-    if (drc != ZC_OK) {
-        zc__host_free(p->acct, ZC_MEM_OTHER, h, sizeof *h);
-        return drc;
-    }
-    h->chunks_bytes = (size_t)p->nchunks * sizeof(pn_chunk);
-    zc_status rc = zc__host_alloc(p->acct, ZC_MEM_OTHER, h->chunks_bytes,
-                                  "nvme parameter home table", (void **)&h->chunks);
     if (rc != ZC_OK) {
-        zc__host_free(p->acct, ZC_MEM_OTHER, h, sizeof *h);
+        zc__home_free(p->env.acct, h, sizeof *h, chunks, chunks_bytes);
         return rc;
     }
+    h->chunks = chunks;
+    h->chunks_bytes = chunks_bytes;
     *out = &h->base;
     return ZC_OK;
 }

@@ -70,20 +70,11 @@ zc_status zc__param_build(zc_engine *e)
     if (o->device == ZC_OFFLOAD_NONE || e->stage != 3)
         return ZC_OK;
     zc_param_home_params hp = {
-        .acct = &e->acct,
-        .rank = e->rank,
-        .nchunks = e->nchunks,
-        .param_bytes = e->pesz,
+        .env = zc__eng_home_env(e),
         .pin_memory = o->pin_memory,
-        .device_index = e->dev->mem_kind == ZC_MEMKIND_DEVICE ? e->dev->index : -1,
         .buffer_count = o->buffer_count,
         .buffer_size = o->buffer_size,
         .max_in_cpu = o->max_in_cpu,
-        .aio_block_size = e->cfg->aio.block_size,
-        .aio_queue_depth = e->cfg->aio.queue_depth,
-        .aio_intra_op = e->cfg->aio.intra_op_parallelism,
-        .io_fault = zc__eng_io_fault,
-        .io_fault_arg = e,
     };
     char buf[16 * 512];
     const char *dirs[16];

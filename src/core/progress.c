@@ -15,16 +15,9 @@
  *   ..., time (ms, mean of 20 steps): forward=1.203 backward=2.410
  *   reduce=0.311 gather=0.000 optimizer=0.502 io_wait=0.000 step=4.426 */
 #include <stdio.h>
-#include <time.h>
 
+#include "base/clock.h"
 #include "core/engine.h"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* Remembers the timer sums at a line, so the next one prints the means
  * over the steps in between. */
@@ -38,7 +31,7 @@ static void mark_timers(zc_engine *e)
 
 void zc__progress_start(zc_engine *e)
 {
-    e->prog_t0 = now_s();
+    e->prog_t0 = zc__now_s();
     e->prog_steps0 = e->steps;
     mark_timers(e);
 }
@@ -102,7 +95,7 @@ void zc__progress_step(zc_engine *e, double lr)
         return;
     if (!zc__log_enabled(ZC_LOG_INFO))
         return;
-    const double t = now_s(), dt = t - e->prog_t0;
+    const double t = zc__now_s(), dt = t - e->prog_t0;
     const int64_t micro = e->cfg->train_micro_batch_size_per_gpu > 0
                               ? e->cfg->train_micro_batch_size_per_gpu : 1;
     const double samples =

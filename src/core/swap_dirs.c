@@ -8,9 +8,6 @@
 #include "base/log.h"
 #include "core/swap_dirs.h"
 
-/* Request sizes and alignment of the swap layout (both homes use 4 KiB). */
-#define SWAP_ALIGN 4096u
-
 zc_status zc__swap_dirs_init(zc_swap_dirs *s, const char *const *dirs, int n, const char *key)
 {
     if (n < 1 || n > ZC_SWAP_MAX_DIRS)
@@ -29,10 +26,10 @@ zc_status zc__swap_dirs_init(zc_swap_dirs *s, const char *const *dirs, int n, co
 
 zc_status zc__swap_aio_check(int64_t block_size, int64_t queue_depth, int64_t intra_op)
 {
-    if (block_size < (int64_t)SWAP_ALIGN || block_size > ((int64_t)1 << 30) ||
+    if (block_size < (int64_t)ZC_SWAP_ALIGN || block_size > ((int64_t)1 << 30) ||
         (block_size & (block_size - 1)))
         return ZC_ERR(ZC_ERR_CONFIG, "aio.block_size %lld: NVMe offload needs a power of two "
-                      "between %u and 1 GiB", (long long)block_size, SWAP_ALIGN);
+                      "between %u and 1 GiB", (long long)block_size, ZC_SWAP_ALIGN);
     if (queue_depth < 1 || queue_depth > 4096 || intra_op < 1 || intra_op > 64)
         return ZC_ERR(ZC_ERR_CONFIG, "aio.queue_depth %lld must be 1..4096 and "
                       "aio.intra_op_parallelism %lld 1..64",

@@ -1,16 +1,9 @@
 /* wall_clock_breakdown: see timers.h. */
 #include <string.h>
-#include <time.h>
 
+#include "base/clock.h"
 #include "core/engine.h"
 #include "core/timers.h"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 void zc__timers_init(zc_step_timers *t, bool on)
 {
@@ -32,7 +25,7 @@ void zc__timers_begin(zc_step_timers *t)
     t->running = true;
     t->phase = ZC_TIMER_FORWARD;
     t->depth = 0;
-    t->start = t->mark = now_s();
+    t->start = t->mark = zc__now_s();
     memset(t->cur, 0, sizeof t->cur);
 }
 
@@ -43,7 +36,7 @@ static void base_phase(zc_step_timers *t, zc_timer_phase p)
     zc__timers_begin(t);
     if (!t->on || t->depth || t->phase == (int)p)
         return;
-    charge(t, now_s());
+    charge(t, zc__now_s());
     t->phase = p;
 }
 
@@ -60,7 +53,7 @@ void zc__timers_push(zc_step_timers *t, zc_timer_phase p)
     zc__timers_begin(t);
     if (!t->on)
         return;
-    charge(t, now_s());
+    charge(t, zc__now_s());
     if (t->depth < ZC_TIMER_DEPTH)
         t->stack[t->depth] = t->phase;
     t->depth++;
@@ -71,7 +64,7 @@ void zc__timers_pop(zc_step_timers *t)
 {
     if (!t->on || !t->running || t->depth == 0)
         return;
-    charge(t, now_s());
+    charge(t, zc__now_s());
     t->depth--;
     /* Deeper than the stack: the phase below is the deepest recorded. */
     t->phase = t->stack[t->depth < ZC_TIMER_DEPTH ? t->depth : ZC_TIMER_DEPTH - 1];
@@ -82,7 +75,7 @@ void zc__timers_move(zc_step_timers *t, zc_timer_phase from, zc_timer_phase to, 
     if (!t->on || !t->running || !(s > 0))
         return;
     /* The open phase's time up to now, so `from` holds all it has. */
-    charge(t, now_s());
+    charge(t, zc__now_s());
     if (s > t->cur[from])
         s = t->cur[from];
     t->cur[from] -= s;
@@ -93,7 +86,7 @@ void zc__timers_end(zc_step_timers *t, int64_t step)
 {
     if (!t->on || !t->running)
         return;
-    const double now = now_s();
+    const double now = zc__now_s();
     charge(t, now);
     /* The total is the sum of the phases rather than now - start: the same
      * time, without a rounding difference between the two. */
