@@ -59,26 +59,56 @@ static void configure(t_run *run, const char *swap_json)
     run->param_nvme_path_json = swap_json;
 }
 
+/* A checkpoint saved after STEPS steps, and the swap directory every run of
+ * the test uses. */
+typedef struct fixture {
+    char *dir, *swap;
+    char swap_json[600];
+    t_run save_run;
+    ck_phase saved;
+} fixture;
+
+static void fixture_open(fixture *f)
+{
+    f->dir = ck_tmpdir();
+    f->swap = ck_tmpdir();
+    cr_assert(f->dir && f->swap);
+    snprintf(f->swap_json, sizeof f->swap_json, "\"%s\"", f->swap);
+    configure(&f->save_run, f->swap_json);
+    f->saved = (ck_phase){.run = &f->save_run, .first = 0, .n = STEPS, .save_dir = f->dir,
+                          .save_tag = "t"};
+    cr_assert(ck_phase_run(&f->saved), "%s", ck_phase_error(&f->saved));
+}
+
+static void fixture_close(fixture *f)
+{
+    free(f->saved.master);
+    ck_rm_tree(f->dir);
+    ck_rm_tree(f->swap);
+    free(f->dir);
+    free(f->swap);
+}
+
+/* Fresh engines load the checkpoint, then train one step; run is the
+ * phase's configuration (the caller keeps both). */
+static bool load_phase(const fixture *f, t_run *run, ck_phase *ph,
+                       void (*hook)(t_ctx *, int, int, void *), void *hook_arg)
+{
+    configure(run, f->swap_json);
+    *ph = (ck_phase){.run = run, .load_dir = f->dir, .first = STEPS, .n = 1, .hook = hook,
+                     .hook_arg = hook_arg};
+    return ck_phase_run(ph);
+}
+
 Test(ckpt_load_faults, every_swap_event_of_the_load_on_each_rank)
 {
-    char *dir = ck_tmpdir();
-    char *swap = ck_tmpdir();
-    cr_assert(dir && swap);
-    char swap_json[600];
-    snprintf(swap_json, sizeof swap_json, "\"%s\"", swap);
-
-    t_run save_run;
-    configure(&save_run, swap_json);
-    ck_phase saved = {.run = &save_run, .first = 0, .n = STEPS, .save_dir = dir,
-                      .save_tag = "t"};
-    cr_assert(ck_phase_run(&saved), "%s", ck_phase_error(&saved));
-
+    fixture f;
+    fixture_open(&f);
     /* Without faults: the load works, and how many swap-file events it makes
      * on each rank. */
     t_run run;
-    configure(&run, swap_json);
-    ck_phase clean = {.run = &run, .load_dir = dir, .first = STEPS, .n = 1};
-    cr_assert(ck_phase_run(&clean), "%s", ck_phase_error(&clean));
+    ck_phase clean;
+    cr_assert(load_phase(&f, &run, &clean, NULL, NULL), "%s", ck_phase_error(&clean));
     int cases = 0;
     for (int r = 0; r < W; r++) {
         cr_assert_eq(clean.load_rc[r], ZC_OK, "rank %d: %s", r, clean.load_msg[r]);
@@ -92,9 +122,8 @@ Test(ckpt_load_faults, every_swap_event_of_the_load_on_each_rank)
             snprintf(spec, sizeof spec, "io:%d:%lld", fr, (long long)k);
             setenv("ZC_FAULTS", spec, 1);
             t_run frun;
-            configure(&frun, swap_json);
-            ck_phase tried = {.run = &frun, .load_dir = dir, .first = STEPS, .n = 1};
-            const bool ran = ck_phase_run(&tried);
+            ck_phase tried;
+            const bool ran = load_phase(&f, &frun, &tried, NULL, NULL);
             unsetenv("ZC_FAULTS");
             cr_assert(ran, "%s: %s", spec, ck_phase_error(&tried));
             assert_agreed_failure(&tried, spec, fr, ZC_ERR_IO, "ZC_FAULTS");
@@ -103,12 +132,8 @@ Test(ckpt_load_faults, every_swap_event_of_the_load_on_each_rank)
         }
     }
     cr_assert_gt(cases, 0);
-    free(saved.master);
     free(clean.master);
-    ck_rm_tree(dir);
-    ck_rm_tree(swap);
-    free(dir);
-    free(swap);
+    fixture_close(&f);
     t_assert_no_leaks();
 }
 
@@ -138,24 +163,13 @@ static void probe_hook(t_ctx *x, int rank, int when, void *arg)
 
 Test(ckpt_load_faults, store_errors_at_every_request_of_the_load_on_each_rank, .timeout = 600)
 {
-    char *dir = ck_tmpdir();
-    char *swap = ck_tmpdir();
-    cr_assert(dir && swap);
-    char swap_json[600];
-    snprintf(swap_json, sizeof swap_json, "\"%s\"", swap);
-
-    t_run save_run;
-    configure(&save_run, swap_json);
-    ck_phase saved = {.run = &save_run, .first = 0, .n = STEPS, .save_dir = dir,
-                      .save_tag = "t"};
-    cr_assert(ck_phase_run(&saved), "%s", ck_phase_error(&saved));
-
+    fixture f;
+    fixture_open(&f);
     t_run run;
-    configure(&run, swap_json);
     store_probe clean_probe = {.fault_rank = -1};
-    ck_phase clean = {.run = &run, .load_dir = dir, .first = STEPS, .n = 1,
-                      .hook = probe_hook, .hook_arg = &clean_probe};
-    cr_assert(ck_phase_run(&clean), "%s", ck_phase_error(&clean));
+    ck_phase clean;
+    cr_assert(load_phase(&f, &run, &clean, probe_hook, &clean_probe), "%s",
+              ck_phase_error(&clean));
     int cases = 0;
     for (int fr = 0; fr < W; fr++) {
         cr_assert_eq(clean.load_rc[fr], ZC_OK, "rank %d: %s", fr, clean.load_msg[fr]);
@@ -174,10 +188,9 @@ Test(ckpt_load_faults, store_errors_at_every_request_of_the_load_on_each_rank, .
                 else
                     probe.fault.eio_at = k;
                 t_run frun;
-                configure(&frun, swap_json);
-                ck_phase tried = {.run = &frun, .load_dir = dir, .first = STEPS, .n = 1,
-                                  .hook = probe_hook, .hook_arg = &probe};
-                cr_assert(ck_phase_run(&tried), "%s: %s", spec, ck_phase_error(&tried));
+                ck_phase tried;
+                cr_assert(load_phase(&f, &frun, &tried, probe_hook, &probe), "%s: %s", spec,
+                          ck_phase_error(&tried));
                 if (enospc) {
                     assert_agreed_failure(&tried, spec, fr, ZC_ERR_IO, "No space left on device");
                 } else {
@@ -196,11 +209,7 @@ Test(ckpt_load_faults, store_errors_at_every_request_of_the_load_on_each_rank, .
         }
     }
     cr_assert_gt(cases, 0);
-    free(saved.master);
     free(clean.master);
-    ck_rm_tree(dir);
-    ck_rm_tree(swap);
-    free(dir);
-    free(swap);
+    fixture_close(&f);
     t_assert_no_leaks();
 }
