@@ -21,8 +21,6 @@
 
 #include "core/engine.h"
 
-#define POISON_BYTE ZC_DEBUG_POISON
-
 zc_status zc__debug_parse(const char *text, bool *on)
 {
     *on = false;
@@ -62,7 +60,7 @@ zc_status zc__debug_build(zc_engine *e)
     e->dbg_host_bytes = most;
     ZC_CHECK(zc__host_alloc(&e->acct, ZC_MEM_OTHER, most, "ZC_DEBUG pattern", &e->dbg_pattern));
     ZC_CHECK(zc__host_alloc(&e->acct, ZC_MEM_OTHER, most, "ZC_DEBUG readback", &e->dbg_read));
-    memset(e->dbg_pattern, POISON_BYTE, most);
+    memset(e->dbg_pattern, ZC_DEBUG_POISON, most);
     ZC_LOGI("core", "ZC_DEBUG=1: gradient buffers are shadows checked for writes after "
                     "zc_grad_ready (%zu bytes more)",
             (size_t)e->padded_elems * e->pesz);
@@ -98,7 +96,7 @@ void zc__debug_compare(zc_engine *e, const zc_param *p, const void *got, size_t 
         return;
     const unsigned char *r = got;
     size_t at = 0;
-    while (at < bytes && r[at] == POISON_BYTE)
+    while (at < bytes && r[at] == ZC_DEBUG_POISON)
         at++;
     if (at == bytes)
         return;
