@@ -37,6 +37,7 @@
  * is printed and ends the program with a non-zero status. */
 #include <errno.h>
 #include <float.h>
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -642,6 +643,11 @@ static void *rank_main(void *argp)
         CHECK(zc_checkpoint_load(eng, o->save_dir, NULL));
         zc_stats st = {.size = sizeof st};
         CHECK(zc_engine_stats(eng, &st));
+        if (st.steps > INT_MAX - o->steps) {
+            fprintf(stderr, "train_mlp: the checkpoint in %s is at step %lld; %d more steps go "
+                    "past %d\n", o->save_dir, (long long)st.steps, o->steps, INT_MAX);
+            quit(1);
+        }
         start = (int)st.steps;
     }
     for (int step = start; step < start + o->steps; step++) {

@@ -21,6 +21,7 @@
  * Run `train_gpt --help` for the flags; --json prints one object per step,
  * per evaluation and a final one (see README). */
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -401,6 +402,11 @@ static void *rank_main(void *argp)
         CHECK(zc_checkpoint_load(s.eng, o->save_dir, NULL));
         zc_stats st = {.size = sizeof st};
         CHECK(zc_engine_stats(s.eng, &st));
+        if (st.steps > INT_MAX - o->steps) {
+            fprintf(stderr, "train_gpt: the checkpoint in %s is at step %lld; %d more steps go "
+                    "past %d\n", o->save_dir, (long long)st.steps, o->steps, INT_MAX);
+            gpt_quit(1);
+        }
         start = (int)st.steps;
     }
     const int end = start + o->steps;
