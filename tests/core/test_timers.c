@@ -28,6 +28,7 @@
 #include "core/engine.h"
 #include "helpers.h"
 #include "t_engine.h"
+#include "t_offload.h"
 
 #define STEPS 4
 
@@ -161,13 +162,11 @@ Test(timers, consistent_in_every_stage)
 
 Test(timers, nvme_offload_has_io_wait)
 {
-    char dir[64], json[96];
-    snprintf(dir, sizeof dir, "zc-timers-XXXXXX");
-    cr_assert_not_null(mkdtemp(dir));
-    snprintf(json, sizeof json, "\"%s\"", dir);
-    run_job(2, "nvme", json);
+    t_swapdir d;
+    t_swapdir_make(&d, "zc-timers");
+    run_job(2, "nvme", d.json);
     run_job(1, "cpu", NULL);
-    rmdir(dir);
+    t_swapdir_remove(&d);
 }
 
 /* Stage 3's parameter shards on NVMe: the acquires' and the publish's waits
@@ -175,13 +174,11 @@ Test(timers, nvme_offload_has_io_wait)
  * too, both kinds of wait add up there (only the consistency checks). */
 Test(timers, param_offload_waits_are_io_wait)
 {
-    char dir[64], json[96];
-    snprintf(dir, sizeof dir, "zc-timers-XXXXXX");
-    cr_assert_not_null(mkdtemp(dir));
-    snprintf(json, sizeof json, "\"%s\"", dir);
-    run_job_param(3, NULL, NULL, json);
-    run_job_param(3, "nvme", json, json);
-    rmdir(dir);
+    t_swapdir d;
+    t_swapdir_make(&d, "zc-timers");
+    run_job_param(3, NULL, NULL, d.json);
+    run_job_param(3, "nvme", d.json, d.json);
+    t_swapdir_remove(&d);
 }
 
 Test(timers, off_by_default_and_size_checked)
