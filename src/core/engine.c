@@ -31,6 +31,17 @@ zc_status zc__eng_enter(const zc_engine *e, const char *fn, bool need_built)
     return ZC_OK;
 }
 
+zc_status zc__eng_out_check(const char *fn, const char *type, const size_t *size, size_t need)
+{
+    if (!size)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "%s: out is NULL", fn);
+    if (*size < need)
+        return ZC_ERR(ZC_ERR_INVALID_ARG,
+                      "%s: out->size %zu is smaller than sizeof(%s) %zu; set out->size", fn,
+                      *size, type, need);
+    return ZC_OK;
+}
+
 /* A failed collective (timeout, mismatch, NCCL abort) or device error inside
  * one leaves the ranks at different points of the step; nothing after it can
  * be trusted, so the engine refuses further work (like NCCL's communicators
@@ -523,13 +534,8 @@ ZC_API double zc_loss_scale(const zc_engine *e)
 ZC_API zc_status zc_engine_stats(const zc_engine *e, zc_stats *out)
 {
     ZC_CHECK(zc__eng_enter(e, "zc_engine_stats", false));
-    if (!out)
-        return ZC_ERR(ZC_ERR_INVALID_ARG, "zc_engine_stats: out is NULL");
-    if (out->size < sizeof(zc_stats))
-        return ZC_ERR(ZC_ERR_INVALID_ARG,
-                      "zc_engine_stats: out->size %zu is smaller than sizeof(zc_stats) %zu; set "
-                      "out->size",
-                      out->size, sizeof(zc_stats));
+    ZC_CHECK(zc__eng_out_check("zc_engine_stats", "zc_stats", out ? &out->size : NULL,
+                               sizeof(zc_stats)));
     zc_stats s = {.size = sizeof s};
     s.rank = e->rank;
     s.world = e->world;
@@ -568,13 +574,8 @@ ZC_API zc_status zc_engine_stats(const zc_engine *e, zc_stats *out)
 ZC_API zc_status zc_engine_offload_stats(const zc_engine *e, zc_offload_stats *out)
 {
     ZC_CHECK(zc__eng_enter(e, "zc_engine_offload_stats", false));
-    if (!out)
-        return ZC_ERR(ZC_ERR_INVALID_ARG, "zc_engine_offload_stats: out is NULL");
-    if (out->size < sizeof(zc_offload_stats))
-        return ZC_ERR(ZC_ERR_INVALID_ARG,
-                      "zc_engine_offload_stats: out->size %zu is smaller than "
-                      "sizeof(zc_offload_stats) %zu; set out->size",
-                      out->size, sizeof(zc_offload_stats));
+    ZC_CHECK(zc__eng_out_check("zc_engine_offload_stats", "zc_offload_stats",
+                               out ? &out->size : NULL, sizeof(zc_offload_stats)));
     *out = (zc_offload_stats){
         .size = sizeof *out,
         .param_nvme_read_bytes = e->pread_last,

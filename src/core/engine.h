@@ -385,6 +385,11 @@ extern const zc_stage_policy zc__stage3_policy;
 /* Validates a public call's engine (and built state when need_built) and sets
  * the log rank of this thread. `fn` names the call in the message. */
 zc_status zc__eng_enter(const zc_engine *e, const char *fn, bool need_built);
+/* The checks of an output struct the caller sizes (zc_stats, zc_timers,
+ * zc_offload_stats): size is &out->size, or NULL when out is NULL; need is
+ * sizeof the struct, named `type`. ZC_ERR_INVALID_ARG naming `fn` when out
+ * is NULL or out->size is smaller. */
+zc_status zc__eng_out_check(const char *fn, const char *type, const size_t *size, size_t need);
 /* Marks a built engine broken with status rc and reason `why` (the first
  * reason is kept). Only zc_engine_destroy is allowed afterwards; every other
  * call returns rc and names the reason. */

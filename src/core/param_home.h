@@ -29,8 +29,9 @@
  * Writing. write_begin returns host memory for chunk k's new shard (cpu and
  * cached chunks: the shard itself, so the optimizer writes in place; nvme:
  * a free buffer, or the buffer of chunk k's completed read, which then ends
- * with the write: zc_param_load changes part of a shard read back), write_end sends it home (nvme: submits the write), flush
- * waits for every write and returns the first error since the last flush.
+ * with the write: zc_param_load changes part of a shard read back),
+ * write_end sends it home (nvme: submits the write), flush waits for every
+ * write and returns the first error since the last flush.
  *
  * Buffers. The nvme home has buffer_count buffers, each one shard of the
  * largest chunk (aligned). read_start takes one only while more than one is

@@ -5,9 +5,10 @@
  * one.
  *
  * Placement. With zero_optimization.offload_param.device "cpu" or "nvme"
- * (at stage 3; below it the block is ignored, as DeepSpeed does) every chunk's shard goes to the offload home except the
- * persistent chunks (stage3_param_persistence_threshold), which stay
- * gathered on the device for the whole run, as DeepSpeed keeps them.
+ * (at stage 3; below it the block is ignored, as DeepSpeed does) every
+ * chunk's shard goes to the offload home except the persistent chunks
+ * (stage3_param_persistence_threshold), which stay gathered on the device for
+ * the whole run, as DeepSpeed keeps them.
  *
  * Gathering an offloaded chunk: the shard comes out of its home (nvme: the
  * read started ahead by the prefetcher, or one started now), is copied H2D

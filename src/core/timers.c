@@ -107,13 +107,8 @@ void zc__timers_end(zc_step_timers *t, int64_t step)
 ZC_API zc_status zc_engine_timers(const zc_engine *e, zc_timers *out)
 {
     ZC_CHECK(zc__eng_enter(e, "zc_engine_timers", false));
-    if (!out)
-        return ZC_ERR(ZC_ERR_INVALID_ARG, "zc_engine_timers: out is NULL");
-    if (out->size < sizeof(zc_timers))
-        return ZC_ERR(ZC_ERR_INVALID_ARG,
-                      "zc_engine_timers: out->size %zu is smaller than sizeof(zc_timers) %zu; "
-                      "set out->size",
-                      out->size, sizeof(zc_timers));
+    ZC_CHECK(zc__eng_out_check("zc_engine_timers", "zc_timers", out ? &out->size : NULL,
+                               sizeof(zc_timers)));
     const zc_step_timers *t = &e->timers;
     zc_timers r = {.size = sizeof r, .enabled = t->on, .step = t->last_step,
                    .last_total = t->last_total, .sum_total = t->sum_total,

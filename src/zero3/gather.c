@@ -438,16 +438,20 @@ zc_status zc__z3_step_end(zc_engine *e, bool updated)
      * independent and issued back to back: one communicator group. */
     zc_status rc = ZC_OK;
     bool io = false;
-    for (int k = 0; k < e->nchunks && rc == ZC_OK; k++) {
+    for (int k = 0; k < e->nchunks; k++) {
         zc_chunk *c = &e->chunks[k];
         if (!c->gather || !zc__param_offloaded(e, c))
             continue;
-        const void *send = NULL;
-        rc = zc__param_send(e, k, c->gather, &send);
+        /* Looked at for every gathered chunk, also after a failure: a rank
+         * that stopped early must still agree when the others do. */
         io = io || zc__param_rank_local_io(e, k);
+        const void *send = NULL;
+        if (rc == ZC_OK)
+            rc = zc__param_send(e, k, c->gather, &send);
     }
     /* Whether a shard is read is the same on every rank (the homes' layout
-     * is), so either every rank agrees here or none does. */
+     * and the gathered chunks are), so either every rank agrees here or none
+     * does. */
     if (io)
         rc = zc__eng_agree(e, rc, "stage 3: reading the parameter shards to refresh");
     ZC_CHECK(rc);

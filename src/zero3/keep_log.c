@@ -39,10 +39,7 @@ void zc__z3_log_plan(const zc_engine *e)
     int64_t pers = 0, sharded = 0;
     for (int k = 0; k < e->nchunks; k++) {
         const zc_chunk *c = &e->chunks[k];
-        int64_t big = 0;
-        for (int i = c->first; i < c->first + c->count; i++)
-            if (e->params[i]->numel > big)
-                big = e->params[i]->numel;
+        const int64_t big = zc__z3_largest_param(e, c);
         if (c->persistent) {
             npers++;
             pers += c->padded;

@@ -11,15 +11,21 @@
  * parameters all have numel <= param_persistence_threshold stays gathered,
  * while the persisted total stays <= model_persistence_threshold. The rule
  * is shared with the memory planner (estimate.h). */
+int64_t zc__z3_largest_param(const zc_engine *e, const zc_chunk *c)
+{
+    int64_t big = 0;
+    for (int i = c->first; i < c->first + c->count; i++)
+        if (e->params[i]->numel > big)
+            big = e->params[i]->numel;
+    return big;
+}
+
 static void mark_persistent(zc_engine *e)
 {
     int64_t total = 0;
     for (int k = 0; k < e->nchunks; k++) {
         zc_chunk *c = &e->chunks[k];
-        int64_t big = 0;
-        for (int i = c->first; i < c->first + c->count; i++)
-            if (e->params[i]->numel > big)
-                big = e->params[i]->numel;
+        const int64_t big = zc__z3_largest_param(e, c);
         c->persistent = zc__chunk_persists(big, c->padded, e->cfg->zero.param_persistence_threshold,
                                            e->cfg->zero.model_persistence_threshold, &total);
     }

@@ -18,6 +18,9 @@ zc_status zc__z3_step_end(zc_engine *e, bool updated);
 void zc__z3_quiesce(zc_engine *e);
 /* Drops every gathered copy (engine teardown). */
 void zc__z3_free_all(zc_engine *e);
+/* The numel of chunk c's largest parameter (DeepSpeed's persistence rule
+ * looks at it). */
+int64_t zc__z3_largest_param(const zc_engine *e, const zc_chunk *c);
 /* Logs once, at INFO, what stage 3 keeps gathered and why: persistent
  * chunks, the prefetch window, the live bound (keep_log.c; at build). */
 void zc__z3_log_plan(const zc_engine *e);

@@ -28,6 +28,7 @@
 #include "core/engine.h"
 #include "helpers.h"
 #include "t_engine.h"
+#include "t_offload.h"
 
 #define STEPS 4
 
@@ -161,13 +162,11 @@ Test(timers, consistent_in_every_stage)
 
 Test(timers, nvme_offload_has_io_wait)
 {
-    char dir[64], json[96];
-    snprintf(dir, sizeof dir, "zc-timers-XXXXXX");
-    cr_assert_not_null(mkdtemp(dir));
-    snprintf(json, sizeof json, "\"%s\"", dir);
-    run_job(2, "nvme", json);
+    t_swapdir d;
+    t_swapdir_make(&d, "zc-timers");
+    run_job(2, "nvme", d.json);
     run_job(1, "cpu", NULL);
-    rmdir(dir);
+    t_swapdir_remove(&d);
 }
 
 /* Stage 3's parameter shards on NVMe: the acquires' and the publish's waits
@@ -175,13 +174,11 @@ Test(timers, nvme_offload_has_io_wait)
  * too, both kinds of wait add up there (only the consistency checks). */
 Test(timers, param_offload_waits_are_io_wait)
 {
-    char dir[64], json[96];
-    snprintf(dir, sizeof dir, "zc-timers-XXXXXX");
-    cr_assert_not_null(mkdtemp(dir));
-    snprintf(json, sizeof json, "\"%s\"", dir);
-    run_job_param(3, NULL, NULL, json);
-    run_job_param(3, "nvme", json, json);
-    rmdir(dir);
+    t_swapdir d;
+    t_swapdir_make(&d, "zc-timers");
+    run_job_param(3, NULL, NULL, d.json);
+    run_job_param(3, "nvme", d.json, d.json);
+    t_swapdir_remove(&d);
 }
 
 Test(timers, off_by_default_and_size_checked)
@@ -227,6 +224,18 @@ Test(timers, off_by_default_and_size_checked)
     zc_config_destroy(cfg);
 }
 
+/* Trains r (then freed) with the log at INFO going to sink. */
+static void run_logged(t_run *r, zc_log_sink sink)
+{
+    zc_log_set_sink(sink, NULL);
+    zc_log_set_level(ZC_LOG_INFO);
+    cr_assert(t_engine_run(r), "%s", t_run_error(r));
+    zc_log_set_level(ZC_LOG_WARN);
+    zc_log_set_sink(NULL, NULL);
+    free(r->master);
+    free(r);
+}
+
 /* The progress line with the key: the means of the two steps since the last
  * line, each phase by name, and step, which is their sum (to the printed
  * rounding). */
@@ -246,18 +255,12 @@ static void sink(zc_log_level level, const char *subsys, int rank, const char *l
 
 Test(timers, progress_line_means)
 {
-    zc_log_set_sink(sink, NULL);
-    zc_log_set_level(ZC_LOG_INFO);
     t_run *r = calloc(1, sizeof *r);
     t_run_init(r, 3, 2, ZC_DTYPE_BF16);
     r->steps = 4;
     r->steps_per_print = 2;
     r->wall_clock_breakdown = true;
-    cr_assert(t_engine_run(r), "%s", t_run_error(r));
-    zc_log_set_level(ZC_LOG_WARN);
-    zc_log_set_sink(NULL, NULL);
-    free(r->master);
-    free(r);
+    run_logged(r, sink);
     const char *t = strstr(line, ", time (ms, mean of 2 steps): forward=");
     cr_assert_not_null(t, "%s", line);
     double v[ZC_TIMER__COUNT + 1], sum = 0;
@@ -294,16 +297,10 @@ static void z3_sink(zc_log_level level, const char *subsys, int rank, const char
 
 Test(timers, stage3_first_step_says_what_it_does)
 {
-    zc_log_set_sink(z3_sink, NULL);
-    zc_log_set_level(ZC_LOG_INFO);
     t_run *r = calloc(1, sizeof *r);
     t_run_init(r, 3, 2, ZC_DTYPE_BF16);
     r->steps = 3;
-    cr_assert(t_engine_run(r), "%s", t_run_error(r));
-    zc_log_set_level(ZC_LOG_WARN);
-    zc_log_set_sink(NULL, NULL);
-    free(r->master);
-    free(r);
+    run_logged(r, z3_sink);
     cr_assert_eq(n_record, 1);
     cr_assert_eq(n_recorded, 1);
 }

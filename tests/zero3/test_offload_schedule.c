@@ -8,7 +8,6 @@
  * step; everything after the first step (which records the trace) is
  * checked. */
 #include <criterion/criterion.h>
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +16,7 @@
 #include "core/engine.h"
 #include "helpers.h"
 #include "t_engine.h"
+#include "t_offload.h"
 
 #define STEPS 6
 #define W 2
@@ -52,19 +52,11 @@ static void record(t_ctx *x, int step, void *arg)
     }
 }
 
-static char dir[64], json[96];
+static t_swapdir dir;
 
-static void setup(void)
-{
-    snprintf(dir, sizeof dir, "zc-poff-sched-XXXXXX");
-    cr_assert_not_null(mkdtemp(dir));
-    snprintf(json, sizeof json, "\"%s\"", dir);
-}
+static void setup(void) { t_swapdir_make(&dir, "zc-poff-sched"); }
 
-static void teardown(void)
-{
-    cr_assert_eq(rmdir(dir), 0, "swap files left in %s", dir);
-}
+static void teardown(void) { t_swapdir_remove(&dir); }
 
 static t_run *new_run(seen *g, int64_t prefetch, int64_t reuse)
 {
@@ -75,7 +67,7 @@ static t_run *new_run(seen *g, int64_t prefetch, int64_t reuse)
     r->prefetch = prefetch;
     r->reuse = reuse;
     r->offload_param = "nvme";
-    r->param_nvme_path_json = json;
+    r->param_nvme_path_json = dir.json;
     r->after_step = record;
     r->hook_arg = g;
     return r;
