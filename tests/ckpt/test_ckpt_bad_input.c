@@ -84,9 +84,16 @@ static void reshape_p2(json_t *root)
     json_array_append_new(two, json_integer(n));
     json_object_set_new(p, "shape", two);
 }
+/* An offset no chunk can have: offset + numel would overflow int64_t. */
+static void far_offset_p2(json_t *root)
+{
+    json_t *p = json_array_get(json_object_get(root, "params"), 2);
+    json_object_set_new(p, "offset", json_integer(INT64_MAX - 1));
+}
 static void newer_version(const char *ck) { edit_manifest(ck, v3); }
 static void other_names(const char *ck) { edit_manifest(ck, rename_p3); }
 static void other_shapes(const char *ck) { edit_manifest(ck, reshape_p2); }
+static void far_offset(const char *ck) { edit_manifest(ck, far_offset_p2); }
 
 /* Saves after STEPS steps with (save_stage, save_dt), damages, loads into a
  * fresh (stage 2, fp32) world of 2 which then trains STEPS steps. */
@@ -180,6 +187,7 @@ Test(ckpt_bad_input, missing_rank_file) { refused(remove_file, ZC_DTYPE_F32, "ra
 Test(ckpt_bad_input, newer_version) { refused(newer_version, ZC_DTYPE_F32, "manifest.json", "format version 3 is newer"); }
 Test(ckpt_bad_input, other_model_names) { refused(other_names, ZC_DTYPE_F32, "manifest.json", "no tensor 'p3'"); }
 Test(ckpt_bad_input, other_model_shapes) { refused(other_shapes, ZC_DTYPE_F32, "manifest.json", "tensor 'p2' has shape"); }
+Test(ckpt_bad_input, offset_out_of_range) { refused(far_offset, ZC_DTYPE_F32, "manifest.json", "\"offset\" must be an integer in [0, "); }
 Test(ckpt_bad_input, fp16_into_fp32) { refused(NULL, ZC_DTYPE_F16, "manifest.json", "saved with fp16 parameters"); }
 Test(ckpt_bad_input, no_checkpoint) 
 {
