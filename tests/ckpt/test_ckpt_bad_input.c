@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "ck_phase.h"
@@ -247,6 +248,75 @@ Test(ckpt_bad_input, existing_tag_refused)
     free(a.master);
     free(b.master);
     free(c.master);
+    ck_rm_tree(dir);
+    free(dir);
+    t_assert_no_leaks();
+}
+
+/* DIR/.x.partial as a save killed while writing tag x leaves it, holding
+ * `extra` too when not NULL. */
+static void stale_staging(const char *dir, const char *extra)
+{
+    char sp[700], p[800];
+    snprintf(sp, sizeof sp, "%s/.x.partial", dir);
+    cr_assert_eq(mkdir(sp, 0755), 0);
+    const char *names[] = {"rank_00000.bin.tmp", "rank_00001.idx", "manifest.json.tmp", extra};
+    for (size_t i = 0; i < sizeof names / sizeof *names && names[i]; i++) {
+        snprintf(p, sizeof p, "%s/%s", sp, names[i]);
+        FILE *f = fopen(p, "wx");
+        cr_assert_not_null(f, "%s", p);
+        fputs("left by a killed save", f);
+        fclose(f);
+    }
+}
+
+/* A crashed save's staging directory of the same tag is cleared: the save
+ * goes through and loads. */
+Test(ckpt_bad_input, stale_staging_cleared)
+{
+    char *dir = ck_tmpdir();
+    stale_staging(dir, NULL);
+    t_run run;
+    t_run_init(&run, 2, 2, ZC_DTYPE_F32);
+    ck_phase a = {.run = &run, .first = 0, .n = 2, .save_dir = dir, .save_tag = "x"};
+    cr_assert(ck_phase_run(&a), "%s", ck_phase_error(&a));
+    cr_assert_eq(a.save_rc[0], ZC_OK);
+    cr_assert_eq(a.save_rc[1], ZC_OK);
+    char p[800];
+    snprintf(p, sizeof p, "%s/.x.partial", dir);
+    cr_assert_neq(access(p, F_OK), 0, "the staging directory is still there");
+    ck_phase b = {.run = &run, .load_dir = dir, .first = 2, .n = 0};
+    cr_assert(ck_phase_run(&b), "%s", ck_phase_error(&b));
+    cr_assert_eq(b.load_rc[0], ZC_OK, "%s", b.load_msg[0]);
+    cr_assert(memcmp(a.master, b.master, (size_t)t_total_numel() * 4) == 0);
+    free(a.master);
+    free(b.master);
+    ck_rm_tree(dir);
+    free(dir);
+    t_assert_no_leaks();
+}
+
+/* A file a save does not write in the staging directory is not the save's
+ * to remove: refused on every rank, naming it, and left in place. */
+Test(ckpt_bad_input, stale_staging_with_foreign_file_refused)
+{
+    char *dir = ck_tmpdir();
+    stale_staging(dir, "notes.txt");
+    t_run run;
+    t_run_init(&run, 2, 2, ZC_DTYPE_F32);
+    ck_phase a = {.run = &run, .first = 0, .n = 1, .save_dir = dir, .save_tag = "x"};
+    cr_assert(ck_phase_run(&a), "%s", ck_phase_error(&a));
+    for (int r = 0; r < 2; r++) {
+        cr_assert_eq(a.save_rc[r], ZC_ERR_IO, "rank %d: %s", r, a.save_msg[r]);
+        cr_assert_not_null(strstr(a.save_msg[r], ".x.partial holds 'notes.txt'"), "rank %d: '%s'",
+                           r, a.save_msg[r]);
+    }
+    char p[800];
+    snprintf(p, sizeof p, "%s/.x.partial/notes.txt", dir);
+    cr_assert_eq(access(p, F_OK), 0, "the foreign file was removed");
+    snprintf(p, sizeof p, "%s/x", dir);
+    cr_assert_neq(access(p, F_OK), 0, "a checkpoint appeared");
+    free(a.master);
     ck_rm_tree(dir);
     free(dir);
     t_assert_no_leaks();
