@@ -242,10 +242,11 @@ static int export_cmd(const opts *o)
     }
     snprintf(sig_file, sizeof sig_file, "%s", out);
     zc_status rc = zc_checkpoint_export_fd(o->pos[0], o->tag, fd, dt);
+    /* fail() prints the library's last error: set one for these too. */
     if (rc == ZC_OK && fsync(fd) != 0)
-        rc = ZC_ERR_IO;
+        rc = ZC_ERR(ZC_ERR_IO, "%s: fsync: %s", out, strerror(errno));
     if (close(fd) != 0 && rc == ZC_OK)
-        rc = ZC_ERR_IO;
+        rc = ZC_ERR(ZC_ERR_IO, "%s: close: %s", out, strerror(errno));
     if (rc != ZC_OK) {
         int r = fail("export");
         cleanup();

@@ -14,6 +14,11 @@
 #include "base/error.h"
 #include "ckpt/format.h"
 
+/* The most elements a tensor or a chunk may have, and the largest element
+ * offset: sums of two of them (an offset plus a tensor's size, a chunk plus
+ * its padding) stay far from overflowing int64_t. */
+#define ELEMS_MAX ((int64_t)1 << 50)
+
 static const char *const kind_names[ZC_CK__KINDS] = {"master", "exp_avg", "exp_avg_sq"};
 
 const char *zc__ck_kind_name(int kind)
@@ -326,7 +331,7 @@ static void parse_params(rd *r, json_t *root, zc_ck_manifest *m)
             json_t *x = json_array_get(sh, (size_t)d);
             int64_t n = json_is_integer(x) ? json_integer_value(x) : 0;
             if (n <= 0 || __builtin_mul_overflow(p->numel, n, &p->numel) ||
-                p->numel > ((int64_t)1 << 50)) {
+                p->numel > ELEMS_MAX) {
                 snprintf(b, sizeof b, "tensor '%s': shape dimension %d is not a positive "
                          "integer, or the tensor is too large", name, d);
                 bad(r, b);
@@ -341,7 +346,7 @@ static void parse_params(rd *r, json_t *root, zc_ck_manifest *m)
         if (!get_int(r, o, "chunk", 0, m->nchunks - 1, &v))
             return;
         p->chunk = (int)v;
-        if (!get_int(r, o, "offset", 0, INT64_MAX, &p->offset))
+        if (!get_int(r, o, "offset", 0, ELEMS_MAX, &p->offset))
             return;
     }
     for (int k = 0; k < m->nchunks; k++) {
@@ -349,7 +354,7 @@ static void parse_params(rd *r, json_t *root, zc_ck_manifest *m)
         int64_t first, count, used;
         if (!get_int(r, o, "first", 0, m->nparams - 1, &first) ||
             !get_int(r, o, "count", 1, m->nparams - first, &count) ||
-            !get_int(r, o, "used", 1, INT64_MAX, &used))
+            !get_int(r, o, "used", 1, ELEMS_MAX, &used))
             return;
         m->chunks[k] = (zc_ck_chunk){(int)first, (int)count, used};
     }

@@ -16,7 +16,6 @@
 #include "ckpt/engine_io.h"
 #include "ckpt/format.h"
 #include "ckpt/shard_write.h"
-#include "ckpt/shard_write.h"
 
 size_t zc__ck_bounce_bytes(const zc_engine *e)
 {

@@ -220,15 +220,6 @@ static zc_status retire(zc_ck_reader *r)
     return fill(r);
 }
 
-static zc_status mismatch(const zc_ck_reader *r, const zc_ck_entry *e)
-{
-    const zc_ck_manifest *m = &r->src->m;
-    return ZC_ERR(ZC_ERR_IO, "%s/%s: checksum mismatch in tensor '%s' (%s, elements [%" PRId64
-                  ", %" PRId64 ") at byte offset %" PRIu64 "): the file is damaged",
-                  r->src->dir, m->files[e->file].name, m->params[e->param].name,
-                  zc__ck_kind_name(e->kind), e->begin, e->end, e->offset);
-}
-
 /* Copies the part of entry bytes [eb, eb + k) (at src) that falls in the
  * wanted bytes [w0, w1) to dst (which holds [w0, w1)), then hashes them. */
 static void consume(zc_ck_reader *r, const char *src, uint64_t eb, uint64_t k, uint64_t w0,
@@ -295,6 +286,6 @@ zc_status zc__ck_reader_next(zc_ck_reader *r, int64_t entry, int64_t x0, int64_t
            r->slots[r->head].ext == xi)
         ZC_CHECK(retire(r));
     if (XXH3_64bits_digest(r->hash) != e->xxh3)
-        return mismatch(r, e);
+        return zc__ck_source_mismatch(r->src, e);
     return ZC_OK;
 }

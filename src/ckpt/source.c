@@ -86,6 +86,15 @@ void zc__ck_source_close(zc_ck_source *s)
     memset(s, 0, sizeof *s);
 }
 
+zc_status zc__ck_source_mismatch(const zc_ck_source *s, const zc_ck_entry *e)
+{
+    const zc_ck_manifest *m = &s->m;
+    return ZC_ERR(ZC_ERR_IO, "%s/%s: checksum mismatch in tensor '%s' (%s, elements [%" PRId64
+                  ", %" PRId64 ") at byte offset %" PRIu64 "): the file is damaged",
+                  s->dir, m->files[e->file].name, m->params[e->param].name,
+                  zc__ck_kind_name(e->kind), e->begin, e->end, e->offset);
+}
+
 zc_status zc__ck_source_verify(zc_ck_source *s, int64_t i)
 {
     if (s->verified[i])
@@ -116,10 +125,7 @@ zc_status zc__ck_source_verify(zc_ck_source *s, int64_t i)
         return rc;
     }
     if (h != e->xxh3)
-        return ZC_ERR(ZC_ERR_IO, "%s/%s: checksum mismatch in tensor '%s' (%s, elements [%" PRId64
-                      ", %" PRId64 ") at byte offset %" PRIu64 "): the file is damaged",
-                      s->dir, f->name, s->m.params[e->param].name, zc__ck_kind_name(e->kind),
-                      e->begin, e->end, e->offset);
+        return zc__ck_source_mismatch(s, e);
     s->verified[i] = 1;
     return ZC_OK;
 }

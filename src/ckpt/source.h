@@ -23,6 +23,11 @@ typedef struct zc_ck_source {
 zc_status zc__ck_source_open(zc_ck_source *s, const char *dir, const char *tag);
 void zc__ck_source_close(zc_ck_source *s);
 
+/* The error for entry e whose bytes do not match its checksum: ZC_ERR_IO
+ * naming the file, the tensor, its element range and byte offset (every
+ * reader reports damage with it). */
+zc_status zc__ck_source_mismatch(const zc_ck_source *s, const zc_ck_entry *e);
+
 /* Checks entry i's checksum (once; later calls return at once). */
 zc_status zc__ck_source_verify(zc_ck_source *s, int64_t i);
 

@@ -3,7 +3,9 @@
 ZeRO-2) is SIGKILLed at random moments, ROUNDS times, in one directory.
 After each kill, DIR/latest names a complete checkpoint that a fresh process
 loads bitwise equal to a fresh run of as many steps, and the next process's
-saves succeed although the killed save may have left a staging directory.
+saves succeed beside the staging directory the killed save may have left
+(each round's tags are its own; clearing a stale staging directory of the
+same tag: test_ckpt_bad_input stale_staging_*).
 The seed is printed (ZC_TEST_SEED reproduces a run).
 Usage: check_ckpt_crash.py CKPT_HELPER
 """
@@ -29,9 +31,8 @@ def main():
         for rnd in range(ROUNDS):
             p = subprocess.Popen([helper, "crash", d, "r%d" % rnd], stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True)
-            # The first save of this round must complete (stale staging from
-            # the last kill is cleared), then the kill lands anywhere in the
-            # following saves.
+            # The first save of this round must complete, then the kill
+            # lands anywhere in the following saves.
             line = p.stdout.readline()
             if not line.startswith("saved"):
                 p.kill()

@@ -47,8 +47,11 @@ static void rank_main(void *arg, zc_comm *comm, int r)
         if (r == 0 && s < T_MAX_STEPS)
             ph->info[s] = info;
     }
-    if (ph->save_dir)
+    if (ph->save_dir) {
         ph->save_rc[r] = zc_checkpoint_save(x.eng, ph->save_dir, ph->save_tag);
+        snprintf(ph->save_msg[r], sizeof ph->save_msg[r], "%s",
+                 ph->save_rc[r] ? zc_last_error() : "");
+    }
     if (r == 0)
         ph->cur_hysteresis = x.eng->scaler.cur_hysteresis;
     if (t_gather(&x, ph->master) != ZC_OK)

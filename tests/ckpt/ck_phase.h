@@ -24,7 +24,7 @@ typedef struct ck_phase {
     float *master;                   /* t_total_numel() floats, rank 0's gather */
     zc_step_info info[T_MAX_STEPS];  /* rank 0's, by step index */
     zc_status load_rc[T_MAX_WORLD], save_rc[T_MAX_WORLD];
-    char load_msg[T_MAX_WORLD][1024];
+    char load_msg[T_MAX_WORLD][1024], save_msg[T_MAX_WORLD][1024];
     double scale_after_load;         /* rank 0's zc_loss_scale after loading */
     /* A load that broke the engine: no training follows; after_msg is what
      * the next call (zc_step) said. */

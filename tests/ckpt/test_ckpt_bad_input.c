@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "ck_phase.h"
@@ -84,9 +85,16 @@ static void reshape_p2(json_t *root)
     json_array_append_new(two, json_integer(n));
     json_object_set_new(p, "shape", two);
 }
+/* An offset no chunk can have: offset + numel would overflow int64_t. */
+static void far_offset_p2(json_t *root)
+{
+    json_t *p = json_array_get(json_object_get(root, "params"), 2);
+    json_object_set_new(p, "offset", json_integer(INT64_MAX - 1));
+}
 static void newer_version(const char *ck) { edit_manifest(ck, v3); }
 static void other_names(const char *ck) { edit_manifest(ck, rename_p3); }
 static void other_shapes(const char *ck) { edit_manifest(ck, reshape_p2); }
+static void far_offset(const char *ck) { edit_manifest(ck, far_offset_p2); }
 
 /* Saves after STEPS steps with (save_stage, save_dt), damages, loads into a
  * fresh (stage 2, fp32) world of 2 which then trains STEPS steps. */
@@ -180,6 +188,7 @@ Test(ckpt_bad_input, missing_rank_file) { refused(remove_file, ZC_DTYPE_F32, "ra
 Test(ckpt_bad_input, newer_version) { refused(newer_version, ZC_DTYPE_F32, "manifest.json", "format version 3 is newer"); }
 Test(ckpt_bad_input, other_model_names) { refused(other_names, ZC_DTYPE_F32, "manifest.json", "no tensor 'p3'"); }
 Test(ckpt_bad_input, other_model_shapes) { refused(other_shapes, ZC_DTYPE_F32, "manifest.json", "tensor 'p2' has shape"); }
+Test(ckpt_bad_input, offset_out_of_range) { refused(far_offset, ZC_DTYPE_F32, "manifest.json", "\"offset\" must be an integer in [0, "); }
 Test(ckpt_bad_input, fp16_into_fp32) { refused(NULL, ZC_DTYPE_F16, "manifest.json", "saved with fp16 parameters"); }
 Test(ckpt_bad_input, no_checkpoint) 
 {
@@ -239,6 +248,75 @@ Test(ckpt_bad_input, existing_tag_refused)
     free(a.master);
     free(b.master);
     free(c.master);
+    ck_rm_tree(dir);
+    free(dir);
+    t_assert_no_leaks();
+}
+
+/* DIR/.x.partial as a save killed while writing tag x leaves it, holding
+ * `extra` too when not NULL. */
+static void stale_staging(const char *dir, const char *extra)
+{
+    char sp[700], p[800];
+    snprintf(sp, sizeof sp, "%s/.x.partial", dir);
+    cr_assert_eq(mkdir(sp, 0755), 0);
+    const char *names[] = {"rank_00000.bin.tmp", "rank_00001.idx", "manifest.json.tmp", extra};
+    for (size_t i = 0; i < sizeof names / sizeof *names && names[i]; i++) {
+        snprintf(p, sizeof p, "%s/%s", sp, names[i]);
+        FILE *f = fopen(p, "wx");
+        cr_assert_not_null(f, "%s", p);
+        fputs("left by a killed save", f);
+        fclose(f);
+    }
+}
+
+/* A crashed save's staging directory of the same tag is cleared: the save
+ * goes through and loads. */
+Test(ckpt_bad_input, stale_staging_cleared)
+{
+    char *dir = ck_tmpdir();
+    stale_staging(dir, NULL);
+    t_run run;
+    t_run_init(&run, 2, 2, ZC_DTYPE_F32);
+    ck_phase a = {.run = &run, .first = 0, .n = 2, .save_dir = dir, .save_tag = "x"};
+    cr_assert(ck_phase_run(&a), "%s", ck_phase_error(&a));
+    cr_assert_eq(a.save_rc[0], ZC_OK);
+    cr_assert_eq(a.save_rc[1], ZC_OK);
+    char p[800];
+    snprintf(p, sizeof p, "%s/.x.partial", dir);
+    cr_assert_neq(access(p, F_OK), 0, "the staging directory is still there");
+    ck_phase b = {.run = &run, .load_dir = dir, .first = 2, .n = 0};
+    cr_assert(ck_phase_run(&b), "%s", ck_phase_error(&b));
+    cr_assert_eq(b.load_rc[0], ZC_OK, "%s", b.load_msg[0]);
+    cr_assert(memcmp(a.master, b.master, (size_t)t_total_numel() * 4) == 0);
+    free(a.master);
+    free(b.master);
+    ck_rm_tree(dir);
+    free(dir);
+    t_assert_no_leaks();
+}
+
+/* A file a save does not write in the staging directory is not the save's
+ * to remove: refused on every rank, naming it, and left in place. */
+Test(ckpt_bad_input, stale_staging_with_foreign_file_refused)
+{
+    char *dir = ck_tmpdir();
+    stale_staging(dir, "notes.txt");
+    t_run run;
+    t_run_init(&run, 2, 2, ZC_DTYPE_F32);
+    ck_phase a = {.run = &run, .first = 0, .n = 1, .save_dir = dir, .save_tag = "x"};
+    cr_assert(ck_phase_run(&a), "%s", ck_phase_error(&a));
+    for (int r = 0; r < 2; r++) {
+        cr_assert_eq(a.save_rc[r], ZC_ERR_IO, "rank %d: %s", r, a.save_msg[r]);
+        cr_assert_not_null(strstr(a.save_msg[r], ".x.partial holds 'notes.txt'"), "rank %d: '%s'",
+                           r, a.save_msg[r]);
+    }
+    char p[800];
+    snprintf(p, sizeof p, "%s/.x.partial/notes.txt", dir);
+    cr_assert_eq(access(p, F_OK), 0, "the foreign file was removed");
+    snprintf(p, sizeof p, "%s/x", dir);
+    cr_assert_neq(access(p, F_OK), 0, "a checkpoint appeared");
+    free(a.master);
     ck_rm_tree(dir);
     free(dir);
     t_assert_no_leaks();
