@@ -80,6 +80,38 @@ const char *ck_phase_error(const ck_phase *ph)
     return "";
 }
 
+bool ck_saved_make(ck_saved *s, const t_run *run, int n, const char *tag)
+{
+    memset(s, 0, sizeof *s);
+    s->run = *run;
+    s->phase = (ck_phase){.run = &s->run, .first = 0, .n = n, .save_tag = tag};
+    s->dir = ck_tmpdir();
+    if (!s->dir) {
+        snprintf(s->phase.err[0], sizeof s->phase.err[0], "ck_tmpdir failed");
+        return false;
+    }
+    s->phase.save_dir = s->dir;
+    if (!ck_phase_run(&s->phase))
+        return false;
+    for (int r = 0; r < s->run.world; r++)
+        if (s->phase.save_rc[r] != ZC_OK) {
+            char msg[sizeof s->phase.err[r] - 32];
+            snprintf(msg, sizeof msg, "%s", s->phase.save_msg[r]);
+            snprintf(s->phase.err[r], sizeof s->phase.err[r], "rank %d: save: %s", r, msg);
+            return false;
+        }
+    return true;
+}
+
+void ck_saved_free(ck_saved *s)
+{
+    free(s->phase.master);
+    s->phase.master = NULL;
+    ck_rm_tree(s->dir);
+    free(s->dir);
+    s->dir = NULL;
+}
+
 char *ck_tmpdir(void)
 {
     char *d = strdup("/tmp/zc_ckpt_test_XXXXXX");

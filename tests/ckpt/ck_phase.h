@@ -44,6 +44,20 @@ typedef struct ck_phase {
 bool ck_phase_run(ck_phase *ph);
 const char *ck_phase_error(const ck_phase *ph);
 
+/* A checkpoint saved under DIR/TAG (DIR a fresh ck_tmpdir) after steps
+ * [0, n) of a copy of `run`: the common start of the load tests. */
+typedef struct ck_saved {
+    char *dir;
+    t_run run;
+    ck_phase phase; /* the saving phase (its master, errors) */
+} ck_saved;
+
+/* Returns false with ck_phase_error(&s->phase) set when the directory, the
+ * training or the save failed. s must not move afterwards (phase points into
+ * it); ck_saved_free removes the directory and frees the rest. */
+bool ck_saved_make(ck_saved *s, const t_run *run, int n, const char *tag);
+void ck_saved_free(ck_saved *s);
+
 /* A fresh directory under /tmp (caller frees the string); removed with
  * ck_rm_tree. */
 char *ck_tmpdir(void);

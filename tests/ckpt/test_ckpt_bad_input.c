@@ -100,13 +100,11 @@ static void far_offset(const char *ck) { edit_manifest(ck, far_offset_p2); }
  * fresh (stage 2, fp32) world of 2 which then trains STEPS steps. */
 static void refused(damage_fn damage, zc_dtype save_dt, const char *want1, const char *want2)
 {
-    char *dir = ck_tmpdir();
     t_run save_run;
     t_run_init(&save_run, 2, 2, save_dt);
-    ck_phase saved = {.run = &save_run, .first = 0, .n = STEPS, .save_dir = dir,
-                      .save_tag = "t"};
-    cr_assert(ck_phase_run(&saved), "%s", ck_phase_error(&saved));
-    cr_assert_eq(saved.save_rc[0], ZC_OK);
+    ck_saved saved;
+    cr_assert(ck_saved_make(&saved, &save_run, STEPS, "t"), "%s", ck_phase_error(&saved.phase));
+    const char *dir = saved.dir;
     char ck[700];
     snprintf(ck, sizeof ck, "%s/t", dir);
     if (damage)
@@ -136,11 +134,9 @@ static void refused(damage_fn damage, zc_dtype save_dt, const char *want1, const
         cr_assert(!tried.broken[r], "rank %d: the refused load broke the engine", r);
     cr_assert(memcmp(never.master, tried.master, (size_t)t_total_numel() * 4) == 0,
               "the failed load changed the engine");
-    free(saved.master);
     free(never.master);
     free(tried.master);
-    ck_rm_tree(dir);
-    free(dir);
+    ck_saved_free(&saved);
     t_assert_no_leaks();
 }
 
@@ -148,12 +144,11 @@ static void refused(damage_fn damage, zc_dtype save_dt, const char *want1, const
  * (rank 0 reads nothing of that file) and finds the mismatch only then. */
 Test(ckpt_bad_input, flipped_byte)
 {
-    char *dir = ck_tmpdir();
     t_run save_run;
     t_run_init(&save_run, 2, 2, ZC_DTYPE_F32);
-    ck_phase saved = {.run = &save_run, .first = 0, .n = STEPS, .save_dir = dir,
-                      .save_tag = "t"};
-    cr_assert(ck_phase_run(&saved), "%s", ck_phase_error(&saved));
+    ck_saved saved;
+    cr_assert(ck_saved_make(&saved, &save_run, STEPS, "t"), "%s", ck_phase_error(&saved.phase));
+    const char *dir = saved.dir;
     char ck[700];
     snprintf(ck, sizeof ck, "%s/t", dir);
     flip_byte(ck);
@@ -177,10 +172,8 @@ Test(ckpt_bad_input, flipped_byte)
                            tried.after_msg[r]);
     }
     cr_assert_str_eq(tried.load_msg[0], tried.load_msg[1]);
-    free(saved.master);
     free(tried.master);
-    ck_rm_tree(dir);
-    free(dir);
+    ck_saved_free(&saved);
     t_assert_no_leaks();
 }
 Test(ckpt_bad_input, truncated_file) { refused(truncate_file, ZC_DTYPE_F32, "rank_00000.bin", "truncated; holds tensor 'p"); }
@@ -208,23 +201,20 @@ Test(ckpt_bad_input, no_checkpoint)
  * bitwise as stage 1 continues (the stages are bitwise equivalent). */
 Test(ckpt_bad_input, other_stage_loads)
 {
-    char *dir = ck_tmpdir();
     t_run r1, r3;
     t_run_init(&r1, 1, 2, ZC_DTYPE_BF16);
     t_run_init(&r3, 3, 2, ZC_DTYPE_BF16);
-    ck_phase saved = {.run = &r1, .first = 0, .n = STEPS, .save_dir = dir, .save_tag = "s1"};
-    cr_assert(ck_phase_run(&saved), "%s", ck_phase_error(&saved));
+    ck_saved saved;
+    cr_assert(ck_saved_make(&saved, &r1, STEPS, "s1"), "%s", ck_phase_error(&saved.phase));
     ck_phase ref = {.run = &r1, .first = 0, .n = 2 * STEPS};
     cr_assert(ck_phase_run(&ref), "%s", ck_phase_error(&ref));
-    ck_phase in3 = {.run = &r3, .load_dir = dir, .first = STEPS, .n = STEPS};
+    ck_phase in3 = {.run = &r3, .load_dir = saved.dir, .first = STEPS, .n = STEPS};
     cr_assert(ck_phase_run(&in3), "%s", ck_phase_error(&in3));
     cr_assert_eq(in3.load_rc[0], ZC_OK, "%s", in3.load_msg[0]);
     cr_assert(memcmp(ref.master, in3.master, (size_t)t_total_numel() * 4) == 0);
-    free(saved.master);
     free(ref.master);
     free(in3.master);
-    ck_rm_tree(dir);
-    free(dir);
+    ck_saved_free(&saved);
     t_assert_no_leaks();
 }
 
@@ -328,12 +318,11 @@ Test(ckpt_bad_input, stale_staging_with_foreign_file_refused)
  * broken on every rank. */
 Test(ckpt_bad_input, read_error_breaks)
 {
-    char *dir = ck_tmpdir();
     t_run save_run;
     t_run_init(&save_run, 2, 2, ZC_DTYPE_F32);
-    ck_phase saved = {.run = &save_run, .first = 0, .n = STEPS, .save_dir = dir,
-                      .save_tag = "t"};
-    cr_assert(ck_phase_run(&saved), "%s", ck_phase_error(&saved));
+    ck_saved saved;
+    cr_assert(ck_saved_make(&saved, &save_run, STEPS, "t"), "%s", ck_phase_error(&saved.phase));
+    const char *dir = saved.dir;
 
     t_run run;
     t_run_init(&run, 2, 2, ZC_DTYPE_F32);
@@ -352,10 +341,8 @@ Test(ckpt_bad_input, read_error_breaks)
         cr_assert(tried.broken[r], "rank %d: the engine is not broken", r);
     }
     cr_assert_str_eq(tried.load_msg[0], tried.load_msg[1]);
-    free(saved.master);
     free(tried.master);
-    ck_rm_tree(dir);
-    free(dir);
+    ck_saved_free(&saved);
     t_assert_no_leaks();
 }
 
@@ -365,12 +352,11 @@ Test(ckpt_bad_input, read_error_breaks)
  * engine unchanged. */
 Test(ckpt_bad_input, read_buffers_refused_on_one_rank)
 {
-    char *dir = ck_tmpdir();
     t_run save_run;
     t_run_init(&save_run, 2, 2, ZC_DTYPE_F32);
-    ck_phase saved = {.run = &save_run, .first = 0, .n = STEPS, .save_dir = dir,
-                      .save_tag = "t"};
-    cr_assert(ck_phase_run(&saved), "%s", ck_phase_error(&saved));
+    ck_saved saved;
+    cr_assert(ck_saved_make(&saved, &save_run, STEPS, "t"), "%s", ck_phase_error(&saved.phase));
+    const char *dir = saved.dir;
 
     t_run run;
     t_run_init(&run, 2, 2, ZC_DTYPE_F32);
@@ -388,10 +374,8 @@ Test(ckpt_bad_input, read_buffers_refused_on_one_rank)
     cr_assert_str_eq(tried.load_msg[0], tried.load_msg[1]);
     cr_assert(memcmp(never.master, tried.master, (size_t)t_total_numel() * 4) == 0,
               "the failed load changed the engine");
-    free(saved.master);
     free(never.master);
     free(tried.master);
-    ck_rm_tree(dir);
-    free(dir);
+    ck_saved_free(&saved);
     t_assert_no_leaks();
 }

@@ -14,14 +14,28 @@
 #include "ck_phase.h"
 #include "helpers.h"
 
+/* The saved checkpoint loads into fresh stage-2 engines of `world` ranks
+ * with the master the saving run gathered, bit for bit. */
+static void assert_loads_bitwise(const ck_saved *saved, int world)
+{
+    t_run again;
+    t_run_init(&again, 2, world, ZC_DTYPE_F32);
+    ck_phase loaded = {.run = &again, .load_dir = saved->dir, .first = 3, .n = 0};
+    cr_assert(ck_phase_run(&loaded), "%s", ck_phase_error(&loaded));
+    for (int r = 0; r < world; r++)
+        cr_assert_eq(loaded.load_rc[r], ZC_OK, "%s", loaded.load_msg[r]);
+    cr_assert(memcmp(saved->phase.master, loaded.master, (size_t)t_total_numel() * 4) == 0,
+              "the loaded master differs from the saved one");
+    free(loaded.master);
+}
+
 Test(ckpt_format, runs_are_aligned_padded_with_zeros_and_files_are_whole_blocks)
 {
-    char *dir = ck_tmpdir();
     t_run run;
     t_run_init(&run, 1, 3, ZC_DTYPE_F32);
-    ck_phase saved = {.run = &run, .first = 0, .n = 3, .save_dir = dir, .save_tag = "t"};
-    cr_assert(ck_phase_run(&saved), "%s", ck_phase_error(&saved));
-    cr_assert_eq(saved.save_rc[0], ZC_OK);
+    ck_saved saved;
+    cr_assert(ck_saved_make(&saved, &run, 3, "t"), "%s", ck_phase_error(&saved.phase));
+    const char *dir = saved.dir;
 
     char p[800];
     snprintf(p, sizeof p, "%s/t/manifest.json", dir);
@@ -68,18 +82,8 @@ Test(ckpt_format, runs_are_aligned_padded_with_zeros_and_files_are_whole_blocks)
     cr_assert_gt(runs, 3, "several runs per file");
     json_decref(root);
 
-    t_run again;
-    t_run_init(&again, 2, 3, ZC_DTYPE_F32);
-    ck_phase loaded = {.run = &again, .load_dir = dir, .first = 3, .n = 0};
-    cr_assert(ck_phase_run(&loaded), "%s", ck_phase_error(&loaded));
-    for (int r = 0; r < 3; r++)
-        cr_assert_eq(loaded.load_rc[r], ZC_OK, "%s", loaded.load_msg[r]);
-    cr_assert(memcmp(saved.master, loaded.master, (size_t)t_total_numel() * 4) == 0,
-              "the loaded master differs from the saved one");
-    free(saved.master);
-    free(loaded.master);
-    ck_rm_tree(dir);
-    free(dir);
+    assert_loads_bitwise(&saved, 3);
+    ck_saved_free(&saved);
     t_assert_no_leaks();
 }
 
@@ -135,23 +139,14 @@ static void to_version1(const char *ck)
  * byte there is still refused before anything changes. */
 Test(ckpt_format, version1_loads)
 {
-    char *dir = ck_tmpdir();
     t_run run;
     t_run_init(&run, 1, 3, ZC_DTYPE_F32);
-    ck_phase saved = {.run = &run, .first = 0, .n = 3, .save_dir = dir, .save_tag = "t"};
-    cr_assert(ck_phase_run(&saved), "%s", ck_phase_error(&saved));
+    ck_saved saved;
+    cr_assert(ck_saved_make(&saved, &run, 3, "t"), "%s", ck_phase_error(&saved.phase));
     char ck[700];
-    snprintf(ck, sizeof ck, "%s/t", dir);
+    snprintf(ck, sizeof ck, "%s/t", saved.dir);
     to_version1(ck);
-
-    t_run again;
-    t_run_init(&again, 2, 2, ZC_DTYPE_F32);
-    ck_phase loaded = {.run = &again, .load_dir = dir, .first = 3, .n = 0};
-    cr_assert(ck_phase_run(&loaded), "%s", ck_phase_error(&loaded));
-    for (int r = 0; r < 2; r++)
-        cr_assert_eq(loaded.load_rc[r], ZC_OK, "%s", loaded.load_msg[r]);
-    cr_assert(memcmp(saved.master, loaded.master, (size_t)t_total_numel() * 4) == 0,
-              "the loaded master differs from the saved one");
+    assert_loads_bitwise(&saved, 2);
 
     char p[800];
     snprintf(p, sizeof p, "%s/rank_00002.bin", ck);
@@ -164,7 +159,9 @@ Test(ckpt_format, version1_loads)
     cr_assert_eq(fseek(fp, 40, SEEK_SET), 0);
     cr_assert_eq(fwrite(&b, 1, 1, fp), 1);
     fclose(fp);
-    ck_phase damaged = {.run = &again, .load_dir = dir, .first = 3, .n = 0};
+    t_run again;
+    t_run_init(&again, 2, 2, ZC_DTYPE_F32);
+    ck_phase damaged = {.run = &again, .load_dir = saved.dir, .first = 3, .n = 0};
     cr_assert(ck_phase_run(&damaged), "%s", ck_phase_error(&damaged));
     for (int r = 0; r < 2; r++) {
         cr_assert_eq(damaged.load_rc[r], ZC_ERR_IO, "%s", damaged.load_msg[r]);
@@ -172,10 +169,7 @@ Test(ckpt_format, version1_loads)
                            "%s", damaged.load_msg[r]);
         cr_assert(!damaged.broken[r], "a version-1 load verifies before it changes anything");
     }
-    free(saved.master);
-    free(loaded.master);
     free(damaged.master);
-    ck_rm_tree(dir);
-    free(dir);
+    ck_saved_free(&saved);
     t_assert_no_leaks();
 }

@@ -62,30 +62,26 @@ static void configure(t_run *run, const char *swap_json)
 /* A checkpoint saved after STEPS steps, and the swap directory every run of
  * the test uses. */
 typedef struct fixture {
-    char *dir, *swap;
+    char *swap;
     char swap_json[600];
-    t_run save_run;
-    ck_phase saved;
+    ck_saved saved;
 } fixture;
 
 static void fixture_open(fixture *f)
 {
-    f->dir = ck_tmpdir();
     f->swap = ck_tmpdir();
-    cr_assert(f->dir && f->swap);
+    cr_assert(f->swap);
     snprintf(f->swap_json, sizeof f->swap_json, "\"%s\"", f->swap);
-    configure(&f->save_run, f->swap_json);
-    f->saved = (ck_phase){.run = &f->save_run, .first = 0, .n = STEPS, .save_dir = f->dir,
-                          .save_tag = "t"};
-    cr_assert(ck_phase_run(&f->saved), "%s", ck_phase_error(&f->saved));
+    t_run run;
+    configure(&run, f->swap_json);
+    cr_assert(ck_saved_make(&f->saved, &run, STEPS, "t"), "%s",
+              ck_phase_error(&f->saved.phase));
 }
 
 static void fixture_close(fixture *f)
 {
-    free(f->saved.master);
-    ck_rm_tree(f->dir);
+    ck_saved_free(&f->saved);
     ck_rm_tree(f->swap);
-    free(f->dir);
     free(f->swap);
 }
 
@@ -95,7 +91,7 @@ static bool load_phase(const fixture *f, t_run *run, ck_phase *ph,
                        void (*hook)(t_ctx *, int, int, void *), void *hook_arg)
 {
     configure(run, f->swap_json);
-    *ph = (ck_phase){.run = run, .load_dir = f->dir, .first = STEPS, .n = 1, .hook = hook,
+    *ph = (ck_phase){.run = run, .load_dir = f->saved.dir, .first = STEPS, .n = 1, .hook = hook,
                      .hook_arg = hook_arg};
     return ck_phase_run(ph);
 }
