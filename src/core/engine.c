@@ -2,12 +2,14 @@
  * parameter registration, chunk boundaries, loss scale and stats; plus the
  * collective and device helpers every engine file uses (so all comm payload is
  * counted in one place). */
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/engine.h"
+#include "core/estimate.h"
 
 /* The log rank is thread-local: every public entry sets it from the engine, so
  * a rank thread logs with its rank even when it never called create. */
@@ -306,6 +308,12 @@ ZC_API zc_status zc_engine_create(zc_engine **out, const zc_config *cfg, zc_comm
         }
     /* Strict like ZC_FAULTS, and read here for the same reason. */
     ZC_CHECK_GOTO(zc__debug_parse(getenv("ZC_DEBUG"), &e->debug), rc, fail);
+    ZC_CHECK_GOTO(zc__chunk_cap_parse(getenv("ZC_CHUNK_CAP"), &e->chunk_cap,
+                                      &e->chunk_cap_forced), rc, fail);
+    static atomic_bool cap_logged;
+    if (e->chunk_cap_forced && !atomic_exchange(&cap_logged, true))
+        ZC_LOGW("core", "ZC_CHUNK_CAP=%lld: chunks hold at most that many elements (a test "
+                "switch)", (long long)e->chunk_cap);
     ZC_CHECK_GOTO(zc__config_clone(cfg, &e->cfg), rc, fail);
     ZC_CHECK_GOTO(resolve_gas(e->cfg, world, &e->gas), rc, fail);
     ZC_CHECK_GOTO(pick_dtype(e, opts), rc, fail);

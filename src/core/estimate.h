@@ -70,6 +70,38 @@ zc_status zc__gather_plan(const int64_t *padded, const bool *persistent, int nch
                           int64_t max_live, int64_t prefetch_elems,
                           zc_status (*emit)(void *arg, int64_t elems, int count), void *arg);
 
+/* Stages 2/3's gradient pool, as reserve.c plans it (the design is
+ * explained there): calls emit(arg, elems, count) for each class of `count`
+ * slots of `elems` padded elements, largest first. A unit is a run of chunks
+ * between zc_chunk_boundary calls (what zc_block_span returns): unit_start[k]
+ * says a boundary starts one at chunk k (chunk 0 always starts one); NULL
+ * when zc_chunk_boundary was never called, which makes every chunk a unit.
+ * The pool holds ZC_GRAD_SETS (two) sets of slots, each able to hold the
+ * gradient buffers of any one unit - slot i of a set is as large as the i-th
+ * largest chunk of any unit - and at most nchunks slots in all. */
+zc_status zc__grad_pool_plan(const int64_t *padded, const bool *unit_start, int nchunks,
+                             zc_status (*emit)(void *arg, int64_t elems, int count), void *arg);
+
+/* ZC_CHUNK_CAP, a switch for tests: the most elements a chunk may hold
+ * whatever reduce_bucket_size or zc_engine_options.bucket_elems say, so a
+ * small model gets the chunk layout of a large one (several chunks per
+ * block). Unset or "": ZC_CHUNK_CAP_ELEMS, which caps only the configured
+ * reduce_bucket_size (*forced false). Otherwise a whole decimal number in
+ * 1..2^24 (*forced true), else ZC_ERR_CONFIG naming the variable. */
+zc_status zc__chunk_cap_parse(const char *text, int64_t *cap, bool *forced);
+
+/* The chunk size target of layout.c: the engine option when > 0, else
+ * reduce_bucket_size, capped at `cap` (zc__chunk_cap_parse); a forced cap
+ * bounds the option too. */
+static inline int64_t zc__bucket_elems(int64_t option, int64_t reduce_bucket_size, int64_t cap,
+                                       bool forced)
+{
+    int64_t b = option > 0 ? option : reduce_bucket_size;
+    if ((option <= 0 || forced) && (b <= 0 || b > cap))
+        b = cap;
+    return b;
+}
+
 /* What the plan needs: the layout and the configuration that sizes memory. */
 typedef struct zc_est_in {
     int world, stage;            /* world >= 1, stage 0..3 */
@@ -86,6 +118,9 @@ typedef struct zc_est_in {
     int nchunks;
     const int64_t *padded;       /* per chunk: padded elements */
     const bool *persistent;      /* per chunk (stage 3), or NULL: none */
+    const bool *unit_start;      /* per chunk: a zc_chunk_boundary starts a unit there
+                                    (stages 2/3's gradient pool, zc__grad_pool_plan);
+                                    NULL: no boundary, every chunk is a unit */
     int view_chunks;             /* zc_engine_options.f32_view_chunks (0..64; its two
                                     pools exist only for 16-bit parameters) */
     /* zero_optimization.offload_param (stage 3; ignored below it, as the

@@ -204,13 +204,8 @@ static int64_t model_hidden_size(const zc_engine *e)
 static zc_status size_from_model(zc_engine *e)
 {
     ZC_CHECK(zc__config_resolve_model_auto(e->cfg, model_hidden_size(e)));
-    int64_t bucket = e->bucket_option;
-    if (bucket <= 0) {
-        bucket = e->cfg->zero.reduce_bucket_size;
-        if (bucket <= 0 || bucket > ZC_CHUNK_CAP_ELEMS)
-            bucket = ZC_CHUNK_CAP_ELEMS;
-    }
-    e->bucket = bucket;
+    e->bucket = zc__bucket_elems(e->bucket_option, e->cfg->zero.reduce_bucket_size,
+                                 e->chunk_cap, e->chunk_cap_forced);
     e->max_live = e->cfg->zero.max_live_parameters > 0 ? e->cfg->zero.max_live_parameters
                                                        : INT64_MAX;
     e->prefetch_elems = e->cfg->zero.prefetch_bucket_size > 0 ? e->cfg->zero.prefetch_bucket_size

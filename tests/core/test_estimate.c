@@ -44,6 +44,8 @@
 typedef struct layout {
     int64_t padded[64];
     bool persistent[64];
+    bool units[64];    /* a zc_chunk_boundary starts a unit at the chunk */
+    bool has_units;    /* some parameter follows a zc_chunk_boundary */
     int nchunks;
     int64_t max_live, prefetch, buffer_count, nvme_round;
     int64_t pbuffer_count, max_in_cpu, pnvme_round;
@@ -61,6 +63,8 @@ static void grab(t_ctx *x, int step, void *arg)
     for (int k = 0; k < e->nchunks; k++) {
         l->padded[k] = e->chunks[k].padded;
         l->persistent[k] = e->chunks[k].persistent;
+        l->units[k] = e->params[e->chunks[k].first]->chunk_start;
+        l->has_units = l->has_units || l->units[k];
     }
     l->max_live = e->max_live;
     l->prefetch = e->prefetch_elems;
@@ -116,7 +120,7 @@ static void check_with(int stage, int world, int accum, int off, const char *nvm
         .ratio = l.ratio, .staging = staged, .dev_kind = ZC_MEMKIND_HOST,
         .buffer_count = l.buffer_count, .nvme_round = l.nvme_round, .max_live = l.max_live, .prefetch_elems = l.prefetch,
         .nchunks = l.nchunks, .padded = l.padded, .persistent = l.persistent,
-        .view_chunks = views,
+        .unit_start = l.has_units ? l.units : NULL, .view_chunks = views,
         .poffload = dev_of[po.dev], .pbuffer_count = l.pbuffer_count,
         .max_in_cpu = l.max_in_cpu, .pnvme_round = l.pnvme_round,
     };
@@ -263,6 +267,71 @@ Test(estimate, hand_computed_stage2)
     cr_assert_eq(e.kind_total[ZC_MEMKIND_HOST] + e.kind_total[ZC_MEMKIND_PINNED], 0);
     cr_assert_eq(zc__est_part_bytes(&e, ZC_MEMKIND_DEVICE, ZC_EST_OPTIMIZER), 10496 + 20992);
     cr_assert_eq(zc__est_part_bytes(&e, ZC_MEMKIND_DEVICE, ZC_EST_BUFFERS), 33280);
+}
+
+/* The stage-2/3 gradient pool by units (zc__grad_pool_plan): two sets, each
+ * holding any one unit's chunks (slot i as large as the i-th largest chunk
+ * of any unit), at most one slot per chunk, classes largest first. */
+typedef struct classes {
+    int64_t elems[8];
+    int count[8];
+    int n;
+} classes;
+
+static zc_status collect(void *arg, int64_t elems, int count)
+{
+    classes *c = arg;
+    cr_assert_lt(c->n, 8);
+    c->elems[c->n] = elems;
+    c->count[c->n++] = count;
+    return ZC_OK;
+}
+
+static void expect_pool(const int64_t *padded, const bool *units, int n, const int64_t *elems,
+                        const int *count, int nclasses)
+{
+    classes c = {0};
+    cr_assert_eq(zc__grad_pool_plan(padded, units, n, collect, &c), ZC_OK);
+    cr_assert_eq(c.n, nclasses, "%d classes, expected %d", c.n, nclasses);
+    for (int i = 0; i < nclasses; i++) {
+        cr_assert_eq(c.elems[i], elems[i], "class %d: %lld elements", i, (long long)c.elems[i]);
+        cr_assert_eq(c.count[i], count[i], "class %d: %d slots", i, c.count[i]);
+    }
+}
+
+Test(estimate, grad_pool_by_units)
+{
+    const int64_t p4[4] = {640, 64, 320, 320};
+    /* units {640, 64} and {320, 320}: a set is {640, 320} */
+    expect_pool(p4, (bool[]){true, false, true, false}, 4, (int64_t[]){640, 320},
+                (int[]){2, 2}, 2);
+    /* no boundary: each chunk a unit, two of the largest */
+    expect_pool(p4, NULL, 4, (int64_t[]){640}, (int[]){2}, 1);
+    /* one unit of all four: two sets would be 8 slots, the 4 largest stay */
+    expect_pool(p4, (bool[]){true, false, false, false}, 4, (int64_t[]){640, 320},
+                (int[]){2, 2}, 2);
+    /* one unit of three: {704, 704, 512} */
+    expect_pool((int64_t[]){320, 512, 704}, (bool[]){true, false, false}, 3,
+                (int64_t[]){704, 512}, (int[]){2, 1}, 2);
+    /* a single chunk: one slot */
+    expect_pool((int64_t[]){128}, NULL, 1, (int64_t[]){128}, (int[]){1}, 1);
+    /* units of 2, 2 and 1 equal chunks: two sets of two */
+    expect_pool((int64_t[]){64, 64, 64, 64, 64}, (bool[]){true, false, true, false, true}, 5,
+                (int64_t[]){64}, (int[]){4}, 1);
+
+    /* The plan counts it: stage 2, world 1, fp32, units {640, 64} and
+     * {320, 320}: slots 2 x 640 x 4 and 2 x 320 x 4 bytes, 256 bytes of
+     * slack per class; the staging pool adds one fp32 slot of 640. */
+    zc_est_in in = {.world = 1, .stage = 2, .pesz = 4, .gas = 1, .offload = ZC_OFFLOAD_NONE,
+                    .dev_kind = ZC_MEMKIND_DEVICE, .max_live = INT64_MAX, .nchunks = 4,
+                    .padded = p4, .unit_start = (bool[]){true, false, true, false}};
+    zc_est e;
+    cr_assert_eq(zc__estimate(&in, &e), ZC_OK, "%s", zc_last_error());
+    const int64_t grad = 2 * 640 * 4 + 256 + 2 * 320 * 4 + 256, stage = 640 * 4 + 256;
+    cr_assert_eq(e.bytes[ZC_MEMKIND_DEVICE][ZC_MEM_RESERVED], grad + stage);
+    in.unit_start = NULL;
+    cr_assert_eq(zc__estimate(&in, &e), ZC_OK, "%s", zc_last_error());
+    cr_assert_eq(e.bytes[ZC_MEMKIND_DEVICE][ZC_MEM_RESERVED], 2 * 640 * 4 + 256 + stage);
 }
 
 Test(estimate, refuses_bad_input_and_overflow)
