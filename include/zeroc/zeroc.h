@@ -771,6 +771,54 @@ typedef struct zc_stats {
  * engines; not with concurrent calls on this engine. */
 ZC_API zc_status zc_engine_stats(const zc_engine *eng, zc_stats *out);
 
+/* ---- Planning memory before anything is allocated ------------------------ */
+
+/* One tensor of a model to plan, in registration order: what zc_param_add
+ * and zc_chunk_boundary would be called with. */
+typedef struct zc_plan_tensor {
+    const int64_t *shape;  /* ndim dimensions, each > 0 */
+    int ndim;              /* 1..8 */
+    bool boundary;         /* zc_chunk_boundary is called just before it */
+} zc_plan_tensor;
+
+typedef struct zc_memory_plan {
+    size_t size;                           /* sizeof(zc_memory_plan), set by caller */
+    int64_t bytes_by_kind[ZC_KIND__COUNT]; /* one rank's bytes by where they live */
+    int64_t bytes_by_kind_cat[ZC_KIND__COUNT][ZC_MEM__COUNT]; /* ... and by category (an
+                                              idle pool counts as ZC_MEM_RESERVED) */
+    int64_t num_params;                    /* elements of the tensors */
+    int64_t padded_params;                 /* after chunk padding */
+    int64_t num_chunks;
+    int64_t grad_buffer_bytes;             /* of which stages 2-3's gradient pool:
+                                              two units' gradient buffers (see
+                                              zc_block_grad_buffers), 0 below stage 2 */
+    zc_dtype dtype;                        /* the working precision planned */
+    bool host_device;                      /* planned for the host path: the
+                                              engine's "device" buffers are
+                                              pageable host memory (ZC_KIND_HOST) */
+} zc_memory_plan;
+
+/* The memory zc_engine_build would allocate on one rank of `world` ranks
+ * that register tensors[0..n-1] (with their zc_chunk_boundary calls) under
+ * cfg and opts (NULL: ZC_ENGINE_OPTIONS_INIT), computed without allocating
+ * it by the planner that the build's own pre-flight and `zeroc estimate` use
+ * (docs/estimate.md): parameters, gradients, optimizer state and the homes
+ * offload_optimizer and offload_param give them (pinned buffers, NVMe swap
+ * files), and the buffer pools. opts->device ZC_DEVICE_HOST plans the host
+ * path, ZC_DEVICE_CUDA a GPU (its staging buffers included; no device is
+ * opened), ZC_DEVICE_AUTO what zc_engine_create would pick. Not counted:
+ * bookkeeping (ZC_MEM_OTHER of host memory: chunk and segment tables, about
+ * 100 bytes per tensor and chunk), adopted memory (zc_block_adopt), the
+ * application's own buffers and activations. ZC_CHUNK_CAP is honoured as the
+ * engine does. Fills *out; on failure leaves it unchanged and returns
+ * ZC_ERR_INVALID_ARG (NULL or short out, world < 1, a bad tensor),
+ * ZC_ERR_CONFIG (a configuration zc_engine_create or zc_engine_build would
+ * refuse, e.g. offload at stage 0) or ZC_ERR_NO_MEMORY (sizes overflowing 64
+ * bits, or no memory for the plan's own tables). Thread-safe; not
+ * collective. */
+ZC_API zc_status zc_plan_memory(const zc_config *cfg, int world, const zc_plan_tensor *tensors,
+                                int n, const zc_engine_options *opts, zc_memory_plan *out);
+
 /* Phases of a step timed with `wall_clock_breakdown: true`, in host wall
  * time. A step's window opens at its first zc_param_acquire, zc_grad_buffer
  * or zc_grad_ready (or the block calls, which make them) and closes when

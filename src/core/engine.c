@@ -208,9 +208,8 @@ static zc_status resolve_gas(zc_config *cfg, int world, int64_t *gas)
     return ZC_OK;
 }
 
-static zc_status pick_dtype(zc_engine *e, const zc_engine_options *o)
+zc_status zc__pick_dtype(zc_config *cfg, const zc_engine_options *o, zc_dtype *out)
 {
-    zc_config *cfg = e->cfg;
     if (o && OPT_HAS(o, param_dtype) && (int)o->param_dtype >= 0) {
         zc_dtype dt = o->param_dtype;
         if (dt != ZC_DTYPE_F32 && dt != ZC_DTYPE_F16 && dt != ZC_DTYPE_BF16)
@@ -227,14 +226,21 @@ static zc_status pick_dtype(zc_engine *e, const zc_engine_options *o)
             cfg->fp16.enabled = true;
         if (dt == ZC_DTYPE_BF16)
             cfg->bf16.enabled = true;
-        e->pdt = dt;
+        *out = dt;
     } else if (cfg->fp16.enabled && cfg->bf16.enabled) {
         return ZC_ERR(ZC_ERR_CONFIG, "fp16.enabled and bf16.enabled are both true; enable one");
     } else {
-        e->pdt = cfg->fp16.enabled ? ZC_DTYPE_F16
-                 : cfg->bf16.enabled ? ZC_DTYPE_BF16
-                                     : ZC_DTYPE_F32;
+        *out = cfg->fp16.enabled ? ZC_DTYPE_F16
+               : cfg->bf16.enabled ? ZC_DTYPE_BF16
+                                   : ZC_DTYPE_F32;
     }
+    return ZC_OK;
+}
+
+static zc_status pick_dtype(zc_engine *e, const zc_engine_options *o)
+{
+    zc_config *cfg = e->cfg;
+    ZC_CHECK(zc__pick_dtype(cfg, o, &e->pdt));
     e->pesz = zc_dtype_size(e->pdt);
     e->check_overflow = cfg->fp16.enabled || (cfg->bf16.enabled && cfg->bf16.check_grad_overflow);
     return ZC_OK;

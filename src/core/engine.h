@@ -450,6 +450,12 @@ void zc__agree_free(zc_engine *e);
  * naming the first difference and the ranks involved. */
 zc_status zc__build_agree(zc_engine *e);
 
+/* The working precision: zc_engine_options.param_dtype when set (cfg's
+ * fp16/bf16 blocks are made to follow it), else cfg's fp16/bf16 blocks;
+ * ZC_ERR_CONFIG when both are enabled, ZC_ERR_INVALID_ARG for an option that
+ * is not fp32, fp16 or bf16 (engine.c; zc_engine_create and zc_plan_memory). */
+zc_status zc__pick_dtype(zc_config *cfg, const zc_engine_options *o, zc_dtype *out);
+
 /* ---- streams.c ----------------------------------------------------------- */
 
 /* Creates the engine's streams and events (zc_engine_build): a non-blocking

@@ -382,7 +382,9 @@ static zc_status plan(const zc_est_in *in, zc_est *out)
                                  in->prefetch_elems, gather_emit, &g));
     }
     ZC_CHECK(pool_add(&stage, big * 4, 1));
+    const int64_t before = out->bytes[in->dev_kind][ZC_MEM_RESERVED];
     ZC_CHECK(pool_sum(&grad, in, out));
+    out->grad_pool = out->bytes[in->dev_kind][ZC_MEM_RESERVED] - before;
     ZC_CHECK(pool_sum(&gather, in, out));
     ZC_CHECK(pool_sum(&stage, in, out));
     /* f32_view.c: fp32 slots of the largest chunk for parameter views and

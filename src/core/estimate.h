@@ -102,6 +102,18 @@ static inline int64_t zc__bucket_elems(int64_t option, int64_t reduce_bucket_siz
     return b;
 }
 
+/* The hidden size H of the "auto" rules, as the Hugging Face integration
+ * takes it: the largest dimension of the first 2-D tensor of the largest
+ * size. Fed the tensors in order (starting from *best = *h = 0). */
+static inline void zc__hidden_step(const int64_t *shape, int ndim, int64_t numel, int64_t *best,
+                                   int64_t *h)
+{
+    if (ndim != 2 || numel <= *best)
+        return;
+    *best = numel;
+    *h = shape[0] > shape[1] ? shape[0] : shape[1];
+}
+
 /* What the plan needs: the layout and the configuration that sizes memory. */
 typedef struct zc_est_in {
     int world, stage;            /* world >= 1, stage 0..3 */
@@ -140,6 +152,8 @@ typedef struct zc_est {
      * so that a message can name its key rather than offload_optimizer's:
      * its pinned swap buffers (nvme) and its swap file (NVMe PARAMS). */
     int64_t param_buffers, param_nvme;
+    /* Stages 2/3's gradient pool (part of the device kind's RESERVED). */
+    int64_t grad_pool;
 } zc_est;
 
 /* Consumers as a user changes them: the categories grouped by the setting

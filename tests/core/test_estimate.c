@@ -50,6 +50,9 @@ typedef struct layout {
     int64_t max_live, prefetch, buffer_count, nvme_round;
     int64_t pbuffer_count, max_in_cpu, pnvme_round;
     double ratio;
+    zc_memory_plan plan;   /* zc_plan_memory of the run's configuration and model */
+    zc_status plan_rc;
+    char plan_err[512];
 } layout;
 
 static void grab(t_ctx *x, int step, void *arg)
@@ -76,6 +79,17 @@ static void grab(t_ctx *x, int step, void *arg)
     l->max_in_cpu = e->cfg->zero.offload_param.max_in_cpu;
     l->pnvme_round = e->cfg->aio.block_size *
                      zc__nvme_path_count(e->cfg->zero.offload_param.nvme_path);
+    /* The public planner, from what the harness registers (t_ctx_open). */
+    zc_plan_tensor t[T_NPARAMS];
+    for (int i = 0; i < T_NPARAMS; i++)
+        t[i] = (zc_plan_tensor){&t_numel[i], 1, t_boundary[i]};
+    zc_engine_options eo = ZC_ENGINE_OPTIONS_INIT;
+    eo.device = ZC_DEVICE_HOST;
+    eo.bucket_elems = x->run->bucket;
+    eo.f32_view_chunks = x->run->f32_views;
+    l->plan.size = sizeof l->plan;
+    l->plan_rc = zc_plan_memory(x->cfg, x->run->world, t, T_NPARAMS, &eo, &l->plan);
+    snprintf(l->plan_err, sizeof l->plan_err, "%s", zc_last_error());
 }
 
 static const int kind_of[ZC_MEMKIND__COUNT] = {
@@ -126,6 +140,23 @@ static void check_with(int stage, int world, int accum, int off, const char *nvm
     };
     zc_est est;
     cr_assert_eq(zc__estimate(&in, &est), ZC_OK, "%s", zc_last_error());
+    /* zc_plan_memory makes the same plan from the model and configuration
+     * alone (forced staging is a test hook it does not see). */
+    cr_assert_eq(l.plan_rc, ZC_OK, "zc_plan_memory: %s", l.plan_err);
+    for (int mk = 0; mk < ZC_MEMKIND__COUNT && !staged; mk++) {
+        cr_assert_eq(l.plan.bytes_by_kind[kind_of[mk]], est.kind_total[mk],
+                     "stage %d world %d accum %d offload %d/%d: zc_plan_memory kind %d %lld, "
+                     "the planner %lld", stage, world, accum, off, po.dev, kind_of[mk],
+                     (long long)l.plan.bytes_by_kind[kind_of[mk]],
+                     (long long)est.kind_total[mk]);
+        for (int c = 0; c < ZC_MEM__COUNT; c++)
+            cr_assert_eq(l.plan.bytes_by_kind_cat[kind_of[mk]][c], est.bytes[mk][c]);
+    }
+    cr_assert_eq(l.plan.num_chunks, l.nchunks);
+    cr_assert_eq(l.plan.dtype, ZC_DTYPE_BF16);
+    cr_assert(l.plan.host_device);
+    cr_assert_eq(l.plan.grad_buffer_bytes, est.grad_pool);
+    cr_assert_eq(l.plan.grad_buffer_bytes > 0, stage >= 2);
     if (stage == 3 && po.dev == 2 && po.max_in_cpu == 0)
         cr_assert_gt(est.param_nvme, 0, "offload_param nvme planned no swap file");
     for (int rank = 0; rank < world; rank++) {
@@ -332,6 +363,56 @@ Test(estimate, grad_pool_by_units)
     in.unit_start = NULL;
     cr_assert_eq(zc__estimate(&in, &e), ZC_OK, "%s", zc_last_error());
     cr_assert_eq(e.bytes[ZC_MEMKIND_DEVICE][ZC_MEM_RESERVED], 2 * 640 * 4 + 256 + stage);
+}
+
+/* zc_plan_memory refuses bad input, naming it, and leaves *out alone; a
+ * configuration the engine refuses is refused alike; a CUDA plan needs no
+ * device and puts the engine's buffers in device memory. */
+Test(estimate, plan_memory_refuses_bad_input)
+{
+    zc_config *cfg = NULL;
+    cr_assert_eq(zc_config_create(&cfg), ZC_OK);
+    const int64_t shape[2] = {64, 32}, bad_shape[2] = {64, 0};
+    zc_plan_tensor t[2] = {{shape, 2, false}, {shape, 1, true}};
+    zc_memory_plan p = {.size = sizeof p};
+    p.num_chunks = -7;
+    cr_assert_eq(zc_plan_memory(cfg, 0, t, 2, NULL, &p), ZC_ERR_INVALID_ARG);
+    cr_assert_eq(zc_plan_memory(NULL, 1, t, 2, NULL, &p), ZC_ERR_INVALID_ARG);
+    cr_assert_eq(zc_plan_memory(cfg, 1, t, 0, NULL, &p), ZC_ERR_INVALID_ARG);
+    cr_assert_eq(zc_plan_memory(cfg, 1, t, 2, NULL, NULL), ZC_ERR_INVALID_ARG);
+    zc_memory_plan shortp = {.size = 8};
+    cr_assert_eq(zc_plan_memory(cfg, 1, t, 2, NULL, &shortp), ZC_ERR_INVALID_ARG);
+    zc_plan_tensor bad[2] = {{shape, 2, false}, {bad_shape, 2, false}};
+    cr_assert_eq(zc_plan_memory(cfg, 1, bad, 2, NULL, &p), ZC_ERR_INVALID_ARG);
+    cr_assert(strstr(zc_last_error(), "tensor 1: dimension 1 is 0"), "%s", zc_last_error());
+    bad[1] = (zc_plan_tensor){shape, 9, false};
+    cr_assert_eq(zc_plan_memory(cfg, 1, bad, 2, NULL, &p), ZC_ERR_INVALID_ARG);
+    cr_assert_eq(zc_config_set(cfg, "zero_optimization.offload_optimizer.device", "\"cpu\""),
+                 ZC_OK);
+    cr_assert_eq(zc_plan_memory(cfg, 1, t, 2, NULL, &p), ZC_ERR_CONFIG, "%s", zc_last_error());
+    cr_assert_eq(p.num_chunks, -7, "a failed plan wrote its output");
+    /* Stage 2, cpu offload, bf16, world 2: on the host path nothing stages,
+     * on CUDA the landing and output buffers are pinned and the engine's
+     * buffers are device memory. */
+    cr_assert_eq(zc_config_set_int(cfg, "zero_optimization.stage", 2), ZC_OK);
+    cr_assert_eq(zc_config_set_bool(cfg, "bf16.enabled", true), ZC_OK);
+    zc_engine_options eo = ZC_ENGINE_OPTIONS_INIT;
+    eo.device = ZC_DEVICE_HOST;
+    zc_memory_plan host = {.size = sizeof host}, cuda = {.size = sizeof cuda};
+    cr_assert_eq(zc_plan_memory(cfg, 2, t, 2, &eo, &host), ZC_OK, "%s", zc_last_error());
+    eo.device = ZC_DEVICE_CUDA;
+    cr_assert_eq(zc_plan_memory(cfg, 2, t, 2, &eo, &cuda), ZC_OK, "%s", zc_last_error());
+    cr_assert(host.host_device && !cuda.host_device);
+    cr_assert_eq(host.dtype, ZC_DTYPE_BF16);
+    cr_assert_eq(host.bytes_by_kind[ZC_KIND_DEVICE], 0);
+    cr_assert_eq(cuda.bytes_by_kind[ZC_KIND_DEVICE], host.bytes_by_kind[ZC_KIND_HOST]);
+    cr_assert_gt(cuda.bytes_by_kind[ZC_KIND_PINNED], host.bytes_by_kind[ZC_KIND_PINNED]);
+    /* 2048 + 64 elements: the first chunk {64 x 32} and, after the
+     * boundary, {64}, each padded to world x 64. */
+    cr_assert_eq(host.num_params, 2048 + 64);
+    cr_assert_eq(host.num_chunks, 2);
+    cr_assert_eq(host.padded_params, 2048 + 128);
+    zc_config_destroy(cfg);
 }
 
 Test(estimate, refuses_bad_input_and_overflow)
