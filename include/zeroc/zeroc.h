@@ -303,7 +303,10 @@ ZC_API zc_param *zc_param_add(zc_engine *eng, const char *name, const int64_t *s
                               int group);
 
 /* Starts a new chunk at the next registered parameter (e.g. one chunk set per
- * transformer block). Before build only. */
+ * transformer block). Before build only. The parameters between two calls
+ * are a unit - what zc_block_span returns, as a wrapped module is for FSDP -
+ * and stages 2-3 reserve gradient buffers for two units at build (see
+ * zc_block_grad_buffers); without any call, each chunk is a unit. */
 ZC_API zc_status zc_chunk_boundary(zc_engine *eng);
 
 /* Partitions the parameters into chunks and shards and allocates every buffer
@@ -387,10 +390,11 @@ ZC_API zc_status zc_param_release(zc_engine *eng, zc_param *p, void *stream);
  * zc_engine_options.stream (the caller's compute stream) is made to wait for
  * it, so gradients must be written on that stream (or on a stream the caller
  * orders after it) and only after this call returns, in every micro-step.
- * Returns NULL for an unknown parameter. In stages 2 and 3 the buffer is one of
- * two chunk buffers reserved at build: writing the gradients of a third chunk
- * before the first two are complete (every parameter made ready) returns NULL
- * with ZC_ERR_NO_MEMORY, on every rank alike.
+ * Returns NULL for an unknown parameter. In stages 2 and 3 the buffer is its
+ * chunk's, one of those reserved at build for two units (zc_chunk_boundary;
+ * without boundaries, two chunks): writing the gradients of more chunks than
+ * that before the earlier ones are complete (every parameter made ready)
+ * returns NULL with ZC_ERR_NO_MEMORY, on every rank alike.
  * Lifetime: the pointer is valid until this parameter's zc_grad_ready; a
  * later call in the next micro-step may return it again, zeroed. Writing it
  * after zc_grad_ready is a bug whose effect depends on the stage: in stages
@@ -485,13 +489,24 @@ ZC_API zc_status zc_block_release(zc_engine *eng, zc_block *b, void *stream);
 /* zc_grad_buffer of every parameter of the block: bufs[i] (zc_block_size(b)
  * pointers) receives the i-th buffer, under zc_grad_buffer's contract
  * (zeroed per micro-step, stream order, valid until that parameter's
- * zc_grad_ready). Stages 2 and 3 hold a gradient buffer per chunk and
- * reserve two at build: a block needs one for each of its chunks that has
- * none yet, and when fewer are free the call fails with ZC_ERR_NO_MEMORY,
- * on every rank alike, before taking any; so a block must span at most two
- * chunks there (one chunk per block: zc_chunk_boundary before each block
- * with a bucket that holds it). ZC_ERR_INVALID_STATE, nothing taken, when a
- * parameter was already made ready in this micro-step. */
+ * zc_grad_ready). Stages 2 and 3 hold a gradient buffer per chunk, and a
+ * block needs one for each of its chunks that has none yet - a block may
+ * span any number of chunks (at most 2^24 elements each). The build reserves
+ * them by units, the parameters between two zc_chunk_boundary calls (each
+ * chunk without boundaries): two sets, each with room for any one unit's
+ * chunks (slot i as large as the i-th largest chunk of any unit), at most
+ * one slot per chunk. Memory: about 2 x the largest unit's padded elements
+ * in the working dtype (2 x the largest chunk without boundaries), counted
+ * by zc_plan_memory, the build's pre-flight and `zeroc estimate`. So a loop
+ * that registers each block after a zc_chunk_boundary and makes each block
+ * ready before the next takes its buffers always gets them, also with a tied
+ * embedding's buffer held through the backward pass; with overlap_comm the
+ * next block takes the other set's buffers while the previous block is still
+ * being reduced.
+ * When the free buffers cannot hold the block's chunks (a list crossing
+ * units, more buffers held) the call fails with ZC_ERR_NO_MEMORY, on every
+ * rank alike, before taking any. ZC_ERR_INVALID_STATE, nothing taken, when
+ * a parameter was already made ready in this micro-step. */
 ZC_API zc_status zc_block_grad_buffers(zc_engine *eng, zc_block *b, void **bufs);
 
 /* zc_grad_ready of every parameter of the block, in order (a chunk's
@@ -597,10 +612,10 @@ ZC_API zc_status zc_block_grad_buffers_f32(zc_engine *eng, zc_block *b, float **
  * ready once, after its last use - so its chunk is reduced last. Keep the
  * tied parameter in a chunk of its own (zc_chunk_boundary before and after
  * it, with its own block), so making the blocks between its two uses ready
- * does not wait on it; in stages 2-3 its chunk then holds one of the two
- * reserved gradient buffers through the whole backward pass, which leaves
- * one for the blocks in between (make each block ready before the next
- * takes its buffers). Making it ready at its first use, or twice, is wrong:
+ * does not wait on it; in stages 2-3 its chunk then holds one of the
+ * reserved gradient buffers through the whole backward pass, and the
+ * reserve's second set still holds any block's (make each block ready before
+ * the next takes its buffers). Making it ready at its first use, or twice, is wrong:
  * the second contribution would be lost (zc_grad_ready fails the second
  * time with ZC_ERR_INVALID_STATE). For a stage-3 model the tied parameter is
  * acquired again for the head's backward, as any parameter. */
