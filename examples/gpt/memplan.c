@@ -16,7 +16,11 @@
 #include "model.h"
 
 static bool add(uint64_t *acc, uint64_t v) { return !__builtin_add_overflow(*acc, v, acc); }
-static bool mul(uint64_t a, uint64_t b, uint64_t *out) { return !__builtin_mul_overflow(a, b, out); }
+
+static bool mul(uint64_t a, uint64_t b, uint64_t *out)
+{
+    return !__builtin_mul_overflow(a, b, out);
+}
 
 static double gib(uint64_t b) { return (double)b / 1073741824.0; }
 
