@@ -7,10 +7,9 @@
  * with its output in files of the bench's directory. A child that exits
  * non-zero failed (its last stderr line says why), one that dies of a signal
  * or outlives the timeout was killed; either way the sweep goes on. */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
+#include <ftw.h>
 #include <math.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -37,8 +36,8 @@ static double now_s(void)
 }
 
 bool bt_spawn(char *const argv[], const char *out_path, const char *err_path,
-              double timeout_s, void (*poll)(void *arg, pid_t child), void *arg,
-              int *wstatus, long *maxrss_kib, bool *timed_out)
+              double timeout_s, void (*poll)(void *arg), void *arg, int *wstatus,
+              long *maxrss_kib, bool *timed_out)
 {
     *timed_out = false;
     *maxrss_kib = 0;
@@ -73,7 +72,7 @@ bool bt_spawn(char *const argv[], const char *out_path, const char *err_path,
             break;
         }
         if (poll)
-            poll(arg, pid);
+            poll(arg);
         nanosleep(&(struct timespec){.tv_nsec = 20 * 1000 * 1000}, NULL);
     }
     *maxrss_kib = ru.ru_maxrss;
@@ -242,41 +241,28 @@ static bool write_config(const bt_setup *s, const bt_config *c, const char *path
 
 /* ---- the swap files while the workload runs -------------------------------- */
 
-/* The swap files have no names once the library has opened them (so a
- * killed run leaves nothing behind): they are found through the child's
- * open descriptors, /proc/PID/fd, whose links name where a file was made
- * (with " (deleted)" after it); stat() through the link sizes the file. dir
- * is the nvme_path directory, as an absolute path. */
 typedef struct nvme_watch {
-    char dir[PATH_MAX];
+    const char *dir;
     int64_t max;
 } nvme_watch;
 
-static void watch_nvme(void *arg, pid_t child)
+static int64_t nvme_sum;
+
+static int add_size(const char *p, const struct stat *st, int type, struct FTW *f)
+{
+    (void)p;
+    (void)f;
+    if (type == FTW_F)
+        nvme_sum += (int64_t)st->st_size;
+    return 0;
+}
+
+static void watch_nvme(void *arg)
 {
     nvme_watch *w = arg;
-    char fddir[64];
-    snprintf(fddir, sizeof fddir, "/proc/%d/fd", (int)child);
-    DIR *d = opendir(fddir);
-    if (!d)
-        return;
-    const size_t n = strlen(w->dir);
-    int64_t sum = 0;
-    for (struct dirent *e; (e = readdir(d));) {
-        char link[sizeof fddir + 300], target[PATH_MAX];
-        snprintf(link, sizeof link, "%s/%.256s", fddir, e->d_name);
-        const ssize_t len = readlink(link, target, sizeof target - 1);
-        struct stat st;
-        if (len <= 0)
-            continue;
-        target[len] = 0;
-        if (!strncmp(target, w->dir, n) && target[n] == '/' && stat(link, &st) == 0 &&
-            S_ISREG(st.st_mode))
-            sum += (int64_t)st.st_size;
-    }
-    closedir(d);
-    if (sum > w->max)
-        w->max = sum;
+    nvme_sum = 0;
+    if (nftw(w->dir, add_size, 8, FTW_PHYS) == 0 && nvme_sum > w->max)
+        w->max = nvme_sum;
 }
 
 /* ---- one configuration --------------------------------------------------------- */
@@ -351,12 +337,7 @@ bool bt_run_config(const bt_setup *s, int index, const bt_config *c, bt_result *
                     world, "--launcher", "threads", "--layers", L, "--dim", D, "--heads", H,
                     "--seq", S, "--vocab", V, "--batch", B, "--eval-every", "0", "--device",
                     s->cuda ? "cuda" : "cpu", "--json", NULL};
-    nvme_watch w = {.max = 0};
-    if (!realpath(nvme_dir, w.dir)) {
-        snprintf(r->reason, sizeof r->reason, "cannot resolve %.300s: %s", nvme_dir,
-                 strerror(errno));
-        return false;
-    }
+    nvme_watch w = {.dir = nvme_dir};
     int st = 0;
     long rss = 0;
     bool timed_out = false;

@@ -562,8 +562,7 @@ ZC_API zc_status zc_block_base(zc_engine *eng, const zc_block *b, void **base);
  * padded chunk) bytes (zc_stats: ZC_MEM_RESERVED while idle, ZC_MEM_BUFFERS
  * while in use). A chunk whose parameters have a view (or a gradient view)
  * holds one slot until its last such parameter is released (made ready), so
- * N bounds the chunks viewed at once: a block's chunks plus a tied
- * embedding's (2 for blocks of one chunk; a block of k chunks needs k + 1).
+ * N bounds the chunks viewed at once: 2 covers a block plus a tied embedding.
  * With fp32 parameters no slot is used: the views are the parameters and the
  * gradient buffers themselves, so the same float loop runs in every
  * precision. Host device only: with a CUDA device both calls return
