@@ -38,18 +38,6 @@ zc_status zc__home_store_open(zc_swap_dirs *sd, const zc_home_store_spec *s,
         return ZC_ERR(ZC_ERR_UNSUPPORTED, "%s nvme: '%s' needs %zu-byte aligned I/O, more than "
                       "the %u bytes the swap layout uses", s->block, sd->given[0], ns->alignment,
                       ZC_SWAP_ALIGN);
-    /* The swap files lose their names (and their directories go) as soon as
-     * they are open: a process killed mid-run - the OOM killer, Ctrl-C, a
-     * launcher's timeout - leaves nothing in nvme_path, and the space of
-     * tens of GiB returns when the process ends. */
-    if (!(s->flags & ZC_NVME_KEEP_FILES)) {
-        rc = zc__nvme_unlink(*out);
-        if (rc != ZC_OK) {
-            zc__error_context("%s (rank %d)", key, env->rank);
-            return rc;
-        }
-        zc__swap_dirs_remove(sd);
-    }
     return ZC_OK;
 }
 

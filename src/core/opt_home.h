@@ -145,9 +145,7 @@ typedef struct zc_opt_nvme_info {
     int64_t buffer_count;    /* swap buffers allocated */
     int slots;               /* chunks in flight (buffer_count / 4) */
     uint64_t file_bytes;     /* swap space of this rank, all directories */
-    uint64_t disk_bytes;     /* ... as the filesystem sizes the open files */
-    char dir[512];           /* nvme_path[0] (the swap directory made in it is
-                                removed, with the files' names, once they are open) */
+    char dir[512];           /* this engine's swap directory under nvme_path[0] */
     /* time spent in the last pass, seconds: waiting for reads, waiting for
      * writes (the bench's breakdown) */
     double read_wait_s, write_wait_s;

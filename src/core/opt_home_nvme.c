@@ -660,7 +660,7 @@ void zc__opt_home_nvme_info(const zc_opt_home *hh, zc_opt_nvme_info *out)
     out->buffer_count = (int64_t)h->nslots * (h->p.staging || h->nt == 4 ? 4 : 3);
     out->slots = h->nslots;
     out->file_bytes = h->capacity;
-    snprintf(out->dir, sizeof out->dir, "%s", h->sd.given[0]);
+    snprintf(out->dir, sizeof out->dir, "%s", h->sd.made[0]);
     out->read_wait_s = h->read_wait;
     out->write_wait_s = h->write_wait;
     out->reads = h->reads;
@@ -672,7 +672,6 @@ void zc__opt_home_nvme_info(const zc_opt_home *hh, zc_opt_nvme_info *out)
         zc__nvme_stats_get(h->store, &ns);
         out->requests = ns.requests;
         out->write_requests = ns.write_requests;
-        out->disk_bytes = zc__nvme_file_bytes(h->store);
     }
 }
 

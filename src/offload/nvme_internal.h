@@ -64,8 +64,6 @@ struct zc_nvme_store {
     char paths[ZC_NVME_MAX_DIRS][512];
     int fds[ZC_NVME_MAX_DIRS];
     bool created[ZC_NVME_MAX_DIRS];
-    bool unlinked[ZC_NVME_MAX_DIRS]; /* zc__nvme_unlink removed its name: close
-                                        must not unlink that path again */
     uint64_t file_bytes;  /* per file */
     uint64_t capacity;
     size_t align, block, stripe;

@@ -281,7 +281,7 @@ static void remove_files(zc_nvme_store *st, bool only_created)
             close(st->fds[i]);
             st->fds[i] = -1;
         }
-        if (st->paths[i][0] && !st->unlinked[i] && (!only_created || st->created[i]))
+        if (st->paths[i][0] && (!only_created || st->created[i]))
             unlink(st->paths[i]);
     }
 }
@@ -643,33 +643,6 @@ void zc__nvme_stats_get(const zc_nvme_store *st, zc_nvme_stats *out)
     out->capacity = st->capacity;
     out->requests = st->seq;
     out->write_requests = st->wseq;
-}
-
-zc_status zc__nvme_unlink(zc_nvme_store *st)
-{
-    if (!st || st->opts.file || (st->opts.flags & ZC_NVME_KEEP_FILES))
-        return ZC_ERR(ZC_ERR_INVALID_ARG, "zc__nvme_unlink: only a swap store's files (not a "
-                      "named or kept file) lose their names");
-    for (int i = 0; i < st->ndirs; i++) {
-        if (st->unlinked[i] || !st->paths[i][0])
-            continue;
-        if (unlink(st->paths[i]) != 0)
-            return ZC_ERR(ZC_ERR_IO, "removing the name of the NVMe store file '%s' (it stays "
-                          "open): %s", st->paths[i], strerror(errno));
-        st->unlinked[i] = true;
-    }
-    return ZC_OK;
-}
-
-uint64_t zc__nvme_file_bytes(const zc_nvme_store *st)
-{
-    uint64_t n = 0;
-    for (int i = 0; st && i < st->ndirs; i++) {
-        struct stat sb;
-        if (st->fds[i] >= 0 && fstat(st->fds[i], &sb) == 0)
-            n += (uint64_t)sb.st_size;
-    }
-    return n;
 }
 
 const char *zc__nvme_path(const zc_nvme_store *st, int i)

@@ -278,18 +278,6 @@ void zc__nvme_stats_get(const zc_nvme_store *st, zc_nvme_stats *out);
  * each file. ZC_ERR_IO names the file (or the first failed ticket). */
 zc_status zc__nvme_fsync(zc_nvme_store *st);
 
-/* Removes the names of a swap store's files while keeping them open, so a
- * process killed later leaves no file behind: the space goes back when the
- * last descriptor closes. Not for a named file (opts.file) or
- * ZC_NVME_KEEP_FILES (ZC_ERR_INVALID_ARG). ZC_ERR_IO names the file whose
- * name could not be removed; those removed before stay removed. zc__nvme_path
- * still returns the old path, for messages. */
-zc_status zc__nvme_unlink(zc_nvme_store *st);
-
-/* The bytes the filesystem gives the store's files (st_size, summed over
- * the directories, through the open descriptors: named or not); 0 for NULL. */
-uint64_t zc__nvme_file_bytes(const zc_nvme_store *st);
-
 /* Path of the file for directory i (0 <= i < ndirs), or NULL. */
 const char *zc__nvme_path(const zc_nvme_store *st, int i);
 
