@@ -9,7 +9,7 @@
 #include "backend.h"
 #include "model_cuda.h"
 
-static const char *err_str(int code) { return cudaGetErrorString((cudaError_t)code); }
+static const char *err_str(int code) { return gpt_cuda_error_string(code); }
 
 static int stream_create(void **s)
 {
