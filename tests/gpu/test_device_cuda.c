@@ -294,7 +294,7 @@ Test(gpu_device, device_index_minus_one_follows_each_launcher)
 {
     int count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess || count < 1)
-        cr_skip_test("no CUDA device");
+        gpu_unavailable("no CUDA device");
     static const char *const local_vars[] = {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
                                              "MPI_LOCALRANKID", "MV2_COMM_WORLD_LOCAL_RANK",
                                              "SLURM_LOCALID"};
