@@ -30,6 +30,7 @@ usage: check_bench_train.py ZEROC TRAIN_GPT
 """
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -131,12 +132,28 @@ def check_ok(r):
         fail(f"{name}: VmHWM {r['process']['vmhwm']} below the library's peak")
 
 
+def plot_env(tmp):
+    """An environment whose PATH starts with a python3 that has matplotlib
+    (the bench draws its plot with the python3 found in PATH): this one, or
+    Debian's, where scripts/deps.sh installs python3-matplotlib."""
+    for py in (sys.executable, shutil.which("python3"), "/usr/bin/python3"):
+        if py and subprocess.run([py, "-c", "import matplotlib"],
+                                 capture_output=True).returncode == 0:
+            d = os.path.join(tmp, "plot-python")
+            os.makedirs(d, exist_ok=True)
+            if not os.path.exists(os.path.join(d, "python3")):
+                os.symlink(py, os.path.join(d, "python3"))
+            return dict(os.environ, PATH=d + os.pathsep + os.environ.get("PATH", ""))
+    fail("no python3 with matplotlib (bash scripts/deps.sh --tests installs it)")
+
+
 def sweep(zeroc, train_gpt, tmp):
     out = os.path.join(tmp, "sweep")
     cmd = [zeroc, "bench", "train", "--out", out, "--json", "--steps", "4", "--warmup", "2",
            "--world", str(WORLD), "--batch", str(BATCH), "--workload", train_gpt,
            "--timeout", "120"]
-    p, dt = run(cmd)
+    env = plot_env(tmp)
+    p, dt = run(cmd, env=env)
     if p.returncode != 0:
         fail(f"exit {p.returncode}: {p.stderr}")
     rows = lines_of(p)
@@ -168,7 +185,7 @@ def sweep(zeroc, train_gpt, tmp):
             fail(f"{c}: step_over_ddp {r['step_over_ddp']}, want {want}")
     check_files(out, rows)
     before = {n: os.stat(os.path.join(out, n)).st_mtime_ns for n in os.listdir(out)}
-    p, _ = run(cmd)
+    p, _ = run(cmd, env=env)
     if p.returncode != 1 or "exists" not in p.stderr:
         fail(f"a second run into the same --out: exit {p.returncode}, {p.stderr!r}")
     after = {n: os.stat(os.path.join(out, n)).st_mtime_ns for n in os.listdir(out)}
@@ -178,7 +195,7 @@ def sweep(zeroc, train_gpt, tmp):
 
 def crash_and_hang(zeroc, train_gpt, tmp):
     out = os.path.join(tmp, "faults")
-    env = dict(os.environ, ZC_TEST_TRAIN_GPT=train_gpt, ZC_TEST_TMP=tmp)
+    env = dict(plot_env(tmp), ZC_TEST_TRAIN_GPT=train_gpt, ZC_TEST_TMP=tmp)
     wrapper = os.path.join(tmp, "workload.py")
     with open(wrapper, "w") as f:
         f.write(f"#!{sys.executable}\nimport sys\nsys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})\n"
