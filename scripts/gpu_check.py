@@ -256,7 +256,8 @@ def part_env(c, bundle):
         c.no_device = "no device checked: the bundle is missing"
         return False
     with tarfile.open(bundle) as tf:
-        tf.extractall(c.work)
+        # Regular files only, inside the target ("data" where Python has it).
+        tf.extractall(c.work, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
     base = os.path.join(c.work, "zeroc-gpu")
     c.bin, c.lib = os.path.join(base, "bin"), os.path.join(base, "lib")
     manifest = json.load(open(os.path.join(base, "MANIFEST.json")))

@@ -71,9 +71,10 @@ def main():
             names = tf.getnames()
             if any(n.startswith("/") or ".." in n.split("/") for n in names):
                 fail(f"unsafe member names: {names}")
-            tf.extractall(tmp)
+            tf.extractall(tmp, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
         b = os.path.join(tmp, "zeroc-gpu")
-        bins, libs = set(os.listdir(os.path.join(b, "bin"))), set(os.listdir(os.path.join(b, "lib")))
+        bins = set(os.listdir(os.path.join(b, "bin")))
+        libs = set(os.listdir(os.path.join(b, "lib")))
         if bins != EXECUTABLES:
             fail(f"executables {sorted(bins)}, want {sorted(EXECUTABLES)}")
         if "libzeroc.so.0" not in libs:
