@@ -48,6 +48,7 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.join(ROOT, "bench", "train"))
 import gpt_flops  # noqa: E402  (no torch needed)
 
