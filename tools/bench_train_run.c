@@ -336,7 +336,12 @@ bool bt_run_config(const bt_setup *s, int index, const bt_config *c, bt_result *
     char *argv[] = {(char *)s->workload, "--config", cfg_path, "--steps", steps, "--world",
                     world, "--launcher", "threads", "--layers", L, "--dim", D, "--heads", H,
                     "--seq", S, "--vocab", V, "--batch", B, "--eval-every", "0", "--device",
-                    s->cuda ? "cuda" : "cpu", "--json", NULL};
+                    s->cuda ? "cuda" : "cpu", "--json", NULL, NULL, NULL};
+    if (s->data) { /* --data FILE: the workload's text, in place of its default */
+        size_t k = sizeof argv / sizeof argv[0] - 3;
+        argv[k] = "--data";
+        argv[k + 1] = (char *)s->data;
+    }
     nvme_watch w = {.dir = nvme_dir};
     int st = 0;
     long rss = 0;

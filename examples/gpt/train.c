@@ -323,8 +323,15 @@ static void *rank_main(void *argp)
     char err[256];
 
     rank_state s = {.sh = sh, .be = sh->be, .rank = rank, .nt = gpt_num_tensors(c)};
-    BE(&s, stream_create(&s.stream));
     zc_engine_options eo = ZC_ENGINE_OPTIONS_INIT;
+    /* The rank's GPU first, on this thread: its stream and buffers must live
+     * on the device the engine will use (under a launcher, the local rank's),
+     * not on device 0, where a new thread starts. */
+    if (s.be->device == ZC_DEVICE_CUDA) {
+        CHECK(zc_cuda_device_index(-1, &eo.device_index));
+        BE(&s, select_device(eo.device_index));
+    }
+    BE(&s, stream_create(&s.stream));
     /* The layers read parameters and write gradients where the backend
      * computes: host memory, or the device with gradients written on this
      * rank's stream. */

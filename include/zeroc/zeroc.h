@@ -282,6 +282,18 @@ typedef struct zc_engine_options {
 #define ZC_ENGINE_OPTIONS_INIT \
     { sizeof(zc_engine_options), ZC_DEVICE_AUTO, -1, 0, (zc_dtype)-1, NULL, 0 }
 
+/* The CUDA device ordinal that zc_engine_options.device_index resolves to in
+ * this process: device_index itself when >= 0, the launcher's local rank
+ * rule above for -1 - the GPU zc_engine_create will use. A program that
+ * makes its own streams or buffers before creating the engine selects this
+ * device (cudaSetDevice) on the rank's thread first, so they live on the
+ * engine's GPU and not on device 0. Writes the ordinal to *ordinal (-1 on
+ * failure). Returns ZC_ERR_UNSUPPORTED without a usable CUDA device (or in a
+ * build without CUDA), ZC_ERR_INVALID_ARG for a NULL ordinal, an index
+ * below -1 or past the visible devices, ZC_ERR_CONFIG for a malformed or
+ * too large launcher local rank (naming the variable). */
+ZC_API zc_status zc_cuda_device_index(int device_index, int *ordinal);
+
 /* Creates an engine for one rank. Copies cfg (resolving the batch keys for the
  * communicator's world); borrows comm, which must outlive the engine. opts may
  * be NULL. Fails with ZC_ERR_CONFIG for a contradictory configuration (stage

@@ -16,6 +16,7 @@
 #include "comm/rendezvous.h"
 #include "base/clock.h"
 #include "base/log.h"
+#include "device/cuda_guard.h"
 #include "kernels/kernels.h"
 
 /* Collectives that may be in flight at once; the issuing thread waits for the
@@ -330,7 +331,8 @@ static zc_status issue(nccl_comm *c, const char *op, size_t bytes, launch_fn lau
     char msg[512];
     msg[0] = '\0';
     int fatal = 0;
-    (void)cudaSetDevice(c->device);
+    zc_cuda_guard dev_guard; /* the caller's thread stays on its own device */
+    zc__cuda_guard_enter(&dev_guard, c->device);
     cudaError_t ce = cudaEventRecord(c->fence, (cudaStream_t)stream);
     if (ce == cudaSuccess)
         ce = cudaStreamWaitEvent(c->stream, c->fence, 0);
@@ -394,6 +396,7 @@ static zc_status issue(nccl_comm *c, const char *op, size_t bytes, launch_fn lau
     }
     abort_if_failed_locked(c);
     pthread_mutex_unlock(&c->mu);
+    zc__cuda_guard_leave(&dev_guard);
     return rc;
 }
 
@@ -478,7 +481,8 @@ static zc_status nccl_group_end(zc_comm *base)
 
     char msg[512];
     msg[0] = '\0';
-    (void)cudaSetDevice(c->device);
+    zc_cuda_guard dev_guard;
+    zc__cuda_guard_enter(&dev_guard, c->device);
     /* Every collective's fence wait is already on the comm stream: the start
      * events recorded now complete when the whole group can run. */
     cudaError_t ce = cudaSuccess;
@@ -524,6 +528,7 @@ static zc_status nccl_group_end(zc_comm *base)
     }
     abort_if_failed_locked(c);
     pthread_mutex_unlock(&c->mu);
+    zc__cuda_guard_leave(&dev_guard);
     return rc;
 }
 
@@ -648,7 +653,8 @@ static zc_status nccl_bind_device(zc_comm *base, zc_device *dev)
 static void nccl_destroy(zc_comm *base)
 {
     nccl_comm *c = (nccl_comm *)base;
-    (void)cudaSetDevice(c->device);
+    zc_cuda_guard dev_guard;
+    zc__cuda_guard_enter(&dev_guard, c->device);
     pthread_mutex_lock(&c->mu);
     int open_group = c->group_open;
     pthread_mutex_unlock(&c->mu);
@@ -691,6 +697,7 @@ static void nccl_destroy(zc_comm *base)
     pthread_cond_destroy(&c->cv);
     pthread_mutex_destroy(&c->mu);
     zc__host_free(NULL, ZC_MEM_OTHER, c, sizeof *c);
+    zc__cuda_guard_leave(&dev_guard);
 }
 
 static const zc_comm_ops nccl_ops = {
@@ -708,6 +715,7 @@ static const zc_comm_ops nccl_ops = {
 
 /* ---- creation ------------------------------------------------------------ */
 
+/* On the communicator's device (made current by the caller, create). */
 static zc_status cuda_setup(nccl_comm *c)
 {
     cudaError_t e = cudaSetDevice(c->device);
@@ -735,13 +743,10 @@ static zc_status cuda_setup(nccl_comm *c)
     return ZC_OK;
 }
 
-zc_status zc__comm_nccl_create(int rank, int world, int device, const void *unique_id,
-                               double init_timeout_s, zc_comm **out)
+/* zc__comm_nccl_create with its arguments checked and `device` current. */
+static zc_status create_on_device(int rank, int world, int device, const void *unique_id,
+                                  double init_timeout_s, zc_comm **out)
 {
-    *out = NULL;
-    if (world < 1 || rank < 0 || rank >= world || device < 0 || !unique_id)
-        return ZC_ERR(ZC_ERR_INVALID_ARG, "nccl create: rank %d of %d on cuda:%d", rank, world,
-                      device);
     nccl_comm *c = NULL;
     ZC_CHECK(zc__host_alloc(NULL, ZC_MEM_OTHER, sizeof *c, "nccl communicator", (void **)&c));
     c->base.ops = &nccl_ops;
@@ -792,6 +797,20 @@ zc_status zc__comm_nccl_create(int rank, int world, int device, const void *uniq
     return ZC_OK;
 }
 
+zc_status zc__comm_nccl_create(int rank, int world, int device, const void *unique_id,
+                               double init_timeout_s, zc_comm **out)
+{
+    *out = NULL;
+    if (world < 1 || rank < 0 || rank >= world || device < 0 || !unique_id)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "nccl create: rank %d of %d on cuda:%d", rank, world,
+                      device);
+    zc_cuda_guard dev_guard; /* the caller's thread stays on its own device */
+    zc__cuda_guard_enter(&dev_guard, device);
+    zc_status rc = create_on_device(rank, world, device, unique_id, init_timeout_s, out);
+    zc__cuda_guard_leave(&dev_guard);
+    return rc;
+}
+
 zc_status zc__comm_nccl_stall(zc_comm *base, unsigned ms)
 {
     nccl_comm *c = (nccl_comm *)base;
@@ -802,6 +821,9 @@ zc_status zc__comm_nccl_stall(zc_comm *base, unsigned ms)
 }
 
 /* ---- bootstrap ----------------------------------------------------------- */
+
+static zc_status from_env_on_device(const zc_launch_env *env, int dev, const char *why,
+                                    zc_comm **out);
 
 zc_status zc__comm_nccl_from_env(const zc_launch_env *env, zc_comm **out)
 {
@@ -822,6 +844,17 @@ zc_status zc__comm_nccl_from_env(const zc_launch_env *env, zc_comm **out)
         return prc;
     }
     ZC_LOGI("comm", "rank %d of %d uses cuda:%d (%s)", env->rank, env->world, dev, why);
+    zc_cuda_guard dev_guard; /* the caller's thread stays on its own device */
+    zc__cuda_guard_enter(&dev_guard, dev);
+    zc_status rc = from_env_on_device(env, dev, why, out);
+    zc__cuda_guard_leave(&dev_guard);
+    return rc;
+}
+
+/* The rest of zc__comm_nccl_from_env, with `dev` current. */
+static zc_status from_env_on_device(const zc_launch_env *env, int dev, const char *why,
+                                    zc_comm **out)
+{
     cudaError_t ce = cudaSetDevice(dev);
     if (ce != cudaSuccess)
         return ZC_ERR(ZC_ERR_DEVICE, "cudaSetDevice(%d) (%s): %s", dev, why,

@@ -8,6 +8,7 @@
 
 #include "base/log.h"
 #include "device/device.h"
+#include "zc_build_config.h"
 
 static pthread_once_t choice_logged = PTHREAD_ONCE_INIT;
 static const char *choice_text = "host";
@@ -128,4 +129,33 @@ zc_status zc__device_pick_from_env(int visible, int *index, char *why, size_t wh
                   "unset: start at most one process per GPU on this node, or give each process "
                   "its own CUDA_VISIBLE_DEVICES (srun --gpus-per-task=1)",
                   var, lr, launcher, visible, visible == 1 ? " is" : "s are");
+}
+
+ZC_API zc_status zc_cuda_device_index(int device_index, int *ordinal)
+{
+    if (!ordinal)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "zc_cuda_device_index: ordinal is NULL");
+    *ordinal = -1;
+    if (device_index < -1)
+        return ZC_ERR(ZC_ERR_INVALID_ARG,
+                      "zc_cuda_device_index: device_index %d (a CUDA ordinal, or -1 for the "
+                      "launcher's local rank)", device_index);
+    int count = zc__device_cuda_count();
+    if (count <= 0)
+        return ZC_ERR(ZC_ERR_UNSUPPORTED, "zc_cuda_device_index: %s",
+                      ZC_HAVE_CUDA ? "no usable CUDA device is visible to this process"
+                                   : "this build of zeroc has no CUDA");
+    if (device_index >= count)
+        return ZC_ERR(ZC_ERR_INVALID_ARG,
+                      "zc_cuda_device_index: device_index %d but only %d CUDA device%s visible",
+                      device_index, count, count == 1 ? " is" : "s are");
+    if (device_index >= 0) {
+        *ordinal = device_index;
+        return ZC_OK;
+    }
+    int index = -1;
+    char why[256];
+    ZC_CHECK(zc__device_pick_from_env(count, &index, why, sizeof why));
+    *ordinal = index;
+    return ZC_OK;
 }
