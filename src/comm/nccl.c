@@ -15,6 +15,7 @@
 #include "comm/nccl.h"
 #include "comm/rendezvous.h"
 #include "base/clock.h"
+#include "base/env.h"
 #include "base/log.h"
 #include "kernels/kernels.h"
 
@@ -79,19 +80,6 @@ typedef struct nccl_comm {
     pthread_t watchdog;
     int watchdog_started;
 } nccl_comm;
-
-static double env_seconds(const char *name, double dflt)
-{
-    const char *s = getenv(name);
-    if (s && *s) {
-        char *end;
-        double v = strtod(s, &end);
-        if (end != s && v > 0)
-            return v;
-        ZC_LOGW("comm", "ignoring %s='%s' (want seconds > 0)", name, s);
-    }
-    return dflt;
-}
 
 static int nccl_dtype(zc_dtype dt, ncclDataType_t *out)
 {
@@ -742,6 +730,11 @@ zc_status zc__comm_nccl_create(int rank, int world, int device, const void *uniq
     if (world < 1 || rank < 0 || rank >= world || device < 0 || !unique_id)
         return ZC_ERR(ZC_ERR_INVALID_ARG, "nccl create: rank %d of %d on cuda:%d", rank, world,
                       device);
+    double timeout_s = 0;
+    ZC_CHECK(zc__comm_timeout_env(&timeout_s));
+    if (!(init_timeout_s >= ZC_COMM_TIMEOUT_MIN_S && init_timeout_s <= ZC_COMM_TIMEOUT_MAX_S))
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "nccl create: init timeout %g s is outside [%g, %g]",
+                      init_timeout_s, ZC_COMM_TIMEOUT_MIN_S, ZC_COMM_TIMEOUT_MAX_S);
     nccl_comm *c = NULL;
     ZC_CHECK(zc__host_alloc(NULL, ZC_MEM_OTHER, sizeof *c, "nccl communicator", (void **)&c));
     c->base.ops = &nccl_ops;
@@ -751,7 +744,7 @@ zc_status zc__comm_nccl_create(int rank, int world, int device, const void *uniq
     c->base.local_world = -1;
     c->base.dev = zc__device_host();
     c->device = device;
-    c->timeout_s = env_seconds("ZC_COMM_TIMEOUT", 600.0);
+    c->timeout_s = timeout_s;
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);
 
@@ -827,15 +820,16 @@ zc_status zc__comm_nccl_from_env(const zc_launch_env *env, zc_comm **out)
         return ZC_ERR(ZC_ERR_DEVICE, "cudaSetDevice(%d) (%s): %s", dev, why,
                       cudaGetErrorString(ce));
 
-    double timeout = zc__bootstrap_timeout();
+    double timeout = 0;
+    ZC_CHECK(zc__bootstrap_timeout(&timeout));
     ncclUniqueId id;
     memset(&id, 0, sizeof id);
-    const char *cid = getenv("NCCL_COMM_ID");
+    const char *cid = zc__env("NCCL_COMM_ID");
     zc_boot_mode mode;
     ZC_CHECK(zc__bootstrap_mode(env, &mode));
     if (mode == ZC_BOOT_NCCL_COMM_ID) {
         /* NCCL encodes NCCL_COMM_ID in the id and rank 0 listens there. */
-        if (!(cid && *cid)) {
+        if (!cid) {
             char buf[300];
             snprintf(buf, sizeof buf, "%s:%d", env->master_addr, env->master_port + 1);
             setenv("NCCL_COMM_ID", buf, 0);
