@@ -2,6 +2,7 @@
  * a user-installable sink. */
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,7 +18,10 @@ static unsigned log_subsys_mask;        /* ZC_LOG_SUBSYS, one bit per known name
 static zc_kept_error log_env_err;       /* the first malformed logging variable */
 static zc_log_sink log_sink;
 static void *log_sink_user;
-static pthread_once_t log_once = PTHREAD_ONCE_INIT;
+/* The variables are read once (log_env_read), under log_env_mu; a test can
+ * have them read again (zc__log_env_reset). */
+static pthread_mutex_t log_env_mu = PTHREAD_MUTEX_INITIALIZER;
+static _Atomic bool log_env_read;
 static _Thread_local int log_rank = -1;
 
 /* Every subsystem a log line names (the second argument of ZC_LOG*): the
@@ -70,7 +74,7 @@ static zc_status parse_subsys(unsigned *mask)
  * rank 0, every subsystem) and is kept for zc__log_env_check, since a log
  * line has no status to fail with; the thread's last error is left as it
  * was, because logging runs in the middle of other calls. */
-static void log_init_env(void)
+static void log_init_env_locked(void)
 {
     char saved[1024];
     snprintf(saved, sizeof saved, "%s", zc_last_error());
@@ -93,9 +97,32 @@ static void log_init_env(void)
     zc__error_restore(saved);
 }
 
+static void log_init_env(void)
+{
+    if (atomic_load(&log_env_read))
+        return;
+    pthread_mutex_lock(&log_env_mu);
+    if (!atomic_load(&log_env_read)) {
+        log_init_env_locked();
+        atomic_store(&log_env_read, true);
+    }
+    pthread_mutex_unlock(&log_env_mu);
+}
+
+void zc__log_env_reset(void)
+{
+    pthread_mutex_lock(&log_env_mu);
+    atomic_store(&log_env_read, false);
+    atomic_store(&log_level, -1);
+    log_all_ranks = 0;
+    log_subsys_mask = 0;
+    zc__kept_error_clear(&log_env_err);
+    pthread_mutex_unlock(&log_env_mu);
+}
+
 zc_status zc__log_env_check(void)
 {
-    pthread_once(&log_once, log_init_env);
+    log_init_env();
     if (log_env_err.rc != ZC_OK)
         return ZC_KEPT_RAISE(&log_env_err);
     return ZC_OK;
@@ -105,7 +132,7 @@ int zc__log_enabled(zc_log_level level)
 {
     int lv = atomic_load_explicit(&log_level, memory_order_relaxed);
     if (lv < 0) {
-        pthread_once(&log_once, log_init_env);
+        log_init_env();
         lv = atomic_load(&log_level);
     }
     return (int)level <= lv;
@@ -113,7 +140,7 @@ int zc__log_enabled(zc_log_level level)
 
 void zc_log_set_level(zc_log_level level)
 {
-    pthread_once(&log_once, log_init_env);
+    log_init_env();
     atomic_store(&log_level, (int)level);
 }
 
@@ -136,7 +163,7 @@ static int subsys_selected(const char *subsys)
 
 void zc__log(zc_log_level level, const char *subsys, const char *fmt, ...)
 {
-    pthread_once(&log_once, log_init_env);
+    log_init_env();
     if (log_rank > 0 && !log_all_ranks)
         return;
     if (!subsys_selected(subsys))

@@ -24,6 +24,9 @@ int zc__log_enabled(zc_log_level level);
 /* ZC_ERR_CONFIG naming the first malformed ZC_LOG, ZC_LOG_RANKS or
  * ZC_LOG_SUBSYS (its value and what is accepted), else ZC_OK. */
 zc_status zc__log_env_check(void);
+/* Test hook: forget what was read, so the next line or check reads the
+ * variables again (and the level set by zc_log_set_level is forgotten). */
+void zc__log_env_reset(void);
 void zc__log(zc_log_level level, const char *subsys, const char *fmt, ...) ZC_PRINTF(3, 4);
 void zc__log_set_rank(int rank);
 int zc__log_rank(void);

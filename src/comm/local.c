@@ -84,7 +84,7 @@ static zc_status group_wait(local_comm *c, int kind)
                 g->broken = 1;
                 pthread_cond_broadcast(&g->cv);
                 rc = ZC_ERR(ZC_ERR_COMM,
-                            "local comm rank %d: %s #%lu (%zu elements) timed out after %.0f s "
+                            "local comm rank %d: %s #%lu (%zu elements) timed out after %g s "
                             "waiting for %d of %d ranks (ZC_COMM_TIMEOUT)",
                             c->base.rank, zc__coll_kind_name(kind), c->seq, g->slots[c->base.rank].count,
                             g->timeout_s, g->world - g->arrived, g->world);
