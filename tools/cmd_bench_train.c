@@ -15,8 +15,8 @@
  * swap files live in a directory of the bench's own under DIR
  * (zeroc-bench-train.XXXXXX), removed at the end and on SIGINT, SIGTERM,
  * SIGHUP (the running child is killed first). Exit status: 0 the sweep ran
- * (configurations that failed are results), 1 the bench itself failed, 2 a
- * usage error. */
+ * (configurations that failed are results, as long as one ran), 1 the bench
+ * itself failed or every configuration failed, 2 a usage error. */
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -63,7 +63,8 @@ static void usage(FILE *f)
             "                    (default 600)\n"
             "  --workload PATH   train_gpt (default: the one built next to this zeroc)\n"
             "  --json            print each configuration's JSON line as it finishes\n"
-            "Exit status: 0 the sweep ran, 1 the bench failed, 2 usage error.\n");
+            "Exit status: 0 the sweep ran (some configurations may have failed), 1 the bench\n"
+            "failed or every configuration did, 2 usage error.\n");
 }
 
 typedef struct filter {
@@ -407,16 +408,27 @@ static int sweep(const opts *o, bt_setup *s)
             rc = 1;
         }
     }
-    if (rc == 0 && !bt_stop_signal) {
+    /* A sweep with no configuration that ran measured nothing: its results
+     * (every reason) are written, with no plot of no point, and the exit
+     * status says it failed. */
+    int ran = 0;
+    for (int i = 0; i < done; i++)
+        ran += rs[i].status == BT_OK;
+    if (rc == 0 && !bt_stop_signal && ran > 0) {
         char err[1024];
         if (!bt_plot(o->plot_script, s->work, jsonl, svg, png, err, sizeof err)) {
             fprintf(stderr, "zeroc bench train: %s\n", err);
             rc = 1;
         }
     }
-    if (rc == 0 && !o->json && !bt_stop_signal)
+    if (rc == 0 && !o->json && !bt_stop_signal && ran > 0)
         fprintf(stderr, "zeroc bench train: %d configurations; %s, %s, %s, %s\n", done, jsonl,
                 md, svg, png);
+    if (rc == 0 && !bt_stop_signal && done > 0 && ran == 0) {
+        fprintf(stderr, "zeroc bench train: every one of the %d configurations failed (the "
+                        "reasons are in %s)\n", done, jsonl);
+        rc = 1;
+    }
     free(rs);
     return rc;
 }
