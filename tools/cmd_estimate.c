@@ -51,7 +51,9 @@ static void usage(FILE *f)
             "  DeepSpeed's estimator figures and,\n"
             "  for --model, the activations of one micro-batch (docs/estimate.md).\n"
             "  --params N        parameters, in 2^24-element tensors, N in [1, 2^44]\n"
-            "  --model gpt:...   a GPT-2 shape: tied embeddings, learned positions, 4x MLP\n"
+            "  --model gpt:...   a GPT-2 shape: tied embeddings, learned positions, 4x MLP;\n"
+            "                    LAYERS in [1, 4096], DIM in [1, 65536], HEADS in [1, 4096]\n"
+            "                    dividing DIM, SEQ in [1, 2^20], VOCAB in [1, 2^24]\n"
             "  --world W         data-parallel ranks, [1, 65536]\n"
             "  --gpus-per-node G [1, 1024], dividing W (default: W up to 8)\n"
             "  --dtype           working precision (default: the config's, else bf16)\n"
@@ -153,7 +155,8 @@ static int parse_model(const char *text, model *m)
     snprintf(buf, sizeof buf, "%s", text + 4);
     const char *names[5] = {"--model LAYERS", "--model DIM", "--model HEADS", "--model SEQ",
                             "--model VOCAB"};
-    /* DIM up to 2^16 keeps 12 DIM^2 x LAYERS inside int64 elements. */
+    /* DIM up to 2^16 keeps 12 DIM^2 x LAYERS inside int64 elements; --help
+     * states these bounds. */
     const int64_t hi[5] = {4096, 65536, 4096, 1 << 20, 1 << 24};
     int64_t v[5];
     char *save = NULL, *tok = strtok_r(buf, ",", &save);
@@ -484,20 +487,27 @@ static int run(const opts *o, zc_config *cfg)
                           : ZC_DTYPE_BF16;
     const int64_t gas = cfg->gradient_accumulation_steps > 0 ? cfg->gradient_accumulation_steps : 1;
     opts oo = *o;
-    if (!oo.micro)
-        oo.micro = cfg->train_micro_batch_size_per_gpu > 0
-                       ? (int)(cfg->train_micro_batch_size_per_gpu > 65536
-                                   ? 65536 : cfg->train_micro_batch_size_per_gpu)
-                       : 1;
+    const int64_t file_mb = cfg->train_micro_batch_size_per_gpu;
+    const int64_t micro = o->micro ? o->micro : file_mb > 0 ? file_mb : 1;
+    /* The file's micro batch sizes the activations (--model only): held to
+     * --micro-batch's range, not cut to it, since a plan of another batch
+     * would be a wrong answer. */
+    if (micro > 65536 && o->m.gpt) {
+        fprintf(stderr, "zeroc estimate: train_micro_batch_size_per_gpu %lld in '%s' is beyond "
+                        "--micro-batch's range [1, 65536]; give --micro-batch\n",
+                (long long)micro, o->config ? o->config : "");
+        return 2;
+    }
+    oo.micro = micro > 65536 ? 65536 : (int)micro; /* unused without --model */
     /* offload_param only exists at stage 3: below it the engine ignores the
      * block (as DeepSpeed does), so a file's offload_param counts there
      * only. */
     const int cfg_poff = cfg->zero.stage == 3 ? (int)cfg->zero.offload_param.device
                                               : ZC_OFFLOAD_NONE;
     if (!o->json) {
-        printf("# %lld parameters, world %d (%d per node), micro-batch %d; MiB per rank "
+        printf("# %lld parameters, world %d (%d per node), micro-batch %lld; MiB per rank "
                "(DeepSpeed: GPU per rank, CPU per node)\n",
-               (long long)o->m.total, o->world, o->gpn, oo.micro);
+               (long long)o->m.total, o->world, o->gpn, (long long)micro);
         /* DeepSpeed's max_in_cpu default (1e9 elements) caches every shard of
          * most models in pinned memory: say so next to nvme rows. */
         if (!o->config || cfg_poff == ZC_OFFLOAD_NVME)
