@@ -468,7 +468,9 @@ static void set_nvme_path(zc_config *cfg, const char *key, const char *arg)
     char json[4096];
     size_t n = 0;
     json[n++] = '[';
-    for (const char *p = arg; *p;) {
+    /* Item by item up to the last comma and past it: "DIR," and "" hold an
+     * empty item, refused like ",DIR" and "A,,B". */
+    for (const char *p = arg; p;) {
         const char *comma = strchr(p, ',');
         size_t len = comma ? (size_t)(comma - p) : strlen(p);
         if (len == 0 || n + len + 4 >= sizeof json) {
@@ -487,7 +489,7 @@ static void set_nvme_path(zc_config *cfg, const char *key, const char *arg)
         memcpy(json + n, p, len);
         n += len;
         json[n++] = '"';
-        p = comma ? comma + 1 : p + len;
+        p = comma ? comma + 1 : NULL;
     }
     json[n++] = ']';
     json[n] = '\0';
