@@ -835,9 +835,13 @@ zc_status zc__comm_nccl_from_env(const zc_launch_env *env, zc_comm **out)
             setenv("NCCL_COMM_ID", buf, 0);
         }
         ncclResult_t r = ncclGetUniqueId(&id);
-        if (r != ncclSuccess)
-            return ZC_ERR(ZC_ERR_COMM, "ncclGetUniqueId with NCCL_COMM_ID=%s: %s",
-                          getenv("NCCL_COMM_ID"), ncclGetErrorString(r));
+        if (r != ncclSuccess) {
+            char shown[ZC_ENV_SHOWN_MAX];
+            const char *now = zc__env("NCCL_COMM_ID");
+            return ZC_ERR(ZC_ERR_COMM, "ncclGetUniqueId with NCCL_COMM_ID='%s': %s",
+                          now ? zc__env_shown(now, shown, sizeof shown) : "",
+                          ncclGetErrorString(r));
+        }
     } else if (env->world > 1) {
         if (env->rank == 0) {
             ncclResult_t r = ncclGetUniqueId(&id);
