@@ -15,8 +15,8 @@
  * swap files live in a directory of the bench's own under DIR
  * (zeroc-bench-train.XXXXXX), removed at the end and on SIGINT, SIGTERM,
  * SIGHUP (the running child is killed first). Exit status: 0 the sweep ran
- * (configurations that failed are results), 1 the bench itself failed, 2 a
- * usage error. */
+ * (configurations that failed are results, as long as one ran), 1 the bench
+ * itself failed or every configuration failed, 2 a usage error. */
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -67,7 +67,8 @@ static void usage(FILE *f)
             "  --json            print each configuration's JSON line as it finishes\n"
             "  The plot needs python3 (from PATH) with matplotlib; without them the plot\n"
             "  is left out, saying why, and the sweep still succeeds.\n"
-            "Exit status: 0 the sweep ran, 1 the bench failed, 2 usage error.\n");
+            "Exit status: 0 the sweep ran (some configurations may have failed), 1 the bench\n"
+            "failed or every configuration did, 2 usage error.\n");
 }
 
 typedef struct filter {
@@ -414,7 +415,13 @@ static int sweep(const opts *o, bt_setup *s)
         }
     }
     bool plotted = false;
-    if (rc == 0 && !bt_stop_signal) {
+    /* A sweep with no configuration that ran measured nothing: its results
+     * (every reason) are written, with no plot of no point, and the exit
+     * status says it failed. */
+    int ran = 0;
+    for (int i = 0; i < done; i++)
+        ran += rs[i].status == BT_OK;
+    if (rc == 0 && !bt_stop_signal && ran > 0) {
         char err[1024];
         /* The plot is a view of results.jsonl, which is complete: a missing
          * python3 or matplotlib costs the picture, not the sweep. */
@@ -423,10 +430,15 @@ static int sweep(const opts *o, bt_setup *s)
             fprintf(stderr, "zeroc bench train: no plot (results.jsonl and results.md are "
                             "complete): %s\n", err);
     }
-    if (rc == 0 && !o->json && !bt_stop_signal)
+    if (rc == 0 && !o->json && !bt_stop_signal && ran > 0)
         fprintf(stderr, "zeroc bench train: %d configurations; %s, %s%s%s%s%s\n", done, jsonl,
                 md, plotted ? ", " : "", plotted ? svg : "", plotted ? ", " : "",
                 plotted ? png : "");
+    if (rc == 0 && !bt_stop_signal && done > 0 && ran == 0) {
+        fprintf(stderr, "zeroc bench train: every one of the %d configurations failed (the "
+                        "reasons are in %s)\n", done, jsonl);
+        rc = 1;
+    }
     free(rs);
     return rc;
 }

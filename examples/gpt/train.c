@@ -560,8 +560,12 @@ static void report(const shared *sh, size_t total, bool lead_here)
  * --launcher env. (The rule of train_mlp's --launcher auto.) */
 static bool launched(void)
 {
-    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE",
-                                       "MV2_COMM_WORLD_SIZE", "WORLD_SIZE"};
+    /* Rank or size, as zc_comm_init_env recognises a launcher: a job with
+     * only one of the two set is that call's error to name, not a run of
+     * this process alone. */
+    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK",
+                                       "PMI_SIZE", "PMI_RANK", "MV2_COMM_WORLD_SIZE",
+                                       "MV2_COMM_WORLD_RANK", "WORLD_SIZE", "RANK"};
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
         const char *v = getenv(vars[i]);
         if (v && *v) return true;

@@ -15,6 +15,7 @@
 #include "comm/nccl.h"
 #include "comm/rendezvous.h"
 #include "base/clock.h"
+#include "base/env.h"
 #include "base/log.h"
 #include "device/cuda_guard.h"
 #include "kernels/kernels.h"
@@ -80,19 +81,6 @@ typedef struct nccl_comm {
     pthread_t watchdog;
     int watchdog_started;
 } nccl_comm;
-
-static double env_seconds(const char *name, double dflt)
-{
-    const char *s = getenv(name);
-    if (s && *s) {
-        char *end;
-        double v = strtod(s, &end);
-        if (end != s && v > 0)
-            return v;
-        ZC_LOGW("comm", "ignoring %s='%s' (want seconds > 0)", name, s);
-    }
-    return dflt;
-}
 
 static int nccl_dtype(zc_dtype dt, ncclDataType_t *out)
 {
@@ -745,7 +733,7 @@ static zc_status cuda_setup(nccl_comm *c)
 
 /* zc__comm_nccl_create with its arguments checked and `device` current. */
 static zc_status create_on_device(int rank, int world, int device, const void *unique_id,
-                                  double init_timeout_s, zc_comm **out)
+                                  double init_timeout_s, double timeout_s, zc_comm **out)
 {
     nccl_comm *c = NULL;
     ZC_CHECK(zc__host_alloc(NULL, ZC_MEM_OTHER, sizeof *c, "nccl communicator", (void **)&c));
@@ -756,7 +744,7 @@ static zc_status create_on_device(int rank, int world, int device, const void *u
     c->base.local_world = -1;
     c->base.dev = zc__device_host();
     c->device = device;
-    c->timeout_s = env_seconds("ZC_COMM_TIMEOUT", 600.0);
+    c->timeout_s = timeout_s;
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);
 
@@ -804,9 +792,15 @@ zc_status zc__comm_nccl_create(int rank, int world, int device, const void *uniq
     if (world < 1 || rank < 0 || rank >= world || device < 0 || !unique_id)
         return ZC_ERR(ZC_ERR_INVALID_ARG, "nccl create: rank %d of %d on cuda:%d", rank, world,
                       device);
+    double timeout_s = 0;
+    ZC_CHECK(zc__comm_timeout_env(&timeout_s));
+    if (!(init_timeout_s >= ZC_COMM_TIMEOUT_MIN_S && init_timeout_s <= ZC_COMM_TIMEOUT_MAX_S))
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "nccl create: init timeout %g s is outside [%g, %g]",
+                      init_timeout_s, ZC_COMM_TIMEOUT_MIN_S, ZC_COMM_TIMEOUT_MAX_S);
     zc_cuda_guard dev_guard; /* the caller's thread stays on its own device */
     zc__cuda_guard_enter(&dev_guard, device);
-    zc_status rc = create_on_device(rank, world, device, unique_id, init_timeout_s, out);
+    zc_status rc = create_on_device(rank, world, device, unique_id, init_timeout_s, timeout_s,
+                                    out);
     zc__cuda_guard_leave(&dev_guard);
     return rc;
 }
@@ -860,23 +854,28 @@ static zc_status from_env_on_device(const zc_launch_env *env, int dev, const cha
         return ZC_ERR(ZC_ERR_DEVICE, "cudaSetDevice(%d) (%s): %s", dev, why,
                       cudaGetErrorString(ce));
 
-    double timeout = zc__bootstrap_timeout();
+    double timeout = 0;
+    ZC_CHECK(zc__bootstrap_timeout(&timeout));
     ncclUniqueId id;
     memset(&id, 0, sizeof id);
-    const char *cid = getenv("NCCL_COMM_ID");
+    const char *cid = zc__env("NCCL_COMM_ID");
     zc_boot_mode mode;
     ZC_CHECK(zc__bootstrap_mode(env, &mode));
     if (mode == ZC_BOOT_NCCL_COMM_ID) {
         /* NCCL encodes NCCL_COMM_ID in the id and rank 0 listens there. */
-        if (!(cid && *cid)) {
+        if (!cid) {
             char buf[300];
             snprintf(buf, sizeof buf, "%s:%d", env->master_addr, env->master_port + 1);
             setenv("NCCL_COMM_ID", buf, 0);
         }
         ncclResult_t r = ncclGetUniqueId(&id);
-        if (r != ncclSuccess)
-            return ZC_ERR(ZC_ERR_COMM, "ncclGetUniqueId with NCCL_COMM_ID=%s: %s",
-                          getenv("NCCL_COMM_ID"), ncclGetErrorString(r));
+        if (r != ncclSuccess) {
+            char shown[ZC_ENV_SHOWN_MAX];
+            const char *now = zc__env("NCCL_COMM_ID");
+            return ZC_ERR(ZC_ERR_COMM, "ncclGetUniqueId with NCCL_COMM_ID='%s': %s",
+                          now ? zc__env_shown(now, shown, sizeof shown) : "",
+                          ncclGetErrorString(r));
+        }
     } else if (env->world > 1) {
         if (env->rank == 0) {
             ncclResult_t r = ncclGetUniqueId(&id);

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "base/env.h"
 #include "base/log.h"
 #include "device/device.h"
 #include "zc_build_config.h"
@@ -75,13 +76,11 @@ zc_status zc__device_pick_from_env(int visible, int *index, char *why, size_t wh
     if (visible <= 0)
         return ZC_ERR(ZC_ERR_UNSUPPORTED, "no CUDA device is visible to this process");
 
-    const char *var = NULL, *launcher = NULL, *val = NULL;
+    const char *var = NULL, *launcher = NULL;
     for (size_t i = 0; i < sizeof local_rank_vars / sizeof local_rank_vars[0]; i++) {
-        const char *s = getenv(local_rank_vars[i].var);
-        if (s && *s) {
+        if (zc__env(local_rank_vars[i].var)) {
             var = local_rank_vars[i].var;
             launcher = local_rank_vars[i].launcher;
-            val = s;
             break;
         }
     }
@@ -92,21 +91,17 @@ zc_status zc__device_pick_from_env(int visible, int *index, char *why, size_t wh
             snprintf(why, why_len, "no launcher local rank set: device 0");
         return ZC_OK;
     }
-    char *end;
-    errno = 0;
-    long lr = strtol(val, &end, 10);
-    while (*end == ' ' || *end == '\n')
-        end++;
-    if (errno || *end || end == val || lr < 0 || lr > INT_MAX)
-        return ZC_ERR(ZC_ERR_CONFIG, "%s='%s' (set by %s) is not a non-negative integer", var,
-                      val, launcher);
+    char note[64];
+    snprintf(note, sizeof note, "(set by %s)", launcher);
+    int lr = 0;
+    ZC_CHECK(zc__env_int(var, 0, INT_MAX - 1, note, NULL, &lr));
 
-    const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
-    bool restricted = cvd && *cvd;
+    const char *cvd = zc__env("CUDA_VISIBLE_DEVICES");
+    bool restricted = cvd != NULL;
     if (lr < visible) {
-        *index = (int)lr;
+        *index = lr;
         if (why)
-            snprintf(why, why_len, "%s=%ld (%s)", var, lr, launcher);
+            snprintf(why, why_len, "%s=%d (%s)", var, lr, launcher);
         return ZC_OK;
     }
     if (restricted) {
@@ -115,9 +110,9 @@ zc_status zc__device_pick_from_env(int visible, int *index, char *why, size_t wh
          * local rank counts every process of the node: the visible devices
          * are this task's, so take them in turn. With one visible device
          * this is always device 0. */
-        *index = (int)(lr % visible);
+        *index = lr % visible;
         if (why)
-            snprintf(why, why_len, "%s=%ld (%s) with CUDA_VISIBLE_DEVICES=%s (%d visible): "
+            snprintf(why, why_len, "%s=%d (%s) with CUDA_VISIBLE_DEVICES=%s (%d visible): "
                      "device %d of this task's", var, lr, launcher, cvd, visible, *index);
         return ZC_OK;
     }
@@ -125,7 +120,7 @@ zc_status zc__device_pick_from_env(int visible, int *index, char *why, size_t wh
      * devices: wrapping around would put two ranks on one GPU, which NCCL
      * refuses at init (and which only slows the local backend down). */
     return ZC_ERR(ZC_ERR_CONFIG,
-                  "%s=%ld (%s) but only %d CUDA device%s visible and CUDA_VISIBLE_DEVICES is "
+                  "%s=%d (%s) but only %d CUDA device%s visible and CUDA_VISIBLE_DEVICES is "
                   "unset: start at most one process per GPU on this node, or give each process "
                   "its own CUDA_VISIBLE_DEVICES (srun --gpus-per-task=1)",
                   var, lr, launcher, visible, visible == 1 ? " is" : "s are");
