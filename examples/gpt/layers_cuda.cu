@@ -9,9 +9,9 @@
 //
 // Sums run in a different order than the CPU's loops (a warp's butterfly,
 // a block's partials), so results agree with the twins to rounding, not
-// bitwise; every order is fixed, so results repeat run to run, except the
-// embedding table's gradient, whose rows a repeated token gets by atomic
-// adds.
+// bitwise; but every order is fixed and no kernel uses atomics, so results
+// repeat bit for bit run to run. The embeddings' gradients add in the CPU's
+// own order and equal it bitwise.
 #include "cuda_common.cuh"
 
 #include <cfloat>
@@ -378,17 +378,58 @@ __global__ void emb_bwd_pos_k(float *__restrict__ dwpe, const float *__restrict_
     dwpe[tc] = acc;
 }
 
-// dwte[tok[n]] += dout[n]: a warp per position, atomic adds (a token may
-// repeat within the batch).
+// The embedding table's gradient in the CPU twin's order, without atomics:
+// emb_links_k finds, for each position, the next position of the same token
+// (-1: none) and whether it is the token's first position; then a warp per
+// (first position, 32 columns) walks its token's positions in order, adding
+// their rows into the running value: the same additions as the CPU's loop,
+// so the same bits.
 __global__ void __launch_bounds__(kRowThreads)
-emb_bwd_tok_k(float *__restrict__ dwte, const float *__restrict__ dout,
-              const int *__restrict__ tok, int N, int C)
+emb_links_k(int *__restrict__ next, int *__restrict__ head, const int *__restrict__ tok, int N)
 {
     const size_t n = warp_row();
     if (n >= (size_t)N) return;
-    float *de = dwte + (size_t)tok[n] * C;
-    const float *d = dout + n * C;
-    for (int i = lane_id(); i < C; i += 32) atomicAdd(&de[i], d[i]);
+    const int lane = lane_id(), v = tok[n];
+    int nx = -1;
+    for (int m0 = (int)n + 1; m0 < N; m0 += 32) { // 32 candidates a step
+        const int m = m0 + lane;
+        const unsigned hit = __ballot_sync(0xffffffffu, m < N && tok[m] == v);
+        if (hit) {
+            nx = m0 + __ffs((int)hit) - 1;
+            break;
+        }
+    }
+    int first = 1;
+    for (int m0 = 0; m0 < (int)n; m0 += 32) {
+        const int m = m0 + lane;
+        if (__any_sync(0xffffffffu, m < (int)n && tok[m] == v)) {
+            first = 0;
+            break;
+        }
+    }
+    if (lane == 0) {
+        next[n] = nx;
+        head[n] = first;
+    }
+}
+
+__global__ void __launch_bounds__(kRowThreads)
+emb_bwd_tok_k(float *__restrict__ dwte, const float *__restrict__ dout,
+              const int *__restrict__ tok, const int *__restrict__ next,
+              const int *__restrict__ head, int N, int C)
+{
+    const size_t n = warp_row();
+    const int c = (int)blockIdx.y * 32 + lane_id();
+    if (n >= (size_t)N || !head[n] || c >= C) return;
+    float *de = dwte + (size_t)tok[n] * C + c;
+    float acc = *de;
+    for (int m = (int)n; m >= 0; m = next[m]) acc += dout[(size_t)m * C + c];
+    *de = acc;
+}
+
+extern "C" size_t gpt_cuda_embed_scratch_bytes(int B, int T)
+{
+    return 2 * (size_t)B * T * sizeof(int);
 }
 
 extern "C" int gpt_cuda_embed_forward(float *out, const int *tok, const float *wte,
@@ -400,14 +441,18 @@ extern "C" int gpt_cuda_embed_forward(float *out, const int *tok, const float *w
 }
 
 extern "C" int gpt_cuda_embed_backward(float *dwte, float *dwpe, const float *dout,
-                                       const int *tok, int B, int T, int C, void *stream)
+                                       const int *tok, int B, int T, int C, void *stream,
+                                       void *scratch)
 {
     cudaStream_t s = (cudaStream_t)stream;
     const int N = B * T;
+    int *next = (int *)scratch, *head = next + N;
+    const unsigned rows = (unsigned)blocks_for((size_t)N, kRowsPerBlock);
     TRY(launch(emb_bwd_pos_k, dim3((unsigned)blocks_for((size_t)T * C, 256)), 256, s, dwpe, dout,
                B, T, C));
-    return launch(emb_bwd_tok_k, dim3((unsigned)blocks_for((size_t)N, kRowsPerBlock)),
-                  kRowThreads, s, dwte, dout, tok, N, C);
+    TRY(launch(emb_links_k, dim3(rows), kRowThreads, s, next, head, tok, N));
+    return launch(emb_bwd_tok_k, dim3(rows, (unsigned)blocks_for((size_t)C, 32)), kRowThreads, s,
+                  dwte, dout, tok, (const int *)next, (const int *)head, N, C);
 }
 
 // ---- softmax and cross-entropy over the vocabulary ----------------------------------------

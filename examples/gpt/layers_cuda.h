@@ -78,10 +78,13 @@ int gpt_cuda_attention_backward(gpt_cublas *h, float *dqkv, const float *dout, c
                                 const float *att, int B, int T, int C, int NH, void *scratch);
 int gpt_cuda_embed_forward(float *out, const int *tok, const float *wte, const float *wpe,
                            int B, int T, int C, void *stream);
-/* dwpe in the CPU twin's order (deterministic); dwte rows by atomic adds
- * (a token repeated in the batch adds in no fixed order). */
+/* Bytes of scratch the embedding's backward needs: 8 B T (each position's
+ * next position of the same token, and whether it is the token's first). */
+size_t gpt_cuda_embed_scratch_bytes(int B, int T);
+/* dwpe and dwte in the CPU twin's order, without atomics: bitwise its
+ * result. */
 int gpt_cuda_embed_backward(float *dwte, float *dwpe, const float *dout, const int *tok, int B,
-                            int T, int C, void *stream);
+                            int T, int C, void *stream, void *scratch);
 /* Softmax in place and per-row losses -log p[target] into row_loss[N] (the
  * caller averages: a device-wide mean would need a second pass). */
 int gpt_cuda_softmax_xent_forward(float *probs, float *row_loss, const int *target, int N, int V,

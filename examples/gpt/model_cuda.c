@@ -58,7 +58,8 @@ bool gpt_cuda_model_create(gpt_cuda_model *m, const gpt_config *c, int B, void *
     /* One scratch for every layer (they run one after another on the
      * stream): the largest of the linear layers' (bf16 operands of the MLP,
      * N x 4C and 4C x C, or of the head, N x C, V x C, N x V, and the bias
-     * partials), LayerNorm's backward and the attention's (about 365 MB at
+     * partials), LayerNorm's and the embedding's backward, and the
+     * attention's (about 365 MB at
      * GPT-2 small and B = 4: layers_cuda.h). Allocated here, once. */
     const int n = (int)N, d = c->dim;
     const size_t need[] = {gpt_cuda_linear_scratch_bytes(n, 4 * d, d),
@@ -66,8 +67,9 @@ bool gpt_cuda_model_create(gpt_cuda_model *m, const gpt_config *c, int B, void *
                            gpt_cuda_linear_scratch_bytes(n, d, 3 * d),
                            gpt_cuda_linear_scratch_bytes(n, d, c->vocab),
                            gpt_cuda_layernorm_scratch_bytes(n, d),
+                           gpt_cuda_embed_scratch_bytes(B, c->seq),
                            gpt_cuda_attention_scratch_bytes(B, c->seq, d, c->heads)};
-    if (!need[5]) {
+    if (!need[6]) {
         snprintf(err, errlen, "the attention's workspace for B %d, T %d, C %d overflows", B,
                  c->seq, d);
         gpt_cuda_model_destroy(m);
@@ -218,7 +220,7 @@ int gpt_cuda_block_backward(gpt_cuda_model *m, int l, const float *const w[GPT_B
 int gpt_cuda_embed_backward_piece(gpt_cuda_model *m, const int *tok, float *dwte, float *dwpe)
 {
     return gpt_cuda_embed_backward(dwte, dwpe, m->a.dres, tok, m->a.B, m->a.T, m->c.dim,
-                                   m->stream);
+                                   m->stream, m->scratch);
 }
 
 int gpt_cuda_forward_backward(gpt_cuda_model *m, const float *params, float *grads,
