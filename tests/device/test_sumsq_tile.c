@@ -245,9 +245,9 @@ Test(sumsq_tile, replayed_kernels_equal_the_host_bitwise)
         for (int d = 0; d < 3; d++) {
             const zc_dtype dt = DTS[d];
             const size_t n = NS[c], esz = zc_dtype_size(dt);
-            /* One byte of slack in front: the unaligned start the kernel's
-             * scalar path serves reads the same elements. */
-            unsigned char *buf = malloc(n * esz + 1), *x = buf + 1;
+            /* One element in front: a start that is not 16-byte aligned (the
+             * kernel's scalar path) reads the same elements. */
+            unsigned char *buf = malloc((n + 1) * esz), *x = buf + esz;
             fill(&s, x, dt, n);
             double want = -1, plain = -1;
             cr_assert_eq(h->ops->sumsq(h, x, dt, n, &want, NULL), ZC_OK);
