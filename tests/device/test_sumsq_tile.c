@@ -235,9 +235,9 @@ Test(sumsq_tile, replayed_kernels_equal_the_host_bitwise)
     zc_device *h = zc__device_host();
     const size_t B = ZC_SUMSQ_BLOCK, G = ZC_SUMSQ_FANIN * ZC_SUMSQ_BLOCK;
     /* One element; short block; whole group; groups + a short block;
-     * 33 groups (a level-2 run of 32 and one more); 32*32 + 3 groups (three
-     * levels above the blocks). */
-    const size_t NS[] = {1, 5, B - 3, G, 2 * G + B + 7, 33 * G, 1027 * G + 3 * B};
+     * 33 groups (a level-2 run of 32 and one more, so the tree kernel runs
+     * two levels). Deeper trees: tree_kernel_equals_the_streaming_tree. */
+    const size_t NS[] = {1, 5, B - 3, G, 2 * G + B + 7, 33 * G + 3 * B + 1};
     const zc_dtype DTS[3] = {ZC_DTYPE_F32, ZC_DTYPE_BF16, ZC_DTYPE_F16};
     uint64_t s = t_seed("sumsq tile");
     int differs_from_plain = 0;
@@ -255,13 +255,9 @@ Test(sumsq_tile, replayed_kernels_equal_the_host_bitwise)
             cr_assert(memcmp(&want, &text, 8) == 0, "%s n=%zu: host %a, the order's text %a",
                       zc_dtype_name(dt), n, want, text);
             differs_from_plain += memcmp(&want, &plain, 8) != 0;
-            /* The replay is slow (a byte at a time): the largest size runs
-             * in bf16 only. */
-            if (n < 1000 * G || dt == ZC_DTYPE_BF16) {
-                double got = replay(x, dt, n);
-                cr_assert(memcmp(&want, &got, 8) == 0, "%s n=%zu: host %a, kernels %a",
-                          zc_dtype_name(dt), n, want, got);
-            }
+            double got = replay(x, dt, n);
+            cr_assert(memcmp(&want, &got, 8) == 0, "%s n=%zu: host %a, kernels %a",
+                      zc_dtype_name(dt), n, want, got);
             free(buf);
         }
     cr_assert_gt(differs_from_plain, 0, "the inputs cannot tell the tree from a plain sum");
@@ -270,4 +266,38 @@ Test(sumsq_tile, replayed_kernels_equal_the_host_bitwise)
     cr_assert(z == 0.0 && !signbit(z));
     uint8_t none = 0;
     cr_assert(replay(&none, ZC_DTYPE_F32, 0) == 0.0);
+}
+
+/* The tree above the groups at every depth the counts reach cheaply: the
+ * tree kernel's in-place levels, the host's streaming tree fed the same
+ * level-1 values, and the order's text agree bitwise. */
+Test(sumsq_tile, tree_kernel_equals_the_streaming_tree)
+{
+    static const size_t MS[] = {1, 2, 31, 32, 33, 1023, 1024, 1025, 32 * 1024 + 5, 40000};
+    uint64_t s = t_seed("sumsq tree");
+    for (size_t c = 0; c < sizeof MS / sizeof MS[0]; c++) {
+        const size_t m = MS[c];
+        double *v = malloc(m * sizeof *v), *k = malloc(m * sizeof *k), *lev = malloc(m * sizeof *lev);
+        zc_sumsq_tree t;
+        zc__sumsq_tree_init(&t);
+        for (size_t i = 0; i < m; i++) {
+            v[i] = k[i] = lev[i] = ldexp(t_rand_unit(&s), (int)(t_rand_u64(&s) % 81) - 40);
+            zc__sumsq_tree_push(&t, 1, v[i]);
+        }
+        double host = zc__sumsq_tree_finish(&t), kern = replay_tree(k, m);
+        size_t n = m; /* the text, level by level */
+        while (n > 1) {
+            size_t next = (n + ZC_SUMSQ_FANIN - 1) / ZC_SUMSQ_FANIN;
+            for (size_t j = 0; j < next; j++) {
+                double a = lev[j * ZC_SUMSQ_FANIN];
+                for (size_t i = j * ZC_SUMSQ_FANIN + 1; i < n && i < (j + 1) * ZC_SUMSQ_FANIN; i++)
+                    a += lev[i];
+                lev[j] = a; /* j <= 32 j: read before written */
+            }
+            n = next;
+        }
+        cr_assert(memcmp(&host, &lev[0], 8) == 0, "m=%zu: streaming %a, text %a", m, host, lev[0]);
+        cr_assert(memcmp(&kern, &lev[0], 8) == 0, "m=%zu: kernel %a, text %a", m, kern, lev[0]);
+        free(v), free(k), free(lev);
+    }
 }
