@@ -17,12 +17,15 @@ deadline (480 s):
                tests, racecheck and synccheck on the kernels
   adam         bench_gpu_adam at 16M..1G parameters next to the D2D copy and
                torch's fused AdamW (bench/gpu_adam/torch_adam.py)
+  norm         bench_gpu_norm: the gradient norm's sum of squares at 16M..512M
+               bf16 and fp32 elements next to the D2D copy's read rate,
+               checked bitwise against the host
   gpt          train_gpt --device cuda, stage 0 and 3, GPT-2 small shape:
                tokens/s, MFU, bitwise agreement; the same model in PyTorch
                eager and torch.compile (bench/train/torch_gpt.py)
   bench_train  zeroc bench train --device cuda, stages 0-3 x offload none/cpu
-PARTS=tests,bench runs a subset (bench = adam,gpt,bench_train; env always
-runs: it finds the libraries the others load).
+PARTS=tests,bench runs a subset (bench = adam,norm,gpt,bench_train; env
+always runs: it finds the libraries the others load).
 
 Output: one JSON object per line in OUT/results.jsonl (OUT: $OUT, else a new
 folder gpu-check.<time> here), every part's logs in OUT/logs.tar.gz, and a
@@ -52,10 +55,12 @@ sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.join(ROOT, "bench", "train"))
 import gpt_flops  # noqa: E402  (no torch needed)
 
-PARTS = ["env", "tests", "sanitizer", "adam", "gpt", "bench_train"]
-ALIASES = {"bench": ["adam", "gpt", "bench_train"]}
-# Seconds each part may take at most (the global deadline cuts further).
-PART_BUDGET = {"env": 30, "tests": 120, "sanitizer": 70, "adam": 60, "gpt": 140,
+PARTS = ["env", "tests", "sanitizer", "adam", "norm", "gpt", "bench_train"]
+ALIASES = {"bench": ["adam", "norm", "gpt", "bench_train"]}
+# Seconds each part may take at most (the global deadline cuts further: the
+# budgets add up to 20 s more than it, so a run in which every part takes its
+# whole budget loses the end of the last one).
+PART_BUDGET = {"env": 30, "tests": 120, "sanitizer": 70, "adam": 60, "norm": 20, "gpt": 140,
                "bench_train": 60}
 # The CUDA libraries the bundle leaves to the machine, and where to look when
 # the loader does not find them by itself.
@@ -77,6 +82,12 @@ ON_PURPOSE = {
     "test_gpu_device": {"launch_does_not_report_an_earlier_error": "a failed cudaMalloc",
                         "fault_surfaces_at_the_wait_naming_the_work": "a wild-pointer fault"},
     "test_gpt_cuda_layers": {"launch_does_not_report_an_earlier_error": "a failed cudaMalloc"},
+}
+# Tests too large for the sanitizers' tracking within the part's budget (their
+# kernels run in smaller tests there); they still run, and must pass, in the
+# tests part.
+TOO_LARGE = {
+    "test_gpu_kernels": {"sumsq_three_tree_levels": "269 MB through the norm kernels"},
 }
 SANITIZER_RUNS = [  # tool, executable, Criterion suite
     ("memcheck", "test_gpu_kernels", "gpu_kernels"),
@@ -398,7 +409,7 @@ def part_sanitizer(c):
     end = time.monotonic() + PART_BUDGET["sanitizer"]
     for tool, exe, suite in SANITIZER_RUNS:
         name = f"{tool}/{exe.replace('test_', '')}"
-        left_out = ON_PURPOSE.get(exe, {})
+        left_out = {**ON_PURPOSE.get(exe, {}), **TOO_LARGE.get(exe, {})}
         if c.no_device or not san:
             c.emit("sanitizer", name, "failed", c.no_device or "compute-sanitizer not found "
                    "(PATH, /usr/local/cuda/bin)", 0.0, excluded=left_out)
@@ -496,6 +507,38 @@ def part_adam(c):
            vs_torch=vs, bar=">= 0.90 of the D2D copy at >= 64M parameters; >= 1.0x torch "
                             "fused AdamW (fp32 gradients, no 16-bit copy: 28 bytes/param)",
            summary="; ".join(f"{r['params'] >> 20}M {r['speedup']}x torch" for r in vs))
+
+
+def part_norm(c):
+    """bench_gpu_norm: sumsq_async (the engine's norm) at 16M, 128M and 512M
+    elements, bf16 and fp32, next to a D2D copy of the same bytes; every
+    result checked bitwise against the host backend."""
+    if c.no_device:
+        for name in ("bench", "verdict"):
+            c.emit("norm", name, "failed", c.no_device, 0.0)
+        return
+    argv = [os.path.join(c.bin, "bench_gpu_norm"), "--sizes", "16M,128M,512M", "--dtype",
+            "bf16,fp32"]
+    rc, dt, out, err = c.run("norm", argv, c.budget(PART_BUDGET["norm"]))
+    rows = json_lines(out)
+    for r in rows:
+        c.emit("norm", f"{r.get('dtype')}/{r.get('elements')}", "passed"
+               if r.get("bitwise_host") else "failed",
+               None if r.get("bitwise_host") else "not bitwise equal to the host", None,
+               **fields(r))
+    ok = rc == 0 and len(rows) == 6
+    c.emit("norm", "bench", "passed" if ok else "failed",
+           None if ok else f"exit {rc}, {len(rows)} of 6 results: {last_line(err)}", dt)
+    # The bar: >= 0.8 of the copy's read rate from 10^8 bf16 elements.
+    big = [r for r in rows if r.get("dtype") == "bf16" and r.get("elements", 0) >= 10**8]
+    misses = [f"{r['elements']}: {r.get('fraction_of_copy_read')} of the copy's read rate"
+              for r in big if not r.get("fraction_of_copy_read", 0) >= 0.8]
+    good = len(big) == 2 and not misses
+    c.emit("norm", "verdict", "passed" if good else "failed",
+           None if good else ("; ".join(misses) or "results missing"), None,
+           bar=">= 0.8 of the D2D copy's read rate at >= 1e8 bf16 elements",
+           summary="; ".join(f"{r['dtype']} {r['elements'] >> 20}M "
+                             f"{r.get('fraction_of_copy_read')} of copy read" for r in rows))
 
 
 def gpt_shape():
@@ -638,7 +681,7 @@ def main():
           flush=True)
     have_bundle = part_env(c, bundle)
     runners = {"tests": part_tests, "sanitizer": part_sanitizer, "adam": part_adam,
-               "gpt": part_gpt, "bench_train": part_bench_train}
+               "norm": part_norm, "gpt": part_gpt, "bench_train": part_bench_train}
     for p in parts[1:]:
         if not have_bundle:
             c.emit(p, "all", "failed", c.no_device, 0.0)

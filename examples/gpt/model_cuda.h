@@ -1,6 +1,6 @@
 /* The GPT of model.h on a CUDA device: the same pieces, in the same order,
  * over device buffers, with the layers of layers_cuda.h (cuBLAS bf16 matmuls
- * with fp32 accumulation, fp32 everything else). Every pointer given to
+ * with fp32 accumulation, the attention's included; fp32 everything else). Every pointer given to
  * these functions is device memory; work is enqueued on the stream given at
  * create. tests/gpt/test_cuda_model.c holds the whole model's loss and
  * gradients to the CPU model. */
@@ -17,7 +17,8 @@ typedef struct gpt_cuda_model {
     gpt_config c;
     gpt_acts a;        /* the fields of model.h, allocated on the device */
     float *row_loss;   /* [B * T] */
-    void *scratch;     /* bf16 operands of the largest matmul */
+    void *scratch;     /* the layers' working memory (layers_cuda.h), one buffer */
+    size_t scratch_bytes; /* its size: the largest layer's need */
     gpt_cublas *blas;
     void *stream;
 } gpt_cuda_model;

@@ -60,7 +60,7 @@ static bool grad_shard(const zc_engine *e, const zc_chunk *c, int r, const void 
 /* Computes the (chunk, rank) partials and returns their sum, chunk-major.
  *
  * Every partial is computed on the engine's stream into device memory
- * (sumsq_async, one scratch of the largest shard's blocks reused in stream
+ * (sumsq_async, one scratch sized for the largest shard, reused in stream
  * order), all of them come back in one copy, and this is the step's one host
  * wait: the host needs the total to decide overflow and the clip factor
  * before it queues Adam. Stage 0 holds every shard's gradient and writes its

@@ -27,7 +27,7 @@ import tarfile
 import tempfile
 import time
 
-GPU_PARTS = {"tests", "sanitizer", "adam", "gpt", "bench_train"}
+GPU_PARTS = {"tests", "sanitizer", "adam", "norm", "gpt", "bench_train"}
 KEYS = {"part", "name", "status", "reason", "seconds", "device"}
 
 
@@ -110,9 +110,9 @@ def subset(root, bundle, tmp):
     p, _ = check_run(root, bundle, out, parts="tests,bench")
     rows, _ = read_rows(out)
     parts = {r["part"] for r in rows}
-    if parts != {"env", "tests", "adam", "gpt", "bench_train"}:
+    if parts != {"env", "tests", "adam", "norm", "gpt", "bench_train"}:
         fail(f"PARTS=tests,bench ran {sorted(parts)}")
-    print("# PARTS=tests,bench: env, tests, adam, gpt, bench_train")
+    print("# PARTS=tests,bench: env, tests, adam, norm, gpt, bench_train")
 
 
 def no_bundle(root, tmp):
