@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/regfile.h"
 #include "bench_train.h"
 
 extern char **environ;
@@ -83,7 +84,8 @@ bool bt_spawn(char *const argv[], const char *out_path, const char *err_path,
 
 static char *slurp(const char *path)
 {
-    FILE *f = fopen(path, "r");
+    char why[600];
+    FILE *f = zc__fopen_regular(path, NULL, why, sizeof why);
     if (!f)
         return NULL;
     size_t cap = 4096, len = 0;

@@ -108,10 +108,11 @@ void zc__ck_manifest_free(zc_ck_manifest *m);
 /* Writes m as JSON to an open file (rank 0 at save, reshard). */
 zc_status zc__ck_manifest_write(const zc_ck_manifest *m, int fd, const char *path);
 
-/* Reads and validates path strictly: the format name and a version this
- * build reads, every field's type and range, and that the entries of every
- * (parameter, kind) cover its elements exactly once. Errors name the path and
- * the field or tensor. On failure *m is empty. */
+/* Reads and validates path strictly: a regular file (base/regfile.h), the
+ * format name and a version this build reads, every field's type and range,
+ * that the entries of every (parameter, kind) cover its elements exactly
+ * once. Errors name the path and the field or tensor. On failure *m is
+ * empty. */
 zc_status zc__ck_manifest_read(const char *path, zc_ck_manifest *m);
 
 /* Whether tag is a valid tag: 1-128 of [A-Za-z0-9._-], not starting with '.'. */

@@ -12,6 +12,8 @@
 #include <unistd.h>
 
 #include "base/error.h"
+#include "base/regfile.h"
+#include "ckpt/dirwrite.h"
 #include "ckpt/format.h"
 
 /* The most elements a tensor or a chunk may have, and the largest element
@@ -473,9 +475,15 @@ zc_status zc__ck_manifest_read(const char *path, zc_ck_manifest *m)
 {
     memset(m, 0, sizeof *m);
     json_error_t je;
+    int fd;
+    char why[ZC_CK_PATH_MAX + 128];
+    if (zc__open_regular(path, 0, "a checkpoint manifest (a regular JSON file)", &fd, NULL, why,
+                         sizeof why) != ZC_OPEN_OK)
+        return ZC_ERR(ZC_ERR_IO, "%s", why);
     /* The manifest of a large model is large (a row per entry); jansson
      * reads it in one go, as it was written. */
-    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    json_t *root = json_loadfd(fd, JSON_REJECT_DUPLICATES, &je);
+    close(fd);
     if (!root) {
         if (je.line < 0 || je.position == 0)
             return ZC_ERR(ZC_ERR_IO, "%s: cannot read the manifest: %s", path, je.text);

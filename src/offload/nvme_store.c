@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "base/log.h"
+#include "base/regfile.h"
 #include "offload/nvme_internal.h"
 #include "offload/offload_internal.h"
 
@@ -190,9 +191,16 @@ static zc_status open_file(zc_nvme_store *st, int i, bool *warned_direct)
             e = EINVAL;
         } else {
             /* O_EXCL first, so a failed open removes only what it created. */
-            if (read_only)
-                fd = open(path, fl);
-            else
+            char why[600];
+            if (read_only) {
+                /* Read-only is a checkpoint's shard: a directory, FIFO or
+                 * device there is refused by what it is, without blocking. */
+                const zc_open_result o =
+                    zc__open_regular(path, want_direct ? O_DIRECT : 0, NULL, &fd, NULL, why,
+                                     sizeof why);
+                if (o == ZC_OPEN_NOT_REGULAR)
+                    return ZC_ERR(ZC_ERR_IO, "%s", why);
+            } else
                 fd = open(path, fl | O_CREAT | O_EXCL, named ? 0644 : 0600);
             if (fd >= 0)
                 st->created[i] = !read_only;
