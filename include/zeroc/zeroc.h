@@ -702,10 +702,14 @@ ZC_API zc_status zc_checkpoint_load(zc_engine *eng, const char *dir, const char 
 ZC_API zc_status zc_checkpoint_export_fd(const char *dir, const char *tag, int fd,
                                          zc_dtype dtype);
 
-/* Rewrites checkpoint IN_DIR/TAG (tag NULL: latest) for `world` ranks into
- * OUT_DIR/TAG (OUT_DIR must exist; OUT_DIR/latest is set), with the shard
- * files a world of that size reads its own ranges from. Same crash safety as
- * zc_checkpoint_save; the input is verified as it is read. */
+/* Rewrites checkpoint IN_DIR/TAG (tag NULL: the tag in IN_DIR/latest) for
+ * `world` ranks into OUT_DIR/TAG, under that same tag (the directory's name,
+ * whatever the manifest's "tag" field says; OUT_DIR must exist;
+ * OUT_DIR/latest is set), with the shard files a world of that size reads its
+ * own ranges from. Same crash safety as zc_checkpoint_save, and the same
+ * refusals: an existing OUT_DIR/TAG, a staging OUT_DIR/.TAG.partial that is a
+ * link or was not made by a zeroc save. The input is verified as it is
+ * read. */
 ZC_API zc_status zc_checkpoint_reshard(const char *in_dir, const char *tag, const char *out_dir,
                                        int world);
 

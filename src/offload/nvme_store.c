@@ -200,8 +200,13 @@ static zc_status open_file(zc_nvme_store *st, int i, bool *warned_direct)
                                      sizeof why);
                 if (o == ZC_OPEN_NOT_REGULAR)
                     return ZC_ERR(ZC_ERR_IO, "%s", why);
-            } else
-                fd = open(path, fl | O_CREAT | O_EXCL, named ? 0644 : 0600);
+            } else if (st->at_dirfd >= 0) {
+                /* Inside a directory the caller opened and checked: no path
+                 * is resolved again, and a link of that name is refused. */
+                fd = openat(st->at_dirfd, st->at_name, fl | O_CREAT | O_EXCL | O_NOFOLLOW, 0644);
+            } else {
+                fd = open(path, fl | O_CREAT | O_EXCL | O_NOFOLLOW, named ? 0644 : 0600);
+            }
             if (fd >= 0)
                 st->created[i] = !read_only;
             else if (errno == EEXIST && !named)
@@ -289,7 +294,9 @@ static void remove_files(zc_nvme_store *st, bool only_created)
             close(st->fds[i]);
             st->fds[i] = -1;
         }
-        if (st->paths[i][0] && (!only_created || st->created[i]))
+        if (st->at_dirfd >= 0 && st->created[i])
+            unlinkat(st->at_dirfd, st->at_name, 0);
+        else if (st->paths[i][0] && (!only_created || st->created[i]))
             unlink(st->paths[i]);
     }
 }
@@ -320,9 +327,14 @@ static zc_status validate(const zc_nvme_opts *o)
         if (!*o->file || strlen(o->file) > 500)
             return ZC_ERR(ZC_ERR_INVALID_ARG, "NVMe store: file name is empty or longer than "
                           "500 bytes");
-    } else if (o->flags & ZC_NVME_READ_ONLY) {
-        return ZC_ERR(ZC_ERR_INVALID_ARG, "NVMe store: ZC_NVME_READ_ONLY needs opts.file");
+    } else if (o->flags & (ZC_NVME_READ_ONLY | ZC_NVME_FILE_AT)) {
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "NVMe store: ZC_NVME_READ_ONLY and ZC_NVME_FILE_AT "
+                      "need opts.file");
     }
+    if ((o->flags & ZC_NVME_FILE_AT) &&
+        (o->dirfd < 0 || !o->name || !*o->name || strchr(o->name, '/') || strlen(o->name) > 255))
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "NVMe store: ZC_NVME_FILE_AT needs a directory "
+                      "descriptor and a plain file name of 1-255 bytes");
     if (o->file) {
         /* One named file: no directories, rank or purpose. */
     } else if (!o->dirs || o->ndirs < 1 || o->ndirs > ZC_NVME_MAX_DIRS)
@@ -377,7 +389,13 @@ zc_status zc__nvme_open(zc_nvme_store **out, const zc_nvme_opts *opts)
         ZC_CHECK_GOTO(zc__nvme_parse_faults(getenv("ZC_NVME_FAULTS"), &st->faults), rc, fail);
         ZC_LOGW("offload", "ZC_NVME_FAULTS=%s: injecting I/O faults", getenv("ZC_NVME_FAULTS"));
     }
+    st->at_dirfd = -1;
+    if (opts->flags & ZC_NVME_FILE_AT) {
+        st->at_dirfd = opts->dirfd; /* the caller's: not closed here */
+        snprintf(st->at_name, sizeof st->at_name, "%s", opts->name);
+    }
     st->opts.dirs = NULL; /* not kept: copied below */
+    st->opts.name = NULL;
     st->opts.faults = NULL;
 
     if (opts->file) {

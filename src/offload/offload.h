@@ -162,6 +162,10 @@ typedef uint64_t zc_nvme_ticket;
                                       every request of the previous one */
 #define ZC_NVME_READ_ONLY    0x200u /* with opts.file: open the existing file
                                       read-only, reserve nothing */
+#define ZC_NVME_FILE_AT      0x400u /* with opts.file: the file is opts.name in
+                                      the directory opts.dirfd (opened and
+                                      checked by the caller); opts.file is its
+                                      path for messages */
 
 typedef struct zc_nvme_opts {
     size_t size;              /* sizeof(zc_nvme_opts) */
@@ -185,9 +189,12 @@ typedef struct zc_nvme_opts {
                                  ZC_NVME_READ_ONLY, opened as it is; capacity
                                  is rounded to the alignment only; never
                                  removed by close (the caller owns the name) */
+    int dirfd;                /* ZC_NVME_FILE_AT: the file's directory */
+    const char *name;         /* ZC_NVME_FILE_AT: the file's name in it (no '/') */
 } zc_nvme_opts;
 
-#define ZC_NVME_OPTS_INIT { sizeof(zc_nvme_opts), NULL, 0, 0, NULL, 0, 0, 0, 0, 0, 0u, NULL, NULL }
+#define ZC_NVME_OPTS_INIT                                                                     \
+    { sizeof(zc_nvme_opts), NULL, 0, 0, NULL, 0, 0, 0, 0, 0, 0u, NULL, NULL, -1, NULL }
 
 /* What went wrong with a ticket (zc__nvme_wait). */
 typedef struct zc_nvme_error {

@@ -1,0 +1,161 @@
+#!/usr/bin/env python3
+"""zeroc ckpt inspect / export / reshard against hostile directories.
+
+Links: a "victim" directory holds files with the names a reshard writes and
+must survive every case byte for byte:
+  - `reshard` whose OUT/.TAG.partial is a link to the victim: refused, naming
+    it, the victim untouched, no OUT/TAG, no OUT/latest;
+  - `export` whose OUT is a link (to a victim file, or dangling): refused, the
+    victim file untouched, the dangling link not followed into a new file;
+  - `export` that fails (a damaged shard) removes its own output only;
+  - `reshard` interrupted by SIGTERM at random moments: afterwards either a
+    complete OUT/TAG or no staging directory, and the victim untouched.
+Tampered manifests (every field out of range, inconsistent layouts,
+duplicates): see TAMPER below; each must be refused by inspect, export and
+reshard with a message naming manifest.json, leave no output, and never
+crash or trip a sanitizer.
+Usage: check_ckpt_hostile.py CKPT_HELPER ZEROC
+"""
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+failures = []
+TIMEOUT = 120
+
+
+def fail(msg):
+    failures.append(msg)
+    print("FAIL: " + msg, flush=True)
+
+
+def run(cmd, **kw):
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT,
+                          stdin=subprocess.DEVNULL, **kw)
+
+
+VICTIM = ["rank_00000.bin", "rank_00001.bin", "rank_00000.idx", "manifest.json",
+          ".zeroc-staging", "notes.txt"]
+
+
+def make_victim(root):
+    v = os.path.join(root, "victim")
+    os.mkdir(v)
+    for i, n in enumerate(VICTIM):
+        with open(os.path.join(v, n), "w") as f:
+            f.write("precious %d" % i)
+    return v
+
+
+def victim_intact(v, what):
+    names = sorted(os.listdir(v))
+    if names != sorted(VICTIM):
+        fail("%s: the victim directory now holds %s" % (what, names))
+        return
+    for i, n in enumerate(VICTIM):
+        with open(os.path.join(v, n)) as f:
+            got = f.read()
+        if got != "precious %d" % i:
+            fail("%s: %s was written (%r)" % (what, n, got[:40]))
+
+
+def sanitizer(p):
+    t = p.stdout + p.stderr
+    return "Sanitizer" in t or "runtime error" in t
+
+
+def check_links(tmp, zeroc, ck):
+    v = make_victim(tmp)
+    # reshard into OUT whose staging directory is a link to the victim.
+    out = os.path.join(tmp, "rs_link")
+    os.mkdir(out)
+    os.symlink(v, os.path.join(out, ".t2.partial"))
+    p = run([zeroc, "ckpt", "reshard", ck, out, "--world", "3"])
+    if p.returncode != 1 or ".t2.partial is a symbolic link" not in p.stderr:
+        fail("reshard with a linked staging directory: exit %d: %s" % (p.returncode, p.stderr))
+    victim_intact(v, "reshard with a linked staging directory")
+    if not os.path.islink(os.path.join(out, ".t2.partial")):
+        fail("reshard removed the link")
+    for n in ("t2", "latest"):
+        if os.path.lexists(os.path.join(out, n)):
+            fail("reshard with a linked staging directory wrote %s" % n)
+
+    # export onto a link to a victim file, and onto a dangling link.
+    target = os.path.join(v, "notes.txt")
+    link = os.path.join(tmp, "export_link.safetensors")
+    os.symlink(target, link)
+    p = run([zeroc, "ckpt", "export", ck, link])
+    if p.returncode != 1 or "cannot create" not in p.stderr:
+        fail("export onto a link: exit %d: %s" % (p.returncode, p.stderr))
+    victim_intact(v, "export onto a link")
+    dangling = os.path.join(tmp, "dangling.safetensors")
+    missing = os.path.join(tmp, "made_through_link.safetensors")
+    os.symlink(missing, dangling)
+    p = run([zeroc, "ckpt", "export", ck, dangling])
+    if p.returncode != 1 or os.path.exists(missing):
+        fail("export onto a dangling link: exit %d, %s created: %s"
+             % (p.returncode, missing, p.stderr))
+
+    # A failing export removes its own output and nothing else.
+    bad = os.path.join(tmp, "damaged")
+    shutil.copytree(ck, bad, symlinks=True)
+    shard = os.path.join(bad, "t2", "rank_00001.bin")
+    with open(shard, "r+b") as f:
+        f.seek(100)
+        b = f.read(1)
+        f.seek(100)
+        f.write(bytes([b[0] ^ 0x10]))
+    o = os.path.join(tmp, "damaged.safetensors")
+    p = run([zeroc, "ckpt", "export", bad, o])
+    if p.returncode != 1 or "checksum mismatch" not in p.stderr or os.path.exists(o):
+        fail("export of a damaged checkpoint: exit %d, output left %s: %s"
+             % (p.returncode, os.path.exists(o), p.stderr))
+    victim_intact(v, "failed export")
+
+    # reshard interrupted by SIGTERM at random moments.
+    rnd = random.Random(int(os.environ.get("ZC_TEST_SEED", "7")))
+    for i in range(8):
+        out = os.path.join(tmp, "rs_sig%d" % i)
+        os.mkdir(out)
+        q = subprocess.Popen([zeroc, "ckpt", "reshard", ck, out, "--world", "5"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(rnd.uniform(0.0, 0.05))
+        q.send_signal(signal.SIGTERM)
+        _, err = q.communicate(timeout=TIMEOUT)
+        if "Sanitizer" in err or "runtime error" in err:
+            fail("reshard under SIGTERM: sanitizer report: %s" % err[-1500:])
+        left = sorted(os.listdir(out))
+        # Either nothing, or the complete checkpoint (latest moves last: a
+        # signal between the two leaves the checkpoint without it).
+        if any(n not in ("t2", "latest") for n in left):
+            fail("reshard killed by SIGTERM (exit %s) left %s" % (q.returncode, left))
+        if "t2" in left and run([zeroc, "ckpt", "inspect", out, "--tag", "t2"]).returncode:
+            fail("reshard killed by SIGTERM left an incomplete %s/t2" % out)
+        victim_intact(v, "reshard under SIGTERM")
+
+
+def main():
+    helper, zeroc = sys.argv[1], sys.argv[2]
+    with tempfile.TemporaryDirectory(prefix="zc_ckpt_hostile_") as tmp:
+        ck = os.path.join(tmp, "ck")
+        p = run([helper, "train", ck, "2", "2", "2"])
+        if p.returncode != 0:
+            fail("ckpt_helper train: %s" % p.stderr)
+            return 1
+        shutil.rmtree(os.path.join(ck, "ref"))
+        check_links(tmp, zeroc, ck)
+    if failures:
+        print("%d failure(s)" % len(failures))
+        return 1
+    print("ok")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
