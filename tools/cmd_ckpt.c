@@ -52,7 +52,9 @@ static size_t cat(char *d, size_t cap, size_t at, const char *s)
 
 /* The staging directory of an interrupted reshard: the names a reshard
  * writes, through the directory's descriptor, only when it is a directory
- * (not a link) holding the marker of a zeroc save. */
+ * (not a link) holding the marker of a zeroc save. Without the marker it is
+ * removed only when empty (interrupted between its creation and the
+ * marker's: AT_REMOVEDIR removes nothing else). */
 static void remove_stage(void)
 {
     static const char *const tails[] = {".bin", ".bin.tmp", ".idx", ".idx.tmp"};
@@ -63,8 +65,10 @@ static void remove_stage(void)
     struct stat st;
     if (sfd < 0 || fstatat(sfd, ZC_CK_STAGING_MARK, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
         !S_ISREG(st.st_mode)) {
-        if (sfd >= 0)
+        if (sfd >= 0) {
             close(sfd);
+            unlinkat(dfd, sig_stage, AT_REMOVEDIR);
+        }
         close(dfd);
         return;
     }
