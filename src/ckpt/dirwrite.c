@@ -298,6 +298,34 @@ static zc_status write_manifest(int sfd, const char *sp, const zc_ck_manifest *m
     return zc__ck_commit_file_at(fd, sfd, sp, tmp, ZC_CK_MANIFEST);
 }
 
+/* The written checkpoint as every reader will see it, before it is
+ * published: the manifest read back through the loader's validation
+ * (zc__ck_manifest_read: a save or reshard never publishes what a load would
+ * refuse) and every shard file present with the size it records. */
+static zc_status verify_written(int sfd, const char *sp, const zc_ck_manifest *m)
+{
+    char path[ZC_CK_PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/%s", sp, ZC_CK_MANIFEST);
+    zc_ck_manifest back;
+    zc_status rc = zc__ck_manifest_read_at(sfd, ZC_CK_MANIFEST, path, &back);
+    if (rc != ZC_OK) {
+        zc__error_context("the manifest just written does not read back");
+        return rc;
+    }
+    if (back.nparams != m->nparams || back.nentries != m->nentries || back.nfiles != m->nfiles ||
+        back.steps != m->steps || strcmp(back.tag, m->tag))
+        rc = ZC_ERR(ZC_ERR_INTERNAL, "%s: read back, it differs from what was written", path);
+    for (int f = 0; f < back.nfiles && rc == ZC_OK; f++) {
+        struct stat st;
+        if (fstatat(sfd, back.files[f].name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+            !S_ISREG(st.st_mode) || (uint64_t)st.st_size != back.files[f].bytes)
+            rc = ZC_ERR(ZC_ERR_IO, "%s/%s: not the %" PRIu64 "-byte shard file the manifest "
+                        "records", sp, back.files[f].name, back.files[f].bytes);
+    }
+    zc__ck_manifest_free(&back);
+    return rc;
+}
+
 /* DIR/latest names tag, replaced in one rename. */
 static zc_status write_latest(int dfd, const char *dir, const char *tag)
 {
@@ -328,6 +356,7 @@ static zc_status commit(int dfd, int sfd, const char *dir, const char *sp, zc_ck
     for (int r = 0; r < nfiles; r++)
         ZC_CHECK(read_index(sfd, sp, r, m, &cap));
     ZC_CHECK(write_manifest(sfd, sp, m));
+    ZC_CHECK(verify_written(sfd, sp, m));
     for (int r = 0; r < nfiles; r++) {
         char name[32];
         snprintf(name, sizeof name, "rank_%05d.idx", r);

@@ -50,9 +50,11 @@ zc_status zc__ck_index_write(int sfd, const char *sp, int rank, const zc_ck_entr
                              int64_t n, uint64_t bytes);
 
 /* Rank 0: completes m (files and entries, from the ranks' indexes: nfiles
- * ranks), writes manifest.json, renames the staging directory to DIR/TAG
- * (never over an existing one) and updates DIR/latest, each step durable
- * before the next. */
+ * ranks), writes manifest.json, reads it back through zc__ck_manifest_read
+ * (the validation every reader applies: a checkpoint a load would refuse is
+ * never published) and checks each shard file's size against it, renames
+ * the staging directory to DIR/TAG (never over an existing one) and updates
+ * DIR/latest, each step durable before the next. */
 zc_status zc__ck_stage_commit(const char *dir, zc_ck_manifest *m, int nfiles);
 
 #endif

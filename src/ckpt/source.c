@@ -66,13 +66,6 @@ zc_status zc__ck_source_open(zc_ck_source *s, const char *dir, const char *tag)
                         (uint64_t)st.st_size < m->files[f].bytes ? "truncated" : "grown",
                         some_tensor(m, f));
     }
-    for (int64_t i = 0; i < m->nentries && rc == ZC_OK; i++) {
-        const zc_ck_entry *e = &m->entries[i];
-        if (e->offset + (uint64_t)(e->end - e->begin) * 4 > m->files[e->file].bytes)
-            rc = ZC_ERR(ZC_ERR_INVALID_ARG, "%s/%s: tensor '%s' (%s) lies beyond the end of %s",
-                        s->dir, ZC_CK_MANIFEST, m->params[e->param].name,
-                        zc__ck_kind_name(e->kind), m->files[e->file].name);
-    }
     if (rc == ZC_OK)
         return ZC_OK;
 fail:

@@ -120,7 +120,7 @@ def check_links(tmp, zeroc, ck):
 
     # reshard interrupted by SIGTERM at random moments.
     rnd = random.Random(int(os.environ.get("ZC_TEST_SEED", "7")))
-    for i in range(8):
+    for i in range(16):
         out = os.path.join(tmp, "rs_sig%d" % i)
         os.mkdir(out)
         q = subprocess.Popen([zeroc, "ckpt", "reshard", ck, out, "--world", "5"],
@@ -140,6 +140,109 @@ def check_links(tmp, zeroc, ck):
         victim_intact(v, "reshard under SIGTERM")
 
 
+MAXSTEP = 1 << 62
+
+
+def _p(m, i):
+    return m["params"][i]
+
+
+def _dup_name(m):
+    m["params"][2]["name"] = m["params"][1]["name"]
+
+
+def _counters(m, n):
+    m["step"], m["skipped_steps"] = n, 0
+    m["scheduler"]["optimizer_steps"], m["scheduler"]["last_batch_iteration"] = n, n - 1
+
+
+# (name, edit, needle): each edit makes one field out of range or
+# inconsistent with the others.
+TAMPER = [
+    ("step over the limit", lambda m: _counters(m, MAXSTEP + 1), '"step" must be an integer'),
+    ("skipped over step", lambda m: m.update(skipped_steps=m["step"] + 1), '"skipped_steps"'),
+    ("counters disagree", lambda m: m.update(skipped_steps=1), "must add up"),
+    ("cur_iter over the limit", lambda m: m["loss_scaler"].update(cur_iter=MAXSTEP + 1),
+     '"cur_iter"'),
+    ("scale 1e39", lambda m: m["loss_scaler"].update(scale=1e39), '"scale"'),
+    ("world 0", lambda m: m.update(world_size=0), '"world_size"'),
+    ("world 2^21", lambda m: m.update(world_size=1 << 21), '"world_size"'),
+    ("stage 7", lambda m: m.update(stage=7), '"stage"'),
+    ("dtype", lambda m: m.update(dtype="fp8"), '"dtype"'),
+    ("version 99", lambda m: m.update(version=99), "newer than this zeroc reads"),
+    ("duplicate tensor name", _dup_name, "appears twice"),
+    ("shape 0", lambda m: _p(m, 0).update(shape=[0]), "shape dimension 0"),
+    ("shape 2^80", lambda m: _p(m, 0).update(shape=[1 << 40, 1 << 40]), "too large"),
+    ("offset shifted", lambda m: _p(m, 1).update(offset=_p(m, 1)["offset"] + 1),
+     "do not match the chunks"),
+    ("chunk used 2^49", lambda m: m["chunks"][0].update(used=1 << 49), '"used" is'),
+    ("chunk count", lambda m: m["chunks"][0].update(count=m["chunks"][0]["count"] + 1),
+     "do not match the chunks"),
+    ("files for another world", lambda m: m.update(world_size=3), "files for a world of 3"),
+    ("file bytes", lambda m: m["files"][0].update(bytes=m["files"][0]["bytes"] + 8),
+     "multiple of 4096"),
+    ("entry beyond its file", lambda m: m["tensors"][0].__setitem__(5, 1 << 40),
+     "lies beyond the end"),
+    ("entry duplicated", lambda m: m["tensors"].append(list(m["tensors"][0])), "cover its"),
+    ("entry removed", lambda m: m["tensors"].pop(0), "cover its"),
+    ("entry of no tensor", lambda m: m["tensors"][0].__setitem__(0, 10 ** 6), "tensors[0]"),
+    ("checksum", lambda m: m["tensors"][0].__setitem__(6, "XYZ"), "checksum"),
+]
+
+
+def check_tampered(tmp, zeroc, ck):
+    mpath = os.path.join(ck, "t2", "manifest.json")
+    with open(mpath) as f:
+        original = f.read()
+    for name, edit, needle in TAMPER:
+        m = json.loads(original)
+        edit(m)
+        with open(mpath, "w") as f:
+            json.dump(m, f, indent=1)
+        for sub in ("inspect", "export", "reshard"):
+            out = os.path.join(tmp, "tampered_out")
+            cmd = {"inspect": [zeroc, "ckpt", "inspect", ck],
+                   "export": [zeroc, "ckpt", "export", ck, out],
+                   "reshard": [zeroc, "ckpt", "reshard", ck, out, "--world", "3"]}[sub]
+            p = run(cmd)
+            what = "%s of a manifest with %s" % (sub, name)
+            if p.returncode != 1:
+                fail("%s: exit %d: %s" % (what, p.returncode, (p.stdout + p.stderr)[-400:]))
+            if "manifest.json" not in p.stderr or needle not in p.stderr:
+                fail("%s: the message lacks manifest.json / %r: %s" % (what, needle, p.stderr))
+            if sanitizer(p):
+                fail("%s: sanitizer report: %s" % (what, p.stderr[-1500:]))
+            if os.path.lexists(out):
+                fail("%s: left %s" % (what, out))
+    with open(mpath, "w") as f:
+        f.write(original)
+    # The untouched manifest still reads everywhere.
+    p = run([zeroc, "ckpt", "inspect", ck])
+    if p.returncode != 0:
+        fail("inspect of the restored manifest: %s" % p.stderr)
+
+
+def check_reshard_tag(tmp, zeroc, ck):
+    """A renamed checkpoint reshards under its directory's name, and the
+    command says so."""
+    src = os.path.join(tmp, "renamed_src")
+    shutil.copytree(ck, src)
+    os.rename(os.path.join(src, "t2"), os.path.join(src, "best"))
+    with open(os.path.join(src, "latest"), "w") as f:
+        f.write("best\n")
+    out = os.path.join(tmp, "renamed_out")
+    p = run([zeroc, "ckpt", "reshard", src, out, "--world", "3"])
+    want = "into %s/best" % out
+    if p.returncode != 0 or want not in p.stdout:
+        fail("reshard of a renamed checkpoint: exit %d, %r lacks %r: %s"
+             % (p.returncode, p.stdout, want, p.stderr))
+    if not os.path.isfile(os.path.join(out, "best", "manifest.json")):
+        fail("reshard of a renamed checkpoint: no %s/best" % out)
+    with open(os.path.join(out, "latest")) as f:
+        if f.read() != "best\n":
+            fail("reshard of a renamed checkpoint: latest does not name best")
+
+
 def main():
     helper, zeroc = sys.argv[1], sys.argv[2]
     with tempfile.TemporaryDirectory(prefix="zc_ckpt_hostile_") as tmp:
@@ -150,6 +253,8 @@ def main():
             return 1
         shutil.rmtree(os.path.join(ck, "ref"))
         check_links(tmp, zeroc, ck)
+        check_reshard_tag(tmp, zeroc, ck)
+        check_tampered(tmp, zeroc, ck)
     if failures:
         print("%d failure(s)" % len(failures))
         return 1
