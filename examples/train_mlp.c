@@ -815,10 +815,20 @@ static void report(const shared *sh)
     sha256_final_hex(&c, hex);
     if (o->dump_path) {
         errno = 0;
-        FILE *f = fopen(o->dump_path, "wb");
-        if (!f || fwrite(bytes, 4, sh->total, f) != sh->total || fclose(f) != 0) {
+        /* Created, never overwritten ("x": O_EXCL, which also refuses a
+         * link of that name); a failed write removes only what it made. */
+        errno = 0;
+        FILE *f = fopen(o->dump_path, "wbx");
+        if (!f) {
+            fprintf(stderr, "train_mlp: cannot create --dump-params '%s': %s%s\n", o->dump_path,
+                    strerror(errno), errno == EEXIST ? " (train_mlp does not overwrite files)" : "");
+            quit(1);
+        }
+        const bool written = fwrite(bytes, 4, sh->total, f) == sh->total;
+        if (fclose(f) != 0 || !written) {
             fprintf(stderr, "train_mlp: cannot write --dump-params '%s': %s\n", o->dump_path,
                     errno ? strerror(errno) : "short write");
+            unlink(o->dump_path);
             quit(1);
         }
     }
