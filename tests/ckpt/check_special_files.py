@@ -12,7 +12,8 @@ called "truncated".
 Read sites: `zeroc config check FILE`, `zeroc estimate --config FILE`,
 `zeroc ckpt inspect/export/reshard` (DIR/latest, DIR/TAG/manifest.json,
 DIR/TAG/rank_00000.bin), train_mlp --config and --resume (DIR/latest),
-train_gpt --data and --config.
+train_gpt --data and --config. And the one file train_mlp writes
+(--dump-params) is created, never written over (an existing file or link).
 Usage: check_special_files.py CKPT_HELPER ZEROC TRAIN_MLP [TRAIN_GPT]
 """
 import os
@@ -126,6 +127,22 @@ def main():
                       [train_gpt, "--data", x, "--steps", "1", "--launcher", "threads"])
             each_kind("train_gpt --config", x,
                       [train_gpt, "--config", x, "--steps", "1", "--launcher", "threads"])
+
+        # A file train_mlp writes (--dump-params) is created, never written
+        # over: an existing file, and a link to one, stay as they were.
+        victim = os.path.join(tmp, "victim")
+        with open(victim, "w") as f:
+            f.write("precious")
+        link = os.path.join(tmp, "link")
+        os.symlink(victim, link)
+        for path in (victim, link):
+            p = run([train_mlp, "--steps", "1", "--world", "1", "--batch", "1",
+                     "--dump-params", path])
+            if p is None or p.returncode != 1 or "does not overwrite" not in p.stderr:
+                fail("train_mlp --dump-params onto %s: %s" % (path, p and p.stderr))
+            with open(victim) as f:
+                if f.read() != "precious":
+                    fail("train_mlp --dump-params wrote through %s" % path)
 
         ck = os.path.join(tmp, "ck")
         p = subprocess.run([helper, "train", ck, "2", "2", "2"], capture_output=True, text=True,
