@@ -22,6 +22,9 @@
  * elements, manifest.c). Padding it for a world of 2^20 ranks stays far from
  * int64_t's limit. */
 #define CHUNK_MAX ((int64_t)1 << 50)
+/* Largest model (elements) and largest checkpoint (bytes): sums over all
+ * chunks or files (inspect's totals, a reader's offsets) stay in range. */
+#define MODEL_MAX ((int64_t)1 << 60)
 
 static zc_status bad(const char *path, const char *fmt, ...) ZC_PRINTF(2, 3);
 static zc_status bad(const char *path, const char *fmt, ...)
@@ -52,6 +55,7 @@ static zc_status check_layout(const zc_ck_manifest *m, const char *path)
     if (m->nchunks < 1)
         return bad(path, "\"chunks\": %d tensors need at least one chunk", m->nparams);
     int next = 0;
+    int64_t total = 0;
     for (int k = 0; k < m->nchunks; k++) {
         const zc_ck_chunk *c = &m->chunks[k];
         if (c->first != next)
@@ -72,6 +76,9 @@ static zc_status check_layout(const zc_ck_manifest *m, const char *path)
         if (c->used != at)
             return bad(path, "chunks[%d]: \"used\" is %" PRId64 ", its tensors hold %" PRId64
                        " elements", k, c->used, at);
+        total += at;
+        if (total > MODEL_MAX)
+            return bad(path, "the tensors hold more than %" PRId64 " elements", MODEL_MAX);
         next = c->first + c->count;
     }
     if (next != m->nparams)
@@ -109,7 +116,11 @@ static zc_status check_files(const zc_ck_manifest *m, const char *path)
     if (m->nfiles != m->world)
         return bad(path, "\"files\": %d files for a world of %d ranks (one per rank)",
                    m->nfiles, m->world);
+    uint64_t total = 0;
     for (int f = 0; f < m->nfiles; f++) {
+        total += m->files[f].bytes; /* each at most INT64_MAX: no wrap in two */
+        if (total > (uint64_t)INT64_MAX)
+            return bad(path, "\"files\" add up to more than %" PRId64 " bytes", INT64_MAX);
         if (m->files[f].rank != f)
             return bad(path, "files[%d] must be the file of rank %d", f, f);
         /* Version 2: O_DIRECT reads round extents out to ZC_CK_ALIGN; the

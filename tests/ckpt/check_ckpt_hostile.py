@@ -156,6 +156,22 @@ def _counters(m, n):
     m["scheduler"]["optimizer_steps"], m["scheduler"]["last_batch_iteration"] = n, n - 1
 
 
+def _huge_model(m):
+    """1025 tensors of 2^50 elements, each its own chunk, each covered by
+    one entry per kind: every field in range, the total past 2^60."""
+    n, e = 1025, 1 << 50
+    m["params"] = [{"name": "h%d" % i, "shape": [e], "dtype": "fp32", "group": 0,
+                    "chunk": i, "offset": 0} for i in range(n)]
+    m["chunks"] = [{"first": i, "count": 1, "used": e} for i in range(n)]
+    m["tensors"] = [[i, k, 0, 0, e, 0, "0" * 16] for i in range(n)
+                    for k in ("master", "exp_avg", "exp_avg_sq")]
+
+
+def _huge_files(m):
+    for f in m["files"]:
+        f["bytes"] = 1 << 62
+
+
 # (name, edit, needle): each edit makes one field out of range or
 # inconsistent with the others.
 TAMPER = [
@@ -187,6 +203,8 @@ TAMPER = [
     ("entry removed", lambda m: m["tensors"].pop(0), "cover its"),
     ("entry of no tensor", lambda m: m["tensors"][0].__setitem__(0, 10 ** 6), "tensors[0]"),
     ("checksum", lambda m: m["tensors"][0].__setitem__(6, "XYZ"), "checksum"),
+    ("model of 2^60 elements", _huge_model, "the tensors hold more than"),
+    ("files of 2^63 bytes", _huge_files, '"files" add up to more than'),
 ]
 
 
