@@ -286,9 +286,8 @@ static void limit_hook(t_ctx *x, int rank, int when, void *arg)
         }
         p->ok[rank]++;
     }
-    zc_stats st;
-    zc_engine_stats(x->eng, &st);
-    p->steps_after[rank] = st.steps;
+    zc_stats st = {.size = sizeof st};
+    p->steps_after[rank] = zc_engine_stats(x->eng, &st) == ZC_OK ? st.steps : -1;
 }
 
 static int64_t limit_at;
