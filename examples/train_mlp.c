@@ -9,8 +9,9 @@
  * and kind. Each rank is one
  * thread with its own engine (in-process communicator) and its own samples.
  *
- * Started by a launcher (mpirun: OMPI_COMM_WORLD_SIZE, PMI_SIZE,
- * MV2_COMM_WORLD_SIZE; torchrun: WORLD_SIZE), or with --launcher env (srun),
+ * Started by a launcher (mpirun: OMPI_COMM_WORLD_SIZE/_RANK, PMI_SIZE/_RANK,
+ * MV2_COMM_WORLD_SIZE/_RANK; torchrun: WORLD_SIZE, RANK), or with --launcher
+ * env (srun),
  * the program is one rank per process instead: zc_comm_init_env joins the
  * job (MPI on a CPU machine), the world size comes from the launcher, and
  * rank 0 prints. The parameters - params_sha256 - are those of the thread run
@@ -486,7 +487,9 @@ static void set_nvme_path(zc_config *cfg, const char *key, const char *arg)
     char json[4096];
     size_t n = 0;
     json[n++] = '[';
-    for (const char *p = arg; *p;) {
+    /* Item by item up to the last comma and past it: "DIR," and "" hold an
+     * empty item, refused like ",DIR" and "A,,B". */
+    for (const char *p = arg; p;) {
         const char *comma = strchr(p, ',');
         size_t len = comma ? (size_t)(comma - p) : strlen(p);
         if (len == 0 || n + len + 4 >= sizeof json) {
@@ -505,7 +508,7 @@ static void set_nvme_path(zc_config *cfg, const char *key, const char *arg)
         memcpy(json + n, p, len);
         n += len;
         json[n++] = '"';
-        p = comma ? comma + 1 : p + len;
+        p = comma ? comma + 1 : NULL;
     }
     json[n++] = ']';
     json[n] = '\0';
@@ -906,8 +909,12 @@ static void report(const shared *sh)
  * --launcher env. */
 static bool launched(void)
 {
-    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE",
-                                       "MV2_COMM_WORLD_SIZE", "WORLD_SIZE"};
+    /* Rank or size, as zc_comm_init_env recognises a launcher: a job with
+     * only one of the two set is that call's error to name, not a run of
+     * this process alone. */
+    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK",
+                                       "PMI_SIZE", "PMI_RANK", "MV2_COMM_WORLD_SIZE",
+                                       "MV2_COMM_WORLD_RANK", "WORLD_SIZE", "RANK"};
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
         const char *v = getenv(vars[i]);
         if (v && *v)

@@ -13,6 +13,9 @@ if [[ "${1:-}" == "--tests" ]]; then
          python3-venv) # venv: the checkpoint export test pip-installs safetensors
   # tests/cli/check_bench_train.py runs `zeroc bench train`, plot included.
   pkgs+=(python3-matplotlib)
+  # scripts/gpu_bundle.sh (tests/scripts/check_gpu_bundle.py): RUNPATHs into
+  # the bundle, and its compression.
+  pkgs+=(patchelf xz-utils)
 fi
 if [[ "${1:-}" == "--bench" ]]; then
   pkgs+=(python3 python3-matplotlib)

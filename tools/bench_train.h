@@ -28,6 +28,7 @@ typedef struct bt_config {
 typedef struct bt_setup {
     const char *workload;          /* train_gpt */
     const char *self;              /* this zeroc, for `zeroc estimate` */
+    const char *data;              /* --data: the workload's text file, or NULL */
     int layers, dim, heads, seq, vocab, batch;
     int steps, warmup;
     double timeout_s;

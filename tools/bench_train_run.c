@@ -349,7 +349,12 @@ bool bt_run_config(const bt_setup *s, int index, const bt_config *c, bt_result *
     char *argv[] = {(char *)s->workload, "--config", cfg_path, "--steps", steps, "--world",
                     world, "--launcher", "threads", "--layers", L, "--dim", D, "--heads", H,
                     "--seq", S, "--vocab", V, "--batch", B, "--eval-every", "0", "--device",
-                    s->cuda ? "cuda" : "cpu", "--json", NULL};
+                    s->cuda ? "cuda" : "cpu", "--json", NULL, NULL, NULL};
+    if (s->data) { /* --data FILE: the workload's text, in place of its default */
+        size_t k = sizeof argv / sizeof argv[0] - 3;
+        argv[k] = "--data";
+        argv[k + 1] = (char *)s->data;
+    }
     nvme_watch w = {.max = 0};
     if (!realpath(nvme_dir, w.dir))
         snprintf(w.dir, sizeof w.dir, "%.4000s", nvme_dir);

@@ -18,6 +18,9 @@ typedef struct gpt_backend {
     const char *name;            /* "cpu", "cuda": the --device value */
     zc_device_kind device;       /* the engine's device for this backend */
     const char *(*error_str)(int code);
+    /* Makes GPU `index` (zc_cuda_device_index) current on the calling thread,
+     * before its stream and buffers are made (the CPU: nothing to do). */
+    int (*select_device)(int index);
     /* A stream for the engine and the kernels (NULL on the CPU). */
     int (*stream_create)(void **stream);
     void (*stream_destroy)(void *stream);

@@ -12,6 +12,7 @@ typedef struct cpu_model {
 } cpu_model;
 
 static const char *err_str(int code) { return code ? "out of memory" : "success"; }
+static int select_device(int index) { (void)index; return 0; }
 static int stream_create(void **s) { *s = NULL; return 0; }
 static void stream_destroy(void *s) { (void)s; }
 
@@ -132,7 +133,8 @@ static int probs_row(void *p, size_t row, float *host)
 
 const gpt_backend gpt_backend_cpu = {
     .name = "cpu", .device = ZC_DEVICE_HOST, .error_str = err_str,
-    .stream_create = stream_create, .stream_destroy = stream_destroy,
+    .select_device = select_device, .stream_create = stream_create,
+    .stream_destroy = stream_destroy,
     .model_create = model_create, .model_destroy = model_destroy, .alloc = alloc,
     .alloc_ints = alloc_ints, .free = release_mem, .upload_ints = upload_ints, .zero = zero,
     .widen = widen, .narrow = narrow, .embed_forward = embed_forward,

@@ -7,6 +7,7 @@
 #include "layers_cuda.h"
 
 #include <new>
+#include <utility>
 
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -20,18 +21,65 @@ struct gpt_cublas {
 
 static int blocks(size_t n, int t) { return (int)((n + (size_t)t - 1) / (size_t)t); }
 
-static int last_error() { return (int)cudaGetLastError(); }
+// A cuBLAS status as this file's status code (layers_cuda.h), so the caller
+// reads cuBLAS's own reason instead of a generic CUDA error.
+static int blas_code(cublasStatus_t st)
+{
+    return st == CUBLAS_STATUS_SUCCESS ? 0 : GPT_CUBLAS_ERROR_BASE + (int)st;
+}
+
+// Enqueues kernel k and returns the status of this launch alone. Not a launch
+// followed by cudaGetLastError(): that returns (and clears) whatever error
+// an earlier, unrelated call of this thread left behind, and would report it
+// as this launch's. cudaLaunchKernelEx returns this launch's own result; the
+// copy the runtime also keeps as the thread's last error is cleared, since
+// the return value reports it. Faults while the kernel runs surface at the
+// next synchronisation.
+template <typename... K, typename... A>
+static int launch(void (*k)(K...), int nblocks, int threads, cudaStream_t st, A &&...args)
+{
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)nblocks);
+    cfg.blockDim = dim3((unsigned)threads);
+    cfg.stream = st;
+    cudaError_t e = cudaLaunchKernelEx(&cfg, k, std::forward<A>(args)...);
+    if (e != cudaSuccess) (void)cudaGetLastError();
+    return (int)e;
+}
+
+// Returns from the calling function with the first failing status.
+#define TRY(call)                    \
+    do {                             \
+        int try_rc_ = (call);        \
+        if (try_rc_) return try_rc_; \
+    } while (0)
+
+extern "C" const char *gpt_cuda_error_string(int code)
+{
+    if (code >= GPT_CUBLAS_ERROR_BASE)
+        return cublasGetStatusString((cublasStatus_t)(code - GPT_CUBLAS_ERROR_BASE));
+    return cudaGetErrorString((cudaError_t)code);
+}
 
 extern "C" int gpt_cublas_create(gpt_cublas **out, void *stream)
 {
+    *out = nullptr;
     gpt_cublas *g = new (std::nothrow) gpt_cublas;
     if (!g) return (int)cudaErrorMemoryAllocation;
-    if (cublasCreate(&g->h) != CUBLAS_STATUS_SUCCESS) {
+    int rc = blas_code(cublasCreate(&g->h));
+    if (rc) {
         delete g;
-        return (int)cudaErrorInitializationError;
+        return rc;
     }
     g->s = (cudaStream_t)stream;
-    cublasSetStream(g->h, g->s);
+    // Unchecked, a failure here would leave the handle on the legacy stream,
+    // racing the model's own stream instead of failing.
+    rc = blas_code(cublasSetStream(g->h, g->s));
+    if (rc) {
+        cublasDestroy(g->h);
+        delete g;
+        return rc;
+    }
     *out = g;
     return 0;
 }
@@ -77,7 +125,7 @@ static int gemm(gpt_cublas *g, cublasOperation_t ta, cublasOperation_t tb, int m
     cublasStatus_t st = cublasGemmEx(g->h, ta, tb, m, n, k, &alpha, A, CUDA_R_16BF, lda, B,
                                      CUDA_R_16BF, ldb, &beta, C, CUDA_R_32F, ldc,
                                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-    return st == CUBLAS_STATUS_SUCCESS ? 0 : (int)cudaErrorUnknown;
+    return blas_code(st);
 }
 
 // Row-major X[R, K] is column-major X^T: out[N, OC] = inp @ w^T becomes
@@ -87,12 +135,12 @@ extern "C" int gpt_cuda_linear_forward(gpt_cublas *g, float *out, const float *i
                                        void *scratch)
 {
     __nv_bfloat16 *xi = (__nv_bfloat16 *)scratch, *xw = xi + (size_t)N * IC;
-    to_bf16<<<blocks((size_t)N * IC, 256), 256, 0, g->s>>>(xi, inp, (size_t)N * IC);
-    to_bf16<<<blocks((size_t)OC * IC, 256), 256, 0, g->s>>>(xw, w, (size_t)OC * IC);
+    TRY(launch(to_bf16, blocks((size_t)N * IC, 256), 256, g->s, xi, inp, (size_t)N * IC));
+    TRY(launch(to_bf16, blocks((size_t)OC * IC, 256), 256, g->s, xw, w, (size_t)OC * IC));
     int rc = gemm(g, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, xw, IC, xi, IC, 0.0f, out, OC);
     if (rc) return rc;
-    if (b) add_bias<<<blocks((size_t)N * OC, 256), 256, 0, g->s>>>(out, b, N, OC);
-    return last_error();
+    if (b) TRY(launch(add_bias, blocks((size_t)N * OC, 256), 256, g->s, out, b, N, OC));
+    return 0;
 }
 
 extern "C" int gpt_cuda_linear_backward(gpt_cublas *g, float *dinp, float *dw, float *db,
@@ -101,17 +149,17 @@ extern "C" int gpt_cuda_linear_backward(gpt_cublas *g, float *dinp, float *dw, f
 {
     __nv_bfloat16 *xi = (__nv_bfloat16 *)scratch, *xw = xi + (size_t)N * IC,
                   *xd = xw + (size_t)OC * IC;
-    to_bf16<<<blocks((size_t)N * IC, 256), 256, 0, g->s>>>(xi, inp, (size_t)N * IC);
-    to_bf16<<<blocks((size_t)OC * IC, 256), 256, 0, g->s>>>(xw, w, (size_t)OC * IC);
-    to_bf16<<<blocks((size_t)N * OC, 256), 256, 0, g->s>>>(xd, dout, (size_t)N * OC);
+    TRY(launch(to_bf16, blocks((size_t)N * IC, 256), 256, g->s, xi, inp, (size_t)N * IC));
+    TRY(launch(to_bf16, blocks((size_t)OC * IC, 256), 256, g->s, xw, w, (size_t)OC * IC));
+    TRY(launch(to_bf16, blocks((size_t)N * OC, 256), 256, g->s, xd, dout, (size_t)N * OC));
     int rc = 0;
     // dinp^T (IC x N) += w^T (IC x OC) dout^T (OC x N)
     if (dinp) rc = gemm(g, CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, xw, IC, xd, OC, 1.0f, dinp, IC);
     // dw^T (IC x OC) += inp^T (IC x N) dout (N x OC)
     if (!rc) rc = gemm(g, CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, xi, IC, xd, OC, 1.0f, dw, IC);
     if (rc) return rc;
-    if (db) col_sum<<<blocks((size_t)OC, 128), 128, 0, g->s>>>(db, dout, N, OC);
-    return last_error();
+    if (db) TRY(launch(col_sum, blocks((size_t)OC, 128), 128, g->s, db, dout, N, OC));
+    return 0;
 }
 
 __global__ void ln_fwd(float *out, float *mean, float *rstd, const float *inp, const float *w,
@@ -174,9 +222,9 @@ extern "C" int gpt_cuda_layernorm_forward(float *out, float *mean, float *rstd, 
                                           const float *w, const float *b, int N, int C,
                                           void *stream)
 {
-    ln_fwd<<<blocks((size_t)N, 128), 128, 0, (cudaStream_t)stream>>>(out, mean, rstd, inp, w, b,
-                                                                      N, C);
-    return last_error();
+    TRY(launch(ln_fwd, blocks((size_t)N, 128), 128, (cudaStream_t)stream,
+               out, mean, rstd, inp, w, b, N, C));
+    return 0;
 }
 
 extern "C" int gpt_cuda_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
@@ -184,9 +232,9 @@ extern "C" int gpt_cuda_layernorm_backward(float *dinp, float *dw, float *db, co
                                            const float *rstd, int N, int C, void *stream)
 {
     cudaStream_t s = (cudaStream_t)stream;
-    ln_bwd_x<<<blocks((size_t)N, 128), 128, 0, s>>>(dinp, dout, inp, w, mean, rstd, N, C);
-    ln_bwd_w<<<blocks((size_t)C, 128), 128, 0, s>>>(dw, db, dout, inp, mean, rstd, N, C);
-    return last_error();
+    TRY(launch(ln_bwd_x, blocks((size_t)N, 128), 128, s, dinp, dout, inp, w, mean, rstd, N, C));
+    TRY(launch(ln_bwd_w, blocks((size_t)C, 128), 128, s, dw, db, dout, inp, mean, rstd, N, C));
+    return 0;
 }
 
 #define GELU_SCALE 0.7978845608028654f
@@ -212,15 +260,15 @@ __global__ void gelu_bwd(float *dinp, const float *inp, const float *dout, size_
 
 extern "C" int gpt_cuda_gelu_forward(float *out, const float *inp, size_t n, void *stream)
 {
-    gelu_fwd<<<blocks(n, 256), 256, 0, (cudaStream_t)stream>>>(out, inp, n);
-    return last_error();
+    TRY(launch(gelu_fwd, blocks(n, 256), 256, (cudaStream_t)stream, out, inp, n));
+    return 0;
 }
 
 extern "C" int gpt_cuda_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n,
                                       void *stream)
 {
-    gelu_bwd<<<blocks(n, 256), 256, 0, (cudaStream_t)stream>>>(dinp, inp, dout, n);
-    return last_error();
+    TRY(launch(gelu_bwd, blocks(n, 256), 256, (cudaStream_t)stream, dinp, inp, dout, n));
+    return 0;
 }
 
 // One thread per (b, t, h): the row of att is its scratch.
@@ -297,18 +345,18 @@ __global__ void att_bwd(float *dqkv, const float *dout, const float *qkv, const 
 extern "C" int gpt_cuda_attention_forward(float *out, float *att, const float *qkv, int B, int T,
                                           int C, int NH, void *stream)
 {
-    att_fwd<<<blocks((size_t)B * T * NH, 64), 64, 0, (cudaStream_t)stream>>>(out, att, qkv, B, T,
-                                                                             C, NH);
-    return last_error();
+    TRY(launch(att_fwd, blocks((size_t)B * T * NH, 64), 64, (cudaStream_t)stream,
+               out, att, qkv, B, T, C, NH));
+    return 0;
 }
 
 extern "C" int gpt_cuda_attention_backward(float *dqkv, const float *dout, const float *qkv,
                                            const float *att, int B, int T, int C, int NH,
                                            void *stream)
 {
-    att_bwd<<<blocks((size_t)B * T * NH, 64), 64, 0, (cudaStream_t)stream>>>(dqkv, dout, qkv,
-                                                                             att, B, T, C, NH);
-    return last_error();
+    TRY(launch(att_bwd, blocks((size_t)B * T * NH, 64), 64, (cudaStream_t)stream,
+               dqkv, dout, qkv, att, B, T, C, NH));
+    return 0;
 }
 
 __global__ void emb_fwd(float *out, const int *tok, const float *wte, const float *wpe, int B,
@@ -335,17 +383,17 @@ __global__ void emb_bwd(float *dwte, float *dwpe, const float *dout, const int *
 extern "C" int gpt_cuda_embed_forward(float *out, const int *tok, const float *wte,
                                       const float *wpe, int B, int T, int C, void *stream)
 {
-    emb_fwd<<<blocks((size_t)B * T * C, 256), 256, 0, (cudaStream_t)stream>>>(out, tok, wte, wpe,
-                                                                              B, T, C);
-    return last_error();
+    TRY(launch(emb_fwd, blocks((size_t)B * T * C, 256), 256, (cudaStream_t)stream,
+               out, tok, wte, wpe, B, T, C));
+    return 0;
 }
 
 extern "C" int gpt_cuda_embed_backward(float *dwte, float *dwpe, const float *dout,
                                        const int *tok, int B, int T, int C, void *stream)
 {
-    emb_bwd<<<blocks((size_t)B * T * C, 256), 256, 0, (cudaStream_t)stream>>>(dwte, dwpe, dout,
-                                                                              tok, B, T, C);
-    return last_error();
+    TRY(launch(emb_bwd, blocks((size_t)B * T * C, 256), 256, (cudaStream_t)stream,
+               dwte, dwpe, dout, tok, B, T, C));
+    return 0;
 }
 
 __global__ void xent_fwd(float *probs, float *row_loss, const int *target, int N, int V)
@@ -377,18 +425,18 @@ __global__ void xent_bwd(float *dlogits, const float *probs, const int *target, 
 extern "C" int gpt_cuda_softmax_xent_forward(float *probs, float *row_loss, const int *target,
                                              int N, int V, void *stream)
 {
-    xent_fwd<<<blocks((size_t)N, 128), 128, 0, (cudaStream_t)stream>>>(probs, row_loss, target, N,
-                                                                       V);
-    return last_error();
+    TRY(launch(xent_fwd, blocks((size_t)N, 128), 128, (cudaStream_t)stream,
+               probs, row_loss, target, N, V));
+    return 0;
 }
 
 extern "C" int gpt_cuda_softmax_xent_backward(float *dlogits, const float *probs,
                                               const int *target, int N, int V, float dscale,
                                               void *stream)
 {
-    xent_bwd<<<blocks((size_t)N * V, 256), 256, 0, (cudaStream_t)stream>>>(dlogits, probs, target,
-                                                                           N, V, dscale);
-    return last_error();
+    TRY(launch(xent_bwd, blocks((size_t)N * V, 256), 256, (cudaStream_t)stream,
+               dlogits, probs, target, N, V, dscale));
+    return 0;
 }
 
 __global__ void add_inplace(float *y, const float *x, size_t n)
@@ -399,8 +447,8 @@ __global__ void add_inplace(float *y, const float *x, size_t n)
 
 extern "C" int gpt_cuda_add_inplace(float *y, const float *x, size_t n, void *stream)
 {
-    add_inplace<<<blocks(n, 256), 256, 0, (cudaStream_t)stream>>>(y, x, n);
-    return last_error();
+    TRY(launch(add_inplace, blocks(n, 256), 256, (cudaStream_t)stream, y, x, n));
+    return 0;
 }
 
 // Codes of zc_dtype (include/zeroc/zeroc.h): the header is C, so the values
@@ -428,13 +476,13 @@ __global__ void narrow_k(void *dst, int dt, const float *src, size_t n)
 extern "C" int gpt_cuda_widen(float *dst, const void *src, int dtype, size_t n, void *stream)
 {
     if (dtype != DT_F32 && dtype != DT_F16 && dtype != DT_BF16) return (int)cudaErrorInvalidValue;
-    if (n) widen_k<<<blocks(n, 256), 256, 0, (cudaStream_t)stream>>>(dst, src, dtype, n);
-    return last_error();
+    if (n) TRY(launch(widen_k, blocks(n, 256), 256, (cudaStream_t)stream, dst, src, dtype, n));
+    return 0;
 }
 
 extern "C" int gpt_cuda_narrow(void *dst, int dtype, const float *src, size_t n, void *stream)
 {
     if (dtype != DT_F32 && dtype != DT_F16 && dtype != DT_BF16) return (int)cudaErrorInvalidValue;
-    if (n) narrow_k<<<blocks(n, 256), 256, 0, (cudaStream_t)stream>>>(dst, dtype, src, n);
-    return last_error();
+    if (n) TRY(launch(narrow_k, blocks(n, 256), 256, (cudaStream_t)stream, dst, dtype, src, n));
+    return 0;
 }

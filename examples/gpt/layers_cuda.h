@@ -1,11 +1,14 @@
 /* CUDA twins of layers_cpu.h: same layouts, same accumulate-into-gradients
  * contract, device pointers, enqueued on `stream` (a cudaStream_t; NULL = the
- * legacy default stream). Each returns a cudaError_t as an int (0 = success)
- * so that C callers need no CUDA header. The matmuls run on cuBLAS
- * (cublasGemmEx) with bf16 inputs and fp32 accumulation and output: they
- * round their fp32 operands to bf16 in `scratch`, which must hold
- * gpt_cuda_linear_scratch_elems() 16-bit values. tests/gpt/test_cuda_layers.c
- * holds each to its CPU twin. */
+ * legacy default stream). Each returns a status code as an int, so that C
+ * callers need no CUDA header: 0 on success, a cudaError_t for a failure of
+ * the CUDA runtime (a launch reports its own failure only, never an error an
+ * earlier call left behind), or GPT_CUBLAS_ERROR_BASE + a cublasStatus_t for
+ * a failure of cuBLAS; gpt_cuda_error_string names either. The matmuls run
+ * on cuBLAS (cublasGemmEx) with bf16 inputs and fp32 accumulation and
+ * output: they round their fp32 operands to bf16 in `scratch`, which must
+ * hold gpt_cuda_linear_scratch_elems() 16-bit values.
+ * tests/gpt/test_cuda_layers.c holds each to its CPU twin. */
 #ifndef GPT_LAYERS_CUDA_H
 #define GPT_LAYERS_CUDA_H
 
@@ -15,7 +18,13 @@
 extern "C" {
 #endif
 
-/* An opaque cuBLAS handle bound to a stream. */
+/* Status codes from GPT_CUBLAS_ERROR_BASE up are cuBLAS's (above every
+ * cudaError_t). */
+#define GPT_CUBLAS_ERROR_BASE 0x100000
+/* The reason for a status code of this file: cuBLAS's or CUDA's own text. */
+const char *gpt_cuda_error_string(int code);
+
+/* An opaque cuBLAS handle bound to a stream (cublasSetStream checked). */
 typedef struct gpt_cublas gpt_cublas;
 int gpt_cublas_create(gpt_cublas **out, void *stream);
 void gpt_cublas_destroy(gpt_cublas *h);

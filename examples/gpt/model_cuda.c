@@ -62,10 +62,11 @@ bool gpt_cuda_model_create(gpt_cuda_model *m, const gpt_config *c, int B, void *
     size_t s3 = gpt_cuda_linear_scratch_elems((int)N, c->dim, c->vocab);
     size_t s = s1 > s2 ? s1 : s2;
     if (s3 > s) s = s3;
-    cudaError_t e = cudaMalloc(&m->scratch, s * 2);
-    if (e != cudaSuccess || gpt_cublas_create(&m->blas, stream) != 0) {
+    int rc = (int)cudaMalloc(&m->scratch, s * 2);
+    if (!rc) rc = gpt_cublas_create(&m->blas, stream);
+    if (rc) {
         snprintf(err, errlen, "cannot set up cuBLAS and its %zu-byte scratch: %s", s * 2,
-                 cudaGetErrorString(e));
+                 gpt_cuda_error_string(rc));
         gpt_cuda_model_destroy(m);
         return false;
     }

@@ -28,7 +28,7 @@ bool gpt_cuda_model_create(gpt_cuda_model *m, const gpt_config *c, int B, void *
                            char *err, size_t errlen);
 void gpt_cuda_model_destroy(gpt_cuda_model *m);
 
-/* Each returns 0 or the first cudaError_t as an int. */
+/* Each returns 0 or the first status code (layers_cuda.h) as an int. */
 int gpt_cuda_embed_forward_piece(gpt_cuda_model *m, const float *wte, const float *wpe,
                                  const int *tok);
 int gpt_cuda_block_forward(gpt_cuda_model *m, int l, const float *const w[GPT_BLOCK_TENSORS]);

@@ -345,8 +345,15 @@ static void *rank_main(void *argp)
     char err[256];
 
     rank_state s = {.sh = sh, .be = sh->be, .rank = rank, .nt = gpt_num_tensors(c)};
-    BE(&s, stream_create(&s.stream));
     zc_engine_options eo = ZC_ENGINE_OPTIONS_INIT;
+    /* The rank's GPU first, on this thread: its stream and buffers must live
+     * on the device the engine will use (under a launcher, the local rank's),
+     * not on device 0, where a new thread starts. */
+    if (s.be->device == ZC_DEVICE_CUDA) {
+        CHECK(zc_cuda_device_index(-1, &eo.device_index));
+        BE(&s, select_device(eo.device_index));
+    }
+    BE(&s, stream_create(&s.stream));
     /* The layers read parameters and write gradients where the backend
      * computes: host memory, or the device with gradients written on this
      * rank's stream. */
@@ -579,8 +586,12 @@ static void report(const shared *sh, size_t total, bool lead_here)
  * --launcher env. (The rule of train_mlp's --launcher auto.) */
 static bool launched(void)
 {
-    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE",
-                                       "MV2_COMM_WORLD_SIZE", "WORLD_SIZE"};
+    /* Rank or size, as zc_comm_init_env recognises a launcher: a job with
+     * only one of the two set is that call's error to name, not a run of
+     * this process alone. */
+    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK",
+                                       "PMI_SIZE", "PMI_RANK", "MV2_COMM_WORLD_SIZE",
+                                       "MV2_COMM_WORLD_RANK", "WORLD_SIZE", "RANK"};
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
         const char *v = getenv(vars[i]);
         if (v && *v) return true;

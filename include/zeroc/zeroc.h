@@ -10,6 +10,15 @@
  *   - An engine handle belongs to one rank and is used by one thread at a time.
  *     Different engines (ranks) may be driven concurrently from different threads.
  *   - Nothing prints unless asked: see zc_log_set_level() / ZC_LOG.
+ *   - Environment variables (ZC_*, and the launchers' RANK, WORLD_SIZE, ...) are
+ *     parsed as strictly as flags: unset or empty means the default; a set
+ *     value must be the whole text, finite and in its stated range (README,
+ *     "Environment"). A bad one fails the first call below that reads it with
+ *     ZC_ERR_CONFIG and a message naming the variable, its value and what is
+ *     accepted - it is never ignored or replaced by a default. Variables read
+ *     where no status can carry an error (a log line) are checked by the calls
+ *     that begin work: zc_config_create, zc_config_load*, zc_comm_local_world,
+ *     zc_comm_init_env and zc_engine_create.
  */
 #ifndef ZEROC_ZEROC_H
 #define ZEROC_ZEROC_H
@@ -80,8 +89,13 @@ typedef enum zc_log_level {
 typedef void (*zc_log_sink)(zc_log_level level, const char *subsys, int rank,
                             const char *line, void *user);
 
-/* Sets the level (default: ZC_LOG environment variable — error|warn|info|debug|
- * trace — else WARN). Thread-safe. */
+/* Sets the level (default: ZC_LOG environment variable — off|error|warn|info|
+ * debug|trace, any case — else WARN). ZC_LOG, ZC_LOG_RANKS (0 or all) and
+ * ZC_LOG_SUBSYS (a comma-separated list of ckpt, comm, config, core, device,
+ * offload, optim, zero3) are read once, at the first log line or check; a
+ * malformed one keeps its default for logging and fails zc_config_create,
+ * zc_config_load*, zc_comm_local_world, zc_comm_init_env and zc_engine_create
+ * with ZC_ERR_CONFIG. Thread-safe. */
 ZC_API void zc_log_set_level(zc_log_level level);
 
 /* Installs a sink (NULL restores the default sink, which writes to stderr).
@@ -115,7 +129,9 @@ typedef struct zc_config zc_config;
 
 /* Creates a configuration holding DeepSpeed's code defaults (stage 0, fp32,
  * AdamW lr 1e-3, gradient_clipping 1.0, ...). The caller owns *out and frees it
- * with zc_config_destroy. Returns ZC_ERR_NO_MEMORY on allocation failure. */
+ * with zc_config_destroy. Returns ZC_ERR_NO_MEMORY on allocation failure,
+ * ZC_ERR_CONFIG when a logging variable is malformed (zc_log_set_level); *out
+ * is NULL on failure. */
 ZC_API zc_status zc_config_create(zc_config **out);
 
 /* Frees a configuration. NULL is a no-op. An engine keeps its own copy, so a
@@ -213,7 +229,11 @@ typedef struct zc_comm zc_comm;
 
 /* Creates `world` in-process ranks (threads of this process share memory):
  * comms[r] is rank r's handle, to be used by exactly one thread. Collectives
- * sum in fp32 in rank order, so results are deterministic. The caller owns the
+ * sum in fp32 in rank order, so results are deterministic. A collective waits
+ * at most ZC_COMM_TIMEOUT seconds for the other ranks (default 600; a decimal
+ * number in [0.001, 604800], the same on every backend), then fails with
+ * ZC_ERR_COMM and breaks the group. Returns ZC_ERR_CONFIG, making nothing,
+ * when ZC_COMM_TIMEOUT or a logging variable is malformed. The caller owns the
  * handles and destroys each with zc_comm_destroy after its engine. */
 ZC_API zc_status zc_comm_local_world(int world, zc_comm **comms);
 
@@ -222,10 +242,15 @@ ZC_API zc_status zc_comm_local_world(int world, zc_comm **comms);
  * Slurm: SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID; Open MPI:
  * OMPI_COMM_WORLD_*). The backend: NCCL when built and a GPU is visible, else
  * MPI (host buffers) under mpirun/srun when built; ZC_COMM=local|mpi|nccl
- * forces one (local: a world of one process). Returns ZC_ERR_UNSUPPORTED when
- * this build has no backend that can reach other processes (or lacks the one
- * ZC_COMM names), ZC_ERR_CONFIG naming a missing or malformed variable
- * (an unknown ZC_COMM included). */
+ * forces one (local: a world of one process). Every variable it may depend on
+ * is checked before anything starts, whichever backend is picked: ZC_COMM,
+ * ZC_COMM_TIMEOUT, ZC_BOOTSTRAP, ZC_BOOTSTRAP_TIMEOUT (seconds, default 300,
+ * ZC_COMM_TIMEOUT's range), the logging variables and the launcher's (ranks
+ * and sizes whole numbers in range, MASTER_PORT in [1, 65534], MASTER_ADDR
+ * printable without blanks). Returns ZC_ERR_UNSUPPORTED when this build has no
+ * backend that can reach other processes (or lacks the one ZC_COMM names),
+ * ZC_ERR_CONFIG naming a missing or malformed variable, its value and what is
+ * accepted; *out is NULL on failure. */
 ZC_API zc_status zc_comm_init_env(zc_comm **out);
 
 /* Rank and world size of a handle (-1 for NULL). */
@@ -282,10 +307,27 @@ typedef struct zc_engine_options {
 #define ZC_ENGINE_OPTIONS_INIT \
     { sizeof(zc_engine_options), ZC_DEVICE_AUTO, -1, 0, (zc_dtype)-1, NULL, 0 }
 
+/* The CUDA device ordinal that zc_engine_options.device_index resolves to in
+ * this process: device_index itself when >= 0, the launcher's local rank
+ * rule above for -1 - the GPU zc_engine_create will use. A program that
+ * makes its own streams or buffers before creating the engine selects this
+ * device (cudaSetDevice) on the rank's thread first, so they live on the
+ * engine's GPU and not on device 0. Writes the ordinal to *ordinal (-1 on
+ * failure). Returns ZC_ERR_UNSUPPORTED without a usable CUDA device (or in a
+ * build without CUDA), ZC_ERR_INVALID_ARG for a NULL ordinal, an index
+ * below -1 or past the visible devices, ZC_ERR_CONFIG for a malformed or
+ * too large launcher local rank (naming the variable). */
+ZC_API zc_status zc_cuda_device_index(int device_index, int *ordinal);
+
 /* Creates an engine for one rank. Copies cfg (resolving the batch keys for the
  * communicator's world); borrows comm, which must outlive the engine. opts may
  * be NULL. Fails with ZC_ERR_CONFIG for a contradictory configuration (stage
- * outside 0–3, ...), ZC_ERR_INVALID_ARG for NULL handles. The caller owns *out. */
+ * outside 0–3, ...) or a value the engine cannot take (the rules `zeroc config
+ * check` applies, docs/config.md), ZC_ERR_INVALID_ARG for NULL handles. It
+ * reads ZC_FAULTS, ZC_DEBUG, ZC_CPU_ISA and ZC_CPU_THREADS (a whole number in
+ * [1, 256]) and checks the logging variables: a malformed one is ZC_ERR_CONFIG,
+ * a ZC_CPU_ISA this CPU or build cannot run ZC_ERR_UNSUPPORTED, on every rank
+ * alike. The caller owns *out. */
 ZC_API zc_status zc_engine_create(zc_engine **out, const zc_config *cfg, zc_comm *comm,
                                   const zc_engine_options *opts);
 

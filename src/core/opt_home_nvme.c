@@ -48,6 +48,7 @@
 #include "base/checked.h"
 #include "base/clock.h"
 #include "base/log.h"
+#include "config/config.h"
 #include "core/home_alloc.h"
 #include "core/home_pool.h"
 #include "core/home_store.h"
@@ -620,10 +621,8 @@ static const zc_opt_home_ops nv_ops = {
 zc_status zc__opt_home_nvme_create(const zc_opt_home_params *p, zc_opt_home **out)
 {
     *out = NULL;
-    if (p->buffer_count < 4)
-        return ZC_ERR(ZC_ERR_CONFIG, "zero_optimization.offload_optimizer.buffer_count %lld: "
-                      "NVMe offload needs at least 4 (master, m, v and the gradient of a "
-                      "chunk)", (long long)p->buffer_count);
+    /* The rules of zc_engine_create and `zeroc config check` (support.c). */
+    ZC_CHECK(zc__config_opt_buffers_check(p->buffer_count));
     ZC_CHECK(zc__swap_aio_check(p->env.aio_block_size, p->env.aio_queue_depth,
                                 p->env.aio_intra_op));
     nvme_home *h;

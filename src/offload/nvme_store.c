@@ -21,6 +21,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include "base/env.h"
 #include "base/log.h"
 #include "base/regfile.h"
 #include "offload/nvme_internal.h"
@@ -427,9 +428,9 @@ zc_status zc__nvme_open(zc_nvme_store **out, const zc_nvme_opts *opts)
     st->align = opts->alignment ? opts->alignment : 1;
     if (opts->faults) {
         st->faults = *opts->faults;
-    } else if (getenv("ZC_NVME_FAULTS")) {
-        ZC_CHECK_GOTO(zc__nvme_parse_faults(getenv("ZC_NVME_FAULTS"), &st->faults), rc, fail);
-        ZC_LOGW("offload", "ZC_NVME_FAULTS=%s: injecting I/O faults", getenv("ZC_NVME_FAULTS"));
+    } else if (zc__env("ZC_NVME_FAULTS")) {
+        ZC_CHECK_GOTO(zc__nvme_parse_faults(zc__env("ZC_NVME_FAULTS"), &st->faults), rc, fail);
+        ZC_LOGW("offload", "ZC_NVME_FAULTS=%s: injecting I/O faults", zc__env("ZC_NVME_FAULTS"));
     }
     st->at_dirfd = -1;
     if (opts->flags & ZC_NVME_FILE_AT) {
@@ -815,18 +816,26 @@ zc_status zc__nvme_parse_faults(const char *spec, zc_nvme_faults *out)
     memset(out, 0, sizeof *out);
     if (!spec)
         return ZC_OK;
-    char buf[256];
+    /* Strict like every variable (base/env.h): whole items, no empty one,
+     * counts that are whole numbers >= 1. */
+    char buf[256], shown[ZC_ENV_SHOWN_MAX];
+    if (strlen(spec) >= sizeof buf)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "ZC_NVME_FAULTS='%s' is longer than %zu bytes",
+                      zc__env_shown(spec, shown, sizeof shown), sizeof buf - 1);
     snprintf(buf, sizeof buf, "%s", spec);
-    for (char *save = NULL, *it = strtok_r(buf, ",", &save); it; it = strtok_r(NULL, ",", &save)) {
+    for (char *it = buf, *next; it; it = next) {
+        char *comma = strchr(it, ',');
+        next = comma ? comma + 1 : NULL;
+        if (comma)
+            *comma = '\0';
         char *eq = strchr(it, '=');
         int64_t k = 0;
         if (eq) {
-            char *end;
             *eq = '\0';
-            k = strtoll(eq + 1, &end, 10);
-            if (*end || k <= 0)
+            if (!zc__parse_i64(eq + 1, strlen(eq + 1), 1, INT64_MAX, &k))
                 return ZC_ERR(ZC_ERR_INVALID_ARG, "ZC_NVME_FAULTS: '%s=%s' needs a request "
-                              "number >= 1", it, eq + 1);
+                              "number, a whole number in [1, %lld]", it,
+                              zc__env_shown(eq + 1, shown, sizeof shown), (long long)INT64_MAX);
         }
         if (!strcmp(it, "eio") && eq)
             out->eio_at = k;
@@ -847,7 +856,8 @@ zc_status zc__nvme_parse_faults(const char *spec, zc_nvme_faults *out)
         else
             return ZC_ERR(ZC_ERR_INVALID_ARG, "ZC_NVME_FAULTS: unknown item '%s' (known: eio=K, "
                           "short=K, eagain=K, enospc=K, nodirect, noregister, notmpfile, "
-                          "nounlink)", it);
+                          "nounlink; no empty item)",
+                          zc__env_shown(it, shown, sizeof shown));
     }
     return ZC_OK;
 }

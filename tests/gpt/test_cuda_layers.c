@@ -15,11 +15,12 @@
 #include "layers_cpu.h"
 #include "layers_cuda.h"
 #include "precision.h"
+#include "require_gpu.h"
 
 static void need_device(void)
 {
     int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) cr_skip_test("no CUDA device");
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) gpu_unavailable("no CUDA device");
 }
 
 static uint64_t rs = 99;
@@ -224,4 +225,25 @@ Test(gpt_cuda, widen_and_narrow)
     cr_assert_neq(gpt_cuda_widen(Db, Dh, 99, N, NULL), 0, "an unknown dtype is refused");
     cudaFree(Dx); cudaFree(Db); cudaFree(Dh);
     free(x); free(back); free(want); free(h); free(hw);
+}
+
+/* An error an earlier call left pending on this thread (a failed cudaMalloc,
+ * not cleared) is not this layer's: the launch succeeds and says so, and the
+ * caller's error is still there for the caller. */
+Test(gpt_cuda, launch_does_not_report_an_earlier_error)
+{
+    need_device();
+    enum { N = 256 };
+    float *x = host(N, 1), *o = calloc(N, 4);
+    float *Dx = dev(x, 4 * N), *Do = dev(NULL, 4 * N);
+    void *huge = NULL;
+    cr_assert_neq(cudaMalloc(&huge, (size_t)1 << 62), cudaSuccess);
+    int rc = gpt_cuda_gelu_forward(Do, Dx, N, NULL);
+    cr_assert_eq(rc, 0, "the launch reported an earlier error: %s", gpt_cuda_error_string(rc));
+    cr_assert_eq(cudaGetLastError(), cudaErrorMemoryAllocation,
+                 "the caller's pending error was consumed by the layer");
+    gpt_gelu_forward(o, x, N);
+    expect("gelu after a pending error", Do, o, N, 2e-5, false);
+    cudaFree(Dx); cudaFree(Do);
+    free(x); free(o);
 }
