@@ -10,6 +10,7 @@ was given may change. A checkpoint shard that is a directory must not be
 called "truncated".
 
 Read sites: `zeroc config check FILE`, `zeroc estimate --config FILE`,
+`zeroc bench train --data FILE` (checked before any workload starts),
 `zeroc ckpt inspect/export/reshard` (DIR/latest, DIR/TAG/manifest.json,
 DIR/TAG/rank_00000.bin), train_mlp --config and --resume (DIR/latest),
 train_gpt --data and --config. And the one file train_mlp writes
@@ -122,6 +123,10 @@ def main():
                   [zeroc, "estimate", "--params", "1M", "--world", "2", "--config", x])
         each_kind("train_mlp --config", x,
                   [train_mlp, "--config", x, "--steps", "1", "--world", "1"])
+        each_kind("zeroc bench train --data", x,
+                  [zeroc, "bench", "train", "--out", os.path.join(tmp, "bench_out"), "--data", x])
+        if os.path.lexists(os.path.join(tmp, "bench_out")):
+            fail("zeroc bench train with a refused --data made its --out directory")
         if train_gpt:
             each_kind("train_gpt --data", x,
                       [train_gpt, "--data", x, "--steps", "1", "--launcher", "threads"])
