@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "base/regfile.h"
 #include "bench_train.h"
 
 static const char *const status_names[] = {"ok", "failed", "killed"};
@@ -190,7 +191,8 @@ bool bt_plot(const char *script, const char *workdir, const char *jsonl, const c
     }
     bool ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
     if (!ok) {
-        FILE *f = fopen(perr, "r");
+        char why[600];
+        FILE *f = zc__fopen_regular(perr, NULL, why, sizeof why);
         char line[512] = "", last[512] = "";
         while (f && fgets(line, sizeof line, f))
             if (line[0] != '\n')

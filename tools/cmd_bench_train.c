@@ -26,6 +26,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/regfile.h"
 #include "bench_train.h"
 #include "cliarg.h"
 
@@ -309,6 +310,18 @@ static int parse(int argc, char **argv, opts *o, bt_setup *s)
         fprintf(stderr, "zeroc bench train: --warmup %d leaves no step of --steps %d to time\n",
                 s->warmup, s->steps);
         return 2;
+    }
+    /* The workloads' text: a directory, FIFO or device is refused here, once,
+     * instead of in every child. */
+    if (s->data) {
+        int fd;
+        char why[640];
+        if (zc__open_regular(s->data, 0, "a regular file of text", &fd, NULL, why, sizeof why) !=
+            ZC_OPEN_OK) {
+            fprintf(stderr, "zeroc bench train: --data: %s\n", why);
+            return 2;
+        }
+        close(fd);
     }
     return 0;
 }

@@ -667,8 +667,10 @@ typedef struct zc_step_info {
  * step was skipped) the scheduler. Collective. Fails with ZC_ERR_INVALID_STATE
  * naming a parameter whose gradient is missing (nothing changed), and with
  * ZC_ERR_LOSS_SCALE when an overflow happens at the minimum loss scale (the
- * window's gradients are dropped, nothing else changes). info
- * may be NULL. It ends the gradient_accumulation_steps-th micro-step; the
+ * window's gradients are dropped, nothing else changes), and with
+ * ZC_ERR_INVALID_STATE when the step counter (or the loss scaler's iteration)
+ * is at its limit, 2^62 (nothing changed; a checkpoint loads only with
+ * counters at most that). info may be NULL. It ends the gradient_accumulation_steps-th micro-step; the
  * earlier ones end with zc_micro_step_end (ZC_ERR_INVALID_STATE otherwise).
  * A failed collective (ZC_ERR_COMM: timeout, mismatch, abort) here or in any
  * other call leaves the ranks at different points, so from then on every call
@@ -719,7 +721,10 @@ ZC_API zc_status zc_checkpoint_save(zc_engine *eng, const char *dir, const char 
  * between optimizer steps, with no parameter acquired (ZC_ERR_INVALID_STATE).
  * Before anything is changed every rank checks what needs no payload: a
  * missing or truncated file (every shard file is opened and its size
- * checked), another model's checkpoint (a name or shape differs), fp16
+ * checked), a manifest that fails the validation every reader shares
+ * (ZC_ERR_INVALID_ARG naming the field: docs/checkpoint.md lists it; step
+ * counters above 2^62, chunks that disagree with the parameters, a tensor
+ * name twice), another model's checkpoint (a name or shape differs), fp16
  * against another precision or a newer format version fails with a message
  * naming the file and the tensor, the same on every rank, and the engine
  * unchanged. Then each rank reads the entries it needs once, straight into
@@ -738,16 +743,23 @@ ZC_API zc_status zc_checkpoint_load(zc_engine *eng, const char *dir, const char 
  * keeps owning): every parameter under its registered name and shape, in
  * registration order, converted from the fp32 master to dtype (ZC_DTYPE_F32,
  * ZC_DTYPE_BF16 or ZC_DTYPE_F16, rounded to nearest even), with metadata
- * {"format": "pt"}. Checksums are verified as by zc_checkpoint_load. Reads
- * one tensor at a time. Not collective (no engine). On failure the file
+ * {"format": "pt"}. The manifest is validated as by zc_checkpoint_load (a
+ * tensor name given twice is refused: safetensors names each tensor once)
+ * and checksums are verified as by it. Reads one tensor at a time. Not collective (no engine). On failure the file
  * holds a partial write: the caller removes it. */
 ZC_API zc_status zc_checkpoint_export_fd(const char *dir, const char *tag, int fd,
                                          zc_dtype dtype);
 
-/* Rewrites checkpoint IN_DIR/TAG (tag NULL: latest) for `world` ranks into
- * OUT_DIR/TAG (OUT_DIR must exist; OUT_DIR/latest is set), with the shard
- * files a world of that size reads its own ranges from. Same crash safety as
- * zc_checkpoint_save; the input is verified as it is read. */
+/* Rewrites checkpoint IN_DIR/TAG (tag NULL: the tag in IN_DIR/latest) for
+ * `world` ranks into OUT_DIR/TAG, under that same tag (the directory's name,
+ * whatever the manifest's "tag" field says; OUT_DIR must exist;
+ * OUT_DIR/latest is set), with the shard files a world of that size reads its
+ * own ranges from. Same crash safety as zc_checkpoint_save, and the same
+ * refusals: an existing OUT_DIR/TAG, a staging OUT_DIR/.TAG.partial that is a
+ * link or was not made by a zeroc save. The input is verified as it is read,
+ * and the output's manifest is read back through the loader's validation
+ * (and each shard file's size checked) before OUT_DIR/TAG and
+ * OUT_DIR/latest appear. */
 ZC_API zc_status zc_checkpoint_reshard(const char *in_dir, const char *tag, const char *out_dir,
                                        int world);
 

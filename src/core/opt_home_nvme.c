@@ -573,9 +573,10 @@ static zc_status nv_prepare(zc_opt_home *hh)
      * sparse), and both read back as zeros, so the zero pass is skipped. */
     if (!h->p.fast_init)
         ZC_CHECK(zero_fill(h));
-    ZC_LOGI("offload", "optimizer state of rank %d: %.1f MiB in %d swap file(s) under '%s'%s, "
+    ZC_LOGI("offload", "optimizer state of rank %d: %.1f MiB in %d %sswap file(s) under '%s'%s, "
             "%d chunk(s) in flight of %.1f MiB buffers, pipeline read %s / write %s",
-            h->p.env.rank, (double)ns.capacity / 1048576.0, h->sd.n, h->sd.made[0],
+            h->p.env.rank, (double)ns.capacity / 1048576.0, h->sd.n,
+            ns.unnamed ? "unnamed " : "", ns.unnamed ? h->sd.given[0] : h->sd.made[0],
             ns.direct ? " (O_DIRECT)" : " (buffered: the filesystem refused O_DIRECT)",
             h->nslots, (double)h->buf_bytes / 1048576.0, h->p.pipeline_read ? "on" : "off",
             h->p.pipeline_write ? "on" : "off");
@@ -660,6 +661,7 @@ void zc__opt_home_nvme_info(const zc_opt_home *hh, zc_opt_nvme_info *out)
     out->slots = h->nslots;
     out->file_bytes = h->capacity;
     snprintf(out->dir, sizeof out->dir, "%s", h->sd.made[0]);
+    out->file0_size = zc__nvme_file_size(h->store, 0);
     out->read_wait_s = h->read_wait;
     out->write_wait_s = h->write_wait;
     out->reads = h->reads;

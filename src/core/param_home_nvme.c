@@ -169,9 +169,10 @@ static zc_status pn_prepare(zc_param_home *hh)
     h->counted_nvme = ns.capacity;
     zc__mem_count(h->p.env.acct, ZC_MEMKIND_NVME, ZC_MEM_PARAMS, (int64_t)h->counted_nvme);
     ZC_CHECK(zc__home_store_register(h->store, h->pool));
-    ZC_LOGI("offload", "parameter shards of rank %d: %.1f MiB in %d swap file(s) under '%s'%s, "
+    ZC_LOGI("offload", "parameter shards of rank %d: %.1f MiB in %d %sswap file(s) under '%s'%s, "
             "%lld elements cached (max_in_cpu), %d buffers of %.1f MiB",
-            h->p.env.rank, (double)h->capacity / 1048576.0, h->sd.n, h->sd.made[0],
+            h->p.env.rank, (double)h->capacity / 1048576.0, h->sd.n,
+            ns.unnamed ? "unnamed " : "", ns.unnamed ? h->sd.given[0] : h->sd.made[0],
             ns.direct ? " (O_DIRECT)" : " (buffered: the filesystem refused O_DIRECT)",
             (long long)cached, h->nbufs, (double)h->buf_bytes / 1048576.0);
     return ZC_OK;

@@ -43,6 +43,7 @@ zc_status zc__swap_dirs_make(zc_swap_dirs *s, int rank, const char *key)
                           "%s; point nvme_path at a writable directory", key, s->given[i],
                           strerror(errno));
         memcpy(s->made[i], tmpl, sizeof tmpl);
+        s->present[i] = true;
     }
     return ZC_OK;
 }
@@ -50,11 +51,11 @@ zc_status zc__swap_dirs_make(zc_swap_dirs *s, int rank, const char *key)
 void zc__swap_dirs_remove(zc_swap_dirs *s)
 {
     for (int i = 0; i < s->n; i++)
-        if (s->made[i][0]) {
+        if (s->present[i]) {
             if (rmdir(s->made[i]) != 0)
                 ZC_LOGW("offload", "cannot remove the swap directory '%s': %s", s->made[i],
                         strerror(errno));
-            s->made[i][0] = 0;
+            s->present[i] = false;
         }
 }
 
