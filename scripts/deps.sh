@@ -5,7 +5,9 @@
 set -euo pipefail
 
 pkgs=(meson ninja-build pkg-config gcc libc6-dev libjansson-dev liburing-dev libhwloc-dev libnuma-dev
-      libopenblas-dev libxxhash-dev) # OpenBLAS: the matmuls of examples/gpt; xxHash: checkpoint checksums
+      libopenblas-dev libdnnl-dev libxxhash-dev)
+# OpenBLAS: the fp32 matmuls of examples/gpt; oneDNN (libdnnl-dev): its bf16 matmuls on CPUs
+# with bf16 instructions; xxHash: checkpoint checksums
 if [[ "${1:-}" == "--tests" ]]; then
   # Open MPI: the MPI communicator (meson -Dmpi=auto finds it) and the
   # mpirun that tests/comm launches its multi-process tests with.

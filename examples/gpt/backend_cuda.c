@@ -26,9 +26,10 @@ static void stream_destroy(void *s)
     if (s) cudaStreamDestroy((cudaStream_t)s);
 }
 
-static bool model_create(void **out, const gpt_config *c, int B, void *stream, char *err,
-                         size_t errlen)
+static bool model_create(void **out, const gpt_config *c, int B, zc_dtype dt, void *stream,
+                         char *err, size_t errlen)
 {
+    (void)dt; /* the CUDA layers' matmuls are bf16 whatever the dtype */
     gpt_cuda_model *m = calloc(1, sizeof *m);
     if (!m) return false;
     if (!gpt_cuda_model_create(m, c, B, stream, err, errlen)) {

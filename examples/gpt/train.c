@@ -298,7 +298,7 @@ static void sample(rank_state *s, int n, bool print)
     const int T = c->seq, V = c->vocab;
     char err[256];
     void *m = NULL;
-    if (!s->be->model_create(&m, c, 1, s->stream, err, sizeof err)) {
+    if (!s->be->model_create(&m, c, 1, dtype_of(s), s->stream, err, sizeof err)) {
         fprintf(stderr, "train_gpt: %s\n", err);
         rank_quit(1);
     }
@@ -419,7 +419,7 @@ static void *rank_main(void *argp)
     }
 
     void *m = NULL;
-    if (!s.be->model_create(&m, c, B, s.stream, err, sizeof err)) {
+    if (!s.be->model_create(&m, c, B, dtype_of(&s), s.stream, err, sizeof err)) {
         fprintf(stderr, "train_gpt: %s\n", err);
         rank_quit(1);
     }
