@@ -9,8 +9,9 @@
  * and kind. Each rank is one
  * thread with its own engine (in-process communicator) and its own samples.
  *
- * Started by a launcher (mpirun: OMPI_COMM_WORLD_SIZE, PMI_SIZE,
- * MV2_COMM_WORLD_SIZE; torchrun: WORLD_SIZE), or with --launcher env (srun),
+ * Started by a launcher (mpirun: OMPI_COMM_WORLD_SIZE/_RANK, PMI_SIZE/_RANK,
+ * MV2_COMM_WORLD_SIZE/_RANK; torchrun: WORLD_SIZE, RANK), or with --launcher
+ * env (srun),
  * the program is one rank per process instead: zc_comm_init_env joins the
  * job (MPI on a CPU machine), the world size comes from the launcher, and
  * rank 0 prints. The parameters - params_sha256 - are those of the thread run
@@ -40,10 +41,12 @@
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <time.h>
 #include <unistd.h>
 
 #include <zeroc/zeroc.h>
@@ -98,8 +101,25 @@ enum {
  * flushes stdio and leaves with _exit; any other waits here until then. */
 static pthread_mutex_t quit_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* The calling rank thread's engine (NULL in other threads): quit destroys
+ * it first, so an error path releases what the engine holds as the normal
+ * end does (zc_engine_destroy calls no collective: safe while the other
+ * ranks wait in one). A failure agreed across ranks reaches every rank at
+ * once: the process ends when every engine is destroyed, or after 0.5 s (a
+ * rank stuck elsewhere does not hold the exit). */
+static _Thread_local zc_engine *rank_engine;
+static atomic_int live_engines;
+
 static _Noreturn void quit(int code)
 {
+    zc_engine *e = rank_engine;
+    rank_engine = NULL;
+    if (e) {
+        zc_engine_destroy(e);
+        atomic_fetch_sub(&live_engines, 1);
+    }
+    for (int i = 0; i < 50 && atomic_load(&live_engines) > 0; i++)
+        nanosleep(&(struct timespec){.tv_nsec = 10 * 1000 * 1000}, NULL);
     pthread_mutex_lock(&quit_lock); /* never unlocked: the process ends */
     fflush(NULL);
     _exit(code);
@@ -467,7 +487,9 @@ static void set_nvme_path(zc_config *cfg, const char *key, const char *arg)
     char json[4096];
     size_t n = 0;
     json[n++] = '[';
-    for (const char *p = arg; *p;) {
+    /* Item by item up to the last comma and past it: "DIR," and "" hold an
+     * empty item, refused like ",DIR" and "A,,B". */
+    for (const char *p = arg; p;) {
         const char *comma = strchr(p, ',');
         size_t len = comma ? (size_t)(comma - p) : strlen(p);
         if (len == 0 || n + len + 4 >= sizeof json) {
@@ -486,7 +508,7 @@ static void set_nvme_path(zc_config *cfg, const char *key, const char *arg)
         memcpy(json + n, p, len);
         n += len;
         json[n++] = '"';
-        p = comma ? comma + 1 : p + len;
+        p = comma ? comma + 1 : NULL;
     }
     json[n++] = ']';
     json[n] = '\0';
@@ -604,6 +626,8 @@ static void *rank_main(void *argp)
     eo.f32_view_chunks = 2;
     zc_engine *eng = NULL;
     CHECK(zc_engine_create(&eng, cfg, sh->comms[rank], &eo));
+    rank_engine = eng;
+    atomic_fetch_add(&live_engines, 1);
 
     /* Biases train without weight decay, as in most recipes. */
     int nodecay = 0;
@@ -769,7 +793,9 @@ static void *rank_main(void *argp)
     free(y); free(delta); free(dprev);
     for (int l = 0; l < N_LAYERS; l++)
         zc_block_destroy(blk[l]);
+    rank_engine = NULL;
     zc_engine_destroy(eng);
+    atomic_fetch_sub(&live_engines, 1);
     return NULL;
 }
 
@@ -792,10 +818,20 @@ static void report(const shared *sh)
     sha256_final_hex(&c, hex);
     if (o->dump_path) {
         errno = 0;
-        FILE *f = fopen(o->dump_path, "wb");
-        if (!f || fwrite(bytes, 4, sh->total, f) != sh->total || fclose(f) != 0) {
+        /* Created, never overwritten ("x": O_EXCL, which also refuses a
+         * link of that name); a failed write removes only what it made. */
+        errno = 0;
+        FILE *f = fopen(o->dump_path, "wbx");
+        if (!f) {
+            fprintf(stderr, "train_mlp: cannot create --dump-params '%s': %s%s\n", o->dump_path,
+                    strerror(errno), errno == EEXIST ? " (train_mlp does not overwrite files)" : "");
+            quit(1);
+        }
+        const bool written = fwrite(bytes, 4, sh->total, f) == sh->total;
+        if (fclose(f) != 0 || !written) {
             fprintf(stderr, "train_mlp: cannot write --dump-params '%s': %s\n", o->dump_path,
                     errno ? strerror(errno) : "short write");
+            unlink(o->dump_path);
             quit(1);
         }
     }
@@ -873,8 +909,12 @@ static void report(const shared *sh)
  * --launcher env. */
 static bool launched(void)
 {
-    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE",
-                                       "MV2_COMM_WORLD_SIZE", "WORLD_SIZE"};
+    /* Rank or size, as zc_comm_init_env recognises a launcher: a job with
+     * only one of the two set is that call's error to name, not a run of
+     * this process alone. */
+    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK",
+                                       "PMI_SIZE", "PMI_RANK", "MV2_COMM_WORLD_SIZE",
+                                       "MV2_COMM_WORLD_RANK", "WORLD_SIZE", "RANK"};
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
         const char *v = getenv(vars[i]);
         if (v && *v)

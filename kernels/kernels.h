@@ -30,6 +30,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "device/sumsq_order.h"
 #include "optim/adam.h"
 #include "zeroc/zeroc.h"
 
@@ -40,10 +41,6 @@ extern "C" {
 /* Most source buffers one zc_k_reduce_sum launch accepts (the pointers travel
  * in the kernel's argument block). */
 #define ZC_K_MAX_REDUCE_SRCS 64
-
-/* Elements per sum-of-squares partial: must equal ZC_SUMSQ_BLOCK
- * (src/device/device.h), the host backend's blocking. */
-#define ZC_K_SUMSQ_BLOCK 4096
 
 /* Fused Adam/AdamW over one shard (zc_adam_shard fields are device pointers;
  * the structs themselves are read on the host at launch). Uses 16-byte vector
@@ -68,25 +65,21 @@ cudaError_t zc_k_accumulate(float *acc, const void *src, zc_dtype src_dt, size_t
 cudaError_t zc_k_reduce_sum(void *dst, const void *const *srcs, int nsrc, zc_dtype dt, size_t n,
                             cudaStream_t stream);
 
-/* Number of sum-of-squares partials for n elements. */
-static inline size_t zc_k_sumsq_nblocks(size_t n)
-{
-    return (n + ZC_K_SUMSQ_BLOCK - 1) / ZC_K_SUMSQ_BLOCK;
-}
-
-/* partials[b] (device, zc_k_sumsq_nblocks(n) doubles) = sum over the b-th
- * block of ZC_K_SUMSQ_BLOCK elements of (double)x[i]^2, added one element at a
- * time in index order by a single thread: the host twin's exact order. The
- * caller adds the partials in block order. */
-cudaError_t zc_k_sumsq_partials(const void *x, zc_dtype dt, size_t n, double *partials,
-                                cudaStream_t stream);
-
-/* *out (device double) = partials[0] + partials[1] + ... + partials[nb-1],
- * added in that order from +0.0 by one thread: the host's sum of the
- * sum-of-squares partials, so a norm can stay on the device (and be
- * all-gathered) without a host synchronisation per chunk. nb = 0 gives +0.0. */
-cudaError_t zc_k_sum_partials(const double *partials, size_t nb, double *out,
+/* The sum of squares in the order of device/sumsq_order.h, in two launches.
+ *
+ * groups[g] (device, zc__sumsq_ngroups(n) doubles) = level-1 node g of the
+ * order's tree: the left-to-right fp64 sum of the partials of blocks
+ * 32g .. 32g+31, each partial the left-to-right fp64 sum of its block's
+ * squares. One warp per group, each lane summing its own block (see
+ * kernels/sumsq_tile.h); reads x once, at memory speed. */
+cudaError_t zc_k_sumsq_groups(const void *x, zc_dtype dt, size_t n, double *groups,
                               cudaStream_t stream);
+
+/* *out (device double) = the order's tree over groups[0..ng) from level 1
+ * up: the sum of squares itself (ng = 0 gives +0.0). One thread block; the
+ * levels are summed in place, so groups is overwritten. Keeping the sum on
+ * the device lets a norm be all-gathered without a host wait per chunk. */
+cudaError_t zc_k_sumsq_tree(double *groups, size_t ng, double *out, cudaStream_t stream);
 
 /* *flag (device int) |= 1 if some x[i] is inf or NaN. The caller zeroes *flag
  * first (this launcher only sets it). */

@@ -5,7 +5,9 @@
 set -euo pipefail
 
 pkgs=(meson ninja-build pkg-config gcc libc6-dev libjansson-dev liburing-dev libhwloc-dev libnuma-dev
-      libopenblas-dev libxxhash-dev) # OpenBLAS: the matmuls of examples/gpt; xxHash: checkpoint checksums
+      libopenblas-dev libdnnl-dev libxxhash-dev)
+# OpenBLAS: the fp32 matmuls of examples/gpt; oneDNN (libdnnl-dev): its bf16 matmuls on CPUs
+# with bf16 instructions; xxHash: checkpoint checksums
 if [[ "${1:-}" == "--tests" ]]; then
   # Open MPI: the MPI communicator (meson -Dmpi=auto finds it) and the
   # mpirun that tests/comm launches its multi-process tests with.
@@ -13,6 +15,9 @@ if [[ "${1:-}" == "--tests" ]]; then
          python3-venv) # venv: the checkpoint export test pip-installs safetensors
   # tests/cli/check_bench_train.py runs `zeroc bench train`, plot included.
   pkgs+=(python3-matplotlib)
+  # scripts/gpu_bundle.sh (tests/scripts/check_gpu_bundle.py): RUNPATHs into
+  # the bundle, and its compression.
+  pkgs+=(patchelf xz-utils)
 fi
 if [[ "${1:-}" == "--bench" ]]; then
   pkgs+=(python3 python3-matplotlib)

@@ -28,6 +28,7 @@ typedef struct bt_config {
 typedef struct bt_setup {
     const char *workload;          /* train_gpt */
     const char *self;              /* this zeroc, for `zeroc estimate` */
+    const char *data;              /* --data: the workload's text file, or NULL */
     int layers, dim, heads, seq, vocab, batch;
     int steps, warmup;
     double timeout_s;
@@ -79,10 +80,10 @@ bool bt_plot(const char *script, const char *workdir, const char *jsonl, const c
 /* Runs argv (no shell) with stdout and stderr to the given files (created
  * O_EXCL), env extra added; kills it after timeout_s (> 0) or when
  * bt_stop_signal is set. *wstatus, *maxrss_kib from wait4; *timed_out.
- * poll(arg) is called every 20 ms while it runs (may be NULL). Returns false
- * when it could not be started (errno). */
+ * poll(arg, pid) is called every 20 ms while it runs (may be NULL). Returns
+ * false when it could not be started (errno). */
 bool bt_spawn(char *const argv[], const char *out_path, const char *err_path,
-              double timeout_s, void (*poll)(void *arg), void *arg, int *wstatus,
+              double timeout_s, void (*poll)(void *arg, pid_t pid), void *arg, int *wstatus,
               long *maxrss_kib, bool *timed_out);
 
 #endif

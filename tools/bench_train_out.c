@@ -3,10 +3,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "base/regfile.h"
 #include "bench_train.h"
 
 static const char *const status_names[] = {"ok", "failed", "killed"};
@@ -143,26 +146,53 @@ bool bt_write_markdown(const char *path, const bt_setup *s, const bt_result *rs,
     return ok;
 }
 
+/* The first executable regular file `name` in PATH's directories, as
+ * execvp would find it; false when there is none. */
+static bool find_in_path(const char *name, char *out, size_t cap)
+{
+    const char *path = getenv("PATH");
+    if (!path || !*path)
+        path = "/usr/local/bin:/usr/bin:/bin";
+    for (const char *p = path;;) {
+        const char *colon = strchr(p, ':');
+        size_t len = colon ? (size_t)(colon - p) : strlen(p);
+        /* An empty entry is the current directory, as for execvp. */
+        int n = snprintf(out, cap, "%.*s%s%s", (int)len, p, len ? "/" : "./", name);
+        struct stat st;
+        if (n > 0 && (size_t)n < cap && stat(out, &st) == 0 && S_ISREG(st.st_mode) &&
+            access(out, X_OK) == 0)
+            return true;
+        if (!colon)
+            return false;
+        p = colon + 1;
+    }
+}
+
 bool bt_plot(const char *script, const char *workdir, const char *jsonl, const char *svg,
              const char *png, char *err, size_t errlen)
 {
-    char out[PATH_MAX + 32], perr[PATH_MAX + 32];
+    char out[PATH_MAX + 32], perr[PATH_MAX + 32], python[PATH_MAX];
+    if (!find_in_path("python3", python, sizeof python)) {
+        snprintf(err, errlen, "no python3 in PATH to run %s", script);
+        return false;
+    }
     /* The script's output goes to the bench's own directory, read back on
      * failure. */
     snprintf(out, sizeof out, "%s/plot.log", workdir);
     snprintf(perr, sizeof perr, "%s/plot.err", workdir);
-    char *argv[] = {"/usr/bin/python3", (char *)script, (char *)jsonl, (char *)svg, (char *)png,
+    char *argv[] = {python, (char *)script, (char *)jsonl, (char *)svg, (char *)png,
                     NULL};
     int st = 0;
     long rss = 0;
     bool to = false;
     if (!bt_spawn(argv, out, perr, 300, NULL, NULL, &st, &rss, &to)) {
-        snprintf(err, errlen, "cannot start /usr/bin/python3 %s: %s", script, strerror(errno));
+        snprintf(err, errlen, "cannot start %s %s: %s", python, script, strerror(errno));
         return false;
     }
     bool ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
     if (!ok) {
-        FILE *f = fopen(perr, "r");
+        char why[600];
+        FILE *f = zc__fopen_regular(perr, NULL, why, sizeof why);
         char line[512] = "", last[512] = "";
         while (f && fgets(line, sizeof line, f))
             if (line[0] != '\n')

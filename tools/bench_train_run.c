@@ -9,7 +9,8 @@
  * or outlives the timeout was killed; either way the sweep goes on. */
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
+#include <dirent.h>
+#include <limits.h>
 #include <math.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -21,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/regfile.h"
 #include "bench_train.h"
 
 extern char **environ;
@@ -36,7 +38,7 @@ static double now_s(void)
 }
 
 bool bt_spawn(char *const argv[], const char *out_path, const char *err_path,
-              double timeout_s, void (*poll)(void *arg), void *arg, int *wstatus,
+              double timeout_s, void (*poll)(void *arg, pid_t pid), void *arg, int *wstatus,
               long *maxrss_kib, bool *timed_out)
 {
     *timed_out = false;
@@ -72,7 +74,7 @@ bool bt_spawn(char *const argv[], const char *out_path, const char *err_path,
             break;
         }
         if (poll)
-            poll(arg);
+            poll(arg, pid);
         nanosleep(&(struct timespec){.tv_nsec = 20 * 1000 * 1000}, NULL);
     }
     *maxrss_kib = ru.ru_maxrss;
@@ -83,7 +85,8 @@ bool bt_spawn(char *const argv[], const char *out_path, const char *err_path,
 
 static char *slurp(const char *path)
 {
-    FILE *f = fopen(path, "r");
+    char why[600];
+    FILE *f = zc__fopen_regular(path, NULL, why, sizeof why);
     if (!f)
         return NULL;
     size_t cap = 4096, len = 0;
@@ -241,28 +244,38 @@ static bool write_config(const bt_setup *s, const bt_config *c, const char *path
 
 /* ---- the swap files while the workload runs -------------------------------- */
 
+/* The swap files have no name (O_TMPFILE, or unlinked once open): they are
+ * found among the workload's open descriptors, /proc/PID/fd/N, whose link
+ * names the directory they were made in ("DIR/#123 (deleted)"); stat through
+ * that link gives the file's size. */
 typedef struct nvme_watch {
-    const char *dir;
+    char dir[PATH_MAX];     /* the nvme directory, resolved (realpath) */
     int64_t max;
 } nvme_watch;
 
-static int64_t nvme_sum;
-
-static int add_size(const char *p, const struct stat *st, int type, struct FTW *f)
-{
-    (void)p;
-    (void)f;
-    if (type == FTW_F)
-        nvme_sum += (int64_t)st->st_size;
-    return 0;
-}
-
-static void watch_nvme(void *arg)
+static void watch_nvme(void *arg, pid_t pid)
 {
     nvme_watch *w = arg;
-    nvme_sum = 0;
-    if (nftw(w->dir, add_size, 8, FTW_PHYS) == 0 && nvme_sum > w->max)
-        w->max = nvme_sum;
+    char fds[64];
+    snprintf(fds, sizeof fds, "/proc/%d/fd", (int)pid);
+    DIR *d = opendir(fds);
+    if (!d)
+        return;
+    const size_t n = strlen(w->dir);
+    int64_t sum = 0;
+    for (struct dirent *de; (de = readdir(d));) {
+        char link[96], target[PATH_MAX];
+        snprintf(link, sizeof link, "%s/%.20s", fds, de->d_name);
+        ssize_t t = readlink(link, target, sizeof target - 1);
+        struct stat st;
+        if (t <= (ssize_t)n || strncmp(target, w->dir, n) || target[n] != '/')
+            continue;
+        if (stat(link, &st) == 0 && S_ISREG(st.st_mode))
+            sum += (int64_t)st.st_size;
+    }
+    closedir(d);
+    if (sum > w->max)
+        w->max = sum;
 }
 
 /* ---- one configuration --------------------------------------------------------- */
@@ -336,8 +349,15 @@ bool bt_run_config(const bt_setup *s, int index, const bt_config *c, bt_result *
     char *argv[] = {(char *)s->workload, "--config", cfg_path, "--steps", steps, "--world",
                     world, "--launcher", "threads", "--layers", L, "--dim", D, "--heads", H,
                     "--seq", S, "--vocab", V, "--batch", B, "--eval-every", "0", "--device",
-                    s->cuda ? "cuda" : "cpu", "--json", NULL};
-    nvme_watch w = {.dir = nvme_dir};
+                    s->cuda ? "cuda" : "cpu", "--json", NULL, NULL, NULL};
+    if (s->data) { /* --data FILE: the workload's text, in place of its default */
+        size_t k = sizeof argv / sizeof argv[0] - 3;
+        argv[k] = "--data";
+        argv[k + 1] = (char *)s->data;
+    }
+    nvme_watch w = {.max = 0};
+    if (!realpath(nvme_dir, w.dir))
+        snprintf(w.dir, sizeof w.dir, "%.4000s", nvme_dir);
     int st = 0;
     long rss = 0;
     bool timed_out = false;

@@ -10,6 +10,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "regfile.h"
+
 __extension__ typedef unsigned __int128 u128; /* exact products of up to 38 digits */
 
 typedef enum pstat { P_OK, P_SYNTAX, P_FRACTION, P_RANGE } pstat;
@@ -318,7 +320,8 @@ bool zc__arg_u64_list(const char *flag, const char *text, uint64_t lo, uint64_t 
 
 bool zc__mem_available(uint64_t *bytes)
 {
-    FILE *f = fopen("/proc/meminfo", "r");
+    char why[128];
+    FILE *f = zc__fopen_regular("/proc/meminfo", NULL, why, sizeof why);
     char line[256];
     bool found = false;
     while (f && !found && fgets(line, sizeof line, f)) {

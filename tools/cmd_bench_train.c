@@ -15,8 +15,8 @@
  * swap files live in a directory of the bench's own under DIR
  * (zeroc-bench-train.XXXXXX), removed at the end and on SIGINT, SIGTERM,
  * SIGHUP (the running child is killed first). Exit status: 0 the sweep ran
- * (configurations that failed are results), 1 the bench itself failed, 2 a
- * usage error. */
+ * (configurations that failed are results, as long as one ran), 1 the bench
+ * itself failed or every configuration failed, 2 a usage error. */
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -26,6 +26,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/regfile.h"
 #include "bench_train.h"
 #include "cliarg.h"
 
@@ -43,7 +44,7 @@ static void usage(FILE *f)
             "usage: zeroc bench train --out DIR [--json] [--only KEY=V[,V...]]... [--steps N]\n"
             "                         [--warmup N] [--world W[,W...]] [--dtype D[,D...]]\n"
             "                         [--model L,D,H,S,V] [--batch B] [--timeout SECONDS]\n"
-            "                         [--device cpu|cuda] [--workload PATH]\n"
+            "                         [--device cpu|cuda] [--workload PATH] [--data FILE]\n"
             "                         [--plot-script PATH]\n"
             "  Trains the GPT example a few steps in every configuration of stages 0-3 x\n"
             "  offload_optimizer none/cpu/nvme x offload_param none/cpu/nvme (stage 3) x\n"
@@ -62,8 +63,13 @@ static void usage(FILE *f)
             "  --timeout S       seconds before a configuration is killed, [1, 86400]\n"
             "                    (default 600)\n"
             "  --workload PATH   train_gpt (default: the one built next to this zeroc)\n"
+            "  --data FILE       the text the workload trains on (its --data; default its\n"
+            "                    own)\n"
             "  --json            print each configuration's JSON line as it finishes\n"
-            "Exit status: 0 the sweep ran, 1 the bench failed, 2 usage error.\n");
+            "  The plot needs python3 (from PATH) with matplotlib; without them the plot\n"
+            "  is left out, saying why, and the sweep still succeeds.\n"
+            "Exit status: 0 the sweep ran (some configurations may have failed), 1 the bench\n"
+            "failed or every configuration did, 2 usage error.\n");
 }
 
 typedef struct filter {
@@ -283,6 +289,8 @@ static int parse(int argc, char **argv, opts *o, bt_setup *s)
             s->cuda = !strcmp(v, "cuda");
         } else if (!strcmp(a, "--workload")) {
             o->workload = v;
+        } else if (!strcmp(a, "--data")) {
+            s->data = v;
         } else if (!strcmp(a, "--plot-script")) {
             o->plot_script = v;
         } else {
@@ -302,6 +310,18 @@ static int parse(int argc, char **argv, opts *o, bt_setup *s)
         fprintf(stderr, "zeroc bench train: --warmup %d leaves no step of --steps %d to time\n",
                 s->warmup, s->steps);
         return 2;
+    }
+    /* The workloads' text: a directory, FIFO or device is refused here, once,
+     * instead of in every child. */
+    if (s->data) {
+        int fd;
+        char why[640];
+        if (zc__open_regular(s->data, 0, "a regular file of text", &fd, NULL, why, sizeof why) !=
+            ZC_OPEN_OK) {
+            fprintf(stderr, "zeroc bench train: --data: %s\n", why);
+            return 2;
+        }
+        close(fd);
     }
     return 0;
 }
@@ -407,16 +427,31 @@ static int sweep(const opts *o, bt_setup *s)
             rc = 1;
         }
     }
-    if (rc == 0 && !bt_stop_signal) {
+    bool plotted = false;
+    /* A sweep with no configuration that ran measured nothing: its results
+     * (every reason) are written, with no plot of no point, and the exit
+     * status says it failed. */
+    int ran = 0;
+    for (int i = 0; i < done; i++)
+        ran += rs[i].status == BT_OK;
+    if (rc == 0 && !bt_stop_signal && ran > 0) {
         char err[1024];
-        if (!bt_plot(o->plot_script, s->work, jsonl, svg, png, err, sizeof err)) {
-            fprintf(stderr, "zeroc bench train: %s\n", err);
-            rc = 1;
-        }
+        /* The plot is a view of results.jsonl, which is complete: a missing
+         * python3 or matplotlib costs the picture, not the sweep. */
+        plotted = bt_plot(o->plot_script, s->work, jsonl, svg, png, err, sizeof err);
+        if (!plotted)
+            fprintf(stderr, "zeroc bench train: no plot (results.jsonl and results.md are "
+                            "complete): %s\n", err);
     }
-    if (rc == 0 && !o->json && !bt_stop_signal)
-        fprintf(stderr, "zeroc bench train: %d configurations; %s, %s, %s, %s\n", done, jsonl,
-                md, svg, png);
+    if (rc == 0 && !o->json && !bt_stop_signal && ran > 0)
+        fprintf(stderr, "zeroc bench train: %d configurations; %s, %s%s%s%s%s\n", done, jsonl,
+                md, plotted ? ", " : "", plotted ? svg : "", plotted ? ", " : "",
+                plotted ? png : "");
+    if (rc == 0 && !bt_stop_signal && done > 0 && ran == 0) {
+        fprintf(stderr, "zeroc bench train: every one of the %d configurations failed (the "
+                        "reasons are in %s)\n", done, jsonl);
+        rc = 1;
+    }
     free(rs);
     return rc;
 }

@@ -4,11 +4,16 @@
  *   zeroc ckpt export DIR OUT.safetensors [--tag T] [--dtype fp32|bf16|fp16]
  *   zeroc ckpt reshard IN OUT --world W [--tag T]
  *
- * The tool writes only what it creates: export creates OUT with O_EXCL (an
- * existing file is refused), reshard writes OUT/.TAG.partial, then OUT/TAG
- * and OUT/latest (an existing OUT/TAG is refused). On a failure or on
- * SIGINT/SIGTERM/SIGHUP it removes what it had created (the handler only
- * unlinks and rmdirs precomputed paths: async-signal-safe). */
+ * The tool writes only what it creates: export creates OUT with O_EXCL and
+ * O_NOFOLLOW (an existing file or link is refused), reshard writes
+ * OUT/.TAG.partial, then OUT/TAG and OUT/latest (an existing OUT/TAG is
+ * refused; so is a staging directory that is a link or was not made by a
+ * zeroc save: ckpt/dirwrite.h). On a failure or on SIGINT/SIGTERM/SIGHUP it
+ * removes what it had created and nothing else: the export only while the
+ * name is still the file it created (same device and inode), the staging
+ * directory only through its own descriptor, opened without following a
+ * link and holding the marker. The handler uses only open, openat, fstatat,
+ * unlinkat, rmdir and close on precomputed names: async-signal-safe. */
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -30,54 +35,88 @@ int zc__cmd_ckpt(int argc, char **argv);
 
 /* What the signal handler removes. */
 static char sig_file[ZC_CK_PATH_MAX];          /* export: OUT */
-static char sig_stage[ZC_CK_PATH_MAX];         /* reshard: OUT/.TAG.partial */
+static dev_t sig_file_dev;                     /* ... while it is this file */
+static ino_t sig_file_ino;
+static char sig_out[ZC_CK_PATH_MAX];           /* reshard: OUT */
+static char sig_stage[ZC_CK_TAG_MAX + 16];     /* reshard: .TAG.partial in OUT */
 static char sig_outdir[ZC_CK_PATH_MAX];        /* reshard: OUT when we created it */
 static int sig_world;
 
-static size_t cat(char *d, size_t at, const char *s)
+static size_t cat(char *d, size_t cap, size_t at, const char *s)
 {
-    while (*s && at + 1 < ZC_CK_PATH_MAX + 64)
+    while (*s && at + 1 < cap)
         d[at++] = *s++;
     d[at] = '\0';
     return at;
 }
 
+/* The staging directory of an interrupted reshard: the names a reshard
+ * writes, through the directory's descriptor, only when it is a directory
+ * (not a link) holding the marker of a zeroc save. Without the marker it is
+ * removed only when empty (interrupted between its creation and the
+ * marker's: AT_REMOVEDIR removes nothing else). */
 static void remove_stage(void)
 {
     static const char *const tails[] = {".bin", ".bin.tmp", ".idx", ".idx.tmp"};
-    char p[ZC_CK_PATH_MAX + 64];
+    int dfd = open(sig_out, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0)
+        return;
+    int sfd = openat(dfd, sig_stage, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    struct stat st;
+    if (sfd < 0 || fstatat(sfd, ZC_CK_STAGING_MARK, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+        !S_ISREG(st.st_mode)) {
+        if (sfd >= 0) {
+            close(sfd);
+            unlinkat(dfd, sig_stage, AT_REMOVEDIR);
+        }
+        close(dfd);
+        return;
+    }
+    char p[64];
     for (int r = 0; r < sig_world; r++) {
         char num[6] = "00000";
         for (int i = 4, v = r; i >= 0; i--, v /= 10)
             num[i] = (char)('0' + v % 10);
         for (int t = 0; t < 4; t++) {
-            size_t n = cat(p, 0, sig_stage);
-            n = cat(p, n, "/rank_");
-            n = cat(p, n, num);
-            cat(p, n, tails[t]);
-            unlink(p);
+            size_t n = cat(p, sizeof p, 0, "rank_");
+            n = cat(p, sizeof p, n, num);
+            cat(p, sizeof p, n, tails[t]);
+            unlinkat(sfd, p, 0);
         }
     }
-    size_t n = cat(p, 0, sig_stage);
-    cat(p, n, "/" ZC_CK_MANIFEST);
-    unlink(p);
-    cat(p, n, "/" ZC_CK_MANIFEST ".tmp");
-    unlink(p);
-    rmdir(sig_stage);
+    unlinkat(sfd, ZC_CK_MANIFEST, 0);
+    unlinkat(sfd, ZC_CK_MANIFEST ".tmp", 0);
+    unlinkat(sfd, ZC_CK_STAGING_MARK, 0);
+    close(sfd);
+    unlinkat(dfd, sig_stage, AT_REMOVEDIR);
+    /* Between the checkpoint's rename and `latest`: the temporary pointer
+     * (a link there is removed itself, never its target). */
+    unlinkat(dfd, ZC_CK_LATEST ".tmp", 0);
+    close(dfd);
 }
 
+/* The export's output, while the name is still the file it created. */
+static void remove_output(void)
+{
+    struct stat st;
+    if (fstatat(AT_FDCWD, sig_file, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
+        st.st_dev == sig_file_dev && st.st_ino == sig_file_ino)
+        unlink(sig_file);
+}
+
+/* After a failure: the library removed what it staged itself. */
 static void cleanup(void)
 {
     if (sig_file[0])
-        unlink(sig_file);
-    if (sig_stage[0])
-        remove_stage();
+        remove_output();
     if (sig_outdir[0])
         rmdir(sig_outdir); /* only if empty: a completed checkpoint stays */
 }
 
 static void on_signal(int sig)
 {
+    if (sig_stage[0])
+        remove_stage();
     cleanup();
     signal(sig, SIG_DFL);
     raise(sig);
@@ -165,16 +204,12 @@ static int inspect(const opts *o)
         return fail("inspect");
     const zc_ck_manifest *m = &s.m;
     if (o->json) {
-        char p[ZC_CK_PATH_MAX + 32];
-        snprintf(p, sizeof p, "%s/%s", s.dir, ZC_CK_MANIFEST);
-        FILE *f = fopen(p, "r");
-        int c;
-        while (f && (c = fgetc(f)) != EOF)
-            putchar(c);
-        if (f)
-            fclose(f);
+        /* What was validated, written again: not the file read a second
+         * time (it may have changed since). */
+        fflush(stdout);
+        zc_status rc = zc__ck_manifest_write(m, STDOUT_FILENO, "standard output");
         zc__ck_source_close(&s);
-        return f ? 0 : 1;
+        return rc == ZC_OK ? 0 : fail("inspect");
     }
     int64_t elems = 0;
     for (int i = 0; i < m->nparams; i++)
@@ -234,12 +269,19 @@ static int export_cmd(const opts *o)
         return 2;
     }
     install_handlers();
-    int fd = open(out, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0) {
+    int fd = open(out, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) {
         fprintf(stderr, "zeroc ckpt export: %s: cannot create (%s)%s\n", out, strerror(errno),
                 errno == EEXIST ? "; the tool does not overwrite files" : "");
+        if (fd >= 0) {
+            close(fd);
+            unlink(out);
+        }
         return 1;
     }
+    sig_file_dev = st.st_dev;
+    sig_file_ino = st.st_ino;
     snprintf(sig_file, sizeof sig_file, "%s", out);
     zc_status rc = zc_checkpoint_export_fd(o->pos[0], o->tag, fd, dt);
     /* fail() prints the library's last error: set one for these too. */
@@ -272,7 +314,7 @@ static int reshard(const opts *o)
      * the staging directory's name. */
     if (zc__ck_resolve_tag(in, o->tag, tag) != ZC_OK)
         return fail("reshard");
-    if (strlen(out) + strlen(tag) + 32 >= sizeof sig_stage) {
+    if (strlen(out) + strlen(tag) + 32 >= sizeof sig_out) {
         fprintf(stderr, "zeroc ckpt reshard: output path is too long\n");
         return 2;
     }
@@ -283,7 +325,8 @@ static int reshard(const opts *o)
         fprintf(stderr, "zeroc ckpt reshard: %s: cannot create (%s)\n", out, strerror(errno));
         return 1;
     }
-    snprintf(sig_stage, sizeof sig_stage, "%s/.%s.partial", out, tag);
+    snprintf(sig_out, sizeof sig_out, "%s", out);
+    snprintf(sig_stage, sizeof sig_stage, ".%s.partial", tag);
     sig_world = world;
     zc_status rc = zc_checkpoint_reshard(in, tag, out, world);
     if (rc != ZC_OK) {

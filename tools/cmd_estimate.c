@@ -24,6 +24,19 @@
 int zc__cmd_estimate(int argc, char **argv);
 
 #define MAX_TENSORS (1 << 20)
+/* --params makes tensors of the default chunk cap (each then a chunk of its
+ * own), at most MAX_TENSORS of them: the largest N it can answer for, and so
+ * the range --help states and the parser holds it to. The plan is one pass
+ * over the chunks (src/core/estimate.c), so the top of the range answers at
+ * once. */
+#define MAX_PARAMS ((int64_t)MAX_TENSORS * ZC_CHUNK_CAP_ELEMS) /* 2^44 */
+_Static_assert(MAX_PARAMS == (int64_t)1 << 44, "--help states 2^44");
+
+/* Byte counts: the activations of the largest models and batches --model
+ * accepts pass 2^64 (5 A S^2 B L alone reaches 2^83), so they and the totals
+ * that hold them are 128-bit; printed as a JSON integer up to 2^63 - 1 and as
+ * a JSON number with an exponent beyond. */
+__extension__ typedef unsigned __int128 u128;
 
 static void usage(FILE *f)
 {
@@ -37,8 +50,10 @@ static void usage(FILE *f)
             "  and, at stage 3, x offload_param (or only the one FILE configures), with\n"
             "  DeepSpeed's estimator figures and,\n"
             "  for --model, the activations of one micro-batch (docs/estimate.md).\n"
-            "  --params N        parameters, in 2^24-element tensors, N in [1, 2^50]\n"
-            "  --model gpt:...   a GPT-2 shape: tied embeddings, learned positions, 4x MLP\n"
+            "  --params N        parameters, in 2^24-element tensors, N in [1, 2^44]\n"
+            "  --model gpt:...   a GPT-2 shape: tied embeddings, learned positions, 4x MLP;\n"
+            "                    LAYERS in [1, 4096], DIM in [1, 65536], HEADS in [1, 4096]\n"
+            "                    dividing DIM, SEQ in [1, 2^20], VOCAB in [1, 2^24]\n"
             "  --world W         data-parallel ranks, [1, 65536]\n"
             "  --gpus-per-node G [1, 1024], dividing W (default: W up to 8)\n"
             "  --dtype           working precision (default: the config's, else bf16)\n"
@@ -140,7 +155,8 @@ static int parse_model(const char *text, model *m)
     snprintf(buf, sizeof buf, "%s", text + 4);
     const char *names[5] = {"--model LAYERS", "--model DIM", "--model HEADS", "--model SEQ",
                             "--model VOCAB"};
-    /* DIM up to 2^16 keeps 12 DIM^2 x LAYERS inside int64 elements. */
+    /* DIM up to 2^16 keeps 12 DIM^2 x LAYERS inside int64 elements; --help
+     * states these bounds. */
     const int64_t hi[5] = {4096, 65536, 4096, 1 << 20, 1 << 24};
     int64_t v[5];
     char *save = NULL, *tok = strtok_r(buf, ",", &save);
@@ -190,7 +206,7 @@ static int parse(int argc, char **argv, opts *o, int64_t *params)
         const char *v = argv[++i];
         bool ok = true;
         if (!strcmp(a, "--params")) {
-            ok = zc__arg_i64(a, v, 1, (int64_t)1 << 50, ZC_ARG_SUFFIX, params, err, sizeof err);
+            ok = zc__arg_i64(a, v, 1, MAX_PARAMS, ZC_ARG_SUFFIX, params, err, sizeof err);
         } else if (!strcmp(a, "--model")) {
             int rc = parse_model(v, &o->m);
             if (rc)
@@ -261,31 +277,18 @@ static int parse(int argc, char **argv, opts *o, int64_t *params)
  * bytes (docs/estimate.md): per layer S B D (34 + 5 A S / D) at 2 bytes per
  * value (Korthikanti et al. 2022, no recomputation, no sequence or tensor
  * parallelism), scaled by esz / 2; plus the embedding output S B D esz and
- * the logits with their fp32 softmax S B V (esz + 4). false on overflow. */
-static bool activations(const model *m, int64_t B, int64_t esz, uint64_t *out)
+ * the logits with their fp32 softmax S B V (esz + 4). Exact in 128 bits:
+ * within the flags' ranges every factor is below 2^24 and the sum below
+ * 2^90. */
+static u128 activations(const model *m, int64_t B, int64_t esz)
 {
-    uint64_t sbd = 0, per = 0, t = 0, attn = 0;
-    const uint64_t S = (uint64_t)m->S, D = (uint64_t)m->D;
-    if (__builtin_mul_overflow(S, (uint64_t)B, &sbd) || __builtin_mul_overflow(sbd, D, &sbd))
-        return false;
+    const u128 S = (u128)m->S, D = (u128)m->D, b = (u128)B, e = (u128)esz;
+    const u128 sbd = S * b * D;
     /* 5 A S^2 B values per layer: (5 A S / D) x S B D, kept exact by
-     * multiplying before dividing. */
-    if (__builtin_mul_overflow((uint64_t)5 * (uint64_t)m->Hh, S, &attn) ||
-        __builtin_mul_overflow(attn, S, &attn) || __builtin_mul_overflow(attn, (uint64_t)B, &attn))
-        return false;
-    if (__builtin_mul_overflow(sbd, (uint64_t)34, &per) || __builtin_add_overflow(per, attn, &per))
-        return false; /* values of 2 bytes: 2 x (17 S B D + 2.5 A S^2 B) bytes */
-    if (__builtin_mul_overflow(per, (uint64_t)esz, &per))
-        return false;
-    per /= 2;
-    if (__builtin_mul_overflow(per, (uint64_t)m->L, &t))
-        return false;
-    uint64_t emb = 0, logits = 0;
-    if (__builtin_mul_overflow(sbd, (uint64_t)esz, &emb) ||
-        __builtin_mul_overflow(S * (uint64_t)B, (uint64_t)m->V, &logits) ||
-        __builtin_mul_overflow(logits, (uint64_t)esz + 4, &logits))
-        return false;
-    return !__builtin_add_overflow(t, emb, out) && !__builtin_add_overflow(*out, logits, out);
+     * multiplying before dividing. Values of 2 bytes: 2 x (17 S B D + 2.5 A
+     * S^2 B) bytes. */
+    const u128 per = (sbd * 34 + 5 * (u128)m->Hh * S * S * b) * e / 2;
+    return per * (u128)m->L + sbd * e + S * b * (u128)m->V * (e + 4);
 }
 
 static const char *dtype_name(int dt)
@@ -302,7 +305,8 @@ typedef struct row {
     int stage, offload, poffload, dtype;
     zc_est est;
     int64_t used, padded, live_bound;
-    uint64_t act, ds_gpu, ds_cpu;
+    u128 act;
+    uint64_t ds_gpu, ds_cpu;
     bool has_ds, has_act;
 } row;
 
@@ -313,7 +317,7 @@ static int plan_row(const opts *o, const zc_config *cfg, int stage, int off, int
     const size_t pesz = dtype == ZC_DTYPE_F32 ? 4 : 2;
     int64_t cap = 0;
     bool forced = false;
-    if (zc__chunk_cap_parse(getenv("ZC_CHUNK_CAP"), &cap, &forced) != ZC_OK) {
+    if (zc__chunk_cap_env(&cap, &forced) != ZC_OK) {
         fprintf(stderr, "zeroc estimate: %s\n", zc_last_error());
         return 2;
     }
@@ -400,10 +404,7 @@ static int plan_row(const opts *o, const zc_config *cfg, int stage, int off, int
                                       (uint64_t)o->gpn, &r->ds_gpu, &r->ds_cpu) == ZC_OK;
     }
     if (m->gpt) {
-        if (!activations(m, o->micro, (int64_t)pesz, &r->act)) {
-            fprintf(stderr, "zeroc estimate: the activations overflow 64-bit byte counts\n");
-            return 1;
-        }
+        r->act = activations(m, o->micro, (int64_t)pesz);
         r->has_act = true;
     }
     return 0;
@@ -411,14 +412,20 @@ static int plan_row(const opts *o, const zc_config *cfg, int stage, int off, int
 
 /* The activations live where the model runs: the device, or the host on
  * the host path. */
-static uint64_t device_total(const opts *o, const row *r)
+static u128 device_total(const opts *o, const row *r)
 {
-    return (uint64_t)r->est.kind_total[ZC_MEMKIND_DEVICE] + (o->host_device ? 0 : r->act);
+    return (u128)r->est.kind_total[ZC_MEMKIND_DEVICE] + (o->host_device ? 0 : r->act);
 }
 
-static uint64_t host_total(const opts *o, const row *r)
+static u128 host_total(const opts *o, const row *r)
 {
-    return (uint64_t)r->est.kind_total[ZC_MEMKIND_HOST] + (o->host_device ? r->act : 0);
+    return (u128)r->est.kind_total[ZC_MEMKIND_HOST] + (o->host_device ? r->act : 0);
+}
+
+/* A byte count as JSON: an integer while one fits (jansson's are int64). */
+static json_t *json_bytes(u128 v)
+{
+    return v <= (u128)INT64_MAX ? json_integer((json_int_t)v) : json_real((double)v);
 }
 
 static void print_json(const opts *o, const row *r)
@@ -436,16 +443,16 @@ static void print_json(const opts *o, const row *r)
     }
     json_t *ds = json_null();
     if (r->has_ds)
-        ds = json_pack("{s:I, s:I}", "gpu", (json_int_t)r->ds_gpu, "cpu_per_node",
-                       (json_int_t)r->ds_cpu);
+        ds = json_pack("{s:o, s:o}", "gpu", json_bytes(r->ds_gpu), "cpu_per_node",
+                       json_bytes(r->ds_cpu));
     json_t *j = json_pack(
-        "{s:i, s:s, s:s, s:i, s:s, s:{s:I, s:I, s:I, s:I}, s:o, s:I, s:I, s:I, s:I, s:o}",
+        "{s:i, s:s, s:s, s:i, s:s, s:{s:o, s:I, s:o, s:I}, s:o, s:o, s:I, s:I, s:I, s:o}",
         "stage", r->stage, "offload_optimizer", off_name(r->offload), "offload_param", off_name(r->poffload),
         "world", o->world, "dtype", dtype_name(r->dtype), "bytes", "device",
-        (json_int_t)device_total(o, r), "pinned", (json_int_t)e->kind_total[ZC_MEMKIND_PINNED],
-        "host", (json_int_t)host_total(o, r), "nvme",
+        json_bytes(device_total(o, r)), "pinned", (json_int_t)e->kind_total[ZC_MEMKIND_PINNED],
+        "host", json_bytes(host_total(o, r)), "nvme",
         (json_int_t)e->kind_total[ZC_MEMKIND_NVME], "parts", parts, "activations",
-        (json_int_t)r->act, "params", (json_int_t)o->m.total, "padding_elems",
+        json_bytes(r->act), "params", (json_int_t)o->m.total, "padding_elems",
         (json_int_t)(r->padded - r->used), "live_bound", (json_int_t)r->live_bound,
         "deepspeed", ds);
     char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
@@ -455,7 +462,7 @@ static void print_json(const opts *o, const row *r)
     json_decref(j);
 }
 
-static void mib(char *buf, size_t cap, uint64_t b)
+static void mib(char *buf, size_t cap, u128 b)
 {
     snprintf(buf, cap, "%.1f", (double)b / 1048576.0);
 }
@@ -464,9 +471,9 @@ static void print_row(const opts *o, const row *r)
 {
     char d[32], p[32], h[32], n[32], a[32], g[32], c[32];
     mib(d, sizeof d, device_total(o, r));
-    mib(p, sizeof p, (uint64_t)r->est.kind_total[ZC_MEMKIND_PINNED]);
+    mib(p, sizeof p, (u128)r->est.kind_total[ZC_MEMKIND_PINNED]);
     mib(h, sizeof h, host_total(o, r));
-    mib(n, sizeof n, (uint64_t)r->est.kind_total[ZC_MEMKIND_NVME]);
+    mib(n, sizeof n, (u128)r->est.kind_total[ZC_MEMKIND_NVME]);
     mib(a, sizeof a, r->act);
     snprintf(g, sizeof g, "-");
     snprintf(c, sizeof c, "-");
@@ -492,20 +499,27 @@ static int run(const opts *o, zc_config *cfg)
                           : ZC_DTYPE_BF16;
     const int64_t gas = cfg->gradient_accumulation_steps > 0 ? cfg->gradient_accumulation_steps : 1;
     opts oo = *o;
-    if (!oo.micro)
-        oo.micro = cfg->train_micro_batch_size_per_gpu > 0
-                       ? (int)(cfg->train_micro_batch_size_per_gpu > 65536
-                                   ? 65536 : cfg->train_micro_batch_size_per_gpu)
-                       : 1;
+    const int64_t file_mb = cfg->train_micro_batch_size_per_gpu;
+    const int64_t micro = o->micro ? o->micro : file_mb > 0 ? file_mb : 1;
+    /* The file's micro batch sizes the activations (--model only): held to
+     * --micro-batch's range, not cut to it, since a plan of another batch
+     * would be a wrong answer. */
+    if (micro > 65536 && o->m.gpt) {
+        fprintf(stderr, "zeroc estimate: train_micro_batch_size_per_gpu %lld in '%s' is beyond "
+                        "--micro-batch's range [1, 65536]; give --micro-batch\n",
+                (long long)micro, o->config ? o->config : "");
+        return 2;
+    }
+    oo.micro = micro > 65536 ? 65536 : (int)micro; /* unused without --model */
     /* offload_param only exists at stage 3: below it the engine ignores the
      * block (as DeepSpeed does), so a file's offload_param counts there
      * only. */
     const int cfg_poff = cfg->zero.stage == 3 ? (int)cfg->zero.offload_param.device
                                               : ZC_OFFLOAD_NONE;
     if (!o->json) {
-        printf("# %lld parameters, world %d (%d per node), micro-batch %d; MiB per rank "
+        printf("# %lld parameters, world %d (%d per node), micro-batch %lld; MiB per rank "
                "(DeepSpeed: GPU per rank, CPU per node)\n",
-               (long long)o->m.total, o->world, o->gpn, oo.micro);
+               (long long)o->m.total, o->world, o->gpn, (long long)micro);
         /* DeepSpeed's max_in_cpu default (1e9 elements) caches every shard of
          * most models in pinned memory: say so next to nvme rows. */
         if (!o->config || cfg_poff == ZC_OFFLOAD_NVME)

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "zeroc/zeroc.h"
+#include "base/log.h"
 
 int zc__cmd_config(int argc, char **argv) __attribute__((weak));
 int zc__cmd_estimate(int argc, char **argv) __attribute__((weak));
@@ -62,6 +63,12 @@ static int dispatch(int argc, char **argv)
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
         printf("zeroc %d.%d.%d\n", ZEROC_VERSION_MAJOR, ZEROC_VERSION_MINOR, ZEROC_VERSION_PATCH);
         return 0;
+    }
+    /* Every command may log, and a log line cannot fail: a malformed ZC_LOG,
+     * ZC_LOG_RANKS or ZC_LOG_SUBSYS fails the command before it starts. */
+    if (zc__log_env_check() != ZC_OK) {
+        fprintf(stderr, "zeroc: %s\n", zc_last_error());
+        return 1;
     }
     if (!strcmp(cmd, "config"))
         return run(zc__cmd_config, "config", argc - 1, argv + 1);

@@ -38,6 +38,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/regfile.h"
 #include "bench/nvme/bench_nvme.h"
 #include "cliarg.h"
 #include "offload/offload.h"
@@ -270,7 +271,8 @@ typedef struct devsnap {
 static bool devstat_read(const cfg *c, devsnap *d)
 {
     unsigned long long v[7];
-    FILE *f = c->devstat[0] ? fopen(c->devstat, "r") : NULL;
+    char why[256];
+    FILE *f = c->devstat[0] ? zc__fopen_regular(c->devstat, NULL, why, sizeof why) : NULL;
     if (!f)
         return false;
     int n = fscanf(f, "%llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4],

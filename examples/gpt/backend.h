@@ -18,11 +18,16 @@ typedef struct gpt_backend {
     const char *name;            /* "cpu", "cuda": the --device value */
     zc_device_kind device;       /* the engine's device for this backend */
     const char *(*error_str)(int code);
+    /* Makes GPU `index` (zc_cuda_device_index) current on the calling thread,
+     * before its stream and buffers are made (the CPU: nothing to do). */
+    int (*select_device)(int index);
     /* A stream for the engine and the kernels (NULL on the CPU). */
     int (*stream_create)(void **stream);
     void (*stream_destroy)(void *stream);
-    bool (*model_create)(void **m, const gpt_config *c, int B, void *stream, char *err,
-                         size_t errlen);
+    /* A model for B sequences that trains in dtype dt (the CPU runs its
+     * matmuls in bf16 for ZC_DTYPE_BF16 where it can: matmul_cpu.h). */
+    bool (*model_create)(void **m, const gpt_config *c, int B, zc_dtype dt, void *stream,
+                         char *err, size_t errlen);
     void (*model_destroy)(void *m);
     /* n floats or ints of backend memory, zeroed; NULL when out of memory. */
     float *(*alloc)(size_t n);

@@ -3,7 +3,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cblas.h>
+
 #include "backend.h"
+#include "matmul_cpu.h"
 #include "precision.h"
 
 typedef struct cpu_model {
@@ -12,11 +15,12 @@ typedef struct cpu_model {
 } cpu_model;
 
 static const char *err_str(int code) { return code ? "out of memory" : "success"; }
+static int select_device(int index) { (void)index; return 0; }
 static int stream_create(void **s) { *s = NULL; return 0; }
 static void stream_destroy(void *s) { (void)s; }
 
-static bool model_create(void **out, const gpt_config *c, int B, void *stream, char *err,
-                         size_t errlen)
+static bool model_create(void **out, const gpt_config *c, int B, zc_dtype dt, void *stream,
+                         char *err, size_t errlen)
 {
     cpu_model *m = calloc(1, sizeof *m);
     if (!m) return false;
@@ -25,6 +29,13 @@ static bool model_create(void **out, const gpt_config *c, int B, void *stream, c
         free(m);
         return false;
     }
+    /* bf16 training computes its matmuls in bf16 (fp32 sums) where the CPU
+     * has bf16 instructions, as torch.autocast and the CUDA layers do; else
+     * in fp32. This rank thread's matmuls use as many threads as OpenBLAS
+     * was given (1 when ranks run as threads of one process). */
+    if (dt == ZC_DTYPE_BF16 && gpt_matmul_bf16_available(NULL, 0))
+        m->a.matmul = GPT_MATMUL_BF16;
+    gpt_matmul_set_threads(openblas_get_num_threads());
     *out = m;
     return true;
 }
@@ -132,7 +143,8 @@ static int probs_row(void *p, size_t row, float *host)
 
 const gpt_backend gpt_backend_cpu = {
     .name = "cpu", .device = ZC_DEVICE_HOST, .error_str = err_str,
-    .stream_create = stream_create, .stream_destroy = stream_destroy,
+    .select_device = select_device, .stream_create = stream_create,
+    .stream_destroy = stream_destroy,
     .model_create = model_create, .model_destroy = model_destroy, .alloc = alloc,
     .alloc_ints = alloc_ints, .free = release_mem, .upload_ints = upload_ints, .zero = zero,
     .widen = widen, .narrow = narrow, .embed_forward = embed_forward,

@@ -9,7 +9,9 @@
 #include "backend.h"
 #include "model_cuda.h"
 
-static const char *err_str(int code) { return cudaGetErrorString((cudaError_t)code); }
+static const char *err_str(int code) { return gpt_cuda_error_string(code); }
+
+static int select_device(int index) { return (int)cudaSetDevice(index); }
 
 static int stream_create(void **s)
 {
@@ -24,9 +26,10 @@ static void stream_destroy(void *s)
     if (s) cudaStreamDestroy((cudaStream_t)s);
 }
 
-static bool model_create(void **out, const gpt_config *c, int B, void *stream, char *err,
-                         size_t errlen)
+static bool model_create(void **out, const gpt_config *c, int B, zc_dtype dt, void *stream,
+                         char *err, size_t errlen)
 {
+    (void)dt; /* the CUDA layers' matmuls are bf16 whatever the dtype */
     gpt_cuda_model *m = calloc(1, sizeof *m);
     if (!m) return false;
     if (!gpt_cuda_model_create(m, c, B, stream, err, errlen)) {
@@ -142,7 +145,7 @@ static int probs_row(void *p, size_t row, float *host)
 
 const gpt_backend gpt_backend_cuda = {
     .name = "cuda", .device = ZC_DEVICE_CUDA, .error_str = err_str,
-    .stream_create = stream_create, .stream_destroy = stream_destroy,
+    .select_device = select_device, .stream_create = stream_create, .stream_destroy = stream_destroy,
     .model_create = model_create, .model_destroy = model_destroy, .alloc = alloc,
     .alloc_ints = alloc_ints, .free = release_mem, .upload_ints = upload_ints, .zero = zero,
     .widen = widen, .narrow = narrow, .embed_forward = embed_forward,

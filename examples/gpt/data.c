@@ -8,6 +8,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "regfile.h"
+
 #define MAX_FILE (1u << 30)
 
 static bool split(gpt_data *d, int seq, char *err, size_t errlen)
@@ -46,16 +48,18 @@ bool gpt_data_from_memory(gpt_data *d, const void *bytes, size_t n, int seq, cha
 bool gpt_data_load(gpt_data *d, const char *path, int seq, char *err, size_t errlen)
 {
     memset(d, 0, sizeof *d);
-    FILE *f = fopen(path, "rb");
+    /* A directory, FIFO, device or socket is refused by what it is, at once
+     * (regfile.h: a FIFO without a writer would block fopen). */
+    char why[512];
+    FILE *f = zc__fopen_regular(path, "a regular file of text", why, sizeof why);
     struct stat st;
     if (!f || fstat(fileno(f), &st) != 0) {
-        snprintf(err, errlen, "cannot open --data '%s': %s", path, strerror(errno));
+        snprintf(err, errlen, "--data: %s", f ? strerror(errno) : why);
         if (f) fclose(f);
         return false;
     }
-    /* A directory or FIFO is refused by what it is, before reading. */
-    if (!S_ISREG(st.st_mode) || st.st_size > MAX_FILE) {
-        snprintf(err, errlen, "--data '%s' is not a regular file of at most 1 GiB", path);
+    if (st.st_size > MAX_FILE) {
+        snprintf(err, errlen, "--data '%s' is larger than 1 GiB", path);
         fclose(f);
         return false;
     }
@@ -70,9 +74,9 @@ bool gpt_data_load(gpt_data *d, const char *path, int seq, char *err, size_t err
     fclose(f);
     d->n = n;
     if (!split(d, seq, err, errlen)) {
-        char why[256];
-        snprintf(why, sizeof why, "%s", err);
-        snprintf(err, errlen, "--data '%s': %s", path, why);
+        char reason[256];
+        snprintf(reason, sizeof reason, "%s", err);
+        snprintf(err, errlen, "--data '%s': %s", path, reason);
         gpt_data_destroy(d);
         return false;
     }

@@ -4,11 +4,16 @@
  * then position). Backward functions ACCUMULATE (+=) into parameter gradients
  * and into input gradients, so a tensor used twice (the residual stream, the
  * tied embedding) gets the sum of its uses; callers zero them first. The
- * matmuls are OpenBLAS's cblas_sgemm; the rest are plain loops. */
+ * matmuls are gpt_cpu_gemm's (matmul_cpu.h): fp32 (OpenBLAS) in the functions
+ * below, and in bf16 with fp32 accumulation (oneDNN) through the _mm forms
+ * of the linear layer when asked; the rest are loops the compiler
+ * vectorises. */
 #ifndef GPT_LAYERS_CPU_H
 #define GPT_LAYERS_CPU_H
 
 #include <stddef.h>
+
+#include "matmul_cpu.h"
 
 /* Longest sequence the attention handles (GPT-2's context). */
 #define GPT_MAX_SEQ 1024
@@ -19,6 +24,12 @@ void gpt_linear_forward(float *out, const float *inp, const float *w, const floa
 /* dinp += dout @ w; dw += dout^T @ inp; db += column sums of dout (db may be NULL). */
 void gpt_linear_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                          const float *w, int N, int IC, int OC);
+/* The same with the matmuls in precision mm. */
+void gpt_linear_forward_mm(gpt_matmul mm, float *out, const float *inp, const float *w,
+                           const float *b, int N, int IC, int OC);
+void gpt_linear_backward_mm(gpt_matmul mm, float *dinp, float *dw, float *db,
+                            const float *dout, const float *inp, const float *w, int N, int IC,
+                            int OC);
 
 /* Per row: out = (x - mean) / sqrt(var + 1e-5) * w + b; saves mean and rstd. */
 void gpt_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,

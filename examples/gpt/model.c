@@ -224,14 +224,14 @@ void gpt_block_forward(const gpt_config *c, gpt_acts *a, int l,
     float *out = a->res + (L + 1) * NC;
 
     gpt_layernorm_forward(ln1, m1, r1, x, w[GPT_LN1_W], w[GPT_LN1_B], N, C);
-    gpt_linear_forward(qkv, ln1, w[GPT_QKV_W], w[GPT_QKV_B], N, C, 3 * C);
+    gpt_linear_forward_mm(a->matmul, qkv, ln1, w[GPT_QKV_W], w[GPT_QKV_B], N, C, 3 * C);
     gpt_attention_forward(atty, att, qkv, B, T, C, c->heads);
-    gpt_linear_forward(res2, atty, w[GPT_ATTPROJ_W], w[GPT_ATTPROJ_B], N, C, C);
+    gpt_linear_forward_mm(a->matmul, res2, atty, w[GPT_ATTPROJ_W], w[GPT_ATTPROJ_B], N, C, C);
     for (size_t i = 0; i < NC; i++) res2[i] += x[i];
     gpt_layernorm_forward(ln2, m2, r2, res2, w[GPT_LN2_W], w[GPT_LN2_B], N, C);
-    gpt_linear_forward(fch, ln2, w[GPT_FC_W], w[GPT_FC_B], N, C, 4 * C);
+    gpt_linear_forward_mm(a->matmul, fch, ln2, w[GPT_FC_W], w[GPT_FC_B], N, C, 4 * C);
     gpt_gelu_forward(fg, fch, 4 * NC);
-    gpt_linear_forward(out, fg, w[GPT_FCPROJ_W], w[GPT_FCPROJ_B], N, 4 * C, C);
+    gpt_linear_forward_mm(a->matmul, out, fg, w[GPT_FCPROJ_W], w[GPT_FCPROJ_B], N, 4 * C, C);
     for (size_t i = 0; i < NC; i++) out[i] += res2[i];
 }
 
@@ -241,7 +241,7 @@ double gpt_head_forward(const gpt_config *c, gpt_acts *a, const float *lnfw, con
     const int N = a->B * a->T, C = c->dim;
     const float *x = a->res + (size_t)c->layers * N * C;
     gpt_layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, x, lnfw, lnfb, N, C);
-    gpt_linear_forward(a->probs, a->lnf, wte, NULL, N, C, c->vocab);
+    gpt_linear_forward_mm(a->matmul, a->probs, a->lnf, wte, NULL, N, C, c->vocab);
     return gpt_softmax_xent_forward(a->probs, tgt, N, c->vocab);
 }
 
@@ -256,7 +256,7 @@ void gpt_head_backward(const gpt_config *c, gpt_acts *a, const float *lnfw, cons
     const float *x = a->res + (size_t)c->layers * NC;
     gpt_softmax_xent_backward(a->dlogits, a->probs, tgt, N, c->vocab, loss_scale / (float)N);
     memset(a->dln, 0, NC * sizeof(float));
-    gpt_linear_backward(a->dln, dwte, NULL, a->dlogits, a->lnf, wte, N, C, c->vocab);
+    gpt_linear_backward_mm(a->matmul, a->dln, dwte, NULL, a->dlogits, a->lnf, wte, N, C, c->vocab);
     memset(a->dres, 0, NC * sizeof(float));
     gpt_layernorm_backward(a->dres, dlnfw, dlnfb, a->dln, x, lnfw, a->lnf_mean, a->lnf_rstd, N,
                            C);
@@ -278,22 +278,22 @@ void gpt_block_backward(const gpt_config *c, gpt_acts *a, int l,
     /* out = res2 + mlp(ln2(res2)): the residual passes dres straight to res2. */
     memcpy(a->dres2, a->dres, NC * sizeof(float));
     memset(a->dfch_gelu, 0, 4 * NC * sizeof(float));
-    gpt_linear_backward(a->dfch_gelu, g[GPT_FCPROJ_W], g[GPT_FCPROJ_B], a->dres, fg,
+    gpt_linear_backward_mm(a->matmul, a->dfch_gelu, g[GPT_FCPROJ_W], g[GPT_FCPROJ_B], a->dres, fg,
                         w[GPT_FCPROJ_W], N, 4 * C, C);
     memset(a->dfch, 0, 4 * NC * sizeof(float));
     gpt_gelu_backward(a->dfch, fch, a->dfch_gelu, 4 * NC);
     memset(a->dln, 0, NC * sizeof(float));
-    gpt_linear_backward(a->dln, g[GPT_FC_W], g[GPT_FC_B], a->dfch, ln2, w[GPT_FC_W], N, C, 4 * C);
+    gpt_linear_backward_mm(a->matmul, a->dln, g[GPT_FC_W], g[GPT_FC_B], a->dfch, ln2, w[GPT_FC_W], N, C, 4 * C);
     gpt_layernorm_backward(a->dres2, g[GPT_LN2_W], g[GPT_LN2_B], a->dln, res2, w[GPT_LN2_W], m2,
                            r2, N, C);
     /* res2 = x + attn(ln1(x)) */
     memset(a->datty, 0, NC * sizeof(float));
-    gpt_linear_backward(a->datty, g[GPT_ATTPROJ_W], g[GPT_ATTPROJ_B], a->dres2, atty,
+    gpt_linear_backward_mm(a->matmul, a->datty, g[GPT_ATTPROJ_W], g[GPT_ATTPROJ_B], a->dres2, atty,
                         w[GPT_ATTPROJ_W], N, C, C);
     memset(a->dqkv, 0, 3 * NC * sizeof(float));
     gpt_attention_backward(a->dqkv, a->datty, qkv, att, B, T, C, c->heads);
     memset(a->dln, 0, NC * sizeof(float));
-    gpt_linear_backward(a->dln, g[GPT_QKV_W], g[GPT_QKV_B], a->dqkv, ln1, w[GPT_QKV_W], N, C,
+    gpt_linear_backward_mm(a->matmul, a->dln, g[GPT_QKV_W], g[GPT_QKV_B], a->dqkv, ln1, w[GPT_QKV_W], N, C,
                         3 * C);
     memcpy(a->dres, a->dres2, NC * sizeof(float));
     gpt_layernorm_backward(a->dres, g[GPT_LN1_W], g[GPT_LN1_B], a->dln, x, w[GPT_LN1_W], m1, r1,

@@ -15,6 +15,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "matmul_cpu.h"
+
 typedef struct gpt_config {
     int vocab, seq, layers, heads, dim;
 } gpt_config;
@@ -51,6 +53,11 @@ void gpt_init_tensor(const gpt_config *c, int i, uint64_t seed, float *out);
  * c->seq tokens. */
 typedef struct gpt_acts {
     int B, T;
+    /* The precision of the linear layers' matmuls (the LM head's included):
+     * GPT_MATMUL_F32 after gpt_acts_create; a caller that trains in bf16
+     * may set GPT_MATMUL_BF16 (matmul_cpu.h). The attention's products stay
+     * fp32. */
+    gpt_matmul matmul;
     float *res;            /* [layers + 1][N, C] residual stream into each block, then out */
     float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *atty, *res2, *ln2, *ln2_mean, *ln2_rstd,
         *fch, *fch_gelu;   /* per block, [layers][...] */

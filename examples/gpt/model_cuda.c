@@ -55,17 +55,35 @@ bool gpt_cuda_model_create(gpt_cuda_model *m, const gpt_config *c, int B, void *
             return false;
         }
     }
-    /* The largest matmul operands: the MLP (N x 4C, 4C x C) or the head
-     * (N x C, V x C, N x V). */
-    size_t s1 = gpt_cuda_linear_scratch_elems((int)N, 4 * c->dim, c->dim);
-    size_t s2 = gpt_cuda_linear_scratch_elems((int)N, c->dim, 4 * c->dim);
-    size_t s3 = gpt_cuda_linear_scratch_elems((int)N, c->dim, c->vocab);
-    size_t s = s1 > s2 ? s1 : s2;
-    if (s3 > s) s = s3;
-    cudaError_t e = cudaMalloc(&m->scratch, s * 2);
-    if (e != cudaSuccess || gpt_cublas_create(&m->blas, stream) != 0) {
-        snprintf(err, errlen, "cannot set up cuBLAS and its %zu-byte scratch: %s", s * 2,
-                 cudaGetErrorString(e));
+    /* One scratch for every layer (they run one after another on the
+     * stream): the largest of the linear layers' (bf16 operands of the MLP,
+     * N x 4C and 4C x C, or of the head, N x C, V x C, N x V, and the bias
+     * partials), LayerNorm's and the embedding's backward, and the
+     * attention's (about 365 MB at
+     * GPT-2 small and B = 4: layers_cuda.h). Allocated here, once. */
+    const int n = (int)N, d = c->dim;
+    const size_t need[] = {gpt_cuda_linear_scratch_bytes(n, 4 * d, d),
+                           gpt_cuda_linear_scratch_bytes(n, d, 4 * d),
+                           gpt_cuda_linear_scratch_bytes(n, d, 3 * d),
+                           gpt_cuda_linear_scratch_bytes(n, d, c->vocab),
+                           gpt_cuda_layernorm_scratch_bytes(n, d),
+                           gpt_cuda_embed_scratch_bytes(B, c->seq),
+                           gpt_cuda_attention_scratch_bytes(B, c->seq, d, c->heads)};
+    if (!need[6]) {
+        snprintf(err, errlen, "the attention's workspace for B %d, T %d, C %d overflows", B,
+                 c->seq, d);
+        gpt_cuda_model_destroy(m);
+        return false;
+    }
+    size_t s = 0;
+    for (size_t k = 0; k < sizeof need / sizeof need[0]; k++)
+        if (need[k] > s) s = need[k];
+    m->scratch_bytes = s;
+    int rc = (int)cudaMalloc(&m->scratch, s);
+    if (!rc) rc = gpt_cublas_create(&m->blas, stream);
+    if (rc) {
+        snprintf(err, errlen, "cannot set up cuBLAS and its %zu-byte scratch: %s", s,
+                 gpt_cuda_error_string(rc));
         gpt_cuda_model_destroy(m);
         return false;
     }
@@ -107,7 +125,7 @@ int gpt_cuda_block_forward(gpt_cuda_model *m, int l, const float *const w[GPT_BL
     TRY(gpt_cuda_layernorm_forward(ln1, m1, r1, x, w[GPT_LN1_W], w[GPT_LN1_B], N, C, s));
     TRY(gpt_cuda_linear_forward(m->blas, qkv, ln1, w[GPT_QKV_W], w[GPT_QKV_B], N, C, 3 * C,
                                 m->scratch));
-    TRY(gpt_cuda_attention_forward(atty, att, qkv, B, T, C, m->c.heads, s));
+    TRY(gpt_cuda_attention_forward(m->blas, atty, att, qkv, B, T, C, m->c.heads, m->scratch));
     TRY(gpt_cuda_linear_forward(m->blas, res2, atty, w[GPT_ATTPROJ_W], w[GPT_ATTPROJ_B], N, C,
                                 C, m->scratch));
     TRY(gpt_cuda_add_inplace(res2, x, NC, s));
@@ -158,7 +176,7 @@ int gpt_cuda_head_backward(gpt_cuda_model *m, const float *lnfw, const float *wt
                                  m->c.vocab, m->scratch));
     TRY(zero(m, a->dres, NC));
     return gpt_cuda_layernorm_backward(a->dres, dlnfw, dlnfb, a->dln, x, lnfw, a->lnf_mean,
-                                       a->lnf_rstd, N, C, m->stream);
+                                       a->lnf_rstd, N, C, m->stream, m->scratch);
 }
 
 int gpt_cuda_block_backward(gpt_cuda_model *m, int l, const float *const w[GPT_BLOCK_TENSORS],
@@ -184,24 +202,25 @@ int gpt_cuda_block_backward(gpt_cuda_model *m, int l, const float *const w[GPT_B
     TRY(gpt_cuda_linear_backward(m->blas, a->dln, g[GPT_FC_W], g[GPT_FC_B], a->dfch, ln2,
                                  w[GPT_FC_W], N, C, 4 * C, m->scratch));
     TRY(gpt_cuda_layernorm_backward(a->dres2, g[GPT_LN2_W], g[GPT_LN2_B], a->dln, res2,
-                                    w[GPT_LN2_W], m2, r2, N, C, s));
+                                    w[GPT_LN2_W], m2, r2, N, C, s, m->scratch));
     TRY(zero(m, a->datty, NC));
     TRY(gpt_cuda_linear_backward(m->blas, a->datty, g[GPT_ATTPROJ_W], g[GPT_ATTPROJ_B], a->dres2,
                                  atty, w[GPT_ATTPROJ_W], N, C, C, m->scratch));
     TRY(zero(m, a->dqkv, 3 * NC));
-    TRY(gpt_cuda_attention_backward(a->dqkv, a->datty, qkv, att, B, T, C, m->c.heads, s));
+    TRY(gpt_cuda_attention_backward(m->blas, a->dqkv, a->datty, qkv, att, B, T, C, m->c.heads,
+                                    m->scratch));
     TRY(zero(m, a->dln, NC));
     TRY(gpt_cuda_linear_backward(m->blas, a->dln, g[GPT_QKV_W], g[GPT_QKV_B], a->dqkv, ln1,
                                  w[GPT_QKV_W], N, C, 3 * C, m->scratch));
     TRY(copy(m, a->dres, a->dres2, NC));
     return gpt_cuda_layernorm_backward(a->dres, g[GPT_LN1_W], g[GPT_LN1_B], a->dln, x,
-                                       w[GPT_LN1_W], m1, r1, N, C, s);
+                                       w[GPT_LN1_W], m1, r1, N, C, s, m->scratch);
 }
 
 int gpt_cuda_embed_backward_piece(gpt_cuda_model *m, const int *tok, float *dwte, float *dwpe)
 {
     return gpt_cuda_embed_backward(dwte, dwpe, m->a.dres, tok, m->a.B, m->a.T, m->c.dim,
-                                   m->stream);
+                                   m->stream, m->scratch);
 }
 
 int gpt_cuda_forward_backward(gpt_cuda_model *m, const float *params, float *grads,

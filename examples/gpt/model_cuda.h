@@ -1,6 +1,6 @@
 /* The GPT of model.h on a CUDA device: the same pieces, in the same order,
  * over device buffers, with the layers of layers_cuda.h (cuBLAS bf16 matmuls
- * with fp32 accumulation, fp32 everything else). Every pointer given to
+ * with fp32 accumulation, the attention's included; fp32 everything else). Every pointer given to
  * these functions is device memory; work is enqueued on the stream given at
  * create. tests/gpt/test_cuda_model.c holds the whole model's loss and
  * gradients to the CPU model. */
@@ -17,7 +17,8 @@ typedef struct gpt_cuda_model {
     gpt_config c;
     gpt_acts a;        /* the fields of model.h, allocated on the device */
     float *row_loss;   /* [B * T] */
-    void *scratch;     /* bf16 operands of the largest matmul */
+    void *scratch;     /* the layers' working memory (layers_cuda.h), one buffer */
+    size_t scratch_bytes; /* its size: the largest layer's need */
     gpt_cublas *blas;
     void *stream;
 } gpt_cuda_model;
@@ -28,7 +29,7 @@ bool gpt_cuda_model_create(gpt_cuda_model *m, const gpt_config *c, int B, void *
                            char *err, size_t errlen);
 void gpt_cuda_model_destroy(gpt_cuda_model *m);
 
-/* Each returns 0 or the first cudaError_t as an int. */
+/* Each returns 0 or the first status code (layers_cuda.h) as an int. */
 int gpt_cuda_embed_forward_piece(gpt_cuda_model *m, const float *wte, const float *wpe,
                                  const int *tok);
 int gpt_cuda_block_forward(gpt_cuda_model *m, int l, const float *const w[GPT_BLOCK_TENSORS]);

@@ -24,6 +24,7 @@
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,13 +68,34 @@ static const char *lib_error(void)
     return m && *m ? m : "(the library gave no detail)";
 }
 
+/* The calling rank thread's engine (NULL in other threads): an error path
+ * destroys it before the process ends, as the normal end does
+ * (zc_engine_destroy calls no collective: safe while other ranks wait). A
+ * failure agreed across ranks reaches every rank at once: the process ends
+ * when every engine is destroyed, or after 0.5 s. */
+static _Thread_local zc_engine *rank_engine;
+static atomic_int live_engines;
+
+static _Noreturn void rank_quit(int code)
+{
+    zc_engine *e = rank_engine;
+    rank_engine = NULL;
+    if (e) {
+        zc_engine_destroy(e);
+        atomic_fetch_sub(&live_engines, 1);
+    }
+    for (int i = 0; i < 50 && atomic_load(&live_engines) > 0; i++)
+        nanosleep(&(struct timespec){.tv_nsec = 10 * 1000 * 1000}, NULL);
+    gpt_quit(code);
+}
+
 static void die(int rank, const char *what)
 {
     char who[32] = "";
     if (rank >= 0) /* -1: the main thread, before or after the ranks run */
         snprintf(who, sizeof who, "rank %d: ", rank);
     fprintf(stderr, "train_gpt: %s%s failed: %s\n", who, what, lib_error());
-    gpt_quit(1);
+    rank_quit(1);
 }
 
 #define CHECK(call)                        \
@@ -86,7 +108,7 @@ static void *xcalloc(size_t n, size_t sz)
     void *p = calloc(n ? n : 1, sz);
     if (!p) {
         fprintf(stderr, "train_gpt: out of memory (%zu x %zu bytes)\n", n, sz);
-        gpt_quit(1);
+        rank_quit(1);
     }
     return p;
 }
@@ -138,7 +160,7 @@ typedef struct rank_state {
         if (be_rc_) {                                                                    \
             fprintf(stderr, "train_gpt: rank %d: %s backend: %s failed: %s\n", (s)->rank, \
                     (s)->be->name, #call, (s)->be->error_str(be_rc_));                   \
-            gpt_quit(1);                                                                 \
+            rank_quit(1);                                                                \
         }                                                                                \
     } while (0)
 
@@ -150,7 +172,7 @@ static float *balloc(rank_state *s, size_t n)
     if (!p) {
         fprintf(stderr, "train_gpt: rank %d: out of %s memory (%zu floats)\n", s->rank,
                 s->be->name, n);
-        gpt_quit(1);
+        rank_quit(1);
     }
     return p;
 }
@@ -277,9 +299,9 @@ static void sample(rank_state *s, int n, bool print)
     const int T = c->seq, V = c->vocab;
     char err[256];
     void *m = NULL;
-    if (!s->be->model_create(&m, c, 1, s->stream, err, sizeof err)) {
+    if (!s->be->model_create(&m, c, 1, dtype_of(s), s->stream, err, sizeof err)) {
         fprintf(stderr, "train_gpt: %s\n", err);
-        gpt_quit(1);
+        rank_quit(1);
     }
     int *tok = xcalloc((size_t)T, sizeof(int)), *tgt = xcalloc((size_t)T, sizeof(int));
     float *p = xcalloc((size_t)V, sizeof(float));
@@ -324,14 +346,23 @@ static void *rank_main(void *argp)
     char err[256];
 
     rank_state s = {.sh = sh, .be = sh->be, .rank = rank, .nt = gpt_num_tensors(c)};
-    BE(&s, stream_create(&s.stream));
     zc_engine_options eo = ZC_ENGINE_OPTIONS_INIT;
+    /* The rank's GPU first, on this thread: its stream and buffers must live
+     * on the device the engine will use (under a launcher, the local rank's),
+     * not on device 0, where a new thread starts. */
+    if (s.be->device == ZC_DEVICE_CUDA) {
+        CHECK(zc_cuda_device_index(-1, &eo.device_index));
+        BE(&s, select_device(eo.device_index));
+    }
+    BE(&s, stream_create(&s.stream));
     /* The layers read parameters and write gradients where the backend
      * computes: host memory, or the device with gradients written on this
      * rank's stream. */
     eo.device = s.be->device;
     eo.stream = s.stream;
     CHECK(zc_engine_create(&s.eng, sh->cfg, comm, &eo));
+    rank_engine = s.eng;
+    atomic_fetch_add(&live_engines, 1);
     /* Biases and LayerNorm gains train without weight decay, as in GPT-2
      * recipes: the 1-D tensors go to a group of their own. */
     int nodecay = 0;
@@ -385,13 +416,13 @@ static void *rank_main(void *argp)
     s.tgt = s.be->alloc_ints((size_t)B * T);
     if (!s.tok || !s.tgt) {
         fprintf(stderr, "train_gpt: rank %d: out of %s memory for tokens\n", rank, s.be->name);
-        gpt_quit(1);
+        rank_quit(1);
     }
 
     void *m = NULL;
-    if (!s.be->model_create(&m, c, B, s.stream, err, sizeof err)) {
+    if (!s.be->model_create(&m, c, B, dtype_of(&s), s.stream, err, sizeof err)) {
         fprintf(stderr, "train_gpt: %s\n", err);
-        gpt_quit(1);
+        rank_quit(1);
     }
     int *tok = xcalloc((size_t)B * T, sizeof(int)), *tgt = xcalloc((size_t)B * T, sizeof(int));
     const double tokens_per_step = (double)B * T * o->accum * sh->world;
@@ -406,7 +437,7 @@ static void *rank_main(void *argp)
         if (st.steps > INT_MAX - o->steps) {
             fprintf(stderr, "train_gpt: the checkpoint in %s is at step %lld; %d more steps go "
                     "past %d\n", o->save_dir, (long long)st.steps, o->steps, INT_MAX);
-            gpt_quit(1);
+            rank_quit(1);
         }
         start = (int)st.steps;
     }
@@ -509,7 +540,9 @@ static void *rank_main(void *argp)
         sh->stats0 = (zc_stats){.size = sizeof(zc_stats)};
         CHECK(zc_engine_stats(s.eng, &sh->stats0));
     }
+    rank_engine = NULL;
     zc_engine_destroy(s.eng);
+    atomic_fetch_sub(&live_engines, 1);
     s.be->stream_destroy(s.stream);
     return NULL;
 }
@@ -554,8 +587,12 @@ static void report(const shared *sh, size_t total, bool lead_here)
  * --launcher env. (The rule of train_mlp's --launcher auto.) */
 static bool launched(void)
 {
-    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE",
-                                       "MV2_COMM_WORLD_SIZE", "WORLD_SIZE"};
+    /* Rank or size, as zc_comm_init_env recognises a launcher: a job with
+     * only one of the two set is that call's error to name, not a run of
+     * this process alone. */
+    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK",
+                                       "PMI_SIZE", "PMI_RANK", "MV2_COMM_WORLD_SIZE",
+                                       "MV2_COMM_WORLD_RANK", "WORLD_SIZE", "RANK"};
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
         const char *v = getenv(vars[i]);
         if (v && *v) return true;

@@ -10,6 +10,15 @@
  *   - An engine handle belongs to one rank and is used by one thread at a time.
  *     Different engines (ranks) may be driven concurrently from different threads.
  *   - Nothing prints unless asked: see zc_log_set_level() / ZC_LOG.
+ *   - Environment variables (ZC_*, and the launchers' RANK, WORLD_SIZE, ...) are
+ *     parsed as strictly as flags: unset or empty means the default; a set
+ *     value must be the whole text, finite and in its stated range (README,
+ *     "Environment"). A bad one fails the first call below that reads it with
+ *     ZC_ERR_CONFIG and a message naming the variable, its value and what is
+ *     accepted - it is never ignored or replaced by a default. Variables read
+ *     where no status can carry an error (a log line) are checked by the calls
+ *     that begin work: zc_config_create, zc_config_load*, zc_comm_local_world,
+ *     zc_comm_init_env and zc_engine_create.
  */
 #ifndef ZEROC_ZEROC_H
 #define ZEROC_ZEROC_H
@@ -80,8 +89,13 @@ typedef enum zc_log_level {
 typedef void (*zc_log_sink)(zc_log_level level, const char *subsys, int rank,
                             const char *line, void *user);
 
-/* Sets the level (default: ZC_LOG environment variable — error|warn|info|debug|
- * trace — else WARN). Thread-safe. */
+/* Sets the level (default: ZC_LOG environment variable — off|error|warn|info|
+ * debug|trace, any case — else WARN). ZC_LOG, ZC_LOG_RANKS (0 or all) and
+ * ZC_LOG_SUBSYS (a comma-separated list of ckpt, comm, config, core, device,
+ * offload, optim, zero3) are read once, at the first log line or check; a
+ * malformed one keeps its default for logging and fails zc_config_create,
+ * zc_config_load*, zc_comm_local_world, zc_comm_init_env and zc_engine_create
+ * with ZC_ERR_CONFIG. Thread-safe. */
 ZC_API void zc_log_set_level(zc_log_level level);
 
 /* Installs a sink (NULL restores the default sink, which writes to stderr).
@@ -115,7 +129,9 @@ typedef struct zc_config zc_config;
 
 /* Creates a configuration holding DeepSpeed's code defaults (stage 0, fp32,
  * AdamW lr 1e-3, gradient_clipping 1.0, ...). The caller owns *out and frees it
- * with zc_config_destroy. Returns ZC_ERR_NO_MEMORY on allocation failure. */
+ * with zc_config_destroy. Returns ZC_ERR_NO_MEMORY on allocation failure,
+ * ZC_ERR_CONFIG when a logging variable is malformed (zc_log_set_level); *out
+ * is NULL on failure. */
 ZC_API zc_status zc_config_create(zc_config **out);
 
 /* Frees a configuration. NULL is a no-op. An engine keeps its own copy, so a
@@ -213,7 +229,11 @@ typedef struct zc_comm zc_comm;
 
 /* Creates `world` in-process ranks (threads of this process share memory):
  * comms[r] is rank r's handle, to be used by exactly one thread. Collectives
- * sum in fp32 in rank order, so results are deterministic. The caller owns the
+ * sum in fp32 in rank order, so results are deterministic. A collective waits
+ * at most ZC_COMM_TIMEOUT seconds for the other ranks (default 600; a decimal
+ * number in [0.001, 604800], the same on every backend), then fails with
+ * ZC_ERR_COMM and breaks the group. Returns ZC_ERR_CONFIG, making nothing,
+ * when ZC_COMM_TIMEOUT or a logging variable is malformed. The caller owns the
  * handles and destroys each with zc_comm_destroy after its engine. */
 ZC_API zc_status zc_comm_local_world(int world, zc_comm **comms);
 
@@ -222,10 +242,15 @@ ZC_API zc_status zc_comm_local_world(int world, zc_comm **comms);
  * Slurm: SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID; Open MPI:
  * OMPI_COMM_WORLD_*). The backend: NCCL when built and a GPU is visible, else
  * MPI (host buffers) under mpirun/srun when built; ZC_COMM=local|mpi|nccl
- * forces one (local: a world of one process). Returns ZC_ERR_UNSUPPORTED when
- * this build has no backend that can reach other processes (or lacks the one
- * ZC_COMM names), ZC_ERR_CONFIG naming a missing or malformed variable
- * (an unknown ZC_COMM included). */
+ * forces one (local: a world of one process). Every variable it may depend on
+ * is checked before anything starts, whichever backend is picked: ZC_COMM,
+ * ZC_COMM_TIMEOUT, ZC_BOOTSTRAP, ZC_BOOTSTRAP_TIMEOUT (seconds, default 300,
+ * ZC_COMM_TIMEOUT's range), the logging variables and the launcher's (ranks
+ * and sizes whole numbers in range, MASTER_PORT in [1, 65534], MASTER_ADDR
+ * printable without blanks). Returns ZC_ERR_UNSUPPORTED when this build has no
+ * backend that can reach other processes (or lacks the one ZC_COMM names),
+ * ZC_ERR_CONFIG naming a missing or malformed variable, its value and what is
+ * accepted; *out is NULL on failure. */
 ZC_API zc_status zc_comm_init_env(zc_comm **out);
 
 /* Rank and world size of a handle (-1 for NULL). */
@@ -282,10 +307,27 @@ typedef struct zc_engine_options {
 #define ZC_ENGINE_OPTIONS_INIT \
     { sizeof(zc_engine_options), ZC_DEVICE_AUTO, -1, 0, (zc_dtype)-1, NULL, 0 }
 
+/* The CUDA device ordinal that zc_engine_options.device_index resolves to in
+ * this process: device_index itself when >= 0, the launcher's local rank
+ * rule above for -1 - the GPU zc_engine_create will use. A program that
+ * makes its own streams or buffers before creating the engine selects this
+ * device (cudaSetDevice) on the rank's thread first, so they live on the
+ * engine's GPU and not on device 0. Writes the ordinal to *ordinal (-1 on
+ * failure). Returns ZC_ERR_UNSUPPORTED without a usable CUDA device (or in a
+ * build without CUDA), ZC_ERR_INVALID_ARG for a NULL ordinal, an index
+ * below -1 or past the visible devices, ZC_ERR_CONFIG for a malformed or
+ * too large launcher local rank (naming the variable). */
+ZC_API zc_status zc_cuda_device_index(int device_index, int *ordinal);
+
 /* Creates an engine for one rank. Copies cfg (resolving the batch keys for the
  * communicator's world); borrows comm, which must outlive the engine. opts may
  * be NULL. Fails with ZC_ERR_CONFIG for a contradictory configuration (stage
- * outside 0–3, ...), ZC_ERR_INVALID_ARG for NULL handles. The caller owns *out. */
+ * outside 0–3, ...) or a value the engine cannot take (the rules `zeroc config
+ * check` applies, docs/config.md), ZC_ERR_INVALID_ARG for NULL handles. It
+ * reads ZC_FAULTS, ZC_DEBUG, ZC_CPU_ISA and ZC_CPU_THREADS (a whole number in
+ * [1, 256]) and checks the logging variables: a malformed one is ZC_ERR_CONFIG,
+ * a ZC_CPU_ISA this CPU or build cannot run ZC_ERR_UNSUPPORTED, on every rank
+ * alike. The caller owns *out. */
 ZC_API zc_status zc_engine_create(zc_engine **out, const zc_config *cfg, zc_comm *comm,
                                   const zc_engine_options *opts);
 
@@ -640,8 +682,10 @@ typedef struct zc_step_info {
  * step was skipped) the scheduler. Collective. Fails with ZC_ERR_INVALID_STATE
  * naming a parameter whose gradient is missing (nothing changed), and with
  * ZC_ERR_LOSS_SCALE when an overflow happens at the minimum loss scale (the
- * window's gradients are dropped, nothing else changes). info
- * may be NULL. It ends the gradient_accumulation_steps-th micro-step; the
+ * window's gradients are dropped, nothing else changes), and with
+ * ZC_ERR_INVALID_STATE when the step counter (or the loss scaler's iteration)
+ * is at its limit, 2^62 (nothing changed; a checkpoint loads only with
+ * counters at most that). info may be NULL. It ends the gradient_accumulation_steps-th micro-step; the
  * earlier ones end with zc_micro_step_end (ZC_ERR_INVALID_STATE otherwise).
  * A failed collective (ZC_ERR_COMM: timeout, mismatch, abort) here or in any
  * other call leaves the ranks at different points, so from then on every call
@@ -692,7 +736,10 @@ ZC_API zc_status zc_checkpoint_save(zc_engine *eng, const char *dir, const char 
  * between optimizer steps, with no parameter acquired (ZC_ERR_INVALID_STATE).
  * Before anything is changed every rank checks what needs no payload: a
  * missing or truncated file (every shard file is opened and its size
- * checked), another model's checkpoint (a name or shape differs), fp16
+ * checked), a manifest that fails the validation every reader shares
+ * (ZC_ERR_INVALID_ARG naming the field: docs/checkpoint.md lists it; step
+ * counters above 2^62, chunks that disagree with the parameters, a tensor
+ * name twice), another model's checkpoint (a name or shape differs), fp16
  * against another precision or a newer format version fails with a message
  * naming the file and the tensor, the same on every rank, and the engine
  * unchanged. Then each rank reads the entries it needs once, straight into
@@ -711,16 +758,23 @@ ZC_API zc_status zc_checkpoint_load(zc_engine *eng, const char *dir, const char 
  * keeps owning): every parameter under its registered name and shape, in
  * registration order, converted from the fp32 master to dtype (ZC_DTYPE_F32,
  * ZC_DTYPE_BF16 or ZC_DTYPE_F16, rounded to nearest even), with metadata
- * {"format": "pt"}. Checksums are verified as by zc_checkpoint_load. Reads
- * one tensor at a time. Not collective (no engine). On failure the file
+ * {"format": "pt"}. The manifest is validated as by zc_checkpoint_load (a
+ * tensor name given twice is refused: safetensors names each tensor once)
+ * and checksums are verified as by it. Reads one tensor at a time. Not collective (no engine). On failure the file
  * holds a partial write: the caller removes it. */
 ZC_API zc_status zc_checkpoint_export_fd(const char *dir, const char *tag, int fd,
                                          zc_dtype dtype);
 
-/* Rewrites checkpoint IN_DIR/TAG (tag NULL: latest) for `world` ranks into
- * OUT_DIR/TAG (OUT_DIR must exist; OUT_DIR/latest is set), with the shard
- * files a world of that size reads its own ranges from. Same crash safety as
- * zc_checkpoint_save; the input is verified as it is read. */
+/* Rewrites checkpoint IN_DIR/TAG (tag NULL: the tag in IN_DIR/latest) for
+ * `world` ranks into OUT_DIR/TAG, under that same tag (the directory's name,
+ * whatever the manifest's "tag" field says; OUT_DIR must exist;
+ * OUT_DIR/latest is set), with the shard files a world of that size reads its
+ * own ranges from. Same crash safety as zc_checkpoint_save, and the same
+ * refusals: an existing OUT_DIR/TAG, a staging OUT_DIR/.TAG.partial that is a
+ * link or was not made by a zeroc save. The input is verified as it is read,
+ * and the output's manifest is read back through the loader's validation
+ * (and each shard file's size checked) before OUT_DIR/TAG and
+ * OUT_DIR/latest appear. */
 ZC_API zc_status zc_checkpoint_reshard(const char *in_dir, const char *tag, const char *out_dir,
                                        int world);
 

@@ -37,6 +37,8 @@ zc_status zc__error(zc_status s, const char *file, int line, const char *fmt, ..
 
 void zc__error_clear(void) { errbuf[0] = '\0'; }
 
+void zc__error_restore(const char *msg) { snprintf(errbuf, sizeof errbuf, "%s", msg); }
+
 void zc__error_context(const char *fmt, ...)
 {
     char prefix[256];

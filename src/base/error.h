@@ -17,6 +17,10 @@ zc_status zc__error(zc_status s, const char *file, int line, const char *fmt, ..
 /* Clears the thread's last error (public entry points call it first). */
 void zc__error_clear(void);
 
+/* Makes msg the thread's last error, verbatim: puts back a message saved
+ * (a copy of zc_last_error()) before work that may record one of its own. */
+void zc__error_restore(const char *msg);
+
 /* Prefixes the existing last error with "context: " (keeps the original text). */
 void zc__error_context(const char *fmt, ...) ZC_PRINTF(1, 2);
 

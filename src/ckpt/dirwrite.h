@@ -9,31 +9,52 @@
  * The callers agree across ranks between the three phases. Until the rename
  * in zc__ck_stage_commit nothing under DIR/TAG or DIR/latest has changed, so a
  * crash (or a failure) at any point leaves the previous checkpoint and
- * `latest` as they were. */
+ * `latest` as they were.
+ *
+ * Nothing outside what a save created is written or removed: the staging
+ * directory is made by zc__ck_stage_open with a marker file in it
+ * (ZC_CK_STAGING_MARK), and every later step opens it with O_NOFOLLOW and
+ * checks it is a directory of this user holding the marker before it works
+ * inside it, relative to its descriptor. A staging path that is a symbolic
+ * link, or a directory without the marker, is refused, never cleared. */
 #ifndef ZC_CKPT_DIRWRITE_H
 #define ZC_CKPT_DIRWRITE_H
 
 #include "ckpt/format.h"
 
 #define ZC_CK_PATH_MAX 4096
+/* The empty file that says "a zeroc save made this staging directory". */
+#define ZC_CK_STAGING_MARK ".zeroc-staging"
 
 /* Creates DIR if missing (one level), refuses an existing DIR/TAG, removes a
- * stale DIR/.TAG.partial left by a crashed save (only the names a save
- * writes; anything else there is an error naming it) and creates it anew. */
+ * stale DIR/.TAG.partial left by a crashed save (only when it is a directory
+ * holding the marker, and only the names a save writes; anything else there
+ * is an error naming it; an empty directory is removed too) and creates it
+ * anew with the marker. */
 zc_status zc__ck_stage_open(const char *dir, const char *tag);
 /* DIR/.TAG.partial into out (ZC_CK_PATH_MAX bytes). */
 zc_status zc__ck_staging_path(char *out, const char *dir, const char *tag);
-/* Removes DIR/.TAG.partial and what a save writes in it (best effort). */
+/* Opens DIR (*dfd, may be NULL) and DIR/.TAG.partial (*sfd) for a writer of
+ * the save: ZC_ERR_IO naming the staging path when it is missing, a symbolic
+ * link, not a directory, another user's, or without the marker. The caller
+ * closes the descriptors. */
+zc_status zc__ck_staging_open(const char *dir, const char *tag, int *dfd, int *sfd);
+/* Removes DIR/.TAG.partial and what a save writes in it (best effort; only a
+ * staging directory that holds the marker is touched). */
 void zc__ck_stage_abort(const char *dir, const char *tag);
 
-/* Shard files: ckpt/shard_write.h. Each rank leaves DIR/.TAG.partial/rank_R.idx
- * next to its shard for rank 0 (zc__ck_index_write). */
-zc_status zc__ck_index_write(const char *staging_dir, int rank, const zc_ck_entry *ents,
+/* Shard files: ckpt/shard_write.h. Each rank leaves rank_R.idx in the
+ * staging directory (sfd; sp its path for messages) next to its shard for
+ * rank 0 (zc__ck_index_write). */
+zc_status zc__ck_index_write(int sfd, const char *sp, int rank, const zc_ck_entry *ents,
                              int64_t n, uint64_t bytes);
 
 /* Rank 0: completes m (files and entries, from the ranks' indexes: nfiles
- * ranks), writes manifest.json, renames the staging directory to DIR/TAG and
- * updates DIR/latest, each step durable before the next. */
+ * ranks), writes manifest.json, reads it back through zc__ck_manifest_read
+ * (the validation every reader applies: a checkpoint a load would refuse is
+ * never published) and checks each shard file's size against it, renames
+ * the staging directory to DIR/TAG (never over an existing one) and updates
+ * DIR/latest, each step durable before the next. */
 zc_status zc__ck_stage_commit(const char *dir, zc_ck_manifest *m, int nfiles);
 
 #endif

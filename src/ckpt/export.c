@@ -36,6 +36,14 @@ static zc_status header(const zc_ck_manifest *m, zc_dtype dt, char **out, size_t
             return ZC_ERR(ZC_ERR_INVALID_ARG, "tensor '__metadata__': the name is reserved by "
                           "the safetensors format");
         }
+        /* A JSON object keeps one value per key: a second tensor of the same
+         * name would replace the first in the header while its bytes stay
+         * in the data (the manifest's validation refuses it already). */
+        if (json_object_get(root, p->name)) {
+            json_decref(root);
+            return ZC_ERR(ZC_ERR_INVALID_ARG, "tensor name '%s' appears twice: a safetensors "
+                          "file names each tensor once", p->name);
+        }
         json_t *t = json_object(), *sh = json_array(), *off = json_array();
         for (int d = 0; d < p->ndim; d++)
             json_array_append_new(sh, json_integer(p->shape[d]));

@@ -108,11 +108,24 @@ void zc__ck_manifest_free(zc_ck_manifest *m);
 /* Writes m as JSON to an open file (rank 0 at save, reshard). */
 zc_status zc__ck_manifest_write(const zc_ck_manifest *m, int fd, const char *path);
 
-/* Reads and validates path strictly: the format name and a version this
- * build reads, every field's type and range, and that the entries of every
- * (parameter, kind) cover its elements exactly once. Errors name the path and
- * the field or tensor. On failure *m is empty. */
+/* Reads and validates path strictly: a regular file (base/regfile.h), the
+ * format name and a version this build reads, every field's type and range,
+ * that the entries of every (parameter, kind) cover its elements exactly
+ * once, and zc__ck_manifest_check. This is the one validation every reader
+ * shares. Errors name the path and the field or tensor. On failure *m is
+ * empty. */
 zc_status zc__ck_manifest_read(const char *path, zc_ck_manifest *m);
+/* The same for `name` in directory dfd (opened with O_NOFOLLOW); path names
+ * it in messages. */
+zc_status zc__ck_manifest_read_at(int dfd, const char *name, const char *path,
+                                  zc_ck_manifest *m);
+
+/* The checks between fields, once every field is read and in range (called
+ * by zc__ck_manifest_read; manifest_check.c): the step counters add up, the
+ * chunks tile the parameters as the layout packs them, tensor names are
+ * unique, there is one file per saving rank, and every entry lies inside its
+ * file. ZC_ERR_INVALID_ARG naming path and the field or tensor. */
+zc_status zc__ck_manifest_check(const zc_ck_manifest *m, const char *path);
 
 /* Whether tag is a valid tag: 1-128 of [A-Za-z0-9._-], not starting with '.'. */
 bool zc__ck_tag_valid(const char *tag);

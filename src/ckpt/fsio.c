@@ -46,42 +46,36 @@ zc_status zc__ck_pread(int fd, void *buf, size_t n, uint64_t off, const char *pa
     return ZC_OK;
 }
 
-zc_status zc__ck_create(const char *path, int *fd)
+zc_status zc__ck_create_at(int dfd, const char *shown, const char *name, int *fd)
 {
-    *fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    *fd = openat(dfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (*fd < 0)
-        return ZC_ERR(ZC_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+        return ZC_ERR(ZC_ERR_IO, "%s/%s: cannot create: %s", shown, name, strerror(errno));
     return ZC_OK;
 }
 
-zc_status zc__ck_fsync_dir(const char *dir)
+zc_status zc__ck_fsync_fd(int dfd, const char *shown)
 {
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
-        return ZC_ERR(ZC_ERR_IO, "%s: cannot open the directory to sync it: %s", dir,
-                      strerror(errno));
-    int r = fsync(fd);
-    int err = errno;
-    close(fd);
-    if (r != 0)
-        return ZC_ERR(ZC_ERR_IO, "%s: fsync of the directory: %s", dir, strerror(err));
+    if (fsync(dfd) != 0)
+        return ZC_ERR(ZC_ERR_IO, "%s: fsync of the directory: %s", shown, strerror(errno));
     return ZC_OK;
 }
 
-zc_status zc__ck_commit_file(int fd, const char *tmp, const char *final, const char *dir)
+zc_status zc__ck_commit_file_at(int fd, int dfd, const char *shown, const char *tmp,
+                                const char *final)
 {
     zc_status rc = ZC_OK;
     if (fsync(fd) != 0)
-        rc = ZC_ERR(ZC_ERR_IO, "%s: fsync: %s", tmp, strerror(errno));
+        rc = ZC_ERR(ZC_ERR_IO, "%s/%s: fsync: %s", shown, tmp, strerror(errno));
     if (close(fd) != 0 && rc == ZC_OK)
-        rc = ZC_ERR(ZC_ERR_IO, "%s: close: %s", tmp, strerror(errno));
-    if (rc == ZC_OK && rename(tmp, final) != 0)
-        rc = ZC_ERR(ZC_ERR_IO, "rename %s -> %s: %s", tmp, final, strerror(errno));
+        rc = ZC_ERR(ZC_ERR_IO, "%s/%s: close: %s", shown, tmp, strerror(errno));
+    if (rc == ZC_OK && renameat(dfd, tmp, dfd, final) != 0)
+        rc = ZC_ERR(ZC_ERR_IO, "rename %s/%s -> %s: %s", shown, tmp, final, strerror(errno));
     if (rc != ZC_OK) {
-        unlink(tmp);
+        unlinkat(dfd, tmp, 0);
         return rc;
     }
-    return zc__ck_fsync_dir(dir);
+    return zc__ck_fsync_fd(dfd, shown);
 }
 
 zc_status zc__ck_join(char *out, size_t cap, const char *a, const char *b)

@@ -17,13 +17,20 @@
 zc_status zc__ck_pwrite(int fd, const void *buf, size_t n, uint64_t off, const char *path);
 zc_status zc__ck_pread(int fd, void *buf, size_t n, uint64_t off, const char *path);
 
-/* Creates path exclusively (O_EXCL, mode 0644) for writing. */
-zc_status zc__ck_create(const char *path, int *fd);
-/* fsync and close fd, then rename tmp to final and fsync dir. fd is closed
- * on every path; on failure tmp is removed. */
-zc_status zc__ck_commit_file(int fd, const char *tmp, const char *final, const char *dir);
-/* fsync a directory. */
-zc_status zc__ck_fsync_dir(const char *dir);
+/* Files are created, renamed and synced relative to a directory descriptor
+ * (the checkpoint directory or the staging directory, opened once and checked
+ * by dirwrite.c), so a directory swapped for a symbolic link afterwards
+ * cannot redirect a write; `shown` is the directory's path, for messages. */
+
+/* Creates name in dfd exclusively for writing (O_EXCL | O_NOFOLLOW, mode
+ * 0644: an existing file or a symbolic link of that name is an error). */
+zc_status zc__ck_create_at(int dfd, const char *shown, const char *name, int *fd);
+/* fsync and close fd, then rename tmp to final inside dfd and fsync dfd. fd
+ * is closed on every path; on failure tmp is removed. */
+zc_status zc__ck_commit_file_at(int fd, int dfd, const char *shown, const char *tmp,
+                                const char *final);
+/* fsync a directory by its descriptor. */
+zc_status zc__ck_fsync_fd(int dfd, const char *shown);
 /* Joins a and b with '/' into out (cap bytes); ZC_ERR_INVALID_ARG when it
  * does not fit. */
 zc_status zc__ck_join(char *out, size_t cap, const char *a, const char *b);

@@ -4,6 +4,7 @@
  * checksums) are written so that they do: reals with 17 significant digits,
  * 64-bit checksums as 16 hex digits (a JSON integer is signed). */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -11,7 +12,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/checked.h"
 #include "base/error.h"
+#include "base/regfile.h"
+#include "ckpt/dirwrite.h"
 #include "ckpt/format.h"
 
 /* The most elements a tensor or a chunk may have, and the largest element
@@ -265,7 +269,7 @@ static void parse_head(rd *r, json_t *root, zc_ck_manifest *m)
         bad(r, "\"dtype\" must be \"fp32\", \"fp16\" or \"bf16\"");
         return;
     }
-    if (!get_int(r, root, "step", 0, INT64_MAX, &m->steps) ||
+    if (!get_int(r, root, "step", 0, ZC_STEPS_MAX, &m->steps) ||
         !get_int(r, root, "skipped_steps", 0, m->steps, &m->skipped) ||
         !get_hex64(r, json_object_get(root, "config_digest"), "\"config_digest\"",
                    &m->config_digest))
@@ -277,15 +281,19 @@ static void parse_head(rd *r, json_t *root, zc_ck_manifest *m)
         return;
     }
     json_t *dyn = json_object_get(ls, "dynamic"), *scale = json_object_get(ls, "scale");
-    if (!json_is_boolean(dyn) || !json_is_number(scale) || !(json_number_value(scale) > 0)) {
-        bad(r, "\"loss_scaler\" needs \"dynamic\" (boolean) and \"scale\" (> 0)");
+    /* A loss scale multiplies fp32 values: at most FLT_MAX. */
+    if (!json_is_boolean(dyn) || !json_is_number(scale) || !(json_number_value(scale) > 0) ||
+        json_number_value(scale) > 3.4028234663852886e38) {
+        bad(r, "\"loss_scaler\" needs \"dynamic\" (boolean) and \"scale\" (> 0, at most "
+            "3.4028234663852886e38)");
         return;
     }
     m->scaler.dynamic = json_is_true(dyn);
     m->scaler.scale = json_number_value(scale);
-    if (!get_int(r, ls, "cur_hysteresis", 0, INT64_MAX, &m->scaler.cur_hysteresis) ||
-        !get_int(r, ls, "cur_iter", 0, INT64_MAX, &m->scaler.cur_iter) ||
-        !get_int(r, ls, "last_overflow_iter", -1, INT64_MAX, &m->scaler.last_overflow_iter) ||
+    if (!get_int(r, ls, "cur_hysteresis", 0, ZC_STEPS_MAX, &m->scaler.cur_hysteresis) ||
+        !get_int(r, ls, "cur_iter", 0, ZC_STEPS_MAX, &m->scaler.cur_iter) ||
+        !get_int(r, ls, "last_overflow_iter", -1, m->scaler.cur_iter - 1,
+                 &m->scaler.last_overflow_iter) ||
         !get_int(r, sc, "optimizer_steps", 0, m->steps, &m->adam_steps))
         return;
     json_t *lr = json_object_get(sc, "lr");
@@ -471,11 +479,23 @@ static void parse_entries(rd *r, json_t *root, zc_ck_manifest *m)
 
 zc_status zc__ck_manifest_read(const char *path, zc_ck_manifest *m)
 {
+    return zc__ck_manifest_read_at(AT_FDCWD, path, path, m);
+}
+
+zc_status zc__ck_manifest_read_at(int dfd, const char *name, const char *path, zc_ck_manifest *m)
+{
     memset(m, 0, sizeof *m);
     json_error_t je;
+    int fd;
+    char why[ZC_CK_PATH_MAX + 128];
+    if (zc__open_regular_at(dfd, name, dfd == AT_FDCWD ? 0 : O_NOFOLLOW, path,
+                            "a checkpoint manifest (a regular JSON file)", &fd, NULL, why,
+                            sizeof why) != ZC_OPEN_OK)
+        return ZC_ERR(ZC_ERR_IO, "%s", why);
     /* The manifest of a large model is large (a row per entry); jansson
      * reads it in one go, as it was written. */
-    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    json_t *root = json_loadfd(fd, JSON_REJECT_DUPLICATES, &je);
+    close(fd);
     if (!root) {
         if (je.line < 0 || je.position == 0)
             return ZC_ERR(ZC_ERR_IO, "%s: cannot read the manifest: %s", path, je.text);
@@ -494,6 +514,8 @@ zc_status zc__ck_manifest_read(const char *path, zc_ck_manifest *m)
     if (r.rc == ZC_OK)
         parse_entries(&r, root, m);
     json_decref(root);
+    if (r.rc == ZC_OK)
+        r.rc = zc__ck_manifest_check(m, path);
     if (r.rc != ZC_OK)
         zc__ck_manifest_free(m);
     return r.rc;

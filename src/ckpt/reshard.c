@@ -5,6 +5,7 @@
  * holds the r-th equal part), so rank r of the new world finds its whole
  * range in its own file. Values are copied, never converted: bitwise. */
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -67,8 +68,13 @@ ZC_API zc_status zc_checkpoint_reshard(const char *in_dir, const char *tag, cons
     if (world < 1 || world > (1 << 20))
         return ZC_ERR(ZC_ERR_INVALID_ARG, "zc_checkpoint_reshard: world %d is not in [1, %d]",
                       world, 1 << 20);
+    /* The output is written under the tag of the input's directory (the
+     * name DIR/latest gives, or `tag`), whatever the manifest's own "tag"
+     * says: the name the caller resolved is the name it finds. */
+    char t[ZC_CK_TAG_MAX + 1];
+    ZC_CHECK(zc__ck_resolve_tag(in_dir, tag, t));
     zc_ck_source s;
-    ZC_CHECK(zc__ck_source_open(&s, in_dir, tag));
+    ZC_CHECK(zc__ck_source_open(&s, in_dir, t));
     zc_ck_manifest *m = &s.m;
     int64_t most = 1;
     for (int k = 0; k < m->nchunks; k++) {
@@ -76,15 +82,16 @@ ZC_API zc_status zc_checkpoint_reshard(const char *in_dir, const char *tag, cons
         most = shard > most ? shard : most;
     }
     float *buf = malloc((size_t)most * sizeof(float));
-    zc_status rc = buf ? zc__ck_stage_open(out_dir, m->tag)
+    zc_status rc = buf ? zc__ck_stage_open(out_dir, t)
                        : ZC_ERR(ZC_ERR_NO_MEMORY, "reshard buffer of %" PRId64 " floats", most);
     const bool staged = rc == ZC_OK;
     for (int r = 0; r < world && rc == ZC_OK; r++)
-        rc = write_rank(&s, out_dir, m->tag, world, r, buf);
+        rc = write_rank(&s, out_dir, t, world, r, buf);
     if (rc == ZC_OK) {
         /* The same head and model; the files and entries are the new ones. */
         zc_ck_manifest out = *m;
         out.version = ZC_CK_VERSION; /* written in this build's layout */
+        snprintf(out.tag, sizeof out.tag, "%s", t);
         out.world = world;
         out.files = NULL;
         out.entries = NULL;
@@ -96,7 +103,7 @@ ZC_API zc_status zc_checkpoint_reshard(const char *in_dir, const char *tag, cons
         free(out.entries);
     }
     if (rc != ZC_OK && staged)
-        zc__ck_stage_abort(out_dir, m->tag);
+        zc__ck_stage_abort(out_dir, t);
     free(buf);
     zc__ck_source_close(&s);
     return rc;

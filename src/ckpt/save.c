@@ -173,6 +173,9 @@ ZC_API zc_status zc_checkpoint_save(zc_engine *e, const char *dir, const char *t
                       "were already handed back; save between optimizer steps", t);
 
     zc_status rc = e->rank == 0 ? zc__ck_stage_open(dir, t) : ZC_OK;
+    /* Only what this save staged is removed after a failure: a staging
+     * directory it refused to clear stays as it was. */
+    const bool staged = rc == ZC_OK;
     ZC_CHECK(zc__eng_agree_keep(e, rc, "zc_checkpoint_save: preparing the directory"));
     rc = write_shard(e, dir, t);
     rc = zc__eng_agree_keep(e, rc, "zc_checkpoint_save: writing the shard files");
@@ -187,7 +190,7 @@ ZC_API zc_status zc_checkpoint_save(zc_engine *e, const char *dir, const char *t
         }
         rc = zc__eng_agree_keep(e, mrc, "zc_checkpoint_save: writing the manifest");
     }
-    if (rc != ZC_OK && e->rank == 0)
+    if (rc != ZC_OK && e->rank == 0 && staged)
         zc__ck_stage_abort(dir, t);
     if (rc == ZC_OK)
         ZC_LOGI("ckpt", "saved %s/%s at step %" PRId64, dir, t, e->steps);

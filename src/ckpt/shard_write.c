@@ -34,22 +34,24 @@ zc_status zc__ck_shard_open(zc_ck_shard *s, const char *dir, const char *tag, in
                             uint64_t capacity)
 {
     memset(s, 0, sizeof *s);
-    s->fd = -1;
+    s->fd = s->sfd = -1;
     s->rank = rank;
-    char name[32];
-    zc__ck_file_name(rank, name);
+    zc__ck_file_name(rank, s->final_name);
+    snprintf(s->tmp_name, sizeof s->tmp_name, "%s.tmp", s->final_name);
     ZC_CHECK(zc__ck_staging_path(s->dir, dir, tag));
-    ZC_CHECK(zc__ck_join(s->final, sizeof s->final, s->dir, name));
-    if (snprintf(s->tmp, sizeof s->tmp, "%s.tmp", s->final) >= (int)sizeof s->tmp)
-        return ZC_ERR(ZC_ERR_INVALID_ARG, "path %s.tmp is too long", s->final);
+    snprintf(s->tmp, sizeof s->tmp, "%s/%s", s->dir, s->tmp_name);
     if (capacity % ZC_CK_ALIGN)
         return ZC_ERR(ZC_ERR_INTERNAL, "%s: size %" PRIu64 " is not a multiple of %d", s->tmp,
                       capacity, ZC_CK_ALIGN);
     s->capacity = capacity;
-    if (!capacity)
-        return zc__ck_create(s->tmp, &s->fd); /* a rank whose shards are all padding */
+    ZC_CHECK(zc__ck_staging_open(dir, tag, NULL, &s->sfd));
+    if (!capacity) /* a rank whose shards are all padding */
+        return zc__ck_create_at(s->sfd, s->dir, s->tmp_name, &s->fd);
     zc_nvme_opts o = ZC_NVME_OPTS_INIT;
     o.file = s->tmp;
+    o.flags = ZC_NVME_FILE_AT;
+    o.dirfd = s->sfd;
+    o.name = s->tmp_name;
     o.capacity = capacity;
     o.alignment = ZC_CK_ALIGN;
     o.block_size = IO_BLOCK;
@@ -69,7 +71,7 @@ zc_status zc__ck_shard_open(zc_ck_shard *s, const char *dir, const char *tag, in
     if (rc != ZC_OK) {
         zc__nvme_close(s->st, ZC_NVME_CLOSE_CANCEL);
         s->st = NULL;
-        unlink(s->tmp);
+        unlinkat(s->sfd, s->tmp_name, 0);
         free_buffers(s);
         return rc;
     }
@@ -198,20 +200,22 @@ zc_status zc__ck_shard_close(zc_ck_shard *s)
         zc_nvme_store *st = s->st;
         s->st = NULL;
         zc_status rc = zc__nvme_close(st, ZC_NVME_CLOSE_WAIT);
-        if (rc == ZC_OK && rename(s->tmp, s->final) != 0)
-            rc = ZC_ERR(ZC_ERR_IO, "rename %s -> %s: %s", s->tmp, s->final, strerror(errno));
+        if (rc == ZC_OK && renameat(s->sfd, s->tmp_name, s->sfd, s->final_name) != 0)
+            rc = ZC_ERR(ZC_ERR_IO, "rename %s -> %s: %s", s->tmp, s->final_name, strerror(errno));
         if (rc != ZC_OK) {
-            unlink(s->tmp);
+            unlinkat(s->sfd, s->tmp_name, 0);
             return rc;
         }
-        ZC_CHECK(zc__ck_fsync_dir(s->dir));
+        ZC_CHECK(zc__ck_fsync_fd(s->sfd, s->dir));
     } else {
         int fd = s->fd;
         s->fd = -1;
-        ZC_CHECK(zc__ck_commit_file(fd, s->tmp, s->final, s->dir));
+        ZC_CHECK(zc__ck_commit_file_at(fd, s->sfd, s->dir, s->tmp_name, s->final_name));
     }
-    zc_status rc = zc__ck_index_write(s->dir, s->rank, s->ents, s->n, s->bytes);
+    zc_status rc = zc__ck_index_write(s->sfd, s->dir, s->rank, s->ents, s->n, s->bytes);
     free_buffers(s);
+    close(s->sfd);
+    s->sfd = -1;
     return rc;
 }
 
@@ -222,12 +226,16 @@ void zc__ck_shard_discard(zc_ck_shard *s)
          * freed buffers. */
         zc__nvme_close(s->st, ZC_NVME_CLOSE_CANCEL);
         s->st = NULL;
-        unlink(s->tmp);
+        unlinkat(s->sfd, s->tmp_name, 0);
     }
     if (s->fd >= 0) {
         close(s->fd);
         s->fd = -1;
-        unlink(s->tmp);
+        unlinkat(s->sfd, s->tmp_name, 0);
+    }
+    if (s->sfd >= 0) {
+        close(s->sfd);
+        s->sfd = -1;
     }
     free_buffers(s);
 }

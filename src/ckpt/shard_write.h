@@ -32,7 +32,11 @@
 typedef struct zc_ck_shard {
     zc_nvme_store *st;        /* NULL for an empty shard (fd instead) */
     int fd, rank;
-    char tmp[ZC_CK_PATH_MAX], final[ZC_CK_PATH_MAX], dir[ZC_CK_PATH_MAX];
+    int sfd;                  /* the staging directory, opened and checked
+                                 (zc__ck_staging_open); the files are made
+                                 relative to it */
+    char tmp_name[40], final_name[32]; /* rank_R.bin.tmp, rank_R.bin */
+    char tmp[ZC_CK_PATH_MAX + 40], dir[ZC_CK_PATH_MAX]; /* paths, for messages */
     uint64_t capacity;        /* the file's size, fixed at open */
     uint64_t bytes;           /* written so far: the next byte's offset */
     zc_ck_ring_mem ring_mem;  /* allocation behind ring */
@@ -52,9 +56,11 @@ static inline uint64_t zc__ck_run_bytes(uint64_t bytes)
     return (bytes + ZC_CK_ALIGN - 1) / ZC_CK_ALIGN * ZC_CK_ALIGN;
 }
 
-/* Creates DIR/.TAG.partial/rank_R.bin.tmp (O_EXCL) of exactly `capacity`
- * bytes (the sum of zc__ck_run_bytes of the runs to come). On failure nothing
- * is left behind (zc__ck_shard_discard is still safe). */
+/* Creates DIR/.TAG.partial/rank_R.bin.tmp (O_EXCL, relative to the staging
+ * directory's descriptor: zc__ck_staging_open refuses one that is a link or
+ * not marked) of exactly `capacity` bytes (the sum of zc__ck_run_bytes of the
+ * runs to come). On failure nothing is left behind (zc__ck_shard_discard is
+ * still safe). */
 zc_status zc__ck_shard_open(zc_ck_shard *s, const char *dir, const char *tag, int rank,
                             uint64_t capacity);
 

@@ -9,6 +9,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "base/regfile.h"
 #include "ckpt/fsio.h"
 #include "ckpt/source.h"
 
@@ -49,23 +50,21 @@ zc_status zc__ck_source_open(zc_ck_source *s, const char *dir, const char *tag)
     for (int f = 0; f < m->nfiles && rc == ZC_OK; f++) {
         char p[ZC_CK_PATH_MAX];
         ZC_CHECK_GOTO(zc__ck_join(p, sizeof p, s->dir, m->files[f].name), rc, fail);
-        s->fds[f] = open(p, O_RDONLY | O_CLOEXEC);
         struct stat st;
-        if (s->fds[f] < 0)
-            rc = ZC_ERR(ZC_ERR_IO, "%s: missing shard file (rank %d's; holds tensor '%s'): %s",
-                        p, m->files[f].rank, some_tensor(m, f), strerror(errno));
-        else if (fstat(s->fds[f], &st) != 0 || (uint64_t)st.st_size != m->files[f].bytes)
+        char why[ZC_CK_PATH_MAX + 128], what[200];
+        snprintf(what, sizeof what, "a checkpoint shard file (rank %d's; holds tensor '%.100s')",
+                 m->files[f].rank, some_tensor(m, f));
+        const zc_open_result o = zc__open_regular(p, 0, what, &s->fds[f], &st, why, sizeof why);
+        if (o == ZC_OPEN_FAILED && errno == ENOENT)
+            rc = ZC_ERR(ZC_ERR_IO, "%s: missing shard file (rank %d's; holds tensor '%s')", p,
+                        m->files[f].rank, some_tensor(m, f));
+        else if (o != ZC_OPEN_OK)
+            rc = ZC_ERR(ZC_ERR_IO, "%s", why);
+        else if ((uint64_t)st.st_size != m->files[f].bytes)
             rc = ZC_ERR(ZC_ERR_IO, "%s: %lld bytes where the manifest says %" PRIu64 " (%s; "
                         "holds tensor '%s')", p, (long long)st.st_size, m->files[f].bytes,
                         (uint64_t)st.st_size < m->files[f].bytes ? "truncated" : "grown",
                         some_tensor(m, f));
-    }
-    for (int64_t i = 0; i < m->nentries && rc == ZC_OK; i++) {
-        const zc_ck_entry *e = &m->entries[i];
-        if (e->offset + (uint64_t)(e->end - e->begin) * 4 > m->files[e->file].bytes)
-            rc = ZC_ERR(ZC_ERR_INVALID_ARG, "%s/%s: tensor '%s' (%s) lies beyond the end of %s",
-                        s->dir, ZC_CK_MANIFEST, m->params[e->param].name,
-                        zc__ck_kind_name(e->kind), m->files[e->file].name);
     }
     if (rc == ZC_OK)
         return ZC_OK;

@@ -7,6 +7,8 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "base/regfile.h"
+#include "ckpt/dirwrite.h"
 #include "ckpt/format.h"
 #include "ckpt/fsio.h"
 #include "config/config.h"
@@ -31,12 +33,21 @@ zc_status zc__ck_resolve_tag(const char *dir, const char *tag, char *out)
         snprintf(out, ZC_CK_TAG_MAX + 1, "%s", tag);
         return ZC_OK;
     }
-    char path[4096];
+    char path[ZC_CK_PATH_MAX];
     ZC_CHECK(zc__ck_join(path, sizeof path, dir, ZC_CK_LATEST));
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return ZC_ERR(ZC_ERR_IO, "%s: cannot open (no checkpoint saved in %s?): %s", path, dir,
-                      strerror(errno));
+    int fd;
+    char why[ZC_CK_PATH_MAX + 128];
+    switch (zc__open_regular(path, 0, "a file holding the tag of the newest checkpoint", &fd,
+                             NULL, why, sizeof why)) {
+    case ZC_OPEN_OK:
+        break;
+    case ZC_OPEN_FAILED:
+        if (errno == ENOENT)
+            return ZC_ERR(ZC_ERR_IO, "%s (no checkpoint saved in %s?)", why, dir);
+        return ZC_ERR(ZC_ERR_IO, "%s", why);
+    default:
+        return ZC_ERR(ZC_ERR_IO, "%s", why);
+    }
     char buf[ZC_CK_TAG_MAX + 2];
     ssize_t n = read(fd, buf, sizeof buf);
     close(fd);

@@ -15,29 +15,23 @@
 
 #include "zc_build_config.h"
 
+#include "base/env.h"
 #include "comm/bootstrap.h"
 #include "comm/comm.h"
 #include "base/log.h"
 #include "comm/mpi.h"
 #include "device/device.h"
 
-/* 1: set and parsed into *v; 0: unset (or empty); -1: malformed (error set). */
-static int env_int(const char *name, int *v, const char *launcher)
+/* 1: set and parsed into *v; 0: unset (or empty); -1: malformed (error set,
+ * naming the variable, its value, the launcher and the range). */
+static int env_int(const char *name, int lo, int hi, int *v, const char *launcher)
 {
-    const char *s = getenv(name);
-    if (!s || !*s)
-        return 0;
-    char *end;
-    errno = 0;
-    long x = strtol(s, &end, 10);
-    while (*end == ' ' || *end == '\n')
-        end++;
-    if (errno || *end || x < INT_MIN || x > INT_MAX) {
-        ZC_ERR(ZC_ERR_CONFIG, "%s='%s' is not an integer (set by %s)", name, s, launcher);
+    char note[128];
+    snprintf(note, sizeof note, "(set by %s)", launcher);
+    bool set = false;
+    if (zc__env_int(name, lo, hi, note, &set, v) != ZC_OK)
         return -1;
-    }
-    *v = (int)x;
-    return 1;
+    return set ? 1 : 0;
 }
 
 static zc_status need(const char *name, const char *launcher, const char *have)
@@ -68,21 +62,18 @@ static const launcher_vars launchers[] = {
 
 static zc_status read_ranks(const launcher_vars *L, zc_launch_env *out)
 {
-    int rk = env_int(L->rank, &out->rank, L->name);
-    int wd = env_int(L->world, &out->world, L->name);
+    int rk = env_int(L->rank, 0, INT_MAX - 1, &out->rank, L->name);
+    int wd = env_int(L->world, 1, INT_MAX, &out->world, L->name);
     if (rk < 0 || wd < 0)
         return ZC_ERR_CONFIG;
     if (!rk)
         return need(L->rank, L->name, L->world);
     if (!wd)
         return need(L->world, L->name, L->rank);
-    if (out->world < 1)
-        return ZC_ERR(ZC_ERR_CONFIG, "%s=%d: the world needs at least one rank", L->world,
-                      out->world);
-    if (out->rank < 0 || out->rank >= out->world)
+    if (out->rank >= out->world)
         return ZC_ERR(ZC_ERR_CONFIG, "%s=%d is outside 0..%d (%s=%d)", L->rank, out->rank,
                       out->world - 1, L->world, out->world);
-    int lr = env_int(L->local_rank, &out->local_rank, L->name);
+    int lr = env_int(L->local_rank, 0, INT_MAX - 1, &out->local_rank, L->name);
     if (lr < 0)
         return ZC_ERR_CONFIG;
     if (!lr) {
@@ -95,13 +86,13 @@ static zc_status read_ranks(const launcher_vars *L, zc_launch_env *out)
         out->local_rank = 0;
     }
     out->local_world = -1;
-    int lw = env_int(L->local_world, &out->local_world, L->name);
+    int lw = env_int(L->local_world, 1, INT_MAX, &out->local_world, L->name);
     if (lw < 0)
         return ZC_ERR_CONFIG;
-    if (!lw && L->local_world_alt && env_int(L->local_world_alt, &out->local_world, L->name) < 0)
+    if (!lw && L->local_world_alt &&
+        env_int(L->local_world_alt, 1, INT_MAX, &out->local_world, L->name) < 0)
         return ZC_ERR_CONFIG;
-    if (out->local_rank < 0 ||
-        (out->local_world > 0 && out->local_rank >= out->local_world))
+    if (out->local_world > 0 && out->local_rank >= out->local_world)
         return ZC_ERR(ZC_ERR_CONFIG, "%s=%d is outside 0..%d", L->local_rank, out->local_rank,
                       out->local_world > 0 ? out->local_world - 1 : INT_MAX);
     if (out->local_world > out->world)
@@ -110,14 +101,31 @@ static zc_status read_ranks(const launcher_vars *L, zc_launch_env *out)
     return ZC_OK;
 }
 
+/* MASTER_ADDR names a host: a name or address of printable characters
+ * without blanks, at most `max` bytes (what getaddrinfo is given). */
+static zc_status check_master_addr(const char *addr, size_t max)
+{
+    if (!addr)
+        return ZC_OK;
+    size_t n = 0;
+    bool ok = true;
+    for (; addr[n] && ok; n++)
+        ok = addr[n] > 0x20 && addr[n] < 0x7f;
+    if (ok && n <= max)
+        return ZC_OK;
+    char shown[ZC_ENV_SHOWN_MAX];
+    return ZC_ERR(ZC_ERR_CONFIG, "MASTER_ADDR='%s': want rank 0's host name or address, 1 to %zu "
+                  "printable characters without blanks", zc__env_shown(addr, shown, sizeof shown),
+                  max);
+}
+
 zc_status zc__launch_env_read(zc_launch_env *out, bool need_master)
 {
     memset(out, 0, sizeof *out);
     out->master_port = -1;
     const launcher_vars *L = NULL;
     for (size_t i = 0; i < sizeof launchers / sizeof launchers[0] && !L; i++) {
-        const char *r = getenv(launchers[i].rank), *w = getenv(launchers[i].world);
-        if ((r && *r) || (w && *w))
+        if (zc__env(launchers[i].rank) || zc__env(launchers[i].world))
             L = &launchers[i];
     }
     if (!L)
@@ -129,13 +137,16 @@ zc_status zc__launch_env_read(zc_launch_env *out, bool need_master)
     out->launcher = L->name;
     ZC_CHECK(read_ranks(L, out));
 
-    const char *addr = getenv("MASTER_ADDR");
+    const char *addr = zc__env("MASTER_ADDR");
     int port = -1;
-    int pr = env_int("MASTER_PORT", &port, L->name);
+    char who[96];
+    snprintf(who, sizeof who, "%s; zeroc listens on MASTER_PORT+1", L->name);
+    int pr = env_int("MASTER_PORT", 1, 65534, &port, who);
     if (pr < 0)
         return ZC_ERR_CONFIG;
+    ZC_CHECK(check_master_addr(addr, sizeof out->master_addr - 1));
     if (need_master && out->world > 1) {
-        if (!addr || !*addr)
+        if (!addr)
             return ZC_ERR(ZC_ERR_CONFIG,
                           "MASTER_ADDR is not set (%s, rank %d of %d): it must name rank 0's "
                           "host%s", L->name, out->rank, out->world,
@@ -146,54 +157,45 @@ zc_status zc__launch_env_read(zc_launch_env *out, bool need_master)
                           "MASTER_PORT is not set (%s, rank %d of %d): zeroc listens on "
                           "MASTER_PORT+1 on rank 0", L->name, out->rank, out->world);
     }
-    if (pr && (port < 1 || port > 65534))
-        return ZC_ERR(ZC_ERR_CONFIG, "MASTER_PORT=%d is outside 1..65534 (zeroc uses MASTER_PORT+1)",
-                      port);
-    if (addr && strlen(addr) >= sizeof out->master_addr)
-        return ZC_ERR(ZC_ERR_CONFIG, "MASTER_ADDR is longer than %zu characters",
-                      sizeof out->master_addr - 1);
     if (addr)
         snprintf(out->master_addr, sizeof out->master_addr, "%s", addr);
     out->master_port = pr ? port : -1;
     return ZC_OK;
 }
 
-double zc__bootstrap_timeout(void)
+/* ZC_BOOTSTRAP's values, in zc_boot_mode order. */
+static const char *const boot_modes[] = {"rendezvous", "nccl_comm_id", "mpi"};
+_Static_assert(ZC_BOOT_RENDEZVOUS == 0 && ZC_BOOT_NCCL_COMM_ID == 1 && ZC_BOOT_MPI == 2,
+               "boot_modes[] is in zc_boot_mode order");
+
+zc_status zc__bootstrap_timeout(double *out)
 {
-    const char *s = getenv("ZC_BOOTSTRAP_TIMEOUT");
-    if (s && *s) {
-        char *end;
-        double v = strtod(s, &end);
-        if (end != s && v > 0)
-            return v;
-        ZC_LOGW("comm", "ignoring ZC_BOOTSTRAP_TIMEOUT='%s' (want seconds > 0)", s);
-    }
-    return 300.0;
+    double t = 300.0;
+    ZC_CHECK(zc__env_seconds("ZC_BOOTSTRAP_TIMEOUT", ZC_COMM_TIMEOUT_MIN_S, ZC_COMM_TIMEOUT_MAX_S,
+                             NULL, &t));
+    *out = t;
+    return ZC_OK;
 }
 
 zc_status zc__bootstrap_mode(const zc_launch_env *env, zc_boot_mode *out)
 {
-    const char *m = getenv("ZC_BOOTSTRAP");
-    const char *cid = getenv("NCCL_COMM_ID");
-    if (m && *m) {
-        if (!strcmp(m, "rendezvous")) *out = ZC_BOOT_RENDEZVOUS;
-        else if (!strcmp(m, "nccl_comm_id")) *out = ZC_BOOT_NCCL_COMM_ID;
-        else if (!strcmp(m, "mpi")) *out = ZC_BOOT_MPI;
-        else
-            return ZC_ERR(ZC_ERR_CONFIG, "ZC_BOOTSTRAP='%s': want 'rendezvous', 'nccl_comm_id' "
-                                         "or 'mpi'", m);
+    const char *cid = zc__env("NCCL_COMM_ID");
+    int mode = 0;
+    bool set = false;
+    ZC_CHECK(zc__env_choice("ZC_BOOTSTRAP", boot_modes, 3, 0, &set, &mode));
+    if (set) {
+        *out = (zc_boot_mode)mode;
         if (*out == ZC_BOOT_MPI && !ZC_HAVE_MPI)
             return ZC_ERR(ZC_ERR_UNSUPPORTED, "ZC_BOOTSTRAP=mpi but this zeroc was built "
                                               "without MPI (-Dmpi=enabled)");
         return ZC_OK;
     }
-    const char *addr = getenv("MASTER_ADDR");
-    if (cid && *cid)
+    const char *addr = zc__env("MASTER_ADDR");
+    if (cid)
         *out = ZC_BOOT_NCCL_COMM_ID;
     /* Under mpirun/srun with no MASTER_ADDR exported, MPI already connects
      * the processes: no address or port to agree on. */
-    else if (ZC_HAVE_MPI && env && strcmp(env->launcher, "torchrun/deepspeed") != 0 &&
-             !(addr && *addr))
+    else if (ZC_HAVE_MPI && env && strcmp(env->launcher, "torchrun/deepspeed") != 0 && !addr)
         *out = ZC_BOOT_MPI;
     else
         *out = ZC_BOOT_RENDEZVOUS;
@@ -217,16 +219,20 @@ zc_status zc_comm_init_env(zc_comm **out)
     *out = NULL;
     /* ZC_COMM forces a backend; exact names only, so a typo is an error and
      * not a silent fallback to another backend. */
-    const char *want = getenv("ZC_COMM");
-    int sel = SEL_AUTO;
-    if (want && *want) {
-        if (!strcmp(want, "local")) sel = SEL_LOCAL;
-        else if (!strcmp(want, "mpi")) sel = SEL_MPI;
-        else if (!strcmp(want, "nccl")) sel = SEL_NCCL;
-        else
-            return ZC_ERR(ZC_ERR_CONFIG, "ZC_COMM='%s': want 'local', 'mpi' or 'nccl' (or unset "
-                                         "to pick from the build and the launcher)", want);
-    }
+    static const char *const backends[] = {"local", "mpi", "nccl"};
+    _Static_assert(SEL_LOCAL == 1 && SEL_MPI == 2 && SEL_NCCL == 3, "backends[] is in SEL order");
+    int pick = 0;
+    bool set = false;
+    ZC_CHECK(zc__env_choice("ZC_COMM", backends, 3, 0, &set, &pick));
+    int sel = set ? pick + 1 : SEL_AUTO;
+    /* Every variable this call may depend on is checked before anything is
+     * started, whichever backend ends up reading it: a bad value is an
+     * error here, never ignored because another backend was chosen. */
+    ZC_CHECK(zc__log_env_check());
+    double seconds = 0;
+    ZC_CHECK(zc__comm_timeout_env(&seconds));
+    ZC_CHECK(zc__bootstrap_timeout(&seconds));
+    ZC_CHECK(zc__env_choice("ZC_BOOTSTRAP", boot_modes, 3, 0, NULL, &pick));
     if (sel == SEL_MPI && !ZC_HAVE_MPI)
         return ZC_ERR(ZC_ERR_UNSUPPORTED, "ZC_COMM=mpi but this zeroc was built without MPI: "
                                           "install Open MPI (libopenmpi-dev) and reconfigure "
@@ -243,11 +249,9 @@ zc_status zc_comm_init_env(zc_comm **out)
     zc_status erc = zc__launch_env_read(env, false);
     if (erc != ZC_OK) {
         const char *any = NULL;
-        for (size_t i = 0; i < sizeof launchers / sizeof launchers[0] && !any; i++) {
-            const char *r = getenv(launchers[i].rank), *w = getenv(launchers[i].world);
-            if ((r && *r) || (w && *w))
+        for (size_t i = 0; i < sizeof launchers / sizeof launchers[0] && !any; i++)
+            if (zc__env(launchers[i].rank) || zc__env(launchers[i].world))
                 any = launchers[i].name;
-        }
         if (any || (sel != SEL_LOCAL && sel != SEL_MPI))
             return erc;
         zc__error_clear();
@@ -297,8 +301,8 @@ zc_status zc_comm_init_env(zc_comm **out)
         /* Only the TCP rendezvous (and NCCL_COMM_ID made from them) needs
          * MASTER_ADDR/MASTER_PORT: read again
          * requiring them, for the error that names what is missing. */
-        const char *cid = getenv("NCCL_COMM_ID");
-        if (mode == ZC_BOOT_RENDEZVOUS || (mode == ZC_BOOT_NCCL_COMM_ID && !(cid && *cid)))
+        const char *cid = zc__env("NCCL_COMM_ID");
+        if (mode == ZC_BOOT_RENDEZVOUS || (mode == ZC_BOOT_NCCL_COMM_ID && !cid))
             ZC_CHECK(zc__launch_env_read(env, true));
         return zc__comm_nccl_from_env(env, out);
     }

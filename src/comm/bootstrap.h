@@ -46,8 +46,10 @@ zc_status zc__launch_env_read(zc_launch_env *out, bool need_master);
 typedef enum zc_boot_mode { ZC_BOOT_RENDEZVOUS, ZC_BOOT_NCCL_COMM_ID, ZC_BOOT_MPI } zc_boot_mode;
 zc_status zc__bootstrap_mode(const zc_launch_env *env, zc_boot_mode *out);
 
-/* Seconds the bootstrap may take: ZC_BOOTSTRAP_TIMEOUT, default 300. */
-double zc__bootstrap_timeout(void);
+/* Seconds the bootstrap may take: ZC_BOOTSTRAP_TIMEOUT, default 300, else a
+ * decimal number in ZC_COMM_TIMEOUT's range [0.001, 604800]; a bad value is
+ * ZC_ERR_CONFIG naming it. */
+zc_status zc__bootstrap_timeout(double *out);
 
 #if defined(ZC_HAVE_NCCL) && ZC_HAVE_NCCL
 /* Creates this process's NCCL rank (src/comm/nccl.c). */

@@ -85,4 +85,14 @@ static inline zc_status zc__comm_group_end(zc_comm *c)
 enum { K_ALL_REDUCE = 1, K_REDUCE_SCATTER, K_ALL_GATHER, K_BROADCAST, K_BARRIER };
 const char *zc__coll_kind_name(int kind);
 
+/* ZC_COMM_TIMEOUT, the seconds one collective may wait for its peers, the
+ * same on every backend (local, mpi, nccl): unset or empty gives 600;
+ * anything but a decimal number in [0.001, 604800] (one week) is
+ * ZC_ERR_CONFIG naming the value and the range (src/base/env.h). Read by
+ * each communicator's creation, which fails on a bad value. */
+#define ZC_COMM_TIMEOUT_DEFAULT_S 600.0
+#define ZC_COMM_TIMEOUT_MIN_S 0.001
+#define ZC_COMM_TIMEOUT_MAX_S 604800.0
+zc_status zc__comm_timeout_env(double *out);
+
 #endif

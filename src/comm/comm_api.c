@@ -1,5 +1,6 @@
 /* Public accessors shared by every communicator backend. */
 #include "comm/comm.h"
+#include "base/env.h"
 
 int zc_comm_rank(const zc_comm *comm) { return comm ? comm->rank : -1; }
 int zc_comm_world(const zc_comm *comm) { return comm ? comm->world : -1; }
@@ -19,4 +20,13 @@ const char *zc__coll_kind_name(int kind)
     case K_BROADCAST: return "broadcast";
     default: return "barrier";
     }
+}
+
+zc_status zc__comm_timeout_env(double *out)
+{
+    double t = ZC_COMM_TIMEOUT_DEFAULT_S;
+    ZC_CHECK(zc__env_seconds("ZC_COMM_TIMEOUT", ZC_COMM_TIMEOUT_MIN_S, ZC_COMM_TIMEOUT_MAX_S,
+                             NULL, &t));
+    *out = t;
+    return ZC_OK;
 }

@@ -27,6 +27,7 @@
 #include <time.h>
 
 #include "comm/comm.h"
+#include "base/clock.h"
 #include "base/log.h"
 
 typedef struct local_slot {
@@ -55,18 +56,6 @@ typedef struct local_comm {
 } local_comm;
 
 
-static double env_timeout(void)
-{
-    const char *s = getenv("ZC_COMM_TIMEOUT");
-    if (s && *s) {
-        char *end;
-        double v = strtod(s, &end);
-        if (end != s && v > 0)
-            return v;
-    }
-    return 600.0;
-}
-
 /* Barrier with a deadline. Returns ZC_ERR_COMM when the group is broken or the
  * deadline passes (which breaks the group for everyone). */
 static zc_status group_wait(local_comm *c, int kind)
@@ -86,22 +75,16 @@ static zc_status group_wait(local_comm *c, int kind)
         g->generation++;
         pthread_cond_broadcast(&g->cv);
     } else {
-        struct timespec deadline;
-        clock_gettime(CLOCK_REALTIME, &deadline);
-        double whole = (double)(time_t)g->timeout_s;
-        deadline.tv_sec += (time_t)g->timeout_s;
-        deadline.tv_nsec += (long)((g->timeout_s - whole) * 1e9);
-        if (deadline.tv_nsec >= 1000000000L) {
-            deadline.tv_sec++;
-            deadline.tv_nsec -= 1000000000L;
-        }
+        /* The condition variable waits on CLOCK_MONOTONIC (see
+         * zc_comm_local_world), so a wall-clock step cannot stretch it. */
+        const struct timespec deadline = zc__deadline_in(g->timeout_s);
         while (gen == g->generation && !g->broken) {
             int e = pthread_cond_timedwait(&g->cv, &g->mu, &deadline);
             if (e == ETIMEDOUT && gen == g->generation) {
                 g->broken = 1;
                 pthread_cond_broadcast(&g->cv);
                 rc = ZC_ERR(ZC_ERR_COMM,
-                            "local comm rank %d: %s #%lu (%zu elements) timed out after %.0f s "
+                            "local comm rank %d: %s #%lu (%zu elements) timed out after %g s "
                             "waiting for %d of %d ranks (ZC_COMM_TIMEOUT)",
                             c->base.rank, zc__coll_kind_name(kind), c->seq, g->slots[c->base.rank].count,
                             g->timeout_s, g->world - g->arrived, g->world);
@@ -355,6 +338,11 @@ zc_status zc_comm_local_world(int world, zc_comm **comms)
     if (world > 4096)
         return ZC_ERR(ZC_ERR_INVALID_ARG, "zc_comm_local_world: world size %d is too large "
                                           "for in-process ranks (max 4096)", world);
+    /* Before anything is made: a bad value fails here, never as a wait
+     * that does not end. */
+    double timeout_s = 0;
+    ZC_CHECK(zc__comm_timeout_env(&timeout_s));
+    ZC_CHECK(zc__log_env_check());
     local_group *g = NULL;
     zc_status rc;
     int made = 0;
@@ -367,9 +355,13 @@ zc_status zc_comm_local_world(int world, zc_comm **comms)
     }
     g->world = world;
     g->refs = world;
-    g->timeout_s = env_timeout();
+    g->timeout_s = timeout_s;
     pthread_mutex_init(&g->mu, NULL);
-    pthread_cond_init(&g->cv, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&g->cv, &ca);
+    pthread_condattr_destroy(&ca);
     for (; made < world; made++) {
         local_comm *c;
         rc = zc__host_alloc(NULL, ZC_MEM_OTHER, sizeof *c, "local comm rank", (void **)&c);

@@ -116,22 +116,6 @@ static void mpi_unref(int healthy)
 
 /* ---- helpers ------------------------------------------------------------- */
 
-zc_status zc__comm_timeout_env(double *out)
-{
-    const char *s = getenv("ZC_COMM_TIMEOUT");
-    *out = 600.0;
-    if (!s || !*s)
-        return ZC_OK;
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (end == s || *end || errno || !isfinite(v) || v <= 0)
-        return ZC_ERR(ZC_ERR_CONFIG, "ZC_COMM_TIMEOUT='%s': want seconds, a finite number > 0",
-                      s);
-    *out = v;
-    return ZC_OK;
-}
-
 /* Element types MPI moves. 16-bit floats travel as uint16: MPI never
  * computes on them, and Open MPI has no bf16 type anyway. */
 static MPI_Datatype mpi_type(zc_dtype dt)

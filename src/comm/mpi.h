@@ -79,8 +79,4 @@ zc_status zc__comm_mpi_create(const zc_launch_env *env, zc_comm **out);
  * finalised again if zeroc initialised it and holds no MPI communicator. */
 zc_status zc__mpi_bcast_blob(const zc_launch_env *env, void *blob, size_t len, double timeout_s);
 
-/* ZC_COMM_TIMEOUT in seconds: unset or empty gives 600; anything but a
- * finite number > 0 is ZC_ERR_CONFIG. */
-zc_status zc__comm_timeout_env(double *out);
-
 #endif

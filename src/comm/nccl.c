@@ -15,7 +15,9 @@
 #include "comm/nccl.h"
 #include "comm/rendezvous.h"
 #include "base/clock.h"
+#include "base/env.h"
 #include "base/log.h"
+#include "device/cuda_guard.h"
 #include "kernels/kernels.h"
 
 /* Collectives that may be in flight at once; the issuing thread waits for the
@@ -79,19 +81,6 @@ typedef struct nccl_comm {
     pthread_t watchdog;
     int watchdog_started;
 } nccl_comm;
-
-static double env_seconds(const char *name, double dflt)
-{
-    const char *s = getenv(name);
-    if (s && *s) {
-        char *end;
-        double v = strtod(s, &end);
-        if (end != s && v > 0)
-            return v;
-        ZC_LOGW("comm", "ignoring %s='%s' (want seconds > 0)", name, s);
-    }
-    return dflt;
-}
 
 static int nccl_dtype(zc_dtype dt, ncclDataType_t *out)
 {
@@ -330,7 +319,8 @@ static zc_status issue(nccl_comm *c, const char *op, size_t bytes, launch_fn lau
     char msg[512];
     msg[0] = '\0';
     int fatal = 0;
-    (void)cudaSetDevice(c->device);
+    zc_cuda_guard dev_guard; /* the caller's thread stays on its own device */
+    zc__cuda_guard_enter(&dev_guard, c->device);
     cudaError_t ce = cudaEventRecord(c->fence, (cudaStream_t)stream);
     if (ce == cudaSuccess)
         ce = cudaStreamWaitEvent(c->stream, c->fence, 0);
@@ -394,6 +384,7 @@ static zc_status issue(nccl_comm *c, const char *op, size_t bytes, launch_fn lau
     }
     abort_if_failed_locked(c);
     pthread_mutex_unlock(&c->mu);
+    zc__cuda_guard_leave(&dev_guard);
     return rc;
 }
 
@@ -478,7 +469,8 @@ static zc_status nccl_group_end(zc_comm *base)
 
     char msg[512];
     msg[0] = '\0';
-    (void)cudaSetDevice(c->device);
+    zc_cuda_guard dev_guard;
+    zc__cuda_guard_enter(&dev_guard, c->device);
     /* Every collective's fence wait is already on the comm stream: the start
      * events recorded now complete when the whole group can run. */
     cudaError_t ce = cudaSuccess;
@@ -524,6 +516,7 @@ static zc_status nccl_group_end(zc_comm *base)
     }
     abort_if_failed_locked(c);
     pthread_mutex_unlock(&c->mu);
+    zc__cuda_guard_leave(&dev_guard);
     return rc;
 }
 
@@ -648,7 +641,8 @@ static zc_status nccl_bind_device(zc_comm *base, zc_device *dev)
 static void nccl_destroy(zc_comm *base)
 {
     nccl_comm *c = (nccl_comm *)base;
-    (void)cudaSetDevice(c->device);
+    zc_cuda_guard dev_guard;
+    zc__cuda_guard_enter(&dev_guard, c->device);
     pthread_mutex_lock(&c->mu);
     int open_group = c->group_open;
     pthread_mutex_unlock(&c->mu);
@@ -691,6 +685,7 @@ static void nccl_destroy(zc_comm *base)
     pthread_cond_destroy(&c->cv);
     pthread_mutex_destroy(&c->mu);
     zc__host_free(NULL, ZC_MEM_OTHER, c, sizeof *c);
+    zc__cuda_guard_leave(&dev_guard);
 }
 
 static const zc_comm_ops nccl_ops = {
@@ -708,6 +703,7 @@ static const zc_comm_ops nccl_ops = {
 
 /* ---- creation ------------------------------------------------------------ */
 
+/* On the communicator's device (made current by the caller, create). */
 static zc_status cuda_setup(nccl_comm *c)
 {
     cudaError_t e = cudaSetDevice(c->device);
@@ -735,13 +731,10 @@ static zc_status cuda_setup(nccl_comm *c)
     return ZC_OK;
 }
 
-zc_status zc__comm_nccl_create(int rank, int world, int device, const void *unique_id,
-                               double init_timeout_s, zc_comm **out)
+/* zc__comm_nccl_create with its arguments checked and `device` current. */
+static zc_status create_on_device(int rank, int world, int device, const void *unique_id,
+                                  double init_timeout_s, double timeout_s, zc_comm **out)
 {
-    *out = NULL;
-    if (world < 1 || rank < 0 || rank >= world || device < 0 || !unique_id)
-        return ZC_ERR(ZC_ERR_INVALID_ARG, "nccl create: rank %d of %d on cuda:%d", rank, world,
-                      device);
     nccl_comm *c = NULL;
     ZC_CHECK(zc__host_alloc(NULL, ZC_MEM_OTHER, sizeof *c, "nccl communicator", (void **)&c));
     c->base.ops = &nccl_ops;
@@ -751,7 +744,7 @@ zc_status zc__comm_nccl_create(int rank, int world, int device, const void *uniq
     c->base.local_world = -1;
     c->base.dev = zc__device_host();
     c->device = device;
-    c->timeout_s = env_seconds("ZC_COMM_TIMEOUT", 600.0);
+    c->timeout_s = timeout_s;
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);
 
@@ -792,6 +785,26 @@ zc_status zc__comm_nccl_create(int rank, int world, int device, const void *uniq
     return ZC_OK;
 }
 
+zc_status zc__comm_nccl_create(int rank, int world, int device, const void *unique_id,
+                               double init_timeout_s, zc_comm **out)
+{
+    *out = NULL;
+    if (world < 1 || rank < 0 || rank >= world || device < 0 || !unique_id)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "nccl create: rank %d of %d on cuda:%d", rank, world,
+                      device);
+    double timeout_s = 0;
+    ZC_CHECK(zc__comm_timeout_env(&timeout_s));
+    if (!(init_timeout_s >= ZC_COMM_TIMEOUT_MIN_S && init_timeout_s <= ZC_COMM_TIMEOUT_MAX_S))
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "nccl create: init timeout %g s is outside [%g, %g]",
+                      init_timeout_s, ZC_COMM_TIMEOUT_MIN_S, ZC_COMM_TIMEOUT_MAX_S);
+    zc_cuda_guard dev_guard; /* the caller's thread stays on its own device */
+    zc__cuda_guard_enter(&dev_guard, device);
+    zc_status rc = create_on_device(rank, world, device, unique_id, init_timeout_s, timeout_s,
+                                    out);
+    zc__cuda_guard_leave(&dev_guard);
+    return rc;
+}
+
 zc_status zc__comm_nccl_stall(zc_comm *base, unsigned ms)
 {
     nccl_comm *c = (nccl_comm *)base;
@@ -802,6 +815,9 @@ zc_status zc__comm_nccl_stall(zc_comm *base, unsigned ms)
 }
 
 /* ---- bootstrap ----------------------------------------------------------- */
+
+static zc_status from_env_on_device(const zc_launch_env *env, int dev, const char *why,
+                                    zc_comm **out);
 
 zc_status zc__comm_nccl_from_env(const zc_launch_env *env, zc_comm **out)
 {
@@ -822,28 +838,44 @@ zc_status zc__comm_nccl_from_env(const zc_launch_env *env, zc_comm **out)
         return prc;
     }
     ZC_LOGI("comm", "rank %d of %d uses cuda:%d (%s)", env->rank, env->world, dev, why);
+    zc_cuda_guard dev_guard; /* the caller's thread stays on its own device */
+    zc__cuda_guard_enter(&dev_guard, dev);
+    zc_status rc = from_env_on_device(env, dev, why, out);
+    zc__cuda_guard_leave(&dev_guard);
+    return rc;
+}
+
+/* The rest of zc__comm_nccl_from_env, with `dev` current. */
+static zc_status from_env_on_device(const zc_launch_env *env, int dev, const char *why,
+                                    zc_comm **out)
+{
     cudaError_t ce = cudaSetDevice(dev);
     if (ce != cudaSuccess)
         return ZC_ERR(ZC_ERR_DEVICE, "cudaSetDevice(%d) (%s): %s", dev, why,
                       cudaGetErrorString(ce));
 
-    double timeout = zc__bootstrap_timeout();
+    double timeout = 0;
+    ZC_CHECK(zc__bootstrap_timeout(&timeout));
     ncclUniqueId id;
     memset(&id, 0, sizeof id);
-    const char *cid = getenv("NCCL_COMM_ID");
+    const char *cid = zc__env("NCCL_COMM_ID");
     zc_boot_mode mode;
     ZC_CHECK(zc__bootstrap_mode(env, &mode));
     if (mode == ZC_BOOT_NCCL_COMM_ID) {
         /* NCCL encodes NCCL_COMM_ID in the id and rank 0 listens there. */
-        if (!(cid && *cid)) {
+        if (!cid) {
             char buf[300];
             snprintf(buf, sizeof buf, "%s:%d", env->master_addr, env->master_port + 1);
             setenv("NCCL_COMM_ID", buf, 0);
         }
         ncclResult_t r = ncclGetUniqueId(&id);
-        if (r != ncclSuccess)
-            return ZC_ERR(ZC_ERR_COMM, "ncclGetUniqueId with NCCL_COMM_ID=%s: %s",
-                          getenv("NCCL_COMM_ID"), ncclGetErrorString(r));
+        if (r != ncclSuccess) {
+            char shown[ZC_ENV_SHOWN_MAX];
+            const char *now = zc__env("NCCL_COMM_ID");
+            return ZC_ERR(ZC_ERR_COMM, "ncclGetUniqueId with NCCL_COMM_ID='%s': %s",
+                          now ? zc__env_shown(now, shown, sizeof shown) : "",
+                          ncclGetErrorString(r));
+        }
     } else if (env->world > 1) {
         if (env->rank == 0) {
             ncclResult_t r = ncclGetUniqueId(&id);

@@ -42,6 +42,7 @@ ZC_API zc_status zc_config_create(zc_config **out)
     if (!out)
         return ZC_ERR(ZC_ERR_INVALID_ARG, "zc_config_create: out is NULL");
     *out = NULL;
+    ZC_CHECK(zc__log_env_check());
     zc_config *c;
     ZC_CHECK(config_alloc(&c));
     for (int i = 0; i < zc__cfg_nkeys; i++) {

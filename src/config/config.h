@@ -147,5 +147,19 @@ zc_status zc__config_resolve_for_engine(zc_config *cfg, int world);
  * otherwise. zc_engine_create calls it; `zeroc config check` reports the same
  * errors. */
 zc_status zc__config_engine_check(const zc_config *cfg);
+/* The same rules, their message led by `what` (e.g. "zc_engine_build"). */
+zc_status zc__config_engine_rules(const zc_config *cfg, const char *what);
+
+/* The single rules of that check, for the parts of zc_engine_build that take
+ * these values (the NVMe homes and the optimizer placement): ZC_ERR_CONFIG
+ * with the message `zeroc config check` prints for the key ("aio.block_size:
+ * 4097: NVMe offload needs a power of two ..."). */
+#define ZC_CFG_AIO_QUEUE_DEPTH_MAX 4096  /* the NVMe store's ring */
+#define ZC_CFG_AIO_INTRA_OP_MAX 64
+#define ZC_CFG_PARAM_SWAP_BUFFERS_MAX 256 /* src/core/param_home_nvme.c's table */
+zc_status zc__config_aio_check(int64_t block_size, int64_t queue_depth, int64_t intra_op);
+zc_status zc__config_opt_buffers_check(int64_t buffer_count);
+zc_status zc__config_param_buffers_check(int64_t buffer_count);
+zc_status zc__config_ratio_check(double ratio);
 
 #endif

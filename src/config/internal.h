@@ -77,6 +77,9 @@ void zc__cfg_semantic(const zc_config *cfg, unsigned flags, zc_cfg_diag *d);
  * valid (offload today): one error per refused block. `zeroc config check`
  * runs it so its verdict is the engine's. */
 void zc__cfg_engine_support(const zc_config *cfg, zc_cfg_diag *d);
+/* offload_optimizer.buffer_count with NVMe (support.c; the loader's semantic
+ * check and the NVMe home apply it). */
+void zc__cfg_rule_opt_buffers(int64_t buffer_count, zc_cfg_diag *d);
 
 /* "auto" from program values, then DeepSpeed's batch rules for `world`
  * ranks (0 = unknown: the product check is skipped). With preview set,

@@ -399,9 +399,12 @@ ZC_API zc_status zc_config_load_string(zc_config **out, const char *json_text, c
                                        unsigned flags)
 {
     zc__error_clear();
-    if (!out || !json_text)
-        return ZC_ERR(ZC_ERR_INVALID_ARG, "zc_config_load_string: NULL argument");
+    if (!out)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "zc_config_load_string: out is NULL");
     *out = NULL;
+    if (!json_text)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "zc_config_load_string: json_text is NULL");
+    ZC_CHECK(zc__log_env_check());
     if (!name)
         name = "<string>";
     zc_cfg_diag d = {0};
@@ -423,9 +426,12 @@ ZC_API zc_status zc_config_load_string(zc_config **out, const char *json_text, c
 ZC_API zc_status zc_config_load_ex(zc_config **out, const char *json_path, unsigned flags)
 {
     zc__error_clear();
-    if (!out || !json_path)
-        return ZC_ERR(ZC_ERR_INVALID_ARG, "zc_config_load: NULL argument");
+    if (!out)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "zc_config_load: out is NULL");
     *out = NULL;
+    if (!json_path)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "zc_config_load: json_path is NULL");
+    ZC_CHECK(zc__log_env_check());
     char *text = NULL;
     size_t len = 0;
     ZC_CHECK(zc__cfg_read_file(json_path, &text, &len));

@@ -1,8 +1,7 @@
 /* Reading a config file: what the path is decides whether it is read at all.
  *
- * Only a regular file is a config. The type is taken from fstat on the opened
- * descriptor (no race between the check and the read); the open itself uses
- * O_NONBLOCK so a FIFO without a writer does not hang the caller, and the read
+ * Only a regular file is a config (base/regfile.h: a FIFO, device, socket or
+ * directory is refused at once, without blocking), and the read
  * loop stops one byte past the limit, so a file that grows while it is read
  * (or a /proc file whose st_size is 0) is bounded too. */
 #include <errno.h>
@@ -15,52 +14,21 @@
 #include "config/internal.h"
 #include "base/alloc.h"
 #include "base/error.h"
-
-static const char *kind_of(mode_t m)
-{
-    if (S_ISDIR(m))
-        return "a directory";
-    if (S_ISFIFO(m))
-        return "a named pipe (FIFO)";
-    if (S_ISCHR(m))
-        return "a character device";
-    if (S_ISBLK(m))
-        return "a block device";
-    if (S_ISSOCK(m))
-        return "a socket";
-    return "not a regular file";
-}
-
-static zc_status refuse_kind(const char *path, mode_t m)
-{
-    return ZC_ERR(ZC_ERR_IO, "%s is %s; expected a regular JSON file", path, kind_of(m));
-}
+#include "base/regfile.h"
 
 zc_status zc__cfg_read_file(const char *path, char **text, size_t *len)
 {
     *text = NULL;
     *len = 0;
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
-    if (fd < 0) {
-        int err = errno;
-        struct stat st;
-        /* A socket cannot be opened (ENXIO): say what it is, not the errno. */
-        if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
-            return refuse_kind(path, st.st_mode);
-        return ZC_ERR(ZC_ERR_IO, "%s: cannot open: %s", path, strerror(err));
-    }
+    int fd;
+    struct stat st;
+    char why[768];
+    if (zc__open_regular(path, 0, "a regular JSON file", &fd, &st, why, sizeof why) !=
+        ZC_OPEN_OK)
+        return ZC_ERR(ZC_ERR_IO, "%s", why);
     zc_status rc = ZC_OK;
     char *buf = NULL;
     size_t cap = 0, n = 0;
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        rc = ZC_ERR(ZC_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
-        goto out;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        rc = refuse_kind(path, st.st_mode);
-        goto out;
-    }
     if ((uintmax_t)st.st_size > ZC_CFG_MAX_BYTES) {
         rc = ZC_ERR(ZC_ERR_CONFIG,
                     "%s is %jd bytes; a config may be at most " ZC_CFG_MAX_BYTES_TEXT

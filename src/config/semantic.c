@@ -65,16 +65,8 @@ static void check_offload(const zc_config *cfg, const zc_offload_cfg *o, const c
                                  one, strerror(errno));
             }
         }
-        /* Adam's NVMe swap-in holds the fp32 params, exp_avg, exp_avg_sq and
-         * the gradient of a sub-group at once (DeepSpeed's "ran out of swap
-         * buffers"). */
-        if (optimizer && o->buffer_count < 4) {
-            snprintf(p, sizeof p, "%s.buffer_count", block);
-            zc__diag_add(d, ZC_SEV_ERROR, ZC_ERR_CONFIG, p,
-                         "%lld is too small for NVMe optimizer offload: Adam needs at least 4 "
-                         "buffers (fp32 parameters, exp_avg, exp_avg_sq and the gradient)",
-                         (long long)o->buffer_count);
-        }
+        if (optimizer)
+            zc__cfg_rule_opt_buffers(o->buffer_count, d);
     }
 }
 

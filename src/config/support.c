@@ -2,11 +2,23 @@
  *
  * A configuration can be valid DeepSpeed and still be one this build's engine
  * refuses: optimizer offload at stage 0 has nothing to offload from (stage 0
- * keeps the whole optimizer state on every rank). Parameter offload below
- * stage 3 is accepted and ignored, as DeepSpeed does (the loader warns that
- * it has no effect, src/config/semantic.c). zc_engine_create and `zeroc config
- * check` both call this one function, so the checker's verdict is the
- * engine's. */
+ * keeps the whole optimizer state on every rank); NVMe offload reads and
+ * writes whole aio.block_size blocks of page-aligned memory and takes at most
+ * 64 submitters. Parameter offload below stage 3 is accepted and ignored, as
+ * DeepSpeed does (the loader warns that it has no effect,
+ * src/config/semantic.c), so its NVMe settings are not held to anything there.
+ *
+ * Every refusal of a configuration value the engine makes lives here, once:
+ * zc_engine_create and `zeroc config check` run zc__cfg_engine_support, and
+ * the parts of zc_engine_build that take these values (the NVMe homes,
+ * src/core/opt_home_nvme.c and param_home_nvme.c; the optimizer placement,
+ * src/core/opt_state.c) call the same rules through the zc__config_*_check
+ * functions, so the checker's verdict and message are the engine's. What
+ * only a model decides (a parameter shard larger than
+ * offload_param.buffer_size, memory or swap beyond what the machine has) is
+ * for zc_engine_build and `zeroc estimate`. */
+#include <unistd.h>
+
 #include "config/internal.h"
 #include "base/error.h"
 
@@ -15,22 +27,131 @@ static const char *device_name(zc_offload_device dev)
     return dev == ZC_OFFLOAD_CPU ? "cpu" : dev == ZC_OFFLOAD_NVME ? "nvme" : "none";
 }
 
+/* The smallest aio.block_size: a page (the pinned swap buffers are whole
+ * pages, read and written with O_DIRECT), and never below the swap files'
+ * 4 KiB alignment (ZC_SWAP_ALIGN, src/core/swap_dirs.h). */
+static int64_t block_min(void)
+{
+    const long page = sysconf(_SC_PAGESIZE);
+    return page > 4096 ? (int64_t)page : 4096;
+}
+
+static void rule_aio(int64_t block_size, int64_t queue_depth, int64_t intra_op, zc_cfg_diag *d)
+{
+    const int64_t lo = block_min(), hi = (int64_t)1 << 30;
+    if (block_size < lo || block_size > hi || (block_size & (block_size - 1)))
+        zc__diag_add(d, ZC_SEV_ERROR, ZC_ERR_CONFIG, "aio.block_size",
+                     "%lld: NVMe offload needs a power of two from %lld (a page) to %lld (1 GiB) "
+                     "bytes", (long long)block_size, (long long)lo, (long long)hi);
+    if (queue_depth < 1 || queue_depth > ZC_CFG_AIO_QUEUE_DEPTH_MAX)
+        zc__diag_add(d, ZC_SEV_ERROR, ZC_ERR_CONFIG, "aio.queue_depth",
+                     "%lld: NVMe offload keeps 1 to %d requests in flight", (long long)queue_depth,
+                     ZC_CFG_AIO_QUEUE_DEPTH_MAX);
+    if (intra_op < 1 || intra_op > ZC_CFG_AIO_INTRA_OP_MAX)
+        zc__diag_add(d, ZC_SEV_ERROR, ZC_ERR_CONFIG, "aio.intra_op_parallelism",
+                     "%lld: NVMe offload takes 1 to %d submitters", (long long)intra_op,
+                     ZC_CFG_AIO_INTRA_OP_MAX);
+}
+
+void zc__cfg_rule_opt_buffers(int64_t buffer_count, zc_cfg_diag *d)
+{
+    /* Adam's NVMe swap-in holds the fp32 params, exp_avg, exp_avg_sq and
+     * the gradient of a sub-group at once (DeepSpeed's "ran out of swap
+     * buffers"). */
+    if (buffer_count < 4)
+        zc__diag_add(d, ZC_SEV_ERROR, ZC_ERR_CONFIG,
+                     "zero_optimization.offload_optimizer.buffer_count",
+                     "%lld is too small for NVMe optimizer offload: Adam needs at least 4 "
+                     "buffers (fp32 parameters, exp_avg, exp_avg_sq and the gradient)",
+                     (long long)buffer_count);
+}
+
+static void rule_param_buffers(int64_t buffer_count, zc_cfg_diag *d)
+{
+    if (buffer_count < 2 || buffer_count > ZC_CFG_PARAM_SWAP_BUFFERS_MAX)
+        zc__diag_add(d, ZC_SEV_ERROR, ZC_ERR_CONFIG, "zero_optimization.offload_param.buffer_count",
+                     "%lld: NVMe parameter offload needs 2 to %d (one is kept for reads on "
+                     "demand)", (long long)buffer_count, ZC_CFG_PARAM_SWAP_BUFFERS_MAX);
+}
+
+static void rule_ratio(double ratio, zc_cfg_diag *d)
+{
+    if (!(ratio > 0.0 && ratio <= 1.0))
+        zc__diag_add(d, ZC_SEV_ERROR, ZC_ERR_CONFIG, "zero_optimization.offload_optimizer.ratio",
+                     "%g: the share of the optimizer state offloaded must be in (0, 1]", ratio);
+}
+
 void zc__cfg_engine_support(const zc_config *cfg, zc_cfg_diag *d)
 {
-    const zc_offload_cfg *opt = &cfg->zero.offload_optimizer;
-    if (opt->device != ZC_OFFLOAD_NONE && cfg->zero.stage == 0)
+    const zc_offload_cfg *opt = &cfg->zero.offload_optimizer, *par = &cfg->zero.offload_param;
+    const int stage = cfg->zero.stage;
+    if (opt->device != ZC_OFFLOAD_NONE && stage == 0)
         zc__diag_add(d, ZC_SEV_ERROR, ZC_ERR_CONFIG, "zero_optimization.offload_optimizer.device",
                      "\"%s\" at stage 0, which keeps the whole optimizer state on every rank: "
                      "zc_engine_create refuses it; set zero_optimization.stage to 1, 2 or 3 or "
                      "remove offload_optimizer",
                      device_name(opt->device));
+    /* What zc_engine_build takes, where it takes it (stage 0 refused above). */
+    const bool opt_off = opt->device != ZC_OFFLOAD_NONE && stage > 0;
+    const bool opt_nvme = opt_off && opt->device == ZC_OFFLOAD_NVME;
+    const bool par_nvme = stage == 3 && par->device == ZC_OFFLOAD_NVME;
+    if (opt_off)
+        rule_ratio(opt->ratio, d);
+    if (par_nvme)
+        rule_param_buffers(par->buffer_count, d);
+    /* (offload_optimizer.buffer_count is the loader's rule, semantic.c: it
+     * holds whenever the device is nvme.) */
+    if (opt_nvme || par_nvme)
+        rule_aio(cfg->aio.block_size, cfg->aio.queue_depth, cfg->aio.intra_op_parallelism, d);
+}
+
+zc_status zc__config_engine_rules(const zc_config *cfg, const char *what)
+{
+    zc_cfg_diag d = {0};
+    zc__cfg_engine_support(cfg, &d);
+    zc_status rc = zc__diag_report(&d, what);
+    zc__diag_free(&d);
+    return rc;
 }
 
 zc_status zc__config_engine_check(const zc_config *cfg)
 {
-    zc_cfg_diag d = {0};
-    zc__cfg_engine_support(cfg, &d);
-    zc_status rc = zc__diag_report(&d, "zc_engine_create");
-    zc__diag_free(&d);
+    return zc__config_engine_rules(cfg, "zc_engine_create");
+}
+
+/* One rule's verdict as a status, its message "key: text" as in `zeroc
+ * config check`. */
+static zc_status report(zc_cfg_diag *d)
+{
+    zc_status rc = zc__diag_report(d, NULL);
+    zc__diag_free(d);
     return rc;
+}
+
+zc_status zc__config_aio_check(int64_t block_size, int64_t queue_depth, int64_t intra_op)
+{
+    zc_cfg_diag d = {0};
+    rule_aio(block_size, queue_depth, intra_op, &d);
+    return report(&d);
+}
+
+zc_status zc__config_opt_buffers_check(int64_t buffer_count)
+{
+    zc_cfg_diag d = {0};
+    zc__cfg_rule_opt_buffers(buffer_count, &d);
+    return report(&d);
+}
+
+zc_status zc__config_param_buffers_check(int64_t buffer_count)
+{
+    zc_cfg_diag d = {0};
+    rule_param_buffers(buffer_count, &d);
+    return report(&d);
+}
+
+zc_status zc__config_ratio_check(double ratio)
+{
+    zc_cfg_diag d = {0};
+    rule_ratio(ratio, &d);
+    return report(&d);
 }

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/env.h"
 #include "core/engine.h"
 #include "core/estimate.h"
 
@@ -270,6 +271,10 @@ ZC_API zc_status zc_engine_create(zc_engine **out, const zc_config *cfg, zc_comm
                       stage);
     /* The rule lives in src/config so `zeroc config check` gives the same verdict. */
     ZC_CHECK(zc__config_engine_check(cfg));
+    /* Variables read where no status can carry their error (a log line, the
+     * host Adam of a later step) fail here, on every rank alike. */
+    ZC_CHECK(zc__log_env_check());
+    ZC_CHECK(zc__adam_env_check());
     zc__log_set_rank(rank);
 
     zc_status rc = ZC_OK;
@@ -287,9 +292,9 @@ ZC_API zc_status zc_engine_create(zc_engine **out, const zc_config *cfg, zc_comm
 
     /* Read once here: every rank parses the same text, so a malformed value
      * fails create on every rank alike. */
-    const char *faults = getenv("ZC_FAULTS");
+    const char *faults = zc__env("ZC_FAULTS");
     ZC_CHECK_GOTO(zc__faults_parse(faults, rank, world, &e->faults), rc, fail);
-    if (faults && *faults) {
+    if (faults) {
         if (rank == 0)
             ZC_LOGW("core", "ZC_FAULTS=%s: fault injection is on", faults);
         for (int i = 0; i < e->faults.n; i++)
@@ -313,9 +318,8 @@ ZC_API zc_status zc_engine_create(zc_engine **out, const zc_config *cfg, zc_comm
             goto fail;
         }
     /* Strict like ZC_FAULTS, and read here for the same reason. */
-    ZC_CHECK_GOTO(zc__debug_parse(getenv("ZC_DEBUG"), &e->debug), rc, fail);
-    ZC_CHECK_GOTO(zc__chunk_cap_parse(getenv("ZC_CHUNK_CAP"), &e->chunk_cap,
-                                      &e->chunk_cap_forced), rc, fail);
+    ZC_CHECK_GOTO(zc__debug_parse(zc__env("ZC_DEBUG"), &e->debug), rc, fail);
+    ZC_CHECK_GOTO(zc__chunk_cap_env(&e->chunk_cap, &e->chunk_cap_forced), rc, fail);
     static atomic_bool cap_logged;
     if (e->chunk_cap_forced && !atomic_exchange(&cap_logged, true))
         ZC_LOGW("core", "ZC_CHUNK_CAP=%lld: chunks hold at most that many elements (a test "

@@ -270,7 +270,7 @@ struct zc_engine {
     double *partials;          /* host: nchunks * world sum-of-squares partials */
     double *part_send, *part_recv; /* device buffers for the fp64 all-gather; stage 0
                                       writes its (chunk, rank) partials into part_recv */
-    double *norm_scratch;      /* device: sumsq_async blocks of the largest shard */
+    double *norm_scratch;      /* device: sumsq_async scratch, largest shard */
     size_t norm_scratch_elems;
 
     /* Progress lines (progress.c): when and at which step the last one was

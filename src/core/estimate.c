@@ -4,6 +4,7 @@
  * none/cpu/nvme at world 1..4). */
 #include <string.h>
 
+#include "base/env.h"
 #include "config/config.h"
 #include "core/bufpool.h"
 #include "core/engine.h"
@@ -14,6 +15,51 @@
  * must match core/opt_home_nvme.c's MAX_SLOTS, which it keeps private. */
 #define EST_IO_ALIGN ((int64_t)ZC_SWAP_ALIGN)
 #define EST_MAX_SLOTS 64
+
+/* The non-persistent chunks of each padded size: how many, and the first
+ * one, for zc__gather_plan. An open-addressing table that grows with the
+ * number of distinct sizes (a handful in practice, at most the chunks), so a
+ * plan is one pass over the chunks whatever their number. */
+typedef struct size_class {
+    int64_t size, count; /* count 0: an empty entry */
+    int first;
+} size_class;
+
+typedef struct size_table {
+    size_class *v;
+    size_t cap, n; /* cap a power of two, n < cap / 2 */
+} size_table;
+
+static size_t size_slot(int64_t size, size_t cap)
+{
+    uint64_t x = (uint64_t)size; /* splitmix64's finaliser */
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return (size_t)(x ^ (x >> 31)) & (cap - 1);
+}
+
+static size_class *size_find(const size_table *t, int64_t size)
+{
+    for (size_t i = size_slot(size, t->cap);; i = (i + 1) & (t->cap - 1))
+        if (!t->v[i].count || t->v[i].size == size)
+            return &t->v[i];
+}
+
+static zc_status size_grow(size_table *t)
+{
+    const size_t cap = t->cap ? t->cap * 2 : 64;
+    void *mem = NULL;
+    ZC_CHECK(zc__host_alloc(NULL, ZC_MEM_OTHER, cap * sizeof(size_class), "gather plan sizes",
+                            &mem));
+    size_table g = {.v = mem, .cap = cap, .n = t->n};
+    memset(g.v, 0, cap * sizeof(size_class));
+    for (size_t i = 0; i < t->cap; i++)
+        if (t->v[i].count)
+            *size_find(&g, t->v[i].size) = t->v[i];
+    zc__host_free(NULL, ZC_MEM_OTHER, t->v, t->cap * sizeof(size_class));
+    *t = g;
+    return ZC_OK;
+}
 
 zc_status zc__gather_plan(const int64_t *padded, const bool *persistent, int nchunks,
                           int64_t max_live, int64_t prefetch_elems,
@@ -29,30 +75,40 @@ zc_status zc__gather_plan(const int64_t *padded, const bool *persistent, int nch
     if (__builtin_mul_overflow(largest, (int64_t)2, &ws) ||
         __builtin_add_overflow(ws, prefetch_elems, &ws) || ws > max_live)
         ws = max_live;
-    for (int k = 0; k < nchunks; k++) {
+    /* One pass counts the non-persistent chunks of each size (a chunk
+     * larger than the live bound is skipped: acquiring it is refused); a
+     * second emits, in chunk order, each persistent chunk as one slot and
+     * each size at its first chunk as its working set. */
+    size_table t = {0};
+    zc_status rc = size_grow(&t);
+    for (int k = 0; rc == ZC_OK && k < nchunks; k++) {
+        if ((persistent && persistent[k]) || padded[k] > max_live)
+            continue;
+        size_class *c = size_find(&t, padded[k]);
+        if (c->count) {
+            c->count++;
+        } else {
+            *c = (size_class){.size = padded[k], .count = 1, .first = k};
+            if (++t.n >= t.cap / 2)
+                rc = size_grow(&t);
+        }
+    }
+    for (int k = 0; rc == ZC_OK && k < nchunks; k++) {
         const int64_t s = padded[k];
-        const bool pers_k = persistent && persistent[k];
         if (s > max_live)
-            continue; /* larger than the live bound: acquiring it is refused */
-        if (pers_k) {
-            ZC_CHECK(emit(arg, s, 1));
+            continue;
+        if (persistent && persistent[k]) {
+            rc = emit(arg, s, 1);
             continue;
         }
-        bool seen = false;
-        int64_t n = 0;
-        for (int j = 0; j < nchunks; j++) {
-            if (padded[j] != s || (persistent && persistent[j]))
-                continue;
-            if (j < k)
-                seen = true;
-            n++;
-        }
-        if (seen)
+        const size_class *c = size_find(&t, s);
+        if (c->first != k)
             continue; /* this size was planned at its first chunk */
         const int64_t fit = ws / s > 0 ? ws / s : 1;
-        ZC_CHECK(emit(arg, s, (int)(n < fit ? n : fit)));
+        rc = emit(arg, s, (int)(c->count < fit ? c->count : fit));
     }
-    return ZC_OK;
+    zc__host_free(NULL, ZC_MEM_OTHER, t.v, t.cap * sizeof(size_class));
+    return rc;
 }
 
 /* The chunks of the unit with the most chunks of at least x elements (each
@@ -102,26 +158,14 @@ zc_status zc__grad_pool_plan(const int64_t *padded, const bool *unit_start, int 
     return ZC_OK;
 }
 
-zc_status zc__chunk_cap_parse(const char *text, int64_t *cap, bool *forced)
+zc_status zc__chunk_cap_env(int64_t *cap, bool *forced)
 {
     *cap = ZC_CHUNK_CAP_ELEMS;
     *forced = false;
-    if (!text || !*text)
-        return ZC_OK;
-    int64_t v = 0;
-    for (const char *c = text; *c; c++) {
-        if (*c < '0' || *c > '9' || v > ZC_CHUNK_CAP_ELEMS)
-            return ZC_ERR(ZC_ERR_CONFIG, "ZC_CHUNK_CAP='%s': expected a whole number of "
-                          "elements in 1..%lld (a test switch; unset it to use "
-                          "reduce_bucket_size)", text, (long long)ZC_CHUNK_CAP_ELEMS);
-        v = v * 10 + (*c - '0');
-    }
-    if (v < 1 || v > ZC_CHUNK_CAP_ELEMS)
-        return ZC_ERR(ZC_ERR_CONFIG, "ZC_CHUNK_CAP='%s': expected a whole number of elements "
-                      "in 1..%lld (a test switch; unset it to use reduce_bucket_size)", text,
-                      (long long)ZC_CHUNK_CAP_ELEMS);
+    int64_t v = ZC_CHUNK_CAP_ELEMS;
+    ZC_CHECK(zc__env_i64("ZC_CHUNK_CAP", 1, ZC_CHUNK_CAP_ELEMS,
+                         "(a test switch; unset it to use reduce_bucket_size)", forced, &v));
     *cap = v;
-    *forced = true;
     return ZC_OK;
 }
 

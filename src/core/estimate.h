@@ -65,7 +65,9 @@ static inline bool zc__chunk_persists(int64_t max_numel, int64_t padded, int64_t
 
 /* Stage 3's gather pool, as reserve.c plans it: calls emit(arg, elems,
  * count) for each planned class of `count` slots of `elems` padded elements
- * (persistent chunks one slot each; every other size its working set). */
+ * (persistent chunks one slot each; every other size its working set), in
+ * chunk order. One pass over the chunks with a table of their distinct sizes:
+ * ZC_ERR_NO_MEMORY when the table cannot be allocated, or emit's failure. */
 zc_status zc__gather_plan(const int64_t *padded, const bool *persistent, int nchunks,
                           int64_t max_live, int64_t prefetch_elems,
                           zc_status (*emit)(void *arg, int64_t elems, int count), void *arg);
@@ -87,11 +89,11 @@ zc_status zc__grad_pool_plan(const int64_t *padded, const bool *unit_start, int 
  * small model gets the chunk layout of a large one (several chunks per
  * block). Unset or "": ZC_CHUNK_CAP_ELEMS, which caps only the configured
  * reduce_bucket_size (*forced false). Otherwise a whole decimal number in
- * 1..2^24 (*forced true), else ZC_ERR_CONFIG naming the variable. */
-zc_status zc__chunk_cap_parse(const char *text, int64_t *cap, bool *forced);
+ * 1..2^24 (*forced true), else ZC_ERR_CONFIG naming the variable (base/env.h). */
+zc_status zc__chunk_cap_env(int64_t *cap, bool *forced);
 
 /* The chunk size target of layout.c: the engine option when > 0, else
- * reduce_bucket_size, capped at `cap` (zc__chunk_cap_parse); a forced cap
+ * reduce_bucket_size, capped at `cap` (zc__chunk_cap_env); a forced cap
  * bounds the option too. */
 static inline int64_t zc__bucket_elems(int64_t option, int64_t reduce_bucket_size, int64_t cap,
                                        bool forced)
@@ -182,7 +184,8 @@ const char *zc__est_key(const zc_est_in *in, const zc_est *e, zc_mem_kind kind,
 
 /* Fills *out with the bytes one rank allocates at build (ZC_MEM_OTHER
  * excepted, see above). ZC_ERR_INVALID_ARG on a bad input, ZC_ERR_NO_MEMORY
- * when a byte count overflows int64. Pure; thread-safe. */
+ * when a byte count overflows int64 or the gather plan's scratch table cannot
+ * be allocated. Changes nothing but *out; thread-safe. */
 zc_status zc__estimate(const zc_est_in *in, zc_est *out);
 
 

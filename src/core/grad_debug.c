@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/env.h"
 #include "core/engine.h"
 
 zc_status zc__debug_parse(const char *text, bool *on)
@@ -30,9 +31,10 @@ zc_status zc__debug_parse(const char *text, bool *on)
         *on = true;
         return ZC_OK;
     }
-    return ZC_ERR(ZC_ERR_CONFIG, "ZC_DEBUG='%s': expected 0 (off, the default) or 1 (check "
+    char shown[ZC_ENV_SHOWN_MAX];
+    return ZC_ERR(ZC_ERR_CONFIG, "ZC_DEBUG='%s': want 0 (off, the default) or 1 (check "
                                  "gradient buffer lifetimes, docs/debug.md)",
-                  text);
+                  zc__env_shown(text, shown, sizeof shown));
 }
 
 static size_t shadow_bytes(const zc_engine *e, const zc_chunk *c)

@@ -34,6 +34,10 @@ zc_status zc__home_store_open(zc_swap_dirs *sd, const zc_home_store_spec *s,
         return rc;
     }
     zc__nvme_stats_get(*out, ns);
+    /* The files have no name: their directories go now, so nothing is left
+     * under nvme_path however the process ends. */
+    if (ns->unnamed)
+        zc__swap_dirs_remove(sd);
     if (ns->alignment > ZC_SWAP_ALIGN)
         return ZC_ERR(ZC_ERR_UNSUPPORTED, "%s nvme: '%s' needs %zu-byte aligned I/O, more than "
                       "the %u bytes the swap layout uses", s->block, sd->given[0], ns->alignment,

@@ -134,7 +134,7 @@ static size_t partial_count(const zc_engine *e)
     return (size_t)(e->nchunks > 3 ? e->nchunks : 3);
 }
 
-/* Blocks of sumsq_async scratch for the largest shard the norm reads (every
+/* Doubles of sumsq_async scratch for the largest shard the norm reads (every
  * shard of a chunk has the same length): one scratch serves every partial,
  * reused in the engine's stream order. */
 static size_t scratch_elems(const zc_engine *e)

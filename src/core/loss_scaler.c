@@ -13,6 +13,7 @@
 
 #include <math.h>
 
+#include "base/checked.h"
 #include "base/error.h"
 #include "base/log.h"
 
@@ -51,8 +52,10 @@ zc_status zc__scaler_update(zc_loss_scaler *s, bool overflow)
     if (!s->dynamic) {
         /* A static or absent scaler has nothing to adapt; the caller still
          * skips the overflowing step. */
-        s->cur_iter++;
-        return ZC_OK;
+        return zc__count_step(&s->cur_iter)
+                   ? ZC_OK
+                   : ZC_ERR(ZC_ERR_INVALID_STATE, "loss scaler: iteration counter at its "
+                            "limit %lld", (long long)ZC_STEPS_MAX);
     }
     if (overflow) {
         if (s->hysteresis == 1 || s->cur_hysteresis == 1) {
@@ -85,6 +88,10 @@ zc_status zc__scaler_update(zc_loss_scaler *s, bool overflow)
             s->scale *= 2.0;
         }
     }
-    s->cur_iter++;
+    /* zc_step refuses a step at the limit before anything changes, so this
+     * cannot fail there; it is checked all the same. */
+    if (!zc__count_step(&s->cur_iter))
+        return ZC_ERR(ZC_ERR_INVALID_STATE, "loss scaler: iteration counter at its limit %lld",
+                      (long long)ZC_STEPS_MAX);
     return ZC_OK;
 }

@@ -145,7 +145,10 @@ typedef struct zc_opt_nvme_info {
     int64_t buffer_count;    /* swap buffers allocated */
     int slots;               /* chunks in flight (buffer_count / 4) */
     uint64_t file_bytes;     /* swap space of this rank, all directories */
-    char dir[512];           /* this engine's swap directory under nvme_path[0] */
+    int64_t file0_size;      /* st_size of the swap file under nvme_path[0] (fstat
+                                on its descriptor: it has no name), -1 unknown */
+    char dir[512];           /* this engine's swap directory under nvme_path[0]
+                                (removed once the unnamed files are open) */
     /* time spent in the last pass, seconds: waiting for reads, waiting for
      * writes (the bench's breakdown) */
     double read_wait_s, write_wait_s;

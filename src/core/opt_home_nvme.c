@@ -48,6 +48,7 @@
 #include "base/checked.h"
 #include "base/clock.h"
 #include "base/log.h"
+#include "config/config.h"
 #include "core/home_alloc.h"
 #include "core/home_pool.h"
 #include "core/home_store.h"
@@ -572,9 +573,10 @@ static zc_status nv_prepare(zc_opt_home *hh)
      * sparse), and both read back as zeros, so the zero pass is skipped. */
     if (!h->p.fast_init)
         ZC_CHECK(zero_fill(h));
-    ZC_LOGI("offload", "optimizer state of rank %d: %.1f MiB in %d swap file(s) under '%s'%s, "
+    ZC_LOGI("offload", "optimizer state of rank %d: %.1f MiB in %d %sswap file(s) under '%s'%s, "
             "%d chunk(s) in flight of %.1f MiB buffers, pipeline read %s / write %s",
-            h->p.env.rank, (double)ns.capacity / 1048576.0, h->sd.n, h->sd.made[0],
+            h->p.env.rank, (double)ns.capacity / 1048576.0, h->sd.n,
+            ns.unnamed ? "unnamed " : "", ns.unnamed ? h->sd.given[0] : h->sd.made[0],
             ns.direct ? " (O_DIRECT)" : " (buffered: the filesystem refused O_DIRECT)",
             h->nslots, (double)h->buf_bytes / 1048576.0, h->p.pipeline_read ? "on" : "off",
             h->p.pipeline_write ? "on" : "off");
@@ -619,10 +621,8 @@ static const zc_opt_home_ops nv_ops = {
 zc_status zc__opt_home_nvme_create(const zc_opt_home_params *p, zc_opt_home **out)
 {
     *out = NULL;
-    if (p->buffer_count < 4)
-        return ZC_ERR(ZC_ERR_CONFIG, "zero_optimization.offload_optimizer.buffer_count %lld: "
-                      "NVMe offload needs at least 4 (master, m, v and the gradient of a "
-                      "chunk)", (long long)p->buffer_count);
+    /* The rules of zc_engine_create and `zeroc config check` (support.c). */
+    ZC_CHECK(zc__config_opt_buffers_check(p->buffer_count));
     ZC_CHECK(zc__swap_aio_check(p->env.aio_block_size, p->env.aio_queue_depth,
                                 p->env.aio_intra_op));
     nvme_home *h;
@@ -661,6 +661,7 @@ void zc__opt_home_nvme_info(const zc_opt_home *hh, zc_opt_nvme_info *out)
     out->slots = h->nslots;
     out->file_bytes = h->capacity;
     snprintf(out->dir, sizeof out->dir, "%s", h->sd.made[0]);
+    out->file0_size = zc__nvme_file_size(h->store, 0);
     out->read_wait_s = h->read_wait;
     out->write_wait_s = h->write_wait;
     out->reads = h->reads;

@@ -124,15 +124,9 @@ zc_status zc__opt_build(zc_engine *e)
     e->nhomes = 1;
 
     if (o->device != ZC_OFFLOAD_NONE) {
-        if (e->pol->full_optimizer)
-            return ZC_ERR(ZC_ERR_CONFIG,
-                          "zero_optimization.offload_optimizer.device is \"%s\" but stage 0 "
-                          "keeps the whole optimizer state on every rank; set "
-                          "zero_optimization.stage to 1, 2 or 3 or remove offload_optimizer",
-                          o->device == ZC_OFFLOAD_CPU ? "cpu" : "nvme");
-        if (!(o->ratio > 0.0 && o->ratio <= 1.0))
-            return ZC_ERR(ZC_ERR_CONFIG, "zero_optimization.offload_optimizer.ratio %g must be "
-                          "in (0, 1]", o->ratio);
+        /* zc_engine_create refused what the engine cannot take (offload at
+         * stage 0, the ratio, ...); the same rules (support.c) hold here. */
+        ZC_CHECK(zc__config_engine_rules(e->cfg, "zc_engine_build"));
         if (o->device == ZC_OFFLOAD_CPU) {
             ZC_CHECK(zc__opt_home_cpu_create(&hp, &e->homes[1]));
         } else {

@@ -35,6 +35,7 @@
 #include "base/checked.h"
 #include "base/clock.h"
 #include "base/log.h"
+#include "config/config.h"
 #include "core/home_alloc.h"
 #include "core/home_pool.h"
 #include "core/home_store.h"
@@ -43,7 +44,7 @@
 #include "offload/offload.h"
 
 #define ZC_PNVME_RETRIES 2
-#define MAX_BUFS 256
+#define MAX_BUFS ZC_CFG_PARAM_SWAP_BUFFERS_MAX /* the configuration's bound (support.c) */
 
 typedef struct pn_chunk {
     size_t n;          /* shard elements, 0 = not homed here */
@@ -168,9 +169,10 @@ static zc_status pn_prepare(zc_param_home *hh)
     h->counted_nvme = ns.capacity;
     zc__mem_count(h->p.env.acct, ZC_MEMKIND_NVME, ZC_MEM_PARAMS, (int64_t)h->counted_nvme);
     ZC_CHECK(zc__home_store_register(h->store, h->pool));
-    ZC_LOGI("offload", "parameter shards of rank %d: %.1f MiB in %d swap file(s) under '%s'%s, "
+    ZC_LOGI("offload", "parameter shards of rank %d: %.1f MiB in %d %sswap file(s) under '%s'%s, "
             "%lld elements cached (max_in_cpu), %d buffers of %.1f MiB",
-            h->p.env.rank, (double)h->capacity / 1048576.0, h->sd.n, h->sd.made[0],
+            h->p.env.rank, (double)h->capacity / 1048576.0, h->sd.n,
+            ns.unnamed ? "unnamed " : "", ns.unnamed ? h->sd.given[0] : h->sd.made[0],
             ns.direct ? " (O_DIRECT)" : " (buffered: the filesystem refused O_DIRECT)",
             (long long)cached, h->nbufs, (double)h->buf_bytes / 1048576.0);
     return ZC_OK;
@@ -448,10 +450,8 @@ static const zc_param_home_ops pn_ops = {
 zc_status zc__param_home_nvme_create(const zc_param_home_params *p, zc_param_home **out)
 {
     *out = NULL;
-    if (p->buffer_count < 2 || p->buffer_count > MAX_BUFS)
-        return ZC_ERR(ZC_ERR_CONFIG, "zero_optimization.offload_param.buffer_count %lld: NVMe "
-                      "parameter offload needs 2 to %d (one is kept for reads on demand)",
-                      (long long)p->buffer_count, MAX_BUFS);
+    /* The rules of zc_engine_create and `zeroc config check` (support.c). */
+    ZC_CHECK(zc__config_param_buffers_check(p->buffer_count));
     ZC_CHECK(zc__swap_aio_check(p->env.aio_block_size, p->env.aio_queue_depth,
                                 p->env.aio_intra_op));
     pnvme_home *h;

@@ -112,7 +112,7 @@ static zc_status plan(zc_config *cfg, int world, const zc_plan_tensor *t, int n,
     ZC_CHECK(zc__config_resolve_model_auto(cfg, hidden));
     int64_t cap = 0;
     bool forced = false;
-    ZC_CHECK(zc__chunk_cap_parse(getenv("ZC_CHUNK_CAP"), &cap, &forced));
+    ZC_CHECK(zc__chunk_cap_env(&cap, &forced));
     const int64_t option = o && PLAN_HAS(o, bucket_elems) ? o->bucket_elems : 0;
     const int64_t bucket = zc__bucket_elems(option, cfg->zero.reduce_bucket_size, cap, forced);
     int64_t padded_total = 0;

@@ -258,8 +258,14 @@ zc_status zc__preflight(zc_engine *e)
     };
     zc_est est;
     /* Configuration errors (stage 0 with offload, a bad ratio) are left to
-     * the code that reports them with the engine's own words. */
-    if (zc__estimate(&in, &est) != ZC_OK)
+     * the code that reports them with the engine's own words (zc_engine_create
+     * refuses them first, src/config/support.c). A plan that could not be
+     * made for want of memory (its scratch table) or that passes 64-bit byte
+     * counts fails the build: skipping the checks would hide both. */
+    const zc_status erc = zc__estimate(&in, &est);
+    if (erc == ZC_ERR_NO_MEMORY)
+        rc = erc;
+    if (erc != ZC_OK)
         goto out;
     /* Says what the build is about to allocate: with a large model the
      * zero-fills and the swap files take a while, and the line tells the

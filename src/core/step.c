@@ -36,6 +36,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "base/checked.h"
 #include "config/scheduler.h"
 #include "core/engine.h"
 
@@ -60,7 +61,7 @@ static bool grad_shard(const zc_engine *e, const zc_chunk *c, int r, const void 
 /* Computes the (chunk, rank) partials and returns their sum, chunk-major.
  *
  * Every partial is computed on the engine's stream into device memory
- * (sumsq_async, one scratch of the largest shard's blocks reused in stream
+ * (sumsq_async, one scratch sized for the largest shard, reused in stream
  * order), all of them come back in one copy, and this is the step's one host
  * wait: the host needs the total to decide overflow and the clip factor
  * before it queues Adam. Stage 0 holds every shard's gradient and writes its
@@ -254,6 +255,15 @@ static zc_status step_window(zc_engine *e, zc_step_info *info)
                       "zc_step: the gradient of parameter '%s' is missing in micro-step %lld "
                       "(%d of %d parameters are ready); call zc_grad_ready for it first",
                       miss->name, (long long)e->micro, e->nready, e->nparams);
+    /* The counters the step advances, checked before anything changes (the
+     * same on every rank: they move together and a load sets them alike). A
+     * checkpoint with larger counters does not load (ckpt/manifest.c). */
+    if (e->steps >= ZC_STEPS_MAX || e->scaler.cur_iter >= ZC_STEPS_MAX)
+        return ZC_ERR(ZC_ERR_INVALID_STATE,
+                      "zc_step: the step counter is at its limit (step %lld, loss scaler "
+                      "iteration %lld; at most %lld): nothing was changed",
+                      (long long)e->steps, (long long)e->scaler.cur_iter,
+                      (long long)ZC_STEPS_MAX);
     /* Before anything of the step: a late write fails it unchanged. */
     ZC_CHECK(zc__debug_check(e, "zc_step"));
     /* Parameter shards loaded since the last acquire go home, agreed. */
@@ -294,7 +304,8 @@ static zc_status step_window(zc_engine *e, zc_step_info *info)
         }
         ZC_LOGI("core", "step %lld: gradient overflow, step skipped (loss scale %g -> %g)",
                 (long long)e->steps, ls, e->scaler.scale);
-        e->skipped++;
+        if (!zc__count_step(&e->skipped))
+            return ZC_ERR(ZC_ERR_INTERNAL, "zc_step: skipped-step counter overflow");
     } else {
         double clip = 1.0;
         if (cfg->gradient_clipping > 0 && finite) {
@@ -317,10 +328,12 @@ static zc_status step_window(zc_engine *e, zc_step_info *info)
             rc = zc__grads_reset(e);
         ZC_CHECK(zc__eng_agree(e, rc, "zc_step: the optimizer update"));
         ZC_CHECK(zc__scaler_update(&e->scaler, false)); /* cannot fail without overflow */
-        e->adam_steps++;
+        if (!zc__count_step(&e->adam_steps))
+            return ZC_ERR(ZC_ERR_INTERNAL, "zc_step: optimizer-step counter overflow");
         ZC_LOGD("core", "step %lld: norm %g clip %g lr %g", (long long)e->steps, norm, clip, lr);
     }
-    e->steps++;
+    if (!zc__count_step(&e->steps))
+        return ZC_ERR(ZC_ERR_INTERNAL, "zc_step: step counter overflow");
     if (overflow)
         ZC_CHECK(zc__grads_reset(e));
     /* Stage 0's publish does nothing: no gather phase to charge. */

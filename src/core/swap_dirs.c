@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "base/log.h"
+#include "config/config.h"
 #include "core/swap_dirs.h"
 
 zc_status zc__swap_dirs_init(zc_swap_dirs *s, const char *const *dirs, int n, const char *key)
@@ -26,15 +27,8 @@ zc_status zc__swap_dirs_init(zc_swap_dirs *s, const char *const *dirs, int n, co
 
 zc_status zc__swap_aio_check(int64_t block_size, int64_t queue_depth, int64_t intra_op)
 {
-    if (block_size < (int64_t)ZC_SWAP_ALIGN || block_size > ((int64_t)1 << 30) ||
-        (block_size & (block_size - 1)))
-        return ZC_ERR(ZC_ERR_CONFIG, "aio.block_size %lld: NVMe offload needs a power of two "
-                      "between %u and 1 GiB", (long long)block_size, ZC_SWAP_ALIGN);
-    if (queue_depth < 1 || queue_depth > 4096 || intra_op < 1 || intra_op > 64)
-        return ZC_ERR(ZC_ERR_CONFIG, "aio.queue_depth %lld must be 1..4096 and "
-                      "aio.intra_op_parallelism %lld 1..64",
-                      (long long)queue_depth, (long long)intra_op);
-    return ZC_OK;
+    /* The rule `zeroc config check` and zc_engine_create apply (support.c). */
+    return zc__config_aio_check(block_size, queue_depth, intra_op);
 }
 
 zc_status zc__swap_dirs_make(zc_swap_dirs *s, int rank, const char *key)
@@ -49,6 +43,7 @@ zc_status zc__swap_dirs_make(zc_swap_dirs *s, int rank, const char *key)
                           "%s; point nvme_path at a writable directory", key, s->given[i],
                           strerror(errno));
         memcpy(s->made[i], tmpl, sizeof tmpl);
+        s->present[i] = true;
     }
     return ZC_OK;
 }
@@ -56,11 +51,11 @@ zc_status zc__swap_dirs_make(zc_swap_dirs *s, int rank, const char *key)
 void zc__swap_dirs_remove(zc_swap_dirs *s)
 {
     for (int i = 0; i < s->n; i++)
-        if (s->made[i][0]) {
+        if (s->present[i]) {
             if (rmdir(s->made[i]) != 0)
                 ZC_LOGW("offload", "cannot remove the swap directory '%s': %s", s->made[i],
                         strerror(errno));
-            s->made[i][0] = 0;
+            s->present[i] = false;
         }
 }
 

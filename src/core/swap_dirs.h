@@ -4,12 +4,17 @@
  * shards: param_home_nvme.c) keep their store's files under the nvme_path
  * entries the config names, each in a private directory of its own made
  * with mkdtemp (zeroc-swap-r<rank>-XXXXXX): the store creates its file
- * there, and the home removes the directory at destroy, so a run never
- * touches a file it did not create. `key` names the config block in errors
+ * there with no name (O_TMPFILE, or unlinked right after it is opened:
+ * offload.h), and the directory is removed as soon as the files are open
+ * (zc__home_store_open), so a run never touches a file it did not create and
+ * even a killed process leaves nothing under nvme_path. Where the files keep
+ * a name (a filesystem that allows neither), the directory stays until the
+ * home is destroyed. `key` names the config block in errors
  * ("zero_optimization.offload_optimizer" or "...offload_param"). */
 #ifndef ZC_CORE_SWAP_DIRS_H
 #define ZC_CORE_SWAP_DIRS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "base/error.h"
@@ -23,7 +28,9 @@
 typedef struct zc_swap_dirs {
     int n;
     char given[ZC_SWAP_MAX_DIRS][512]; /* nvme_path entries as given */
-    char made[ZC_SWAP_MAX_DIRS][512];  /* our mkdtemp directories ("" until made) */
+    char made[ZC_SWAP_MAX_DIRS][512];  /* our mkdtemp directories ("" until made;
+                                          the path stays for messages) */
+    bool present[ZC_SWAP_MAX_DIRS];    /* made and not yet removed */
 } zc_swap_dirs;
 
 /* Copies the n entries of dirs into s (nothing made yet); ZC_ERR_CONFIG
@@ -41,8 +48,10 @@ zc_status zc__swap_aio_check(int64_t block_size, int64_t queue_depth, int64_t in
  * recorded, so zc__swap_dirs_remove cleans up after a failure too. */
 zc_status zc__swap_dirs_make(zc_swap_dirs *s, int rank, const char *key);
 
-/* Removes the directories made (they must be empty: the store removed its
- * files), warning about any that cannot be; safe to call more than once. */
+/* Removes the directories made (they must be empty: the store's files have
+ * no name, or it removed them), warning about any that cannot be; safe to
+ * call more than once. rmdir never follows a link and removes only an empty
+ * directory. */
 void zc__swap_dirs_remove(zc_swap_dirs *s);
 
 /* The made directories, as the store's options take them (out[n]). */

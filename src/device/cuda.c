@@ -38,15 +38,10 @@
 #include "device/optrack.h"
 #include "kernels/kernels.h"
 
-#if ZC_SUMSQ_BLOCK != ZC_K_SUMSQ_BLOCK
-#error "kernels/kernels.h ZC_K_SUMSQ_BLOCK must equal device.h ZC_SUMSQ_BLOCK"
-#endif
-
 typedef struct cuda_device {
     zc_device base;
     pthread_mutex_t mu; /* guards the scratch buffers */
-    double *d_partials; /* device: sumsq partials */
-    double *h_partials; /* host copy of them */
+    double *d_partials; /* device: sumsq level-1 sums, then the total */
     size_t partials_cap;
     int *d_flag;        /* device: nonfinite flag */
 
@@ -420,44 +415,34 @@ static zc_status ensure_partials(cuda_device *c, size_t nb)
     if (nb <= c->partials_cap)
         return ZC_OK;
     size_t cap = nb < 1024 ? 1024 : nb;
-    double *dp = NULL, *hp = NULL;
-    zc_status rc = cuda_alloc(&c->base, NULL, ZC_MEM_BUFFERS, cap * sizeof(double),
-                              "sum-of-squares partials", (void **)&dp);
-    if (rc != ZC_OK)
-        return rc;
-    rc = zc__host_alloc(NULL, ZC_MEM_BUFFERS, cap * sizeof(double), "sum-of-squares partials",
-                        (void **)&hp);
-    if (rc != ZC_OK) {
-        cuda_free(&c->base, NULL, ZC_MEM_BUFFERS, dp, cap * sizeof(double));
-        return rc;
-    }
-    if (c->partials_cap) {
+    double *dp = NULL;
+    ZC_CHECK(cuda_alloc(&c->base, NULL, ZC_MEM_BUFFERS, cap * sizeof(double),
+                        "sum-of-squares partials", (void **)&dp));
+    if (c->partials_cap)
         cuda_free(&c->base, NULL, ZC_MEM_BUFFERS, c->d_partials, c->partials_cap * sizeof(double));
-        zc__host_free(NULL, ZC_MEM_BUFFERS, c->h_partials, c->partials_cap * sizeof(double));
-    }
     c->d_partials = dp;
-    c->h_partials = hp;
     c->partials_cap = cap;
     return ZC_OK;
 }
 
+/* The two kernels of sumsq_async into the handle's scratch (level-1 sums,
+ * then the total after them), and one double back. */
 static zc_status sumsq_locked(cuda_device *c, const void *x, zc_dtype dt, size_t n, double *out,
                               cudaStream_t st)
 {
     zc_device *d = &c->base;
-    size_t nb = zc_k_sumsq_nblocks(n);
-    ZC_CHECK(ensure_partials(c, nb));
-    ZC_CHECK(launched(d, zc_k_sumsq_partials(x, dt, n, c->d_partials, st), "sumsq kernel", dt,
-                      n, st));
-    CU_ENQ(c, cudaMemcpyAsync(c->h_partials, c->d_partials, nb * sizeof(double),
-                              cudaMemcpyDeviceToHost, st),
-           "copying sumsq partials", st, -1, nb * sizeof(double));
+    size_t ng = zc__sumsq_ngroups(n);
+    ZC_CHECK(ensure_partials(c, ng + 1));
+    double *total = c->d_partials + ng;
+    ZC_CHECK(launched(d, zc_k_sumsq_groups(x, dt, n, c->d_partials, st), "sumsq kernel", dt, n,
+                      st));
+    ZC_CHECK(launched(d, zc_k_sumsq_tree(c->d_partials, ng, total, st), "sumsq tree kernel",
+                      ZC_DTYPE_F64, ng, st));
+    double v = 0.0;
+    CU_ENQ(c, cudaMemcpyAsync(&v, total, sizeof v, cudaMemcpyDeviceToHost, st),
+           "copying the sum of squares", st, -1, sizeof v);
     CU_WAIT(c, cudaStreamSynchronize(st), "cudaStreamSynchronize after sumsq", st);
-    /* Partials in block order, as the host backend adds them. */
-    double total = 0.0;
-    for (size_t b = 0; b < nb; b++)
-        total += c->h_partials[b];
-    *out = total;
+    *out = v;
     return ZC_OK;
 }
 
@@ -523,14 +508,14 @@ static zc_status cuda_sumsq_async(zc_device *d, const void *x, zc_dtype dt, size
     if (!out || (n && !scratch))
         return ZC_ERR(ZC_ERR_INVALID_ARG, "sumsq_async: NULL %s", out ? "scratch" : "out");
     ZC_CHECK(use(d));
-    size_t nb = zc_k_sumsq_nblocks(n);
+    size_t ng = zc__sumsq_ngroups(n);
     if (n)
-        ZC_CHECK(launched(d, zc_k_sumsq_partials(x, dt, n, scratch, (cudaStream_t)s),
+        ZC_CHECK(launched(d, zc_k_sumsq_groups(x, dt, n, scratch, (cudaStream_t)s),
                           "sumsq kernel", dt, n, s));
-    /* Partials in block order, as sumsq adds them on the host; n = 0 still
-     * writes +0.0 so *out is defined on the stream. */
-    return launched(d, zc_k_sum_partials(scratch, nb, out, (cudaStream_t)s),
-                    "sumsq partials sum kernel", ZC_DTYPE_F64, nb, s);
+    /* The tree over the level-1 sums; n = 0 still writes +0.0 so *out is
+     * defined on the stream. */
+    return launched(d, zc_k_sumsq_tree(scratch, ng, out, (cudaStream_t)s), "sumsq tree kernel",
+                    ZC_DTYPE_F64, ng, s);
 }
 
 static zc_status cuda_nonfinite_async(zc_device *d, const void *x, zc_dtype dt, size_t n,
@@ -585,10 +570,8 @@ static void cuda_destroy(zc_device *d)
     if (!d)
         return;
     cuda_device *c = (cuda_device *)d;
-    if (c->partials_cap) {
+    if (c->partials_cap)
         cuda_free(d, NULL, ZC_MEM_BUFFERS, c->d_partials, c->partials_cap * sizeof(double));
-        zc__host_free(NULL, ZC_MEM_BUFFERS, c->h_partials, c->partials_cap * sizeof(double));
-    }
     if (c->d_flag)
         cuda_free(d, NULL, ZC_MEM_BUFFERS, c->d_flag, sizeof(int));
     zc__optrack_destroy(&c->track);

@@ -26,9 +26,10 @@
  * (how many operations, the first and the last), so the culprit is among
  * them (CUDA_LAUNCH_BLOCKING=1 narrows it to one).
  *
- * Reductions are deterministic: sum of squares accumulates in fp64 over fixed
- * blocks of ZC_SUMSQ_BLOCK elements (block partials, then the partials summed
- * in block order), so the host and CUDA backends agree to rounding of fp64.
+ * Reductions are deterministic: the sum of squares accumulates in fp64 in
+ * the one order device/sumsq_order.h defines (block partials of
+ * ZC_SUMSQ_BLOCK elements, then a fixed tree of runs of ZC_SUMSQ_FANIN), so
+ * the host and CUDA backends return the same bits.
  */
 #ifndef ZC_DEVICE_DEVICE_H
 #define ZC_DEVICE_DEVICE_H
@@ -37,16 +38,16 @@
 #include <stdint.h>
 
 #include "base/alloc.h"
+#include "device/sumsq_order.h"
 #include "optim/adam.h"
-
-#define ZC_SUMSQ_BLOCK 4096
 
 typedef struct zc_device zc_device;
 
-/* Doubles of scratch sumsq_async needs for n elements (one per block). */
+/* Doubles of scratch sumsq_async needs for n elements: one per level-1 node
+ * of the order's tree (ZC_SUMSQ_FANIN blocks), about n / 131072. */
 static inline size_t zc__sumsq_scratch_elems(size_t n)
 {
-    return (n + ZC_SUMSQ_BLOCK - 1) / ZC_SUMSQ_BLOCK;
+    return zc__sumsq_ngroups(n);
 }
 
 typedef enum zc_copy_kind {
@@ -124,8 +125,8 @@ typedef struct zc_device_ops {
      * local communicator's reduction. */
     zc_status (*reduce_sum)(zc_device *d, void *dst, const void *const *srcs, int nsrc,
                             zc_dtype dt, size_t n, void *stream);
-    /* *out (host) = sum of x[i]^2 in fp64, blocked as described above.
-     * Synchronises the stream. */
+    /* *out (host) = sum of x[i]^2 in fp64, in the order of
+     * device/sumsq_order.h. Synchronises the stream. */
     zc_status (*sumsq)(zc_device *d, const void *x, zc_dtype dt, size_t n, double *out,
                        void *stream);
     /* *flag (host) = 1 if any x[i] is inf or NaN, else 0. Synchronises. */
@@ -135,7 +136,8 @@ typedef struct zc_device_ops {
      * chunk: *out (device memory, one double) = exactly what sumsq returns,
      * computed on the device; scratch is device memory of
      * zc__sumsq_scratch_elems(n) doubles, busy until the stream passes this
-     * operation (one scratch per stream, or reuse it on the same stream). */
+     * operation (one scratch per stream, or reuse it on the same stream);
+     * what it holds afterwards is no part of the contract. */
     zc_status (*sumsq_async)(zc_device *d, const void *x, zc_dtype dt, size_t n, double *scratch,
                              double *out, void *stream);
     /* *flag (device int) |= 1 if any x[i] is inf or NaN; never cleared here

@@ -172,12 +172,13 @@ static zc_status host_reduce_sum(zc_device *d, void *dst, const void *const *src
     }
 }
 
-/* Fixed blocks with fp64 partials, partials added in block order (the CUDA
- * kernel uses the same blocking). partials (may be NULL) receives each
- * block's partial. */
-static double sumsq_blocked(const void *x, zc_dtype dt, size_t n, double *partials)
+/* The order of device/sumsq_order.h: each block's partial left to right
+ * from +0.0, the partials through the fixed tree of runs. The CUDA kernels
+ * add the same numbers in the same order. */
+static double sumsq_ordered(const void *x, zc_dtype dt, size_t n)
 {
-    double total = 0.0;
+    zc_sumsq_tree tree;
+    zc__sumsq_tree_init(&tree);
     for (size_t b = 0; b < n; b += ZC_SUMSQ_BLOCK) {
         size_t e = b + ZC_SUMSQ_BLOCK < n ? b + ZC_SUMSQ_BLOCK : n;
         double part = 0.0;
@@ -185,11 +186,9 @@ static double sumsq_blocked(const void *x, zc_dtype dt, size_t n, double *partia
             double v = zc__load_f32(x, dt, i);
             part += v * v;
         }
-        if (partials)
-            partials[b / ZC_SUMSQ_BLOCK] = part;
-        total += part;
+        zc__sumsq_tree_push(&tree, 0, part);
     }
-    return total;
+    return zc__sumsq_tree_finish(&tree);
 }
 
 static zc_status host_sumsq(zc_device *d, const void *x, zc_dtype dt, size_t n, double *out,
@@ -198,13 +197,13 @@ static zc_status host_sumsq(zc_device *d, const void *x, zc_dtype dt, size_t n, 
     (void)d; (void)stream;
     if (!is_float_dtype(dt))
         return ZC_ERR(ZC_ERR_INVALID_ARG, "sumsq: unsupported dtype %s", zc_dtype_name(dt));
-    *out = sumsq_blocked(x, dt, n, NULL);
+    *out = sumsq_ordered(x, dt, n);
     return ZC_OK;
 }
 
 /* The stream-ordered form: the same value, written through the pointer the
- * engine would pass on CUDA (here host memory, at once). The scratch gets the
- * block partials, as the CUDA backend's does. */
+ * engine would pass on CUDA (here host memory, at once). The scratch is
+ * checked but not needed: the tree keeps its running sums itself. */
 static zc_status host_sumsq_async(zc_device *d, const void *x, zc_dtype dt, size_t n,
                                   double *scratch, double *out, void *stream)
 {
@@ -214,7 +213,7 @@ static zc_status host_sumsq_async(zc_device *d, const void *x, zc_dtype dt, size
                       zc_dtype_name(dt));
     if (!out || (n && !scratch))
         return ZC_ERR(ZC_ERR_INVALID_ARG, "sumsq_async: NULL %s", out ? "scratch" : "out");
-    *out = sumsq_blocked(x, dt, n, scratch);
+    *out = sumsq_ordered(x, dt, n);
     return ZC_OK;
 }
 

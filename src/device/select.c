@@ -6,8 +6,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "base/env.h"
 #include "base/log.h"
 #include "device/device.h"
+#include "zc_build_config.h"
 
 static pthread_once_t choice_logged = PTHREAD_ONCE_INIT;
 static const char *choice_text = "host";
@@ -74,13 +76,11 @@ zc_status zc__device_pick_from_env(int visible, int *index, char *why, size_t wh
     if (visible <= 0)
         return ZC_ERR(ZC_ERR_UNSUPPORTED, "no CUDA device is visible to this process");
 
-    const char *var = NULL, *launcher = NULL, *val = NULL;
+    const char *var = NULL, *launcher = NULL;
     for (size_t i = 0; i < sizeof local_rank_vars / sizeof local_rank_vars[0]; i++) {
-        const char *s = getenv(local_rank_vars[i].var);
-        if (s && *s) {
+        if (zc__env(local_rank_vars[i].var)) {
             var = local_rank_vars[i].var;
             launcher = local_rank_vars[i].launcher;
-            val = s;
             break;
         }
     }
@@ -91,21 +91,17 @@ zc_status zc__device_pick_from_env(int visible, int *index, char *why, size_t wh
             snprintf(why, why_len, "no launcher local rank set: device 0");
         return ZC_OK;
     }
-    char *end;
-    errno = 0;
-    long lr = strtol(val, &end, 10);
-    while (*end == ' ' || *end == '\n')
-        end++;
-    if (errno || *end || end == val || lr < 0 || lr > INT_MAX)
-        return ZC_ERR(ZC_ERR_CONFIG, "%s='%s' (set by %s) is not a non-negative integer", var,
-                      val, launcher);
+    char note[64];
+    snprintf(note, sizeof note, "(set by %s)", launcher);
+    int lr = 0;
+    ZC_CHECK(zc__env_int(var, 0, INT_MAX - 1, note, NULL, &lr));
 
-    const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
-    bool restricted = cvd && *cvd;
+    const char *cvd = zc__env("CUDA_VISIBLE_DEVICES");
+    bool restricted = cvd != NULL;
     if (lr < visible) {
-        *index = (int)lr;
+        *index = lr;
         if (why)
-            snprintf(why, why_len, "%s=%ld (%s)", var, lr, launcher);
+            snprintf(why, why_len, "%s=%d (%s)", var, lr, launcher);
         return ZC_OK;
     }
     if (restricted) {
@@ -114,9 +110,9 @@ zc_status zc__device_pick_from_env(int visible, int *index, char *why, size_t wh
          * local rank counts every process of the node: the visible devices
          * are this task's, so take them in turn. With one visible device
          * this is always device 0. */
-        *index = (int)(lr % visible);
+        *index = lr % visible;
         if (why)
-            snprintf(why, why_len, "%s=%ld (%s) with CUDA_VISIBLE_DEVICES=%s (%d visible): "
+            snprintf(why, why_len, "%s=%d (%s) with CUDA_VISIBLE_DEVICES=%s (%d visible): "
                      "device %d of this task's", var, lr, launcher, cvd, visible, *index);
         return ZC_OK;
     }
@@ -124,8 +120,37 @@ zc_status zc__device_pick_from_env(int visible, int *index, char *why, size_t wh
      * devices: wrapping around would put two ranks on one GPU, which NCCL
      * refuses at init (and which only slows the local backend down). */
     return ZC_ERR(ZC_ERR_CONFIG,
-                  "%s=%ld (%s) but only %d CUDA device%s visible and CUDA_VISIBLE_DEVICES is "
+                  "%s=%d (%s) but only %d CUDA device%s visible and CUDA_VISIBLE_DEVICES is "
                   "unset: start at most one process per GPU on this node, or give each process "
                   "its own CUDA_VISIBLE_DEVICES (srun --gpus-per-task=1)",
                   var, lr, launcher, visible, visible == 1 ? " is" : "s are");
+}
+
+ZC_API zc_status zc_cuda_device_index(int device_index, int *ordinal)
+{
+    if (!ordinal)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "zc_cuda_device_index: ordinal is NULL");
+    *ordinal = -1;
+    if (device_index < -1)
+        return ZC_ERR(ZC_ERR_INVALID_ARG,
+                      "zc_cuda_device_index: device_index %d (a CUDA ordinal, or -1 for the "
+                      "launcher's local rank)", device_index);
+    int count = zc__device_cuda_count();
+    if (count <= 0)
+        return ZC_ERR(ZC_ERR_UNSUPPORTED, "zc_cuda_device_index: %s",
+                      ZC_HAVE_CUDA ? "no usable CUDA device is visible to this process"
+                                   : "this build of zeroc has no CUDA");
+    if (device_index >= count)
+        return ZC_ERR(ZC_ERR_INVALID_ARG,
+                      "zc_cuda_device_index: device_index %d but only %d CUDA device%s visible",
+                      device_index, count, count == 1 ? " is" : "s are");
+    if (device_index >= 0) {
+        *ordinal = device_index;
+        return ZC_OK;
+    }
+    int index = -1;
+    char why[256];
+    ZC_CHECK(zc__device_pick_from_env(count, &index, why, sizeof why));
+    *ordinal = index;
+    return ZC_OK;
 }

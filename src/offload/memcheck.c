@@ -10,6 +10,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "base/regfile.h"
 #include "offload/offload.h"
 #include "offload/offload_internal.h"
 
@@ -48,6 +49,15 @@ size_t zc__offload_page_size(void)
     return ps;
 }
 
+/* The kernel's figures are regular files (their st_size is 0, which the
+ * readers below do not use); anything else under a test root is refused
+ * without blocking, and the figure counts as unknown. */
+static FILE *read_open(const char *path)
+{
+    char why[640];
+    return zc__fopen_regular(path, NULL, why, sizeof why);
+}
+
 static void join(char *out, size_t cap, const char *root, const char *path)
 {
     if (!root || !*root || !strcmp(root, "/"))
@@ -60,7 +70,7 @@ static void join(char *out, size_t cap, const char *root, const char *path)
  * success; "max" gives UINT64_MAX. */
 static int read_u64_file(const char *path, uint64_t *v)
 {
-    FILE *f = fopen(path, "r");
+    FILE *f = read_open(path);
     if (!f)
         return -1;
     char line[128];
@@ -81,7 +91,7 @@ static int read_u64_file(const char *path, uint64_t *v)
 /* Value of `key` in a "key value" file (memory.stat). */
 static int read_keyed(const char *path, const char *key, uint64_t *v)
 {
-    FILE *f = fopen(path, "r");
+    FILE *f = read_open(path);
     if (!f)
         return -1;
     char line[256];
@@ -102,7 +112,7 @@ static uint64_t read_mem_available(const char *root)
 {
     char p[512];
     join(p, sizeof p, root, "/proc/meminfo");
-    FILE *f = fopen(p, "r");
+    FILE *f = read_open(p);
     if (!f)
         return UINT64_MAX;
     char line[256];
@@ -170,7 +180,7 @@ static void read_cgroup(const char *root, zc_host_mem_limits *out)
 {
     char p[512];
     join(p, sizeof p, root, "/proc/self/cgroup");
-    FILE *f = fopen(p, "r");
+    FILE *f = read_open(p);
     if (!f)
         return;
     char line[1024];
@@ -231,7 +241,7 @@ static void read_memlock(const char *root, zc_host_mem_limits *out)
             out->memlock_limit = rl.rlim_cur == RLIM_INFINITY ? UINT64_MAX : (uint64_t)rl.rlim_cur;
     } else {
         join(p, sizeof p, root, "/proc/self/limits");
-        FILE *f = fopen(p, "r");
+        FILE *f = read_open(p);
         if (f) {
             char line[256];
             while (fgets(line, sizeof line, f)) {
@@ -248,7 +258,7 @@ static void read_memlock(const char *root, zc_host_mem_limits *out)
     /* CAP_IPC_LOCK (bit 14 of CapEff) lifts RLIMIT_MEMLOCK for mlock and for
      * io_uring buffer registration alike. */
     join(p, sizeof p, root, "/proc/self/status");
-    FILE *f = fopen(p, "r");
+    FILE *f = read_open(p);
     if (f) {
         char line[256];
         while (fgets(line, sizeof line, f)) {

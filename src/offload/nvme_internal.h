@@ -64,6 +64,9 @@ struct zc_nvme_store {
     char paths[ZC_NVME_MAX_DIRS][512];
     int fds[ZC_NVME_MAX_DIRS];
     bool created[ZC_NVME_MAX_DIRS];
+    int at_dirfd;         /* ZC_NVME_FILE_AT: the named file's directory (the
+                             caller's descriptor), else -1 */
+    char at_name[256];    /* ZC_NVME_FILE_AT: its name there */
     uint64_t file_bytes;  /* per file */
     uint64_t capacity;
     size_t align, block, stripe;

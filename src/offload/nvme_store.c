@@ -12,6 +12,7 @@
  * error and stops cutting; wait retires it. A ticket id carries its slot and
  * generation so a stale id is rejected, not confused with a newer ticket. */
 #include <errno.h>
+#include <stdatomic.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,7 +21,9 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include "base/env.h"
 #include "base/log.h"
+#include "base/regfile.h"
 #include "offload/nvme_internal.h"
 #include "offload/offload_internal.h"
 
@@ -173,32 +176,83 @@ static zc_status check_dir(const char *dir)
     return ZC_OK;
 }
 
+/* Said once per process: every store of every rank would repeat it. */
+static atomic_bool warned_tmpfile, warned_unlink;
+
+/* A swap file made with a name (the filesystem refused O_TMPFILE) loses it
+ * at once: the descriptor keeps the file, and nothing of it can outlive the
+ * process. Only where the unlink fails does the name stay, until close. */
+static void drop_name(zc_nvme_store *st, int i)
+{
+    errno = EPERM;
+    if (!st->faults.refuse_unlink && unlink(st->paths[i]) == 0) {
+        st->created[i] = false;
+        return;
+    }
+    if (!atomic_exchange(&warned_unlink, true))
+        ZC_LOGW("offload", "cannot unlink the open swap file '%s' (%s): it keeps its name until "
+                "the store closes, and a killed process leaves it behind", st->paths[i],
+                strerror(errno));
+}
+
 static zc_status open_file(zc_nvme_store *st, int i, bool *warned_direct)
 {
     const char *path = st->paths[i];
     bool want_direct = !(st->opts.flags & ZC_NVME_BUFFERED);
     /* A named file (opts.file) is the caller's: created exclusively, or
-     * opened read-only as it is; never the open-existing fallback of swap
-     * files, which may take over a file a crashed run left. */
+     * opened read-only as it is. A swap file has no name (O_TMPFILE) unless
+     * the caller keeps its files (ZC_NVME_KEEP_FILES: a bench reusing its
+     * file, which it may then take over); one made under a name because
+     * O_TMPFILE is refused never takes over an existing file. */
     const bool named = st->opts.file != NULL;
     const bool read_only = named && (st->opts.flags & ZC_NVME_READ_ONLY);
+    const bool keep = !named && (st->opts.flags & ZC_NVME_KEEP_FILES);
+    bool tmpfile = !named && !keep && !st->faults.refuse_tmpfile;
+    if (!named && !keep && st->faults.refuse_tmpfile && !atomic_exchange(&warned_tmpfile, true))
+        ZC_LOGI("offload", "O_TMPFILE refused (fault injection): swap files are created under a "
+                "name and unlinked at once");
     int base = (read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC;
     int fd = -1, e = 0;
-    for (int attempt = 0; attempt < 2 && fd < 0; attempt++) {
+    /* Each retry turns want_direct or tmpfile off: at most two. */
+    for (;;) {
         int fl = base | (want_direct ? O_DIRECT : 0);
         if (want_direct && st->faults.refuse_direct) {
             e = EINVAL;
-        } else {
-            /* O_EXCL first, so a failed open removes only what it created. */
-            if (read_only)
-                fd = open(path, fl);
-            else
-                fd = open(path, fl | O_CREAT | O_EXCL, named ? 0644 : 0600);
-            if (fd >= 0)
-                st->created[i] = !read_only;
-            else if (errno == EEXIST && !named)
-                fd = open(path, fl);
+        } else if (read_only) {
+            /* Read-only is a checkpoint's shard: a directory, FIFO or device
+             * there is refused by what it is, without blocking. */
+            char why[600];
+            const zc_open_result o = zc__open_regular(path, want_direct ? O_DIRECT : 0, NULL,
+                                                      &fd, NULL, why, sizeof why);
+            if (o == ZC_OPEN_NOT_REGULAR)
+                return ZC_ERR(ZC_ERR_IO, "%s", why);
             e = fd < 0 ? errno : 0;
+        } else if (tmpfile) {
+            fd = open(st->dirs[i], fl | O_TMPFILE, 0600);
+            e = fd < 0 ? errno : 0;
+            /* EOPNOTSUPP: the filesystem has no O_TMPFILE; EISDIR: the
+             * kernel predates it; EINVAL without O_DIRECT: either. */
+            if (fd < 0 && (e == EOPNOTSUPP || e == EISDIR || (e == EINVAL && !want_direct))) {
+                tmpfile = false;
+                if (!atomic_exchange(&warned_tmpfile, true))
+                    ZC_LOGI("offload", "the filesystem of '%s' refuses O_TMPFILE (%s): swap "
+                            "files are created under a name and unlinked at once",
+                            st->dirs[i], strerror(e));
+                continue;
+            }
+        } else {
+            /* O_EXCL: a failed open removes only what it created, and an
+             * existing file (or a link) of the name is never taken over. */
+            if (st->at_dirfd >= 0)
+                fd = openat(st->at_dirfd, st->at_name, fl | O_CREAT | O_EXCL | O_NOFOLLOW, 0644);
+            else
+                fd = open(path, fl | O_CREAT | O_EXCL | O_NOFOLLOW, named ? 0644 : 0600);
+            e = fd < 0 ? errno : 0;
+            st->created[i] = fd >= 0;
+            if (fd < 0 && e == EEXIST && keep) {
+                fd = open(path, fl | O_NOFOLLOW);
+                e = fd < 0 ? errno : 0;
+            }
         }
         if (fd < 0 && e == EINVAL && want_direct) {
             want_direct = false;
@@ -222,6 +276,8 @@ static zc_status open_file(zc_nvme_store *st, int i, bool *warned_direct)
         return ZC_ERR(ZC_ERR_IO, "cannot create the NVMe store file '%s' in nvme_path '%s': %s",
                       path, st->dirs[i], strerror(e));
     st->fds[i] = fd;
+    if (!named && !keep && !tmpfile)
+        drop_name(st, i);
     if (i == 0)
         st->direct = want_direct;
     else if (st->direct != want_direct)
@@ -281,7 +337,9 @@ static void remove_files(zc_nvme_store *st, bool only_created)
             close(st->fds[i]);
             st->fds[i] = -1;
         }
-        if (st->paths[i][0] && (!only_created || st->created[i]))
+        if (st->at_dirfd >= 0 && st->created[i])
+            unlinkat(st->at_dirfd, st->at_name, 0);
+        else if (st->paths[i][0] && (!only_created || st->created[i]))
             unlink(st->paths[i]);
     }
 }
@@ -312,9 +370,14 @@ static zc_status validate(const zc_nvme_opts *o)
         if (!*o->file || strlen(o->file) > 500)
             return ZC_ERR(ZC_ERR_INVALID_ARG, "NVMe store: file name is empty or longer than "
                           "500 bytes");
-    } else if (o->flags & ZC_NVME_READ_ONLY) {
-        return ZC_ERR(ZC_ERR_INVALID_ARG, "NVMe store: ZC_NVME_READ_ONLY needs opts.file");
+    } else if (o->flags & (ZC_NVME_READ_ONLY | ZC_NVME_FILE_AT)) {
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "NVMe store: ZC_NVME_READ_ONLY and ZC_NVME_FILE_AT "
+                      "need opts.file");
     }
+    if ((o->flags & ZC_NVME_FILE_AT) &&
+        (o->dirfd < 0 || !o->name || !*o->name || strchr(o->name, '/') || strlen(o->name) > 255))
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "NVMe store: ZC_NVME_FILE_AT needs a directory "
+                      "descriptor and a plain file name of 1-255 bytes");
     if (o->file) {
         /* One named file: no directories, rank or purpose. */
     } else if (!o->dirs || o->ndirs < 1 || o->ndirs > ZC_NVME_MAX_DIRS)
@@ -365,11 +428,17 @@ zc_status zc__nvme_open(zc_nvme_store **out, const zc_nvme_opts *opts)
     st->align = opts->alignment ? opts->alignment : 1;
     if (opts->faults) {
         st->faults = *opts->faults;
-    } else if (getenv("ZC_NVME_FAULTS")) {
-        ZC_CHECK_GOTO(zc__nvme_parse_faults(getenv("ZC_NVME_FAULTS"), &st->faults), rc, fail);
-        ZC_LOGW("offload", "ZC_NVME_FAULTS=%s: injecting I/O faults", getenv("ZC_NVME_FAULTS"));
+    } else if (zc__env("ZC_NVME_FAULTS")) {
+        ZC_CHECK_GOTO(zc__nvme_parse_faults(zc__env("ZC_NVME_FAULTS"), &st->faults), rc, fail);
+        ZC_LOGW("offload", "ZC_NVME_FAULTS=%s: injecting I/O faults", zc__env("ZC_NVME_FAULTS"));
+    }
+    st->at_dirfd = -1;
+    if (opts->flags & ZC_NVME_FILE_AT) {
+        st->at_dirfd = opts->dirfd; /* the caller's: not closed here */
+        snprintf(st->at_name, sizeof st->at_name, "%s", opts->name);
     }
     st->opts.dirs = NULL; /* not kept: copied below */
+    st->opts.name = NULL;
     st->opts.faults = NULL;
 
     if (opts->file) {
@@ -641,6 +710,9 @@ void zc__nvme_stats_get(const zc_nvme_store *st, zc_nvme_stats *out)
     out->uring = st->use_uring;
     out->alignment = st->align;
     out->capacity = st->capacity;
+    out->unnamed = !st->opts.file && !(st->opts.flags & ZC_NVME_KEEP_FILES);
+    for (int i = 0; i < st->ndirs; i++)
+        out->unnamed = out->unnamed && !st->created[i];
     out->requests = st->seq;
     out->write_requests = st->wseq;
 }
@@ -650,6 +722,14 @@ const char *zc__nvme_path(const zc_nvme_store *st, int i)
     if (!st || i < 0 || i >= st->ndirs)
         return NULL;
     return st->paths[i];
+}
+
+int64_t zc__nvme_file_size(const zc_nvme_store *st, int i)
+{
+    struct stat sb;
+    if (!st || i < 0 || i >= st->ndirs || fstat(st->fds[i], &sb) != 0)
+        return -1;
+    return (int64_t)sb.st_size;
 }
 
 zc_status zc__nvme_close(zc_nvme_store *st, zc_nvme_close_mode mode)
@@ -698,8 +778,10 @@ zc_status zc__nvme_close(zc_nvme_store *st, zc_nvme_close_mode mode)
     } else {
         rc = zc__nvme_wait_all(st);
     }
+    /* Only a name this store made and still holds (a swap file whose
+     * unlink failed at open); unnamed files go with their descriptors. */
     if (!(st->opts.flags & ZC_NVME_KEEP_FILES) && !st->opts.file)
-        remove_files(st, false);
+        remove_files(st, true);
     free_store(st);
     return rc;
 }
@@ -734,18 +816,26 @@ zc_status zc__nvme_parse_faults(const char *spec, zc_nvme_faults *out)
     memset(out, 0, sizeof *out);
     if (!spec)
         return ZC_OK;
-    char buf[256];
+    /* Strict like every variable (base/env.h): whole items, no empty one,
+     * counts that are whole numbers >= 1. */
+    char buf[256], shown[ZC_ENV_SHOWN_MAX];
+    if (strlen(spec) >= sizeof buf)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "ZC_NVME_FAULTS='%s' is longer than %zu bytes",
+                      zc__env_shown(spec, shown, sizeof shown), sizeof buf - 1);
     snprintf(buf, sizeof buf, "%s", spec);
-    for (char *save = NULL, *it = strtok_r(buf, ",", &save); it; it = strtok_r(NULL, ",", &save)) {
+    for (char *it = buf, *next; it; it = next) {
+        char *comma = strchr(it, ',');
+        next = comma ? comma + 1 : NULL;
+        if (comma)
+            *comma = '\0';
         char *eq = strchr(it, '=');
         int64_t k = 0;
         if (eq) {
-            char *end;
             *eq = '\0';
-            k = strtoll(eq + 1, &end, 10);
-            if (*end || k <= 0)
+            if (!zc__parse_i64(eq + 1, strlen(eq + 1), 1, INT64_MAX, &k))
                 return ZC_ERR(ZC_ERR_INVALID_ARG, "ZC_NVME_FAULTS: '%s=%s' needs a request "
-                              "number >= 1", it, eq + 1);
+                              "number, a whole number in [1, %lld]", it,
+                              zc__env_shown(eq + 1, shown, sizeof shown), (long long)INT64_MAX);
         }
         if (!strcmp(it, "eio") && eq)
             out->eio_at = k;
@@ -759,9 +849,15 @@ zc_status zc__nvme_parse_faults(const char *spec, zc_nvme_faults *out)
             out->refuse_direct = true;
         else if (!strcmp(it, "noregister") && !eq)
             out->refuse_register = true;
+        else if (!strcmp(it, "notmpfile") && !eq)
+            out->refuse_tmpfile = true;
+        else if (!strcmp(it, "nounlink") && !eq)
+            out->refuse_unlink = true;
         else
             return ZC_ERR(ZC_ERR_INVALID_ARG, "ZC_NVME_FAULTS: unknown item '%s' (known: eio=K, "
-                          "short=K, eagain=K, enospc=K, nodirect, noregister)", it);
+                          "short=K, eagain=K, enospc=K, nodirect, noregister, notmpfile, "
+                          "nounlink; no empty item)",
+                          zc__env_shown(it, shown, sizeof shown));
     }
     return ZC_OK;
 }

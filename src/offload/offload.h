@@ -162,6 +162,10 @@ typedef uint64_t zc_nvme_ticket;
                                       every request of the previous one */
 #define ZC_NVME_READ_ONLY    0x200u /* with opts.file: open the existing file
                                       read-only, reserve nothing */
+#define ZC_NVME_FILE_AT      0x400u /* with opts.file: the file is opts.name in
+                                      the directory opts.dirfd (opened and
+                                      checked by the caller); opts.file is its
+                                      path for messages */
 
 typedef struct zc_nvme_opts {
     size_t size;              /* sizeof(zc_nvme_opts) */
@@ -185,9 +189,12 @@ typedef struct zc_nvme_opts {
                                  ZC_NVME_READ_ONLY, opened as it is; capacity
                                  is rounded to the alignment only; never
                                  removed by close (the caller owns the name) */
+    int dirfd;                /* ZC_NVME_FILE_AT: the file's directory */
+    const char *name;         /* ZC_NVME_FILE_AT: the file's name in it (no '/') */
 } zc_nvme_opts;
 
-#define ZC_NVME_OPTS_INIT { sizeof(zc_nvme_opts), NULL, 0, 0, NULL, 0, 0, 0, 0, 0, 0u, NULL, NULL }
+#define ZC_NVME_OPTS_INIT                                                                     \
+    { sizeof(zc_nvme_opts), NULL, 0, 0, NULL, 0, 0, 0, 0, 0, 0u, NULL, NULL, -1, NULL }
 
 /* What went wrong with a ticket (zc__nvme_wait). */
 typedef struct zc_nvme_error {
@@ -216,9 +223,17 @@ typedef struct zc_nvme_stats {
     bool uring;               /* io_uring (false: pread/pwrite) */
     size_t alignment;         /* required for offsets, lengths and buffers */
     uint64_t capacity;        /* usable bytes */
+    bool unnamed;             /* every swap file has no name (O_TMPFILE or
+                                 unlinked at open): its directory may go */
 } zc_nvme_stats;
 
-/* Opens (creates) one file per directory, named zeroc-r<rank>-<purpose>.swp,
+/* Opens (creates) one file per directory, named zeroc-r<rank>-<purpose>.swp
+ * in messages, with no name on disk: O_TMPFILE in the directory, or where the
+ * filesystem refuses that, created under that name with O_EXCL and unlinked
+ * at once (the descriptor keeps the file); only where the unlink fails too
+ * (said once, as a warning) does the name stay until close. So the swap
+ * bytes go with the process however it ends, SIGKILL included.
+ * ZC_NVME_KEEP_FILES (benches, tests) and opts.file keep a name. It
  * reserves capacity/ndirs (rounded to stripes) in each with fallocate so a full
  * disk shows here, with the path, not mid-step. Tries O_DIRECT and falls back
  * to buffered I/O with one warning where the filesystem refuses it. Sets up
@@ -278,8 +293,13 @@ void zc__nvme_stats_get(const zc_nvme_store *st, zc_nvme_stats *out);
  * each file. ZC_ERR_IO names the file (or the first failed ticket). */
 zc_status zc__nvme_fsync(zc_nvme_store *st);
 
-/* Path of the file for directory i (0 <= i < ndirs), or NULL. */
+/* Path of the file for directory i (0 <= i < ndirs), or NULL (a swap file
+ * has no name on disk: the path is its name in messages). */
 const char *zc__nvme_path(const zc_nvme_store *st, int i);
+
+/* Size of the file for directory i as fstat reports it on its descriptor
+ * (the swap file has no name to stat), or -1. */
+int64_t zc__nvme_file_size(const zc_nvme_store *st, int i);
 
 /* How close deals with requests still in flight. */
 typedef enum zc_nvme_close_mode {
@@ -310,10 +330,12 @@ typedef struct zc_nvme_faults {
     int64_t enospc_write_at; /* the k-th write request completes with -ENOSPC */
     bool refuse_direct;    /* open: behave as if O_DIRECT were refused (EINVAL) */
     bool refuse_register;  /* register_buffers: behave as if the kernel said ENOMEM */
+    bool refuse_tmpfile;   /* open: behave as if O_TMPFILE were refused (EOPNOTSUPP) */
+    bool refuse_unlink;    /* open: behave as if unlinking a swap file failed (EPERM) */
 } zc_nvme_faults;
 
 /* Sets the faults of a store. Also read at open from ZC_NVME_FAULTS, e.g.
- * "eio=3,short=2,eagain=5,enospc=1,nodirect,noregister". */
+ * "eio=3,short=2,eagain=5,enospc=1,nodirect,noregister,notmpfile,nounlink". */
 void zc__nvme_set_faults(zc_nvme_store *st, const zc_nvme_faults *f);
 
 /* Parses the ZC_NVME_FAULTS syntax; ZC_ERR_INVALID_ARG naming the bad item. */

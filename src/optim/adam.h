@@ -72,8 +72,14 @@ void zc__adam_scalar(const zc_adam_shard *s, const zc_adam_coeffs *c);
 
 /* The host optimizer entry point the engine calls: the best variant for this
  * CPU (or ZC_CPU_ISA), split over the host thread pool. Results do not depend
- * on the number of threads. Returns ZC_ERR_UNSUPPORTED if ZC_CPU_ISA names a
- * variant this CPU or build lacks. */
+ * on the number of threads. Returns ZC_ERR_CONFIG if ZC_CPU_ISA is not a
+ * variant's name or ZC_CPU_THREADS is not a thread count, ZC_ERR_UNSUPPORTED
+ * if ZC_CPU_ISA names a variant this CPU or build lacks. */
 zc_status zc__adam_host(const zc_adam_shard *s, const zc_adam_coeffs *c);
+
+/* What zc__adam_host would refuse of ZC_CPU_ISA and ZC_CPU_THREADS, checked
+ * without running it: zc_engine_create fails with it up front rather than at
+ * the first step. */
+zc_status zc__adam_env_check(void);
 
 #endif

@@ -14,6 +14,7 @@
 #include <cpuid.h>
 #endif
 
+#include "base/env.h"
 #include "base/log.h"
 #include "optim/adam_isa.h"
 #include "optim/threadpool.h"
@@ -107,25 +108,28 @@ static char sel_msg[256];
 
 static void resolve(void)
 {
-    const char *env = getenv("ZC_CPU_ISA");
+    const char *env = zc__env("ZC_CPU_ISA");
     char usable[128] = "";
     for (int i = 0; i < NVARIANTS; i++)
         if (zc__adam_variant_usable(i, NULL)) {
             strncat(usable, usable[0] ? " " : "", sizeof usable - strlen(usable) - 1);
             strncat(usable, variants[i].name, sizeof usable - strlen(usable) - 1);
         }
-    if (env && *env) {
+    if (env) {
         int found = -1;
         for (int i = 0; i < NVARIANTS; i++)
             if (!strcmp(env, variants[i].name))
                 found = i;
         const char *why = NULL;
+        char shown[ZC_ENV_SHOWN_MAX];
         if (found < 0) {
+            /* Malformed, like any other variable's bad value; a known
+             * variant this CPU cannot run is ZC_ERR_UNSUPPORTED below. */
             snprintf(sel_msg, sizeof sel_msg,
-                     "ZC_CPU_ISA='%s' is not a host Adam variant (scalar, avx2, avx512, "
-                     "avx512bf16); usable here: %s",
-                     env, usable);
-            sel_status = ZC_ERR_UNSUPPORTED;
+                     "ZC_CPU_ISA='%s': want one of the host Adam variants 'scalar', 'avx2', "
+                     "'avx512' or 'avx512bf16'; usable here: %s",
+                     zc__env_shown(env, shown, sizeof shown), usable);
+            sel_status = ZC_ERR_CONFIG;
         } else if (!zc__adam_variant_usable(found, &why)) {
             snprintf(sel_msg, sizeof sel_msg,
                      "ZC_CPU_ISA='%s' cannot run: %s (needs %s); usable here: %s; unset "
@@ -140,10 +144,10 @@ static void resolve(void)
             if (zc__adam_variant_usable(i, NULL))
                 sel_idx = i;
     }
-    if (sel_status == ZC_OK)
+    int threads = 0;
+    if (sel_status == ZC_OK && zc__pool_default_threads(&threads) == ZC_OK)
         ZC_LOGI("optim", "host Adam: %s variant%s (usable: %s), %d threads",
-                variants[sel_idx].name, env && *env ? " forced by ZC_CPU_ISA" : "", usable,
-                zc__pool_default_threads());
+                variants[sel_idx].name, env ? " forced by ZC_CPU_ISA" : "", usable, threads);
 }
 
 zc_status zc__adam_variant_selected(int *idx)

@@ -88,12 +88,21 @@ zc_status zc__adam_host_run(const zc_adam_shard *s, const zc_adam_coeffs *c, int
         .flags = zc__adam_flags_for(s),
         .ntiles = (s->n + ZC_ADAM_TILE - 1) / ZC_ADAM_TILE,
     };
-    int t = nthreads > 0 ? nthreads : zc__pool_default_threads();
+    int t = nthreads;
+    if (t <= 0)
+        ZC_CHECK(zc__pool_default_threads(&t));
     if (s->n < ZC_ADAM_SMALL)
         t = 1; /* no wake-up cost for small shards */
     if ((size_t)t > j.ntiles)
         t = (int)j.ntiles;
     return zc__pool_run(t, run_part, &j, s->master);
+}
+
+zc_status zc__adam_env_check(void)
+{
+    int variant = -1, threads = 0;
+    ZC_CHECK(zc__adam_variant_selected(&variant));
+    return zc__pool_default_threads(&threads);
 }
 
 zc_status zc__adam_host(const zc_adam_shard *s, const zc_adam_coeffs *c)

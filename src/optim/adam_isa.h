@@ -33,8 +33,9 @@ const zc_adam_variant *zc__adam_variant(int i);
 bool zc__adam_variant_usable(int i, const char **why);
 
 /* The variant zc__adam_host uses: ZC_CPU_ISA if set, else the best usable one.
- * Resolved once and logged once at INFO; ZC_ERR_UNSUPPORTED (with the reason)
- * when ZC_CPU_ISA names an unknown or unusable variant. */
+ * Resolved once and logged once at INFO; ZC_ERR_CONFIG when ZC_CPU_ISA names
+ * no variant, ZC_ERR_UNSUPPORTED (with the reason) when it names one this
+ * build or CPU cannot run. */
 zc_status zc__adam_variant_selected(int *idx);
 
 /* Test hook: forget the resolved choice so ZC_CPU_ISA is read again. */

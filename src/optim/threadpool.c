@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "base/env.h"
 #include "base/log.h"
 #include "optim/threadpool.h"
 #include "zc_build_config.h"
@@ -101,20 +102,12 @@ int zc__pool_physical_cores(void)
     return topo_cores;
 }
 
-int zc__pool_default_threads(void)
+zc_status zc__pool_default_threads(int *out)
 {
     int n = zc__pool_physical_cores();
-    const char *e = getenv("ZC_CPU_THREADS");
-    if (e && *e) {
-        char *end;
-        long v = strtol(e, &end, 10);
-        if (*end || v < 1 || v > ZC_POOL_MAX_THREADS)
-            ZC_LOGW("optim", "ZC_CPU_THREADS='%s' is not a thread count in 1..%d; using %d", e,
-                    ZC_POOL_MAX_THREADS, n);
-        else
-            n = (int)v;
-    }
-    return n;
+    ZC_CHECK(zc__env_int("ZC_CPU_THREADS", 1, ZC_POOL_MAX_THREADS, NULL, NULL, &n));
+    *out = n;
+    return ZC_OK;
 }
 
 /* The NUMA node holding the page at `near`, or -1 (one node, no hwloc, page

@@ -19,8 +19,10 @@
 /* One part of a job: part k of nparts. Must not call into the pool. */
 typedef void (*zc_pool_fn)(void *arg, int part, int nparts);
 
-/* The default number of threads (physical cores, or ZC_CPU_THREADS). */
-int zc__pool_default_threads(void);
+/* The default number of threads: ZC_CPU_THREADS when set (a whole number in
+ * [1, ZC_POOL_MAX_THREADS]; anything else is ZC_ERR_CONFIG naming it), else
+ * the physical cores. */
+zc_status zc__pool_default_threads(int *out);
 
 /* Number of physical cores found (without the ZC_CPU_THREADS override). */
 int zc__pool_physical_cores(void);

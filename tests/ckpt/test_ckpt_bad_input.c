@@ -243,14 +243,15 @@ Test(ckpt_bad_input, existing_tag_refused)
     t_assert_no_leaks();
 }
 
-/* DIR/.x.partial as a save killed while writing tag x leaves it, holding
- * `extra` too when not NULL. */
+/* DIR/.x.partial as a save killed while writing tag x leaves it (with the
+ * marker a save makes first), holding `extra` too when not NULL. */
 static void stale_staging(const char *dir, const char *extra)
 {
     char sp[700], p[800];
     snprintf(sp, sizeof sp, "%s/.x.partial", dir);
     cr_assert_eq(mkdir(sp, 0755), 0);
-    const char *names[] = {"rank_00000.bin.tmp", "rank_00001.idx", "manifest.json.tmp", extra};
+    const char *names[] = {".zeroc-staging", "rank_00000.bin.tmp", "rank_00001.idx",
+                           "manifest.json.tmp", extra};
     for (size_t i = 0; i < sizeof names / sizeof *names && names[i]; i++) {
         snprintf(p, sizeof p, "%s/%s", sp, names[i]);
         FILE *f = fopen(p, "wx");

@@ -30,6 +30,7 @@ usage: check_bench_train.py ZEROC TRAIN_GPT
 """
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -131,12 +132,28 @@ def check_ok(r):
         fail(f"{name}: VmHWM {r['process']['vmhwm']} below the library's peak")
 
 
+def plot_env(tmp):
+    """An environment whose PATH starts with a python3 that has matplotlib
+    (the bench draws its plot with the python3 found in PATH): this one, or
+    Debian's, where scripts/deps.sh installs python3-matplotlib."""
+    for py in (sys.executable, shutil.which("python3"), "/usr/bin/python3"):
+        if py and subprocess.run([py, "-c", "import matplotlib"],
+                                 capture_output=True).returncode == 0:
+            d = os.path.join(tmp, "plot-python")
+            os.makedirs(d, exist_ok=True)
+            if not os.path.exists(os.path.join(d, "python3")):
+                os.symlink(py, os.path.join(d, "python3"))
+            return dict(os.environ, PATH=d + os.pathsep + os.environ.get("PATH", ""))
+    fail("no python3 with matplotlib (bash scripts/deps.sh --tests installs it)")
+
+
 def sweep(zeroc, train_gpt, tmp):
     out = os.path.join(tmp, "sweep")
     cmd = [zeroc, "bench", "train", "--out", out, "--json", "--steps", "4", "--warmup", "2",
            "--world", str(WORLD), "--batch", str(BATCH), "--workload", train_gpt,
            "--timeout", "120"]
-    p, dt = run(cmd)
+    env = plot_env(tmp)
+    p, dt = run(cmd, env=env)
     if p.returncode != 0:
         fail(f"exit {p.returncode}: {p.stderr}")
     rows = lines_of(p)
@@ -168,7 +185,7 @@ def sweep(zeroc, train_gpt, tmp):
             fail(f"{c}: step_over_ddp {r['step_over_ddp']}, want {want}")
     check_files(out, rows)
     before = {n: os.stat(os.path.join(out, n)).st_mtime_ns for n in os.listdir(out)}
-    p, _ = run(cmd)
+    p, _ = run(cmd, env=env)
     if p.returncode != 1 or "exists" not in p.stderr:
         fail(f"a second run into the same --out: exit {p.returncode}, {p.stderr!r}")
     after = {n: os.stat(os.path.join(out, n)).st_mtime_ns for n in os.listdir(out)}
@@ -178,7 +195,7 @@ def sweep(zeroc, train_gpt, tmp):
 
 def crash_and_hang(zeroc, train_gpt, tmp):
     out = os.path.join(tmp, "faults")
-    env = dict(os.environ, ZC_TEST_TRAIN_GPT=train_gpt, ZC_TEST_TMP=tmp)
+    env = dict(plot_env(tmp), ZC_TEST_TRAIN_GPT=train_gpt, ZC_TEST_TMP=tmp)
     wrapper = os.path.join(tmp, "workload.py")
     with open(wrapper, "w") as f:
         f.write(f"#!{sys.executable}\nimport sys\nsys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})\n"
@@ -249,9 +266,56 @@ def crash_and_hang(zeroc, train_gpt, tmp):
     print("# SIGTERM: child killed, directory removed, finished results kept")
 
 
+def write_script(path, body):
+    with open(path, "w") as f:
+        f.write(f"#!{sys.executable}\n{body}")
+    os.chmod(path, 0o700)
+
+
+def plot_python_and_data(zeroc, train_gpt, tmp):
+    """The plot runs the python3 found in PATH, and one that lacks matplotlib
+    costs the plot, not the sweep; --data reaches the workload."""
+    fakebin = os.path.join(tmp, "fakebin")
+    os.mkdir(fakebin)
+    seen = os.path.join(tmp, "python3-ran")
+    write_script(os.path.join(fakebin, "python3"),
+                 f"import sys\nopen({seen!r}, 'w').write(repr(sys.argv))\n"
+                 "sys.exit(\"ModuleNotFoundError: No module named 'matplotlib'\")\n")
+    argv_file = os.path.join(tmp, "workload-argv")
+    wrapper = os.path.join(tmp, "argv-workload.py")
+    write_script(wrapper, "import json, os, sys\n"
+                 f"open({argv_file!r}, 'w').write(json.dumps(sys.argv))\n"
+                 f"os.execv({train_gpt!r}, [{train_gpt!r}] + sys.argv[1:])\n")
+    data = os.path.join(tmp, "text.txt")
+    with open(data, "w") as f:
+        f.write("the quick brown fox jumps over the lazy dog. " * 200)
+    out = os.path.join(tmp, "noplot")
+    env = dict(os.environ, PATH=fakebin + os.pathsep + os.environ.get("PATH", ""))
+    p, _ = run([zeroc, "bench", "train", "--out", out, "--steps", "2", "--warmup", "1",
+                "--world", "1", "--batch", "2", "--only", "stage=0", "--workload", wrapper,
+                "--data", data], env=env)
+    if p.returncode != 0:
+        fail(f"without matplotlib: exit {p.returncode} (the plot must not fail the sweep): "
+             f"{p.stderr}")
+    if not os.path.exists(seen):
+        fail("the plot did not run the python3 found in PATH")
+    if "no plot" not in p.stderr or "matplotlib" not in p.stderr:
+        fail(f"the missing plot is not explained: {p.stderr!r}")
+    if {"memory_vs_time.svg", "memory_vs_time.png"} & set(os.listdir(out)):
+        fail(f"plot files without a plot: {os.listdir(out)}")
+    rows = [json.loads(l) for l in open(os.path.join(out, "results.jsonl")) if l.strip()]
+    if len(rows) != 1 or rows[0]["status"] != "ok":
+        fail(f"results without the plot: {rows}")
+    argv = json.load(open(argv_file))
+    if "--data" not in argv or argv[argv.index("--data") + 1] != data:
+        fail(f"--data did not reach the workload: {argv}")
+    print("# python3 from PATH; no matplotlib: no plot, exit 0; --data forwarded")
+
+
 def main():
     zeroc, train_gpt = sys.argv[1], sys.argv[2]
     with tempfile.TemporaryDirectory(prefix="zc-bench-train-", dir=".") as tmp:
+        plot_python_and_data(zeroc, train_gpt, tmp)
         sweep(zeroc, train_gpt, tmp)
         crash_and_hang(zeroc, train_gpt, tmp)
     print("ok")

@@ -86,7 +86,7 @@ def main():
     expect_usage(z, "world junk", ["--params", "1e9", "--world", "4x"], "--world", "'4x'")
     expect_usage(z, "params fraction", ["--params", "1.5", "--world", "1"], "--params", "'1.5'")
     expect_usage(z, "params range", ["--params", "0", "--world", "1"], "--params", "'0'",
-                 "[1, 1125899906842624]")
+                 "[1, 17592186044416]")
     expect_usage(z, "micro-batch", ["--params", "10", "--world", "1", "--micro-batch", "-1"],
                  "--micro-batch", "'-1'")
     expect_usage(z, "gpn divides", ["--params", "10", "--world", "4", "--gpus-per-node", "3"],

@@ -30,12 +30,17 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s\n", zc_last_error());
         return 2;
     }
+    double timeout_s = 0;
+    if (zc__bootstrap_timeout(&timeout_s) != ZC_OK) {
+        fprintf(stderr, "%s\n", zc_last_error());
+        return 2;
+    }
     uint8_t blob[128] = {0};
     if (env.rank == 0)
         for (size_t i = 0; i < sizeof blob; i++)
             blob[i] = expected(seed, i);
     zc_rdv_opts o = {.addr = env.master_addr, .port = env.master_port + 1, .rank = env.rank,
-                     .world = env.world, .timeout_s = zc__bootstrap_timeout()};
+                     .world = env.world, .timeout_s = timeout_s};
     if (zc__rendezvous(&o, blob, sizeof blob) != ZC_OK) {
         fprintf(stderr, "%s\n", zc_last_error());
         return 2;

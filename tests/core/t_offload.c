@@ -37,6 +37,20 @@ int t_dir_entries(const char *dir)
     return n;
 }
 
+/* t_dir_entries for rank threads (no Criterion assertion off the test's
+ * thread): 1000 when the directory cannot be read. */
+static int entries_quiet(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return 1000;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+    closedir(d);
+    return n;
+}
+
 /* ---- the store seam: where a fault is armed, what is counted ---------- */
 
 /* The store's request and write-request numbers so far (zeros where the
@@ -77,6 +91,7 @@ typedef struct frun_job {
     t_frun *f;
     t_store store;
     t_fault fault;
+    const char *swapdir;
 } frun_job;
 
 static void frun_rank(void *arg, zc_comm *comm, int rank)
@@ -85,6 +100,7 @@ static void frun_rank(void *arg, zc_comm *comm, int rank)
     t_frun *f = j->f;
     t_ctx x;
     f->failed_step[rank] = -1;
+    f->live_entries[rank] = -1;
     if (t_ctx_open(&x, &f->run, rank, comm) != ZC_OK)
         goto out;
     f->io_after_open[rank] = x.eng->faults.seen[ZC_FAULT_IO];
@@ -112,7 +128,7 @@ static void frun_rank(void *arg, zc_comm *comm, int rank)
             const char *m = strstr(zc_last_error(), "first failure: ");
             snprintf(f->first_failure[rank], sizeof f->first_failure[rank], "%d %s", (int)again,
                      m ? m : zc_last_error());
-            goto out;
+            goto look;
         }
     }
     int64_t requests1, writes1;
@@ -122,6 +138,10 @@ static void frun_rank(void *arg, zc_comm *comm, int rank)
     f->io_total[rank] = x.eng->faults.seen[ZC_FAULT_IO];
     f->alloc_total[rank] = x.eng->faults.seen[ZC_FAULT_ALLOC];
     t_gather(&x, f->run.master);
+look:
+    /* Every rank built (the build agrees across ranks) before any step. */
+    if (j->swapdir)
+        f->live_entries[rank] = entries_quiet(j->swapdir);
 out:
     t_ctx_close(&x);
 }
@@ -133,9 +153,12 @@ t_frun *t_frun_run(const t_fault_setup *s, t_fault fault)
     f->run = s->cfg;
     f->run.master = calloc((size_t)t_total_numel(), sizeof(float));
     cr_assert_not_null(f->run.master);
-    frun_job j = {f, s->store, fault};
+    frun_job j = {f, s->store, fault, s->swapdir};
     char err[512];
     cr_assert(t_on_ranks(f->run.world, frun_rank, &j, err, sizeof err), "%s", err);
+    for (int r = 0; s->swapdir && r < f->run.world; r++)
+        cr_assert_leq(f->live_entries[r], 0, "rank %d: %d entries in %s with the engines open: a "
+                      "killed process would leave them", r, f->live_entries[r], s->swapdir);
     if (s->swapdir)
         cr_assert_eq(t_dir_entries(s->swapdir), 0, "swap files left in %s", s->swapdir);
     return f;

@@ -68,12 +68,17 @@ typedef struct t_frun {
     int64_t io_after_open[T_MAX_WORLD], io_total[T_MAX_WORLD]; /* ZC_FAULTS io events
                                                 seen by then and in all */
     int64_t alloc_after_open[T_MAX_WORLD], alloc_total[T_MAX_WORLD]; /* alloc events */
+    int live_entries[T_MAX_WORLD];           /* entries under the swap directory
+                                                after the rank's steps, its engine
+                                                still open (swap files have no
+                                                name: 0), -1 when not looked */
 } t_frun;
 
 /* Opens every rank's engine for a copy of s->cfg, arms f, trains
  * s->cfg.steps steps and records each rank's outcome. Asserts that the
- * communicator was made and that s->swapdir is empty afterwards. Free with
- * t_frun_free. */
+ * communicator was made and that s->swapdir is empty afterwards, and also
+ * while the engines were still open after the steps, failed or not (what a
+ * killed process would leave). Free with t_frun_free. */
 t_frun *t_frun_run(const t_fault_setup *s, t_fault f);
 void t_frun_free(t_frun *f);
 

@@ -87,7 +87,7 @@ Test(faults, malformed_values_are_refused)
     expect_bad("alloc: 1:1", "RANK ' 1'");
     expect_bad("alloc:x:1", "RANK 'x'");
     expect_bad("alloc::1", "RANK ''");
-    expect_bad("alloc:0:0", "K '0' is not an integer >= 1");
+    expect_bad("alloc:0:0", "K '0' is not an integer in [1, 9223372036854775807]");
     expect_bad("alloc:0:-3", "K '-3'");
     expect_bad("alloc:0:1e3", "K '1e3'");
     expect_bad("alloc:0:3 ", "K '3 '");

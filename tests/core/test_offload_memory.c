@@ -44,10 +44,7 @@ static void after_step(t_ctx *x, int step, void *arg)
     if (!h || strcmp(h->ops->name, "nvme"))
         return;
     zc__opt_home_nvme_info(h, &pr->info[x->rank]);
-    char path[700];
-    snprintf(path, sizeof path, "%s/zeroc-r%d-optimizer.swp", pr->info[x->rank].dir, x->rank);
-    struct stat sb;
-    pr->file_bytes_on_disk[x->rank] = stat(path, &sb) == 0 ? (int64_t)sb.st_size : -1;
+    pr->file_bytes_on_disk[x->rank] = pr->info[x->rank].file0_size;
 }
 
 static t_run *run_acc(int stage, int world, int accum, const char *offload, const char *json,

@@ -157,10 +157,11 @@ Test(device_host, allocator_counts_and_fault_injection)
 }
 
 /* The stream-ordered forms the engine uses for one host wait per step:
- * sumsq_async equals sumsq bitwise and leaves each block's partial in the
- * scratch; nonfinite_async ORs into a flag and never clears it. The host
- * backend runs them at once, so events are complete and a non-blocking
- * stream is as good as any. */
+ * sumsq_async equals sumsq bitwise, with a scratch of one double per
+ * ZC_SUMSQ_FANIN blocks; nonfinite_async ORs into a flag and never clears
+ * it. The host backend runs them at once, so events are complete and a
+ * non-blocking stream is as good as any. (The order itself:
+ * test_sumsq_tile.c.) */
 Test(device_host, stream_ordered_forms)
 {
     zc_device *d = zc__device_host();
@@ -169,24 +170,25 @@ Test(device_host, stream_ordered_forms)
     uint64_t s = 5;
     for (int i = 0; i < N; i++)
         x[i] = t_rand_range(&s, -3, 3);
-    cr_assert_eq(zc__sumsq_scratch_elems(N), 3);
+    cr_assert_eq(zc__sumsq_scratch_elems(N), 1);
     cr_assert_eq(zc__sumsq_scratch_elems(0), 0);
-    cr_assert_eq(zc__sumsq_scratch_elems(ZC_SUMSQ_BLOCK), 1);
+    cr_assert_eq(zc__sumsq_scratch_elems((size_t)ZC_SUMSQ_FANIN * ZC_SUMSQ_BLOCK), 1);
+    cr_assert_eq(zc__sumsq_scratch_elems((size_t)ZC_SUMSQ_FANIN * ZC_SUMSQ_BLOCK + 1), 2);
 
     void *st = NULL, *ev = NULL;
     cr_assert_eq(d->ops->stream_create_nonblocking(d, &st), ZC_OK);
     cr_assert_not_null(st);
-    double scratch[3] = {-1, -1, -1}, out = -1, want = -2;
+    double scratch[1] = {-1}, out = -1, want = -2;
     cr_assert_eq(d->ops->sumsq_async(d, x, ZC_DTYPE_F32, N, scratch, &out, st), ZC_OK);
     cr_assert_eq(d->ops->sumsq(d, x, ZC_DTYPE_F32, N, &want, st), ZC_OK);
     cr_assert(memcmp(&out, &want, sizeof out) == 0, "async %a vs sumsq %a", out, want);
-    /* Each partial is its block's sum of squares, added in index order. */
-    for (int b = 0; b < 3; b++) {
-        double p = 0.0;
-        for (int i = b * ZC_SUMSQ_BLOCK; i < N && i < (b + 1) * ZC_SUMSQ_BLOCK; i++)
-            p += (double)x[i] * (double)x[i];
-        cr_assert(memcmp(&p, &scratch[b], sizeof p) == 0, "block %d: %a vs %a", b, scratch[b], p);
-    }
+    /* Three blocks, one run: the partials added left to right. */
+    double p[3] = {0, 0, 0};
+    for (int i = 0; i < N; i++)
+        p[i / ZC_SUMSQ_BLOCK] += (double)x[i] * (double)x[i];
+    double plain = (p[0] + p[1]) + p[2];
+    cr_assert(memcmp(&plain, &want, sizeof want) == 0, "sumsq %a, blocks in order %a", want,
+              plain);
     cr_assert_eq(d->ops->sumsq_async(d, x, ZC_DTYPE_F32, 0, NULL, &out, st), ZC_OK);
     cr_assert(out == 0.0 && !signbit(out));
     cr_assert_eq(d->ops->sumsq_async(d, x, ZC_DTYPE_I32, N, scratch, &out, st),

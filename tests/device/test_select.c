@@ -218,3 +218,22 @@ Test(device_select, agrees_with_the_bootstrap_launcher)
     }
     t_assert_no_leaks();
 }
+
+/* The public resolver of device_index (zc_cuda_device_index): argument
+ * checks first, then, on a machine without a usable CUDA device (or a build
+ * without CUDA), ZC_ERR_UNSUPPORTED and -1, whatever the launcher says. */
+Test(device_select, public_resolver_without_a_device)
+{
+    cr_assert_eq(zc_cuda_device_index(0, NULL), ZC_ERR_INVALID_ARG);
+    int ord = 7;
+    cr_assert_eq(zc_cuda_device_index(-2, &ord), ZC_ERR_INVALID_ARG);
+    cr_assert_eq(ord, -1);
+    if (zc__device_cuda_count() > 0)
+        cr_skip_test("a CUDA device is visible: tests/gpu covers the resolver there");
+    setenv("LOCAL_RANK", "1", 1);
+    ord = 7;
+    cr_assert_eq(zc_cuda_device_index(-1, &ord), ZC_ERR_UNSUPPORTED);
+    cr_assert_eq(ord, -1);
+    cr_assert(strstr(zc_last_error(), "zc_cuda_device_index"), "%s", zc_last_error());
+    cr_assert_eq(zc_cuda_device_index(0, &ord), ZC_ERR_UNSUPPORTED);
+}

@@ -16,11 +16,13 @@
 
 #include "model.h"
 #include "model_cuda.h"
+#include "require_gpu.h"
 
 Test(gpt_cuda, whole_model_matches_cpu)
 {
     int ndev = 0;
-    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) cr_skip_test("no CUDA device");
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0)
+        gpu_unavailable("no CUDA device");
     gpt_config c = {.vocab = 256, .seq = 16, .layers = 2, .heads = 4, .dim = 32};
     const int B = 3, N = B * c.seq, nt = gpt_num_tensors(&c);
     const size_t np = gpt_num_params(&c);

@@ -196,6 +196,90 @@ Test(gpt_layers, attention)
     check_grad("attention", at_loss, &ctx, x, g, AT_NQ);
 }
 
+/* Sequences longer than one block of query rows (attention_cpu.c works on
+ * blocks of up to 64 rows, fewer past T = 256): the block edges, the keys a
+ * block sees and the causal zeros inside a block's last columns. */
+typedef struct { int B, T, C, NH; const double *R; } atl_ctx;
+
+static double atl_loss(const double *x, void *ctx)
+{
+    const atl_ctx *c = ctx;
+    const int no = c->B * c->T * c->C;
+    double *out = malloc(sizeof(double) * (size_t)no);
+    ref_attention(out, x, c->B, c->T, c->C, c->NH);
+    double l = dot(out, c->R, no);
+    free(out);
+    return l;
+}
+
+static void check_long_attention(int B, int T, int C, int NH, uint64_t seed)
+{
+    const int nq = B * T * 3 * C, no = B * T * C;
+    double *x = malloc(sizeof(double) * (size_t)nq), *R = malloc(sizeof(double) * (size_t)no);
+    double *want = malloc(sizeof(double) * (size_t)no);
+    float *xf = malloc(sizeof(float) * (size_t)nq), *Rf = malloc(sizeof(float) * (size_t)no);
+    float *out = malloc(sizeof(float) * (size_t)no), *g = malloc(sizeof(float) * (size_t)nq);
+    float *att = malloc(sizeof(float) * (size_t)B * NH * T * T);
+    uint64_t s = seed;
+    fill(x, xf, nq, &s, 1.5);
+    fill(R, Rf, no, &s, 1.0);
+    gpt_attention_forward(out, att, xf, B, T, C, NH);
+    ref_attention(want, x, B, T, C, NH);
+    check_close("long attention", out, want, no);
+    for (int r = 0; r < B * NH; r++)
+        for (int t = 0; t < T; t++) {
+            double sum = 0;
+            for (int u = 0; u < T; u++) {
+                float p = att[((size_t)r * T + t) * T + u];
+                if (u > t) cr_assert_eq(p, 0.0f, "att[%d][%d][%d] above the diagonal", r, t, u);
+                sum += p;
+            }
+            cr_assert_leq(fabs(sum - 1.0), 1e-5, "row %d of head %d sums to %.8g", t, r, sum);
+        }
+    prefill(g, nq);
+    gpt_attention_backward(g, Rf, xf, att, B, T, C, NH);
+    unprefill(g, nq);
+    atl_ctx ctx = {B, T, C, NH, R};
+    check_grad("long attention", atl_loss, &ctx, x, g, nq);
+    free(x); free(R); free(want); free(xf); free(Rf); free(out); free(g); free(att);
+}
+
+Test(gpt_layers, attention_over_several_row_blocks)
+{
+    check_long_attention(2, 70, 8, 2, 31); /* blocks of 64 and 6 rows */
+    check_long_attention(1, 300, 2, 1, 32); /* 54-row blocks, the last of 30 */
+}
+
+/* GELU over the range where tanh saturates and around 0, with more values
+ * than a vector holds (the vector loop and its remainder). */
+enum { GW_N = 203 };
+
+static double gw_loss(const double *x, void *ctx)
+{
+    double out[GW_N];
+    ref_gelu(out, x, GW_N);
+    return dot(out, ctx, GW_N);
+}
+
+Test(gpt_layers, gelu_wide_range)
+{
+    uint64_t s = 33;
+    double x[GW_N], want[GW_N], R[GW_N];
+    float xf[GW_N], Rf[GW_N], out[GW_N], g[GW_N];
+    for (int i = 0; i < GW_N; i++) {
+        x[i] = (float)(-12.0 + 24.0 * i / (GW_N - 1));
+        xf[i] = (float)x[i];
+    }
+    fill(R, Rf, GW_N, &s, 1.0);
+    gpt_gelu_forward(out, xf, GW_N);
+    ref_gelu(want, x, GW_N);
+    check_close("gelu (wide)", out, want, GW_N);
+    prefill(g, GW_N);
+    gpt_gelu_backward(g, xf, Rf, GW_N);
+    unprefill(g, GW_N);
+    check_grad("gelu (wide)", gw_loss, R, x, g, GW_N);
+}
+
 /* ---- embedding ------------------------------------------------------------ */
 
 enum { EM_B = 2, EM_T = 3, EM_C = 4, EM_V = 5, EM_NX = EM_V * EM_C + EM_T * EM_C,
@@ -255,4 +339,25 @@ Test(gpt_layers, softmax_xent)
                   "loss %.8g, the reference %.8g", loss, ref_xent(x, ctx.tgt, XE_N, XE_V));
     gpt_softmax_xent_backward(g, probs, ctx.tgt, XE_N, XE_V, 1.0f / XE_N);
     check_grad("softmax_xent", xe_loss, &ctx, x, g, XE_N * XE_V);
+}
+
+/* A vocabulary wider than a vector, logits spread over +-20 (probabilities
+ * down to e^-40 relative): the vectorised exp and sums. */
+enum { XW_N = 3, XW_V = 301 };
+
+static double xw_loss(const double *x, void *ctx) { return ref_xent(x, ctx, XW_N, XW_V); }
+
+Test(gpt_layers, softmax_xent_wide_vocabulary)
+{
+    uint64_t s = 34;
+    int tgt[XW_N] = {0, 150, 300};
+    static double x[XW_N * XW_V];
+    static float probs[XW_N * XW_V], g[XW_N * XW_V];
+    fill(x, probs, XW_N * XW_V, &s, 20.0);
+    double loss = gpt_softmax_xent_forward(probs, tgt, XW_N, XW_V);
+    double want = ref_xent(x, tgt, XW_N, XW_V);
+    cr_assert_leq(fabs(loss - want), 1e-5 * (1 + want), "loss %.8g, the reference %.8g", loss,
+                  want);
+    gpt_softmax_xent_backward(g, probs, tgt, XW_N, XW_V, 1.0f / XW_N);
+    check_grad("softmax_xent (wide)", xw_loss, tgt, x, g, XW_N * XW_V);
 }

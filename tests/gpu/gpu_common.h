@@ -1,5 +1,6 @@
 /* Shared by the GPU suite: opening the CUDA device or skipping with the
- * reason, and comparing 16-bit values in units in the last place. */
+ * reason (failing under ZC_REQUIRE_GPU=1, tests/require_gpu.h), and
+ * comparing 16-bit values in units in the last place. */
 #ifndef ZC_TESTS_GPU_COMMON_H
 #define ZC_TESTS_GPU_COMMON_H
 
@@ -7,12 +8,14 @@
 #include <stdint.h>
 
 #include "device/device.h"
+#include "require_gpu.h"
 
-/* Opens CUDA device 0, or skips the test saying why there is none. */
+/* Opens CUDA device 0, or skips the test saying why there is none (fails it
+ * under ZC_REQUIRE_GPU=1). */
 #define g_open_or_skip(devp)                                                                   \
     do {                                                                                       \
         if (zc__device_open(ZC_DEVICE_CUDA, 0, (devp)) != ZC_OK)                               \
-            cr_skip_test("no CUDA device: %s", zc_last_error());                               \
+            gpu_unavailable("no CUDA device: %s", zc_last_error());                            \
     } while (0)
 
 /* Distance between two fp16 or bf16 bit patterns on the monotonic integer

@@ -40,13 +40,17 @@ static void *busy_nonblocking_stream(zc_device *d)
 
 /* H2D, scale, D2H on a busy non-blocking stream: ordered on that stream
  * alone, the result arrives after stream_sync, and the event recorded after
- * the work is not complete while the stream is still busy. */
+ * the work is not complete while the stream is still busy. Both host
+ * buffers are pinned: a copy from pageable memory may be staged
+ * synchronously, waiting out the stream's sleep before it returns, and the
+ * event would then be complete by chance. */
 Test(gpu_device, nonblocking_caller_stream_orders_its_own_work)
 {
     zc_device *d;
     g_open_or_skip(&d);
     const size_t n = (1 << 18) + 7;
-    float *h = malloc(n * 4), *got = NULL;
+    float *h = NULL, *got = NULL;
+    cr_assert_eq(cudaMallocHost((void **)&h, n * 4), cudaSuccess);
     cr_assert_eq(cudaMallocHost((void **)&got, n * 4), cudaSuccess);
     for (size_t i = 0; i < n; i++) {
         h[i] = (float)(i % 1000) * 0.5f;
@@ -75,7 +79,7 @@ Test(gpu_device, nonblocking_caller_stream_orders_its_own_work)
     d->ops->stream_destroy(d, s);
     d->ops->free(d, NULL, ZC_MEM_BUFFERS, x, n * 4);
     cudaFreeHost(got);
-    free(h);
+    cudaFreeHost(h);
     d->ops->destroy(d);
     t_assert_no_leaks();
 }
@@ -294,7 +298,7 @@ Test(gpu_device, device_index_minus_one_follows_each_launcher)
 {
     int count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess || count < 1)
-        cr_skip_test("no CUDA device");
+        gpu_unavailable("no CUDA device");
     static const char *const local_vars[] = {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
                                              "MPI_LOCALRANKID", "MV2_COMM_WORLD_LOCAL_RANK",
                                              "SLURM_LOCALID"};
@@ -304,6 +308,10 @@ Test(gpu_device, device_index_minus_one_follows_each_launcher)
         for (int i = 0; launcher_vars[i]; i++)
             unsetenv(launcher_vars[i]);
         setenv(local_vars[k], val, 1);
+        int ord = -1; /* the public resolver a program selects its GPU with */
+        cr_assert_eq(zc_cuda_device_index(-1, &ord), ZC_OK, "%s", zc_last_error());
+        cr_assert_eq(ord, count - 1, "%s=%s: zc_cuda_device_index gave %d", local_vars[k], val,
+                     ord);
         zc_device *d = NULL;
         cr_assert_eq(zc__device_open(ZC_DEVICE_CUDA, -1, &d), ZC_OK, "%s: %s", local_vars[k],
                      zc_last_error());

@@ -238,7 +238,7 @@ Test(gpu_engine, cuda_equals_host_fp16_with_skip, .timeout = 600) { equivalence(
 Test(gpu_engine, nccl_one_rank_equals_host, .timeout = 600)
 {
     if (!ZC_HAVE_NCCL)
-        cr_skip_test("no NCCL in this build");
+        gpu_unavailable("no NCCL in this build");
     zc_device *probe;
     g_open_or_skip(&probe);
     probe->ops->destroy(probe);

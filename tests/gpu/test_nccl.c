@@ -106,7 +106,7 @@ Test(gpu_nccl, srun_task_with_its_own_gpu_binds_the_same_device)
     setenv("SLURM_LOCALID", "3", 1);
     zc_device *d;
     if (zc__device_open(ZC_DEVICE_CUDA, -1, &d) != ZC_OK)
-        cr_skip_test("no CUDA device: %s", zc_last_error());
+        gpu_unavailable("no CUDA device: %s", zc_last_error());
     cr_assert_eq(d->index, 0);
     zc_comm *c;
     cr_assert_eq(zc_comm_init_env(&c), ZC_OK, "%s", zc_last_error());
@@ -279,7 +279,9 @@ Test(gpu_nccl, watchdog_times_a_stalled_group, .timeout = 60)
 Test(gpu_nccl, rank_skipping_a_collective_is_an_error, .timeout = 120)
 {
     int ndev = 0;
-    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 2)
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1)
+        gpu_unavailable("no CUDA device");
+    if (ndev < 2) /* a skip even under ZC_REQUIRE_GPU=1: one GPU cannot run it */
         cr_skip_test("no CUDA device pair: needs 2 GPUs (found %d); NCCL before 2.30 refuses two "
                      "ranks on one GPU", ndev);
     const char *helper = getenv("ZC_NCCL_HELPER");
@@ -295,4 +297,43 @@ Test(gpu_nccl, rank_skipping_a_collective_is_an_error, .timeout = 120)
     cr_assert_eq(p[0].status, 0, "rank 0 exit %d: %s", p[0].status, e0);
     const char *e1 = t_rank_stderr(&p[1]);
     cr_assert_eq(p[1].status, 0, "rank 1 exit %d: %s", p[1].status, e1);
+}
+
+/* The communicator works on its own GPU without moving the caller: a thread
+ * on cuda:1 that creates a rank on cuda:0 (LOCAL_RANK=0), runs a collective
+ * and destroys the rank is still on cuda:1 after each call. Needs two GPUs
+ * (with one, both devices are the same). */
+Test(gpu_nccl, calls_leave_the_caller_on_its_device, .timeout = 120)
+{
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1)
+        gpu_unavailable("no CUDA device");
+    if (ndev < 2) /* a skip even under ZC_REQUIRE_GPU=1: one GPU cannot run it */
+        cr_skip_test("needs 2 GPUs (found %d): with one the caller's device is the rank's", ndev);
+    cr_assert_eq(cudaSetDevice(1), cudaSuccess);
+    cr_assert_eq(cudaFree(NULL), cudaSuccess); /* the caller's own context on cuda:1 */
+    zc_device *d;
+    one_rank_env(); /* LOCAL_RANK=0: the rank lives on cuda:0 */
+    cr_assert_eq(zc__device_open(ZC_DEVICE_CUDA, 0, &d), ZC_OK, "%s", zc_last_error());
+    cr_assert_eq(cudaSetDevice(1), cudaSuccess); /* opening the device moved us; start over */
+    zc_comm *c;
+    int cur = -1;
+    cr_assert_eq(zc_comm_init_env(&c), ZC_OK, "%s", zc_last_error());
+    cr_assert_eq(cudaGetDevice(&cur), cudaSuccess);
+    cr_assert_eq(cur, 1, "zc_comm_init_env left the caller on cuda:%d", cur);
+    cr_assert_eq(c->ops->bind_device(c, d), ZC_OK, "%s", zc_last_error());
+    float *a = NULL;
+    cr_assert_eq(d->ops->alloc(d, NULL, ZC_MEM_BUFFERS, 64 * 4, "a", (void **)&a), ZC_OK);
+    cr_assert_eq(cudaSetDevice(1), cudaSuccess);
+    cr_assert_eq(zc__all_reduce(c, a, a, 64, ZC_DTYPE_F32, ZC_RED_SUM, NULL), ZC_OK, "%s",
+                 zc_last_error());
+    cr_assert_eq(cudaGetDevice(&cur), cudaSuccess);
+    cr_assert_eq(cur, 1, "a collective left the caller on cuda:%d", cur);
+    cr_assert_eq(zc__barrier(c), ZC_OK, "%s", zc_last_error());
+    zc_comm_destroy(c);
+    cr_assert_eq(cudaGetDevice(&cur), cudaSuccess);
+    cr_assert_eq(cur, 1, "zc_comm_destroy left the caller on cuda:%d", cur);
+    d->ops->free(d, NULL, ZC_MEM_BUFFERS, a, 64 * 4);
+    d->ops->destroy(d);
+    t_assert_no_leaks();
 }

@@ -104,12 +104,19 @@ static void count_part(void *arg, int part, int nparts)
 
 Test(optim_pool, cpu_threads_override_and_restart)
 {
+    int n = 0;
     setenv("ZC_CPU_THREADS", "3", 1);
-    cr_assert_eq(zc__pool_default_threads(), 3);
+    cr_assert_eq(zc__pool_default_threads(&n), ZC_OK);
+    cr_assert_eq(n, 3);
     setenv("ZC_CPU_THREADS", "many", 1);
-    cr_assert_eq(zc__pool_default_threads(), zc__pool_physical_cores(),
-                 "a bad ZC_CPU_THREADS falls back to the core count");
+    n = -1;
+    cr_assert_eq(zc__pool_default_threads(&n), ZC_ERR_CONFIG,
+                 "a bad ZC_CPU_THREADS is an error, not the core count");
+    cr_assert_eq(n, -1);
+    cr_assert(strstr(zc_last_error(), "ZC_CPU_THREADS='many'"), "%s", zc_last_error());
     unsetenv("ZC_CPU_THREADS");
+    cr_assert_eq(zc__pool_default_threads(&n), ZC_OK);
+    cr_assert_eq(n, zc__pool_physical_cores());
     cr_assert_geq(zc__pool_physical_cores(), 1);
 
     /* The pool restarts after a shutdown and runs every part exactly once. */

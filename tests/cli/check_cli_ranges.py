@@ -1,0 +1,211 @@
+#!/usr/bin/env python3
+"""The command line's ranges are the ones it accepts, and its exit status
+tells the truth (issue 25, item 6):
+
+- `zeroc estimate` accepts exactly the ranges its --help states: every flag
+  at the top of its stated range answers (exit 0, one JSON line per
+  configuration, the figures integers or, past 2^63 bytes, numbers), one
+  past the top is a usage error naming the flag and the range. The top of
+  --params is 2^20 chunks; the run is bounded by a generous timeout only
+  (the plan was quadratic in the chunks: --params 1T took a minute and the
+  top would take hours), never timed.
+- `zeroc bench train` exits 1 when every configuration failed, with the
+  reasons in results.jsonl; 0 while any ran (tests/cli/check_bench_train.py).
+- train_mlp's --nvme-path refuses an empty entry wherever it is ("DIR,",
+  ",DIR", "A,,B", "", ",").
+
+Usage: check_cli_ranges.py ZEROC TRAIN_MLP. Prints TAP.
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+RESULTS = []
+
+
+def check(name, problems):
+    RESULTS.append((name, problems))
+    n = len(RESULTS)
+    if problems:
+        print("not ok %d - %s\n#   %s" % (n, name, "\n#   ".join(problems)))
+    else:
+        print("ok %d - %s" % (n, name))
+
+
+def run(cmd, timeout=300, **kw):
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kw)
+
+
+def value(text):
+    """'2^44' or '65536' as an int."""
+    m = re.fullmatch(r"2\^(\d+)", text)
+    return 1 << int(m.group(1)) if m else int(text)
+
+
+def stated_ranges(zeroc):
+    """The ranges `zeroc estimate --help` states, by flag (and --model part)."""
+    p = run([zeroc, "estimate", "--help"])
+    h = " ".join(p.stdout.split())
+    out = {}
+    m = re.search(r"--params N .*? N in \[1, ([^\]]+)\]", h)
+    out["--params"] = value(m.group(1)) if m else None
+    for flag in ("--world W", "--gpus-per-node G", "--micro-batch B"):
+        m = re.search(re.escape(flag) + r" [^\[]*\[1, ([^\]]+)\]", h)
+        out[flag.split()[0]] = value(m.group(1)) if m else None
+    for part in ("LAYERS", "DIM", "HEADS", "SEQ", "VOCAB"):
+        m = re.search(part + r" in \[1, ([^\]]+)\]", h)
+        out[part] = value(m.group(1)) if m else None
+    return out
+
+
+def estimate_rows(p, problems, want_params=None):
+    if p.returncode != 0:
+        problems.append("exit %d: %s" % (p.returncode, p.stderr.strip()[:300]))
+        return []
+    try:
+        rows = [json.loads(line) for line in p.stdout.splitlines() if line]
+    except ValueError as e:
+        problems.append("not JSON lines: %s" % e)
+        return []
+    if len(rows) != 16:
+        problems.append("%d configurations, want 16" % len(rows))
+    for r in rows:
+        for k, v in list(r["bytes"].items()) + [("activations", r["activations"])]:
+            if not isinstance(v, (int, float)) or v < 0:
+                problems.append("stage %d: %s is %r" % (r["stage"], k, v))
+        if want_params is not None and r["params"] != want_params:
+            problems.append("params %r, want %d" % (r["params"], want_params))
+    return rows
+
+
+def estimate_ranges(zeroc):
+    rng = stated_ranges(zeroc)
+    missing = [k for k, v in rng.items() if v is None]
+    check("--help states every range", ["no range for %s" % k for k in missing])
+    if missing:
+        return
+    top_model = "gpt:%d,%d,%d,%d,%d" % (rng["LAYERS"], rng["DIM"], rng["HEADS"], rng["SEQ"],
+                                        rng["VOCAB"])
+    # The tops, alone and together.
+    cases = [
+        ("--params at the top", ["--params", str(rng["--params"]), "--world", "1"],
+         rng["--params"]),
+        ("--params at the top, every flag at the top",
+         ["--params", str(rng["--params"]), "--world", str(rng["--world"]), "--gpus-per-node",
+          str(rng["--gpus-per-node"]), "--micro-batch", str(rng["--micro-batch"])],
+         rng["--params"]),
+        ("--params 1T", ["--params", "1T", "--world", "8"], 1 << 40),
+        ("--model at the top", ["--model", top_model, "--world", "1"], None),
+        ("--model at the top, every flag at the top, per-block chunks, host",
+         ["--model", top_model, "--world", str(rng["--world"]), "--gpus-per-node",
+          str(rng["--gpus-per-node"]), "--micro-batch", str(rng["--micro-batch"]),
+          "--chunks", "per-block", "--device", "host"], None),
+        ("--model at the top, fp32", ["--model", top_model, "--world", "64", "--dtype", "fp32",
+                                      "--micro-batch", str(rng["--micro-batch"])], None),
+    ]
+    for name, args, params in cases:
+        problems = []
+        p = run([zeroc, "estimate", "--json"] + args)
+        rows = estimate_rows(p, problems, params)
+        if rows and "--micro-batch" in args and "--model" in args and \
+                not any(isinstance(r["activations"], float) for r in rows):
+            problems.append("the activations of the top micro-batch fit 2^63 bytes: the case "
+                            "does not reach what it means to")
+        check(name, problems)
+    # One past each top: a usage error naming the flag and the stated range.
+    past = [("--params", ["--params", str(rng["--params"] + 1), "--world", "1"],
+             "[1, %d]" % rng["--params"]),
+            ("--world", ["--params", "10", "--world", str(rng["--world"] + 1)],
+             "[1, %d]" % rng["--world"]),
+            ("--gpus-per-node", ["--params", "10", "--world", "1", "--gpus-per-node",
+                                 str(rng["--gpus-per-node"] + 1)],
+             "[1, %d]" % rng["--gpus-per-node"]),
+            ("--micro-batch", ["--params", "10", "--world", "1", "--micro-batch",
+                               str(rng["--micro-batch"] + 1)], "[1, %d]" % rng["--micro-batch"])]
+    for i, part in enumerate(("LAYERS", "DIM", "HEADS", "SEQ", "VOCAB")):
+        v = [rng[k] for k in ("LAYERS", "DIM", "HEADS", "SEQ", "VOCAB")]
+        v[i] += 1
+        if part == "HEADS":
+            v[1] = rng["HEADS"] + 1  # a DIM it divides, so the range is what is refused
+        past.append(("--model " + part, ["--model", "gpt:%d,%d,%d,%d,%d" % tuple(v),
+                                         "--world", "1"], "--model %s" % part))
+    for flag, args, want in past:
+        p = run([zeroc, "estimate"] + args)
+        problems = []
+        if p.returncode != 2:
+            problems.append("exit %d, want 2 (usage): %s" % (p.returncode, p.stderr.strip()))
+        elif want not in p.stderr or "out of range" not in p.stderr:
+            problems.append("message %r does not give %r" % (p.stderr.strip(), want))
+        check("one past the top of %s is refused" % flag, problems)
+
+
+WORKLOAD = """#!%s
+import sys
+sys.stderr.write("a stand-in workload refuses every configuration\\n")
+sys.exit(1)
+"""
+
+
+def bench_all_failed(zeroc, tmp):
+    wl = os.path.join(tmp, "refuse.py")
+    with open(wl, "w") as f:
+        f.write(WORKLOAD % sys.executable)
+    os.chmod(wl, 0o700)
+    out = os.path.join(tmp, "bench")
+    p = run([zeroc, "bench", "train", "--out", out, "--workload", wl, "--only", "stage=0,1",
+             "--only", "offload_optimizer=none", "--steps", "2", "--warmup", "1", "--timeout",
+             "60"])
+    problems = []
+    if p.returncode != 1:
+        problems.append("exit %d, want 1: %s" % (p.returncode, p.stderr.strip()[-400:]))
+    if "every one of the 2 configurations failed" not in p.stderr:
+        problems.append("stderr does not say so: %r" % p.stderr[-400:])
+    try:
+        with open(os.path.join(out, "results.jsonl")) as f:
+            rows = [json.loads(x) for x in f if x.strip()]
+        if [r["status"] for r in rows] != ["failed", "failed"] or \
+                any("refuses every configuration" not in r.get("reason", "") for r in rows):
+            problems.append("results.jsonl: %r" % rows)
+    except (OSError, ValueError) as e:
+        problems.append("results.jsonl: %s" % e)
+    left = [n for n in os.listdir(out) if n.startswith("zeroc-bench-train.")] \
+        if os.path.isdir(out) else []
+    if left:
+        problems.append("its work directory is left: %s" % left)
+    check("bench train: every configuration failed is exit 1", problems)
+
+
+def nvme_path_entries(train_mlp, tmp):
+    d = os.path.join(tmp, "swap")
+    os.makedirs(d, exist_ok=True)
+    for arg in (d + ",", "," + d, d + ",," + d, "", ",", d + ",,"):
+        p = run([train_mlp, "--stage", "2", "--offload-optimizer", "nvme", "--nvme-path", arg,
+                 "--steps", "1"], timeout=120)
+        problems = []
+        if p.returncode != 2 or "--nvme-path" not in p.stderr or "empty" not in p.stderr:
+            problems.append("exit %d: %s" % (p.returncode, p.stderr.strip()[-300:]))
+        if os.listdir(d):
+            problems.append("files left in the swap directory: %s" % os.listdir(d))
+        check("train_mlp --nvme-path %r is refused" % arg, problems)
+    os.makedirs(d + "2", exist_ok=True)
+    p = run([train_mlp, "--stage", "2", "--offload-optimizer", "nvme", "--nvme-path",
+             d + "," + d + "2", "--steps", "1"], timeout=300)
+    check("train_mlp --nvme-path A,B runs",
+          [] if p.returncode == 0 else ["exit %d: %s" % (p.returncode, p.stderr[-300:])])
+
+
+def main():
+    zeroc, train_mlp = sys.argv[1], sys.argv[2]
+    with tempfile.TemporaryDirectory(prefix="zc-ranges-") as tmp:
+        estimate_ranges(zeroc)
+        bench_all_failed(zeroc, tmp)
+        nvme_path_entries(train_mlp, tmp)
+    print("1..%d" % len(RESULTS))
+    return 1 if any(p for _, p in RESULTS) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
