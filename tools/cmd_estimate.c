@@ -315,14 +315,23 @@ static int plan_row(const opts *o, const zc_config *cfg, int stage, int off, int
 {
     const model *m = &o->m;
     const size_t pesz = dtype == ZC_DTYPE_F32 ? 4 : 2;
-    int64_t bucket = cfg->zero.reduce_bucket_size;
-    if (bucket <= 0 || bucket > ZC_CHUNK_CAP_ELEMS)
-        bucket = ZC_CHUNK_CAP_ELEMS; /* layout.c's size_from_model */
+    int64_t cap = 0;
+    bool forced = false;
+    if (zc__chunk_cap_env(&cap, &forced) != ZC_OK) {
+        fprintf(stderr, "zeroc estimate: %s\n", zc_last_error());
+        return 2;
+    }
+    /* layout.c's size_from_model */
+    const int64_t bucket = zc__bucket_elems(0, cfg->zero.reduce_bucket_size, cap, forced);
     int64_t *padded = calloc((size_t)m->n, sizeof *padded);
     bool *pers = calloc((size_t)m->n, sizeof *pers);
-    if (!padded || !pers) {
+    /* With a boundary before each block, the units of the stage-2/3
+     * gradient pool are the blocks (zc__grad_pool_plan). */
+    bool *units = o->per_block ? calloc((size_t)m->n, sizeof *units) : NULL;
+    if (!padded || !pers || (o->per_block && !units)) {
         free(padded);
         free(pers);
+        free(units);
         fprintf(stderr, "zeroc estimate: out of memory\n");
         return 1;
     }
@@ -344,6 +353,8 @@ static int plan_row(const opts *o, const zc_config *cfg, int stage, int off, int
             if (i == m->n)
                 break;
             nc++;
+            if (units)
+                units[nc] = boundary;
             cur = 0;
             big = 0;
         }
@@ -363,7 +374,7 @@ static int plan_row(const opts *o, const zc_config *cfg, int stage, int off, int
                       zc__nvme_path_count(cfg->zero.offload_optimizer.nvme_path),
         .max_live = max_live,
         .prefetch_elems = cfg->zero.prefetch_bucket_size > 0 ? cfg->zero.prefetch_bucket_size : 0,
-        .nchunks = nc + 1, .padded = padded, .persistent = pers,
+        .nchunks = nc + 1, .padded = padded, .persistent = pers, .unit_start = units,
         .poffload = poff,
         .pbuffer_count = cfg->zero.offload_param.buffer_count,
         .max_in_cpu = cfg->zero.offload_param.max_in_cpu,
@@ -373,6 +384,7 @@ static int plan_row(const opts *o, const zc_config *cfg, int stage, int off, int
     zc_status rc = zc__estimate(&in, &r->est);
     free(padded);
     free(pers);
+    free(units);
     if (rc != ZC_OK) {
         fprintf(stderr, "zeroc estimate: stage %d offload_optimizer %s offload_param %s: %s\n",
                 stage, off_name(off), off_name(poff), zc_last_error());

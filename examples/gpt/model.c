@@ -128,9 +128,14 @@ static bool mul3(size_t a, size_t b, size_t c, size_t *out)
     return !__builtin_mul_overflow(a, b, out) && !__builtin_mul_overflow(*out, c, out);
 }
 
-bool gpt_acts_create(gpt_acts *a, const gpt_config *c, int B, char *err, size_t errlen)
+/* The buffers of gpt_acts_create for B sequences: where each goes and how
+ * many floats it holds (one table, so gpt_acts_bytes cannot drift from
+ * what is allocated). Returns how many, or 0 when a size overflows. */
+typedef struct acts_slot { float **p; size_t n; } acts_slot;
+enum { ACTS_SLOTS = 25 };
+
+static int acts_table(gpt_acts *a, const gpt_config *c, int B, acts_slot t[ACTS_SLOTS])
 {
-    memset(a, 0, sizeof *a);
     const size_t L = (size_t)c->layers, C = (size_t)c->dim, T = (size_t)c->seq;
     size_t N, NC, att, NV, widest;
     /* widest: the largest per-layer buffer (4 N C, the MLP) over every layer,
@@ -138,14 +143,10 @@ bool gpt_acts_create(gpt_acts *a, const gpt_config *c, int B, char *err, size_t 
     if (B < 1 || !mul3((size_t)B, T, 1, &N) || !mul3(N, C, 4, &NC) ||
         !mul3((size_t)B * c->heads, T, T, &att) || !mul3(N, (size_t)c->vocab, 1, &NV) ||
         !mul3(att, L, sizeof(float), &att) || !mul3(NC, L + 1, sizeof(float), &widest) ||
-        NC > INT32_MAX || NV > INT32_MAX) {
-        snprintf(err, errlen, "batch %d x seq %zu is too large for this model", B, T);
-        return false;
-    }
+        NC > INT32_MAX || NV > INT32_MAX)
+        return 0;
     NC /= 4;
-    a->B = B;
-    a->T = c->seq;
-    struct { float **p; size_t n; } t[] = {
+    const acts_slot all[ACTS_SLOTS] = {
         {&a->res, (L + 1) * NC}, {&a->ln1, L * NC}, {&a->ln1_mean, L * N}, {&a->ln1_rstd, L * N},
         {&a->qkv, L * 3 * NC}, {&a->att, att / sizeof(float)}, {&a->atty, L * NC},
         {&a->res2, L * NC}, {&a->ln2, L * NC}, {&a->ln2_mean, L * N}, {&a->ln2_rstd, L * N},
@@ -153,7 +154,34 @@ bool gpt_acts_create(gpt_acts *a, const gpt_config *c, int B, char *err, size_t 
         {&a->lnf_rstd, N}, {&a->probs, NV}, {&a->dres, NC}, {&a->dres2, NC}, {&a->dln, NC},
         {&a->datty, NC}, {&a->dqkv, 3 * NC}, {&a->dfch, 4 * NC}, {&a->dfch_gelu, 4 * NC},
         {&a->dlogits, NV}};
-    for (size_t k = 0; k < sizeof t / sizeof t[0]; k++) {
+    memcpy(t, all, sizeof all);
+    return ACTS_SLOTS;
+}
+
+bool gpt_acts_bytes(const gpt_config *c, int B, uint64_t *bytes)
+{
+    gpt_acts a;
+    acts_slot t[ACTS_SLOTS];
+    const int n = acts_table(&a, c, B, t);
+    uint64_t sum = 0;
+    for (int k = 0; k < n; k++)
+        if (__builtin_add_overflow(sum, (uint64_t)t[k].n, &sum))
+            return false;
+    return n > 0 && !__builtin_mul_overflow(sum, (uint64_t)sizeof(float), bytes);
+}
+
+bool gpt_acts_create(gpt_acts *a, const gpt_config *c, int B, char *err, size_t errlen)
+{
+    memset(a, 0, sizeof *a);
+    acts_slot t[ACTS_SLOTS];
+    const int n = acts_table(a, c, B, t);
+    if (n == 0) {
+        snprintf(err, errlen, "batch %d x seq %d is too large for this model", B, c->seq);
+        return false;
+    }
+    a->B = B;
+    a->T = c->seq;
+    for (int k = 0; k < n; k++) {
         *t[k].p = calloc(t[k].n, sizeof(float));
         if (!*t[k].p) {
             snprintf(err, errlen, "out of memory for activations (%zu floats)", t[k].n);

@@ -71,6 +71,9 @@ typedef struct gpt_acts {
  * when memory runs out. */
 bool gpt_acts_create(gpt_acts *a, const gpt_config *c, int B, char *err, size_t errlen);
 void gpt_acts_destroy(gpt_acts *a);
+/* The bytes gpt_acts_create allocates for B sequences (the same table);
+ * false when a size overflows. */
+bool gpt_acts_bytes(const gpt_config *c, int B, uint64_t *bytes);
 
 /* The pieces. tok and tgt are [B, T]. */
 void gpt_embed_forward_piece(const gpt_config *c, gpt_acts *a, const float *wte,

@@ -36,6 +36,7 @@
 #include "cliarg.h"
 #include "data.h"
 #include "model.h"
+#include "memplan.h"
 #include "options.h"
 #include "backend.h"
 #include "sha256.h"
@@ -640,29 +641,27 @@ int main(int argc, char **argv)
     }
     sh->unigram_val = gpt_data_unigram_entropy(&sh->data, sh->data.n_train, sh->data.n);
 
-    /* Activations per rank (model.h: about L x N x (16 C + NH T) + 2 N V
-     * floats) must fit the free memory: allocations are overcommitted, so a
-     * huge --batch would otherwise end in the OOM killer, not a message. */
+    /* Host memory, planned before any rank starts (memplan.h): each rank's
+     * engine by the library's planner, plus this program's activations and
+     * buffers. Allocations are overcommitted, so a plan that does not fit
+     * would otherwise end in the OOM killer, not in a message. */
     const gpt_config *c = &o->model;
-    uint64_t N, per_layer, att, f, need, avail;
-    bool ok = zc__mul_u64((uint64_t)o->batch, (uint64_t)c->seq, &N) &&
-              zc__mul_u64(N, 16u * (uint64_t)c->dim, &per_layer) &&
-              zc__mul_u64(N, (uint64_t)c->heads * (uint64_t)c->seq, &att) &&
-              zc__add_u64(per_layer, att, &per_layer) &&
-              zc__mul_u64(per_layer, (uint64_t)c->layers + 1, &f) &&
-              zc__mul_u64(N, 2u * (uint64_t)c->vocab, &need) && zc__add_u64(f, need, &f) &&
-              zc__add_u64(f, 16u * gpt_num_params(c), &f) && zc__mul_u64(f, 4, &f) &&
-              zc__mul_u64(f, (uint64_t)sh->local, &need);
-    if (!ok) {
-        fprintf(stderr, "train_gpt: the model and batch sizes overflow a memory estimate\n");
+    gpt_mem_plan mp;
+    uint64_t avail = 0;
+    char why[1024];
+    if (!gpt_mem_plan_make(o, sh->cfg, sh->world, sh->local, &mp, why, sizeof why)) {
+        fprintf(stderr, "train_gpt: %s\n", why);
         gpt_quit(2);
     }
-    /* (Host memory: on a device, cudaMalloc failures are reported as such.) */
-    if (!o->cuda && zc__mem_available(&avail) && need > avail - avail / 8) {
-        fprintf(stderr, "train_gpt: %d ranks need about %.2f GiB; %.2f GiB are available, of "
-                "which this takes at most 7/8. Use a smaller --batch, --seq or model\n",
-                sh->local, (double)need / 1073741824.0, (double)avail / 1073741824.0);
+    if (zc__mem_available(&avail) && !gpt_mem_plan_fits(&mp, avail, why, sizeof why)) {
+        fprintf(stderr, "train_gpt: %s\n", why);
         gpt_quit(1);
+    }
+    if (o->json && (per_process ? zc_comm_rank(env_comm) == 0 : true)) {
+        char line[640];
+        gpt_mem_plan_json(&mp, line, sizeof line);
+        printf("%s\n", line);
+        fflush(stdout);
     }
     /* Ranks as threads: each rank's matmuls run single-threaded in its own
      * thread, so the ranks do not fight over one BLAS thread pool. */

@@ -345,7 +345,10 @@ ZC_API zc_param *zc_param_add(zc_engine *eng, const char *name, const int64_t *s
                               int group);
 
 /* Starts a new chunk at the next registered parameter (e.g. one chunk set per
- * transformer block). Before build only. */
+ * transformer block). Before build only. The parameters between two calls
+ * are a unit - what zc_block_span returns, as a wrapped module is for FSDP -
+ * and stages 2-3 reserve gradient buffers for two units at build (see
+ * zc_block_grad_buffers); without any call, each chunk is a unit. */
 ZC_API zc_status zc_chunk_boundary(zc_engine *eng);
 
 /* Partitions the parameters into chunks and shards and allocates every buffer
@@ -429,10 +432,11 @@ ZC_API zc_status zc_param_release(zc_engine *eng, zc_param *p, void *stream);
  * zc_engine_options.stream (the caller's compute stream) is made to wait for
  * it, so gradients must be written on that stream (or on a stream the caller
  * orders after it) and only after this call returns, in every micro-step.
- * Returns NULL for an unknown parameter. In stages 2 and 3 the buffer is one of
- * two chunk buffers reserved at build: writing the gradients of a third chunk
- * before the first two are complete (every parameter made ready) returns NULL
- * with ZC_ERR_NO_MEMORY, on every rank alike.
+ * Returns NULL for an unknown parameter. In stages 2 and 3 the buffer is its
+ * chunk's, one of those reserved at build for two units (zc_chunk_boundary;
+ * without boundaries, two chunks): writing the gradients of more chunks than
+ * that before the earlier ones are complete (every parameter made ready)
+ * returns NULL with ZC_ERR_NO_MEMORY, on every rank alike.
  * Lifetime: the pointer is valid until this parameter's zc_grad_ready; a
  * later call in the next micro-step may return it again, zeroed. Writing it
  * after zc_grad_ready is a bug whose effect depends on the stage: in stages
@@ -527,13 +531,24 @@ ZC_API zc_status zc_block_release(zc_engine *eng, zc_block *b, void *stream);
 /* zc_grad_buffer of every parameter of the block: bufs[i] (zc_block_size(b)
  * pointers) receives the i-th buffer, under zc_grad_buffer's contract
  * (zeroed per micro-step, stream order, valid until that parameter's
- * zc_grad_ready). Stages 2 and 3 hold a gradient buffer per chunk and
- * reserve two at build: a block needs one for each of its chunks that has
- * none yet, and when fewer are free the call fails with ZC_ERR_NO_MEMORY,
- * on every rank alike, before taking any; so a block must span at most two
- * chunks there (one chunk per block: zc_chunk_boundary before each block
- * with a bucket that holds it). ZC_ERR_INVALID_STATE, nothing taken, when a
- * parameter was already made ready in this micro-step. */
+ * zc_grad_ready). Stages 2 and 3 hold a gradient buffer per chunk, and a
+ * block needs one for each of its chunks that has none yet - a block may
+ * span any number of chunks (at most 2^24 elements each). The build reserves
+ * them by units, the parameters between two zc_chunk_boundary calls (each
+ * chunk without boundaries): two sets, each with room for any one unit's
+ * chunks (slot i as large as the i-th largest chunk of any unit), at most
+ * one slot per chunk. Memory: about 2 x the largest unit's padded elements
+ * in the working dtype (2 x the largest chunk without boundaries), counted
+ * by zc_plan_memory, the build's pre-flight and `zeroc estimate`. So a loop
+ * that registers each block after a zc_chunk_boundary and makes each block
+ * ready before the next takes its buffers always gets them, also with a tied
+ * embedding's buffer held through the backward pass; with overlap_comm the
+ * next block takes the other set's buffers while the previous block is still
+ * being reduced.
+ * When the free buffers cannot hold the block's chunks (a list crossing
+ * units, more buffers held) the call fails with ZC_ERR_NO_MEMORY, on every
+ * rank alike, before taking any. ZC_ERR_INVALID_STATE, nothing taken, when
+ * a parameter was already made ready in this micro-step. */
 ZC_API zc_status zc_block_grad_buffers(zc_engine *eng, zc_block *b, void **bufs);
 
 /* zc_grad_ready of every parameter of the block, in order (a chunk's
@@ -639,10 +654,10 @@ ZC_API zc_status zc_block_grad_buffers_f32(zc_engine *eng, zc_block *b, float **
  * ready once, after its last use - so its chunk is reduced last. Keep the
  * tied parameter in a chunk of its own (zc_chunk_boundary before and after
  * it, with its own block), so making the blocks between its two uses ready
- * does not wait on it; in stages 2-3 its chunk then holds one of the two
- * reserved gradient buffers through the whole backward pass, which leaves
- * one for the blocks in between (make each block ready before the next
- * takes its buffers). Making it ready at its first use, or twice, is wrong:
+ * does not wait on it; in stages 2-3 its chunk then holds one of the
+ * reserved gradient buffers through the whole backward pass, and the
+ * reserve's second set still holds any block's (make each block ready before
+ * the next takes its buffers). Making it ready at its first use, or twice, is wrong:
  * the second contribution would be lost (zc_grad_ready fails the second
  * time with ZC_ERR_INVALID_STATE). For a stage-3 model the tied parameter is
  * acquired again for the head's backward, as any parameter. */
@@ -824,6 +839,54 @@ typedef struct zc_stats {
 /* Fills *out (out->size must be set). Thread-safe with respect to other
  * engines; not with concurrent calls on this engine. */
 ZC_API zc_status zc_engine_stats(const zc_engine *eng, zc_stats *out);
+
+/* ---- Planning memory before anything is allocated ------------------------ */
+
+/* One tensor of a model to plan, in registration order: what zc_param_add
+ * and zc_chunk_boundary would be called with. */
+typedef struct zc_plan_tensor {
+    const int64_t *shape;  /* ndim dimensions, each > 0 */
+    int ndim;              /* 1..8 */
+    bool boundary;         /* zc_chunk_boundary is called just before it */
+} zc_plan_tensor;
+
+typedef struct zc_memory_plan {
+    size_t size;                           /* sizeof(zc_memory_plan), set by caller */
+    int64_t bytes_by_kind[ZC_KIND__COUNT]; /* one rank's bytes by where they live */
+    int64_t bytes_by_kind_cat[ZC_KIND__COUNT][ZC_MEM__COUNT]; /* ... and by category (an
+                                              idle pool counts as ZC_MEM_RESERVED) */
+    int64_t num_params;                    /* elements of the tensors */
+    int64_t padded_params;                 /* after chunk padding */
+    int64_t num_chunks;
+    int64_t grad_buffer_bytes;             /* of which stages 2-3's gradient pool:
+                                              two units' gradient buffers (see
+                                              zc_block_grad_buffers), 0 below stage 2 */
+    zc_dtype dtype;                        /* the working precision planned */
+    bool host_device;                      /* planned for the host path: the
+                                              engine's "device" buffers are
+                                              pageable host memory (ZC_KIND_HOST) */
+} zc_memory_plan;
+
+/* The memory zc_engine_build would allocate on one rank of `world` ranks
+ * that register tensors[0..n-1] (with their zc_chunk_boundary calls) under
+ * cfg and opts (NULL: ZC_ENGINE_OPTIONS_INIT), computed without allocating
+ * it by the planner that the build's own pre-flight and `zeroc estimate` use
+ * (docs/estimate.md): parameters, gradients, optimizer state and the homes
+ * offload_optimizer and offload_param give them (pinned buffers, NVMe swap
+ * files), and the buffer pools. opts->device ZC_DEVICE_HOST plans the host
+ * path, ZC_DEVICE_CUDA a GPU (its staging buffers included; no device is
+ * opened), ZC_DEVICE_AUTO what zc_engine_create would pick. Not counted:
+ * bookkeeping (ZC_MEM_OTHER of host memory: chunk and segment tables, about
+ * 100 bytes per tensor and chunk), adopted memory (zc_block_adopt), the
+ * application's own buffers and activations. ZC_CHUNK_CAP is honoured as the
+ * engine does. Fills *out; on failure leaves it unchanged and returns
+ * ZC_ERR_INVALID_ARG (NULL or short out, world < 1, a bad tensor),
+ * ZC_ERR_CONFIG (a configuration zc_engine_create or zc_engine_build would
+ * refuse, e.g. offload at stage 0) or ZC_ERR_NO_MEMORY (sizes overflowing 64
+ * bits, or no memory for the plan's own tables). Thread-safe; not
+ * collective. */
+ZC_API zc_status zc_plan_memory(const zc_config *cfg, int world, const zc_plan_tensor *tensors,
+                                int n, const zc_engine_options *opts, zc_memory_plan *out);
 
 /* Phases of a step timed with `wall_clock_breakdown: true`, in host wall
  * time. A step's window opens at its first zc_param_acquire, zc_grad_buffer

@@ -164,50 +164,74 @@ ZC_API zc_status zc_block_release(zc_engine *e, zc_block *b, void *stream)
     return ZC_OK;
 }
 
+/* Stages 2/3: whether the gradient pool can give a free slot to every chunk
+ * of b that holds no gradient buffer yet. Chunks fit any slot at least their
+ * size, so they all fit exactly when, for each of their sizes x, at least as
+ * many free slots hold x as chunks need x or more (Hall's condition); the
+ * pool then takes the smallest fitting slot for each in any order and never
+ * fails. *need gets the chunks without a buffer; when they do not fit,
+ * *bytes, *want and *have the first size that is short, how many of the
+ * chunks need that much and how many free slots hold it. Stamps chunks
+ * (gmark) instead of allocating: nothing here can fail on one rank alone. */
+static bool grad_slots_fit(zc_engine *e, const zc_block *b, int *need, size_t *bytes,
+                           int *want, int *have)
+{
+    const int64_t mark = ++e->gmark_seq;
+    *need = 0;
+    for (int i = 0; i < b->n; i++) {
+        zc_chunk *c = &e->chunks[b->params[i]->chunk];
+        if (!c->gbuf && c->gmark != mark) {
+            c->gmark = mark;
+            (*need)++;
+        }
+    }
+    for (int k = 0; k < e->nchunks; k++) {
+        if (e->chunks[k].gmark != mark)
+            continue;
+        const size_t x = (size_t)e->chunks[k].padded * e->pesz;
+        int n = 0;
+        for (int j = 0; j < e->nchunks; j++)
+            n += e->chunks[j].gmark == mark && (size_t)e->chunks[j].padded * e->pesz >= x;
+        const int free = zc__bufpool_free(&e->pool_grad, x);
+        if (n > free) {
+            *bytes = x;
+            *want = n;
+            *have = free;
+            return false;
+        }
+    }
+    return true;
+}
+
 ZC_API zc_status zc_block_grad_buffers(zc_engine *e, zc_block *b, void **bufs)
 {
     ZC_CHECK(block_enter(e, b, "zc_block_grad_buffers"));
     if (!bufs)
         return ZC_ERR(ZC_ERR_INVALID_ARG, "zc_block_grad_buffers: bufs is NULL");
-    int need = 0;
-    size_t need_bytes = 0;
-    for (int i = 0; i < b->n; i++) {
-        const zc_param *p = b->params[i];
-        if (p->ready)
+    for (int i = 0; i < b->n; i++)
+        if (b->params[i]->ready)
             return ZC_ERR(ZC_ERR_INVALID_STATE,
                           "zc_block_grad_buffers: the gradient of parameter %d of %d ('%s') was "
                           "already made ready in this micro-step",
-                          i, b->n, p->name);
-        if (!e->pol->sharded_grads)
-            continue;
-        /* Stages 2/3 take one of the ZC_GRAD_BUFFERS chunk buffers reserved
-         * at build for every chunk of the block that holds none yet. Count
-         * them first (each chunk once: the first parameter seen of it) so a
-         * block that cannot get them all fails before taking any, on every
-         * rank alike, since the buffers in use follow the same calls. */
-        const zc_chunk *c = &e->chunks[p->chunk];
-        if (c->gbuf)
-            continue;
-        bool seen = false;
-        for (int j = 0; j < i && !seen; j++)
-            seen = b->params[j]->chunk == p->chunk;
-        if (!seen) {
-            need++;
-            size_t bytes = (size_t)c->padded * e->pesz;
-            if (bytes > need_bytes)
-                need_bytes = bytes;
-        }
-    }
-    if (need > 0) {
-        int have = zc__bufpool_free(&e->pool_grad, need_bytes);
-        if (have < need)
-            return ZC_ERR(ZC_ERR_NO_MEMORY,
-                          "zc_block_grad_buffers: the block's parameters lie in %d chunks without "
-                          "a gradient buffer and %d of the %d reserved (ZC_GRAD_BUFFERS) are free; "
-                          "make the gradients of the chunks written so far ready first, or split "
-                          "the block at a chunk boundary",
-                          need, have, ZC_GRAD_BUFFERS);
-    }
+                          i, b->n, b->params[i]->name);
+    /* Stages 2/3 take a slot of the gradient pool reserved at build for every
+     * chunk of the block that holds none yet. Checked first, so a block that
+     * cannot get them all fails before taking any, on every rank alike: the
+     * slots in use follow the same calls. The pool holds two units' buffers
+     * (reserve.c), so a loop that makes each block ready before the next
+     * takes its buffers never gets here. */
+    int need = 0, want = 0, have = 0;
+    size_t bytes = 0;
+    if (e->pol->sharded_grads && !grad_slots_fit(e, b, &need, &bytes, &want, &have))
+        return ZC_ERR(ZC_ERR_NO_MEMORY,
+                      "zc_block_grad_buffers: the block's parameters lie in %d chunks without "
+                      "a gradient buffer, %d of them of %zu bytes or more, and %d free "
+                      "gradient buffers hold that much (the build reserved %d, room for the "
+                      "chunks of %d units: a unit is the parameters between two "
+                      "zc_chunk_boundary calls, or one chunk without boundaries); make the "
+                      "gradients written so far ready first, or register the block after a "
+                      "zc_chunk_boundary so the build reserves for it",
+                      need, want, bytes, have, zc__bufpool_slots(&e->pool_grad), ZC_GRAD_SETS);
     for (int i = 0; i < b->n; i++) {
         zc_status rc = zc__grad_buffer(e, b->params[i], &bufs[i]);
         if (rc != ZC_OK) {

@@ -165,6 +165,14 @@ int zc__bufpool_slot(const zc_bufpool *bp, const void *p)
     return -1;
 }
 
+int zc__bufpool_slots(const zc_bufpool *bp)
+{
+    int n = 0;
+    for (int i = 0; i < bp->ncls; i++)
+        n += bp->cls[i].count;
+    return n;
+}
+
 int zc__bufpool_in_use(const zc_bufpool *bp)
 {
     int n = 0;

@@ -85,6 +85,8 @@ void zc__bufpool_put(zc_bufpool *bp, void **p);
  * such as the event of the last stream work that read the slot. */
 int zc__bufpool_slot(const zc_bufpool *bp, const void *p);
 
+/* Slots planned, over all classes. */
+int zc__bufpool_slots(const zc_bufpool *bp);
 /* Slots in use, over all classes. */
 int zc__bufpool_in_use(const zc_bufpool *bp);
 /* Free slots of at least `bytes`, over all classes (what that many

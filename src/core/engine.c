@@ -2,6 +2,7 @@
  * parameter registration, chunk boundaries, loss scale and stats; plus the
  * collective and device helpers every engine file uses (so all comm payload is
  * counted in one place). */
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +10,7 @@
 
 #include "base/env.h"
 #include "core/engine.h"
+#include "core/estimate.h"
 
 /* The log rank is thread-local: every public entry sets it from the engine, so
  * a rank thread logs with its rank even when it never called create. */
@@ -207,9 +209,8 @@ static zc_status resolve_gas(zc_config *cfg, int world, int64_t *gas)
     return ZC_OK;
 }
 
-static zc_status pick_dtype(zc_engine *e, const zc_engine_options *o)
+zc_status zc__pick_dtype(zc_config *cfg, const zc_engine_options *o, zc_dtype *out)
 {
-    zc_config *cfg = e->cfg;
     if (o && OPT_HAS(o, param_dtype) && (int)o->param_dtype >= 0) {
         zc_dtype dt = o->param_dtype;
         if (dt != ZC_DTYPE_F32 && dt != ZC_DTYPE_F16 && dt != ZC_DTYPE_BF16)
@@ -226,14 +227,21 @@ static zc_status pick_dtype(zc_engine *e, const zc_engine_options *o)
             cfg->fp16.enabled = true;
         if (dt == ZC_DTYPE_BF16)
             cfg->bf16.enabled = true;
-        e->pdt = dt;
+        *out = dt;
     } else if (cfg->fp16.enabled && cfg->bf16.enabled) {
         return ZC_ERR(ZC_ERR_CONFIG, "fp16.enabled and bf16.enabled are both true; enable one");
     } else {
-        e->pdt = cfg->fp16.enabled ? ZC_DTYPE_F16
-                 : cfg->bf16.enabled ? ZC_DTYPE_BF16
-                                     : ZC_DTYPE_F32;
+        *out = cfg->fp16.enabled ? ZC_DTYPE_F16
+               : cfg->bf16.enabled ? ZC_DTYPE_BF16
+                                   : ZC_DTYPE_F32;
     }
+    return ZC_OK;
+}
+
+static zc_status pick_dtype(zc_engine *e, const zc_engine_options *o)
+{
+    zc_config *cfg = e->cfg;
+    ZC_CHECK(zc__pick_dtype(cfg, o, &e->pdt));
     e->pesz = zc_dtype_size(e->pdt);
     e->check_overflow = cfg->fp16.enabled || (cfg->bf16.enabled && cfg->bf16.check_grad_overflow);
     return ZC_OK;
@@ -311,6 +319,11 @@ ZC_API zc_status zc_engine_create(zc_engine **out, const zc_config *cfg, zc_comm
         }
     /* Strict like ZC_FAULTS, and read here for the same reason. */
     ZC_CHECK_GOTO(zc__debug_parse(zc__env("ZC_DEBUG"), &e->debug), rc, fail);
+    ZC_CHECK_GOTO(zc__chunk_cap_env(&e->chunk_cap, &e->chunk_cap_forced), rc, fail);
+    static atomic_bool cap_logged;
+    if (e->chunk_cap_forced && !atomic_exchange(&cap_logged, true))
+        ZC_LOGW("core", "ZC_CHUNK_CAP=%lld: chunks hold at most that many elements (a test "
+                "switch)", (long long)e->chunk_cap);
     ZC_CHECK_GOTO(zc__config_clone(cfg, &e->cfg), rc, fail);
     ZC_CHECK_GOTO(resolve_gas(e->cfg, world, &e->gas), rc, fail);
     ZC_CHECK_GOTO(pick_dtype(e, opts), rc, fail);

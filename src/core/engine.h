@@ -55,12 +55,15 @@
  * those bounded while collectives stay large. zc_engine_options.bucket_elems
  * overrides it. */
 #define ZC_CHUNK_CAP_ELEMS ((int64_t)1 << 24)
-/* Stage 2/3 transient gradient buffers reserved at build: two, like
- * DeepSpeed's pair of reduce buckets with overlap_comm, so one chunk's
- * gradient can be written while the previous one is reduced. A backward
- * pass that holds more chunks' gradient buffers at once gets
- * ZC_ERR_NO_MEMORY from zc_grad_buffer on every rank alike. */
-#define ZC_GRAD_BUFFERS 2
+/* Stage 2/3 transient gradient buffers reserved at build: two sets, each
+ * able to hold the buffers of the largest unit (the chunks between two
+ * zc_chunk_boundary calls, or one chunk without boundaries; reserve.c), like
+ * DeepSpeed's pair of reduce buckets with overlap_comm and FSDP's unsharded
+ * gradient of the unit in backward beside the one still being reduced: one
+ * unit's gradients are written while the previous unit's are reduced. A
+ * backward pass that holds more at once gets ZC_ERR_NO_MEMORY from
+ * zc_grad_buffer on every rank alike. */
+#define ZC_GRAD_SETS 2
 /* Bounds of the stage-3 acquire trace reserved at build (entries). */
 #define ZC_TRACE_MIN 64
 #define ZC_TRACE_MAX ((int64_t)1 << 22)
@@ -147,6 +150,8 @@ typedef struct zc_chunk {
     double acc_sumsq;          /* acc_swap: its sum of squares, taken when the
                                   window's last slice was added */
     void *gbuf;                /* stages 2/3: transient full P-dtype gradient */
+    int64_t gmark;             /* blocks.c's scratch: the block call that last
+                                  counted this chunk (e->gmark_seq) */
     void *gather;              /* stage 3: gathered full parameters, or NULL */
     bool gather_own;           /* gather was allocated beyond the reserve (agreed),
                                   not taken from pool_gather */
@@ -223,14 +228,22 @@ struct zc_engine {
      * the next send or home operation. */
     bool h2d_pending;
     int h2d_k;
-    void *ev_gslot[ZC_GRAD_BUFFERS]; /* per gradient pool slot: its last reduction */
-    bool gslot_pending[ZC_GRAD_BUFFERS];
+    /* Per gradient pool slot (ngslots of them, made with the pool at build,
+     * reserve.c): the event of its last reduction, and whether one is
+     * pending. */
+    void **ev_gslot;
+    bool *gslot_pending;
+    int ngslots;
     int rank, world, stage;
     zc_dtype pdt;              /* working precision */
     size_t pesz;
     int64_t gas;               /* gradient_accumulation_steps */
     int64_t bucket;            /* chunk size target (elements), set at build */
     int64_t bucket_option;     /* zc_engine_options.bucket_elems (<= 0: from config) */
+    int64_t gmark_seq;         /* blocks.c: stamps for zc_chunk.gmark */
+    int64_t chunk_cap;         /* the most elements reduce_bucket_size may give a chunk:
+                                  ZC_CHUNK_CAP_ELEMS, or ZC_CHUNK_CAP when set */
+    bool chunk_cap_forced;     /* ZC_CHUNK_CAP is set: it caps bucket_option too */
     bool check_overflow;       /* fp16, or bf16 with check_grad_overflow */
     const zc_stage_policy *pol;
     zc_mem_account acct;
@@ -330,7 +343,7 @@ struct zc_engine {
     void **ev_land;
     bool *land_pending;
     bool out_pending[2];
-    int gslot_land[ZC_GRAD_BUFFERS];
+    int *gslot_land;           /* ngslots entries, beside ev_gslot */
 
     /* ZC_DEBUG=1 (grad_debug.c). */
     bool debug;
@@ -437,12 +450,22 @@ void zc__agree_free(zc_engine *e);
  * naming the first difference and the ranks involved. */
 zc_status zc__build_agree(zc_engine *e);
 
+/* The working precision: zc_engine_options.param_dtype when set (cfg's
+ * fp16/bf16 blocks are made to follow it), else cfg's fp16/bf16 blocks;
+ * ZC_ERR_CONFIG when both are enabled, ZC_ERR_INVALID_ARG for an option that
+ * is not fp32, fp16 or bf16 (engine.c; zc_engine_create and zc_plan_memory). */
+zc_status zc__pick_dtype(zc_config *cfg, const zc_engine_options *o, zc_dtype *out);
+
 /* ---- streams.c ----------------------------------------------------------- */
 
 /* Creates the engine's streams and events (zc_engine_build): a non-blocking
  * stream of its own, a communication stream when overlap_comm, a control
  * stream. The host device's streams are its synchronous sentinel. */
 zc_status zc__streams_create(zc_engine *e);
+/* The per-slot state of the gradient pool (ev_gslot, gslot_pending,
+ * gslot_land), for its n slots: made by reserve.c once the pool is planned
+ * (n is known only then), freed by zc__streams_destroy. */
+zc_status zc__streams_grad_slots(zc_engine *e, int n);
 /* Waits for everything queued on the engine's streams, then destroys them
  * (zc_engine_destroy). Errors are logged: there is no one left to tell. */
 void zc__streams_destroy(zc_engine *e);
@@ -494,6 +517,11 @@ void zc__progress_step(zc_engine *e, double lr);
  * and the configuration (reserve.c); zc__reserve_free releases them. */
 zc_status zc__reserve_build(zc_engine *e);
 void zc__reserve_free(zc_engine *e);
+/* The units of the gradient pool (estimate.h, zc__grad_pool_plan): *out gets
+ * nchunks flags, true where a zc_chunk_boundary starts a unit (counted on the
+ * engine's account; the caller frees nchunks bytes), or NULL when no
+ * boundary was registered. After the layout. */
+zc_status zc__grad_units(zc_engine *e, bool **out);
 
 /* ---- opt_state.c --------------------------------------------------------- */
 

@@ -4,6 +4,7 @@
  * none/cpu/nvme at world 1..4). */
 #include <string.h>
 
+#include "base/env.h"
 #include "config/config.h"
 #include "core/bufpool.h"
 #include "core/engine.h"
@@ -110,6 +111,64 @@ zc_status zc__gather_plan(const int64_t *padded, const bool *persistent, int nch
     return rc;
 }
 
+/* The chunks of the unit with the most chunks of at least x elements (each
+ * chunk its own unit without boundaries). */
+static int64_t unit_need(const int64_t *padded, const bool *unit_start, int nchunks, int64_t x)
+{
+    int64_t best = 0, cur = 0;
+    for (int k = 0; k < nchunks; k++) {
+        if (k == 0 || !unit_start || unit_start[k])
+            cur = 0;
+        if (padded[k] >= x && ++cur > best)
+            best = cur;
+    }
+    return best;
+}
+
+zc_status zc__grad_pool_plan(const int64_t *padded, const bool *unit_start, int nchunks,
+                             zc_status (*emit)(void *arg, int64_t elems, int count), void *arg)
+{
+    /* Sizes are visited from the largest down. A set that holds any unit's
+     * buffers needs, for every size x, as many slots of at least x as the
+     * unit with the most chunks of at least x has (Hall's condition for
+     * chunks that fit any slot at least their size; the pool's smallest-fit
+     * taking then never fails where a fit exists): the slots of exactly x
+     * are that count minus the slots planned above x. */
+    int64_t above = 0, prev = INT64_MAX;
+    int left = nchunks; /* never more slots than chunks: each holds at most one */
+    while (left > 0) {
+        int64_t x = 0;
+        for (int k = 0; k < nchunks; k++)
+            if (padded[k] < prev && padded[k] > x)
+                x = padded[k];
+        if (x == 0)
+            break;
+        const int64_t need = unit_need(padded, unit_start, nchunks, x);
+        const int64_t per_set = need - above;
+        int64_t count = per_set * ZC_GRAD_SETS;
+        if (count > left)
+            count = left;
+        if (count > 0) {
+            ZC_CHECK(emit(arg, x, (int)count));
+            left -= (int)count;
+        }
+        above = need;
+        prev = x;
+    }
+    return ZC_OK;
+}
+
+zc_status zc__chunk_cap_env(int64_t *cap, bool *forced)
+{
+    *cap = ZC_CHUNK_CAP_ELEMS;
+    *forced = false;
+    int64_t v = ZC_CHUNK_CAP_ELEMS;
+    ZC_CHECK(zc__env_i64("ZC_CHUNK_CAP", 1, ZC_CHUNK_CAP_ELEMS,
+                         "(a test switch; unset it to use reduce_bucket_size)", forced, &v));
+    *cap = v;
+    return ZC_OK;
+}
+
 /* ---- checked sums -------------------------------------------------------- */
 
 typedef struct acc {
@@ -168,6 +227,7 @@ static zc_status pool_sum(const pool_plan *p, const zc_est_in *in, zc_est *out)
     return ZC_OK;
 }
 
+/* A pool class of elements of pesz bytes (the gather and gradient pools). */
 typedef struct gather_arg {
     pool_plan *pool;
     size_t pesz;
@@ -356,16 +416,19 @@ static zc_status plan(const zc_est_in *in, zc_est *out)
     ZC_CHECK(param_home_plan(in, out));
     /* reserve.c: the gradient pool, the stage-3 gather pool, the staging. */
     pool_plan grad = {0}, gather = {0}, stage = {0};
-    if (sharded)
-        ZC_CHECK(pool_add(&grad, big * pesz,
-                          in->nchunks < ZC_GRAD_BUFFERS ? in->nchunks : ZC_GRAD_BUFFERS));
+    if (sharded) {
+        gather_arg g = {&grad, in->pesz};
+        ZC_CHECK(zc__grad_pool_plan(in->padded, in->unit_start, in->nchunks, gather_emit, &g));
+    }
     if (st == 3) {
         gather_arg g = {&gather, in->pesz};
         ZC_CHECK(zc__gather_plan(in->padded, in->persistent, in->nchunks, in->max_live,
                                  in->prefetch_elems, gather_emit, &g));
     }
     ZC_CHECK(pool_add(&stage, big * 4, 1));
+    const int64_t before = out->bytes[in->dev_kind][ZC_MEM_RESERVED];
     ZC_CHECK(pool_sum(&grad, in, out));
+    out->grad_pool = out->bytes[in->dev_kind][ZC_MEM_RESERVED] - before;
     ZC_CHECK(pool_sum(&gather, in, out));
     ZC_CHECK(pool_sum(&stage, in, out));
     /* f32_view.c: fp32 slots of the largest chunk for parameter views and

@@ -72,6 +72,50 @@ zc_status zc__gather_plan(const int64_t *padded, const bool *persistent, int nch
                           int64_t max_live, int64_t prefetch_elems,
                           zc_status (*emit)(void *arg, int64_t elems, int count), void *arg);
 
+/* Stages 2/3's gradient pool, as reserve.c plans it (the design is
+ * explained there): calls emit(arg, elems, count) for each class of `count`
+ * slots of `elems` padded elements, largest first. A unit is a run of chunks
+ * between zc_chunk_boundary calls (what zc_block_span returns): unit_start[k]
+ * says a boundary starts one at chunk k (chunk 0 always starts one); NULL
+ * when zc_chunk_boundary was never called, which makes every chunk a unit.
+ * The pool holds ZC_GRAD_SETS (two) sets of slots, each able to hold the
+ * gradient buffers of any one unit - slot i of a set is as large as the i-th
+ * largest chunk of any unit - and at most nchunks slots in all. */
+zc_status zc__grad_pool_plan(const int64_t *padded, const bool *unit_start, int nchunks,
+                             zc_status (*emit)(void *arg, int64_t elems, int count), void *arg);
+
+/* ZC_CHUNK_CAP, a switch for tests: the most elements a chunk may hold
+ * whatever reduce_bucket_size or zc_engine_options.bucket_elems say, so a
+ * small model gets the chunk layout of a large one (several chunks per
+ * block). Unset or "": ZC_CHUNK_CAP_ELEMS, which caps only the configured
+ * reduce_bucket_size (*forced false). Otherwise a whole decimal number in
+ * 1..2^24 (*forced true), else ZC_ERR_CONFIG naming the variable (base/env.h). */
+zc_status zc__chunk_cap_env(int64_t *cap, bool *forced);
+
+/* The chunk size target of layout.c: the engine option when > 0, else
+ * reduce_bucket_size, capped at `cap` (zc__chunk_cap_env); a forced cap
+ * bounds the option too. */
+static inline int64_t zc__bucket_elems(int64_t option, int64_t reduce_bucket_size, int64_t cap,
+                                       bool forced)
+{
+    int64_t b = option > 0 ? option : reduce_bucket_size;
+    if ((option <= 0 || forced) && (b <= 0 || b > cap))
+        b = cap;
+    return b;
+}
+
+/* The hidden size H of the "auto" rules, as the Hugging Face integration
+ * takes it: the largest dimension of the first 2-D tensor of the largest
+ * size. Fed the tensors in order (starting from *best = *h = 0). */
+static inline void zc__hidden_step(const int64_t *shape, int ndim, int64_t numel, int64_t *best,
+                                   int64_t *h)
+{
+    if (ndim != 2 || numel <= *best)
+        return;
+    *best = numel;
+    *h = shape[0] > shape[1] ? shape[0] : shape[1];
+}
+
 /* What the plan needs: the layout and the configuration that sizes memory. */
 typedef struct zc_est_in {
     int world, stage;            /* world >= 1, stage 0..3 */
@@ -88,6 +132,9 @@ typedef struct zc_est_in {
     int nchunks;
     const int64_t *padded;       /* per chunk: padded elements */
     const bool *persistent;      /* per chunk (stage 3), or NULL: none */
+    const bool *unit_start;      /* per chunk: a zc_chunk_boundary starts a unit there
+                                    (stages 2/3's gradient pool, zc__grad_pool_plan);
+                                    NULL: no boundary, every chunk is a unit */
     int view_chunks;             /* zc_engine_options.f32_view_chunks (0..64; its two
                                     pools exist only for 16-bit parameters) */
     /* zero_optimization.offload_param (stage 3; ignored below it, as the
@@ -107,6 +154,8 @@ typedef struct zc_est {
      * so that a message can name its key rather than offload_optimizer's:
      * its pinned swap buffers (nvme) and its swap file (NVMe PARAMS). */
     int64_t param_buffers, param_nvme;
+    /* Stages 2/3's gradient pool (part of the device kind's RESERVED). */
+    int64_t grad_pool;
 } zc_est;
 
 /* Consumers as a user changes them: the categories grouped by the setting

@@ -108,10 +108,11 @@ static zc_status ensure_gbuf(zc_engine *e, zc_chunk *c)
     const size_t bytes = (size_t)c->padded * e->pesz;
     zc_status rc = zc__bufpool_get(&e->pool_grad, bytes, false, e->stream, &c->gbuf);
     if (rc == ZC_ERR_NO_MEMORY)
-        zc__error_context("chunk %d's gradient buffer: zeroc reserves %d (ZC_GRAD_BUFFERS); "
-                          "make every gradient of a chunk ready before writing the gradients "
-                          "of more than that many other chunks",
-                          (int)(c - e->chunks), ZC_GRAD_BUFFERS);
+        zc__error_context("chunk %d's gradient buffer: the build reserved %d for stages 2-3, "
+                          "room for the chunks of %d units (a unit: the parameters between two "
+                          "zc_chunk_boundary calls, or one chunk without boundaries); make the "
+                          "gradients of the chunks written so far ready first",
+                          (int)(c - e->chunks), zc__bufpool_slots(&e->pool_grad), ZC_GRAD_SETS);
     if (rc != ZC_OK)
         return rc;
     /* The slot's previous chunk may still be being reduced on comm_stream

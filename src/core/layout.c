@@ -183,18 +183,14 @@ void zc__partials_free(zc_engine *e)
     e->norm_scratch_elems = 0;
 }
 
-/* Hidden size H as the Hugging Face integration takes it: the largest
- * dimension of the largest 2-D parameter (0 when there is none). */
+/* Hidden size H of the "auto" rules (estimate.h; 0 without a 2-D
+ * parameter). */
 static int64_t model_hidden_size(const zc_engine *e)
 {
     int64_t best_numel = 0, h = 0;
-    for (int i = 0; i < e->nparams; i++) {
-        const zc_param *p = e->params[i];
-        if (p->ndim != 2 || p->numel <= best_numel)
-            continue;
-        best_numel = p->numel;
-        h = p->shape[0] > p->shape[1] ? p->shape[0] : p->shape[1];
-    }
+    for (int i = 0; i < e->nparams; i++)
+        zc__hidden_step(e->params[i]->shape, e->params[i]->ndim, e->params[i]->numel,
+                        &best_numel, &h);
     return h;
 }
 
@@ -204,13 +200,8 @@ static int64_t model_hidden_size(const zc_engine *e)
 static zc_status size_from_model(zc_engine *e)
 {
     ZC_CHECK(zc__config_resolve_model_auto(e->cfg, model_hidden_size(e)));
-    int64_t bucket = e->bucket_option;
-    if (bucket <= 0) {
-        bucket = e->cfg->zero.reduce_bucket_size;
-        if (bucket <= 0 || bucket > ZC_CHUNK_CAP_ELEMS)
-            bucket = ZC_CHUNK_CAP_ELEMS;
-    }
-    e->bucket = bucket;
+    e->bucket = zc__bucket_elems(e->bucket_option, e->cfg->zero.reduce_bucket_size,
+                                 e->chunk_cap, e->chunk_cap_forced);
     e->max_live = e->cfg->zero.max_live_parameters > 0 ? e->cfg->zero.max_live_parameters
                                                        : INT64_MAX;
     e->prefetch_elems = e->cfg->zero.prefetch_bucket_size > 0 ? e->cfg->zero.prefetch_bucket_size

@@ -48,8 +48,7 @@ static zc_opt_home *land_home(const zc_engine *e)
 
 zc_status zc__opt_copy_build(zc_engine *e)
 {
-    for (int s = 0; s < ZC_GRAD_BUFFERS; s++)
-        e->gslot_land[s] = -1;
+    /* gslot_land is made, all -1, with the gradient pool (reserve.c). */
     if (!e->opt_staging || !land_home(e))
         return ZC_OK;
     zc_device *d = e->dev;
@@ -118,7 +117,7 @@ zc_status zc__opt_copy_grad_d2h(zc_engine *e, zc_chunk *c, const void *src, void
     ZC_CHECK(d->ops->event_record(d, e->ev_land[k], e->copy_stream));
     e->land_pending[k] = true;
     const int slot = c->gbuf ? zc__bufpool_slot(&e->pool_grad, c->gbuf) : -1;
-    if (slot >= 0 && slot < ZC_GRAD_BUFFERS)
+    if (slot >= 0 && slot < e->ngslots)
         e->gslot_land[slot] = k;
     return ZC_OK;
 }
@@ -177,7 +176,7 @@ zc_status zc__opt_copy_order_reset(zc_engine *e)
     ZC_CHECK(d->ops->stream_wait_event(d, e->stream, e->ev_copy_tail));
     for (int k = 0; k < e->nchunks; k++)
         e->land_pending[k] = false;
-    for (int s = 0; s < ZC_GRAD_BUFFERS; s++)
+    for (int s = 0; s < e->ngslots; s++)
         e->gslot_land[s] = -1;
     return ZC_OK;
 }

@@ -220,7 +220,7 @@ zc_status zc__preflight(zc_engine *e)
 {
     const size_t n = (size_t)e->nchunks;
     int64_t *padded = NULL;
-    bool *pers = NULL;
+    bool *pers = NULL, *units = NULL;
     zc_status rc = ZC_OK;
     ZC_CHECK_GOTO(zc__host_alloc(&e->acct, ZC_MEM_OTHER, n * sizeof *padded, "memory plan",
                                  (void **)&padded), rc, out);
@@ -230,6 +230,7 @@ zc_status zc__preflight(zc_engine *e)
         padded[k] = e->chunks[k].padded;
         pers[k] = e->chunks[k].persistent;
     }
+    ZC_CHECK_GOTO(zc__grad_units(e, &units), rc, out);
     const zc_offload_cfg *o = &e->cfg->zero.offload_optimizer;
     const zc_offload_cfg *p = &e->cfg->zero.offload_param;
     zc_est_in in = {
@@ -248,6 +249,7 @@ zc_status zc__preflight(zc_engine *e)
         .nchunks = e->nchunks,
         .padded = padded,
         .persistent = pers,
+        .unit_start = units,
         .view_chunks = e->f32_view_chunks,
         .poffload = (int)p->device,
         .pbuffer_count = p->buffer_count,
@@ -282,5 +284,6 @@ zc_status zc__preflight(zc_engine *e)
 out:
     zc__host_free(&e->acct, ZC_MEM_OTHER, padded, n * sizeof *padded);
     zc__host_free(&e->acct, ZC_MEM_OTHER, pers, n * sizeof *pers);
+    zc__host_free(&e->acct, ZC_MEM_OTHER, units, n * sizeof *units);
     return rc;
 }

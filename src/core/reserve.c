@@ -1,8 +1,8 @@
 /* What zc_engine_build reserves so that no work between two collectives has
  * to allocate (see bufpool.h for why):
  *
- *   pool_grad    stages 2/3: ZC_GRAD_BUFFERS slots of the largest chunk in
- *                the parameter dtype (the transient full gradient buffers);
+ *   pool_grad    stages 2/3: the transient full gradient buffers, in the
+ *                parameter dtype (below);
  *   pool_gather  stage 3: one slot per persistent chunk (gathered once, kept),
  *                and for every other chunk size s (padded elements) the slots
  *                of a working set: min(chunks of size s, floor(ws / s)), at
@@ -22,7 +22,26 @@
  *                backward, and room for a recomputing forward), at least
  *                ZC_TRACE_MIN and at most ZC_TRACE_MAX entries;
  *   (the status records of zc__eng_agree are allocated first of all, by
- *   zc_engine_build, which agrees its own outcome with them). */
+ *   zc_engine_build, which agrees its own outcome with them).
+ *
+ * The gradient pool. A chunk holds its gradient buffer from its first
+ * zc_grad_buffer to its last zc_grad_ready, and a block call takes the
+ * buffers of every chunk of its block at once - a transformer block of 64 M
+ * parameters lies in several chunks of at most 2^24 elements. So the pool is
+ * sized by units, not chunks: a unit is what the loop treats as one piece,
+ * the parameters between two zc_chunk_boundary calls (zc_block_span's block;
+ * with no boundary at all, each chunk). It holds ZC_GRAD_SETS (two) sets,
+ * each with room for the buffers of any one unit (slot i as large as the
+ * i-th largest chunk of any unit), never more slots than chunks: one unit's
+ * gradients are written while the previous unit's are reduced, as FSDP holds
+ * a wrapped unit's unsharded gradient beside the one being reduce-scattered
+ * and DeepSpeed double-buffers its reduce buckets. Memory: about two of the
+ * largest unit's full gradients in the working dtype (two of the largest
+ * chunk without boundaries), counted by the planner with the same rule
+ * (zc__grad_pool_plan). Reserving for the unit rather than handing a block's
+ * gradients over chunk by chunk keeps zc_block_grad_buffers one call that
+ * returns every pointer, and derives from the layout alone, which build
+ * agrees across ranks, so every rank reserves the same slots. */
 #include "core/engine.h"
 #include "core/estimate.h"
 
@@ -46,6 +65,14 @@ static zc_status elem_bytes(int64_t n, size_t esz, size_t *out)
     return ZC_OK;
 }
 
+static zc_status grad_emit(void *arg, int64_t elems, int count)
+{
+    zc_engine *e = arg;
+    size_t bytes = 0;
+    ZC_CHECK(elem_bytes(elems, e->pesz, &bytes));
+    return zc__bufpool_plan(&e->pool_grad, bytes, count);
+}
+
 /* The working-set rule lives in estimate.c (zc__gather_plan) so that the
  * planner and this reserve cannot drift apart. */
 static zc_status gather_emit(void *arg, int64_t elems, int count)
@@ -54,6 +81,43 @@ static zc_status gather_emit(void *arg, int64_t elems, int count)
     size_t bytes = 0;
     ZC_CHECK(elem_bytes(elems, e->pesz, &bytes));
     return zc__bufpool_plan(&e->pool_gather, bytes, count);
+}
+
+zc_status zc__grad_units(zc_engine *e, bool **out)
+{
+    *out = NULL;
+    bool any = false;
+    for (int i = 0; i < e->nparams && !any; i++)
+        any = e->params[i]->chunk_start;
+    if (!any)
+        return ZC_OK;
+    bool *unit = NULL;
+    ZC_CHECK(zc__host_alloc(&e->acct, ZC_MEM_OTHER, (size_t)e->nchunks * sizeof *unit,
+                            "gradient pool units", (void **)&unit));
+    /* A boundary always starts a chunk (layout.c), so units are whole chunks. */
+    for (int k = 0; k < e->nchunks; k++)
+        unit[k] = e->params[e->chunks[k].first]->chunk_start;
+    *out = unit;
+    return ZC_OK;
+}
+
+/* Stages 2/3: the gradient pool by units (above). */
+static zc_status plan_grad(zc_engine *e)
+{
+    const size_t n = (size_t)e->nchunks;
+    bool *unit = NULL;
+    int64_t *padded = NULL;
+    zc_status rc = ZC_OK;
+    ZC_CHECK_GOTO(zc__grad_units(e, &unit), rc, out);
+    ZC_CHECK_GOTO(zc__host_alloc(&e->acct, ZC_MEM_OTHER, n * sizeof *padded,
+                                 "gradient pool plan", (void **)&padded), rc, out);
+    for (int k = 0; k < e->nchunks; k++)
+        padded[k] = e->chunks[k].padded;
+    rc = zc__grad_pool_plan(padded, unit, e->nchunks, grad_emit, e);
+out:
+    zc__host_free(&e->acct, ZC_MEM_OTHER, padded, n * sizeof *padded);
+    zc__host_free(&e->acct, ZC_MEM_OTHER, unit, n * sizeof *unit);
+    return rc;
 }
 
 static zc_status plan_gather(zc_engine *e)
@@ -97,11 +161,8 @@ zc_status zc__reserve_build(zc_engine *e)
 {
     const int64_t big = largest_chunk(e);
     size_t bytes = 0;
-    if (e->pol->sharded_grads) {
-        ZC_CHECK(elem_bytes(big, e->pesz, &bytes));
-        const int n = e->nchunks < ZC_GRAD_BUFFERS ? e->nchunks : ZC_GRAD_BUFFERS;
-        ZC_CHECK(zc__bufpool_plan(&e->pool_grad, bytes, n));
-    }
+    if (e->pol->sharded_grads)
+        ZC_CHECK(plan_grad(e));
     if (e->stage == 3) {
         ZC_CHECK(plan_gather(e));
         ZC_CHECK(reserve_trace(e));
@@ -109,6 +170,7 @@ zc_status zc__reserve_build(zc_engine *e)
     ZC_CHECK(elem_bytes(big, sizeof(float), &bytes));
     ZC_CHECK(zc__bufpool_plan(&e->pool_stage, bytes, 1));
     ZC_CHECK(zc__bufpool_reserve(&e->pool_grad));
+    ZC_CHECK(zc__streams_grad_slots(e, zc__bufpool_slots(&e->pool_grad)));
     ZC_CHECK(zc__bufpool_reserve(&e->pool_gather));
     ZC_CHECK(zc__bufpool_reserve(&e->pool_stage));
     return ZC_OK;

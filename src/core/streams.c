@@ -54,8 +54,6 @@ zc_status zc__streams_create(zc_engine *e)
     ZC_CHECK(o->event_create(d, &e->ev_caller));
     ZC_CHECK(o->event_create(d, &e->ev_handoff));
     ZC_CHECK(o->event_create(d, &e->ev_reduced));
-    for (int i = 0; i < ZC_GRAD_BUFFERS; i++)
-        ZC_CHECK(o->event_create(d, &e->ev_gslot[i]));
     /* Stage-3 parameter offload: the shards' H2D copies get a stream of
      * their own, so a copy overlaps the engine's work (param_state.c). */
     if (e->stage == 3 && e->cfg->zero.offload_param.device != ZC_OFFLOAD_NONE) {
@@ -64,6 +62,48 @@ zc_status zc__streams_create(zc_engine *e)
         ZC_CHECK(o->event_create(d, &e->ev_h2d_done));
     }
     return ZC_OK;
+}
+
+zc_status zc__streams_grad_slots(zc_engine *e, int n)
+{
+    zc_device *d = e->dev;
+    void *mem = NULL;
+    const size_t m = n > 0 ? (size_t)n : 1;
+    ZC_CHECK(zc__host_alloc(&e->acct, ZC_MEM_OTHER, m * sizeof(void *),
+                            "gradient slot events", &mem));
+    e->ev_gslot = mem;
+    e->ngslots = n; /* destroy frees what was made so far */
+    for (int i = 0; i < n; i++)
+        e->ev_gslot[i] = NULL;
+    ZC_CHECK(zc__host_alloc(&e->acct, ZC_MEM_OTHER, m * sizeof(bool), "gradient slot flags",
+                            &mem));
+    e->gslot_pending = mem;
+    ZC_CHECK(zc__host_alloc(&e->acct, ZC_MEM_OTHER, m * sizeof(int), "gradient slot copies",
+                            &mem));
+    e->gslot_land = mem;
+    for (int i = 0; i < n; i++) {
+        e->gslot_pending[i] = false;
+        e->gslot_land[i] = -1;
+    }
+    for (int i = 0; i < n; i++)
+        ZC_CHECK(d->ops->event_create(d, &e->ev_gslot[i]));
+    return ZC_OK;
+}
+
+static void free_grad_slots(zc_engine *e)
+{
+    const size_t m = e->ngslots > 0 ? (size_t)e->ngslots : 1;
+    if (e->ev_gslot)
+        for (int i = 0; i < e->ngslots; i++)
+            if (e->ev_gslot[i])
+                e->dev->ops->event_destroy(e->dev, e->ev_gslot[i]);
+    zc__host_free(&e->acct, ZC_MEM_OTHER, e->ev_gslot, m * sizeof(void *));
+    zc__host_free(&e->acct, ZC_MEM_OTHER, e->gslot_pending, m * sizeof(bool));
+    zc__host_free(&e->acct, ZC_MEM_OTHER, e->gslot_land, m * sizeof(int));
+    e->ev_gslot = NULL;
+    e->gslot_pending = NULL;
+    e->gslot_land = NULL;
+    e->ngslots = 0;
 }
 
 static void sync_quietly(zc_engine *e, void *stream, const char *which)
@@ -92,11 +132,7 @@ void zc__streams_destroy(zc_engine *e)
             o->event_destroy(d, *evs[i]);
         *evs[i] = NULL;
     }
-    for (int i = 0; i < ZC_GRAD_BUFFERS; i++) {
-        if (e->ev_gslot[i])
-            o->event_destroy(d, e->ev_gslot[i]);
-        e->ev_gslot[i] = NULL;
-    }
+    free_grad_slots(e);
     if (e->comm_stream && e->comm_stream != e->stream)
         o->stream_destroy(d, e->comm_stream);
     if (e->ctl_stream)
@@ -141,7 +177,7 @@ zc_status zc__reduction_done(zc_engine *e, int slot)
     if (e->comm_stream == e->stream)
         return ZC_OK;
     zc_device *d = e->dev;
-    if (slot >= 0 && slot < ZC_GRAD_BUFFERS) {
+    if (slot >= 0 && slot < e->ngslots) {
         ZC_CHECK(d->ops->event_record(d, e->ev_gslot[slot], e->comm_stream));
         e->gslot_pending[slot] = true;
     }
@@ -155,14 +191,14 @@ zc_status zc__order_engine_after_reductions(zc_engine *e)
     zc_device *d = e->dev;
     ZC_CHECK(d->ops->stream_wait_event(d, e->stream, e->ev_reduced));
     /* ev_reduced follows every slot's reduction on the same stream. */
-    for (int i = 0; i < ZC_GRAD_BUFFERS; i++)
+    for (int i = 0; i < e->ngslots; i++)
         e->gslot_pending[i] = false;
     return ZC_OK;
 }
 
 zc_status zc__order_engine_after_slot(zc_engine *e, int slot)
 {
-    if (slot < 0 || slot >= ZC_GRAD_BUFFERS)
+    if (slot < 0 || slot >= e->ngslots)
         return ZC_OK;
     zc_device *d = e->dev;
     if (e->gslot_pending[slot]) {

@@ -187,7 +187,13 @@ zc_status t_ctx_open(t_ctx *x, t_run *run, int rank, zc_comm *comm)
     for (int i = 0; i < T_NPARAMS; i++) {
         char name[32];
         snprintf(name, sizeof name, "p%d", i);
-        if (t_boundary[i])
+        bool boundary = t_boundary[i];
+        if (run->layer_boundaries) {
+            boundary = false;
+            for (int l = 0; l < t_nlayers(x); l++)
+                boundary = boundary || t_layer_at(x, l) == i;
+        }
+        if (boundary)
             TRY(zc_chunk_boundary(x->eng));
         x->p[i] = zc_param_add(x->eng, name, &t_numel[i], 1, t_group[i] ? nodecay : 0);
         if (!x->p[i])

@@ -70,6 +70,10 @@ typedef struct t_run {
     const int *layers;         /* layer-wise: layer l is parameters [layers[l],
                                   layers[l + 1]) (NULL: t_layer_begin) */
     int nlayers;               /* with layers: how many */
+    bool layer_boundaries;     /* with layers: a zc_chunk_boundary before each layer's
+                                  first parameter (the first's included) instead of
+                                  the harness's one before p5, so each layer is a
+                                  span (and a unit of the stage-2/3 gradient pool) */
     int blocks;                /* layer-wise through the block calls: T_BLOCK_LIST
                                   (zc_block_create per layer) or T_BLOCK_SPAN
                                   (zc_block_span at each layer's first parameter:

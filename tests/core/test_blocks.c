@@ -165,32 +165,79 @@ Test(blocks, misuse_changes_nothing)
     t_assert_no_leaks();
 }
 
-/* Stage 2 reserves two chunk gradient buffers: a block over three chunks
- * fails before taking any, and the per-parameter calls still get both. */
+/* Three one-dimensional parameters of one chunk each (a bucket of 256),
+ * registered with or without a zc_chunk_boundary before the first: with
+ * one, the three chunks are one unit and the build reserves two sets of
+ * their buffers (capped at three, one per chunk); without, each chunk is a
+ * unit and two buffers are reserved. World 1. */
+static zc_engine *open3(int stage, bool boundary, zc_config **cfg, zc_comm **comm,
+                        zc_param **p)
+{
+    static const int64_t numel[3] = {300, 500, 700};
+    zc_engine *e = NULL;
+    cr_assert_eq(zc_comm_local_world(1, comm), ZC_OK);
+    cr_assert_eq(zc_config_create(cfg), ZC_OK);
+    cr_assert_eq(zc_config_set_int(*cfg, "zero_optimization.stage", stage), ZC_OK);
+    zc_engine_options eo = ZC_ENGINE_OPTIONS_INIT;
+    eo.device = ZC_DEVICE_HOST;
+    eo.bucket_elems = 256;
+    cr_assert_eq(zc_engine_create(&e, *cfg, *comm, &eo), ZC_OK, "%s", zc_last_error());
+    if (boundary)
+        cr_assert_eq(zc_chunk_boundary(e), ZC_OK);
+    for (int i = 0; i < 3; i++) {
+        char name[4] = {'p', (char)('0' + i), 0};
+        p[i] = zc_param_add(e, name, &numel[i], 1, 0);
+        cr_assert_not_null(p[i]);
+    }
+    cr_assert_eq(zc_engine_build(e), ZC_OK, "%s", zc_last_error());
+    return e;
+}
+
+/* Without a boundary a block over three chunks needs three of the two
+ * reserved buffers: it fails before taking any, and the per-parameter calls
+ * still get both. With a boundary before it the block is a unit, reserved
+ * for at build: the same block call succeeds, and the buffers are its
+ * chunks' (ZC_MEM_BUFFERS: all three chunks in the working dtype). */
 Test(blocks, grad_buffers_beyond_reserve_take_nothing)
 {
-    for (int stage = 2; stage <= 3; stage++) {
-        t_run run;
-        t_ctx x;
-        zc_comm *comm;
-        open1(&run, &x, &comm, stage, 2048);
-        zc_block *b = NULL;
-        /* p2 {p0 p1 p2}, p3 {p3}, p4 {p4}: three chunks. */
-        zc_param *three[3] = {x.p[2], x.p[3], x.p[4]};
-        cr_assert_eq(zc_block_create(x.eng, three, 3, &b), ZC_OK);
-        void *g[3] = {NULL, NULL, NULL};
-        cr_assert_eq(zc_block_grad_buffers(x.eng, b, g), ZC_ERR_NO_MEMORY);
-        cr_assert(strstr(zc_last_error(), "lie in 3 chunks"), "%s", zc_last_error());
-        cr_assert_null(g[0]);
-        zc_stats s = {.size = sizeof s};
-        cr_assert_eq(zc_engine_stats(x.eng, &s), ZC_OK);
-        cr_assert_eq(s.bytes[ZC_MEM_BUFFERS], 0, "stage %d: a buffer was taken", stage);
-        void *g3 = zc_grad_buffer(x.eng, x.p[3]), *g4 = zc_grad_buffer(x.eng, x.p[4]);
-        cr_assert_not_null(g3);
-        cr_assert_not_null(g4);
-        zc_block_destroy(b);
-        close1(&x, comm);
-    }
+    for (int stage = 2; stage <= 3; stage++)
+        for (int boundary = 0; boundary <= 1; boundary++) {
+            zc_config *cfg;
+            zc_comm *comm;
+            zc_param *p[3];
+            zc_engine *e = open3(stage, boundary, &cfg, &comm, p);
+            zc_block *b = NULL;
+            cr_assert_eq(zc_block_create(e, p, 3, &b), ZC_OK);
+            void *g[3] = {NULL, NULL, NULL};
+            zc_stats s = {.size = sizeof s};
+            if (!boundary) {
+                cr_assert_eq(zc_block_grad_buffers(e, b, g), ZC_ERR_NO_MEMORY);
+                cr_assert(strstr(zc_last_error(), "lie in 3 chunks without a gradient buffer") &&
+                              strstr(zc_last_error(), "the build reserved 2"),
+                          "%s", zc_last_error());
+                cr_assert_null(g[0]);
+                cr_assert_eq(zc_engine_stats(e, &s), ZC_OK);
+                cr_assert_eq(s.bytes[ZC_MEM_BUFFERS], 0, "stage %d: a buffer was taken", stage);
+                cr_assert_not_null(zc_grad_buffer(e, p[1]));
+                cr_assert_not_null(zc_grad_buffer(e, p[2]));
+            } else {
+                cr_assert_eq(zc_block_grad_buffers(e, b, g), ZC_OK, "stage %d: %s", stage,
+                             zc_last_error());
+                for (int i = 0; i < 3; i++)
+                    cr_assert_eq(g[i], zc_grad_buffer(e, p[i]));
+                cr_assert_eq(zc_engine_stats(e, &s), ZC_OK);
+                /* Chunks of 320, 512 and 704 padded elements: two sets of
+                 * them capped at three slots are the three largest, 704, 704
+                 * and 512, and the block's chunks took all three. */
+                cr_assert_eq(s.bytes[ZC_MEM_BUFFERS], (704 + 704 + 512) * 4, "%lld",
+                             (long long)s.bytes[ZC_MEM_BUFFERS]);
+                cr_assert_eq(zc_block_grad_ready(e, b), ZC_OK, "%s", zc_last_error());
+            }
+            zc_block_destroy(b);
+            zc_engine_destroy(e);
+            zc_config_destroy(cfg);
+            zc_comm_destroy(comm);
+        }
     t_assert_no_leaks();
 }
 

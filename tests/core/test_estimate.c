@@ -44,10 +44,15 @@
 typedef struct layout {
     int64_t padded[64];
     bool persistent[64];
+    bool units[64];    /* a zc_chunk_boundary starts a unit at the chunk */
+    bool has_units;    /* some parameter follows a zc_chunk_boundary */
     int nchunks;
     int64_t max_live, prefetch, buffer_count, nvme_round;
     int64_t pbuffer_count, max_in_cpu, pnvme_round;
     double ratio;
+    zc_memory_plan plan;   /* zc_plan_memory of the run's configuration and model */
+    zc_status plan_rc;
+    char plan_err[512];
 } layout;
 
 static void grab(t_ctx *x, int step, void *arg)
@@ -61,6 +66,8 @@ static void grab(t_ctx *x, int step, void *arg)
     for (int k = 0; k < e->nchunks; k++) {
         l->padded[k] = e->chunks[k].padded;
         l->persistent[k] = e->chunks[k].persistent;
+        l->units[k] = e->params[e->chunks[k].first]->chunk_start;
+        l->has_units = l->has_units || l->units[k];
     }
     l->max_live = e->max_live;
     l->prefetch = e->prefetch_elems;
@@ -72,6 +79,17 @@ static void grab(t_ctx *x, int step, void *arg)
     l->max_in_cpu = e->cfg->zero.offload_param.max_in_cpu;
     l->pnvme_round = e->cfg->aio.block_size *
                      zc__nvme_path_count(e->cfg->zero.offload_param.nvme_path);
+    /* The public planner, from what the harness registers (t_ctx_open). */
+    zc_plan_tensor t[T_NPARAMS];
+    for (int i = 0; i < T_NPARAMS; i++)
+        t[i] = (zc_plan_tensor){&t_numel[i], 1, t_boundary[i]};
+    zc_engine_options eo = ZC_ENGINE_OPTIONS_INIT;
+    eo.device = ZC_DEVICE_HOST;
+    eo.bucket_elems = x->run->bucket;
+    eo.f32_view_chunks = x->run->f32_views;
+    l->plan.size = sizeof l->plan;
+    l->plan_rc = zc_plan_memory(x->cfg, x->run->world, t, T_NPARAMS, &eo, &l->plan);
+    snprintf(l->plan_err, sizeof l->plan_err, "%s", zc_last_error());
 }
 
 static const int kind_of[ZC_MEMKIND__COUNT] = {
@@ -116,12 +134,29 @@ static void check_with(int stage, int world, int accum, int off, const char *nvm
         .ratio = l.ratio, .staging = staged, .dev_kind = ZC_MEMKIND_HOST,
         .buffer_count = l.buffer_count, .nvme_round = l.nvme_round, .max_live = l.max_live, .prefetch_elems = l.prefetch,
         .nchunks = l.nchunks, .padded = l.padded, .persistent = l.persistent,
-        .view_chunks = views,
+        .unit_start = l.has_units ? l.units : NULL, .view_chunks = views,
         .poffload = dev_of[po.dev], .pbuffer_count = l.pbuffer_count,
         .max_in_cpu = l.max_in_cpu, .pnvme_round = l.pnvme_round,
     };
     zc_est est;
     cr_assert_eq(zc__estimate(&in, &est), ZC_OK, "%s", zc_last_error());
+    /* zc_plan_memory makes the same plan from the model and configuration
+     * alone (forced staging is a test hook it does not see). */
+    cr_assert_eq(l.plan_rc, ZC_OK, "zc_plan_memory: %s", l.plan_err);
+    for (int mk = 0; mk < ZC_MEMKIND__COUNT && !staged; mk++) {
+        cr_assert_eq(l.plan.bytes_by_kind[kind_of[mk]], est.kind_total[mk],
+                     "stage %d world %d accum %d offload %d/%d: zc_plan_memory kind %d %lld, "
+                     "the planner %lld", stage, world, accum, off, po.dev, kind_of[mk],
+                     (long long)l.plan.bytes_by_kind[kind_of[mk]],
+                     (long long)est.kind_total[mk]);
+        for (int c = 0; c < ZC_MEM__COUNT; c++)
+            cr_assert_eq(l.plan.bytes_by_kind_cat[kind_of[mk]][c], est.bytes[mk][c]);
+    }
+    cr_assert_eq(l.plan.num_chunks, l.nchunks);
+    cr_assert_eq(l.plan.dtype, ZC_DTYPE_BF16);
+    cr_assert(l.plan.host_device);
+    cr_assert_eq(l.plan.grad_buffer_bytes, est.grad_pool);
+    cr_assert_eq(l.plan.grad_buffer_bytes > 0, stage >= 2);
     if (stage == 3 && po.dev == 2 && po.max_in_cpu == 0)
         cr_assert_gt(est.param_nvme, 0, "offload_param nvme planned no swap file");
     for (int rank = 0; rank < world; rank++) {
@@ -263,6 +298,121 @@ Test(estimate, hand_computed_stage2)
     cr_assert_eq(e.kind_total[ZC_MEMKIND_HOST] + e.kind_total[ZC_MEMKIND_PINNED], 0);
     cr_assert_eq(zc__est_part_bytes(&e, ZC_MEMKIND_DEVICE, ZC_EST_OPTIMIZER), 10496 + 20992);
     cr_assert_eq(zc__est_part_bytes(&e, ZC_MEMKIND_DEVICE, ZC_EST_BUFFERS), 33280);
+}
+
+/* The stage-2/3 gradient pool by units (zc__grad_pool_plan): two sets, each
+ * holding any one unit's chunks (slot i as large as the i-th largest chunk
+ * of any unit), at most one slot per chunk, classes largest first. */
+typedef struct classes {
+    int64_t elems[8];
+    int count[8];
+    int n;
+} classes;
+
+static zc_status collect(void *arg, int64_t elems, int count)
+{
+    classes *c = arg;
+    cr_assert_lt(c->n, 8);
+    c->elems[c->n] = elems;
+    c->count[c->n++] = count;
+    return ZC_OK;
+}
+
+static void expect_pool(const int64_t *padded, const bool *units, int n, const int64_t *elems,
+                        const int *count, int nclasses)
+{
+    classes c = {0};
+    cr_assert_eq(zc__grad_pool_plan(padded, units, n, collect, &c), ZC_OK);
+    cr_assert_eq(c.n, nclasses, "%d classes, expected %d", c.n, nclasses);
+    for (int i = 0; i < nclasses; i++) {
+        cr_assert_eq(c.elems[i], elems[i], "class %d: %lld elements", i, (long long)c.elems[i]);
+        cr_assert_eq(c.count[i], count[i], "class %d: %d slots", i, c.count[i]);
+    }
+}
+
+Test(estimate, grad_pool_by_units)
+{
+    const int64_t p4[4] = {640, 64, 320, 320};
+    /* units {640, 64} and {320, 320}: a set is {640, 320} */
+    expect_pool(p4, (bool[]){true, false, true, false}, 4, (int64_t[]){640, 320},
+                (int[]){2, 2}, 2);
+    /* no boundary: each chunk a unit, two of the largest */
+    expect_pool(p4, NULL, 4, (int64_t[]){640}, (int[]){2}, 1);
+    /* one unit of all four: two sets would be 8 slots, the 4 largest stay */
+    expect_pool(p4, (bool[]){true, false, false, false}, 4, (int64_t[]){640, 320},
+                (int[]){2, 2}, 2);
+    /* one unit of three: {704, 704, 512} */
+    expect_pool((int64_t[]){320, 512, 704}, (bool[]){true, false, false}, 3,
+                (int64_t[]){704, 512}, (int[]){2, 1}, 2);
+    /* a single chunk: one slot */
+    expect_pool((int64_t[]){128}, NULL, 1, (int64_t[]){128}, (int[]){1}, 1);
+    /* units of 2, 2 and 1 equal chunks: two sets of two */
+    expect_pool((int64_t[]){64, 64, 64, 64, 64}, (bool[]){true, false, true, false, true}, 5,
+                (int64_t[]){64}, (int[]){4}, 1);
+
+    /* The plan counts it: stage 2, world 1, fp32, units {640, 64} and
+     * {320, 320}: slots 2 x 640 x 4 and 2 x 320 x 4 bytes, 256 bytes of
+     * slack per class; the staging pool adds one fp32 slot of 640. */
+    zc_est_in in = {.world = 1, .stage = 2, .pesz = 4, .gas = 1, .offload = ZC_OFFLOAD_NONE,
+                    .dev_kind = ZC_MEMKIND_DEVICE, .max_live = INT64_MAX, .nchunks = 4,
+                    .padded = p4, .unit_start = (bool[]){true, false, true, false}};
+    zc_est e;
+    cr_assert_eq(zc__estimate(&in, &e), ZC_OK, "%s", zc_last_error());
+    const int64_t grad = 2 * 640 * 4 + 256 + 2 * 320 * 4 + 256, stage = 640 * 4 + 256;
+    cr_assert_eq(e.bytes[ZC_MEMKIND_DEVICE][ZC_MEM_RESERVED], grad + stage);
+    in.unit_start = NULL;
+    cr_assert_eq(zc__estimate(&in, &e), ZC_OK, "%s", zc_last_error());
+    cr_assert_eq(e.bytes[ZC_MEMKIND_DEVICE][ZC_MEM_RESERVED], 2 * 640 * 4 + 256 + stage);
+}
+
+/* zc_plan_memory refuses bad input, naming it, and leaves *out alone; a
+ * configuration the engine refuses is refused alike; a CUDA plan needs no
+ * device and puts the engine's buffers in device memory. */
+Test(estimate, plan_memory_refuses_bad_input)
+{
+    zc_config *cfg = NULL;
+    cr_assert_eq(zc_config_create(&cfg), ZC_OK);
+    const int64_t shape[2] = {64, 32}, bad_shape[2] = {64, 0};
+    zc_plan_tensor t[2] = {{shape, 2, false}, {shape, 1, true}};
+    zc_memory_plan p = {.size = sizeof p};
+    p.num_chunks = -7;
+    cr_assert_eq(zc_plan_memory(cfg, 0, t, 2, NULL, &p), ZC_ERR_INVALID_ARG);
+    cr_assert_eq(zc_plan_memory(NULL, 1, t, 2, NULL, &p), ZC_ERR_INVALID_ARG);
+    cr_assert_eq(zc_plan_memory(cfg, 1, t, 0, NULL, &p), ZC_ERR_INVALID_ARG);
+    cr_assert_eq(zc_plan_memory(cfg, 1, t, 2, NULL, NULL), ZC_ERR_INVALID_ARG);
+    zc_memory_plan shortp = {.size = 8};
+    cr_assert_eq(zc_plan_memory(cfg, 1, t, 2, NULL, &shortp), ZC_ERR_INVALID_ARG);
+    zc_plan_tensor bad[2] = {{shape, 2, false}, {bad_shape, 2, false}};
+    cr_assert_eq(zc_plan_memory(cfg, 1, bad, 2, NULL, &p), ZC_ERR_INVALID_ARG);
+    cr_assert(strstr(zc_last_error(), "tensor 1: dimension 1 is 0"), "%s", zc_last_error());
+    bad[1] = (zc_plan_tensor){shape, 9, false};
+    cr_assert_eq(zc_plan_memory(cfg, 1, bad, 2, NULL, &p), ZC_ERR_INVALID_ARG);
+    cr_assert_eq(zc_config_set(cfg, "zero_optimization.offload_optimizer.device", "\"cpu\""),
+                 ZC_OK);
+    cr_assert_eq(zc_plan_memory(cfg, 1, t, 2, NULL, &p), ZC_ERR_CONFIG, "%s", zc_last_error());
+    cr_assert_eq(p.num_chunks, -7, "a failed plan wrote its output");
+    /* Stage 2, cpu offload, bf16, world 2: on the host path nothing stages,
+     * on CUDA the landing and output buffers are pinned and the engine's
+     * buffers are device memory. */
+    cr_assert_eq(zc_config_set_int(cfg, "zero_optimization.stage", 2), ZC_OK);
+    cr_assert_eq(zc_config_set_bool(cfg, "bf16.enabled", true), ZC_OK);
+    zc_engine_options eo = ZC_ENGINE_OPTIONS_INIT;
+    eo.device = ZC_DEVICE_HOST;
+    zc_memory_plan host = {.size = sizeof host}, cuda = {.size = sizeof cuda};
+    cr_assert_eq(zc_plan_memory(cfg, 2, t, 2, &eo, &host), ZC_OK, "%s", zc_last_error());
+    eo.device = ZC_DEVICE_CUDA;
+    cr_assert_eq(zc_plan_memory(cfg, 2, t, 2, &eo, &cuda), ZC_OK, "%s", zc_last_error());
+    cr_assert(host.host_device && !cuda.host_device);
+    cr_assert_eq(host.dtype, ZC_DTYPE_BF16);
+    cr_assert_eq(host.bytes_by_kind[ZC_KIND_DEVICE], 0);
+    cr_assert_eq(cuda.bytes_by_kind[ZC_KIND_DEVICE], host.bytes_by_kind[ZC_KIND_HOST]);
+    cr_assert_gt(cuda.bytes_by_kind[ZC_KIND_PINNED], host.bytes_by_kind[ZC_KIND_PINNED]);
+    /* 2048 + 64 elements: the first chunk {64 x 32} and, after the
+     * boundary, {64}, each padded to world x 64. */
+    cr_assert_eq(host.num_params, 2048 + 64);
+    cr_assert_eq(host.num_chunks, 2);
+    cr_assert_eq(host.padded_params, 2048 + 128);
+    zc_config_destroy(cfg);
 }
 
 Test(estimate, refuses_bad_input_and_overflow)

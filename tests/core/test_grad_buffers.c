@@ -1,9 +1,10 @@
-/* Stage 2/3 gradient buffers come from the ZC_GRAD_BUFFERS slots reserved at
- * build. A backward pass that holds a third chunk's buffer while two other
- * chunks are incomplete gets ZC_ERR_NO_MEMORY from zc_grad_buffer - on every
- * rank alike, since which slots are held follows the calls - and nothing is
- * allocated; completing a chunk returns its slot, the buffer is then handed
- * out zeroed, and the step ends with the ranks in agreement. */
+/* Stage 2/3 gradient buffers come from the slots reserved at build: two
+ * units' worth, here (no zc_chunk_boundary) two chunks. A backward pass that
+ * holds a third chunk's buffer while two other chunks are incomplete gets
+ * ZC_ERR_NO_MEMORY from zc_grad_buffer - on every rank alike, since which
+ * slots are held follows the calls - and nothing is allocated; completing a
+ * chunk returns its slot, the buffer is then handed out zeroed, and the step
+ * ends with the ranks in agreement. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <string.h>
@@ -87,7 +88,7 @@ static void check_stage(int stage)
     for (int k = 0; k < W; k++) {
         cr_assert(r.third_null[k], "stage %d rank %d: a third chunk buffer was handed out",
                   stage, k);
-        cr_assert(strstr(r.third_msg[k], "ZC_GRAD_BUFFERS") &&
+        cr_assert(strstr(r.third_msg[k], "the build reserved 2") &&
                       strstr(r.third_msg[k], "no free slot"),
                   "rank %d: %s", k, r.third_msg[k]);
         cr_assert(r.zeroed[k], "rank %d: a reused buffer was not zeroed", k);

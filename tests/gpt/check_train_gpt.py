@@ -13,6 +13,12 @@
 3. Bad flags are refused with status 2 and a message naming the flag; --launcher env
    outside a launcher fails with status 1. The shipped DeepSpeed configs (stages
    0-3, optimizer offload) give one params_sha256.
+5. The memory pre-check plans each rank's engine with the library's planner:
+   the engine bytes of its --json plan line are those `zeroc estimate --model
+   gpt:... --chunks per-block --device host` prints for the same configuration
+   (stages 0-3, optimizer and parameter offload to NVMe, worlds 1 and 2), the
+   activations are model.c's buffers, and a model no machine holds is refused
+   with status 1 naming host memory and the planner, before any rank starts.
 """
 import json
 import math
@@ -21,7 +27,7 @@ import subprocess
 import sys
 from collections import Counter
 
-exe, data = sys.argv[1], sys.argv[2]
+exe, data, zeroc = sys.argv[1], sys.argv[2], sys.argv[3]
 TINY = ["--layers", "2", "--heads", "2", "--dim", "16", "--seq", "16", "--batch", "2",
         "--eval-every", "0", "--data", data, "--json", "--launcher", "threads"]
 failures = []
@@ -127,6 +133,65 @@ p = subprocess.run([exe, "--launcher", "env", "--steps", "1"], capture_output=Tr
 if p.returncode != 1 or "RANK" not in p.stderr or "rank -1" in p.stderr:
     failures.append(f"--launcher env without a launcher: status {p.returncode}, {p.stderr!r}")
 print("ok --launcher without a launcher refused")
+
+# 5. the memory pre-check is the library's plan (zeroc estimate) plus the
+# model's own memory
+import shutil
+import tempfile
+swap = tempfile.mkdtemp(prefix="zc-gpt-plan-")
+try:
+    L, C, H, T, V, B = 2, 64, 4, 32, 256, 3
+    shape = ["--layers", str(L), "--dim", str(C), "--heads", str(H), "--seq", str(T),
+             "--vocab", str(V), "--batch", str(B)]
+    for stage, off, poff, world in ((0, None, None, 1), (1, None, None, 2), (2, None, None, 2),
+                                    (3, None, None, 1), (2, "nvme", None, 2),
+                                    (3, "nvme", "nvme", 1), (3, "nvme", "nvme", 2)):
+        zero = {"stage": stage, "stage3_param_persistence_threshold": 0}
+        if off:
+            zero["offload_optimizer"] = {"device": off, "nvme_path": swap}
+        if poff:
+            zero["offload_param"] = {"device": poff, "nvme_path": swap, "max_in_cpu": 0}
+        cfg = os.path.join(swap, "ds.json")
+        with open(cfg, "w") as f:
+            json.dump({"train_micro_batch_size_per_gpu": B, "bf16": {"enabled": True},
+                       "zero_optimization": zero}, f)
+        out = run(shape + ["--config", cfg, "--world", str(world), "--steps", "1",
+                           "--eval-every", "0", "--data", data, "--json",
+                           "--launcher", "threads"]).stdout.splitlines()
+        plan = [json.loads(l)["plan"] for l in out if l.startswith('{"plan"')]
+        est = subprocess.run([zeroc, "estimate", "--model", f"gpt:{L},{C},{H},{T},{V}",
+                              "--world", str(world), "--config", cfg, "--chunks", "per-block",
+                              "--device", "host", "--json"], capture_output=True, text=True,
+                             timeout=60)
+        rows = [json.loads(l) for l in est.stdout.splitlines() if l.startswith("{")]
+        what = f"stage {stage} offload {off}/{poff} world {world}"
+        if len(plan) != 1 or est.returncode != 0 or len(rows) != 1:
+            failures.append(f"{what}: plan lines {plan}, estimate {est.returncode} {rows} "
+                            f"{est.stderr}")
+            continue
+        p, r = plan[0], rows[0]
+        engine = {k: r["bytes"][k] for k in ("device", "pinned", "nvme")}
+        engine["host"] = r["bytes"]["host"] - r["activations"]  # the CLI adds its formula
+        if p["engine_per_rank"] != engine or p["ranks"] != world:
+            failures.append(f"{what}: train_gpt plans {p['engine_per_rank']}, zeroc estimate "
+                            f"{engine}")
+        # model.c's gpt_acts_create for B sequences, in floats
+        N, NC = B * T, B * T * C
+        acts = NC * (16 * L + 17) + N * (4 * L + 2) + L * B * H * T * T + 2 * N * V
+        if p["activations_per_rank"] != 4 * acts:
+            failures.append(f"{what}: activations {p['activations_per_rank']} != {4 * acts}")
+        if not p["host_peak"] >= world * (engine["host"] + engine["pinned"] + 4 * acts):
+            failures.append(f"{what}: host_peak {p['host_peak']} below its parts")
+    if os.listdir(swap) != ["ds.json"]:
+        failures.append(f"swap files left behind: {os.listdir(swap)}")
+finally:
+    shutil.rmtree(swap, ignore_errors=True)
+print("ok the pre-check's engine plan is zeroc estimate's, stages 0-3 and NVMe offload")
+p = run(["--layers", "64", "--dim", "4096", "--heads", "32", "--seq", "64", "--stage", "0",
+         "--world", "1", "--launcher", "threads"], expect=1)
+if "not enough host memory" not in p.stderr or "zc_plan_memory" not in p.stderr:
+    failures.append(f"a model no machine holds: {p.stderr!r}")
+print("ok a model beyond host memory refused before it starts")
 
 if failures:
     print("\n".join(failures))

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Larger than memory: installs what is missing, builds zeroc, and trains
+# examples/gpt at 32 layers, dim 2560, 20 heads (2.52 billion parameters, seq
+# 64, batch 1, bf16) for 3 steps at ZeRO stage 3 with the optimizer state and
+# the parameters on the disk (offload_optimizer and offload_param "nvme",
+# max_in_cpu 0). Its fp32 master, Adam moments and bf16 parameters take 33
+# GiB of swap files; the host holds about 21 GiB at the peak (the largest
+# shape whose plan fits a 24 GiB machine: README). train_gpt's pre-check
+# plans the memory first and refuses, naming each part, a machine that
+# cannot hold it: pass a smaller shape (--layers 24 --dim 2304 --heads 18 is
+# 1.53 B) or more steps as train_gpt flags.
+#
+# The swap files, the config and a 4 KiB training text (the start of the
+# GPL-3, so the final validation is a few windows) go into a directory of
+# its own under ZC_SWAP_DIR (default: build/, on the repository's disk),
+# removed at the end, also on Ctrl-C; the swap files have no names while
+# the run goes on, so a killed run leaves nothing behind either.
+# Usage: bash scripts/big_gpt.sh [train_gpt flags]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/build_dir.sh
+bash scripts/deps.sh
+zc_configure build
+ninja -C build
+if [[ ! -x build/examples/gpt/train_gpt ]]; then
+  echo "big_gpt.sh: build/examples/gpt/train_gpt was not built: OpenBLAS (libopenblas-dev)" \
+       "was not found when build/ was configured (see the meson output above)" >&2
+  exit 1
+fi
+parent=${ZC_SWAP_DIR:-$PWD/build}
+work=$(mktemp -d "$parent/zc-big-gpt.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+trap 'exit 130' INT TERM
+head -c 4096 /usr/share/common-licenses/GPL-3 > "$work/data.txt"
+cat > "$work/ds_config.json" <<EOF
+{
+  "train_micro_batch_size_per_gpu": 1,
+  "gradient_accumulation_steps": 1,
+  "gradient_clipping": 1.0,
+  "bf16": { "enabled": true },
+  "wall_clock_breakdown": true,
+  "optimizer": {
+    "type": "AdamW",
+    "params": { "lr": 1e-6, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.1 }
+  },
+  "zero_optimization": {
+    "stage": 3,
+    "overlap_comm": true,
+    "stage3_param_persistence_threshold": 0,
+    "offload_optimizer": { "device": "nvme", "nvme_path": "$work", "pin_memory": true },
+    "offload_param": { "device": "nvme", "nvme_path": "$work", "pin_memory": true,
+                       "max_in_cpu": 0 }
+  }
+}
+EOF
+./build/examples/gpt/train_gpt --config "$work/ds_config.json" --layers 32 --dim 2560 \
+  --heads 20 --seq 64 --vocab 256 --batch 1 --stage 3 --world 1 --steps 3 --eval-every 0 \
+  --data "$work/data.txt" --launcher threads "$@"
