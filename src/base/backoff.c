@@ -24,19 +24,22 @@ void zc__backoff_progress(zc_backoff *b, double took)
 
 double zc__backoff_idle(zc_backoff *b)
 {
-    double now = zc__now_s();
-    if (b->nap_ns == 0) {
-        if (now - b->spin_from < b->spin_s) {
+    const double now = zc__now_s(), waited = now - b->spin_from;
+    if (b->nap_ns == 0 && waited < b->spin_s) {
 #if defined(__x86_64__) || defined(__i386__)
-            __builtin_ia32_pause(); /* the sibling hyperthread gets the pipeline */
+        __builtin_ia32_pause(); /* the sibling hyperthread gets the pipeline */
 #endif
-            return now;
-        }
-        b->nap_ns = ZC_BACKOFF_NAP_MIN_NS;
+        return now;
     }
-    struct timespec ts = {0, b->nap_ns};
+    /* An eighth of the wait so far, clamped in seconds (a wait of any
+     * length converts without overflow). */
+    const double nap_s = waited / ZC_BACKOFF_NAP_FRACTION;
+    long ns = nap_s >= (double)ZC_BACKOFF_NAP_MAX_NS * 1e-9 ? ZC_BACKOFF_NAP_MAX_NS
+              : nap_s > (double)ZC_BACKOFF_NAP_MIN_NS * 1e-9 ? (long)(nap_s * 1e9)
+                                                             : ZC_BACKOFF_NAP_MIN_NS;
+    b->nap_ns = ns;
+    struct timespec ts = {0, ns};
     nanosleep(&ts, NULL);
     b->naps++;
-    b->nap_ns = b->nap_ns >= ZC_BACKOFF_NAP_MAX_NS / 2 ? ZC_BACKOFF_NAP_MAX_NS : 2 * b->nap_ns;
     return zc__now_s();
 }

@@ -179,7 +179,8 @@ static zc_status mpi_fail(mpi_comm *c, const mpi_op *op, const char *call, int c
  * move, so this polls - with base/backoff.h: a short spin after each sign of
  * progress (a poll that did work; after one that completed a request, as
  * long as that poll took, up to 1 ms: the peer copying its equal half is
- * about as far), then naps of 50 us doubling to 1 ms. A rank waiting for a
+ * about as far), then naps of an eighth of the time waited, 50 us to 1 ms
+ * (a late peer is seen at most an eighth late). A rank waiting for a
  * late peer leaves its core within 50 us instead of spinning on it: the
  * peer, or whatever else the machine runs, gets the core, and the waiter is
  * not charged for a spin when its own work resumes. (The earlier 2 ms spin

@@ -1,7 +1,7 @@
 /* The polling backoff (src/base/backoff.h): the spin ends after its length,
- * the naps then double from 50 us up to 1 ms, progress restarts both with
- * the spin lengthened to what the progress took (clamped), and a long wait
- * costs its thread little CPU time. */
+ * the naps then are an eighth of the time waited, from 50 us up to 1 ms,
+ * progress restarts both with the spin lengthened to what the progress took
+ * (clamped), and a long wait costs its thread little CPU time. */
 #include <math.h>
 #include <time.h>
 
@@ -18,38 +18,57 @@ static double thread_cpu_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-Test(backoff, spins_then_naps_doubling_to_the_cap)
+/* The nap an idle turn should take, given the time waited when it began. */
+static double want_nap_s(double waited)
+{
+    double n = waited / ZC_BACKOFF_NAP_FRACTION;
+    double lo = (double)ZC_BACKOFF_NAP_MIN_NS * 1e-9, hi = (double)ZC_BACKOFF_NAP_MAX_NS * 1e-9;
+    return n < lo ? lo : n > hi ? hi : n;
+}
+
+Test(backoff, spins_then_naps_an_eighth_of_the_wait)
 {
     zc_backoff b;
     zc__backoff_init(&b);
     const double t0 = b.spin_from;
     cr_assert_eq(b.spin_s, ZC_BACKOFF_SPIN_S);
-    /* No nap while the spin lasts; the first nap comes once it has. */
+    /* No nap while the spin lasts; the first nap comes once it has, and is
+     * the shortest (an eighth of 50 us is less). */
     double t = t0;
     while (b.naps == 0)
         t = zc__backoff_idle(&b);
     cr_assert_geq(t - t0, ZC_BACKOFF_SPIN_S, "napped %.1f us into a %.0f us spin",
                   (t - t0) * 1e6, ZC_BACKOFF_SPIN_S * 1e6);
-    /* The nap just taken was the shortest; each next one doubles, to 1 ms. */
-    const long want[] = {100000, 200000, 400000, 800000, 1000000, 1000000, 1000000};
-    cr_assert_eq(b.nap_ns, want[0]);
-    for (size_t i = 1; i < sizeof want / sizeof want[0]; i++) {
-        double before = zc__now_s();
-        double after = zc__backoff_idle(&b);
+    cr_assert_eq(b.nap_ns, ZC_BACKOFF_NAP_MIN_NS);
+    /* Each nap: an eighth of the time waited when it began (the clock is
+     * read just before, so between the time waited at the previous turn's
+     * end and at this turn's end), within the bounds; after 8 ms, the cap. */
+    uint64_t naps = b.naps;
+    while (t - t0 < 0.012) {
+        const double before = zc__now_s();
+        const double after = zc__backoff_idle(&b);
+        cr_assert_eq(b.naps, ++naps, "every turn after the spin naps");
+        const double nap = (double)b.nap_ns * 1e-9;
+        cr_assert_geq(nap, want_nap_s(before - t0) * (1 - 1e-9), "nap %.1f us after %.2f ms",
+                      nap * 1e6, (before - t0) * 1e3);
+        cr_assert_leq(nap, want_nap_s(after - t0) * (1 + 1e-9), "nap %.1f us after %.2f ms",
+                      nap * 1e6, (after - t0) * 1e3);
         /* nanosleep sleeps at least what it was asked (no signal here). */
-        cr_assert_geq(after - before, (double)want[i - 1] * 1e-9, "nap %zu", i);
-        cr_assert_eq(b.nap_ns, want[i], "after nap %zu: next %ld ns, want %ld", i, b.nap_ns,
-                     want[i]);
-        cr_assert_eq(b.naps, (uint64_t)i + 1);
+        cr_assert_geq(after - before, nap, "slept %.1f us of a %.1f us nap",
+                      (after - before) * 1e6, nap * 1e6);
+        t = after;
     }
+    zc__backoff_idle(&b);
+    cr_assert_eq(b.nap_ns, ZC_BACKOFF_NAP_MAX_NS, "after %.1f ms of waiting", (t - t0) * 1e3);
 }
 
 Test(backoff, progress_restarts_the_spin_with_a_clamped_length)
 {
     zc_backoff b;
     zc__backoff_init(&b);
-    while (b.naps < 3)
-        zc__backoff_idle(&b);
+    const double t0 = b.spin_from;
+    while (zc__backoff_idle(&b) - t0 < 0.002)
+        ;
     cr_assert_gt(b.nap_ns, ZC_BACKOFF_NAP_MIN_NS);
     const struct { double took, spin; } cases[] = {
         {0, ZC_BACKOFF_SPIN_S},        {-1, ZC_BACKOFF_SPIN_S},
@@ -75,7 +94,8 @@ Test(backoff, progress_restarts_the_spin_with_a_clamped_length)
 
 /* The point of it all: a waiter whose answer takes 300 ms leaves its core.
  * A spinning waiter would burn the whole 300 ms; the backoff spends the
- * spin (50 us) and a few microseconds per nap of up to 1 ms. */
+ * spin (50 us) and a wake-up per nap of up to 1 ms (about 20 us of CPU in a
+ * virtual machine, a few elsewhere). */
 Test(backoff, a_long_wait_costs_little_cpu)
 {
     zc_backoff b;
