@@ -85,6 +85,7 @@ static bool spin_while_u64(_Atomic uint64_t *v, uint64_t x)
     }
 }
 
+/* The same for a count that must reach zero; returns whether it did. */
 static bool spin_while_positive(_Atomic int *v)
 {
     const double until = zc__now_s() + POOL_SPIN_S;
