@@ -3,7 +3,6 @@
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -14,6 +13,7 @@
 #include <mpi.h>
 
 #include "comm/mpi.h"
+#include "base/backoff.h"
 #include "base/clock.h"
 #include "base/alloc.h"
 #include "base/log.h"
@@ -40,6 +40,8 @@ typedef struct mpi_op {
     const void *own; /* fp32 sums: this rank's contribution read in place from
                       * the send buffer (NULL: it was copied into scratch) */
     size_t scratch_bytes;
+    double post_s; /* seconds posting the phase took: a receive whose data had
+                    * already come is copied inside MPI_Irecv (wait_req) */
 } mpi_op;
 
 typedef struct mpi_comm {
@@ -50,6 +52,7 @@ typedef struct mpi_comm {
     int in_group;
     mpi_op ops[MAX_INFLIGHT];
     unsigned head, n; /* in-flight ring, oldest at head */
+    int *done_idx;    /* MPI_Testsome's indices: 2W, one wait at a time */
     int broken;
     char failure[512];
 } mpi_comm;
@@ -165,44 +168,59 @@ static zc_status mpi_fail(mpi_comm *c, const mpi_op *op, const char *call, int c
                 zc_dtype_name(op->dt), call, s);
 }
 
-/* Polls the op's request until it completes or the deadline passes.
- * MPI_Test is also what progresses Open MPI's shared-memory transfers (a
- * large message moves in fragments as both sides poll), so the loop spins
- * on it for 2 ms (a sched_yield per test gave the core away to any other
- * runnable process for a whole time slice, 5-10x slower collectives on a
- * loaded machine), then yields between tests up to 20 ms, so ranks
- * oversubscribed on few cores let the slow rank compute, and only then
- * sleeps 50 us between tests. */
+/* A poll that took this long moved data (a fragment copied, a
+ * single-copy read of a peer's buffer), not just looked: progress. */
+#define POLL_WORK_S 5e-6
+
+/* Polls the op's requests until all complete or the deadline passes.
+ * MPI_Testsome is what progresses Open MPI's shared-memory transfers (the
+ * receiver copies a large message out of the sender's memory inside the
+ * call, fragments move as both sides poll), and nothing blocks until they
+ * move, so this polls - with base/backoff.h: a short spin after each sign of
+ * progress (a poll that did work; after one that completed a request, as
+ * long as that poll took, up to 1 ms: the peer copying its equal half is
+ * about as far), then naps of an eighth of the time waited, 50 us to 1 ms
+ * (a late peer is seen at most an eighth late). A rank waiting for a
+ * late peer leaves its core within 50 us instead of spinning on it: the
+ * peer, or whatever else the machine runs, gets the core, and the waiter is
+ * not charged for a spin when its own work resumes. (The earlier 2 ms spin
+ * and 18 ms of sched_yield cost rank 0 about 20 ms per step waiting in the
+ * gradient reduction on a machine whose cores other jobs shared.) The
+ * deadline is read after every poll, so a timeout is seen at most one nap
+ * (1 ms) late. */
 static zc_status wait_req(mpi_comm *c, mpi_op *op, double deadline)
 {
-    double t0 = -1;
-    for (unsigned long it = 0;; it++) {
-        int done = 0;
-        int e = MPI_Testall(op->nreq, op->reqs, &done, MPI_STATUSES_IGNORE);
+    int left = op->nreq;
+    zc_backoff b;
+    zc__backoff_init(&b);
+    double t = b.spin_from - op->post_s; /* the first poll's "took" covers the posting */
+    while (left > 0) {
+        int n = 0;
+        int e = MPI_Testsome(op->nreq, op->reqs, &n, c->done_idx, MPI_STATUSES_IGNORE);
         if (e != MPI_SUCCESS)
-            return mpi_fail(c, op, "MPI_Testall", e);
-        if (done)
-            return ZC_OK;
-        if (it < 64)
-            continue;
-        double t = zc__now_s();
+            return mpi_fail(c, op, "MPI_Testsome", e);
+        if (n == MPI_UNDEFINED) /* every request is MPI_REQUEST_NULL: all completed */
+            break;
+        left -= n;
+        if (left <= 0)
+            break;
+        /* A poll that completed a request spins on as long as it took; one
+         * that only did work spins the shortest time (a poll that lasted
+         * because the rank was preempted must not buy a long spin). */
+        double took = zc__now_s() - t;
+        if (n > 0)
+            zc__backoff_progress(&b, took);
+        else if (took > POLL_WORK_S)
+            zc__backoff_progress(&b, 0);
+        t = zc__backoff_idle(&b);
         if (t > deadline)
             return fail(c, "mpi comm rank %d/%d: %s #%llu (%zu x %s) timed out after %g s "
                            "waiting for the other ranks (ZC_COMM_TIMEOUT)",
                         c->base.rank, c->base.world, zc__coll_kind_name(op->kind),
                         (unsigned long long)op->seq, op->count, zc_dtype_name(op->dt),
                         c->timeout_s);
-        if (t0 < 0)
-            t0 = t;
-        if (t - t0 < 0.002) {
-            continue;
-        } else if (t - t0 < 0.02) {
-            sched_yield();
-        } else {
-            struct timespec ts = {0, 50000};
-            nanosleep(&ts, NULL);
-        }
     }
+    return ZC_OK;
 }
 
 static zc_status grow(void **buf, size_t *have, size_t need, const char *what)
@@ -295,6 +313,7 @@ static zc_status post_p2p(mpi_comm *c, mpi_op *op, int phase, const xfer *x)
     MPI_Datatype t = mpi_type(op->dt);
     size_t es = zc_dtype_size(op->dt);
     int tag = tag_of(op, phase);
+    const double t0 = zc__now_s();
     op->nreq = 0;
     for (int k = 0; k < W; k++) {
         if (k == r)
@@ -324,6 +343,7 @@ static zc_status post_p2p(mpi_comm *c, mpi_op *op, int phase, const xfer *x)
             return mpi_fail(c, op, "MPI_Isend", e);
         op->nreq++;
     }
+    op->post_s = zc__now_s() - t0;
     return ZC_OK;
 }
 
@@ -493,6 +513,7 @@ static zc_status new_op(mpi_comm *c, int kind, zc_dtype dt, zc_red_op red, size_
     op->recv = recv;
     op->nreq = 0;
     op->own = NULL;
+    op->post_s = 0;
     op->seq = c->seq;
     *out = op;
     return ZC_OK;
@@ -672,6 +693,7 @@ static void mpi_destroy(zc_comm *base)
         zc__host_free(NULL, ZC_MEM_BUFFERS, c->ops[i].scratch, c->ops[i].scratch_bytes);
         zc__host_free(NULL, ZC_MEM_OTHER, c->ops[i].reqs, 2 * sizeof(MPI_Request) * (size_t)W);
     }
+    zc__host_free(NULL, ZC_MEM_OTHER, c->done_idx, 2 * sizeof(int) * (size_t)W);
     zc__host_free(NULL, ZC_MEM_OTHER, c, sizeof *c);
     mpi_unref(healthy);
 }
@@ -738,6 +760,8 @@ zc_status zc__comm_mpi_create(const zc_launch_env *env, zc_comm **out)
         ZC_CHECK_GOTO(zc__host_alloc(NULL, ZC_MEM_OTHER, reqs, "mpi comm requests",
                                      (void **)&c->ops[i].reqs), rc, fail);
     }
+    ZC_CHECK_GOTO(zc__host_alloc(NULL, ZC_MEM_OTHER, 2 * sizeof(int) * (size_t)world,
+                                 "mpi comm request indices", (void **)&c->done_idx), rc, fail);
     c->base.ops = &mpi_ops;
     c->base.rank = rank;
     c->base.world = world;
@@ -754,6 +778,7 @@ fail:
     if (c) {
         for (int i = 0; i < MAX_INFLIGHT; i++)
             zc__host_free(NULL, ZC_MEM_OTHER, c->ops[i].reqs, reqs);
+        zc__host_free(NULL, ZC_MEM_OTHER, c->done_idx, 2 * sizeof(int) * (size_t)world);
         zc__host_free(NULL, ZC_MEM_OTHER, c, sizeof *c);
     }
     if (dup != MPI_COMM_NULL)

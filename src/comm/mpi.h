@@ -32,7 +32,10 @@
  * range (about the payload size), kept and reused between calls.
  *
  * Non-blocking: every call posts non-blocking MPI requests and polls them
- * with MPI_Testall against a deadline of ZC_COMM_TIMEOUT seconds (default 600).
+ * with MPI_Testsome against a deadline of ZC_COMM_TIMEOUT seconds (default
+ * 600): a spin of 50 us after each sign of progress, then naps of an
+ * eighth of the time waited, 50 us to 1 ms (base/backoff.h), so a rank
+ * waiting for a late peer leaves its core to it.
  * Outside a group a call returns when its result is ready; between
  * group_start and group_end the exchanges of every collective are posted at
  * once and finished at group_end, so they overlap each other (and, on the

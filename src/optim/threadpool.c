@@ -4,9 +4,11 @@
  * a broadcast on P.wake; worker w (1-based) runs part w when w < nparts and
  * then decrements P.remaining; the last one signals P.done. The submitter runs
  * part 0 itself (no wake-up on its critical path) and waits for remaining to
- * reach zero. Both sides spin briefly before sleeping: the optimizer submits
- * one job per shard back to back, and a sleeping worker costs a futex wake-up
- * per job. One job at a time (P.submit); a second submitter does not wait for
+ * reach zero. Both sides spin briefly (POOL_SPIN_S, timed) before sleeping
+ * on their condition variable: the optimizer submits one job per shard back
+ * to back, and a sleeping worker costs a futex wake-up per job; a longer spin
+ * would hold a core that a rank, or another job on a shared machine, needs.
+ * One job at a time (P.submit); a second submitter does not wait for
  * the pool but runs its parts itself, which gives the same result (the parts
  * are a static split) and cannot deadlock.
  *
@@ -14,12 +16,14 @@
  * counters return to zero are unaffected by a pool that outlives them. */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "base/env.h"
 #include "base/log.h"
 #include "optim/threadpool.h"
@@ -29,8 +33,7 @@
 #include <hwloc.h>
 #endif
 
-#define SPIN_ITERS 2000 /* pauses before sleeping: ~10-100 us, short enough not to
-                         * starve rank threads on a machine with few cores */
+#define POOL_SPIN_S 20e-6 /* spin before sleeping: a few back-to-back jobs' gap */
 
 static struct {
     pthread_mutex_t lock;   /* guards the job, nworkers, stop and the condvars */
@@ -65,6 +68,38 @@ static inline void cpu_relax(void)
 #endif
 }
 
+/* Spins while *v == x, at most POOL_SPIN_S (the clock read every 64
+ * pauses: a pause takes 10-150 cycles depending on the CPU, so a count of
+ * pauses alone is no bound in time). Returns whether *v changed. */
+static bool spin_while_u64(_Atomic uint64_t *v, uint64_t x)
+{
+    const double until = zc__now_s() + POOL_SPIN_S;
+    for (;;) {
+        for (int i = 0; i < 64; i++) {
+            if (atomic_load_explicit(v, memory_order_acquire) != x)
+                return true;
+            cpu_relax();
+        }
+        if (zc__now_s() > until)
+            return false;
+    }
+}
+
+/* The same for a count that must reach zero; returns whether it did. */
+static bool spin_while_positive(_Atomic int *v)
+{
+    const double until = zc__now_s() + POOL_SPIN_S;
+    for (;;) {
+        for (int i = 0; i < 64; i++) {
+            if (atomic_load_explicit(v, memory_order_acquire) <= 0)
+                return true;
+            cpu_relax();
+        }
+        if (zc__now_s() > until)
+            return false;
+    }
+}
+
 /* ---- topology ----------------------------------------------------------- */
 
 static pthread_once_t topo_once = PTHREAD_ONCE_INIT;
@@ -75,14 +110,53 @@ static bool topo_ok;
 static int topo_numa_nodes;
 #endif
 
+/* The CPUs the calling thread may run on (its affinity mask, which the
+ * workers it starts inherit), or the online ones when the mask cannot be
+ * read. */
+static int allowed_cpus(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+        return CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+#if ZC_HAVE_HWLOC
+/* Physical cores with at least one hardware thread in the calling thread's
+ * binding (all of the machine's when the binding cannot be read): mpirun
+ * binds each rank to a core by default, and a pool of one worker per core
+ * of the machine would then put two threads on that one core, each spinning
+ * or waking the other in turn. The thread's binding, not the process's
+ * (hwloc's union over all threads): the workers inherit it, and a program
+ * may have threads bound elsewhere. */
+static int bound_cores(void)
+{
+    int all = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE);
+    hwloc_bitmap_t bind = hwloc_bitmap_alloc();
+    if (!bind || hwloc_get_cpubind(topo, bind, HWLOC_CPUBIND_THREAD) != 0 ||
+        hwloc_bitmap_iszero(bind)) {
+        hwloc_bitmap_free(bind);
+        return all;
+    }
+    int n = 0;
+    for (int i = 0; i < all; i++) {
+        hwloc_obj_t core = hwloc_get_obj_by_type(topo, HWLOC_OBJ_CORE, (unsigned)i);
+        if (core && core->cpuset && hwloc_bitmap_intersects(core->cpuset, bind))
+            n++;
+    }
+    hwloc_bitmap_free(bind);
+    return n > 0 ? n : all;
+}
+#endif
+
 static void topo_init(void)
 {
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    topo_cores = n > 0 ? (int)n : 1;
+    topo_cores = allowed_cpus();
 #if ZC_HAVE_HWLOC
     if (hwloc_topology_init(&topo) == 0) {
         if (hwloc_topology_load(topo) == 0) {
-            int cores = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE);
+            int cores = bound_cores();
             if (cores > 0)
                 topo_cores = cores;
             topo_numa_nodes = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_NUMANODE);
@@ -160,9 +234,7 @@ static void *worker_main(void *argp)
     pthread_mutex_unlock(&P.lock);
     uint64_t bound = 0;
     for (;;) {
-        for (int i = 0; i < SPIN_ITERS && atomic_load_explicit(&P.gen, memory_order_acquire) == seen;
-             i++)
-            cpu_relax();
+        spin_while_u64(&P.gen, seen);
         pthread_mutex_lock(&P.lock);
         while (atomic_load(&P.gen) == seen && !P.stop)
             pthread_cond_wait(&P.wake, &P.lock);
@@ -269,10 +341,7 @@ zc_status zc__pool_run(int nparts, zc_pool_fn fn, void *arg, const void *near)
     for (int k = helpers + 1; k < nparts; k++) /* parts no worker could take */
         fn(arg, k, nparts);
 
-    for (int i = 0; i < SPIN_ITERS && atomic_load_explicit(&P.remaining, memory_order_acquire) > 0;
-         i++)
-        cpu_relax();
-    if (atomic_load(&P.remaining) > 0) {
+    if (!spin_while_positive(&P.remaining)) {
         pthread_mutex_lock(&P.lock);
         while (atomic_load(&P.remaining) > 0)
             pthread_cond_wait(&P.done, &P.lock);

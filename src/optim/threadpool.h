@@ -1,9 +1,12 @@
 /* The host thread pool (internal): persistent workers for the optimizer and
  * other host kernels that stream through memory.
  *
- * Sized from hwloc's physical cores (sysconf without hwloc), ZC_CPU_THREADS
- * overrides. Workers sleep between jobs; the calling thread runs part 0 of a
- * job itself. Workers are bound to the cores of the NUMA node that holds the
+ * Sized from hwloc's physical cores that the thread starting it may run on
+ * (its CPU affinity, which the workers inherit: under mpirun, which binds
+ * each rank to a core, that is one; the CPUs of the affinity mask without
+ * hwloc), ZC_CPU_THREADS overrides.
+ * Workers sleep between jobs after a spin of 20 us; the calling thread runs
+ * part 0 of a job itself. Workers are bound to the cores of the NUMA node that holds the
  * job's memory (hwloc, machines with more than one node). The pool needs no
  * heap memory of its own, is torn down by a library destructor (or
  * zc__pool_shutdown) and restarts on the next job. */
@@ -21,10 +24,11 @@ typedef void (*zc_pool_fn)(void *arg, int part, int nparts);
 
 /* The default number of threads: ZC_CPU_THREADS when set (a whole number in
  * [1, ZC_POOL_MAX_THREADS]; anything else is ZC_ERR_CONFIG naming it), else
- * the physical cores. */
+ * zc__pool_physical_cores(). */
 zc_status zc__pool_default_threads(int *out);
 
-/* Number of physical cores found (without the ZC_CPU_THREADS override). */
+/* Number of physical cores the thread that first asks may run on (without
+ * the ZC_CPU_THREADS override), at least 1; read once. */
 int zc__pool_physical_cores(void);
 
 /* Runs fn(arg, k, nparts) for k = 0..nparts-1 and returns when all are done.

@@ -6,11 +6,13 @@
      computes that reference with W threads on the same inputs).
   2. zc_mpi_helper timeout, W = 2: the rank whose peer sleeps fails with
      ZC_ERR_COMM within ZC_COMM_TIMEOUT (2 s) and the job ends - no hang.
-  3. zc_mpi_helper kill, W = 3: a rank killed mid-step ends the job within
+  3. zc_mpi_helper idle, W = 2: a rank whose peer is 1 s late naps instead
+     of spinning (bounded CPU time), and the sums are right.
+  4. zc_mpi_helper kill, W = 3: a rank killed mid-step ends the job within
      the timeout; nothing hangs.
-  4. train_mlp, one rank per process under mpirun, W = 1..4, stages 0-3: the
+  5. train_mlp, one rank per process under mpirun, W = 1..4, stages 0-3: the
      params_sha256 equals the thread run's (`train_mlp --world W`).
-  5. two train_mlp processes with different stages: the build agreement
+  6. two train_mlp processes with different stages: the build agreement
      fails every rank with ZC_ERR_CONFIG naming both stages.
 
 Usage: check_mpi.py ZC_MPI_HELPER [TRAIN_MLP]. Exits 77 (meson: skipped)
@@ -76,6 +78,28 @@ def check_timeout(helper):
     if p.returncode == 0:
         fail("%s: mpirun exited 0 although a rank failed" % cmd)
     print("timeout: %s; job ended after %.1f s" % (got[0], dt), flush=True)
+
+
+def check_idle_wait(helper):
+    """A rank whose peer arrives 1 s late leaves its core while it waits:
+    its process uses at most 80 ms of CPU time in that second (it naps;
+    about 25 ms here, where each nanosleep costs ~20 us in the VM; the 2 ms
+    spin and 50 us naps of the earlier loop used 150-175 ms), and the sums
+    are right."""
+    p, dt, cmd = mpirun(2, [helper, "idle"], timeout=60)
+    got = [l for l in p.stdout.splitlines() if l.startswith("IDLE_OK")]
+    if p.returncode != 0 or len(got) != 1:
+        fail("%s: exit %d, expected one IDLE_OK line\n%s\n%s"
+             % (cmd, p.returncode, p.stdout[-3000:], p.stderr[-3000:]))
+        return
+    words = got[0].split()
+    wait, cpu_ms = float(words[4]), float(words[7])
+    if wait < 0.95:
+        fail("%s: rank 0 waited only %.3f s for a peer that slept 1 s" % (cmd, wait))
+    if cpu_ms > 80:
+        fail("%s: waiting %.3f s for the peer used %.1f ms of CPU (at most 80): the wait "
+             "holds its core" % (cmd, wait, cpu_ms))
+    print("idle wait: %s" % got[0], flush=True)
 
 
 def check_killed(helper):
@@ -166,6 +190,7 @@ def main():
     t0 = time.monotonic()
     check_collectives(sys.argv[1])
     check_timeout(sys.argv[1])
+    check_idle_wait(sys.argv[1])
     check_killed(sys.argv[1])
     if len(sys.argv) == 3:
         check_train(sys.argv[2])

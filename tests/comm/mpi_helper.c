@@ -12,12 +12,17 @@
  *   zc_mpi_helper timeout       rank 1 sleeps past ZC_COMM_TIMEOUT; rank 0's
  *                               all-reduce must fail with ZC_ERR_COMM within
  *                               the timeout, and the next call too (sticky).
+ *   zc_mpi_helper idle          the last rank sleeps 1 s before an all-reduce;
+ *                               the others measure the CPU time their process
+ *                               spends waiting for it (it must leave its core:
+ *                               check_mpi.py bounds it) and every rank checks
+ *                               the sums.
  *   zc_mpi_helper kill          the last rank kills itself (SIGKILL) before
  *                               an all-reduce; the others must not outlive
  *                               the timeout (mpirun ends the job, or the
  *                               all-reduce fails with ZC_ERR_COMM).
  *
- * Prints "OK ..." (or "TIMEOUT_OK ...") and exits 0; on a failed check prints
+ * Prints "OK ..." (or "TIMEOUT_OK ...", "IDLE_OK ...") and exits 0; on a failed check prints
  * "FAIL ..." and exits 1; 4 on bad usage. */
 #include <math.h>
 #include <pthread.h>
@@ -351,6 +356,48 @@ static int timeout_case(void)
     _exit(3);
 }
 
+static double process_cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int idle_case(void)
+{
+    zc_comm *c = NULL;
+    CHECK(zc_comm_init_env(&c) == ZC_OK, "zc_comm_init_env");
+    if (g_fail)
+        return 1;
+    g_rank = zc_comm_rank(c);
+    g_world = zc_comm_world(c);
+    /* 256 KiB: past Open MPI's eager limit, so the data moves by a
+     * single-copy read or in fragments, both driven by the waiter's polls. */
+    enum { N = 1 << 16 };
+    static float x[N];
+    for (int i = 0; i < N; i++)
+        x[i] = (float)(g_rank + 1 + i % 7);
+    /* Both ranks start the clock together, then the last one sleeps. */
+    CHECK(zc__barrier(c) == ZC_OK, "barrier");
+    if (g_rank == g_world - 1)
+        sleep(1);
+    double c0 = process_cpu_s(), t0 = now_s();
+    CHECK(zc__all_reduce(c, x, x, N, ZC_DTYPE_F32, ZC_RED_SUM, NULL) == ZC_OK, "all_reduce");
+    double wait = now_s() - t0, cpu = process_cpu_s() - c0;
+    /* Sum over ranks r of r + 1 + i % 7: small integers, exact in fp32. */
+    for (int i = 0; i < N && !g_fail; i++) {
+        float want = (float)(g_world * (g_world + 1) / 2 + g_world * (i % 7));
+        CHECK(x[i] == want, "x[%d] = %g, want %g", i, (double)x[i], (double)want);
+    }
+    if (g_fail)
+        return 1;
+    if (g_rank != g_world - 1)
+        printf("IDLE_OK rank %d waited %.3f s using %.1f ms of CPU\n", g_rank, wait, cpu * 1e3);
+    fflush(stdout);
+    zc_comm_destroy(c);
+    return 0;
+}
+
 static int kill_case(void)
 {
     zc_comm *c = NULL;
@@ -381,5 +428,7 @@ int main(int argc, char **argv)
         return timeout_case();
     if (!strcmp(argv[1], "kill"))
         return kill_case();
+    if (!strcmp(argv[1], "idle"))
+        return idle_case();
     return 4;
 }

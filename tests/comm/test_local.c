@@ -2,6 +2,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "comm/comm.h"
 #include "base/dtype.h"
@@ -176,6 +177,44 @@ Test(comm_local, missing_rank_times_out_instead_of_hanging)
     make_world(&w, 2);
     t_run_ranks(2, do_skip_one, &w);
     cr_assert_eq(w.rc[0], ZC_ERR_COMM);
+    end_world(&w);
+}
+
+static double thread_cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double late_cpu_s[2];
+
+static void do_late_peer(int r, void *p)
+{
+    world_ctx *w = p;
+    if (r == 1) {
+        struct timespec ts = {0, 300 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    double c0 = thread_cpu_s();
+    w->rc[r] = zc__all_reduce(w->comms[r], w->in[r], w->out[r], N, ZC_DTYPE_F32, ZC_RED_SUM, NULL);
+    late_cpu_s[r] = thread_cpu_s() - c0;
+}
+
+/* A rank whose peer comes 300 ms late sleeps on the group's condition
+ * variable instead of spinning: with ranks sharing cores, the waiter leaves
+ * its core to the rank it waits for. */
+Test(comm_local, waiting_for_a_late_rank_uses_no_cpu)
+{
+    static world_ctx w;
+    make_world(&w, 2);
+    t_run_ranks(2, do_late_peer, &w);
+    for (int r = 0; r < 2; r++)
+        cr_assert_eq(w.rc[r], ZC_OK, "%s", zc_last_error());
+    for (int i = 0; i < N; i++)
+        cr_assert_eq(w.out[0][i], value(0, i) + value(1, i), "elem %d", i);
+    cr_assert_lt(late_cpu_s[0], 0.03, "waiting 300 ms for rank 1 used %.1f ms of CPU",
+                 late_cpu_s[0] * 1e3);
     end_world(&w);
 }
 

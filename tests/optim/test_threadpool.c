@@ -1,8 +1,11 @@
 /* The host thread pool under the optimizer: results independent of the thread
- * count (bitwise), concurrent submitters, ZC_CPU_THREADS, clean teardown. */
+ * count (bitwise), concurrent submitters, ZC_CPU_THREADS, clean teardown, a
+ * size that follows the CPU affinity, idle workers that sleep. */
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <criterion/criterion.h>
 
@@ -130,5 +133,63 @@ Test(optim_pool, cpu_threads_override_and_restart)
         zc__pool_shutdown();
         cr_assert_eq(zc__pool_live_workers(), 0);
     }
+    t_assert_no_leaks();
+}
+
+/* mpirun binds each rank to one core by default: the pool must count the
+ * cores the rank may run on, not the machine's, or it starts a worker that
+ * shares the rank's one core with it. */
+Test(optim_pool, sized_by_the_cpu_affinity)
+{
+    cpu_set_t all, one;
+    cr_assert_eq(sched_getaffinity(0, sizeof all, &all), 0);
+    if (CPU_COUNT(&all) < 2)
+        cr_skip_test("this process may run on one CPU only: nothing to restrict");
+    int first = 0;
+    while (!CPU_ISSET(first, &all))
+        first++;
+    CPU_ZERO(&one);
+    CPU_SET(first, &one);
+    /* Before the pool's first use: it reads the topology once. The calling
+     * thread's affinity is what the workers it starts inherit. */
+    cr_assert_eq(sched_setaffinity(0, sizeof one, &one), 0);
+    cr_assert_eq(zc__pool_physical_cores(), 1, "bound to CPU %d, the pool counts %d cores",
+                 first, zc__pool_physical_cores());
+    int n = 0;
+    unsetenv("ZC_CPU_THREADS");
+    cr_assert_eq(zc__pool_default_threads(&n), ZC_OK);
+    cr_assert_eq(n, 1);
+    /* An explicit count still splits the job (and still runs it right). */
+    for (int k = 0; k < 8; k++)
+        hits[k] = 0;
+    cr_assert_eq(zc__pool_run(8, count_part, NULL, NULL), ZC_OK);
+    for (int k = 0; k < 8; k++)
+        cr_assert_eq(hits[k], 1, "part %d ran %d times", k, (int)hits[k]);
+    zc__pool_shutdown();
+    t_assert_no_leaks();
+}
+
+static double process_cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Between jobs the workers sleep on the condition variable after a spin of
+ * 20 us: 300 ms without a job cost the process almost no CPU time. */
+Test(optim_pool, idle_workers_sleep)
+{
+    for (int k = 0; k < 8; k++)
+        hits[k] = 0;
+    cr_assert_eq(zc__pool_run(8, count_part, NULL, NULL), ZC_OK);
+    int live = zc__pool_live_workers();
+    cr_assert_geq(live, 1);
+    const double c0 = process_cpu_s();
+    struct timespec ts = {0, 300 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    const double cpu = process_cpu_s() - c0;
+    cr_assert_lt(cpu, 0.02, "%d idle workers used %.1f ms of CPU in 300 ms", live, cpu * 1e3);
+    zc__pool_shutdown();
     t_assert_no_leaks();
 }
