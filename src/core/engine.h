@@ -19,7 +19,7 @@
  * P is the working precision (fp32, fp16 or bf16). The fp32 master is kept
  * separately even for fp32 parameters, so every dtype runs the same code.
  * master, m and v are not chunk fields: they live in the chunk's optimizer
- * home (core/opt_home.h: device memory, pinned host memory or NVMe) and are
+ * home (offload/opt_home.h: device memory, pinned host memory or NVMe) and are
  * reached only through the passes of opt_state.c.
  */
 #ifndef ZC_CORE_ENGINE_H
@@ -37,9 +37,9 @@
 #include "core/bufpool.h"
 #include "core/faults.h"
 #include "core/loss_scaler.h"
-#include "core/opt_home.h"
+#include "offload/opt_home.h"
 #include "core/timers.h"
-#include "core/param_home.h"
+#include "offload/param_home.h"
 #include "device/device.h"
 #include "optim/adam.h"
 
@@ -637,10 +637,10 @@ zc_opt_home *zc__opt_offload_home(zc_engine *e);
 zc_status zc__split_nvme_paths(const char *key, const char *s, char *buf, size_t cap,
                                const char **dirs, int *n);
 bool zc__eng_io_fault(void *arg, int64_t *nth);
-/* What every home is told about e (core/home_env.h). */
+/* What every home is told about e (offload/home_env.h). */
 zc_home_env zc__eng_home_env(zc_engine *e);
 
-/* ---- param_state.c (stage-3 parameter offload, core/param_home.h) -------- */
+/* ---- param_state.c (stage-3 parameter offload, offload/param_home.h) -------- */
 
 /* Reads offload_param, creates the home and places every non-persistent
  * chunk's shard in it (after persistence is marked, before chunk buffers). */

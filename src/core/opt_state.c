@@ -1,4 +1,4 @@
-/* The engine's side of the optimizer-state seam (core/opt_home.h): which
+/* The engine's side of the optimizer-state seam (offload/opt_home.h): which
  * home each chunk's master, m and v live in, and the passes the step and the
  * parameter calls make over them.
  *

@@ -28,10 +28,10 @@
  * the I/O in flight (buffers must not be written by the kernel after the pass)
  * and returns the first error of the pass. Homes are used by one thread.
  *
- * Stage-3 parameter shards have a seam of their own (core/param_home.h): with
+ * Stage-3 parameter shards have a seam of their own (offload/param_home.h): with
  * offload_param the pass's output (pout) is the parameter home's memory. */
-#ifndef ZC_CORE_OPT_HOME_H
-#define ZC_CORE_OPT_HOME_H
+#ifndef ZC_OFFLOAD_OPT_HOME_H
+#define ZC_OFFLOAD_OPT_HOME_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -39,7 +39,7 @@
 
 #include "base/alloc.h"
 #include "base/error.h"
-#include "core/home_env.h"
+#include "offload/home_env.h"
 #include "device/device.h"
 
 typedef struct zc_opt_home zc_opt_home;

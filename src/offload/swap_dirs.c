@@ -7,7 +7,7 @@
 
 #include "base/log.h"
 #include "config/config.h"
-#include "core/swap_dirs.h"
+#include "offload/swap_dirs.h"
 
 zc_status zc__swap_dirs_init(zc_swap_dirs *s, const char *const *dirs, int n, const char *key)
 {

@@ -40,8 +40,8 @@
  * buffer decisions depend only on the sequence of calls - the same on every
  * rank when every rank acquires the same parameters in the same order.
  * Homes are used by one thread. */
-#ifndef ZC_CORE_PARAM_HOME_H
-#define ZC_CORE_PARAM_HOME_H
+#ifndef ZC_OFFLOAD_PARAM_HOME_H
+#define ZC_OFFLOAD_PARAM_HOME_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -49,7 +49,7 @@
 
 #include "base/alloc.h"
 #include "base/error.h"
-#include "core/home_env.h"
+#include "offload/home_env.h"
 
 typedef struct zc_param_home zc_param_home;
 

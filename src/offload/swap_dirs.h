@@ -11,8 +11,8 @@
  * a name (a filesystem that allows neither), the directory stays until the
  * home is destroyed. `key` names the config block in errors
  * ("zero_optimization.offload_optimizer" or "...offload_param"). */
-#ifndef ZC_CORE_SWAP_DIRS_H
-#define ZC_CORE_SWAP_DIRS_H
+#ifndef ZC_OFFLOAD_SWAP_DIRS_H
+#define ZC_OFFLOAD_SWAP_DIRS_H
 
 #include <stdbool.h>
 #include <stdint.h>

@@ -7,8 +7,8 @@
  * the working precision, the device to place pinned memory near, the aio
  * block their NVMe stores use and the fault-injection hook. The engine fills
  * it once (zc__eng_home_env); each home's params embed it as `env`. */
-#ifndef ZC_CORE_HOME_ENV_H
-#define ZC_CORE_HOME_ENV_H
+#ifndef ZC_OFFLOAD_HOME_ENV_H
+#define ZC_OFFLOAD_HOME_ENV_H
 
 #include <stdbool.h>
 #include <stddef.h>
