@@ -44,7 +44,7 @@
 
 #include "base/alloc.h"
 #include "base/dtype.h"
-#include "offload/opt_home.h"
+#include "offload/homes.h"
 #include "offload/offload.h"
 #include "optim/adam.h"
 #include "offload_param_case.h"

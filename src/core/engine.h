@@ -37,9 +37,8 @@
 #include "core/bufpool.h"
 #include "core/faults.h"
 #include "core/loss_scaler.h"
-#include "offload/opt_home.h"
+#include "offload/homes.h"
 #include "core/timers.h"
-#include "offload/param_home.h"
 #include "device/device.h"
 #include "optim/adam.h"
 
@@ -632,13 +631,12 @@ void zc__opt_force_staging(bool on);
 /* Tests and the bench: the offload home of an engine, or NULL. */
 zc_opt_home *zc__opt_offload_home(zc_engine *e);
 
-/* Shared with param_state.c: nvme_path split into directories (key names
- * the offload block in messages), and the ZC_FAULTS io hook of the homes. */
-zc_status zc__split_nvme_paths(const char *key, const char *s, char *buf, size_t cap,
-                               const char **dirs, int *n);
-bool zc__eng_io_fault(void *arg, int64_t *nth);
-/* What every home is told about e (offload/home_env.h). */
+/* ---- offload_env.c ------------------------------------------------------ */
+
+/* What every home is told about e (offload/homes.h), its ZC_FAULTS io hook
+ * included: true when that swap-file read or write is to fail. */
 zc_home_env zc__eng_home_env(zc_engine *e);
+bool zc__eng_io_fault(void *arg, int64_t *nth);
 
 /* ---- param_state.c (stage-3 parameter offload, offload/param_home.h) -------- */
 

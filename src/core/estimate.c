@@ -9,7 +9,7 @@
 #include "core/bufpool.h"
 #include "core/engine.h"
 #include "core/estimate.h"
-#include "offload/swap_dirs.h"
+#include "offload/homes.h"
 
 /* The swap layout's alignment, shared with both NVMe homes; EST_MAX_SLOTS
  * must match offload/opt_home_nvme.c's MAX_SLOTS, which it keeps private. */

@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 #include "base/error.h"
-#include "offload/home_env.h"
+#include "offload/homes.h"
 #include "offload/swap_dirs.h"
 #include "offload/offload.h"
 

@@ -13,7 +13,7 @@
 #include "base/log.h"
 #include "offload/home_alloc.h"
 #include "offload/home_pool.h"
-#include "offload/opt_home.h"
+#include "offload/homes.h"
 #include "offload/offload.h"
 
 #define ALIGN 64 /* SIMD and cache lines; shards are 64-element multiples */

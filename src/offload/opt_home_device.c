@@ -2,7 +2,7 @@
  * chunk had before offload), allocated per chunk at prepare and updated in
  * place by the device's Adam. Passes are free: acquire hands out the buffers. */
 #include "offload/home_alloc.h"
-#include "offload/opt_home.h"
+#include "offload/homes.h"
 
 typedef struct dev_chunk {
     size_t n;          /* elements per tensor; 0 = not homed here */

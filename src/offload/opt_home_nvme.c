@@ -52,7 +52,7 @@
 #include "offload/home_alloc.h"
 #include "offload/home_pool.h"
 #include "offload/home_store.h"
-#include "offload/opt_home.h"
+#include "offload/homes.h"
 #include "offload/swap_dirs.h"
 #include "offload/offload.h"
 

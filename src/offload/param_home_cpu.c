@@ -8,7 +8,7 @@
 #include "base/log.h"
 #include "offload/home_alloc.h"
 #include "offload/home_pool.h"
-#include "offload/param_home.h"
+#include "offload/homes.h"
 #include "offload/offload.h"
 
 #define ALIGN 64

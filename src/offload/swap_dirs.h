@@ -21,10 +21,6 @@
 
 #define ZC_SWAP_MAX_DIRS 16
 
-/* Request sizes and alignment of both homes' swap layouts: >= every O_DIRECT
- * requirement seen (core/estimate.c plans with it too). */
-#define ZC_SWAP_ALIGN 4096u
-
 typedef struct zc_swap_dirs {
     int n;
     char given[ZC_SWAP_MAX_DIRS][512]; /* nvme_path entries as given */
