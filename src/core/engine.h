@@ -355,8 +355,10 @@ struct zc_engine {
     char dbg_msg[384];
 };
 
-/* A stage policy: what a stage keeps, reduces and gathers. The step pipeline
- * (grads.c, step.c, params.c) calls these; everything else is shared. */
+/* A stage policy: what a stage keeps, reduces and gathers - the one way the
+ * engine reaches a stage (stage0.c, src/zero1, src/zero2, src/zero3). The
+ * step pipeline (grads.c, step.c, params.c) calls these; everything else is
+ * shared. */
 struct zc_stage_policy {
     int stage;
     const char *name;
@@ -366,7 +368,13 @@ struct zc_stage_policy {
     /* Allocates the per-chunk buffers of this stage at build. */
     zc_status (*alloc_chunk)(zc_engine *e, zc_chunk *c);
     void (*free_chunk)(zc_engine *e, zc_chunk *c);
-    /* Reduces chunk c once all its parameters are ready in this micro-step. */
+    /* The buffer chunk c's gradients are written into in this micro-step,
+     * zeroed (zc_grad_buffer hands out slices of it): stages 0/1 the resident
+     * full gradient (zc__grads_full_buffer), stages 2/3 a transient buffer
+     * from the gradient pool (src/zero2). */
+    zc_status (*grad_buffer)(zc_engine *e, zc_chunk *c, void **out);
+    /* Reduces chunk c once all its parameters are ready in this micro-step
+     * (stage0.c, src/zero1, src/zero2; stage 3 reduces as stage 2). */
     zc_status (*reduce_chunk)(zc_engine *e, zc_chunk *c, bool last_micro);
     /* After a non-skipped optimizer pass: make the updated working params
      * visible (stage 1/2 all-gather; stage 3 refreshes what is gathered). */
@@ -761,11 +769,7 @@ zc_status zc__param_acquire(zc_engine *e, zc_param *p, void *stream, void **out)
 zc_status zc__chunk_alloc(zc_engine *e, zc_chunk *c);
 void zc__chunk_free(zc_engine *e, zc_chunk *c);
 
-/* Stages 1/2 publish (src/zero2/zero2.c): all-gather each chunk's updated
- * working parameters in place. */
-zc_status zc__publish_all_gather(zc_engine *e, bool updated);
-
-/* ---- grads.c (shared reduction paths) ------------------------------------ */
+/* ---- grads.c (gradient buffers, the ready protocol, averaging) ---------- */
 
 /* The factor applied to gradients before the reduction (DeepSpeed's
  * prescale_gradients / gradient_predivide_factor), and the one folded into
@@ -777,13 +781,21 @@ double zc__grad_postscale(const zc_engine *e);
  * accumulation steps K already. Its product with the prescale and any 1 / K
  * applied earlier is 1 / (world * K) in every stage. */
 double zc__grad_avg(const zc_engine *e);
+/* Multiplies n P-dtype gradient elements at buf by zc__grad_prescale, on the
+ * engine's stream (nothing when it is 1). */
+zc_status zc__grads_apply_prescale(zc_engine *e, void *buf, size_t n);
 
-/* Stages 0/1: reduce the full P-dtype gradient of chunk c (all-reduce or
- * reduce-scatter), accumulating in fp32 across micro-steps when K > 1. */
-zc_status zc__grads_reduce_full(zc_engine *e, zc_chunk *c, bool last_micro, bool scatter);
-/* Stages 2/3: reduce-scatter the transient buffer into the fp32 shard and
- * free the buffer. */
-zc_status zc__grads_reduce_shard(zc_engine *e, zc_chunk *c);
+/* Stages 0/1: the work on chunk c's full P-dtype gradient before the stage's
+ * collective. With accumulation (K > 1) the window is summed in the full
+ * fp32 accumulator; a micro-step that is not the window's last ends there
+ * (*reduce false; the gradient buffer is cleared for the next). At the
+ * window's end the fp32 sum is divided by K and rounded back into the
+ * gradient; then the prescale, and comm_stream is ordered after the engine's
+ * stream: *reduce true, the collective comes next (stage0.c all-reduces,
+ * src/zero1 reduce-scatters). */
+zc_status zc__grads_full_window(zc_engine *e, zc_chunk *c, bool last_micro, bool *reduce);
+/* Stages 0/1's grad_buffer: the chunk's resident full gradient. */
+zc_status zc__grads_full_buffer(zc_engine *e, zc_chunk *c, void **out);
 /* zc_grad_buffer with its status (block calls return it). */
 zc_status zc__grad_buffer(zc_engine *e, zc_param *p, void **out);
 /* The first parameter whose gradient is missing in this micro-step, or NULL. */
