@@ -400,7 +400,7 @@ extern const zc_stage_policy zc__stage1_policy;
 extern const zc_stage_policy zc__stage2_policy;
 extern const zc_stage_policy zc__stage3_policy;
 
-/* ---- engine.c ------------------------------------------------------------ */
+/* ---- eng_base.c (what every engine module needs; below all of them) ----- */
 
 /* Validates a public call's engine (and built state when need_built) and sets
  * the log rank of this thread. `fn` names the call in the message. */
@@ -460,7 +460,7 @@ zc_status zc__build_agree(zc_engine *e);
 /* The working precision: zc_engine_options.param_dtype when set (cfg's
  * fp16/bf16 blocks are made to follow it), else cfg's fp16/bf16 blocks;
  * ZC_ERR_CONFIG when both are enabled, ZC_ERR_INVALID_ARG for an option that
- * is not fp32, fp16 or bf16 (engine.c; zc_engine_create and zc_plan_memory). */
+ * is not fp32, fp16 or bf16 (plan.c; zc_engine_create and zc_plan_memory). */
 zc_status zc__pick_dtype(zc_config *cfg, const zc_engine_options *o, zc_dtype *out);
 
 /* ---- streams.c ----------------------------------------------------------- */
@@ -512,8 +512,14 @@ static inline char *zc__elem(void *base, int64_t i, size_t esz)
 /* Packs parameters into chunks, pads them and computes Adam segments. */
 zc_status zc__layout_build(zc_engine *e);
 void zc__layout_free(zc_engine *e);
-/* Frees the norm-partial buffers (before zc__layout_free: sized by nchunks). */
+/* The norm partials' buffers (step.c), allocated at build after the layout;
+ * freed before zc__layout_free (sized by nchunks). */
+zc_status zc__partials_alloc(zc_engine *e);
 void zc__partials_free(zc_engine *e);
+/* The registry (registry.c): group 0 at zc_engine_create; at destroy the
+ * parameters and groups registered. */
+zc_status zc__registry_init(zc_engine *e);
+void zc__registry_free(zc_engine *e);
 /* Progress lines (progress.c). progress_start records the time at build;
  * progress_step, after every zc_step, logs one DeepSpeed-style INFO line
  * ("core") every steps_per_print steps: step, skipped steps, lr, loss scale,
@@ -757,6 +763,13 @@ void zc__view_release(zc_engine *e, zc_param *p);
 zc_status zc__view_grad_ready(zc_engine *e, zc_param *p);
 /* After zc_step published the update: live views are widened again. */
 zc_status zc__view_refresh(zc_engine *e);
+/* For the block calls (block_f32.c): whether views are copies (16-bit
+ * parameters), a slot's bytes (the largest chunk in fp32), p's acquired full
+ * parameter, and widening it into p->view. */
+bool zc__view_copies(const zc_engine *e);
+size_t zc__view_slot_bytes(const zc_engine *e);
+const void *zc__view_acquired(const zc_engine *e, const zc_param *p);
+zc_status zc__view_widen(zc_engine *e, const zc_param *p);
 
 /* ---- params.c ------------------------------------------------------------ */
 
