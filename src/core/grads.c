@@ -10,10 +10,11 @@
  * is folded into the single grad_scale the optimizer applies together with
  * 1 / loss_scale and 1 / clip (step.c) - except that stages 0/1 divide their
  * fp32 window sum by K before rounding it to the parameter dtype (see
- * zc__grads_full_window), so fp16 overflows on the same windows as stages 2/3. DeepSpeed's prescale_gradients and
- * gradient_predivide_factor only move part of that factor before the
- * reduction (to keep fp16 sums in range); zc__grad_prescale /
- * zc__grad_postscale split it the way DeepSpeed's allreduce_bucket does.
+ * zc__grads_full_window), so fp16 overflows on the same windows as stages
+ * 2/3. DeepSpeed's prescale_gradients and gradient_predivide_factor only
+ * move part of that factor before the reduction (to keep fp16 sums in
+ * range); zc__grad_prescale / zc__grad_postscale split it the way
+ * DeepSpeed's allreduce_bucket does.
  *
  * Collective order. A chunk is reduced as soon as its last parameter is made
  * ready, so every rank must complete chunks in the same order (the same
