@@ -46,7 +46,7 @@ double zc__grad_postscale(const zc_engine *e)
 
 double zc__grad_avg(const zc_engine *e)
 {
-    /* Stages 0/1 divide the window by K before rounding it (reduce_full);
+    /* Stages 0/1 divide the window by K before rounding it (full_window);
      * stages 2/3 accumulate every micro-step's reduced gradient in fp32 and
      * leave the division to the optimizer. */
     const double micro = e->pol->sharded_grads ? (double)e->gas : 1.0;
