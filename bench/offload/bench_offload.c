@@ -2,7 +2,7 @@
  * alone in the same run.
  *
  * The step is the engine's optimizer pass through its home
- * (core/opt_home.h): for every chunk, fetch master/m/v, run the host Adam
+ * (offload/opt_home.h): for every chunk, fetch master/m/v, run the host Adam
  * (src/optim, the kernel zc_step uses) with an fp32 gradient shard and a bf16
  * output, put it back. Model: --params fp32 elements in chunks of --chunk
  * (the engine's default chunk cap, 2^24), one rank.
@@ -44,7 +44,7 @@
 
 #include "base/alloc.h"
 #include "base/dtype.h"
-#include "core/opt_home.h"
+#include "offload/homes.h"
 #include "offload/offload.h"
 #include "optim/adam.h"
 #include "offload_param_case.h"

@@ -1,4 +1,5 @@
-/* The MPI communicator: see mpi.h for the contract and the algorithms. */
+/* The MPI communicator: see mpi.h for the contract and the algorithms. MPI's
+ * process-wide lifetime is mpi_lib.c, the arithmetic of the sums mpi_sum.c. */
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -17,6 +18,7 @@
 #include "base/clock.h"
 #include "base/alloc.h"
 #include "base/log.h"
+#include "comm/mpi_parts.h"
 
 /* Collectives one group may hold in flight; a longer group finishes its
  * oldest collective early (allowed: results are only promised after
@@ -56,66 +58,6 @@ typedef struct mpi_comm {
     int broken;
     char failure[512];
 } mpi_comm;
-
-/* ---- process-wide MPI lifetime --------------------------------------------- */
-
-static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
-static int g_refs;     /* live MPI communicators and bootstraps */
-static int g_we_init;  /* zeroc called MPI_Init_thread, so zeroc finalises */
-static int g_poisoned; /* a collective never finished: never finalise */
-
-static zc_status mpi_errstr(int code, const char *what)
-{
-    char s[MPI_MAX_ERROR_STRING];
-    int len = 0;
-    if (MPI_Error_string(code, s, &len) != MPI_SUCCESS)
-        snprintf(s, sizeof s, "MPI error %d", code);
-    return ZC_ERR(ZC_ERR_COMM, "%s: %s", what, s);
-}
-
-static zc_status mpi_ref(void)
-{
-    zc_status rc = ZC_OK;
-    pthread_mutex_lock(&g_mu);
-    int inited = 0, fin = 0;
-    MPI_Initialized(&inited);
-    MPI_Finalized(&fin);
-    if (fin) {
-        rc = ZC_ERR(ZC_ERR_COMM, "MPI was already finalised in this process (zeroc finalises it "
-                                 "with its last MPI communicator when zeroc initialised it): "
-                                 "create every MPI communicator before destroying the last");
-    } else if (!inited) {
-        int provided = 0;
-        int e = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided);
-        if (e != MPI_SUCCESS) {
-            rc = mpi_errstr(e, "MPI_Init_thread");
-        } else {
-            g_we_init = 1;
-            /* SERIALIZED: the engine calls from one thread at a time, but not
-             * necessarily the thread that initialised MPI. */
-            if (provided < MPI_THREAD_SERIALIZED)
-                ZC_LOGW("comm", "MPI provides thread level %d < MPI_THREAD_SERIALIZED: call "
-                                "zeroc only from the thread that created the communicator",
-                        provided);
-        }
-    }
-    if (rc == ZC_OK)
-        g_refs++;
-    pthread_mutex_unlock(&g_mu);
-    return rc;
-}
-
-static void mpi_unref(int healthy)
-{
-    pthread_mutex_lock(&g_mu);
-    if (!healthy)
-        g_poisoned = 1;
-    if (--g_refs == 0 && g_we_init && !g_poisoned) {
-        MPI_Finalize();
-        g_we_init = 0;
-    }
-    pthread_mutex_unlock(&g_mu);
-}
 
 /* ---- helpers ------------------------------------------------------------- */
 
@@ -235,29 +177,6 @@ static zc_status grow(void **buf, size_t *have, size_t need, const char *what)
     return ZC_OK;
 }
 
-/* The local communicator's MAX (max_reduce_host): rank order, the first
- * maximum kept, a NaN replaces whatever came before. */
-static void max_rank_order(void *dst, const void *scratch, size_t n, int W, zc_dtype dt)
-{
-    size_t es = zc_dtype_size(dt);
-    for (size_t i = 0; i < n; i++) {
-        double best = 0;
-        const unsigned char *pick = NULL;
-        for (int r = 0; r < W; r++) {
-            const unsigned char *p = (const unsigned char *)scratch + ((size_t)r * n + i) * es;
-            double v;
-            if (dt == ZC_DTYPE_F64) { double x; memcpy(&x, p, 8); v = x; }
-            else if (dt == ZC_DTYPE_I32) { int32_t x; memcpy(&x, p, 4); v = x; }
-            else { float x; memcpy(&x, p, 4); v = x; }
-            if (r == 0 || v > best || v != v) {
-                best = v;
-                pick = p;
-            }
-        }
-        memcpy((unsigned char *)dst + i * es, pick, es);
-    }
-}
-
 /* ---- the op ring ---------------------------------------------------------- */
 
 static zc_status finish_op(mpi_comm *c, mpi_op *op, double deadline);
@@ -347,40 +266,6 @@ static zc_status post_p2p(mpi_comm *c, mpi_op *op, int phase, const xfer *x)
     return ZC_OK;
 }
 
-/* all_reduce's split: rank k owns [n*k/W, n*(k+1)/W), the local
- * communicator's. los has W+1 entries. */
-static void ranges(size_t n, int W, size_t *los)
-{
-    for (int k = 0; k <= W; k++)
-        los[k] = n * (size_t)k / (size_t)W;
-}
-
-/* d[i] += s[i]. Built with the dynamic vectoriser cost model: -O2's
- * "very cheap" model leaves this loop scalar (its trip count is unknown),
- * and it is the all-reduce's one pass over the data. Lane-wise adds keep
- * each element's order of additions, so the bits do not change. */
-__attribute__((optimize("tree-vectorize", "vect-cost-model=dynamic")))
-static void add_f32(float *restrict d, const float *restrict s, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        d[i] += s[i];
-}
-
-/* d[i] = a[i] + b[i]; d may be a or b (in-place collectives), so no
- * restrict: the compiler checks for overlap and still vectorises. */
-__attribute__((optimize("tree-vectorize", "vect-cost-model=dynamic")))
-static void add2_f32(float *d, const float *a, const float *b, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        d[i] = a[i] + b[i];
-}
-
-static int overlaps(const void *a, const void *b, size_t bytes)
-{
-    uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
-    return x < y + bytes && y < x + bytes;
-}
-
 /* Whether an fp32 sum may read this rank's contribution `own` in place
  * instead of copying it into scratch: the sum writes dst as
  * dst = c0 + c1, then dst += ck for k >= 2, so own may only be dst itself
@@ -390,7 +275,7 @@ static int own_in_place(const mpi_op *op, int rank, const void *own, const void 
 {
     if (op->dt != ZC_DTYPE_F32 || op->red != ZC_RED_SUM)
         return 0;
-    if (!overlaps(own, dst, n * sizeof(float)))
+    if (!zc__mpi_overlaps(own, dst, n * sizeof(float)))
         return 1;
     return own == dst && rank < 2;
 }
@@ -402,7 +287,7 @@ static zc_status reduce_slice(mpi_comm *c, mpi_op *op, void *dst, size_t mine)
     if (!mine)
         return ZC_OK;
     if (op->red == ZC_RED_MAX) {
-        max_rank_order(dst, op->scratch, mine, W, op->dt);
+        zc__mpi_max_rank_order(dst, op->scratch, mine, W, op->dt);
         return ZC_OK;
     }
     if (op->dt == ZC_DTYPE_F32) {
@@ -419,9 +304,9 @@ static zc_status reduce_slice(mpi_comm *c, mpi_op *op, void *dst, size_t mine)
                 memcpy(d, CONTRIB(0), mine * sizeof(float));
             return ZC_OK;
         }
-        add2_f32(d, CONTRIB(0), CONTRIB(1), mine);
+        zc__mpi_add2_f32(d, CONTRIB(0), CONTRIB(1), mine);
         for (int k = 2; k < W; k++)
-            add_f32(d, CONTRIB(k), mine);
+            zc__mpi_add_f32(d, CONTRIB(k), mine);
 #undef CONTRIB
         return ZC_OK;
     }
@@ -449,7 +334,7 @@ static zc_status finish_op(mpi_comm *c, mpi_op *op, double deadline)
         ZC_CHECK(reduce_slice(c, op, op->recv, op->count));
     if (op->phase == 1 && op->kind == K_ALL_REDUCE) {
         size_t los[W + 1], es = zc_dtype_size(op->dt);
-        ranges(op->count, W, los);
+        zc__mpi_ranges(op->count, W, los);
         size_t mine = los[r + 1] - los[r];
         /* recv may be send: every send of phase 1 has completed. */
         ZC_CHECK(reduce_slice(c, op, (char *)op->recv + los[r] * es, mine));
@@ -540,7 +425,7 @@ static zc_status mpi_all_reduce(zc_comm *base, const void *send, void *recv, siz
     mpi_op *op;
     ZC_CHECK(new_op(c, K_ALL_REDUCE, dt, red, count, recv, &op));
     size_t es = zc_dtype_size(dt), los[W + 1];
-    ranges(count, W, los);
+    zc__mpi_ranges(count, W, los);
     size_t mine = los[r + 1] - los[r], bytes;
     if (__builtin_mul_overflow(mine, (size_t)W * es, &bytes))
         return ZC_ERR(ZC_ERR_INVALID_ARG, "mpi comm all_reduce: %zu elements overflow", count);
@@ -695,7 +580,7 @@ static void mpi_destroy(zc_comm *base)
     }
     zc__host_free(NULL, ZC_MEM_OTHER, c->done_idx, 2 * sizeof(int) * (size_t)W);
     zc__host_free(NULL, ZC_MEM_OTHER, c, sizeof *c);
-    mpi_unref(healthy);
+    zc__mpi_unref(healthy);
 }
 
 static const zc_comm_ops mpi_ops = {
@@ -711,41 +596,29 @@ static const zc_comm_ops mpi_ops = {
     .destroy = mpi_destroy,
 };
 
-/* MPI's rank and size against the launcher's. */
-static zc_status check_env(const zc_launch_env *env, int rank, int world, const char *what)
-{
-    if (env && (env->rank != rank || env->world != world))
-        return ZC_ERR(ZC_ERR_CONFIG,
-                      "%s: the launcher (%s) says rank %d of %d but MPI says rank %d of %d: "
-                      "start the processes with mpirun or srun (torchrun-style variables alone "
-                      "do not connect MPI processes), or set ZC_COMM to another backend",
-                      what, env->launcher, env->rank, env->world, rank, world);
-    return ZC_OK;
-}
-
 zc_status zc__comm_mpi_create(const zc_launch_env *env, zc_comm **out)
 {
     *out = NULL;
     double timeout;
     ZC_CHECK(zc__comm_timeout_env(&timeout));
-    ZC_CHECK(mpi_ref());
+    ZC_CHECK(zc__mpi_ref());
     zc_status rc = ZC_OK;
     mpi_comm *c = NULL;
     MPI_Comm dup = MPI_COMM_NULL, node = MPI_COMM_NULL;
     int rank = 0, world = 0, lrank = 0, lworld = 0, e;
     size_t reqs = 0; /* bytes of each op's request array, once world is known */
     if ((e = MPI_Comm_dup(MPI_COMM_WORLD, &dup)) != MPI_SUCCESS) {
-        rc = mpi_errstr(e, "zc_comm_init_env: MPI_Comm_dup(MPI_COMM_WORLD)");
+        rc = zc__mpi_errstr(e, "zc_comm_init_env: MPI_Comm_dup(MPI_COMM_WORLD)");
         goto fail;
     }
     /* Errors come back as codes (ZC_ERR_COMM), never abort the process. */
     MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN);
     MPI_Comm_rank(dup, &rank);
     MPI_Comm_size(dup, &world);
-    ZC_CHECK_GOTO(check_env(env, rank, world, "zc_comm_init_env"), rc, fail);
+    ZC_CHECK_GOTO(zc__mpi_check_env(env, rank, world, "zc_comm_init_env"), rc, fail);
     if ((e = MPI_Comm_split_type(dup, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node)) !=
         MPI_SUCCESS) {
-        rc = mpi_errstr(e, "zc_comm_init_env: MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)");
+        rc = zc__mpi_errstr(e, "zc_comm_init_env: MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)");
         goto fail;
     }
     MPI_Comm_rank(node, &lrank);
@@ -783,55 +656,6 @@ fail:
     }
     if (dup != MPI_COMM_NULL)
         MPI_Comm_free(&dup);
-    mpi_unref(1);
-    return rc;
-}
-
-zc_status zc__mpi_bcast_blob(const zc_launch_env *env, void *blob, size_t len, double timeout_s)
-{
-    if (len > INT_MAX)
-        return ZC_ERR(ZC_ERR_INVALID_ARG, "zc__mpi_bcast_blob: %zu bytes", len);
-    ZC_CHECK(mpi_ref());
-    zc_status rc = ZC_OK;
-    MPI_Comm dup = MPI_COMM_NULL;
-    int rank = 0, world = 0, e;
-    int healthy = 1;
-    if ((e = MPI_Comm_dup(MPI_COMM_WORLD, &dup)) != MPI_SUCCESS) {
-        rc = mpi_errstr(e, "MPI bootstrap: MPI_Comm_dup(MPI_COMM_WORLD)");
-        goto out;
-    }
-    MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN);
-    MPI_Comm_rank(dup, &rank);
-    MPI_Comm_size(dup, &world);
-    ZC_CHECK_GOTO(check_env(env, rank, world, "MPI bootstrap"), rc, out);
-    MPI_Request req;
-    if ((e = MPI_Ibcast(blob, (int)len, MPI_BYTE, 0, dup, &req)) != MPI_SUCCESS) {
-        rc = mpi_errstr(e, "MPI bootstrap: MPI_Ibcast");
-        goto out;
-    }
-    double deadline = zc__now_s() + timeout_s;
-    for (;;) {
-        int done = 0;
-        if ((e = MPI_Test(&req, &done, MPI_STATUS_IGNORE)) != MPI_SUCCESS) {
-            rc = mpi_errstr(e, "MPI bootstrap: MPI_Test");
-            healthy = 0;
-            goto out;
-        }
-        if (done)
-            break;
-        if (zc__now_s() > deadline) {
-            rc = ZC_ERR(ZC_ERR_COMM, "MPI bootstrap: rank %d of %d: the broadcast of %zu bytes "
-                                     "from rank 0 timed out after %g s (ZC_BOOTSTRAP_TIMEOUT)",
-                        rank, world, len, timeout_s);
-            healthy = 0;
-            goto out;
-        }
-        struct timespec ts = {0, 100000};
-        nanosleep(&ts, NULL);
-    }
-out:
-    if (dup != MPI_COMM_NULL && healthy)
-        MPI_Comm_free(&dup);
-    mpi_unref(healthy);
+    zc__mpi_unref(1);
     return rc;
 }

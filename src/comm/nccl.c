@@ -1,4 +1,7 @@
-/* The NCCL communicator: see nccl.h for the contract. */
+/* The NCCL communicator: see nccl.h for the contract. This file issues the
+ * collectives and groups and creates and destroys the communicator; the
+ * watchdog that times them is nccl_watchdog.c, the start from a launcher's
+ * environment nccl_env.c. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,79 +11,12 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
-#include "zc_build_config.h"
-
-#include "comm/bootstrap.h"
-#include "comm/mpi.h"
 #include "comm/nccl.h"
-#include "comm/rendezvous.h"
+#include "comm/nccl_internal.h"
 #include "base/clock.h"
-#include "base/env.h"
 #include "base/log.h"
 #include "device/cuda_guard.h"
 #include "kernels/kernels.h"
-
-/* Collectives that may be in flight at once; the issuing thread waits for the
- * oldest when the ring is full. A group holds at most this many too. */
-#define RING 256
-
-/* Distinct caller streams one group may order after itself. */
-#define GROUP_STREAMS 8
-
-/* One collective. Its clock (the watchdog's timeout) starts when `began`
- * completes, not when the call queued it: `began` is recorded on the comm
- * stream right before the NCCL kernel, so it completes when every earlier
- * collective of this communicator finished and the caller's stream reached
- * the point where the inputs are ready (the fence). Only from then on is the
- * collective waiting for its peers, which is what the timeout bounds. Timing
- * from the enqueue counted the caller's queued compute and the collectives
- * queued ahead (each with its own full timeout) against it, so a deep queue
- * or a long backward pass aborted a healthy communicator. */
-typedef struct pending {
-    cudaEvent_t began; /* recorded on the comm stream just before the collective */
-    cudaEvent_t done;  /* recorded on the comm stream after it */
-    uint64_t seq;
-    const char *op;
-    size_t bytes;
-    int grouped;       /* issued inside zc__comm_group_start/_end */
-    int started;       /* began observed complete; start is then valid */
-    double start;
-} pending;
-
-typedef struct nccl_comm {
-    zc_comm base;
-    ncclComm_t nc;
-    int device;
-    cudaStream_t stream;  /* the communicator's own stream */
-    cudaEvent_t fence;    /* caller's stream -> comm stream */
-    int32_t *d_scratch;   /* barrier payload */
-    double timeout_s;
-    unsigned stall_ms;    /* test hook: stall inside the next collective */
-
-    /* Guards everything below. Never held while this thread is inside an
-     * NCCL call that can wait (a launch, ncclGroupEnd, settle): the watchdog
-     * must be able to time out and fail the communicator meanwhile. */
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    pending ring[RING];
-    unsigned head, count; /* in flight, oldest at head */
-    unsigned staged;      /* issued in the open group, after the in-flight ones */
-    uint64_t seq;
-    int failed;           /* sticky: aborted or errored */
-    char failure[512];
-    /* NCCL allows one thread at a time on a communicator, and a group's calls
-     * from one thread only: while the issuing thread is inside an NCCL call
-     * (in_call) or has a group open, the watchdog neither queries nor aborts
-     * the communicator; a failure it detects then is recorded and the
-     * issuing thread aborts when it leaves NCCL (abort_if_failed_locked). */
-    int in_call;
-    int group_open;
-    void *group_streams[GROUP_STREAMS];
-    int ngroup_streams;
-    int stop;
-    pthread_t watchdog;
-    int watchdog_started;
-} nccl_comm;
 
 static int nccl_dtype(zc_dtype dt, ncclDataType_t *out)
 {
@@ -94,177 +30,20 @@ static int nccl_dtype(zc_dtype dt, ncclDataType_t *out)
     }
 }
 
-static struct timespec in_ns(long ns)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += ns;
-    while (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    return ts;
-}
-
-/* Aborts NCCL once the communicator failed and no thread is inside it, so
- * queued kernels exit and streams drain. Called with c->mu held; the mutex is
- * released around ncclCommAbort (which may wait for the device). */
-static void abort_if_failed_locked(nccl_comm *c)
-{
-    if (!c->failed || !c->nc || c->in_call || c->group_open)
-        return;
-    ncclComm_t nc = c->nc;
-    c->nc = NULL; /* no NCCL call after this point: every caller checks failed */
-    pthread_mutex_unlock(&c->mu);
-    ncclCommAbort(nc);
-    pthread_mutex_lock(&c->mu);
-}
-
-/* Marks the communicator failed (first failure wins) and aborts it unless
- * the issuing thread is inside NCCL (it aborts on the way out). Called with
- * c->mu held; may release it, so callers must not rely on state read before. */
-static void fail_locked(nccl_comm *c, const char *msg)
-{
-    if (c->failed)
-        return;
-    c->failed = 1;
-    snprintf(c->failure, sizeof c->failure, "%s", msg);
-    ZC_LOGE("comm", "%s", msg);
-    pthread_cond_broadcast(&c->cv);
-    abort_if_failed_locked(c);
-}
-
-static zc_status sticky(nccl_comm *c)
-{
-    return ZC_ERR(ZC_ERR_COMM, "%s", c->failure);
-}
-
-/* 1 done, 0 not yet, -1 failed (the communicator is then failed). */
-static int query_locked(nccl_comm *c, cudaEvent_t ev, const pending *p, const char *which)
-{
-    cudaError_t q = cudaEventQuery(ev);
-    if (q == cudaSuccess)
-        return 1;
-    if (q == cudaErrorNotReady) {
-        /* Not an error, but the runtime may still record it as the thread's
-         * last error; this runs on the caller's thread too, and a later
-         * cudaGetLastError() there would blame other work for it. Clear it
-         * (PyTorch's stream/event queries do the same). */
-        (void)cudaGetLastError();
-        return 0;
-    }
-    (void)cudaGetLastError();
-    char msg[512];
-    snprintf(msg, sizeof msg, "nccl rank %d/%d: %s #%llu (%zu bytes) failed on cuda:%d (%s): %s",
-             c->base.rank, c->base.world, p->op, (unsigned long long)p->seq, p->bytes, c->device,
-             which, cudaGetErrorString(q));
-    fail_locked(c, msg);
-    return -1;
-}
-
-/* Pops completed collectives; fails the communicator on an asynchronous
- * NCCL error or when the oldest one has waited for its peers longer than the
- * timeout. Only the oldest is timed: the ones behind it on the comm stream
- * cannot start before it ends. Called with c->mu held. */
-static void reap_locked(nccl_comm *c)
-{
-    while (c->count && !c->failed) {
-        pending *p = &c->ring[c->head];
-        int q = query_locked(c, p->done, p, "completion");
-        if (q < 0)
-            return;
-        if (q == 1) {
-            c->head = (c->head + 1) % RING;
-            c->count--;
-            pthread_cond_broadcast(&c->cv);
-            continue;
-        }
-        if (!p->started) {
-            q = query_locked(c, p->began, p, "start");
-            if (q < 0)
-                return;
-            if (q == 1) {
-                p->started = 1;
-                p->start = zc__now_s(); /* late by at most one watchdog period */
-            }
-        }
-        char msg[512];
-        ncclResult_t st = ncclSuccess;
-        if (c->nc && !c->in_call && !c->group_open &&
-            ncclCommGetAsyncError(c->nc, &st) == ncclSuccess && st != ncclSuccess &&
-            st != ncclInProgress) {
-            snprintf(msg, sizeof msg,
-                     "nccl rank %d/%d: asynchronous NCCL error during %s #%llu (%zu bytes): %s",
-                     c->base.rank, c->base.world, p->op, (unsigned long long)p->seq, p->bytes,
-                     ncclGetErrorString(st));
-            fail_locked(c, msg);
-            return;
-        }
-        if (p->started && zc__now_s() - p->start > c->timeout_s) {
-            snprintf(msg, sizeof msg,
-                     "nccl rank %d/%d: %s #%llu (%zu bytes) did not finish within %.0f s of "
-                     "starting (ZC_COMM_TIMEOUT): a rank skipped or reordered a collective, or "
-                     "died; communicator aborted",
-                     c->base.rank, c->base.world, p->op, (unsigned long long)p->seq, p->bytes,
-                     c->timeout_s);
-            fail_locked(c, msg);
-        }
-        return;
-    }
-}
-
-static void *watchdog_main(void *arg)
-{
-    nccl_comm *c = arg;
-    (void)cudaSetDevice(c->device);
-    pthread_mutex_lock(&c->mu);
-    while (!c->stop) {
-        reap_locked(c);
-        struct timespec ts = in_ns(20 * 1000 * 1000); /* 20 ms: cheap; timeouts are seconds */
-        pthread_cond_timedwait(&c->cv, &c->mu, &ts);
-    }
-    pthread_mutex_unlock(&c->mu);
-    return NULL;
-}
-
-/* Waits for a non-blocking NCCL call to leave ncclInProgress, polling
- * without c->mu (c may be NULL before the watchdog exists). Gives up, still
- * ncclInProgress, at the deadline or once the watchdog failed the
- * communicator. */
-static ncclResult_t settle(nccl_comm *c, ncclComm_t nc, ncclResult_t r, double deadline)
-{
-    while (r == ncclInProgress) {
-        if (zc__now_s() > deadline)
-            return ncclInProgress;
-        struct timespec ts = {0, 100 * 1000};
-        nanosleep(&ts, NULL);
-        if (c) {
-            pthread_mutex_lock(&c->mu);
-            int failed = c->failed;
-            pthread_mutex_unlock(&c->mu);
-            if (failed)
-                return ncclInProgress;
-        }
-        if (ncclCommGetAsyncError(nc, &r) != ncclSuccess)
-            return ncclInternalError;
-    }
-    return r;
-}
-
 /* Makes room for one more slot (in flight + staged < RING): the oldest
  * in-flight collective must finish first (or the watchdog fails it). Called
  * with c->mu held. */
 static zc_status reserve_locked(nccl_comm *c, const char *op)
 {
     while (c->count + c->staged == RING && c->count && !c->failed) {
-        reap_locked(c);
+        zc__nccl_reap_locked(c);
         if (c->count + c->staged == RING && c->count && !c->failed) {
-            struct timespec ts = in_ns(1000 * 1000);
+            struct timespec ts = zc__nccl_in_ns(1000 * 1000);
             pthread_cond_timedwait(&c->cv, &c->mu, &ts);
         }
     }
     if (c->failed)
-        return sticky(c);
+        return zc__nccl_sticky(c);
     if (c->count + c->staged == RING)
         return ZC_ERR(ZC_ERR_INVALID_ARG, "nccl rank %d: %s: more than %d collectives in one group",
                       c->base.rank, op, RING);
@@ -283,7 +62,7 @@ static zc_status issue(nccl_comm *c, const char *op, size_t bytes, launch_fn lau
     zc_status rc = ZC_OK;
     pthread_mutex_lock(&c->mu);
     if (c->failed) {
-        rc = sticky(c);
+        rc = zc__nccl_sticky(c);
         pthread_mutex_unlock(&c->mu);
         return rc;
     }
@@ -337,7 +116,7 @@ static zc_status issue(nccl_comm *c, const char *op, size_t bytes, launch_fn lau
     if (!msg[0]) {
         r = launch(c, args);
         if (!grouped)
-            r = settle(c, c->nc, r, zc__now_s() + c->timeout_s);
+            r = zc__nccl_settle(c, c->nc, r, zc__now_s() + c->timeout_s);
         if (r != ncclSuccess) {
             snprintf(msg, sizeof msg, "nccl rank %d/%d: %s #%llu (%zu bytes): %s", c->base.rank,
                      c->base.world, op, (unsigned long long)seq, bytes,
@@ -366,8 +145,8 @@ static zc_status issue(nccl_comm *c, const char *op, size_t bytes, launch_fn lau
     if (msg[0] && !fatal) {
         rc = ZC_ERR(ZC_ERR_INVALID_ARG, "%s", msg);
     } else if (msg[0] || c->failed) {
-        fail_locked(c, msg[0] ? msg : c->failure); /* no-op if the watchdog failed it first */
-        rc = sticky(c);
+        zc__nccl_fail_locked(c, msg[0] ? msg : c->failure); /* no-op if the watchdog failed it first */
+        rc = zc__nccl_sticky(c);
     } else {
         p->seq = seq;
         p->op = op;
@@ -382,7 +161,7 @@ static zc_status issue(nccl_comm *c, const char *op, size_t bytes, launch_fn lau
             pthread_cond_broadcast(&c->cv);
         }
     }
-    abort_if_failed_locked(c);
+    zc__nccl_abort_if_failed_locked(c);
     pthread_mutex_unlock(&c->mu);
     zc__cuda_guard_leave(&dev_guard);
     return rc;
@@ -396,14 +175,14 @@ static zc_status drain(nccl_comm *c)
     zc_status rc = ZC_OK;
     pthread_mutex_lock(&c->mu);
     while (c->count && !c->failed) {
-        reap_locked(c);
+        zc__nccl_reap_locked(c);
         if (c->count && !c->failed) {
-            struct timespec ts = in_ns(500 * 1000);
+            struct timespec ts = zc__nccl_in_ns(500 * 1000);
             pthread_cond_timedwait(&c->cv, &c->mu, &ts);
         }
     }
     if (c->failed)
-        rc = sticky(c);
+        rc = zc__nccl_sticky(c);
     pthread_mutex_unlock(&c->mu);
     return rc;
 }
@@ -419,7 +198,7 @@ static zc_status nccl_group_start(zc_comm *base)
     zc_status rc = ZC_OK;
     pthread_mutex_lock(&c->mu);
     if (c->failed) {
-        rc = sticky(c);
+        rc = zc__nccl_sticky(c);
     } else if (c->group_open) {
         rc = ZC_ERR(ZC_ERR_INVALID_STATE, "nccl rank %d: group_start inside an open group",
                     base->rank);
@@ -433,8 +212,8 @@ static zc_status nccl_group_start(zc_comm *base)
             char msg[256];
             snprintf(msg, sizeof msg, "nccl rank %d: ncclGroupStart: %s", base->rank,
                      ncclGetErrorString(r));
-            fail_locked(c, msg);
-            rc = sticky(c);
+            zc__nccl_fail_locked(c, msg);
+            rc = zc__nccl_sticky(c);
         } else {
             c->group_open = 1;
             c->staged = 0;
@@ -452,7 +231,7 @@ static zc_status nccl_group_end(zc_comm *base)
     nccl_comm *c = (nccl_comm *)base;
     pthread_mutex_lock(&c->mu);
     if (!c->group_open) {
-        zc_status rc = c->failed ? sticky(c)
+        zc_status rc = c->failed ? zc__nccl_sticky(c)
                                  : ZC_ERR(ZC_ERR_INVALID_STATE,
                                           "nccl rank %d: group_end without group_start",
                                           base->rank);
@@ -480,7 +259,7 @@ static zc_status nccl_group_end(zc_comm *base)
         ce = zc_k_sleep(stall, c->stream);
     ncclResult_t r = ncclGroupEnd();
     if (!already_failed)
-        r = settle(c, c->nc, r, zc__now_s() + c->timeout_s);
+        r = zc__nccl_settle(c, c->nc, r, zc__now_s() + c->timeout_s);
     for (unsigned i = 0; i < n && ce == cudaSuccess && r == ncclSuccess; i++)
         ce = cudaEventRecord(c->ring[(first + i) % RING].done, c->stream);
     if (n && ce == cudaSuccess && r == ncclSuccess) {
@@ -507,14 +286,14 @@ static zc_status nccl_group_end(zc_comm *base)
     c->group_open = 0;
     if (msg[0] || c->failed) {
         c->staged = 0;
-        fail_locked(c, msg[0] ? msg : c->failure);
-        rc = sticky(c);
+        zc__nccl_fail_locked(c, msg[0] ? msg : c->failure);
+        rc = zc__nccl_sticky(c);
     } else {
         c->count += c->staged;
         c->staged = 0;
         pthread_cond_broadcast(&c->cv);
     }
-    abort_if_failed_locked(c);
+    zc__nccl_abort_if_failed_locked(c);
     pthread_mutex_unlock(&c->mu);
     zc__cuda_guard_leave(&dev_guard);
     return rc;
@@ -659,7 +438,7 @@ static void nccl_destroy(zc_comm *base)
         /* Finalize then destroy; destroying an unfinalized comm can block. */
         ncclResult_t r = rc == ZC_OK ? ncclCommFinalize(c->nc) : ncclInternalError;
         if (r == ncclSuccess || r == ncclInProgress)
-            r = settle(NULL, c->nc, r == ncclInProgress ? ncclInProgress : ncclSuccess,
+            r = zc__nccl_settle(NULL, c->nc, r == ncclInProgress ? ncclInProgress : ncclSuccess,
                        zc__now_s() + c->timeout_s);
         if (r == ncclSuccess)
             ncclCommDestroy(c->nc);
@@ -756,7 +535,7 @@ static zc_status create_on_device(int rank, int world, int device, const void *u
         cfg.blocking = 0; /* so a missing peer cannot hang init: we poll with a deadline */
         ncclResult_t r = ncclCommInitRankConfig(&c->nc, world, id, rank, &cfg);
         if (r == ncclSuccess || r == ncclInProgress)
-            r = settle(NULL, c->nc, ncclInProgress, zc__now_s() + init_timeout_s);
+            r = zc__nccl_settle(NULL, c->nc, ncclInProgress, zc__now_s() + init_timeout_s);
         if (r != ncclSuccess) {
             rc = ZC_ERR(ZC_ERR_COMM,
                         "nccl rank %d of %d on cuda:%d: communicator init %s%s",
@@ -770,7 +549,7 @@ static zc_status create_on_device(int rank, int world, int device, const void *u
         }
     }
     if (rc == ZC_OK) {
-        if (pthread_create(&c->watchdog, NULL, watchdog_main, c) == 0)
+        if (pthread_create(&c->watchdog, NULL, zc__nccl_watchdog_main, c) == 0)
             c->watchdog_started = 1;
         else
             rc = ZC_ERR(ZC_ERR_INTERNAL, "nccl rank %d: cannot start the watchdog thread", rank);
@@ -812,107 +591,4 @@ zc_status zc__comm_nccl_stall(zc_comm *base, unsigned ms)
     c->stall_ms = ms; /* consumed by the next collective (or group) issued */
     pthread_mutex_unlock(&c->mu);
     return ZC_OK;
-}
-
-/* ---- bootstrap ----------------------------------------------------------- */
-
-static zc_status from_env_on_device(const zc_launch_env *env, int dev, const char *why,
-                                    zc_comm **out);
-
-zc_status zc__comm_nccl_from_env(const zc_launch_env *env, zc_comm **out)
-{
-    *out = NULL;
-    int ndev = zc__device_cuda_count();
-    if (ndev <= 0)
-        return ZC_ERR(ZC_ERR_UNSUPPORTED,
-                      "zc_comm_init_env: rank %d of %d (%s) has no usable CUDA device; the NCCL "
-                      "communicator needs one GPU per rank", env->rank, env->world, env->launcher);
-    /* The same choice the CUDA device backend makes for device_index -1, so
-     * zc_engine_create binds a device this communicator accepts. */
-    int dev = -1;
-    char why[256];
-    zc_status prc = zc__device_pick_from_env(ndev, &dev, why, sizeof why);
-    if (prc != ZC_OK) {
-        zc__error_context("zc_comm_init_env: rank %d of %d (%s); NCCL %d needs one GPU per rank",
-                          env->rank, env->world, env->launcher, NCCL_VERSION_CODE);
-        return prc;
-    }
-    ZC_LOGI("comm", "rank %d of %d uses cuda:%d (%s)", env->rank, env->world, dev, why);
-    zc_cuda_guard dev_guard; /* the caller's thread stays on its own device */
-    zc__cuda_guard_enter(&dev_guard, dev);
-    zc_status rc = from_env_on_device(env, dev, why, out);
-    zc__cuda_guard_leave(&dev_guard);
-    return rc;
-}
-
-/* The rest of zc__comm_nccl_from_env, with `dev` current. */
-static zc_status from_env_on_device(const zc_launch_env *env, int dev, const char *why,
-                                    zc_comm **out)
-{
-    cudaError_t ce = cudaSetDevice(dev);
-    if (ce != cudaSuccess)
-        return ZC_ERR(ZC_ERR_DEVICE, "cudaSetDevice(%d) (%s): %s", dev, why,
-                      cudaGetErrorString(ce));
-
-    double timeout = 0;
-    ZC_CHECK(zc__bootstrap_timeout(&timeout));
-    ncclUniqueId id;
-    memset(&id, 0, sizeof id);
-    const char *cid = zc__env("NCCL_COMM_ID");
-    zc_boot_mode mode;
-    ZC_CHECK(zc__bootstrap_mode(env, &mode));
-    if (mode == ZC_BOOT_NCCL_COMM_ID) {
-        /* NCCL encodes NCCL_COMM_ID in the id and rank 0 listens there. */
-        if (!cid) {
-            char buf[300];
-            snprintf(buf, sizeof buf, "%s:%d", env->master_addr, env->master_port + 1);
-            setenv("NCCL_COMM_ID", buf, 0);
-        }
-        ncclResult_t r = ncclGetUniqueId(&id);
-        if (r != ncclSuccess) {
-            char shown[ZC_ENV_SHOWN_MAX];
-            const char *now = zc__env("NCCL_COMM_ID");
-            return ZC_ERR(ZC_ERR_COMM, "ncclGetUniqueId with NCCL_COMM_ID='%s': %s",
-                          now ? zc__env_shown(now, shown, sizeof shown) : "",
-                          ncclGetErrorString(r));
-        }
-    } else if (env->world > 1) {
-        if (env->rank == 0) {
-            ncclResult_t r = ncclGetUniqueId(&id);
-            if (r != ncclSuccess)
-                return ZC_ERR(ZC_ERR_COMM, "ncclGetUniqueId: %s", ncclGetErrorString(r));
-        }
-        zc_status rc;
-#if ZC_HAVE_MPI
-        if (mode == ZC_BOOT_MPI) {
-            /* mpirun already connected the processes: rank 0's id over
-             * MPI_Bcast, MPI finalised again unless the program holds it. */
-            rc = zc__mpi_bcast_blob(env, &id, sizeof id, timeout);
-            if (rc != ZC_OK) {
-                zc__error_context("zc_comm_init_env (NCCL id over MPI)");
-                return rc;
-            }
-        } else
-#endif
-        {
-            zc_rdv_opts o = {.addr = env->master_addr, .port = env->master_port + 1,
-                             .rank = env->rank, .world = env->world, .timeout_s = timeout};
-            rc = zc__rendezvous(&o, &id, sizeof id);
-            if (rc != ZC_OK) {
-                zc__error_context("zc_comm_init_env (MASTER_ADDR=%s, MASTER_PORT+1=%d)",
-                                  env->master_addr, env->master_port + 1);
-                return rc;
-            }
-        }
-    } else {
-        ncclResult_t r = ncclGetUniqueId(&id);
-        if (r != ncclSuccess)
-            return ZC_ERR(ZC_ERR_COMM, "ncclGetUniqueId: %s", ncclGetErrorString(r));
-    }
-    zc_status rc = zc__comm_nccl_create(env->rank, env->world, dev, &id, timeout, out);
-    if (rc == ZC_OK) {
-        (*out)->local_rank = env->local_rank;
-        (*out)->local_world = env->local_world;
-    }
-    return rc;
 }

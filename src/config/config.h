@@ -156,7 +156,7 @@ zc_status zc__config_engine_rules(const zc_config *cfg, const char *what);
  * 4097: NVMe offload needs a power of two ..."). */
 #define ZC_CFG_AIO_QUEUE_DEPTH_MAX 4096  /* the NVMe store's ring */
 #define ZC_CFG_AIO_INTRA_OP_MAX 64
-#define ZC_CFG_PARAM_SWAP_BUFFERS_MAX 256 /* src/core/param_home_nvme.c's table */
+#define ZC_CFG_PARAM_SWAP_BUFFERS_MAX 256 /* src/offload/param_home_nvme.c's table */
 zc_status zc__config_aio_check(int64_t block_size, int64_t queue_depth, int64_t intra_op);
 zc_status zc__config_opt_buffers_check(int64_t buffer_count);
 zc_status zc__config_param_buffers_check(int64_t buffer_count);

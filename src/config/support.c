@@ -11,7 +11,7 @@
  * Every refusal of a configuration value the engine makes lives here, once:
  * zc_engine_create and `zeroc config check` run zc__cfg_engine_support, and
  * the parts of zc_engine_build that take these values (the NVMe homes,
- * src/core/opt_home_nvme.c and param_home_nvme.c; the optimizer placement,
+ * src/offload/opt_home_nvme.c and param_home_nvme.c; the optimizer placement,
  * src/core/opt_state.c) call the same rules through the zc__config_*_check
  * functions, so the checker's verdict and message are the engine's. What
  * only a model decides (a parameter shard larger than
@@ -29,7 +29,7 @@ static const char *device_name(zc_offload_device dev)
 
 /* The smallest aio.block_size: a page (the pinned swap buffers are whole
  * pages, read and written with O_DIRECT), and never below the swap files'
- * 4 KiB alignment (ZC_SWAP_ALIGN, src/core/swap_dirs.h). */
+ * 4 KiB alignment (ZC_SWAP_ALIGN, src/offload/swap_dirs.h). */
 static int64_t block_min(void)
 {
     const long page = sysconf(_SC_PAGESIZE);

@@ -1,7 +1,9 @@
-/* Engine lifecycle and registry: create / destroy, parameter groups,
- * parameter registration, chunk boundaries, loss scale and stats; plus the
- * collective and device helpers every engine file uses (so all comm payload is
- * counted in one place). */
+/* The engine's lifecycle: zc_engine_create, zc_engine_build and
+ * zc_engine_destroy. It sits above the engine's modules: create and build
+ * call their set-up and build functions in order, destroy their free
+ * functions in the reverse one, and none of them calls back here (what every
+ * module needs from the engine - allocation with accounting, breaking it,
+ * the collectives - is eng_base.c, below them). */
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -11,178 +13,6 @@
 #include "base/env.h"
 #include "core/engine.h"
 #include "core/estimate.h"
-
-/* The log rank is thread-local: every public entry sets it from the engine, so
- * a rank thread logs with its rank even when it never called create. */
-zc_status zc__eng_enter(const zc_engine *e, const char *fn, bool need_built)
-{
-    zc__error_clear();
-    if (!e || e->magic != ZC_ENGINE_MAGIC)
-        return ZC_ERR(ZC_ERR_INVALID_ARG, "%s: engine handle is NULL or not an engine", fn);
-    zc__log_set_rank(e->rank);
-    if (e->state == ZC_ENG_FAILED)
-        return ZC_ERR(ZC_ERR_INVALID_STATE,
-                      "%s: zc_engine_build failed on this engine; it can only be destroyed", fn);
-    if (e->state == ZC_ENG_BROKEN)
-        return ZC_ERR(e->broken_rc,
-                      "%s: this engine is broken, so the ranks may no longer agree on "
-                      "gradients or parameters; destroy the engine and its communicator "
-                      "(first failure: %s)",
-                      fn, e->broken_msg);
-    if (need_built && e->state != ZC_ENG_BUILT)
-        return ZC_ERR(ZC_ERR_INVALID_STATE, "%s: call zc_engine_build first", fn);
-    return ZC_OK;
-}
-
-zc_status zc__eng_out_check(const char *fn, const char *type, const size_t *size, size_t need)
-{
-    if (!size)
-        return ZC_ERR(ZC_ERR_INVALID_ARG, "%s: out is NULL", fn);
-    if (*size < need)
-        return ZC_ERR(ZC_ERR_INVALID_ARG,
-                      "%s: out->size %zu is smaller than sizeof(%s) %zu; set out->size", fn,
-                      *size, type, need);
-    return ZC_OK;
-}
-
-/* A failed collective (timeout, mismatch, NCCL abort) or device error inside
- * one leaves the ranks at different points of the step; nothing after it can
- * be trusted, so the engine refuses further work (like NCCL's communicators
- * after ncclCommAbort). Argument errors, identical on every rank, do not. */
-static zc_status coll_failed(zc_engine *e, zc_status rc)
-{
-    if (rc == ZC_ERR_COMM || rc == ZC_ERR_DEVICE)
-        zc__eng_break(e, rc, zc_last_error());
-    return rc;
-}
-
-void zc__eng_break(zc_engine *e, zc_status rc, const char *why)
-{
-    if (e->state != ZC_ENG_BUILT)
-        return; /* keep the first reason */
-    snprintf(e->broken_msg, sizeof e->broken_msg, "%s", why);
-    e->broken_rc = rc;
-    e->state = ZC_ENG_BROKEN;
-}
-
-zc_status zc__eng_check_param(const zc_engine *e, const zc_param *p, const char *fn)
-{
-    if (!p)
-        return ZC_ERR(ZC_ERR_INVALID_ARG, "%s: parameter handle is NULL", fn);
-    if (p->magic != ZC_PARAM_MAGIC)
-        return ZC_ERR(ZC_ERR_INVALID_ARG, "%s: %p is not a parameter handle of this engine", fn,
-                      (const void *)p);
-    if (p->eng != e)
-        return ZC_ERR(ZC_ERR_INVALID_ARG,
-                      "%s: parameter '%s' belongs to another engine (rank %d), not to this one "
-                      "(rank %d)",
-                      fn, p->name, p->eng ? p->eng->rank : -1, e->rank);
-    return ZC_OK;
-}
-
-/* ---- collectives --------------------------------------------------------- */
-
-zc_status zc__eng_all_reduce_on(zc_engine *e, void *buf, size_t n, zc_dtype dt, bool count_it,
-                                void *stream)
-{
-    zc_status rc = zc__all_reduce(e->comm, buf, buf, n, dt, ZC_RED_SUM, stream);
-    if (rc != ZC_OK)
-        return coll_failed(e, rc);
-    if (count_it)
-        e->comm_cur[ZC_COLL_ALL_REDUCE] += (int64_t)(n * zc_dtype_size(dt));
-    return ZC_OK;
-}
-
-zc_status zc__eng_reduce_scatter_on(zc_engine *e, const void *send, void *recv, size_t recv_n,
-                                    zc_dtype dt, bool count_it, void *stream)
-{
-    zc_status rc = zc__reduce_scatter(e->comm, send, recv, recv_n, dt, stream);
-    if (rc != ZC_OK)
-        return coll_failed(e, rc);
-    if (count_it)
-        e->comm_cur[ZC_COLL_REDUCE_SCATTER] +=
-            (int64_t)(recv_n * (size_t)e->world * zc_dtype_size(dt));
-    return ZC_OK;
-}
-
-zc_status zc__eng_all_gather_on(zc_engine *e, const void *send, void *recv, size_t send_n,
-                                zc_dtype dt, bool count_it, void *stream)
-{
-    zc_status rc = zc__all_gather(e->comm, send, recv, send_n, dt, stream);
-    if (rc != ZC_OK)
-        return coll_failed(e, rc);
-    if (count_it)
-        e->comm_cur[ZC_COLL_ALL_GATHER] +=
-            (int64_t)(send_n * (size_t)e->world * zc_dtype_size(dt));
-    return ZC_OK;
-}
-
-zc_status zc__eng_all_reduce(zc_engine *e, void *buf, size_t n, zc_dtype dt, bool count_it)
-{
-    return zc__eng_all_reduce_on(e, buf, n, dt, count_it, e->stream);
-}
-
-zc_status zc__eng_reduce_scatter(zc_engine *e, const void *send, void *recv, size_t recv_n,
-                                 zc_dtype dt, bool count_it)
-{
-    return zc__eng_reduce_scatter_on(e, send, recv, recv_n, dt, count_it, e->stream);
-}
-
-zc_status zc__eng_all_gather(zc_engine *e, const void *send, void *recv, size_t send_n,
-                             zc_dtype dt, bool count_it)
-{
-    return zc__eng_all_gather_on(e, send, recv, send_n, dt, count_it, e->stream);
-}
-
-/* A group's collectives are launched by group_end: a failure there is a
- * failure of those collectives (some ranks may have launched theirs), so it
- * breaks the engine exactly like one. */
-zc_status zc__eng_group_start(zc_engine *e)
-{
-    zc_status rc = zc__comm_group_start(e->comm);
-    return rc == ZC_OK ? ZC_OK : coll_failed(e, rc);
-}
-
-zc_status zc__eng_group_end(zc_engine *e)
-{
-    zc_status rc = zc__comm_group_end(e->comm);
-    return rc == ZC_OK ? ZC_OK : coll_failed(e, rc);
-}
-
-/* ---- device helpers ------------------------------------------------------ */
-
-zc_status zc__eng_alloc(zc_engine *e, zc_mem_category cat, size_t bytes, const char *what,
-                        void **out)
-{
-    *out = NULL;
-    if (bytes == 0)
-        return ZC_OK;
-    int64_t nth = 0;
-    if (e->state == ZC_ENG_BUILT && zc__faults_hit(&e->faults, ZC_FAULT_ALLOC, &nth))
-        return ZC_ERR(ZC_ERR_NO_MEMORY,
-                      "%s: injected failure of allocation %lld after zc_engine_build on rank %d "
-                      "(ZC_FAULTS), %zu bytes",
-                      what, (long long)nth, e->rank, bytes);
-    return e->dev->ops->alloc(e->dev, &e->acct, cat, bytes, what, out);
-}
-
-void zc__eng_free(zc_engine *e, zc_mem_category cat, void **p, size_t bytes)
-{
-    if (*p)
-        e->dev->ops->free(e->dev, &e->acct, cat, *p, bytes);
-    *p = NULL;
-}
-
-zc_status zc__eng_convert(zc_engine *e, void *dst, zc_dtype dst_dt, const void *src,
-                          zc_dtype src_dt, size_t n)
-{
-    if (n == 0)
-        return ZC_OK;
-    if (dst_dt == src_dt)
-        return e->dev->ops->copy(e->dev, dst, src, n * zc_dtype_size(dst_dt), ZC_COPY_D2D,
-                                 e->stream);
-    return e->dev->ops->cast(e->dev, dst, dst_dt, src, src_dt, n, e->stream);
-}
 
 /* ---- create / destroy ---------------------------------------------------- */
 
@@ -206,35 +36,6 @@ static zc_status resolve_gas(zc_config *cfg, int world, int64_t *gas)
 {
     ZC_CHECK(zc__config_resolve_for_engine(cfg, world));
     *gas = cfg->gradient_accumulation_steps > 0 ? cfg->gradient_accumulation_steps : 1;
-    return ZC_OK;
-}
-
-zc_status zc__pick_dtype(zc_config *cfg, const zc_engine_options *o, zc_dtype *out)
-{
-    if (o && OPT_HAS(o, param_dtype) && (int)o->param_dtype >= 0) {
-        zc_dtype dt = o->param_dtype;
-        if (dt != ZC_DTYPE_F32 && dt != ZC_DTYPE_F16 && dt != ZC_DTYPE_BF16)
-            return ZC_ERR(ZC_ERR_INVALID_ARG,
-                          "zc_engine_options.param_dtype %d: parameters must be fp32, fp16 or "
-                          "bf16", (int)dt);
-        /* The option wins over the precision blocks; keep the copy coherent so
-         * the loss scaler and the overflow check follow it. */
-        if (dt != ZC_DTYPE_F16)
-            cfg->fp16.enabled = false;
-        if (dt != ZC_DTYPE_BF16)
-            cfg->bf16.enabled = false;
-        if (dt == ZC_DTYPE_F16)
-            cfg->fp16.enabled = true;
-        if (dt == ZC_DTYPE_BF16)
-            cfg->bf16.enabled = true;
-        *out = dt;
-    } else if (cfg->fp16.enabled && cfg->bf16.enabled) {
-        return ZC_ERR(ZC_ERR_CONFIG, "fp16.enabled and bf16.enabled are both true; enable one");
-    } else {
-        *out = cfg->fp16.enabled ? ZC_DTYPE_F16
-               : cfg->bf16.enabled ? ZC_DTYPE_BF16
-                                   : ZC_DTYPE_F32;
-    }
     return ZC_OK;
 }
 
@@ -356,12 +157,7 @@ ZC_API zc_status zc_engine_create(zc_engine **out, const zc_config *cfg, zc_comm
     zc__scaler_init(&e->scaler, e->cfg);
 
     /* Group 0: the optimizer's weight decay. */
-    ZC_CHECK_GOTO(zc__host_alloc(&e->acct, ZC_MEM_OTHER, 4 * sizeof(zc_group), "groups", &mem),
-                  rc, fail);
-    e->groups = mem;
-    e->groups_cap = 4;
-    e->groups[0] = (zc_group){e->cfg->optimizer.weight_decay, 1.0};
-    e->ngroups = 1;
+    ZC_CHECK_GOTO(zc__registry_init(e), rc, fail);
 
     ZC_LOGI("core", "engine: ZeRO stage %d, world %d, %s parameters, accumulation %lld, device %s",
             stage, world, zc_dtype_name(e->pdt), (long long)e->gas, e->dev->ops->name);
@@ -369,6 +165,99 @@ ZC_API zc_status zc_engine_create(zc_engine **out, const zc_config *cfg, zc_comm
     return ZC_OK;
 fail:
     zc_engine_destroy(e);
+    return rc;
+}
+
+/* ---- build ------------------------------------------------------------- */
+
+/* Hidden size H of the "auto" rules (estimate.h; 0 without a 2-D
+ * parameter). */
+static int64_t model_hidden_size(const zc_engine *e)
+{
+    int64_t best_numel = 0, h = 0;
+    for (int i = 0; i < e->nparams; i++)
+        zc__hidden_step(e->params[i]->shape, e->params[i]->ndim, e->params[i]->numel,
+                        &best_numel, &h);
+    return h;
+}
+
+/* Sizes that depend on the registered model: "auto" buckets and thresholds
+ * resolve from H now, then the chunk size, the live bound and the prefetch
+ * window are read from the resolved configuration. */
+static zc_status size_from_model(zc_engine *e)
+{
+    ZC_CHECK(zc__config_resolve_model_auto(e->cfg, model_hidden_size(e)));
+    e->bucket = zc__bucket_elems(e->bucket_option, e->cfg->zero.reduce_bucket_size,
+                                 e->chunk_cap, e->chunk_cap_forced);
+    e->max_live = e->cfg->zero.max_live_parameters > 0 ? e->cfg->zero.max_live_parameters
+                                                       : INT64_MAX;
+    e->prefetch_elems = e->cfg->zero.prefetch_bucket_size > 0 ? e->cfg->zero.prefetch_bucket_size
+                                                              : 0;
+    e->reuse_elems = e->cfg->zero.max_reuse_distance > 0 ? e->cfg->zero.max_reuse_distance : 0;
+    return ZC_OK;
+}
+
+/* The rank-local part of zc_engine_build, after the layout is agreed. */
+static zc_status build_local(zc_engine *e)
+{
+    ZC_CHECK(zc__preflight(e));
+    ZC_CHECK(zc__opt_build(e));
+    ZC_CHECK(zc__param_build(e));
+    for (int k = 0; k < e->nchunks; k++)
+        ZC_CHECK(e->pol->alloc_chunk(e, &e->chunks[k]));
+    ZC_CHECK(zc__reserve_build(e));
+    ZC_CHECK(zc__view_build(e));
+    ZC_CHECK(zc__debug_build(e));
+    e->state = ZC_ENG_BUILT;
+    /* Needs the built engine (it loads through zc_param_load). */
+    return zc__adopt_load(e);
+}
+
+ZC_API zc_status zc_engine_build(zc_engine *e)
+{
+    ZC_CHECK(zc__eng_enter(e, "zc_engine_build", false));
+    if (e->state != ZC_ENG_CREATED)
+        return ZC_ERR(ZC_ERR_INVALID_STATE, "zc_engine_build: the engine is already built");
+    if (e->nparams == 0)
+        return ZC_ERR(ZC_ERR_INVALID_STATE,
+                      "zc_engine_build: no parameters registered (zc_param_add)");
+    zc_status rc = ZC_OK;
+    /* First: every later build step (the layout check's collective, the
+     * zero-fills) is queued on the engine's own stream. */
+    ZC_CHECK_GOTO(zc__streams_create(e), rc, fail);
+    /* The status records come before the first collective: everything from
+     * the pre-flight on is rank-local (MemAvailable, free disk space,
+     * allocations) and its outcome is agreed with them below. */
+    ZC_CHECK_GOTO(zc__agree_alloc(e), rc, fail);
+    ZC_CHECK_GOTO(size_from_model(e), rc, fail);
+    ZC_CHECK_GOTO(zc__layout_build(e), rc, fail);
+    ZC_CHECK_GOTO(zc__partials_alloc(e), rc, fail);
+    /* Every rank must register the same model with the same settings
+     * (build_agree.c): a mismatch fails here, named, on every rank, rather
+     * than as a collective mismatch or a hang in the first step. */
+    ZC_CHECK_GOTO(zc__build_agree(e), rc, fail);
+    /* Persistence first (the stage policy's built hook: stage 3 marks
+     * persistent chunks, from the layout alone): the stage-3 reserve keeps a
+     * buffer per persistent chunk, and the pre-flight plans that reserve. */
+    if (e->pol->built)
+        e->pol->built(e);
+    /* Before the optimizer state, the chunks' buffers and the reserve: a
+     * configuration the machine cannot hold is refused with nothing large
+     * allocated. */
+    rc = build_local(e);
+    /* A pre-flight refusal or an allocation failure can happen on one rank
+     * alone; returning there would leave the others built and waiting in
+     * their first collective. Every rank fails alike, naming that rank. */
+    ZC_CHECK_GOTO(zc__eng_agree(e, rc, "zc_engine_build"), rc, fail);
+    zc__timers_init(&e->timers, e->cfg->wall_clock_breakdown);
+    zc__progress_start(e);
+    ZC_LOGI("core", "built: %d parameters, %lld elements in %d chunks of <= %lld (%lld padded)",
+            e->nparams, (long long)e->num_elems, e->nchunks, (long long)e->bucket,
+            (long long)e->padded_elems);
+    return ZC_OK;
+fail:
+    zc__error_context("zc_engine_build (rank %d, stage %d)", e->rank, e->stage);
+    e->state = ZC_ENG_FAILED;
     return rc;
 }
 
@@ -389,223 +278,10 @@ ZC_API void zc_engine_destroy(zc_engine *e)
     /* After the chunks: they return their pool slots first. */
     zc__reserve_free(e);
     zc__view_free(e);
-    for (int i = 0; i < e->nparams; i++) {
-        zc_param *p = e->params[i];
-        zc__host_free(&e->acct, ZC_MEM_OTHER, p->name, p->name_bytes);
-        p->magic = 0;
-        zc__host_free(&e->acct, ZC_MEM_OTHER, p, sizeof *p);
-    }
-    zc__host_free(&e->acct, ZC_MEM_OTHER, e->params, (size_t)e->params_cap * sizeof *e->params);
-    zc__host_free(&e->acct, ZC_MEM_OTHER, e->groups, (size_t)e->groups_cap * sizeof *e->groups);
+    zc__registry_free(e);
     zc_config_destroy(e->cfg);
     if (e->dev)
         e->dev->ops->destroy(e->dev);
     e->magic = 0;
     zc__host_free(NULL, ZC_MEM_OTHER, e, sizeof *e);
-}
-
-/* ---- registry ------------------------------------------------------------ */
-
-/* Grows a host array of elem-sized items to hold at least need items. */
-static zc_status grow(zc_engine *e, void **arr, int *cap, int need, size_t elem, const char *what)
-{
-    if (need <= *cap)
-        return ZC_OK;
-    int ncap = *cap ? *cap * 2 : 16;
-    while (ncap < need)
-        ncap *= 2;
-    void *n = NULL;
-    ZC_CHECK(zc__host_alloc(&e->acct, ZC_MEM_OTHER, (size_t)ncap * elem, what, &n));
-    if (*arr)
-        memcpy(n, *arr, (size_t)*cap * elem);
-    zc__host_free(&e->acct, ZC_MEM_OTHER, *arr, (size_t)*cap * elem);
-    *arr = n;
-    *cap = ncap;
-    return ZC_OK;
-}
-
-ZC_API zc_status zc_group_add(zc_engine *e, double weight_decay, double lr_scale, int *group_id)
-{
-    ZC_CHECK(zc__eng_enter(e, "zc_group_add", false));
-    if (e->state != ZC_ENG_CREATED)
-        return ZC_ERR(ZC_ERR_INVALID_STATE, "zc_group_add: groups must be added before "
-                                            "zc_engine_build");
-    if (!group_id)
-        return ZC_ERR(ZC_ERR_INVALID_ARG, "zc_group_add: group_id is NULL");
-    if (!(weight_decay >= 0) || !(lr_scale >= 0) || weight_decay > 1e30 || lr_scale > 1e30)
-        return ZC_ERR(ZC_ERR_INVALID_ARG,
-                      "zc_group_add: weight_decay %g and lr_scale %g must be finite and >= 0",
-                      weight_decay, lr_scale);
-    void *arr = e->groups;
-    ZC_CHECK(grow(e, &arr, &e->groups_cap, e->ngroups + 1, sizeof(zc_group), "groups"));
-    e->groups = arr;
-    e->groups[e->ngroups] = (zc_group){weight_decay, lr_scale};
-    *group_id = e->ngroups++;
-    return ZC_OK;
-}
-
-ZC_API zc_param *zc_param_add(zc_engine *e, const char *name, const int64_t *shape, int ndim,
-                              int group)
-{
-    if (zc__eng_enter(e, "zc_param_add", false) != ZC_OK)
-        return NULL;
-    if (e->state != ZC_ENG_CREATED) {
-        ZC_ERR(ZC_ERR_INVALID_STATE,
-               "zc_param_add('%s'): parameters must be added before zc_engine_build",
-               name ? name : "(null)");
-        return NULL;
-    }
-    if (!name || !*name) {
-        ZC_ERR(ZC_ERR_INVALID_ARG, "zc_param_add: name is NULL or empty");
-        return NULL;
-    }
-    if (!shape || ndim < 1 || ndim > ZC_PARAM_MAX_NDIM) {
-        ZC_ERR(ZC_ERR_INVALID_ARG, "zc_param_add('%s'): ndim %d must be 1..%d with a shape",
-               name, ndim, ZC_PARAM_MAX_NDIM);
-        return NULL;
-    }
-    int64_t numel = 1;
-    for (int d = 0; d < ndim; d++) {
-        if (shape[d] <= 0) {
-            ZC_ERR(ZC_ERR_INVALID_ARG,
-                   "zc_param_add('%s'): dimension %d is %lld; every dimension must be > 0", name,
-                   d, (long long)shape[d]);
-            return NULL;
-        }
-        if (numel > INT64_MAX / 4 / shape[d]) {
-            ZC_ERR(ZC_ERR_INVALID_ARG, "zc_param_add('%s'): shape is too large", name);
-            return NULL;
-        }
-        numel *= shape[d];
-    }
-    /* Every size derived from the model (padded totals, fp32 and Adam bytes,
-     * stats) is int64: bound the sum like a single parameter. */
-    if (numel > INT64_MAX / 4 - e->registered_elems) {
-        ZC_ERR(ZC_ERR_INVALID_ARG,
-               "zc_param_add('%s'): %lld elements on top of the %lld registered exceed the "
-               "engine's limit of %lld elements in all",
-               name, (long long)numel, (long long)e->registered_elems,
-               (long long)(INT64_MAX / 4));
-        return NULL;
-    }
-    if (group < 0 || group >= e->ngroups) {
-        ZC_ERR(ZC_ERR_INVALID_ARG,
-               "zc_param_add('%s'): unknown group %d (this engine has %d; see zc_group_add)",
-               name, group, e->ngroups);
-        return NULL;
-    }
-    for (int i = 0; i < e->nparams; i++)
-        if (!strcmp(e->params[i]->name, name)) {
-            ZC_ERR(ZC_ERR_INVALID_ARG, "zc_param_add: a parameter named '%s' already exists",
-                   name);
-            return NULL;
-        }
-
-    void *arr = e->params;
-    if (grow(e, &arr, &e->params_cap, e->nparams + 1, sizeof(zc_param *), "param table") != ZC_OK)
-        return NULL;
-    e->params = arr;
-    void *mem = NULL;
-    if (zc__host_alloc(&e->acct, ZC_MEM_OTHER, sizeof(zc_param), "param", &mem) != ZC_OK)
-        return NULL;
-    zc_param *p = mem;
-    size_t nb = strlen(name) + 1;
-    if (zc__host_alloc(&e->acct, ZC_MEM_OTHER, nb, "param name", &mem) != ZC_OK) {
-        zc__host_free(&e->acct, ZC_MEM_OTHER, p, sizeof *p);
-        return NULL;
-    }
-    memcpy(mem, name, nb);
-    p->name = mem;
-    p->name_bytes = nb;
-    p->magic = ZC_PARAM_MAGIC;
-    p->eng = e;
-    memcpy(p->shape, shape, (size_t)ndim * sizeof *shape);
-    p->ndim = ndim;
-    p->numel = numel;
-    p->group = group;
-    p->index = e->nparams;
-    p->chunk_start = e->boundary_pending;
-    p->chunk = -1;
-    e->boundary_pending = false;
-    e->registered_elems += numel;
-    e->params[e->nparams++] = p;
-    return p;
-}
-
-ZC_API zc_status zc_chunk_boundary(zc_engine *e)
-{
-    ZC_CHECK(zc__eng_enter(e, "zc_chunk_boundary", false));
-    if (e->state != ZC_ENG_CREATED)
-        return ZC_ERR(ZC_ERR_INVALID_STATE,
-                      "zc_chunk_boundary: chunk boundaries must be set before zc_engine_build");
-    e->boundary_pending = true;
-    return ZC_OK;
-}
-
-ZC_API double zc_loss_scale(const zc_engine *e)
-{
-    if (!e || e->magic != ZC_ENGINE_MAGIC)
-        return 1.0;
-    return e->scaler.scale;
-}
-
-ZC_API zc_status zc_engine_stats(const zc_engine *e, zc_stats *out)
-{
-    ZC_CHECK(zc__eng_enter(e, "zc_engine_stats", false));
-    ZC_CHECK(zc__eng_out_check("zc_engine_stats", "zc_stats", out ? &out->size : NULL,
-                               sizeof(zc_stats)));
-    zc_stats s = {.size = sizeof s};
-    s.rank = e->rank;
-    s.world = e->world;
-    s.stage = e->stage;
-    for (int i = 0; i < e->nparams; i++)
-        s.num_params += e->params[i]->numel;
-    s.padded_params = e->padded_elems;
-    s.num_chunks = e->nchunks;
-    for (int k = 0; k < ZC_MEM__COUNT; k++) {
-        s.bytes[k] = atomic_load(&e->acct.bytes[k]);
-        s.peak_bytes[k] = atomic_load(&e->acct.peak[k]);
-    }
-    /* Internal kinds -> the public order of zc_mem_kind_stat. */
-    static const zc_mem_kind to_internal[ZC_KIND__COUNT] = {
-        [ZC_KIND_DEVICE] = ZC_MEMKIND_DEVICE, [ZC_KIND_PINNED] = ZC_MEMKIND_PINNED,
-        [ZC_KIND_HOST] = ZC_MEMKIND_HOST, [ZC_KIND_NVME] = ZC_MEMKIND_NVME};
-    for (int kind = 0; kind < ZC_KIND__COUNT; kind++)
-        s.peak_bytes_by_kind[kind] = atomic_load(&e->acct.kind_peak[to_internal[kind]]);
-    for (int kind = 0; kind < ZC_KIND__COUNT; kind++)
-        for (int k = 0; k < ZC_MEM__COUNT; k++) {
-            int64_t b = atomic_load(&e->acct.kind_bytes[to_internal[kind]][k]);
-            s.bytes_by_kind_cat[kind][k] = b;
-            s.bytes_by_kind[kind] += b;
-        }
-    for (int k = 0; k < ZC_COLL__COUNT; k++)
-        s.comm_bytes_last_step[k] = e->comm_last[k];
-    s.gathers_last_step = e->gathers_last;
-    s.max_live_elems_last_step = e->live_peak_last;
-    s.trace_invalidations = e->invalidations;
-    s.steps = e->steps;
-    s.skipped_steps = e->skipped;
-    *out = s;
-    return ZC_OK;
-}
-
-ZC_API zc_status zc_engine_offload_stats(const zc_engine *e, zc_offload_stats *out)
-{
-    ZC_CHECK(zc__eng_enter(e, "zc_engine_offload_stats", false));
-    ZC_CHECK(zc__eng_out_check("zc_engine_offload_stats", "zc_offload_stats",
-                               out ? &out->size : NULL, sizeof(zc_offload_stats)));
-    *out = (zc_offload_stats){
-        .size = sizeof *out,
-        .param_nvme_read_bytes = e->pread_last,
-        .param_nvme_write_bytes = e->pwrite_last,
-        .optim_nvme_read_bytes = e->oread_last,
-        .optim_nvme_write_bytes = e->owrite_last,
-        .param_reads = e->preads_last,
-        .prefetch_hits = e->off_last.hits,
-        .prefetch_misses = e->off_last.misses,
-        .io_wait_acquires = e->off_last.io_wait_acquires,
-        .io_wait_s = e->off_last.io_wait_s,
-        .max_live_elems = e->live_peak_last,
-    };
-    return ZC_OK;
 }

@@ -1,6 +1,9 @@
-/* The engine's internal state (one per rank), shared by the files of
- * src/core/engine*.c, layout.c, grads.c, step.c and the stage policies in
- * src/zero1, src/zero2, src/zero3.
+/* The engine's internal state (one per rank) and the stage-policy table, for
+ * the files of src/core, the stage modules (stage0.c, src/zero1, src/zero2,
+ * src/zero3) and the checkpoints (src/ckpt). It includes the headers of the
+ * engine's modules (build.h, eng_base.h, grads.h, opt_state.h,
+ * param_state.h, streams.h, views.h), so one include gives a file the whole
+ * engine; none of those includes this one back.
  *
  * Memory model. Parameters are packed in registration order into chunks
  * (layout.c); chunk c holds `padded` elements, a multiple of world*64, and
@@ -19,7 +22,7 @@
  * P is the working precision (fp32, fp16 or bf16). The fp32 master is kept
  * separately even for fp32 parameters, so every dtype runs the same code.
  * master, m and v are not chunk fields: they live in the chunk's optimizer
- * home (core/opt_home.h: device memory, pinned host memory or NVMe) and are
+ * home (offload/homes.h: device memory, pinned host memory or NVMe) and are
  * reached only through the passes of opt_state.c.
  */
 #ifndef ZC_CORE_ENGINE_H
@@ -37,11 +40,18 @@
 #include "core/bufpool.h"
 #include "core/faults.h"
 #include "core/loss_scaler.h"
-#include "core/opt_home.h"
+#include "offload/homes.h"
 #include "core/timers.h"
-#include "core/param_home.h"
 #include "device/device.h"
 #include "optim/adam.h"
+/* The engine's modules, for every file that uses the engine. */
+#include "core/build.h"
+#include "core/eng_base.h"
+#include "core/grads.h"
+#include "core/opt_state.h"
+#include "core/param_state.h"
+#include "core/streams.h"
+#include "core/views.h"
 
 #define ZC_ENGINE_MAGIC 0x5a43454eu /* "ZCEN" */
 #define ZC_PARAM_MAGIC 0x5a435041u  /* "ZCPA" */
@@ -356,8 +366,10 @@ struct zc_engine {
     char dbg_msg[384];
 };
 
-/* A stage policy: what a stage keeps, reduces and gathers. The step pipeline
- * (grads.c, step.c, params.c) calls these; everything else is shared. */
+/* A stage policy: what a stage keeps, reduces and gathers - the one way the
+ * engine reaches a stage (stage0.c, src/zero1, src/zero2, src/zero3). The
+ * step pipeline (grads.c, step.c, params.c) calls these; everything else is
+ * shared. */
 struct zc_stage_policy {
     int stage;
     const char *name;
@@ -367,7 +379,13 @@ struct zc_stage_policy {
     /* Allocates the per-chunk buffers of this stage at build. */
     zc_status (*alloc_chunk)(zc_engine *e, zc_chunk *c);
     void (*free_chunk)(zc_engine *e, zc_chunk *c);
-    /* Reduces chunk c once all its parameters are ready in this micro-step. */
+    /* The buffer chunk c's gradients are written into in this micro-step,
+     * zeroed (zc_grad_buffer hands out slices of it): stages 0/1 the resident
+     * full gradient (zc__grads_full_buffer), stages 2/3 a transient buffer
+     * from the gradient pool (src/zero2). */
+    zc_status (*grad_buffer)(zc_engine *e, zc_chunk *c, void **out);
+    /* Reduces chunk c once all its parameters are ready in this micro-step
+     * (stage0.c, src/zero1, src/zero2; stage 3 reduces as stage 2). */
     zc_status (*reduce_chunk)(zc_engine *e, zc_chunk *c, bool last_micro);
     /* After a non-skipped optimizer pass: make the updated working params
      * visible (stage 1/2 all-gather; stage 3 refreshes what is gathered). */
@@ -392,405 +410,5 @@ extern const zc_stage_policy zc__stage0_policy;
 extern const zc_stage_policy zc__stage1_policy;
 extern const zc_stage_policy zc__stage2_policy;
 extern const zc_stage_policy zc__stage3_policy;
-
-/* ---- engine.c ------------------------------------------------------------ */
-
-/* Validates a public call's engine (and built state when need_built) and sets
- * the log rank of this thread. `fn` names the call in the message. */
-zc_status zc__eng_enter(const zc_engine *e, const char *fn, bool need_built);
-/* The checks of an output struct the caller sizes (zc_stats, zc_timers,
- * zc_offload_stats): size is &out->size, or NULL when out is NULL; need is
- * sizeof the struct, named `type`. ZC_ERR_INVALID_ARG naming `fn` when out
- * is NULL or out->size is smaller. */
-zc_status zc__eng_out_check(const char *fn, const char *type, const size_t *size, size_t need);
-/* Marks a built engine broken with status rc and reason `why` (the first
- * reason is kept). Only zc_engine_destroy is allowed afterwards; every other
- * call returns rc and names the reason. */
-void zc__eng_break(zc_engine *e, zc_status rc, const char *why);
-/* Validates that p belongs to e. */
-zc_status zc__eng_check_param(const zc_engine *e, const zc_param *p, const char *fn);
-
-/* Collectives through the engine: count payload bytes for the step stats
- * (all_reduce: count; reduce_scatter and all_gather: world * count; in the
- * communicated dtype) unless count_it is false. */
-zc_status zc__eng_all_reduce(zc_engine *e, void *buf, size_t n, zc_dtype dt, bool count_it);
-zc_status zc__eng_reduce_scatter(zc_engine *e, const void *send, void *recv, size_t recv_n,
-                                 zc_dtype dt, bool count_it);
-zc_status zc__eng_all_gather(zc_engine *e, const void *send, void *recv, size_t send_n,
-                             zc_dtype dt, bool count_it);
-/* The same on an explicit stream (comm_stream, ctl_stream). */
-zc_status zc__eng_all_reduce_on(zc_engine *e, void *buf, size_t n, zc_dtype dt, bool count_it,
-                                void *stream);
-zc_status zc__eng_reduce_scatter_on(zc_engine *e, const void *send, void *recv, size_t recv_n,
-                                    zc_dtype dt, bool count_it, void *stream);
-zc_status zc__eng_all_gather_on(zc_engine *e, const void *send, void *recv, size_t send_n,
-                                zc_dtype dt, bool count_it, void *stream);
-/* A communicator group around collectives issued back to back (NCCL launches
- * them together). A failed group_start or group_end breaks the engine like a
- * failed collective; group_end must follow every group_start that succeeded. */
-zc_status zc__eng_group_start(zc_engine *e);
-zc_status zc__eng_group_end(zc_engine *e);
-
-/* Agrees on the outcome of rank-local work before the next collective
- * (agree.c). Collective: every rank calls it at the same point with its own
- * status. Returns ZC_OK when every rank succeeded; otherwise every rank
- * returns the status of the first failed rank with the same message
- * ("<what> failed on rank R of W: <its message>") and its engine is broken. */
-zc_status zc__eng_agree(zc_engine *e, zc_status local, const char *what);
-/* The same, for rank-local work that changed nothing observable (checkpoint
- * files, the verification of a load): every rank returns the same status and
- * message, and the engine stays usable (broken only if the exchange itself
- * fails). */
-zc_status zc__eng_agree_keep(zc_engine *e, zc_status local, const char *what);
-zc_status zc__agree_alloc(zc_engine *e);
-void zc__agree_free(zc_engine *e);
-/* Compares, across ranks, a digest of the registered model and the settings
- * that must match (build_agree.c); collective, at zc_engine_build after the
- * layout. A mismatch is ZC_ERR_CONFIG on every rank, with the same message
- * naming the first difference and the ranks involved. */
-zc_status zc__build_agree(zc_engine *e);
-
-/* The working precision: zc_engine_options.param_dtype when set (cfg's
- * fp16/bf16 blocks are made to follow it), else cfg's fp16/bf16 blocks;
- * ZC_ERR_CONFIG when both are enabled, ZC_ERR_INVALID_ARG for an option that
- * is not fp32, fp16 or bf16 (engine.c; zc_engine_create and zc_plan_memory). */
-zc_status zc__pick_dtype(zc_config *cfg, const zc_engine_options *o, zc_dtype *out);
-
-/* ---- streams.c ----------------------------------------------------------- */
-
-/* Creates the engine's streams and events (zc_engine_build): a non-blocking
- * stream of its own, a communication stream when overlap_comm, a control
- * stream. The host device's streams are its synchronous sentinel. */
-zc_status zc__streams_create(zc_engine *e);
-/* The per-slot state of the gradient pool (ev_gslot, gslot_pending,
- * gslot_land), for its n slots: made by reserve.c once the pool is planned
- * (n is known only then), freed by zc__streams_destroy. */
-zc_status zc__streams_grad_slots(zc_engine *e, int n);
-/* Waits for everything queued on the engine's streams, then destroys them
- * (zc_engine_destroy). Errors are logged: there is no one left to tell. */
-void zc__streams_destroy(zc_engine *e);
-/* Work enqueued on `stream` (a caller's; NULL = legacy default) from now on
- * runs after the work enqueued on the engine's stream so far. */
-zc_status zc__order_caller_after_engine(zc_engine *e, void *stream);
-/* Work enqueued on the engine's stream from now on runs after the work
- * enqueued on `stream` (a caller's) so far. */
-zc_status zc__order_engine_after_caller(zc_engine *e, void *stream);
-/* Before a reduction on comm_stream: it runs after the engine's stream so far
- * (the gradient, its prescale). No-op without overlap_comm. */
-zc_status zc__order_comm_after_engine(zc_engine *e);
-/* After a reduction on comm_stream that read gradient pool slot `slot` (-1:
- * none): records ev_reduced (and that slot's event). No-op without overlap. */
-zc_status zc__reduction_done(zc_engine *e, int slot);
-/* Before the engine's stream touches reduced gradients (norm, Adam, reset):
- * it waits for every reduction so far. No-op without overlap_comm. */
-zc_status zc__order_engine_after_reductions(zc_engine *e);
-/* Before gradient pool slot `slot` is zero-filled on the engine's stream for
- * another chunk: it waits for the reduction that last read the slot. */
-zc_status zc__order_engine_after_slot(zc_engine *e, int slot);
-
-/* Device helpers. */
-zc_status zc__eng_alloc(zc_engine *e, zc_mem_category cat, size_t bytes, const char *what,
-                        void **out);
-void zc__eng_free(zc_engine *e, zc_mem_category cat, void **p, size_t bytes);
-/* dst (dst_dt) = src (src_dt), n elements, device to device. */
-zc_status zc__eng_convert(zc_engine *e, void *dst, zc_dtype dst_dt, const void *src,
-                          zc_dtype src_dt, size_t n);
-static inline char *zc__elem(void *base, int64_t i, size_t esz)
-{
-    return (char *)base + (size_t)i * esz;
-}
-
-/* ---- layout.c ------------------------------------------------------------ */
-
-/* Packs parameters into chunks, pads them and computes Adam segments. */
-zc_status zc__layout_build(zc_engine *e);
-void zc__layout_free(zc_engine *e);
-/* Frees the norm-partial buffers (before zc__layout_free: sized by nchunks). */
-void zc__partials_free(zc_engine *e);
-/* Progress lines (progress.c). progress_start records the time at build;
- * progress_step, after every zc_step, logs one DeepSpeed-style INFO line
- * ("core") every steps_per_print steps: step, skipped steps, lr, loss scale,
- * samples/s since the last line, and MemAllocated / MaxMemAllocated by kind. */
-void zc__progress_start(zc_engine *e);
-void zc__progress_step(zc_engine *e, double lr);
-/* Plans and reserves the buffer pools and the stage-3 trace from the layout
- * and the configuration (reserve.c); zc__reserve_free releases them. */
-zc_status zc__reserve_build(zc_engine *e);
-void zc__reserve_free(zc_engine *e);
-/* The units of the gradient pool (estimate.h, zc__grad_pool_plan): *out gets
- * nchunks flags, true where a zc_chunk_boundary starts a unit (counted on the
- * engine's account; the caller frees nchunks bytes), or NULL when no
- * boundary was registered. After the layout. */
-zc_status zc__grad_units(zc_engine *e, bool **out);
-
-/* ---- opt_state.c --------------------------------------------------------- */
-
-/* Reads offload_optimizer, creates the homes, places every chunk (ratio: the
- * first chunks, by elements, go to the offload home), pre-flights and
- * allocates their state. Called by build before the chunk buffers. */
-zc_status zc__opt_build(zc_engine *e);
-void zc__opt_free(zc_engine *e);
-
-/* One chunk's optimizer inputs and outputs for the Adam loop, in the
- * coordinates of the chunk: element x of the chunk is master[x - opt_base],
- * grad + (x - grad_base) * grad element size, pout + (x - pout_base) * pesz. */
-typedef struct zc_opt_chunk {
-    zc_device *dev;            /* runs Adam (the host for host homes) */
-    float *master, *m, *v;
-    int64_t opt_base;
-    const char *grad;
-    zc_dtype grad_dtype;
-    int64_t grad_base;
-    char *pout;
-    int64_t pout_base;
-    zc_opt_view view;
-    bool staged;
-    bool pout_home;            /* pout is the parameter home's (offload_param) */
-} zc_opt_chunk;
-
-/* The step's pass over every chunk in order: begin, then per chunk fetch
- * (state in, gradient staged in) -> Adam -> put (output staged out, state
- * written back), then end (waits for every write; returns the first error).
- * After a failure the caller skips to end. */
-zc_status zc__opt_pass_begin(zc_engine *e);
-zc_status zc__opt_fetch(zc_engine *e, int k, zc_opt_chunk *out);
-zc_status zc__opt_put(zc_engine *e, int k, zc_opt_chunk *oc);
-zc_status zc__opt_pass_end(zc_engine *e);
-/* Stages 2/3: the fp32 gradient shard of chunk c when its home keeps it
- * (cpu offload), else NULL (chunk_mem.c allocates it on the device). */
-float *zc__opt_grad_home(zc_engine *e, const zc_chunk *c);
-/* Stages 2/3 with accumulation under nvme: the shard lives in the swap files
- * and has no memory of its own (c->acc stays NULL). */
-bool zc__opt_grad_swapped(zc_engine *e, const zc_chunk *c);
-/* The device whose ops address c->acc (the host for a host-held shard). */
-zc_device *zc__opt_acc_dev(zc_engine *e, const zc_chunk *c);
-/* c->acc += own (this rank's reduced P-dtype slice, device memory, produced
- * on `stream`): a device kernel on `stream`, or D2H into pinned staging (after
- * `stream`) and a host add for a host-held or swapped shard. */
-zc_status zc__opt_grad_accumulate(zc_engine *e, zc_chunk *c, const void *own, void *stream);
-/* While Adam runs on chunk k: keeps the home's I/O moving (non-blocking). */
-void zc__opt_progress(zc_engine *e, int k);
-
-/* ---- opt_copy.c ---------------------------------------------------------- */
-
-/* Creates the optimizer's copy stream and its events when the offload home
- * stages through landing buffers (cpu home on a device, or forced staging);
- * nothing otherwise. Called by zc__opt_build once the homes are prepared. */
-zc_status zc__opt_copy_build(zc_engine *e);
-/* Waits for the copy stream and destroys it (before the homes are freed). */
-void zc__opt_copy_free(zc_engine *e);
-/* Whether chunk c's reduced gradient goes D2H into its landing buffer on the
- * copy stream (and its output H2D from a parity buffer on it). */
-bool zc__opt_copy_on(const zc_engine *e, const zc_chunk *c);
-/* Queues the D2H of this rank's reduced slice `src` (shard elements of the
- * working dtype, produced on `from`) into c's landing buffer: the copy
- * stream waits for `from`, copies, records ev_land[k]. No host wait. A
- * gradient pool slot the slice lies in is not zeroed for another chunk
- * before the copy read it (zc__order_engine_after_slot). */
-zc_status zc__opt_copy_grad_d2h(zc_engine *e, zc_chunk *c, const void *src, void *from);
-/* Consumes chunk k's landed gradient: waits on the host for ev_land[k] only,
- * then (a host-held fp32 shard, stages 2/3) adds it to c->acc. Nothing when
- * no copy is pending. */
-zc_status zc__opt_copy_settle(zc_engine *e, int k);
-/* Settles every chunk in order (zc_micro_step_end: the landing buffers take
- * the next micro-step's slices). */
-zc_status zc__opt_copy_settle_all(zc_engine *e);
-/* Before Adam writes chunk k's output into parity buffer k & 1: waits on the
- * host for that buffer's last H2D (chunk k - 2's), if one is pending. */
-zc_status zc__opt_copy_out_begin(zc_engine *e, int k);
-/* Queues the H2D of chunk k's output (bytes from src, a parity buffer, to
- * dst, device memory): after the engine's stream so far (dst's earlier
- * users), on the copy stream; the engine's stream then waits for it, so
- * the publish reads the new shard. No host wait. */
-zc_status zc__opt_copy_out_end(zc_engine *e, int k, void *dst, const void *src, size_t bytes);
-/* Before the engine's stream clears the gradients the D2H copies read (the
- * reset): it waits for the copy stream so far; unconsumed copies (a skipped
- * stage-1 step) are dropped. */
-zc_status zc__opt_copy_order_reset(zc_engine *e);
-
-/* Whether reading or writing the optimizer state can fail on one rank alone
- * (nvme: I/O), so collective callers agree on its outcome first. */
-bool zc__opt_rank_local_io(const zc_engine *e);
-
-/* n fp32 values between device memory and chunk k's master at element `at`
- * of its home tensor (parameter loading and gathering). */
-zc_status zc__opt_master_write(zc_engine *e, int k, int64_t at, const float *src, size_t n);
-zc_status zc__opt_master_read(zc_engine *e, int k, float *dst, size_t n);
-
-/* A pass over every chunk in chunk order for checkpoints: fn sees chunk k's
- * state (the view's tensors hold this rank's range of the chunk: the whole
- * chunk at stage 0, else its shard) and whether that memory is host memory.
- * dirty: each chunk is written back after fn (a load). The first failure
- * stops the pass, which is still drained; it is returned. */
-typedef zc_status (*zc_opt_visit_fn)(zc_engine *e, int k, const zc_opt_view *v, bool host,
-                                     void *arg);
-zc_status zc__opt_visit(zc_engine *e, bool dirty, zc_opt_visit_fn fn, void *arg);
-
-/* Tests: make host homes stage through pinned buffers even when device
- * memory is host memory, so the host path runs the CUDA path's copies. */
-void zc__opt_force_staging(bool on);
-/* Tests and the bench: the offload home of an engine, or NULL. */
-zc_opt_home *zc__opt_offload_home(zc_engine *e);
-
-/* Shared with param_state.c: nvme_path split into directories (key names
- * the offload block in messages), and the ZC_FAULTS io hook of the homes. */
-zc_status zc__split_nvme_paths(const char *key, const char *s, char *buf, size_t cap,
-                               const char **dirs, int *n);
-bool zc__eng_io_fault(void *arg, int64_t *nth);
-/* What every home is told about e (core/home_env.h). */
-zc_home_env zc__eng_home_env(zc_engine *e);
-
-/* ---- param_state.c (stage-3 parameter offload, core/param_home.h) -------- */
-
-/* Reads offload_param, creates the home and places every non-persistent
- * chunk's shard in it (after persistence is marked, before chunk buffers). */
-zc_status zc__param_build(zc_engine *e);
-void zc__param_free(zc_engine *e);
-/* Whether c's shard lives in the offload home (chunk_mem.c then allocates no
- * device shard). */
-bool zc__param_offloaded(const zc_engine *e, const zc_chunk *c);
-/* Whether bringing chunk k's shard in can fail on one rank alone (NVMe): the
- * gather agrees on it before the all-gather. */
-bool zc__param_rank_local_io(const zc_engine *e, int k);
-/* Starts reading chunk k's shard ahead of its gather; *started false when no
- * buffer can be spared (nothing changed). Never fails: an error is reported
- * by the gather that uses the read. */
-void zc__param_read_ahead(zc_engine *e, int k, bool *started);
-/* Abandons a read started ahead (waits for it, frees its buffer). */
-void zc__param_read_cancel(zc_engine *e, int k);
-/* Puts this rank's shard of chunk k where the all-gather into `gather` can
- * send it from (*send: c->param, or the rank's slice of gather after an H2D
- * copy from the home; the all-gather then runs in place). */
-zc_status zc__param_send(zc_engine *e, int k, void *gather, const void **send);
-/* The optimizer's output for an offloaded chunk k: *pout is where Adam writes
- * the new shard (host memory when host_adam, or on the host path; else
- * device memory copied D2H by out_end); out_end sends it home. flush waits
- * for every write (first error since the last flush). */
-zc_status zc__param_out_begin(zc_engine *e, int k, bool host_adam, char **pout);
-zc_status zc__param_out_end(zc_engine *e, int k);
-zc_status zc__param_flush(zc_engine *e);
-/* zc_param_load into an offloaded shard: n fp32 host values at shard element
- * `at`, converted on the host (round to nearest even) into the chunk's
- * shard, which goes home once loads move to another chunk or at
- * zc__param_loads_agree (one write per chunk, not per parameter). Errors are
- * this rank's (reading the shard, or the write of the previous chunk). */
-zc_status zc__param_load_range(zc_engine *e, int k, int64_t at, const float *values, size_t n);
-/* Every zc_param_load at stage 3 with a parameter home calls it (on every
- * rank, whether or not its shard overlaps the parameter). */
-void zc__param_load_note(zc_engine *e);
-/* The agreement point of loads (the first acquire and the step after them):
- * the shard still being filled goes home, the home's writes are waited for,
- * and when the home does NVMe I/O the outcome is agreed across ranks, so a
- * failed write breaks every rank's engine with the same message. Does
- * nothing when no load was made since the last one. Collective. */
-zc_status zc__param_loads_agree(zc_engine *e);
-/* The home's counters (zeros without a home). */
-void zc__param_io(const zc_engine *e, zc_param_home_io *out);
-/* wall_clock_breakdown: notes the time the parameter home has waited for
- * NVMe reads so far (0 without timers or a home); zc__param_wait_end moves
- * what it waited since out of the gather phase into io_wait. */
-double zc__param_wait_begin(const zc_engine *e);
-void zc__param_wait_end(zc_engine *e, double since);
-
-/* ---- adopt.c ------------------------------------------------------------- */
-
-/* Whether parameter i starts a chunk because of adoption: 1 yes, 0 no (inside
- * an adopted block), -1 adoption does not decide (layout.c). */
-int zc__adopt_starts_chunk(const zc_engine *e, int i);
-/* After build: the adopted memory's current values become the parameters'
- * initial values (master included), and the chunk padding is zeroed. */
-zc_status zc__adopt_load(zc_engine *e);
-
-/* ---- grad_debug.c (ZC_DEBUG) ---------------------------------------------- */
-
-/* Parses ZC_DEBUG strictly: unset, "" or "0" off, "1" on, else ZC_ERR_CONFIG. */
-zc_status zc__debug_parse(const char *text, bool *on);
-/* Allocates the shadows at build (no-op when off); freed by zc__debug_free. */
-zc_status zc__debug_build(zc_engine *e);
-void zc__debug_free(zc_engine *e);
-/* zc_grad_buffer: replaces *buf by p's shadow slice (zeroed on first use in
- * a micro-step, after checking it still holds the last poison). */
-zc_status zc__debug_grad_buffer(zc_engine *e, zc_param *p, void **buf);
-/* zc_grad_ready, before the reduction: copies p's shadow slice into `real`
- * (p's slice of the buffer the reduction reads) and poisons the shadow. */
-zc_status zc__debug_grad_ready(zc_engine *e, zc_param *p, void *real);
-/* zc_step / zc_micro_step_end: checks every poisoned slice (the 16-bit
- * shadows' and the fp32 gradient views'); collective (the outcome is agreed,
- * so a late write breaks the engine on every rank). */
-zc_status zc__debug_check(zc_engine *e, const char *fn);
-/* Records the first late write found (e->dbg_found, e->dbg_msg): `got` is
- * what p's poisoned slice of `bytes` holds now, compared with the poison;
- * `buffer` names the buffer ("gradient buffer", "fp32 gradient buffer"),
- * `source` the call that handed it out, `when` where it was seen. */
-void zc__debug_compare(zc_engine *e, const zc_param *p, const void *got, size_t bytes,
-                       size_t elem_bytes, const char *buffer, const char *source,
-                       const char *when);
-/* The poison byte of ZC_DEBUG slices. */
-#define ZC_DEBUG_POISON 0xA5
-
-/* ---- f32_view.c (fp32 views of 16-bit parameters and gradients) ---------- */
-
-/* zc_engine_create: checks zc_engine_options.f32_view_chunks (0..64, host
- * device only) and sets up the (empty) view pools. */
-zc_status zc__view_option(zc_engine *e, int chunks);
-/* Reserves the view pools at build (none for fp32 parameters or
- * f32_view_chunks 0); with ZC_DEBUG, one fp32 gradient slot per chunk
- * instead of the gradient pool. zc__view_free releases them. */
-zc_status zc__view_build(zc_engine *e);
-void zc__view_free(zc_engine *e);
-/* ZC_DEBUG: frees the per-chunk fp32 gradient slots (zc__debug_free, while
- * the chunks that size them exist). */
-void zc__view_debug_free(zc_engine *e);
-/* ZC_DEBUG: checks p's poisoned fp32 gradient slice (a no-op when it holds
- * none), recording a late write as zc__debug_compare does. */
-void zc__view_debug_check(zc_engine *e, const zc_param *p, const char *when);
-/* zc_param_release, once p has no outstanding acquire: its view ends. */
-void zc__view_release(zc_engine *e, zc_param *p);
-/* zc_grad_ready, before anything else: p's fp32 gradient, if one was handed
- * out, is narrowed (round to nearest even) into its working-dtype buffer. */
-zc_status zc__view_grad_ready(zc_engine *e, zc_param *p);
-/* After zc_step published the update: live views are widened again. */
-zc_status zc__view_refresh(zc_engine *e);
-
-/* ---- params.c ------------------------------------------------------------ */
-
-/* zc_param_acquire with its status (block calls need it to fail alike). */
-zc_status zc__param_acquire(zc_engine *e, zc_param *p, void *stream, void **out);
-
-/* ---- chunk_mem.c --------------------------------------------------------- */
-
-/* Allocates / frees a chunk's buffers as the engine's policy says. */
-zc_status zc__chunk_alloc(zc_engine *e, zc_chunk *c);
-void zc__chunk_free(zc_engine *e, zc_chunk *c);
-
-/* Stages 1/2 publish (src/zero2/zero2.c): all-gather each chunk's updated
- * working parameters in place. */
-zc_status zc__publish_all_gather(zc_engine *e, bool updated);
-
-/* ---- grads.c (shared reduction paths) ------------------------------------ */
-
-/* The factor applied to gradients before the reduction (DeepSpeed's
- * prescale_gradients / gradient_predivide_factor), and the one folded into
- * the optimizer's grad_scale afterwards; their product is 1 / world. */
-double zc__grad_prescale(const zc_engine *e);
-double zc__grad_postscale(const zc_engine *e);
-/* The averaging factor the optimizer still applies to a reduced gradient:
- * zc__grad_postscale, and 1 / K where the reduction did not divide by the
- * accumulation steps K already. Its product with the prescale and any 1 / K
- * applied earlier is 1 / (world * K) in every stage. */
-double zc__grad_avg(const zc_engine *e);
-
-/* Stages 0/1: reduce the full P-dtype gradient of chunk c (all-reduce or
- * reduce-scatter), accumulating in fp32 across micro-steps when K > 1. */
-zc_status zc__grads_reduce_full(zc_engine *e, zc_chunk *c, bool last_micro, bool scatter);
-/* Stages 2/3: reduce-scatter the transient buffer into the fp32 shard and
- * free the buffer. */
-zc_status zc__grads_reduce_shard(zc_engine *e, zc_chunk *c);
-/* zc_grad_buffer with its status (block calls return it). */
-zc_status zc__grad_buffer(zc_engine *e, zc_param *p, void **out);
-/* The first parameter whose gradient is missing in this micro-step, or NULL. */
-const zc_param *zc__grads_first_missing(const zc_engine *e);
-/* Resets every gradient for the next window (after a step). */
-zc_status zc__grads_reset(zc_engine *e);
 
 #endif

@@ -9,10 +9,10 @@
 #include "core/bufpool.h"
 #include "core/engine.h"
 #include "core/estimate.h"
-#include "core/swap_dirs.h"
+#include "offload/homes.h"
 
 /* The swap layout's alignment, shared with both NVMe homes; EST_MAX_SLOTS
- * must match core/opt_home_nvme.c's MAX_SLOTS, which it keeps private. */
+ * must match offload/opt_home_nvme.c's MAX_SLOTS, which it keeps private. */
 #define EST_IO_ALIGN ((int64_t)ZC_SWAP_ALIGN)
 #define EST_MAX_SLOTS 64
 
@@ -280,7 +280,7 @@ static bool param_offloaded(const zc_est_in *in, int k)
            !(in->persistent && in->persistent[k]);
 }
 
-/* The parameter home's allocations (core/param_home_cpu.c, param_home_nvme.c).
+/* The parameter home's allocations (offload/param_home_cpu.c, param_home_nvme.c).
  * cpu: every offloaded shard in the pinned pool. nvme: the offloaded chunks
  * first in chunk order whose shards fit max_in_cpu elements together are
  * cached in pinned memory (each rounded to the I/O alignment; a chunk that

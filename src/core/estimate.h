@@ -5,9 +5,10 @@
  * engine: the chunking rule (zc__chunk_starts, zc__chunk_padded) is the one
  * layout.c applies, the stage-3 gather working set (zc__gather_plan) is the
  * one reserve.c reserves, and the per-chunk and per-home sizes follow
- * chunk_mem.c, opt_home_device.c, opt_home_cpu.c, opt_home_nvme.c and, for
- * stage-3 parameter offload, param_home_cpu.c and param_home_nvme.c (each of
- * those files names this one where a size is coupled).
+ * chunk_mem.c and the homes of src/offload: opt_home_device.c, opt_home_cpu.c,
+ * opt_home_nvme.c and, for stage-3 parameter offload, param_home_cpu.c and
+ * param_home_nvme.c (each of those files names this one where a size is
+ * coupled).
  *
  * What it leaves out: ZC_MEM_OTHER of host memory (chunk tables, Adam
  * segments, norm partials, agreement records, the stage-3 trace:

@@ -1,15 +1,20 @@
-/* Gradients: the buffers the backward pass writes, the ready protocol and
- * the two reduction paths the stage policies share.
+/* Gradients: the buffers the backward pass writes, the ready protocol, the
+ * averaging factors and the accumulation window stages 0/1 share. The
+ * reductions themselves are each stage's own, reached through the stage
+ * policy: stage 0 all-reduces (stage0.c), stage 1 reduce-scatters the full
+ * gradient at the window's end (src/zero1), stages 2/3 reduce-scatter a
+ * transient buffer into the fp32 shard every micro-step (src/zero2).
  *
  * Averaging. Gradients are averaged over ranks and micro-steps exactly once:
  * the reductions sum (in fp32, in rank order), and the 1 / (world * K) factor
  * is folded into the single grad_scale the optimizer applies together with
  * 1 / loss_scale and 1 / clip (step.c) - except that stages 0/1 divide their
  * fp32 window sum by K before rounding it to the parameter dtype (see
- * zc__grads_reduce_full), so fp16 overflows on the same windows as stages 2/3. DeepSpeed's prescale_gradients and
- * gradient_predivide_factor only move part of that factor before the
- * reduction (to keep fp16 sums in range); zc__grad_prescale /
- * zc__grad_postscale split it the way DeepSpeed's allreduce_bucket does.
+ * zc__grads_full_window), so fp16 overflows on the same windows as stages
+ * 2/3. DeepSpeed's prescale_gradients and gradient_predivide_factor only
+ * move part of that factor before the reduction (to keep fp16 sums in
+ * range); zc__grad_prescale / zc__grad_postscale split it the way
+ * DeepSpeed's allreduce_bucket does.
  *
  * Collective order. A chunk is reduced as soon as its last parameter is made
  * ready, so every rank must complete chunks in the same order (the same
@@ -41,14 +46,14 @@ double zc__grad_postscale(const zc_engine *e)
 
 double zc__grad_avg(const zc_engine *e)
 {
-    /* Stages 0/1 divide the window by K before rounding it (reduce_full);
+    /* Stages 0/1 divide the window by K before rounding it (full_window);
      * stages 2/3 accumulate every micro-step's reduced gradient in fp32 and
      * leave the division to the optimizer. */
     const double micro = e->pol->sharded_grads ? (double)e->gas : 1.0;
     return zc__grad_postscale(e) / micro;
 }
 
-static zc_status prescale(zc_engine *e, void *buf, size_t n)
+zc_status zc__grads_apply_prescale(zc_engine *e, void *buf, size_t n)
 {
     double pre = zc__grad_prescale(e);
     if (pre == 1.0)
@@ -56,10 +61,11 @@ static zc_status prescale(zc_engine *e, void *buf, size_t n)
     return e->dev->ops->scale(e->dev, buf, e->pdt, n, (float)pre, e->stream);
 }
 
-zc_status zc__grads_reduce_full(zc_engine *e, zc_chunk *c, bool last_micro, bool scatter)
+zc_status zc__grads_full_window(zc_engine *e, zc_chunk *c, bool last_micro, bool *reduce)
 {
     zc_device *d = e->dev;
     size_t n = (size_t)c->padded;
+    *reduce = false;
     if (e->gas > 1) {
         /* The user's buffer is zeroed for every micro-step, so the window is
          * summed in a full fp32 accumulator and reduced once at its end, in
@@ -76,73 +82,16 @@ zc_status zc__grads_reduce_full(zc_engine *e, zc_chunk *c, bool last_micro, bool
                                e->stream));
         ZC_CHECK(zc__eng_convert(e, c->grad, e->pdt, c->acc, ZC_DTYPE_F32, n));
     }
-    ZC_CHECK(prescale(e, c->grad, n));
+    ZC_CHECK(zc__grads_apply_prescale(e, c->grad, n));
     ZC_CHECK(zc__order_comm_after_engine(e));
-    if (scatter)
-        ZC_CHECK(zc__eng_reduce_scatter_on(e, c->grad,
-                                           zc__elem(c->grad, e->rank * c->shard, e->pesz),
-                                           (size_t)c->shard, e->pdt, true, e->comm_stream));
-    else
-        ZC_CHECK(zc__eng_all_reduce_on(e, c->grad, n, e->pdt, true, e->comm_stream));
-    /* c->grad is next read by the norm (zc_step waits for ev_reduced first)
-     * and next written by the reset after it. */
-    ZC_CHECK(zc__reduction_done(e, -1));
-    /* Stage 1 under cpu offload on a device: this rank's reduced slice goes
-     * D2H now, on the copy stream, overlapping the rest of backward; Adam
-     * waits for this chunk's copy alone (opt_copy.c). */
-    if (scatter && zc__opt_copy_on(e, c))
-        ZC_CHECK(zc__opt_copy_grad_d2h(e, c, zc__elem(c->grad, e->rank * c->shard, e->pesz),
-                                       e->comm_stream));
+    *reduce = true;
     return ZC_OK;
 }
 
-/* The chunk's transient gradient buffer, zeroed: this micro-step's zero
- * gradient. It comes from the pool reserved at build, so taking it between
- * two collectives never allocates: either it works, or every fitting slot is
- * held by other chunks - which follows the call sequence, the same on every
- * rank, so every rank gets the same error. */
-static zc_status ensure_gbuf(zc_engine *e, zc_chunk *c)
+zc_status zc__grads_full_buffer(zc_engine *e, zc_chunk *c, void **out)
 {
-    if (c->gbuf)
-        return ZC_OK;
-    const size_t bytes = (size_t)c->padded * e->pesz;
-    zc_status rc = zc__bufpool_get(&e->pool_grad, bytes, false, e->stream, &c->gbuf);
-    if (rc == ZC_ERR_NO_MEMORY)
-        zc__error_context("chunk %d's gradient buffer: the build reserved %d for stages 2-3, "
-                          "room for the chunks of %d units (a unit: the parameters between two "
-                          "zc_chunk_boundary calls, or one chunk without boundaries); make the "
-                          "gradients of the chunks written so far ready first",
-                          (int)(c - e->chunks), zc__bufpool_slots(&e->pool_grad), ZC_GRAD_SETS);
-    if (rc != ZC_OK)
-        return rc;
-    /* The slot's previous chunk may still be being reduced on comm_stream
-     * (overlap_comm): zero it only after that reduction read it. */
-    rc = zc__order_engine_after_slot(e, zc__bufpool_slot(&e->pool_grad, c->gbuf));
-    if (rc == ZC_OK)
-        rc = e->dev->ops->memset0(e->dev, c->gbuf, bytes, e->stream);
-    if (rc != ZC_OK)
-        zc__bufpool_put(&e->pool_grad, &c->gbuf);
-    return rc;
-}
-
-zc_status zc__grads_reduce_shard(zc_engine *e, zc_chunk *c)
-{
-    ZC_CHECK(ensure_gbuf(e, c));
-    ZC_CHECK(prescale(e, c->gbuf, (size_t)c->padded));
-    ZC_CHECK(zc__order_comm_after_engine(e));
-    void *own = zc__elem(c->gbuf, e->rank * c->shard, e->pesz);
-    ZC_CHECK(zc__eng_reduce_scatter_on(e, c->gbuf, own, (size_t)c->shard, e->pdt, true,
-                                       e->comm_stream));
-    /* On comm_stream too: c->acc is otherwise touched only by the norm, Adam
-     * and the reset, which wait for ev_reduced, and the reset's clearing is
-     * ordered before this by the hand-over above. Into the fp32 shard
-     * wherever its home keeps it (device memory; pinned host memory under
-     * cpu offload; the swap files under nvme with accumulation). */
-    ZC_CHECK(zc__opt_grad_accumulate(e, c, own, e->comm_stream));
-    /* The slot goes back to the pool now; its next zero-fill waits for this
-     * reduction's event (ensure_gbuf). */
-    ZC_CHECK(zc__reduction_done(e, zc__bufpool_slot(&e->pool_grad, c->gbuf)));
-    zc__bufpool_put(&e->pool_grad, &c->gbuf);
+    (void)e;
+    *out = c->grad;
     return ZC_OK;
 }
 
@@ -197,13 +146,11 @@ zc_status zc__grad_buffer(zc_engine *e, zc_param *p, void **out)
                       p->name);
     zc__timers_backward(&e->timers);
     zc_chunk *c = &e->chunks[p->chunk];
+    /* The chunk's buffer is the stage's: the resident full gradient (stages
+     * 0/1) or a transient one from the gradient pool (stages 2/3). */
     void *buf = NULL;
-    if (!e->pol->sharded_grads) {
-        buf = zc__elem(c->grad, p->offset, e->pesz);
-    } else {
-        ZC_CHECK(ensure_gbuf(e, c));
-        buf = zc__elem(c->gbuf, p->offset, e->pesz);
-    }
+    ZC_CHECK(e->pol->grad_buffer(e, c, &buf));
+    buf = zc__elem(buf, p->offset, e->pesz);
     ZC_CHECK(zc__debug_grad_buffer(e, p, &buf));
     /* The buffer was zeroed (this micro-step's fill, or the last window's
      * reset) on the engine's stream: the caller's compute stream must not
@@ -240,9 +187,8 @@ ZC_API zc_status zc_grad_ready(zc_engine *e, zc_param *p)
     if (e->debug) {
         /* The gradient moves from the shadow the caller wrote into the
          * buffer the reduction reads (stages 2/3: the chunk's pool slot). */
-        if (e->pol->sharded_grads)
-            ZC_CHECK(ensure_gbuf(e, c));
-        void *real = e->pol->sharded_grads ? c->gbuf : c->grad;
+        void *real = NULL;
+        ZC_CHECK(e->pol->grad_buffer(e, c, &real));
         ZC_CHECK(zc__debug_grad_ready(e, p, zc__elem(real, p->offset, e->pesz)));
     }
     p->ready = true;

@@ -1,4 +1,4 @@
-/* The engine's side of the optimizer-state seam (core/opt_home.h): which
+/* The engine's side of the optimizer-state seam (offload/opt_home.h): which
  * home each chunk's master, m and v live in, and the passes the step and the
  * parameter calls make over them.
  *
@@ -48,56 +48,6 @@ bool zc__opt_rank_local_io(const zc_engine *e)
 static size_t opt_elems(const zc_engine *e, const zc_chunk *c)
 {
     return (size_t)(e->pol->full_optimizer ? c->padded : c->shard);
-}
-
-/* Splits nvme_path into its directories (the configuration stores a JSON
- * list joined with '\n', see src/config/schema.c); dirs point into buf. key
- * names the setting in messages (offload_optimizer or offload_param). */
-zc_status zc__split_nvme_paths(const char *key, const char *s, char *buf, size_t cap,
-                               const char **dirs, int *n)
-{
-    *n = 0;
-    if (!s || !*s)
-        return ZC_ERR(ZC_ERR_CONFIG, "zero_optimization.%s.nvme_path is required with device "
-                      "\"nvme\": a writable directory (or a list of them)", key);
-    if (strlen(s) >= cap)
-        return ZC_ERR(ZC_ERR_CONFIG, "zero_optimization.%s.nvme_path is longer than %zu bytes",
-                      key, cap - 1);
-    memcpy(buf, s, strlen(s) + 1);
-    char *save = NULL;
-    for (char *t = strtok_r(buf, "\n", &save); t; t = strtok_r(NULL, "\n", &save)) {
-        if (*n == 16)
-            return ZC_ERR(ZC_ERR_CONFIG, "zero_optimization.%s.nvme_path lists more than 16 "
-                          "directories", key);
-        dirs[(*n)++] = t;
-    }
-    if (!*n)
-        return ZC_ERR(ZC_ERR_CONFIG, "zero_optimization.%s.nvme_path is empty", key);
-    return ZC_OK;
-}
-
-/* ZC_FAULTS io items: each read or write of the swap files after build is
- * one event of the rank's count. */
-bool zc__eng_io_fault(void *arg, int64_t *nth)
-{
-    zc_engine *e = arg;
-    return e->state == ZC_ENG_BUILT && zc__faults_hit(&e->faults, ZC_FAULT_IO, nth);
-}
-
-zc_home_env zc__eng_home_env(zc_engine *e)
-{
-    return (zc_home_env){
-        .acct = &e->acct,
-        .rank = e->rank,
-        .nchunks = e->nchunks,
-        .param_bytes = e->pesz,
-        .device_index = e->dev->mem_kind == ZC_MEMKIND_DEVICE ? e->dev->index : -1,
-        .aio_block_size = e->cfg->aio.block_size,
-        .aio_queue_depth = e->cfg->aio.queue_depth,
-        .aio_intra_op = e->cfg->aio.intra_op_parallelism,
-        .io_fault = zc__eng_io_fault,
-        .io_fault_arg = e,
-    };
 }
 
 zc_status zc__opt_build(zc_engine *e)

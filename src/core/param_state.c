@@ -1,4 +1,4 @@
-/* The engine's side of the parameter-shard seam (core/param_home.h): which
+/* The engine's side of the parameter-shard seam (offload/param_home.h): which
  * stage-3 shards are offloaded, and the few operations the gather, the
  * optimizer and zc_param_load need from wherever a shard lives. This is the
  * only file that tells a device-resident shard (c->param) from an offloaded

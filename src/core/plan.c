@@ -21,6 +21,36 @@
 #define PLAN_HAS(o, field) \
     ((o)->size >= offsetof(zc_engine_options, field) + sizeof((o)->field))
 
+/* The working precision, zc_engine_create's rule too (engine.h). */
+zc_status zc__pick_dtype(zc_config *cfg, const zc_engine_options *o, zc_dtype *out)
+{
+    if (o && PLAN_HAS(o, param_dtype) && (int)o->param_dtype >= 0) {
+        zc_dtype dt = o->param_dtype;
+        if (dt != ZC_DTYPE_F32 && dt != ZC_DTYPE_F16 && dt != ZC_DTYPE_BF16)
+            return ZC_ERR(ZC_ERR_INVALID_ARG,
+                          "zc_engine_options.param_dtype %d: parameters must be fp32, fp16 or "
+                          "bf16", (int)dt);
+        /* The option wins over the precision blocks; keep the copy coherent so
+         * the loss scaler and the overflow check follow it. */
+        if (dt != ZC_DTYPE_F16)
+            cfg->fp16.enabled = false;
+        if (dt != ZC_DTYPE_BF16)
+            cfg->bf16.enabled = false;
+        if (dt == ZC_DTYPE_F16)
+            cfg->fp16.enabled = true;
+        if (dt == ZC_DTYPE_BF16)
+            cfg->bf16.enabled = true;
+        *out = dt;
+    } else if (cfg->fp16.enabled && cfg->bf16.enabled) {
+        return ZC_ERR(ZC_ERR_CONFIG, "fp16.enabled and bf16.enabled are both true; enable one");
+    } else {
+        *out = cfg->fp16.enabled ? ZC_DTYPE_F16
+               : cfg->bf16.enabled ? ZC_DTYPE_BF16
+                                   : ZC_DTYPE_F32;
+    }
+    return ZC_OK;
+}
+
 static const int kind_of[ZC_MEMKIND__COUNT] = {
     [ZC_MEMKIND_HOST] = ZC_KIND_HOST, [ZC_MEMKIND_PINNED] = ZC_KIND_PINNED,
     [ZC_MEMKIND_DEVICE] = ZC_KIND_DEVICE, [ZC_MEMKIND_NVME] = ZC_KIND_NVME};

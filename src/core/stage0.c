@@ -3,9 +3,19 @@
  * parameter communication is needed after the step. */
 #include "core/engine.h"
 
+/* The window's work before the collective is stage 1's too (grads.c); then
+ * the whole gradient is all-reduced. */
 static zc_status reduce(zc_engine *e, zc_chunk *c, bool last_micro)
 {
-    return zc__grads_reduce_full(e, c, last_micro, false);
+    bool now = false;
+    ZC_CHECK(zc__grads_full_window(e, c, last_micro, &now));
+    if (!now)
+        return ZC_OK;
+    ZC_CHECK(zc__eng_all_reduce_on(e, c->grad, (size_t)c->padded, e->pdt, true,
+                                   e->comm_stream));
+    /* c->grad is next read by the norm (zc_step waits for ev_reduced first)
+     * and next written by the reset after it. */
+    return zc__reduction_done(e, -1);
 }
 
 static zc_status publish(zc_engine *e, bool updated)
@@ -23,6 +33,7 @@ const zc_stage_policy zc__stage0_policy = {
     .sharded_grads = false,
     .alloc_chunk = zc__chunk_alloc,
     .free_chunk = zc__chunk_free,
+    .grad_buffer = zc__grads_full_buffer,
     .reduce_chunk = reduce,
     .publish = publish,
 };

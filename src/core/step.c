@@ -354,6 +354,65 @@ static zc_status step_window(zc_engine *e, zc_step_info *info)
     return ZC_OK;
 }
 
+/* ---- the norm partials' buffers (at build) ------------------------------- */
+
+/* Buffers for the fp64 norm partials: every stage sums the same
+ * (chunk, rank) partials in the same order (norm_partials above). Sized for
+ * the layout check too (3 values per rank). */
+static size_t partial_count(const zc_engine *e)
+{
+    return (size_t)(e->nchunks > 3 ? e->nchunks : 3);
+}
+
+/* Doubles of sumsq_async scratch for the largest shard the norm reads (every
+ * shard of a chunk has the same length): one scratch serves every partial,
+ * reused in the engine's stream order. */
+static size_t scratch_elems(const zc_engine *e)
+{
+    size_t m = 1;
+    for (int k = 0; k < e->nchunks; k++) {
+        size_t b = zc__sumsq_scratch_elems((size_t)e->chunks[k].shard);
+        if (b > m)
+            m = b;
+    }
+    return m;
+}
+
+zc_status zc__partials_alloc(zc_engine *e)
+{
+    size_t n = partial_count(e);
+    void *mem = NULL;
+    e->norm_scratch_elems = scratch_elems(e);
+    ZC_CHECK(zc__eng_alloc(e, ZC_MEM_OTHER, e->norm_scratch_elems * sizeof(double),
+                           "norm scratch", &mem));
+    e->norm_scratch = mem;
+    ZC_CHECK(zc__host_alloc(&e->acct, ZC_MEM_OTHER, n * (size_t)e->world * sizeof(double),
+                            "norm partials", &mem));
+    e->partials = mem;
+    ZC_CHECK(zc__eng_alloc(e, ZC_MEM_OTHER, n * sizeof(double), "norm partials (send)", &mem));
+    e->part_send = mem;
+    ZC_CHECK(zc__eng_alloc(e, ZC_MEM_OTHER, n * (size_t)e->world * sizeof(double),
+                           "norm partials (recv)", &mem));
+    e->part_recv = mem;
+    return ZC_OK;
+}
+
+void zc__partials_free(zc_engine *e)
+{
+    size_t n = partial_count(e);
+    zc__host_free(&e->acct, ZC_MEM_OTHER, e->partials, n * (size_t)e->world * sizeof(double));
+    e->partials = NULL;
+    void *p = e->part_send;
+    zc__eng_free(e, ZC_MEM_OTHER, &p, n * sizeof(double));
+    p = e->part_recv;
+    zc__eng_free(e, ZC_MEM_OTHER, &p, n * (size_t)e->world * sizeof(double));
+    e->part_send = e->part_recv = NULL;
+    p = e->norm_scratch;
+    zc__eng_free(e, ZC_MEM_OTHER, &p, e->norm_scratch_elems * sizeof(double));
+    e->norm_scratch = NULL;
+    e->norm_scratch_elems = 0;
+}
+
 ZC_API zc_status zc_step(zc_engine *e, zc_step_info *info)
 {
     ZC_CHECK(zc__eng_enter(e, "zc_step", true));

@@ -1,5 +1,6 @@
-/* The NVMe store's private state, shared by nvme_store.c (files, tickets,
- * public calls) and nvme_engine.c (io_uring / pread engine). */
+/* The NVMe store's private state, shared by nvme_open.c (options, files,
+ * their space, the tables), nvme_store.c (tickets, waiting, closing) and
+ * nvme_engine.c (io_uring / pread engine). */
 #ifndef ZC_OFFLOAD_NVME_INTERNAL_H
 #define ZC_OFFLOAD_NVME_INTERNAL_H
 
@@ -115,5 +116,10 @@ zc_status zc__nvme_engine_register(zc_nvme_store *st);
 
 /* nvme_store.c: a request finished; res as a CQE's (bytes or -errno). */
 void zc__nvme_complete(zc_nvme_store *st, uint32_t ri, int res);
+/* nvme_open.c: closes the files' descriptors and removes the names this
+ * store made (only those it created, with only_created); frees the store
+ * and its tables (the io_uring engine first). */
+void zc__nvme_remove_files(zc_nvme_store *st, bool only_created);
+void zc__nvme_free_store(zc_nvme_store *st);
 
 #endif

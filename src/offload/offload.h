@@ -2,7 +2,10 @@
  *
  * These are the two foundations ZeRO-Offload and ZeRO-Infinity stand on: host
  * memory the device can DMA from (and io_uring can register), and a file store
- * that streams shards to and from NVMe at the drive's speed.
+ * that streams shards to and from NVMe at the drive's speed. The homes of
+ * src/offload (homes.h) build on them. The engine reaches the homes through
+ * homes.h and uses only the host memory limits of this header (the
+ * pre-flight); the checkpoints (src/ckpt) read and write through the store.
  *
  * Conventions for every function below (same as the public header):
  *   - Fallible calls return zc_status and leave zc_last_error() with context

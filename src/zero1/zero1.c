@@ -1,12 +1,51 @@
 /* ZeRO stage 1: the fp32 master and Adam moments are sharded. Gradients stay
  * full in the parameter dtype and are reduce-scattered once per window (at
  * the last micro-step, like DeepSpeed's stage 1); after the optimizer pass
- * each rank's updated 16-bit slice is all-gathered in place. */
-#include "core/engine.h"
+ * each rank's updated 16-bit slice is all-gathered in place (the publish,
+ * which stage 2 shares). */
+#include "zero1/zero1.h"
 
+/* The window's work before the collective is stage 0's too (grads.c); then
+ * this rank's slice of the full gradient is reduced. */
 static zc_status reduce(zc_engine *e, zc_chunk *c, bool last_micro)
 {
-    return zc__grads_reduce_full(e, c, last_micro, true);
+    bool now = false;
+    ZC_CHECK(zc__grads_full_window(e, c, last_micro, &now));
+    if (!now)
+        return ZC_OK;
+    void *own = zc__elem(c->grad, e->rank * c->shard, e->pesz);
+    ZC_CHECK(zc__eng_reduce_scatter_on(e, c->grad, own, (size_t)c->shard, e->pdt, true,
+                                       e->comm_stream));
+    /* c->grad is next read by the norm (zc_step waits for ev_reduced first)
+     * and next written by the reset after it. */
+    ZC_CHECK(zc__reduction_done(e, -1));
+    /* Under cpu offload on a device: this rank's reduced slice goes D2H now,
+     * on the copy stream, overlapping the rest of backward; Adam waits for
+     * this chunk's copy alone (opt_copy.c). */
+    if (zc__opt_copy_on(e, c))
+        ZC_CHECK(zc__opt_copy_grad_d2h(e, c, own, e->comm_stream));
+    return ZC_OK;
+}
+
+/* Each rank wrote its own slice in the Adam pass. The chunks' gathers are
+ * independent and issued back to back, so they form one communicator group:
+ * NCCL launches them together instead of one kernel each (the local backend
+ * has no groups and runs each at once). */
+zc_status zc__z1_publish(zc_engine *e, bool updated)
+{
+    if (!updated)
+        return ZC_OK;
+    ZC_CHECK(zc__eng_group_start(e));
+    zc_status rc = ZC_OK;
+    for (int k = 0; k < e->nchunks && rc == ZC_OK; k++) {
+        zc_chunk *c = &e->chunks[k];
+        rc = zc__eng_all_gather(e, zc__elem(c->param, (int64_t)e->rank * c->shard, e->pesz),
+                                c->param, (size_t)c->shard, e->pdt, true);
+    }
+    /* Closed even after a failure inside: the group is per thread in NCCL.
+     * A failed group_end breaks the engine like a failed collective. */
+    zc_status end = zc__eng_group_end(e);
+    return rc != ZC_OK ? rc : end;
 }
 
 const zc_stage_policy zc__stage1_policy = {
@@ -17,6 +56,7 @@ const zc_stage_policy zc__stage1_policy = {
     .sharded_grads = false,
     .alloc_chunk = zc__chunk_alloc,
     .free_chunk = zc__chunk_free,
+    .grad_buffer = zc__grads_full_buffer,
     .reduce_chunk = reduce,
-    .publish = zc__publish_all_gather,
+    .publish = zc__z1_publish,
 };

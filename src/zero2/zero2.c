@@ -2,35 +2,72 @@
  * gradient lives in a transient full buffer only until the chunk is complete;
  * it is then reduce-scattered, this rank's slice is added to its fp32
  * gradient shard and the buffer is freed. Parameters are published like
- * stage 1. */
-#include "core/engine.h"
+ * stage 1 (src/zero1). Stage 3 reduces its gradients the same way (its
+ * policy uses this file's two functions, zero2.h). */
+#include "zero1/zero1.h"
+#include "zero2/zero2.h"
+
+/* The chunk's transient gradient buffer, zeroed: this micro-step's zero
+ * gradient. It comes from the pool reserved at build, so taking it between
+ * two collectives never allocates: either it works, or every fitting slot is
+ * held by other chunks - which follows the call sequence, the same on every
+ * rank, so every rank gets the same error. */
+static zc_status ensure_gbuf(zc_engine *e, zc_chunk *c)
+{
+    if (c->gbuf)
+        return ZC_OK;
+    const size_t bytes = (size_t)c->padded * e->pesz;
+    zc_status rc = zc__bufpool_get(&e->pool_grad, bytes, false, e->stream, &c->gbuf);
+    if (rc == ZC_ERR_NO_MEMORY)
+        zc__error_context("chunk %d's gradient buffer: the build reserved %d for stages 2-3, "
+                          "room for the chunks of %d units (a unit: the parameters between two "
+                          "zc_chunk_boundary calls, or one chunk without boundaries); make the "
+                          "gradients of the chunks written so far ready first",
+                          (int)(c - e->chunks), zc__bufpool_slots(&e->pool_grad), ZC_GRAD_SETS);
+    if (rc != ZC_OK)
+        return rc;
+    /* The slot's previous chunk may still be being reduced on comm_stream
+     * (overlap_comm): zero it only after that reduction read it. */
+    rc = zc__order_engine_after_slot(e, zc__bufpool_slot(&e->pool_grad, c->gbuf));
+    if (rc == ZC_OK)
+        rc = e->dev->ops->memset0(e->dev, c->gbuf, bytes, e->stream);
+    if (rc != ZC_OK)
+        zc__bufpool_put(&e->pool_grad, &c->gbuf);
+    return rc;
+}
+
+zc_status zc__z2_reduce(zc_engine *e, zc_chunk *c)
+{
+    ZC_CHECK(ensure_gbuf(e, c));
+    ZC_CHECK(zc__grads_apply_prescale(e, c->gbuf, (size_t)c->padded));
+    ZC_CHECK(zc__order_comm_after_engine(e));
+    void *own = zc__elem(c->gbuf, e->rank * c->shard, e->pesz);
+    ZC_CHECK(zc__eng_reduce_scatter_on(e, c->gbuf, own, (size_t)c->shard, e->pdt, true,
+                                       e->comm_stream));
+    /* On comm_stream too: c->acc is otherwise touched only by the norm, Adam
+     * and the reset, which wait for ev_reduced, and the reset's clearing is
+     * ordered before this by the hand-over above. Into the fp32 shard
+     * wherever its home keeps it (device memory; pinned host memory under
+     * cpu offload; the swap files under nvme with accumulation). */
+    ZC_CHECK(zc__opt_grad_accumulate(e, c, own, e->comm_stream));
+    /* The slot goes back to the pool now; its next zero-fill waits for this
+     * reduction's event (ensure_gbuf). */
+    ZC_CHECK(zc__reduction_done(e, zc__bufpool_slot(&e->pool_grad, c->gbuf)));
+    zc__bufpool_put(&e->pool_grad, &c->gbuf);
+    return ZC_OK;
+}
+
+zc_status zc__z2_grad_buffer(zc_engine *e, zc_chunk *c, void **out)
+{
+    ZC_CHECK(ensure_gbuf(e, c));
+    *out = c->gbuf;
+    return ZC_OK;
+}
 
 static zc_status reduce(zc_engine *e, zc_chunk *c, bool last_micro)
 {
     (void)last_micro;
-    return zc__grads_reduce_shard(e, c);
-}
-
-/* Shared with stage 1: all-gather each chunk's updated working parameters in
- * place (each rank wrote its own slice in the Adam pass). The chunks' gathers
- * are independent and issued back to back, so they form one communicator
- * group: NCCL launches them together instead of one kernel each (the local
- * backend has no groups and runs each at once). */
-zc_status zc__publish_all_gather(zc_engine *e, bool updated)
-{
-    if (!updated)
-        return ZC_OK;
-    ZC_CHECK(zc__eng_group_start(e));
-    zc_status rc = ZC_OK;
-    for (int k = 0; k < e->nchunks && rc == ZC_OK; k++) {
-        zc_chunk *c = &e->chunks[k];
-        rc = zc__eng_all_gather(e, zc__elem(c->param, (int64_t)e->rank * c->shard, e->pesz),
-                                c->param, (size_t)c->shard, e->pdt, true);
-    }
-    /* Closed even after a failure inside: the group is per thread in NCCL.
-     * A failed group_end breaks the engine like a failed collective. */
-    zc_status end = zc__eng_group_end(e);
-    return rc != ZC_OK ? rc : end;
+    return zc__z2_reduce(e, c);
 }
 
 const zc_stage_policy zc__stage2_policy = {
@@ -41,6 +78,7 @@ const zc_stage_policy zc__stage2_policy = {
     .sharded_grads = true,
     .alloc_chunk = zc__chunk_alloc,
     .free_chunk = zc__chunk_free,
+    .grad_buffer = zc__z2_grad_buffer,
     .reduce_chunk = reduce,
-    .publish = zc__publish_all_gather,
+    .publish = zc__z1_publish,
 };

@@ -6,6 +6,7 @@
  * acquire (chunks still in use or persistent are refreshed in place). */
 #include "zero3/zero3.h"
 #include "core/estimate.h"
+#include "zero2/zero2.h"
 
 /* Stage 3 persistence, DeepSpeed's rule applied per chunk: a chunk whose
  * parameters all have numel <= param_persistence_threshold stays gathered,
@@ -32,10 +33,11 @@ static void mark_persistent(zc_engine *e)
     zc__z3_log_plan(e);
 }
 
+/* Gradients as stage 2 reduces them (src/zero2). */
 static zc_status reduce(zc_engine *e, zc_chunk *c, bool last_micro)
 {
     (void)last_micro;
-    return zc__grads_reduce_shard(e, c);
+    return zc__z2_reduce(e, c);
 }
 
 /* The gathered copy goes back to its pool slot (or is freed) before the
@@ -54,6 +56,7 @@ const zc_stage_policy zc__stage3_policy = {
     .sharded_grads = true,
     .alloc_chunk = zc__chunk_alloc,
     .free_chunk = free_chunk,
+    .grad_buffer = zc__z2_grad_buffer,
     .reduce_chunk = reduce,
     .publish = zc__z3_step_end,
     .acquire = zc__z3_acquire,

@@ -26,7 +26,7 @@
 
 #include "ck_phase.h"
 #include "core/engine.h"
-#include "core/param_home.h"
+#include "offload/homes.h"
 #include "helpers.h"
 #include "offload/offload.h"
 

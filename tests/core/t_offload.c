@@ -10,7 +10,7 @@
 
 #include "base/alloc.h"
 #include "core/engine.h"
-#include "core/param_home.h"
+#include "offload/homes.h"
 #include "offload/offload.h"
 
 void t_swapdir_make(t_swapdir *d, const char *prefix)

@@ -1,5 +1,5 @@
 /* The pinned pool of a host home: see home_pool.h. */
-#include "core/home_pool.h"
+#include "offload/home_pool.h"
 
 zc_status zc__home_pool_create(zc_mem_account *acct, size_t slab_bytes, int device_index,
                                bool pin_memory, zc_pinned_pool **out)

@@ -1,7 +1,7 @@
 /* A home's object and its per-chunk table: see home_alloc.h. */
 #include <stdio.h>
 
-#include "core/home_alloc.h"
+#include "offload/home_alloc.h"
 
 zc_status zc__home_alloc(zc_mem_account *acct, const char *what, size_t home_bytes,
                          void **home, int nchunks, size_t entry_bytes, void **table,

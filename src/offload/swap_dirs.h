@@ -11,8 +11,8 @@
  * a name (a filesystem that allows neither), the directory stays until the
  * home is destroyed. `key` names the config block in errors
  * ("zero_optimization.offload_optimizer" or "...offload_param"). */
-#ifndef ZC_CORE_SWAP_DIRS_H
-#define ZC_CORE_SWAP_DIRS_H
+#ifndef ZC_OFFLOAD_SWAP_DIRS_H
+#define ZC_OFFLOAD_SWAP_DIRS_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -20,10 +20,6 @@
 #include "base/error.h"
 
 #define ZC_SWAP_MAX_DIRS 16
-
-/* Request sizes and alignment of both homes' swap layouts: >= every O_DIRECT
- * requirement seen (core/estimate.c plans with it too). */
-#define ZC_SWAP_ALIGN 4096u
 
 typedef struct zc_swap_dirs {
     int n;

@@ -5,8 +5,8 @@
  * of its own, made the same way from the offload block's pin_memory and the
  * engine's device: NUMA-placed near the GPU and registered with CUDA when
  * there is one, page-locked unless pin_memory is false. */
-#ifndef ZC_CORE_HOME_POOL_H
-#define ZC_CORE_HOME_POOL_H
+#ifndef ZC_OFFLOAD_HOME_POOL_H
+#define ZC_OFFLOAD_HOME_POOL_H
 
 #include <stdbool.h>
 #include <stdint.h>

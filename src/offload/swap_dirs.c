@@ -1,4 +1,5 @@
-/* The swap directories of an NVMe home: see swap_dirs.h. */
+/* The swap directories of an NVMe home (swap_dirs.h), and nvme_path split into
+ * its directories (homes.h). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -7,7 +8,8 @@
 
 #include "base/log.h"
 #include "config/config.h"
-#include "core/swap_dirs.h"
+#include "offload/homes.h"
+#include "offload/swap_dirs.h"
 
 zc_status zc__swap_dirs_init(zc_swap_dirs *s, const char *const *dirs, int n, const char *key)
 {
@@ -63,4 +65,29 @@ void zc__swap_dirs_list(const zc_swap_dirs *s, const char **out)
 {
     for (int i = 0; i < s->n; i++)
         out[i] = s->made[i];
+}
+
+/* The engine reads nvme_path with it (opt_state.c, param_state.c, the
+ * pre-flight) before any home exists: homes.h. */
+zc_status zc__split_nvme_paths(const char *key, const char *s, char *buf, size_t cap,
+                               const char **dirs, int *n)
+{
+    *n = 0;
+    if (!s || !*s)
+        return ZC_ERR(ZC_ERR_CONFIG, "zero_optimization.%s.nvme_path is required with device "
+                      "\"nvme\": a writable directory (or a list of them)", key);
+    if (strlen(s) >= cap)
+        return ZC_ERR(ZC_ERR_CONFIG, "zero_optimization.%s.nvme_path is longer than %zu bytes",
+                      key, cap - 1);
+    memcpy(buf, s, strlen(s) + 1);
+    char *save = NULL;
+    for (char *t = strtok_r(buf, "\n", &save); t; t = strtok_r(NULL, "\n", &save)) {
+        if (*n == 16)
+            return ZC_ERR(ZC_ERR_CONFIG, "zero_optimization.%s.nvme_path lists more than 16 "
+                          "directories", key);
+        dirs[(*n)++] = t;
+    }
+    if (!*n)
+        return ZC_ERR(ZC_ERR_CONFIG, "zero_optimization.%s.nvme_path is empty", key);
+    return ZC_OK;
 }

@@ -1,8 +1,8 @@
 /* The device home: master, m and v in the engine device's memory (what every
  * chunk had before offload), allocated per chunk at prepare and updated in
  * place by the device's Adam. Passes are free: acquire hands out the buffers. */
-#include "core/home_alloc.h"
-#include "core/opt_home.h"
+#include "offload/home_alloc.h"
+#include "offload/homes.h"
 
 typedef struct dev_chunk {
     size_t n;          /* elements per tensor; 0 = not homed here */

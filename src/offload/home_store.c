@@ -2,7 +2,7 @@
 #include <stdio.h>
 
 #include "base/log.h"
-#include "core/home_store.h"
+#include "offload/home_store.h"
 
 zc_status zc__home_store_open(zc_swap_dirs *sd, const zc_home_store_spec *s,
                               zc_nvme_store **out, zc_nvme_stats *ns)

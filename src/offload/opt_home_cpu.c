@@ -11,9 +11,9 @@
 #include <string.h>
 
 #include "base/log.h"
-#include "core/home_alloc.h"
-#include "core/home_pool.h"
-#include "core/opt_home.h"
+#include "offload/home_alloc.h"
+#include "offload/home_pool.h"
+#include "offload/homes.h"
 #include "offload/offload.h"
 
 #define ALIGN 64 /* SIMD and cache lines; shards are 64-element multiples */

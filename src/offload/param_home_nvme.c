@@ -36,11 +36,11 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "config/config.h"
-#include "core/home_alloc.h"
-#include "core/home_pool.h"
-#include "core/home_store.h"
-#include "core/param_home.h"
-#include "core/swap_dirs.h"
+#include "offload/home_alloc.h"
+#include "offload/home_pool.h"
+#include "offload/home_store.h"
+#include "offload/homes.h"
+#include "offload/swap_dirs.h"
 #include "offload/offload.h"
 
 #define ZC_PNVME_RETRIES 2

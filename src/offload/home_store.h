@@ -7,14 +7,14 @@
  * depth, laid out in ZC_SWAP_ALIGN units, and with the home's pinned buffers
  * registered as fixed buffers. What differs (the layout, the buffers, the
  * counting) stays in each home. */
-#ifndef ZC_CORE_HOME_STORE_H
-#define ZC_CORE_HOME_STORE_H
+#ifndef ZC_OFFLOAD_HOME_STORE_H
+#define ZC_OFFLOAD_HOME_STORE_H
 
 #include <stdint.h>
 
 #include "base/error.h"
-#include "core/home_env.h"
-#include "core/swap_dirs.h"
+#include "offload/homes.h"
+#include "offload/swap_dirs.h"
 #include "offload/offload.h"
 
 typedef struct zc_home_store_spec {

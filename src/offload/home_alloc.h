@@ -4,8 +4,8 @@
  * (param_home_*.c) is an object that starts with its ops, followed by a table
  * with one entry per chunk of the engine, both allocated at create, before
  * any chunk is added, and freed last at destroy. */
-#ifndef ZC_CORE_HOME_ALLOC_H
-#define ZC_CORE_HOME_ALLOC_H
+#ifndef ZC_OFFLOAD_HOME_ALLOC_H
+#define ZC_OFFLOAD_HOME_ALLOC_H
 
 #include <stddef.h>
 
