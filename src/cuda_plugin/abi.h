@@ -135,15 +135,20 @@ typedef struct zc_cuda_plugin_ops {
     zc_status (*nccl_from_env)(const zc_launch_env *env, zc_comm **out);
 } zc_cuda_plugin_ops;
 
+/* The shape as this side is compiled (a constant initializer, so the tables
+ * can be static const). */
+#define ZC_CUDA_PLUGIN_SHAPE_INIT                                                          \
+    {                                                                                      \
+        .device_ops = sizeof(zc_device_ops), .comm_ops = sizeof(zc_comm_ops),              \
+        .device = sizeof(zc_device), .comm = sizeof(zc_comm),                              \
+        .launch_env = sizeof(zc_launch_env), .mem_account = sizeof(zc_mem_account),        \
+        .adam_shard = sizeof(zc_adam_shard), .adam_coeffs = sizeof(zc_adam_coeffs),        \
+        .host_calls = sizeof(zc_cuda_host_calls), .plugin_ops = sizeof(zc_cuda_plugin_ops), \
+    }
+
 static inline zc_cuda_plugin_shape zc__cuda_plugin_shape(void)
 {
-    return (zc_cuda_plugin_shape){
-        .device_ops = sizeof(zc_device_ops), .comm_ops = sizeof(zc_comm_ops),
-        .device = sizeof(zc_device), .comm = sizeof(zc_comm),
-        .launch_env = sizeof(zc_launch_env), .mem_account = sizeof(zc_mem_account),
-        .adam_shard = sizeof(zc_adam_shard), .adam_coeffs = sizeof(zc_adam_coeffs),
-        .host_calls = sizeof(zc_cuda_host_calls), .plugin_ops = sizeof(zc_cuda_plugin_ops),
-    };
+    return (zc_cuda_plugin_shape)ZC_CUDA_PLUGIN_SHAPE_INIT;
 }
 
 /* The plugin's one exported function, ZC_CUDA_PLUGIN_ENTRY. Checks host's

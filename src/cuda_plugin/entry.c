@@ -8,6 +8,7 @@
  * the one this build needs is refused here, by name, rather than failing
  * later inside a collective. */
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -44,6 +45,7 @@ static void unusable_reason(char *buf, size_t cap)
 
 static zc_cuda_plugin_ops ops = {
     .version = ZC_CUDA_PLUGIN_VERSION,
+    .shape = ZC_CUDA_PLUGIN_SHAPE_INIT,
     .device_count = zc__device_cuda_count,
     .device_open = zc__device_cuda_open,
     .unusable_reason = unusable_reason,
@@ -71,8 +73,24 @@ static const char *file_of(void *sym)
 __attribute__((visibility("default"))) int zc_cuda_plugin_open_v1(
     const zc_cuda_host_calls *host, const zc_cuda_plugin_ops **out, char *why, size_t cap);
 
+static int open_locked(const zc_cuda_host_calls *host, const zc_cuda_plugin_ops **out, char *why,
+                       size_t cap);
+
+/* libzeroc calls the entry once; a test may call it again meanwhile (the
+ * versions it stores are the same): serialised. */
+static pthread_mutex_t entry_mu = PTHREAD_MUTEX_INITIALIZER;
+
 int zc_cuda_plugin_open_v1(const zc_cuda_host_calls *host, const zc_cuda_plugin_ops **out,
                            char *why, size_t cap)
+{
+    pthread_mutex_lock(&entry_mu);
+    int rc = open_locked(host, out, why, cap);
+    pthread_mutex_unlock(&entry_mu);
+    return rc;
+}
+
+static int open_locked(const zc_cuda_host_calls *host, const zc_cuda_plugin_ops **out, char *why,
+                       size_t cap)
 {
     *out = NULL;
     zc_cuda_plugin_shape mine = zc__cuda_plugin_shape();
@@ -103,7 +121,6 @@ int zc_cuda_plugin_open_v1(const zc_cuda_host_calls *host, const zc_cuda_plugin_
         return -1;
     }
     ops.cudart_version = rt;
-    ops.shape = mine;
 
 #if ZC_HAVE_NCCL
     int nv = 0;

@@ -16,9 +16,10 @@
 #include "comm/nccl.h"
 #include "cuda_plugin/load.h"
 
-/* What libzeroc lends the plugin (abi.h); the shape is filled at load. */
-static zc_cuda_host_calls host_calls = {
+/* What libzeroc lends the plugin (abi.h). */
+static const zc_cuda_host_calls host_calls = {
     .version = ZC_CUDA_PLUGIN_VERSION,
+    .shape = ZC_CUDA_PLUGIN_SHAPE_INIT,
     .error = zc__error,
     .error_context = zc__error_context,
     .log_enabled = zc__log_enabled,
@@ -154,7 +155,6 @@ int zc__cuda_plugin_load_path(const char *path, const zc_cuda_plugin_ops **ops, 
     }
     zc_cuda_plugin_entry_fn entry;
     memcpy(&entry, &sym, sizeof entry); /* object to function pointer, as dlsym's users do */
-    host_calls.shape = zc__cuda_plugin_shape();
     char detail[768];
     if (entry(&host_calls, ops, detail, sizeof detail) != 0) {
         snprintf(why, cap, "%s", detail);
