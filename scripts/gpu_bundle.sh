@@ -13,9 +13,11 @@
 # second bundle rebuilds only what changed.
 #
 # OUTDIR receives zeroc-gpu-bundle.tar.xz (replaced atomically) holding
-# zeroc-gpu/bin (the executables), zeroc-gpu/lib (libzeroc.so.0 and the
-# libraries they load: jansson, liburing, hwloc, Criterion and its own
-# dependencies, OpenBLAS, xxHash, libnuma, ...) and zeroc-gpu/MANIFEST.json
+# zeroc-gpu/bin (the executables), zeroc-gpu/lib (libzeroc.so.0, the CUDA
+# plugins libzeroc_cuda.so and libgpt_cuda.so that libzeroc and train_gpt
+# load on first need - beside libzeroc, and on the executables' RUNPATH -,
+# and the libraries they load: jansson, liburing, hwloc, Criterion and its
+# own dependencies, OpenBLAS, xxHash, libnuma, ...) and zeroc-gpu/MANIFEST.json
 # (commit, architectures, the NCCL headers it was built against, the
 # allow-list). Every ELF in it finds its libraries through its RUNPATH
 # ($ORIGIN/../lib, $ORIGIN), so no LD_LIBRARY_PATH is needed for them. What it
@@ -50,6 +52,9 @@ targets=(
   bench/gpu_adam/bench_gpu_adam bench/gpu_norm/bench_gpu_norm examples/gpt/train_gpt
   tools/zeroc tools/zc_gpu_env
 )
+# The CUDA plugins (src/cuda_plugin/abi.h, examples/gpt/cuda_module.h): no
+# executable links them, so they are named here and go to lib/.
+plugins=(libzeroc_cuda.so examples/gpt/libgpt_cuda.so)
 
 source scripts/build_dir.sh
 # No oneDNN: it serves only the CPU's bf16 matmuls of train_gpt, and would add
@@ -59,7 +64,7 @@ zc_configure "$build" -Dtests=enabled -Dcuda=enabled -Dnccl=enabled -Dmpi=disabl
   -Donednn=disabled -Dgpu_arch="$arch" -Dbuildtype=debugoptimized >"$build.configure.log" 2>&1 ||
   { tail -20 "$build.configure.log" >&2; die "configure failed (log: $build.configure.log)"; }
 rm -f "$build.configure.log"
-ninja -C "$build" "${targets[@]}"
+ninja -C "$build" "${targets[@]}" "${plugins[@]}"
 
 stage=$(mktemp -d "${TMPDIR:-/tmp}/zeroc-gpu-bundle.XXXXXX")
 trap 'rm -rf -- "$stage"' EXIT
@@ -73,11 +78,15 @@ for t in "${targets[@]}"; do
 done
 lib=$(readlink -f "$build/libzeroc.so.0")
 cp "$lib" "$b/lib/libzeroc.so.0"
+for t in "${plugins[@]}"; do
+  [[ -f "$build/$t" ]] || die "$build/$t was not built"
+  cp "$build/$t" "$b/lib/"
+done
 
 # Every library the executables load, transitively (ldd follows the chain),
 # that is not on the allow-list, under its SONAME.
 declare -A seen=()
-for f in "$b"/bin/* "$b/lib/libzeroc.so.0"; do
+for f in "$b"/bin/* "$b"/lib/*; do
   while read -r name _ path _; do
     [[ "$name" =~ $ALLOW ]] && continue
     [[ "$name" == libzeroc.so.0 || -n "${seen[$name]:-}" ]] && continue

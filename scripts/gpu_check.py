@@ -65,6 +65,8 @@ PART_BUDGET = {"env": 30, "tests": 120, "sanitizer": 70, "adam": 60, "norm": 20,
 # The CUDA libraries the bundle leaves to the machine, and where to look when
 # the loader does not find them by itself.
 MACHINE_LIBS = ["libcudart.so.13", "libcublas.so.13", "libcublasLt.so.13", "libnccl.so.2"]
+# The bundle's CUDA plugins (lib/): what links NCCL and cuBLAS.
+PLUGINS = ["libzeroc_cuda.so", "libgpt_cuda.so"]
 TEST_SUITES = [  # name, executable, extra environment (the order they run in)
     ("gpu/kernels", "test_gpu_kernels", {}),
     ("gpu/device", "test_gpu_device", {}),
@@ -282,7 +284,17 @@ def part_env(c, bundle):
     t = time.monotonic()
     probe = os.path.join(c.bin, "zc_gpu_env")
     found = {}
-    gone, _ = missing_libs(probe, c.env)
+    # The probe links the runtime and cuBLAS; NCCL is linked only by the CUDA
+    # plugin libzeroc loads on first need (lib/libzeroc_cuda.so), and cuBLAS
+    # by train_gpt's (lib/libgpt_cuda.so): a library is the loader's only if
+    # none of them misses it.
+    gone = []
+    for f in [probe] + [os.path.join(c.lib, p) for p in PLUGINS]:
+        g, _ = missing_libs(f, c.env)
+        if g is None:
+            gone = None
+            break
+        gone += g
     for name in MACHINE_LIBS:
         if gone is not None and name not in gone:
             found[name] = "loader"

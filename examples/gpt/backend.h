@@ -57,8 +57,8 @@ typedef struct gpt_backend {
 } gpt_backend;
 
 extern const gpt_backend gpt_backend_cpu;
-#ifdef GPT_HAVE_CUDA
+/* Defined in libgpt_cuda.so (backend_cuda.c), which train_gpt loads for
+ * --device cuda (cuda_module.h), and linked directly by the CUDA tests. */
 extern const gpt_backend gpt_backend_cuda;
-#endif
 
 #endif

@@ -39,6 +39,9 @@
 #include "memplan.h"
 #include "options.h"
 #include "backend.h"
+#ifdef GPT_HAVE_CUDA
+#include "cuda_module.h"
+#endif
 #include "sha256.h"
 
 typedef struct shared {
@@ -627,7 +630,12 @@ int main(int argc, char **argv)
     sh->be = &gpt_backend_cpu;
     if (o->cuda) {
 #ifdef GPT_HAVE_CUDA
-        sh->be = &gpt_backend_cuda;
+        /* Loaded only now: a CPU run maps no CUDA library (cuda_module.h). */
+        sh->be = gpt_backend_cuda_load(err, sizeof err);
+        if (!sh->be) {
+            fprintf(stderr, "train_gpt: --device cuda: %s\n", err);
+            gpt_quit(2);
+        }
 #else
         fprintf(stderr, "train_gpt: --device cuda: this build has no CUDA (meson found no CUDA "
                 "toolkit or cuBLAS)\n");

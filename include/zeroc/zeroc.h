@@ -240,15 +240,17 @@ ZC_API zc_status zc_comm_local_world(int world, zc_comm **comms);
 /* Creates this process's rank from the launcher's environment (torchrun and the
  * deepspeed launcher: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT;
  * Slurm: SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID; Open MPI:
- * OMPI_COMM_WORLD_*). The backend: NCCL when built and a GPU is visible, else
- * MPI (host buffers) under mpirun/srun when built; ZC_COMM=local|mpi|nccl
+ * OMPI_COMM_WORLD_*). The backend: NCCL when built and a GPU is visible (which
+ * loads the CUDA plugin when the NVIDIA driver is present: zc_device_kind),
+ * else MPI (host buffers) under mpirun/srun when built; ZC_COMM=local|mpi|nccl
  * forces one (local: a world of one process). Every variable it may depend on
  * is checked before anything starts, whichever backend is picked: ZC_COMM,
  * ZC_COMM_TIMEOUT, ZC_BOOTSTRAP, ZC_BOOTSTRAP_TIMEOUT (seconds, default 300,
  * ZC_COMM_TIMEOUT's range), the logging variables and the launcher's (ranks
  * and sizes whole numbers in range, MASTER_PORT in [1, 65534], MASTER_ADDR
  * printable without blanks). Returns ZC_ERR_UNSUPPORTED when this build has no
- * backend that can reach other processes (or lacks the one ZC_COMM names),
+ * backend that can reach other processes (or lacks the one ZC_COMM names, or
+ * NCCL was chosen and the CUDA plugin cannot be loaded, naming the library),
  * ZC_ERR_CONFIG naming a missing or malformed variable, its value and what is
  * accepted; *out is NULL on failure. */
 ZC_API zc_status zc_comm_init_env(zc_comm **out);
@@ -268,6 +270,17 @@ ZC_API void zc_comm_destroy(zc_comm *comm);
 typedef struct zc_engine zc_engine;
 typedef struct zc_param zc_param;
 
+/* Where the engine works. A build with CUDA keeps its CUDA code (the device
+ * backend, the kernels, the NCCL communicator) in libzeroc_cuda.so, installed
+ * beside libzeroc, and loads it - with the CUDA runtime and NCCL it links -
+ * only when a GPU is first needed: ZC_DEVICE_CUDA, ZC_DEVICE_AUTO and
+ * zc_comm_init_env's choice count devices, and do so without loading it when
+ * the NVIDIA driver's libcuda.so.1 is absent. ZC_DEVICE_HOST never loads it,
+ * so a CPU run maps no CUDA library. When it cannot be loaded (the plugin, the
+ * runtime or NCCL missing, or older than the build needs), ZC_DEVICE_CUDA and
+ * the NCCL communicator fail with ZC_ERR_UNSUPPORTED naming the missing
+ * library and how to get it, and ZC_DEVICE_AUTO picks the host, saying why
+ * at WARN when a driver is present. */
 typedef enum zc_device_kind {
     ZC_DEVICE_AUTO = 0, /* CUDA when a device is present, else the host */
     ZC_DEVICE_HOST,
@@ -313,8 +326,11 @@ typedef struct zc_engine_options {
  * makes its own streams or buffers before creating the engine selects this
  * device (cudaSetDevice) on the rank's thread first, so they live on the
  * engine's GPU and not on device 0. Writes the ordinal to *ordinal (-1 on
- * failure). Returns ZC_ERR_UNSUPPORTED without a usable CUDA device (or in a
- * build without CUDA), ZC_ERR_INVALID_ARG for a NULL ordinal, an index
+ * failure). Counting the devices loads the CUDA plugin when the NVIDIA driver
+ * is present (zc_device_kind). Returns ZC_ERR_UNSUPPORTED without a usable
+ * CUDA device (or in a build without CUDA), the message saying why (no
+ * driver, a CUDA library that cannot be loaded, or the runtime's reason),
+ * ZC_ERR_INVALID_ARG for a NULL ordinal, an index
  * below -1 or past the visible devices, ZC_ERR_CONFIG for a malformed or
  * too large launcher local rank (naming the variable). */
 ZC_API zc_status zc_cuda_device_index(int device_index, int *ordinal);

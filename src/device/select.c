@@ -10,6 +10,9 @@
 #include "base/log.h"
 #include "device/device.h"
 #include "zc_build_config.h"
+#if ZC_HAVE_CUDA
+#include "cuda_plugin/load.h"
+#endif
 
 static pthread_once_t choice_logged = PTHREAD_ONCE_INIT;
 static const char *choice_text = "host";
@@ -136,10 +139,17 @@ ZC_API zc_status zc_cuda_device_index(int device_index, int *ordinal)
                       "zc_cuda_device_index: device_index %d (a CUDA ordinal, or -1 for the "
                       "launcher's local rank)", device_index);
     int count = zc__device_cuda_count();
-    if (count <= 0)
-        return ZC_ERR(ZC_ERR_UNSUPPORTED, "zc_cuda_device_index: %s",
-                      ZC_HAVE_CUDA ? "no usable CUDA device is visible to this process"
-                                   : "this build of zeroc has no CUDA");
+    if (count <= 0) {
+#if ZC_HAVE_CUDA
+        char why[1024];
+        zc__cuda_unusable_reason(why, sizeof why);
+        return ZC_ERR(ZC_ERR_UNSUPPORTED,
+                      "zc_cuda_device_index: no usable CUDA device is visible to this process: %s",
+                      why);
+#else
+        return ZC_ERR(ZC_ERR_UNSUPPORTED, "zc_cuda_device_index: this build of zeroc has no CUDA");
+#endif
+    }
     if (device_index >= count)
         return ZC_ERR(ZC_ERR_INVALID_ARG,
                       "zc_cuda_device_index: device_index %d but only %d CUDA device%s visible",

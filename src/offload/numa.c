@@ -11,7 +11,7 @@
 #if ZC_HAVE_HWLOC
 #include <hwloc.h>
 #if ZC_HAVE_CUDA
-#include <hwloc/cudart.h>
+#include "cuda_plugin/load.h" /* hwloc_cudart_get_device_cpuset, in the CUDA plugin */
 #endif
 
 struct zc_numa {
@@ -57,7 +57,7 @@ zc_status zc__numa_open(zc_numa **out, int cuda_dev, int forced, int *node)
     int got = -1;
 #if ZC_HAVE_CUDA
     if (cuda_dev >= 0)
-        got = hwloc_cudart_get_device_cpuset(n->topo, cuda_dev, cs);
+        got = zc__cuda_device_cpuset(n->topo, cuda_dev, cs);
 #else
     (void)cuda_dev;
 #endif

@@ -27,7 +27,7 @@
 #include "offload/offload_internal.h"
 
 #if ZC_HAVE_CUDA
-#include <cuda_runtime.h>
+#include "cuda_plugin/load.h" /* the CUDA calls, in the plugin loaded on first need */
 #endif
 
 #define GRANULE 64u
@@ -89,11 +89,9 @@ static zc_status grow(void **arr, int *cap, int need, size_t item, const char *w
  * the CI machine (no GPU). */
 static int cuda_device_for(int want)
 {
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess || n <= 0) {
-        (void)cudaGetLastError(); /* clear the sticky "no device" */
+    int n = zc__device_cuda_count();
+    if (n <= 0)
         return -1;
-    }
     if (want < 0)
         return 0;
     return want < n ? want : -1;
@@ -104,7 +102,7 @@ static void slab_unpin_unmap(zc_pinned_pool *pool, slab *s)
 {
 #if ZC_HAVE_CUDA
     if (s->cuda)
-        (void)cudaHostUnregister(s->base);
+        zc__cuda_host_unregister(s->base);
 #endif
     if (s->locked && !s->cuda) {
         munlock(s->base, s->bytes);
@@ -158,12 +156,11 @@ static zc_status slab_add(zc_pinned_pool *pool, size_t bytes, const char *what)
     slab s = {.base = base, .bytes = bytes};
 #if ZC_HAVE_CUDA
     if (pool->use_cuda) {
-        cudaError_t ce = cudaHostRegister(base, bytes, cudaHostRegisterPortable);
-        if (ce != cudaSuccess) {
-            (void)cudaGetLastError();
+        char why[256];
+        if (zc__cuda_host_register(base, bytes, why, sizeof why) != 0) {
             munmap(base, bytes);
             return ZC_ERR(ZC_ERR_DEVICE, "pinned pool: cudaHostRegister of a %s slab for %s: %s",
-                          zc__offload_fmt_bytes(a, bytes), what, cudaGetErrorString(ce));
+                          zc__offload_fmt_bytes(a, bytes), what, why);
         }
         s.locked = s.cuda = true;
     }

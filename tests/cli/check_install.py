@@ -77,6 +77,11 @@ def check_installed(build, src, sanitize, cc, ma, tmp):
              % (prefix, rel, prefix, ma))
     if not os.path.exists(os.path.join(libdir, "libzeroc.so")):
         fail("no libzeroc.so beside zeroc.pc in " + libdir)
+    # A CUDA build's plugin goes beside the library, where libzeroc looks for
+    # it (src/cuda_plugin/load.h).
+    plugin = os.path.exists(os.path.join(build, "libzeroc_cuda.so"))
+    if plugin and not os.path.isfile(os.path.join(libdir, "libzeroc_cuda.so")):
+        fail("no libzeroc_cuda.so beside libzeroc.so in " + libdir)
 
     hello = os.path.join(tmp, "hello.c")
     with open(hello, "w", encoding="utf-8") as f:
@@ -94,7 +99,8 @@ def check_installed(build, src, sanitize, cc, ma, tmp):
     out = run([exe], env=dict(os.environ, LD_LIBRARY_PATH=libdir)).stdout
     if "ZeRO stage 3" not in out:
         fail("the README program printed %r" % out)
-    print("ok: installed in %s/%s, README program: %s" % (prefix, rel, out.strip()))
+    print("ok: installed in %s/%s%s, README program: %s"
+          % (prefix, rel, " with libzeroc_cuda.so" if plugin else "", out.strip()))
 
 
 def check_without_dpkg(src, ma, tmp):

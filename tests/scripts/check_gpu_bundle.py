@@ -15,7 +15,11 @@ the lean build between runs), then, in a copy unpacked here:
     libgcc_s, libstdc++, ld-linux), the CUDA driver and runtime, cuBLAS and
     cuBLASLt, NCCL, and libnvidia-*;
   - the loader, with no LD_LIBRARY_PATH, resolves every other library of
-    every ELF to the bundle's own copy, and two of the programs run from it.
+    every ELF to the bundle's own copy, and two of the programs run from it;
+  - the CUDA plugins libzeroc_cuda.so and libgpt_cuda.so are in lib/ and load
+    (every symbol bound), while libzeroc.so.0 and train_gpt link no CUDA
+    library (a CPU run maps none), and train_gpt --device cuda finds its
+    plugin (it fails, here without a driver, for want of the driver only).
 Exit 77 (skip) where this machine has no CUDA toolkit to build with."""
 import json
 import os
@@ -31,6 +35,8 @@ ALLOWED = re.compile(r"^(linux-vdso\.so|ld-linux-x86-64\.so|libc\.so|libm\.so|li
                      r"libdl\.so|librt\.so|libresolv\.so|libgcc_s\.so|libstdc\+\+\.so|"
                      r"libcuda\.so|libcudart\.so|libcublas\.so|libcublasLt\.so|libnccl\.so|"
                      r"libnvidia-)")
+PLUGINS = {"libzeroc_cuda.so", "libgpt_cuda.so"}
+CUDA_LIB = re.compile(r"^lib(cudart|cublas|cublasLt|nccl|cuda)\.so")
 EXECUTABLES = {"test_gpu_kernels", "test_gpu_device", "test_gpu_engine", "test_gpu_engine_streams",
                "test_gpu_nccl", "zc_nccl_helper", "test_gpt_cuda_layers", "test_gpt_cuda_model",
                "bench_gpu_adam", "bench_gpu_norm", "train_gpt", "zeroc", "zc_gpu_env"}
@@ -79,6 +85,8 @@ def main():
             fail(f"executables {sorted(bins)}, want {sorted(EXECUTABLES)}")
         if "libzeroc.so.0" not in libs:
             fail("no libzeroc.so.0")
+        if not PLUGINS <= libs:
+            fail(f"lib/ lacks the CUDA plugins {sorted(PLUGINS - libs)}")
         manifest = json.load(open(os.path.join(b, "MANIFEST.json")))
         listed = set(manifest["files"])
         want = {"bin/" + f for f in bins} | {"lib/" + f for f in libs}
@@ -107,6 +115,28 @@ def main():
                         fail(f"{d}/{f}: {name} not found")
                     if not os.path.realpath(where).startswith(os.path.realpath(b) + os.sep):
                         fail(f"{d}/{f}: {name} resolves to {where}, outside the bundle")
+        for path in (os.path.join(b, "lib", "libzeroc.so.0"), os.path.join(b, "bin", "train_gpt")):
+            cuda = [n for n in dynamic(path)[0] if CUDA_LIB.match(n)]
+            if cuda:
+                fail(f"{os.path.basename(path)} links {cuda}: CUDA must wait for its plugin")
+        for plugin in sorted(PLUGINS):
+            path = os.path.join(b, "lib", plugin)
+            if not any(CUDA_LIB.match(n) for n in dynamic(path)[0]):
+                fail(f"lib/{plugin} links no CUDA library")
+            # RTLD_NOW (ctypes' mode): every symbol of it bound, as its loader does.
+            load = "import ctypes, sys; ctypes.CDLL(sys.argv[1])"
+            r = subprocess.run([sys.executable, "-c", load, path], capture_output=True,
+                               text=True, env=env)
+            if r.returncode != 0:
+                fail(f"lib/{plugin} does not load: {r.stderr[-800:]}")
+        r = subprocess.run([os.path.join(b, "bin", "train_gpt"), "--device", "cuda", "--steps", "1",
+                            "--layers", "1", "--dim", "32", "--seq", "16", "--eval-every", "0"],
+                           capture_output=True, text=True, env=env, timeout=120)
+        if "libgpt_cuda.so" in r.stderr:
+            fail(f"bin/train_gpt --device cuda does not find its plugin: {r.stderr[-800:]}")
+        if r.returncode != 0 and "libcuda.so.1" not in r.stderr:
+            fail(f"bin/train_gpt --device cuda: exit {r.returncode}, not for want of the "
+                 f"driver: {r.stderr[-800:]}")
         for prog, args in (("train_gpt", ["--help"]), ("zeroc", ["bench", "train", "--help"])):
             r = subprocess.run([os.path.join(b, "bin", prog)] + args, capture_output=True,
                                text=True, env=env)
