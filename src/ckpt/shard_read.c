@@ -3,8 +3,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <xxhash.h>
 
+#include "ckpt/hash.h"
 #include "ckpt/ring_mem.h"
 #include "ckpt/shard_read.h"
 #include "offload/offload.h"

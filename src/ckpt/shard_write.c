@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include "ckpt/fsio.h"
+#include "ckpt/hash.h"
 #include "ckpt/shard_write.h"
 
 /* Ring buffers of 4 MiB: three keep 12 MiB of writes in flight while the
