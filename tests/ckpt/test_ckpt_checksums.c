@@ -10,7 +10,15 @@
  *   entries starting mid-buffer. The file holds the bytes put, and the index
  *   each entry's checksum.
  * - The engine's save (3 ranks): every entry of the manifest against the
- *   bytes of its file. */
+ *   bytes of its file.
+ * - A load of a shard file several times the read ring, with the worker
+ *   slowed down, brings back the saved master bit for bit: a ring buffer is
+ *   read into again only after its bytes were hashed.
+ * - The load hashes on the worker too, behind its copy: a flipped byte in
+ *   the last entry a rank reads (found only after that entry, by
+ *   zc__ck_reader_finish) or in an earlier one with the worker slowed down
+ *   still fails the load on every rank, naming the entry, and breaks the
+ *   engines. */
 #include <criterion/criterion.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -209,5 +217,146 @@ Test(ckpt_checksums, engine_save_matches_independent_xxh3_of_the_files)
     cr_assert_gt(checked, 3 * 3, "entries of every kind on every rank");
     json_decref(root);
     ck_saved_free(&saved);
+    t_assert_no_leaks();
+}
+
+/* Flips a byte of the entry of rank_00001.bin that lies last in the file
+ * (last: true) or first; returns its tensor's name and kind in `what`. */
+static void flip_entry(const char *ck, bool last, char *what, size_t cap)
+{
+    char p[800];
+    snprintf(p, sizeof p, "%s/manifest.json", ck);
+    json_error_t je;
+    json_t *root = json_load_file(p, 0, &je);
+    cr_assert_not_null(root, "%s", je.text);
+    json_t *ents = json_object_get(root, "tensors"), *params = json_object_get(root, "params");
+    json_t *pick = NULL;
+    for (size_t i = 0; i < json_array_size(ents); i++) {
+        json_t *e = json_array_get(ents, i);
+        if (json_integer_value(json_array_get(e, 2)) != 1)
+            continue;
+        const int64_t off = json_integer_value(json_array_get(e, 5));
+        if (!pick || (last ? off > json_integer_value(json_array_get(pick, 5))
+                           : off < json_integer_value(json_array_get(pick, 5))))
+            pick = e;
+    }
+    cr_assert_not_null(pick);
+    const int64_t off = json_integer_value(json_array_get(pick, 5));
+    const int64_t len = (json_integer_value(json_array_get(pick, 4)) -
+                         json_integer_value(json_array_get(pick, 3))) * 4;
+    json_t *param = json_array_get(params, (size_t)json_integer_value(json_array_get(pick, 0)));
+    snprintf(what, cap, "tensor '%s' (%s, elements [",
+             json_string_value(json_object_get(param, "name")),
+             json_string_value(json_array_get(pick, 1)));
+    json_decref(root);
+    snprintf(p, sizeof p, "%s/rank_00001.bin", ck);
+    int fd = open(p, O_RDWR);
+    cr_assert_geq(fd, 0, "%s", p);
+    const int64_t at = off + len - 1; /* the entry's last byte */
+    unsigned char b;
+    cr_assert_eq(pread(fd, &b, 1, at), 1);
+    b ^= 0x01;
+    cr_assert_eq(pwrite(fd, &b, 1, at), 1);
+    close(fd);
+}
+
+static void load_refused(bool last, unsigned slow_us)
+{
+    t_run run;
+    t_run_init(&run, 2, 2, ZC_DTYPE_F32);
+    ck_saved saved;
+    cr_assert(ck_saved_make(&saved, &run, 3, "t"), "%s", ck_phase_error(&saved.phase));
+    char ck[700], what[256], want[400];
+    snprintf(ck, sizeof ck, "%s/t", saved.dir);
+    flip_entry(ck, last, what, sizeof what);
+    snprintf(want, sizeof want, "rank_00001.bin: checksum mismatch in %s", what);
+    t_run again;
+    t_run_init(&again, 2, 2, ZC_DTYPE_F32);
+    ck_phase tried = {.run = &again, .load_dir = saved.dir, .first = 3, .n = 1};
+    zc__ck_hasher_slow_for_tests(slow_us);
+    cr_assert(ck_phase_run(&tried), "%s", ck_phase_error(&tried));
+    zc__ck_hasher_slow_for_tests(0);
+    for (int r = 0; r < 2; r++) {
+        cr_assert_eq(tried.load_rc[r], ZC_ERR_IO, "rank %d: %s", r, tried.load_msg[r]);
+        cr_assert_not_null(strstr(tried.load_msg[r], want), "rank %d: '%s' lacks '%s'", r,
+                           tried.load_msg[r], want);
+        cr_assert(tried.broken[r], "rank %d: the engine is not broken", r);
+    }
+    cr_assert_str_eq(tried.load_msg[0], tried.load_msg[1]);
+    free(tried.master);
+    ck_saved_free(&saved);
+    t_assert_no_leaks();
+}
+
+Test(ckpt_checksums, load_finds_a_flipped_byte_in_the_last_entry_read)
+{
+    load_refused(true, 0);
+}
+
+Test(ckpt_checksums, load_finds_a_flipped_byte_behind_a_slow_worker)
+{
+    load_refused(false, 2000);
+}
+
+/* One rank, stage 1, host device: two parameters whose state (48 MB) is
+ * three times the read ring; the master from `fill`, m and v zero. */
+static zc_engine *big_engine(zc_comm **comm, zc_config **cfg, zc_param **p, const int64_t *n)
+{
+    zc_engine *eng = NULL;
+    cr_assert_eq(zc_comm_local_world(1, comm), ZC_OK);
+    cr_assert_eq(zc_config_create(cfg), ZC_OK);
+    cr_assert_eq(zc_config_set_int(*cfg, "zero_optimization.stage", 1), ZC_OK);
+    zc_engine_options eo = ZC_ENGINE_OPTIONS_INIT;
+    eo.device = ZC_DEVICE_HOST;
+    cr_assert_eq(zc_engine_create(&eng, *cfg, *comm, &eo), ZC_OK, "%s", zc_last_error());
+    for (int i = 0; i < 2; i++) {
+        char name[8];
+        snprintf(name, sizeof name, "w%d", i);
+        p[i] = zc_param_add(eng, name, &n[i], 1, 0);
+        cr_assert_not_null(p[i], "%s", zc_last_error());
+    }
+    cr_assert_eq(zc_engine_build(eng), ZC_OK, "%s", zc_last_error());
+    return eng;
+}
+
+Test(ckpt_checksums, load_larger_than_the_ring_waits_for_a_slow_worker)
+{
+    const int64_t n[2] = {3000000, 1000001};
+    char *dir = ck_tmpdir();
+    float *want[2], *got[2];
+    zc_comm *comm;
+    zc_config *cfg;
+    zc_param *p[2];
+    zc_engine *eng = big_engine(&comm, &cfg, p, n);
+    for (int i = 0; i < 2; i++) {
+        want[i] = malloc((size_t)n[i] * 4);
+        got[i] = malloc((size_t)n[i] * 4);
+        cr_assert(want[i] && got[i]);
+        for (int64_t k = 0; k < n[i]; k++) /* finite: NaN bits need not survive a load */
+            want[i][k] = (float)(k % 1000003) * (i ? -0.5f : 0.25f) + (float)i;
+        cr_assert_eq(zc_param_load(eng, p[i], want[i]), ZC_OK, "%s", zc_last_error());
+    }
+    cr_assert_eq(zc_checkpoint_save(eng, dir, "t"), ZC_OK, "%s", zc_last_error());
+    zc_engine_destroy(eng);
+    zc_config_destroy(cfg);
+    zc_comm_destroy(comm);
+
+    eng = big_engine(&comm, &cfg, p, n);
+    zc__ck_hasher_slow_for_tests(1000);
+    const zc_status rc = zc_checkpoint_load(eng, dir, "t");
+    zc__ck_hasher_slow_for_tests(0);
+    cr_assert_eq(rc, ZC_OK, "%s", zc_last_error());
+    for (int i = 0; i < 2; i++) {
+        cr_assert_eq(zc_param_gather_master(eng, p[i], got[i]), ZC_OK, "%s", zc_last_error());
+        cr_assert(memcmp(got[i], want[i], (size_t)n[i] * 4) == 0, "w%d differs after the load",
+                  i);
+        free(want[i]);
+        free(got[i]);
+    }
+    zc_engine_destroy(eng);
+    zc_config_destroy(cfg);
+    zc_comm_destroy(comm);
+    ck_rm_tree(dir);
+    free(dir);
     t_assert_no_leaks();
 }
