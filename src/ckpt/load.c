@@ -368,6 +368,9 @@ ZC_API zc_status zc_checkpoint_load(zc_engine *e, const char *dir, const char *t
                     "than this engine's; they take effect from here", src.dir);
         load_ctx x = {.src = &src, .map = map, .reader = reader, .bounce = bounce};
         rc = zc__opt_visit(e, true, load_chunk, &x);
+        /* The checksums of the last entries read. */
+        if (rc == ZC_OK)
+            rc = zc__ck_reader_finish(reader);
         /* From here the state is partly overwritten: a damaged entry or a
          * read error breaks the engine on every rank. */
         rc = zc__eng_agree(e, rc, "zc_checkpoint_load: reading the checkpoint into the "

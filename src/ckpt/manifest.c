@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/checked.h"
@@ -139,9 +140,9 @@ static json_t *to_json(const zc_ck_manifest *m)
     return root;
 }
 
-static int dump_fd(const char *buf, size_t size, void *data)
+/* write(2) until all is written (fd may be a pipe: no pwrite). */
+static int write_all(int fd, const char *buf, size_t size)
 {
-    int fd = *(int *)data;
     while (size) {
         ssize_t w = write(fd, buf, size);
         if (w < 0 && errno == EINTR)
@@ -154,19 +155,31 @@ static int dump_fd(const char *buf, size_t size, void *data)
     return 0;
 }
 
+/* The text is made in memory, with its newline, and written in one go:
+ * jansson's callback writer hands over every token on its own, a write system
+ * call each (a manifest has several per entry). */
 zc_status zc__ck_manifest_write(const zc_ck_manifest *m, int fd, const char *path)
 {
     json_t *root = to_json(m);
     if (!root)
         return ZC_ERR(ZC_ERR_NO_MEMORY, "%s: building the manifest", path);
-    errno = 0;
-    int r = json_dump_callback(root, dump_fd, &fd,
-                               JSON_INDENT(1) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17));
-    int err = errno;
+    char *text = json_dumps(root, JSON_INDENT(1) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17));
     json_decref(root);
-    if (r != 0 || dump_fd("\n", 1, &fd) != 0)
+    const size_t n = text ? strlen(text) : 0;
+    char *line = text ? realloc(text, n + 2) : NULL;
+    if (!line) {
+        free(text);
+        return ZC_ERR(ZC_ERR_NO_MEMORY, "%s: writing the manifest: out of memory", path);
+    }
+    line[n] = '\n';
+    line[n + 1] = '\0';
+    errno = 0;
+    const int r = write_all(fd, line, n + 1);
+    const int err = errno;
+    free(line);
+    if (r != 0)
         return ZC_ERR(ZC_ERR_IO, "%s: writing the manifest: %s", path,
-                      err ? strerror(err) : "out of memory");
+                      err ? strerror(err) : "no progress");
     return ZC_OK;
 }
 
@@ -477,6 +490,33 @@ static void parse_entries(rd *r, json_t *root, zc_ck_manifest *m)
     m->first_entry[(size_t)m->nparams * ZC_CK__KINDS] = i;
 }
 
+/* The file's bytes, as many as fstat said it had (a file that shrank while
+ * read is parsed as far as it goes: its JSON is then incomplete). */
+static zc_status read_whole(int fd, const struct stat *st, const char *path, char **text,
+                            size_t *len)
+{
+    const size_t size = (size_t)st->st_size;
+    char *buf = malloc(size ? size : 1);
+    if (!buf)
+        return ZC_ERR(ZC_ERR_NO_MEMORY, "%s: %zu bytes for the manifest", path, size);
+    size_t got = 0;
+    while (got < size) {
+        ssize_t r = read(fd, buf + got, size - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            free(buf);
+            return ZC_ERR(ZC_ERR_IO, "%s: cannot read the manifest: %s", path, strerror(errno));
+        }
+        if (r == 0)
+            break;
+        got += (size_t)r;
+    }
+    *text = buf;
+    *len = got;
+    return ZC_OK;
+}
+
 zc_status zc__ck_manifest_read(const char *path, zc_ck_manifest *m)
 {
     return zc__ck_manifest_read_at(AT_FDCWD, path, path, m);
@@ -487,15 +527,23 @@ zc_status zc__ck_manifest_read_at(int dfd, const char *name, const char *path, z
     memset(m, 0, sizeof *m);
     json_error_t je;
     int fd;
+    struct stat st;
     char why[ZC_CK_PATH_MAX + 128];
     if (zc__open_regular_at(dfd, name, dfd == AT_FDCWD ? 0 : O_NOFOLLOW, path,
-                            "a checkpoint manifest (a regular JSON file)", &fd, NULL, why,
+                            "a checkpoint manifest (a regular JSON file)", &fd, &st, why,
                             sizeof why) != ZC_OPEN_OK)
         return ZC_ERR(ZC_ERR_IO, "%s", why);
-    /* The manifest of a large model is large (a row per entry); jansson
-     * reads it in one go, as it was written. */
-    json_t *root = json_loadfd(fd, JSON_REJECT_DUPLICATES, &je);
+    /* Read whole, then parsed: jansson's reader from a descriptor reads one
+     * byte per system call, and the manifest of a large model is large (a
+     * row per entry). */
+    size_t len = 0;
+    char *text = NULL;
+    zc_status rc = read_whole(fd, &st, path, &text, &len);
     close(fd);
+    if (rc != ZC_OK)
+        return rc;
+    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+    free(text);
     if (!root) {
         if (je.line < 0 || je.position == 0)
             return ZC_ERR(ZC_ERR_IO, "%s: cannot read the manifest: %s", path, je.text);

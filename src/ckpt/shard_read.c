@@ -3,8 +3,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <xxhash.h>
 
+#include "ckpt/hash_worker.h"
 #include "ckpt/ring_mem.h"
 #include "ckpt/shard_read.h"
 #include "offload/offload.h"
@@ -18,8 +18,8 @@
 #define IO_BLOCK ((size_t)1 << 20)
 #define IO_DEPTH 32
 #define RING_BYTES (SLOTS * SLOT_BYTES)
-/* Copy, then hash, in pieces that stay in the core's cache: the hash reads
- * what the copy just read. */
+/* Copied, then handed to the checksum worker, in pieces of 256 KiB (as the
+ * save's: shard_write.c). */
 #define PIECE ((size_t)256 << 10)
 
 typedef struct extent {
@@ -32,6 +32,7 @@ typedef struct slot {
     uint64_t off, len; /* file range */
     zc_nvme_ticket ticket;
     bool ready;        /* the read was waited for */
+    uint64_t hashed;   /* the last piece fed to the worker from it */
 } slot;
 
 struct zc_ck_reader {
@@ -49,7 +50,9 @@ struct zc_ck_reader {
     int head, live;         /* oldest slot in use, slots in use */
     zc_ck_ring_mem mem;     /* the ring: SLOTS buffers */
     char *ring;
-    XXH3_state_t *hash;
+    zc_ck_hasher *hasher;   /* the entries' checksums, in plan order */
+    uint64_t fed;           /* the last piece fed */
+    int64_t checked;        /* plan entries whose checksum was compared */
 };
 
 static uint64_t align_down(uint64_t x) { return x / ZC_CK_ALIGN * ZC_CK_ALIGN; }
@@ -137,8 +140,8 @@ zc_status zc__ck_reader_open(zc_ck_reader **out, const zc_ck_source *s, zc_mem_a
     if (rc == ZC_OK && n > 0) {
         rc = zc__ck_ring_alloc(&r->mem, RING_BYTES, acct, "checkpoint read buffers");
         r->ring = r->mem.base;
-        if (rc == ZC_OK && !(r->hash = XXH3_createState()))
-            rc = ZC_ERR(ZC_ERR_NO_MEMORY, "%s: xxHash state", s->dir);
+        if (rc == ZC_OK)
+            rc = zc__ck_hasher_start(&r->hasher, s->dir);
         if (rc == ZC_OK)
             rc = open_stores(r);
     }
@@ -159,8 +162,8 @@ void zc__ck_reader_close(zc_ck_reader *r)
     for (int f = 0; r->stores && f < r->src->m.nfiles; f++)
         zc__nvme_close(r->stores[f], ZC_NVME_CLOSE_CANCEL);
     free(r->stores);
+    zc__ck_hasher_stop(r->hasher); /* it may still be reading the ring */
     zc__ck_ring_free(&r->mem);
-    XXH3_freeState(r->hash);
     free(r->ext);
     free(r->plan_ext);
     free(r);
@@ -208,22 +211,25 @@ static zc_status fill(zc_ck_reader *r)
     return ZC_OK;
 }
 
-/* Hands the oldest slot back and starts the next read in it. */
+/* Hands the oldest slot back and starts the next read in it, once the
+ * worker has hashed what was fed from it. */
 static zc_status retire(zc_ck_reader *r)
 {
     slot *s = &r->slots[r->head];
     if (!s->ready && s->ext >= 0)
         ZC_CHECK(zc__nvme_wait(r->stores[r->ext[s->ext].file], s->ticket, NULL));
+    zc__ck_hasher_wait(r->hasher, s->hashed);
     s->ext = -1;
     r->head = (r->head + 1) % SLOTS;
     r->live--;
     return fill(r);
 }
 
-/* Copies the part of entry bytes [eb, eb + k) (at src) that falls in the
- * wanted bytes [w0, w1) to dst (which holds [w0, w1)), then hashes them. */
-static void consume(zc_ck_reader *r, const char *src, uint64_t eb, uint64_t k, uint64_t w0,
-                    uint64_t w1, char *dst)
+/* Copies the part of entry bytes [eb, eb + k) (at src, in the head slot)
+ * that falls in the wanted bytes [w0, w1) to dst (which holds [w0, w1)),
+ * then hands them to the worker; the entry has `bytes` bytes. */
+static zc_status consume(zc_ck_reader *r, const char *src, uint64_t eb, uint64_t k, uint64_t w0,
+                         uint64_t w1, uint64_t bytes, char *dst)
 {
     for (uint64_t done = 0; done < k;) {
         const uint64_t n = k - done < PIECE ? k - done : PIECE;
@@ -231,9 +237,26 @@ static void consume(zc_ck_reader *r, const char *src, uint64_t eb, uint64_t k, u
         const uint64_t c0 = b0 > w0 ? b0 : w0, c1 = b1 < w1 ? b1 : w1;
         if (c0 < c1)
             memcpy(dst + (c0 - w0), src + (c0 - eb), (size_t)(c1 - c0));
-        XXH3_64bits_update(r->hash, src + done, (size_t)n);
+        ZC_CHECK(zc__ck_hasher_feed(r->hasher, src + done, (size_t)n, b0 == 0, b1 == bytes,
+                                    &r->fed));
+        r->slots[r->head].hashed = r->fed;
         done += n;
     }
+    return ZC_OK;
+}
+
+/* Compares the checksums the worker has computed so far (all of them, after
+ * a wait for the last piece fed) with the manifest's, in plan order. */
+static zc_status compare_hashed(zc_ck_reader *r)
+{
+    int64_t n;
+    const uint64_t *d = zc__ck_hasher_digests(r->hasher, &n);
+    for (; r->checked < n; r->checked++) {
+        const zc_ck_entry *e = &r->src->m.entries[r->plan[r->checked]];
+        if (d[r->checked] != e->xxh3)
+            return zc__ck_source_mismatch(r->src, e);
+    }
+    return ZC_OK;
 }
 
 zc_status zc__ck_reader_next(zc_ck_reader *r, int64_t entry, int64_t x0, int64_t x1, float *dst)
@@ -252,7 +275,7 @@ zc_status zc__ck_reader_next(zc_ck_reader *r, int64_t entry, int64_t x0, int64_t
     const uint64_t bytes = (uint64_t)(e->end - e->begin) * sizeof(float);
     const uint64_t w0 = (uint64_t)(x0 - e->begin) * sizeof(float);
     const uint64_t w1 = (uint64_t)(x1 - e->begin) * sizeof(float);
-    XXH3_64bits_reset(r->hash);
+    ZC_CHECK(compare_hashed(r));
     uint64_t eb = 0; /* entry bytes consumed */
     while (eb < bytes) {
         slot *s = &r->slots[r->head];
@@ -274,8 +297,8 @@ zc_status zc__ck_reader_next(zc_ck_reader *r, int64_t entry, int64_t x0, int64_t
             }
         }
         const uint64_t k = bytes - eb < s->off + s->len - at ? bytes - eb : s->off + s->len - at;
-        consume(r, r->ring + (size_t)r->head * SLOT_BYTES + (at - s->off), eb, k, w0, w1,
-                (char *)dst);
+        ZC_CHECK(consume(r, r->ring + (size_t)r->head * SLOT_BYTES + (at - s->off), eb, k, w0,
+                         w1, bytes, (char *)dst));
         eb += k;
         if (at + k == s->off + s->len)
             ZC_CHECK(retire(r));
@@ -285,7 +308,17 @@ zc_status zc__ck_reader_next(zc_ck_reader *r, int64_t entry, int64_t x0, int64_t
     while (r->live && (r->pos == r->n || r->plan_ext[r->pos] != xi) &&
            r->slots[r->head].ext == xi)
         ZC_CHECK(retire(r));
-    if (XXH3_64bits_digest(r->hash) != e->xxh3)
-        return zc__ck_source_mismatch(r->src, e);
     return ZC_OK;
+}
+
+zc_status zc__ck_reader_finish(zc_ck_reader *r)
+{
+    if (!r)
+        return ZC_OK;
+    if (r->pos != r->n)
+        return ZC_ERR(ZC_ERR_INTERNAL, "%s: %" PRId64 " of %" PRId64 " planned entries read",
+                      r->src->dir, r->pos, r->n);
+    if (r->hasher)
+        zc__ck_hasher_wait(r->hasher, r->fed);
+    return r->hasher ? compare_hashed(r) : ZC_OK;
 }

@@ -8,13 +8,15 @@
  * follow each other in the file (a run of the saving engine is one extent
  * when the loading engine reads it whole), and the extents into pieces of one
  * ring buffer each. Pieces are read ahead through a ring of aligned buffers
- * while earlier ones are hashed and copied into place, so the disk is read
- * once and the CPU work overlaps it.
+ * while earlier ones are copied into place and hashed on the checksum
+ * worker's thread (hash_worker.h), so the disk is read once and the CPU work
+ * overlaps it; a buffer is read into again only once its bytes are hashed.
  *
  * Everything that can fail without touching the payload - opening every file
  * of the plan, the buffers - happens in zc__ck_reader_open, before the
  * engine's state is touched. A checksum mismatch is found only after the
- * entry's bytes were copied to their destination: the caller has then
+ * entry's bytes were copied to their destination, and it is reported by a
+ * later call (the worker hashes behind the copy): the caller has then
  * overwritten state (load.c breaks the engine on every rank). */
 #ifndef ZC_CKPT_SHARD_READ_H
 #define ZC_CKPT_SHARD_READ_H
@@ -33,12 +35,19 @@ typedef struct zc_ck_reader zc_ck_reader;
 zc_status zc__ck_reader_open(zc_ck_reader **out, const zc_ck_source *s, zc_mem_account *acct,
                              const int64_t *plan, int64_t n);
 
-/* The next plan entry, which must be `entry`: reads all of its bytes, checks
- * its checksum, and copies its elements [x0, x1) (of the parameter, inside
- * the entry) to dst (host memory) before the check. Errors: ZC_ERR_IO naming
- * the file, the tensor and the element range (checksum mismatch, I/O error),
- * ZC_ERR_INTERNAL when the plan is not followed. */
+/* The next plan entry, which must be `entry`: reads all of its bytes, copies
+ * its elements [x0, x1) (of the parameter, inside the entry) to dst (host
+ * memory) and hands the bytes to the checksum worker. Compares the checksums
+ * of the earlier entries the worker has finished. Errors: ZC_ERR_IO naming
+ * the file, the tensor and the element range (checksum mismatch of this or
+ * an earlier entry, I/O error), ZC_ERR_INTERNAL when the plan is not
+ * followed. */
 zc_status zc__ck_reader_next(zc_ck_reader *r, int64_t entry, int64_t x0, int64_t x1, float *dst);
+
+/* After the last entry: waits for the worker and compares the checksums not
+ * compared yet (the same errors). ZC_ERR_INTERNAL when entries of the plan
+ * were not read. NULL: ZC_OK. */
+zc_status zc__ck_reader_finish(zc_ck_reader *r);
 
 /* Cancels reads still in flight, closes the files, frees. NULL is a no-op. */
 void zc__ck_reader_close(zc_ck_reader *r);

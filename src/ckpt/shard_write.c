@@ -5,7 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include "ckpt/fsio.h"
 #include "ckpt/shard_write.h"
@@ -16,18 +15,20 @@
 /* The store's requests: 1 MiB, 32 in flight (its defaults). */
 #define IO_BLOCK ((size_t)1 << 20)
 #define IO_DEPTH 32
-/* Copy and hash in pieces that stay in the core's cache: the checksum reads
- * the bytes the copy just wrote. */
+/* Copied and handed to the checksum worker in pieces small enough to be
+ * still in the shared cache when the worker reads them, and large enough
+ * that the queue costs nothing next to hashing them. */
 #define PIECE ((size_t)256 << 10)
 
 static void free_buffers(zc_ck_shard *s)
 {
+    /* The worker first: it may still be reading the ring. */
+    zc__ck_hasher_stop(s->hasher);
+    s->hasher = NULL;
     zc__ck_ring_free(&s->ring_mem);
     s->ring = NULL;
     free(s->ents);
     s->ents = NULL;
-    XXH3_freeState(s->hash);
-    s->hash = NULL;
 }
 
 zc_status zc__ck_shard_open(zc_ck_shard *s, const char *dir, const char *tag, int rank,
@@ -66,8 +67,8 @@ zc_status zc__ck_shard_open(zc_ck_shard *s, const char *dir, const char *tag, in
     if (rc == ZC_OK)
         rc = zc__ck_ring_alloc(&s->ring_mem, ZC_CK_RING_SLOTS * SLOT_BYTES, NULL,
                                "checkpoint write buffers");
-    if (rc == ZC_OK && !(s->hash = XXH3_createState()))
-        rc = ZC_ERR(ZC_ERR_NO_MEMORY, "%s: xxHash state", s->tmp);
+    if (rc == ZC_OK)
+        rc = zc__ck_hasher_start(&s->hasher, s->tmp);
     if (rc != ZC_OK) {
         zc__nvme_close(s->st, ZC_NVME_CLOSE_CANCEL);
         s->st = NULL;
@@ -90,6 +91,7 @@ static zc_status flush_slot(zc_ck_shard *s)
         zc__error_context("writing %s", s->tmp);
         return rc;
     }
+    zc__ck_hasher_kick(s->hasher);
     s->slot = (s->slot + 1) % ZC_CK_RING_SLOTS;
     s->fill = 0;
     s->slot_off = s->bytes;
@@ -97,8 +99,8 @@ static zc_status flush_slot(zc_ck_shard *s)
 }
 
 /* Room in the ring for up to n bytes at the current position: *dst and the
- * byte count it may take (> 0). Waits for a buffer's previous write before
- * reusing it. */
+ * byte count it may take (> 0). Waits for a buffer's previous write, and for
+ * the worker to have hashed what was copied into it, before reusing it. */
 static zc_status room(zc_ck_shard *s, size_t n, char **dst, size_t *k)
 {
     if (!s->fill) {
@@ -108,6 +110,7 @@ static zc_status room(zc_ck_shard *s, size_t n, char **dst, size_t *k)
             *t = 0;
             ZC_CHECK(zc__nvme_wait(s->st, w, NULL));
         }
+        zc__ck_hasher_wait(s->hasher, s->slot_hashed[s->slot]);
         s->slot_off = s->bytes;
     }
     *dst = s->ring + (size_t)s->slot * SLOT_BYTES + s->fill;
@@ -144,26 +147,25 @@ zc_status zc__ck_shard_put(zc_ck_shard *s, int param, int kind, int64_t begin, i
 {
     ZC_CHECK(grow_entries(s));
     size_t left = (size_t)(end - begin) * sizeof(float);
-    if (zc__ck_run_bytes(s->bytes + left) > s->capacity) /* with the run's padding */
+    if (!left || zc__ck_run_bytes(s->bytes + left) > s->capacity) /* with the run's padding */
         return ZC_ERR(ZC_ERR_INTERNAL, "%s: %zu bytes at %" PRIu64 " do not fit the %" PRIu64
-                      " bytes reserved", s->tmp, left, s->bytes, s->capacity);
+                      " bytes reserved, or are none", s->tmp, left, s->bytes, s->capacity);
     const uint64_t offset = s->bytes;
-    XXH3_state_t *h = s->hash;
-    XXH3_64bits_reset(h);
     const char *p = (const char *)values;
-    while (left) {
+    for (bool first = true; left; first = false) {
         char *dst;
         size_t k;
         ZC_CHECK(room(s, left < PIECE ? left : PIECE, &dst, &k));
         memcpy(dst, p, k);
-        XXH3_64bits_update(h, dst, k);
+        /* Hashed from the copy: the checksum is of the bytes written. */
+        ZC_CHECK(zc__ck_hasher_feed(s->hasher, dst, k, first, k == left,
+                                    &s->slot_hashed[s->slot]));
         p += k;
         left -= k;
         ZC_CHECK(advance(s, k));
     }
     s->ents[s->n++] = (zc_ck_entry){.param = param, .kind = kind, .file = s->rank,
-                                    .begin = begin, .end = end, .offset = offset,
-                                    .xxh3 = XXH3_64bits_digest(h)};
+                                    .begin = begin, .end = end, .offset = offset};
     return ZC_OK;
 }
 
@@ -188,6 +190,23 @@ zc_status zc__ck_shard_append(zc_ck_shard *s, int param, int kind, int64_t begin
     return zc__ck_shard_pad(s);
 }
 
+/* Every piece hashed: the entries' checksums, in the order they were put. */
+static zc_status take_checksums(zc_ck_shard *s)
+{
+    uint64_t last = 0;
+    for (int i = 0; i < ZC_CK_RING_SLOTS; i++)
+        last = s->slot_hashed[i] > last ? s->slot_hashed[i] : last;
+    zc__ck_hasher_wait(s->hasher, last);
+    int64_t n;
+    const uint64_t *d = zc__ck_hasher_digests(s->hasher, &n);
+    if (n != s->n)
+        return ZC_ERR(ZC_ERR_INTERNAL, "%s: %" PRId64 " checksums for %" PRId64 " entries",
+                      s->tmp, n, s->n);
+    for (int64_t i = 0; i < n; i++)
+        s->ents[i].xxh3 = d[i];
+    return ZC_OK;
+}
+
 zc_status zc__ck_shard_close(zc_ck_shard *s)
 {
     if (s->st) {
@@ -197,6 +216,7 @@ zc_status zc__ck_shard_close(zc_ck_shard *s)
                           s->tmp, s->bytes, s->capacity);
         /* fsync waits for every write still in flight first. */
         ZC_CHECK(zc__nvme_fsync(s->st));
+        ZC_CHECK(take_checksums(s));
         zc_nvme_store *st = s->st;
         s->st = NULL;
         zc_status rc = zc__nvme_close(st, ZC_NVME_CLOSE_WAIT);

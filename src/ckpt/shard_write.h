@@ -7,12 +7,13 @@
  * with zeros to the alignment.
  *
  * Bytes reach the disk through a ring of aligned bounce buffers (huge pages:
- * ring_mem.h): each entry
- * is copied in pieces small enough to stay in cache, its checksum is updated
- * from the copy, and a full buffer is submitted at once while the next one is
- * filled, so copying and hashing overlap the writes. (Writing the engine's
- * memory directly, without the copy, was slower on the disks measured: its
- * 4 KiB pages make every request many segments; bench/RESULTS.md.)
+ * ring_mem.h): each entry is copied in pieces, each piece is handed to the
+ * checksum worker (hash_worker.h), which hashes it on its own thread, and a
+ * full buffer is submitted at once while the next one is filled, so the
+ * copying, the hashing and the writes overlap. A buffer is refilled only once
+ * its write is done and its pieces are hashed. (Writing the engine's memory
+ * directly, without the copy, was slower on the disks measured: its 4 KiB
+ * pages make every request many segments; bench/RESULTS.md.)
  *
  * The file is created as TMP = FINAL.tmp with O_EXCL, reserved at its exact
  * size up front (a full disk shows at open), and made durable under FINAL by
@@ -23,6 +24,7 @@
 #include <stdint.h>
 
 #include "ckpt/dirwrite.h"
+#include "ckpt/hash_worker.h"
 #include "ckpt/ring_mem.h"
 #include "offload/offload.h"
 
@@ -42,11 +44,13 @@ typedef struct zc_ck_shard {
     zc_ck_ring_mem ring_mem;  /* allocation behind ring */
     char *ring;               /* ZC_CK_RING_SLOTS buffers, page aligned */
     zc_nvme_ticket slot_ticket[ZC_CK_RING_SLOTS];
+    uint64_t slot_hashed[ZC_CK_RING_SLOTS]; /* the last piece fed from each
+                                               buffer (its hasher sequence) */
     int slot;                 /* the buffer being filled */
     size_t fill;              /* bytes in it */
     uint64_t slot_off;        /* file offset of its first byte */
-    struct XXH3_state_s *hash; /* the entry being put */
-    zc_ck_entry *ents;
+    zc_ck_hasher *hasher;     /* the entries' checksums */
+    zc_ck_entry *ents;        /* their xxh3 is filled in at close */
     int64_t n, cap;
 } zc_ck_shard;
 
@@ -65,8 +69,9 @@ zc_status zc__ck_shard_open(zc_ck_shard *s, const char *dir, const char *tag, in
                             uint64_t capacity);
 
 /* Appends elements [begin, end) of parameter `param`'s tensor `kind` (fp32
- * values in host memory) right after the previous entry of the run, and
- * records its entry and checksum. */
+ * values in host memory; read before the call returns) right after the
+ * previous entry of the run, and records its entry; its checksum is
+ * computed on the worker and recorded by zc__ck_shard_close. */
 zc_status zc__ck_shard_put(zc_ck_shard *s, int param, int kind, int64_t begin, int64_t end,
                            const float *values);
 

@@ -7,10 +7,10 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include "base/regfile.h"
 #include "ckpt/fsio.h"
+#include "ckpt/hash.h"
 #include "ckpt/source.h"
 
 /* Verification reads through a bounded buffer, so checking a tensor of any

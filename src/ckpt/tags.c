@@ -5,12 +5,12 @@
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include "base/regfile.h"
 #include "ckpt/dirwrite.h"
 #include "ckpt/format.h"
 #include "ckpt/fsio.h"
+#include "ckpt/hash.h"
 #include "config/config.h"
 
 bool zc__ck_tag_valid(const char *tag)

@@ -1,0 +1,362 @@
+/* The checksums a save records are XXH3-64 of each entry's bytes, computed
+ * here independently: xxHash's scalar code compiled into this test, one call
+ * per entry (the save hashes on a worker thread, piece by piece, with the
+ * library's vector code).
+ *
+ * - The shard writer (src/ckpt/shard_write.c) fed entries of sizes chosen
+ *   against its ring (pieces of 256 KiB, four buffers of 4 MiB): entries
+ *   several to a piece, ending one byte past a piece, exactly one piece, one
+ *   buffer, spanning buffers, and longer than the whole ring; runs of several
+ *   entries starting mid-buffer. The file holds the bytes put, and the index
+ *   each entry's checksum.
+ * - The engine's save (3 ranks): every entry of the manifest against the
+ *   bytes of its file.
+ * - A load of a shard file several times the read ring, with the worker
+ *   slowed down, brings back the saved master bit for bit: a ring buffer is
+ *   read into again only after its bytes were hashed.
+ * - The load hashes on the worker too, behind its copy: a flipped byte in
+ *   the last entry a rank reads (found only after that entry, by
+ *   zc__ck_reader_finish) or in an earlier one with the worker slowed down
+ *   still fails the load on every rank, naming the entry, and breaks the
+ *   engines. */
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* The reference: static copies of xxHash's functions, scalar code only. */
+#define XXH_INLINE_ALL
+#define XXH_VECTOR XXH_SCALAR
+#include <xxhash.h>
+
+#include "ck_phase.h"
+#include "ckpt/dirwrite.h"
+#include "ckpt/hash_worker.h"
+#include "ckpt/shard_write.h"
+#include "helpers.h"
+
+static uint64_t ref_xxh3(const void *p, size_t n) { return XXH3_64bits(p, n); }
+
+static unsigned char *read_file(const char *path, size_t *n)
+{
+    FILE *fp = fopen(path, "rb");
+    cr_assert_not_null(fp, "%s", path);
+    cr_assert_eq(fseek(fp, 0, SEEK_END), 0);
+    long len = ftell(fp);
+    cr_assert_geq(len, 0);
+    rewind(fp);
+    unsigned char *b = malloc((size_t)len + 1);
+    cr_assert_not_null(b);
+    cr_assert_eq(fread(b, 1, (size_t)len, fp), (size_t)len, "%s", path);
+    fclose(fp);
+    *n = (size_t)len;
+    return b;
+}
+
+/* A value sequence of its own for each entry (xorshift64*), so no two
+ * entries' bytes agree and an entry hashed in another's place is caught. */
+static void fill(float *v, int64_t n, uint64_t seed)
+{
+    uint64_t x = seed * 0x9E3779B97F4A7C15ULL + 1;
+    for (int64_t i = 0; i < n; i++) {
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        const uint32_t u = (uint32_t)((x * 0x2545F4914F6CDD1DULL) >> 32);
+        memcpy(&v[i], &u, 4); /* any bits: the checksum is of bytes */
+    }
+}
+
+#define PIECE_F (65536)   /* floats in a 256 KiB piece */
+#define SLOT_F (1048576)  /* floats in a 4 MiB ring buffer */
+
+/* Entries in file order; pad_after: the run ends after this entry. */
+static const struct {
+    int64_t n;
+    bool pad_after;
+} entries[] = {
+    {1, false},           {7, false},      {1000, true},  /* several to a piece */
+    {PIECE_F, true},                                      /* exactly a piece */
+    {PIECE_F + 1, false}, {3, true},                      /* one byte past a piece, then a tail */
+    {SLOT_F, true},                                       /* exactly a buffer */
+    {5, false},           {SLOT_F - 1, true},             /* a run starting mid-buffer */
+    {2500000, false},     {129, true},                    /* across buffers */
+    {4 * SLOT_F + 11, true},                              /* longer than the ring */
+    {64, true},
+};
+#define NENT ((int)(sizeof entries / sizeof entries[0]))
+
+static void shard_writer_case(void)
+{
+    char *dir = ck_tmpdir();
+    uint64_t capacity = 0, run = 0;
+    for (int i = 0; i < NENT; i++) {
+        run += (uint64_t)entries[i].n * 4;
+        if (entries[i].pad_after) {
+            capacity += zc__ck_run_bytes(run);
+            run = 0;
+        }
+    }
+    cr_assert_eq(run, 0);
+    cr_assert_eq(zc__ck_stage_open(dir, "t"), ZC_OK, "%s", zc_last_error());
+    zc_ck_shard sh;
+    cr_assert_eq(zc__ck_shard_open(&sh, dir, "t", 0, capacity), ZC_OK, "%s", zc_last_error());
+    float *vals[NENT];
+    uint64_t want[NENT], where[NENT];
+    for (int i = 0; i < NENT; i++) {
+        vals[i] = malloc((size_t)entries[i].n * 4);
+        cr_assert_not_null(vals[i]);
+        fill(vals[i], entries[i].n, (uint64_t)i + 1);
+        want[i] = ref_xxh3(vals[i], (size_t)entries[i].n * 4);
+        where[i] = sh.bytes;
+        cr_assert_eq(zc__ck_shard_put(&sh, i, 0, 0, entries[i].n, vals[i]), ZC_OK, "%s",
+                     zc_last_error());
+        if (entries[i].pad_after)
+            cr_assert_eq(zc__ck_shard_pad(&sh), ZC_OK, "%s", zc_last_error());
+    }
+    cr_assert_eq(zc__ck_shard_close(&sh), ZC_OK, "%s", zc_last_error());
+    zc__ck_shard_discard(&sh);
+
+    char p[800];
+    snprintf(p, sizeof p, "%s/.t.partial/rank_00000.bin", dir);
+    size_t fbytes;
+    unsigned char *file = read_file(p, &fbytes);
+    cr_assert_eq(fbytes, capacity);
+    snprintf(p, sizeof p, "%s/.t.partial/rank_00000.idx", dir);
+    size_t ibytes;
+    unsigned char *idx = read_file(p, &ibytes);
+    uint64_t head[3];
+    cr_assert_eq(ibytes, sizeof head + NENT * sizeof(zc_ck_entry));
+    memcpy(head, idx, sizeof head);
+    cr_assert_eq(head[1], (uint64_t)NENT);
+    cr_assert_eq(head[2], capacity);
+    for (int i = 0; i < NENT; i++) {
+        zc_ck_entry e;
+        memcpy(&e, idx + sizeof head + (size_t)i * sizeof e, sizeof e);
+        const size_t len = (size_t)entries[i].n * 4;
+        cr_assert_eq(e.param, i);
+        cr_assert_eq(e.end - e.begin, entries[i].n);
+        cr_assert_eq(e.offset, where[i], "entry %d at %llu, put at %llu", i,
+                     (unsigned long long)e.offset, (unsigned long long)where[i]);
+        cr_assert(memcmp(file + e.offset, vals[i], len) == 0, "entry %d: the file differs", i);
+        cr_assert_eq(e.xxh3, want[i], "entry %d (%lld floats): recorded %016llx, XXH3 %016llx",
+                     i, (long long)entries[i].n, (unsigned long long)e.xxh3,
+                     (unsigned long long)want[i]);
+        free(vals[i]);
+    }
+    free(file);
+    free(idx);
+    zc__ck_stage_abort(dir, "t");
+    ck_rm_tree(dir);
+    free(dir);
+    t_assert_no_leaks();
+}
+
+Test(ckpt_checksums, shard_writer_matches_independent_xxh3_at_every_ring_boundary)
+{
+    shard_writer_case();
+}
+
+/* The worker far behind the writer (2 ms a piece, the writer a few hundred
+ * microseconds): each ring buffer is refilled only after its pieces were
+ * hashed, so the checksums are still those of the bytes put. */
+Test(ckpt_checksums, shard_writer_waits_for_a_slow_worker)
+{
+    zc__ck_hasher_slow_for_tests(2000);
+    shard_writer_case();
+    zc__ck_hasher_slow_for_tests(0);
+}
+
+static uint64_t hex64(const char *s)
+{
+    cr_assert_not_null(s);
+    cr_assert_eq(strlen(s), 16, "'%s'", s);
+    return strtoull(s, NULL, 16);
+}
+
+Test(ckpt_checksums, engine_save_matches_independent_xxh3_of_the_files)
+{
+    t_run run;
+    t_run_init(&run, 2, 3, ZC_DTYPE_F32);
+    ck_saved saved;
+    cr_assert(ck_saved_make(&saved, &run, 3, "t"), "%s", ck_phase_error(&saved.phase));
+    char p[800];
+    snprintf(p, sizeof p, "%s/t/manifest.json", saved.dir);
+    json_error_t je;
+    json_t *root = json_load_file(p, 0, &je);
+    cr_assert_not_null(root, "%s", je.text);
+    json_t *files = json_object_get(root, "files"), *ents = json_object_get(root, "tensors");
+    const size_t nf = json_array_size(files);
+    cr_assert_eq(nf, 3);
+    size_t checked = 0;
+    for (size_t f = 0; f < nf; f++) {
+        json_t *fo = json_array_get(files, f);
+        snprintf(p, sizeof p, "%s/t/%s", saved.dir,
+                 json_string_value(json_object_get(fo, "name")));
+        size_t bytes;
+        unsigned char *data = read_file(p, &bytes);
+        for (size_t i = 0; i < json_array_size(ents); i++) {
+            json_t *e = json_array_get(ents, i);
+            if ((size_t)json_integer_value(json_array_get(e, 2)) != f)
+                continue;
+            const int64_t len = (json_integer_value(json_array_get(e, 4)) -
+                                 json_integer_value(json_array_get(e, 3))) * 4;
+            const int64_t off = json_integer_value(json_array_get(e, 5));
+            cr_assert_leq((size_t)(off + len), bytes);
+            const uint64_t rec = hex64(json_string_value(json_array_get(e, 6)));
+            cr_assert_eq(rec, ref_xxh3(data + off, (size_t)len),
+                         "file %zu, entry %zu at %lld: recorded %016llx", f, i, (long long)off,
+                         (unsigned long long)rec);
+            checked++;
+        }
+        free(data);
+    }
+    cr_assert_gt(checked, 3 * 3, "entries of every kind on every rank");
+    json_decref(root);
+    ck_saved_free(&saved);
+    t_assert_no_leaks();
+}
+
+/* Flips a byte of the entry of rank_00001.bin that lies last in the file
+ * (last: true) or first; returns its tensor's name and kind in `what`. */
+static void flip_entry(const char *ck, bool last, char *what, size_t cap)
+{
+    char p[800];
+    snprintf(p, sizeof p, "%s/manifest.json", ck);
+    json_error_t je;
+    json_t *root = json_load_file(p, 0, &je);
+    cr_assert_not_null(root, "%s", je.text);
+    json_t *ents = json_object_get(root, "tensors"), *params = json_object_get(root, "params");
+    json_t *pick = NULL;
+    for (size_t i = 0; i < json_array_size(ents); i++) {
+        json_t *e = json_array_get(ents, i);
+        if (json_integer_value(json_array_get(e, 2)) != 1)
+            continue;
+        const int64_t off = json_integer_value(json_array_get(e, 5));
+        if (!pick || (last ? off > json_integer_value(json_array_get(pick, 5))
+                           : off < json_integer_value(json_array_get(pick, 5))))
+            pick = e;
+    }
+    cr_assert_not_null(pick);
+    const int64_t off = json_integer_value(json_array_get(pick, 5));
+    const int64_t len = (json_integer_value(json_array_get(pick, 4)) -
+                         json_integer_value(json_array_get(pick, 3))) * 4;
+    json_t *param = json_array_get(params, (size_t)json_integer_value(json_array_get(pick, 0)));
+    snprintf(what, cap, "tensor '%s' (%s, elements [",
+             json_string_value(json_object_get(param, "name")),
+             json_string_value(json_array_get(pick, 1)));
+    json_decref(root);
+    snprintf(p, sizeof p, "%s/rank_00001.bin", ck);
+    int fd = open(p, O_RDWR);
+    cr_assert_geq(fd, 0, "%s", p);
+    const int64_t at = off + len - 1; /* the entry's last byte */
+    unsigned char b;
+    cr_assert_eq(pread(fd, &b, 1, at), 1);
+    b ^= 0x01;
+    cr_assert_eq(pwrite(fd, &b, 1, at), 1);
+    close(fd);
+}
+
+static void load_refused(bool last, unsigned slow_us)
+{
+    t_run run;
+    t_run_init(&run, 2, 2, ZC_DTYPE_F32);
+    ck_saved saved;
+    cr_assert(ck_saved_make(&saved, &run, 3, "t"), "%s", ck_phase_error(&saved.phase));
+    char ck[700], what[256], want[400];
+    snprintf(ck, sizeof ck, "%s/t", saved.dir);
+    flip_entry(ck, last, what, sizeof what);
+    snprintf(want, sizeof want, "rank_00001.bin: checksum mismatch in %s", what);
+    t_run again;
+    t_run_init(&again, 2, 2, ZC_DTYPE_F32);
+    ck_phase tried = {.run = &again, .load_dir = saved.dir, .first = 3, .n = 1};
+    zc__ck_hasher_slow_for_tests(slow_us);
+    cr_assert(ck_phase_run(&tried), "%s", ck_phase_error(&tried));
+    zc__ck_hasher_slow_for_tests(0);
+    for (int r = 0; r < 2; r++) {
+        cr_assert_eq(tried.load_rc[r], ZC_ERR_IO, "rank %d: %s", r, tried.load_msg[r]);
+        cr_assert_not_null(strstr(tried.load_msg[r], want), "rank %d: '%s' lacks '%s'", r,
+                           tried.load_msg[r], want);
+        cr_assert(tried.broken[r], "rank %d: the engine is not broken", r);
+    }
+    cr_assert_str_eq(tried.load_msg[0], tried.load_msg[1]);
+    free(tried.master);
+    ck_saved_free(&saved);
+    t_assert_no_leaks();
+}
+
+Test(ckpt_checksums, load_finds_a_flipped_byte_in_the_last_entry_read)
+{
+    load_refused(true, 0);
+}
+
+Test(ckpt_checksums, load_finds_a_flipped_byte_behind_a_slow_worker)
+{
+    load_refused(false, 2000);
+}
+
+/* One rank, stage 1, host device: two parameters whose state (48 MB) is
+ * three times the read ring; the master from `fill`, m and v zero. */
+static zc_engine *big_engine(zc_comm **comm, zc_config **cfg, zc_param **p, const int64_t *n)
+{
+    zc_engine *eng = NULL;
+    cr_assert_eq(zc_comm_local_world(1, comm), ZC_OK);
+    cr_assert_eq(zc_config_create(cfg), ZC_OK);
+    cr_assert_eq(zc_config_set_int(*cfg, "zero_optimization.stage", 1), ZC_OK);
+    zc_engine_options eo = ZC_ENGINE_OPTIONS_INIT;
+    eo.device = ZC_DEVICE_HOST;
+    cr_assert_eq(zc_engine_create(&eng, *cfg, *comm, &eo), ZC_OK, "%s", zc_last_error());
+    for (int i = 0; i < 2; i++) {
+        char name[8];
+        snprintf(name, sizeof name, "w%d", i);
+        p[i] = zc_param_add(eng, name, &n[i], 1, 0);
+        cr_assert_not_null(p[i], "%s", zc_last_error());
+    }
+    cr_assert_eq(zc_engine_build(eng), ZC_OK, "%s", zc_last_error());
+    return eng;
+}
+
+Test(ckpt_checksums, load_larger_than_the_ring_waits_for_a_slow_worker)
+{
+    const int64_t n[2] = {3000000, 1000001};
+    char *dir = ck_tmpdir();
+    float *want[2], *got[2];
+    zc_comm *comm;
+    zc_config *cfg;
+    zc_param *p[2];
+    zc_engine *eng = big_engine(&comm, &cfg, p, n);
+    for (int i = 0; i < 2; i++) {
+        want[i] = malloc((size_t)n[i] * 4);
+        got[i] = malloc((size_t)n[i] * 4);
+        cr_assert(want[i] && got[i]);
+        for (int64_t k = 0; k < n[i]; k++) /* finite: NaN bits need not survive a load */
+            want[i][k] = (float)(k % 1000003) * (i ? -0.5f : 0.25f) + (float)i;
+        cr_assert_eq(zc_param_load(eng, p[i], want[i]), ZC_OK, "%s", zc_last_error());
+    }
+    cr_assert_eq(zc_checkpoint_save(eng, dir, "t"), ZC_OK, "%s", zc_last_error());
+    zc_engine_destroy(eng);
+    zc_config_destroy(cfg);
+    zc_comm_destroy(comm);
+
+    eng = big_engine(&comm, &cfg, p, n);
+    zc__ck_hasher_slow_for_tests(1000);
+    const zc_status rc = zc_checkpoint_load(eng, dir, "t");
+    zc__ck_hasher_slow_for_tests(0);
+    cr_assert_eq(rc, ZC_OK, "%s", zc_last_error());
+    for (int i = 0; i < 2; i++) {
+        cr_assert_eq(zc_param_gather_master(eng, p[i], got[i]), ZC_OK, "%s", zc_last_error());
+        cr_assert(memcmp(got[i], want[i], (size_t)n[i] * 4) == 0, "w%d differs after the load",
+                  i);
+        free(want[i]);
+        free(got[i]);
+    }
+    zc_engine_destroy(eng);
+    zc_config_destroy(cfg);
+    zc_comm_destroy(comm);
+    ck_rm_tree(dir);
+    free(dir);
+    t_assert_no_leaks();
+}
