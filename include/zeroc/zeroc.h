@@ -887,6 +887,38 @@ typedef struct zc_stats {
  * engines; not with concurrent calls on this engine. */
 ZC_API zc_status zc_engine_stats(const zc_engine *eng, zc_stats *out);
 
+/* ---- Scalar all-reduce: the loop's own numbers across ranks ------------- */
+
+/* What zc_all_reduce_f64 computes over the ranks, element by element. */
+typedef enum zc_reduce_op {
+    ZC_REDUCE_SUM = 0, /* in rank order: ((v0 + v1) + v2) + ... */
+    ZC_REDUCE_MAX,     /* NaN if any rank's value is NaN */
+    ZC_REDUCE_MIN      /* NaN if any rank's value is NaN */
+} zc_reduce_op;
+
+/* The most values one zc_all_reduce_f64 call takes. */
+#define ZC_ALL_REDUCE_F64_MAX 64
+
+/* Reduces `count` doubles (1..ZC_ALL_REDUCE_F64_MAX) across the engine's
+ * ranks, in place: afterwards values[i] is op over every rank's values[i],
+ * bitwise the same on every rank and under every launcher and backend (local
+ * threads, MPI, NCCL): the ranks exchange their values and each computes the
+ * result on the host in rank order, so a sum does not depend on a reduction
+ * tree. For a training loop's own numbers - the mean loss over ranks (sum,
+ * then divide by zc_comm_world), token counts, evaluation metrics - not for
+ * tensors. Collective: every rank calls it at the same point of its call
+ * sequence (among the other collectives) with the same count and op; after
+ * zc_engine_build, at any point (between micro-steps too); it changes no
+ * training state and is not counted in zc_stats' communication.
+ * Failures are agreed like the engine's other collectives: a NULL values, a
+ * count out of range or an unknown op on any rank, or ranks passing
+ * different counts or ops, fail the call on every rank with
+ * ZC_ERR_INVALID_ARG and the same message (naming the rank), values
+ * unchanged and the engine still usable; a failed exchange (ZC_ERR_COMM: a
+ * rank that never calls it times out) breaks the engine on every rank, as
+ * any failed collective does. */
+ZC_API zc_status zc_all_reduce_f64(zc_engine *eng, double *values, int count, zc_reduce_op op);
+
 /* ---- Planning memory before anything is allocated ------------------------ */
 
 /* One tensor of a model to plan, in registration order: what zc_param_add
