@@ -52,12 +52,10 @@ typedef struct shared {
     int local;               /* ranks run by this process */
     gpt_data data;
     double unigram_val;      /* entropy of the validation bytes, nats */
-    double *losses;          /* [local] this step's loss on each local rank */
     double val_loss;         /* last validation loss (rank 0) */
     zc_stats stats0;         /* rank 0's engine stats before it is destroyed (--json) */
     float *master;           /* gathered fp32 master, registration order */
     const gpt_backend *be;   /* where the model runs (--device) */
-    pthread_barrier_t bar;
 } shared;
 
 typedef struct rank_arg {
@@ -460,14 +458,13 @@ static void *rank_main(void *argp)
         if (o->save_every && (step + 1) % o->save_every == 0)
             CHECK(zc_checkpoint_save(s.eng, o->save_dir, NULL));
         double dt_s = now() - t0;
-        /* Ranks of this process average their losses; under a launcher the
-         * printed loss is rank 0's own. */
-        sh->losses[ra->index] = loss / o->accum;
-        if (sh->local > 1) pthread_barrier_wait(&sh->bar);
+        /* The mean over ranks, threads or processes alike: the sum is taken
+         * in rank order on every rank, so both launchers print the same
+         * bits. Collective. */
+        double l = loss / o->accum;
+        CHECK(zc_all_reduce_f64(s.eng, &l, 1, ZC_REDUCE_SUM));
+        l /= sh->world;
         if (lead) {
-            double l = 0;
-            for (int r = 0; r < sh->local; r++) l += sh->losses[r];
-            l /= sh->local;
             if (o->json) {
                 /* With wall_clock_breakdown, rank 0's step timers too. */
                 char tm[320] = "";
@@ -492,7 +489,6 @@ static void *rank_main(void *argp)
                        info.skipped ? "  (skipped: overflow)" : "");
             fflush(stdout);
         }
-        if (sh->local > 1) pthread_barrier_wait(&sh->bar); /* losses[] is reused */
         if (o->eval_every > 0 && (step + 1) % o->eval_every == 0 && step + 1 < end) {
             double v = validate(&s, m, B, tok, tgt);
             if (lead) {
@@ -676,18 +672,12 @@ int main(int argc, char **argv)
     if (!o->cuda && sh->local > 1) openblas_set_num_threads(1);
 
     const size_t total = gpt_num_params(c);
-    sh->losses = xcalloc((size_t)sh->local, sizeof(double));
     sh->master = xcalloc(total, sizeof(float));
     sh->comms = xcalloc((size_t)sh->local, sizeof(zc_comm *));
     if (per_process) {
         sh->comms[0] = env_comm;
     } else {
         CHECK(zc_comm_local_world(sh->world, sh->comms));
-        int be = pthread_barrier_init(&sh->bar, NULL, (unsigned)sh->local);
-        if (be != 0) {
-            fprintf(stderr, "train_gpt: cannot make the rank barrier: %s\n", strerror(be));
-            gpt_quit(1);
-        }
     }
     bool lead_here = zc_comm_rank(sh->comms[0]) == 0;
     if (lead_here && !o->json)
@@ -713,9 +703,8 @@ int main(int argc, char **argv)
 
     for (int r = 0; r < sh->local; r++) zc_comm_destroy(sh->comms[r]);
     zc_config_destroy(sh->cfg);
-    if (!per_process) pthread_barrier_destroy(&sh->bar);
     gpt_data_destroy(&sh->data);
-    free(th); free(args); free(sh->comms); free(sh->master); free(sh->losses);
+    free(th); free(args); free(sh->comms); free(sh->master);
     free(sh);
     if (fflush(stdout) != 0 || ferror(stdout)) {
         fprintf(stderr, "train_gpt: cannot write the output: %s\n",

@@ -11,7 +11,8 @@
   4. zc_mpi_helper kill, W = 3: a rank killed mid-step ends the job within
      the timeout; nothing hangs.
   5. train_mlp, one rank per process under mpirun, W = 1..4, stages 0-3: the
-     params_sha256 equals the thread run's (`train_mlp --world W`).
+     params_sha256 and every step's printed loss (the mean over ranks, by
+     zc_all_reduce_f64) equal the thread run's (`train_mlp --world W`).
   6. two train_mlp processes with different stages: the build agreement
      fails every rank with ZC_ERR_CONFIG naming both stages.
   7. zc_mpi_helper scalars, W = 1..4: zc_all_reduce_f64 (sum, max, min)
@@ -186,6 +187,10 @@ def train_args(stage):
             "--seed", "5", "--bucket", "20000", "--persistence-threshold", "0"]
 
 
+def step_losses(stdout):
+    return [json.loads(l)["loss"] for l in stdout.splitlines() if l.startswith('{"step"')]
+
+
 def final_line(stdout):
     finals = [json.loads(l) for l in stdout.splitlines() if '"final"' in l]
     return finals
@@ -200,6 +205,7 @@ def check_train(train):
             fail("train_mlp --world %d: exit %d\n%s" % (w, p.returncode, p.stderr[-2000:]))
             continue
         want = finals[0]["params_sha256"]
+        want_losses = step_losses(p.stdout)
         for stage in range(4):
             p, dt, cmd = mpirun(w, [train, *train_args(stage)])
             finals = final_line(p.stdout)
@@ -208,9 +214,13 @@ def check_train(train):
                      % (cmd, p.returncode, len(finals), p.stderr[-2000:]))
                 continue
             f = finals[0]
+            losses = step_losses(p.stdout)
             if f["params_sha256"] != want or f["world"] != w or f["stage"] != stage:
                 fail("%s: params_sha256 %s world %d stage %d; the thread run (--world %d) "
                      "gave %s" % (cmd, f["params_sha256"], f["world"], f["stage"], w, want))
+            elif losses != want_losses or len(losses) != 3:
+                fail("%s: printed losses %s; the thread run (--world %d) printed %s"
+                     % (cmd, losses, w, want_losses))
             else:
                 print("train_mlp W=%d stage %d: %s (%.1f s)" % (w, stage, want[:16], dt),
                       flush=True)
