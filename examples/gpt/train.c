@@ -210,6 +210,23 @@ static void give_grads(rank_state *s, zc_block *b, float *const *src)
 
 static int block_first(int l) { return 2 + GPT_BLOCK_TENSORS * l; }
 
+/* The model's pieces as blocks, in registration order: the embedding, the
+ * layers, the final LayerNorm (j in [0, layers + 2)); together every tensor
+ * once, so their values back to back are the model's in registration order. */
+static zc_block *piece(const rank_state *s, int j)
+{
+    return j == 0 ? s->emb : j <= s->sh->o.model.layers ? s->layer[j - 1] : s->head;
+}
+
+/* The elements of block b (one array of zc_block_load / _gather_master). */
+static size_t block_numel(const zc_block *b)
+{
+    size_t n = 0;
+    for (int k = 0; k < zc_block_size(b); k++)
+        n += (size_t)zc_param_numel(zc_block_param(b, k));
+    return n;
+}
+
 /* Forward of model m over s->tok / s->tgt through every piece, acquiring
  * each; returns the mean loss. */
 static double forward(rank_state *s, void *m, bool keep_head)
@@ -390,14 +407,19 @@ static void *rank_main(void *argp)
         CHECK(zc_block_span(s.eng, s.P[block_first(l)], &s.layer[l]));
     CHECK(zc_block_span(s.eng, s.P[s.nt - 2], &s.head));
     CHECK(zc_block_create(s.eng, &s.P[0], 1, &s.wte_only));
+    size_t max_piece = 0; /* elements of the largest piece */
+    for (int j = 0; j < c->layers + 2; j++)
+        if (block_numel(piece(&s, j)) > max_piece) max_piece = block_numel(piece(&s, j));
     {
-        size_t maxn = 0;
-        for (int i = 0; i < s.nt; i++)
-            if (s.numel[i] > maxn) maxn = s.numel[i];
-        float *init = xcalloc(maxn, sizeof(float));
-        for (int i = 0; i < s.nt; i++) {
-            gpt_init_tensor(c, i, o->seed, init);
-            CHECK(zc_param_load(s.eng, s.P[i], init));
+        /* One load per piece, its tensors' initial values back to back. */
+        float *init = xcalloc(max_piece, sizeof(float));
+        for (int j = 0, i = 0; j < c->layers + 2; j++) {
+            size_t at = 0;
+            for (int k = 0; k < zc_block_size(piece(&s, j)); k++, i++) {
+                gpt_init_tensor(c, i, o->seed, init + at);
+                at += s.numel[i];
+            }
+            CHECK(zc_block_load(s.eng, piece(&s, j), init, at));
         }
         free(init);
     }
@@ -507,14 +529,14 @@ static void *rank_main(void *argp)
         printf("{\"eval\":true,\"step\":%d,\"val_loss\":%s}\n", end, jnum(v).s);
     if (o->sample > 0) sample(&s, o->sample, lead && !o->json);
 
-    /* Gathering the master is collective: every rank takes part, rank 0 keeps it. */
-    size_t off = 0, maxn = 0;
-    for (int i = 0; i < s.nt; i++)
-        if (s.numel[i] > maxn) maxn = s.numel[i];
-    float *scratch = xcalloc(maxn, sizeof(float));
-    for (int i = 0; i < s.nt; i++) {
-        CHECK(zc_param_gather_master(s.eng, s.P[i], lead ? sh->master + off : scratch));
-        off += s.numel[i];
+    /* Gathering the master is collective: every rank takes part, rank 0 keeps
+     * it. A piece at a time, in registration order. */
+    size_t off = 0;
+    float *scratch = xcalloc(max_piece, sizeof(float));
+    for (int j = 0; j < c->layers + 2; j++) {
+        const size_t n = block_numel(piece(&s, j));
+        CHECK(zc_block_gather_master(s.eng, piece(&s, j), lead ? sh->master + off : scratch, n));
+        off += n;
     }
     free(scratch);
     free(tok);
