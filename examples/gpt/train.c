@@ -17,7 +17,10 @@
  *
  * Each rank is a thread with its own engine (zc_comm_local_world), or, when
  * mpirun or torchrun started this process (or with --launcher env), it is one
- * rank of the launched job (zc_comm_init_env).
+ * rank of the launched job (zc_comm_init_env). Either way the printed loss
+ * is the mean over ranks (zc_all_reduce_f64), the same bits; the initial
+ * values load, and the master is gathered, a piece at a time
+ * (zc_block_load, zc_block_gather_master).
  * Run `train_gpt --help` for the flags; --json prints one object per step,
  * per evaluation and a final one (see README). */
 #include <errno.h>

@@ -30,8 +30,8 @@
  *                               prints the refusal it got, and a last sum
  *                               shows the engine still works.
  *
- * Prints "OK ..." (or "TIMEOUT_OK ...", "IDLE_OK ...", "SCALARS ...") and exits 0; on a failed check prints
- * "FAIL ..." and exits 1; 4 on bad usage. */
+ * Prints "OK ..." (or "TIMEOUT_OK ...", "IDLE_OK ...", "SCALARS ...") and
+ * exits 0; on a failed check prints "FAIL ..." and exits 1; 4 on bad usage. */
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
