@@ -280,6 +280,10 @@ ZC_API void zc_engine_destroy(zc_engine *e)
     zc__view_free(e);
     zc__registry_free(e);
     zc_config_destroy(e->cfg);
+    /* The communicator outlives the engine: what it made on the engine's
+     * device goes before the device. */
+    if (e->dev && e->comm && e->comm->dev == e->dev && e->comm->ops->unbind_device)
+        e->comm->ops->unbind_device(e->comm);
     if (e->dev)
         e->dev->ops->destroy(e->dev);
     e->magic = 0;
