@@ -138,13 +138,11 @@ static zc_status r_adam(zc_device *d, const zc_adam_shard *sh, const zc_adam_coe
 }
 static void r_destroy(zc_device *d) { (void)d; }
 
-/* Routes e's device calls (and its pools') through f from now on: before
- * build, so the streams and events it creates are f's handles. */
-void rec_install(zc_engine *e, rec_dev *f)
+void rec_init(rec_dev *f, const zc_device *under)
 {
     memset(f, 0, sizeof *f);
-    f->base = *e->dev;
-    f->ops = *e->dev->ops;
+    f->base = *under;
+    f->ops = *under->ops;
     f->ops.alloc = r_alloc;
     f->ops.stream_create = r_stream_create;
     f->ops.stream_create_nonblocking = r_stream_create_nb;
@@ -168,6 +166,13 @@ void rec_install(zc_engine *e, rec_dev *f)
     f->ops.adam = r_adam;
     f->ops.destroy = r_destroy;
     f->base.ops = &f->ops;
+}
+
+/* Routes e's device calls (and its pools') through f from now on: before
+ * build, so the streams and events it creates are f's handles. */
+void rec_install(zc_engine *e, rec_dev *f)
+{
+    rec_init(f, e->dev);
     e->dev = &f->base;
     e->pool_grad.dev = e->pool_gather.dev = e->pool_stage.dev = &f->base;
 }

@@ -40,6 +40,9 @@ typedef struct rec_dev {
 /* Matches any stream or event in rec_find and rec_count_host_waits. */
 #define ANY ((void *)-1)
 
+/* Makes f a recording device over `under` (the host backend): empty log,
+ * no handles. */
+void rec_init(rec_dev *f, const zc_device *under);
 /* Routes e's device calls (and its pools') through f from now on: call it
  * before build, so the streams and events the engine creates are f's
  * handles. The communicator keeps the device it was bound to (the host)
