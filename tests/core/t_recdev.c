@@ -136,6 +136,11 @@ static zc_status r_adam(zc_device *d, const zc_adam_shard *sh, const zc_adam_coe
     rec_note(d, R_ADAM, s, NULL);
     return H()->adam(d, sh, c, s);
 }
+static zc_status r_make_current(zc_device *d)
+{
+    rec_note(d, R_CURRENT, NULL, NULL);
+    return ZC_OK;
+}
 static void r_destroy(zc_device *d) { (void)d; }
 
 void rec_init(rec_dev *f, const zc_device *under)
@@ -164,6 +169,7 @@ void rec_init(rec_dev *f, const zc_device *under)
     f->ops.sumsq_async = r_sumsq_async;
     f->ops.nonfinite_async = r_nonfinite_async;
     f->ops.adam = r_adam;
+    f->ops.make_current = r_make_current;
     f->ops.destroy = r_destroy;
     f->base.ops = &f->ops;
 }

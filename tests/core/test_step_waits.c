@@ -9,6 +9,8 @@
  *     same with 2 and with 6 chunks. The collectives themselves (stage 0-2
  *     reductions and publishes, stage 3 gathers on acquire) order the ranks'
  *     streams with events and never wait on the host.
+ *   - Each public call makes the device current before its own device work
+ *     (so the device layer need not set it per launch).
  *   - The fused Adam: one call per segment on the device home, however long
  *     the segment (the NVMe home alone cuts segments into pieces, to move
  *     its I/O along between them).
@@ -347,5 +349,58 @@ Test(step_waits, local_collectives_order_streams_by_events)
         }
     for (int k = 0; k < 2; k++)
         zc_comm_destroy(r.comms[k]);
+    t_assert_no_leaks();
+}
+
+/* ---- the device made current at each public entry ------------------------- */
+
+/* The device layer sets the thread's GPU only when it has not itself done so
+ * on the thread (device.h make_current); each public call makes it current
+ * first, before any device work of its own, so a caller that switched the
+ * thread's GPU between two calls is followed. */
+Test(step_waits, each_public_call_makes_the_device_current_first)
+{
+    static rec_dev f;
+    zc_comm *comm = NULL;
+    cr_assert_eq(zc_comm_local_world(1, &comm), ZC_OK);
+    const model m = {.np = 3, .numel = {300, 200, 700}, .bucket = 512};
+    for (int stage = 0; stage <= 3; stage++) {
+        eng x;
+        cr_assert_eq(open_eng(&x, &m, comm, stage, 0, &f, false), ZC_OK, "%s",
+                     zc_last_error());
+        zc_engine *e = x.e;
+        int calls = 0;
+#define FIRST_IS_CURRENT(call, what)                                                       \
+    do {                                                                                   \
+        const int mark_ = f.n;                                                             \
+        call;                                                                              \
+        cr_assert_gt(f.n, mark_, "stage %d %s: no device call", stage, what);              \
+        cr_assert_eq(f.log[mark_].op, R_CURRENT,                                           \
+                     "stage %d %s: device work before the device was made current", stage, \
+                     what);                                                                \
+        calls++;                                                                           \
+    } while (0)
+        for (int s = 0; s < 2; s++) {
+            for (int i = 0; i < m.np; i++) {
+                FIRST_IS_CURRENT(cr_assert_not_null(zc_param_acquire(e, x.p[i], S)),
+                                 "zc_param_acquire");
+                FIRST_IS_CURRENT(cr_assert_not_null(zc_grad_buffer(e, x.p[i])),
+                                 "zc_grad_buffer");
+                FIRST_IS_CURRENT(cr_assert_eq(zc_grad_ready(e, x.p[i]), ZC_OK),
+                                 "zc_grad_ready");
+                FIRST_IS_CURRENT(cr_assert_eq(zc_param_release(e, x.p[i], S), ZC_OK),
+                                 "zc_param_release");
+            }
+            FIRST_IS_CURRENT(cr_assert_eq(zc_step(e, NULL), ZC_OK, "%s", zc_last_error()),
+                             "zc_step");
+        }
+#undef FIRST_IS_CURRENT
+        cr_assert_eq(calls, 2 * (4 * m.np + 1));
+        const int mark = f.n;
+        close_eng(&x);
+        cr_assert_gt(f.n, mark);
+        cr_assert_eq(f.log[mark].op, R_CURRENT, "stage %d zc_engine_destroy", stage);
+    }
+    zc_comm_destroy(comm);
     t_assert_no_leaks();
 }
