@@ -529,9 +529,12 @@ def part_adam(c):
 
 def engine_step(c, bench, end, bare_rows):
     """The engine's zc_step around the same Adam (bench_gpu_step.c): stage 0,
-    bf16, world 1. The bar: the step at >= 0.9 of one bare Adam call's rate
-    over as many parameters, in the same process; the breakdown's optimizer
-    phase is set beside bench_gpu_adam's bf16 time of this run too."""
+    bf16, world 1. The bar, both at 64M and 256M: the step, timed to the
+    device's end, at >= 0.9 of one bare Adam call's rate over as many
+    parameters in the same process; and the breakdown's optimizer phase at
+    >= 0.9 of bench_gpu_adam's bf16 rate of this run (the issue's own
+    measure; on CUDA it misses work still queued when zc_step returns, hence
+    the first)."""
     argv = [bench, "--engine", "0", "--sizes", "64M,256M", "--grad", "bf16", "--reps", "10",
             "--warmup", "2"]
     rc, dt, out, err = c.run("adam_engine_step", argv, c.budget(end - time.monotonic()))
@@ -548,10 +551,15 @@ def engine_step(c, bench, end, bare_rows):
            None if ok else f"exit {rc}, {len(rows)} of 2 results: {last_line(err)}", dt)
     misses = [f"{r['params'] >> 20}M: step at {r.get('fraction_of_adam')} of the bare Adam"
               for r in rows if not r.get("fraction_of_adam", 0) >= 0.9]
+    misses += [f"{r['params'] >> 20}M: optimizer phase at {r.get('optimizer_vs_bench_gpu_adam')}"
+               f" of bench_gpu_adam's bf16 rate" for r in rows
+               if not r.get("optimizer_vs_bench_gpu_adam", 0) >= 0.9]
     good = ok and not misses
     c.emit("adam", "engine_step_verdict", "passed" if good else "failed",
            None if good else ("; ".join(misses) or "results missing"), None,
-           bar=">= 0.9 of one bare Adam call's rate (stage 0, bf16, world 1)",
+           bar=">= 0.9 of one bare Adam call's rate, timed from zc_step to the device's end, "
+               "and the breakdown's optimizer phase >= 0.9 of bench_gpu_adam's bf16 rate at "
+               "the same size (stage 0, bf16, world 1)",
            summary="; ".join(f"{r['params'] >> 20}M step {r.get('step_ms')} ms, optimizer "
                              f"{r.get('optimizer_ms')} ms, adam {r.get('adam_ms')} ms"
                              for r in rows))
