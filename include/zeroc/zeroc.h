@@ -229,8 +229,10 @@ typedef struct zc_comm zc_comm;
 
 /* Creates `world` in-process ranks (threads of this process share memory):
  * comms[r] is rank r's handle, to be used by exactly one thread. Collectives
- * sum in fp32 in rank order, so results are deterministic. A collective waits
- * at most ZC_COMM_TIMEOUT seconds for the other ranks (default 600; a decimal
+ * sum in fp32 in rank order, so results are deterministic. With an engine on
+ * a GPU the ranks' collectives run on the engine's streams, ordered by events
+ * (the ranks' threads meet, the host never waits for the GPU there). A
+ * collective waits at most ZC_COMM_TIMEOUT seconds for the other ranks (default 600; a decimal
  * number in [0.001, 604800], the same on every backend), then fails with
  * ZC_ERR_COMM and breaks the group. Returns ZC_ERR_CONFIG, making nothing,
  * when ZC_COMM_TIMEOUT or a logging variable is malformed. The caller owns the

@@ -16,8 +16,10 @@
 #include "base/error.h"
 #include "zeroc/zeroc.h"
 
-/* Validates a public call's engine (and built state when need_built) and sets
- * the log rank of this thread. `fn` names the call in the message. */
+/* Validates a public call's engine (and built state when need_built), sets
+ * the log rank of this thread and makes the engine's device current on it
+ * (device.h make_current: the device layer then trusts it for the rest of
+ * the call). `fn` names the call in the message. */
 zc_status zc__eng_enter(const zc_engine *e, const char *fn, bool need_built);
 /* The checks of an output struct the caller sizes (zc_stats, zc_timers,
  * zc_offload_stats): size is &out->size, or NULL when out is NULL; need is
