@@ -86,8 +86,12 @@ static void *worker_main(void *arg)
                 d[nd++] = XXH3_64bits_digest(h->state);
         }
         pthread_mutex_lock(&h->lock);
-        /* Room was made when the pieces ending these entries were fed. */
-        memcpy(h->digests + h->ndigests, d, (size_t)nd * sizeof d[0]);
+        /* Room was made when the pieces ending these entries were fed. A
+         * batch that ends no entry may meet no array at all (digests NULL
+         * until the first entry ends): memcpy of nothing from or to NULL is
+         * still undefined. */
+        if (nd > 0)
+            memcpy(h->digests + h->ndigests, d, (size_t)nd * sizeof d[0]);
         h->ndigests += nd;
         h->done += (uint64_t)k;
         pthread_cond_signal(&h->hashed);
