@@ -1005,8 +1005,9 @@ ZC_API zc_status zc_plan_memory(const zc_config *cfg, int world, const zc_plan_t
  *             the prefetch). 0 without NVMe offload. The swapped gradient
  *             of an accumulation window is read and written inside
  *             zc_grad_ready, and counts as reduce.
- * An evaluation pass between two steps that acquires parameters opens the
- * next window early and counts as its forward. On CUDA the asynchronous work
+ * An evaluation pass marked with zc_pass_begin is left out; an unmarked
+ * one between two steps that acquires parameters opens the next window
+ * early and counts as its forward. On CUDA the asynchronous work
  * is charged to whichever phase waits for it. */
 typedef enum zc_timer_phase {
     ZC_TIMER_FORWARD = 0,
