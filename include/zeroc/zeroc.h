@@ -744,8 +744,11 @@ ZC_API double zc_loss_scale(const zc_engine *eng);
  * of the recorded ones (fewer batches) or continue them (more) is not an
  * order change; only a different chunk at a recorded position is (WARN,
  * counted in zc_stats.trace_invalidations). Both traces hold the same number
- * of activations, reserved at build. Stages 0-2 need no trace: the marks
- * only check the calls.
+ * of activations, reserved at build (4 x parameters x
+ * gradient_accumulation_steps, at least 64); an evaluation pass longer than
+ * that whose record repeats (one forward, batch after batch) is predicted
+ * past it from its period, another prefetches over the record only. Stages
+ * 0-2 need no trace: the marks only check the calls.
  *
  * Every rank marks the same passes at the same points, as it acquires the
  * same parameters (the acquires of a stage-3 pass are collective); the marks

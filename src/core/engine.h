@@ -203,7 +203,10 @@ typedef struct zc_trace {
     int64_t pos;               /* next expected activation (complete mode) */
     bool truncated;            /* more activations than cap were recorded: the trace
                                   holds the first cap, and nothing is prefetched
-                                  beyond them */
+                                  beyond them (unless `period` continues them) */
+    int64_t period;            /* an evaluation pass's truncated record that repeats
+                                  (the same forward, batch after batch): its period,
+                                  which continues it past the record; 0: none */
 } zc_trace;
 
 /* Stage 3's prefetch and offload figures of the step (or evaluation pass)

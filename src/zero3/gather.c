@@ -194,6 +194,45 @@ static bool make_room(zc_engine *e, int64_t need)
     return e->live_elems + need <= e->max_live;
 }
 
+/* The chunk of activation j of the trace, or -1 past what it predicts: its
+ * record, continued with its period when it has one. */
+static int trace_at(const zc_trace *t, int64_t j)
+{
+    if (j < t->len)
+        return t->order[j];
+    if (t->period <= 0)
+        return -1;
+    return t->order[t->len - t->period + (j - t->len) % t->period];
+}
+
+/* Where a walk ahead of activation `from` stops: the record's end, or one
+ * record's length on when the period continues it (so a walk over chunks
+ * that are all gathered ends). */
+static int64_t trace_end(const zc_trace *t, int64_t from)
+{
+    return t->period > 0 ? from + t->len : t->len;
+}
+
+/* The smallest period of a record that repeats, at least twice: the
+ * positions holding its first chunk are the candidates (the first 64 of
+ * them, so that an irregular record costs at most 64 passes over it); 0
+ * when none fits. Every rank has the same record, so the same period. */
+static int64_t trace_period(const zc_trace *t)
+{
+    int tries = 0;
+    for (int64_t p = 1; p <= t->len / 2 && tries < 64; p++) {
+        if (t->order[p] != t->order[0])
+            continue;
+        tries++;
+        int64_t i = p;
+        while (i < t->len && t->order[i] == t->order[i - p])
+            i++;
+        if (i == t->len)
+            return p;
+    }
+    return 0;
+}
+
 /* Which pass a trace line speaks of: "step N" or "evaluation pass N". */
 static void pass_name(const zc_engine *e, char *b, size_t cap)
 {
@@ -218,12 +257,20 @@ static void trace_activate(zc_engine *e, const zc_param *p)
     const int k = p->chunk;
     char where[64];
     if (t->mode == ZC_TRACE_COMPLETE) {
-        if (t->pos < t->len && t->order[t->pos] == k) {
+        const int want = trace_at(t, t->pos);
+        if (want == k) {
             t->pos++;
             return;
         }
         if (t->pos >= t->len && t->truncated) {
-            t->pos++; /* beyond the recorded prefix: nothing to check or prefetch */
+            /* Beyond the recorded prefix: nothing to check. A period that
+             * stopped fitting predicts nothing more in this pass. */
+            if (want >= 0)
+                ZC_LOGD("zero3", "activation %lld: chunk %d where the period of %lld "
+                        "predicted %d; no prefetch for the rest of the pass",
+                        (long long)t->pos, k, (long long)t->period, want);
+            t->period = 0;
+            t->pos++;
             return;
         }
         pass_name(e, where, sizeof where);
@@ -247,6 +294,7 @@ static void trace_activate(zc_engine *e, const zc_param *p)
         t->len = t->pos;
         t->mode = ZC_TRACE_RECORD;
         t->truncated = false;
+        t->period = 0;
     }
     if (t->len == 0 && (eval ? e->pass.evals == 0 : e->steps == 0))
         /* The first step (or evaluation pass) runs without prefetch and
@@ -262,9 +310,10 @@ static void trace_activate(zc_engine *e, const zc_param *p)
         t->truncated = true;
         pass_name(e, where, sizeof where);
         ZC_LOGI("zero3",
-                "%s: more than %lld chunk activations in one %s; prefetch covers the first "
-                "%lld",
-                where, (long long)t->cap, eval ? "evaluation pass" : "step", (long long)t->cap);
+                "%s: more than %lld chunk activations in one %s; the trace holds the first "
+                "%lld%s",
+                where, (long long)t->cap, eval ? "evaluation pass" : "step", (long long)t->cap,
+                eval ? " (and their period, if they repeat)" : ", and prefetch covers them");
     }
 }
 
@@ -280,8 +329,11 @@ static zc_status prefetch(zc_engine *e)
     zc_trace *t = e->trace;
     if (t->mode != ZC_TRACE_COMPLETE || e->prefetch_elems <= 0)
         return ZC_OK;
-    for (int64_t j = t->pos; j < t->len; j++) {
-        const int k = t->order[j];
+    const int64_t end = trace_end(t, t->pos);
+    for (int64_t j = t->pos; j < end; j++) {
+        const int k = trace_at(t, j);
+        if (k < 0)
+            break;
         zc_chunk *c = &e->chunks[k];
         if (c->gather) {
             if (c->acq > 0 && !c->persistent)
@@ -392,10 +444,14 @@ static int64_t reuse_distance(const zc_engine *e, int k)
     if (t->mode != ZC_TRACE_COMPLETE)
         return -1;
     int64_t d = 0;
-    for (int64_t j = t->pos; j < t->len; j++) {
-        if (t->order[j] == k)
+    const int64_t end = trace_end(t, t->pos);
+    for (int64_t j = t->pos; j < end; j++) {
+        const int at = trace_at(t, j);
+        if (at < 0)
+            break;
+        if (at == k)
             return d;
-        d += e->chunks[t->order[j]].padded;
+        d += e->chunks[at].padded;
         if (d > e->reuse_elems)
             return -1;
     }
@@ -507,10 +563,18 @@ zc_status zc__z3_step_end(zc_engine *e, bool updated)
 void zc__z3_eval_end(zc_engine *e)
 {
     zc_trace *t = e->trace;
+    /* A record cut at its capacity goes on with its period, if it has one:
+     * an evaluation pass is usually one forward, batch after batch. */
+    t->period = t->truncated ? trace_period(t) : 0;
     if (t->mode == ZC_TRACE_RECORD && e->pass.evals == 0)
         ZC_LOGI("zero3", "evaluation pass 1: acquire order recorded (%lld chunk activations%s); "
                 "prefetch is on from the next one",
                 (long long)t->len, t->truncated ? ", truncated" : "");
+    if (t->truncated && t->mode == ZC_TRACE_RECORD)
+        ZC_LOGI("zero3", "evaluation pass %lld: the trace holds the first %lld activations; %s",
+                (long long)e->pass.evals + 1, (long long)t->len,
+                t->period ? "they repeat, so prefetch follows their period past them"
+                          : "prefetch stops where it ends");
     t->mode = ZC_TRACE_COMPLETE;
     t->pos = 0;
     zc__z3_quiesce(e);

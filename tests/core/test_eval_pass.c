@@ -201,6 +201,38 @@ Test(eval_pass, stage3_prefetches_along_the_pass_trace)
     t_assert_no_leaks();
 }
 
+/* A pass longer than the trace holds: 20 forwards of 6 activations, where
+ * the harness's trace holds 4 x 8 parameters x 2 micro-steps = 64. The
+ * record repeats with period 6, so prefetch goes on past it: every
+ * activation of a later pass but its first is a hit. */
+Test(eval_pass, long_passes_prefetch_past_the_record)
+{
+    count_warnings();
+    t_run cfg;
+    init(&cfg, 3, 2, ZC_DTYPE_BF16);
+    cfg.layerwise = true;
+    cfg.prefetch = 1 << 20;
+    t_run *ref = t_run_trained(&cfg);
+    cfg.eval_at = T_EVAL_BEFORE_STEP | T_EVAL_BETWEEN_MICRO;
+    cfg.eval_batches = 20;
+    t_run *r = t_run_trained(&cfg);
+    zc_log_set_sink(NULL, NULL);
+    t_assert_same_training(r, ref, "passes of 20 forwards");
+    for (int k = 0; k < 2; k++) {
+        const zc_pass_stats *ps = &r->pass_stats[k];
+        cr_assert_eq(ps->evals, 2 * STEPS);
+        cr_assert_eq(ps->prefetch_misses, 1, "rank %d: %lld misses", k,
+                     (long long)ps->prefetch_misses);
+        cr_assert_eq(ps->prefetch_hits, 20 * T_NLAYERS - 1, "rank %d: %lld hits", k,
+                     (long long)ps->prefetch_hits);
+        cr_assert_eq(r->stats[k].trace_invalidations, 0);
+    }
+    cr_assert_eq(warn_lines, 0, "%d WARN lines, the first: %s", warn_lines, first_warn);
+    t_run_free(ref);
+    t_run_free(r);
+    t_assert_no_leaks();
+}
+
 /* A pass that is a prefix of the recorded one (fewer batches) or goes on
  * past it (more) is not an order change: passes of 1, 3 and 2 forwards in
  * turn log nothing and invalidate nothing. */
