@@ -790,7 +790,8 @@ typedef struct zc_pass_stats {
     int64_t gathers;               /* stage-3 chunk gathers in the last one */
     int64_t all_gather_bytes;      /* their payload (as zc_stats.comm_bytes_last_step) */
     int64_t prefetch_hits;         /* chunk activations that found the chunk gathered
-                                      or its shard read started (zc_offload_stats) */
+                                      (ahead, or kept for reuse) or its shard read
+                                      started, as zc_offload_stats counts them */
     int64_t prefetch_misses;       /* activations that gathered on demand */
     int64_t io_wait_acquires;      /* acquires that waited for a parameter read */
     double io_wait_s;              /* the time they waited */
