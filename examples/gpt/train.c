@@ -272,8 +272,8 @@ static void backward(rank_state *s, void *m)
  * forward passes). tok and tgt are host scratch of B x T. An evaluation
  * pass (zc_pass_begin): it changes nothing of the training, and stage 3
  * prefetches along its own acquire order instead of finding the training's
- * changed. */
-static double validate(rank_state *s, void *m, int B, int *tok, int *tgt)
+ * changed; *ps receives the pass's figures (prefetch hits and misses). */
+static double validate(rank_state *s, void *m, int B, int *tok, int *tgt, zc_pass_stats *ps)
 {
     const gpt_config *c = &s->sh->o.model;
     const gpt_data *d = &s->sh->data;
@@ -295,6 +295,8 @@ static double validate(rank_state *s, void *m, int B, int *tok, int *tgt)
         sum += part;
     }
     CHECK(zc_pass_end(s->eng));
+    *ps = (zc_pass_stats){.size = sizeof *ps};
+    CHECK(zc_engine_pass_stats(s->eng, ps));
     return sum / ((double)nw * T);
 }
 
@@ -505,10 +507,13 @@ static void *rank_main(void *argp)
         }
         if (sh->local > 1) pthread_barrier_wait(&sh->bar); /* losses[] is reused */
         if (o->eval_every > 0 && (step + 1) % o->eval_every == 0 && step + 1 < end) {
-            double v = validate(&s, m, B, tok, tgt);
+            zc_pass_stats ps;
+            double v = validate(&s, m, B, tok, tgt, &ps);
             if (lead) {
                 if (o->json)
-                    printf("{\"eval\":true,\"step\":%d,\"val_loss\":%s}\n", step + 1, jnum(v).s);
+                    printf("{\"eval\":true,\"step\":%d,\"val_loss\":%s,\"prefetch_hits\":%lld,"
+                           "\"prefetch_misses\":%lld}\n", step + 1, jnum(v).s,
+                           (long long)ps.prefetch_hits, (long long)ps.prefetch_misses);
                 else
                     printf("step %5d  val_loss %.4f  (unigram entropy %.4f)\n", step + 1, v,
                            sh->unigram_val);
@@ -516,10 +521,13 @@ static void *rank_main(void *argp)
             }
         }
     }
-    double v = validate(&s, m, B, tok, tgt);
+    zc_pass_stats ps;
+    double v = validate(&s, m, B, tok, tgt, &ps);
     if (lead) sh->val_loss = v;
     if (lead && o->json)
-        printf("{\"eval\":true,\"step\":%d,\"val_loss\":%s}\n", end, jnum(v).s);
+        printf("{\"eval\":true,\"step\":%d,\"val_loss\":%s,\"prefetch_hits\":%lld,"
+               "\"prefetch_misses\":%lld}\n", end, jnum(v).s, (long long)ps.prefetch_hits,
+               (long long)ps.prefetch_misses);
     if (o->sample > 0) sample(&s, o->sample, lead && !o->json);
 
     /* Gathering the master is collective: every rank takes part, rank 0 keeps it. */

@@ -20,7 +20,8 @@
    activations are model.c's buffers, and a model no machine holds is refused
    with status 1 naming host memory and the planner, before any rank starts.
 6. Validation and sampling run as evaluation passes: at stage 3 (and with the
-   shards on NVMe) they change no bit of the training and log no WARN line.
+   shards on NVMe) they change no bit of the training, log no WARN line, and
+   prefetch from the second validation on.
 """
 import json
 import math
@@ -211,15 +212,22 @@ try:
             json.dump({"train_micro_batch_size_per_gpu": 2, "zero_optimization": zero}, f)
         base = TINY + ["--steps", "4", "--world", "2", "--config", cfg]
         p0, p1 = run(base), run(base + ["--eval-every", "1", "--sample", "4"])
-        got = []
+        got, evals = [], []
         for p in (p0, p1):
             out = [json.loads(l) for l in p.stdout.splitlines() if l.startswith("{")]
             got.append(([o["loss"] for o in out if "loss" in o and "eval" not in o],
-                        [o["params_sha256"] for o in out if o.get("final")],
-                        sum(1 for o in out if o.get("eval"))))
+                        [o["params_sha256"] for o in out if o.get("final")]))
+            evals = [o for o in out if o.get("eval")]
         what = f"stage 3 offload_param {poff}"
-        if got[0][:2] != got[1][:2] or got[1][2] != 4:
-            failures.append(f"{what}: with evaluation passes {got[1]}, without {got[0]}")
+        if got[0] != got[1] or len(evals) != 4:
+            failures.append(f"{what}: with evaluation passes {got[1]}, without {got[0]}, "
+                            f"{len(evals)} evaluations")
+        # The first validation records its acquire order; the later ones prefetch along
+        # it: every chunk activation but the first finds its chunk gathered or read ahead.
+        elif evals[0]["prefetch_hits"] != 0 or any(
+                e["prefetch_misses"] != 1 or e["prefetch_hits"] < 1 for e in evals[1:]):
+            failures.append(f"{what}: prefetch in the evaluation passes: "
+                            f"{[(e['prefetch_hits'], e['prefetch_misses']) for e in evals]}")
         if "WARN" in p1.stderr:
             failures.append(f"{what}: WARN lines with evaluation passes: {p1.stderr!r}")
     if os.listdir(swap) != ["ds.json"]:
