@@ -63,6 +63,16 @@ zc_status zc__eng_agree(zc_engine *e, zc_status local, const char *what);
  * message, and the engine stays usable (broken only if the exchange itself
  * fails). */
 zc_status zc__eng_agree_keep(zc_engine *e, zc_status local, const char *what);
+/* zc__eng_agree_keep carrying data: a rank that succeeded sends `bytes`
+ * bytes of payload (at most ZC_AGREE_PAYLOAD_BYTES; the same size on every
+ * rank), and when every rank succeeded each rank's payload is readable at
+ * zc__eng_agreed_payload(e, rank) - the same bytes on every rank - until
+ * the next agreement. The public scalar all-reduce (scalars.c) is built on
+ * it, so it needs no buffer of its own and fails like an agreement. */
+#define ZC_AGREE_PAYLOAD_BYTES 1016
+zc_status zc__eng_agree_keep_with(zc_engine *e, zc_status local, const char *what,
+                                  const void *payload, size_t bytes);
+const void *zc__eng_agreed_payload(const zc_engine *e, int rank);
 zc_status zc__agree_alloc(zc_engine *e);
 void zc__agree_free(zc_engine *e);
 

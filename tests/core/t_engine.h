@@ -102,6 +102,10 @@ typedef struct t_run {
                                   the harness's loop does not use them) */
     bool adopt;                /* register {p0..p4} and {p5..p7} over memory the rank
                                   owns (zc_block_adopt), filled with the initial values */
+    bool block_values;         /* load the initial values and gather the master with
+                                  zc_block_load / zc_block_gather_master: one call per
+                                  layer block with `blocks`, else one block over all
+                                  T_NPARAMS parameters (it crosses chunks) */
     unsigned eval_at;          /* T_EVAL_* bits: where evaluation passes run (0: none) */
     int eval_batches;          /* forward passes per evaluation pass (0: 1); each
                                   acquires every parameter (the layers' blocks
@@ -139,10 +143,14 @@ typedef struct t_ctx {
     zc_engine *eng;
     zc_param *p[T_NPARAMS];
     zc_block *blk[T_NPARAMS];  /* per layer, with run->blocks */
+    zc_block *all;             /* with run->block_values and no blocks: every parameter */
     void *adopt_mem[2];        /* with run->adopt: the rank's memory for {p0..p4}, {p5..p7} */
     double eval_sum;           /* t_eval_pass: what the passes read */
     int64_t evals;             /* ... and how many ran */
 } t_ctx;
+
+/* The initial value of element k of parameter i (what t_ctx_open loads). */
+float t_init_value(int i, int64_t k);
 
 /* The layer table of a run (run->layers, else t_layer_begin): how many
  * layers, and where layer l begins (l == t_nlayers: the end). */
