@@ -797,8 +797,8 @@ typedef enum zc_pass_kind {
  * not nest) or a parameter is acquired (named: release it first). Until
  * zc_pass_end the calls that compute gradients or change parameters -
  * zc_grad_buffer, zc_grad_ready, zc_block_grad_buffers[_f32],
- * zc_block_grad_ready, zc_micro_step_end, zc_step, zc_param_load and
- * zc_checkpoint_load - fail with ZC_ERR_INVALID_STATE naming the call and
+ * zc_block_grad_ready, zc_micro_step_end, zc_step, zc_param_load,
+ * zc_block_load and zc_checkpoint_load - fail with ZC_ERR_INVALID_STATE naming the call and
  * change nothing. */
 ZC_API zc_status zc_pass_begin(zc_engine *eng, zc_pass_kind kind);
 

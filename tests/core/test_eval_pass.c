@@ -349,6 +349,9 @@ static void misuse_hook(t_ctx *x, int step, void *arg)
            "zc_block_grad_buffers_f32 inside the pass");
     expect(m, r, refused(zc_block_grad_ready(e, b), ZC_ERR_INVALID_STATE, "zc_block_grad_ready",
                          "evaluation pass"), "zc_block_grad_ready inside the pass");
+    float vb[4000 + 129 + 1] = {0};
+    expect(m, r, refused(zc_block_load(e, b, vb, 129 + 4000 + 1), ZC_ERR_INVALID_STATE,
+                         "zc_block_load", "evaluation pass"), "zc_block_load inside the pass");
     zc_block_destroy(b);
     float v[300] = {0};
     expect(m, r, refused(zc_param_load(e, x->p[0], v), ZC_ERR_INVALID_STATE, "zc_param_load",
