@@ -287,14 +287,19 @@ static void backward(rank_state *s, void *m)
 
 /* Mean loss over every validation window (every rank computes the same
  * value: stage 3's acquires are collective, so all ranks run the same
- * forward passes). tok and tgt are host scratch of B x T. */
-static double validate(rank_state *s, void *m, int B, int *tok, int *tgt)
+ * forward passes). tok and tgt are host scratch of B x T. An evaluation
+ * pass (zc_pass_begin): it changes nothing of the training, and stage 3
+ * prefetches along its own acquire order instead of finding the training's
+ * changed; *ps receives the pass's figures (prefetch hits and misses). */
+static double validate(rank_state *s, void *m, int B, int *tok, int *tgt, zc_pass_stats *ps)
 {
     const gpt_config *c = &s->sh->o.model;
     const gpt_data *d = &s->sh->data;
     const size_t nw = gpt_data_val_windows(d, c->seq);
     const int T = c->seq;
+    const int rank = s->rank;
     double sum = 0.0;
+    CHECK(zc_pass_begin(s->eng, ZC_PASS_EVAL));
     for (size_t w0 = 0; w0 < nw; w0 += (size_t)B) {
         size_t n = nw - w0 < (size_t)B ? nw - w0 : (size_t)B;
         for (int b = 0; b < B; b++) /* pad a short last batch with its first window */
@@ -307,12 +312,17 @@ static double validate(rank_state *s, void *m, int B, int *tok, int *tgt)
         BE(s, loss_sum(m, tgt, n * (size_t)T, &part));
         sum += part;
     }
+    CHECK(zc_pass_end(s->eng));
+    *ps = (zc_pass_stats){.size = sizeof *ps};
+    CHECK(zc_engine_pass_stats(s->eng, ps));
     return sum / ((double)nw * T);
 }
 
 /* Generates n bytes after the first seq bytes of the validation text,
  * sampling from the model's distribution; rank 0 prints them. Every rank
- * runs it (stage 3 gathers are collective). */
+ * runs it (stage 3 gathers are collective), as an evaluation pass: its
+ * forwards acquire in the validation's order, so the pass's trace serves
+ * both. */
 static void sample(rank_state *s, int n, bool print)
 {
     const gpt_config *c = &s->sh->o.model;
@@ -329,6 +339,8 @@ static void sample(rank_state *s, int n, bool print)
     gpt_data_val_window(d, T, 0, tok, tgt);
     uint64_t rng = s->sh->o.seed ^ 0x73616d706c65ull;
     if (print) printf("--- sample ---\n");
+    const int rank = s->rank;
+    CHECK(zc_pass_begin(s->eng, ZC_PASS_EVAL));
     for (int i = 0; i < n; i++) {
         BE(s, upload_ints(s->tok, tok, (size_t)T, s->stream));
         BE(s, upload_ints(s->tgt, tgt, (size_t)T, s->stream));
@@ -348,6 +360,7 @@ static void sample(rank_state *s, int n, bool print)
         memmove(tok, tok + 1, (size_t)(T - 1) * sizeof(int));
         tok[T - 1] = next;
     }
+    CHECK(zc_pass_end(s->eng));
     if (print) printf("\n--- end of sample ---\n");
     free(tok);
     free(tgt);
@@ -515,10 +528,13 @@ static void *rank_main(void *argp)
             fflush(stdout);
         }
         if (o->eval_every > 0 && (step + 1) % o->eval_every == 0 && step + 1 < end) {
-            double v = validate(&s, m, B, tok, tgt);
+            zc_pass_stats ps;
+            double v = validate(&s, m, B, tok, tgt, &ps);
             if (lead) {
                 if (o->json)
-                    printf("{\"eval\":true,\"step\":%d,\"val_loss\":%s}\n", step + 1, jnum(v).s);
+                    printf("{\"eval\":true,\"step\":%d,\"val_loss\":%s,\"prefetch_hits\":%lld,"
+                           "\"prefetch_misses\":%lld}\n", step + 1, jnum(v).s,
+                           (long long)ps.prefetch_hits, (long long)ps.prefetch_misses);
                 else
                     printf("step %5d  val_loss %.4f  (unigram entropy %.4f)\n", step + 1, v,
                            sh->unigram_val);
@@ -526,10 +542,13 @@ static void *rank_main(void *argp)
             }
         }
     }
-    double v = validate(&s, m, B, tok, tgt);
+    zc_pass_stats ps;
+    double v = validate(&s, m, B, tok, tgt, &ps);
     if (lead) sh->val_loss = v;
     if (lead && o->json)
-        printf("{\"eval\":true,\"step\":%d,\"val_loss\":%s}\n", end, jnum(v).s);
+        printf("{\"eval\":true,\"step\":%d,\"val_loss\":%s,\"prefetch_hits\":%lld,"
+               "\"prefetch_misses\":%lld}\n", end, jnum(v).s, (long long)ps.prefetch_hits,
+               (long long)ps.prefetch_misses);
     if (o->sample > 0) sample(&s, o->sample, lead && !o->json);
 
     /* Gathering the master is collective: every rank takes part, rank 0 keeps

@@ -756,6 +756,87 @@ ZC_API zc_status zc_step(zc_engine *eng, zc_step_info *info);
  * before backward. */
 ZC_API double zc_loss_scale(const zc_engine *eng);
 
+/* ---- Evaluation passes (docs/loop.md) ----------------------------------- */
+
+/* A validation or sampling pass runs the forward pass alone: it acquires and
+ * releases parameters and computes no gradient. Marked with zc_pass_begin /
+ * zc_pass_end, it may run before the first step, between two steps, between
+ * two micro-steps or between a micro-step's forward and backward passes, and
+ * the training is bitwise what it would be without it (parameters,
+ * optimizer state, gradients, loss scaler and counters; the step figures of
+ * zc_stats, zc_offload_stats and the wall_clock_breakdown timers leave it
+ * out and zc_engine_pass_stats reports it). Unmarked, its acquires count as
+ * the training's: at stage 3 they land in the recorded acquire order, and
+ * every later step finds that order changed (logged at WARN, prefetch off
+ * until it is recorded again).
+ *
+ * Stage 3 keeps one acquire trace per kind of pass: the first evaluation
+ * pass records its own order and later ones prefetch along it, gathering
+ * ahead and reading offloaded shards ahead as training does, without any
+ * gradient bookkeeping. An evaluation pass whose activations are a prefix
+ * of the recorded ones (fewer batches) or continue them (more) is not an
+ * order change; only a different chunk at a recorded position is (WARN,
+ * counted in zc_stats.trace_invalidations). Both traces hold the same number
+ * of activations, reserved at build (4 x parameters x
+ * gradient_accumulation_steps, at least 64); an evaluation pass longer than
+ * that whose record repeats (one forward, batch after batch) is predicted
+ * past it from its period, another prefetches over the record only. Stages
+ * 0-2 need no trace: the marks only check the calls.
+ *
+ * Every rank marks the same passes at the same points, as it acquires the
+ * same parameters (the acquires of a stage-3 pass are collective); the marks
+ * themselves communicate nothing and allocate nothing. */
+typedef enum zc_pass_kind {
+    ZC_PASS_TRAIN = 0, /* forward and backward: the default, never marked */
+    ZC_PASS_EVAL = 1   /* forward only, between zc_pass_begin and zc_pass_end */
+} zc_pass_kind;
+
+/* Opens a pass of `kind` (ZC_PASS_EVAL). At stage 3 what was gathered or
+ * read ahead for the training and is not held is dropped first (it is
+ * gathered again when training goes on; results do not depend on it).
+ * Errors, nothing changed: ZC_ERR_INVALID_ARG for ZC_PASS_TRAIN or an
+ * unknown kind; ZC_ERR_INVALID_STATE when a pass is already open (passes do
+ * not nest) or a parameter is acquired (named: release it first). Until
+ * zc_pass_end the calls that compute gradients or change parameters -
+ * zc_grad_buffer, zc_grad_ready, zc_block_grad_buffers[_f32],
+ * zc_block_grad_ready, zc_micro_step_end, zc_step, zc_param_load,
+ * zc_block_load and zc_checkpoint_load - fail with ZC_ERR_INVALID_STATE naming the call and
+ * change nothing. */
+ZC_API zc_status zc_pass_begin(zc_engine *eng, zc_pass_kind kind);
+
+/* Closes the open evaluation pass: at stage 3 its trace is complete (the
+ * next evaluation pass prefetches along it) and what it gathered ahead and
+ * holds no more is dropped, so training goes on as before the pass.
+ * ZC_ERR_INVALID_STATE, the pass left open, when no pass is open or a
+ * parameter is still acquired (named). */
+ZC_API zc_status zc_pass_end(zc_engine *eng);
+
+/* The kind of the open pass: ZC_PASS_EVAL between zc_pass_begin and
+ * zc_pass_end, else ZC_PASS_TRAIN (also for NULL or a bad handle). */
+ZC_API zc_pass_kind zc_pass_current(const zc_engine *eng);
+
+/* Figures of the last completed evaluation pass (zeros before the first),
+ * this rank's. Stages 0-2 gather nothing: only `evals` counts there. */
+typedef struct zc_pass_stats {
+    size_t size;                   /* sizeof(zc_pass_stats), set by caller */
+    int64_t evals;                 /* evaluation passes completed since build */
+    int64_t gathers;               /* stage-3 chunk gathers in the last one */
+    int64_t all_gather_bytes;      /* their payload (as zc_stats.comm_bytes_last_step) */
+    int64_t prefetch_hits;         /* chunk activations that found the chunk gathered
+                                      (ahead, or kept for reuse) or its shard read
+                                      started, as zc_offload_stats counts them */
+    int64_t prefetch_misses;       /* activations that gathered on demand */
+    int64_t io_wait_acquires;      /* acquires that waited for a parameter read */
+    double io_wait_s;              /* the time they waited */
+    int64_t param_nvme_read_bytes; /* parameter shards read (offload_param nvme) */
+    int64_t param_reads;           /* ... in that many reads */
+    int64_t max_live_elems;        /* peak gathered + in-flight elements */
+} zc_pass_stats;
+
+/* Fills *out (out->size must be set; ZC_ERR_INVALID_ARG otherwise). Not
+ * collective; not thread-safe with calls on the same engine. */
+ZC_API zc_status zc_engine_pass_stats(const zc_engine *eng, zc_pass_stats *out);
+
 /* ---- Checkpoints (docs/checkpoint.md) ----------------------------------- */
 
 /* Saves the training state to DIR/TAG (tag NULL: "global_step<N>"): each
@@ -993,8 +1074,9 @@ ZC_API zc_status zc_plan_memory(const zc_config *cfg, int world, const zc_plan_t
  *             the prefetch). 0 without NVMe offload. The swapped gradient
  *             of an accumulation window is read and written inside
  *             zc_grad_ready, and counts as reduce.
- * An evaluation pass between two steps that acquires parameters opens the
- * next window early and counts as its forward. On CUDA the asynchronous work
+ * An evaluation pass marked with zc_pass_begin is left out; an unmarked
+ * one between two steps that acquires parameters opens the next window
+ * early and counts as its forward. On CUDA the asynchronous work
  * is charged to whichever phase waits for it. */
 typedef enum zc_timer_phase {
     ZC_TIMER_FORWARD = 0,

@@ -324,6 +324,7 @@ static void restore_counters(zc_engine *e, const zc_ck_manifest *m)
 ZC_API zc_status zc_checkpoint_load(zc_engine *e, const char *dir, const char *tag)
 {
     ZC_CHECK(zc__eng_enter(e, "zc_checkpoint_load", true));
+    ZC_CHECK(zc__pass_train_only(e, "zc_checkpoint_load"));
     if (!dir || !*dir)
         return ZC_ERR(ZC_ERR_INVALID_ARG, "zc_checkpoint_load: dir is NULL or empty");
     if (e->window_started || e->micro > 0)

@@ -109,6 +109,7 @@ ZC_API zc_status zc_block_grad_buffers_f32(zc_engine *e, zc_block *b, float **bu
 {
     static const char fn[] = "zc_block_grad_buffers_f32";
     ZC_CHECK(view_enter(e, b, bufs, fn));
+    ZC_CHECK(zc__pass_train_only(e, fn));
     if (!zc__view_copies(e))
         return zc_block_grad_buffers(e, b, (void **)bufs);
     /* Both checks before anything is taken: the fp32 slots here, the

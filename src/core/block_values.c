@@ -43,6 +43,7 @@ static zc_status values_enter(zc_engine *e, const zc_block *b, const void *array
 ZC_API zc_status zc_block_load(zc_engine *e, zc_block *b, const float *values, size_t count)
 {
     ZC_CHECK(values_enter(e, b, values, count, "zc_block_load"));
+    ZC_CHECK(zc__pass_train_only(e, "zc_block_load"));
     /* zc_param_load's own state check, made once before the first load so
      * that a misplaced call loads nothing. */
     if (e->window_started || e->micro > 0)

@@ -206,6 +206,7 @@ static bool grad_slots_fit(zc_engine *e, const zc_block *b, int *need, size_t *b
 ZC_API zc_status zc_block_grad_buffers(zc_engine *e, zc_block *b, void **bufs)
 {
     ZC_CHECK(block_enter(e, b, "zc_block_grad_buffers"));
+    ZC_CHECK(zc__pass_train_only(e, "zc_block_grad_buffers"));
     if (!bufs)
         return ZC_ERR(ZC_ERR_INVALID_ARG, "zc_block_grad_buffers: bufs is NULL");
     for (int i = 0; i < b->n; i++)
@@ -249,6 +250,7 @@ ZC_API zc_status zc_block_grad_buffers(zc_engine *e, zc_block *b, void **bufs)
 ZC_API zc_status zc_block_grad_ready(zc_engine *e, zc_block *b)
 {
     ZC_CHECK(block_enter(e, b, "zc_block_grad_ready"));
+    ZC_CHECK(zc__pass_train_only(e, "zc_block_grad_ready"));
     for (int i = 0; i < b->n; i++)
         if (b->params[i]->ready)
             return ZC_ERR(ZC_ERR_INVALID_STATE,

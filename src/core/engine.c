@@ -90,6 +90,7 @@ ZC_API zc_status zc_engine_create(zc_engine **out, const zc_config *cfg, zc_comm
     e->world = world;
     e->stage = stage;
     e->pol = policy_for(stage);
+    e->trace = &e->traces[ZC_PASS_TRAIN];
 
     /* Read once here: every rank parses the same text, so a malformed value
      * fails create on every rank alike. */

@@ -2,7 +2,7 @@
  * the files of src/core, the stage modules (stage0.c, src/zero1, src/zero2,
  * src/zero3) and the checkpoints (src/ckpt). It includes the headers of the
  * engine's modules (build.h, eng_base.h, grads.h, opt_state.h,
- * param_state.h, streams.h, views.h), so one include gives a file the whole
+ * param_state.h, pass.h, streams.h, views.h), so one include gives a file the whole
  * engine; none of those includes this one back.
  *
  * Memory model. Parameters are packed in registration order into chunks
@@ -50,6 +50,7 @@
 #include "core/grads.h"
 #include "core/opt_state.h"
 #include "core/param_state.h"
+#include "core/pass.h"
 #include "core/streams.h"
 #include "core/views.h"
 
@@ -202,8 +203,31 @@ typedef struct zc_trace {
     int64_t pos;               /* next expected activation (complete mode) */
     bool truncated;            /* more activations than cap were recorded: the trace
                                   holds the first cap, and nothing is prefetched
-                                  beyond them */
+                                  beyond them (unless `period` continues them) */
+    int64_t period;            /* an evaluation pass's truncated record that repeats
+                                  (the same forward, batch after batch): its period,
+                                  which continues it past the record; 0: none */
 } zc_trace;
+
+/* Stage 3's prefetch and offload figures of the step (or evaluation pass)
+ * in progress and of the last one. */
+typedef struct zc_offload_step {
+    int64_t hits, misses, io_wait_acquires;
+    double io_wait_s;
+} zc_offload_step;
+
+/* Evaluation passes (pass.c): the open pass, and the training's step figures
+ * set aside while an evaluation pass runs, so that its gathers, reads and
+ * waits are reported apart (zc_engine_pass_stats) and the step's figures are
+ * the training's own. */
+typedef struct zc_pass_state {
+    zc_pass_kind kind;         /* the open pass (ZC_PASS_TRAIN: none marked) */
+    int64_t evals;             /* evaluation passes completed */
+    int64_t comm[ZC_COLL__COUNT], gathers, live_peak; /* the training's, set aside */
+    zc_offload_step off;
+    zc_param_home_io io0;      /* the parameter home's counters at zc_pass_begin */
+    zc_pass_stats last;        /* the last completed evaluation pass */
+} zc_pass_state;
 
 struct zc_engine {
     uint32_t magic;
@@ -303,7 +327,10 @@ struct zc_engine {
     int64_t max_live, prefetch_elems, prefetched_elems;
     int64_t reuse_elems;       /* stage3_max_reuse_distance */
     int64_t activations;       /* chunk activations so far (orders prefetch reads) */
-    zc_trace trace;
+    zc_trace traces[2];        /* one per kind of pass (zc_pass_kind): the training's
+                                  over a step, an evaluation pass's over the pass */
+    zc_trace *trace;           /* the open pass's */
+    zc_pass_state pass;        /* evaluation passes (pass.c) */
     /* Parameter offload (param_state.c): the home of offloaded shards, or
      * NULL; the per-step counters of zc_engine_offload_stats. */
     zc_param_home *phome;
@@ -316,10 +343,7 @@ struct zc_engine {
     bool pload_pending, pload_unagreed;
     int pload_k;
     void *pload_dst;
-    struct zc_offload_step {
-        int64_t hits, misses, io_wait_acquires;
-        double io_wait_s;
-    } off_cur, off_last;
+    zc_offload_step off_cur, off_last;
     zc_param_home_io pio_mark; /* home counters at the start of the step */
     int64_t pread_last, pwrite_last, preads_last; /* NVMe parameter bytes and
                                                      reads of the last step */
@@ -401,9 +425,12 @@ struct zc_stage_policy {
     void (*teardown)(zc_engine *e);
     /* Drops work done ahead of use that nothing holds (stage 3: prefetched
      * and kept chunks, shard reads in flight), before the optimizer writes
-     * the shards and before zc_param_load. Not collective: every rank drops
-     * the same chunks. May be NULL. */
+     * the shards, before zc_param_load and at both ends of an evaluation
+     * pass. Not collective: every rank drops the same chunks. May be NULL. */
     void (*quiesce)(zc_engine *e);
+    /* An evaluation pass ends (pass.c; its trace is e->trace): stage 3
+     * completes the pass's trace. May be NULL. */
+    void (*eval_end)(zc_engine *e);
 };
 
 extern const zc_stage_policy zc__stage0_policy;

@@ -139,6 +139,7 @@ zc_status zc__grad_buffer(zc_engine *e, zc_param *p, void **out)
     *out = NULL;
     ZC_CHECK(zc__eng_enter(e, "zc_grad_buffer", true));
     ZC_CHECK(zc__eng_check_param(e, p, "zc_grad_buffer"));
+    ZC_CHECK(zc__pass_train_only(e, "zc_grad_buffer"));
     if (p->ready)
         return ZC_ERR(ZC_ERR_INVALID_STATE,
                       "zc_grad_buffer('%s'): the gradient was already made ready in this "
@@ -174,6 +175,7 @@ ZC_API zc_status zc_grad_ready(zc_engine *e, zc_param *p)
 {
     ZC_CHECK(zc__eng_enter(e, "zc_grad_ready", true));
     ZC_CHECK(zc__eng_check_param(e, p, "zc_grad_ready"));
+    ZC_CHECK(zc__pass_train_only(e, "zc_grad_ready"));
     if (p->ready)
         return ZC_ERR(ZC_ERR_INVALID_STATE,
                       "zc_grad_ready('%s'): called twice in micro-step %lld of the window; each "
@@ -229,6 +231,7 @@ const zc_param *zc__grads_first_missing(const zc_engine *e)
 ZC_API zc_status zc_micro_step_end(zc_engine *e)
 {
     ZC_CHECK(zc__eng_enter(e, "zc_micro_step_end", true));
+    ZC_CHECK(zc__pass_train_only(e, "zc_micro_step_end"));
     if (e->micro + 1 >= e->gas)
         return ZC_ERR(ZC_ERR_INVALID_STATE,
                       "zc_micro_step_end: micro-step %lld is the last of the accumulation window "

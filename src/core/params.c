@@ -21,6 +21,7 @@ ZC_API zc_status zc_param_load(zc_engine *e, zc_param *p, const float *values)
 {
     ZC_CHECK(zc__eng_enter(e, "zc_param_load", true));
     ZC_CHECK(zc__eng_check_param(e, p, "zc_param_load"));
+    ZC_CHECK(zc__pass_train_only(e, "zc_param_load"));
     if (!values)
         return ZC_ERR(ZC_ERR_INVALID_ARG, "zc_param_load('%s'): values is NULL", p->name);
     if (e->window_started || e->micro > 0)

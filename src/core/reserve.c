@@ -141,6 +141,7 @@ out:
     return rc;
 }
 
+/* The acquire traces, one per kind of pass, of the same capacity. */
 static zc_status reserve_trace(zc_engine *e)
 {
     int64_t cap = 0;
@@ -149,11 +150,13 @@ static zc_status reserve_trace(zc_engine *e)
         cap = ZC_TRACE_MAX;
     if (cap < ZC_TRACE_MIN)
         cap = ZC_TRACE_MIN;
-    void *mem = NULL;
-    ZC_CHECK(zc__host_alloc(&e->acct, ZC_MEM_OTHER, (size_t)cap * sizeof(int), "stage-3 trace",
-                            &mem));
-    e->trace.order = mem;
-    e->trace.cap = cap;
+    for (int i = 0; i < 2; i++) {
+        void *mem = NULL;
+        ZC_CHECK(zc__host_alloc(&e->acct, ZC_MEM_OTHER, (size_t)cap * sizeof(int),
+                                "stage-3 trace", &mem));
+        e->traces[i].order = mem;
+        e->traces[i].cap = cap;
+    }
     return ZC_OK;
 }
 
@@ -182,7 +185,10 @@ void zc__reserve_free(zc_engine *e)
     zc__bufpool_destroy(&e->pool_gather);
     zc__bufpool_destroy(&e->pool_stage);
     zc__agree_free(e);
-    zc__host_free(&e->acct, ZC_MEM_OTHER, e->trace.order, (size_t)e->trace.cap * sizeof(int));
-    e->trace.order = NULL;
-    e->trace.cap = 0;
+    for (int i = 0; i < 2; i++) {
+        zc__host_free(&e->acct, ZC_MEM_OTHER, e->traces[i].order,
+                      (size_t)e->traces[i].cap * sizeof(int));
+        e->traces[i].order = NULL;
+        e->traces[i].cap = 0;
+    }
 }

@@ -428,6 +428,7 @@ void zc__partials_free(zc_engine *e)
 ZC_API zc_status zc_step(zc_engine *e, zc_step_info *info)
 {
     ZC_CHECK(zc__eng_enter(e, "zc_step", true));
+    ZC_CHECK(zc__pass_train_only(e, "zc_step"));
     zc_step_info local, *out = info ? info : &local;
     const int64_t before = e->steps;
     zc__timers_push(&e->timers, ZC_TIMER_OPTIMIZER);

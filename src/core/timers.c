@@ -20,7 +20,7 @@ static void charge(zc_step_timers *t, double now)
 
 void zc__timers_begin(zc_step_timers *t)
 {
-    if (!t->on || t->running)
+    if (!t->on || t->running || t->paused)
         return;
     t->running = true;
     t->phase = ZC_TIMER_FORWARD;
@@ -34,7 +34,7 @@ void zc__timers_begin(zc_step_timers *t)
 static void base_phase(zc_step_timers *t, zc_timer_phase p)
 {
     zc__timers_begin(t);
-    if (!t->on || t->depth || t->phase == (int)p)
+    if (!t->on || t->paused || !t->running || t->depth || t->phase == (int)p)
         return;
     charge(t, zc__now_s());
     t->phase = p;
@@ -51,7 +51,7 @@ void zc__timers_forward(zc_step_timers *t)
 void zc__timers_push(zc_step_timers *t, zc_timer_phase p)
 {
     zc__timers_begin(t);
-    if (!t->on)
+    if (!t->on || t->paused || !t->running)
         return;
     charge(t, zc__now_s());
     if (t->depth < ZC_TIMER_DEPTH)
@@ -62,7 +62,7 @@ void zc__timers_push(zc_step_timers *t, zc_timer_phase p)
 
 void zc__timers_pop(zc_step_timers *t)
 {
-    if (!t->on || !t->running || t->depth == 0)
+    if (!t->on || t->paused || !t->running || t->depth == 0)
         return;
     charge(t, zc__now_s());
     t->depth--;
@@ -72,7 +72,7 @@ void zc__timers_pop(zc_step_timers *t)
 
 void zc__timers_move(zc_step_timers *t, zc_timer_phase from, zc_timer_phase to, double s)
 {
-    if (!t->on || !t->running || !(s > 0))
+    if (!t->on || t->paused || !t->running || !(s > 0))
         return;
     /* The open phase's time up to now, so `from` holds all it has. */
     charge(t, zc__now_s());
@@ -80,6 +80,24 @@ void zc__timers_move(zc_step_timers *t, zc_timer_phase from, zc_timer_phase to, 
         s = t->cur[from];
     t->cur[from] -= s;
     t->cur[to] += s;
+}
+
+void zc__timers_pause(zc_step_timers *t)
+{
+    if (!t->on || t->paused)
+        return;
+    if (t->running)
+        charge(t, zc__now_s());
+    t->paused = true;
+}
+
+void zc__timers_resume(zc_step_timers *t)
+{
+    if (!t->on || !t->paused)
+        return;
+    t->paused = false;
+    if (t->running)
+        t->mark = zc__now_s(); /* the pass's time is charged to nothing */
 }
 
 void zc__timers_end(zc_step_timers *t, int64_t step)

@@ -18,6 +18,9 @@
  *     reads and writes of the optimizer state (the nvme home's own clock),
  *     moved out of the optimizer after the pass.
  *
+ * Time inside an evaluation pass (zc_pass_begin .. zc_pass_end) is left out
+ * of every window: the timers are paused.
+ *
  * Everything is host time: on CUDA the asynchronous work is charged to
  * whichever phase waits for it. Disabled (wall_clock_breakdown false), every
  * call is a branch on `on`. One engine, one thread: no locking. */
@@ -33,6 +36,7 @@
 
 typedef struct zc_step_timers {
     bool on, running;
+    bool paused;                  /* an evaluation pass is open: its time is no step's */
     int phase;                    /* charged now */
     int stack[ZC_TIMER_DEPTH];    /* enclosing phases of a nested one */
     int depth;
@@ -59,6 +63,11 @@ void zc__timers_pop(zc_step_timers *t);
 /* Moves s seconds of the open window from one phase to another (at most
  * what `from` holds). */
 void zc__timers_move(zc_step_timers *t, zc_timer_phase from, zc_timer_phase to, double s);
+/* An evaluation pass begins / ends (pass.c): the time in between belongs to
+ * no step. While paused nothing is charged and no window opens; an open
+ * window goes on at resume as if the pass had taken no time. */
+void zc__timers_pause(zc_step_timers *t);
+void zc__timers_resume(zc_step_timers *t);
 /* Closes the window as the timings of optimizer step `step`. */
 void zc__timers_end(zc_step_timers *t, int64_t step);
 

@@ -22,6 +22,11 @@
  * do not depend on it, only the timing of gathers does. On the host path a
  * prefetch is a gather issued early (synchronous).
  *
+ * Evaluation passes (zc_pass_begin, core/pass.c) have a trace of their own
+ * (e->trace points at the open pass's), recorded over the first pass and
+ * followed by the later ones in the same way, so a validation pass between
+ * steps neither lands in the training's trace nor finds it changed.
+ *
  * Offloaded shards (offload_param, core/param_state.c). A gather first
  * brings this rank's shard in from its home; under nvme that is a read, and
  * the prefetcher starts those reads ahead: at each activation it walks the
@@ -189,56 +194,126 @@ static bool make_room(zc_engine *e, int64_t need)
     return e->live_elems + need <= e->max_live;
 }
 
+/* The chunk of activation j of the trace, or -1 past what it predicts: its
+ * record, continued with its period when it has one. */
+static int trace_at(const zc_trace *t, int64_t j)
+{
+    if (j < t->len)
+        return t->order[j];
+    if (t->period <= 0)
+        return -1;
+    return t->order[t->len - t->period + (j - t->len) % t->period];
+}
+
+/* Where a walk ahead of activation `from` stops: the record's end, or one
+ * record's length on when the period continues it (so a walk over chunks
+ * that are all gathered ends). */
+static int64_t trace_end(const zc_trace *t, int64_t from)
+{
+    return t->period > 0 ? from + t->len : t->len;
+}
+
+/* The smallest period of a record that repeats, at least twice: the
+ * positions holding its first chunk are the candidates (the first 64 of
+ * them, so that an irregular record costs at most 64 passes over it); 0
+ * when none fits. Every rank has the same record, so the same period. */
+static int64_t trace_period(const zc_trace *t)
+{
+    int tries = 0;
+    for (int64_t p = 1; p <= t->len / 2 && tries < 64; p++) {
+        if (t->order[p] != t->order[0])
+            continue;
+        tries++;
+        int64_t i = p;
+        while (i < t->len && t->order[i] == t->order[i - p])
+            i++;
+        if (i == t->len)
+            return p;
+    }
+    return 0;
+}
+
+/* Which pass a trace line speaks of: "step N" or "evaluation pass N". */
+static void pass_name(const zc_engine *e, char *b, size_t cap)
+{
+    if (e->trace == &e->traces[ZC_PASS_EVAL])
+        snprintf(b, cap, "evaluation pass %lld", (long long)e->pass.evals + 1);
+    else
+        snprintf(b, cap, "step %lld", (long long)e->steps);
+}
+
 /* Records or checks one activation. The trace's capacity is reserved at
  * build (core/reserve.c), so recording never allocates between collectives:
  * past the capacity the activation is not recorded and the trace is marked
  * truncated - the same on every rank, since every rank activates the same
- * chunks in the same order - and prefetch stops where the record ends. */
+ * chunks in the same order - and prefetch stops where the record ends.
+ * An evaluation pass that goes on past its recorded activations (more
+ * batches than the one recorded) extends the record: that changes no order
+ * already seen, so it is no invalidation. */
 static void trace_activate(zc_engine *e, const zc_param *p)
 {
-    zc_trace *t = &e->trace;
+    zc_trace *t = e->trace;
+    const bool eval = t == &e->traces[ZC_PASS_EVAL];
     const int k = p->chunk;
+    char where[64];
     if (t->mode == ZC_TRACE_COMPLETE) {
-        if (t->pos < t->len && t->order[t->pos] == k) {
+        const int want = trace_at(t, t->pos);
+        if (want == k) {
             t->pos++;
             return;
         }
         if (t->pos >= t->len && t->truncated) {
-            t->pos++; /* beyond the recorded prefix: nothing to check or prefetch */
+            /* Beyond the recorded prefix: nothing to check. A period that
+             * stopped fitting predicts nothing more in this pass. */
+            if (want >= 0)
+                ZC_LOGD("zero3", "activation %lld: chunk %d where the period of %lld "
+                        "predicted %d; no prefetch for the rest of the pass",
+                        (long long)t->pos, k, (long long)t->period, want);
+            t->period = 0;
+            t->pos++;
             return;
         }
-        e->invalidations++;
-        if (t->pos < t->len)
-            ZC_LOGW("zero3",
-                    "step %lld: acquire order changed at trace position %lld: '%s' (chunk %d) "
-                    "where chunk %d was recorded; prefetch is off until the trace is "
-                    "re-recorded",
-                    (long long)e->steps, (long long)t->pos, p->name, k, t->order[t->pos]);
-        else
-            ZC_LOGW("zero3",
-                    "step %lld: acquire of '%s' (chunk %d) after the %lld recorded ones; "
-                    "re-recording the trace",
-                    (long long)e->steps, p->name, k, (long long)t->len);
+        pass_name(e, where, sizeof where);
+        if (eval && t->pos >= t->len) {
+            ZC_LOGD("zero3", "%s: more activations than the %lld recorded; extending the record",
+                    where, (long long)t->len);
+        } else {
+            e->invalidations++;
+            if (t->pos < t->len)
+                ZC_LOGW("zero3",
+                        "%s: acquire order changed at trace position %lld: '%s' (chunk %d) "
+                        "where chunk %d was recorded; prefetch is off until the trace is "
+                        "re-recorded",
+                        where, (long long)t->pos, p->name, k, t->order[t->pos]);
+            else
+                ZC_LOGW("zero3",
+                        "%s: acquire of '%s' (chunk %d) after the %lld recorded ones; "
+                        "re-recording the trace",
+                        where, p->name, k, (long long)t->len);
+        }
         t->len = t->pos;
         t->mode = ZC_TRACE_RECORD;
         t->truncated = false;
+        t->period = 0;
     }
-    if (t->len == 0 && e->steps == 0)
-        /* The first step runs without prefetch and gathers each chunk when
-         * it is asked for: on a large model it is much slower than the
-         * next ones, and this says why. */
-        ZC_LOGI("zero3", "first step: recording the order of parameter acquires (%d chunks); "
+    if (t->len == 0 && (eval ? e->pass.evals == 0 : e->steps == 0))
+        /* The first step (or evaluation pass) runs without prefetch and
+         * gathers each chunk when it is asked for: on a large model it is
+         * much slower than the next ones, and this says why. */
+        ZC_LOGI("zero3", "first %s: recording the order of parameter acquires (%d chunks); "
                 "each chunk is gathered on demand until the order is known, then up to "
                 "%lld elements are prefetched ahead",
-                e->nchunks, (long long)e->prefetch_elems);
+                eval ? "evaluation pass" : "step", e->nchunks, (long long)e->prefetch_elems);
     if (t->len < t->cap) {
         t->order[t->len++] = k;
     } else if (!t->truncated) {
         t->truncated = true;
+        pass_name(e, where, sizeof where);
         ZC_LOGI("zero3",
-                "step %lld: more than %lld chunk activations in one step; prefetch covers "
-                "the first %lld",
-                (long long)e->steps, (long long)t->cap, (long long)t->cap);
+                "%s: more than %lld chunk activations in one %s; the trace holds the first "
+                "%lld%s",
+                where, (long long)t->cap, eval ? "evaluation pass" : "step", (long long)t->cap,
+                eval ? " (and their period, if they repeat)" : ", and prefetch covers them");
     }
 }
 
@@ -251,11 +326,14 @@ static void trace_activate(zc_engine *e, const zc_param *p)
  * activation on, never by the activation that started it. */
 static zc_status prefetch(zc_engine *e)
 {
-    zc_trace *t = &e->trace;
+    zc_trace *t = e->trace;
     if (t->mode != ZC_TRACE_COMPLETE || e->prefetch_elems <= 0)
         return ZC_OK;
-    for (int64_t j = t->pos; j < t->len; j++) {
-        const int k = t->order[j];
+    const int64_t end = trace_end(t, t->pos);
+    for (int64_t j = t->pos; j < end; j++) {
+        const int k = trace_at(t, j);
+        if (k < 0)
+            break;
         zc_chunk *c = &e->chunks[k];
         if (c->gather) {
             if (c->acq > 0 && !c->persistent)
@@ -362,14 +440,18 @@ zc_status zc__z3_acquire(zc_engine *e, zc_param *p, void **out)
  * trace, or -1 when it has none in this step. */
 static int64_t reuse_distance(const zc_engine *e, int k)
 {
-    const zc_trace *t = &e->trace;
+    const zc_trace *t = e->trace;
     if (t->mode != ZC_TRACE_COMPLETE)
         return -1;
     int64_t d = 0;
-    for (int64_t j = t->pos; j < t->len; j++) {
-        if (t->order[j] == k)
+    const int64_t end = trace_end(t, t->pos);
+    for (int64_t j = t->pos; j < end; j++) {
+        const int at = trace_at(t, j);
+        if (at < 0)
+            break;
+        if (at == k)
             return d;
-        d += e->chunks[t->order[j]].padded;
+        d += e->chunks[at].padded;
         if (d > e->reuse_elems)
             return -1;
     }
@@ -412,7 +494,7 @@ void zc__z3_quiesce(zc_engine *e)
 
 zc_status zc__z3_step_end(zc_engine *e, bool updated)
 {
-    zc_trace *t = &e->trace;
+    zc_trace *t = &e->traces[ZC_PASS_TRAIN];
     const bool cut = t->truncated && t->pos >= t->len; /* truncated record, all of it seen */
     if (t->mode == ZC_TRACE_COMPLETE && t->pos != t->len && !cut) {
         e->invalidations++;
@@ -471,6 +553,31 @@ zc_status zc__z3_step_end(zc_engine *e, bool updated)
     }
     zc_status end = zc__eng_group_end(e); /* also after a failure inside */
     return rc != ZC_OK ? rc : end;
+}
+
+/* The end of an evaluation pass (its trace is e->trace): the pass's
+ * activations become the recorded order. A pass that stopped before the
+ * recorded activations ran out (fewer batches) keeps the longer record: its
+ * activations were a prefix of it, so nothing changed. What the pass
+ * gathered ahead and holds no more is dropped. */
+void zc__z3_eval_end(zc_engine *e)
+{
+    zc_trace *t = e->trace;
+    /* A record cut at its capacity goes on with its period, if it has one:
+     * an evaluation pass is usually one forward, batch after batch. */
+    t->period = t->truncated ? trace_period(t) : 0;
+    if (t->mode == ZC_TRACE_RECORD && e->pass.evals == 0)
+        ZC_LOGI("zero3", "evaluation pass 1: acquire order recorded (%lld chunk activations%s); "
+                "prefetch is on from the next one",
+                (long long)t->len, t->truncated ? ", truncated" : "");
+    if (t->truncated && t->mode == ZC_TRACE_RECORD)
+        ZC_LOGI("zero3", "evaluation pass %lld: the trace holds the first %lld activations; %s",
+                (long long)e->pass.evals + 1, (long long)t->len,
+                t->period ? "they repeat, so prefetch follows their period past them"
+                          : "prefetch stops where it ends");
+    t->mode = ZC_TRACE_COMPLETE;
+    t->pos = 0;
+    zc__z3_quiesce(e);
 }
 
 void zc__z3_free_all(zc_engine *e)

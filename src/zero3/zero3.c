@@ -64,4 +64,5 @@ const zc_stage_policy zc__stage3_policy = {
     .built = mark_persistent,
     .teardown = zc__z3_free_all,
     .quiesce = zc__z3_quiesce,
+    .eval_end = zc__z3_eval_end,
 };

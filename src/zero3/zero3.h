@@ -16,6 +16,9 @@ zc_status zc__z3_step_end(zc_engine *e, bool updated);
 /* Drops kept and prefetched chunks nothing holds, and shard reads in flight
  * (the policy's quiesce). */
 void zc__z3_quiesce(zc_engine *e);
+/* The end of an evaluation pass: completes its trace, drops what it
+ * gathered ahead (the policy's eval_end). */
+void zc__z3_eval_end(zc_engine *e);
 /* Drops every gathered copy (engine teardown). */
 void zc__z3_free_all(zc_engine *e);
 /* The numel of chunk c's largest parameter (DeepSpeed's persistence rule

@@ -419,17 +419,73 @@ zc_status t_backward_one(t_ctx *x, int step, int micro, int i)
     return ZC_OK;
 }
 
+static double sum_values(t_ctx *x, int i, const void *w)
+{
+    double s = 0.0;
+    for (int64_t k = 0; k < t_numel[i]; k++)
+        s += zc__load_f32(w, x->run->dtype, (size_t)k);
+    return s;
+}
+
+/* A forward pass that reads every value: layer by layer through the
+ * blocks with `blocks`, else one parameter at a time (or layer-wise). */
+static zc_status eval_forward(t_ctx *x)
+{
+    for (int l = 0; l < t_nlayers(x); l++) {
+        int a = t_layer_at(x, l), b = t_layer_at(x, l + 1);
+        void *w[T_NPARAMS];
+        if (x->run->blocks) {
+            TRY(zc_block_acquire(x->eng, x->blk[l], NULL, w));
+            for (int i = a; i < b; i++)
+                x->eval_sum += sum_values(x, i, w[i - a]);
+            TRY(zc_block_release(x->eng, x->blk[l], NULL));
+            continue;
+        }
+        for (int i = a; i < b; i++) {
+            w[i - a] = zc_param_acquire(x->eng, x->p[i], NULL);
+            if (!w[i - a])
+                return fail(x, "zc_param_acquire (evaluation pass)");
+            x->eval_sum += sum_values(x, i, w[i - a]);
+            if (!x->run->layerwise)
+                TRY(zc_param_release(x->eng, x->p[i], NULL));
+        }
+        if (x->run->layerwise)
+            for (int i = a; i < b; i++)
+                TRY(zc_param_release(x->eng, x->p[i], NULL));
+    }
+    return ZC_OK;
+}
+
+zc_status t_eval_pass(t_ctx *x)
+{
+    TRY(zc_pass_begin(x->eng, ZC_PASS_EVAL));
+    const int n = x->run->eval_batches > 0 ? x->run->eval_batches : 1;
+    for (int b = 0; b < n; b++)
+        ZC_CHECK(eval_forward(x));
+    TRY(zc_pass_end(x->eng));
+    x->evals++;
+    return ZC_OK;
+}
+
 static const int t_permuted[T_NPARAMS] = {5, 6, 7, 0, 1, 2, 3, 4};
 static const int t_permuted_layers[T_NLAYERS] = {3, 4, 5, 0, 1, 2};
 
 zc_status t_train_step(t_ctx *x, int step, zc_step_info *info)
 {
+    const unsigned at = x->run->eval_at;
+    if (at & T_EVAL_BEFORE_STEP)
+        ZC_CHECK(t_eval_pass(x));
     for (int m = 0; m < x->run->accum; m++) {
         const int *perm = x->run->layerwise ? t_permuted_layers : t_permuted;
         ZC_CHECK(t_forward(x, step == x->run->permute_step ? perm : NULL));
+        if (at & T_EVAL_MID_MICRO)
+            ZC_CHECK(t_eval_pass(x));
         ZC_CHECK(t_backward(x, step, m, -1));
-        if (m + 1 < x->run->accum)
+        if (m + 1 < x->run->accum) {
             TRY(zc_micro_step_end(x->eng));
+            if (at & T_EVAL_BETWEEN_MICRO)
+                ZC_CHECK(t_eval_pass(x));
+        }
     }
     TRY(zc_step(x->eng, info));
     return ZC_OK;
@@ -474,8 +530,14 @@ static void rank_main(void *argp, zc_comm *comm, int rank)
                 zc_engine_stats(x.eng, &run->step_stats[s]);
             }
         }
+        if ((run->eval_at & T_EVAL_AFTER) && t_eval_pass(&x) != ZC_OK)
+            goto out;
         if (t_gather(&x, run->master) != ZC_OK)
             goto out;
+        run->eval_sum[rank] = x.eval_sum;
+        run->evals_run[rank] = x.evals;
+        run->pass_stats[rank] = (zc_pass_stats){.size = sizeof(zc_pass_stats)};
+        zc_engine_pass_stats(x.eng, &run->pass_stats[rank]);
         if (run->adopt) {
             const void *w0 = zc_param_acquire(x.eng, x.p[0], NULL);
             const void *w5 = zc_param_acquire(x.eng, x.p[5], NULL);

@@ -38,6 +38,16 @@ extern const int64_t t_layer_numel[T_NLAYERS];
 
 enum { T_BLOCK_NONE = 0, T_BLOCK_LIST, T_BLOCK_SPAN };
 
+/* Where evaluation passes (zc_pass_begin(ZC_PASS_EVAL)) run: bits of
+ * t_run.eval_at. */
+enum {
+    T_EVAL_BEFORE_STEP = 1,   /* before every step: the first one, and between steps */
+    T_EVAL_MID_MICRO = 2,     /* between the forward and the backward of each micro-step */
+    T_EVAL_BETWEEN_MICRO = 4, /* after each zc_micro_step_end */
+    T_EVAL_AFTER = 8,         /* after the last step, before the master is gathered */
+    T_EVAL_ALL = 15
+};
+
 struct t_ctx;
 
 typedef struct t_run {
@@ -96,6 +106,10 @@ typedef struct t_run {
                                   zc_block_load / zc_block_gather_master: one call per
                                   layer block with `blocks`, else one block over all
                                   T_NPARAMS parameters (it crosses chunks) */
+    unsigned eval_at;          /* T_EVAL_* bits: where evaluation passes run (0: none) */
+    int eval_batches;          /* forward passes per evaluation pass (0: 1); each
+                                  acquires every parameter (the layers' blocks
+                                  with `blocks`), sums its values and releases it */
     /* called on every rank thread after each zc_step (may be NULL) */
     void (*after_step)(struct t_ctx *x, int step, void *arg);
     void *hook_arg;
@@ -105,6 +119,12 @@ typedef struct t_run {
     zc_step_info info[T_MAX_STEPS]; /* rank 0's */
     zc_stats step_stats[T_MAX_STEPS]; /* rank 0's stats after each step */
     char err[T_MAX_WORLD][512];
+    /* with eval_at: each rank's sum, over its evaluation passes, of every
+       value they acquired (in fp64, in acquire order), the passes it ran
+       and its zc_engine_pass_stats at the end */
+    double eval_sum[T_MAX_WORLD];
+    int64_t evals_run[T_MAX_WORLD];
+    zc_pass_stats pass_stats[T_MAX_WORLD];
     /* with adopt: each rank's adopted memory after training, widened to fp32
        (t_total_numel() floats, allocated by t_engine_run), and whether
        zc_param_acquire of p0 and p5 returned that memory */
@@ -125,6 +145,8 @@ typedef struct t_ctx {
     zc_block *blk[T_NPARAMS];  /* per layer, with run->blocks */
     zc_block *all;             /* with run->block_values and no blocks: every parameter */
     void *adopt_mem[2];        /* with run->adopt: the rank's memory for {p0..p4}, {p5..p7} */
+    double eval_sum;           /* t_eval_pass: what the passes read */
+    int64_t evals;             /* ... and how many ran */
 } t_ctx;
 
 /* The initial value of element k of parameter i (what t_ctx_open loads). */
@@ -146,7 +168,11 @@ zc_status t_forward(t_ctx *x, const int *order);
 zc_status t_backward(t_ctx *x, int step, int micro, int skip);
 /* Backward for parameter i alone (acquire, write, ready, release). */
 zc_status t_backward_one(t_ctx *x, int step, int micro, int i);
-/* One optimizer step: accum micro-steps of forward + backward, then zc_step. */
+/* One evaluation pass: zc_pass_begin, eval_batches forward passes that sum
+ * every value acquired into x->eval_sum, zc_pass_end. */
+zc_status t_eval_pass(t_ctx *x);
+/* One optimizer step: accum micro-steps of forward + backward, then zc_step,
+ * with the evaluation passes run->eval_at asks for. */
 zc_status t_train_step(t_ctx *x, int step, zc_step_info *info);
 /* Collective: gathers every parameter's fp32 master; rank 0 stores it in out. */
 zc_status t_gather(t_ctx *x, float *out);

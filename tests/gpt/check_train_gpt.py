@@ -19,6 +19,9 @@
    (stages 0-3, optimizer and parameter offload to NVMe, worlds 1 and 2), the
    activations are model.c's buffers, and a model no machine holds is refused
    with status 1 naming host memory and the planner, before any rank starts.
+6. Validation and sampling run as evaluation passes: at stage 3 (and with the
+   shards on NVMe) they change no bit of the training, log no WARN line, and
+   prefetch from the second validation on.
 """
 import json
 import math
@@ -192,6 +195,46 @@ p = run(["--layers", "64", "--dim", "4096", "--heads", "32", "--seq", "64", "--s
 if "not enough host memory" not in p.stderr or "zc_plan_memory" not in p.stderr:
     failures.append(f"a model no machine holds: {p.stderr!r}")
 print("ok a model beyond host memory refused before it starts")
+
+# 6. validation and the sample are evaluation passes (zc_pass_begin): at stage 3,
+# sharded (persistence 0) and with the shards on NVMe, evaluating after every step
+# and sampling at the end trains exactly as without them, and logs no WARN line
+# (unmarked, every step after an evaluation found the acquire order changed).
+swap = tempfile.mkdtemp(prefix="zc-gpt-eval-")
+try:
+    for poff in (None, "nvme"):
+        zero = {"stage": 3, "stage3_param_persistence_threshold": 0,
+                "stage3_prefetch_bucket_size": 4096}
+        if poff:
+            zero["offload_param"] = {"device": poff, "nvme_path": swap, "max_in_cpu": 0}
+        cfg = os.path.join(swap, "ds.json")
+        with open(cfg, "w") as f:
+            json.dump({"train_micro_batch_size_per_gpu": 2, "zero_optimization": zero}, f)
+        base = TINY + ["--steps", "4", "--world", "2", "--config", cfg]
+        p0, p1 = run(base), run(base + ["--eval-every", "1", "--sample", "4"])
+        got, evals = [], []
+        for p in (p0, p1):
+            out = [json.loads(l) for l in p.stdout.splitlines() if l.startswith("{")]
+            got.append(([o["loss"] for o in out if "loss" in o and "eval" not in o],
+                        [o["params_sha256"] for o in out if o.get("final")]))
+            evals = [o for o in out if o.get("eval")]
+        what = f"stage 3 offload_param {poff}"
+        if got[0] != got[1] or len(evals) != 4:
+            failures.append(f"{what}: with evaluation passes {got[1]}, without {got[0]}, "
+                            f"{len(evals)} evaluations")
+        # The first validation records its acquire order; the later ones prefetch along
+        # it: every chunk activation but the first finds its chunk gathered or read ahead.
+        elif evals[0]["prefetch_hits"] != 0 or any(
+                e["prefetch_misses"] != 1 or e["prefetch_hits"] < 1 for e in evals[1:]):
+            failures.append(f"{what}: prefetch in the evaluation passes: "
+                            f"{[(e['prefetch_hits'], e['prefetch_misses']) for e in evals]}")
+        if "WARN" in p1.stderr:
+            failures.append(f"{what}: WARN lines with evaluation passes: {p1.stderr!r}")
+    if os.listdir(swap) != ["ds.json"]:
+        failures.append(f"swap files left behind: {os.listdir(swap)}")
+finally:
+    shutil.rmtree(swap, ignore_errors=True)
+print("ok evaluation passes at stage 3 change no bit of the training and log no WARN line")
 
 if failures:
     print("\n".join(failures))
