@@ -26,7 +26,9 @@ deadline (480 s):
                checked bitwise against the host
   gpt          train_gpt --device cuda, stage 0 and 3, GPT-2 small shape:
                tokens/s, MFU, bitwise agreement; the same model in PyTorch
-               eager and torch.compile (bench/train/torch_gpt.py)
+               eager and torch.compile (bench/train/torch_gpt.py); a verdict
+               line: stage 0 >= 1.0x eager and >= 0.7x compile, stage 3's
+               step <= 1.05x stage 0's
   bench_train  zeroc bench train --device cuda, stages 0-3 x offload none/cpu
 PARTS=tests,bench runs a subset (bench = adam,norm,gpt,bench_train; env
 always runs: it finds the libraries the others load).
@@ -622,7 +624,7 @@ def part_gpt(c):
     g = gpt_shape()
     if c.no_device:
         for name in ("zeroc_stage0", "zeroc_stage3", "stage0_equals_stage3", "torch_eager",
-                     "torch_compile"):
+                     "torch_compile", "verdict"):
             c.emit("gpt", name, "failed", c.no_device, 0.0)
         return
     data = random_text(c, g["seq"], g["batch"])
@@ -632,6 +634,7 @@ def part_gpt(c):
               "batch": g["batch"], "flops_per_token": fpt, "mfu_formula": gpt_flops.FORMULA,
               "peak_flops": peak, "peak_source": peak_src}
     finals = {}
+    tps_of, torch_tps = {}, {}
     for stage in (0, 3):
         argv = [os.path.join(c.bin, "train_gpt"), "--device", "cuda", "--launcher", "threads",
                 "--world", "1", "--stage", str(stage), "--dtype", "bf16", "--layers",
@@ -648,6 +651,8 @@ def part_gpt(c):
         ok = rc == 0 and final is not None and tps
         if final:
             finals[stage] = final
+        if ok:
+            tps_of[stage] = tps
         c.emit("gpt", f"zeroc_stage{stage}", "passed" if ok else "failed",
                None if ok else f"exit {rc}: {(err.strip().splitlines() or [''])[-1][:300]}", dt,
                tokens_per_s=tps, mfu=gpt_flops.mfu(tps, fpt, peak),
@@ -678,6 +683,34 @@ def part_gpt(c):
                **fields(row, "bench"),
                summary=f"{(row or {}).get('tokens_per_s') or 0:.0f} tok/s, "
                        f"MFU {(row or {}).get('mfu')}")
+        if ok:
+            torch_tps[mode] = row.get("tokens_per_s")
+    gpt_verdict(c, tps_of, torch_tps)
+
+
+def gpt_verdict(c, zeroc_tps, torch_tps):
+    """The GPU speed targets of the GPT example (the same model, batch and
+    steps in one run): stage 0 at >= 1.0x PyTorch eager's tokens/s and
+    >= 0.7x torch.compile's; stage 3 at one rank no slower than 1.05x stage
+    0's step (what the engine adds when nothing is gathered from elsewhere)."""
+    z0, z3 = zeroc_tps.get(0), zeroc_tps.get(3)
+    eager, compiled = torch_tps.get("eager"), torch_tps.get("compile")
+    # name: (value, bar, True where the value must be at least the bar,
+    # False where at most). Tokens/s inverts step time, so stage 3's step
+    # over stage 0's is stage 0's tokens/s over stage 3's.
+    checks = {"stage0_over_eager": (z0 / eager if z0 and eager else None, 1.0, True),
+              "stage0_over_compile": (z0 / compiled if z0 and compiled else None, 0.7, True),
+              "stage3_step_over_stage0": (z0 / z3 if z0 and z3 else None, 1.05, False)}
+    missing = [k for k, (v, _, _) in checks.items() if v is None]
+    misses = [f"{k} {v:.3f} {'<' if at_least else '>'} {bar:.2f}"
+              for k, (v, bar, at_least) in checks.items()
+              if v is not None and (v < bar if at_least else v > bar)]
+    good = not missing and not misses
+    c.emit("gpt", "verdict", "passed" if good else "failed",
+           None if good else "; ".join(misses + [f"{k}: a run failed" for k in missing]), None,
+           **{k: (round(v, 3) if v is not None else None) for k, (v, _, _) in checks.items()},
+           bar=">= 1.0x torch eager, >= 0.7x torch.compile (stage 0 tokens/s); "
+               "stage 3 step <= 1.05x stage 0's (one rank)")
 
 
 def part_bench_train(c):
