@@ -262,7 +262,8 @@ const zc_cfg_key zc__cfg_keys[] = {
 
     /* offload_optimizer */
     KENUM(OOPT "device", zero.offload_optimizer.device, offload_devices, (int)sizeof(int),
-          ZC_OFFLOAD_NONE, 0, "none, cpu or nvme"),
+          ZC_OFFLOAD_NONE, ZC_KF_AUTO_PLAN,
+          "none, cpu or nvme; auto: chosen from max_memory (zeroc)"),
     { .path = OOPT "nvme_path", .type = ZC_KT_STR, .flags = ZC_KF_NULL | ZC_KF_PATH_LIST,
       .off = O(zero.offload_optimizer.nvme_path),
       .doc = "directory for NVMe swap files, or a list of them to stripe over (zeroc)" },
@@ -281,7 +282,8 @@ const zc_cfg_key zc__cfg_keys[] = {
 
     /* offload_param */
     KENUM(OPAR "device", zero.offload_param.device, offload_devices, (int)sizeof(int),
-          ZC_OFFLOAD_NONE, 0, "none, cpu or nvme (stage 3 only)"),
+          ZC_OFFLOAD_NONE, ZC_KF_AUTO_PLAN,
+          "none, cpu or nvme (stage 3 only); auto: chosen from max_memory (zeroc)"),
     { .path = OPAR "nvme_path", .type = ZC_KT_STR, .flags = ZC_KF_NULL | ZC_KF_PATH_LIST,
       .off = O(zero.offload_param.nvme_path),
       .doc = "directory for NVMe swap files, or a list of them to stripe over (zeroc)" },
@@ -292,6 +294,17 @@ const zc_cfg_key zc__cfg_keys[] = {
          "elements per parameter swap buffer"),
     KI64(OPAR "max_in_cpu", zero.offload_param.max_in_cpu, 1000000000, 0, ELEMS_MAX, 0,
          "parameter elements kept in host memory"),
+
+    /* max_memory (a zeroc extension): per-rank budgets by kind */
+    KI64(ZOPT "max_memory.device", zero.max_memory[ZC_BUDGET_DEVICE], -1, 0, I64MAX,
+         ZC_KF_NULL | ZC_KF_SIZE | ZC_KF_AUTO_PLAN,
+         "device memory one rank may use (\"70GiB\"; auto: free less 10%) (zeroc)"),
+    KI64(ZOPT "max_memory.cpu", zero.max_memory[ZC_BUDGET_CPU], -1, 0, I64MAX,
+         ZC_KF_NULL | ZC_KF_SIZE | ZC_KF_AUTO_PLAN,
+         "host memory one rank may use (auto: its share of MemAvailable less 10%) (zeroc)"),
+    KI64(ZOPT "max_memory.nvme", zero.max_memory[ZC_BUDGET_NVME], -1, 0, I64MAX,
+         ZC_KF_NULL | ZC_KF_SIZE | ZC_KF_AUTO_PLAN,
+         "NVMe swap one rank may use (auto: free space of nvme_path less 5%) (zeroc)"),
 
     /* aio */
     KI64("aio.block_size", aio.block_size, 1048576, 1, (int64_t)1 << 30, 0,
