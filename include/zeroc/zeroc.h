@@ -826,6 +826,28 @@ typedef enum zc_coll_kind {
     ZC_COLL__COUNT
 } zc_coll_kind;
 
+/* The kinds of memory a chunk's optimizer state or (stage 3) parameter shard
+ * can live in, fastest first: device memory (on the host path, the host
+ * memory that stands for it), pinned host memory, NVMe swap files. Where
+ * each chunk goes is decided by the offload keys (offload_optimizer with
+ * ratio, offload_param with max_in_cpu) or, with zero_optimization.max_memory
+ * (a zeroc extension, docs/placement.md), by the memory planner from per-rank
+ * budgets: device first, then pinned host, then NVMe, chunk by chunk. */
+typedef enum zc_place_kind {
+    ZC_PLACE_ON_DEVICE = 0,
+    ZC_PLACE_ON_PINNED,
+    ZC_PLACE_ON_NVME,
+    ZC_PLACE_ON__COUNT
+} zc_place_kind;
+
+/* The budgets of zero_optimization.max_memory, in the order of its keys. */
+typedef enum zc_budget_index {
+    ZC_BUDGET_INDEX_DEVICE = 0,
+    ZC_BUDGET_INDEX_CPU,     /* all host memory: pinned and pageable */
+    ZC_BUDGET_INDEX_NVME,
+    ZC_BUDGET_INDEX__COUNT
+} zc_budget_index;
+
 typedef struct zc_stats {
     size_t size;                           /* sizeof(zc_stats), set by caller */
     int rank, world, stage;
@@ -850,6 +872,18 @@ typedef struct zc_stats {
     int64_t peak_bytes_by_kind[ZC_KIND__COUNT]; /* high-water mark of bytes_by_kind since
                                               create (the progress lines'
                                               MaxMemAllocated) */
+    /* The placement (after build; zeros before): chunks, and this rank's
+     * elements, whose optimizer state (fp32 master, Adam m and v) and, at
+     * stage 3, parameter shard live in each zc_place_kind. A persistent
+     * stage-3 chunk counts as a device shard; below stage 3 every parameter
+     * is on the device. */
+    int64_t opt_chunks_by_place[ZC_PLACE_ON__COUNT], opt_elems_by_place[ZC_PLACE_ON__COUNT];
+    int64_t param_chunks_by_place[ZC_PLACE_ON__COUNT],
+        param_elems_by_place[ZC_PLACE_ON__COUNT];
+    /* The budgets the placement was chosen under, agreed across ranks (an
+     * "auto" one: the smallest any rank found), by zc_budget_index; -1
+     * each without zero_optimization.max_memory. */
+    int64_t budget[ZC_BUDGET_INDEX__COUNT];
 } zc_stats;
 
 /* Fills *out (out->size must be set). Thread-safe with respect to other
@@ -881,6 +915,19 @@ typedef struct zc_memory_plan {
     bool host_device;                      /* planned for the host path: the
                                               engine's "device" buffers are
                                               pageable host memory (ZC_KIND_HOST) */
+    /* The placement planned, as zc_stats reports it after build: chunks and
+     * elements of optimizer state and (stage 3) parameter shards by
+     * zc_place_kind - chosen from zero_optimization.max_memory when it is
+     * given (placed true), else the offload keys' rules. */
+    int64_t opt_chunks_by_place[ZC_PLACE_ON__COUNT], opt_elems_by_place[ZC_PLACE_ON__COUNT];
+    int64_t param_chunks_by_place[ZC_PLACE_ON__COUNT],
+        param_elems_by_place[ZC_PLACE_ON__COUNT];
+    bool placed;
+    int64_t budget[ZC_BUDGET_INDEX__COUNT]; /* held to, by zc_budget_index (-1: none) */
+    int64_t budget_used[ZC_BUDGET_INDEX__COUNT]; /* the plan's bytes against each
+                                              (device: the device kind, or the
+                                              host path's stand-in; cpu: pinned
+                                              and pageable host; nvme) */
 } zc_memory_plan;
 
 /* The memory zc_engine_build would allocate on one rank of `world` ranks

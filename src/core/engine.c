@@ -107,8 +107,10 @@ ZC_API zc_status zc_engine_create(zc_engine **out, const zc_config *cfg, zc_comm
     /* io items fire only on swap-file I/O (optimizer state or, at stage 3,
      * parameter shards under nvme): without it, an item that can never fire
      * is refused rather than passing silently. */
+    int64_t nvme_budget = 0;
     const bool swap_io = cfg->zero.offload_optimizer.device == ZC_OFFLOAD_NVME ||
-                         (stage == 3 && cfg->zero.offload_param.device == ZC_OFFLOAD_NVME);
+                         (stage == 3 && cfg->zero.offload_param.device == ZC_OFFLOAD_NVME) ||
+                         zc__config_budget(cfg, ZC_BUDGET_NVME, &nvme_budget) != ZC_BUDGET_NONE;
     for (int i = 0; i < e->faults.n; i++)
         if (e->faults.kind[i] == ZC_FAULT_IO && !swap_io) {
             rc = ZC_ERR(ZC_ERR_CONFIG,
@@ -236,6 +238,9 @@ ZC_API zc_status zc_engine_build(zc_engine *e)
      * (build_agree.c): a mismatch fails here, named, on every rank, rather
      * than as a collective mismatch or a hang in the first step. */
     ZC_CHECK_GOTO(zc__build_agree(e), rc, fail);
+    /* The budgets of zero_optimization.max_memory, agreed across ranks; the
+     * placement is then chosen by the pre-flight (place_build.c). */
+    ZC_CHECK_GOTO(zc__place_agree(e), rc, fail);
     /* Persistence first (the stage policy's built hook: stage 3 marks
      * persistent chunks, from the layout alone): the stage-3 reserve keeps a
      * buffer per persistent chunk, and the pre-flight plans that reserve. */
@@ -271,6 +276,7 @@ ZC_API void zc_engine_destroy(zc_engine *e)
         e->pol->teardown(e);
     zc__opt_free(e);
     zc__param_free(e);
+    zc__place_free(e); /* sized by nchunks: before the layout */
     zc__partials_free(e);
     /* Before the layout: the shadows are sized by the chunks. */
     zc__debug_free(e);

@@ -15,6 +15,23 @@ const char *zc__place_kind_name(int place)
     return place == ZC_PLACE_DEVICE ? "device" : place == ZC_PLACE_PINNED ? "pinned host" : "NVMe";
 }
 
+bool zc__place_nvme_ok(const zc_config *cfg, bool param)
+{
+    if (!zc__place_nvme_path(cfg, param))
+        return false;
+    /* The rules zc_engine_build holds an NVMe home to (support.c): a
+     * configuration that breaks them keeps that home off NVMe rather than
+     * failing a build that did not ask for it. */
+    bool ok = zc__config_aio_check(cfg->aio.block_size, cfg->aio.queue_depth,
+                                   cfg->aio.intra_op_parallelism) == ZC_OK &&
+              (!param || zc__config_param_buffers_check(cfg->zero.offload_param.buffer_count) ==
+                             ZC_OK) &&
+              (param || zc__config_opt_buffers_check(cfg->zero.offload_optimizer.buffer_count) ==
+                            ZC_OK);
+    zc__error_clear();
+    return ok;
+}
+
 const char *zc__place_nvme_path(const zc_config *cfg, bool param)
 {
     const char *own = param ? cfg->zero.offload_param.nvme_path

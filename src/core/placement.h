@@ -64,6 +64,11 @@ zc_status zc__place_plan(const zc_place_in *in, uint8_t *opt, uint8_t *param, zc
  * NVMe: its own block's, else the other block's (either serves both). */
 const char *zc__place_nvme_path(const zc_config *cfg, bool param);
 
+/* Whether the planner may put that home's state on NVMe: an nvme_path
+ * (zc__place_nvme_path) and the aio and buffer_count values an NVMe home
+ * needs (otherwise it stays off NVMe). */
+bool zc__place_nvme_ok(const zc_config *cfg, bool param);
+
 /* Text of a kind for messages ("device", "pinned host", "NVMe"). */
 const char *zc__place_kind_name(int place);
 

@@ -56,7 +56,8 @@ zc_status zc__streams_create(zc_engine *e)
     ZC_CHECK(o->event_create(d, &e->ev_reduced));
     /* Stage-3 parameter offload: the shards' H2D copies get a stream of
      * their own, so a copy overlaps the engine's work (param_state.c). */
-    if (e->stage == 3 && e->cfg->zero.offload_param.device != ZC_OFFLOAD_NONE) {
+    if (e->stage == 3 && (e->cfg->zero.offload_param.device != ZC_OFFLOAD_NONE ||
+                          zc__config_place_free(e->cfg, true))) {
         ZC_CHECK(o->stream_create_nonblocking(d, &e->h2d_stream));
         ZC_CHECK(o->event_create(d, &e->ev_h2d_in));
         ZC_CHECK(o->event_create(d, &e->ev_h2d_done));
