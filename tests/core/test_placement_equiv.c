@@ -13,6 +13,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/alloc.h"
+#include "core/estimate.h"
 
 #include "core/engine.h"
 #include "helpers.h"
@@ -231,3 +236,123 @@ static void sweep(zc_dtype dt)
 Test(placement_equiv, fp32) { sweep(ZC_DTYPE_F32); }
 Test(placement_equiv, bf16) { sweep(ZC_DTYPE_BF16); }
 Test(placement_equiv, fp16) { sweep(ZC_DTYPE_F16); }
+
+/* A one-rank engine over a 1 Mi-element fp32 weight at stage 3 with the
+ * given settings ({key, JSON value, ..., NULL}): the build's status and
+ * message, its stats when it built, and nothing left allocated when it did
+ * not. */
+static zc_status build_one(const char *const *keys, zc_stats *st, char *msg, size_t cap)
+{
+    zc_config *cfg = NULL;
+    cr_assert_eq(zc_config_create(&cfg), ZC_OK);
+    cr_assert_eq(zc_config_set_int(cfg, "zero_optimization.stage", 3), ZC_OK);
+    for (int i = 0; keys[i]; i += 2)
+        cr_assert_eq(zc_config_set(cfg, keys[i], keys[i + 1]), ZC_OK, "%s: %s", keys[i],
+                     zc_last_error());
+    zc_comm *comm = NULL;
+    cr_assert_eq(zc_comm_local_world(1, &comm), ZC_OK);
+    zc_engine_options eo = ZC_ENGINE_OPTIONS_INIT;
+    eo.device = ZC_DEVICE_HOST;
+    eo.bucket_elems = 1 << 18; /* four chunks */
+    zc_engine *e = NULL;
+    cr_assert_eq(zc_engine_create(&e, cfg, comm, &eo), ZC_OK, "%s", zc_last_error());
+    for (int i = 0; i < 4; i++) {
+        const int64_t shape[2] = {512, 512};
+        char name[8];
+        snprintf(name, sizeof name, "w%d", i);
+        cr_assert_not_null(zc_param_add(e, name, shape, 2, 0), "%s", zc_last_error());
+    }
+    const zc_status rc = zc_engine_build(e);
+    snprintf(msg, cap, "%s", rc == ZC_OK ? "" : zc_last_error());
+    st->size = sizeof *st;
+    if (rc == ZC_OK)
+        cr_assert_eq(zc_engine_stats(e, st), ZC_OK);
+    else
+        cr_assert_eq(zc__mem_global_bytes(ZC_MEMKIND_PINNED), 0);
+    zc_engine_destroy(e);
+    zc_comm_destroy(comm);
+    zc_config_destroy(cfg);
+    return rc;
+}
+
+/* Refusals at build, before anything large is allocated: a device budget
+ * below what the parameters and pools need names the device budget and how
+ * much is short; a host budget too small with no NVMe names the cpu budget
+ * and suggests NVMe; an explicit offload_optimizer.device "none" that a
+ * budget cannot hold names both. */
+Test(placement_equiv, build_refusals)
+{
+    zc_stats st;
+    char msg[2048];
+    const char *dev[] = {"zero_optimization.max_memory.device", "\"1MiB\"",
+                         "zero_optimization.max_memory.cpu", "\"1GiB\"", NULL};
+    cr_assert_eq(build_one(dev, &st, msg, sizeof msg), ZC_ERR_NO_MEMORY);
+    cr_assert(strstr(msg, "zero_optimization.max_memory.device is 1.0 MiB"), "%s", msg);
+    cr_assert(strstr(msg, "short"), "%s", msg);
+    const char *cpu[] = {"zero_optimization.max_memory.device", "\"12MiB\"",
+                         "zero_optimization.max_memory.cpu", "\"1MiB\"", NULL};
+    cr_assert_eq(build_one(cpu, &st, msg, sizeof msg), ZC_ERR_NO_MEMORY);
+    cr_assert(strstr(msg, "zero_optimization.max_memory.cpu is 1.0 MiB"), "%s", msg);
+    cr_assert(strstr(msg, "max_memory.nvme budget with an nvme_path"), "%s", msg);
+    const char *expl[] = {"zero_optimization.max_memory.device", "\"12MiB\"",
+                          "zero_optimization.max_memory.cpu", "\"1GiB\"",
+                          "zero_optimization.offload_optimizer.device", "\"none\"", NULL};
+    cr_assert_eq(build_one(expl, &st, msg, sizeof msg), ZC_ERR_NO_MEMORY);
+    cr_assert(strstr(msg, "let zero_optimization.offload_optimizer.device be \"auto\""), "%s",
+              msg);
+    /* The same budgets with the offload device free to choose build, the
+     * optimizer state partly off the device. */
+    const char *fits[] = {"zero_optimization.max_memory.device", "\"12MiB\"",
+                          "zero_optimization.max_memory.cpu", "\"1GiB\"", NULL};
+    cr_assert_eq(build_one(fits, &st, msg, sizeof msg), ZC_OK, "%s", msg);
+    cr_assert_gt(st.opt_chunks_by_place[ZC_PLACE_ON_PINNED], 0);
+    cr_assert_eq(st.budget[ZC_BUDGET_INDEX_DEVICE], 12 << 20);
+    t_assert_no_leaks();
+}
+
+/* "auto" budgets: the device's free memory (a capacity set for the test),
+ * MemAvailable over the node's ranks (a fake /proc/meminfo), the swap
+ * directory's free space (set for the test), less their margins. */
+Test(placement_equiv, auto_budgets)
+{
+    char root[64], path[128];
+    snprintf(root, sizeof root, "zc-place-root-XXXXXX");
+    cr_assert_not_null(mkdtemp(root));
+    snprintf(path, sizeof path, "%s/proc", root);
+    cr_assert_eq(mkdir(path, 0755), 0);
+    snprintf(path, sizeof path, "%s/proc/meminfo", root);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs("MemTotal:       8000000 kB\nMemAvailable:    4000000 kB\n", f);
+    fclose(f);
+    t_swapdir dir;
+    t_swapdir_make(&dir, "zc-place-test");
+    const char *keys[] = {"zero_optimization.max_memory.device", "\"auto\"",
+                          "zero_optimization.max_memory.cpu", "\"auto\"",
+                          "zero_optimization.max_memory.nvme", "\"auto\"",
+                          "zero_optimization.offload_optimizer.nvme_path", dir.json, NULL};
+    zc__preflight_limits_root(root);
+    zc__preflight_device_free(24 << 20);
+    zc__preflight_nvme_free(1 << 30);
+    zc_stats st;
+    char msg[2048];
+    const zc_status rc = build_one(keys, &st, msg, sizeof msg);
+    zc__preflight_limits_root(NULL);
+    zc__preflight_device_free(-1);
+    zc__preflight_nvme_free(-1);
+    cr_assert_eq(rc, ZC_OK, "%s", msg);
+    /* Less 10% (device, host) and 5% (NVMe), in whole percents. */
+    const int64_t dev = 24 << 20, host = 4000000LL * 1024, nv = 1 << 30;
+    cr_assert_eq(st.budget[ZC_BUDGET_INDEX_DEVICE], dev - dev / 100 * 10);
+    cr_assert_eq(st.budget[ZC_BUDGET_INDEX_CPU], host - host / 100 * 10);
+    cr_assert_eq(st.budget[ZC_BUDGET_INDEX_NVME], nv - nv / 100 * 5);
+    /* 24 MiB less 10% cannot hold the optimizer state with the rest (about
+     * 27 MiB): some of it is placed off the device. */
+    cr_assert_gt(st.opt_chunks_by_place[ZC_PLACE_ON_PINNED], 0);
+    remove(path);
+    snprintf(path, sizeof path, "%s/proc", root);
+    rmdir(path);
+    rmdir(root);
+    t_swapdir_remove(&dir);
+    t_assert_no_leaks();
+}
