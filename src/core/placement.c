@@ -147,14 +147,31 @@ static btext bt(int64_t b)
     return t;
 }
 
-/* Nothing is left to move and kind `over` is still over its budget. */
-static zc_status refuse(const zc_place_in *in, const int64_t used[ZC_BUDGET__COUNT], int over)
+/* No placement was found. The headline figures are those of the plan the
+ * planner stopped at; beside them, the device's floor: its bytes with every
+ * movable item in pinned memory (off the device, and costing it least), which
+ * no placement goes below. */
+static zc_status refuse(const zc_place_in *in, const items *it, uint8_t *opt, uint8_t *param,
+                        const int64_t used[ZC_BUDGET__COUNT], int over)
 {
+    int64_t floor_used[ZC_BUDGET__COUNT];
+    int floor_over = -1;
+    zc_est est;
+    for (int i = 0; i < it->np + it->no; i++)
+        if (allowed(in, it, i, ZC_PLACE_PINNED))
+            *item_slot(it, i, opt, param) = ZC_PLACE_PINNED;
+    ZC_CHECK(try_plan(in, opt, param, &est, floor_used, &floor_over));
+    const int64_t dev_floor = floor_used[ZC_BUDGET_DEVICE];
     char alt[1024] = "";
     size_t n = 0;
 #define ALT(...) (n += (size_t)snprintf(alt + n, n < sizeof alt ? sizeof alt - n : 0, __VA_ARGS__))
+    if (dev_floor > in->budget[ZC_BUDGET_DEVICE])
+        ALT("%s to at least %s (what must stay on the device: %s more)",
+            budget_key[ZC_BUDGET_DEVICE], bt(dev_floor).s,
+            bt(dev_floor - in->budget[ZC_BUDGET_DEVICE]).s);
     for (int b = 0; b < ZC_BUDGET__COUNT; b++)
-        if (used[b] > in->budget[b])
+        if (used[b] > in->budget[b] && !(b == ZC_BUDGET_DEVICE &&
+                                         dev_floor > in->budget[ZC_BUDGET_DEVICE]))
             ALT("%s%s to at least %s (%s more)", n ? ", " : "", budget_key[b], bt(used[b]).s,
                 bt(used[b] - in->budget[b]).s);
     if (over != ZC_BUDGET_NVME && in->budget[ZC_BUDGET_NVME] == 0 && in->est.stage > 0)
@@ -171,8 +188,8 @@ static zc_status refuse(const zc_place_in *in, const int64_t used[ZC_BUDGET__COU
 #undef ALT
     return ZC_ERR(ZC_ERR_NO_MEMORY,
                   "zero_optimization.max_memory: no placement fits (stage %d, world %d, %d "
-                  "chunks): the %s kind needs %s with everything movable on slower "
-                  "memory, but its budget %s is %s, %s short; raise %s",
+                  "chunks): the %s kind needs %s in the closest placement found, but its budget "
+                  "%s is %s, %s short; raise %s",
                   in->est.stage, in->est.world, in->est.nchunks,
                   over == ZC_BUDGET_DEVICE ? "device" : over == ZC_BUDGET_CPU ? "cpu" : "nvme",
                   bt(used[over]).s, budget_key[over], bt(in->budget[over]).s,
@@ -204,7 +221,7 @@ static zc_status place(const zc_place_in *in, const items *it, uint8_t *opt, uin
                 }
         }
         if (moved < 0)
-            return refuse(in, used, over);
+            return refuse(in, it, opt, param, used, over);
     }
     /* 3. Promote: most preferred first, to the fastest kind that fits. */
     for (bool changed = true; changed;) {
@@ -227,7 +244,7 @@ static zc_status place(const zc_place_in *in, const items *it, uint8_t *opt, uin
     }
     /* The plan of the arrays as they stand. */
     ZC_CHECK(try_plan(in, opt, param, est, used, &over));
-    return over < 0 ? ZC_OK : refuse(in, used, over);
+    return over < 0 ? ZC_OK : refuse(in, it, opt, param, used, over);
 }
 
 zc_status zc__place_plan(const zc_place_in *in, uint8_t *opt, uint8_t *param, zc_est *est)
