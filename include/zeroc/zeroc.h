@@ -373,8 +373,16 @@ ZC_API zc_status zc_chunk_boundary(zc_engine *eng);
  * stage3_max_live_parameters), so that later calls do not allocate between two
  * collectives (a stage-3 acquire beyond that working set allocates, agreed
  * across ranks: docs/faults.md). Collective: every rank calls it.
- * ZC_ERR_NO_MEMORY says how much was asked for and for what. After a failed
- * build the engine can only be destroyed. */
+ * With zero_optimization.max_memory (a zeroc extension, docs/placement.md)
+ * the ranks first agree on the budgets (an "auto" one: the smallest any rank
+ * finds on its machine), then every rank chooses the same placement - each
+ * chunk's optimizer state and stage-3 parameter shard on the device, in
+ * pinned host memory or on NVMe, fastest first within every budget - and logs
+ * it at INFO; zc_engine_stats reports it after. When nothing fits, every rank
+ * fails with ZC_ERR_NO_MEMORY naming the short budget, by how much and what
+ * would fit, before anything large is allocated. ZC_ERR_NO_MEMORY says how
+ * much was asked for and for what. After a failed build the engine can only
+ * be destroyed. */
 ZC_API zc_status zc_engine_build(zc_engine *eng);
 
 /* Sets the full value of a parameter (numel floats, row-major, host memory).
@@ -946,7 +954,12 @@ typedef struct zc_memory_plan {
  * ZC_ERR_INVALID_ARG (NULL or short out, world < 1, a bad tensor),
  * ZC_ERR_CONFIG (a configuration zc_engine_create or zc_engine_build would
  * refuse, e.g. offload at stage 0) or ZC_ERR_NO_MEMORY (sizes overflowing 64
- * bits, or no memory for the plan's own tables). Thread-safe; not
+ * bits, no memory for the plan's own tables, or - with
+ * zero_optimization.max_memory - no placement within the budgets, the message
+ * naming the short budget as the build would). With max_memory the plan is
+ * the placement the build would choose under those budgets ("auto" read from
+ * this machine, the world taken as the node's ranks; a GPU's "auto" device
+ * budget cannot be read without opening it: ZC_ERR_CONFIG). Thread-safe; not
  * collective. */
 ZC_API zc_status zc_plan_memory(const zc_config *cfg, int world, const zc_plan_tensor *tensors,
                                 int n, const zc_engine_options *opts, zc_memory_plan *out);
