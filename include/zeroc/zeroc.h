@@ -931,6 +931,8 @@ typedef struct zc_memory_plan {
     int64_t param_chunks_by_place[ZC_PLACE_ON__COUNT],
         param_elems_by_place[ZC_PLACE_ON__COUNT];
     bool placed;
+    int stage;                             /* the stage planned (with "stage": "auto",
+                                              the lowest that fits the budgets) */
     int64_t budget[ZC_BUDGET_INDEX__COUNT]; /* held to, by zc_budget_index (-1: none) */
     int64_t budget_used[ZC_BUDGET_INDEX__COUNT]; /* the plan's bytes against each
                                               (device: the device kind, or the

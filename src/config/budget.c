@@ -36,6 +36,11 @@ zc_budget_state zc__config_budget(const zc_config *cfg, zc_budget_kind kind, int
     return ZC_BUDGET_BYTES;
 }
 
+bool zc__config_stage_auto(const zc_config *cfg)
+{
+    return origin_of(cfg, "zero_optimization.stage") == ZC_ORIGIN_AUTO_PENDING;
+}
+
 bool zc__config_place_free(const zc_config *cfg, bool param)
 {
     const zc_cfg_origin o = origin_of(cfg, param ? "zero_optimization.offload_param.device"

@@ -197,6 +197,10 @@ typedef enum zc_budget_state {
 bool zc__config_has_budgets(const zc_config *cfg);
 /* The state of one kind's budget, and its bytes when ZC_BUDGET_BYTES. */
 zc_budget_state zc__config_budget(const zc_config *cfg, zc_budget_kind kind, int64_t *bytes);
+/* Whether zero_optimization.stage is "auto": the lowest of 1-3 whose
+ * placement fits the budgets, chosen at build (the struct holds 0 until
+ * then). */
+bool zc__config_stage_auto(const zc_config *cfg);
 /* Whether the planner chooses offload_optimizer.device (param false) or
  * offload_param.device (param true): the key is "auto", or not written while
  * budgets are given. An explicit "none", "cpu" or "nvme" is kept. */

@@ -195,8 +195,10 @@ const zc_cfg_key zc__cfg_keys[] = {
     KSB("lr_range_test_staircase", lr_range_test_staircase, 0, S_RT, "step-wise increase"),
 
     /* zero_optimization */
-    { .path = ZOPT "stage", .type = ZC_KT_I32, .off = O(zero.stage), .imin = 0, .imax = 3,
-      .idef = 0, .doc = "0 = DDP, 1 = optimizer states, 2 = + gradients, 3 = + parameters" },
+    { .path = ZOPT "stage", .type = ZC_KT_I32, .flags = ZC_KF_AUTO_PLAN, .off = O(zero.stage),
+      .imin = 0, .imax = 3, .idef = 0,
+      .doc = "0 = DDP, 1 = optimizer states, 2 = + gradients, 3 = + parameters; auto: the "
+             "lowest of 1-3 that fits max_memory (zeroc)" },
     KBOOL(ZOPT "contiguous_gradients", zero.contiguous_gradients, 1, 0,
           "copy gradients into contiguous buckets"),
     KTRI(ZOPT "overlap_comm", zero.overlap_comm,

@@ -124,14 +124,15 @@ static void check_scheduler(const zc_config *cfg, zc_cfg_diag *d)
 static void check_budgets(const zc_config *cfg, zc_cfg_diag *d)
 {
     const bool budgets = zc__config_has_budgets(cfg);
-    static const char *const dev[2] = {"zero_optimization.offload_optimizer.device",
-                                       "zero_optimization.offload_param.device"};
-    for (int i = 0; i < 2; i++)
+    static const char *const dev[3] = {"zero_optimization.offload_optimizer.device",
+                                       "zero_optimization.offload_param.device",
+                                       "zero_optimization.stage"};
+    for (int i = 0; i < 3; i++)
         if (pending(cfg, dev[i]) && !budgets)
             zc__diag_add(d, ZC_SEV_ERROR, ZC_ERR_CONFIG, dev[i],
                          "\"auto\" is chosen from zero_optimization.max_memory, which is not "
-                         "given; add {\"max_memory\": {\"device\": ..., \"cpu\": ...}} or name "
-                         "the device (none, cpu, nvme)");
+                         "given; add {\"max_memory\": {\"device\": ..., \"cpu\": ...}} or give "
+                         "the value");
     int64_t b = 0;
     const bool nvme = zc__config_budget(cfg, ZC_BUDGET_NVME, &b) != ZC_BUDGET_NONE;
     if (nvme && !cfg->zero.offload_optimizer.nvme_path && !cfg->zero.offload_param.nvme_path)
@@ -154,7 +155,8 @@ void zc__cfg_semantic(const zc_config *cfg, unsigned flags, zc_cfg_diag *d)
                   flags, d);
     check_offload(cfg, &cfg->zero.offload_param, "zero_optimization.offload_param", false, flags,
                   d);
-    if (cfg->zero.offload_optimizer.ratio < 1.0 && cfg->zero.stage != 3)
+    if (cfg->zero.offload_optimizer.ratio < 1.0 && cfg->zero.stage != 3 &&
+        !zc__config_stage_auto(cfg))
         zc__diag_add(d, ZC_SEV_ERROR, ZC_ERR_CONFIG, "zero_optimization.offload_optimizer.ratio",
                      "%g < 1 (partial offload) needs stage 3 (stage is %d); set it to 1 or use "
                      "stage 3",

@@ -64,6 +64,14 @@ zc_status zc__place_agree(zc_engine *e);
 zc_status zc__place_build(zc_engine *e, const struct zc_est_in *base);
 void zc__place_log(const zc_engine *e, const struct zc_est_in *in, const struct zc_est *est);
 void zc__place_free(zc_engine *e);
+/* zero_optimization.stage "auto" (place_build.c, from the pre-flight):
+ * tries stages 1, 2, 3 in turn - the engine made that stage, the plan input
+ * in and its persistence flags pers updated - and keeps the first whose
+ * placement fits (zc__place_build); ZC_ERR_NO_MEMORY with stage 3's reason
+ * when none does. Deterministic, so the same on every rank. */
+zc_status zc__place_stage(zc_engine *e, struct zc_est_in *in, bool *pers);
+/* The policy of a stage (engine.c). */
+const struct zc_stage_policy *zc__stage_policy(int stage);
 /* Tests: builds with budgets of nchunks chunks take this placement (arrays of
  * ZC_PLACE_* kept by the caller until reset with NULL) instead of the
  * planner's; the pre-flight still checks its plan against the machine. */

@@ -348,6 +348,7 @@ struct zc_engine {
      * of its optimizer state and (stage 3) parameter shard; NULL without
      * budgets (the offload keys' rules hold). */
     bool budgets;
+    bool stage_auto;           /* zero_optimization.stage "auto": chosen at build */
     int64_t budget[ZC_BUDGET__COUNT];
     uint8_t *opt_place, *param_place;
     int nhomes;

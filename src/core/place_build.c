@@ -154,6 +154,46 @@ void zc__place_log(const zc_engine *e, const zc_est_in *in, const zc_est *est)
             (double)used[2] / 1048576.0, (double)e->budget[2] / 1048576.0);
 }
 
+/* Makes the engine one of stage s (the policy, the configuration's stage,
+ * stage 3's persistence marks), as zc_engine_create and the policy's built
+ * hook would have. */
+static void set_stage(zc_engine *e, int s)
+{
+    e->stage = s;
+    e->pol = zc__stage_policy(s);
+    e->cfg->zero.stage = s;
+    for (int k = 0; k < e->nchunks; k++)
+        e->chunks[k].persistent = false;
+    if (e->pol->built)
+        e->pol->built(e);
+}
+
+zc_status zc__place_stage(zc_engine *e, zc_est_in *in, bool *pers)
+{
+    if (!e->budgets)
+        return ZC_ERR(ZC_ERR_CONFIG, "zero_optimization.stage \"auto\" is chosen from "
+                      "zero_optimization.max_memory, which is not given");
+    char last[1024] = "";
+    for (int s = 1; s <= 3; s++) {
+        set_stage(e, s);
+        for (int k = 0; k < e->nchunks; k++)
+            pers[k] = e->chunks[k].persistent;
+        in->stage = s;
+        zc__place_free(e);
+        const zc_status rc = zc__place_build(e, in);
+        if (rc == ZC_OK) {
+            ZC_LOGI("core", "zero_optimization.stage \"auto\": stage %d, the lowest whose "
+                    "placement fits the budgets", s);
+            return ZC_OK;
+        }
+        if (rc != ZC_ERR_NO_MEMORY)
+            return rc;
+        snprintf(last, sizeof last, "%s", zc_last_error());
+    }
+    return ZC_ERR(ZC_ERR_NO_MEMORY, "zero_optimization.stage \"auto\": no stage of 1-3 fits "
+                  "the budgets; at stage 3, %s", last);
+}
+
 void zc__place_free(zc_engine *e)
 {
     const size_t n = (size_t)e->nchunks;

@@ -244,6 +244,7 @@ static zc_status plan(zc_config *cfg, int world, const zc_plan_tensor *t, int n,
     res->num_chunks = nc;
     res->grad_buffer_bytes = est.grad_pool;
     res->dtype = dt;
+    res->stage = cfg->zero.stage;
     res->host_device = kind == ZC_DEVICE_HOST;
     return ZC_OK;
 }
@@ -281,8 +282,27 @@ zc_status zc__plan_memory_placed(const zc_config *cfg, int world, const zc_plan_
     if (!numel || !padded || !pers || !units || !opt || !param)
         rc = ZC_ERR(ZC_ERR_NO_MEMORY, "zc_plan_memory: no memory for the tables of %d tensors",
                     n);
-    else
+    else if (!zc__config_stage_auto(c))
         rc = plan(c, world, tensors, n, opts, numel, padded, pers, units, opt, param, &res);
+    else
+        /* stage "auto": the lowest stage whose placement fits, as the build
+         * chooses it (place_build.c). */
+        for (int s = 1, more = 1; s <= 3 && more; s++) {
+            zc_config *cs = NULL;
+            rc = zc__config_clone(c, &cs);
+            if (rc == ZC_OK)
+                rc = zc_config_set_int(cs, "zero_optimization.stage", s);
+            if (rc == ZC_OK)
+                rc = plan(cs, world, tensors, n, opts, numel, padded, pers, units, opt, param,
+                          &res);
+            zc_config_destroy(cs);
+            more = rc == ZC_ERR_NO_MEMORY && s < 3;
+            if (more)
+                zc__error_clear();
+            else if (rc == ZC_ERR_NO_MEMORY)
+                rc = ZC_ERR(ZC_ERR_NO_MEMORY, "zero_optimization.stage \"auto\": no stage of "
+                            "1-3 fits the budgets; at stage 3, %s", zc_last_error());
+        }
     if (rc == ZC_OK) {
         res.size = out->size;
         *out = res;

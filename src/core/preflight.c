@@ -370,11 +370,14 @@ zc_status zc__preflight(zc_engine *e)
         .max_in_cpu = p->max_in_cpu,
         .pnvme_round = e->cfg->aio.block_size * zc__nvme_path_count(p->nvme_path),
     };
-    if (e->budgets) {
-        /* The placement from max_memory is chosen from this very plan input
-         * (place_build.c), and the checks below then hold its plan to what
-         * the machine has too. */
-        ZC_CHECK_GOTO(zc__place_build(e, &in), rc, out);
+    if (e->stage_auto || e->budgets) {
+        /* The placement from max_memory (and with stage "auto" the stage) is
+         * chosen from this very plan input (place_build.c), and the checks
+         * below then hold its plan to what the machine has too. */
+        if (e->stage_auto)
+            ZC_CHECK_GOTO(zc__place_stage(e, &in, pers), rc, out);
+        else
+            ZC_CHECK_GOTO(zc__place_build(e, &in), rc, out);
         in.opt_place = e->opt_place;
         in.param_place = e->param_place;
         in.nvme_round = e->cfg->aio.block_size *

@@ -346,3 +346,75 @@ Test(placement, sizes_parse_strictly)
     }
     t_assert_no_leaks();
 }
+
+/* Stage 3 without persistent chunks and with a gather working set of two
+ * chunks, so that it holds less than stage 2. */
+static void set_stage3_bounds(zc_config *cfg)
+{
+    cr_assert_eq(zc_config_set_int(cfg, "zero_optimization.stage3_param_persistence_threshold",
+                                   0), ZC_OK);
+    cr_assert_eq(zc_config_set_int(cfg, "zero_optimization.stage3_max_live_parameters",
+                                   1 << 18), ZC_OK);
+    cr_assert_eq(zc_config_set_int(cfg, "zero_optimization.stage3_prefetch_bucket_size", 0),
+                 ZC_OK);
+}
+
+/* "stage": "auto" through zc_plan_memory on a model whose sharding pays
+ * (256 tensors of 2^16 elements, world 4, host path): the device budget of
+ * what stage t takes with everything on the device, nothing to spill to,
+ * chooses stage t - the stages' all-device figures (planned with the stage
+ * written out) fall from 1 to 3 - and a budget below stage 3's is refused
+ * naming stage "auto". */
+Test(placement, stage_auto_chooses_the_lowest_stage_that_fits)
+{
+    enum { NT = 256 };
+    static int64_t shape[NT][2];
+    zc_plan_tensor t[NT];
+    for (int i = 0; i < NT; i++) {
+        shape[i][0] = 256;
+        shape[i][1] = 256;
+        t[i] = (zc_plan_tensor){.shape = shape[i], .ndim = 2};
+    }
+    zc_engine_options eo = ZC_ENGINE_OPTIONS_INIT;
+    eo.device = ZC_DEVICE_HOST;
+    eo.bucket_elems = 1 << 17;
+    int64_t need[4] = {0};
+    for (int s = 1; s <= 3; s++) {
+        zc_config *cfg = NULL;
+        cr_assert_eq(zc_config_create(&cfg), ZC_OK);
+        cr_assert_eq(zc_config_set_int(cfg, "zero_optimization.stage", s), ZC_OK);
+        set_stage3_bounds(cfg);
+        cr_assert_eq(zc_config_set(cfg, "zero_optimization.max_memory.device", "\"1TiB\""),
+                     ZC_OK);
+        zc_memory_plan p = {.size = sizeof p};
+        cr_assert_eq(zc_plan_memory(cfg, 4, t, NT, &eo, &p), ZC_OK, "%s", zc_last_error());
+        need[s] = p.budget_used[ZC_BUDGET_INDEX_DEVICE];
+        cr_assert_eq(p.stage, s);
+        zc_config_destroy(cfg);
+    }
+    cr_assert(need[1] > need[2] && need[2] > need[3], "stages' device bytes %lld %lld %lld",
+              (long long)need[1], (long long)need[2], (long long)need[3]);
+    for (int s = 1; s <= 4; s++) {
+        zc_config *cfg = NULL;
+        cr_assert_eq(zc_config_create(&cfg), ZC_OK);
+        cr_assert_eq(zc_config_set(cfg, "zero_optimization.stage", "\"auto\""), ZC_OK);
+        set_stage3_bounds(cfg);
+        char dev[32];
+        snprintf(dev, sizeof dev, "%lld", (long long)(s <= 3 ? need[s] : need[3] - 1));
+        cr_assert_eq(zc_config_set(cfg, "zero_optimization.max_memory.device", dev), ZC_OK);
+        zc_memory_plan p = {.size = sizeof p};
+        const zc_status rc = zc_plan_memory(cfg, 4, t, NT, &eo, &p);
+        if (s <= 3) {
+            cr_assert_eq(rc, ZC_OK, "%s", zc_last_error());
+            cr_assert_eq(p.stage, s, "budget of stage %d chose stage %d", s, p.stage);
+            cr_assert_eq(p.opt_chunks_by_place[ZC_PLACE_ON_DEVICE], p.num_chunks);
+        } else {
+            cr_assert_eq(rc, ZC_ERR_NO_MEMORY);
+            cr_assert(strstr(zc_last_error(), "zero_optimization.stage \"auto\": no stage"),
+                      "%s", zc_last_error());
+            cr_assert(strstr(zc_last_error(), "short"), "%s", zc_last_error());
+        }
+        zc_config_destroy(cfg);
+    }
+    t_assert_no_leaks();
+}

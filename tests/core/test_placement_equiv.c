@@ -356,3 +356,65 @@ Test(placement_equiv, auto_budgets)
     t_swapdir_remove(&dir);
     t_assert_no_leaks();
 }
+
+/* "stage": "auto" picks the lowest of stages 1-3 whose plan fits: with the
+ * device budget set to what stage t takes with everything on the device
+ * (and nothing else to spill to), the choice is the lowest stage s whose
+ * all-device plan takes no more (the per-stage figures from zc_plan_memory
+ * with the stage written out), and training equals that stage's run
+ * without budgets, bitwise. Worlds 1-4, fp32/bf16/fp16. With this small
+ * model the buffer pools outweigh what sharding saves, so every budget
+ * chooses stage 1 here; tests/core/test_placement.c holds the choice of 2
+ * and 3 on a larger model through zc_plan_memory. */
+Test(placement_equiv, stage_auto)
+{
+    const zc_dtype dts[] = {ZC_DTYPE_F32, ZC_DTYPE_BF16, ZC_DTYPE_F16};
+    for (int di = 0; di < 3; di++)
+        for (int world = 1; world <= 4; world++) {
+            int64_t need[4] = {0};
+            for (int s = 1; s <= 3; s++) {
+                t_run r;
+                t_run_init(&r, s, world, dts[di]);
+                char dev[32];
+                snprintf(dev, sizeof dev, "%lld", (long long)BIG_BUDGET);
+                const char *keys[] = {"zero_optimization.max_memory.device", dev, NULL};
+                r.keys = keys;
+                zc_memory_plan p;
+                cr_assert_eq(t_plan(&r, &p), ZC_OK, "%s", zc_last_error());
+                need[s] = p.budget_used[0];
+            }
+            bool seen[4] = {false};
+            for (int t = 1; t <= 3; t++) {
+                int expect = 1;
+                while (need[expect] > need[t])
+                    expect++;
+                if (seen[expect])
+                    continue;
+                seen[expect] = true;
+                char what[96];
+                snprintf(what, sizeof what, "%s world %d stage auto (budget of stage %d)",
+                         zc_dtype_name(dts[di]), world, t);
+                t_run r;
+                t_run_init(&r, expect, world, dts[di]);
+                r.steps = 6;
+                t_run *ref = t_run_trained(&r);
+                char dev[32];
+                snprintf(dev, sizeof dev, "%lld", (long long)need[t]);
+                const char *keys[] = {"zero_optimization.stage", "\"auto\"",
+                                      "zero_optimization.max_memory.device", dev, NULL};
+                r.keys = keys;
+                zc_memory_plan p;
+                cr_assert_eq(t_plan(&r, &p), ZC_OK, "%s: %s", what, zc_last_error());
+                cr_assert_eq(p.stage, expect, "%s: zc_plan_memory chose stage %d, expected %d",
+                             what, p.stage, expect);
+                t_run *run = t_run_trained(&r);
+                for (int rank = 0; rank < world; rank++)
+                    cr_assert_eq(run->stats[rank].stage, expect, "%s: built stage %d", what,
+                                 run->stats[rank].stage);
+                t_assert_same_training(run, ref, what);
+                t_run_free(run);
+                t_run_free(ref);
+            }
+        }
+    t_assert_no_leaks();
+}
