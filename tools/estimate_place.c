@@ -310,6 +310,8 @@ int zc__ep_print(const zc_config *cfg, const ep_model *m, int world, int dtype, 
                world, dtype == ZC_DTYPE_F32 ? "fp32" : dtype == ZC_DTYPE_F16 ? "fp16" : "bf16",
                host ? ", host path (its \"device\" is host memory)" : "");
     int fits = 0;
+    /* A configuration's "stage": "auto" is every stage the engine could take. */
+    only_cfg_stage = only_cfg_stage && !zc__config_stage_auto(cfg);
     for (int stage = only_cfg_stage ? 0 : 1; stage <= 3; stage++) {
         if (only_cfg_stage && stage != cfg->zero.stage)
             continue;

@@ -10,6 +10,7 @@
  * - and hands the layout to the planner the pre-flight uses (estimate.c).
  * tests/core/test_estimate.c holds it equal to the planner fed a built
  * engine's layout, and so to its zc_stats, over stages, offloads and worlds. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -299,9 +300,13 @@ zc_status zc__plan_memory_placed(const zc_config *cfg, int world, const zc_plan_
             more = rc == ZC_ERR_NO_MEMORY && s < 3;
             if (more)
                 zc__error_clear();
-            else if (rc == ZC_ERR_NO_MEMORY)
+            else if (rc == ZC_ERR_NO_MEMORY) {
+                /* Copied first: the message is formatted into the same buffer. */
+                char why[1024];
+                snprintf(why, sizeof why, "%s", zc_last_error());
                 rc = ZC_ERR(ZC_ERR_NO_MEMORY, "zero_optimization.stage \"auto\": no stage of "
-                            "1-3 fits the budgets; at stage 3, %s", zc_last_error());
+                            "1-3 fits the budgets; at stage 3, %s", why);
+            }
         }
     if (rc == ZC_OK) {
         res.size = out->size;
