@@ -196,6 +196,40 @@ static zc_status refuse(const zc_place_in *in, const items *it, uint8_t *opt, ui
                   bt(used[over] - in->budget[over]).s, alt);
 }
 
+/* The fewest bytes an item's state takes in the kind it lives in: the fp32
+ * master, m and v of its optimizer elements, or its parameter shard in the
+ * working precision. Moving it off a kind frees at least this much there, and
+ * moving it onto one adds at least this much, less whatever swap ring the
+ * move lets go (bounded by the kind's buffers). */
+static int64_t item_bytes(const zc_place_in *in, const items *it, int i)
+{
+    const zc_est_in *e = &in->est;
+    if (i < it->np)
+        return e->padded[it->pk[i]] / e->world * (int64_t)e->pesz;
+    const int k = it->ok[i - it->np];
+    return (e->stage == 0 ? e->padded[k] : e->padded[k] / e->world) * 12;
+}
+
+/* The most bytes moving an item down from kind `from` can free in that
+ * kind's budget (estimate.c's sizes): off the device, an optimizer chunk's
+ * master, m, v and, sharded, its fp32 gradient shard, or a parameter shard;
+ * out of pinned memory, the same plus the cpu home's landing buffer and its
+ * share of the two output buffers, or a cached shard rounded to the swap
+ * alignment. */
+static int64_t item_free_max(const zc_place_in *in, const items *it, int i, int from)
+{
+    const zc_est_in *e = &in->est;
+    const int64_t pesz = (int64_t)e->pesz;
+    if (i < it->np) {
+        const int64_t b = e->padded[it->pk[i]] / e->world * pesz;
+        return from == ZC_PLACE_DEVICE ? b : (b + 4095) / 4096 * 4096;
+    }
+    const int k = it->ok[i - it->np];
+    const int64_t n = e->stage == 0 ? e->padded[k] : e->padded[k] / e->world;
+    const int64_t state = (e->stage >= 2 ? 16 : 12) * n;
+    return from == ZC_PLACE_DEVICE ? state : state + 3 * pesz * n;
+}
+
 static zc_status place(const zc_place_in *in, const items *it, uint8_t *opt, uint8_t *param,
                        zc_est *est)
 {
@@ -204,26 +238,35 @@ static zc_status place(const zc_place_in *in, const items *it, uint8_t *opt, uin
     const int ni = it->np + it->no;
     for (int i = 0; i < ni; i++)
         *item_slot(it, i, opt, param) = ZC_PLACE_DEVICE;
-    /* 2. Demote the least preferred item of the fastest kind over budget. */
+    /* 2. Demote the least preferred items of the fastest kind over budget:
+     * as many at once as must move for the most they can free to cover the
+     * excess - fewer cannot fit, so this moves what moving one at a time
+     * would, with a plan per batch rather than per item. */
     for (;;) {
         ZC_CHECK(try_plan(in, opt, param, est, used, &over));
         if (over < 0)
             break;
-        int moved = -1;
-        for (int i = ni - 1; i >= 0 && moved < 0; i--) {
+        const int64_t need = used[over] - in->budget[over];
+        int64_t freed = 0;
+        bool moved = false;
+        for (int i = ni - 1; i >= 0 && (!moved || freed < need); i--) {
             uint8_t *s = item_slot(it, i, opt, param);
             if (budget_of(*s) != over)
                 continue;
-            for (int p = *s + 1; p < ZC_PLACE__COUNT && moved < 0; p++)
+            for (int p = *s + 1; p < ZC_PLACE__COUNT; p++)
                 if (allowed(in, it, i, p)) {
+                    freed += item_free_max(in, it, i, *s);
                     *s = (uint8_t)p;
-                    moved = i;
+                    moved = true;
+                    break;
                 }
         }
-        if (moved < 0)
+        if (!moved)
             return refuse(in, it, opt, param, used, over);
     }
-    /* 3. Promote: most preferred first, to the fastest kind that fits. */
+    /* 3. Promote: most preferred first, to the fastest kind that fits. A
+     * kind whose room is below what the item needs there at least is not
+     * tried (a plan saved); the plan decides the rest. */
     for (bool changed = true; changed;) {
         changed = false;
         for (int i = 0; i < ni; i++) {
@@ -232,9 +275,18 @@ static zc_status place(const zc_place_in *in, const items *it, uint8_t *opt, uin
             for (int p = ZC_PLACE_DEVICE; p < was; p++) {
                 if (!allowed(in, it, i, p))
                     continue;
+                const int b = budget_of(p);
+                const int64_t ring = est->bytes[ZC_MEMKIND_PINNED][ZC_MEM_BUFFERS];
+                const int64_t least = item_bytes(in, it, i) - (p == ZC_PLACE_PINNED ? ring : 0);
+                if (least > in->budget[b] - used[b])
+                    continue;
                 *s = (uint8_t)p;
-                ZC_CHECK(try_plan(in, opt, param, est, used, &over));
+                int64_t tried[ZC_BUDGET__COUNT];
+                zc_est test;
+                ZC_CHECK(try_plan(in, opt, param, &test, tried, &over));
                 if (over < 0) {
+                    memcpy(used, tried, sizeof used);
+                    *est = test;
                     changed = true;
                     break;
                 }
