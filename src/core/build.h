@@ -70,7 +70,7 @@ void zc__place_free(zc_engine *e);
  * placement fits (zc__place_build); ZC_ERR_NO_MEMORY with stage 3's reason
  * when none does. Deterministic, so the same on every rank. */
 zc_status zc__place_stage(zc_engine *e, struct zc_est_in *in, bool *pers);
-/* The policy of a stage (engine.c). */
+/* The policy of a stage 0-3 (stages.c), NULL for another number. */
 const struct zc_stage_policy *zc__stage_policy(int stage);
 /* Tests: builds with budgets of nchunks chunks take this placement (arrays of
  * ZC_PLACE_* kept by the caller until reset with NULL) instead of the

@@ -16,18 +16,7 @@
 
 /* ---- create / destroy ---------------------------------------------------- */
 
-const zc_stage_policy *zc__stage_policy(int stage);
-
-static const zc_stage_policy *policy_for(int stage)
-{
-    switch (stage) {
-    case 0: return &zc__stage0_policy;
-    case 1: return &zc__stage1_policy;
-    case 2: return &zc__stage2_policy;
-    case 3: return &zc__stage3_policy;
-    default: return NULL;
-    }
-}
+static const zc_stage_policy *policy_for(int stage) { return zc__stage_policy(stage); }
 
 #define OPT_HAS(o, field) \
     ((o)->size >= offsetof(zc_engine_options, field) + sizeof((o)->field))
@@ -176,8 +165,6 @@ fail:
     zc_engine_destroy(e);
     return rc;
 }
-
-const zc_stage_policy *zc__stage_policy(int stage) { return policy_for(stage); }
 
 /* ---- build ------------------------------------------------------------- */
 

@@ -271,6 +271,13 @@ struct zc_device;
 zc_status zc__preflight_auto_budget(const zc_config *cfg, struct zc_device *dev,
                                     int local_ranks, zc_budget_kind kind, int64_t *bytes);
 
+/* The test overrides as set (machine.c): the root of the host limits (NULL:
+ * "/"), the device's free bytes and each swap directory's free bytes (< 0:
+ * ask the device / statvfs). */
+const char *zc__machine_limits_root(void);
+int64_t zc__machine_device_free_set(void);
+int64_t zc__machine_nvme_free_set(void);
+
 /* Tests: read the host limits under root (a directory of fake proc/sys
  * files, see zc__host_mem_limits_read) instead of "/"; NULL restores. */
 void zc__preflight_limits_root(const char *root);

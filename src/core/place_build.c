@@ -10,7 +10,6 @@
  * plan is a pure function of the agreed layout, configuration and budgets:
  * every rank computes the same one, and a placement that cannot fit fails on
  * every rank with the same message. */
-#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -18,27 +17,6 @@
 #include "core/placement.h"
 
 static const char *const kind_key[ZC_BUDGET__COUNT] = {"device", "cpu", "nvme"};
-
-/* Tests: a placement to take instead of the planner's (place_force). */
-static _Atomic(const uint8_t *) forced_opt, forced_param;
-static _Atomic int forced_n;
-
-void zc__place_force(const uint8_t *opt, const uint8_t *param, int nchunks)
-{
-    atomic_store(&forced_n, nchunks);
-    atomic_store(&forced_opt, opt);
-    atomic_store(&forced_param, param);
-}
-
-bool zc__place_forced(int nchunks, uint8_t *opt, uint8_t *param)
-{
-    const uint8_t *fo = atomic_load(&forced_opt), *fp = atomic_load(&forced_param);
-    if (!fo || !fp || atomic_load(&forced_n) != nchunks)
-        return false;
-    memcpy(opt, fo, (size_t)nchunks);
-    memcpy(param, fp, (size_t)nchunks);
-    return true;
-}
 
 /* Ranks on this node: the launcher's figure, all of them for in-process
  * ranks, else this one alone. */

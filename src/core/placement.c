@@ -1,6 +1,7 @@
 /* Placement from memory budgets: the rule is stated in placement.h. The
  * bytes of every candidate come from zc__estimate, so a placement is held to
  * the same plan the pre-flight checks and the engine allocates. */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -9,6 +10,27 @@
 static const char *const budget_key[ZC_BUDGET__COUNT] = {
     "zero_optimization.max_memory.device", "zero_optimization.max_memory.cpu",
     "zero_optimization.max_memory.nvme"};
+
+/* Tests: a placement to take instead of the planner's (place_force). */
+static _Atomic(const uint8_t *) forced_opt, forced_param;
+static _Atomic int forced_n;
+
+void zc__place_force(const uint8_t *opt, const uint8_t *param, int nchunks)
+{
+    atomic_store(&forced_n, nchunks);
+    atomic_store(&forced_opt, opt);
+    atomic_store(&forced_param, param);
+}
+
+bool zc__place_forced(int nchunks, uint8_t *opt, uint8_t *param)
+{
+    const uint8_t *fo = atomic_load(&forced_opt), *fp = atomic_load(&forced_param);
+    if (!fo || !fp || atomic_load(&forced_n) != nchunks)
+        return false;
+    memcpy(opt, fo, (size_t)nchunks);
+    memcpy(param, fp, (size_t)nchunks);
+    return true;
+}
 
 const char *zc__place_kind_name(int place)
 {

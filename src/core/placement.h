@@ -73,6 +73,14 @@ const char *zc__place_nvme_path(const zc_config *cfg, bool param);
  * needs (otherwise it stays off NVMe). */
 bool zc__place_nvme_ok(const zc_config *cfg, bool param);
 
+/* Tests: builds and plans with budgets of nchunks chunks take this
+ * placement (arrays of ZC_PLACE_* kept by the caller until reset with NULL)
+ * instead of the planner's; the pre-flight still checks its plan against the
+ * machine. zc__place_forced copies it into opt / param when one of nchunks
+ * chunks is set, else returns false. */
+void zc__place_force(const uint8_t *opt, const uint8_t *param, int nchunks);
+bool zc__place_forced(int nchunks, uint8_t *opt, uint8_t *param);
+
 /* Text of a kind for messages ("device", "pinned host", "NVMe"). */
 const char *zc__place_kind_name(int place);
 
