@@ -259,7 +259,8 @@ static int one_stage(const zc_config *base, const ep_model *m, int world, int dt
                                           "used", (json_int_t)p.budget_used[b]));
         json_t *links = json_pack("{s:f, s:f, s:f, s:s}", "device_host", lb[0], "host_nvme",
                                   lb[1], "network", lb[2], "bound", link_names[bound]);
-        json_t *j = json_pack("{s:i, s:b, s:i, s:o, s:o, s:o, s:o}", "stage", stage, "fits", 1,
+        /* keys is kept (O) here and released below with the text path's. */
+        json_t *j = json_pack("{s:i, s:b, s:i, s:o, s:o, s:o, s:O}", "stage", stage, "fits", 1,
                               "chunks", c.n, "budgets", bud, "placement", pl, "link_bytes_per_step",
                               links, "explicit_config", keys);
         char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
