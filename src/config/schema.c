@@ -13,6 +13,8 @@
 
 #define O(f) offsetof(struct zc_config, f)
 #define I64MAX INT64_MAX
+/* A per-rank memory budget: 1 EiB, far past any machine. */
+#define BUDGET_MAX ((int64_t)1 << 60)
 
 /* Every number of the file has a stated range, chosen so that what is
  * computed from it cannot overflow (the computations are still checked):
@@ -298,13 +300,13 @@ const zc_cfg_key zc__cfg_keys[] = {
          "parameter elements kept in host memory"),
 
     /* max_memory (a zeroc extension): per-rank budgets by kind */
-    KI64(ZOPT "max_memory.device", zero.max_memory[ZC_BUDGET_DEVICE], -1, 0, I64MAX,
+    KI64(ZOPT "max_memory.device", zero.max_memory[ZC_BUDGET_DEVICE], -1, 0, BUDGET_MAX,
          ZC_KF_NULL | ZC_KF_SIZE | ZC_KF_AUTO_PLAN,
          "device memory one rank may use (\"70GiB\"; auto: free less 10%) (zeroc)"),
-    KI64(ZOPT "max_memory.cpu", zero.max_memory[ZC_BUDGET_CPU], -1, 0, I64MAX,
+    KI64(ZOPT "max_memory.cpu", zero.max_memory[ZC_BUDGET_CPU], -1, 0, BUDGET_MAX,
          ZC_KF_NULL | ZC_KF_SIZE | ZC_KF_AUTO_PLAN,
          "host memory one rank may use (auto: its share of MemAvailable less 10%) (zeroc)"),
-    KI64(ZOPT "max_memory.nvme", zero.max_memory[ZC_BUDGET_NVME], -1, 0, I64MAX,
+    KI64(ZOPT "max_memory.nvme", zero.max_memory[ZC_BUDGET_NVME], -1, 0, BUDGET_MAX,
          ZC_KF_NULL | ZC_KF_SIZE | ZC_KF_AUTO_PLAN,
          "NVMe swap one rank may use (auto: free space of nvme_path less 5%) (zeroc)"),
 
