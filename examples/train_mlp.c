@@ -15,8 +15,9 @@
  * the program is one rank per process instead: zc_comm_init_env joins the
  * job (MPI on a CPU machine), the world size comes from the launcher, and
  * rank 0 prints. The parameters - params_sha256 - are those of the thread run
- * with --world W; "loss" is then rank 0's own samples' loss (the processes
- * share no memory to average it in), and the memory figures rank 0's.
+ * with --world W, and so is "loss", the mean over ranks of each rank's loss
+ * (zc_all_reduce_f64: the same bits under either launcher); the memory
+ * figures are rank 0's.
  *
  *   train_mlp [--stage 0..3] [--world W] [--dtype fp32|bf16|fp16] [--steps N]
  *             [--accum K] [--batch B] [--seed S] [--clip C] [--lr X]
@@ -343,14 +344,12 @@ typedef struct shared {
     teacher t;
     float *init[2 * N_LAYERS];      /* initial values: weight, bias per layer */
     size_t numel[2 * N_LAYERS];
-    double *losses;                 /* [steps][world] mean loss of each rank */
     zc_stats *stats;                /* [world] */
     double (*offload)[2];           /* [world]: NVMe bytes read and exposed I/O seconds,
                                        summed over the steps after the first */
     float *master;                  /* gathered fp32 master, registration order */
     size_t total;
     int first, nlocal;              /* the ranks of this process: first..first+nlocal-1 */
-    pthread_barrier_t bar;
 } shared;
 
 typedef struct rank_arg {
@@ -762,15 +761,14 @@ static void *rank_main(void *argp)
             sh->offload[rank][0] += (double)(os.param_nvme_read_bytes + os.optim_nvme_read_bytes);
             sh->offload[rank][1] += os.io_wait_s;
         }
-        sh->losses[(size_t)(step - start) * o->world + rank] = loss_sum / o->accum;
         if (o->save_every && (step + 1) % o->save_every == 0)
             CHECK(zc_checkpoint_save(eng, o->save_dir, NULL));
-        pthread_barrier_wait(&sh->bar);
+        /* The mean over ranks: threads or processes, the same bits (the sum
+         * is taken in rank order on every rank). Collective. */
+        double loss = loss_sum / o->accum;
+        CHECK(zc_all_reduce_f64(eng, &loss, 1, ZC_REDUCE_SUM));
+        loss /= o->world;
         if (rank == 0) {
-            double loss = 0;
-            for (int r = sh->first; r < sh->first + sh->nlocal; r++)
-                loss += sh->losses[(size_t)(step - start) * o->world + r];
-            loss /= sh->nlocal;
             if (o->json)
                 printf("{\"step\":%d,\"loss\":%s,\"grad_norm\":%s,\"loss_scale\":%s,"
                        "\"skipped\":%s,\"lr\":%s}\n",
@@ -977,16 +975,10 @@ int main(int argc, char **argv)
 
     make_teacher(&sh->t, o->seed);
     make_init(sh);
-    sh->losses = xcalloc((size_t)(o->steps ? o->steps : 1) * o->world, sizeof(double));
     sh->stats = xcalloc((size_t)o->world, sizeof(zc_stats));
     sh->offload = xcalloc((size_t)o->world, sizeof *sh->offload);
     sh->master = xcalloc(sh->total, sizeof(float));
     sh->comms = xcalloc((size_t)o->world, sizeof(zc_comm *));
-    int be = pthread_barrier_init(&sh->bar, NULL, (unsigned)sh->nlocal);
-    if (be != 0) {
-        fprintf(stderr, "train_mlp: cannot make the rank barrier: %s\n", strerror(be));
-        quit(1);
-    }
     if (proc_comm)
         sh->comms[sh->first] = proc_comm;
     else
@@ -1016,10 +1008,8 @@ int main(int argc, char **argv)
 
     for (int r = 0; r < o->world; r++) zc_comm_destroy(sh->comms[r]);
     zc_config_destroy(sh->cfg);
-    pthread_barrier_destroy(&sh->bar);
     for (int i = 0; i < 2 * N_LAYERS; i++) free(sh->init[i]);
     free(th); free(args); free(sh->comms); free(sh->master); free(sh->stats); free(sh->offload);
-    free(sh->losses);
     free(sh);
     /* Output that could not be written (a full disk, a closed pipe) is a
      * failure, not a silent success. */

@@ -12,8 +12,10 @@
  * Memory: the step is bandwidth-bound (28-30 bytes per element). When every
  * buffer is aligned (shards start on 64-element boundaries, so they are), each
  * thread moves 4 elements per iteration with 16-byte loads of master, m, v (and
- * fp32 grads; 8-byte loads of 16-bit grads), grid-stride over a grid sized to
- * fill every SM; 4 elements x 4 loads per thread in flight. */
+ * fp32 grads; 8-byte loads of 16-bit grads), grid-stride over one full wave
+ * of the kernel's resident blocks (its occupancy, queried once per device:
+ * zc_k_geometry); 4 elements x 4 loads per thread in flight. One launch covers
+ * a whole segment of any length. */
 #include "kernels/common.cuh"
 
 namespace zck {
@@ -127,18 +129,20 @@ adam_vec4_kernel(float *__restrict__ master, float *__restrict__ m, float *__res
     }
 }
 
+/* Index of an output dtype in zc_k_geometry.adam_blocks (OUT_NONE first). */
+constexpr int out_index(int ot) { return ot + 1; }
+
 template <int GT, int OT>
-cudaError_t launch(const zc_adam_shard *s, const zc_adam_coeffs *c, cudaStream_t stream)
+cudaError_t launch(const zc_k_geometry *g, const zc_adam_shard *s, const zc_adam_coeffs *c,
+                   cudaStream_t stream)
 {
     size_t gbytes = GT == ZC_DTYPE_F32 ? 16 : 8;
     size_t obytes = OT == ZC_DTYPE_F32 ? 16 : 8;
     bool vec = aligned16(s->master) && aligned16(s->m) && aligned16(s->v) &&
                ((uintptr_t)s->grad % gbytes) == 0 &&
                (OT == OUT_NONE || ((uintptr_t)s->param_out % obytes) == 0);
-    unsigned blocks;
-    cudaError_t e = grid_for(vec ? s->n / 4 + 1 : s->n, &blocks);
-    if (e != cudaSuccess)
-        return e;
+    const unsigned blocks =
+        grid_for(vec ? s->n / 4 + 1 : s->n, g->adam_blocks[vec ? 1 : 0][GT][out_index(OT)]);
     if (vec)
         return launch_k(adam_vec4_kernel<GT, OT>, blocks, stream, s->master, s->m, s->v, s->grad,
                         s->grad_scale, s->param_out, s->n, *c);
@@ -147,32 +151,75 @@ cudaError_t launch(const zc_adam_shard *s, const zc_adam_coeffs *c, cudaStream_t
 }
 
 template <int GT>
-cudaError_t launch_out(const zc_adam_shard *s, const zc_adam_coeffs *c, cudaStream_t stream)
+cudaError_t launch_out(const zc_k_geometry *g, const zc_adam_shard *s, const zc_adam_coeffs *c,
+                       cudaStream_t stream)
 {
     if (!s->param_out)
-        return launch<GT, OUT_NONE>(s, c, stream);
+        return launch<GT, OUT_NONE>(g, s, c, stream);
     switch (s->param_out_dtype) {
-    case ZC_DTYPE_F32: return launch<GT, ZC_DTYPE_F32>(s, c, stream);
-    case ZC_DTYPE_F16: return launch<GT, ZC_DTYPE_F16>(s, c, stream);
-    case ZC_DTYPE_BF16: return launch<GT, ZC_DTYPE_BF16>(s, c, stream);
+    case ZC_DTYPE_F32: return launch<GT, ZC_DTYPE_F32>(g, s, c, stream);
+    case ZC_DTYPE_F16: return launch<GT, ZC_DTYPE_F16>(g, s, c, stream);
+    case ZC_DTYPE_BF16: return launch<GT, ZC_DTYPE_BF16>(g, s, c, stream);
     default: return cudaErrorInvalidValue;
     }
 }
 
+/* Resident blocks per SM of one kernel, times the SMs: one full wave. */
+template <typename K> cudaError_t wave(K kernel, int sms, int *out)
+{
+    int per_sm = 0;
+    cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0);
+    if (e != cudaSuccess)
+        return e;
+    *out = sms * (per_sm > 0 ? per_sm : 1);
+    return cudaSuccess;
+}
+
+template <int GT, int OT> cudaError_t occupancy_of(zc_k_geometry *g)
+{
+    cudaError_t e = wave(adam_scalar_kernel<GT, OT>, g->sms, &g->adam_blocks[0][GT][out_index(OT)]);
+    if (e == cudaSuccess)
+        e = wave(adam_vec4_kernel<GT, OT>, g->sms, &g->adam_blocks[1][GT][out_index(OT)]);
+    return e;
+}
+
+template <int GT> cudaError_t occupancy_grad(zc_k_geometry *g)
+{
+    cudaError_t e = occupancy_of<GT, OUT_NONE>(g);
+    if (e == cudaSuccess)
+        e = occupancy_of<GT, ZC_DTYPE_F32>(g);
+    if (e == cudaSuccess)
+        e = occupancy_of<GT, ZC_DTYPE_F16>(g);
+    if (e == cudaSuccess)
+        e = occupancy_of<GT, ZC_DTYPE_BF16>(g);
+    return e;
+}
+
 } // namespace
+
+cudaError_t adam_occupancy(zc_k_geometry *g)
+{
+    cudaError_t e = occupancy_grad<ZC_DTYPE_F32>(g);
+    if (e == cudaSuccess)
+        e = occupancy_grad<ZC_DTYPE_F16>(g);
+    if (e == cudaSuccess)
+        e = occupancy_grad<ZC_DTYPE_BF16>(g);
+    return e;
+}
+
 } // namespace zck
 
-extern "C" cudaError_t zc_k_adam(const zc_adam_shard *s, const zc_adam_coeffs *c,
-                                 cudaStream_t stream)
+extern "C" cudaError_t zc_k_adam(const zc_k_geometry *g, const zc_adam_shard *s,
+                                 const zc_adam_coeffs *c, cudaStream_t stream)
 {
-    if (!s || !c)
+    if (!g || !s || !c)
         return cudaErrorInvalidValue;
     if (s->n == 0)
         return cudaSuccess;
     switch (s->grad_dtype) {
-    case ZC_DTYPE_F32: return zck::launch_out<ZC_DTYPE_F32>(s, c, stream);
-    case ZC_DTYPE_F16: return zck::launch_out<ZC_DTYPE_F16>(s, c, stream);
-    case ZC_DTYPE_BF16: return zck::launch_out<ZC_DTYPE_BF16>(s, c, stream);
+    case ZC_DTYPE_F32: return zck::launch_out<ZC_DTYPE_F32>(g, s, c, stream);
+    case ZC_DTYPE_F16: return zck::launch_out<ZC_DTYPE_F16>(g, s, c, stream);
+    case ZC_DTYPE_BF16: return zck::launch_out<ZC_DTYPE_BF16>(g, s, c, stream);
     default: return cudaErrorInvalidValue;
     }
 }

@@ -103,21 +103,18 @@ __host__ __device__ __forceinline__ bool is_float_dtype(zc_dtype dt)
     return dt == ZC_DTYPE_F32 || dt == ZC_DTYPE_F16 || dt == ZC_DTYPE_BF16;
 }
 
-/* Grid for a grid-stride loop over `work` items: enough blocks to fill every
- * SM (8 resident blocks of kThreads each), never more than the work needs. */
-static inline cudaError_t grid_for(size_t work, unsigned *blocks)
+/* Grid for a grid-stride loop over `work` items: `cap` blocks (one full wave
+ * of the kernel's resident blocks, from zc_k_geometry), never more than the
+ * work needs. Pure arithmetic: no runtime call per launch. */
+static inline unsigned grid_for(size_t work, int cap)
 {
-    int dev = 0, sms = 0;
-    cudaError_t e = cudaGetDevice(&dev);
-    if (e == cudaSuccess)
-        e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    if (e != cudaSuccess)
-        return e;
     size_t need = (work + kThreads - 1) / kThreads;
-    size_t cap = (size_t)(sms > 0 ? sms : 1) * (2048 / kThreads);
-    *blocks = (unsigned)(need < cap ? (need > 0 ? need : 1) : cap);
-    return cudaSuccess;
+    size_t c = cap > 0 ? (size_t)cap : 1;
+    return (unsigned)(need < c ? (need > 0 ? need : 1) : c);
 }
+
+/* Fills g->adam_blocks (adam.cu); sms already set. */
+cudaError_t adam_occupancy(zc_k_geometry *g);
 
 static inline bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 

@@ -92,17 +92,14 @@ reduce_sum_kernel(void *dst, srcs_arg s, int nsrc, size_t n)
 
 using namespace zck;
 
-extern "C" cudaError_t zc_k_cast(void *dst, zc_dtype dst_dt, const void *src, zc_dtype src_dt,
+extern "C" cudaError_t zc_k_cast(const zc_k_geometry *g, void *dst, zc_dtype dst_dt, const void *src, zc_dtype src_dt,
                                  size_t n, cudaStream_t stream)
 {
-    if (!is_float_dtype(dst_dt) || !is_float_dtype(src_dt))
+    if (!g || !is_float_dtype(dst_dt) || !is_float_dtype(src_dt))
         return cudaErrorInvalidValue;
     if (n == 0)
         return cudaSuccess;
-    unsigned blocks;
-    cudaError_t e = grid_for(n, &blocks);
-    if (e != cudaSuccess)
-        return e;
+    const unsigned blocks = grid_for(n, g->stream_blocks);
     switch (src_dt) {
     case ZC_DTYPE_F32: return cast_to<ZC_DTYPE_F32>(dst, dst_dt, src, n, blocks, stream);
     case ZC_DTYPE_F16: return cast_to<ZC_DTYPE_F16>(dst, dst_dt, src, n, blocks, stream);
@@ -110,16 +107,14 @@ extern "C" cudaError_t zc_k_cast(void *dst, zc_dtype dst_dt, const void *src, zc
     }
 }
 
-extern "C" cudaError_t zc_k_scale(void *x, zc_dtype dt, size_t n, float a, cudaStream_t stream)
+extern "C" cudaError_t zc_k_scale(const zc_k_geometry *g, void *x, zc_dtype dt, size_t n, float a, cudaStream_t stream)
 {
-    if (!is_float_dtype(dt) && dt != ZC_DTYPE_F64)
+    if (!g || (!is_float_dtype(dt) && dt != ZC_DTYPE_F64))
         return cudaErrorInvalidValue;
     if (n == 0)
         return cudaSuccess;
-    unsigned blocks;
-    cudaError_t e = grid_for(n, &blocks);
-    if (e != cudaSuccess)
-        return e;
+    const unsigned blocks = grid_for(n, g->stream_blocks);
+    cudaError_t e;
     switch (dt) {
     case ZC_DTYPE_F32: e = launch_k(scale_kernel<ZC_DTYPE_F32>, blocks, stream, x, n, a); break;
     case ZC_DTYPE_F16: e = launch_k(scale_kernel<ZC_DTYPE_F16>, blocks, stream, x, n, a); break;
@@ -129,17 +124,15 @@ extern "C" cudaError_t zc_k_scale(void *x, zc_dtype dt, size_t n, float a, cudaS
     return e;
 }
 
-extern "C" cudaError_t zc_k_accumulate(float *acc, const void *src, zc_dtype src_dt, size_t n,
+extern "C" cudaError_t zc_k_accumulate(const zc_k_geometry *g, float *acc, const void *src, zc_dtype src_dt, size_t n,
                                        cudaStream_t stream)
 {
-    if (!is_float_dtype(src_dt))
+    if (!g || !is_float_dtype(src_dt))
         return cudaErrorInvalidValue;
     if (n == 0)
         return cudaSuccess;
-    unsigned blocks;
-    cudaError_t e = grid_for(n, &blocks);
-    if (e != cudaSuccess)
-        return e;
+    const unsigned blocks = grid_for(n, g->stream_blocks);
+    cudaError_t e;
     switch (src_dt) {
     case ZC_DTYPE_F32: e = launch_k(accumulate_kernel<ZC_DTYPE_F32>, blocks, stream, acc, src, n); break;
     case ZC_DTYPE_F16: e = launch_k(accumulate_kernel<ZC_DTYPE_F16>, blocks, stream, acc, src, n); break;
@@ -148,10 +141,10 @@ extern "C" cudaError_t zc_k_accumulate(float *acc, const void *src, zc_dtype src
     return e;
 }
 
-extern "C" cudaError_t zc_k_reduce_sum(void *dst, const void *const *srcs, int nsrc, zc_dtype dt,
+extern "C" cudaError_t zc_k_reduce_sum(const zc_k_geometry *g, void *dst, const void *const *srcs, int nsrc, zc_dtype dt,
                                        size_t n, cudaStream_t stream)
 {
-    if (nsrc < 1 || nsrc > ZC_K_MAX_REDUCE_SRCS || !srcs)
+    if (!g || nsrc < 1 || nsrc > ZC_K_MAX_REDUCE_SRCS || !srcs)
         return cudaErrorInvalidValue;
     if (!is_float_dtype(dt) && dt != ZC_DTYPE_F64 && dt != ZC_DTYPE_I32)
         return cudaErrorInvalidValue;
@@ -160,10 +153,8 @@ extern "C" cudaError_t zc_k_reduce_sum(void *dst, const void *const *srcs, int n
     srcs_arg s = {};
     for (int k = 0; k < nsrc; k++)
         s.p[k] = srcs[k];
-    unsigned blocks;
-    cudaError_t e = grid_for(n, &blocks);
-    if (e != cudaSuccess)
-        return e;
+    const unsigned blocks = grid_for(n, g->stream_blocks);
+    cudaError_t e;
     switch (dt) {
     case ZC_DTYPE_F32: e = launch_k(reduce_sum_kernel<ZC_DTYPE_F32>, blocks, stream, dst, s, nsrc, n); break;
     case ZC_DTYPE_F16: e = launch_k(reduce_sum_kernel<ZC_DTYPE_F16>, blocks, stream, dst, s, nsrc, n); break;
@@ -197,4 +188,21 @@ __global__ void sleep_kernel(unsigned ms)
 extern "C" cudaError_t zc_k_sleep(unsigned ms, cudaStream_t stream)
 {
     return zck::launch_kt(zck::sleep_kernel, 1, 1, stream, ms);
+}
+
+extern "C" cudaError_t zc_k_geometry_query(int device, zc_k_geometry *g)
+{
+    if (!g)
+        return cudaErrorInvalidValue;
+    int sms = 0, threads = 0;
+    cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    if (e == cudaSuccess)
+        e = cudaDeviceGetAttribute(&threads, cudaDevAttrMaxThreadsPerMultiProcessor, device);
+    if (e != cudaSuccess)
+        return e;
+    *g = zc_k_geometry{};
+    g->sms = sms > 0 ? sms : 1;
+    const int per_sm = threads >= kThreads ? threads / kThreads : 1;
+    g->stream_blocks = g->sms * per_sm;
+    return zck::adam_occupancy(g);
 }

@@ -38,6 +38,27 @@
 extern "C" {
 #endif
 
+/* Launch geometry of one device, asked of the runtime once, when the device
+ * backend opens its handle (zc_k_geometry_query), and passed to every
+ * launcher that sizes a grid: a launch then asks the runtime nothing but the
+ * launch itself (no cudaGetDevice, no attribute query). The grid-stride
+ * kernels run one full wave of resident blocks, never more blocks than the
+ * work needs. */
+typedef struct zc_k_geometry {
+    int sms;           /* multiprocessors */
+    int stream_blocks; /* elementwise kernels (cast, scale, accumulate, reduce_sum,
+                        * nonfinite; light on registers): sms x the SM's thread
+                        * limit / 256 */
+    /* Fused Adam: sms x the kernel's own occupancy (blocks of 256 resident
+     * per SM, cudaOccupancyMaxActiveBlocksPerMultiprocessor), by
+     * [vector path][gradient dtype F32, F16, BF16][output: none, F32, F16, BF16]. */
+    int adam_blocks[2][3][4];
+} zc_k_geometry;
+
+/* Fills *g for `device`, which must be the calling thread's current device.
+ * cudaSuccess, or why the runtime could not tell. */
+cudaError_t zc_k_geometry_query(int device, zc_k_geometry *g);
+
 /* Most source buffers one zc_k_reduce_sum launch accepts (the pointers travel
  * in the kernel's argument block). */
 #define ZC_K_MAX_REDUCE_SRCS 64
@@ -45,25 +66,27 @@ extern "C" {
 /* Fused Adam/AdamW over one shard (zc_adam_shard fields are device pointers;
  * the structs themselves are read on the host at launch). Uses 16-byte vector
  * loads when every buffer is 16-byte aligned, else a scalar path. */
-cudaError_t zc_k_adam(const zc_adam_shard *s, const zc_adam_coeffs *c, cudaStream_t stream);
-
-/* dst[i] = convert(src[i]) for fp32/fp16/bf16 (dtypes differ). */
-cudaError_t zc_k_cast(void *dst, zc_dtype dst_dt, const void *src, zc_dtype src_dt, size_t n,
+cudaError_t zc_k_adam(const zc_k_geometry *g, const zc_adam_shard *s, const zc_adam_coeffs *c,
                       cudaStream_t stream);
 
+/* dst[i] = convert(src[i]) for fp32/fp16/bf16 (dtypes differ). */
+cudaError_t zc_k_cast(const zc_k_geometry *g, void *dst, zc_dtype dst_dt, const void *src,
+                      zc_dtype src_dt, size_t n, cudaStream_t stream);
+
 /* x[i] = x[i] * a, computed in fp32 (fp64 for F64) and stored RNE. */
-cudaError_t zc_k_scale(void *x, zc_dtype dt, size_t n, float a, cudaStream_t stream);
+cudaError_t zc_k_scale(const zc_k_geometry *g, void *x, zc_dtype dt, size_t n, float a,
+                       cudaStream_t stream);
 
 /* acc[i] += src[i] in fp32. */
-cudaError_t zc_k_accumulate(float *acc, const void *src, zc_dtype src_dt, size_t n,
-                            cudaStream_t stream);
+cudaError_t zc_k_accumulate(const zc_k_geometry *g, float *acc, const void *src, zc_dtype src_dt,
+                            size_t n, cudaStream_t stream);
 
 /* dst[i] = srcs[0][i] + srcs[1][i] + ... in that order: fp32 sums for
  * fp32/fp16/bf16 (rounded once), fp64 for F64, int64 then truncation for I32.
  * srcs is a host array of nsrc (1..ZC_K_MAX_REDUCE_SRCS) device pointers; dst
  * may equal one of them. */
-cudaError_t zc_k_reduce_sum(void *dst, const void *const *srcs, int nsrc, zc_dtype dt, size_t n,
-                            cudaStream_t stream);
+cudaError_t zc_k_reduce_sum(const zc_k_geometry *g, void *dst, const void *const *srcs, int nsrc,
+                            zc_dtype dt, size_t n, cudaStream_t stream);
 
 /* The sum of squares in the order of device/sumsq_order.h, in two launches.
  *
@@ -83,7 +106,8 @@ cudaError_t zc_k_sumsq_tree(double *groups, size_t ng, double *out, cudaStream_t
 
 /* *flag (device int) |= 1 if some x[i] is inf or NaN. The caller zeroes *flag
  * first (this launcher only sets it). */
-cudaError_t zc_k_nonfinite(const void *x, zc_dtype dt, size_t n, int *flag, cudaStream_t stream);
+cudaError_t zc_k_nonfinite(const zc_k_geometry *g, const void *x, zc_dtype dt, size_t n, int *flag,
+                           cudaStream_t stream);
 
 /* Occupies `stream` for about `ms` milliseconds (one thread sleeping in
  * __nanosleep steps). Test hook: stalls a communicator's stream so its

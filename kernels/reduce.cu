@@ -239,17 +239,15 @@ extern "C" cudaError_t zc_k_sumsq_tree(double *groups, size_t ng, double *out,
     return launch_kt(sumsq_tree_kernel, 1, kTreeThreads, stream, groups, ng, out);
 }
 
-extern "C" cudaError_t zc_k_nonfinite(const void *x, zc_dtype dt, size_t n, int *flag,
-                                      cudaStream_t stream)
+extern "C" cudaError_t zc_k_nonfinite(const zc_k_geometry *g, const void *x, zc_dtype dt,
+                                      size_t n, int *flag, cudaStream_t stream)
 {
-    if (!is_float_dtype(dt))
+    if (!g || !is_float_dtype(dt))
         return cudaErrorInvalidValue;
     if (n == 0)
         return cudaSuccess;
-    unsigned blocks;
-    cudaError_t e = grid_for(n, &blocks);
-    if (e != cudaSuccess)
-        return e;
+    const unsigned blocks = grid_for(n, g->stream_blocks);
+    cudaError_t e;
     switch (dt) {
     case ZC_DTYPE_F32: e = launch_k(nonfinite_kernel<ZC_DTYPE_F32>, blocks, stream, x, n, flag); break;
     case ZC_DTYPE_F16: e = launch_k(nonfinite_kernel<ZC_DTYPE_F16>, blocks, stream, x, n, flag); break;

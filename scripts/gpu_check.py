@@ -16,7 +16,11 @@ deadline (480 s):
   sanitizer    compute-sanitizer memcheck on the kernel, device and GPT-layer
                tests, racecheck and synccheck on the kernels
   adam         bench_gpu_adam at 16M..1G parameters next to the D2D copy and
-               torch's fused AdamW (bench/gpu_adam/torch_adam.py)
+               torch's fused AdamW (bench/gpu_adam/torch_adam.py); then the
+               engine's zc_step (stage 0, bf16, world 1) at 64M and 256M
+               next to one bare Adam call over as many parameters
+               (bench_gpu_adam --engine 0), and its optimizer phase next to
+               bench_gpu_adam's bf16 rate of this run
   norm         bench_gpu_norm: the gradient norm's sum of squares at 16M..512M
                bf16 and fp32 elements next to the D2D copy's read rate,
                checked bitwise against the host
@@ -484,7 +488,8 @@ def part_adam(c):
     end = time.monotonic() + PART_BUDGET["adam"]
     sizes = "16M,64M,256M,1G"
     if c.no_device:
-        for name in ("zeroc_fp32", "torch_fused_adamw", "zeroc_16bit", "verdict"):
+        for name in ("zeroc_fp32", "torch_fused_adamw", "zeroc_16bit", "verdict",
+                     "engine_step", "engine_step_verdict"):
             c.emit("adam", name, "failed", c.no_device, 0.0)
         return
     bench = os.path.join(c.bin, "bench_gpu_adam")
@@ -519,6 +524,45 @@ def part_adam(c):
            vs_torch=vs, bar=">= 0.90 of the D2D copy at >= 64M parameters; >= 1.0x torch "
                             "fused AdamW (fp32 gradients, no 16-bit copy: 28 bytes/param)",
            summary="; ".join(f"{r['params'] >> 20}M {r['speedup']}x torch" for r in vs))
+    engine_step(c, bench, end, runs["zeroc_16bit"])
+
+
+def engine_step(c, bench, end, bare_rows):
+    """The engine's zc_step around the same Adam (bench_gpu_step.c): stage 0,
+    bf16, world 1. The bar, both at 64M and 256M: the step, timed to the
+    device's end, at >= 0.9 of one bare Adam call's rate over as many
+    parameters in the same process; and the breakdown's optimizer phase at
+    >= 0.9 of bench_gpu_adam's bf16 rate of this run (the issue's own
+    measure; on CUDA it misses work still queued when zc_step returns, hence
+    the first)."""
+    argv = [bench, "--engine", "0", "--sizes", "64M,256M", "--grad", "bf16", "--reps", "10",
+            "--warmup", "2"]
+    rc, dt, out, err = c.run("adam_engine_step", argv, c.budget(end - time.monotonic()))
+    rows = [r for r in json_lines(out) if r.get("bench") == "gpu_step"]
+    bare = {r["params"]: r["ms"] for r in bare_rows
+            if r.get("grad") == "bf16" and r.get("ms") and "params" in r}
+    for r in rows:
+        if bare.get(r.get("params")) and r.get("optimizer_ms"):
+            r["optimizer_vs_bench_gpu_adam"] = round(bare[r["params"]] / r["optimizer_ms"], 3)
+        c.emit("adam", f"engine_step/{r.get('dtype')}/{r.get('params')}", "passed", None, None,
+               **fields(r))
+    ok = rc == 0 and len(rows) == 2
+    c.emit("adam", "engine_step", "passed" if ok else "failed",
+           None if ok else f"exit {rc}, {len(rows)} of 2 results: {last_line(err)}", dt)
+    misses = [f"{r['params'] >> 20}M: step at {r.get('fraction_of_adam')} of the bare Adam"
+              for r in rows if not r.get("fraction_of_adam", 0) >= 0.9]
+    misses += [f"{r['params'] >> 20}M: optimizer phase at {r.get('optimizer_vs_bench_gpu_adam')}"
+               f" of bench_gpu_adam's bf16 rate" for r in rows
+               if not r.get("optimizer_vs_bench_gpu_adam", 0) >= 0.9]
+    good = ok and not misses
+    c.emit("adam", "engine_step_verdict", "passed" if good else "failed",
+           None if good else ("; ".join(misses) or "results missing"), None,
+           bar=">= 0.9 of one bare Adam call's rate, timed from zc_step to the device's end, "
+               "and the breakdown's optimizer phase >= 0.9 of bench_gpu_adam's bf16 rate at "
+               "the same size (stage 0, bf16, world 1)",
+           summary="; ".join(f"{r['params'] >> 20}M step {r.get('step_ms')} ms, optimizer "
+                             f"{r.get('optimizer_ms')} ms, adam {r.get('adam_ms')} ms"
+                             for r in rows))
 
 
 def part_norm(c):

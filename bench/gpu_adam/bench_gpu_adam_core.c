@@ -52,15 +52,15 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: bench_gpu_adam [--sizes 16M,64M,256M,1G] [--grad fp32,bf16,fp16]\n"
                "                      [--out bf16|fp16|fp32|none] [--reps 20] [--warmup 3]\n"
-               "                      [--gpu 0]\n"
+               "                      [--gpu 0] [--engine STAGE]\n"
                "  --sizes LIST   parameter counts, multiples of 64 in [64, 2^33], K/M/G suffixes\n"
-               "  --reps 1..10000, --warmup 0..10000, --gpu 0..1023\n");
+               "  --reps 1..10000, --warmup 0..10000, --gpu 0..1023\n"
+               "  --engine STAGE time the engine's zc_step at that ZeRO stage (0..3, world 1)\n"
+               "                 with the first --grad dtype as the model's, next to one\n"
+               "                 Adam call over the same parameters (bench_gpu_step.c)\n");
 }
 
-/* Median ms of `reps` timed runs of fn after `warmup` untimed ones. */
-typedef int (*work_fn)(void *arg);
-
-static int time_median(work_fn fn, void *arg, int warmup, int reps, float *ms)
+int zc__bench_time_median(zc__bench_work_fn fn, void *arg, int warmup, int reps, float *ms)
 {
     cudaEvent_t a, b;
     if (cudaEventCreate(&a) != cudaSuccess || cudaEventCreate(&b) != cudaSuccess)
@@ -88,15 +88,9 @@ static int time_median(work_fn fn, void *arg, int warmup, int reps, float *ms)
     return rc;
 }
 
-typedef struct adam_arg {
-    zc_device *d;
-    zc_adam_shard s;
-    zc_adam_coeffs c;
-} adam_arg;
-
-static int run_adam(void *p)
+int zc__bench_run_adam(void *p)
 {
-    adam_arg *a = p;
+    zc__bench_adam_arg *a = p;
     if (a->d->ops->adam(a->d, &a->s, &a->c, NULL) != ZC_OK) {
         fprintf(stderr, "bench_gpu_adam: %s\n", zc_last_error());
         return -1;
@@ -123,7 +117,7 @@ static int run_copy(void *p)
 int zc__bench_gpu_adam_main(int argc, char **argv)
 {
     const char *sizes = "16M,64M,256M,1G", *grads = "fp32,bf16,fp16", *out_s = "bf16";
-    int reps = 20, warmup = 3, dev_index = 0;
+    int reps = 20, warmup = 3, dev_index = 0, engine_stage = -1;
     char err[ZC_ARG_ERRLEN];
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -149,6 +143,8 @@ int zc__bench_gpu_adam_main(int argc, char **argv)
             ok = zc__arg_int(a, v, 0, 10000, &warmup, err, sizeof err);
         else if (!strcmp(a, "--gpu"))
             ok = zc__arg_int(a, v, 0, 1023, &dev_index, err, sizeof err);
+        else if (!strcmp(a, "--engine"))
+            ok = zc__arg_int(a, v, 0, 3, &engine_stage, err, sizeof err);
         else {
             fprintf(stderr, "bench_gpu_adam: unknown option '%s'\n", a);
             usage(stderr);
@@ -196,6 +192,8 @@ int zc__bench_gpu_adam_main(int argc, char **argv)
         fprintf(stderr, "bench_gpu_adam: --out '%.200s': want bf16, fp16, fp32 or none\n", out_s);
         return 2;
     }
+    if (engine_stage >= 0)
+        return zc__bench_gpu_step(ns, nns, gdts[0], engine_stage, dev_index, warmup, reps);
     zc_device *d = NULL;
     if (zc__device_open(ZC_DEVICE_CUDA, dev_index, &d) != ZC_OK) {
         fprintf(stderr, "bench_gpu_adam: %s\n", zc_last_error());
@@ -216,7 +214,7 @@ int zc__bench_gpu_adam_main(int argc, char **argv)
         for (int gi = 0; gi < ngd && !rc; gi++) {
             zc_dtype gdt = gdts[gi];
             size_t gsz = zc_dtype_size(gdt), osz = has_out ? zc_dtype_size(odt) : 0;
-            adam_arg a = {.d = d};
+            zc__bench_adam_arg a = {.d = d};
             void *bufs[5] = {0};
             size_t sz[5] = {n * 4, n * 4, n * 4, n * gsz, n * osz};
             for (int k = 0; k < 5 && !rc; k++)
@@ -233,8 +231,8 @@ int zc__bench_gpu_adam_main(int argc, char **argv)
                 size_t bpp = 24 + gsz + osz;
                 float ms_adam = 0, ms_copy = 0;
                 cp.bytes = n * bpp / 2;
-                if (time_median(run_adam, &a, warmup, reps, &ms_adam) ||
-                    time_median(run_copy, &cp, warmup, reps, &ms_copy)) {
+                if (zc__bench_time_median(zc__bench_run_adam, &a, warmup, reps, &ms_adam) ||
+                    zc__bench_time_median(run_copy, &cp, warmup, reps, &ms_copy)) {
                     fprintf(stderr, "bench_gpu_adam: timing failed: %s\n",
                             cudaGetErrorString(cudaGetLastError()));
                     rc = 1;

@@ -17,7 +17,10 @@
  *
  * Each rank is a thread with its own engine (zc_comm_local_world), or, when
  * mpirun or torchrun started this process (or with --launcher env), it is one
- * rank of the launched job (zc_comm_init_env).
+ * rank of the launched job (zc_comm_init_env). Either way the printed loss
+ * is the mean over ranks (zc_all_reduce_f64), the same bits; the initial
+ * values load, and the master is gathered, a piece at a time
+ * (zc_block_load, zc_block_gather_master).
  * Run `train_gpt --help` for the flags; --json prints one object per step,
  * per evaluation and a final one (see README). */
 #include <errno.h>
@@ -52,12 +55,10 @@ typedef struct shared {
     int local;               /* ranks run by this process */
     gpt_data data;
     double unigram_val;      /* entropy of the validation bytes, nats */
-    double *losses;          /* [local] this step's loss on each local rank */
     double val_loss;         /* last validation loss (rank 0) */
     zc_stats stats0;         /* rank 0's engine stats before it is destroyed (--json) */
     float *master;           /* gathered fp32 master, registration order */
     const gpt_backend *be;   /* where the model runs (--device) */
-    pthread_barrier_t bar;
 } shared;
 
 typedef struct rank_arg {
@@ -211,6 +212,23 @@ static void give_grads(rank_state *s, zc_block *b, float *const *src)
 }
 
 static int block_first(int l) { return 2 + GPT_BLOCK_TENSORS * l; }
+
+/* The model's pieces as blocks, in registration order: the embedding, the
+ * layers, the final LayerNorm (j in [0, layers + 2)); together every tensor
+ * once, so their values back to back are the model's in registration order. */
+static zc_block *piece(const rank_state *s, int j)
+{
+    return j == 0 ? s->emb : j <= s->sh->o.model.layers ? s->layer[j - 1] : s->head;
+}
+
+/* The elements of block b (one array of zc_block_load / _gather_master). */
+static size_t block_numel(const zc_block *b)
+{
+    size_t n = 0;
+    for (int k = 0; k < zc_block_size(b); k++)
+        n += (size_t)zc_param_numel(zc_block_param(b, k));
+    return n;
+}
 
 /* Forward of model m over s->tok / s->tgt through every piece, acquiring
  * each; returns the mean loss. */
@@ -392,14 +410,19 @@ static void *rank_main(void *argp)
         CHECK(zc_block_span(s.eng, s.P[block_first(l)], &s.layer[l]));
     CHECK(zc_block_span(s.eng, s.P[s.nt - 2], &s.head));
     CHECK(zc_block_create(s.eng, &s.P[0], 1, &s.wte_only));
+    size_t max_piece = 0; /* elements of the largest piece */
+    for (int j = 0; j < c->layers + 2; j++)
+        if (block_numel(piece(&s, j)) > max_piece) max_piece = block_numel(piece(&s, j));
     {
-        size_t maxn = 0;
-        for (int i = 0; i < s.nt; i++)
-            if (s.numel[i] > maxn) maxn = s.numel[i];
-        float *init = xcalloc(maxn, sizeof(float));
-        for (int i = 0; i < s.nt; i++) {
-            gpt_init_tensor(c, i, o->seed, init);
-            CHECK(zc_param_load(s.eng, s.P[i], init));
+        /* One load per piece, its tensors' initial values back to back. */
+        float *init = xcalloc(max_piece, sizeof(float));
+        for (int j = 0, i = 0; j < c->layers + 2; j++) {
+            size_t at = 0;
+            for (int k = 0; k < zc_block_size(piece(&s, j)); k++, i++) {
+                gpt_init_tensor(c, i, o->seed, init + at);
+                at += s.numel[i];
+            }
+            CHECK(zc_block_load(s.eng, piece(&s, j), init, at));
         }
         free(init);
     }
@@ -460,14 +483,13 @@ static void *rank_main(void *argp)
         if (o->save_every && (step + 1) % o->save_every == 0)
             CHECK(zc_checkpoint_save(s.eng, o->save_dir, NULL));
         double dt_s = now() - t0;
-        /* Ranks of this process average their losses; under a launcher the
-         * printed loss is rank 0's own. */
-        sh->losses[ra->index] = loss / o->accum;
-        if (sh->local > 1) pthread_barrier_wait(&sh->bar);
+        /* The mean over ranks, threads or processes alike: the sum is taken
+         * in rank order on every rank, so both launchers print the same
+         * bits. Collective. */
+        double l = loss / o->accum;
+        CHECK(zc_all_reduce_f64(s.eng, &l, 1, ZC_REDUCE_SUM));
+        l /= sh->world;
         if (lead) {
-            double l = 0;
-            for (int r = 0; r < sh->local; r++) l += sh->losses[r];
-            l /= sh->local;
             if (o->json) {
                 /* With wall_clock_breakdown, rank 0's step timers too. */
                 char tm[320] = "";
@@ -492,7 +514,6 @@ static void *rank_main(void *argp)
                        info.skipped ? "  (skipped: overflow)" : "");
             fflush(stdout);
         }
-        if (sh->local > 1) pthread_barrier_wait(&sh->bar); /* losses[] is reused */
         if (o->eval_every > 0 && (step + 1) % o->eval_every == 0 && step + 1 < end) {
             double v = validate(&s, m, B, tok, tgt);
             if (lead) {
@@ -511,14 +532,14 @@ static void *rank_main(void *argp)
         printf("{\"eval\":true,\"step\":%d,\"val_loss\":%s}\n", end, jnum(v).s);
     if (o->sample > 0) sample(&s, o->sample, lead && !o->json);
 
-    /* Gathering the master is collective: every rank takes part, rank 0 keeps it. */
-    size_t off = 0, maxn = 0;
-    for (int i = 0; i < s.nt; i++)
-        if (s.numel[i] > maxn) maxn = s.numel[i];
-    float *scratch = xcalloc(maxn, sizeof(float));
-    for (int i = 0; i < s.nt; i++) {
-        CHECK(zc_param_gather_master(s.eng, s.P[i], lead ? sh->master + off : scratch));
-        off += s.numel[i];
+    /* Gathering the master is collective: every rank takes part, rank 0 keeps
+     * it. A piece at a time, in registration order. */
+    size_t off = 0;
+    float *scratch = xcalloc(max_piece, sizeof(float));
+    for (int j = 0; j < c->layers + 2; j++) {
+        const size_t n = block_numel(piece(&s, j));
+        CHECK(zc_block_gather_master(s.eng, piece(&s, j), lead ? sh->master + off : scratch, n));
+        off += n;
     }
     free(scratch);
     free(tok);
@@ -677,18 +698,12 @@ int main(int argc, char **argv)
     if (!o->cuda && sh->local > 1) openblas_set_num_threads(1);
 
     const size_t total = gpt_num_params(c);
-    sh->losses = xcalloc((size_t)sh->local, sizeof(double));
     sh->master = xcalloc(total, sizeof(float));
     sh->comms = xcalloc((size_t)sh->local, sizeof(zc_comm *));
     if (per_process) {
         sh->comms[0] = env_comm;
     } else {
         CHECK(zc_comm_local_world(sh->world, sh->comms));
-        int be = pthread_barrier_init(&sh->bar, NULL, (unsigned)sh->local);
-        if (be != 0) {
-            fprintf(stderr, "train_gpt: cannot make the rank barrier: %s\n", strerror(be));
-            gpt_quit(1);
-        }
     }
     bool lead_here = zc_comm_rank(sh->comms[0]) == 0;
     if (lead_here && !o->json)
@@ -715,9 +730,8 @@ int main(int argc, char **argv)
 
     for (int r = 0; r < sh->local; r++) zc_comm_destroy(sh->comms[r]);
     zc_config_destroy(sh->cfg);
-    if (!per_process) pthread_barrier_destroy(&sh->bar);
     gpt_data_destroy(&sh->data);
-    free(th); free(args); free(sh->comms); free(sh->master); free(sh->losses);
+    free(th); free(args); free(sh->comms); free(sh->master);
     free(sh);
     if (fflush(stdout) != 0 || ferror(stdout)) {
         fprintf(stderr, "train_gpt: cannot write the output: %s\n",

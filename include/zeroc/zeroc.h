@@ -229,8 +229,10 @@ typedef struct zc_comm zc_comm;
 
 /* Creates `world` in-process ranks (threads of this process share memory):
  * comms[r] is rank r's handle, to be used by exactly one thread. Collectives
- * sum in fp32 in rank order, so results are deterministic. A collective waits
- * at most ZC_COMM_TIMEOUT seconds for the other ranks (default 600; a decimal
+ * sum in fp32 in rank order, so results are deterministic. With an engine on
+ * a GPU the ranks' collectives run on the engine's streams, ordered by events
+ * (the ranks' threads meet, the host never waits for the GPU there). A
+ * collective waits at most ZC_COMM_TIMEOUT seconds for the other ranks (default 600; a decimal
  * number in [0.001, 604800], the same on every backend), then fails with
  * ZC_ERR_COMM and breaks the group. Returns ZC_ERR_CONFIG, making nothing,
  * when ZC_COMM_TIMEOUT or a logging variable is malformed. The caller owns the
@@ -619,6 +621,37 @@ ZC_API zc_status zc_block_adopt_bytes(zc_engine *eng, const zc_block *b, size_t 
  * stage 3 only while the block (its first parameter) is acquired. */
 ZC_API zc_status zc_block_base(zc_engine *eng, const zc_block *b, void **base);
 
+/* ---- Blocks: loading and gathering values in one array ------------------ */
+
+/* A block's values as one array of floats: the block's parameters' full
+ * values back to back, in the block's order (parameter i's numel values
+ * row-major, then parameter i+1's). `count` is the array's length in floats
+ * and must equal the sum of the parameters' numel.
+ *
+ * zc_block_load is zc_param_load of every parameter of the block, in order,
+ * from that array: the same effect, bitwise, and the same contract (after
+ * build, between optimizer steps, every rank loads the same values; not
+ * collective; with offload_param the shards are written home as by
+ * zc_param_load, the write's outcome agreed at the next zc_param_acquire or
+ * zc_step). Checked before anything is loaded, so they change nothing:
+ * ZC_ERR_INVALID_ARG for a bad block, NULL values or a wrong count (the
+ * message gives both counts), ZC_ERR_INVALID_STATE inside an accumulation
+ * window. A failure after that (a device or offload I/O error of one
+ * parameter's load) returns that load's status, naming the parameter; the
+ * parameters before it are loaded. */
+ZC_API zc_status zc_block_load(zc_engine *eng, zc_block *b, const float *values, size_t count);
+
+/* zc_param_gather_master of every parameter of the block, in order, into out
+ * (count floats, the layout above): the same values, bitwise, and the same
+ * contract - collective in stages 1-3 (every rank calls it for the same
+ * block), host memory out, not counted in the step's communication stats.
+ * Each chunk is read and gathered once for each run of consecutive block
+ * parameters in it (a zc_block_span block: once per chunk). The argument
+ * errors of zc_block_load are checked before any collective; a failed read
+ * of an offloaded master or a failed gather breaks every rank's engine with
+ * the same message, as zc_param_gather_master's does (docs/faults.md). */
+ZC_API zc_status zc_block_gather_master(zc_engine *eng, zc_block *b, float *out, size_t count);
+
 /* ---- fp32 views: float loops over 16-bit parameters (host path) ---------- */
 
 /* A CPU trainer with float kernels can train fp16/bf16 parameters without
@@ -897,6 +930,38 @@ typedef struct zc_stats {
 /* Fills *out (out->size must be set). Thread-safe with respect to other
  * engines; not with concurrent calls on this engine. */
 ZC_API zc_status zc_engine_stats(const zc_engine *eng, zc_stats *out);
+
+/* ---- Scalar all-reduce: the loop's own numbers across ranks ------------- */
+
+/* What zc_all_reduce_f64 computes over the ranks, element by element. */
+typedef enum zc_reduce_op {
+    ZC_REDUCE_SUM = 0, /* in rank order: ((v0 + v1) + v2) + ... */
+    ZC_REDUCE_MAX,     /* NaN if any rank's value is NaN */
+    ZC_REDUCE_MIN      /* NaN if any rank's value is NaN */
+} zc_reduce_op;
+
+/* The most values one zc_all_reduce_f64 call takes. */
+#define ZC_ALL_REDUCE_F64_MAX 64
+
+/* Reduces `count` doubles (1..ZC_ALL_REDUCE_F64_MAX) across the engine's
+ * ranks, in place: afterwards values[i] is op over every rank's values[i],
+ * bitwise the same on every rank and under every launcher and backend (local
+ * threads, MPI, NCCL): the ranks exchange their values and each computes the
+ * result on the host in rank order, so a sum does not depend on a reduction
+ * tree. For a training loop's own numbers - the mean loss over ranks (sum,
+ * then divide by zc_comm_world), token counts, evaluation metrics - not for
+ * tensors. Collective: every rank calls it at the same point of its call
+ * sequence (among the other collectives) with the same count and op; after
+ * zc_engine_build, at any point (between micro-steps too); it changes no
+ * training state and is not counted in zc_stats' communication.
+ * Failures are agreed like the engine's other collectives: a NULL values, a
+ * count out of range or an unknown op on any rank, or ranks passing
+ * different counts or ops, fail the call on every rank with
+ * ZC_ERR_INVALID_ARG and the same message (naming the rank), values
+ * unchanged and the engine still usable; a failed exchange (ZC_ERR_COMM: a
+ * rank that never calls it times out) breaks the engine on every rank, as
+ * any failed collective does. */
+ZC_API zc_status zc_all_reduce_f64(zc_engine *eng, double *values, int count, zc_reduce_op op);
 
 /* ---- Planning memory before anything is allocated ------------------------ */
 

@@ -51,6 +51,10 @@ typedef struct zc_comm_ops {
     /* Attaches the device whose buffers this rank will pass (called once by the
      * engine before the first collective). */
     zc_status (*bind_device)(zc_comm *c, zc_device *dev);
+    /* Optional: drops what the communicator made on its bound device (the
+     * local backend's events) and binds the host. The engine calls it before
+     * it destroys the device it bound. */
+    void (*unbind_device)(zc_comm *c);
     void (*destroy)(zc_comm *c);
 } zc_comm_ops;
 

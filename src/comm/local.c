@@ -1,12 +1,19 @@
 /* The local communicator: W ranks as threads of one process.
  *
- * Each collective is three phases: every rank posts its buffer pointers and
- * counts in its slot and waits at a barrier; each rank then does its share of
- * the work reading the others' buffers (through the bound device's copy and
- * reduce_sum, so the same code runs on host memory and on one GPU shared by
- * the ranks); a second barrier keeps every buffer alive and unmodified until
- * all ranks are done reading. Sums run in rank order, so every rank and every
- * stage that reduces an element gets the same bits.
+ * Each collective is three phases: every rank records an event on its stream
+ * ("my buffers are final here"), posts it with its buffer pointers and counts
+ * in its slot and meets the others at a barrier; each rank's stream then waits
+ * on the other ranks' events and does the rank's share of the work reading
+ * the others' buffers (through the bound device's copy and reduce_sum, so the
+ * same code runs on host memory and on one GPU shared by the ranks); each
+ * rank records a second event after its share, meets the others again, and
+ * its stream waits on their second events, so no rank's later work changes a
+ * buffer another rank is still reading or writing. The barriers are between
+ * the ranks' threads only: the host never waits for device work here (one
+ * GPU shared by thread ranks keeps every CPU thread ahead of its stream).
+ * Results are ordered on the caller's stream, as with NCCL. Sums run in rank
+ * order, so every rank and every stage that reduces an element gets the same
+ * bits.
  *
  * Who writes what (this is what makes in-place use safe):
  *   all_reduce:     rank r owns the element range [count*r/W, count*(r+1)/W):
@@ -18,9 +25,17 @@
  *   all_gather:     rank r writes only its own recv; it reads the other ranks'
  *                   send buffers, which lie outside its recv.
  *
+ * Why two events per rank are enough: rank r re-records its first event only
+ * in its next collective, after that one's first barrier, which every other
+ * rank passes only after it queued its waits on this collective's events
+ * (a stream waits on what the event captured when the wait was queued); the
+ * second event likewise. The MAX reduction (small control payloads) reads
+ * values on the host and so still waits for its stream.
+ *
  * A rank that never arrives makes the others fail after ZC_COMM_TIMEOUT
  * seconds (default 600) instead of hanging, and the group stays broken. */
 #include <errno.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +50,7 @@ typedef struct local_slot {
     void *recv;
     size_t count;
     int dt, op, root, kind;
+    void *ready, *done; /* the rank's events (local_comm), on its device */
 } local_slot;
 
 typedef struct local_group {
@@ -53,6 +69,9 @@ typedef struct local_comm {
     zc_comm base;
     local_group *g;
     unsigned long seq; /* collectives issued by this rank, for messages */
+    /* On base.dev: recorded on the caller's stream when this rank's buffers
+     * are final (ready) and when its share of the work is queued (done). */
+    void *ev_ready, *ev_done;
 } local_comm;
 
 
@@ -99,16 +118,17 @@ static zc_status group_wait(local_comm *c, int kind)
     return rc;
 }
 
-/* Phase 1: post this rank's call and check every rank made the same one. */
+/* Phase 1: mark this rank's buffers final on its stream, post the call and
+ * check every rank made the same one. */
 static zc_status post(local_comm *c, int kind, const void *send, void *recv, size_t count,
                       zc_dtype dt, int op, int root, void *stream)
 {
     local_group *g = c->g;
+    zc_device *d = c->base.dev;
     c->seq++;
-    /* The buffers must hold their final data before others read them. */
-    ZC_CHECK(c->base.dev->ops->stream_sync(c->base.dev, stream));
+    ZC_CHECK(d->ops->event_record(d, c->ev_ready, stream));
     local_slot *s = &g->slots[c->base.rank];
-    *s = (local_slot){send, recv, count, (int)dt, op, root, kind};
+    *s = (local_slot){send, recv, count, (int)dt, op, root, kind, c->ev_ready, c->ev_done};
     ZC_CHECK(group_wait(c, kind));
     for (int r = 0; r < g->world; r++) {
         local_slot *o = &g->slots[r];
@@ -126,13 +146,38 @@ static zc_status post(local_comm *c, int kind, const void *send, void *recv, siz
     return ZC_OK;
 }
 
-/* Phase 3: wait until every rank has finished reading. */
+/* Orders this rank's stream after every other rank's event of one phase
+ * (offset of ready or done in the slot). */
+static zc_status wait_peers(local_comm *c, size_t which, void *stream)
+{
+    local_group *g = c->g;
+    zc_device *d = c->base.dev;
+    for (int r = 0; r < g->world; r++) {
+        if (r == c->base.rank)
+            continue;
+        void *ev = *(void **)((char *)&g->slots[r] + which);
+        ZC_CHECK(d->ops->stream_wait_event(d, stream, ev));
+    }
+    return ZC_OK;
+}
+
+/* Phase 2's start: the others' buffers are final on this rank's stream. */
+static zc_status after_peers_ready(local_comm *c, void *stream)
+{
+    return wait_peers(c, offsetof(local_slot, ready), stream);
+}
+
+/* Phase 3: every rank has queued its reads and writes; this rank's stream
+ * goes on only after all of them. */
 static zc_status finish(local_comm *c, int kind, zc_status work_rc, void *stream)
 {
-    zc_status rc = c->base.dev->ops->stream_sync(c->base.dev, stream);
+    zc_device *d = c->base.dev;
+    zc_status rc = d->ops->event_record(d, c->ev_done, stream);
     if (work_rc == ZC_OK)
         work_rc = rc;
     rc = group_wait(c, kind);
+    if (rc == ZC_OK)
+        rc = wait_peers(c, offsetof(local_slot, done), stream);
     return work_rc != ZC_OK ? work_rc : rc;
 }
 
@@ -203,8 +248,8 @@ static zc_status local_all_reduce(zc_comm *base, const void *send, void *recv, s
     int r = base->rank, W = g->world;
     size_t lo = count * (size_t)r / (size_t)W, hi = count * (size_t)(r + 1) / (size_t)W;
     size_t es = zc_dtype_size(dt);
-    zc_status rc = ZC_OK;
-    if (hi > lo) {
+    zc_status rc = after_peers_ready(c, stream);
+    if (rc == ZC_OK && hi > lo) {
         if (op == ZC_RED_MAX) {
             rc = max_reduce_host(c, lo, hi, dt, stream);
         } else {
@@ -233,8 +278,8 @@ static zc_status local_reduce_scatter(zc_comm *base, const void *send, void *rec
     ZC_CHECK(post(c, K_REDUCE_SCATTER, send, recv, recv_count, dt, 0, 0, stream));
     int r = base->rank, W = g->world;
     size_t es = zc_dtype_size(dt);
-    zc_status rc = ZC_OK;
-    if (recv_count) {
+    zc_status rc = after_peers_ready(c, stream);
+    if (rc == ZC_OK && recv_count) {
         const void *srcs[W];
         for (int k = 0; k < W; k++)
             srcs[k] = (const char *)g->slots[k].send + (size_t)r * recv_count * es;
@@ -253,7 +298,7 @@ static zc_status local_all_gather(zc_comm *base, const void *send, void *recv, s
     ZC_CHECK(post(c, K_ALL_GATHER, send, recv, send_count, dt, 0, 0, stream));
     size_t es = zc_dtype_size(dt), bytes = send_count * es;
     zc_copy_kind kind = d->mem_kind == ZC_MEMKIND_DEVICE ? ZC_COPY_D2D : ZC_COPY_H2H;
-    zc_status rc = ZC_OK;
+    zc_status rc = after_peers_ready(c, stream);
     for (int k = 0; k < g->world && rc == ZC_OK && bytes; k++)
         rc = d->ops->copy(d, (char *)recv + (size_t)k * bytes, g->slots[k].send, bytes, kind,
                           stream);
@@ -271,8 +316,8 @@ static zc_status local_broadcast(zc_comm *base, void *buf, size_t count, zc_dtyp
         return ZC_ERR(ZC_ERR_INVALID_ARG, "local comm broadcast: root %d outside 0..%d", root,
                       g->world - 1);
     ZC_CHECK(post(c, K_BROADCAST, buf, buf, count, dt, 0, root, stream));
-    zc_status rc = ZC_OK;
-    if (base->rank != root && count)
+    zc_status rc = after_peers_ready(c, stream);
+    if (rc == ZC_OK && base->rank != root && count)
         rc = d->ops->copy(d, buf, g->slots[root].send, count * zc_dtype_size(dt),
                           d->mem_kind == ZC_MEMKIND_DEVICE ? ZC_COPY_D2D : ZC_COPY_H2H, stream);
     return finish(c, K_BROADCAST, rc, stream);
@@ -287,12 +332,50 @@ static zc_status local_barrier(zc_comm *base)
     return group_wait(c, K_BARRIER);
 }
 
+/* Drops this rank's events (on the device they were made on). */
+static void drop_events(local_comm *c)
+{
+    zc_device *d = c->base.dev;
+    if (c->ev_ready)
+        d->ops->event_destroy(d, c->ev_ready);
+    if (c->ev_done)
+        d->ops->event_destroy(d, c->ev_done);
+    c->ev_ready = c->ev_done = NULL;
+}
+
+/* Makes this rank's events on dev, then drops the old ones: a failure
+ * changes nothing. */
 static zc_status local_bind_device(zc_comm *base, zc_device *dev)
 {
     if (!dev)
         return ZC_ERR(ZC_ERR_INVALID_ARG, "local comm bind_device: NULL device");
+    local_comm *c = (local_comm *)base;
+    void *ready = NULL, *done = NULL;
+    zc_status rc = dev->ops->event_create(dev, &ready);
+    if (rc == ZC_OK)
+        rc = dev->ops->event_create(dev, &done);
+    if (rc != ZC_OK) {
+        if (ready)
+            dev->ops->event_destroy(dev, ready);
+        zc__error_context("local comm rank %d: its events on device %s", base->rank,
+                          dev->ops->name);
+        return rc;
+    }
+    drop_events(c);
+    c->ev_ready = ready;
+    c->ev_done = done;
     base->dev = dev;
     return ZC_OK;
+}
+
+/* Before the bound device goes: its events go first, the host takes over
+ * (its events cannot fail). */
+static void local_unbind_device(zc_comm *base)
+{
+    local_comm *c = (local_comm *)base;
+    drop_events(c);
+    base->dev = zc__device_host();
+    (void)local_bind_device(base, base->dev);
 }
 
 static void group_unref(local_group *g)
@@ -312,6 +395,7 @@ static void local_destroy(zc_comm *base)
 {
     local_comm *c = (local_comm *)base;
     local_group *g = c->g;
+    drop_events(c);
     zc__host_free(NULL, ZC_MEM_OTHER, c, sizeof *c);
     group_unref(g);
 }
@@ -324,6 +408,7 @@ static const zc_comm_ops local_ops = {
     .broadcast = local_broadcast,
     .barrier = local_barrier,
     .bind_device = local_bind_device,
+    .unbind_device = local_unbind_device,
     .destroy = local_destroy,
 };
 
@@ -372,9 +457,14 @@ zc_status zc_comm_local_world(int world, zc_comm **comms)
         c->base.world = world;
         c->base.local_rank = made;
         c->base.local_world = world;
-        c->base.dev = zc__device_host();
         c->g = g;
         comms[made] = &c->base;
+        c->base.dev = zc__device_host();
+        rc = local_bind_device(&c->base, c->base.dev); /* the host's events: cannot fail */
+        if (rc != ZC_OK) {
+            made++;
+            goto fail;
+        }
     }
     return ZC_OK;
 fail:

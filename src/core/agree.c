@@ -30,6 +30,10 @@
 #define REC_WORDS 256
 #define REC_BYTES (REC_WORDS * sizeof(int32_t))
 #define MSG_BYTES (REC_BYTES - sizeof(int32_t))
+/* A payload starts 8 bytes into the record, so it is as aligned as the
+ * record (the host allocation). */
+#define PAYLOAD_AT 8
+_Static_assert(ZC_AGREE_PAYLOAD_BYTES == REC_BYTES - PAYLOAD_AT, "the payload fills the record");
 
 zc_status zc__agree_alloc(zc_engine *e)
 {
@@ -54,17 +58,22 @@ void zc__agree_free(zc_engine *e)
 }
 
 /* The exchange; `keep` leaves the engine usable after a failure agreed by
- * the ranks (a failed exchange always breaks it). */
-static zc_status agree(zc_engine *e, zc_status local, const char *what, bool keep)
+ * the ranks (a failed exchange always breaks it). A rank that succeeded
+ * sends `payload` (bytes, at most ZC_AGREE_PAYLOAD_BYTES) in its record. */
+static zc_status agree(zc_engine *e, zc_status local, const char *what, bool keep,
+                       const void *payload, size_t bytes)
 {
     zc_device *d = e->dev;
-    /* The local record: the status and, on failure, this rank's message. */
+    /* The local record: the status and, on failure, this rank's message,
+     * else the payload. */
     unsigned char *mine = e->agree_host; /* rank slot 0 as scratch before the exchange */
     memset(mine, 0, REC_BYTES);
     int32_t st = (int32_t)local;
     memcpy(mine, &st, sizeof st);
     if (local != ZC_OK)
         snprintf((char *)mine + sizeof st, MSG_BYTES, "%s", zc_last_error());
+    else if (bytes > 0)
+        memcpy(mine + PAYLOAD_AT, payload, bytes);
     /* Before build (no streams yet) the control stream is NULL, the legacy
      * default stream, like everything else then. */
     void *cs = e->ctl_stream;
@@ -105,10 +114,24 @@ static zc_status agree(zc_engine *e, zc_status local, const char *what, bool kee
 
 zc_status zc__eng_agree(zc_engine *e, zc_status local, const char *what)
 {
-    return agree(e, local, what, false);
+    return agree(e, local, what, false, NULL, 0);
 }
 
 zc_status zc__eng_agree_keep(zc_engine *e, zc_status local, const char *what)
 {
-    return agree(e, local, what, true);
+    return agree(e, local, what, true, NULL, 0);
+}
+
+zc_status zc__eng_agree_keep_with(zc_engine *e, zc_status local, const char *what,
+                                  const void *payload, size_t bytes)
+{
+    if (bytes > ZC_AGREE_PAYLOAD_BYTES)
+        return ZC_ERR(ZC_ERR_INTERNAL, "%s: a payload of %zu bytes exceeds the record's %d",
+                      what, bytes, ZC_AGREE_PAYLOAD_BYTES);
+    return agree(e, local, what, true, payload, bytes);
+}
+
+const void *zc__eng_agreed_payload(const zc_engine *e, int rank)
+{
+    return (const unsigned char *)e->agree_host + REC_BYTES * (size_t)rank + PAYLOAD_AT;
 }

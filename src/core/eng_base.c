@@ -28,6 +28,15 @@ zc_status zc__eng_enter(const zc_engine *e, const char *fn, bool need_built)
                       fn, e->broken_msg);
     if (need_built && e->state != ZC_ENG_BUILT)
         return ZC_ERR(ZC_ERR_INVALID_STATE, "%s: call zc_engine_build first", fn);
+    /* The caller may have switched the thread's GPU since its last call;
+     * inside the call the device layer then trusts it (device.h). */
+    if (e->dev && e->dev->ops->make_current) {
+        zc_status rc = e->dev->ops->make_current(e->dev);
+        if (rc != ZC_OK) {
+            zc__error_context("%s", fn);
+            return rc;
+        }
+    }
     return ZC_OK;
 }
 

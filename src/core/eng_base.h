@@ -16,8 +16,10 @@
 #include "base/error.h"
 #include "zeroc/zeroc.h"
 
-/* Validates a public call's engine (and built state when need_built) and sets
- * the log rank of this thread. `fn` names the call in the message. */
+/* Validates a public call's engine (and built state when need_built), sets
+ * the log rank of this thread and makes the engine's device current on it
+ * (device.h make_current: the device layer then trusts it for the rest of
+ * the call). `fn` names the call in the message. */
 zc_status zc__eng_enter(const zc_engine *e, const char *fn, bool need_built);
 /* The checks of an output struct the caller sizes (zc_stats, zc_timers,
  * zc_offload_stats): size is &out->size, or NULL when out is NULL; need is
@@ -63,6 +65,16 @@ zc_status zc__eng_agree(zc_engine *e, zc_status local, const char *what);
  * message, and the engine stays usable (broken only if the exchange itself
  * fails). */
 zc_status zc__eng_agree_keep(zc_engine *e, zc_status local, const char *what);
+/* zc__eng_agree_keep carrying data: a rank that succeeded sends `bytes`
+ * bytes of payload (at most ZC_AGREE_PAYLOAD_BYTES; the same size on every
+ * rank), and when every rank succeeded each rank's payload is readable at
+ * zc__eng_agreed_payload(e, rank) - the same bytes on every rank - until
+ * the next agreement. The public scalar all-reduce (scalars.c) is built on
+ * it, so it needs no buffer of its own and fails like an agreement. */
+#define ZC_AGREE_PAYLOAD_BYTES 1016
+zc_status zc__eng_agree_keep_with(zc_engine *e, zc_status local, const char *what,
+                                  const void *payload, size_t bytes);
+const void *zc__eng_agreed_payload(const zc_engine *e, int rank);
 zc_status zc__agree_alloc(zc_engine *e);
 void zc__agree_free(zc_engine *e);
 

@@ -275,6 +275,9 @@ ZC_API void zc_engine_destroy(zc_engine *e)
 {
     if (!e || e->magic != ZC_ENGINE_MAGIC)
         return;
+    /* The caller may have switched the thread's GPU since its last call. */
+    if (e->dev && e->dev->ops->make_current)
+        (void)e->dev->ops->make_current(e->dev);
     /* First: queued work may still read or write the buffers freed below. */
     zc__streams_destroy(e);
     if (e->pol && e->pol->teardown && e->chunks)
@@ -291,6 +294,10 @@ ZC_API void zc_engine_destroy(zc_engine *e)
     zc__view_free(e);
     zc__registry_free(e);
     zc_config_destroy(e->cfg);
+    /* The communicator outlives the engine: what it made on the engine's
+     * device goes before the device. */
+    if (e->dev && e->comm && e->comm->dev == e->dev && e->comm->ops->unbind_device)
+        e->comm->ops->unbind_device(e->comm);
     if (e->dev)
         e->dev->ops->destroy(e->dev);
     e->magic = 0;

@@ -88,15 +88,9 @@ out:
     return rc;
 }
 
-ZC_API zc_status zc_param_gather_master(zc_engine *e, zc_param *p, float *out_values)
+zc_status zc__master_gather_chunk(zc_engine *e, int k, const char *what, void **slot)
 {
-    ZC_CHECK(zc__eng_enter(e, "zc_param_gather_master", true));
-    ZC_CHECK(zc__eng_check_param(e, p, "zc_param_gather_master"));
-    if (!out_values)
-        return ZC_ERR(ZC_ERR_INVALID_ARG, "zc_param_gather_master('%s'): out is NULL", p->name);
-    zc_device *d = e->dev;
-    zc_chunk *c = &e->chunks[p->chunk];
-    const size_t bytes = (size_t)p->numel * sizeof(float);
+    zc_chunk *c = &e->chunks[k];
     /* Not part of a training step: the gather is not counted in the stats.
      * The buffer is the fp32 staging slot reserved at build (one chunk of
      * fp32, shared with zc_param_load: the two never overlap on a rank). The
@@ -107,24 +101,39 @@ ZC_API zc_status zc_param_gather_master(zc_engine *e, zc_param *p, float *out_va
     const bool all = e->pol->full_optimizer;
     const size_t own = all ? (size_t)c->padded : (size_t)c->shard;
     void *tmp = NULL;
-    zc_status rc = ZC_OK;
     ZC_CHECK(zc__bufpool_get(&e->pool_stage, full, false, e->stream, &tmp));
     float *slice = all ? (float *)tmp : (float *)tmp + (size_t)e->rank * (size_t)c->shard;
-    rc = zc__opt_master_read(e, p->chunk, slice, own);
+    zc_status rc = zc__opt_master_read(e, k, slice, own);
     /* Under nvme the read is rank-local I/O: its outcome is agreed before
      * the all-gather, so a failing rank never leaves the others waiting. */
     if (zc__opt_rank_local_io(e))
-        rc = zc__eng_agree(e, rc, "zc_param_gather_master: reading the master");
-    if (rc != ZC_OK)
-        goto out;
-    if (!all)
-        ZC_CHECK_GOTO(zc__eng_all_gather(e, slice, tmp, (size_t)c->shard, ZC_DTYPE_F32, false),
-                      rc, out);
-    ZC_CHECK_GOTO(d->ops->copy(d, out_values, (const float *)tmp + p->offset, bytes, ZC_COPY_D2H,
-                               e->stream),
-                  rc, out);
-    rc = d->ops->stream_sync(d, e->stream);
-out:
+        rc = zc__eng_agree(e, rc, what);
+    if (rc == ZC_OK && !all)
+        rc = zc__eng_all_gather(e, slice, tmp, (size_t)c->shard, ZC_DTYPE_F32, false);
+    if (rc != ZC_OK) {
+        zc__bufpool_put(&e->pool_stage, &tmp);
+        return rc;
+    }
+    *slot = tmp;
+    return ZC_OK;
+}
+
+ZC_API zc_status zc_param_gather_master(zc_engine *e, zc_param *p, float *out_values)
+{
+    ZC_CHECK(zc__eng_enter(e, "zc_param_gather_master", true));
+    ZC_CHECK(zc__eng_check_param(e, p, "zc_param_gather_master"));
+    if (!out_values)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "zc_param_gather_master('%s'): out is NULL", p->name);
+    zc_device *d = e->dev;
+    const size_t bytes = (size_t)p->numel * sizeof(float);
+    void *tmp = NULL;
+    zc_status rc = zc__master_gather_chunk(e, p->chunk,
+                                           "zc_param_gather_master: reading the master", &tmp);
+    if (rc == ZC_OK)
+        rc = d->ops->copy(d, out_values, (const float *)tmp + p->offset, bytes, ZC_COPY_D2H,
+                          e->stream);
+    if (rc == ZC_OK)
+        rc = d->ops->stream_sync(d, e->stream);
     zc__bufpool_put(&e->pool_stage, &tmp);
     if (rc != ZC_OK)
         zc__error_context("zc_param_gather_master('%s')", p->name);

@@ -17,7 +17,7 @@
  *                (zero3/gather.c);
  *   pool_stage   one fp32 slot of the largest chunk: the staging of
  *                zc_param_load and the receive buffer of
- *                zc_param_gather_master;
+ *                zc_param_gather_master (and of their block forms);
  *   the stage-3 trace, 4 activations per parameter and micro-step (forward,
  *                backward, and room for a recomputing forward), at least
  *                ZC_TRACE_MIN and at most ZC_TRACE_MAX entries;

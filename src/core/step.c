@@ -122,11 +122,22 @@ static zc_status norm_partials(zc_engine *e, double *total)
  * state (and the staged gradient), run Adam on each segment, put the output
  * and the state back. The segments and the kernel are the same whatever the
  * home, so the home changes where the bytes are, never the result. */
-/* Elements per Adam call: 1 MiB of each fp32 tensor, short enough that the
+/* Elements per Adam call on a home whose I/O moves along between calls (the
+ * NVMe home's progress): 1 MiB of each fp32 tensor, short enough that the
  * NVMe queue is refilled long before it drains, long enough that the call
- * overhead (and the thread pool's fork/join) stays small. A multiple of 64,
- * so every piece keeps its segment's alignment. */
+ * overhead stays small. A multiple of 64, so every piece keeps its segment's
+ * alignment. Every other home (the device, pinned host memory) takes a
+ * segment in one call: one kernel launch (or one fork/join of the host
+ * pool) per segment, never one per piece. Adam is elementwise, so where a
+ * segment is cut changes no bit of the result. */
 #define ADAM_PIECE ((int64_t)1 << 18)
+
+/* The elements of one Adam call for chunk k's home. */
+static int64_t adam_piece(const zc_engine *e, int k)
+{
+    const zc_opt_home *h = e->homes[e->chunks[k].home];
+    return h->ops->progress ? ADAM_PIECE : INT64_MAX;
+}
 
 static zc_status adam_chunk(zc_engine *e, int k, const zc_adam_coeffs *coeffs, float grad_scale)
 {
@@ -136,14 +147,15 @@ static zc_status adam_chunk(zc_engine *e, int k, const zc_adam_coeffs *coeffs, f
     const bool full_opt = e->pol->full_optimizer;
     const int r0 = full_opt ? 0 : e->rank, r1 = full_opt ? e->world : e->rank + 1;
     const size_t gesz = zc_dtype_size(oc.grad_dtype);
+    const int64_t piece = adam_piece(e, k);
     for (int r = r0; r < r1; r++) {
         for (int si = c->seg_begin[r]; si < c->seg_begin[r + 1]; si++) {
             const zc_seg *sg = &c->segs[si];
-            /* Pieces of ADAM_PIECE elements from the segment's start (the
-             * same pieces in every stage and home, so results stay bitwise
-             * equal), with the home's I/O moved along between them. */
-            for (int64_t x = sg->start; x < sg->start + sg->n; x += ADAM_PIECE) {
-                const int64_t left = sg->start + sg->n - x;
+            /* Pieces from the segment's start (the whole segment unless the
+             * home moves its I/O along between them). */
+            const int64_t end = sg->start + sg->n;
+            for (int64_t x = sg->start, len; x < end; x += len) {
+                len = end - x < piece ? end - x : piece;
                 zc_adam_shard s = {
                     .master = oc.master + (x - oc.opt_base),
                     .m = oc.m + (x - oc.opt_base),
@@ -153,7 +165,7 @@ static zc_status adam_chunk(zc_engine *e, int k, const zc_adam_coeffs *coeffs, f
                     .grad_scale = grad_scale,
                     .param_out = oc.pout + (size_t)(x - oc.pout_base) * e->pesz,
                     .param_out_dtype = e->pdt,
-                    .n = (size_t)(left < ADAM_PIECE ? left : ADAM_PIECE),
+                    .n = (size_t)len,
                 };
                 ZC_CHECK(oc.dev->ops->adam(oc.dev, &s, &coeffs[sg->group], e->stream));
                 zc__opt_progress(e, k);

@@ -1,6 +1,7 @@
 /* The parameters as the caller sees them: zc_param_acquire's status form
- * (params.c) and the fp32 views of 16-bit parameters and gradients
- * (f32_view.c; the public block calls are block_f32.c). */
+ * and the chunk gather of the fp32 master (params.c), and the fp32 views of
+ * 16-bit parameters and gradients (f32_view.c; the public block calls are
+ * block_f32.c). */
 #ifndef ZC_CORE_VIEWS_H
 #define ZC_CORE_VIEWS_H
 
@@ -13,6 +14,13 @@
 
 /* zc_param_acquire with its status (block calls need it to fail alike). */
 zc_status zc__param_acquire(zc_engine *e, zc_param *p, void *stream, void **out);
+/* The full fp32 master of chunk k (zc_param_gather_master, and the block
+ * form in block_values.c): read from its home (the read agreed across ranks
+ * when it is rank-local I/O) into a staging slot of pool_stage, all-gathered
+ * in stages 1-3 (collective there). On success *slot holds the chunk's
+ * padded elements and the caller puts it back (zc__bufpool_put); on failure
+ * nothing is held. `what` names the read in the agreed failure message. */
+zc_status zc__master_gather_chunk(zc_engine *e, int k, const char *what, void **slot);
 
 /* ---- f32_view.c ---------------------------------------------------------- */
 

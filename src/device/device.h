@@ -153,6 +153,14 @@ typedef struct zc_device_ops {
      * pre-flight then checks host memory only. */
     zc_status (*mem_info)(zc_device *d, size_t *free_bytes, size_t *total_bytes);
 
+    /* Optional (NULL: nothing to do, the host). Makes the device current on
+     * the calling thread whatever was current before (CUDA: cudaSetDevice).
+     * The other operations make it current only when this library has not
+     * already done so on the thread, so that a launch costs no runtime call
+     * but itself; the engine calls this at each public entry, so a caller
+     * that switches the thread's device between two calls is followed. */
+    zc_status (*make_current)(zc_device *d);
+
     void (*destroy)(zc_device *d);
 } zc_device_ops;
 

@@ -11,17 +11,24 @@
   4. zc_mpi_helper kill, W = 3: a rank killed mid-step ends the job within
      the timeout; nothing hangs.
   5. train_mlp, one rank per process under mpirun, W = 1..4, stages 0-3: the
-     params_sha256 equals the thread run's (`train_mlp --world W`).
+     params_sha256 and every step's printed loss (the mean over ranks, by
+     zc_all_reduce_f64) equal the thread run's (`train_mlp --world W`).
   6. two train_mlp processes with different stages: the build agreement
      fails every rank with ZC_ERR_CONFIG naming both stages.
+  7. zc_mpi_helper scalars, W = 1..4: zc_all_reduce_f64 (sum, max, min)
+     gives the same bits on every rank, equal to a rank-order fold computed
+     here; a count of 0 on the last rank fails every rank with the same
+     message naming it, and the engine works afterwards.
 
 Usage: check_mpi.py ZC_MPI_HELPER [TRAIN_MLP]. Exits 77 (meson: skipped)
 when mpirun is not installed, non-zero after printing every failure.
 Each mpirun is an argv list, never a shell command line.
 """
 import json
+import math
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import time
@@ -80,6 +87,64 @@ def check_timeout(helper):
     print("timeout: %s; job ended after %.1f s" % (got[0], dt), flush=True)
 
 
+def scalar_value(r, i):
+    """mpi_helper.c's scalar_value."""
+    if i == 0:
+        return [1e16, 1.0, -1e16, 3.5][r % 4]
+    if i == 1:
+        return 0.1 * (r + 1)
+    if i == 2:
+        return math.nan if r == 1 else float(r)
+    return 1.0 / (r + 3)
+
+
+def fold(op, a, b):
+    if op == "SUM":
+        return a + b
+    if math.isnan(a) or math.isnan(b):
+        return math.nan
+    return max(a, b) if op == "MAX" else min(a, b)
+
+
+def bits_value(h):
+    return struct.unpack("<d", struct.pack("<Q", int(h, 16)))[0]
+
+
+def check_scalars(helper):
+    for w in range(1, 5):
+        p, dt, cmd = mpirun(w, [helper, "scalars"])
+        lines = p.stdout.splitlines()
+        if p.returncode != 0:
+            fail("%s: exit %d\n%s\n%s" % (cmd, p.returncode, p.stdout[-3000:], p.stderr[-3000:]))
+            continue
+        for op in ("SUM", "MAX", "MIN"):
+            got = {l.split()[2]: l.split()[3:] for l in lines if l.startswith("SCALARS_%s " % op)}
+            if len(got) != w or len(set(map(tuple, got.values()))) != 1:
+                fail("%s: %s: %d of %d ranks, not one result: %s" % (cmd, op, len(got), w, got))
+                continue
+            bits = next(iter(got.values()))
+            for i, h in enumerate(bits):
+                want = scalar_value(0, i)
+                for r in range(1, w):
+                    want = fold(op, want, scalar_value(r, i))
+                v = bits_value(h)
+                same = (math.isnan(v) and math.isnan(want)) or \
+                    struct.pack("<d", v) == struct.pack("<d", want)
+                if not same:
+                    fail("%s: %s value %d is %r, the rank-order fold %r" % (cmd, op, i, v, want))
+        refused = [l.split(None, 3)[3] for l in lines if l.startswith("SCALARS_REFUSED")]
+        who = "rank %d of %d" % (w - 1, w)
+        if len(refused) != w or len(set(refused)) != 1 or who not in refused[0] \
+                or not refused[0].startswith("invalid argument "):
+            fail("%s: the refusal is not one message naming %s: %s" % (cmd, who, refused))
+        after = [l.split()[3] for l in lines if l.startswith("SCALARS_AFTER")]
+        if len(after) != w or any(bits_value(h) != w * (w + 1) / 2 for h in after):
+            fail("%s: the sum after the refusal: %s" % (cmd, after))
+        print("scalars W=%d: sum %s on every rank; refused: %s (%.1f s)"
+              % (w, bits_value(next(l for l in lines if l.startswith("SCALARS_SUM")).split()[3]),
+                 refused[0][:120] if refused else "?", dt), flush=True)
+
+
 def check_idle_wait(helper):
     """A rank whose peer arrives 1 s late leaves its core while it waits:
     its process uses at most 80 ms of CPU time in that second (it naps;
@@ -122,6 +187,10 @@ def train_args(stage):
             "--seed", "5", "--bucket", "20000", "--persistence-threshold", "0"]
 
 
+def step_losses(stdout):
+    return [json.loads(l)["loss"] for l in stdout.splitlines() if l.startswith('{"step"')]
+
+
 def final_line(stdout):
     finals = [json.loads(l) for l in stdout.splitlines() if '"final"' in l]
     return finals
@@ -136,6 +205,7 @@ def check_train(train):
             fail("train_mlp --world %d: exit %d\n%s" % (w, p.returncode, p.stderr[-2000:]))
             continue
         want = finals[0]["params_sha256"]
+        want_losses = step_losses(p.stdout)
         for stage in range(4):
             p, dt, cmd = mpirun(w, [train, *train_args(stage)])
             finals = final_line(p.stdout)
@@ -144,9 +214,13 @@ def check_train(train):
                      % (cmd, p.returncode, len(finals), p.stderr[-2000:]))
                 continue
             f = finals[0]
+            losses = step_losses(p.stdout)
             if f["params_sha256"] != want or f["world"] != w or f["stage"] != stage:
                 fail("%s: params_sha256 %s world %d stage %d; the thread run (--world %d) "
                      "gave %s" % (cmd, f["params_sha256"], f["world"], f["stage"], w, want))
+            elif losses != want_losses or len(losses) != 3:
+                fail("%s: printed losses %s; the thread run (--world %d) printed %s"
+                     % (cmd, losses, w, want_losses))
             else:
                 print("train_mlp W=%d stage %d: %s (%.1f s)" % (w, stage, want[:16], dt),
                       flush=True)
@@ -192,6 +266,7 @@ def main():
     check_timeout(sys.argv[1])
     check_idle_wait(sys.argv[1])
     check_killed(sys.argv[1])
+    check_scalars(sys.argv[1])
     if len(sys.argv) == 3:
         check_train(sys.argv[2])
         check_disagreement(sys.argv[2])

@@ -21,9 +21,17 @@
  *                               an all-reduce; the others must not outlive
  *                               the timeout (mpirun ends the job, or the
  *                               all-reduce fails with ZC_ERR_COMM).
+ *   zc_mpi_helper scalars       zc_all_reduce_f64 on an engine over the MPI
+ *                               communicator: sum, max and min of rank
+ *                               values (scalar_value below) printed as bit
+ *                               patterns, which check_mpi.py compares across
+ *                               ranks and with its own rank-order fold; then
+ *                               the last rank passes count 0 and every rank
+ *                               prints the refusal it got, and a last sum
+ *                               shows the engine still works.
  *
- * Prints "OK ..." (or "TIMEOUT_OK ...", "IDLE_OK ...") and exits 0; on a failed check prints
- * "FAIL ..." and exits 1; 4 on bad usage. */
+ * Prints "OK ..." (or "TIMEOUT_OK ...", "IDLE_OK ...", "SCALARS ...") and
+ * exits 0; on a failed check prints "FAIL ..." and exits 1; 4 on bad usage. */
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
@@ -417,6 +425,76 @@ static int kill_case(void)
     _exit(rc == ZC_ERR_COMM ? 3 : 1);
 }
 
+/* Rank r's value i for the scalars case (check_mpi.py's scalar_value is
+ * the same formula): value 0 cancels 1e16 against -1e16 with small terms
+ * between, which only a rank-order fold rounds as the reference does. */
+static double scalar_value(int r, int i)
+{
+    static const double big[4] = {1e16, 1.0, -1e16, 3.5};
+    switch (i) {
+    case 0: return big[r % 4];
+    case 1: return 0.1 * (r + 1);
+    case 2: return r == 1 ? NAN : (double)r;
+    default: return 1.0 / (r + 3);
+    }
+}
+
+static void print_bits(const char *tag, const double *v, int n)
+{
+    printf("%s rank %d", tag, g_rank);
+    for (int i = 0; i < n; i++) {
+        uint64_t u;
+        memcpy(&u, &v[i], sizeof u);
+        printf(" %016llx", (unsigned long long)u);
+    }
+    printf("\n");
+}
+
+static int scalars_case(void)
+{
+    zc_comm *c = NULL;
+    zc_config *cfg = NULL;
+    zc_engine *e = NULL;
+    CHECK(zc_comm_init_env(&c) == ZC_OK, "zc_comm_init_env");
+    if (g_fail)
+        return 1;
+    g_rank = zc_comm_rank(c);
+    g_world = zc_comm_world(c);
+    CHECK(zc_config_create(&cfg) == ZC_OK, "zc_config_create");
+    CHECK(!g_fail && zc_config_set_int(cfg, "zero_optimization.stage", 2) == ZC_OK, "stage");
+    zc_engine_options o = ZC_ENGINE_OPTIONS_INIT;
+    o.device = ZC_DEVICE_HOST;
+    CHECK(!g_fail && zc_engine_create(&e, cfg, c, &o) == ZC_OK, "zc_engine_create");
+    const int64_t shape = 64;
+    CHECK(!g_fail && zc_param_add(e, "w", &shape, 1, 0), "zc_param_add");
+    CHECK(!g_fail && zc_engine_build(e) == ZC_OK, "zc_engine_build");
+    static const zc_reduce_op ops[3] = {ZC_REDUCE_SUM, ZC_REDUCE_MAX, ZC_REDUCE_MIN};
+    static const char *const tags[3] = {"SCALARS_SUM", "SCALARS_MAX", "SCALARS_MIN"};
+    double v[4];
+    for (int k = 0; k < 3 && !g_fail; k++) {
+        for (int i = 0; i < 4; i++)
+            v[i] = scalar_value(g_rank, i);
+        CHECK(zc_all_reduce_f64(e, v, 4, ops[k]) == ZC_OK, "zc_all_reduce_f64 %s", tags[k]);
+        if (!g_fail)
+            print_bits(tags[k], v, 4);
+    }
+    if (!g_fail) {
+        v[0] = 5.0;
+        zc_status rc = zc_all_reduce_f64(e, v, g_rank == g_world - 1 ? 0 : 1, ZC_REDUCE_SUM);
+        printf("SCALARS_REFUSED rank %d %s %s\n", g_rank, zc_status_str(rc), zc_last_error());
+        CHECK(v[0] == 5.0, "the refused call changed the values");
+        v[0] = g_rank + 1;
+        CHECK(zc_all_reduce_f64(e, v, 1, ZC_REDUCE_SUM) == ZC_OK, "the call after the refusal");
+        if (!g_fail)
+            print_bits("SCALARS_AFTER", v, 1);
+    }
+    zc_engine_destroy(e);
+    zc_config_destroy(cfg);
+    zc_comm_destroy(c);
+    fflush(stdout);
+    return g_fail;
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -430,5 +508,7 @@ int main(int argc, char **argv)
         return kill_case();
     if (!strcmp(argv[1], "idle"))
         return idle_case();
+    if (!strcmp(argv[1], "scalars"))
+        return scalars_case();
     return 4;
 }

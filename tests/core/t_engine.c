@@ -90,6 +90,52 @@ static float init_value(int i, int64_t k)
     return 0.5f * unit(0x1417, (uint64_t)i, (uint64_t)k);
 }
 
+float t_init_value(int i, int64_t k) { return init_value(i, k); }
+
+/* The offset of parameter i in the model's values, registration order. */
+static size_t param_offset(int i)
+{
+    size_t off = 0;
+    for (int j = 0; j < i; j++)
+        off += (size_t)t_numel[j];
+    return off;
+}
+
+/* With run->block_values: the blocks the values go through (the layer blocks,
+ * or the one block of every parameter), n of them, block j starting at
+ * parameter first[j]. */
+static int value_blocks(t_ctx *x, zc_block **blk, int *first)
+{
+    if (!x->run->blocks) {
+        blk[0] = x->all;
+        first[0] = 0;
+        return 1;
+    }
+    for (int l = 0; l < t_nlayers(x); l++) {
+        blk[l] = x->blk[l];
+        first[l] = t_layer_at(x, l);
+    }
+    return t_nlayers(x);
+}
+
+/* Loads (gather false) or gathers (true) every parameter's values, block by
+ * block, from or into vals (t_total_numel() floats, registration order). */
+static zc_status block_values(t_ctx *x, float *vals, bool gather)
+{
+    zc_block *blk[T_NPARAMS];
+    int first[T_NPARAMS];
+    const int n = value_blocks(x, blk, first);
+    for (int j = 0; j < n; j++) {
+        size_t count = 0;
+        for (int i = 0; i < zc_block_size(blk[j]); i++)
+            count += (size_t)zc_param_numel(zc_block_param(blk[j], i));
+        float *at = vals + param_offset(first[j]);
+        TRY(gather ? zc_block_gather_master(x->eng, blk[j], at, count)
+                   : zc_block_load(x->eng, blk[j], at, count));
+    }
+    return ZC_OK;
+}
+
 /* The two spans {p0..p4} and {p5..p7} over memory this rank owns, holding
  * the initial values in the working dtype, back to back as a trainer's
  * single weight buffer would. */
@@ -251,17 +297,6 @@ zc_status t_ctx_open(t_ctx *x, t_run *run, int rank, zc_comm *comm)
     if (run->adopt)
         TRY(adopt(x));
     TRY(zc_engine_build(x->eng));
-    float *init = malloc((size_t)4000 * sizeof(float));
-    for (int i = 0; i < T_NPARAMS; i++) {
-        for (int64_t k = 0; k < t_numel[i]; k++)
-            init[k] = init_value(i, k);
-        zc_status rc = zc_param_load(x->eng, x->p[i], init);
-        if (rc != ZC_OK) {
-            free(init);
-            TRY(rc);
-        }
-    }
-    free(init);
     if (run->blocks) {
         for (int l = 0; l < t_nlayers(x); l++) {
             int a = t_layer_at(x, l), b = t_layer_at(x, l + 1);
@@ -273,6 +308,21 @@ zc_status t_ctx_open(t_ctx *x, t_run *run, int rank, zc_comm *comm)
                 return fail(x, "zc_block_span: the block does not end at the layer's end");
         }
     }
+    if (run->block_values && !run->blocks)
+        TRY(zc_block_create(x->eng, x->p, T_NPARAMS, &x->all));
+    float *init = malloc((size_t)t_total_numel() * sizeof(float));
+    if (!init)
+        return fail(x, "malloc");
+    for (int i = 0; i < T_NPARAMS; i++)
+        for (int64_t k = 0; k < t_numel[i]; k++)
+            init[param_offset(i) + (size_t)k] = init_value(i, k);
+    zc_status rc = ZC_OK;
+    if (run->block_values)
+        rc = block_values(x, init, false);
+    for (int i = 0; i < T_NPARAMS && rc == ZC_OK && !run->block_values; i++)
+        rc = zc_param_load(x->eng, x->p[i], init + param_offset(i));
+    free(init);
+    TRY(rc);
     return ZC_OK;
 }
 
@@ -289,6 +339,8 @@ void t_ctx_close(t_ctx *x)
         zc_block_destroy(x->blk[l]);
         x->blk[l] = NULL;
     }
+    zc_block_destroy(x->all);
+    x->all = NULL;
     zc_config_destroy(x->cfg);
     x->cfg = NULL;
 }
@@ -434,6 +486,14 @@ zc_status t_train_step(t_ctx *x, int step, zc_step_info *info)
 
 zc_status t_gather(t_ctx *x, float *out)
 {
+    if (x->run->block_values) {
+        float *all = x->rank == 0 && out ? out : malloc((size_t)t_total_numel() * sizeof(float));
+        zc_status rc = all ? block_values(x, all, true) : ZC_ERR_NO_MEMORY;
+        if (all != out)
+            free(all);
+        TRY(rc);
+        return ZC_OK;
+    }
     float *scratch = malloc((size_t)4000 * sizeof(float));
     int64_t off = 0;
     zc_status rc = ZC_OK;

@@ -94,6 +94,10 @@ typedef struct t_run {
                                   applied with zc_config_set after the others */
     bool adopt;                /* register {p0..p4} and {p5..p7} over memory the rank
                                   owns (zc_block_adopt), filled with the initial values */
+    bool block_values;         /* load the initial values and gather the master with
+                                  zc_block_load / zc_block_gather_master: one call per
+                                  layer block with `blocks`, else one block over all
+                                  T_NPARAMS parameters (it crosses chunks) */
     /* called on every rank thread after each zc_step (may be NULL) */
     void (*after_step)(struct t_ctx *x, int step, void *arg);
     void *hook_arg;
@@ -121,8 +125,12 @@ typedef struct t_ctx {
     zc_engine *eng;
     zc_param *p[T_NPARAMS];
     zc_block *blk[T_NPARAMS];  /* per layer, with run->blocks */
+    zc_block *all;             /* with run->block_values and no blocks: every parameter */
     void *adopt_mem[2];        /* with run->adopt: the rank's memory for {p0..p4}, {p5..p7} */
 } t_ctx;
+
+/* The initial value of element k of parameter i (what t_ctx_open loads). */
+float t_init_value(int i, int64_t k);
 
 /* The layer table of a run (run->layers, else t_layer_begin): how many
  * layers, and where layer l begins (l == t_nlayers: the end). */

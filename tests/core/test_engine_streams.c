@@ -35,234 +35,7 @@
 #include "core/engine.h"
 #include "helpers.h"
 
-enum {
-    R_SYNC, R_EVSYNC, R_RECORD, R_WAIT, R_MEMSET, R_COPY, R_ACCUM, R_SCALE, R_CAST,
-    R_SUMSQ_ASYNC, R_SUMSQ, R_NONFINITE, R_NONFINITE_ASYNC, R_ADAM, R_REDUCE
-};
-
-typedef struct rec {
-    int op;
-    void *stream, *event;
-} rec;
-
-#define LOGMAX 8192
-#define NHANDLES 32
-
-typedef struct rec_dev {
-    zc_device base; /* first: the engine sees a zc_device */
-    zc_device_ops ops;
-    char handles[NHANDLES];
-    bool nonblocking[NHANDLES];
-    int nhandles;
-    rec log[LOGMAX];
-    int n;
-    bool overflow;
-    int allocs;
-} rec_dev;
-
-static const zc_device_ops *H(void) { return zc__device_host()->ops; }
-static rec_dev *RD(zc_device *d) { return (rec_dev *)d; }
-
-static void note(zc_device *d, int op, void *stream, void *event)
-{
-    rec_dev *f = RD(d);
-    if (f->n == LOGMAX) {
-        f->overflow = true;
-        return;
-    }
-    f->log[f->n++] = (rec){op, stream, event};
-}
-
-static void *handle(rec_dev *f, bool nonblocking)
-{
-    cr_assert_lt(f->nhandles, NHANDLES);
-    f->nonblocking[f->nhandles] = nonblocking;
-    return &f->handles[f->nhandles++];
-}
-
-static bool is_nonblocking(const rec_dev *f, const void *s)
-{
-    const char *c = s;
-    return c >= f->handles && c < f->handles + f->nhandles && f->nonblocking[c - f->handles];
-}
-
-static zc_status r_alloc(zc_device *d, zc_mem_account *a, zc_mem_category cat, size_t bytes,
-                         const char *what, void **out)
-{
-    RD(d)->allocs++;
-    return H()->alloc(d, a, cat, bytes, what, out);
-}
-static zc_status r_stream_create(zc_device *d, void **s)
-{
-    *s = handle(RD(d), false);
-    return ZC_OK;
-}
-static zc_status r_stream_create_nb(zc_device *d, void **s)
-{
-    *s = handle(RD(d), true);
-    return ZC_OK;
-}
-static void r_stream_destroy(zc_device *d, void *s) { (void)d; (void)s; }
-static zc_status r_stream_sync(zc_device *d, void *s)
-{
-    note(d, R_SYNC, s, NULL);
-    return ZC_OK;
-}
-static zc_status r_event_create(zc_device *d, void **e)
-{
-    *e = handle(RD(d), false);
-    return ZC_OK;
-}
-static void r_event_destroy(zc_device *d, void *e) { (void)d; (void)e; }
-static zc_status r_event_record(zc_device *d, void *e, void *s)
-{
-    note(d, R_RECORD, s, e);
-    return ZC_OK;
-}
-static zc_status r_wait(zc_device *d, void *s, void *e)
-{
-    note(d, R_WAIT, s, e);
-    return ZC_OK;
-}
-static zc_status r_event_sync(zc_device *d, void *e)
-{
-    note(d, R_EVSYNC, NULL, e);
-    return ZC_OK;
-}
-static zc_status r_copy(zc_device *d, void *dst, const void *src, size_t b, zc_copy_kind k,
-                        void *s)
-{
-    note(d, R_COPY, s, NULL);
-    return H()->copy(d, dst, src, b, k, s);
-}
-static zc_status r_memset0(zc_device *d, void *dst, size_t b, void *s)
-{
-    note(d, R_MEMSET, s, NULL);
-    return H()->memset0(d, dst, b, s);
-}
-static zc_status r_cast(zc_device *d, void *dst, zc_dtype ddt, const void *src, zc_dtype sdt,
-                        size_t n, void *s)
-{
-    note(d, R_CAST, s, NULL);
-    return H()->cast(d, dst, ddt, src, sdt, n, s);
-}
-static zc_status r_scale(zc_device *d, void *x, zc_dtype dt, size_t n, float a, void *s)
-{
-    note(d, R_SCALE, s, NULL);
-    return H()->scale(d, x, dt, n, a, s);
-}
-static zc_status r_accum(zc_device *d, float *acc, const void *src, zc_dtype dt, size_t n,
-                         void *s)
-{
-    note(d, R_ACCUM, s, NULL);
-    return H()->accumulate(d, acc, src, dt, n, s);
-}
-static zc_status r_reduce(zc_device *d, void *dst, const void *const *srcs, int nsrc,
-                          zc_dtype dt, size_t n, void *s)
-{
-    note(d, R_REDUCE, s, NULL);
-    return H()->reduce_sum(d, dst, srcs, nsrc, dt, n, s);
-}
-static zc_status r_sumsq(zc_device *d, const void *x, zc_dtype dt, size_t n, double *out,
-                         void *s)
-{
-    note(d, R_SUMSQ, s, NULL);
-    return H()->sumsq(d, x, dt, n, out, s);
-}
-static zc_status r_nonfinite(zc_device *d, const void *x, zc_dtype dt, size_t n, int *flag,
-                             void *s)
-{
-    note(d, R_NONFINITE, s, NULL);
-    return H()->nonfinite(d, x, dt, n, flag, s);
-}
-static zc_status r_sumsq_async(zc_device *d, const void *x, zc_dtype dt, size_t n,
-                               double *scratch, double *out, void *s)
-{
-    note(d, R_SUMSQ_ASYNC, s, NULL);
-    return H()->sumsq_async(d, x, dt, n, scratch, out, s);
-}
-static zc_status r_nonfinite_async(zc_device *d, const void *x, zc_dtype dt, size_t n,
-                                   int *flag, void *s)
-{
-    note(d, R_NONFINITE_ASYNC, s, NULL);
-    return H()->nonfinite_async(d, x, dt, n, flag, s);
-}
-static zc_status r_adam(zc_device *d, const zc_adam_shard *sh, const zc_adam_coeffs *c, void *s)
-{
-    note(d, R_ADAM, s, NULL);
-    return H()->adam(d, sh, c, s);
-}
-static void r_destroy(zc_device *d) { (void)d; }
-
-/* Routes e's device calls (and its pools') through f from now on: before
- * build, so the streams and events it creates are f's handles. */
-static void install(zc_engine *e, rec_dev *f)
-{
-    memset(f, 0, sizeof *f);
-    f->base = *e->dev;
-    f->ops = *e->dev->ops;
-    f->ops.alloc = r_alloc;
-    f->ops.stream_create = r_stream_create;
-    f->ops.stream_create_nonblocking = r_stream_create_nb;
-    f->ops.stream_destroy = r_stream_destroy;
-    f->ops.stream_sync = r_stream_sync;
-    f->ops.event_create = r_event_create;
-    f->ops.event_destroy = r_event_destroy;
-    f->ops.event_record = r_event_record;
-    f->ops.stream_wait_event = r_wait;
-    f->ops.event_sync = r_event_sync;
-    f->ops.copy = r_copy;
-    f->ops.memset0 = r_memset0;
-    f->ops.cast = r_cast;
-    f->ops.scale = r_scale;
-    f->ops.accumulate = r_accum;
-    f->ops.reduce_sum = r_reduce;
-    f->ops.sumsq = r_sumsq;
-    f->ops.nonfinite = r_nonfinite;
-    f->ops.sumsq_async = r_sumsq_async;
-    f->ops.nonfinite_async = r_nonfinite_async;
-    f->ops.adam = r_adam;
-    f->ops.destroy = r_destroy;
-    f->base.ops = &f->ops;
-    e->dev = &f->base;
-    e->pool_grad.dev = e->pool_gather.dev = e->pool_stage.dev = &f->base;
-}
-
-#define ANY ((void *)-1)
-
-/* Index of the first entry in [from, to) matching op, stream and event
- * (ANY matches anything), or -1. */
-static int find(const rec_dev *f, int from, int to, int op, void *stream, void *event)
-{
-    for (int i = from; i < to && i < f->n; i++) {
-        const rec *r = &f->log[i];
-        if (r->op == op && (stream == ANY || r->stream == stream) &&
-            (event == ANY || r->event == event))
-            return i;
-    }
-    return -1;
-}
-
-static bool is_host_wait(int op)
-{
-    return op == R_SYNC || op == R_EVSYNC || op == R_SUMSQ || op == R_NONFINITE;
-}
-
-static int count_host_waits(const rec_dev *f, int from, int to, void *stream)
-{
-    int k = 0;
-    for (int i = from; i < to; i++)
-        if (is_host_wait(f->log[i].op) && (stream == ANY || f->log[i].stream == stream))
-            k++;
-    return k;
-}
-
-/* Work enqueued on a stream (not an ordering call). */
-static bool is_work(int op)
-{
-    return op == R_MEMSET || op == R_COPY || op == R_ACCUM || op == R_SCALE || op == R_CAST ||
-           op == R_SUMSQ_ASYNC || op == R_NONFINITE_ASYNC || op == R_ADAM || op == R_REDUCE;
-}
+#include "t_recdev.h"
 
 /* ---- a small model ------------------------------------------------------- */
 
@@ -313,7 +86,7 @@ static zc_status open_eng(st_eng *x, zc_comm *comm, int stage, int overlap, rec_
     eo.stream = U;
     ZC_CHECK(zc_engine_create(&x->e, x->cfg, comm, &eo));
     if (f)
-        install(x->e, f);
+        rec_install(x->e, f);
     for (int i = 0; i < NP; i++) {
         char name[4] = {'p', (char)('0' + i), 0};
         x->p[i] = zc_param_add(x->e, name, &numel[i], 1, 0);
@@ -381,7 +154,7 @@ static void check_acquire_release(int stage)
     cr_assert_eq(open_eng(&x, comm, stage, 0, &f), ZC_OK, "%s", zc_last_error());
     zc_engine *e = x.e;
     void *es = e->stream;
-    cr_assert(is_nonblocking(&f, es), "stage %d: the engine's stream was not created "
+    cr_assert(rec_is_nonblocking(&f, es), "stage %d: the engine's stream was not created "
                                       "non-blocking through the device", stage);
     void *callers[2] = {S, NULL}; /* NULL: the legacy default stream */
     for (int c = 0; c < 2; c++) {
@@ -389,31 +162,31 @@ static void check_acquire_release(int stage)
         int mark = f.n;
         cr_assert_not_null(zc_param_acquire(e, x.p[2], cs), "%s", zc_last_error());
         int end = f.n;
-        int rec_i = find(&f, mark, end, R_RECORD, es, ANY);
+        int rec_i = rec_find(&f, mark, end, R_RECORD, es, ANY);
         cr_assert_geq(rec_i, 0, "stage %d: acquire recorded no event on the engine's stream",
                       stage);
         void *ev = f.log[rec_i].event;
-        cr_assert_geq(find(&f, rec_i + 1, end, R_WAIT, cs, ev), 0,
+        cr_assert_geq(rec_find(&f, rec_i + 1, end, R_WAIT, cs, ev), 0,
                       "stage %d: the caller's stream (%s) does not wait for the acquire's "
                       "event", stage, cs ? "S" : "NULL");
         /* The event captures everything the acquire queued on the engine's stream. */
         for (int i = rec_i + 1; i < end; i++)
-            cr_assert(!(is_work(f.log[i].op) && f.log[i].stream == es),
+            cr_assert(!(rec_is_work(f.log[i].op) && f.log[i].stream == es),
                       "stage %d: work queued on the engine's stream after the acquire's event",
                       stage);
-        cr_assert_eq(count_host_waits(&f, mark, end, ANY), 0,
+        cr_assert_eq(rec_count_host_waits(&f, mark, end, ANY), 0,
                      "stage %d: zc_param_acquire waited on the host", stage);
 
         mark = f.n;
         cr_assert_eq(zc_param_release(e, x.p[2], cs), ZC_OK, "%s", zc_last_error());
         end = f.n;
-        rec_i = find(&f, mark, end, R_RECORD, cs, ANY);
+        rec_i = rec_find(&f, mark, end, R_RECORD, cs, ANY);
         cr_assert_geq(rec_i, 0, "stage %d: release recorded no event on the caller's stream",
                       stage);
-        cr_assert_geq(find(&f, rec_i + 1, end, R_WAIT, es, f.log[rec_i].event), 0,
+        cr_assert_geq(rec_find(&f, rec_i + 1, end, R_WAIT, es, f.log[rec_i].event), 0,
                       "stage %d: the engine's stream does not wait for the release's event",
                       stage);
-        cr_assert_eq(count_host_waits(&f, mark, end, ANY), 0,
+        cr_assert_eq(rec_count_host_waits(&f, mark, end, ANY), 0,
                      "stage %d: zc_param_release waited on the host", stage);
     }
     cr_assert(!f.overflow);
@@ -444,27 +217,27 @@ Test(engine_streams, offload_param_copy_on_its_own_stream)
     void *es = e->stream, *hs = e->h2d_stream;
     cr_assert_not_null(hs);
     cr_assert_neq(hs, es);
-    cr_assert(is_nonblocking(&f, hs), "the copy stream was not created non-blocking");
+    cr_assert(rec_is_nonblocking(&f, hs), "the copy stream was not created non-blocking");
     const int mark = f.n;
     cr_assert_not_null(zc_param_acquire(e, x.p[2], S), "%s", zc_last_error());
     const int end = f.n;
-    const int cp = find(&f, mark, end, R_COPY, hs, NULL);
+    const int cp = rec_find(&f, mark, end, R_COPY, hs, NULL);
     cr_assert_geq(cp, 0, "the shard's copy is not on the copy stream");
-    cr_assert_lt(find(&f, mark, end, R_COPY, es, NULL), 0, "a copy on the engine's stream");
+    cr_assert_lt(rec_find(&f, mark, end, R_COPY, es, NULL), 0, "a copy on the engine's stream");
     /* before the copy: the copy stream waits for an event of the engine's */
     int w = -1;
     for (int i = cp - 1; i >= mark && w < 0; i--)
         if (f.log[i].op == R_WAIT && f.log[i].stream == hs)
             w = i;
     cr_assert_geq(w, 0, "the copy stream does not wait before the copy");
-    cr_assert_geq(find(&f, mark, w, R_RECORD, es, f.log[w].event), 0,
+    cr_assert_geq(rec_find(&f, mark, w, R_RECORD, es, f.log[w].event), 0,
                   "the copy stream waits for an event not recorded on the engine's stream");
     /* after it: its event, which the engine's stream waits for */
-    const int rc_i = find(&f, cp + 1, end, R_RECORD, hs, ANY);
+    const int rc_i = rec_find(&f, cp + 1, end, R_RECORD, hs, ANY);
     cr_assert_geq(rc_i, 0, "no event recorded after the copy");
-    cr_assert_geq(find(&f, rc_i + 1, end, R_WAIT, es, f.log[rc_i].event), 0,
+    cr_assert_geq(rec_find(&f, rc_i + 1, end, R_WAIT, es, f.log[rc_i].event), 0,
                   "the engine's stream does not wait for the copy");
-    cr_assert_eq(count_host_waits(&f, mark, end, ANY), 0, "the acquire waited on the host");
+    cr_assert_eq(rec_count_host_waits(&f, mark, end, ANY), 0, "the acquire waited on the host");
     cr_assert_eq(zc_param_release(e, x.p[2], S), ZC_OK, "%s", zc_last_error());
     cr_assert(!f.overflow);
     close_eng(&x);
@@ -500,7 +273,7 @@ static void check_offload_opt_copies(int stage, int overlap)
     zc_engine *e = x.e;
     void *es = e->stream, *cs = e->comm_stream, *cp = e->copy_stream;
     cr_assert_not_null(cp, "stage %d: no optimizer copy stream", stage);
-    cr_assert(cp != es && cp != cs && is_nonblocking(&f, cp));
+    cr_assert(cp != es && cp != cs && rec_is_nonblocking(&f, cp));
     cr_assert_eq(e->nchunks, 3);
 
     /* backward, chunks completed in order 2, 1, 0; which gradient pool slot
@@ -522,7 +295,7 @@ static void check_offload_opt_copies(int stage, int overlap)
         cr_assert_eq(zc_param_release(e, x.p[i], S), ZC_OK);
     }
     int end = f.n;
-    cr_assert_eq(count_host_waits(&f, mark, end, ANY), 0,
+    cr_assert_eq(rec_count_host_waits(&f, mark, end, ANY), 0,
                  "stage %d: the host waited during backward", stage);
     int copies = 0;
     for (int i = mark; i < end; i++) {
@@ -536,13 +309,13 @@ static void check_offload_opt_copies(int stage, int overlap)
             if (f.log[j].op == R_WAIT && f.log[j].stream == cp)
                 w = j;
         cr_assert_geq(w, 0, "stage %d: the gradient copy waits for nothing", stage);
-        cr_assert_geq(find(&f, mark, w, R_RECORD, cs, f.log[w].event), 0,
+        cr_assert_geq(rec_find(&f, mark, w, R_RECORD, cs, f.log[w].event), 0,
                       "stage %d: the gradient copy does not wait for the reduction's stream",
                       stage);
     }
     cr_assert_eq(copies, 3, "stage %d: %d gradient copies for 3 chunks", stage, copies);
     for (int k = 0; k < 3; k++)
-        cr_assert_geq(find(&f, mark, end, R_RECORD, cp, e->ev_land[k]), 0,
+        cr_assert_geq(rec_find(&f, mark, end, R_RECORD, cp, e->ev_land[k]), 0,
                       "stage %d: chunk %d's copy recorded no event", stage, k);
     /* a chunk whose buffer reuses an earlier chunk's slot: its zero-fill
      * waits for that chunk's copy (3 chunks, 2 slots: at least one reuse) */
@@ -552,9 +325,9 @@ static void check_offload_opt_copies(int stage, int overlap)
             if (slot_of[p] != slot_of[c])
                 continue;
             reuses++;
-            const int z = find(&f, fill_from[c], end, R_MEMSET, es, NULL);
+            const int z = rec_find(&f, fill_from[c], end, R_MEMSET, es, NULL);
             cr_assert_geq(z, 0);
-            cr_assert_geq(find(&f, fill_from[c], z, R_WAIT, es, e->ev_land[p]), 0,
+            cr_assert_geq(rec_find(&f, fill_from[c], z, R_WAIT, es, e->ev_land[p]), 0,
                           "stage %d: chunk %d's slot is zeroed before chunk %d's copy read it",
                           stage, c, p);
             break;
@@ -572,7 +345,7 @@ static void check_offload_opt_copies(int stage, int overlap)
             h2d[n++] = i;
         }
     cr_assert_eq(n, 3, "stage %d: %d output copies on the copy stream", stage, n);
-    cr_assert_eq(count_host_waits(&f, mark, end, cp), 0, "stage %d: the copy stream was synced",
+    cr_assert_eq(rec_count_host_waits(&f, mark, end, cp), 0, "stage %d: the copy stream was synced",
                  stage);
     for (int k = 0; k < 3; k++) {
         const int from = k ? h2d[k - 1] : mark;
@@ -582,10 +355,10 @@ static void check_offload_opt_copies(int stage, int overlap)
             if (f.log[j].op == R_WAIT && f.log[j].stream == cp)
                 w = j;
         cr_assert_geq(w, 0, "stage %d chunk %d: the output copy waits for nothing", stage, k);
-        cr_assert_geq(find(&f, from, w, R_RECORD, es, f.log[w].event), 0);
-        const int r = find(&f, h2d[k] + 1, end, R_RECORD, cp, e->ev_out[k & 1]);
+        cr_assert_geq(rec_find(&f, from, w, R_RECORD, es, f.log[w].event), 0);
+        const int r = rec_find(&f, h2d[k] + 1, end, R_RECORD, cp, e->ev_out[k & 1]);
         cr_assert_geq(r, 0, "stage %d chunk %d: no event after the output copy", stage, k);
-        cr_assert_geq(find(&f, r + 1, end, R_WAIT, es, e->ev_out[k & 1]), 0,
+        cr_assert_geq(rec_find(&f, r + 1, end, R_WAIT, es, e->ev_out[k & 1]), 0,
                       "stage %d chunk %d: the engine's stream does not wait for it", stage, k);
         /* chunk k's host waits since the previous output copy: its own
          * gradient (stage 1) and its output buffer's copy of chunk k-2 */
@@ -603,7 +376,7 @@ static void check_offload_opt_copies(int stage, int overlap)
                              "chunk's output copy", stage, k);
         }
         if (stage == 1)
-            cr_assert_geq(find(&f, from, h2d[k], R_EVSYNC, NULL, e->ev_land[k]), 0,
+            cr_assert_geq(rec_find(&f, from, h2d[k], R_EVSYNC, NULL, e->ev_land[k]), 0,
                           "stage 1 chunk %d: Adam does not wait for its gradient copy", k);
     }
     if (stage >= 2) {
@@ -611,11 +384,11 @@ static void check_offload_opt_copies(int stage, int overlap)
          * partial, after chunk k-1's */
         int prev = mark;
         for (int k = 0; k < 3; k++) {
-            const int sy = find(&f, prev, end, R_EVSYNC, NULL, e->ev_land[k]);
+            const int sy = rec_find(&f, prev, end, R_EVSYNC, NULL, e->ev_land[k]);
             cr_assert_geq(sy, 0, "stage %d: the norm does not wait for chunk %d's copy", stage,
                           k);
             for (int j = k + 1; j < 3; j++)
-                cr_assert_lt(find(&f, mark, sy, R_EVSYNC, NULL, e->ev_land[j]), 0,
+                cr_assert_lt(rec_find(&f, mark, sy, R_EVSYNC, NULL, e->ev_land[j]), 0,
                              "stage %d: chunk %d's copy waited for before chunk %d's", stage,
                              j, k);
             prev = sy + 1;
@@ -623,13 +396,13 @@ static void check_offload_opt_copies(int stage, int overlap)
     }
     /* the reset: the engine's stream waits for the copy stream before it
      * clears what the copies read */
-    const int tail = find(&f, h2d[2], end, R_RECORD, cp, e->ev_copy_tail);
+    const int tail = rec_find(&f, h2d[2], end, R_RECORD, cp, e->ev_copy_tail);
     cr_assert_geq(tail, 0, "stage %d: no event for the reset", stage);
-    cr_assert_geq(find(&f, tail + 1, end, R_WAIT, es, e->ev_copy_tail), 0,
+    cr_assert_geq(rec_find(&f, tail + 1, end, R_WAIT, es, e->ev_copy_tail), 0,
                   "stage %d: the reset does not wait for the copy stream", stage);
     if (stage == 1) {
-        const int wt = find(&f, tail + 1, end, R_WAIT, es, e->ev_copy_tail);
-        const int z = find(&f, h2d[2], end, R_MEMSET, es, NULL);
+        const int wt = rec_find(&f, tail + 1, end, R_WAIT, es, e->ev_copy_tail);
+        const int z = rec_find(&f, h2d[2], end, R_MEMSET, es, NULL);
         cr_assert(z > wt, "stage 1: the gradient is cleared before the copy stream's wait");
     }
     cr_assert(!f.overflow);
@@ -658,7 +431,7 @@ static void check_grad_order(int stage, int overlap)
     void *es = e->stream, *cs = e->comm_stream;
     cr_assert_neq(U, es);
     if (overlap)
-        cr_assert(cs != es && is_nonblocking(&f, cs),
+        cr_assert(cs != es && rec_is_nonblocking(&f, cs),
                   "stage %d: overlap_comm has no communication stream of its own", stage);
     else
         cr_assert_eq(cs, es, "stage %d: a communication stream without overlap_comm", stage);
@@ -667,13 +440,13 @@ static void check_grad_order(int stage, int overlap)
     float *g1 = zc_grad_buffer(e, x.p[1]);
     cr_assert_not_null(g1, "%s", zc_last_error());
     int end = f.n;
-    int rec_i = find(&f, mark, end, R_RECORD, es, ANY);
+    int rec_i = rec_find(&f, mark, end, R_RECORD, es, ANY);
     cr_assert_geq(rec_i, 0, "stage %d: grad_buffer recorded no event on the engine's stream",
                   stage);
-    cr_assert_geq(find(&f, rec_i + 1, end, R_WAIT, U, f.log[rec_i].event), 0,
+    cr_assert_geq(rec_find(&f, rec_i + 1, end, R_WAIT, U, f.log[rec_i].event), 0,
                   "stage %d: options.stream does not wait for the buffer's zero-fill", stage);
     if (stage >= 2) {
-        int z = find(&f, mark, end, R_MEMSET, es, NULL);
+        int z = rec_find(&f, mark, end, R_MEMSET, es, NULL);
         cr_assert(z >= 0 && z < rec_i, "stage %d: the zero-fill is not before the event",
                   stage);
     }
@@ -682,7 +455,7 @@ static void check_grad_order(int stage, int overlap)
     mark = f.n;
     cr_assert_eq(zc_grad_ready(e, x.p[1]), ZC_OK, "%s", zc_last_error());
     for (int i = mark; i < f.n; i++)
-        cr_assert(!is_work(f.log[i].op), "stage %d: reduction work before the chunk is complete",
+        cr_assert(!rec_is_work(f.log[i].op), "stage %d: reduction work before the chunk is complete",
                   stage);
     float *g0 = zc_grad_buffer(e, x.p[0]);
     cr_assert_not_null(g0);
@@ -691,25 +464,25 @@ static void check_grad_order(int stage, int overlap)
     mark = f.n;
     cr_assert_eq(zc_grad_ready(e, x.p[0]), ZC_OK, "%s", zc_last_error());
     end = f.n;
-    rec_i = find(&f, mark, end, R_RECORD, U, ANY);
+    rec_i = rec_find(&f, mark, end, R_RECORD, U, ANY);
     cr_assert_geq(rec_i, 0, "stage %d: the chunk's last grad_ready recorded nothing on "
                             "options.stream", stage);
-    int wait_i = find(&f, rec_i + 1, end, R_WAIT, es, f.log[rec_i].event);
+    int wait_i = rec_find(&f, rec_i + 1, end, R_WAIT, es, f.log[rec_i].event);
     cr_assert_geq(wait_i, 0, "stage %d: the engine's stream does not wait for options.stream",
                   stage);
     for (int i = mark; i < wait_i; i++)
-        cr_assert(!is_work(f.log[i].op), "stage %d: reduction work before the engine's stream "
+        cr_assert(!rec_is_work(f.log[i].op), "stage %d: reduction work before the engine's stream "
                                          "waits for the gradients", stage);
-    cr_assert_eq(count_host_waits(&f, mark, end, ANY), 0, "stage %d: grad_ready waited on the "
+    cr_assert_eq(rec_count_host_waits(&f, mark, end, ANY), 0, "stage %d: grad_ready waited on the "
                                                           "host", stage);
     if (stage >= 2) {
         /* Adding the reduced slice to the fp32 shard runs on comm_stream,
          * after comm_stream was ordered after the engine's stream. */
-        int acc = find(&f, wait_i, end, R_ACCUM, cs, NULL);
+        int acc = rec_find(&f, wait_i, end, R_ACCUM, cs, NULL);
         cr_assert_geq(acc, 0, "stage %d: no accumulation on the communication stream", stage);
         if (overlap) {
-            int h = find(&f, wait_i, acc, R_RECORD, es, ANY);
-            cr_assert(h >= 0 && find(&f, h + 1, acc, R_WAIT, cs, f.log[h].event) >= 0,
+            int h = rec_find(&f, wait_i, acc, R_RECORD, es, ANY);
+            cr_assert(h >= 0 && rec_find(&f, h + 1, acc, R_WAIT, cs, f.log[h].event) >= 0,
                       "stage %d: comm_stream is not ordered after the engine's stream", stage);
         }
     }
@@ -756,24 +529,24 @@ static void check_overlap_slots(int stage)
             done_at[c] = f.n;
     }
     /* The event recorded on comm_stream after chunk 0's accumulation. */
-    int acc0 = find(&f, buf_at[0], done_at[0], R_ACCUM, cs, NULL);
+    int acc0 = rec_find(&f, buf_at[0], done_at[0], R_ACCUM, cs, NULL);
     cr_assert_geq(acc0, 0);
-    int slot_ev = find(&f, acc0 + 1, done_at[0], R_RECORD, cs, ANY);
+    int slot_ev = rec_find(&f, acc0 + 1, done_at[0], R_RECORD, cs, ANY);
     cr_assert_geq(slot_ev, 0, "no event recorded after chunk 0's reduction");
     /* Chunk 1's zero-fill waits for nothing on comm_stream. */
-    int z1 = find(&f, buf_at[1], done_at[1], R_MEMSET, es, NULL);
+    int z1 = rec_find(&f, buf_at[1], done_at[1], R_MEMSET, es, NULL);
     cr_assert_geq(z1, 0);
     for (int i = buf_at[1]; i < z1; i++)
         cr_assert(f.log[i].op != R_WAIT || f.log[i].stream != es,
                   "chunk 1's buffer waits for an earlier reduction: no overlap");
     /* Chunk 2 reuses chunk 0's slot: its zero-fill waits for an event
      * recorded on comm_stream after chunk 0's reduction. */
-    int z2 = find(&f, buf_at[2], done_at[2], R_MEMSET, es, NULL);
+    int z2 = rec_find(&f, buf_at[2], done_at[2], R_MEMSET, es, NULL);
     cr_assert_geq(z2, 0);
     bool waited = false;
     for (int i = buf_at[2]; i < z2; i++)
         if (f.log[i].op == R_WAIT && f.log[i].stream == es &&
-            find(&f, acc0 + 1, done_at[0], R_RECORD, cs, f.log[i].event) >= 0)
+            rec_find(&f, acc0 + 1, done_at[0], R_RECORD, cs, f.log[i].event) >= 0)
             waited = true;
     cr_assert(waited, "chunk 2's reused slot is zeroed without waiting for chunk 0's reduction");
 
@@ -785,9 +558,9 @@ static void check_overlap_slots(int stage)
             last_rec = i;
     int mark = f.n;
     cr_assert_eq(zc_step(e, NULL), ZC_OK, "%s", zc_last_error());
-    int norm = find(&f, mark, f.n, R_SUMSQ_ASYNC, es, NULL);
+    int norm = rec_find(&f, mark, f.n, R_SUMSQ_ASYNC, es, NULL);
     cr_assert_geq(norm, 0);
-    cr_assert_geq(find(&f, mark, norm, R_WAIT, es, f.log[last_rec].event), 0,
+    cr_assert_geq(rec_find(&f, mark, norm, R_WAIT, es, f.log[last_rec].event), 0,
                   "the norm does not wait for the last reduction");
     cr_assert(!f.overflow);
     close_eng(&x);
@@ -830,9 +603,9 @@ static void w2_rank(int rank, void *arg)
             zc_step_info info;
             rc = zc_step(x.e, &info);
             r->skipped[rank][s] = info.skipped;
-            r->engine_waits[rank][s] = count_host_waits(f, mark, f->n, x.e->stream);
-            r->ctl_waits[rank][s] = count_host_waits(f, mark, f->n, x.e->ctl_stream);
-            r->other_waits[rank][s] = count_host_waits(f, mark, f->n, ANY) -
+            r->engine_waits[rank][s] = rec_count_host_waits(f, mark, f->n, x.e->stream);
+            r->ctl_waits[rank][s] = rec_count_host_waits(f, mark, f->n, x.e->ctl_stream);
+            r->other_waits[rank][s] = rec_count_host_waits(f, mark, f->n, ANY) -
                                       r->engine_waits[rank][s] - r->ctl_waits[rank][s];
             for (int i = mark; i < f->n; i++)
                 r->norm_partials[rank][s] += f->log[i].op == R_SUMSQ_ASYNC;

@@ -448,6 +448,74 @@ Test(gpu_kernels, adam_matches_scalar_reference, .timeout = 300)
     t_assert_no_leaks();
 }
 
+/* One launch over a segment of several grid waves (the engine's device home
+ * runs a whole segment at once) gives the bits of the same segment cut into
+ * the NVMe home's 2^18-element pieces, and the host's: bf16 gradients and
+ * parameter copy, AdamW. */
+Test(gpu_kernels, adam_one_launch_per_segment_equals_pieces, .timeout = 300)
+{
+    zc_device *d;
+    g_open_or_skip(&d);
+    uint64_t s = t_seed("gpu adam segment");
+    const size_t n = ((size_t)3 << 20) + 4 * 37, piece = (size_t)1 << 18;
+    const size_t fb = n * sizeof(float), hb = n * sizeof(uint16_t);
+    zc_adam_hparams hp = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8,
+                          .weight_decay = 0.01, .adamw = true, .bias_correction = true};
+    const zc_adam_coeffs c = zc__adam_coeffs(&hp, 3);
+    float *h[3], *got[2][3];
+    for (int t = 0; t < 3; t++) {
+        h[t] = malloc(fb);
+        got[0][t] = malloc(fb);
+        got[1][t] = malloc(fb);
+    }
+    uint16_t *hg = malloc(hb), *hout = malloc(hb), *gout[2] = {malloc(hb), malloc(hb)};
+    fill(&s, h[0], ZC_DTYPE_F32, n, 0);
+    for (size_t i = 0; i < n; i++) {
+        h[1][i] = t_rand_range(&s, -0.01f, 0.01f);
+        h[2][i] = t_rand_range(&s, 0.0f, 1e-4f);
+    }
+    fill(&s, hg, ZC_DTYPE_BF16, n, 0);
+    void *dg = dev_alloc(d, hb);
+    h2d(d, dg, hg, hb);
+    for (int way = 0; way < 2; way++) {
+        float *dt[3];
+        for (int t = 0; t < 3; t++) {
+            dt[t] = dev_alloc(d, fb);
+            h2d(d, dt[t], h[t], fb);
+        }
+        void *dout = dev_alloc(d, hb);
+        const size_t step = way == 0 ? n : piece;
+        for (size_t x = 0; x < n; x += step) {
+            const size_t len = n - x < step ? n - x : step;
+            zc_adam_shard ds = {dt[0] + x, dt[1] + x, dt[2] + x, (uint16_t *)dg + x,
+                                ZC_DTYPE_BF16, 0.5f, (uint16_t *)dout + x, ZC_DTYPE_BF16, len};
+            cr_assert_eq(d->ops->adam(d, &ds, &c, NULL), ZC_OK, "%s", zc_last_error());
+        }
+        for (int t = 0; t < 3; t++) {
+            d2h(d, got[way][t], dt[t], fb);
+            dev_free(d, dt[t], fb);
+        }
+        d2h(d, gout[way], dout, hb);
+        dev_free(d, dout, hb);
+    }
+    for (int t = 0; t < 3; t++)
+        cr_assert(memcmp(got[0][t], got[1][t], fb) == 0,
+                  "tensor %d: one launch and 2^18-element pieces differ", t);
+    cr_assert(memcmp(gout[0], gout[1], hb) == 0, "bf16 copy: one launch and pieces differ");
+    zc_adam_shard hs = {h[0], h[1], h[2], hg, ZC_DTYPE_BF16, 0.5f, hout, ZC_DTYPE_BF16, n};
+    zc__adam_scalar(&hs, &c);
+    expect_close("segment master", ZC_DTYPE_F32, h[0], got[0][0], n, 0);
+    expect_close("segment m", ZC_DTYPE_F32, h[1], got[0][1], n, 0);
+    expect_close("segment v", ZC_DTYPE_F32, h[2], got[0][2], n, 0);
+    expect_close("segment bf16 copy", ZC_DTYPE_BF16, hout, gout[0], n, 0);
+    dev_free(d, dg, hb);
+    for (int t = 0; t < 3; t++)
+        free(h[t]), free(got[0][t]), free(got[1][t]);
+    free(hg), free(hout), free(gout[0]), free(gout[1]);
+    d->ops->destroy(d);
+    t_assert_no_leaks();
+}
+
 /* Ordering across streams by events, injected allocation failure, and the
  * device counters returning to zero. */
 Test(gpu_kernels, streams_events_and_allocation_failure)
