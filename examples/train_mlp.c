@@ -597,7 +597,12 @@ static zc_config *make_config(opts *o)
         }
         /* The same ranges as the flags. */
         const char *p = o->config_path;
-        o->stage = (int)config_int(cfg, p, "zero_optimization.stage", 0, 3);
+        /* "auto" (with zero_optimization.max_memory): the engine picks the
+         * stage at build; the final lines report the one it took. */
+        CHECK(zc_config_get(cfg, "zero_optimization.stage", v, sizeof v));
+        o->stage = !strcmp(v, "\"auto\"") ? -1
+                                           : (int)config_int(cfg, p, "zero_optimization.stage",
+                                                             0, 3);
         o->accum = (int)config_int(cfg, p, "gradient_accumulation_steps", 1, 1024);
         o->batch = (int)config_int(cfg, p, "train_micro_batch_size_per_gpu", 1, 65536);
         o->dtype = config_int(cfg, p, "bf16.enabled", 0, 1)   ? ZC_DTYPE_BF16
@@ -871,7 +876,7 @@ static void report(const shared *sh)
                "\"bytes_by_kind\":{\"device\":%lld,\"pinned\":%lld,\"host\":%lld,"
                "\"nvme\":%lld},\"nvme_read_bytes_per_step\":%.0f,"
                "\"exposed_io_s_per_step\":%s}\n",
-               hex, sh->total, o->world, o->stage, dt, o->accum, o->steps,
+               hex, sh->total, o->world, s0->stage, dt, o->accum, o->steps,
                (long long)s0->padded_params, (long long)s0->num_chunks,
                (long long)s0->skipped_steps, (long long)mem[ZC_MEM_PARAMS],
                (long long)mem[ZC_MEM_GRADS], (long long)mem[ZC_MEM_MASTER],
@@ -886,7 +891,7 @@ static void report(const shared *sh)
     } else {
         printf("\n%zu parameters (%lld after padding, %lld chunks), ZeRO stage %d, %d ranks, %s, "
                "%lld skipped steps\n",
-               sh->total, (long long)s0->padded_params, (long long)s0->num_chunks, o->stage,
+               sh->total, (long long)s0->padded_params, (long long)s0->num_chunks, s0->stage,
                o->world, dt, (long long)s0->skipped_steps);
         printf("per-rank memory (max over ranks, KiB): params %.1f  grads %.1f  master %.1f  "
                "adam %.1f  buffers %.1f\n",
@@ -980,9 +985,10 @@ int main(int argc, char **argv)
         CHECK(zc_comm_local_world(o->world, sh->comms));
 
     if (!o->json && sh->first == 0)
-        printf("train_mlp: %zu-parameter MLP, ZeRO stage %d, %d ranks, %s, %d steps x %d "
+        printf("train_mlp: %zu-parameter MLP, ZeRO stage %s, %d ranks, %s, %d steps x %d "
                "micro-steps of %d samples per rank\n",
-               sh->total, o->stage, o->world, zc_dtype_name(o->dtype), o->steps, o->accum,
+               sh->total, o->stage < 0 ? "auto" : (const char[2]){(char)('0' + o->stage), 0},
+               o->world, zc_dtype_name(o->dtype), o->steps, o->accum,
                o->batch);
 
     pthread_t *th = xcalloc((size_t)sh->nlocal, sizeof(pthread_t));

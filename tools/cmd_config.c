@@ -65,6 +65,8 @@ static void origin_detail(const zc_config *cfg, int k, char *buf, size_t cap)
     if (o == ZC_ORIGIN_AUTO_PENDING) {
         if (key->flags & ZC_KF_AUTO_MODEL)
             snprintf(buf, cap, "resolved at engine build from the model's hidden size");
+        else if (key->flags & ZC_KF_AUTO_PLAN)
+            snprintf(buf, cap, "resolved at engine build from max_memory and the machine");
         else
             snprintf(buf, cap, "to be resolved from the program's values");
     } else if (o == ZC_ORIGIN_AUTO) {
@@ -281,8 +283,8 @@ static const char *type_name(const zc_cfg_key *k)
     switch (k->type) {
     case ZC_KT_BOOL: return "bool";
     case ZC_KT_TRI: return "bool or null";
-    case ZC_KT_I32:
-    case ZC_KT_I64: return "integer";
+    case ZC_KT_I32: return "integer";
+    case ZC_KT_I64: return k->flags & ZC_KF_SIZE ? "size (bytes or \"44GiB\")" : "integer";
     case ZC_KT_F64: return "number";
     case ZC_KT_STR: return "string";
     case ZC_KT_ENUM: return "string";

@@ -20,6 +20,7 @@
 #include "config/config.h"
 #include "core/engine.h"
 #include "core/estimate.h"
+#include "estimate_place.h"
 
 int zc__cmd_estimate(int argc, char **argv);
 
@@ -45,6 +46,7 @@ static void usage(FILE *f)
             "                      --world W [--gpus-per-node G] [--dtype fp32|bf16|fp16]\n"
             "                      [--micro-batch B] [--config FILE] [--json]\n"
             "                      [--chunks auto|per-block] [--device cuda|host]\n"
+            "                      [--max-memory device=SIZE,cpu=SIZE,nvme=SIZE [--nvme-path DIR]]\n"
             "  Per-rank bytes of device, pinned host, pageable host and NVMe memory that\n"
             "  zc_engine_build allocates, for every stage x offload_optimizer combination\n"
             "  and, at stage 3, x offload_param (or only the one FILE configures), with\n"
@@ -65,6 +67,13 @@ static void usage(FILE *f)
             "                    them (default auto: chunks filled to the bucket size)\n"
             "  --device host     the engine on the host path (no GPU): its \"device\"\n"
             "                    buffers and the activations are host memory (default cuda)\n"
+            "  --max-memory      per-rank budgets (zero_optimization.max_memory: sizes as\n"
+            "                    \"70GiB\", \"500MB\", or auto; a kind left out may not be\n"
+            "                    used): prints, per stage (or the config's), the placement\n"
+            "                    the engine would choose - chunks and bytes per kind, link\n"
+            "                    bytes per step, the bounding link, the keys that pin it\n"
+            "                    down (docs/placement.md); exit 1 when no stage fits\n"
+            "  --nvme-path DIR   with nvme=: the swap directory (offload_optimizer.nvme_path)\n"
             "Exit status: 0 success, 1 a plan failed, 2 usage error.\n");
 }
 
@@ -85,6 +94,7 @@ typedef struct opts {
     bool json;
     bool per_block;   /* --chunks per-block */
     bool host_device; /* --device host */
+    const char *max_memory, *nvme_path; /* --max-memory, --nvme-path */
 } opts;
 
 static bool push(model *m, int64_t n)
@@ -230,6 +240,10 @@ static int parse(int argc, char **argv, opts *o, int64_t *params)
             }
         } else if (!strcmp(a, "--config")) {
             o->config = v;
+        } else if (!strcmp(a, "--max-memory")) {
+            o->max_memory = v;
+        } else if (!strcmp(a, "--nvme-path")) {
+            o->nvme_path = v;
         } else if (!strcmp(a, "--chunks")) {
             if (strcmp(v, "auto") && strcmp(v, "per-block")) {
                 fprintf(stderr, "zeroc estimate: --chunks '%s': expected auto or per-block\n", v);
@@ -261,6 +275,10 @@ static int parse(int argc, char **argv, opts *o, int64_t *params)
     }
     if (o->per_block && !o->m.gpt) {
         fprintf(stderr, "zeroc estimate: --chunks per-block needs --model gpt:...\n");
+        return 2;
+    }
+    if (o->nvme_path && !o->max_memory) {
+        fprintf(stderr, "zeroc estimate: --nvme-path goes with --max-memory\n");
         return 2;
     }
     if (!o->gpn)
@@ -511,6 +529,14 @@ static int run(const opts *o, zc_config *cfg)
         return 2;
     }
     oo.micro = micro > 65536 ? 65536 : (int)micro; /* unused without --model */
+    if (o->max_memory) {
+        const int brc = zc__ep_set_budgets(cfg, o->max_memory, o->nvme_path);
+        if (brc)
+            return brc;
+        const ep_model em = {o->m.numel, o->per_block ? o->m.boundary : NULL, o->m.n};
+        return zc__ep_print(cfg, &em, o->world, dtype, o->host_device, o->config != NULL,
+                            o->json);
+    }
     /* offload_param only exists at stage 3: below it the engine ignores the
      * block (as DeepSpeed does), so a file's offload_param counts there
      * only. */

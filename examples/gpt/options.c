@@ -239,7 +239,11 @@ zc_config *gpt_make_config(gpt_opts *o, int world)
         gpt_quit(1);
     }
     const char *p = file ? o->config_path : "flags";
-    o->stage = (int)config_int(cfg, p, "zero_optimization.stage", 0, 3);
+    /* "auto" (with zero_optimization.max_memory): the engine picks the stage
+     * at build; the final line reports the one it took. */
+    CHECK(zc_config_get(cfg, "zero_optimization.stage", v, sizeof v));
+    o->stage = !strcmp(v, "\"auto\"") ? -1
+                                       : (int)config_int(cfg, p, "zero_optimization.stage", 0, 3);
     o->accum = (int)config_int(cfg, p, "gradient_accumulation_steps", 1, 1024);
     o->batch = (int)config_int(cfg, p, "train_micro_batch_size_per_gpu", 1, 4096);
     o->dtype = config_int(cfg, p, "bf16.enabled", 0, 1)   ? ZC_DTYPE_BF16

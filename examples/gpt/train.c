@@ -613,14 +613,15 @@ static void report(const shared *sh, size_t total, bool lead_here)
                "\"unigram_entropy\":%s,\"stage\":%d,\"world\":%d,\"dtype\":\"%s\","
                "\"device\":\"%s\",\"peak_bytes\":{\"device\":%lld,\"pinned\":%lld,"
                "\"host\":%lld,\"nvme\":%lld}}\n",
-               hex, total, jnum(sh->val_loss).s, jnum(sh->unigram_val).s, o->stage, sh->world,
+               hex, total, jnum(sh->val_loss).s, jnum(sh->unigram_val).s, sh->stats0.stage,
+               sh->world,
                zc_dtype_name(o->dtype), sh->be->name, (long long)pk[ZC_KIND_DEVICE],
                (long long)pk[ZC_KIND_PINNED], (long long)pk[ZC_KIND_HOST],
                (long long)pk[ZC_KIND_NVME]);
     else
         printf("\nval_loss %.4f nats/byte; unigram entropy of the validation bytes %.4f\n"
                "%zu parameters, ZeRO stage %d, %d ranks, %s; fp32 master sha256 %s\n",
-               sh->val_loss, sh->unigram_val, total, o->stage, sh->world,
+               sh->val_loss, sh->unigram_val, total, sh->stats0.stage, sh->world,
                zc_dtype_name(o->dtype), hex);
 }
 
@@ -726,9 +727,10 @@ int main(int argc, char **argv)
     bool lead_here = zc_comm_rank(sh->comms[0]) == 0;
     if (lead_here && !o->json)
         printf("train_gpt: %zu parameters (%d layers, %d heads, dim %d, seq %d, vocab %d), "
-               "ZeRO stage %d, %d ranks, %s, %d steps x %d micro-steps of %d sequences per "
+               "ZeRO stage %s, %d ranks, %s, %d steps x %d micro-steps of %d sequences per "
                "rank; data %s (%zu bytes, last %zu held out)\n",
-               total, c->layers, c->heads, c->dim, c->seq, c->vocab, o->stage, sh->world,
+               total, c->layers, c->heads, c->dim, c->seq, c->vocab,
+               o->stage < 0 ? "auto" : (const char[2]){(char)('0' + o->stage), 0}, sh->world,
                zc_dtype_name(o->dtype), o->steps, o->accum, o->batch, o->data_path,
                sh->data.n, sh->data.n - sh->data.n_train);
 

@@ -375,8 +375,16 @@ ZC_API zc_status zc_chunk_boundary(zc_engine *eng);
  * stage3_max_live_parameters), so that later calls do not allocate between two
  * collectives (a stage-3 acquire beyond that working set allocates, agreed
  * across ranks: docs/faults.md). Collective: every rank calls it.
- * ZC_ERR_NO_MEMORY says how much was asked for and for what. After a failed
- * build the engine can only be destroyed. */
+ * With zero_optimization.max_memory (a zeroc extension, docs/placement.md)
+ * the ranks first agree on the budgets (an "auto" one: the smallest any rank
+ * finds on its machine), then every rank chooses the same placement - each
+ * chunk's optimizer state and stage-3 parameter shard on the device, in
+ * pinned host memory or on NVMe, fastest first within every budget - and logs
+ * it at INFO; zc_engine_stats reports it after. When nothing fits, every rank
+ * fails with ZC_ERR_NO_MEMORY naming the short budget, by how much and what
+ * would fit, before anything large is allocated. ZC_ERR_NO_MEMORY says how
+ * much was asked for and for what. After a failed build the engine can only
+ * be destroyed. */
 ZC_API zc_status zc_engine_build(zc_engine *eng);
 
 /* Sets the full value of a parameter (numel floats, row-major, host memory).
@@ -940,6 +948,28 @@ typedef enum zc_coll_kind {
     ZC_COLL__COUNT
 } zc_coll_kind;
 
+/* The kinds of memory a chunk's optimizer state or (stage 3) parameter shard
+ * can live in, fastest first: device memory (on the host path, the host
+ * memory that stands for it), pinned host memory, NVMe swap files. Where
+ * each chunk goes is decided by the offload keys (offload_optimizer with
+ * ratio, offload_param with max_in_cpu) or, with zero_optimization.max_memory
+ * (a zeroc extension, docs/placement.md), by the memory planner from per-rank
+ * budgets: device first, then pinned host, then NVMe, chunk by chunk. */
+typedef enum zc_place_kind {
+    ZC_PLACE_ON_DEVICE = 0,
+    ZC_PLACE_ON_PINNED,
+    ZC_PLACE_ON_NVME,
+    ZC_PLACE_ON__COUNT
+} zc_place_kind;
+
+/* The budgets of zero_optimization.max_memory, in the order of its keys. */
+typedef enum zc_budget_index {
+    ZC_BUDGET_INDEX_DEVICE = 0,
+    ZC_BUDGET_INDEX_CPU,     /* all host memory: pinned and pageable */
+    ZC_BUDGET_INDEX_NVME,
+    ZC_BUDGET_INDEX__COUNT
+} zc_budget_index;
+
 typedef struct zc_stats {
     size_t size;                           /* sizeof(zc_stats), set by caller */
     int rank, world, stage;
@@ -964,6 +994,18 @@ typedef struct zc_stats {
     int64_t peak_bytes_by_kind[ZC_KIND__COUNT]; /* high-water mark of bytes_by_kind since
                                               create (the progress lines'
                                               MaxMemAllocated) */
+    /* The placement (after build; zeros before): chunks, and this rank's
+     * elements, whose optimizer state (fp32 master, Adam m and v) and, at
+     * stage 3, parameter shard live in each zc_place_kind. A persistent
+     * stage-3 chunk counts as a device shard; below stage 3 every parameter
+     * is on the device. */
+    int64_t opt_chunks_by_place[ZC_PLACE_ON__COUNT], opt_elems_by_place[ZC_PLACE_ON__COUNT];
+    int64_t param_chunks_by_place[ZC_PLACE_ON__COUNT],
+        param_elems_by_place[ZC_PLACE_ON__COUNT];
+    /* The budgets the placement was chosen under, agreed across ranks (an
+     * "auto" one: the smallest any rank found), by zc_budget_index; -1
+     * each without zero_optimization.max_memory. */
+    int64_t budget[ZC_BUDGET_INDEX__COUNT];
 } zc_stats;
 
 /* Fills *out (out->size must be set). Thread-safe with respect to other
@@ -1027,6 +1069,21 @@ typedef struct zc_memory_plan {
     bool host_device;                      /* planned for the host path: the
                                               engine's "device" buffers are
                                               pageable host memory (ZC_KIND_HOST) */
+    /* The placement planned, as zc_stats reports it after build: chunks and
+     * elements of optimizer state and (stage 3) parameter shards by
+     * zc_place_kind - chosen from zero_optimization.max_memory when it is
+     * given (placed true), else the offload keys' rules. */
+    int64_t opt_chunks_by_place[ZC_PLACE_ON__COUNT], opt_elems_by_place[ZC_PLACE_ON__COUNT];
+    int64_t param_chunks_by_place[ZC_PLACE_ON__COUNT],
+        param_elems_by_place[ZC_PLACE_ON__COUNT];
+    bool placed;
+    int stage;                             /* the stage planned (with "stage": "auto",
+                                              the lowest that fits the budgets) */
+    int64_t budget[ZC_BUDGET_INDEX__COUNT]; /* held to, by zc_budget_index (-1: none) */
+    int64_t budget_used[ZC_BUDGET_INDEX__COUNT]; /* the plan's bytes against each
+                                              (device: the device kind, or the
+                                              host path's stand-in; cpu: pinned
+                                              and pageable host; nvme) */
 } zc_memory_plan;
 
 /* The memory zc_engine_build would allocate on one rank of `world` ranks
@@ -1045,7 +1102,12 @@ typedef struct zc_memory_plan {
  * ZC_ERR_INVALID_ARG (NULL or short out, world < 1, a bad tensor),
  * ZC_ERR_CONFIG (a configuration zc_engine_create or zc_engine_build would
  * refuse, e.g. offload at stage 0) or ZC_ERR_NO_MEMORY (sizes overflowing 64
- * bits, or no memory for the plan's own tables). Thread-safe; not
+ * bits, no memory for the plan's own tables, or - with
+ * zero_optimization.max_memory - no placement within the budgets, the message
+ * naming the short budget as the build would). With max_memory the plan is
+ * the placement the build would choose under those budgets ("auto" read from
+ * this machine, the world taken as the node's ranks; a GPU's "auto" device
+ * budget cannot be read without opening it: ZC_ERR_CONFIG). Thread-safe; not
  * collective. */
 ZC_API zc_status zc_plan_memory(const zc_config *cfg, int world, const zc_plan_tensor *tensors,
                                 int n, const zc_engine_options *opts, zc_memory_plan *out);

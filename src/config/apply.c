@@ -46,7 +46,7 @@ zc_status zc__cfg_assign(zc_config *cfg, int key, const json_t *v, zc_cfg_origin
         /* The struct keeps the default while "auto" is pending, so a reader
          * that ignores the origin still sees DeepSpeed's value. */
         ZC_CHECK(zc__cfg_store_default(cfg, k));
-        if (k->flags & (ZC_KF_AUTO_PROGRAM | ZC_KF_AUTO_MODEL)) {
+        if (k->flags & (ZC_KF_AUTO_PROGRAM | ZC_KF_AUTO_MODEL | ZC_KF_AUTO_PLAN)) {
             zc__cfg_set_origin(cfg, key, ZC_ORIGIN_AUTO_PENDING, "%s", written_as ? written_as : "");
         } else {
             zc__cfg_set_origin(cfg, key, ZC_ORIGIN_AUTO, "no rule resolves it: DeepSpeed default");

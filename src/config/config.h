@@ -21,6 +21,15 @@ typedef enum zc_offload_device {
     ZC_OFFLOAD_NVME
 } zc_offload_device;
 
+/* The kinds zero_optimization.max_memory budgets (its keys device, cpu,
+ * nvme). cpu is all host memory the engine takes, pinned and pageable. */
+typedef enum zc_budget_kind {
+    ZC_BUDGET_DEVICE = 0,
+    ZC_BUDGET_CPU,
+    ZC_BUDGET_NVME,
+    ZC_BUDGET__COUNT
+} zc_budget_kind;
+
 typedef enum zc_sched_type {
     ZC_SCHED_NONE = 0,
     ZC_SCHED_WARMUP_LR,
@@ -106,6 +115,11 @@ struct zc_config {
         int64_t zero_hpz_partition_size;
         bool zero_quantized_weights, zero_quantized_gradients;
         zc_offload_cfg offload_optimizer, offload_param;
+        /* zero_optimization.max_memory (a zeroc extension, after accelerate's
+         * max_memory): one rank's budget of each kind, in bytes, indexed by
+         * zc_budget_kind; -1 unset (with the block given: none of that kind).
+         * "auto" leaves -1 with the key's origin pending (zc__config_budget). */
+        int64_t max_memory[3];
     } zero;
 
     struct {
@@ -161,5 +175,35 @@ zc_status zc__config_aio_check(int64_t block_size, int64_t queue_depth, int64_t 
 zc_status zc__config_opt_buffers_check(int64_t buffer_count);
 zc_status zc__config_param_buffers_check(int64_t buffer_count);
 zc_status zc__config_ratio_check(double ratio);
+
+/* ---- placement from memory budgets (size.c, budget.c) ------------------- */
+
+/* Parses a size as accelerate's max_memory writes it: "44GiB" (2^30),
+ * "500MB" (10^6), "1.5TB", KiB..TiB and KB..TB case-insensitive (a decimal
+ * unit ending in a lower-case "b" is bits, as accelerate reads it), or a
+ * string of digits (bytes). Rounded down to whole bytes. false with a message
+ * in err (the text, what is accepted) when it is not one or passes int64. */
+bool zc__parse_size(const char *s, int64_t *out, char *err, size_t cap);
+
+/* What zero_optimization.max_memory says of one kind. */
+typedef enum zc_budget_state {
+    ZC_BUDGET_NONE = 0, /* not given: none of this kind may be used */
+    ZC_BUDGET_BYTES,    /* a number of bytes */
+    ZC_BUDGET_AUTO      /* "auto": what the machine has, resolved at build */
+} zc_budget_state;
+
+/* Whether the configuration gives zero_optimization.max_memory at all
+ * (any of its keys, "auto" included). */
+bool zc__config_has_budgets(const zc_config *cfg);
+/* The state of one kind's budget, and its bytes when ZC_BUDGET_BYTES. */
+zc_budget_state zc__config_budget(const zc_config *cfg, zc_budget_kind kind, int64_t *bytes);
+/* Whether zero_optimization.stage is "auto": the lowest of 1-3 whose
+ * placement fits the budgets, chosen at build (the struct holds 0 until
+ * then). */
+bool zc__config_stage_auto(const zc_config *cfg);
+/* Whether the planner chooses offload_optimizer.device (param false) or
+ * offload_param.device (param true): the key is "auto", or not written while
+ * budgets are given. An explicit "none", "cpu" or "nvme" is kept. */
+bool zc__config_place_free(const zc_config *cfg, bool param);
 
 #endif

@@ -12,6 +12,7 @@
 static const char *const blocks[] = {
     "fp16", "bf16", "bfloat16", "optimizer", "optimizer.params", "scheduler", "scheduler.params",
     "zero_optimization", "zero_optimization.offload_optimizer", "zero_optimization.offload_param",
+    "zero_optimization.max_memory",
     "aio", "data_types", NULL};
 
 /* DeepSpeed features zeroc does not use: accepted quietly at the top level. */

@@ -13,6 +13,8 @@
 
 #define O(f) offsetof(struct zc_config, f)
 #define I64MAX INT64_MAX
+/* A per-rank memory budget: 1 EiB, far past any machine. */
+#define BUDGET_MAX ((int64_t)1 << 60)
 
 /* Every number of the file has a stated range, chosen so that what is
  * computed from it cannot overflow (the computations are still checked):
@@ -195,8 +197,10 @@ const zc_cfg_key zc__cfg_keys[] = {
     KSB("lr_range_test_staircase", lr_range_test_staircase, 0, S_RT, "step-wise increase"),
 
     /* zero_optimization */
-    { .path = ZOPT "stage", .type = ZC_KT_I32, .off = O(zero.stage), .imin = 0, .imax = 3,
-      .idef = 0, .doc = "0 = DDP, 1 = optimizer states, 2 = + gradients, 3 = + parameters" },
+    { .path = ZOPT "stage", .type = ZC_KT_I32, .flags = ZC_KF_AUTO_PLAN, .off = O(zero.stage),
+      .imin = 0, .imax = 3, .idef = 0,
+      .doc = "0 = DDP, 1 = optimizer states, 2 = + gradients, 3 = + parameters; auto: the "
+             "lowest of 1-3 that fits max_memory (zeroc)" },
     KBOOL(ZOPT "contiguous_gradients", zero.contiguous_gradients, 1, 0,
           "copy gradients into contiguous buckets"),
     KTRI(ZOPT "overlap_comm", zero.overlap_comm,
@@ -262,7 +266,8 @@ const zc_cfg_key zc__cfg_keys[] = {
 
     /* offload_optimizer */
     KENUM(OOPT "device", zero.offload_optimizer.device, offload_devices, (int)sizeof(int),
-          ZC_OFFLOAD_NONE, 0, "none, cpu or nvme"),
+          ZC_OFFLOAD_NONE, ZC_KF_AUTO_PLAN,
+          "none, cpu or nvme; auto: chosen from max_memory (zeroc)"),
     { .path = OOPT "nvme_path", .type = ZC_KT_STR, .flags = ZC_KF_NULL | ZC_KF_PATH_LIST,
       .off = O(zero.offload_optimizer.nvme_path),
       .doc = "directory for NVMe swap files, or a list of them to stripe over (zeroc)" },
@@ -281,7 +286,8 @@ const zc_cfg_key zc__cfg_keys[] = {
 
     /* offload_param */
     KENUM(OPAR "device", zero.offload_param.device, offload_devices, (int)sizeof(int),
-          ZC_OFFLOAD_NONE, 0, "none, cpu or nvme (stage 3 only)"),
+          ZC_OFFLOAD_NONE, ZC_KF_AUTO_PLAN,
+          "none, cpu or nvme (stage 3 only); auto: chosen from max_memory (zeroc)"),
     { .path = OPAR "nvme_path", .type = ZC_KT_STR, .flags = ZC_KF_NULL | ZC_KF_PATH_LIST,
       .off = O(zero.offload_param.nvme_path),
       .doc = "directory for NVMe swap files, or a list of them to stripe over (zeroc)" },
@@ -292,6 +298,17 @@ const zc_cfg_key zc__cfg_keys[] = {
          "elements per parameter swap buffer"),
     KI64(OPAR "max_in_cpu", zero.offload_param.max_in_cpu, 1000000000, 0, ELEMS_MAX, 0,
          "parameter elements kept in host memory"),
+
+    /* max_memory (a zeroc extension): per-rank budgets by kind */
+    KI64(ZOPT "max_memory.device", zero.max_memory[ZC_BUDGET_DEVICE], -1, 0, BUDGET_MAX,
+         ZC_KF_NULL | ZC_KF_SIZE | ZC_KF_AUTO_PLAN,
+         "device memory one rank may use (\"70GiB\"; auto: free less 10%) (zeroc)"),
+    KI64(ZOPT "max_memory.cpu", zero.max_memory[ZC_BUDGET_CPU], -1, 0, BUDGET_MAX,
+         ZC_KF_NULL | ZC_KF_SIZE | ZC_KF_AUTO_PLAN,
+         "host memory one rank may use (auto: its share of MemAvailable less 10%) (zeroc)"),
+    KI64(ZOPT "max_memory.nvme", zero.max_memory[ZC_BUDGET_NVME], -1, 0, BUDGET_MAX,
+         ZC_KF_NULL | ZC_KF_SIZE | ZC_KF_AUTO_PLAN,
+         "NVMe swap one rank may use (auto: free space of nvme_path less 5%) (zeroc)"),
 
     /* aio */
     KI64("aio.block_size", aio.block_size, 1048576, 1, (int64_t)1 << 30, 0,

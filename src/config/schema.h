@@ -37,6 +37,9 @@ enum {
     ZC_KF_SCHED = 1u << 6,        /* a scheduler parameter (sched_mask says which types) */
     ZC_KF_PATH_LIST = 1u << 7,    /* STR: also a JSON list of 1..16 paths (a zeroc
                                      extension), stored joined with '\n' */
+    ZC_KF_SIZE = 1u << 8,         /* I64: also a size string ("44GiB", zc__parse_size) */
+    ZC_KF_AUTO_PLAN = 1u << 9,    /* "auto" resolved by the memory planner at build
+                                     (zero_optimization.max_memory, src/core/placement.c) */
 };
 
 typedef struct zc_cfg_enum {

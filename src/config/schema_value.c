@@ -130,6 +130,9 @@ bool zc__cfg_parse(const zc_cfg_key *k, const json_t *v, zc_cfg_val *out, char *
         fmt_i64(k->imax, hi, sizeof hi);
         if (json_is_integer(v)) {
             out->i = json_integer_value(v);
+        } else if (k->flags & ZC_KF_SIZE && json_is_string(v)) {
+            if (!zc__parse_size(json_string_value(v), &out->i, err, cap))
+                return false;
         } else if (json_is_real(v)) {
             /* DeepSpeed configs write sizes as 2e8 or 1.000000e+09: accept a real
              * that is an exact integer in int64 range, nothing else. */

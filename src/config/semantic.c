@@ -118,6 +118,29 @@ static void check_scheduler(const zc_config *cfg, zc_cfg_diag *d)
                      "required by %s: the step at which the decay ends", tname);
 }
 
+/* zero_optimization.max_memory and the "auto" placement keys: "auto" needs
+ * budgets to choose from, and an NVMe budget needs a directory for the swap
+ * files (either block's nvme_path serves both homes). */
+static void check_budgets(const zc_config *cfg, zc_cfg_diag *d)
+{
+    const bool budgets = zc__config_has_budgets(cfg);
+    static const char *const dev[3] = {"zero_optimization.offload_optimizer.device",
+                                       "zero_optimization.offload_param.device",
+                                       "zero_optimization.stage"};
+    for (int i = 0; i < 3; i++)
+        if (pending(cfg, dev[i]) && !budgets)
+            zc__diag_add(d, ZC_SEV_ERROR, ZC_ERR_CONFIG, dev[i],
+                         "\"auto\" is chosen from zero_optimization.max_memory, which is not "
+                         "given; add {\"max_memory\": {\"device\": ..., \"cpu\": ...}} or give "
+                         "the value");
+    int64_t b = 0;
+    const bool nvme = zc__config_budget(cfg, ZC_BUDGET_NVME, &b) != ZC_BUDGET_NONE;
+    if (nvme && !cfg->zero.offload_optimizer.nvme_path && !cfg->zero.offload_param.nvme_path)
+        zc__diag_add(d, ZC_SEV_ERROR, ZC_ERR_CONFIG, "zero_optimization.max_memory.nvme",
+                     "an NVMe budget needs a directory for the swap files: set "
+                     "zero_optimization.offload_optimizer.nvme_path or offload_param.nvme_path");
+}
+
 void zc__cfg_semantic(const zc_config *cfg, unsigned flags, zc_cfg_diag *d)
 {
     if (cfg->fp16.enabled && cfg->bf16.enabled && !pending(cfg, "fp16.enabled") &&
@@ -132,11 +155,13 @@ void zc__cfg_semantic(const zc_config *cfg, unsigned flags, zc_cfg_diag *d)
                   flags, d);
     check_offload(cfg, &cfg->zero.offload_param, "zero_optimization.offload_param", false, flags,
                   d);
-    if (cfg->zero.offload_optimizer.ratio < 1.0 && cfg->zero.stage != 3)
+    if (cfg->zero.offload_optimizer.ratio < 1.0 && cfg->zero.stage != 3 &&
+        !zc__config_stage_auto(cfg))
         zc__diag_add(d, ZC_SEV_ERROR, ZC_ERR_CONFIG, "zero_optimization.offload_optimizer.ratio",
                      "%g < 1 (partial offload) needs stage 3 (stage is %d); set it to 1 or use "
                      "stage 3",
                      cfg->zero.offload_optimizer.ratio, cfg->zero.stage);
+    check_budgets(cfg, d);
     if (cfg->zero.allgather_bucket_size % 2 != 0)
         zc__diag_add(d, ZC_SEV_ERROR, ZC_ERR_CONFIG, "zero_optimization.allgather_bucket_size",
                      "%lld is odd; it must be even (DeepSpeed all-gathers 16-bit pairs)",

@@ -84,7 +84,8 @@ static void rule_ratio(double ratio, zc_cfg_diag *d)
 void zc__cfg_engine_support(const zc_config *cfg, zc_cfg_diag *d)
 {
     const zc_offload_cfg *opt = &cfg->zero.offload_optimizer, *par = &cfg->zero.offload_param;
-    const int stage = cfg->zero.stage;
+    /* "auto" is one of 1-3, chosen at build: offload is possible. */
+    const int stage = zc__config_stage_auto(cfg) ? 1 : cfg->zero.stage;
     if (opt->device != ZC_OFFLOAD_NONE && stage == 0)
         zc__diag_add(d, ZC_SEV_ERROR, ZC_ERR_CONFIG, "zero_optimization.offload_optimizer.device",
                      "\"%s\" at stage 0, which keeps the whole optimizer state on every rank: "
@@ -94,7 +95,8 @@ void zc__cfg_engine_support(const zc_config *cfg, zc_cfg_diag *d)
     /* What zc_engine_build takes, where it takes it (stage 0 refused above). */
     const bool opt_off = opt->device != ZC_OFFLOAD_NONE && stage > 0;
     const bool opt_nvme = opt_off && opt->device == ZC_OFFLOAD_NVME;
-    const bool par_nvme = stage == 3 && par->device == ZC_OFFLOAD_NVME;
+    const bool par_nvme = (stage == 3 || zc__config_stage_auto(cfg)) &&
+                          par->device == ZC_OFFLOAD_NVME;
     if (opt_off)
         rule_ratio(opt->ratio, d);
     if (par_nvme)

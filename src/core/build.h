@@ -49,6 +49,37 @@ int zc__adopt_starts_chunk(const zc_engine *e, int i);
  * initial values (master included), and the chunk padding is zeroed. */
 zc_status zc__adopt_load(zc_engine *e);
 
+/* Placement from memory budgets (place_build.c, rule in placement.h).
+ * place_agree: collective, at zc_engine_build after the layout is agreed:
+ * reads the "auto" budgets of zero_optimization.max_memory on this rank
+ * (zc__preflight_auto_budget), agrees on the outcome and takes each kind's
+ * smallest budget over the ranks into e->budget (e->budgets true); nothing
+ * without max_memory. place_build: rank-local, from the pre-flight, given
+ * its plan input: chooses e->opt_place / e->param_place (nchunks each) and
+ * logs the placement at INFO; ZC_ERR_NO_MEMORY naming what is short when
+ * nothing fits (the same on every rank). place_free: at destroy. */
+struct zc_est_in;
+struct zc_est;
+zc_status zc__place_agree(zc_engine *e);
+zc_status zc__place_build(zc_engine *e, const struct zc_est_in *base);
+void zc__place_log(const zc_engine *e, const struct zc_est_in *in, const struct zc_est *est);
+void zc__place_free(zc_engine *e);
+/* zero_optimization.stage "auto" (place_build.c, from the pre-flight):
+ * tries stages 1, 2, 3 in turn - the engine made that stage, the plan input
+ * in and its persistence flags pers updated - and keeps the first whose
+ * placement fits (zc__place_build); ZC_ERR_NO_MEMORY with stage 3's reason
+ * when none does. Deterministic, so the same on every rank. */
+zc_status zc__place_stage(zc_engine *e, struct zc_est_in *in, bool *pers);
+/* The policy of a stage 0-3 (stages.c), NULL for another number. */
+const struct zc_stage_policy *zc__stage_policy(int stage);
+/* Tests: builds with budgets of nchunks chunks take this placement (arrays of
+ * ZC_PLACE_* kept by the caller until reset with NULL) instead of the
+ * planner's; the pre-flight still checks its plan against the machine. */
+void zc__place_force(const uint8_t *opt, const uint8_t *param, int nchunks);
+/* Copies the forced placement into opt / param when one of nchunks chunks
+ * is set (zc_plan_memory takes it too); false otherwise. */
+bool zc__place_forced(int nchunks, uint8_t *opt, uint8_t *param);
+
 /* Compares, across ranks, a digest of the registered model and the settings
  * that must match (build_agree.c); collective, at zc_engine_build after the
  * layout. A mismatch is ZC_ERR_CONFIG on every rank, with the same message

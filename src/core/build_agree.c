@@ -29,7 +29,7 @@
 #define ITEM_BYTES 256
 
 /* Items before the groups and parameters (settings), and after them. */
-enum { N_HEAD = 9, N_TAIL = 1 };
+enum { N_HEAD = 10, N_TAIL = 1 };
 
 static int64_t n_items(const zc_engine *e)
 {
@@ -84,10 +84,26 @@ static void item_text(const zc_engine *e, int64_t i, char *b, size_t cap)
                      c->zero.param_persistence_threshold, c->zero.max_live_parameters,
                      c->zero.max_reuse_distance);
             return;
-        default:
+        case 8:
             snprintf(b, cap, "offload_optimizer.device %d, offload_param.device %d",
                      (int)c->zero.offload_optimizer.device, (int)c->zero.offload_param.device);
             return;
+        default: {
+            /* The budgets decide the placement and, with them, whether the
+             * build's budget agreement runs (a collective): they must
+             * match. An "auto" budget is agreed later (its smallest). */
+            int64_t v[ZC_BUDGET__COUNT] = {0};
+            int st[ZC_BUDGET__COUNT];
+            for (int k = 0; k < ZC_BUDGET__COUNT; k++)
+                st[k] = (int)zc__config_budget(c, (zc_budget_kind)k, &v[k]);
+            snprintf(b, cap, "zero_optimization.max_memory given %d: device %d/%" PRId64
+                     " cpu %d/%" PRId64 " nvme %d/%" PRId64 "; placement free: optimizer %d "
+                     "parameters %d; stage auto %d",
+                     (int)zc__config_has_budgets(c), st[0], v[0], st[1], v[1], st[2], v[2],
+                     (int)zc__config_place_free(c, false), (int)zc__config_place_free(c, true),
+                     (int)e->stage_auto);
+            return;
+        }
         }
     }
     i -= N_HEAD;

@@ -16,16 +16,7 @@
 
 /* ---- create / destroy ---------------------------------------------------- */
 
-static const zc_stage_policy *policy_for(int stage)
-{
-    switch (stage) {
-    case 0: return &zc__stage0_policy;
-    case 1: return &zc__stage1_policy;
-    case 2: return &zc__stage2_policy;
-    case 3: return &zc__stage3_policy;
-    default: return NULL;
-    }
-}
+static const zc_stage_policy *policy_for(int stage) { return zc__stage_policy(stage); }
 
 #define OPT_HAS(o, field) \
     ((o)->size >= offsetof(zc_engine_options, field) + sizeof((o)->field))
@@ -66,7 +57,10 @@ ZC_API zc_status zc_engine_create(zc_engine **out, const zc_config *cfg, zc_comm
     if (world < 1 || rank < 0 || rank >= world)
         return ZC_ERR(ZC_ERR_INVALID_ARG, "zc_engine_create: communicator has rank %d of world %d",
                       rank, world);
-    int stage = cfg->zero.stage;
+    /* "auto": the lowest stage whose placement fits the budgets, chosen at
+     * build (place_build.c); stage 1 until then. */
+    const bool stage_auto = zc__config_stage_auto(cfg);
+    int stage = stage_auto ? 1 : cfg->zero.stage;
     if (!policy_for(stage))
         return ZC_ERR(ZC_ERR_CONFIG, "zero_optimization.stage is %d; it must be 0, 1, 2 or 3",
                       stage);
@@ -91,6 +85,7 @@ ZC_API zc_status zc_engine_create(zc_engine **out, const zc_config *cfg, zc_comm
     e->stage = stage;
     e->pol = policy_for(stage);
     e->trace = &e->traces[ZC_PASS_TRAIN];
+    e->stage_auto = stage_auto;
 
     /* Read once here: every rank parses the same text, so a malformed value
      * fails create on every rank alike. */
@@ -108,8 +103,10 @@ ZC_API zc_status zc_engine_create(zc_engine **out, const zc_config *cfg, zc_comm
     /* io items fire only on swap-file I/O (optimizer state or, at stage 3,
      * parameter shards under nvme): without it, an item that can never fire
      * is refused rather than passing silently. */
+    int64_t nvme_budget = 0;
     const bool swap_io = cfg->zero.offload_optimizer.device == ZC_OFFLOAD_NVME ||
-                         (stage == 3 && cfg->zero.offload_param.device == ZC_OFFLOAD_NVME);
+                         (stage == 3 && cfg->zero.offload_param.device == ZC_OFFLOAD_NVME) ||
+                         zc__config_budget(cfg, ZC_BUDGET_NVME, &nvme_budget) != ZC_BUDGET_NONE;
     for (int i = 0; i < e->faults.n; i++)
         if (e->faults.kind[i] == ZC_FAULT_IO && !swap_io) {
             rc = ZC_ERR(ZC_ERR_CONFIG,
@@ -127,6 +124,7 @@ ZC_API zc_status zc_engine_create(zc_engine **out, const zc_config *cfg, zc_comm
         ZC_LOGW("core", "ZC_CHUNK_CAP=%lld: chunks hold at most that many elements (a test "
                 "switch)", (long long)e->chunk_cap);
     ZC_CHECK_GOTO(zc__config_clone(cfg, &e->cfg), rc, fail);
+    e->cfg->zero.stage = stage;
     ZC_CHECK_GOTO(resolve_gas(e->cfg, world, &e->gas), rc, fail);
     ZC_CHECK_GOTO(pick_dtype(e, opts), rc, fail);
 
@@ -160,8 +158,8 @@ ZC_API zc_status zc_engine_create(zc_engine **out, const zc_config *cfg, zc_comm
     /* Group 0: the optimizer's weight decay. */
     ZC_CHECK_GOTO(zc__registry_init(e), rc, fail);
 
-    ZC_LOGI("core", "engine: ZeRO stage %d, world %d, %s parameters, accumulation %lld, device %s",
-            stage, world, zc_dtype_name(e->pdt), (long long)e->gas, e->dev->ops->name);
+    ZC_LOGI("core", "engine: ZeRO stage %d%s, world %d, %s parameters, accumulation %lld, device %s",
+            stage, stage_auto ? " (auto: chosen at build)" : "", world, zc_dtype_name(e->pdt), (long long)e->gas, e->dev->ops->name);
     *out = e;
     return ZC_OK;
 fail:
@@ -187,7 +185,13 @@ static int64_t model_hidden_size(const zc_engine *e)
  * window are read from the resolved configuration. */
 static zc_status size_from_model(zc_engine *e)
 {
-    ZC_CHECK(zc__config_resolve_model_auto(e->cfg, model_hidden_size(e)));
+    /* With stage "auto" the stage-3 keys resolve as for stage 3: unused if
+     * another stage is chosen. */
+    if (e->stage_auto)
+        e->cfg->zero.stage = 3;
+    const zc_status rc = zc__config_resolve_model_auto(e->cfg, model_hidden_size(e));
+    e->cfg->zero.stage = e->stage;
+    ZC_CHECK(rc);
     e->bucket = zc__bucket_elems(e->bucket_option, e->cfg->zero.reduce_bucket_size,
                                  e->chunk_cap, e->chunk_cap_forced);
     e->max_live = e->cfg->zero.max_live_parameters > 0 ? e->cfg->zero.max_live_parameters
@@ -202,6 +206,9 @@ static zc_status size_from_model(zc_engine *e)
 static zc_status build_local(zc_engine *e)
 {
     ZC_CHECK(zc__preflight(e));
+    /* The streams that depend on the stage, now that it is known. */
+    if (e->stage_auto)
+        ZC_CHECK(zc__streams_stage(e));
     ZC_CHECK(zc__opt_build(e));
     ZC_CHECK(zc__param_build(e));
     for (int k = 0; k < e->nchunks; k++)
@@ -237,11 +244,14 @@ ZC_API zc_status zc_engine_build(zc_engine *e)
      * (build_agree.c): a mismatch fails here, named, on every rank, rather
      * than as a collective mismatch or a hang in the first step. */
     ZC_CHECK_GOTO(zc__build_agree(e), rc, fail);
+    /* The budgets of zero_optimization.max_memory, agreed across ranks; the
+     * placement is then chosen by the pre-flight (place_build.c). */
+    ZC_CHECK_GOTO(zc__place_agree(e), rc, fail);
     /* Persistence first (the stage policy's built hook: stage 3 marks
      * persistent chunks, from the layout alone): the stage-3 reserve keeps a
      * buffer per persistent chunk, and the pre-flight plans that reserve. */
-    if (e->pol->built)
-        e->pol->built(e);
+    if (e->pol->built && !e->stage_auto)
+        e->pol->built(e); /* stage "auto": once chosen (zc__place_stage) */
     /* Before the optimizer state, the chunks' buffers and the reserve: a
      * configuration the machine cannot hold is refused with nothing large
      * allocated. */
@@ -275,6 +285,7 @@ ZC_API void zc_engine_destroy(zc_engine *e)
         e->pol->teardown(e);
     zc__opt_free(e);
     zc__param_free(e);
+    zc__place_free(e); /* sized by nchunks: before the layout */
     zc__partials_free(e);
     /* Before the layout: the shadows are sized by the chunks. */
     zc__debug_free(e);

@@ -188,6 +188,9 @@ typedef struct zc_chunk {
     int view_refs, gview_refs;
     /* Stage 3 with offload_param (param_state.c). */
     bool poff;                 /* the shard lives in e->phome, not c->param */
+    /* Where the optimizer state and the (stage 3) parameter shard live, as
+     * ZC_PLACE_* kinds (estimate.h), for zc_engine_stats. */
+    uint8_t opt_kind, param_kind;
     int64_t reads_cur, reads_last; /* shard reads from NVMe in this / the last step */
     void *pout_home, *pout_dev; /* the optimizer's output for the home (between
                                    zc__param_out_begin and _end) */
@@ -360,9 +363,18 @@ struct zc_engine {
     /* Status records of zc__eng_agree (agree.c). */
     void *agree_host, *agree_send, *agree_recv;
 
-    /* Optimizer state homes (opt_state.c): [0] device, [1] the offload home
-     * (cpu or nvme) when offload_optimizer is on. */
-    zc_opt_home *homes[2];
+    /* Optimizer state homes (opt_state.c): [0] device, then the cpu home and
+     * the nvme home, each when some chunk lives there (offload_optimizer's
+     * one, or both under a placement from max_memory). */
+    zc_opt_home *homes[3];
+    /* Placement from zero_optimization.max_memory (place_build.c): the
+     * agreed budgets by zc_budget_kind, and per chunk the kind (ZC_PLACE_*)
+     * of its optimizer state and (stage 3) parameter shard; NULL without
+     * budgets (the offload keys' rules hold). */
+    bool budgets;
+    bool stage_auto;           /* zero_optimization.stage "auto": chosen at build */
+    int64_t budget[ZC_BUDGET__COUNT];
+    uint8_t *opt_place, *param_place;
     int nhomes;
     bool opt_staging;          /* host homes stage the gradient and the output */
     int *pass_ks;              /* nchunks: a pass's chunk list, per home */

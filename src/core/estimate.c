@@ -266,6 +266,13 @@ static zc_status check_in(const zc_est_in *in)
         return ZC_ERR(ZC_ERR_CONFIG, "zc__estimate: offload ratio %g is not in (0, 1]",
                       in->ratio);
     for (int k = 0; k < in->nchunks; k++)
+        if ((in->opt_place && (in->opt_place[k] >= ZC_PLACE__COUNT ||
+                               (in->stage == 0 && in->opt_place[k] != ZC_PLACE_DEVICE))) ||
+            (in->param_place && in->param_place[k] >= ZC_PLACE__COUNT))
+            return ZC_ERR(ZC_ERR_INVALID_ARG, "zc__estimate: chunk %d: placement %d / %d out of "
+                          "range (stage %d)", k, in->opt_place ? in->opt_place[k] : 0,
+                          in->param_place ? in->param_place[k] : 0, in->stage);
+    for (int k = 0; k < in->nchunks; k++)
         if (in->padded[k] < 1 || in->padded[k] % ((int64_t)in->world * ZC_EST_CHUNK_ALIGN))
             return ZC_ERR(ZC_ERR_INVALID_ARG, "zc__estimate: chunk %d has %lld elements, not a "
                           "positive multiple of world x 64", k, (long long)in->padded[k]);
@@ -276,8 +283,21 @@ static zc_status check_in(const zc_est_in *in)
  * persistent ones has its shard in the parameter home. */
 static bool param_offloaded(const zc_est_in *in, int k)
 {
-    return in->stage == 3 && in->poffload != ZC_OFFLOAD_NONE &&
-           !(in->persistent && in->persistent[k]);
+    const bool off = in->param_place ? in->param_place[k] != ZC_PLACE_DEVICE
+                                     : in->poffload != ZC_OFFLOAD_NONE;
+    return in->stage == 3 && off && !(in->persistent && in->persistent[k]);
+}
+
+/* Whether the parameter home is the nvme one: offload_param "nvme", or a
+ * placement with a shard on NVMe (param_state.c). */
+static bool param_nvme_home(const zc_est_in *in)
+{
+    if (!in->param_place)
+        return in->poffload == ZC_OFFLOAD_NVME;
+    for (int k = 0; k < in->nchunks; k++)
+        if (param_offloaded(in, k) && in->param_place[k] == ZC_PLACE_NVME)
+            return true;
+    return false;
 }
 
 /* The parameter home's allocations (offload/param_home_cpu.c, param_home_nvme.c).
@@ -291,17 +311,20 @@ static bool param_offloaded(const zc_est_in *in, int k)
 static zc_status param_home_plan(const zc_est_in *in, zc_est *out)
 {
     const int64_t pesz = (int64_t)in->pesz;
+    const bool nvme_home = param_nvme_home(in);
     int64_t cached = 0, cap = 0, maxn = 0;
     for (int k = 0; k < in->nchunks; k++) {
         if (!param_offloaded(in, k))
             continue;
         const int64_t shard = in->padded[k] / in->world;
-        if (in->poffload == ZC_OFFLOAD_CPU) {
+        if (!nvme_home) {
             ZC_CHECK(add(out, ZC_MEMKIND_PINNED, ZC_MEM_PARAMS, shard, pesz));
             continue;
         }
         const int64_t tb = round_up(shard * pesz, EST_IO_ALIGN);
-        if (cached <= in->max_in_cpu - shard) {
+        const bool cache = in->param_place ? in->param_place[k] == ZC_PLACE_PINNED
+                                           : cached <= in->max_in_cpu - shard;
+        if (cache) {
             cached += shard;
             ZC_CHECK(add(out, ZC_MEMKIND_PINNED, ZC_MEM_PARAMS, tb, 1));
             continue;
@@ -332,10 +355,11 @@ static zc_status plan(const zc_est_in *in, zc_est *out)
     const bool full_params = st < 3, full_opt = st == 0, sharded = st >= 2;
     const int64_t pesz = (int64_t)in->pesz;
     const zc_mem_kind dk = in->dev_kind;
-    const bool nvme = in->offload == ZC_OFFLOAD_NVME, cpu = in->offload == ZC_OFFLOAD_CPU;
     /* opt_state.c: the offload home takes chunks in order up to ratio x all
-     * optimizer elements. */
-    int64_t total = 0, offloaded = 0, big = 0, maxn_off = 0, nvme_cap = 0;
+     * optimizer elements, or the placement says. cpu_elems and maxn_cpu are
+     * the cpu home's chunks, maxn_nvme and nvme_cap the nvme home's. */
+    int64_t total = 0, offloaded = 0, big = 0, cpu_elems = 0, maxn_cpu = 0, maxn_nvme = 0,
+            nvme_cap = 0;
     for (int k = 0; k < in->nchunks; k++) {
         if (__builtin_add_overflow(total, full_opt ? in->padded[k] : in->padded[k] / W, &total))
             return ZC_ERR(ZC_ERR_NO_MEMORY, "zc__estimate: the chunks hold more than 2^63 "
@@ -344,10 +368,16 @@ static zc_status plan(const zc_est_in *in, zc_est *out)
             big = in->padded[k];
     }
     const double want = in->offload != ZC_OFFLOAD_NONE ? in->ratio * (double)total : 0;
-    const int nt = nvme && sharded && in->gas > 1 ? 4 : 3; /* opt_home_nvme.c */
+    const int nt = sharded && in->gas > 1 ? 4 : 3; /* opt_home_nvme.c */
     for (int k = 0; k < in->nchunks; k++) {
         const int64_t S = in->padded[k], shard = S / W, n = full_opt ? S : shard;
-        const bool off = in->offload != ZC_OFFLOAD_NONE && (double)offloaded < want;
+        int place = ZC_PLACE_DEVICE;
+        if (in->opt_place)
+            place = in->opt_place[k];
+        else if (in->offload != ZC_OFFLOAD_NONE && (double)offloaded < want)
+            place = in->offload == ZC_OFFLOAD_CPU ? ZC_PLACE_PINNED : ZC_PLACE_NVME;
+        const bool off = place != ZC_PLACE_DEVICE, cpu = place == ZC_PLACE_PINNED,
+                   nvme = place == ZC_PLACE_NVME;
         if (off)
             offloaded += n;
         /* chunk_mem.c; an offloaded stage-3 shard lives in its home
@@ -374,16 +404,21 @@ static zc_status plan(const zc_est_in *in, zc_est *out)
                 __builtin_add_overflow(nvme_cap, nt * round_up(t, EST_IO_ALIGN), &nvme_cap))
                 return too_big();
         }
-        if (off && n > maxn_off)
-            maxn_off = n;
+        if (cpu) {
+            cpu_elems += n;
+            maxn_cpu = n > maxn_cpu ? n : maxn_cpu;
+        }
+        if (nvme && n > maxn_nvme)
+            maxn_nvme = n;
     }
-    if (cpu && in->staging && maxn_off) {
+    if (in->staging && maxn_cpu) {
         /* opt_home_cpu.c: a gradient landing buffer per offloaded chunk (its
          * shard in the working dtype) and two output buffers of the largest */
-        ZC_CHECK(add(out, ZC_MEMKIND_PINNED, ZC_MEM_BUFFERS, offloaded, pesz));
-        ZC_CHECK(add(out, ZC_MEMKIND_PINNED, ZC_MEM_BUFFERS, maxn_off, 2 * pesz));
+        ZC_CHECK(add(out, ZC_MEMKIND_PINNED, ZC_MEM_BUFFERS, cpu_elems, pesz));
+        ZC_CHECK(add(out, ZC_MEMKIND_PINNED, ZC_MEM_BUFFERS, maxn_cpu, 2 * pesz));
     }
-    if (nvme && maxn_off) {
+    if (maxn_nvme) {
+        const int64_t maxn_off = maxn_nvme;
         /* opt_home_nvme.c: the files count master, m and v (and the
          * gradient) a tensor each; the swap ring, staging and the gradient
          * buffer are pinned. */

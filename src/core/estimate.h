@@ -26,6 +26,7 @@
 
 #include "base/alloc.h"
 #include "base/error.h"
+#include "config/config.h"
 
 /* Chunks are padded to a multiple of world * ZC_CHUNK_ALIGN (engine.h); the
  * value is repeated here so the CLI can plan without the engine's state. */
@@ -117,6 +118,9 @@ static inline void zc__hidden_step(const int64_t *shape, int ndim, int64_t numel
     *h = shape[0] > shape[1] ? shape[0] : shape[1];
 }
 
+/* The memory kinds a placement chooses between, fastest first. */
+enum { ZC_PLACE_DEVICE = 0, ZC_PLACE_PINNED = 1, ZC_PLACE_NVME = 2, ZC_PLACE__COUNT = 3 };
+
 /* What the plan needs: the layout and the configuration that sizes memory. */
 typedef struct zc_est_in {
     int world, stage;            /* world >= 1, stage 0..3 */
@@ -146,6 +150,15 @@ typedef struct zc_est_in {
                                     pinned memory (nvme) */
     int64_t pnvme_round;         /* the parameter store's round-up unit: aio.block_size x
                                     offload_param.nvme_path directories (0: none) */
+    /* A placement chosen from memory budgets (placement.c), or NULL: the
+     * rules of the keys above. opt_place[k] (ZC_PLACE_*): where chunk k's
+     * optimizer state lives (offload, ratio are then ignored; stage 0 only
+     * ZC_PLACE_DEVICE). param_place[k], stage 3: where its parameter shard
+     * lives (poffload, max_in_cpu ignored; a persistent chunk stays on the
+     * device whatever it says). The homes follow: pinned chunks go to the cpu
+     * home, NVMe ones to the nvme home; pinned parameter shards are the nvme
+     * parameter home's cached chunks when any shard is on NVMe. */
+    const uint8_t *opt_place, *param_place;
 } zc_est_in;
 
 typedef struct zc_est {
@@ -208,6 +221,28 @@ zc_status zc__est_deepspeed(int stage, bool offload, bool offload_params, uint64
                             uint64_t LL, uint64_t G, uint64_t gpn, uint64_t *gpu,
                             uint64_t *cpu);
 
+/* ---- zc_plan_memory with its chunks (plan.c), for `zeroc estimate` ------- */
+
+/* The chunks of a plan and where the placement puts them (malloc'd, n
+ * entries each; free with zc__plan_chunks_free). */
+typedef struct zc_plan_chunks {
+    int n;
+    int64_t *padded;
+    bool *persistent;
+    uint8_t *opt, *param;    /* ZC_PLACE_* per chunk */
+} zc_plan_chunks;
+
+struct zc_memory_plan;
+struct zc_plan_tensor;
+struct zc_engine_options;
+/* zc_plan_memory, and with chunks != NULL the plan's chunks (filled only on
+ * success). */
+zc_status zc__plan_memory_placed(const zc_config *cfg, int world,
+                                 const struct zc_plan_tensor *tensors, int n,
+                                 const struct zc_engine_options *opts,
+                                 struct zc_memory_plan *out, zc_plan_chunks *chunks);
+void zc__plan_chunks_free(zc_plan_chunks *c);
+
 /* ---- the engine's pre-flight (preflight.c) ------------------------------ */
 
 struct zc_engine;
@@ -223,6 +258,25 @@ struct zc_engine;
  * configuration key that changes it. The parameter homes leave these checks
  * to it. */
 zc_status zc__preflight(struct zc_engine *e);
+
+/* The figure of an "auto" budget of zero_optimization.max_memory on this
+ * rank: device, dev's free memory (dev NULL, a plan with no device opened:
+ * the host path's, else ZC_ERR_CONFIG; on the host path this rank's share of
+ * the host's); cpu, MemAvailable or the cgroup's headroom (the smaller) over
+ * local_ranks, the ranks of this node; both less 10%. nvme, the free space
+ * of the filesystems under both blocks' nvme_path less 5%. The test hooks
+ * below apply. ZC_ERR_CONFIG / ZC_ERR_DEVICE / ZC_ERR_IO when a figure
+ * cannot be read, naming the key. Rank-local. */
+struct zc_device;
+zc_status zc__preflight_auto_budget(const zc_config *cfg, struct zc_device *dev,
+                                    int local_ranks, zc_budget_kind kind, int64_t *bytes);
+
+/* The test overrides as set (machine.c): the root of the host limits (NULL:
+ * "/"), the device's free bytes and each swap directory's free bytes (< 0:
+ * ask the device / statvfs). */
+const char *zc__machine_limits_root(void);
+int64_t zc__machine_device_free_set(void);
+int64_t zc__machine_nvme_free_set(void);
 
 /* Tests: read the host limits under root (a directory of fake proc/sys
  * files, see zc__host_mem_limits_read) instead of "/"; NULL restores. */

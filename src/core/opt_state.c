@@ -7,7 +7,9 @@
  * chunks in registration order, up to ratio * (all optimizer elements), go to
  * the offload home and the rest stay on the device and are updated there
  * (ratio is 1 unless stage 3, as DeepSpeed requires). Stage 0 keeps full
- * optimizer state on every rank and cannot offload.
+ * optimizer state on every rank and cannot offload. With a placement from
+ * zero_optimization.max_memory (placement.h) each chunk goes where it says,
+ * which may split the chunks three ways: device, cpu and nvme homes.
  *
  * The gradient and the output. Adam reads the chunk's reduced gradient shard
  * and writes the new working-precision shard. A host home runs Adam on the
@@ -33,16 +35,22 @@
 #include <string.h>
 
 #include "core/engine.h"
+#include "core/placement.h"
 
 static atomic_bool force_staging;
 
 void zc__opt_force_staging(bool on) { atomic_store(&force_staging, on); }
 
-zc_opt_home *zc__opt_offload_home(zc_engine *e) { return e->nhomes > 1 ? e->homes[1] : NULL; }
+/* The nvme home when there is one (a placement may use cpu and nvme
+ * together: [0] device, [1] cpu, [2] nvme), else the offload home. */
+zc_opt_home *zc__opt_offload_home(zc_engine *e)
+{
+    return e->nhomes > 1 ? e->homes[e->nhomes - 1] : NULL;
+}
 
 bool zc__opt_rank_local_io(const zc_engine *e)
 {
-    return e->nhomes > 1 && !strcmp(e->homes[1]->ops->name, "nvme");
+    return e->nhomes > 1 && !strcmp(e->homes[e->nhomes - 1]->ops->name, "nvme");
 }
 
 static size_t opt_elems(const zc_engine *e, const zc_chunk *c)
@@ -73,42 +81,60 @@ zc_status zc__opt_build(zc_engine *e)
     ZC_CHECK(zc__opt_home_device_create(&hp, &e->homes[0]));
     e->nhomes = 1;
 
-    if (o->device != ZC_OFFLOAD_NONE) {
-        /* zc_engine_create refused what the engine cannot take (offload at
-         * stage 0, the ratio, ...); the same rules (support.c) hold here. */
-        ZC_CHECK(zc__config_engine_rules(e->cfg, "zc_engine_build"));
-        if (o->device == ZC_OFFLOAD_CPU) {
-            ZC_CHECK(zc__opt_home_cpu_create(&hp, &e->homes[1]));
-        } else {
-            char buf[16 * 512];
-            const char *dirs[16];
-            ZC_CHECK(zc__split_nvme_paths("offload_optimizer", o->nvme_path, buf, sizeof buf, dirs,
-                                              &hp.ndirs));
-            hp.dirs = dirs;
-            ZC_CHECK(zc__opt_home_nvme_create(&hp, &e->homes[1]));
-        }
-        e->nhomes = 2;
-    }
-
-    /* Placement by elements, in chunk order; every rank computes the same
-     * split from the same layout. */
+    /* Where each chunk goes: the placement chosen from max_memory
+     * (placement.c), or the offload device's rule - the first chunks in
+     * registration order, up to ratio x all optimizer elements, offloaded.
+     * Every rank computes the same split from the same layout. */
     int64_t total = 0, offloaded = 0;
     for (int k = 0; k < e->nchunks; k++)
         total += (int64_t)opt_elems(e, &e->chunks[k]);
-    const double want = e->nhomes > 1 ? e->cfg->zero.offload_optimizer.ratio * (double)total : 0;
+    const double want = o->device != ZC_OFFLOAD_NONE ? o->ratio * (double)total : 0;
+    const uint8_t rule_place = o->device == ZC_OFFLOAD_CPU ? ZC_PLACE_PINNED : ZC_PLACE_NVME;
+    bool used[ZC_PLACE__COUNT] = {true, false, false};
+    int64_t acc = 0;
+    for (int k = 0; k < e->nchunks; k++) {
+        uint8_t pl = ZC_PLACE_DEVICE;
+        if (e->opt_place)
+            pl = e->opt_place[k];
+        else if (o->device != ZC_OFFLOAD_NONE && (double)acc < want)
+            pl = rule_place;
+        if (pl != ZC_PLACE_DEVICE)
+            acc += (int64_t)opt_elems(e, &e->chunks[k]);
+        e->chunks[k].home = pl; /* a kind for now; the home's index below */
+        e->chunks[k].opt_kind = pl;
+        used[pl] = true;
+    }
+    int index[ZC_PLACE__COUNT] = {0, 0, 0};
+    if (used[ZC_PLACE_PINNED] || used[ZC_PLACE_NVME])
+        /* zc_engine_create refused what the engine cannot take (offload at
+         * stage 0, the ratio, ...); the same rules (support.c) hold here. */
+        ZC_CHECK(zc__config_engine_rules(e->cfg, "zc_engine_build"));
+    if (used[ZC_PLACE_PINNED]) {
+        ZC_CHECK(zc__opt_home_cpu_create(&hp, &e->homes[e->nhomes]));
+        index[ZC_PLACE_PINNED] = e->nhomes++;
+    }
+    if (used[ZC_PLACE_NVME]) {
+        char buf[16 * 512];
+        const char *dirs[16];
+        ZC_CHECK(zc__split_nvme_paths("offload_optimizer", zc__place_nvme_path(e->cfg, false),
+                                      buf, sizeof buf, dirs, &hp.ndirs));
+        hp.dirs = dirs;
+        ZC_CHECK(zc__opt_home_nvme_create(&hp, &e->homes[e->nhomes]));
+        index[ZC_PLACE_NVME] = e->nhomes++;
+    }
     for (int k = 0; k < e->nchunks; k++) {
         zc_chunk *c = &e->chunks[k];
         const size_t n = opt_elems(e, c);
-        c->home = e->nhomes > 1 && (double)offloaded < want ? 1 : 0;
-        if (c->home)
+        if (c->home != ZC_PLACE_DEVICE)
             offloaded += (int64_t)n;
+        c->home = index[c->home];
         ZC_CHECK(e->homes[c->home]->ops->add_chunk(e->homes[c->home], k, n));
     }
     /* The offload home first: its pre-flight runs before device memory for
      * the state is taken. */
     for (int h = e->nhomes - 1; h >= 0; h--)
         ZC_CHECK(e->homes[h]->ops->prepare(e->homes[h]));
-    if (e->nhomes > 1)
+    if (e->nhomes > 1 && !e->opt_place)
         ZC_LOGI("core", "optimizer state: %lld of %lld elements offloaded (%s, ratio %g)",
                 (long long)offloaded, (long long)total, e->homes[1]->ops->name,
                 e->cfg->zero.offload_optimizer.ratio);
@@ -118,9 +144,10 @@ zc_status zc__opt_build(zc_engine *e)
 void zc__opt_free(zc_engine *e)
 {
     zc__opt_copy_free(e); /* its copies read and write the homes' buffers */
-    for (int h = 0; h < e->nhomes; h++)
+    for (int h = 0; h < e->nhomes; h++) {
         zc__opt_home_destroy(e->homes[h]);
-    e->homes[0] = e->homes[1] = NULL;
+        e->homes[h] = NULL;
+    }
     e->nhomes = 0;
     zc__host_free(&e->acct, ZC_MEM_OTHER, e->pass_ks, (size_t)e->nchunks * sizeof(int));
     e->pass_ks = NULL;

@@ -8,7 +8,10 @@
  * (at stage 3; below it the block is ignored, as DeepSpeed does) every
  * chunk's shard goes to the offload home except the persistent chunks
  * (stage3_param_persistence_threshold), which stay gathered on the device for
- * the whole run, as DeepSpeed keeps them.
+ * the whole run, as DeepSpeed keeps them. With a placement from
+ * zero_optimization.max_memory (placement.h) each chunk's shard is where
+ * the placement says: on the device, in pinned memory or on NVMe - a
+ * three-way split, the pinned shards being the nvme home's cached chunks.
  *
  * Gathering an offloaded chunk: the shard comes out of its home (nvme: the
  * read started ahead by the prefetcher, or one started now), is copied H2D
@@ -31,6 +34,7 @@
 #include <string.h>
 
 #include "core/engine.h"
+#include "core/placement.h"
 
 bool zc__param_offloaded(const zc_engine *e, const zc_chunk *c)
 {
@@ -63,12 +67,49 @@ static zc_status h2d_retire(zc_engine *e)
     return rc;
 }
 
+/* Which shards are offloaded and whether the home is the nvme one: a
+ * placement from max_memory says it per chunk (pinned shards are then the
+ * nvme home's cached chunks when any shard is on NVMe, else the cpu home's);
+ * otherwise offload_param.device takes every non-persistent shard. */
+static bool plan_homes(zc_engine *e, bool *nvme)
+{
+    const zc_offload_cfg *o = &e->cfg->zero.offload_param;
+    bool any = false;
+    int64_t cached = 0;
+    *nvme = false;
+    for (int k = 0; k < e->nchunks; k++) {
+        zc_chunk *c = &e->chunks[k];
+        uint8_t pl = e->param_place ? e->param_place[k]
+                     : o->device == ZC_OFFLOAD_NONE ? ZC_PLACE_DEVICE
+                     : o->device == ZC_OFFLOAD_CPU  ? ZC_PLACE_PINNED
+                                                    : ZC_PLACE_NVME;
+        if (c->persistent)
+            pl = ZC_PLACE_DEVICE;
+        if (!e->param_place && pl == ZC_PLACE_NVME && cached + c->shard <= o->max_in_cpu) {
+            /* the nvme home's max_in_cpu rule (param_home_nvme.c) */
+            cached += c->shard;
+            pl = ZC_PLACE_PINNED;
+            *nvme = true;
+        }
+        c->param_kind = pl;
+        c->poff = pl != ZC_PLACE_DEVICE;
+        any = any || c->poff;
+        *nvme = *nvme || (c->poff && pl == ZC_PLACE_NVME);
+    }
+    if (!e->param_place)
+        *nvme = o->device == ZC_OFFLOAD_NVME;
+    return any;
+}
+
 zc_status zc__param_build(zc_engine *e)
 {
     const zc_offload_cfg *o = &e->cfg->zero.offload_param;
     /* Below stage 3 there is no shard to offload: ignored, as DeepSpeed
      * does (the configuration loader warned that it has no effect). */
-    if (o->device == ZC_OFFLOAD_NONE || e->stage != 3)
+    if (e->stage != 3)
+        return ZC_OK;
+    bool nvme = false;
+    if (!plan_homes(e, &nvme))
         return ZC_OK;
     zc_param_home_params hp = {
         .env = zc__eng_home_env(e),
@@ -79,26 +120,39 @@ zc_status zc__param_build(zc_engine *e)
     };
     char buf[16 * 512];
     const char *dirs[16];
-    if (o->device == ZC_OFFLOAD_CPU) {
+    uint8_t *cache = NULL;
+    const size_t n = (size_t)e->nchunks;
+    zc_status rc = ZC_OK;
+    if (!nvme) {
         ZC_CHECK(zc__param_home_cpu_create(&hp, &e->phome));
     } else {
-        ZC_CHECK(zc__split_nvme_paths("offload_param", o->nvme_path, buf, sizeof buf, dirs,
-                                      &hp.ndirs));
+        ZC_CHECK(zc__split_nvme_paths("offload_param", zc__place_nvme_path(e->cfg, true), buf,
+                                      sizeof buf, dirs, &hp.ndirs));
         hp.dirs = dirs;
-        ZC_CHECK(zc__param_home_nvme_create(&hp, &e->phome));
+        if (e->param_place) {
+            ZC_CHECK(zc__host_alloc(&e->acct, ZC_MEM_OTHER, n, "parameter cache flags",
+                                    (void **)&cache));
+            for (int k = 0; k < e->nchunks; k++)
+                cache[k] = e->param_place[k] == ZC_PLACE_PINNED;
+            hp.cache = cache;
+        }
+        rc = zc__param_home_nvme_create(&hp, &e->phome);
     }
     int64_t offloaded = 0;
-    for (int k = 0; k < e->nchunks; k++) {
+    for (int k = 0; k < e->nchunks && rc == ZC_OK; k++) {
         zc_chunk *c = &e->chunks[k];
-        c->poff = !c->persistent;
         if (!c->poff)
             continue;
-        ZC_CHECK(e->phome->ops->add_chunk(e->phome, k, (size_t)c->shard));
+        rc = e->phome->ops->add_chunk(e->phome, k, (size_t)c->shard);
         offloaded += c->padded;
     }
-    ZC_CHECK(e->phome->ops->prepare(e->phome));
-    ZC_LOGI("core", "parameters: %lld of %lld padded elements offloaded (%s); persistent chunks "
-            "stay on the device", (long long)offloaded, (long long)e->padded_elems,
+    if (rc == ZC_OK)
+        rc = e->phome->ops->prepare(e->phome);
+    if (cache)
+        zc__host_free(&e->acct, ZC_MEM_OTHER, cache, n);
+    ZC_CHECK(rc);
+    ZC_LOGI("core", "parameters: %lld of %lld padded elements offloaded (%s); the other chunks' "
+            "shards stay on the device", (long long)offloaded, (long long)e->padded_elems,
             e->phome->ops->name);
     return ZC_OK;
 }

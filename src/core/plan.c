@@ -10,12 +10,14 @@
  * - and hands the layout to the planner the pre-flight uses (estimate.c).
  * tests/core/test_estimate.c holds it equal to the planner fed a built
  * engine's layout, and so to its zc_stats, over stages, offloads and worlds. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "config/config.h"
 #include "core/engine.h"
 #include "core/estimate.h"
+#include "core/placement.h"
 #include "device/device.h"
 
 #define PLAN_HAS(o, field) \
@@ -111,9 +113,54 @@ static int layout(const zc_plan_tensor *t, const int64_t *numel, int n, const zc
     return nc + 1;
 }
 
+/* With zero_optimization.max_memory: the budgets ("auto" as this machine
+ * has them: the host path's device is host memory, a GPU's cannot be read
+ * without opening it; the node's ranks taken as the world) and the
+ * placement chosen under them, into opt[] / param[] and *est. Without it,
+ * the offload keys' rules into the arrays. */
+static zc_status place(const zc_config *cfg, zc_est_in *in, uint8_t *opt, uint8_t *param,
+                       zc_est *est, zc_memory_plan *res)
+{
+    for (int b = 0; b < ZC_BUDGET__COUNT; b++)
+        res->budget[b] = -1;
+    if (!zc__config_has_budgets(cfg)) {
+        zc__place_rules(in, opt, param);
+        return zc__estimate(in, est);
+    }
+    zc_place_in pin = {
+        .est = *in,
+        .opt_free = zc__config_place_free(cfg, false),
+        .param_free = zc__config_place_free(cfg, true),
+        .opt_nvme = zc__place_nvme_ok(cfg, false),
+        .param_nvme = zc__place_nvme_ok(cfg, true),
+    };
+    pin.est.nvme_round = cfg->aio.block_size * zc__nvme_path_count(zc__place_nvme_path(cfg, false));
+    pin.est.pnvme_round = cfg->aio.block_size * zc__nvme_path_count(zc__place_nvme_path(cfg, true));
+    for (int b = 0; b < ZC_BUDGET__COUNT; b++) {
+        int64_t bytes = 0;
+        if (zc__config_budget(cfg, (zc_budget_kind)b, &bytes) == ZC_BUDGET_AUTO)
+            ZC_CHECK(zc__preflight_auto_budget(
+                cfg, in->dev_kind == ZC_MEMKIND_HOST ? zc__device_host() : NULL, in->world,
+                (zc_budget_kind)b, &bytes));
+        pin.budget[b] = res->budget[b] = bytes;
+    }
+    if (zc__place_forced(in->nchunks, opt, param)) {
+        pin.est.opt_place = opt;
+        pin.est.param_place = param;
+        ZC_CHECK(zc__estimate(&pin.est, est));
+    } else {
+        ZC_CHECK(zc__place_plan(&pin, opt, param, est));
+    }
+    *in = pin.est;
+    in->opt_place = opt;
+    in->param_place = param;
+    res->placed = true;
+    return ZC_OK;
+}
+
 static zc_status plan(zc_config *cfg, int world, const zc_plan_tensor *t, int n,
                       const zc_engine_options *o, int64_t *numel, int64_t *padded, bool *pers,
-                      bool *units, zc_memory_plan *res)
+                      bool *units, uint8_t *opt, uint8_t *param, zc_memory_plan *res)
 {
     ZC_CHECK(zc__config_engine_check(cfg)); /* as zc_engine_create, first */
     ZC_CHECK(zc__config_resolve_for_engine(cfg, world));
@@ -175,9 +222,19 @@ static zc_status plan(zc_config *cfg, int world, const zc_plan_tensor *t, int n,
         .pnvme_round = cfg->aio.block_size * zc__nvme_path_count(op->nvme_path),
     };
     zc_est est;
-    ZC_CHECK(zc__estimate(&in, &est));
-
     memset(res, 0, sizeof *res);
+    ZC_CHECK(place(cfg, &in, opt, param, &est, res));
+    zc__place_usage(&in, &est, res->budget_used);
+    for (int k = 0; k < nc; k++) {
+        const int64_t n_opt = in.stage == 0 ? padded[k] : padded[k] / world;
+        const int pk = in.stage == 3 && pers[k] ? ZC_PLACE_DEVICE : param[k];
+        res->opt_chunks_by_place[opt[k]]++;
+        res->opt_elems_by_place[opt[k]] += n_opt;
+        if (in.stage == 3) {
+            res->param_chunks_by_place[pk]++;
+            res->param_elems_by_place[pk] += padded[k] / world;
+        }
+    }
     for (int k = 0; k < ZC_MEMKIND__COUNT; k++) {
         res->bytes_by_kind[kind_of[k]] = est.kind_total[k];
         for (int c = 0; c < ZC_MEM__COUNT; c++)
@@ -188,12 +245,20 @@ static zc_status plan(zc_config *cfg, int world, const zc_plan_tensor *t, int n,
     res->num_chunks = nc;
     res->grad_buffer_bytes = est.grad_pool;
     res->dtype = dt;
+    res->stage = cfg->zero.stage;
     res->host_device = kind == ZC_DEVICE_HOST;
     return ZC_OK;
 }
 
 ZC_API zc_status zc_plan_memory(const zc_config *cfg, int world, const zc_plan_tensor *tensors,
                                 int n, const zc_engine_options *opts, zc_memory_plan *out)
+{
+    return zc__plan_memory_placed(cfg, world, tensors, n, opts, out, NULL);
+}
+
+zc_status zc__plan_memory_placed(const zc_config *cfg, int world, const zc_plan_tensor *tensors,
+                                 int n, const zc_engine_options *opts, zc_memory_plan *out,
+                                 zc_plan_chunks *chunks)
 {
     if (!cfg || !tensors || n < 1 || world < 1)
         return ZC_ERR(ZC_ERR_INVALID_ARG, "zc_plan_memory: cfg %s, tensors %s, n %d, world %d "
@@ -212,21 +277,64 @@ ZC_API zc_status zc_plan_memory(const zc_config *cfg, int world, const zc_plan_t
     const size_t m = (size_t)n;
     int64_t *numel = calloc(m, sizeof *numel), *padded = calloc(m, sizeof *padded);
     bool *pers = calloc(m, sizeof *pers), *units = calloc(m, sizeof *units);
+    uint8_t *opt = calloc(m, 1), *param = calloc(m, 1);
     zc_status rc;
     zc_memory_plan res;
-    if (!numel || !padded || !pers || !units)
+    if (!numel || !padded || !pers || !units || !opt || !param)
         rc = ZC_ERR(ZC_ERR_NO_MEMORY, "zc_plan_memory: no memory for the tables of %d tensors",
                     n);
+    else if (!zc__config_stage_auto(c))
+        rc = plan(c, world, tensors, n, opts, numel, padded, pers, units, opt, param, &res);
     else
-        rc = plan(c, world, tensors, n, opts, numel, padded, pers, units, &res);
+        /* stage "auto": the lowest stage whose placement fits, as the build
+         * chooses it (place_build.c). */
+        for (int s = 1, more = 1; s <= 3 && more; s++) {
+            zc_config *cs = NULL;
+            rc = zc__config_clone(c, &cs);
+            if (rc == ZC_OK)
+                rc = zc_config_set_int(cs, "zero_optimization.stage", s);
+            if (rc == ZC_OK)
+                rc = plan(cs, world, tensors, n, opts, numel, padded, pers, units, opt, param,
+                          &res);
+            zc_config_destroy(cs);
+            more = rc == ZC_ERR_NO_MEMORY && s < 3;
+            if (more)
+                zc__error_clear();
+            else if (rc == ZC_ERR_NO_MEMORY) {
+                /* Copied first: the message is formatted into the same buffer. */
+                char why[1024];
+                snprintf(why, sizeof why, "%s", zc_last_error());
+                rc = ZC_ERR(ZC_ERR_NO_MEMORY, "zero_optimization.stage \"auto\": no stage of "
+                            "1-3 fits the budgets; at stage 3, %s", why);
+            }
+        }
     if (rc == ZC_OK) {
         res.size = out->size;
         *out = res;
+        if (chunks) {
+            /* Handed over: the caller frees them. */
+            *chunks = (zc_plan_chunks){.n = (int)res.num_chunks, .padded = padded,
+                                       .persistent = pers, .opt = opt, .param = param};
+            padded = NULL;
+            pers = NULL;
+            opt = param = NULL;
+        }
     }
     free(numel);
     free(padded);
     free(pers);
     free(units);
+    free(opt);
+    free(param);
     zc_config_destroy(c);
     return rc;
+}
+
+void zc__plan_chunks_free(zc_plan_chunks *c)
+{
+    free(c->padded);
+    free(c->persistent);
+    free(c->opt);
+    free(c->param);
+    *c = (zc_plan_chunks){0};
 }

@@ -4,6 +4,7 @@
  * home also the swap files' free space); the parameter homes (offload_param)
  * leave it to this check. It sees the sum, so a configuration whose parts
  * each fit but whose total does not is refused up front. */
+#include <errno.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -12,14 +13,8 @@
 
 #include "core/engine.h"
 #include "core/estimate.h"
+#include "core/placement.h"
 #include "offload/offload.h"
-
-static _Atomic(const char *) limits_root;
-/* < 0: ask the device (zc_device_ops.mem_info). */
-static _Atomic int64_t fake_device_free = -1;
-
-void zc__preflight_limits_root(const char *root) { atomic_store(&limits_root, root); }
-void zc__preflight_device_free(int64_t bytes) { atomic_store(&fake_device_free, bytes); }
 
 static const char *const kind_names[ZC_MEMKIND__COUNT] = {"host", "pinned host", "device",
                                                           "NVMe"};
@@ -54,9 +49,6 @@ static int add_store(const zc_engine *e, const char *key, const char *nvme_path,
     return n;
 }
 
-/* Free test capacity for every swap directory (< 0: ask statvfs). */
-static _Atomic int64_t fake_nvme_free = -1;
-void zc__preflight_nvme_free(int64_t bytes) { atomic_store(&fake_nvme_free, bytes); }
 
 /* The swap stores against the free space of their filesystems: the
  * optimizer's (offload_optimizer.nvme_path) and the parameters'
@@ -70,11 +62,13 @@ static zc_status check_nvme(const zc_engine *e, const zc_est *est)
     const int64_t popt = est->kind_total[ZC_MEMKIND_NVME] - est->param_nvme;
     char obuf[16 * 512], pbuf[16 * 512];
     swap_dir sd[32];
-    int n = add_store(e, "offload_optimizer", e->cfg->zero.offload_optimizer.nvme_path,
+    /* A placement may put a home's files under the other block's nvme_path
+     * (zc__place_nvme_path); without one, each block uses its own. */
+    int n = add_store(e, "offload_optimizer", zc__place_nvme_path(e->cfg, false),
                       popt > 0 ? (uint64_t)popt : 0, false, obuf, sizeof obuf, sd, 0);
-    n = add_store(e, "offload_param", e->cfg->zero.offload_param.nvme_path,
+    n = add_store(e, "offload_param", zc__place_nvme_path(e->cfg, true),
                   (uint64_t)est->param_nvme, true, pbuf, sizeof pbuf, sd, n);
-    const int64_t fake = atomic_load(&fake_nvme_free);
+    const int64_t fake = zc__machine_nvme_free_set();
     struct stat st[32];
     bool ok[32];
     for (int i = 0; i < n; i++)
@@ -151,7 +145,7 @@ static zc_status check_device(const zc_engine *e, const zc_est_in *in, const zc_
 {
     const zc_mem_kind dk = e->dev->mem_kind;
     const int64_t need = est->kind_total[dk];
-    int64_t fake = atomic_load(&fake_device_free);
+    int64_t fake = zc__machine_device_free_set();
     size_t free_b = 0, total_b = 0;
     if (fake >= 0) {
         free_b = (size_t)fake;
@@ -191,7 +185,7 @@ static zc_status check_host(const zc_engine *e, const zc_est_in *in, const zc_es
                                (uint64_t)est->kind_total[ZC_MEMKIND_PINNED], &host))
         host = UINT64_MAX;
     zc_host_mem_limits lim;
-    zc__host_mem_limits_read(atomic_load(&limits_root), &lim);
+    zc__host_mem_limits_read(zc__machine_limits_root(), &lim);
     char what[256];
     snprintf(what, sizeof what, "zc_engine_build (rank %d, stage %d, %d chunks)", e->rank,
              e->stage, e->nchunks);
@@ -256,6 +250,21 @@ zc_status zc__preflight(zc_engine *e)
         .max_in_cpu = p->max_in_cpu,
         .pnvme_round = e->cfg->aio.block_size * zc__nvme_path_count(p->nvme_path),
     };
+    if (e->stage_auto || e->budgets) {
+        /* The placement from max_memory (and with stage "auto" the stage) is
+         * chosen from this very plan input (place_build.c), and the checks
+         * below then hold its plan to what the machine has too. */
+        if (e->stage_auto)
+            ZC_CHECK_GOTO(zc__place_stage(e, &in, pers), rc, out);
+        else
+            ZC_CHECK_GOTO(zc__place_build(e, &in), rc, out);
+        in.opt_place = e->opt_place;
+        in.param_place = e->param_place;
+        in.nvme_round = e->cfg->aio.block_size *
+                        zc__nvme_path_count(zc__place_nvme_path(e->cfg, false));
+        in.pnvme_round = e->cfg->aio.block_size *
+                         zc__nvme_path_count(zc__place_nvme_path(e->cfg, true));
+    }
     zc_est est;
     /* Configuration errors (stage 0 with offload, a bad ratio) are left to
      * the code that reports them with the engine's own words (zc_engine_create

@@ -43,6 +43,18 @@ ZC_API zc_status zc_engine_stats(const zc_engine *e, zc_stats *out)
         }
     for (int k = 0; k < ZC_COLL__COUNT; k++)
         s.comm_bytes_last_step[k] = e->comm_last[k];
+    if (e->state != ZC_ENG_CREATED)
+        for (int k = 0; k < e->nchunks; k++) {
+            const zc_chunk *c = &e->chunks[k];
+            s.opt_chunks_by_place[c->opt_kind]++;
+            s.opt_elems_by_place[c->opt_kind] += e->pol->full_optimizer ? c->padded : c->shard;
+            if (e->stage == 3) {
+                s.param_chunks_by_place[c->param_kind]++;
+                s.param_elems_by_place[c->param_kind] += c->shard;
+            }
+        }
+    for (int b = 0; b < ZC_BUDGET_INDEX__COUNT; b++)
+        s.budget[b] = e->budgets ? e->budget[b] : -1;
     s.gathers_last_step = e->gathers_last;
     s.max_live_elems_last_step = e->live_peak_last;
     s.trace_invalidations = e->invalidations;

@@ -47,16 +47,25 @@ zc_status zc__streams_create(zc_engine *e)
     e->streams_created = true; /* destroy releases whatever was created */
     ZC_CHECK(o->stream_create_nonblocking(d, &e->stream));
     e->comm_stream = e->stream;
-    if (zc__cfg_overlap_comm(e->cfg))
-        ZC_CHECK(o->stream_create_nonblocking(d, &e->comm_stream));
     ZC_CHECK(o->stream_create_nonblocking(d, &e->ctl_stream));
     ZC_CHECK(o->event_create(d, &e->ev_engine));
     ZC_CHECK(o->event_create(d, &e->ev_caller));
     ZC_CHECK(o->event_create(d, &e->ev_handoff));
     ZC_CHECK(o->event_create(d, &e->ev_reduced));
+    /* With stage "auto" these wait for the stage (zc_engine_build). */
+    return e->stage_auto ? ZC_OK : zc__streams_stage(e);
+}
+
+zc_status zc__streams_stage(zc_engine *e)
+{
+    zc_device *d = e->dev;
+    const zc_device_ops *o = d->ops;
+    if (zc__cfg_overlap_comm(e->cfg))
+        ZC_CHECK(o->stream_create_nonblocking(d, &e->comm_stream));
     /* Stage-3 parameter offload: the shards' H2D copies get a stream of
      * their own, so a copy overlaps the engine's work (param_state.c). */
-    if (e->stage == 3 && e->cfg->zero.offload_param.device != ZC_OFFLOAD_NONE) {
+    if (e->stage == 3 && (e->cfg->zero.offload_param.device != ZC_OFFLOAD_NONE ||
+                          zc__config_place_free(e->cfg, true))) {
         ZC_CHECK(o->stream_create_nonblocking(d, &e->h2d_stream));
         ZC_CHECK(o->event_create(d, &e->ev_h2d_in));
         ZC_CHECK(o->event_create(d, &e->ev_h2d_done));

@@ -11,6 +11,10 @@
  * stream of its own, a communication stream when overlap_comm, a control
  * stream. The host device's streams are its synchronous sentinel. */
 zc_status zc__streams_create(zc_engine *e);
+/* The streams that depend on the stage (the comm stream with overlap_comm,
+ * stage 3's H2D stream): part of zc__streams_create, or, with stage "auto",
+ * called by zc_engine_build once the stage is chosen. */
+zc_status zc__streams_stage(zc_engine *e);
 /* The per-slot state of the gradient pool (ev_gslot, gslot_pending,
  * gslot_land), for its n slots: made by reserve.c once the pool is planned
  * (n is known only then), freed by zc__streams_destroy. */

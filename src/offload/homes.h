@@ -299,6 +299,10 @@ typedef struct zc_param_home_params {
     const char *const *dirs;
     int ndirs;
     int64_t buffer_count, buffer_size, max_in_cpu;
+    /* Per chunk (nchunks entries, read at prepare only): nonzero keeps the
+     * shard in pinned memory ("cached"), zero puts it in the swap file - a
+     * placement chosen from memory budgets. NULL: max_in_cpu decides. */
+    const uint8_t *cache;
 } zc_param_home_params;
 
 zc_status zc__param_home_cpu_create(const zc_param_home_params *p, zc_param_home **out);

@@ -109,7 +109,9 @@ static zc_status pn_prepare(zc_param_home *hh)
         if (!zc__aligned_bytes(c->n, h->p.env.param_bytes, ZC_SWAP_ALIGN, &c->tbytes))
             return ZC_ERR(ZC_ERR_CONFIG, "zero_optimization.offload_param: the shard of chunk %d "
                           "(%zu elements) is too large to swap (its size overflows)", k, c->n);
-        if (cached + (int64_t)c->n <= h->p.max_in_cpu) {
+        const bool cache = h->p.cache ? h->p.cache[k] != 0
+                                      : cached + (int64_t)c->n <= h->p.max_in_cpu;
+        if (cache) {
             cached += (int64_t)c->n;
             cache_bytes += c->tbytes;
             c->cache = (void *)1; /* placeholder until allocated below */

@@ -75,6 +75,50 @@ def plan_stage2(P, W, pesz):
     return params + grads + opt + pools
 
 
+def check_max_memory(z):
+    """--max-memory (issue 19): strict flags, and the placement of P = 4 x 2^24
+    parameters at stage 2 on W ranks against plan_stage2: a device budget of
+    exactly the no-offload plan keeps every chunk on the device; one byte less
+    moves exactly one chunk's optimizer state (the last one, 2^24 / W
+    elements) to pinned memory, as moving any one frees 16 bytes an element;
+    no cpu and no device room refuses naming the device budget."""
+    expect_usage(z, "mm kind", ["--params", "10", "--world", "1", "--max-memory", "gpu=1GiB"],
+                 "device, cpu, nvme")
+    expect_usage(z, "mm size", ["--params", "10", "--world", "1", "--max-memory",
+                                "device=12XB"], "zero_optimization.max_memory.device", "'12XB'")
+    expect_usage(z, "mm twice", ["--params", "10", "--world", "1", "--max-memory",
+                                 "cpu=1GiB,cpu=2GiB"], "each once")
+    expect_usage(z, "mm nvme path", ["--params", "10", "--world", "1", "--max-memory",
+                                     "nvme=1TiB"], "--nvme-path")
+    expect_usage(z, "nvme path alone", ["--params", "10", "--world", "1", "--nvme-path", "/x"],
+                 "--max-memory")
+    cap, W = 1 << 24, 2
+    P = 4 * cap
+    total = plan_stage2(P, W, 2)
+    for budget, pinned in ((total, 0), (total - 1, 1)):
+        rows = lines(z, "--params", str(P), "--world", str(W), "--json", "--max-memory",
+                     "device=%d,cpu=64GiB" % budget)
+        st2 = [r for r in rows if r.get("stage") == 2]
+        if len(rows) != 3 or len(st2) != 1:
+            fail("mm rows", "%d lines, want 3 (stages 1-3)" % len(rows))
+            continue
+        r = st2[0]
+        pl = r["placement"]["optimizer"]
+        if not r["fits"] or pl["pinned host"]["chunks"] != pinned or \
+                pl["device"]["chunks"] != 4 - pinned or r["budgets"]["device"]["used"] > budget:
+            fail("mm placement %d" % budget, "%r" % r)
+        if pinned and (pl["pinned host"]["ranges"] != "3" or
+                       pl["pinned host"]["elements"] != cap // W):
+            fail("mm last chunk", "%r" % pl)
+        if r["budgets"]["device"]["budget"] != budget or \
+                r["explicit_config"]["exact"]["zero_optimization"]["max_memory"]["device"] != budget:
+            fail("mm budgets", "%r" % r)
+    r = run(z, "--params", str(P), "--world", str(W), "--max-memory", "device=1MiB")
+    if r.returncode != 1 or "zero_optimization.max_memory.device" not in r.stdout or \
+            "short" not in r.stdout:
+        fail("mm refusal", "exit %r, stdout %r" % (r.returncode, r.stdout))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--zeroc", required=True)
@@ -267,6 +311,8 @@ def main():
     r = run(z, "--params", "1e9", "--world", "8")
     if r.returncode != 0 or r.stdout.count("\n| ") != 17:
         fail("table", "exit %r, stdout %r" % (r.returncode, r.stdout))
+
+    check_max_memory(z)
 
     if failures:
         print("%d check(s) failed" % len(failures))

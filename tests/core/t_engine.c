@@ -161,68 +161,117 @@ static zc_status adopt(t_ctx *x)
     return ZC_OK;
 }
 
+/* The run's configuration into cfg (zc_config_create'd). */
+/* A failed setting's status (zc_last_error says which). */
+#define CFG_TRY(call)                                                               \
+    do {                                                                            \
+        zc_status rc_ = (call);                                                     \
+        if (rc_ != ZC_OK)                                                           \
+            return rc_;                                                             \
+    } while (0)
+
+static zc_status config_fill(zc_config *cfg, const t_run *run)
+{
+    CFG_TRY(zc_config_set_int(cfg, "zero_optimization.stage", run->stage));
+    CFG_TRY(zc_config_set_int(cfg, "gradient_accumulation_steps", run->accum));
+    if (run->steps_per_print > 0)
+        CFG_TRY(zc_config_set_int(cfg, "steps_per_print", run->steps_per_print));
+    if (run->wall_clock_breakdown)
+        CFG_TRY(zc_config_set_bool(cfg, "wall_clock_breakdown", true));
+    CFG_TRY(zc_config_set_double(cfg, "gradient_clipping", run->clip));
+    CFG_TRY(zc_config_set_double(cfg, "optimizer.params.lr", 1e-2));
+    CFG_TRY(zc_config_set_double(cfg, "optimizer.params.weight_decay", 0.01));
+    if (run->dtype == ZC_DTYPE_BF16)
+        CFG_TRY(zc_config_set_bool(cfg, "bf16.enabled", true));
+    if (run->dtype == ZC_DTYPE_F16)
+        CFG_TRY(zc_config_set_bool(cfg, "fp16.enabled", true));
+    if (run->dtype == ZC_DTYPE_F16 && run->loss_scale_window > 0)
+        CFG_TRY(zc_config_set_int(cfg, "fp16.loss_scale_window", run->loss_scale_window));
+    CFG_TRY(zc_config_set_int(cfg, "zero_optimization.stage3_param_persistence_threshold",
+                          run->persistence < 0 ? 0 : run->persistence));
+    if (run->prefetch >= 0)
+        CFG_TRY(zc_config_set_int(cfg, "zero_optimization.stage3_prefetch_bucket_size",
+                              run->prefetch));
+    if (run->max_live >= 0)
+        CFG_TRY(zc_config_set_int(cfg, "zero_optimization.stage3_max_live_parameters",
+                              run->max_live));
+    CFG_TRY(zc_config_set_int(cfg, "zero_optimization.stage3_max_reuse_distance",
+                          run->reuse < 0 ? 0 : run->reuse));
+    if (run->offload_param) {
+        char dev[32];
+        snprintf(dev, sizeof dev, "\"%s\"", run->offload_param);
+        CFG_TRY(zc_config_set(cfg, "zero_optimization.offload_param.device", dev));
+        if (run->param_nvme_path_json)
+            CFG_TRY(zc_config_set(cfg, "zero_optimization.offload_param.nvme_path",
+                              run->param_nvme_path_json));
+        if (run->param_buffer_count > 0)
+            CFG_TRY(zc_config_set_int(cfg, "zero_optimization.offload_param.buffer_count",
+                                  run->param_buffer_count));
+        CFG_TRY(zc_config_set_int(cfg, "zero_optimization.offload_param.max_in_cpu",
+                              run->max_in_cpu));
+    }
+    if (run->offload) {
+        char dev[32];
+        snprintf(dev, sizeof dev, "\"%s\"", run->offload);
+        CFG_TRY(zc_config_set(cfg, "zero_optimization.offload_optimizer.device", dev));
+        if (run->nvme_path_json)
+            CFG_TRY(zc_config_set(cfg, "zero_optimization.offload_optimizer.nvme_path",
+                              run->nvme_path_json));
+        if (run->offload_ratio > 0)
+            CFG_TRY(zc_config_set_double(cfg, "zero_optimization.offload_optimizer.ratio",
+                                     run->offload_ratio));
+        if (run->buffer_count > 0)
+            CFG_TRY(zc_config_set_int(cfg, "zero_optimization.offload_optimizer.buffer_count",
+                                  run->buffer_count));
+        CFG_TRY(zc_config_set_bool(cfg, "zero_optimization.offload_optimizer.pipeline_read",
+                               run->pipeline));
+        CFG_TRY(zc_config_set_bool(cfg, "zero_optimization.offload_optimizer.pipeline_write",
+                               run->pipeline));
+    }
+    for (int i = 0; run->keys && run->keys[i]; i += 2)
+        CFG_TRY(zc_config_set(cfg, run->keys[i], run->keys[i + 1]));
+    return ZC_OK;
+}
+
+zc_status t_config_make(const t_run *run, zc_config **out)
+{
+    *out = NULL;
+    zc_config *cfg = NULL;
+    zc_status rc = zc_config_create(&cfg);
+    if (rc == ZC_OK)
+        rc = config_fill(cfg, run);
+    if (rc != ZC_OK)
+        zc_config_destroy(cfg);
+    else
+        *out = cfg;
+    return rc;
+}
+
+zc_status t_plan(const t_run *run, zc_memory_plan *out)
+{
+    zc_config *cfg = NULL;
+    zc_status rc = t_config_make(run, &cfg);
+    zc_plan_tensor t[T_NPARAMS];
+    for (int i = 0; i < T_NPARAMS; i++)
+        t[i] = (zc_plan_tensor){.shape = &t_numel[i], .ndim = 1, .boundary = t_boundary[i]};
+    zc_engine_options eo = ZC_ENGINE_OPTIONS_INIT;
+    eo.device = ZC_DEVICE_HOST;
+    eo.bucket_elems = run->bucket;
+    eo.f32_view_chunks = run->f32_views;
+    out->size = sizeof *out;
+    if (rc == ZC_OK)
+        rc = zc_plan_memory(cfg, run->world, t, T_NPARAMS, &eo, out);
+    zc_config_destroy(cfg);
+    return rc;
+}
+
 zc_status t_ctx_open(t_ctx *x, t_run *run, int rank, zc_comm *comm)
 {
     memset(x, 0, sizeof *x);
     x->run = run;
     x->rank = rank;
     TRY(zc_config_create(&x->cfg));
-    TRY(zc_config_set_int(x->cfg, "zero_optimization.stage", run->stage));
-    TRY(zc_config_set_int(x->cfg, "gradient_accumulation_steps", run->accum));
-    if (run->steps_per_print > 0)
-        TRY(zc_config_set_int(x->cfg, "steps_per_print", run->steps_per_print));
-    if (run->wall_clock_breakdown)
-        TRY(zc_config_set_bool(x->cfg, "wall_clock_breakdown", true));
-    TRY(zc_config_set_double(x->cfg, "gradient_clipping", run->clip));
-    TRY(zc_config_set_double(x->cfg, "optimizer.params.lr", 1e-2));
-    TRY(zc_config_set_double(x->cfg, "optimizer.params.weight_decay", 0.01));
-    if (run->dtype == ZC_DTYPE_BF16)
-        TRY(zc_config_set_bool(x->cfg, "bf16.enabled", true));
-    if (run->dtype == ZC_DTYPE_F16)
-        TRY(zc_config_set_bool(x->cfg, "fp16.enabled", true));
-    if (run->dtype == ZC_DTYPE_F16 && run->loss_scale_window > 0)
-        TRY(zc_config_set_int(x->cfg, "fp16.loss_scale_window", run->loss_scale_window));
-    TRY(zc_config_set_int(x->cfg, "zero_optimization.stage3_param_persistence_threshold",
-                          run->persistence < 0 ? 0 : run->persistence));
-    if (run->prefetch >= 0)
-        TRY(zc_config_set_int(x->cfg, "zero_optimization.stage3_prefetch_bucket_size",
-                              run->prefetch));
-    if (run->max_live >= 0)
-        TRY(zc_config_set_int(x->cfg, "zero_optimization.stage3_max_live_parameters",
-                              run->max_live));
-    TRY(zc_config_set_int(x->cfg, "zero_optimization.stage3_max_reuse_distance",
-                          run->reuse < 0 ? 0 : run->reuse));
-    if (run->offload_param) {
-        char dev[32];
-        snprintf(dev, sizeof dev, "\"%s\"", run->offload_param);
-        TRY(zc_config_set(x->cfg, "zero_optimization.offload_param.device", dev));
-        if (run->param_nvme_path_json)
-            TRY(zc_config_set(x->cfg, "zero_optimization.offload_param.nvme_path",
-                              run->param_nvme_path_json));
-        if (run->param_buffer_count > 0)
-            TRY(zc_config_set_int(x->cfg, "zero_optimization.offload_param.buffer_count",
-                                  run->param_buffer_count));
-        TRY(zc_config_set_int(x->cfg, "zero_optimization.offload_param.max_in_cpu",
-                              run->max_in_cpu));
-    }
-    if (run->offload) {
-        char dev[32];
-        snprintf(dev, sizeof dev, "\"%s\"", run->offload);
-        TRY(zc_config_set(x->cfg, "zero_optimization.offload_optimizer.device", dev));
-        if (run->nvme_path_json)
-            TRY(zc_config_set(x->cfg, "zero_optimization.offload_optimizer.nvme_path",
-                              run->nvme_path_json));
-        if (run->offload_ratio > 0)
-            TRY(zc_config_set_double(x->cfg, "zero_optimization.offload_optimizer.ratio",
-                                     run->offload_ratio));
-        if (run->buffer_count > 0)
-            TRY(zc_config_set_int(x->cfg, "zero_optimization.offload_optimizer.buffer_count",
-                                  run->buffer_count));
-        TRY(zc_config_set_bool(x->cfg, "zero_optimization.offload_optimizer.pipeline_read",
-                               run->pipeline));
-        TRY(zc_config_set_bool(x->cfg, "zero_optimization.offload_optimizer.pipeline_write",
-                               run->pipeline));
-    }
+    TRY(config_fill(x->cfg, run));
     zc_engine_options eo = ZC_ENGINE_OPTIONS_INIT;
     eo.device = ZC_DEVICE_HOST;
     eo.bucket_elems = run->bucket;

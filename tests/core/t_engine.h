@@ -100,6 +100,8 @@ typedef struct t_run {
     bool pipeline;
     int f32_views;             /* zc_engine_options.f32_view_chunks (slots reserved;
                                   the harness's loop does not use them) */
+    const char *const *keys;   /* more settings: {dotted key, JSON value, ..., NULL},
+                                  applied with zc_config_set after the others */
     bool adopt;                /* register {p0..p4} and {p5..p7} over memory the rank
                                   owns (zc_block_adopt), filled with the initial values */
     bool block_values;         /* load the initial values and gather the master with
@@ -158,6 +160,11 @@ int t_nlayers(const t_ctx *x);
 int t_layer_at(const t_ctx *x, int l);
 /* Creates the configuration and engine, registers the model, builds and
  * loads the initial values. */
+/* The configuration a run's ranks build with (the caller destroys it), and
+ * zc_plan_memory of the harness's model under it on the host path (the
+ * layout_boundaries and adopt options are not planned). */
+zc_status t_config_make(const t_run *run, zc_config **out);
+zc_status t_plan(const t_run *run, zc_memory_plan *out);
 zc_status t_ctx_open(t_ctx *x, t_run *run, int rank, zc_comm *comm);
 void t_ctx_close(t_ctx *x);
 /* Forward: acquire, touch and release every parameter (order NULL: natural;

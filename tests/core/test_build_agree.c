@@ -22,6 +22,7 @@ typedef struct ba_run {
     int extra[W];        /* registers a fourth parameter */
     int group2[W];       /* group of parameter 2 */
     int rename[W];       /* names parameter 0 "z" instead of "a" (same length) */
+    const char *budget[W]; /* zero_optimization.max_memory.device (NULL: none) */
     zc_status rc[W];
     char msg[W][1024];
 } ba_run;
@@ -55,6 +56,9 @@ static void ba_go(ba_run *r, int stage_of_rank3)
         cr_assert_eq(zc_config_create(&r->cfg[k]), ZC_OK);
         int stage = k == 3 && stage_of_rank3 >= 0 ? stage_of_rank3 : 2;
         cr_assert_eq(zc_config_set_int(r->cfg[k], "zero_optimization.stage", stage), ZC_OK);
+        if (r->budget[k])
+            cr_assert_eq(zc_config_set(r->cfg[k], "zero_optimization.max_memory.device",
+                                       r->budget[k]), ZC_OK);
         if (!r->shape1[k])
             r->shape1[k] = 8;
     }
@@ -134,6 +138,31 @@ Test(build_agree, a_stage_is_named)
     static const char *const n[] = {"rank 0 has zero_optimization.stage 2",
                                     "rank 3 has zero_optimization.stage 1", NULL};
     expect_all(&r, n);
+    t_assert_no_leaks();
+}
+
+/* Budgets decide the placement and whether the build's budget agreement (a
+ * collective) runs: a rank with another budget, or none, is named rather
+ * than left waiting in that collective. Equal budgets build. */
+Test(build_agree, a_budget_is_named)
+{
+    static ba_run r;
+    memset(&r, 0, sizeof r);
+    for (int k = 0; k < W; k++)
+        r.budget[k] = "\"1GiB\"";
+    r.budget[2] = NULL;
+    ba_go(&r, -1);
+    static const char *const n[] = {"rank 0 has zero_optimization.max_memory given 1: device 1/"
+                                    "1073741824",
+                                    "rank 2 has zero_optimization.max_memory given 0",
+                                    "differ from rank 0: 2;", NULL};
+    expect_all(&r, n);
+    memset(&r, 0, sizeof r);
+    for (int k = 0; k < W; k++)
+        r.budget[k] = "\"1GiB\"";
+    ba_go(&r, -1);
+    for (int k = 0; k < W; k++)
+        cr_assert_eq(r.rc[k], ZC_OK, "rank %d: %s", k, r.msg[k]);
     t_assert_no_leaks();
 }
 
