@@ -29,7 +29,8 @@
  * whole state, so reads never hit unwritten extents).
  *
  * --case param runs the stage-3 parameter offload cases instead
- * (offload_param_case.c: {"bench":"offload_param", ...}); --case all both.
+ * (offload_param_case.c: {"bench":"offload_param", ...}), with --buffers
+ * offload_param.buffer_count (2..16, default 3); --case all both.
  *
  * Usage: bench_offload [--params N] [--chunk N] [--dir PATH] [--iters N]
  *                      [--device cpu|nvme|both] [--block BYTES] [--depth N]
@@ -52,7 +53,7 @@
 #define MAXITER 15
 
 typedef struct bopts {
-    long long params, chunk, block, depth;
+    long long params, chunk, block, depth, buffers;
     int iters;
     const char *dir;
     bool cpu, nvme;
@@ -290,7 +291,7 @@ static void emit(const bopts *o, const char *dev, bool pipeline, double step, do
 
 int main(int argc, char **argv)
 {
-    bopts o = {.params = 256LL << 20, .chunk = 1LL << 24, .block = 1 << 20, .depth = 32,
+    bopts o = {.params = 256LL << 20, .chunk = 1LL << 24, .block = 1 << 20, .depth = 32, .buffers = 3,
                .iters = 3, .dir = ".", .cpu = true, .nvme = true, .opt_case = true};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -303,6 +304,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--chunk")) o.chunk = parse_ll(a, v, 64, 1LL << 28);
         else if (!strcmp(a, "--block")) o.block = parse_ll(a, v, 4096, 1LL << 30);
         else if (!strcmp(a, "--depth")) o.depth = parse_ll(a, v, 1, 4096);
+        else if (!strcmp(a, "--buffers")) o.buffers = parse_ll(a, v, 2, 16);
         else if (!strcmp(a, "--iters")) o.iters = (int)parse_ll(a, v, 1, MAXITER);
         else if (!strcmp(a, "--dir")) o.dir = v;
         else if (!strcmp(a, "--case")) {
@@ -326,7 +328,7 @@ int main(int argc, char **argv)
         }
     }
     if (o.param_case)
-        zc_bench_offload_param(o.dir, o.params, o.chunk, o.iters);
+        zc_bench_offload_param(o.dir, o.params, o.chunk, o.buffers, o.iters);
     if (!o.opt_case)
         return 0;
     model m = {0};
