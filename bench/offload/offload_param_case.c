@@ -2,10 +2,9 @@
  * shards live in a swap file (offload_param nvme, max_in_cpu 0), with a
  * synthetic compute delay per chunk in forward and backward, run with
  * prefetch (stage3_prefetch_bucket_size large) and without (0); reuse
- * distance 0, so every chunk is read twice a step. buffer_count 3: two reads
- * ahead are enough when compute per chunk exceeds the read time, and more
- * start as a burst at the beginning of forward that shares the drive and
- * delays the first gathers (bench/RESULTS.md).
+ * distance 0, so every chunk is read twice a step. buffer_count is --buffers
+ * (2..16, default 3); the engine keeps at most two reads ahead whatever it is
+ * (src/zero3/gather.c).
  *
  * Calibration, in the same run: a step without prefetch and without delay
  * makes every acquire wait for its read; the exposed I/O of that step over
@@ -19,7 +18,7 @@
  * One JSON line per case:
  *   {"bench":"offload_param","params","prefetch","step_s","exposed_io_s",
  *    "exposed_io_fraction","read_s","exposed_over_read","read_s_per_chunk",
- *    "compute_s_per_chunk","reads"}
+ *    "compute_s_per_chunk","reads","buffers"}
  * medians of --iters steps after two warm-up steps (the first records the
  * trace). */
 #include <stdio.h>
