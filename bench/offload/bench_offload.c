@@ -26,7 +26,14 @@
  *    "read_s","adam_s","write_s","ratio_to_max"}
  * with ratio_to_max = step_s / max(read_s, adam_s, write_s). Each figure is
  * the median of --iters passes after one warm-up pass (which also writes the
- * whole state, so reads never hit unwritten extents).
+ * whole state, so reads never hit unwritten extents). After each nvme line,
+ *   {"bench":"offload_optimizer_breakdown","params","pipeline","step_s",
+ *    "adam_in_pass_s","read_wait_s","write_wait_s","io_pass_s"}
+ * says where the pass's time went (its Adam calls with the I/O moved along
+ * between pieces, its waits for reads and for writes) and io_pass_s is the
+ * same pass's reads and writes through the home without Adam, timed just
+ * before each measured pass: the floor of that very I/O schedule at that
+ * moment.
  *
  * --case param runs the stage-3 parameter offload cases instead
  * (offload_param_case.c: {"bench":"offload_param", ...}), with --buffers
