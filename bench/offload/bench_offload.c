@@ -33,7 +33,9 @@
  * between pieces, its waits for reads and for writes) and io_pass_s is the
  * same pass's reads and writes through the home without Adam, timed just
  * before each measured pass: the floor of that very I/O schedule at that
- * moment.
+ * moment; sleep_pass_s is the pass with Adam replaced by sleeping as long
+ * (adam_s, in the same pieces, the I/O moved along between them): the
+ * schedule's cost without Adam's use of the cores and memory.
  *
  * --case param runs the stage-3 parameter offload cases instead
  * (offload_param_case.c: {"bench":"offload_param", ...}), with --buffers
@@ -163,6 +165,37 @@ static double home_pass_io(zc_opt_home *h, const model *m, int *ks, bool compute
 static double home_pass(zc_opt_home *h, const model *m, int *ks, bool compute, double *adam_s)
 {
     return home_pass_io(h, m, ks, compute, compute, adam_s);
+}
+
+/* The pass with Adam replaced by sleeping as long, piece by piece, with the
+ * home's progress between pieces as Adam has: the pipeline's schedule with
+ * a compute that takes no core and no memory bandwidth from the I/O. */
+static double home_pass_sleep(zc_opt_home *h, const model *m, int *ks, double adam_s)
+{
+    size_t pieces = 0;
+    for (int k = 0; k < m->nchunks; k++)
+        pieces += (m->n[k] + PIECE - 1) / PIECE;
+    const double per = adam_s / (double)pieces;
+    const struct timespec ts = {.tv_sec = (time_t)per,
+                                .tv_nsec = (long)((per - (double)(time_t)per) * 1e9)};
+    double t0 = now_s();
+    if (h->ops->pass_begin(h, ks, m->nchunks) != ZC_OK)
+        die("pass_begin");
+    for (int k = 0; k < m->nchunks; k++) {
+        zc_opt_view v;
+        if (h->ops->acquire(h, k, &v) != ZC_OK)
+            die("acquire");
+        for (size_t x = 0; x < m->n[k]; x += PIECE) {
+            nanosleep(&ts, NULL);
+            if (h->ops->progress)
+                h->ops->progress(h);
+        }
+        if (h->ops->release(h, k, true) != ZC_OK)
+            die("release");
+    }
+    if (h->ops->pass_end(h) != ZC_OK)
+        die("pass_end");
+    return now_s() - t0;
 }
 
 static zc_opt_home *make_home(const bopts *o, const model *m, zc_mem_account *acct, bool nvme,
@@ -394,11 +427,13 @@ int main(int argc, char **argv)
         for (int pl = 1; pl >= 0; pl--) {
             zc_opt_home *nh = make_home(&o, &m, &acct, true, pl == 1);
             double ss[MAXITER], ai[MAXITER], rw[MAXITER], ww[MAXITER], io[MAXITER];
+            double sl[MAXITER];
             home_pass(nh, &m, ks, true, NULL); /* warm-up: writes the whole state */
             for (int it = 0; it < o.iters; it++) {
                 /* The same reads and writes through the home without Adam,
                  * next to each measured pass. */
                 io[it] = home_pass_io(nh, &m, ks, false, true, NULL);
+                sl[it] = home_pass_sleep(nh, &m, ks, adam);
                 ai[it] = 0;
                 ss[it] = home_pass(nh, &m, ks, true, &ai[it]);
                 zc_opt_nvme_info ni;
@@ -414,10 +449,10 @@ int main(int argc, char **argv)
              * through the home without Adam (io_pass_s). */
             printf("{\"bench\":\"offload_optimizer_breakdown\",\"params\":%lld,"
                    "\"pipeline\":%s,\"step_s\":%.4f,\"adam_in_pass_s\":%.4f,"
-                   "\"read_wait_s\":%.4f,\"write_wait_s\":%.4f,\"io_pass_s\":%.4f}\n",
+                   "\"read_wait_s\":%.4f,\"write_wait_s\":%.4f,\"io_pass_s\":%.4f,\"sleep_pass_s\":%.4f}\n",
                    o.params, pl == 1 ? "true" : "false", median(ss, o.iters),
                    median(ai, o.iters), median(rw, o.iters), median(ww, o.iters),
-                   median(io, o.iters));
+                   median(io, o.iters), median(sl, o.iters));
             fflush(stdout);
         }
     }
