@@ -158,8 +158,8 @@ static zc_status pn_prepare(zc_param_home *hh)
         ZC_CHECK(zc__pinned_alloc(h->pool, h->buf_bytes, ZC_SWAP_ALIGN, ZC_MEM_BUFFERS,
                                   "NVMe parameter buffers", (void **)&h->bufs[j].mem));
 
-    /* Every buffer's transfer wholly in the kernel (its pieces, one more for
-     * a stripe boundary): a read started ahead then runs to its end while
+    /* Every buffer's transfer wholly in the kernel (its pieces, two more for
+     * where stripe boundaries cut it): a read started ahead then runs to its end while
      * the caller computes, where with aio.queue_depth pieces (8 MiB by
      * default) a 32 MiB shard read only its first quarter before the gather
      * came to wait for it (bench/RESULTS.md, parameter offload). */
