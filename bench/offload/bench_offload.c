@@ -26,10 +26,20 @@
  *    "read_s","adam_s","write_s","ratio_to_max"}
  * with ratio_to_max = step_s / max(read_s, adam_s, write_s). Each figure is
  * the median of --iters passes after one warm-up pass (which also writes the
- * whole state, so reads never hit unwritten extents).
+ * whole state, so reads never hit unwritten extents). After each nvme line,
+ *   {"bench":"offload_optimizer_breakdown","params","pipeline","step_s",
+ *    "adam_in_pass_s","read_wait_s","write_wait_s","io_pass_s"}
+ * says where the pass's time went (its Adam calls with the I/O moved along
+ * between pieces, its waits for reads and for writes) and io_pass_s is the
+ * same pass's reads and writes through the home without Adam, timed just
+ * before each measured pass: the floor of that very I/O schedule at that
+ * moment; sleep_pass_s is the pass with Adam replaced by sleeping as long
+ * (adam_s, in the same pieces, the I/O moved along between them): the
+ * schedule's cost without Adam's use of the cores and memory.
  *
  * --case param runs the stage-3 parameter offload cases instead
- * (offload_param_case.c: {"bench":"offload_param", ...}); --case all both.
+ * (offload_param_case.c: {"bench":"offload_param", ...}), with --buffers
+ * offload_param.buffer_count (2..16, default 3); --case all both.
  *
  * Usage: bench_offload [--params N] [--chunk N] [--dir PATH] [--iters N]
  *                      [--device cpu|nvme|both] [--block BYTES] [--depth N]
@@ -52,7 +62,7 @@
 #define MAXITER 15
 
 typedef struct bopts {
-    long long params, chunk, block, depth;
+    long long params, chunk, block, depth, buffers;
     int iters;
     const char *dir;
     bool cpu, nvme;
@@ -126,8 +136,10 @@ static void adam_chunk(const model *m, int k, float *master, float *mm, float *v
     }
 }
 
-/* One pass through a home; returns seconds. */
-static double home_pass(zc_opt_home *h, const model *m, int *ks, bool compute)
+/* One pass through a home; returns seconds, and adds the time its Adam
+ * calls took (the home's progress between pieces included) to *adam_s. */
+static double home_pass_io(zc_opt_home *h, const model *m, int *ks, bool compute, bool dirty,
+                           double *adam_s)
 {
     double t0 = now_s();
     if (h->ops->pass_begin(h, ks, m->nchunks) != ZC_OK)
@@ -136,9 +148,49 @@ static double home_pass(zc_opt_home *h, const model *m, int *ks, bool compute)
         zc_opt_view v;
         if (h->ops->acquire(h, k, &v) != ZC_OK)
             die("acquire");
-        if (compute)
+        if (compute) {
+            const double ta = now_s();
             adam_chunk(m, k, v.master, v.m, v.v, h);
-        if (h->ops->release(h, k, compute) != ZC_OK)
+            if (adam_s)
+                *adam_s += now_s() - ta;
+        }
+        if (h->ops->release(h, k, dirty) != ZC_OK)
+            die("release");
+    }
+    if (h->ops->pass_end(h) != ZC_OK)
+        die("pass_end");
+    return now_s() - t0;
+}
+
+static double home_pass(zc_opt_home *h, const model *m, int *ks, bool compute, double *adam_s)
+{
+    return home_pass_io(h, m, ks, compute, compute, adam_s);
+}
+
+/* The pass with Adam replaced by sleeping as long, piece by piece, with the
+ * home's progress between pieces as Adam has: the pipeline's schedule with
+ * a compute that takes no core and no memory bandwidth from the I/O. */
+static double home_pass_sleep(zc_opt_home *h, const model *m, int *ks, double adam_s)
+{
+    size_t pieces = 0;
+    for (int k = 0; k < m->nchunks; k++)
+        pieces += (m->n[k] + PIECE - 1) / PIECE;
+    const double per = adam_s / (double)pieces;
+    const struct timespec ts = {.tv_sec = (time_t)per,
+                                .tv_nsec = (long)((per - (double)(time_t)per) * 1e9)};
+    double t0 = now_s();
+    if (h->ops->pass_begin(h, ks, m->nchunks) != ZC_OK)
+        die("pass_begin");
+    for (int k = 0; k < m->nchunks; k++) {
+        zc_opt_view v;
+        if (h->ops->acquire(h, k, &v) != ZC_OK)
+            die("acquire");
+        for (size_t x = 0; x < m->n[k]; x += PIECE) {
+            nanosleep(&ts, NULL);
+            if (h->ops->progress)
+                h->ops->progress(h);
+        }
+        if (h->ops->release(h, k, true) != ZC_OK)
             die("release");
     }
     if (h->ops->pass_end(h) != ZC_OK)
@@ -290,7 +342,7 @@ static void emit(const bopts *o, const char *dev, bool pipeline, double step, do
 
 int main(int argc, char **argv)
 {
-    bopts o = {.params = 256LL << 20, .chunk = 1LL << 24, .block = 1 << 20, .depth = 32,
+    bopts o = {.params = 256LL << 20, .chunk = 1LL << 24, .block = 1 << 20, .depth = 32, .buffers = 3,
                .iters = 3, .dir = ".", .cpu = true, .nvme = true, .opt_case = true};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -303,6 +355,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--chunk")) o.chunk = parse_ll(a, v, 64, 1LL << 28);
         else if (!strcmp(a, "--block")) o.block = parse_ll(a, v, 4096, 1LL << 30);
         else if (!strcmp(a, "--depth")) o.depth = parse_ll(a, v, 1, 4096);
+        else if (!strcmp(a, "--buffers")) o.buffers = parse_ll(a, v, 2, 16);
         else if (!strcmp(a, "--iters")) o.iters = (int)parse_ll(a, v, 1, MAXITER);
         else if (!strcmp(a, "--dir")) o.dir = v;
         else if (!strcmp(a, "--case")) {
@@ -326,7 +379,7 @@ int main(int argc, char **argv)
         }
     }
     if (o.param_case)
-        zc_bench_offload_param(o.dir, o.params, o.chunk, o.iters);
+        zc_bench_offload_param(o.dir, o.params, o.chunk, o.buffers, o.iters);
     if (!o.opt_case)
         return 0;
     model m = {0};
@@ -373,12 +426,34 @@ int main(int argc, char **argv)
         double adam = median(as, o.iters);
         for (int pl = 1; pl >= 0; pl--) {
             zc_opt_home *nh = make_home(&o, &m, &acct, true, pl == 1);
-            double ss[MAXITER];
-            home_pass(nh, &m, ks, true); /* warm-up: writes the whole state */
-            for (int it = 0; it < o.iters; it++)
-                ss[it] = home_pass(nh, &m, ks, true);
+            double ss[MAXITER], ai[MAXITER], rw[MAXITER], ww[MAXITER], io[MAXITER];
+            double sl[MAXITER];
+            home_pass(nh, &m, ks, true, NULL); /* warm-up: writes the whole state */
+            for (int it = 0; it < o.iters; it++) {
+                /* The same reads and writes through the home without Adam,
+                 * next to each measured pass. */
+                io[it] = home_pass_io(nh, &m, ks, false, true, NULL);
+                sl[it] = home_pass_sleep(nh, &m, ks, adam);
+                ai[it] = 0;
+                ss[it] = home_pass(nh, &m, ks, true, &ai[it]);
+                zc_opt_nvme_info ni;
+                zc__opt_home_nvme_info(nh, &ni);
+                rw[it] = ni.read_wait_s;
+                ww[it] = ni.write_wait_s;
+            }
             zc__opt_home_destroy(nh);
             emit(&o, "nvme", pl == 1, median(ss, o.iters), rd, adam, wr, dx);
+            /* Where the pass's time went: Adam (with the I/O moved along
+             * between its pieces), waiting for reads, waiting for writes,
+             * the rest (acquire/release bookkeeping); and the pass's I/O
+             * through the home without Adam (io_pass_s). */
+            printf("{\"bench\":\"offload_optimizer_breakdown\",\"params\":%lld,"
+                   "\"pipeline\":%s,\"step_s\":%.4f,\"adam_in_pass_s\":%.4f,"
+                   "\"read_wait_s\":%.4f,\"write_wait_s\":%.4f,\"io_pass_s\":%.4f,\"sleep_pass_s\":%.4f}\n",
+                   o.params, pl == 1 ? "true" : "false", median(ss, o.iters),
+                   median(ai, o.iters), median(rw, o.iters), median(ww, o.iters),
+                   median(io, o.iters), median(sl, o.iters));
+            fflush(stdout);
         }
     }
     if (o.cpu) {
@@ -392,13 +467,13 @@ int main(int argc, char **argv)
                 h->ops->acquire(h, k, &views[k]) != ZC_OK ||
                 h->ops->release(h, k, false) != ZC_OK || h->ops->pass_end(h) != ZC_OK)
                 die("cpu home views");
-        home_pass(h, &m, ks, true);
+        home_pass(h, &m, ks, true, NULL);
         for (int it = 0; it < o.iters; it++) {
             double t0 = now_s();
             for (int k = 0; k < m.nchunks; k++)
                 adam_chunk(&m, k, views[k].master, views[k].m, views[k].v, NULL);
             as[it] = now_s() - t0;
-            ss[it] = home_pass(h, &m, ks, true);
+            ss[it] = home_pass(h, &m, ks, true, NULL);
         }
         free(views);
         zc__opt_home_destroy(h);

@@ -2,10 +2,9 @@
  * shards live in a swap file (offload_param nvme, max_in_cpu 0), with a
  * synthetic compute delay per chunk in forward and backward, run with
  * prefetch (stage3_prefetch_bucket_size large) and without (0); reuse
- * distance 0, so every chunk is read twice a step. buffer_count 3: two reads
- * ahead are enough when compute per chunk exceeds the read time, and more
- * start as a burst at the beginning of forward that shares the drive and
- * delays the first gathers (bench/RESULTS.md).
+ * distance 0, so every chunk is read twice a step. buffer_count is --buffers
+ * (2..16, default 3); the engine keeps at most two reads ahead whatever it is
+ * (src/zero3/gather.c).
  *
  * Calibration, in the same run: a step without prefetch and without delay
  * makes every acquire wait for its read; the exposed I/O of that step over
@@ -19,7 +18,7 @@
  * One JSON line per case:
  *   {"bench":"offload_param","params","prefetch","step_s","exposed_io_s",
  *    "exposed_io_fraction","read_s","exposed_over_read","read_s_per_chunk",
- *    "compute_s_per_chunk","reads"}
+ *    "compute_s_per_chunk","reads","buffers"}
  * medians of --iters steps after two warm-up steps (the first records the
  * trace). */
 #include <stdio.h>
@@ -57,7 +56,8 @@ typedef struct prun {
     int n;
 } prun;
 
-static void open_run(prun *r, const char *dir, long long params, long long chunk, bool prefetch)
+static void open_run(prun *r, const char *dir, long long params, long long chunk,
+                     long long buffers, bool prefetch)
 {
     char v[700];
     CK(zc_comm_local_world(1, &r->comm));
@@ -73,7 +73,8 @@ static void open_run(prun *r, const char *dir, long long params, long long chunk
     snprintf(v, sizeof v, "\"%s\"", dir);
     CK(zc_config_set(r->cfg, "zero_optimization.offload_param.nvme_path", v));
     CK(zc_config_set(r->cfg, "zero_optimization.offload_param.max_in_cpu", "0"));
-    CK(zc_config_set(r->cfg, "zero_optimization.offload_param.buffer_count", "3"));
+    snprintf(v, sizeof v, "%lld", buffers);
+    CK(zc_config_set(r->cfg, "zero_optimization.offload_param.buffer_count", v));
     zc_engine_options eo = ZC_ENGINE_OPTIONS_INIT;
     eo.device = ZC_DEVICE_HOST;
     eo.bucket_elems = chunk;
@@ -137,14 +138,15 @@ static int cmp(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-void zc_bench_offload_param(const char *dir, long long params, long long chunk, int iters)
+void zc_bench_offload_param(const char *dir, long long params, long long chunk, long long buffers,
+                            int iters)
 {
     /* Calibration of the delay: no prefetch, no compute: every read is
      * exposed, so the exposed I/O over the reads is the read time per
      * chunk. */
     prun r;
     zc_offload_stats os;
-    open_run(&r, dir, params, chunk, false);
+    open_run(&r, dir, params, chunk, buffers, false);
     double per_read = 0;
     for (int it = 0; it < 2 + iters; it++) {
         step(&r, 0, &os);
@@ -157,8 +159,8 @@ void zc_bench_offload_param(const char *dir, long long params, long long chunk, 
      * compared with was measured next to it, at the disk speed of that
      * moment (on a shared machine it drifts between passes). */
     prun pr[2];
-    open_run(&pr[0], dir, params, chunk, false);
-    open_run(&pr[1], dir, params, chunk, true);
+    open_run(&pr[0], dir, params, chunk, buffers, false);
+    open_run(&pr[1], dir, params, chunk, buffers, true);
     double st[2][64], ex[2][64], rd[2][64];
     int64_t reads[2] = {0, 0};
     if (iters > 64)
@@ -186,9 +188,9 @@ void zc_bench_offload_param(const char *dir, long long params, long long chunk, 
         printf("{\"bench\":\"offload_param\",\"params\":%lld,\"prefetch\":%s,\"step_s\":%.6f,"
                "\"exposed_io_s\":%.6f,\"exposed_io_fraction\":%.4f,\"read_s\":%.6f,"
                "\"exposed_over_read\":%.4f,\"read_s_per_chunk\":%.6f,"
-               "\"compute_s_per_chunk\":%.6f,\"reads\":%lld}\n",
+               "\"compute_s_per_chunk\":%.6f,\"reads\":%lld,\"buffers\":%lld}\n",
                params, pf ? "true" : "false", s, e, s > 0 ? e / s : 0.0, rs,
-               rs > 0 ? e / rs : 0.0, per_read, delay, (long long)reads[pf]);
+               rs > 0 ? e / rs : 0.0, per_read, delay, (long long)reads[pf], buffers);
         fflush(stdout);
     }
 }

@@ -4,6 +4,7 @@
 
 /* Prints one JSON line with prefetch and one without; `iters` <= 64 steps
  * each after two warm-up steps. Exits the process on an engine error. */
-void zc_bench_offload_param(const char *dir, long long params, long long chunk, int iters);
+void zc_bench_offload_param(const char *dir, long long params, long long chunk, long long buffers,
+                            int iters);
 
 #endif

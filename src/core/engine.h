@@ -179,7 +179,6 @@ typedef struct zc_chunk {
                                   stage3_max_reuse_distance */
     bool reading;              /* offloaded shard read started ahead (prefetch): counted
                                   live and prefetched, not gathered yet */
-    int64_t read_act;          /* the activation that started that read */
     int64_t gathers_cur, gathers_last; /* gathers in this / the last step */
 
     /* fp32 views (f32_view.c): slots of pool_view / pool_gview and how many

@@ -15,7 +15,13 @@ zc_status zc__home_store_open(zc_swap_dirs *sd, const zc_home_store_spec *s,
     zc__swap_dirs_list(sd, dirs);
     /* aio.intra_op_parallelism is DeepSpeed's count of threads each keeping
      * queue_depth requests in flight: one ring keeps their sum. */
-    const int64_t qd = env->aio_queue_depth * (env->aio_intra_op > 0 ? env->aio_intra_op : 1);
+    int64_t qd = env->aio_queue_depth * (env->aio_intra_op > 0 ? env->aio_intra_op : 1);
+    /* The store cuts the next pieces of a ticket only when it is called, so
+     * a home whose reads must progress while the caller computes (the
+     * parameter home's reads ahead) needs all their pieces in the kernel at
+     * once. */
+    if (s->min_requests > qd)
+        qd = s->min_requests;
     zc_nvme_opts o = ZC_NVME_OPTS_INIT;
     o.dirs = dirs;
     o.ndirs = sd->n;

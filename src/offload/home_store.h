@@ -24,13 +24,16 @@ typedef struct zc_home_store_spec {
     const zc_home_env *env; /* rank and the aio block */
     uint64_t capacity;     /* bytes the home's layout needs */
     unsigned flags;        /* ZC_NVME_* flags the home adds */
+    int64_t min_requests;  /* requests the home needs in the kernel at once (0 =
+                              none): the queue depth is raised to it */
 } zc_home_store_spec;
 
 /* Makes the swap directories of sd and opens the store in them (*out, owned
  * by the caller: zc__home_store_close), queue depth queue_depth *
- * intra_op_parallelism capped at 4096; *ns receives its stats. The store's
- * files have no name (offload.h), so the directories are removed as soon as
- * it is open; only where a name stays do they wait for the home's destroy. Fails with the
+ * intra_op_parallelism, or min_requests where that is larger, capped at
+ * 4096; *ns receives its stats. The store's files have no name
+ * (offload.h), so the directories are removed as soon as it is open; only
+ * where a name stays do they wait for the home's destroy. Fails with the
  * store's error in the context of the config block (rank, aio.block_size,
  * aio.queue_depth), or ZC_ERR_UNSUPPORTED when the filesystem needs a larger
  * I/O alignment than ZC_SWAP_ALIGN. The directories made stay recorded in sd

@@ -160,11 +160,19 @@ static zc_status pn_prepare(zc_param_home *hh)
         ZC_CHECK(zc__pinned_alloc(h->pool, h->buf_bytes, ZC_SWAP_ALIGN, ZC_MEM_BUFFERS,
                                   "NVMe parameter buffers", (void **)&h->bufs[j].mem));
 
+    /* Every buffer's transfer wholly in the kernel (its pieces, two more for
+     * where stripe boundaries cut it): a read started ahead then runs to its end while
+     * the caller computes, where with aio.queue_depth pieces (8 MiB by
+     * default) a 32 MiB shard read only its first quarter before the gather
+     * came to wait for it (bench/RESULTS.md, parameter offload). */
+    const int64_t block = h->p.env.aio_block_size > 0 ? h->p.env.aio_block_size : 1;
+    const int64_t pieces = (int64_t)(h->buf_bytes / (uint64_t)block) + 2;
     const zc_home_store_spec ss = {
         .block = "offload_param",
         .purpose = "params",
         .env = &h->p.env,
         .capacity = h->capacity,
+        .min_requests = pieces > 4096 / h->nbufs ? 4096 : pieces * h->nbufs,
     };
     zc_nvme_stats ns;
     ZC_CHECK(zc__home_store_open(&h->sd, &ss, &h->store, &ns));

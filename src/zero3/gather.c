@@ -30,14 +30,20 @@
  * Offloaded shards (offload_param, core/param_state.c). A gather first
  * brings this rank's shard in from its home; under nvme that is a read, and
  * the prefetcher starts those reads ahead: at each activation it walks the
- * trace from the next expected activation, gathers the chunks whose reads
- * were started at an earlier activation (so a read has at least one chunk's
- * compute to finish in), and starts reads for the chunks after them, while
- * the prefetch budget, max_live and the home's buffers allow. A chunk whose
- * read is in flight counts as live and prefetched with its full padded size,
- * so gathered plus in-flight elements never exceed max_live. A read is
- * rank-local I/O before a collective: its outcome is agreed (zc__eng_agree)
- * before the all-gather that sends it.
+ * trace from the next expected activation and starts the reads of the next
+ * chunks whose shards are on disk, at most ZC_Z3_READS_AHEAD in flight, in
+ * trace order, while the prefetch budget, max_live and the home's buffers
+ * allow. A chunk whose read is in flight is gathered by its own activation,
+ * so the read has the compute of every chunk in between to finish in and
+ * the host waits for no read before it is needed. The bound is a count of
+ * trace positions, not a guess at timing: every rank starts the same reads
+ * and issues the same collectives. It keeps the drive on the read needed
+ * next: more reads at once share it, and the first of them (the one the
+ * next activation waits for) takes longer (bench/RESULTS.md, parameter
+ * offload). A chunk whose read is in flight counts as live and prefetched
+ * with its full padded size, so gathered plus in-flight elements never
+ * exceed max_live. A read is rank-local I/O before a collective: its
+ * outcome is agreed (zc__eng_agree) before the all-gather that sends it.
  *
  * Reuse distance. In a recorded step, a chunk released by its last user is
  * kept gathered when its next activation in the trace comes within
@@ -54,6 +60,11 @@
 #include <string.h>
 
 #include "zero3/zero3.h"
+
+/* Shard reads in flight ahead of the activations that need them (see the
+ * comment at the top). One read ahead has a whole chunk's compute to run in;
+ * the second covers a chunk whose compute is shorter than its read. */
+#define ZC_Z3_READS_AHEAD 2
 
 static size_t gather_bytes(const zc_engine *e, const zc_chunk *c)
 {
@@ -321,15 +332,17 @@ static void trace_activate(zc_engine *e, const zc_param *p)
  * the first chunk that is acquired right now (it will be released before its
  * next use, so it cannot be counted as prefetched), that does not fit the
  * prefetch budget or max_live, for which no reserved buffer is free (a
- * prefetch never allocates), or whose shard the home cannot start reading
- * (no buffer to spare). A shard read started ahead is gathered from the next
- * activation on, never by the activation that started it. */
+ * prefetch never allocates), whose shard would be the (ZC_Z3_READS_AHEAD +
+ * 1)th read in flight, or whose shard the home cannot start reading (no
+ * buffer to spare). A shard read started ahead is gathered by the
+ * activation of its chunk. */
 static zc_status prefetch(zc_engine *e)
 {
     zc_trace *t = e->trace;
     if (t->mode != ZC_TRACE_COMPLETE || e->prefetch_elems <= 0)
         return ZC_OK;
     const int64_t end = trace_end(t, t->pos);
+    int reads = 0; /* shard reads in flight from here on in the trace */
     for (int64_t j = t->pos; j < end; j++) {
         const int k = trace_at(t, j);
         if (k < 0)
@@ -342,23 +355,21 @@ static zc_status prefetch(zc_engine *e)
         }
         bool skip = false;
         if (c->reading) {
-            if (c->read_act == e->activations)
-                continue; /* started by this activation: gathered at a later one */
-            ZC_CHECK(gather_chunk(e, k, false, &skip));
-            if (skip)
-                break;
+            reads++; /* gathered by its own activation */
             continue;
         }
         if (e->prefetched_elems + c->padded > e->prefetch_elems ||
             e->live_elems + c->padded > e->max_live)
             break;
         if (zc__param_rank_local_io(e, k)) {
+            if (reads >= ZC_Z3_READS_AHEAD)
+                break; /* the next activations' reads come first */
+            reads++;
             bool started = false;
             zc__param_read_ahead(e, k, &started);
             if (!started)
                 break; /* no buffer to spare: considered again at the next activation */
             c->reading = true;
-            c->read_act = e->activations;
             count_live(e, c->padded);
         } else {
             ZC_CHECK(gather_chunk(e, k, false, &skip));
