@@ -841,11 +841,13 @@ static void report(const shared *sh)
     free(bytes);
 
     int64_t mem[ZC_MEM__COUNT] = {0}, peak[ZC_MEM__COUNT] = {0}, comm[ZC_COLL__COUNT] = {0};
-    int64_t kind[ZC_KIND__COUNT] = {0};
+    int64_t kind[ZC_KIND__COUNT] = {0}, kind_peak[ZC_KIND__COUNT] = {0};
     for (int r = 0; r < o->world; r++) {
         const zc_stats *s = &sh->stats[r];
-        for (int k = 0; k < ZC_KIND__COUNT; k++)
+        for (int k = 0; k < ZC_KIND__COUNT; k++) {
             if (s->bytes_by_kind[k] > kind[k]) kind[k] = s->bytes_by_kind[k];
+            if (s->peak_bytes_by_kind[k] > kind_peak[k]) kind_peak[k] = s->peak_bytes_by_kind[k];
+        }
         for (int k = 0; k < ZC_MEM__COUNT; k++) {
             if (s->bytes[k] > mem[k]) mem[k] = s->bytes[k];
             if (s->peak_bytes[k] > peak[k]) peak[k] = s->peak_bytes[k];
@@ -874,7 +876,10 @@ static void report(const shared *sh)
                "\"comm_bytes_per_step\":{\"all_reduce\":%lld,\"reduce_scatter\":%lld,"
                "\"all_gather\":%lld},\"gathers_last_step\":%lld,"
                "\"bytes_by_kind\":{\"device\":%lld,\"pinned\":%lld,\"host\":%lld,"
-               "\"nvme\":%lld},\"nvme_read_bytes_per_step\":%.0f,"
+               "\"nvme\":%lld},\"peak_bytes_by_kind\":{\"device\":%lld,\"pinned\":%lld,"
+               "\"host\":%lld,\"nvme\":%lld},"
+               "\"placement\":{\"optimizer\":[%lld,%lld,%lld],\"params\":[%lld,%lld,%lld]},"
+               "\"nvme_read_bytes_per_step\":%.0f,"
                "\"exposed_io_s_per_step\":%s}\n",
                hex, sh->total, o->world, s0->stage, dt, o->accum, o->steps,
                (long long)s0->padded_params, (long long)s0->num_chunks,
@@ -887,7 +892,12 @@ static void report(const shared *sh)
                (long long)comm[ZC_COLL_REDUCE_SCATTER], (long long)comm[ZC_COLL_ALL_GATHER],
                (long long)s0->gathers_last_step, (long long)kind[ZC_KIND_DEVICE],
                (long long)kind[ZC_KIND_PINNED], (long long)kind[ZC_KIND_HOST],
-               (long long)kind[ZC_KIND_NVME], nvme_read, jnum(exposed).s);
+               (long long)kind[ZC_KIND_NVME], (long long)kind_peak[ZC_KIND_DEVICE],
+               (long long)kind_peak[ZC_KIND_PINNED], (long long)kind_peak[ZC_KIND_HOST],
+               (long long)kind_peak[ZC_KIND_NVME], (long long)s0->opt_chunks_by_place[0],
+               (long long)s0->opt_chunks_by_place[1], (long long)s0->opt_chunks_by_place[2],
+               (long long)s0->param_chunks_by_place[0], (long long)s0->param_chunks_by_place[1],
+               (long long)s0->param_chunks_by_place[2], nvme_read, jnum(exposed).s);
     } else {
         printf("\n%zu parameters (%lld after padding, %lld chunks), ZeRO stage %d, %d ranks, %s, "
                "%lld skipped steps\n",
