@@ -35,20 +35,25 @@ json_t *bt_result_json(const bt_setup *s, const bt_result *r)
         json_object_set_new(j, "reason", json_string(r->reason));
     /* --max-memory: the budgets, and whether every peak kept them - the
      * library's device and pinned high-water marks (the device's bookkeeping
-     * included; pageable host bookkeeping is not budgeted, docs/placement.md)
-     * and the swap files seen on disk against the nvme budget. */
+     * included; pageable host bookkeeping is not budgeted, docs/placement.md),
+     * its NVMe bytes against the nvme budget, and the swap files seen on disk
+     * - every rank's, the ranks being threads of the one child - against
+     * world x the per-rank nvme budget. */
     json_object_set_new(j, "max_memory",
                         c->budgeted ? json_pack("{s:I, s:I, s:I}", "device",
                                                 (json_int_t)c->budget[0], "cpu",
                                                 (json_int_t)c->budget[1], "nvme",
                                                 (json_int_t)c->budget[2])
                                     : json_null());
+    int64_t files_cap = INT64_MAX; /* world x nvme budget, saturated */
+    if (c->budgeted && __builtin_mul_overflow((int64_t)c->world, c->budget[2], &files_cap))
+        files_cap = INT64_MAX;
     json_object_set_new(j, "within_budget",
                         c->budgeted && r->have_peak
                             ? json_boolean(r->peak[0] <= c->budget[0] &&
                                            r->peak[1] <= c->budget[1] &&
                                            r->peak[3] <= c->budget[2] &&
-                                           r->nvme_files <= c->budget[2])
+                                           r->nvme_files <= files_cap)
                             : json_null());
     json_object_set_new(j, "peak", r->have_peak ? bytes_obj(r->peak) : json_null());
     json_object_set_new(j, "estimate", r->have_estimate ? bytes_obj(r->estimate) : json_null());

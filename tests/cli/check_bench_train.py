@@ -325,8 +325,9 @@ def budgets(zeroc, train_gpt, tmp):
     """--max-memory: the budgets are the sweep. Three points for the sweep's
     model at stage 3 - ample (all on the device), and two that the planner
     (`zeroc estimate --max-memory`) says split the state over the device,
-    pinned memory and NVMe - each run holds the library's device and pinned
-    peaks and the swap files on disk to its budgets; one bad spec is refused."""
+    pinned memory and NVMe - each run holds the library's device, pinned and
+    NVMe peaks to its per-rank budgets and the swap files on disk (every
+    rank's) to world x the nvme budget; one bad spec is refused."""
     model = "gpt:2,64,4,64,256"
 
     def plan(spec):
@@ -373,7 +374,7 @@ def budgets(zeroc, train_gpt, tmp):
             fail(f"budgets {s}: {r}")
         pk, files = r["peak"], r["process"]["nvme_files"]
         held = pk["device"] <= b["device"] and pk["pinned"] <= b["cpu"] and \
-            pk["nvme"] <= b["nvme"] and files <= b["nvme"]
+            pk["nvme"] <= b["nvme"] and files <= WORLD * b["nvme"]
         if not held or r["within_budget"] is not True:
             fail(f"budgets {s}: peaks {pk}, files {files}, within_budget {r['within_budget']}")
         offloaded += pk["pinned"] > 0 and pk["nvme"] > 0 and files > 0
