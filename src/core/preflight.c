@@ -285,8 +285,8 @@ zc_status zc__preflight(zc_engine *e)
      * zero-fills and the swap files take a while, and the line tells the
      * user what is being waited for. */
     ZC_LOGI("core", "build plan (rank %d, stage %d, %d chunks): device %.1f MiB, pinned %.1f "
-            "MiB, host %.1f MiB, NVMe %.1f MiB (host bookkeeping not included)", e->rank, e->stage,
-            e->nchunks, (double)est.kind_total[ZC_MEMKIND_DEVICE] / 1048576.0,
+            "MiB, host %.1f MiB, NVMe %.1f MiB (host bookkeeping not included)", e->rank,
+            e->stage, e->nchunks, (double)est.kind_total[ZC_MEMKIND_DEVICE] / 1048576.0,
             (double)est.kind_total[ZC_MEMKIND_PINNED] / 1048576.0,
             (double)est.kind_total[ZC_MEMKIND_HOST] / 1048576.0,
             (double)est.kind_total[ZC_MEMKIND_NVME] / 1048576.0);
