@@ -264,9 +264,13 @@ def check_example(ex, z, chosen):
             needs = stage_needs(ex, z, world, dtype)
             if not needs:
                 continue
+            ran = set()
             for st in (1, 2, 3):
                 b = {"device": needs[st]}
                 want = min(s for s in (1, 2, 3) if needs[s] <= needs[st])
+                if want in ran:
+                    continue  # the same choice at a larger budget: nothing new
+                ran.add(want)
                 zero = {"stage": "auto", "stage3_param_persistence_threshold": 0,
                         "stage3_max_live_parameters": LIVE, "max_memory": b}
                 got, err = ex.run(ex.config(zero), world, dtype)
