@@ -81,6 +81,7 @@ typedef struct opts {
     double offload_ratio;    /* --offload-ratio, 0 = not given */
     unsigned given;          /* GIVEN_* bits: flags set on the command line */
     bool json;
+    bool plan;               /* --plan: print zc_plan_memory's plan as JSON, train nothing */
     int save_every;          /* --save-every: checkpoint every N steps (0: never) */
     const char *save_dir;    /* --save-dir */
     bool resume;             /* --resume: load the latest checkpoint in save_dir first */
@@ -147,12 +148,14 @@ static void usage(FILE *f)
             "                 [--offload-ratio R]   (R in (0, 1]; below 1 needs --stage 3)\n"
             "                 [--save-every N --save-dir DIR] [--resume]\n"
             "                 [--offload-param none|cpu|nvme] (stage 3) [--reuse-distance 0..2^40]\n"
-            "                 [--max-in-cpu 0..2^40]\n"
+            "                 [--max-in-cpu 0..2^40] [--plan]\n"
             "defaults: --stage 2 --world 2 --dtype bf16 --steps 50 --accum 1 --batch 32\n"
             "          --seed 1 --clip 1.0 --lr 1e-3 --bucket 65536\n"
             "--config: a DeepSpeed JSON file decides stage, precision, optimizer, clipping,\n"
             "          buckets and accumulation; flags given explicitly override it, and\n"
             "          \"auto\" values are resolved from the flags (as the HF Trainer does).\n"
+            "--plan: print the engines' memory plan (zc_plan_memory: bytes by kind, the\n"
+            "          placement, the stage) as one JSON line and exit without training.\n"
             "--save-every N: a checkpoint in --save-dir every N steps (tag global_stepN);\n"
             "--resume: load the latest checkpoint in --save-dir first and train --steps more\n"
             "          steps from it (step numbers and data go on from the checkpoint).\n"
@@ -199,6 +202,7 @@ static opts parse_args(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--json")) { o.json = true; continue; }
+        if (!strcmp(a, "--plan")) { o.plan = true; continue; }
         if (!strcmp(a, "--resume")) { o.resume = true; continue; }
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); quit(0); }
         bool known = false;
@@ -612,6 +616,39 @@ static zc_config *make_config(opts *o)
     return cfg;
 }
 
+/* --plan: what each rank's zc_engine_build would allocate and where it
+ * would place the state (rank_main's tensors and chunk boundaries, its
+ * engine options), from zc_plan_memory, without building anything. */
+static void print_plan(const zc_config *cfg, const opts *o)
+{
+    int64_t shapes[2 * N_LAYERS][2];
+    zc_plan_tensor t[2 * N_LAYERS];
+    for (int l = 0; l < N_LAYERS; l++) {
+        shapes[2 * l][0] = DIMS[l + 1];
+        shapes[2 * l][1] = DIMS[l];
+        shapes[2 * l + 1][0] = DIMS[l + 1];
+        t[2 * l] = (zc_plan_tensor){.shape = shapes[2 * l], .ndim = 2, .boundary = l > 0};
+        t[2 * l + 1] = (zc_plan_tensor){.shape = shapes[2 * l + 1], .ndim = 1};
+    }
+    zc_engine_options eo = ZC_ENGINE_OPTIONS_INIT;
+    eo.device = ZC_DEVICE_HOST;
+    eo.f32_view_chunks = 2;
+    zc_memory_plan p = {.size = sizeof p};
+    if (zc_plan_memory(cfg, o->world, t, 2 * N_LAYERS, &eo, &p) != ZC_OK) {
+        fprintf(stderr, "train_mlp: zc_plan_memory: %s\n", lib_error());
+        quit(1);
+    }
+    const int64_t *k = p.bytes_by_kind, *oc = p.opt_chunks_by_place,
+                  *pc = p.param_chunks_by_place;
+    printf("{\"plan\":{\"stage\":%d,\"world\":%d,\"chunks\":%lld,\"bytes_by_kind\":{"
+           "\"device\":%lld,\"pinned\":%lld,\"host\":%lld,\"nvme\":%lld},"
+           "\"placement\":{\"optimizer\":[%lld,%lld,%lld],\"params\":[%lld,%lld,%lld]}}}\n",
+           p.stage, o->world, (long long)p.num_chunks, (long long)k[ZC_KIND_DEVICE],
+           (long long)k[ZC_KIND_PINNED], (long long)k[ZC_KIND_HOST], (long long)k[ZC_KIND_NVME],
+           (long long)oc[0], (long long)oc[1], (long long)oc[2], (long long)pc[0],
+           (long long)pc[1], (long long)pc[2]);
+}
+
 static void *rank_main(void *argp)
 {
     rank_arg *ra = argp;
@@ -841,11 +878,13 @@ static void report(const shared *sh)
     free(bytes);
 
     int64_t mem[ZC_MEM__COUNT] = {0}, peak[ZC_MEM__COUNT] = {0}, comm[ZC_COLL__COUNT] = {0};
-    int64_t kind[ZC_KIND__COUNT] = {0};
+    int64_t kind[ZC_KIND__COUNT] = {0}, kind_peak[ZC_KIND__COUNT] = {0};
     for (int r = 0; r < o->world; r++) {
         const zc_stats *s = &sh->stats[r];
-        for (int k = 0; k < ZC_KIND__COUNT; k++)
+        for (int k = 0; k < ZC_KIND__COUNT; k++) {
             if (s->bytes_by_kind[k] > kind[k]) kind[k] = s->bytes_by_kind[k];
+            if (s->peak_bytes_by_kind[k] > kind_peak[k]) kind_peak[k] = s->peak_bytes_by_kind[k];
+        }
         for (int k = 0; k < ZC_MEM__COUNT; k++) {
             if (s->bytes[k] > mem[k]) mem[k] = s->bytes[k];
             if (s->peak_bytes[k] > peak[k]) peak[k] = s->peak_bytes[k];
@@ -874,7 +913,10 @@ static void report(const shared *sh)
                "\"comm_bytes_per_step\":{\"all_reduce\":%lld,\"reduce_scatter\":%lld,"
                "\"all_gather\":%lld},\"gathers_last_step\":%lld,"
                "\"bytes_by_kind\":{\"device\":%lld,\"pinned\":%lld,\"host\":%lld,"
-               "\"nvme\":%lld},\"nvme_read_bytes_per_step\":%.0f,"
+               "\"nvme\":%lld},\"peak_bytes_by_kind\":{\"device\":%lld,\"pinned\":%lld,"
+               "\"host\":%lld,\"nvme\":%lld},"
+               "\"placement\":{\"optimizer\":[%lld,%lld,%lld],\"params\":[%lld,%lld,%lld]},"
+               "\"nvme_read_bytes_per_step\":%.0f,"
                "\"exposed_io_s_per_step\":%s}\n",
                hex, sh->total, o->world, s0->stage, dt, o->accum, o->steps,
                (long long)s0->padded_params, (long long)s0->num_chunks,
@@ -887,7 +929,12 @@ static void report(const shared *sh)
                (long long)comm[ZC_COLL_REDUCE_SCATTER], (long long)comm[ZC_COLL_ALL_GATHER],
                (long long)s0->gathers_last_step, (long long)kind[ZC_KIND_DEVICE],
                (long long)kind[ZC_KIND_PINNED], (long long)kind[ZC_KIND_HOST],
-               (long long)kind[ZC_KIND_NVME], nvme_read, jnum(exposed).s);
+               (long long)kind[ZC_KIND_NVME], (long long)kind_peak[ZC_KIND_DEVICE],
+               (long long)kind_peak[ZC_KIND_PINNED], (long long)kind_peak[ZC_KIND_HOST],
+               (long long)kind_peak[ZC_KIND_NVME], (long long)s0->opt_chunks_by_place[0],
+               (long long)s0->opt_chunks_by_place[1], (long long)s0->opt_chunks_by_place[2],
+               (long long)s0->param_chunks_by_place[0], (long long)s0->param_chunks_by_place[1],
+               (long long)s0->param_chunks_by_place[2], nvme_read, jnum(exposed).s);
     } else {
         printf("\n%zu parameters (%lld after padding, %lld chunks), ZeRO stage %d, %d ranks, %s, "
                "%lld skipped steps\n",
@@ -952,6 +999,10 @@ int main(int argc, char **argv)
     }
     sh->cfg = make_config(&sh->o);
     const opts *o = &sh->o;
+    if (o->plan) {
+        print_plan(sh->cfg, o);
+        quit(0);
+    }
 
     /* Each rank's buffers (rank_main: activations, targets and two deltas,
      * B x 1696 floats, plus about 8 MiB for a layer's weights, its gradients

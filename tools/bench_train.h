@@ -22,6 +22,11 @@ typedef struct bt_config {
     const char *offload_param;     /* "none", "cpu", "nvme" (stage 3 only) */
     int world;
     const char *dtype;             /* "fp32", "bf16", "fp16" */
+    /* --max-memory: stage 3 with both offload blocks "auto" placed by these
+     * per-rank budgets (zero_optimization.max_memory: device, cpu, nvme in
+     * bytes; 0 = none of that kind), the offload fields then "auto". */
+    bool budgeted;
+    int64_t budget[3];
 } bt_config;
 
 /* What the whole sweep shares. */

@@ -33,6 +33,28 @@ json_t *bt_result_json(const bt_setup *s, const bt_result *r)
                           status_names[r->status]);
     if (r->status != BT_OK)
         json_object_set_new(j, "reason", json_string(r->reason));
+    /* --max-memory: the budgets, and whether every peak kept them - the
+     * library's device and pinned high-water marks (the device's bookkeeping
+     * included; pageable host bookkeeping is not budgeted, docs/placement.md),
+     * its NVMe bytes against the nvme budget, and the swap files seen on disk
+     * - every rank's, the ranks being threads of the one child - against
+     * world x the per-rank nvme budget. */
+    json_object_set_new(j, "max_memory",
+                        c->budgeted ? json_pack("{s:I, s:I, s:I}", "device",
+                                                (json_int_t)c->budget[0], "cpu",
+                                                (json_int_t)c->budget[1], "nvme",
+                                                (json_int_t)c->budget[2])
+                                    : json_null());
+    int64_t files_cap = INT64_MAX; /* world x nvme budget, saturated */
+    if (c->budgeted && __builtin_mul_overflow((int64_t)c->world, c->budget[2], &files_cap))
+        files_cap = INT64_MAX;
+    json_object_set_new(j, "within_budget",
+                        c->budgeted && r->have_peak
+                            ? json_boolean(r->peak[0] <= c->budget[0] &&
+                                           r->peak[1] <= c->budget[1] &&
+                                           r->peak[3] <= c->budget[2] &&
+                                           r->nvme_files <= files_cap)
+                            : json_null());
     json_object_set_new(j, "peak", r->have_peak ? bytes_obj(r->peak) : json_null());
     json_object_set_new(j, "estimate", r->have_estimate ? bytes_obj(r->estimate) : json_null());
     json_object_set_new(j, "estimate_activations",
@@ -113,8 +135,15 @@ bool bt_write_markdown(const char *path, const bt_setup *s, const bt_result *rs,
             mib(e[k], sizeof e[k], r->have_estimate, r->estimate[k]);
         }
         mib(hwm, sizeof hwm, r->vmhwm > 0, r->vmhwm);
+        /* Under --max-memory the offload columns say "auto" and the budgets. */
+        char opt[96];
+        snprintf(opt, sizeof opt, "%s", r->cfg.offload_optimizer);
+        if (r->cfg.budgeted)
+            snprintf(opt, sizeof opt, "auto (max_memory %.1f / %.1f / %.1f MiB)",
+                     (double)r->cfg.budget[0] / 1048576.0, (double)r->cfg.budget[1] / 1048576.0,
+                     (double)r->cfg.budget[2] / 1048576.0);
         fprintf(f, "| %d | %s | %s | %d | %s | %s | %s / %s / %s / %s | %s / %s / %s / %s | %s |",
-                r->cfg.stage, r->cfg.offload_optimizer, r->cfg.offload_param, r->cfg.world,
+                r->cfg.stage, opt, r->cfg.offload_param, r->cfg.world,
                 r->cfg.dtype, status_names[r->status], p[0], p[1], p[2], p[3], e[0], e[1], e[2],
                 e[3], hwm);
         if (r->status == BT_OK) {

@@ -210,7 +210,7 @@ static bool write_config(const bt_setup *s, const bt_config *c, const char *path
         json_object_set_new(zero, "stage3_param_persistence_threshold", json_integer(0));
     if (strcmp(c->offload_optimizer, "none")) {
         json_t *o = json_pack("{s:s, s:b}", "device", c->offload_optimizer, "pin_memory", 1);
-        if (!strcmp(c->offload_optimizer, "nvme"))
+        if (!strcmp(c->offload_optimizer, "nvme") || c->budgeted)
             json_object_set_new(o, "nvme_path", json_string(nvme_dir));
         json_object_set_new(zero, "offload_optimizer", o);
     }
@@ -222,9 +222,17 @@ static bool write_config(const bt_setup *s, const bt_config *c, const char *path
         if (!strcmp(c->offload_param, "nvme")) {
             json_object_set_new(o, "nvme_path", json_string(nvme_dir));
             json_object_set_new(o, "max_in_cpu", json_integer(0));
+        } else if (c->budgeted) {
+            json_object_set_new(o, "nvme_path", json_string(nvme_dir));
         }
         json_object_set_new(zero, "offload_param", o);
     }
+    /* The budgets place every chunk (docs/placement.md); 0 = none of a kind. */
+    if (c->budgeted)
+        json_object_set_new(zero, "max_memory",
+                            json_pack("{s:I, s:I, s:I}", "device", (json_int_t)c->budget[0],
+                                      "cpu", (json_int_t)c->budget[1], "nvme",
+                                      (json_int_t)c->budget[2]));
     json_t *j = json_pack(
         "{s:i, s:i, s:f, s:b, s:{s:b}, s:{s:b}, s:{s:s, s:{s:f, s:[f, f], s:f, s:f}}, s:o}",
         "train_micro_batch_size_per_gpu", s->batch, "gradient_accumulation_steps", 1,
@@ -332,7 +340,9 @@ bool bt_run_config(const bt_setup *s, int index, const bt_config *c, bt_result *
         snprintf(r->reason, sizeof r->reason, "cannot write %.300s: %s", cfg_path, strerror(errno));
         return false;
     }
-    if (!run_estimate(s, cfg_path, eout, eerr, c, r)) {
+    /* Under budgets the placement is the planner's choice at build: the
+     * bench holds the peaks to the budgets instead (bt_result_json). */
+    if (!c->budgeted && !run_estimate(s, cfg_path, eout, eerr, c, r)) {
         snprintf(r->reason, sizeof r->reason, "cannot run %.300s estimate: %s", s->self,
                  strerror(errno));
         return false;

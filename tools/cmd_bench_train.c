@@ -29,6 +29,7 @@
 #include "base/regfile.h"
 #include "bench_train.h"
 #include "cliarg.h"
+#include "config/config.h"
 
 int zc__cmd_bench_train(int argc, char **argv);
 
@@ -37,6 +38,7 @@ int zc__cmd_bench_train(int argc, char **argv);
 #endif
 
 #define MAX_VALUES 8
+#define MAX_BUDGETS 8
 
 static void usage(FILE *f)
 {
@@ -45,7 +47,7 @@ static void usage(FILE *f)
             "                         [--warmup N] [--world W[,W...]] [--dtype D[,D...]]\n"
             "                         [--model L,D,H,S,V] [--batch B] [--timeout SECONDS]\n"
             "                         [--device cpu|cuda] [--workload PATH] [--data FILE]\n"
-            "                         [--plot-script PATH]\n"
+            "                         [--plot-script PATH] [--max-memory BUDGETS]...\n"
             "  Trains the GPT example a few steps in every configuration of stages 0-3 x\n"
             "  offload_optimizer none/cpu/nvme x offload_param none/cpu/nvme (stage 3) x\n"
             "  --dtype x --world, each in its own process, and writes DIR/results.jsonl,\n"
@@ -66,6 +68,10 @@ static void usage(FILE *f)
             "  --data FILE       the text the workload trains on (its --data; default its\n"
             "                    own)\n"
             "  --json            print each configuration's JSON line as it finishes\n"
+            "  --max-memory device=SIZE,cpu=SIZE,nvme=SIZE  instead of the stage x offload\n"
+            "                    sweep, stage 3 with the placement chosen from these per-rank\n"
+            "                    budgets (zero_optimization.max_memory; a missing kind: none);\n"
+            "                    repeat for up to 8 points; the peaks are held to them\n"
             "  The plot needs python3 (from PATH) with matplotlib; without them the plot\n"
             "  is left out, saying why, and the sweep still succeeds.\n"
             "Exit status: 0 the sweep ran (some configurations may have failed), 1 the bench\n"
@@ -209,7 +215,46 @@ typedef struct opts {
     const char *dtypes[3];
     int ndtypes;
     char dtype_buf[64];
+    int64_t budgets[MAX_BUDGETS][3]; /* --max-memory: device, cpu, nvme bytes */
+    int nbudgets;
 } opts;
+
+/* --max-memory device=SIZE,cpu=SIZE,nvme=SIZE: each kind at most once, sizes
+ * as zero_optimization.max_memory takes them (zc__parse_size), a missing
+ * kind none of it. false after a message. */
+static bool parse_budgets(const char *spec, int64_t out[3])
+{
+    static const char *const kinds[3] = {"device", "cpu", "nvme"};
+    bool seen[3] = {false, false, false};
+    char buf[256];
+    if (strlen(spec) >= sizeof buf || !*spec) {
+        fprintf(stderr, "zeroc bench train: --max-memory '%.64s': want "
+                        "device=SIZE,cpu=SIZE,nvme=SIZE\n", spec);
+        return false;
+    }
+    snprintf(buf, sizeof buf, "%s", spec);
+    out[0] = out[1] = out[2] = 0;
+    char *save = NULL;
+    for (char *item = strtok_r(buf, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(item, '=');
+        int k = -1;
+        for (int i = 0; eq && i < 3; i++)
+            if ((size_t)(eq - item) == strlen(kinds[i]) && !strncmp(item, kinds[i], eq - item))
+                k = i;
+        char err[256];
+        if (k < 0 || seen[k]) {
+            fprintf(stderr, "zeroc bench train: --max-memory '%s': '%s' is not one of "
+                            "device=, cpu=, nvme= (each once)\n", spec, item);
+            return false;
+        }
+        if (!zc__parse_size(eq + 1, &out[k], err, sizeof err)) {
+            fprintf(stderr, "zeroc bench train: --max-memory %s: %s\n", kinds[k], err);
+            return false;
+        }
+        seen[k] = true;
+    }
+    return true;
+}
 
 static int parse(int argc, char **argv, opts *o, bt_setup *s)
 {
@@ -264,6 +309,14 @@ static int parse(int argc, char **argv, opts *o, bt_setup *s)
                 fprintf(stderr, "zeroc bench train: --dtype '%s': an empty value\n", v);
                 return 2;
             }
+        } else if (!strcmp(a, "--max-memory")) {
+            if (o->nbudgets == MAX_BUDGETS) {
+                fprintf(stderr, "zeroc bench train: at most %d --max-memory\n", MAX_BUDGETS);
+                return 2;
+            }
+            if (!parse_budgets(v, o->budgets[o->nbudgets]))
+                return 2;
+            o->nbudgets++;
         } else if (!strcmp(a, "--model")) {
             uint64_t m[5];
             int n = 0;
@@ -331,13 +384,24 @@ static int make_sweep(const opts *o, bt_config *out, int cap)
 {
     static const char *const offs[] = {"none", "cpu", "nvme"};
     int n = 0;
+    /* --max-memory: the budgets are the axis (stage 3, the planner places). */
+    for (int w = 0; w < o->nworlds && o->nbudgets; w++)
+        for (int d = 0; d < o->ndtypes; d++)
+            for (int b = 0; b < o->nbudgets; b++) {
+                bt_config c = {3, "auto", "auto", (int)o->worlds[w], o->dtypes[d], true,
+                               {o->budgets[b][0], o->budgets[b][1], o->budgets[b][2]}};
+                if (keep(o->only, o->nonly, &c) && n < cap)
+                    out[n++] = c;
+            }
+    if (o->nbudgets)
+        return n;
     for (int w = 0; w < o->nworlds; w++)
         for (int d = 0; d < o->ndtypes; d++)
             for (int stage = 0; stage <= 3; stage++)
                 for (int oo = 0; oo < (stage ? 3 : 1); oo++)
                     for (int op = 0; op < (stage == 3 ? 3 : 1); op++) {
                         bt_config c = {stage, offs[oo], offs[op], (int)o->worlds[w],
-                                       o->dtypes[d]};
+                                       o->dtypes[d], false, {0, 0, 0}};
                         if (keep(o->only, o->nonly, &c) && n < cap)
                             out[n++] = c;
                     }

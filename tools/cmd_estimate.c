@@ -457,6 +457,8 @@ static void print_json(const opts *o, const row *r)
         for (int p = 0; p < ZC_EST__PARTS; p++)
             json_object_set_new(pk, pn[p],
                                 json_integer(zc__est_part_bytes(e, (zc_mem_kind)k, (zc_est_part)p)));
+        /* ZC_MEM_OTHER: the device's bookkeeping, the NVMe stripe round-up. */
+        json_object_set_new(pk, "other", json_integer(e->bytes[k][ZC_MEM_OTHER]));
         json_object_set_new(parts, kn[k], pk);
     }
     json_t *ds = json_null();

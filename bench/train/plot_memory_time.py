@@ -8,8 +8,11 @@ against the library's peak memory per rank (device + pinned + pageable host;
 NVMe swap files are not memory), labelled with its configuration. The Pareto
 front - the configurations no other one beats on both memory and time - is
 drawn as a line through its points. Failed or killed configurations are
-listed under the axes. The images are created here and never overwrite a
-file (mode "xb").
+listed under the axes. Under `--max-memory` (rows with "max_memory") the
+budgets are the axis: the median step time against the device budget per
+rank, each point labelled with its cpu and NVMe budgets and its measured
+peaks (device / pinned MiB). The images are created here and never
+overwrite a file (mode "xb").
 """
 import json
 import sys
@@ -47,6 +50,8 @@ def main(argv):
     rows = [json.loads(line) for line in open(argv[1]) if line.strip()]
     ok = [r for r in rows if r["status"] == "ok" and r["peak"] and r["step_s"]]
     bad = [r for r in rows if r["status"] != "ok"]
+    if any(r.get("max_memory") for r in ok):
+        return budgets(argv, ok, bad)
     pts = [(1e3 * r["step_s"]["median"],
             (r["peak"]["device"] + r["peak"]["pinned"] + r["peak"]["host"]) / 2**20) for r in ok]
     fig, ax = plt.subplots(figsize=(9, 6))
@@ -62,8 +67,35 @@ def main(argv):
             ax.annotate(label(r["config"]), (x, y), textcoords="offset points", xytext=(5, 4),
                         fontsize=7)
     ax.set_xlabel("step time, median after warm-up (ms)")
-    ax.set_ylabel("peak memory per rank: device + pinned + host (MiB)")
-    ax.set_title("zeroc bench train: memory against step time")
+    return finish(argv, fig, ax, bad,
+                  "peak memory per rank: device + pinned + host (MiB)",
+                  "zeroc bench train: memory against step time")
+
+
+def budgets(argv, ok, bad):
+    """Budgets on the x axis: step time against the device budget."""
+    fig, ax = plt.subplots(figsize=(9, 6))
+    rows = sorted((r for r in ok if r.get("max_memory")),
+                  key=lambda r: r["max_memory"]["device"])
+    for key in sorted({(r["config"]["world"], r["config"]["dtype"]) for r in rows}):
+        sel = [r for r in rows if (r["config"]["world"], r["config"]["dtype"]) == key]
+        xs = [r["max_memory"]["device"] / 2**20 for r in sel]
+        ys = [1e3 * r["step_s"]["median"] for r in sel]
+        ax.plot(xs, ys, marker="o", label="world %d %s" % key)
+        for x, y, r in zip(xs, ys, sel):
+            m, p = r["max_memory"], r["peak"]
+            ax.annotate("cpu %.1f nvme %.1f; peak %.1f / %.1f"
+                        % (m["cpu"] / 2**20, m["nvme"] / 2**20, p["device"] / 2**20,
+                           p["pinned"] / 2**20), (x, y), textcoords="offset points",
+                        xytext=(5, 4), fontsize=7)
+    ax.set_xlabel("device budget per rank, zero_optimization.max_memory.device (MiB)")
+    return finish(argv, fig, ax, bad, "step time, median after warm-up (ms)",
+                  "zeroc bench train: step time against the memory budget")
+
+
+def finish(argv, fig, ax, bad, ylabel, title):
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
     ax.grid(True, alpha=0.3)
     ax.legend(loc="upper right", fontsize=8)
     if bad:

@@ -100,8 +100,9 @@ bool gpt_mem_plan_make(const gpt_opts *o, const zc_config *cfg, int world, int l
              add(&p->acts, sample);
     const int64_t *k = p->engine.bytes_by_kind;
     /* On the host path the engine's "device" buffers are host memory (the
-     * plan already counts them as ZC_KIND_HOST); pinned is host memory. */
+     * plan reports them as ZC_KIND_DEVICE, as a GPU's); pinned is host memory. */
     ok = ok && add(&one, (uint64_t)k[ZC_KIND_HOST]) && add(&one, (uint64_t)k[ZC_KIND_PINNED]) &&
+         (!p->engine.host_device || add(&one, (uint64_t)k[ZC_KIND_DEVICE])) &&
          mul(one, (uint64_t)local, &p->engine_host);
     /* The model's memory is host memory on the CPU only. */
     if (ok && p->host_model)
@@ -137,7 +138,8 @@ bool gpt_mem_plan_fits(const gpt_mem_plan *p, uint64_t avail, char *err, size_t 
              "(zero_optimization.offload_optimizer and, at stage 3, offload_param with device "
              "\"nvme\" and max_in_cpu 0)",
              p->local, p->local == 1 ? "" : "s", gib(p->host), gib(avail),
-             gib((uint64_t)k[ZC_KIND_HOST]),
+             gib((uint64_t)k[ZC_KIND_HOST] +
+                 (p->engine.host_device ? (uint64_t)k[ZC_KIND_DEVICE] : 0)),
              p->engine.host_device ? " (its device buffers included)" : "",
              gib((uint64_t)k[ZC_KIND_PINNED]), gib((uint64_t)k[ZC_KIND_NVME]), model,
              gib(p->master));

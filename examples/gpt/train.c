@@ -612,12 +612,18 @@ static void report(const shared *sh, size_t total, bool lead_here)
         printf("{\"final\":true,\"params_sha256\":\"%s\",\"num_params\":%zu,\"val_loss\":%s,"
                "\"unigram_entropy\":%s,\"stage\":%d,\"world\":%d,\"dtype\":\"%s\","
                "\"device\":\"%s\",\"peak_bytes\":{\"device\":%lld,\"pinned\":%lld,"
-               "\"host\":%lld,\"nvme\":%lld}}\n",
+               "\"host\":%lld,\"nvme\":%lld},\"placement\":{\"optimizer\":[%lld,%lld,%lld],"
+               "\"params\":[%lld,%lld,%lld]}}\n",
                hex, total, jnum(sh->val_loss).s, jnum(sh->unigram_val).s, sh->stats0.stage,
                sh->world,
                zc_dtype_name(o->dtype), sh->be->name, (long long)pk[ZC_KIND_DEVICE],
                (long long)pk[ZC_KIND_PINNED], (long long)pk[ZC_KIND_HOST],
-               (long long)pk[ZC_KIND_NVME]);
+               (long long)pk[ZC_KIND_NVME], (long long)sh->stats0.opt_chunks_by_place[0],
+               (long long)sh->stats0.opt_chunks_by_place[1],
+               (long long)sh->stats0.opt_chunks_by_place[2],
+               (long long)sh->stats0.param_chunks_by_place[0],
+               (long long)sh->stats0.param_chunks_by_place[1],
+               (long long)sh->stats0.param_chunks_by_place[2]);
     else
         printf("\nval_loss %.4f nats/byte; unigram entropy of the validation bytes %.4f\n"
                "%zu parameters, ZeRO stage %d, %d ranks, %s; fp32 master sha256 %s\n",

@@ -930,7 +930,10 @@ typedef enum zc_mem_category {
 } zc_mem_category;
 
 /* Where bytes live, for zc_stats.bytes_by_kind. On the host path (no GPU)
- * the engine's "device" buffers are host memory and count as ZC_KIND_HOST. */
+ * the engine's "device" buffers (working parameters, gradients, device-
+ * resident optimizer state, buffer pools) are host memory standing for a
+ * GPU's and count as ZC_KIND_DEVICE, as they would on a GPU; ZC_KIND_HOST is
+ * then the rest of the pageable host memory (bookkeeping). */
 typedef enum zc_mem_kind_stat {
     ZC_KIND_DEVICE = 0, /* device (GPU) memory */
     ZC_KIND_PINNED,     /* pinned host memory (offload pool, swap buffers) */
@@ -1068,7 +1071,8 @@ typedef struct zc_memory_plan {
     zc_dtype dtype;                        /* the working precision planned */
     bool host_device;                      /* planned for the host path: the
                                               engine's "device" buffers are
-                                              pageable host memory (ZC_KIND_HOST) */
+                                              pageable host memory, reported as
+                                              ZC_KIND_DEVICE as zc_stats does */
     /* The placement planned, as zc_stats reports it after build: chunks and
      * elements of optimizer state and (stage 3) parameter shards by
      * zc_place_kind - chosen from zero_optimization.max_memory when it is
@@ -1094,9 +1098,11 @@ typedef struct zc_memory_plan {
  * offload_optimizer and offload_param give them (pinned buffers, NVMe swap
  * files), and the buffer pools. opts->device ZC_DEVICE_HOST plans the host
  * path, ZC_DEVICE_CUDA a GPU (its staging buffers included; no device is
- * opened), ZC_DEVICE_AUTO what zc_engine_create would pick. Not counted:
- * bookkeeping (ZC_MEM_OTHER of host memory: chunk and segment tables, about
- * 100 bytes per tensor and chunk), adopted memory (zc_block_adopt), the
+ * opened), ZC_DEVICE_AUTO what zc_engine_create would pick. Counted too:
+ * the engine's bookkeeping in device memory (ZC_MEM_OTHER: status records,
+ * norm partials). Not counted: bookkeeping in host memory (ZC_MEM_OTHER of
+ * ZC_KIND_HOST: chunk and segment tables, about 100 bytes per tensor and
+ * chunk), adopted memory (zc_block_adopt), the
  * application's own buffers and activations. ZC_CHUNK_CAP is honoured as the
  * engine does. Fills *out; on failure leaves it unchanged and returns
  * ZC_ERR_INVALID_ARG (NULL or short out, world < 1, a bad tensor),

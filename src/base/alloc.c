@@ -58,6 +58,12 @@ int64_t zc__mem_global_count(zc_mem_kind kind) { return atomic_load(&global_coun
 zc_status zc__host_alloc(zc_mem_account *acct, zc_mem_category cat, size_t bytes,
                          const char *what, void **out)
 {
+    return zc__host_alloc_as(acct, ZC_MEMKIND_HOST, cat, bytes, what, out);
+}
+
+zc_status zc__host_alloc_as(zc_mem_account *acct, zc_mem_kind counted_as, zc_mem_category cat,
+                            size_t bytes, const char *what, void **out)
+{
     *out = NULL;
     if (bytes == 0)
         bytes = 1; /* a valid, freeable pointer for empty buffers */
@@ -70,17 +76,23 @@ zc_status zc__host_alloc(zc_mem_account *acct, zc_mem_category cat, size_t bytes
         return ZC_ERR(ZC_ERR_NO_MEMORY, "%s: cannot allocate %zu bytes (%.1f MiB) of host memory",
                       what ? what : "allocation", bytes, (double)bytes / (1024.0 * 1024.0));
     memset(p, 0, rounded);
-    zc__mem_count(acct, ZC_MEMKIND_HOST, cat, (int64_t)bytes);
+    zc__mem_count(acct, counted_as, cat, (int64_t)bytes);
     *out = p;
     return ZC_OK;
 }
 
 void zc__host_free(zc_mem_account *acct, zc_mem_category cat, void *p, size_t bytes)
 {
+    zc__host_free_as(acct, ZC_MEMKIND_HOST, cat, p, bytes);
+}
+
+void zc__host_free_as(zc_mem_account *acct, zc_mem_kind counted_as, zc_mem_category cat, void *p,
+                      size_t bytes)
+{
     if (!p)
         return;
     if (bytes == 0)
         bytes = 1;
     free(p);
-    zc__mem_count(acct, ZC_MEMKIND_HOST, cat, -(int64_t)bytes);
+    zc__mem_count(acct, counted_as, cat, -(int64_t)bytes);
 }

@@ -65,4 +65,14 @@ zc_status zc__host_alloc(zc_mem_account *acct, zc_mem_category cat, size_t bytes
  * NULL is a no-op. */
 void zc__host_free(zc_mem_account *acct, zc_mem_category cat, void *p, size_t bytes);
 
+/* The same, counted as `counted_as` instead of ZC_MEMKIND_HOST: the host
+ * device (device/host.c) gives the engine host memory that stands for device
+ * memory and counts it as ZC_MEMKIND_DEVICE, so that the host path reports
+ * and budgets it as a GPU would. Fault injection still counts it as host
+ * memory (zc__mem_fail_after(ZC_MEMKIND_HOST, k)): it is malloc that fails. */
+zc_status zc__host_alloc_as(zc_mem_account *acct, zc_mem_kind counted_as, zc_mem_category cat,
+                            size_t bytes, const char *what, void **out);
+void zc__host_free_as(zc_mem_account *acct, zc_mem_kind counted_as, zc_mem_category cat, void *p,
+                      size_t bytes);
+
 #endif

@@ -34,6 +34,7 @@
  * record (the host allocation). */
 #define PAYLOAD_AT 8
 _Static_assert(ZC_AGREE_PAYLOAD_BYTES == REC_BYTES - PAYLOAD_AT, "the payload fills the record");
+_Static_assert(ZC_AGREE_RECORD_BYTES == REC_BYTES, "the planner counts the record's size");
 
 zc_status zc__agree_alloc(zc_engine *e)
 {

@@ -72,6 +72,8 @@ zc_status zc__eng_agree_keep(zc_engine *e, zc_status local, const char *what);
  * the next agreement. The public scalar all-reduce (scalars.c) is built on
  * it, so it needs no buffer of its own and fails like an agreement. */
 #define ZC_AGREE_PAYLOAD_BYTES 1016
+/* One rank's status record in device memory (the planner counts W + 1). */
+#define ZC_AGREE_RECORD_BYTES 1024
 zc_status zc__eng_agree_keep_with(zc_engine *e, zc_status local, const char *what,
                                   const void *payload, size_t bytes);
 const void *zc__eng_agreed_payload(const zc_engine *e, int rank);

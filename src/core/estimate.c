@@ -221,10 +221,29 @@ static zc_status pool_add(pool_plan *p, int64_t bytes, int count)
 static zc_status pool_sum(const pool_plan *p, const zc_est_in *in, zc_est *out)
 {
     for (int i = 0; i < p->n; i++) {
-        ZC_CHECK(add(out, in->dev_kind, ZC_MEM_RESERVED, p->slot[i], p->count[i]));
-        ZC_CHECK(add(out, in->dev_kind, ZC_MEM_RESERVED, ZC_BUFPOOL_ALIGN, 1));
+        ZC_CHECK(add(out, ZC_MEMKIND_DEVICE, ZC_MEM_RESERVED, p->slot[i], p->count[i]));
+        ZC_CHECK(add(out, ZC_MEMKIND_DEVICE, ZC_MEM_RESERVED, ZC_BUFPOOL_ALIGN, 1));
     }
     return ZC_OK;
+}
+
+/* The engine's bookkeeping in device memory, which collectives and kernels
+ * reach there: agree.c's status records (a send record and one per rank)
+ * and step.c's norm partials (send and receive, one double per chunk - at
+ * least 3 - and rank) and sumsq scratch for the largest shard. Counted as
+ * ZC_MEM_OTHER, as allocated, so budgets hold them. */
+static zc_status device_bookkeeping(const zc_est_in *in, zc_est *out)
+{
+    const int64_t W = in->world, parts = in->nchunks > 3 ? in->nchunks : 3;
+    int64_t scratch = 1;
+    for (int k = 0; k < in->nchunks; k++) {
+        const int64_t s = (int64_t)zc__sumsq_scratch_elems((size_t)(in->padded[k] / W));
+        if (s > scratch)
+            scratch = s;
+    }
+    ZC_CHECK(add(out, ZC_MEMKIND_DEVICE, ZC_MEM_OTHER, ZC_AGREE_RECORD_BYTES, W + 1));
+    ZC_CHECK(add(out, ZC_MEMKIND_DEVICE, ZC_MEM_OTHER, parts * 8, W + 1));
+    return add(out, ZC_MEMKIND_DEVICE, ZC_MEM_OTHER, scratch, 8);
 }
 
 /* A pool class of elements of pesz bytes (the gather and gradient pools). */
@@ -354,7 +373,7 @@ static zc_status plan(const zc_est_in *in, zc_est *out)
     const int W = in->world, st = in->stage;
     const bool full_params = st < 3, full_opt = st == 0, sharded = st >= 2;
     const int64_t pesz = (int64_t)in->pesz;
-    const zc_mem_kind dk = in->dev_kind;
+    const zc_mem_kind dk = ZC_MEMKIND_DEVICE; /* the host device counts its memory so too */
     /* opt_state.c: the offload home takes chunks in order up to ratio x all
      * optimizer elements, or the placement says. cpu_elems and maxn_cpu are
      * the cpu home's chunks, maxn_nvme and nvme_cap the nvme home's. */
@@ -461,9 +480,9 @@ static zc_status plan(const zc_est_in *in, zc_est *out)
                                  in->prefetch_elems, gather_emit, &g));
     }
     ZC_CHECK(pool_add(&stage, big * 4, 1));
-    const int64_t before = out->bytes[in->dev_kind][ZC_MEM_RESERVED];
+    const int64_t before = out->bytes[ZC_MEMKIND_DEVICE][ZC_MEM_RESERVED];
     ZC_CHECK(pool_sum(&grad, in, out));
-    out->grad_pool = out->bytes[in->dev_kind][ZC_MEM_RESERVED] - before;
+    out->grad_pool = out->bytes[ZC_MEMKIND_DEVICE][ZC_MEM_RESERVED] - before;
     ZC_CHECK(pool_sum(&gather, in, out));
     ZC_CHECK(pool_sum(&stage, in, out));
     /* f32_view.c: fp32 slots of the largest chunk for parameter views and
@@ -474,7 +493,7 @@ static zc_status plan(const zc_est_in *in, zc_est *out)
             ZC_CHECK(pool_add(&views, big * 4, in->view_chunks));
             ZC_CHECK(pool_sum(&views, in, out));
         }
-    return ZC_OK;
+    return device_bookkeeping(in, out);
 }
 
 zc_status zc__estimate(const zc_est_in *in, zc_est *out)

@@ -129,7 +129,10 @@ typedef struct zc_est_in {
     int offload;                 /* ZC_OFFLOAD_NONE / CPU / NVME (config.h) */
     double ratio;                /* offload_optimizer.ratio, (0, 1] */
     bool staging;                /* a real device: host homes stage through pinned buffers */
-    zc_mem_kind dev_kind;        /* where "device" buffers live (HOST on the host path) */
+    zc_mem_kind dev_kind;        /* the device's memory: HOST on the host path (which
+                                    decides budgets and pre-flight checks; "device"
+                                    buffers are counted as ZC_MEMKIND_DEVICE either way,
+                                    as the host device's allocator counts them) */
     int64_t buffer_count;        /* offload_optimizer.buffer_count (nvme) */
     int64_t nvme_round;          /* the swap store's round-up unit: aio.block_size x
                                     nvme_path directories (0: none) */

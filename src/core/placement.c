@@ -66,10 +66,9 @@ const char *zc__place_nvme_path(const zc_config *cfg, bool param)
 void zc__place_usage(const zc_est_in *in, const zc_est *est, int64_t used[ZC_BUDGET__COUNT])
 {
     const int64_t *t = est->kind_total;
-    used[ZC_BUDGET_DEVICE] = t[in->dev_kind];
-    used[ZC_BUDGET_CPU] = t[ZC_MEMKIND_PINNED];
-    if (in->dev_kind != ZC_MEMKIND_HOST)
-        used[ZC_BUDGET_CPU] += t[ZC_MEMKIND_HOST];
+    (void)in;
+    used[ZC_BUDGET_DEVICE] = t[ZC_MEMKIND_DEVICE]; /* the host path's stand-in too */
+    used[ZC_BUDGET_CPU] = t[ZC_MEMKIND_PINNED] + t[ZC_MEMKIND_HOST];
     used[ZC_BUDGET_NVME] = t[ZC_MEMKIND_NVME];
 }
 

@@ -143,14 +143,14 @@ static zc_est_part biggest_part(const zc_est *est, zc_mem_kind k, int64_t *bytes
  * through: the check catches what cannot fit at all. */
 static zc_status check_device(const zc_engine *e, const zc_est_in *in, const zc_est *est)
 {
-    const zc_mem_kind dk = e->dev->mem_kind;
+    const zc_mem_kind dk = ZC_MEMKIND_DEVICE; /* the host device's stand-in too */
     const int64_t need = est->kind_total[dk];
     int64_t fake = zc__machine_device_free_set();
     size_t free_b = 0, total_b = 0;
     if (fake >= 0) {
         free_b = (size_t)fake;
     } else {
-        if (dk != ZC_MEMKIND_DEVICE || !e->dev->ops->mem_info)
+        if (e->dev->mem_kind != ZC_MEMKIND_DEVICE || !e->dev->ops->mem_info)
             return ZC_OK;
         if (e->dev->ops->mem_info(e->dev, &free_b, &total_b) != ZC_OK) {
             /* Not knowing the free memory is no reason to refuse: the
@@ -184,6 +184,10 @@ static zc_status check_host(const zc_engine *e, const zc_est_in *in, const zc_es
     if (__builtin_add_overflow((uint64_t)est->kind_total[ZC_MEMKIND_HOST],
                                (uint64_t)est->kind_total[ZC_MEMKIND_PINNED], &host))
         host = UINT64_MAX;
+    /* The host device's "device" memory is host memory too. */
+    if (in->dev_kind == ZC_MEMKIND_HOST &&
+        __builtin_add_overflow(host, (uint64_t)est->kind_total[ZC_MEMKIND_DEVICE], &host))
+        host = UINT64_MAX;
     zc_host_mem_limits lim;
     zc__host_mem_limits_read(zc__machine_limits_root(), &lim);
     char what[256];
@@ -193,7 +197,8 @@ static zc_status check_host(const zc_engine *e, const zc_est_in *in, const zc_es
         return ZC_OK;
     int64_t best = -1;
     int bk = ZC_MEMKIND_HOST, bp = 0;
-    for (int k = ZC_MEMKIND_HOST; k <= ZC_MEMKIND_PINNED; k++)
+    const int last = in->dev_kind == ZC_MEMKIND_HOST ? ZC_MEMKIND_DEVICE : ZC_MEMKIND_PINNED;
+    for (int k = ZC_MEMKIND_HOST; k <= last; k++)
         for (int p = 0; p < ZC_EST__PARTS; p++) {
             const int64_t v = zc__est_part_bytes(est, (zc_mem_kind)k, (zc_est_part)p);
             if (v > best) {
@@ -280,8 +285,8 @@ zc_status zc__preflight(zc_engine *e)
      * zero-fills and the swap files take a while, and the line tells the
      * user what is being waited for. */
     ZC_LOGI("core", "build plan (rank %d, stage %d, %d chunks): device %.1f MiB, pinned %.1f "
-            "MiB, host %.1f MiB, NVMe %.1f MiB (bookkeeping not included)", e->rank, e->stage,
-            e->nchunks, (double)est.kind_total[ZC_MEMKIND_DEVICE] / 1048576.0,
+            "MiB, host %.1f MiB, NVMe %.1f MiB (host bookkeeping not included)", e->rank,
+            e->stage, e->nchunks, (double)est.kind_total[ZC_MEMKIND_DEVICE] / 1048576.0,
             (double)est.kind_total[ZC_MEMKIND_PINNED] / 1048576.0,
             (double)est.kind_total[ZC_MEMKIND_HOST] / 1048576.0,
             (double)est.kind_total[ZC_MEMKIND_NVME] / 1048576.0);

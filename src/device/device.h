@@ -166,7 +166,10 @@ typedef struct zc_device_ops {
 
 struct zc_device {
     const zc_device_ops *ops;
-    zc_mem_kind mem_kind; /* ZC_MEMKIND_HOST or ZC_MEMKIND_DEVICE */
+    zc_mem_kind mem_kind; /* ZC_MEMKIND_HOST or ZC_MEMKIND_DEVICE: where its memory
+                             lives (host-addressable or not). Both count what
+                             ops->alloc gives as ZC_MEMKIND_DEVICE in the
+                             accounts: the host path reports as a GPU would. */
     int index;            /* CUDA ordinal, -1 for the host */
 };
 

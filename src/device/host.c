@@ -16,14 +16,16 @@ static zc_status host_alloc(zc_device *d, zc_mem_account *acct, zc_mem_category 
                             const char *what, void **out)
 {
     (void)d;
-    return zc__host_alloc(acct, cat, bytes, what, out);
+    /* Host memory standing for device memory: reported and budgeted as the
+     * device kind, as on a GPU (docs/placement.md). */
+    return zc__host_alloc_as(acct, ZC_MEMKIND_DEVICE, cat, bytes, what, out);
 }
 
 static void host_free(zc_device *d, zc_mem_account *acct, zc_mem_category cat, void *p,
                       size_t bytes)
 {
     (void)d;
-    zc__host_free(acct, cat, p, bytes);
+    zc__host_free_as(acct, ZC_MEMKIND_DEVICE, cat, p, bytes);
 }
 
 static zc_status host_stream_create(zc_device *d, void **s)

@@ -72,7 +72,16 @@ def plan_stage2(P, W, pesz):
     grads = shard * 4
     opt = shard * 12
     pools = (2 * up(big * pesz, 256) + 256) + (up(big * 4, 256) + 256)
-    return params + grads + opt + pools
+    return params + grads + opt + pools + device_bookkeeping(padded, W)
+
+
+def device_bookkeeping(padded, W):
+    """agree.c's status records (1 KiB, a send record and one per rank) and
+    step.c's norm partials (a double per chunk, at least 3, send and one per
+    rank) and sumsq scratch (a double per 32 blocks of 4096 of the largest
+    shard, at least one)."""
+    groups = max(1, max(up(up(p // W, 4096) // 4096, 32) // 32 for p in padded))
+    return 1024 * (W + 1) + 8 * max(len(padded), 3) * (W + 1) + 8 * groups
 
 
 def check_max_memory(z):
@@ -167,7 +176,8 @@ def main():
         if set(r.get("bytes", {})) != {"device", "pinned", "host", "nvme"}:
             fail("json bytes", "%s" % r.get("bytes"))
         for k in ("host", "pinned", "device", "nvme"):
-            if set(r["parts"].get(k, {})) != {"params", "grads", "optimizer", "buffers"}:
+            if set(r["parts"].get(k, {})) != {"params", "grads", "optimizer", "buffers",
+                                              "other"}:
                 fail("json parts", "%s" % r["parts"])
         if r["world"] != W or r["dtype"] != "bf16" or r["params"] != P:
             fail("json values", "%s" % r)
@@ -286,18 +296,19 @@ def main():
             [r["padding_elems"] for r in blocks][:1] != [128]:
         fail("per-block", "padding %s / %s" % ([r["padding_elems"] for r in auto],
                                                [r["padding_elems"] for r in blocks]))
-    # --device host: the engine's buffers and the activations in host memory
-    # (without offload nothing else is); the CUDA figures hold the same bytes
-    # as device memory.
+    # --device host: the engine's buffers stand for device memory and are
+    # shown as device (as zc_stats reports them), the activations are host
+    # memory (without offload nothing else is); the CUDA figures hold the
+    # same engine bytes as device memory, the activations too.
     host = lines(z, *gpt, "--device", "host")
     for a, h in zip(auto, host):
-        if h["bytes"]["device"] != 0:
-            fail("device host", "stage %d %s: device %d" % (a["stage"], a["offload_optimizer"],
-                                                            h["bytes"]["device"]))
+        if h["bytes"]["host"] != a["activations"]:
+            fail("device host", "stage %d %s: host %d, activations %d"
+                 % (a["stage"], a["offload_optimizer"], h["bytes"]["host"], a["activations"]))
         if a["offload_optimizer"] == "none":
             eng = sum(a["parts"]["device"].values())
             if a["bytes"]["device"] != eng + a["activations"] or \
-                    h["bytes"]["host"] != eng + a["activations"]:
+                    h["bytes"]["device"] != eng:
                 fail("device host", "stage %d: cuda %s, host %s" % (a["stage"], a["bytes"],
                                                                     h["bytes"]))
     expect_usage(z, "chunks without model", ["--params", "1M", "--world", "1", "--chunks",

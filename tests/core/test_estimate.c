@@ -5,10 +5,11 @@
  * sizes, persistence, live bound, read in a step hook) equals zc_stats after
  * the run, exactly, for every kind (host, pinned, NVMe) and every category
  * but ZC_MEM_OTHER; transient buffers and the idle reserve are compared as
- * one sum (a pool slot in use moves from RESERVED to BUFFERS). ZC_MEM_OTHER
- * (bookkeeping the plan leaves out) stays below OTHER_BOUND bytes per rank
- * for this model; the NVMe files' stripe round-up (counted as NVMe OTHER)
- * is planned exactly.
+ * one sum (a pool slot in use moves from RESERVED to BUFFERS). Host
+ * ZC_MEM_OTHER (bookkeeping the plan leaves out) stays below OTHER_BOUND
+ * bytes per rank for this model; the device's (status records, norm
+ * partials) and the NVMe files' stripe round-up (counted as NVMe OTHER) are
+ * planned exactly.
  *
  * The same with fp32 view slots reserved (f32_view_chunks 1 and 3), and at
  * stage 3 with offload_param cpu and nvme (x offload_optimizer none/cpu/nvme
@@ -182,6 +183,12 @@ static void check_with(int stage, int world, int accum, int off, const char *nvm
         }
         cr_assert_lt(s->bytes_by_kind_cat[ZC_KIND_HOST][ZC_MEM_OTHER] +
                          s->bytes_by_kind_cat[ZC_KIND_PINNED][ZC_MEM_OTHER], OTHER_BOUND);
+        /* The device's bookkeeping (status records, norm partials) is
+         * planned exactly, so budgets hold it. */
+        cr_assert_eq(s->bytes_by_kind_cat[ZC_KIND_DEVICE][ZC_MEM_OTHER],
+                     est.bytes[ZC_MEMKIND_DEVICE][ZC_MEM_OTHER], "device bookkeeping: planned "
+                     "%lld, counted %lld", (long long)est.bytes[ZC_MEMKIND_DEVICE][ZC_MEM_OTHER],
+                     (long long)s->bytes_by_kind_cat[ZC_KIND_DEVICE][ZC_MEM_OTHER]);
         cr_assert_eq(s->bytes_by_kind_cat[ZC_KIND_NVME][ZC_MEM_OTHER],
                      est.bytes[ZC_MEMKIND_NVME][ZC_MEM_OTHER], "stripe round-up: planned %lld, "
                      "counted %lld", (long long)est.bytes[ZC_MEMKIND_NVME][ZC_MEM_OTHER],
@@ -294,7 +301,11 @@ Test(estimate, hand_computed_stage2)
     cr_assert_eq(d[ZC_MEM_MASTER], 10496);
     cr_assert_eq(d[ZC_MEM_ADAM], 20992);
     cr_assert_eq(d[ZC_MEM_RESERVED], 16640 + 16640);
-    cr_assert_eq(e.kind_total[ZC_MEMKIND_DEVICE], 10496 * 3 + 20992 + 33280);
+    /* Device bookkeeping: 1 KiB status records, a send record and one per
+     * rank; norm partials, 3 chunks x (send + 2 ranks) doubles; one double
+     * of sumsq scratch (the largest shard, 2048, is one block). */
+    cr_assert_eq(d[ZC_MEM_OTHER], 1024 * 3 + 8 * 3 * 3 + 8);
+    cr_assert_eq(e.kind_total[ZC_MEMKIND_DEVICE], 10496 * 3 + 20992 + 33280 + 3152);
     cr_assert_eq(e.kind_total[ZC_MEMKIND_HOST] + e.kind_total[ZC_MEMKIND_PINNED], 0);
     cr_assert_eq(zc__est_part_bytes(&e, ZC_MEMKIND_DEVICE, ZC_EST_OPTIMIZER), 10496 + 20992);
     cr_assert_eq(zc__est_part_bytes(&e, ZC_MEMKIND_DEVICE, ZC_EST_BUFFERS), 33280);
@@ -404,8 +415,10 @@ Test(estimate, plan_memory_refuses_bad_input)
     cr_assert_eq(zc_plan_memory(cfg, 2, t, 2, &eo, &cuda), ZC_OK, "%s", zc_last_error());
     cr_assert(host.host_device && !cuda.host_device);
     cr_assert_eq(host.dtype, ZC_DTYPE_BF16);
-    cr_assert_eq(host.bytes_by_kind[ZC_KIND_DEVICE], 0);
-    cr_assert_eq(cuda.bytes_by_kind[ZC_KIND_DEVICE], host.bytes_by_kind[ZC_KIND_HOST]);
+    /* The host path's "device" buffers are reported as device memory, as a
+     * GPU's are: the same bytes, nothing in pageable host memory. */
+    cr_assert_eq(host.bytes_by_kind[ZC_KIND_HOST], 0);
+    cr_assert_eq(cuda.bytes_by_kind[ZC_KIND_DEVICE], host.bytes_by_kind[ZC_KIND_DEVICE]);
     cr_assert_gt(cuda.bytes_by_kind[ZC_KIND_PINNED], host.bytes_by_kind[ZC_KIND_PINNED]);
     /* 2048 + 64 elements: the first chunk {64 x 32} and, after the
      * boundary, {64}, each padded to world x 64. */

@@ -84,22 +84,26 @@ Test(offload_memory, bytes_by_kind_match_the_formulas)
             for (int r = 0; r < world; r++) {
                 const zc_stats *sn = &none->stats[r], *sc = &cpu->stats[r], *sv = &nv->stats[r];
                 const int64_t P = sn->padded_params, per = P / world;
-                /* none: everything in the engine device's memory (host here). */
-                cr_assert_eq(state_bytes(sn, ZC_KIND_HOST), 12 * per);
+                /* none: everything in the engine device's memory (host memory
+                 * here, reported as device memory as on a GPU). */
+                cr_assert_eq(state_bytes(sn, ZC_KIND_DEVICE), 12 * per);
+                cr_assert_eq(state_bytes(sn, ZC_KIND_HOST), 0);
                 cr_assert_eq(sn->bytes_by_kind[ZC_KIND_PINNED] + sn->bytes_by_kind[ZC_KIND_NVME],
                              0);
                 /* cpu: the same bytes, pinned. */
                 cr_assert_eq(sc->bytes_by_kind_cat[ZC_KIND_PINNED][ZC_MEM_MASTER], 4 * per);
                 cr_assert_eq(sc->bytes_by_kind_cat[ZC_KIND_PINNED][ZC_MEM_ADAM], 8 * per);
-                cr_assert_eq(state_bytes(sc, ZC_KIND_HOST), 0);
+                cr_assert_eq(state_bytes(sc, ZC_KIND_DEVICE) + state_bytes(sc, ZC_KIND_HOST), 0);
                 if (stage >= 2) {
                     cr_assert_eq(sc->bytes_by_kind_cat[ZC_KIND_PINNED][ZC_MEM_GRADS], 4 * per);
-                    cr_assert_eq(sc->bytes_by_kind_cat[ZC_KIND_HOST][ZC_MEM_GRADS],
-                                 sn->bytes_by_kind_cat[ZC_KIND_HOST][ZC_MEM_GRADS] - 4 * per,
+                    cr_assert_eq(sc->bytes_by_kind_cat[ZC_KIND_DEVICE][ZC_MEM_GRADS],
+                                 sn->bytes_by_kind_cat[ZC_KIND_DEVICE][ZC_MEM_GRADS] - 4 * per,
                                  "the device keeps no fp32 gradient shard");
                 }
                 /* nvme: in files only. */
-                cr_assert_eq(state_bytes(sv, ZC_KIND_HOST) + state_bytes(sv, ZC_KIND_PINNED), 0);
+                cr_assert_eq(state_bytes(sv, ZC_KIND_DEVICE) + state_bytes(sv, ZC_KIND_HOST) +
+                                 state_bytes(sv, ZC_KIND_PINNED),
+                             0);
                 const int64_t files = sv->bytes_by_kind[ZC_KIND_NVME];
                 const int64_t pads = 3 * sv->num_chunks * 4096;
                 cr_assert_geq(files, 12 * per, "stage %d world %d rank %d", stage, world, r);
@@ -119,8 +123,7 @@ Test(offload_memory, bytes_by_kind_match_the_formulas)
                               "pinned %lld > buffer_count x buffer_size",
                               (long long)sv->bytes_by_kind[ZC_KIND_PINNED]);
                 /* Bookkeeping: pageable bytes beyond the run without offload. */
-                int64_t extra = sv->bytes_by_kind[ZC_KIND_HOST] -
-                                (sn->bytes_by_kind[ZC_KIND_HOST] - state_bytes(sn, ZC_KIND_HOST));
+                int64_t extra = sv->bytes_by_kind[ZC_KIND_HOST] - sn->bytes_by_kind[ZC_KIND_HOST];
                 cr_assert_leq(extra, NVME_BOOKKEEPING, "bookkeeping %lld bytes", (long long)extra);
             }
             cr_assert_eq(t_dir_entries(dir.path), 0);
@@ -151,9 +154,11 @@ Test(offload_memory, accumulated_gradient_in_the_swap_files)
             cr_assert_geq(sv->bytes_by_kind_cat[ZC_KIND_NVME][ZC_MEM_GRADS], 4 * per);
             cr_assert_eq(sv->bytes_by_kind_cat[ZC_KIND_NVME][ZC_MEM_GRADS],
                          sv->bytes_by_kind_cat[ZC_KIND_NVME][ZC_MEM_MASTER]);
-            cr_assert_eq(sv->bytes_by_kind_cat[ZC_KIND_HOST][ZC_MEM_GRADS],
-                         sn->bytes_by_kind_cat[ZC_KIND_HOST][ZC_MEM_GRADS] - 4 * per);
-            cr_assert_eq(state_bytes(sv, ZC_KIND_HOST) + state_bytes(sv, ZC_KIND_PINNED), 0);
+            cr_assert_eq(sv->bytes_by_kind_cat[ZC_KIND_DEVICE][ZC_MEM_GRADS],
+                         sn->bytes_by_kind_cat[ZC_KIND_DEVICE][ZC_MEM_GRADS] - 4 * per);
+            cr_assert_eq(state_bytes(sv, ZC_KIND_DEVICE) + state_bytes(sv, ZC_KIND_HOST) +
+                             state_bytes(sv, ZC_KIND_PINNED),
+                         0);
             cr_assert_leq(sv->bytes_by_kind[ZC_KIND_PINNED],
                           (int64_t)(4 * pv.info[r].slots + 1) * (int64_t)pv.info[r].buffer_bytes,
                           "swap buffers and the one gradient buffer");
