@@ -16,7 +16,11 @@
  * (ZC_CK_STAGING_MARK), and every later step opens it with O_NOFOLLOW and
  * checks it is a directory of this user holding the marker before it works
  * inside it, relative to its descriptor. A staging path that is a symbolic
- * link, or a directory without the marker, is refused, never cleared. */
+ * link, or a directory without the marker, is refused, never cleared. The
+ * marker stays until the staging directory has become DIR/TAG, so at every
+ * instant the directory is either empty, marked, or the complete checkpoint
+ * (which a crash right after the rename may leave holding the marker; readers
+ * ignore it). */
 #ifndef ZC_CKPT_DIRWRITE_H
 #define ZC_CKPT_DIRWRITE_H
 
