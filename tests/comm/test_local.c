@@ -281,7 +281,7 @@ Test(comm_local, unsupported_max_fails_on_every_rank)
 /* A group's collectives run together at group_end, in one rendezvous (what
  * the engine's grouped publish and reduction bucket rely on): the calls
  * inside return at once, before the other ranks arrive, and the results are
- * those of the same collectives outside a group. Rank 1 comes 150 ms late;
+ * those of the same collectives outside a group. Rank 1 comes 400 ms late;
  * rank 0's calls inside the group must not wait for it. */
 typedef struct group_ctx {
     world_ctx *w;
@@ -302,7 +302,7 @@ static void do_grouped_gathers(int r, void *p)
     world_ctx *w = g->w;
     zc_comm *c = w->comms[r];
     if (r == 1)
-        nanosleep(&(struct timespec){0, 150000000L}, NULL);
+        nanosleep(&(struct timespec){0, 400000000L}, NULL);
     const double t0 = mono_s();
     w->rc[r] = zc__comm_group_start(c);
     const int half = N / 2;
@@ -351,12 +351,13 @@ Test(comm_local, a_group_runs_at_its_end_in_one_rendezvous)
         g = (group_ctx){.w = &w, .ops = counts[t]};
         t_run_ranks(3, do_grouped_gathers, &g);
         check_grouped(&w, counts[t]);
-        /* Rank 0 queued its group while rank 1 slept (150 ms); with one
-         * rendezvous per collective it would have waited there. The long
+        /* Rank 0 queued its group while rank 1 slept (400 ms); with one
+         * rendezvous per collective it would have waited there (the bound
+         * leaves room for a scheduler delay on a loaded machine). The long
          * group runs its first 64 when the 65th is queued, so only the
          * short one is timed. */
         if (t == 0)
-            cr_assert_lt(g.queued_s[0], 0.075, "rank 0 waited %.3f s inside the group",
+            cr_assert_lt(g.queued_s[0], 0.2, "rank 0 waited %.3f s inside the group",
                          g.queued_s[0]);
         end_world(&w);
     }
