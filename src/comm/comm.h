@@ -41,7 +41,8 @@ typedef struct zc_comm_ops {
     /* Optional (NULL: the backend runs each collective at once, and the
      * wrappers below succeed without doing anything). Collectives issued
      * between group_start and group_end, by the same thread, may be launched
-     * together at group_end (NCCL: ncclGroupStart/ncclGroupEnd), so their
+     * together at group_end (NCCL: ncclGroupStart/ncclGroupEnd; local: one
+     * rendezvous, all on one stream; MPI: messages posted at once), so their
      * buffers must stay valid and unchanged until then, and their results
      * are ready only after it (ordered on each caller stream used). Every
      * group_start that succeeded needs its group_end, also after a failure

@@ -32,6 +32,18 @@
  * second event likewise. The MAX reduction (small control payloads) reads
  * values on the host and so still waits for its stream.
  *
+ * Groups. Collectives issued between group_start and group_end are queued
+ * (they must share one stream) and run at group_end in one rendezvous - one
+ * pair of barriers for all of them, their shares queued in issue order -
+ * so a step's grouped gathers or bucket of reductions costs one meeting of
+ * the ranks, not one per collective. A group of more than LOCAL_GROUP_MAX
+ * runs in several. Every rank must queue the same collectives in the same
+ * order (checked, like a single collective).
+ *
+ * Waiting. A rank that arrives first spins for SPIN_S by the clock, then
+ * blocks on the condition variable (a futex): it never holds its core for
+ * longer than that while the rank it waits for may need it.
+ *
  * A rank that never arrives makes the others fail after ZC_COMM_TIMEOUT
  * seconds (default 600) instead of hanging, and the group stays broken. */
 #include <errno.h>
@@ -45,13 +57,27 @@
 #include "base/clock.h"
 #include "base/log.h"
 
-typedef struct local_slot {
+/* One collective as a rank posts it. */
+typedef struct local_op {
     const void *send;
     void *recv;
     size_t count;
     int dt, op, root, kind;
+} local_op;
+
+/* What a rank posts for one rendezvous: its collectives (one, or a group's;
+ * none for a barrier) and its events. */
+typedef struct local_slot {
+    const local_op *ops;
+    int nops;
     void *ready, *done; /* the rank's events (local_comm), on its device */
 } local_slot;
+
+/* Collectives one group runs in one rendezvous; a longer group runs in
+ * several, LOCAL_GROUP_MAX at a time (allowed: a group's results are only
+ * promised after group_end). Reserved with the rank, so queueing never
+ * allocates. */
+#define LOCAL_GROUP_MAX 64
 
 typedef struct local_group {
     int world;
@@ -72,76 +98,139 @@ typedef struct local_comm {
     /* On base.dev: recorded on the caller's stream when this rank's buffers
      * are final (ready) and when its share of the work is queued (done). */
     void *ev_ready, *ev_done;
+    /* Between group_start and group_end: the collectives queued, all on one
+     * stream, run together at group_end (or when LOCAL_GROUP_MAX are). */
+    bool in_group;
+    int nqueued;
+    void *group_stream;
+    local_op queued[LOCAL_GROUP_MAX];
 } local_comm;
 
 
+/* What a rank posted, for messages: its first collective (a group is named
+ * by it), or a barrier. */
+static const char *slot_kind(const local_slot *s)
+{
+    return zc__coll_kind_name(s->nops ? s->ops[0].kind : K_BARRIER);
+}
+
+static size_t slot_count(const local_slot *s)
+{
+    return s->nops ? s->ops[0].count : 0;
+}
+
+/* A short spin before sleeping: a peer that arrives within it (the ranks
+ * of a step meet its small exchanges a few microseconds apart once the
+ * gradient reduction has lined them up) is met without the futex sleep and
+ * wake-up, whose latency on a busy machine is a scheduler slice, not
+ * microseconds. Bounded by the clock, never by a count, so it is as short
+ * on every CPU; after it the wait blocks on the condition variable and
+ * leaves the core to the rank it waits for. */
+#define SPIN_S 30e-6
+
+/* Spins until the generation moves past gen (or the group breaks) or
+ * SPIN_S passes; the mutex is not held. True when the barrier opened. */
+static bool spin_for(local_group *g, unsigned long gen)
+{
+    const double until = zc__now_s() + SPIN_S;
+    do {
+        for (int i = 0; i < 64; i++) {
+            if (__atomic_load_n(&g->generation, __ATOMIC_ACQUIRE) != gen ||
+                __atomic_load_n(&g->broken, __ATOMIC_ACQUIRE))
+                return true;
+#if defined(__x86_64__) || defined(__i386__)
+            __builtin_ia32_pause();
+#endif
+        }
+    } while (zc__now_s() < until);
+    return false;
+}
+
 /* Barrier with a deadline. Returns ZC_ERR_COMM when the group is broken or the
  * deadline passes (which breaks the group for everyone). */
-static zc_status group_wait(local_comm *c, int kind)
+static zc_status group_wait(local_comm *c)
 {
     local_group *g = c->g;
+    const local_slot *mine = &g->slots[c->base.rank];
     zc_status rc = ZC_OK;
     pthread_mutex_lock(&g->mu);
     if (g->broken) {
         pthread_mutex_unlock(&g->mu);
         return ZC_ERR(ZC_ERR_COMM, "local comm rank %d: %s #%lu: the group is broken by an "
                                    "earlier failure or timeout",
-                      c->base.rank, zc__coll_kind_name(kind), c->seq);
+                      c->base.rank, slot_kind(mine), c->seq);
     }
     unsigned long gen = g->generation;
     if (++g->arrived == g->world) {
         g->arrived = 0;
-        g->generation++;
+        __atomic_store_n(&g->generation, gen + 1, __ATOMIC_RELEASE);
         pthread_cond_broadcast(&g->cv);
     } else {
+        pthread_mutex_unlock(&g->mu);
+        spin_for(g, gen);
+        pthread_mutex_lock(&g->mu);
         /* The condition variable waits on CLOCK_MONOTONIC (see
          * zc_comm_local_world), so a wall-clock step cannot stretch it. */
         const struct timespec deadline = zc__deadline_in(g->timeout_s);
         while (gen == g->generation && !g->broken) {
             int e = pthread_cond_timedwait(&g->cv, &g->mu, &deadline);
             if (e == ETIMEDOUT && gen == g->generation) {
-                g->broken = 1;
+                __atomic_store_n(&g->broken, 1, __ATOMIC_RELEASE);
                 pthread_cond_broadcast(&g->cv);
                 rc = ZC_ERR(ZC_ERR_COMM,
                             "local comm rank %d: %s #%lu (%zu elements) timed out after %g s "
                             "waiting for %d of %d ranks (ZC_COMM_TIMEOUT)",
-                            c->base.rank, zc__coll_kind_name(kind), c->seq, g->slots[c->base.rank].count,
+                            c->base.rank, slot_kind(mine), c->seq, slot_count(mine),
                             g->timeout_s, g->world - g->arrived, g->world);
                 break;
             }
         }
         if (rc == ZC_OK && gen == g->generation && g->broken)
             rc = ZC_ERR(ZC_ERR_COMM, "local comm rank %d: %s #%lu: another rank failed",
-                        c->base.rank, zc__coll_kind_name(kind), c->seq);
+                        c->base.rank, slot_kind(mine), c->seq);
     }
     pthread_mutex_unlock(&g->mu);
     return rc;
 }
 
-/* Phase 1: mark this rank's buffers final on its stream, post the call and
- * check every rank made the same one. */
-static zc_status post(local_comm *c, int kind, const void *send, void *recv, size_t count,
-                      zc_dtype dt, int op, int root, void *stream)
+static bool same_op(const local_op *a, const local_op *b)
+{
+    return a->kind == b->kind && a->count == b->count && a->dt == b->dt && a->op == b->op &&
+           a->root == b->root;
+}
+
+/* Phase 1: mark this rank's buffers final on its stream, post the calls and
+ * check every rank made the same ones, in the same order. */
+static zc_status post(local_comm *c, const local_op *ops, int nops, void *stream)
 {
     local_group *g = c->g;
     zc_device *d = c->base.dev;
-    c->seq++;
+    c->seq += (unsigned long)nops;
     ZC_CHECK(d->ops->event_record(d, c->ev_ready, stream));
-    local_slot *s = &g->slots[c->base.rank];
-    *s = (local_slot){send, recv, count, (int)dt, op, root, kind, c->ev_ready, c->ev_done};
-    ZC_CHECK(group_wait(c, kind));
+    g->slots[c->base.rank] = (local_slot){ops, nops, c->ev_ready, c->ev_done};
+    ZC_CHECK(group_wait(c));
     for (int r = 0; r < g->world; r++) {
-        local_slot *o = &g->slots[r];
-        if (o->kind != kind || o->count != count || o->dt != (int)dt || o->op != op ||
-            o->root != root) {
-            zc_status rc = ZC_ERR(ZC_ERR_COMM,
-                                  "local comm: collective mismatch at #%lu: rank %d called %s "
-                                  "(%zu x %s) but rank %d called %s (%zu x %s)",
-                                  c->seq, c->base.rank, zc__coll_kind_name(kind), count, zc_dtype_name(dt), r,
-                                  zc__coll_kind_name(o->kind), o->count, zc_dtype_name((zc_dtype)o->dt));
-            group_wait(c, kind); /* everyone sees the mismatch; keep phases aligned */
-            return rc;
-        }
+        const local_slot *o = &g->slots[r];
+        int bad = o->nops != nops ? (o->nops < nops ? o->nops : nops) : -1;
+        for (int i = 0; i < nops && bad < 0; i++)
+            if (!same_op(&o->ops[i], &ops[i]))
+                bad = i;
+        if (bad < 0)
+            continue;
+        /* Both sides of the first difference: a collective, or the end of
+         * one rank's calls (a barrier, a shorter group). */
+        const local_op none = {.kind = K_BARRIER};
+        const local_op *a = bad < nops ? &ops[bad] : &none;
+        const local_op *b = bad < o->nops ? &o->ops[bad] : &none;
+        zc_status rc = ZC_ERR(ZC_ERR_COMM,
+                              "local comm: collective mismatch at #%lu: rank %d called %s "
+                              "(%zu x %s) but rank %d called %s (%zu x %s)",
+                              c->seq - (unsigned long)nops + (unsigned long)bad + 1, c->base.rank,
+                              zc__coll_kind_name(a->kind), a->count,
+                              zc_dtype_name((zc_dtype)a->dt), r, zc__coll_kind_name(b->kind),
+                              b->count, zc_dtype_name((zc_dtype)b->dt));
+        group_wait(c); /* everyone sees the mismatch; keep phases aligned */
+        return rc;
     }
     return ZC_OK;
 }
@@ -169,13 +258,13 @@ static zc_status after_peers_ready(local_comm *c, void *stream)
 
 /* Phase 3: every rank has queued its reads and writes; this rank's stream
  * goes on only after all of them. */
-static zc_status finish(local_comm *c, int kind, zc_status work_rc, void *stream)
+static zc_status finish(local_comm *c, zc_status work_rc, void *stream)
 {
     zc_device *d = c->base.dev;
     zc_status rc = d->ops->event_record(d, c->ev_done, stream);
     if (work_rc == ZC_OK)
         work_rc = rc;
-    rc = group_wait(c, kind);
+    rc = group_wait(c);
     if (rc == ZC_OK)
         rc = wait_peers(c, offsetof(local_slot, done), stream);
     return work_rc != ZC_OK ? work_rc : rc;
@@ -189,7 +278,14 @@ static zc_status check_dtype(local_comm *c, const char *what, zc_dtype dt)
     return ZC_OK;
 }
 
-static zc_status max_reduce_host(local_comm *c, size_t lo, size_t hi, zc_dtype dt, void *stream)
+/* Rank r's part of the i-th collective of this rendezvous. */
+static const local_op *peer_op(const local_comm *c, int r, int i)
+{
+    return &c->g->slots[r].ops[i];
+}
+
+static zc_status max_reduce_host(local_comm *c, int i, size_t lo, size_t hi, zc_dtype dt,
+                                 void *stream)
 {
     /* MAX is for small control payloads (overflow flags): stage through host
      * memory element by element. */
@@ -198,17 +294,18 @@ static zc_status max_reduce_host(local_comm *c, size_t lo, size_t hi, zc_dtype d
     size_t es = zc_dtype_size(dt);
     zc_copy_kind from = d->mem_kind == ZC_MEMKIND_DEVICE ? ZC_COPY_D2H : ZC_COPY_H2H;
     zc_copy_kind to = d->mem_kind == ZC_MEMKIND_DEVICE ? ZC_COPY_H2D : ZC_COPY_H2H;
-    for (size_t i = lo; i < hi; i++) {
+    for (size_t x = lo; x < hi; x++) {
         double best = 0;
         unsigned char buf[8], out[8] = {0};
         for (int r = 0; r < g->world; r++) {
-            ZC_CHECK(d->ops->copy(d, buf, (const char *)g->slots[r].send + i * es, es, from, stream));
+            ZC_CHECK(d->ops->copy(d, buf, (const char *)peer_op(c, r, i)->send + x * es, es,
+                                  from, stream));
             ZC_CHECK(d->ops->stream_sync(d, stream));
             double v;
             switch (dt) {
-            case ZC_DTYPE_F64: { double x; memcpy(&x, buf, 8); v = x; break; }
-            case ZC_DTYPE_I32: { int32_t x; memcpy(&x, buf, 4); v = x; break; }
-            case ZC_DTYPE_F32: { float x; memcpy(&x, buf, 4); v = x; break; }
+            case ZC_DTYPE_F64: { double y; memcpy(&y, buf, 8); v = y; break; }
+            case ZC_DTYPE_I32: { int32_t y; memcpy(&y, buf, 4); v = y; break; }
+            case ZC_DTYPE_F32: { float y; memcpy(&y, buf, 4); v = y; break; }
             default:
                 return ZC_ERR(ZC_ERR_INVALID_ARG, "local comm all_reduce MAX: dtype %s not "
                                                   "supported (use fp32, fp64 or int32)",
@@ -220,9 +317,101 @@ static zc_status max_reduce_host(local_comm *c, size_t lo, size_t hi, zc_dtype d
             }
         }
         for (int r = 0; r < g->world; r++)
-            ZC_CHECK(d->ops->copy(d, (char *)g->slots[r].recv + i * es, out, es, to, stream));
+            ZC_CHECK(d->ops->copy(d, (char *)peer_op(c, r, i)->recv + x * es, out, es, to,
+                                  stream));
         ZC_CHECK(d->ops->stream_sync(d, stream));
     }
+    return ZC_OK;
+}
+
+/* This rank's share of the i-th collective, queued on its stream after the
+ * peers' ready events. */
+static zc_status work(local_comm *c, int i, void *stream)
+{
+    local_group *g = c->g;
+    zc_device *d = c->base.dev;
+    const local_op *o = peer_op(c, c->base.rank, i);
+    const int r = c->base.rank, W = g->world;
+    const zc_dtype dt = (zc_dtype)o->dt;
+    const size_t es = zc_dtype_size(dt);
+    const zc_copy_kind same = d->mem_kind == ZC_MEMKIND_DEVICE ? ZC_COPY_D2D : ZC_COPY_H2H;
+    const void *srcs[W];
+    switch (o->kind) {
+    case K_ALL_REDUCE: {
+        size_t lo = o->count * (size_t)r / (size_t)W, hi = o->count * (size_t)(r + 1) / (size_t)W;
+        if (hi <= lo)
+            return ZC_OK;
+        if (o->op == ZC_RED_MAX)
+            return max_reduce_host(c, i, lo, hi, dt, stream);
+        for (int k = 0; k < W; k++)
+            srcs[k] = (const char *)peer_op(c, k, i)->send + lo * es;
+        void *mine = (char *)o->recv + lo * es;
+        zc_status rc = d->ops->reduce_sum(d, mine, srcs, W, dt, hi - lo, stream);
+        for (int k = 0; k < W && rc == ZC_OK; k++)
+            if (k != r)
+                rc = d->ops->copy(d, (char *)peer_op(c, k, i)->recv + lo * es, mine,
+                                  (hi - lo) * es, same, stream);
+        return rc;
+    }
+    case K_REDUCE_SCATTER:
+        if (!o->count)
+            return ZC_OK;
+        for (int k = 0; k < W; k++)
+            srcs[k] = (const char *)peer_op(c, k, i)->send + (size_t)r * o->count * es;
+        return d->ops->reduce_sum(d, o->recv, srcs, W, dt, o->count, stream);
+    case K_ALL_GATHER: {
+        const size_t bytes = o->count * es;
+        zc_status rc = ZC_OK;
+        for (int k = 0; k < W && rc == ZC_OK && bytes; k++)
+            rc = d->ops->copy(d, (char *)o->recv + (size_t)k * bytes, peer_op(c, k, i)->send,
+                              bytes, same, stream);
+        return rc;
+    }
+    case K_BROADCAST:
+        if (r == o->root || !o->count)
+            return ZC_OK;
+        return d->ops->copy(d, o->recv, peer_op(c, o->root, i)->send, o->count * es, same,
+                            stream);
+    default:
+        return ZC_ERR(ZC_ERR_INTERNAL, "local comm: unknown collective kind %d", o->kind);
+    }
+}
+
+/* One rendezvous for nops collectives on one stream: post, every rank's
+ * share of each in order, finish. */
+static zc_status run(local_comm *c, const local_op *ops, int nops, void *stream)
+{
+    ZC_CHECK(post(c, ops, nops, stream));
+    zc_status rc = after_peers_ready(c, stream);
+    for (int i = 0; i < nops && rc == ZC_OK; i++)
+        rc = work(c, i, stream);
+    return finish(c, rc, stream);
+}
+
+/* Runs what the group has queued. */
+static zc_status run_queued(local_comm *c)
+{
+    const int n = c->nqueued;
+    c->nqueued = 0;
+    return n ? run(c, c->queued, n, c->group_stream) : ZC_OK;
+}
+
+/* A collective now, or queued in the open group (run when the group ends or
+ * holds LOCAL_GROUP_MAX). A group's collectives share one stream: the
+ * rendezvous orders that stream once for all of them. */
+static zc_status issue(local_comm *c, const local_op *op, void *stream)
+{
+    if (!c->in_group)
+        return run(c, op, 1, stream);
+    if (c->nqueued && stream != c->group_stream)
+        return ZC_ERR(ZC_ERR_INVALID_ARG,
+                      "local comm rank %d: %s in a group on another stream than the group's "
+                      "first collective (the local communicator runs a group on one stream)",
+                      c->base.rank, zc__coll_kind_name(op->kind));
+    if (c->nqueued == LOCAL_GROUP_MAX)
+        ZC_CHECK(run_queued(c));
+    c->group_stream = stream;
+    c->queued[c->nqueued++] = *op;
     return ZC_OK;
 }
 
@@ -230,8 +419,6 @@ static zc_status local_all_reduce(zc_comm *base, const void *send, void *recv, s
                                   zc_dtype dt, zc_red_op op, void *stream)
 {
     local_comm *c = (local_comm *)base;
-    local_group *g = c->g;
-    zc_device *d = base->dev;
     ZC_CHECK(check_dtype(c, "all_reduce", dt));
     /* Checked before posting, from arguments every rank shares, so all ranks
      * refuse the call (a rank whose share of a short buffer is empty would
@@ -244,95 +431,71 @@ static zc_status local_all_reduce(zc_comm *base, const void *send, void *recv, s
                       "local comm rank %d all_reduce MAX: dtype %s not supported (use fp32, "
                       "fp64 or int32)",
                       base->rank, zc_dtype_name(dt));
-    ZC_CHECK(post(c, K_ALL_REDUCE, send, recv, count, dt, (int)op, 0, stream));
-    int r = base->rank, W = g->world;
-    size_t lo = count * (size_t)r / (size_t)W, hi = count * (size_t)(r + 1) / (size_t)W;
-    size_t es = zc_dtype_size(dt);
-    zc_status rc = after_peers_ready(c, stream);
-    if (rc == ZC_OK && hi > lo) {
-        if (op == ZC_RED_MAX) {
-            rc = max_reduce_host(c, lo, hi, dt, stream);
-        } else {
-            const void *srcs[W];
-            for (int k = 0; k < W; k++)
-                srcs[k] = (const char *)g->slots[k].send + lo * es;
-            void *mine = (char *)recv + lo * es;
-            rc = d->ops->reduce_sum(d, mine, srcs, W, dt, hi - lo, stream);
-            for (int k = 0; k < W && rc == ZC_OK; k++)
-                if (k != r)
-                    rc = d->ops->copy(d, (char *)g->slots[k].recv + lo * es, mine, (hi - lo) * es,
-                                      d->mem_kind == ZC_MEMKIND_DEVICE ? ZC_COPY_D2D : ZC_COPY_H2H,
-                                      stream);
-        }
-    }
-    return finish(c, K_ALL_REDUCE, rc, stream);
+    const local_op o = {send, recv, count, (int)dt, (int)op, 0, K_ALL_REDUCE};
+    return issue(c, &o, stream);
 }
 
 static zc_status local_reduce_scatter(zc_comm *base, const void *send, void *recv,
                                       size_t recv_count, zc_dtype dt, void *stream)
 {
     local_comm *c = (local_comm *)base;
-    local_group *g = c->g;
-    zc_device *d = base->dev;
     ZC_CHECK(check_dtype(c, "reduce_scatter", dt));
-    ZC_CHECK(post(c, K_REDUCE_SCATTER, send, recv, recv_count, dt, 0, 0, stream));
-    int r = base->rank, W = g->world;
-    size_t es = zc_dtype_size(dt);
-    zc_status rc = after_peers_ready(c, stream);
-    if (rc == ZC_OK && recv_count) {
-        const void *srcs[W];
-        for (int k = 0; k < W; k++)
-            srcs[k] = (const char *)g->slots[k].send + (size_t)r * recv_count * es;
-        rc = d->ops->reduce_sum(d, recv, srcs, W, dt, recv_count, stream);
-    }
-    return finish(c, K_REDUCE_SCATTER, rc, stream);
+    const local_op o = {send, recv, recv_count, (int)dt, 0, 0, K_REDUCE_SCATTER};
+    return issue(c, &o, stream);
 }
 
 static zc_status local_all_gather(zc_comm *base, const void *send, void *recv, size_t send_count,
                                   zc_dtype dt, void *stream)
 {
     local_comm *c = (local_comm *)base;
-    local_group *g = c->g;
-    zc_device *d = base->dev;
     ZC_CHECK(check_dtype(c, "all_gather", dt));
-    ZC_CHECK(post(c, K_ALL_GATHER, send, recv, send_count, dt, 0, 0, stream));
-    size_t es = zc_dtype_size(dt), bytes = send_count * es;
-    zc_copy_kind kind = d->mem_kind == ZC_MEMKIND_DEVICE ? ZC_COPY_D2D : ZC_COPY_H2H;
-    zc_status rc = after_peers_ready(c, stream);
-    for (int k = 0; k < g->world && rc == ZC_OK && bytes; k++)
-        rc = d->ops->copy(d, (char *)recv + (size_t)k * bytes, g->slots[k].send, bytes, kind,
-                          stream);
-    return finish(c, K_ALL_GATHER, rc, stream);
+    const local_op o = {send, recv, send_count, (int)dt, 0, 0, K_ALL_GATHER};
+    return issue(c, &o, stream);
 }
 
 static zc_status local_broadcast(zc_comm *base, void *buf, size_t count, zc_dtype dt, int root,
                                  void *stream)
 {
     local_comm *c = (local_comm *)base;
-    local_group *g = c->g;
-    zc_device *d = base->dev;
     ZC_CHECK(check_dtype(c, "broadcast", dt));
-    if (root < 0 || root >= g->world)
+    if (root < 0 || root >= c->g->world)
         return ZC_ERR(ZC_ERR_INVALID_ARG, "local comm broadcast: root %d outside 0..%d", root,
-                      g->world - 1);
-    ZC_CHECK(post(c, K_BROADCAST, buf, buf, count, dt, 0, root, stream));
-    zc_status rc = after_peers_ready(c, stream);
-    if (rc == ZC_OK && base->rank != root && count)
-        rc = d->ops->copy(d, buf, g->slots[root].send, count * zc_dtype_size(dt),
-                          d->mem_kind == ZC_MEMKIND_DEVICE ? ZC_COPY_D2D : ZC_COPY_H2H, stream);
-    return finish(c, K_BROADCAST, rc, stream);
+                      c->g->world - 1);
+    const local_op o = {buf, buf, count, (int)dt, 0, root, K_BROADCAST};
+    return issue(c, &o, stream);
 }
 
 static zc_status local_barrier(zc_comm *base)
 {
     local_comm *c = (local_comm *)base;
+    if (c->in_group)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "local comm rank %d: barrier inside a group",
+                      base->rank);
     c->seq++;
-    c->g->slots[base->rank].kind = K_BARRIER;
-    c->g->slots[base->rank].count = 0;
-    return group_wait(c, K_BARRIER);
+    c->g->slots[base->rank] = (local_slot){NULL, 0, c->ev_ready, c->ev_done};
+    return group_wait(c);
 }
 
-/* Drops this rank's events (on the device they were made on). */
+static zc_status local_group_start(zc_comm *base)
+{
+    local_comm *c = (local_comm *)base;
+    if (c->in_group)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "local comm rank %d: groups do not nest", base->rank);
+    c->in_group = true;
+    c->nqueued = 0;
+    return ZC_OK;
+}
+
+static zc_status local_group_end(zc_comm *base)
+{
+    local_comm *c = (local_comm *)base;
+    if (!c->in_group)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "local comm rank %d: group_end without group_start",
+                      base->rank);
+    c->in_group = false;
+    return run_queued(c);
+}
+
 static void drop_events(local_comm *c)
 {
     zc_device *d = c->base.dev;
@@ -407,6 +570,8 @@ static const zc_comm_ops local_ops = {
     .all_gather = local_all_gather,
     .broadcast = local_broadcast,
     .barrier = local_barrier,
+    .group_start = local_group_start,
+    .group_end = local_group_end,
     .bind_device = local_bind_device,
     .unbind_device = local_unbind_device,
     .destroy = local_destroy,

@@ -223,6 +223,11 @@ ZC_API zc_status zc_block_grad_buffers(zc_engine *e, zc_block *b, void **bufs)
      * takes its buffers never gets here. */
     int need = 0, want = 0, have = 0;
     size_t bytes = 0;
+    /* Chunks waiting in the reduction bucket hold slots: reduced first when
+     * the block needs them (every rank holds the same, so flushes alike). */
+    if (e->pol->sharded_grads && e->bucket_chunks > 0 &&
+        !grad_slots_fit(e, b, &need, &bytes, &want, &have))
+        ZC_CHECK(zc__bucket_flush(e));
     if (e->pol->sharded_grads && !grad_slots_fit(e, b, &need, &bytes, &want, &have))
         return ZC_ERR(ZC_ERR_NO_MEMORY,
                       "zc_block_grad_buffers: the block's parameters lie in %d chunks without "

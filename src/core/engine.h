@@ -169,6 +169,8 @@ typedef struct zc_chunk {
 
     int nready;                /* parameters ready in this micro-step */
     bool reduced;              /* reduction of this micro-step done */
+    bool in_bucket;            /* ready, its reduction waiting in the bucket
+                                  (grad_bucket.c) */
 
     /* Stage 3 */
     int acq;                   /* outstanding acquires over its parameters */
@@ -299,6 +301,9 @@ struct zc_engine {
     int64_t micro;             /* index of the current micro-step in the window */
     int nready;                /* parameters ready in the current micro-step */
     bool window_started;       /* a gradient was handed back in this window */
+    int bucket_chunks;         /* chunks waiting in the reduction bucket */
+    int64_t bucket_held;       /* their padded elements */
+    bool bucket_last_micro;    /* they complete the window's last micro-step */
 
     /* Optimizer. */
     zc_loss_scaler scaler;
@@ -419,9 +424,16 @@ struct zc_stage_policy {
      * full gradient (zc__grads_full_buffer), stages 2/3 a transient buffer
      * from the gradient pool (src/zero2). */
     zc_status (*grad_buffer)(zc_engine *e, zc_chunk *c, void **out);
-    /* Reduces chunk c once all its parameters are ready in this micro-step
-     * (stage0.c, src/zero1, src/zero2; stage 3 reduces as stage 2). */
-    zc_status (*reduce_chunk)(zc_engine *e, zc_chunk *c, bool last_micro);
+    /* Chunk c's reduction once all its parameters are ready in this
+     * micro-step (stage0.c, src/zero1, src/zero2; stage 3 reduces as stage
+     * 2), in two halves around a communicator group (grad_bucket.c issues a
+     * bucket of chunks' collectives as one group): launch does the work
+     * before the collective and issues it - its result exists only after
+     * the group ends - and sets *launched (false: no collective in this
+     * micro-step, stages 0/1 before the window's end); finish, called only
+     * for a launched chunk, after the group, does the work on the result. */
+    zc_status (*reduce_launch)(zc_engine *e, zc_chunk *c, bool last_micro, bool *launched);
+    zc_status (*reduce_finish)(zc_engine *e, zc_chunk *c);
     /* After a non-skipped optimizer pass: make the updated working params
      * visible (stage 1/2 all-gather; stage 3 refreshes what is gathered). */
     zc_status (*publish)(zc_engine *e, bool updated);

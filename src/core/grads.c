@@ -16,9 +16,10 @@
  * range); zc__grad_prescale / zc__grad_postscale split it the way
  * DeepSpeed's allreduce_bucket does.
  *
- * Collective order. A chunk is reduced as soon as its last parameter is made
- * ready, so every rank must complete chunks in the same order (the same
- * backward pass), as with DeepSpeed's gradient hooks and NCCL.
+ * Collective order. A chunk is reduced once its last parameter is made ready,
+ * in buckets of reduce_bucket_size elements (grad_bucket.c), so every rank
+ * must complete chunks in the same order (the same backward pass), as with
+ * DeepSpeed's gradient hooks and NCCL.
  *
  * Streams (streams.c). The caller writes gradients on its compute stream
  * (zc_engine_options.stream): zc_grad_buffer orders that stream after the
@@ -97,6 +98,7 @@ zc_status zc__grads_full_buffer(zc_engine *e, zc_chunk *c, void **out)
 
 static void reset_micro_flags(zc_engine *e)
 {
+    zc__bucket_clear(e);
     for (int i = 0; i < e->nparams; i++)
         e->params[i]->ready = false;
     for (int k = 0; k < e->nchunks; k++) {
@@ -203,18 +205,20 @@ ZC_API zc_status zc_grad_ready(zc_engine *e, zc_param *p)
     /* Every gradient of the chunk was written on the caller's compute stream
      * before this call: the reduction waits for that stream's work so far. */
     zc_status rc = zc__order_engine_after_caller(e, e->user_stream);
-    zc__timers_push(&e->timers, ZC_TIMER_REDUCE);
     if (rc == ZC_OK)
-        rc = e->pol->reduce_chunk(e, c, last);
-    zc__timers_pop(&e->timers);
+        rc = zc__bucket_add(e, c, last);
     if (rc != ZC_OK) {
-        p->ready = false;
-        c->nready--;
-        e->nready--;
+        /* A failure that did not break the engine changed nothing (no
+         * gradient buffer free: the chunk did not join the bucket); one
+         * while a bucket was reduced broke it. */
+        if (e->state == ZC_ENG_BUILT) {
+            p->ready = false;
+            c->nready--;
+            e->nready--;
+        }
         zc__error_context("zc_grad_ready('%s'): reducing chunk %d", p->name, p->chunk);
         return rc;
     }
-    c->reduced = true;
     return ZC_OK;
 }
 

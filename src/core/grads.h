@@ -47,6 +47,21 @@ const zc_param *zc__grads_first_missing(const zc_engine *e);
 /* Resets every gradient for the next window (after a step). */
 zc_status zc__grads_reset(zc_engine *e);
 
+/* ---- grad_bucket.c: the reduction bucket (why and how: there) ------------ */
+
+/* Chunk c, all of whose parameters are ready in this micro-step (the
+ * window's last when last_micro), joins the bucket; the bucket is reduced
+ * (zc__bucket_flush) once it holds e->bucket elements or the micro-step's
+ * last gradient is ready. A failure before c joined (no gradient buffer
+ * free) changes nothing; one while reducing breaks the engine. */
+zc_status zc__bucket_add(zc_engine *e, zc_chunk *c, bool last_micro);
+/* Reduces the chunks in the bucket as one communicator group (nothing when
+ * it is empty). Every rank calls it at the same point of the call
+ * sequence. A failure breaks the engine. */
+zc_status zc__bucket_flush(zc_engine *e);
+/* Empties the bucket without reducing (the gradients' reset). */
+void zc__bucket_clear(zc_engine *e);
+
 /* ---- chunk_mem.c: the per-chunk buffers ---------------------------------- */
 
 /* Allocates / frees a chunk's buffers as the engine's policy says. */

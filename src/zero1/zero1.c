@@ -7,15 +7,19 @@
 
 /* The window's work before the collective is stage 0's too (grads.c); then
  * this rank's slice of the full gradient is reduced. */
-static zc_status reduce(zc_engine *e, zc_chunk *c, bool last_micro)
+static zc_status launch(zc_engine *e, zc_chunk *c, bool last_micro, bool *launched)
 {
-    bool now = false;
-    ZC_CHECK(zc__grads_full_window(e, c, last_micro, &now));
-    if (!now)
+    ZC_CHECK(zc__grads_full_window(e, c, last_micro, launched));
+    if (!*launched)
         return ZC_OK;
     void *own = zc__elem(c->grad, e->rank * c->shard, e->pesz);
-    ZC_CHECK(zc__eng_reduce_scatter_on(e, c->grad, own, (size_t)c->shard, e->pdt, true,
-                                       e->comm_stream));
+    return zc__eng_reduce_scatter_on(e, c->grad, own, (size_t)c->shard, e->pdt, true,
+                                     e->comm_stream);
+}
+
+static zc_status finish(zc_engine *e, zc_chunk *c)
+{
+    void *own = zc__elem(c->grad, e->rank * c->shard, e->pesz);
     /* c->grad is next read by the norm (zc_step waits for ev_reduced first)
      * and next written by the reset after it. */
     ZC_CHECK(zc__reduction_done(e, -1));
@@ -29,8 +33,8 @@ static zc_status reduce(zc_engine *e, zc_chunk *c, bool last_micro)
 
 /* Each rank wrote its own slice in the Adam pass. The chunks' gathers are
  * independent and issued back to back, so they form one communicator group:
- * NCCL launches them together instead of one kernel each (the local backend
- * has no groups and runs each at once). */
+ * NCCL launches them together instead of one kernel each, the local backend
+ * runs them in one rendezvous, MPI posts their messages together. */
 zc_status zc__z1_publish(zc_engine *e, bool updated)
 {
     if (!updated)
@@ -57,6 +61,7 @@ const zc_stage_policy zc__stage1_policy = {
     .alloc_chunk = zc__chunk_alloc,
     .free_chunk = zc__chunk_free,
     .grad_buffer = zc__grads_full_buffer,
-    .reduce_chunk = reduce,
+    .reduce_launch = launch,
+    .reduce_finish = finish,
     .publish = zc__z1_publish,
 };

@@ -18,6 +18,14 @@ static zc_status ensure_gbuf(zc_engine *e, zc_chunk *c)
         return ZC_OK;
     const size_t bytes = (size_t)c->padded * e->pesz;
     zc_status rc = zc__bufpool_get(&e->pool_grad, bytes, false, e->stream, &c->gbuf);
+    if (rc == ZC_ERR_NO_MEMORY && e->bucket_chunks > 0) {
+        /* Chunks waiting in the reduction bucket hold slots: reducing them
+         * now gives those back (every rank holds the same ones, so every
+         * rank flushes here alike). */
+        zc__error_clear();
+        ZC_CHECK(zc__bucket_flush(e));
+        rc = zc__bufpool_get(&e->pool_grad, bytes, false, e->stream, &c->gbuf);
+    }
     if (rc == ZC_ERR_NO_MEMORY)
         zc__error_context("chunk %d's gradient buffer: the build reserved %d for stages 2-3, "
                           "room for the chunks of %d units (a unit: the parameters between two "
@@ -36,14 +44,26 @@ static zc_status ensure_gbuf(zc_engine *e, zc_chunk *c)
     return rc;
 }
 
-zc_status zc__z2_reduce(zc_engine *e, zc_chunk *c)
+zc_status zc__z2_reduce_launch(zc_engine *e, zc_chunk *c, bool last_micro, bool *launched)
 {
+    (void)last_micro;
+    *launched = false;
+    /* The bucket took the buffer when the chunk became ready (a chunk with
+     * no gradient written gets its zero one there), so this cannot take a
+     * slot in the middle of the bucket's group. */
     ZC_CHECK(ensure_gbuf(e, c));
     ZC_CHECK(zc__grads_apply_prescale(e, c->gbuf, (size_t)c->padded));
     ZC_CHECK(zc__order_comm_after_engine(e));
     void *own = zc__elem(c->gbuf, e->rank * c->shard, e->pesz);
     ZC_CHECK(zc__eng_reduce_scatter_on(e, c->gbuf, own, (size_t)c->shard, e->pdt, true,
                                        e->comm_stream));
+    *launched = true;
+    return ZC_OK;
+}
+
+zc_status zc__z2_reduce_finish(zc_engine *e, zc_chunk *c)
+{
+    void *own = zc__elem(c->gbuf, e->rank * c->shard, e->pesz);
     /* On comm_stream too: c->acc is otherwise touched only by the norm, Adam
      * and the reset, which wait for ev_reduced, and the reset's clearing is
      * ordered before this by the hand-over above. Into the fp32 shard
@@ -64,12 +84,6 @@ zc_status zc__z2_grad_buffer(zc_engine *e, zc_chunk *c, void **out)
     return ZC_OK;
 }
 
-static zc_status reduce(zc_engine *e, zc_chunk *c, bool last_micro)
-{
-    (void)last_micro;
-    return zc__z2_reduce(e, c);
-}
-
 const zc_stage_policy zc__stage2_policy = {
     .stage = 2,
     .name = "ZeRO-2",
@@ -79,6 +93,7 @@ const zc_stage_policy zc__stage2_policy = {
     .alloc_chunk = zc__chunk_alloc,
     .free_chunk = zc__chunk_free,
     .grad_buffer = zc__z2_grad_buffer,
-    .reduce_chunk = reduce,
+    .reduce_launch = zc__z2_reduce_launch,
+    .reduce_finish = zc__z2_reduce_finish,
     .publish = zc__z1_publish,
 };

@@ -33,13 +33,6 @@ static void mark_persistent(zc_engine *e)
     zc__z3_log_plan(e);
 }
 
-/* Gradients as stage 2 reduces them (src/zero2). */
-static zc_status reduce(zc_engine *e, zc_chunk *c, bool last_micro)
-{
-    (void)last_micro;
-    return zc__z2_reduce(e, c);
-}
-
 /* The gathered copy goes back to its pool slot (or is freed) before the
  * buffers every stage has. */
 static void free_chunk(zc_engine *e, zc_chunk *c)
@@ -57,7 +50,9 @@ const zc_stage_policy zc__stage3_policy = {
     .alloc_chunk = zc__chunk_alloc,
     .free_chunk = free_chunk,
     .grad_buffer = zc__z2_grad_buffer,
-    .reduce_chunk = reduce,
+    /* Gradients as stage 2 reduces them (src/zero2). */
+    .reduce_launch = zc__z2_reduce_launch,
+    .reduce_finish = zc__z2_reduce_finish,
     .publish = zc__z3_step_end,
     .acquire = zc__z3_acquire,
     .release = zc__z3_release,

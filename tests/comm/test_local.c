@@ -278,39 +278,117 @@ Test(comm_local, unsupported_max_fails_on_every_rank)
     end_world(&w);
 }
 
-/* Groups are optional in the comm seam: the local backend has none, so the
- * wrappers succeed and the collectives inside run at once with the same
- * results as outside a group (what the engine's grouped publish relies on
- * for the host path). */
+/* A group's collectives run together at group_end, in one rendezvous (what
+ * the engine's grouped publish and reduction bucket rely on): the calls
+ * inside return at once, before the other ranks arrive, and the results are
+ * those of the same collectives outside a group. Rank 1 comes 400 ms late;
+ * rank 0's calls inside the group must not wait for it. */
+typedef struct group_ctx {
+    world_ctx *w;
+    double queued_s[8]; /* time from group_start to the last call inside */
+    int ops;            /* collectives in the group */
+} group_ctx;
+
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 static void do_grouped_gathers(int r, void *p)
 {
-    world_ctx *w = p;
+    group_ctx *g = p;
+    world_ctx *w = g->w;
     zc_comm *c = w->comms[r];
+    if (r == 1)
+        nanosleep(&(struct timespec){0, 400000000L}, NULL);
+    const double t0 = mono_s();
     w->rc[r] = zc__comm_group_start(c);
-    for (int k = 0; k < 2 && w->rc[r] == ZC_OK; k++)
-        w->rc[r] = zc__all_gather(c, w->in[r] + k * N, w->out[r] + k * N * w->world / 2,
-                                  N / 2, ZC_DTYPE_F32, NULL);
+    const int half = N / 2;
+    for (int k = 0; k < g->ops && w->rc[r] == ZC_OK; k++)
+        w->rc[r] = zc__all_gather(c, w->in[r] + (size_t)k * 3, w->out[r] + (size_t)k * 3 * w->world,
+                                  3, ZC_DTYPE_F32, NULL);
+    /* and one reduction in the same group */
+    if (w->rc[r] == ZC_OK)
+        w->rc[r] = zc__all_reduce(c, w->in[r] + N, w->out[r] + 3 * N, half, ZC_DTYPE_F32,
+                                  ZC_RED_SUM, NULL);
+    g->queued_s[r] = mono_s() - t0;
     zc_status end = zc__comm_group_end(c);
     if (w->rc[r] == ZC_OK)
         w->rc[r] = end;
 }
 
-Test(comm_local, group_wrappers_are_no_ops_without_groups)
+static void check_grouped(world_ctx *w, int ops)
+{
+    const int W = w->world, half = N / 2;
+    for (int r = 0; r < W; r++) {
+        cr_assert_eq(w->rc[r], ZC_OK, "%s", zc_last_error());
+        for (int k = 0; k < ops; k++)
+            for (int src = 0; src < W; src++)
+                for (int i = 0; i < 3; i++)
+                    cr_assert_eq(w->out[r][(size_t)k * 3 * W + src * 3 + i],
+                                 value(src, k * 3 + i), "rank %d gather %d from %d elem %d", r,
+                                 k, src, i);
+        for (int i = 0; i < half; i++) {
+            float want = value(0, N + i);
+            for (int s = 1; s < W; s++)
+                want += value(s, N + i);
+            cr_assert_eq(w->out[r][3 * N + i], want, "rank %d sum elem %d", r, i);
+        }
+    }
+}
+
+Test(comm_local, a_group_runs_at_its_end_in_one_rendezvous)
+{
+    static world_ctx w;
+    static group_ctx g;
+    /* 5 collectives; then 70, more than one rendezvous holds (64): the
+     * group runs in two, with the same results. */
+    const int counts[] = {4, 69};
+    for (int t = 0; t < 2; t++) {
+        make_world(&w, 3);
+        g = (group_ctx){.w = &w, .ops = counts[t]};
+        t_run_ranks(3, do_grouped_gathers, &g);
+        check_grouped(&w, counts[t]);
+        /* Rank 0 queued its group while rank 1 slept (400 ms); with one
+         * rendezvous per collective it would have waited there (the bound
+         * leaves room for a scheduler delay on a loaded machine). The long
+         * group runs its first 64 when the 65th is queued, so only the
+         * short one is timed. */
+        if (t == 0)
+            cr_assert_lt(g.queued_s[0], 0.2, "rank 0 waited %.3f s inside the group",
+                         g.queued_s[0]);
+        end_world(&w);
+    }
+}
+
+/* A group whose collectives differ between ranks fails on every rank,
+ * naming the first difference; a barrier inside a group and nested groups
+ * are refused. */
+static void do_mismatched_group(int r, void *p)
+{
+    world_ctx *w = p;
+    zc_comm *c = w->comms[r];
+    w->rc[r] = zc__comm_group_start(c);
+    if (w->rc[r] == ZC_OK)
+        w->rc[r] = zc__all_gather(c, w->in[r], w->out[r], 4, ZC_DTYPE_F32, NULL);
+    if (w->rc[r] == ZC_OK)
+        w->rc[r] = zc__all_gather(c, w->in[r], w->out[r], r == 2 ? 5 : 4, ZC_DTYPE_F32, NULL);
+    zc_status nest = zc__comm_group_start(c), bar = zc__barrier(c);
+    zc_status end = zc__comm_group_end(c);
+    if (w->rc[r] == ZC_OK)
+        w->rc[r] = end;
+    if (nest != ZC_ERR_INVALID_ARG || bar != ZC_ERR_INVALID_ARG)
+        w->rc[r] = ZC_ERR_INTERNAL;
+}
+
+Test(comm_local, a_mismatched_group_fails_on_every_rank)
 {
     static world_ctx w;
     make_world(&w, 3);
-    cr_assert_null(w.comms[0]->ops->group_start);
-    cr_assert_null(w.comms[0]->ops->group_end);
-    t_run_ranks(3, do_grouped_gathers, &w);
-    const int half = N / 2;
-    for (int r = 0; r < 3; r++) {
-        cr_assert_eq(w.rc[r], ZC_OK, "%s", zc_last_error());
-        for (int k = 0; k < 2; k++)
-            for (int src = 0; src < 3; src++)
-                for (int i = 0; i < half; i++)
-                    cr_assert_eq(w.out[r][k * N * 3 / 2 + src * half + i],
-                                 value(src, k * N + i), "rank %d gather %d from %d elem %d", r,
-                                 k, src, i);
-    }
+    t_run_ranks(3, do_mismatched_group, &w);
+    for (int r = 0; r < 3; r++)
+        cr_assert_eq(w.rc[r], ZC_ERR_COMM, "rank %d returned %d", r, (int)w.rc[r]);
     end_world(&w);
 }
