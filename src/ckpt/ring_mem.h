@@ -1,14 +1,17 @@
 /* The aligned buffers shard files are written from and read into with
  * O_DIRECT (internal; shard_write.c, shard_read.c).
  *
- * A slab of its own from a private pinned pool, unlocked: mapped with
- * MADV_HUGEPAGE before its first touch, so the buffers are huge pages from
- * the start. A 1 MiB request from 4 KiB pages is 256 segments, over the usual
+ * An anonymous mapping of their own, unlocked, with MADV_HUGEPAGE asked
+ * before the first touch, so the buffers are huge pages from the start: a
+ * 1 MiB request from 4 KiB pages is 256 segments, over the usual
  * max_segments, and the block layer splits it (offload.h,
- * zc__nvme_register_buffers). The buffers are not registered with io_uring:
- * pinning and collapsing them at every save and load cost more than it saved
- * on the loaded machine measured (bench/RESULTS.md), and registration counts
- * against RLIMIT_MEMLOCK. The memory is not zeroed. */
+ * zc__nvme_register_buffers). Not a pinned pool: a pool loads the machine's
+ * topology to place its slabs on a NUMA node, which cost milliseconds at
+ * every save and load; these buffers are placed by first touch, on the node
+ * of the thread that fills them. They are not registered with io_uring
+ * either: pinning and collapsing them at every save and load cost more than
+ * it saved on the loaded machine measured (bench/RESULTS.md), and
+ * registration counts against RLIMIT_MEMLOCK. */
 #ifndef ZC_CKPT_RING_MEM_H
 #define ZC_CKPT_RING_MEM_H
 
@@ -17,7 +20,7 @@
 #include "offload/offload.h"
 
 typedef struct zc_ck_ring_mem {
-    zc_pinned_pool *pool;
+    zc_mem_account *acct; /* where the bytes are counted (may be NULL) */
     char *base;  /* page-aligned (huge-page aligned where the kernel aligns
                     large anonymous mappings) */
     size_t bytes;

@@ -226,12 +226,13 @@ zc_status zc__ck_shard_close(zc_ck_shard *s)
             unlinkat(s->sfd, s->tmp_name, 0);
             return rc;
         }
-        ZC_CHECK(zc__ck_fsync_fd(s->sfd, s->dir));
     } else {
         int fd = s->fd;
         s->fd = -1;
-        ZC_CHECK(zc__ck_commit_file_at(fd, s->sfd, s->dir, s->tmp_name, s->final_name));
+        ZC_CHECK(zc__ck_place_staged_at(fd, s->sfd, s->dir, s->tmp_name, s->final_name, true));
     }
+    /* The name is made durable by the commit's fsync of the staging
+     * directory, with every rank's (fsio.h, zc__ck_place_staged_at). */
     zc_status rc = zc__ck_index_write(s->sfd, s->dir, s->rank, s->ents, s->n, s->bytes);
     free_buffers(s);
     close(s->sfd);

@@ -17,7 +17,8 @@
  *
  * The file is created as TMP = FINAL.tmp with O_EXCL, reserved at its exact
  * size up front (a full disk shows at open), and made durable under FINAL by
- * zc__ck_shard_close (fsync, rename, directory fsync). */
+ * zc__ck_shard_close (fsync, rename) and the commit's fsync of the staging
+ * directory (dirwrite.h). */
 #ifndef ZC_CKPT_SHARD_WRITE_H
 #define ZC_CKPT_SHARD_WRITE_H
 
@@ -82,7 +83,8 @@ zc_status zc__ck_shard_pad(zc_ck_shard *s);
 zc_status zc__ck_shard_append(zc_ck_shard *s, int param, int kind, int64_t begin, int64_t end,
                               const float *values);
 
-/* Makes the shard file and its index durable under their final names. */
+/* Makes the shard file's bytes durable and gives it and its index their
+ * final names (the names become durable at the commit: dirwrite.h). */
 zc_status zc__ck_shard_close(zc_ck_shard *s);
 /* Cancels what is in flight, frees and removes what was not closed (after a
  * failure; a no-op after a successful close). */
