@@ -15,6 +15,7 @@
 #ifndef ZC_CKPT_RING_MEM_H
 #define ZC_CKPT_RING_MEM_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "offload/offload.h"
@@ -24,13 +25,24 @@ typedef struct zc_ck_ring_mem {
     char *base;  /* page-aligned (huge-page aligned where the kernel aligns
                     large anonymous mappings) */
     size_t bytes;
+    bool borrowed; /* an engine's kept buffers (keep below): not unmapped */
 } zc_ck_ring_mem;
 
 /* bytes of buffer memory, counted in acct (may be NULL) as ZC_MEM_OTHER
- * pinned memory. ZC_ERR_NO_MEMORY naming `what` on failure (nothing held). */
+ * pinned memory. ZC_ERR_NO_MEMORY naming `what` on failure (nothing held).
+ *
+ * keep (may be NULL) holds buffers an engine keeps between its saves and
+ * loads: the first call maps them there (counted in acct until
+ * zc__ck_ring_release), later calls borrow them, so the pages are faulted in
+ * once per engine and not at every save (a fresh huge page may wait for the
+ * kernel to compact memory: tens of milliseconds, bench/RESULTS.md). A
+ * request for more than is kept replaces them. One user at a time. */
 zc_status zc__ck_ring_alloc(zc_ck_ring_mem *r, size_t bytes, zc_mem_account *acct,
-                            const char *what);
-/* NULL-safe on a zeroed or freed ring. */
+                            const char *what, zc_ck_ring_mem **keep);
+/* Unmaps r's buffers, or gives borrowed ones back. NULL-safe on a zeroed or
+ * freed ring. */
 void zc__ck_ring_free(zc_ck_ring_mem *r);
+/* Unmaps the kept buffers (the engine's destroy). *keep NULL: a no-op. */
+void zc__ck_ring_release(zc_ck_ring_mem **keep);
 
 #endif

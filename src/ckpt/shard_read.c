@@ -122,7 +122,7 @@ static zc_status open_stores(zc_ck_reader *r)
 }
 
 zc_status zc__ck_reader_open(zc_ck_reader **out, const zc_ck_source *s, zc_mem_account *acct,
-                             const int64_t *plan, int64_t n)
+                             zc_ck_ring_mem **keep, const int64_t *plan, int64_t n)
 {
     *out = NULL;
     if (s->m.version < 2)
@@ -138,7 +138,7 @@ zc_status zc__ck_reader_open(zc_ck_reader **out, const zc_ck_source *s, zc_mem_a
         r->slots[i].ext = -1;
     zc_status rc = make_extents(r);
     if (rc == ZC_OK && n > 0) {
-        rc = zc__ck_ring_alloc(&r->mem, RING_BYTES, acct, "checkpoint read buffers");
+        rc = zc__ck_ring_alloc(&r->mem, RING_BYTES, acct, "checkpoint read buffers", keep);
         r->ring = r->mem.base;
         if (rc == ZC_OK)
             rc = zc__ck_hasher_start(&r->hasher, s->dir);

@@ -32,7 +32,7 @@ static void free_buffers(zc_ck_shard *s)
 }
 
 zc_status zc__ck_shard_open(zc_ck_shard *s, const char *dir, const char *tag, int rank,
-                            uint64_t capacity)
+                            uint64_t capacity, zc_mem_account *acct, zc_ck_ring_mem **keep)
 {
     memset(s, 0, sizeof *s);
     s->fd = s->sfd = -1;
@@ -65,8 +65,8 @@ zc_status zc__ck_shard_open(zc_ck_shard *s, const char *dir, const char *tag, in
         rc = ZC_ERR(ZC_ERR_IO, "%s: the file system needs O_DIRECT alignment %zu, more than the "
                     "checkpoint format's %d", s->tmp, stats.alignment, ZC_CK_ALIGN);
     if (rc == ZC_OK)
-        rc = zc__ck_ring_alloc(&s->ring_mem, ZC_CK_RING_SLOTS * SLOT_BYTES, NULL,
-                               "checkpoint write buffers");
+        rc = zc__ck_ring_alloc(&s->ring_mem, ZC_CK_RING_SLOTS * SLOT_BYTES, acct,
+                               "checkpoint write buffers", keep);
     if (rc == ZC_OK)
         rc = zc__ck_hasher_start(&s->hasher, s->tmp);
     if (rc != ZC_OK) {
