@@ -9,11 +9,14 @@
 #include "ckpt/shard_read.h"
 #include "offload/offload.h"
 
-/* Four buffers of 4 MiB: while one is hashed and copied, three (12 of the
- * store's 1 MiB requests) are being read. 8 MiB buffers read no faster on
- * the machine measured, and the ring's huge pages are faulted in at every
- * load (bench/RESULTS.md). */
-#define SLOTS 4
+/* Eight buffers of 4 MiB: while one is hashed and copied, seven (28 of the
+ * store's 1 MiB requests) are being read, as many as the save keeps in
+ * flight (shard_write.h), for the same reason: the copy and the hash share
+ * two cores with everything else, and with three buffers ahead a few
+ * milliseconds off the CPU let the disk run dry (bench/RESULTS.md). The ring
+ * is the engine's, faulted in once (ring_mem.h). 8 MiB buffers read no
+ * faster on the machine measured. */
+#define SLOTS 8
 #define SLOT_BYTES ((size_t)4 << 20)
 #define IO_BLOCK ((size_t)1 << 20)
 #define IO_DEPTH 32

@@ -9,12 +9,13 @@
 #include "ckpt/fsio.h"
 #include "ckpt/shard_write.h"
 
-/* Ring buffers of 4 MiB: three keep 12 MiB of writes in flight while the
- * fourth is filled, enough to hide a disk's latency; small next to a shard. */
+/* Ring buffers of 4 MiB (ZC_CK_RING_SLOTS of them: shard_write.h). */
 #define SLOT_BYTES ((size_t)4 << 20)
-/* The store's requests: 1 MiB, 32 in flight (its defaults). */
+/* The store's requests: 1 MiB (its default), and a queue deep enough for
+ * every buffer of the ring in flight at once, so each one is handed to the
+ * kernel whole at its submission (32, the store's default). */
 #define IO_BLOCK ((size_t)1 << 20)
-#define IO_DEPTH 32
+#define IO_DEPTH ((int)(ZC_CK_RING_SLOTS * (SLOT_BYTES / IO_BLOCK)))
 /* Copied and handed to the checksum worker in pieces small enough to be
  * still in the shared cache when the worker reads them, and large enough
  * that the queue costs nothing next to hashing them. */
@@ -123,7 +124,7 @@ static zc_status advance(zc_ck_shard *s, size_t k)
     s->fill += k;
     s->bytes += k;
     /* Each buffer is at most four of the store's requests, all handed to
-     * the kernel at submission: no polling needed in between. */
+     * the kernel at submission (IO_DEPTH): no polling needed in between. */
     if (s->fill == SLOT_BYTES)
         ZC_CHECK(flush_slot(s));
     return ZC_OK;

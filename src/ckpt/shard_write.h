@@ -29,7 +29,14 @@
 #include "ckpt/ring_mem.h"
 #include "offload/offload.h"
 
-#define ZC_CK_RING_SLOTS 4
+/* Buffers of 4 MiB in the write ring: seven in flight while one is filled,
+ * 28-32 MiB, as many of the store's 1 MiB requests as its queue depth. The
+ * thread that fills them shares two cores with the hashing worker, the
+ * kernel's I/O completions and whatever else runs: with four (12 MiB in
+ * flight, about 5 ms of the disk) a few milliseconds off the CPU let the
+ * disk run dry (bench/RESULTS.md, "Checkpoints"). The engine keeps the ring
+ * (ring_mem.h), so its size is faulted in once, not at every save. */
+#define ZC_CK_RING_SLOTS 8
 
 /* One rank's shard file being written. */
 typedef struct zc_ck_shard {

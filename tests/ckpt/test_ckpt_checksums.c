@@ -4,7 +4,7 @@
  * library's vector code).
  *
  * - The shard writer (src/ckpt/shard_write.c) fed entries of sizes chosen
- *   against its ring (pieces of 256 KiB, four buffers of 4 MiB): entries
+ *   against its ring (pieces of 256 KiB, ZC_CK_RING_SLOTS buffers of 4 MiB): entries
  *   several to a piece, ending one byte past a piece, exactly one piece, one
  *   buffer, spanning buffers, and longer than the whole ring; runs of several
  *   entries starting mid-buffer. The file holds the bytes put, and the index
@@ -84,7 +84,7 @@ static const struct {
     {SLOT_F, true},                                       /* exactly a buffer */
     {5, false},           {SLOT_F - 1, true},             /* a run starting mid-buffer */
     {2500000, false},     {129, true},                    /* across buffers */
-    {4 * SLOT_F + 11, true},                              /* longer than the ring */
+    {ZC_CK_RING_SLOTS * SLOT_F + 11, true},               /* longer than the ring */
     {64, true},
 };
 #define NENT ((int)(sizeof entries / sizeof entries[0]))
@@ -336,8 +336,8 @@ Test(ckpt_checksums, load_finds_a_flipped_byte_behind_a_slow_worker)
     load_refused(false, 2000);
 }
 
-/* One rank, stage 1, host device: two parameters whose state (48 MB) is
- * three times the read ring; the master from `fill`, m and v zero. */
+/* One rank, stage 1, host device: two parameters whose state (96 MB) is
+ * three times the read ring (32 MiB); the master from `fill`, m and v zero. */
 static zc_engine *big_engine(zc_comm **comm, zc_config **cfg, zc_param **p, const int64_t *n)
 {
     zc_engine *eng = NULL;
@@ -359,7 +359,7 @@ static zc_engine *big_engine(zc_comm **comm, zc_config **cfg, zc_param **p, cons
 
 Test(ckpt_checksums, load_larger_than_the_ring_waits_for_a_slow_worker)
 {
-    const int64_t n[2] = {3000000, 1000001};
+    const int64_t n[2] = {6000000, 2000001};
     char *dir = ck_tmpdir();
     float *want[2], *got[2];
     zc_comm *comm;
