@@ -39,6 +39,7 @@ static dev_t sig_file_dev;                     /* ... while it is this file */
 static ino_t sig_file_ino;
 static char sig_out[ZC_CK_PATH_MAX];           /* reshard: OUT */
 static char sig_stage[ZC_CK_TAG_MAX + 16];     /* reshard: .TAG.partial in OUT */
+static char sig_tag[ZC_CK_TAG_MAX + 1];        /* reshard: TAG in OUT */
 static char sig_outdir[ZC_CK_PATH_MAX];        /* reshard: OUT when we created it */
 static int sig_world;
 
@@ -54,7 +55,9 @@ static size_t cat(char *d, size_t cap, size_t at, const char *s)
  * writes, through the directory's descriptor, only when it is a directory
  * (not a link) holding the marker of a zeroc save. Without the marker it is
  * removed only when empty (interrupted between its creation and the
- * marker's: AT_REMOVEDIR removes nothing else). */
+ * marker's: AT_REMOVEDIR removes nothing else). Once the staging directory
+ * has been renamed to OUT/TAG the checkpoint is complete and stays; only the
+ * marker the rename carried along is taken out of it. */
 static void remove_stage(void)
 {
     static const char *const tails[] = {".bin", ".bin.tmp", ".idx", ".idx.tmp"};
@@ -63,6 +66,18 @@ static void remove_stage(void)
         return;
     int sfd = openat(dfd, sig_stage, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     struct stat st;
+    if (sfd < 0 && errno == ENOENT) {
+        int tfd = !sig_tag[0] ? -1 : openat(dfd, sig_tag, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (tfd >= 0) {
+            if (fstatat(tfd, ZC_CK_STAGING_MARK, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+                S_ISREG(st.st_mode))
+                unlinkat(tfd, ZC_CK_STAGING_MARK, 0);
+            close(tfd);
+        }
+        unlinkat(dfd, ZC_CK_LATEST ".tmp", 0);
+        close(dfd);
+        return;
+    }
     if (sfd < 0 || fstatat(sfd, ZC_CK_STAGING_MARK, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
         !S_ISREG(st.st_mode)) {
         if (sfd >= 0) {
@@ -326,6 +341,13 @@ static int reshard(const opts *o)
         return 1;
     }
     snprintf(sig_out, sizeof sig_out, "%s", out);
+    /* OUT/TAG is ours to take the marker out of only when the reshard makes
+     * it: an existing one is refused by the reshard and never touched. */
+    struct stat tst;
+    char tpath[ZC_CK_PATH_MAX];
+    snprintf(tpath, sizeof tpath, "%s/%s", out, tag);
+    if (fstatat(AT_FDCWD, tpath, &tst, AT_SYMLINK_NOFOLLOW) != 0 && errno == ENOENT)
+        snprintf(sig_tag, sizeof sig_tag, "%s", tag);
     snprintf(sig_stage, sizeof sig_stage, ".%s.partial", tag);
     sig_world = world;
     zc_status rc = zc_checkpoint_reshard(in, tag, out, world);

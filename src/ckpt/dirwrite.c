@@ -367,11 +367,11 @@ static zc_status commit(int dfd, int sfd, const char *dir, const char *sp, zc_ck
         snprintf(name, sizeof name, "rank_%05d.idx", r);
         unlinkat(sfd, name, 0);
     }
-    /* The checkpoint holds only what a reader reads. */
-    unlinkat(sfd, ZC_CK_STAGING_MARK, 0);
     ZC_CHECK(zc__ck_fsync_fd(sfd, sp));
     /* The checkpoint appears complete, in one rename that never replaces
-     * an existing DIR/TAG... */
+     * an existing DIR/TAG... The marker goes through the rename: removed
+     * before it, an interruption in between would leave a staging directory
+     * that no longer says it is ours, and nothing would clear it. */
     char name[ZC_CK_TAG_MAX + 16];
     staging_name(name, m->tag);
     int r = renameat2(dfd, name, dfd, m->tag, RENAME_NOREPLACE);
@@ -386,6 +386,13 @@ static zc_status commit(int dfd, int sfd, const char *dir, const char *sp, zc_ck
     }
     if (r != 0)
         return ZC_ERR(ZC_ERR_IO, "rename %s -> %s/%s: %s", sp, dir, m->tag, strerror(errno));
+    /* The checkpoint holds only what a reader reads (sfd is the same
+     * directory under its new name). A marker left by a crash right here
+     * is ignored by every reader. */
+    unlinkat(sfd, ZC_CK_STAGING_MARK, 0);
+    char tp[ZC_CK_PATH_MAX];
+    ZC_CHECK(zc__ck_join(tp, sizeof tp, dir, m->tag));
+    ZC_CHECK(zc__ck_fsync_fd(sfd, tp));
     ZC_CHECK(zc__ck_fsync_fd(dfd, dir));
     /* ...and only then does `latest` point at it. */
     return write_latest(dfd, dir, m->tag);

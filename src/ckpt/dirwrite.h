@@ -15,8 +15,8 @@
  * fsync) before anything is written next to it, so a crash leaves the
  * staging directory empty, marked or gone; each shard file's and the
  * manifest's bytes; the staging directory once, with every name in it,
- * before it is renamed; DIR after the rename; `latest` as a file, then DIR
- * after its rename. The ranks' indexes are not fsync'd at all: rank 0 reads
+ * before it is renamed; DIR/TAG (the marker removed) and DIR after the
+ * rename; `latest` as a file, then DIR after its rename. The ranks' indexes are not fsync'd at all: rank 0 reads
  * them before the commit, and a crash discards the staging directory.
  *
  * Nothing outside what a save created is written or removed: the staging
@@ -24,7 +24,11 @@
  * (ZC_CK_STAGING_MARK), and every later step opens it with O_NOFOLLOW and
  * checks it is a directory of this user holding the marker before it works
  * inside it, relative to its descriptor. A staging path that is a symbolic
- * link, or a directory without the marker, is refused, never cleared. */
+ * link, or a directory without the marker, is refused, never cleared. The
+ * marker stays until the staging directory has become DIR/TAG, so at every
+ * instant the directory is either empty, marked, or the complete checkpoint
+ * (which a crash right after the rename may leave holding the marker; readers
+ * ignore it). */
 #ifndef ZC_CKPT_DIRWRITE_H
 #define ZC_CKPT_DIRWRITE_H
 

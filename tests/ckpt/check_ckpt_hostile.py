@@ -9,12 +9,16 @@ must survive every case byte for byte:
     victim file untouched, the dangling link not followed into a new file;
   - `export` that fails (a damaged shard) removes its own output only;
   - `reshard` interrupted by SIGTERM at random moments: afterwards either a
-    complete OUT/TAG or no staging directory, and the victim untouched.
+    complete OUT/TAG or no staging directory, and the victim untouched;
+  - `reshard` interrupted by SIGTERM at each exact point of its commit (before
+    and after the rename of the staging directory, after the marker's
+    removal; SIG_AT_CALL, an LD_PRELOAD interposer): no staging directory,
+    and OUT/TAG either absent or complete without the marker.
 Tampered manifests (every field out of range, inconsistent layouts,
 duplicates): see TAMPER below; each must be refused by inspect, export and
 reshard with a message naming manifest.json, leave no output, and never
 crash or trip a sanitizer.
-Usage: check_ckpt_hostile.py CKPT_HELPER ZEROC
+Usage: check_ckpt_hostile.py CKPT_HELPER ZEROC [SIG_AT_CALL]
 """
 import json
 import os
@@ -261,8 +265,41 @@ def check_reshard_tag(tmp, zeroc, ck):
             fail("reshard of a renamed checkpoint: latest does not name best")
 
 
+# Where SIG_AT_CALL interrupts the commit, and whether OUT/TAG exists then.
+SIG_POINTS = [("before_rename", False), ("after_rename", True), ("after_unmark", True)]
+
+
+def check_commit_points(tmp, zeroc, ck, preload):
+    env = dict(os.environ)
+    env["LD_PRELOAD"] = preload
+    # The sanitizer runtime is not first in the list with a preload ahead.
+    env["ASAN_OPTIONS"] = ":".join(filter(None, [env.get("ASAN_OPTIONS"),
+                                                  "verify_asan_link_order=0"]))
+    for point, published in SIG_POINTS:
+        out = os.path.join(tmp, "rs_at_" + point)
+        os.mkdir(out)
+        env["ZC_TEST_SIG_AT"] = point
+        p = run([zeroc, "ckpt", "reshard", ck, out, "--world", "3"], env=env)
+        what = "reshard interrupted %s" % point.replace("_", " ")
+        if p.returncode != -signal.SIGTERM:
+            fail("%s: exit %s, not killed by SIGTERM: %s" % (what, p.returncode, p.stderr))
+            continue
+        left = sorted(os.listdir(out))
+        if left != (["t2"] if published else []):
+            fail("%s left %s" % (what, left))
+            continue
+        if published:
+            inner = sorted(os.listdir(os.path.join(out, "t2")))
+            if ".zeroc-staging" in inner:
+                fail("%s: the published %s/t2 still holds the staging marker" % (what, out))
+            q = run([zeroc, "ckpt", "inspect", out, "--tag", "t2"])
+            if q.returncode != 0:
+                fail("%s: %s/t2 does not inspect: %s" % (what, out, q.stderr))
+
+
 def main():
     helper, zeroc = sys.argv[1], sys.argv[2]
+    preload = sys.argv[3] if len(sys.argv) > 3 else None
     with tempfile.TemporaryDirectory(prefix="zc_ckpt_hostile_") as tmp:
         ck = os.path.join(tmp, "ck")
         p = run([helper, "train", ck, "2", "2", "2"])
@@ -273,6 +310,8 @@ def main():
         check_links(tmp, zeroc, ck)
         check_reshard_tag(tmp, zeroc, ck)
         check_tampered(tmp, zeroc, ck)
+        if preload:
+            check_commit_points(tmp, zeroc, ck, preload)
     if failures:
         print("%d failure(s)" % len(failures))
         return 1
