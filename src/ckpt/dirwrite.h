@@ -16,8 +16,9 @@
  * staging directory empty, marked or gone; each shard file's and the
  * manifest's bytes; the staging directory once, with every name in it,
  * before it is renamed; DIR/TAG (the marker removed) and DIR after the
- * rename; `latest` as a file, then DIR after its rename. The ranks' indexes are not fsync'd at all: rank 0 reads
- * them before the commit, and a crash discards the staging directory.
+ * rename; `latest` as a file, then DIR after its rename. The ranks' indexes
+ * are not fsync'd at all: rank 0 reads them before the commit, and a crash
+ * discards the staging directory.
  *
  * Nothing outside what a save created is written or removed: the staging
  * directory is made by zc__ck_stage_open with a marker file in it
