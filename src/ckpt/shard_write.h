@@ -72,8 +72,8 @@ static inline uint64_t zc__ck_run_bytes(uint64_t bytes)
  * directory's descriptor: zc__ck_staging_open refuses one that is a link or
  * not marked) of exactly `capacity` bytes (the sum of zc__ck_run_bytes of the
  * runs to come). The ring comes from keep (an engine's buffers, ring_mem.h;
- * NULL: mapped for this file alone), counted in acct (may be NULL). On failure nothing is left behind (zc__ck_shard_discard is
- * still safe). */
+ * NULL: mapped for this file alone), counted in acct (may be NULL). On
+ * failure nothing is left behind (zc__ck_shard_discard is still safe). */
 zc_status zc__ck_shard_open(zc_ck_shard *s, const char *dir, const char *tag, int rank,
                             uint64_t capacity, zc_mem_account *acct, zc_ck_ring_mem **keep);
 
