@@ -862,7 +862,9 @@ ZC_API zc_status zc_engine_pass_stats(const zc_engine *eng, zc_pass_stats *out);
  * starting with '.'. On an I/O failure on any rank every rank returns the
  * same status and message, nothing under DIR/TAG or DIR/latest has changed,
  * and the engine trains on. Ranks of several processes need DIR on a file
- * system they share. */
+ * system they share. The first save or load maps 32 MiB of I/O buffers that
+ * the engine keeps for the next ones until zc_engine_destroy (counted as
+ * pinned host memory, ZC_MEM_OTHER, in zc_engine_stats). */
 ZC_API zc_status zc_checkpoint_save(zc_engine *eng, const char *dir, const char *tag);
 
 /* Restores what zc_checkpoint_save wrote to DIR/TAG (tag NULL: the tag in

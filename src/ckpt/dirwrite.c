@@ -174,10 +174,11 @@ zc_status zc__ck_stage_open(const char *dir, const char *tag)
             rc = ZC_ERR(ZC_ERR_IO, "%s/%s: fsync: %s", sp, ZC_CK_STAGING_MARK, strerror(errno));
         close(mfd);
     }
+    /* No fsync of DIR: until the commit renames the staging directory (and
+     * fsyncs DIR), a crash may lose it whole, with all it holds, which is as
+     * good as an empty one. */
     if (rc == ZC_OK)
         rc = zc__ck_fsync_fd(sfd, sp);
-    if (rc == ZC_OK)
-        rc = zc__ck_fsync_fd(dfd, dir);
     if (sfd >= 0)
         close(sfd);
     close(dfd);
@@ -239,7 +240,9 @@ zc_status zc__ck_index_write(int sfd, const char *sp, int rank, const zc_ck_entr
         unlinkat(sfd, tmp, 0);
         return rc;
     }
-    return zc__ck_commit_file_at(fd, sfd, sp, tmp, name);
+    /* Read by rank 0 before the commit and never after a crash (a staging
+     * directory left by one is cleared): no fsync. */
+    return zc__ck_place_staged_at(fd, sfd, sp, tmp, name, false);
 }
 
 /* Reads rank r's index into m (appending its entries). The count is checked
@@ -295,7 +298,9 @@ static zc_status write_manifest(int sfd, const char *sp, const zc_ck_manifest *m
         unlinkat(sfd, tmp, 0);
         return rc;
     }
-    return zc__ck_commit_file_at(fd, sfd, sp, tmp, ZC_CK_MANIFEST);
+    /* Its name is made durable with the staging directory's others, by the
+     * commit's fsync of it before the rename. */
+    return zc__ck_place_staged_at(fd, sfd, sp, tmp, ZC_CK_MANIFEST, true);
 }
 
 /* The written checkpoint as every reader will see it, before it is

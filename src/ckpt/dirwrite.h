@@ -11,6 +11,15 @@
  * crash (or a failure) at any point leaves the previous checkpoint and
  * `latest` as they were.
  *
+ * What is fsync'd, and why no more: the marker (with the staging directory's
+ * fsync) before anything is written next to it, so a crash leaves the
+ * staging directory empty, marked or gone; each shard file's and the
+ * manifest's bytes; the staging directory once, with every name in it,
+ * before it is renamed; DIR/TAG (the marker removed) and DIR after the
+ * rename; `latest` as a file, then DIR after its rename. The ranks' indexes
+ * are not fsync'd at all: rank 0 reads them before the commit, and a crash
+ * discards the staging directory.
+ *
  * Nothing outside what a save created is written or removed: the staging
  * directory is made by zc__ck_stage_open with a marker file in it
  * (ZC_CK_STAGING_MARK), and every later step opens it with O_NOFOLLOW and

@@ -61,20 +61,25 @@ zc_status zc__ck_fsync_fd(int dfd, const char *shown)
     return ZC_OK;
 }
 
-zc_status zc__ck_commit_file_at(int fd, int dfd, const char *shown, const char *tmp,
-                                const char *final)
+zc_status zc__ck_place_staged_at(int fd, int sfd, const char *shown, const char *tmp,
+                                 const char *final, bool sync_data)
 {
     zc_status rc = ZC_OK;
-    if (fsync(fd) != 0)
+    if (sync_data && fsync(fd) != 0)
         rc = ZC_ERR(ZC_ERR_IO, "%s/%s: fsync: %s", shown, tmp, strerror(errno));
     if (close(fd) != 0 && rc == ZC_OK)
         rc = ZC_ERR(ZC_ERR_IO, "%s/%s: close: %s", shown, tmp, strerror(errno));
-    if (rc == ZC_OK && renameat(dfd, tmp, dfd, final) != 0)
+    if (rc == ZC_OK && renameat(sfd, tmp, sfd, final) != 0)
         rc = ZC_ERR(ZC_ERR_IO, "rename %s/%s -> %s: %s", shown, tmp, final, strerror(errno));
-    if (rc != ZC_OK) {
-        unlinkat(dfd, tmp, 0);
-        return rc;
-    }
+    if (rc != ZC_OK)
+        unlinkat(sfd, tmp, 0);
+    return rc;
+}
+
+zc_status zc__ck_commit_file_at(int fd, int dfd, const char *shown, const char *tmp,
+                                const char *final)
+{
+    ZC_CHECK(zc__ck_place_staged_at(fd, dfd, shown, tmp, final, true));
     return zc__ck_fsync_fd(dfd, shown);
 }
 

@@ -7,6 +7,7 @@
 #ifndef ZC_CKPT_FSIO_H
 #define ZC_CKPT_FSIO_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -29,6 +30,14 @@ zc_status zc__ck_create_at(int dfd, const char *shown, const char *name, int *fd
  * is closed on every path; on failure tmp is removed. */
 zc_status zc__ck_commit_file_at(int fd, int dfd, const char *shown, const char *tmp,
                                 const char *final);
+/* The same for a file inside a staging directory (dirwrite.h), without the
+ * directory fsync: the staging directory is fsync'd once, with every name in
+ * it, before it is renamed into place (zc__ck_stage_commit), and a crash
+ * before that discards it whole, so one fsync per name would buy nothing.
+ * sync_data false also skips the file's fsync, for what is read only before
+ * the commit and never after a crash (the ranks' indexes). */
+zc_status zc__ck_place_staged_at(int fd, int sfd, const char *shown, const char *tmp,
+                                 const char *final, bool sync_data);
 /* fsync a directory by its descriptor. */
 zc_status zc__ck_fsync_fd(int dfd, const char *shown);
 /* Joins a and b with '/' into out (cap bytes); ZC_ERR_INVALID_ARG when it

@@ -18,8 +18,8 @@
 #include "ckpt/hash.h"
 #include "ckpt/hash_worker.h"
 
-/* Pieces queued: the writer feeds at most a ring's worth (16 MiB in pieces of
- * 256 KiB = 64) before it waits for a buffer, more only for entries smaller
+/* Pieces queued: the writer feeds at most a ring's worth (32 MiB in pieces of
+ * 256 KiB = 128) before it waits for a buffer, more only for entries smaller
  * than a piece. */
 #define QUEUE 256
 /* Pieces the worker takes per lock. */

@@ -353,7 +353,7 @@ ZC_API zc_status zc_checkpoint_load(zc_engine *e, const char *dir, const char *t
     if (rc == ZC_OK && src.m.version >= 2) {
         rc = make_plan(e, &src, map, &pl);
         if (rc == ZC_OK)
-            rc = zc__ck_reader_open(&reader, &src, &e->acct, pl.idx, pl.n);
+            rc = zc__ck_reader_open(&reader, &src, &e->acct, &e->ck_ring, pl.idx, pl.n);
     } else if (rc == ZC_OK) {
         rc = verify_own(e, &src, map);
     }

@@ -34,7 +34,7 @@ static zc_status write_rank(zc_ck_source *s, const char *out_dir, const char *ta
         }
     }
     zc_ck_shard sh;
-    ZC_CHECK(zc__ck_shard_open(&sh, out_dir, tag, r, bytes));
+    ZC_CHECK(zc__ck_shard_open(&sh, out_dir, tag, r, bytes, NULL, NULL));
     zc_status rc = ZC_OK;
     for (int k = 0; k < m->nchunks && rc == ZC_OK; k++) {
         const zc_ck_chunk *c = &m->chunks[k];

@@ -98,7 +98,8 @@ static zc_status write_shard(zc_engine *e, const char *dir, const char *tag)
     zc_ck_shard sh;
     save_ctx x = {&sh, NULL};
     size_t bounce_bytes = 0;
-    zc_status rc = zc__ck_shard_open(&sh, dir, tag, e->rank, shard_bytes(e));
+    zc_status rc = zc__ck_shard_open(&sh, dir, tag, e->rank, shard_bytes(e), &e->acct,
+                                     &e->ck_ring);
     if (rc == ZC_OK && e->dev->mem_kind == ZC_MEMKIND_DEVICE) {
         bounce_bytes = zc__ck_bounce_bytes(e);
         rc = zc__host_alloc(&e->acct, ZC_MEM_OTHER, bounce_bytes, "checkpoint bounce buffer",

@@ -9,11 +9,14 @@
 #include "ckpt/shard_read.h"
 #include "offload/offload.h"
 
-/* Four buffers of 4 MiB: while one is hashed and copied, three (12 of the
- * store's 1 MiB requests) are being read. 8 MiB buffers read no faster on
- * the machine measured, and the ring's huge pages are faulted in at every
- * load (bench/RESULTS.md). */
-#define SLOTS 4
+/* Eight buffers of 4 MiB: while one is hashed and copied, seven (28 of the
+ * store's 1 MiB requests) are being read, as many as the save keeps in
+ * flight (shard_write.h), for the same reason: the copy and the hash share
+ * two cores with everything else, and with three buffers ahead a few
+ * milliseconds off the CPU let the disk run dry (bench/RESULTS.md). The ring
+ * is the engine's, faulted in once (ring_mem.h). 8 MiB buffers read no
+ * faster on the machine measured. */
+#define SLOTS 8
 #define SLOT_BYTES ((size_t)4 << 20)
 #define IO_BLOCK ((size_t)1 << 20)
 #define IO_DEPTH 32
@@ -122,7 +125,7 @@ static zc_status open_stores(zc_ck_reader *r)
 }
 
 zc_status zc__ck_reader_open(zc_ck_reader **out, const zc_ck_source *s, zc_mem_account *acct,
-                             const int64_t *plan, int64_t n)
+                             zc_ck_ring_mem **keep, const int64_t *plan, int64_t n)
 {
     *out = NULL;
     if (s->m.version < 2)
@@ -138,7 +141,7 @@ zc_status zc__ck_reader_open(zc_ck_reader **out, const zc_ck_source *s, zc_mem_a
         r->slots[i].ext = -1;
     zc_status rc = make_extents(r);
     if (rc == ZC_OK && n > 0) {
-        rc = zc__ck_ring_alloc(&r->mem, RING_BYTES, acct, "checkpoint read buffers");
+        rc = zc__ck_ring_alloc(&r->mem, RING_BYTES, acct, "checkpoint read buffers", keep);
         r->ring = r->mem.base;
         if (rc == ZC_OK)
             rc = zc__ck_hasher_start(&r->hasher, s->dir);

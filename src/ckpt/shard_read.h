@@ -24,16 +24,18 @@
 #include <stdint.h>
 
 #include "base/alloc.h"
+#include "ckpt/ring_mem.h"
 #include "ckpt/source.h"
 
 typedef struct zc_ck_reader zc_ck_reader;
 
 /* Opens the files the n plan entries (indices into s->m.entries, in the
  * order zc__ck_reader_next will ask for them) lie in, read-only with
- * O_DIRECT, and allocates the ring (counted in acct, may be NULL). s must be a
+ * O_DIRECT, and takes the ring from keep (an engine's buffers, ring_mem.h;
+ * NULL: mapped for this reader alone), counted in acct (may be NULL). s must be a
  * version-2 source and outlive the reader. Errors name the file. */
 zc_status zc__ck_reader_open(zc_ck_reader **out, const zc_ck_source *s, zc_mem_account *acct,
-                             const int64_t *plan, int64_t n);
+                             zc_ck_ring_mem **keep, const int64_t *plan, int64_t n);
 
 /* The next plan entry, which must be `entry`: reads all of its bytes, copies
  * its elements [x0, x1) (of the parameter, inside the entry) to dst (host

@@ -9,12 +9,13 @@
 #include "ckpt/fsio.h"
 #include "ckpt/shard_write.h"
 
-/* Ring buffers of 4 MiB: three keep 12 MiB of writes in flight while the
- * fourth is filled, enough to hide a disk's latency; small next to a shard. */
+/* Ring buffers of 4 MiB (ZC_CK_RING_SLOTS of them: shard_write.h). */
 #define SLOT_BYTES ((size_t)4 << 20)
-/* The store's requests: 1 MiB, 32 in flight (its defaults). */
+/* The store's requests: 1 MiB (its default), and a queue deep enough for
+ * every buffer of the ring in flight at once, so each one is handed to the
+ * kernel whole at its submission (32, the store's default). */
 #define IO_BLOCK ((size_t)1 << 20)
-#define IO_DEPTH 32
+#define IO_DEPTH ((int)(ZC_CK_RING_SLOTS * (SLOT_BYTES / IO_BLOCK)))
 /* Copied and handed to the checksum worker in pieces small enough to be
  * still in the shared cache when the worker reads them, and large enough
  * that the queue costs nothing next to hashing them. */
@@ -32,7 +33,7 @@ static void free_buffers(zc_ck_shard *s)
 }
 
 zc_status zc__ck_shard_open(zc_ck_shard *s, const char *dir, const char *tag, int rank,
-                            uint64_t capacity)
+                            uint64_t capacity, zc_mem_account *acct, zc_ck_ring_mem **keep)
 {
     memset(s, 0, sizeof *s);
     s->fd = s->sfd = -1;
@@ -65,8 +66,8 @@ zc_status zc__ck_shard_open(zc_ck_shard *s, const char *dir, const char *tag, in
         rc = ZC_ERR(ZC_ERR_IO, "%s: the file system needs O_DIRECT alignment %zu, more than the "
                     "checkpoint format's %d", s->tmp, stats.alignment, ZC_CK_ALIGN);
     if (rc == ZC_OK)
-        rc = zc__ck_ring_alloc(&s->ring_mem, ZC_CK_RING_SLOTS * SLOT_BYTES, NULL,
-                               "checkpoint write buffers");
+        rc = zc__ck_ring_alloc(&s->ring_mem, ZC_CK_RING_SLOTS * SLOT_BYTES, acct,
+                               "checkpoint write buffers", keep);
     if (rc == ZC_OK)
         rc = zc__ck_hasher_start(&s->hasher, s->tmp);
     if (rc != ZC_OK) {
@@ -123,7 +124,7 @@ static zc_status advance(zc_ck_shard *s, size_t k)
     s->fill += k;
     s->bytes += k;
     /* Each buffer is at most four of the store's requests, all handed to
-     * the kernel at submission: no polling needed in between. */
+     * the kernel at submission (IO_DEPTH): no polling needed in between. */
     if (s->fill == SLOT_BYTES)
         ZC_CHECK(flush_slot(s));
     return ZC_OK;
@@ -226,12 +227,13 @@ zc_status zc__ck_shard_close(zc_ck_shard *s)
             unlinkat(s->sfd, s->tmp_name, 0);
             return rc;
         }
-        ZC_CHECK(zc__ck_fsync_fd(s->sfd, s->dir));
     } else {
         int fd = s->fd;
         s->fd = -1;
-        ZC_CHECK(zc__ck_commit_file_at(fd, s->sfd, s->dir, s->tmp_name, s->final_name));
+        ZC_CHECK(zc__ck_place_staged_at(fd, s->sfd, s->dir, s->tmp_name, s->final_name, true));
     }
+    /* The name is made durable by the commit's fsync of the staging
+     * directory, with every rank's (fsio.h, zc__ck_place_staged_at). */
     zc_status rc = zc__ck_index_write(s->sfd, s->dir, s->rank, s->ents, s->n, s->bytes);
     free_buffers(s);
     close(s->sfd);

@@ -17,7 +17,8 @@
  *
  * The file is created as TMP = FINAL.tmp with O_EXCL, reserved at its exact
  * size up front (a full disk shows at open), and made durable under FINAL by
- * zc__ck_shard_close (fsync, rename, directory fsync). */
+ * zc__ck_shard_close (fsync, rename) and the commit's fsync of the staging
+ * directory (dirwrite.h). */
 #ifndef ZC_CKPT_SHARD_WRITE_H
 #define ZC_CKPT_SHARD_WRITE_H
 
@@ -28,7 +29,14 @@
 #include "ckpt/ring_mem.h"
 #include "offload/offload.h"
 
-#define ZC_CK_RING_SLOTS 4
+/* Buffers of 4 MiB in the write ring: seven in flight while one is filled,
+ * 28-32 MiB, as many of the store's 1 MiB requests as its queue depth. The
+ * thread that fills them shares two cores with the hashing worker, the
+ * kernel's I/O completions and whatever else runs: with four (12 MiB in
+ * flight, about 5 ms of the disk) a few milliseconds off the CPU let the
+ * disk run dry (bench/RESULTS.md, "Checkpoints"). The engine keeps the ring
+ * (ring_mem.h), so its size is faulted in once, not at every save. */
+#define ZC_CK_RING_SLOTS 8
 
 /* One rank's shard file being written. */
 typedef struct zc_ck_shard {
@@ -63,10 +71,11 @@ static inline uint64_t zc__ck_run_bytes(uint64_t bytes)
 /* Creates DIR/.TAG.partial/rank_R.bin.tmp (O_EXCL, relative to the staging
  * directory's descriptor: zc__ck_staging_open refuses one that is a link or
  * not marked) of exactly `capacity` bytes (the sum of zc__ck_run_bytes of the
- * runs to come). On failure nothing is left behind (zc__ck_shard_discard is
- * still safe). */
+ * runs to come). The ring comes from keep (an engine's buffers, ring_mem.h;
+ * NULL: mapped for this file alone), counted in acct (may be NULL). On
+ * failure nothing is left behind (zc__ck_shard_discard is still safe). */
 zc_status zc__ck_shard_open(zc_ck_shard *s, const char *dir, const char *tag, int rank,
-                            uint64_t capacity);
+                            uint64_t capacity, zc_mem_account *acct, zc_ck_ring_mem **keep);
 
 /* Appends elements [begin, end) of parameter `param`'s tensor `kind` (fp32
  * values in host memory; read before the call returns) right after the
@@ -82,7 +91,8 @@ zc_status zc__ck_shard_pad(zc_ck_shard *s);
 zc_status zc__ck_shard_append(zc_ck_shard *s, int param, int kind, int64_t begin, int64_t end,
                               const float *values);
 
-/* Makes the shard file and its index durable under their final names. */
+/* Makes the shard file's bytes durable and gives it and its index their
+ * final names (the names become durable at the commit: dirwrite.h). */
 zc_status zc__ck_shard_close(zc_ck_shard *s);
 /* Cancels what is in flight, frees and removes what was not closed (after a
  * failure; a no-op after a successful close). */

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "base/env.h"
+#include "ckpt/ring_mem.h"
 #include "core/engine.h"
 #include "core/estimate.h"
 
@@ -294,6 +295,7 @@ ZC_API void zc_engine_destroy(zc_engine *e)
     zc__reserve_free(e);
     zc__view_free(e);
     zc__registry_free(e);
+    zc__ck_ring_release(&e->ck_ring);
     zc_config_destroy(e->cfg);
     /* The communicator outlives the engine: what it made on the engine's
      * device goes before the device. */

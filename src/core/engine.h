@@ -285,6 +285,9 @@ struct zc_engine {
     bool check_overflow;       /* fp16, or bf16 with check_grad_overflow */
     const zc_stage_policy *pol;
     zc_mem_account acct;
+    struct zc_ck_ring_mem *ck_ring; /* the checkpoint I/O buffers, kept from the
+                                       first save or load to the destroy
+                                       (ckpt/ring_mem.h); NULL before */
 
     zc_group *groups;
     int ngroups, groups_cap;

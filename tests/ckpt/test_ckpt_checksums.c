@@ -4,7 +4,7 @@
  * library's vector code).
  *
  * - The shard writer (src/ckpt/shard_write.c) fed entries of sizes chosen
- *   against its ring (pieces of 256 KiB, four buffers of 4 MiB): entries
+ *   against its ring (pieces of 256 KiB, ZC_CK_RING_SLOTS buffers of 4 MiB): entries
  *   several to a piece, ending one byte past a piece, exactly one piece, one
  *   buffer, spanning buffers, and longer than the whole ring; runs of several
  *   entries starting mid-buffer. The file holds the bytes put, and the index
@@ -84,14 +84,17 @@ static const struct {
     {SLOT_F, true},                                       /* exactly a buffer */
     {5, false},           {SLOT_F - 1, true},             /* a run starting mid-buffer */
     {2500000, false},     {129, true},                    /* across buffers */
-    {4 * SLOT_F + 11, true},                              /* longer than the ring */
+    {ZC_CK_RING_SLOTS * SLOT_F + 11, true},               /* longer than the ring */
     {64, true},
 };
 #define NENT ((int)(sizeof entries / sizeof entries[0]))
 
-static void shard_writer_case(void)
+/* Writes the entries (values from seed) as tag's shard through the ring kept
+ * in *keep (NULL: a ring of its own) and checks the file and the index
+ * against them; returns the ring's address. */
+static const void *shard_writer_pass(const char *dir, const char *tag, uint64_t seed,
+                                     zc_mem_account *acct, zc_ck_ring_mem **keep)
 {
-    char *dir = ck_tmpdir();
     uint64_t capacity = 0, run = 0;
     for (int i = 0; i < NENT; i++) {
         run += (uint64_t)entries[i].n * 4;
@@ -101,15 +104,17 @@ static void shard_writer_case(void)
         }
     }
     cr_assert_eq(run, 0);
-    cr_assert_eq(zc__ck_stage_open(dir, "t"), ZC_OK, "%s", zc_last_error());
+    cr_assert_eq(zc__ck_stage_open(dir, tag), ZC_OK, "%s", zc_last_error());
     zc_ck_shard sh;
-    cr_assert_eq(zc__ck_shard_open(&sh, dir, "t", 0, capacity), ZC_OK, "%s", zc_last_error());
+    cr_assert_eq(zc__ck_shard_open(&sh, dir, tag, 0, capacity, acct, keep), ZC_OK, "%s",
+                 zc_last_error());
+    const void *ring = sh.ring;
     float *vals[NENT];
     uint64_t want[NENT], where[NENT];
     for (int i = 0; i < NENT; i++) {
         vals[i] = malloc((size_t)entries[i].n * 4);
         cr_assert_not_null(vals[i]);
-        fill(vals[i], entries[i].n, (uint64_t)i + 1);
+        fill(vals[i], entries[i].n, seed + (uint64_t)i + 1);
         want[i] = ref_xxh3(vals[i], (size_t)entries[i].n * 4);
         where[i] = sh.bytes;
         cr_assert_eq(zc__ck_shard_put(&sh, i, 0, 0, entries[i].n, vals[i]), ZC_OK, "%s",
@@ -121,11 +126,11 @@ static void shard_writer_case(void)
     zc__ck_shard_discard(&sh);
 
     char p[800];
-    snprintf(p, sizeof p, "%s/.t.partial/rank_00000.bin", dir);
+    snprintf(p, sizeof p, "%s/.%s.partial/rank_00000.bin", dir, tag);
     size_t fbytes;
     unsigned char *file = read_file(p, &fbytes);
     cr_assert_eq(fbytes, capacity);
-    snprintf(p, sizeof p, "%s/.t.partial/rank_00000.idx", dir);
+    snprintf(p, sizeof p, "%s/.%s.partial/rank_00000.idx", dir, tag);
     size_t ibytes;
     unsigned char *idx = read_file(p, &ibytes);
     uint64_t head[3];
@@ -149,7 +154,14 @@ static void shard_writer_case(void)
     }
     free(file);
     free(idx);
-    zc__ck_stage_abort(dir, "t");
+    zc__ck_stage_abort(dir, tag);
+    return ring;
+}
+
+static void shard_writer_case(void)
+{
+    char *dir = ck_tmpdir();
+    shard_writer_pass(dir, "t", 0, NULL, NULL);
     ck_rm_tree(dir);
     free(dir);
     t_assert_no_leaks();
@@ -168,6 +180,32 @@ Test(ckpt_checksums, shard_writer_waits_for_a_slow_worker)
     zc__ck_hasher_slow_for_tests(2000);
     shard_writer_case();
     zc__ck_hasher_slow_for_tests(0);
+}
+
+/* An engine's save keeps its ring for the next one (ring_mem.h): the second
+ * shard is written through the same buffers, which still hold the first
+ * one's bytes, and matches its own values; the buffers are counted in the
+ * account while kept and given back at the release. */
+Test(ckpt_checksums, a_kept_ring_is_reused_and_each_shard_matches_its_own_bytes)
+{
+    char *dir = ck_tmpdir();
+    zc_mem_account acct;
+    memset(&acct, 0, sizeof acct);
+    zc_ck_ring_mem *keep = NULL;
+    const void *first = shard_writer_pass(dir, "t", 0, &acct, &keep);
+    cr_assert_not_null(keep);
+    cr_assert_eq(first, keep->base);
+    const int64_t held = atomic_load(&acct.kind_total[ZC_MEMKIND_PINNED]);
+    cr_assert_eq(held, (int64_t)keep->bytes, "%lld bytes counted while kept", (long long)held);
+    const void *second = shard_writer_pass(dir, "u", 1000, &acct, &keep);
+    cr_assert_eq(second, first, "the second save did not reuse the kept ring");
+    cr_assert_eq(atomic_load(&acct.kind_total[ZC_MEMKIND_PINNED]), held);
+    zc__ck_ring_release(&keep);
+    cr_assert_null(keep);
+    cr_assert_eq(atomic_load(&acct.kind_total[ZC_MEMKIND_PINNED]), 0);
+    ck_rm_tree(dir);
+    free(dir);
+    t_assert_no_leaks();
 }
 
 static uint64_t hex64(const char *s)
@@ -298,8 +336,8 @@ Test(ckpt_checksums, load_finds_a_flipped_byte_behind_a_slow_worker)
     load_refused(false, 2000);
 }
 
-/* One rank, stage 1, host device: two parameters whose state (48 MB) is
- * three times the read ring; the master from `fill`, m and v zero. */
+/* One rank, stage 1, host device: two parameters whose state (96 MB) is
+ * three times the read ring (32 MiB); the master from `fill`, m and v zero. */
 static zc_engine *big_engine(zc_comm **comm, zc_config **cfg, zc_param **p, const int64_t *n)
 {
     zc_engine *eng = NULL;
@@ -321,7 +359,7 @@ static zc_engine *big_engine(zc_comm **comm, zc_config **cfg, zc_param **p, cons
 
 Test(ckpt_checksums, load_larger_than_the_ring_waits_for_a_slow_worker)
 {
-    const int64_t n[2] = {3000000, 1000001};
+    const int64_t n[2] = {6000000, 2000001};
     char *dir = ck_tmpdir();
     float *want[2], *got[2];
     zc_comm *comm;
