@@ -133,17 +133,16 @@ static void adam_chunk(const model *m, int k, float *master, float *mm, float *v
 {
     for (size_t x = 0; x < m->n[k]; x += PIECE) {
         size_t n = m->n[k] - x < PIECE ? m->n[k] - x : PIECE;
+        const bool io = h && h->ops->progress && h->ops->progress(h);
         zc_adam_shard s = {
             .master = master + x, .m = mm + x, .v = vv + x,
             .grad = m->grad + m->base[k] + x, .grad_dtype = ZC_DTYPE_F32, .grad_scale = 1.0f,
             .param_out = m->pout + m->base[k] + x, .param_out_dtype = ZC_DTYPE_BF16,
             .n = n,
         };
-        if ((pace ? zc__adam_pace_run(pace, &s, &m->coeffs) : zc__adam_host(&s, &m->coeffs)) !=
+        if ((pace ? zc__adam_pace_run(pace, &s, &m->coeffs, io) : zc__adam_host(&s, &m->coeffs)) !=
             ZC_OK)
             die("adam");
-        if (h && h->ops->progress)
-            h->ops->progress(h);
     }
 }
 
@@ -202,9 +201,9 @@ static double home_pass_sleep(zc_opt_home *h, const model *m, int *ks, double ad
         if (h->ops->acquire(h, k, &v) != ZC_OK)
             die("acquire");
         for (size_t x = 0; x < m->n[k]; x += PIECE) {
-            nanosleep(&ts, NULL);
             if (h->ops->progress)
                 h->ops->progress(h);
+            nanosleep(&ts, NULL);
         }
         if (h->ops->release(h, k, true) != ZC_OK)
             die("release");

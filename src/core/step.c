@@ -142,8 +142,8 @@ static int64_t adam_piece(const zc_engine *e, int k)
 
 /* Chunk k's Adam through its home. On a home that moves its I/O along
  * between pieces the host Adam runs on the threads `pace` gives
- * (optim/adam_pace.h: no more cores than keep it ahead of the I/O); the
- * thread count changes no bit of the result. */
+ * (optim/adam_pace.h: while I/O is in flight, no more cores than keep it
+ * ahead of that I/O); the thread count changes no bit of the result. */
 static zc_status adam_chunk(zc_engine *e, int k, const zc_adam_coeffs *coeffs, float grad_scale,
                             zc_adam_pace *pace)
 {
@@ -174,11 +174,13 @@ static zc_status adam_chunk(zc_engine *e, int k, const zc_adam_coeffs *coeffs, f
                     .param_out_dtype = e->pdt,
                     .n = (size_t)len,
                 };
+                /* The I/O moves along before each piece, and whether
+                 * any is in flight decides the piece's threads. */
+                const bool io = zc__opt_progress(e, k);
                 if (paced)
-                    ZC_CHECK(zc__adam_pace_run(pace, &s, &coeffs[sg->group]));
+                    ZC_CHECK(zc__adam_pace_run(pace, &s, &coeffs[sg->group], io));
                 else
                     ZC_CHECK(oc.dev->ops->adam(oc.dev, &s, &coeffs[sg->group], e->stream));
-                zc__opt_progress(e, k);
             }
         }
     }

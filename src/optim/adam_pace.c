@@ -34,10 +34,13 @@ zc_status zc__adam_pace_begin(zc_adam_pace *p)
     return ZC_OK;
 }
 
-zc_status zc__adam_pace_run(zc_adam_pace *p, const zc_adam_shard *s, const zc_adam_coeffs *c)
+zc_status zc__adam_pace_run(zc_adam_pace *p, const zc_adam_shard *s, const zc_adam_coeffs *c,
+                            bool io_in_flight)
 {
     const double t0 = p->now();
-    const int want = zc__adam_pace_threads(p->max_threads, p->thread_s, t0 - p->begin_s);
+    const int want = io_in_flight
+                         ? zc__adam_pace_threads(p->max_threads, p->thread_s, t0 - p->begin_s)
+                         : p->max_threads;
     const int threads = zc__adam_host_threads(s ? s->n : 0, want);
     ZC_CHECK(zc__adam_host_run(s, c, -1, threads));
     const double dt = p->now() - t0;

@@ -10,8 +10,8 @@
  * (bench/RESULTS.md, "Optimizer offload": Adam on both cores of the bench VM
  * ran 2.3x slower inside the pass than alone and slowed the reads with it).
  *
- * So during such a pass Adam runs on the fewest threads that keep it within
- * half of the pass so far:
+ * So while the pass has I/O in flight, Adam runs on the fewest threads that
+ * keep it within half of the pass so far:
  *
  *   threads = the smallest t in [1, T-1] with  A / t <= W / 2,  else T
  *
@@ -33,6 +33,7 @@
 #ifndef ZC_OPTIM_ADAM_PACE_H
 #define ZC_OPTIM_ADAM_PACE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "optim/adam.h"
@@ -58,9 +59,12 @@ int zc__adam_pace_threads(int max_threads, double thread_s, double elapsed_s);
 zc_status zc__adam_pace_begin(zc_adam_pace *p);
 
 /* Runs the host Adam (the selected variant, as zc__adam_host) over s on the
- * threads the rule gives, and adds its time to the pass. Returns what
- * zc__adam_host would. */
-zc_status zc__adam_pace_run(zc_adam_pace *p, const zc_adam_shard *s, const zc_adam_coeffs *c);
+ * threads the rule gives when `io_in_flight` (the home still has reads or
+ * writes going), else on all T: with nothing to make room for, as in a
+ * serial pass or once the pass's last I/O is done, Adam is what the pass
+ * waits for. Adds its time to the pass. Returns what zc__adam_host would. */
+zc_status zc__adam_pace_run(zc_adam_pace *p, const zc_adam_shard *s, const zc_adam_coeffs *c,
+                            bool io_in_flight);
 
 /* The average number of threads Adam ran on in the pass (A over Adam's wall
  * time), 0 before the first call. */

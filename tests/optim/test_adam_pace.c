@@ -58,7 +58,7 @@ Test(optim_pace, threads_follow_the_pass_and_results_stay_bitwise)
 {
     cr_assert_eq(setenv("ZC_CPU_THREADS", "4", 1), 0);
     uint64_t rng = t_seed("optim_pace/threads_follow_the_pass_and_results_stay_bitwise");
-    const size_t piece = (size_t)1 << 18, n = 6 * piece + 5; /* the last piece uneven */
+    const size_t piece = (size_t)1 << 18, n = 7 * piece + 5; /* the last piece uneven */
     ta_case c;
     ta_case_init(&c, &rng, n, ZC_DTYPE_F32, ZC_DTYPE_BF16, 1, false, true);
     zc_adam_hparams hp = ta_random_hparams(&rng, true, true);
@@ -68,9 +68,12 @@ Test(optim_pace, threads_follow_the_pass_and_results_stay_bitwise)
     /* Begin at 0. Calls 1-5 are all Adam (each 1 s, no gap): A after each
      * call 1, 3, 6, 10, 14 thread-seconds at W 1..5, so the threads climb
      * 1 (0 <= 0), 2 (2 <= 2 * 1), 3 (6 <= 3 * 2), 4 (12 > 3 * 3: T), 4.
-     * Then the pass waits for a read until 40: 2 * 14 <= 1 * 40, one thread. */
-    static const double readings[] = {0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 40, 41};
-    const int want[] = {1, 2, 3, 4, 4, 1};
+     * Then the pass waits for a read until 40: 2 * 14 <= 1 * 40, one thread.
+     * The last piece has no I/O beside it (the pass's last write done): all
+     * four, though the rule alone would give one. */
+    static const double readings[] = {0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 40, 41, 41, 42};
+    const int want[] = {1, 2, 3, 4, 4, 1, 4};
+    const bool io[] = {true, true, true, true, true, true, false};
     fake_readings = readings;
     fake_next = 0;
     fake_count = (int)(sizeof readings / sizeof readings[0]);
@@ -80,19 +83,19 @@ Test(optim_pace, threads_follow_the_pass_and_results_stay_bitwise)
     cr_assert_eq(p.max_threads, 4, "T comes from ZC_CPU_THREADS");
     p.now = fake_now;
     p.begin_s = p.now();
-    for (int k = 0; k < 6; k++) {
-        const size_t lo = (size_t)k * piece, hi = k == 5 ? n : lo + piece;
+    for (int k = 0; k < 7; k++) {
+        const size_t lo = (size_t)k * piece, hi = k == 6 ? n : lo + piece;
         zc_adam_shard s = zc__adam_shard_slice(&c.test, lo, hi);
-        cr_assert_eq(zc__adam_pace_run(&p, &s, &co), ZC_OK, "%s", zc_last_error());
+        cr_assert_eq(zc__adam_pace_run(&p, &s, &co, io[k]), ZC_OK, "%s", zc_last_error());
         cr_expect_eq(p.last_threads, want[k], "call %d ran on %d threads, want %d", k + 1,
                      p.last_threads, want[k]);
     }
     cr_assert_eq(fake_next, fake_count, "every reading used");
-    cr_expect_eq(p.calls, 6);
+    cr_expect_eq(p.calls, 7);
     cr_expect_eq(p.calls_below, 4, "calls 1, 2, 3 and 6 ran below T");
-    /* A = 14 + 1 (the last call: 1 s on 1 thread) over 6 s of Adam. */
-    cr_expect_float_eq(p.thread_s, 15.0, 1e-12);
-    cr_expect_float_eq(zc__adam_pace_mean_threads(&p), 2.5, 1e-12);
+    /* A = 14 + 1 (call 6: 1 s on 1 thread) + 4 (call 7) over 7 s of Adam. */
+    cr_expect_float_eq(p.thread_s, 19.0, 1e-12);
+    cr_expect_float_eq(zc__adam_pace_mean_threads(&p), 19.0 / 7.0, 1e-12);
     ta_case_assert_bitwise(&c, "paced pieces vs one zc__adam_host call");
     ta_case_free(&c);
 
