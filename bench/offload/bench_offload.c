@@ -30,7 +30,7 @@
  *   {"bench":"offload_optimizer_breakdown","params","pipeline","step_s",
  *    "adam_in_pass_s","adam_threads","pool_threads","read_wait_s","write_wait_s",
  *    "io_pass_s","sleep_pass_s","step_all_threads_s","adam_in_pass_all_threads_s",
- *    "ratio_to_duplex_all_threads"}
+ *    "ratio_to_duplex_all_threads","ratio_to_io_pass"}
  * says where the pass's time went (its Adam calls with the I/O moved along
  * between pieces, its waits for reads and for writes) and io_pass_s is the
  * same pass's reads and writes through the home without Adam, timed just
@@ -42,7 +42,10 @@
  * average number of threads it ran on, of pool_threads; step_all_threads_s
  * (and adam_in_pass_all_threads_s, ratio_to_duplex_all_threads) is the same
  * pass with Adam on every thread, as the step ran before it was paced,
- * interleaved with the paced one in the same iterations.
+ * interleaved with the paced one in the same iterations. ratio_to_io_pass =
+ * step_s / max(io_pass_s, adam_s): against the I/O floor timed next to each
+ * pass, which the disk's drift during a run does not move as it moves duplex_s
+ * (timed once, before the passes).
  *
  * --case param runs the stage-3 parameter offload cases instead
  * (offload_param_case.c: {"bench":"offload_param", ...}), with --buffers
@@ -484,12 +487,13 @@ int main(int argc, char **argv)
                    "\"adam_threads\":%.2f,\"pool_threads\":%d,"
                    "\"read_wait_s\":%.4f,\"write_wait_s\":%.4f,\"io_pass_s\":%.4f,\"sleep_pass_s\":%.4f,"
                    "\"step_all_threads_s\":%.4f,\"adam_in_pass_all_threads_s\":%.4f,"
-                   "\"ratio_to_duplex_all_threads\":%.3f}\n",
+                   "\"ratio_to_duplex_all_threads\":%.3f,\"ratio_to_io_pass\":%.3f}\n",
                    o.params, pl == 1 ? "true" : "false", median(ss, o.iters),
                    median(ai, o.iters), median(th, o.iters), pace.max_threads,
                    median(rw, o.iters), median(ww, o.iters),
                    median(io, o.iters), median(sl, o.iters), all_s, median(aa, o.iters),
-                   dx > 0 ? all_s / fmax(dx, adam) : 0.0);
+                   dx > 0 ? all_s / fmax(dx, adam) : 0.0,
+                   median(ss, o.iters) / fmax(median(io, o.iters), adam));
             fflush(stdout);
         }
     }
