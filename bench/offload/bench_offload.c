@@ -28,14 +28,24 @@
  * the median of --iters passes after one warm-up pass (which also writes the
  * whole state, so reads never hit unwritten extents). After each nvme line,
  *   {"bench":"offload_optimizer_breakdown","params","pipeline","step_s",
- *    "adam_in_pass_s","read_wait_s","write_wait_s","io_pass_s"}
+ *    "adam_in_pass_s","adam_threads","pool_threads","read_wait_s","write_wait_s",
+ *    "io_pass_s","sleep_pass_s","step_all_threads_s","adam_in_pass_all_threads_s",
+ *    "ratio_to_duplex_all_threads","ratio_to_io_pass"}
  * says where the pass's time went (its Adam calls with the I/O moved along
  * between pieces, its waits for reads and for writes) and io_pass_s is the
  * same pass's reads and writes through the home without Adam, timed just
  * before each measured pass: the floor of that very I/O schedule at that
  * moment; sleep_pass_s is the pass with Adam replaced by sleeping as long
  * (adam_s, in the same pieces, the I/O moved along between them): the
- * schedule's cost without Adam's use of the cores and memory.
+ * schedule's cost without Adam's use of the cores and memory. The step's
+ * Adam is paced as in zc_step (optim/adam_pace.h): adam_threads is the
+ * average number of threads it ran on, of pool_threads; step_all_threads_s
+ * (and adam_in_pass_all_threads_s, ratio_to_duplex_all_threads) is the same
+ * pass with Adam on every thread, as the step ran before it was paced,
+ * interleaved with the paced one in the same iterations. ratio_to_io_pass =
+ * step_s / max(io_pass_s, adam_s): against the I/O floor timed next to each
+ * pass, which the disk's drift during a run does not move as it moves duplex_s
+ * (timed once, before the passes).
  *
  * --case param runs the stage-3 parameter offload cases instead
  * (offload_param_case.c: {"bench":"offload_param", ...}), with --buffers
@@ -57,6 +67,7 @@
 #include "offload/homes.h"
 #include "offload/offload.h"
 #include "optim/adam.h"
+#include "optim/adam_pace.h"
 #include "offload_param_case.h"
 
 #define MAXITER 15
@@ -116,32 +127,38 @@ typedef struct model {
 } model;
 
 /* Adam over chunk k in the pieces zc_step uses (src/core/step.c), moving the
- * home's I/O along between pieces like the step does (h may be NULL). */
+ * home's I/O along between pieces like the step does (h may be NULL). With
+ * `pace` each piece runs on the threads the step gives it on an NVMe home
+ * (optim/adam_pace.h), without on every thread of the pool. */
 #define PIECE ((size_t)1 << 18)
 static void adam_chunk(const model *m, int k, float *master, float *mm, float *vv,
-                       zc_opt_home *h)
+                       zc_opt_home *h, zc_adam_pace *pace)
 {
     for (size_t x = 0; x < m->n[k]; x += PIECE) {
         size_t n = m->n[k] - x < PIECE ? m->n[k] - x : PIECE;
+        const bool io = h && h->ops->progress && h->ops->progress(h);
         zc_adam_shard s = {
             .master = master + x, .m = mm + x, .v = vv + x,
             .grad = m->grad + m->base[k] + x, .grad_dtype = ZC_DTYPE_F32, .grad_scale = 1.0f,
             .param_out = m->pout + m->base[k] + x, .param_out_dtype = ZC_DTYPE_BF16,
             .n = n,
         };
-        if (zc__adam_host(&s, &m->coeffs) != ZC_OK)
+        if ((pace ? zc__adam_pace_run(pace, &s, &m->coeffs, io) : zc__adam_host(&s, &m->coeffs)) !=
+            ZC_OK)
             die("adam");
-        if (h && h->ops->progress)
-            h->ops->progress(h);
     }
 }
 
 /* One pass through a home; returns seconds, and adds the time its Adam
- * calls took (the home's progress between pieces included) to *adam_s. */
+ * calls took (the home's progress between pieces included) to *adam_s.
+ * With `pace` (begun here) Adam runs paced as in zc_step, else on every
+ * thread. */
 static double home_pass_io(zc_opt_home *h, const model *m, int *ks, bool compute, bool dirty,
-                           double *adam_s)
+                           double *adam_s, zc_adam_pace *pace)
 {
     double t0 = now_s();
+    if (pace && zc__adam_pace_begin(pace) != ZC_OK)
+        die("pace");
     if (h->ops->pass_begin(h, ks, m->nchunks) != ZC_OK)
         die("pass_begin");
     for (int k = 0; k < m->nchunks; k++) {
@@ -150,7 +167,7 @@ static double home_pass_io(zc_opt_home *h, const model *m, int *ks, bool compute
             die("acquire");
         if (compute) {
             const double ta = now_s();
-            adam_chunk(m, k, v.master, v.m, v.v, h);
+            adam_chunk(m, k, v.master, v.m, v.v, h, pace);
             if (adam_s)
                 *adam_s += now_s() - ta;
         }
@@ -162,9 +179,10 @@ static double home_pass_io(zc_opt_home *h, const model *m, int *ks, bool compute
     return now_s() - t0;
 }
 
-static double home_pass(zc_opt_home *h, const model *m, int *ks, bool compute, double *adam_s)
+static double home_pass(zc_opt_home *h, const model *m, int *ks, bool compute, double *adam_s,
+                        zc_adam_pace *pace)
 {
-    return home_pass_io(h, m, ks, compute, compute, adam_s);
+    return home_pass_io(h, m, ks, compute, compute, adam_s, pace);
 }
 
 /* The pass with Adam replaced by sleeping as long, piece by piece, with the
@@ -186,9 +204,9 @@ static double home_pass_sleep(zc_opt_home *h, const model *m, int *ks, double ad
         if (h->ops->acquire(h, k, &v) != ZC_OK)
             die("acquire");
         for (size_t x = 0; x < m->n[k]; x += PIECE) {
-            nanosleep(&ts, NULL);
             if (h->ops->progress)
                 h->ops->progress(h);
+            nanosleep(&ts, NULL);
         }
         if (h->ops->release(h, k, true) != ZC_OK)
             die("release");
@@ -418,7 +436,7 @@ int main(int argc, char **argv)
         for (int it = 0; it <= o.iters; it++) {
             double t0 = now_s();
             for (int k = 0; k < m.nchunks; k++)
-                adam_chunk(&m, k, st, st + o.chunk, st + 2 * o.chunk, NULL);
+                adam_chunk(&m, k, st, st + o.chunk, st + 2 * o.chunk, NULL, NULL);
             if (it > 0)
                 as[it - 1] = now_s() - t0;
         }
@@ -427,19 +445,35 @@ int main(int argc, char **argv)
         for (int pl = 1; pl >= 0; pl--) {
             zc_opt_home *nh = make_home(&o, &m, &acct, true, pl == 1);
             double ss[MAXITER], ai[MAXITER], rw[MAXITER], ww[MAXITER], io[MAXITER];
-            double sl[MAXITER];
-            home_pass(nh, &m, ks, true, NULL); /* warm-up: writes the whole state */
+            double sl[MAXITER], sa[MAXITER], aa[MAXITER], th[MAXITER];
+            zc_adam_pace pace;
+            /* warm-up: writes the whole state */
+            home_pass(nh, &m, ks, true, NULL, &pace);
             for (int it = 0; it < o.iters; it++) {
                 /* The same reads and writes through the home without Adam,
                  * next to each measured pass. */
-                io[it] = home_pass_io(nh, &m, ks, false, true, NULL);
+                io[it] = home_pass_io(nh, &m, ks, false, true, NULL, NULL);
                 sl[it] = home_pass_sleep(nh, &m, ks, adam);
-                ai[it] = 0;
-                ss[it] = home_pass(nh, &m, ks, true, &ai[it]);
-                zc_opt_nvme_info ni;
-                zc__opt_home_nvme_info(nh, &ni);
-                rw[it] = ni.read_wait_s;
-                ww[it] = ni.write_wait_s;
+                /* The step as zc_step runs it (Adam paced) and as it ran
+                 * before (Adam on every thread), interleaved, the one that
+                 * goes first alternating. */
+                for (int j = 0; j < 2; j++) {
+                    const bool paced = (j == 0) == (it % 2 == 0);
+                    double a = 0;
+                    double t = home_pass(nh, &m, ks, true, &a, paced ? &pace : NULL);
+                    if (!paced) {
+                        sa[it] = t;
+                        aa[it] = a;
+                        continue;
+                    }
+                    ss[it] = t;
+                    ai[it] = a;
+                    th[it] = zc__adam_pace_mean_threads(&pace);
+                    zc_opt_nvme_info ni;
+                    zc__opt_home_nvme_info(nh, &ni);
+                    rw[it] = ni.read_wait_s;
+                    ww[it] = ni.write_wait_s;
+                }
             }
             zc__opt_home_destroy(nh);
             emit(&o, "nvme", pl == 1, median(ss, o.iters), rd, adam, wr, dx);
@@ -447,12 +481,19 @@ int main(int argc, char **argv)
              * between its pieces), waiting for reads, waiting for writes,
              * the rest (acquire/release bookkeeping); and the pass's I/O
              * through the home without Adam (io_pass_s). */
+            const double all_s = median(sa, o.iters);
             printf("{\"bench\":\"offload_optimizer_breakdown\",\"params\":%lld,"
                    "\"pipeline\":%s,\"step_s\":%.4f,\"adam_in_pass_s\":%.4f,"
-                   "\"read_wait_s\":%.4f,\"write_wait_s\":%.4f,\"io_pass_s\":%.4f,\"sleep_pass_s\":%.4f}\n",
+                   "\"adam_threads\":%.2f,\"pool_threads\":%d,"
+                   "\"read_wait_s\":%.4f,\"write_wait_s\":%.4f,\"io_pass_s\":%.4f,\"sleep_pass_s\":%.4f,"
+                   "\"step_all_threads_s\":%.4f,\"adam_in_pass_all_threads_s\":%.4f,"
+                   "\"ratio_to_duplex_all_threads\":%.3f,\"ratio_to_io_pass\":%.3f}\n",
                    o.params, pl == 1 ? "true" : "false", median(ss, o.iters),
-                   median(ai, o.iters), median(rw, o.iters), median(ww, o.iters),
-                   median(io, o.iters), median(sl, o.iters));
+                   median(ai, o.iters), median(th, o.iters), pace.max_threads,
+                   median(rw, o.iters), median(ww, o.iters),
+                   median(io, o.iters), median(sl, o.iters), all_s, median(aa, o.iters),
+                   dx > 0 ? all_s / fmax(dx, adam) : 0.0,
+                   median(ss, o.iters) / fmax(median(io, o.iters), adam));
             fflush(stdout);
         }
     }
@@ -467,13 +508,13 @@ int main(int argc, char **argv)
                 h->ops->acquire(h, k, &views[k]) != ZC_OK ||
                 h->ops->release(h, k, false) != ZC_OK || h->ops->pass_end(h) != ZC_OK)
                 die("cpu home views");
-        home_pass(h, &m, ks, true, NULL);
+        home_pass(h, &m, ks, true, NULL, NULL);
         for (int it = 0; it < o.iters; it++) {
             double t0 = now_s();
             for (int k = 0; k < m.nchunks; k++)
-                adam_chunk(&m, k, views[k].master, views[k].m, views[k].v, NULL);
+                adam_chunk(&m, k, views[k].master, views[k].m, views[k].v, NULL, NULL);
             as[it] = now_s() - t0;
-            ss[it] = home_pass(h, &m, ks, true, NULL);
+            ss[it] = home_pass(h, &m, ks, true, NULL, NULL);
         }
         free(views);
         zc__opt_home_destroy(h);

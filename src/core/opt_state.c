@@ -256,11 +256,10 @@ zc_status zc__opt_grad_accumulate(zc_engine *e, zc_chunk *c, const void *own, vo
     return rc != ZC_OK ? rc : erc;
 }
 
-void zc__opt_progress(zc_engine *e, int k)
+bool zc__opt_progress(zc_engine *e, int k)
 {
     zc_opt_home *h = e->homes[e->chunks[k].home];
-    if (h->ops->progress)
-        h->ops->progress(h);
+    return h->ops->progress && h->ops->progress(h);
 }
 
 zc_status zc__opt_fetch(zc_engine *e, int k, zc_opt_chunk *out)

@@ -59,8 +59,9 @@ zc_device *zc__opt_acc_dev(zc_engine *e, const zc_chunk *c);
  * on `stream`): a device kernel on `stream`, or D2H into pinned staging (after
  * `stream`) and a host add for a host-held or swapped shard. */
 zc_status zc__opt_grad_accumulate(zc_engine *e, zc_chunk *c, const void *own, void *stream);
-/* While Adam runs on chunk k: keeps the home's I/O moving (non-blocking). */
-void zc__opt_progress(zc_engine *e, int k);
+/* While Adam runs on chunk k: keeps the home's I/O moving (non-blocking).
+ * Returns whether I/O is still in flight. */
+bool zc__opt_progress(zc_engine *e, int k);
 
 /* ---- opt_copy.c ---------------------------------------------------------- */
 

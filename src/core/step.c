@@ -39,6 +39,7 @@
 #include "base/checked.h"
 #include "config/scheduler.h"
 #include "core/engine.h"
+#include "optim/adam_pace.h"
 
 /* Rank r's shard of chunk c's reduced gradient, if this rank holds it. */
 static bool grad_shard(const zc_engine *e, const zc_chunk *c, int r, const void **ptr,
@@ -139,7 +140,12 @@ static int64_t adam_piece(const zc_engine *e, int k)
     return h->ops->progress ? ADAM_PIECE : INT64_MAX;
 }
 
-static zc_status adam_chunk(zc_engine *e, int k, const zc_adam_coeffs *coeffs, float grad_scale)
+/* Chunk k's Adam through its home. On a home that moves its I/O along
+ * between pieces the host Adam runs on the threads `pace` gives
+ * (optim/adam_pace.h: while I/O is in flight, no more cores than keep it
+ * ahead of that I/O); the thread count changes no bit of the result. */
+static zc_status adam_chunk(zc_engine *e, int k, const zc_adam_coeffs *coeffs, float grad_scale,
+                            zc_adam_pace *pace)
 {
     zc_chunk *c = &e->chunks[k];
     zc_opt_chunk oc;
@@ -148,6 +154,7 @@ static zc_status adam_chunk(zc_engine *e, int k, const zc_adam_coeffs *coeffs, f
     const int r0 = full_opt ? 0 : e->rank, r1 = full_opt ? e->world : e->rank + 1;
     const size_t gesz = zc_dtype_size(oc.grad_dtype);
     const int64_t piece = adam_piece(e, k);
+    const bool paced = piece != INT64_MAX && oc.dev == zc__device_host();
     for (int r = r0; r < r1; r++) {
         for (int si = c->seg_begin[r]; si < c->seg_begin[r + 1]; si++) {
             const zc_seg *sg = &c->segs[si];
@@ -167,8 +174,13 @@ static zc_status adam_chunk(zc_engine *e, int k, const zc_adam_coeffs *coeffs, f
                     .param_out_dtype = e->pdt,
                     .n = (size_t)len,
                 };
-                ZC_CHECK(oc.dev->ops->adam(oc.dev, &s, &coeffs[sg->group], e->stream));
-                zc__opt_progress(e, k);
+                /* The I/O moves along before each piece, and whether
+                 * any is in flight decides the piece's threads. */
+                const bool io = zc__opt_progress(e, k);
+                if (paced)
+                    ZC_CHECK(zc__adam_pace_run(pace, &s, &coeffs[sg->group], io));
+                else
+                    ZC_CHECK(oc.dev->ops->adam(oc.dev, &s, &coeffs[sg->group], e->stream));
             }
         }
     }
@@ -196,10 +208,21 @@ static zc_status run_adam(zc_engine *e, float grad_scale, double lr, double beta
      * needs its buffers for the writes). */
     if (e->pol->quiesce)
         e->pol->quiesce(e);
-    zc_status rc = zc__opt_pass_begin(e);
+    /* The pace's clock starts with the pass: its first reads are part of
+     * the I/O Adam hides behind. */
+    zc_adam_pace pace;
+    zc_status rc = zc__adam_pace_begin(&pace); /* ZC_CPU_THREADS, checked at create */
+    if (rc == ZC_OK)
+        rc = zc__opt_pass_begin(e);
     for (int k = 0; rc == ZC_OK && k < e->nchunks; k++) {
-        rc = adam_chunk(e, k, coeffs, grad_scale);
+        rc = adam_chunk(e, k, coeffs, grad_scale, &pace);
     }
+    if (pace.calls > 0)
+        ZC_LOGD("optim",
+                "optimizer pass through swap files: Adam %.3f s on %.2f threads on average "
+                "(%lld of %lld pieces on fewer than %d)",
+                pace.adam_s, zc__adam_pace_mean_threads(&pace), (long long)pace.calls_below,
+                (long long)pace.calls, pace.max_threads);
     /* Always ends the pass: it drains the I/O still in flight, the
      * optimizer's and the parameter shards' written home. */
     zc_status erc = zc__opt_pass_end(e);

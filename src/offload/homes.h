@@ -138,8 +138,9 @@ typedef struct zc_opt_home_ops {
     /* Called often while Adam runs on an acquired chunk: moves the I/O in
      * flight along without blocking (the store only reaps completions and
      * refills its queue when called, so without this the drive idles once
-     * queue_depth requests are done). May be NULL. */
-    void (*progress)(zc_opt_home *h);
+     * queue_depth requests are done). Returns whether I/O is still in flight
+     * (the next piece of Adam shares the machine with it). May be NULL. */
+    bool (*progress)(zc_opt_home *h);
     /* Frees memory, removes swap files. NULL-safe through zc__opt_home_destroy. */
     void (*destroy)(zc_opt_home *h);
 } zc_opt_home_ops;

@@ -263,6 +263,11 @@ bool zc__nvme_done(zc_nvme_store *st, zc_nvme_ticket ticket)
     return ticket_done(t);
 }
 
+bool zc__nvme_busy(const zc_nvme_store *st)
+{
+    return st && (st->active > 0 || st->pend_head != NIL);
+}
+
 zc_status zc__nvme_wait_all(zc_nvme_store *st)
 {
     if (!st)

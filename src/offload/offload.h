@@ -286,6 +286,10 @@ zc_status zc__nvme_wait(zc_nvme_store *st, zc_nvme_ticket ticket, zc_nvme_error 
  * without blocking. Unknown ticket: false. */
 bool zc__nvme_done(zc_nvme_store *st, zc_nvme_ticket ticket);
 
+/* True while the store has requests in the kernel or extents not yet turned
+ * into requests: I/O the caller is sharing the machine with. Drives nothing. */
+bool zc__nvme_busy(const zc_nvme_store *st);
+
 /* Waits for and retires every live ticket. Returns the first error (by
  * submission order) as zc__nvme_wait would, after all have finished. */
 zc_status zc__nvme_wait_all(zc_nvme_store *st);

@@ -441,21 +441,20 @@ static zc_status nv_pass_end(zc_opt_home *hh)
     return rc;
 }
 
-static void nv_progress(zc_opt_home *hh)
+static bool nv_progress(zc_opt_home *hh)
 {
     nvme_home *h = (nvme_home *)hh;
     /* zc__nvme_done refills and reaps for the whole store, whichever live
-     * ticket it is asked about. */
+     * ticket it is asked about. No ticket in any slot: nothing in flight
+     * (the serial pass between its read and its write). */
     for (int j = 0; j < h->nslots; j++) {
-        if (h->slots[j].rt) {
-            (void)zc__nvme_done(h->store, h->slots[j].rt);
-            return;
-        }
-        if (h->slots[j].wt) {
-            (void)zc__nvme_done(h->store, h->slots[j].wt);
-            return;
+        const zc_nvme_ticket t = h->slots[j].rt ? h->slots[j].rt : h->slots[j].wt;
+        if (t) {
+            (void)zc__nvme_done(h->store, t);
+            return zc__nvme_busy(h->store);
         }
     }
+    return false;
 }
 
 /* ---- setup --------------------------------------------------------------- */

@@ -91,11 +91,15 @@ zc_status zc__adam_host_run(const zc_adam_shard *s, const zc_adam_coeffs *c, int
     int t = nthreads;
     if (t <= 0)
         ZC_CHECK(zc__pool_default_threads(&t));
-    if (s->n < ZC_ADAM_SMALL)
-        t = 1; /* no wake-up cost for small shards */
-    if ((size_t)t > j.ntiles)
-        t = (int)j.ntiles;
-    return zc__pool_run(t, run_part, &j, s->master);
+    return zc__pool_run(zc__adam_host_threads(s->n, t), run_part, &j, s->master);
+}
+
+int zc__adam_host_threads(size_t n, int want)
+{
+    if (want < 1 || n < ZC_ADAM_SMALL)
+        return 1; /* no wake-up cost for small shards */
+    const size_t ntiles = (n + ZC_ADAM_TILE - 1) / ZC_ADAM_TILE;
+    return (size_t)want > ntiles ? (int)ntiles : want;
 }
 
 zc_status zc__adam_env_check(void)

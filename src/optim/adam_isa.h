@@ -50,6 +50,10 @@ void zc__adam_variant_reset(void);
 zc_status zc__adam_host_run(const zc_adam_shard *s, const zc_adam_coeffs *c, int variant,
                             int nthreads);
 
+/* The threads zc__adam_host_run runs a shard of n elements on when asked for
+ * `want` (>= 1): 1 below ZC_ADAM_SMALL, at most one per tile. */
+int zc__adam_host_threads(size_t n, int want);
+
 /* Flags zc__adam_host_run passes to the kernels for a shard of n elements. */
 unsigned zc__adam_flags_for(const zc_adam_shard *s);
 
