@@ -150,7 +150,9 @@ typedef struct rank_state {
     zc_block *emb, **layer, *head, *wte_only;
     /* fp32 copies of acquired weights, in the backend's memory: the
      * embedding (kept for the tied head), one block, and lnf; gradients of
-     * one block, of the embedding (summed through backward) and of lnf. */
+     * one block, of the embedding (summed through backward) and of lnf.
+     * The block's two are unused where the layers work in place
+     * (in_place: fp32 in host memory). */
     float *wte, *wpe, *blk[GPT_BLOCK_TENSORS], *lnfw, *lnfb;
     float *dwte, *dwpe, *gblk[GPT_BLOCK_TENSORS], *dlnfw, *dlnfb;
     int *tok, *tgt;          /* the micro-batch, in the backend's memory */
