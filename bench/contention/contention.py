@@ -4,7 +4,7 @@
 Runs examples/gpt/train_gpt with two ranks - as threads of one process and
 as two processes under mpirun - and, when a python with torch is given
 (--torch-python) or found, the same GPT under PyTorch DDP (gloo, two
-processes: bench/contention/torch_ddp_gpt.py), each once "quiet" (nothing
+processes: bench/train/torch_ddp_gpt.py), each once "quiet" (nothing
 added by this bench) and once "loaded" (with --hogs busy processes that this
 bench starts and stops), and reports each one's slowdown, loaded median step
 time / quiet median step time. Quiet and loaded runs alternate, --repeats
@@ -148,7 +148,7 @@ def zeroc_case(a, exe, launcher, cfg):
 
 
 def torch_case(a):
-    argv = [a.torch_python, os.path.join(HERE, "torch_ddp_gpt.py"),
+    argv = [a.torch_python, os.path.join(ROOT, "bench", "train", "torch_ddp_gpt.py"),
             *flags(**MODELS[a.model], steps=a.steps, warmup=a.warmup, world=2, threads=1,
                    dtype=a.dtype)]
     env = dict(os.environ)

@@ -7,15 +7,26 @@ zeroc: train_gpt --device cpu --world 2 --launcher threads (two ranks as
 threads of one process, one BLAS thread each), ZeRO stage --stage (default
 0, the stage that does what DDP does), --dtype fp32 or bf16.
 
-PyTorch: bench/train/torch_gpt.py's model (the same GPT: shapes, parameter
-count, tied head, initialisation) under DistributedDataParallel, two
-processes with gloo over a FileStore in a private temporary directory, one
-intra-op thread per rank (torchrun's default for several processes on a
-node), AdamW (betas 0.9, 0.95, weight decay 0.1 on matrices), global-norm
-clipping at 1.0; --dtype bf16 is torch.autocast(bfloat16) with fp32 master
-weights, as train_gpt's bf16 keeps fp32 master weights and computes in
-bf16. --attention sdpa (F.scaled_dot_product_attention, what a PyTorch user
-writes; the default) or naive (the score matrix materialised).
+PyTorch: bench/train/torch_ddp_gpt.py (the benchmarks' one DDP loop):
+bench/train/torch_gpt.py's model (the same GPT: shapes, parameter count,
+tied head, initialisation) under DistributedDataParallel, two processes with
+gloo, one intra-op thread per rank (torchrun's default for several
+processes on a node), AdamW (betas 0.9, 0.95, weight decay 0.1 on
+matrices), global-norm clipping at 1.0; --dtype bf16 is
+torch.autocast(bfloat16) with fp32 master weights, as train_gpt's bf16
+keeps fp32 master weights and computes in bf16. --attention sdpa
+(F.scaled_dot_product_attention, what a PyTorch user writes; the default)
+or naive (the score matrix materialised).
+
+Fair shares: each side runs two busy threads of computation (zeroc: two
+rank threads, one BLAS thread each; PyTorch: two rank processes, one
+intra-op thread each, plus gloo's mostly idle threads), and each side is
+one session (zeroc: its process; PyTorch: the launcher with its two rank
+processes, as under torchrun). The kernel's autogroup scheduling
+(/proc/sys/kernel/sched_autogroup_enabled) gives every session an equal
+share of a busy machine: ranks started each in its own session would get
+twice the share of one process with two rank threads, and a busy machine
+would show that share, not the kernels.
 
 Each system's figure is tokens per step (2 ranks x batch x seq) over the
 median step time after --warmup steps; each step is timed from its start to
@@ -29,28 +40,25 @@ the medians over the repeats and zeroc / PyTorch.
     python3 bench/gpt_cpu/vs_torch.py --build build --dtypes bf16 --repeats 5
 
 The PyTorch side needs a python with torch (--torch-python; by default
-$ZC_TORCH_PYTHON, else /work/venv-torch/bin/python, else python3); the
-script re-runs itself under it, once per rank, with --torch-rank.
+$ZC_TORCH_PYTHON, else /work/venv-torch/bin/python, else python3).
 """
 import argparse
 import atexit
 import json
 import os
-import shutil
 import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 
+TORCH_DDP = os.path.join(ROOT, "bench", "train", "torch_ddp_gpt.py")
 MODEL = {"layers": 6, "dim": 256, "heads": 8, "seq": 128, "vocab": 256}
 children = set()
-tmpdirs = []
 
 
 def cleanup():
@@ -61,9 +69,6 @@ def cleanup():
             pass
         p.wait()
     children.clear()
-    for d in tmpdirs:
-        shutil.rmtree(d, ignore_errors=True)
-    tmpdirs.clear()
 
 
 def on_signal(sig, _frame):
@@ -115,88 +120,20 @@ def zeroc_run(a, dtype):
 
 
 def torch_run(a, dtype):
-    tmp = tempfile.mkdtemp(prefix="zc-vs-torch-")
-    tmpdirs.append(tmp)
-    procs = []
-    try:
-        for rank in range(2):
-            argv = [a.torch_python, os.path.abspath(__file__), "--torch-rank", str(rank),
-                    "--store", os.path.join(tmp, "store"), "--dtypes", dtype,
-                    "--attention", a.attention, "--steps", str(a.steps)] + model_flags(a)
-            env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-            p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                 text=True, start_new_session=True, env=env)
-            children.add(p)
-            procs.append(p)
-        outs = []
-        deadline = time.monotonic() + a.timeout
-        for p in procs:
-            try:
-                outs.append(p.communicate(timeout=max(1.0, deadline - time.monotonic())))
-            except subprocess.TimeoutExpired:
-                return {"status": "failed", "why": f"timed out after {a.timeout} s"}
-        bad = [(p.returncode, e) for p, (_, e) in zip(procs, outs) if p.returncode != 0]
-        if bad:
-            return {"status": "failed", "why": f"status {bad[0][0]}: {bad[0][1].strip()[-400:]}"}
-        rec = json.loads(outs[0][0].strip().splitlines()[-1])
-        rec["status"] = "ok"
-        return rec
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
-            children.discard(p)
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmpdirs.remove(tmp)
-
-
-def torch_rank(a):
-    """One DDP rank (run under the torch python); rank 0 prints one JSON line."""
-    import torch
-    import torch.distributed as dist
-
-    sys.path.insert(0, os.path.join(ROOT, "bench", "train"))
-    import gpt_flops
-    import torch_gpt
-
-    torch.set_num_threads(1)
-    rank = a.torch_rank
-    dist.init_process_group("gloo", init_method="file://" + a.store, rank=rank, world_size=2)
-    torch.manual_seed(1)
-    model = torch_gpt.build(torch, a.layers, a.dim, a.heads, a.seq, a.vocab)(a.attention)
-    n = sum(p.numel() for p in model.parameters())  # the tied wte once
-    want = gpt_flops.num_params(a.layers, a.dim, a.seq, a.vocab)
-    if n != want:
-        print(f"vs_torch.py: {n} parameters, examples/gpt has {want}", file=sys.stderr)
-        return 1
-    ddp = torch.nn.parallel.DistributedDataParallel(model)
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
-                             {"params": no_decay, "weight_decay": 0.0}], lr=3e-3,
-                            betas=(0.9, 0.95), eps=1e-8, foreach=True)
-    gen = torch.Generator().manual_seed(2 + rank)
-    bf16 = a.dtypes == "bf16"
-    times, losses = [], []
-    for _ in range(a.steps):
-        data = torch.randint(0, 256, (a.batch, a.seq + 1), generator=gen)
-        t0 = time.perf_counter()
-        with torch.autocast(device_type="cpu", dtype=torch.bfloat16, enabled=bf16):
-            loss = ddp(data[:, :-1], data[:, 1:])
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        times.append(time.perf_counter() - t0)
-        losses.append(loss.item())
-    dist.barrier()
-    dist.destroy_process_group()
-    if rank == 0:
-        print(json.dumps({"torch": torch.__version__, "num_params": n,
-                          "step_s": [round(t, 5) for t in times],
-                          "loss": [round(x, 4) for x in losses]}), flush=True)
-    return 0
+    """bench/train/torch_ddp_gpt.py: one child (its own session) whose two
+    ranks are its children, in its session."""
+    argv = [a.torch_python, TORCH_DDP, "--world", "2", "--threads", "1", "--dtype", dtype,
+            "--attention", a.attention, "--steps", str(a.steps), "--warmup", str(a.warmup)]
+    argv += model_flags(a)
+    rc, out, err = run_child(argv, a.timeout)
+    if rc != 0:
+        return {"status": "failed", "why": f"status {rc}: {err.strip()[-400:]}"}
+    recs = [json.loads(l) for l in out.splitlines() if l.startswith('{"bench": "torch_ddp_gpt"')]
+    if len(recs) != 1 or len(recs[0]["step_s"]) != a.steps:
+        return {"status": "failed", "why": f"no step record: {out.strip()[-400:]}"}
+    rec = {k: recs[0][k] for k in ("torch", "num_params", "step_s", "loss")}
+    rec["status"] = "ok"
+    return rec
 
 
 def main():
@@ -215,8 +152,6 @@ def main():
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--timeout", type=int, default=900, help="seconds per run")
-    ap.add_argument("--torch-rank", type=int, help=argparse.SUPPRESS)
-    ap.add_argument("--store", help=argparse.SUPPRESS)
     a = ap.parse_args()
     for k in ("layers", "dim", "heads", "seq", "batch", "steps", "repeats", "timeout"):
         if getattr(a, k) < 1:
@@ -226,9 +161,6 @@ def main():
     dtypes = a.dtypes.split(",")
     if not dtypes or any(d not in ("fp32", "bf16") for d in dtypes):
         ap.error(f"--dtypes: {a.dtypes!r} is not a comma-separated list of fp32, bf16")
-    if a.torch_rank is not None:
-        return torch_rank(a)
-
     a.train_gpt = a.train_gpt or os.path.join(a.build, "examples", "gpt", "train_gpt")
     if not os.access(a.train_gpt, os.X_OK):
         ap.error(f"--train-gpt {a.train_gpt}: not an executable (build first, or give --build)")
@@ -261,7 +193,7 @@ def main():
             if system == "zeroc":
                 rec.update({"launcher": "threads", "stage": a.stage})
             else:
-                rec.update({"launcher": "DDP, gloo, 2 processes, 1 thread each",
+                rec.update({"launcher": "DDP, gloo, 2 processes, 1 thread each, one session",
                             "attention": a.attention,
                             "precision": "autocast bf16" if dtype == "bf16" else "fp32"})
             if rec["status"] == "ok":

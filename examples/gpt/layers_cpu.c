@@ -49,14 +49,41 @@ void gpt_linear_forward(float *out, const float *inp, const float *w, const floa
     gpt_linear_forward_mm(GPT_MATMUL_F32, out, inp, w, b, N, IC, OC);
 }
 
+/* dinp_beta 1: dinp accumulates (the input may feed other layers too); 0:
+ * dinp is written (its first use), which saves zeroing it beforehand. */
+static void linear_backward(gpt_matmul mm, float dinp_beta, float *dinp, float *dw, float *db,
+                            const float *dout, const float *inp, const float *w, int N, int IC,
+                            int OC)
+{
+    if (dinp)
+        gpt_cpu_gemm(mm, false, false, N, IC, OC, 1.0f, dout, OC, w, IC, dinp_beta, dinp, IC);
+    gpt_cpu_gemm(mm, true, false, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dw, IC);
+    if (db) add_column_sums(db, dout, N, OC);
+}
+
 void gpt_linear_backward_mm(gpt_matmul mm, float *dinp, float *dw, float *db,
                             const float *dout, const float *inp, const float *w, int N, int IC,
                             int OC)
 {
-    /* beta 1: accumulate, since the input may feed other layers too. */
-    if (dinp) gpt_cpu_gemm(mm, false, false, N, IC, OC, 1.0f, dout, OC, w, IC, 1.0f, dinp, IC);
-    gpt_cpu_gemm(mm, true, false, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dw, IC);
-    if (db) add_column_sums(db, dout, N, OC);
+    linear_backward(mm, 1.0f, dinp, dw, db, dout, inp, w, N, IC, OC);
+}
+
+void gpt_linear_backward_set_mm(gpt_matmul mm, float *dinp, float *dw, float *db,
+                                const float *dout, const float *inp, const float *w, int N,
+                                int IC, int OC)
+{
+    linear_backward(mm, 0.0f, dinp, dw, db, dout, inp, w, N, IC, OC);
+}
+
+GPT_SIMD_CLONES
+void gpt_bias_residual(float *out, const float *b, const float *res, int N, int C)
+{
+    for (int n = 0; n < N; n++) {
+        float *o = out + (size_t)n * C;
+        const float *r = res + (size_t)n * C;
+#pragma omp simd
+        for (int j = 0; j < C; j++) o[j] = (o[j] + b[j]) + r[j];
+    }
 }
 
 void gpt_linear_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
@@ -132,17 +159,39 @@ void gpt_gelu_forward(float *out, const float *inp, size_t n)
     }
 }
 
+/* d GELU(x) / dx. */
+static inline float gelu_grad(float x)
+{
+    float th = gpt_tanhf(GELU_SCALE * (x + 0.044715f * x * x * x));
+    float sech2 = 1.0f - th * th;
+    return 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
+}
+
 GPT_SIMD_CLONES
 void gpt_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n)
 {
 #pragma omp simd
-    for (size_t i = 0; i < n; i++) {
-        float x = inp[i];
-        float th = gpt_tanhf(GELU_SCALE * (x + 0.044715f * x * x * x));
-        float sech2 = 1.0f - th * th;
-        float g = 0.5f * (1.0f + th) +
-                  0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
-        dinp[i] += g * dout[i];
+    for (size_t i = 0; i < n; i++) dinp[i] += gelu_grad(inp[i]) * dout[i];
+}
+
+GPT_SIMD_CLONES
+void gpt_gelu_backward_set(float *dinp, const float *inp, const float *dout, size_t n)
+{
+#pragma omp simd
+    for (size_t i = 0; i < n; i++) dinp[i] = gelu_grad(inp[i]) * dout[i];
+}
+
+GPT_SIMD_CLONES
+void gpt_bias_gelu_forward(float *out, float *h, const float *b, int N, int C)
+{
+    for (int n = 0; n < N; n++) {
+        float *x = h + (size_t)n * C, *o = out + (size_t)n * C;
+#pragma omp simd
+        for (int j = 0; j < C; j++) {
+            float v = x[j] + b[j];
+            x[j] = v;
+            o[j] = 0.5f * v * (1.0f + gpt_tanhf(GELU_SCALE * (v + 0.044715f * v * v * v)));
+        }
     }
 }
 

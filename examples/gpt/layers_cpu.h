@@ -31,6 +31,19 @@ void gpt_linear_backward_mm(gpt_matmul mm, float *dinp, float *dw, float *db,
                             const float *dout, const float *inp, const float *w, int N, int IC,
                             int OC);
 
+/* The same as gpt_linear_backward_mm, except that dinp is written, not added
+ * to (its first use: no zeroing beforehand). dw and db still accumulate. */
+void gpt_linear_backward_set_mm(gpt_matmul mm, float *dinp, float *dw, float *db,
+                                const float *dout, const float *inp, const float *w, int N,
+                                int IC, int OC);
+/* The passes after a linear layer computed without its bias (b NULL), fused
+ * so that its output is read and written once more instead of twice:
+ * out[n, j] = (out[n, j] + b[j]) + res[n, j] (bias, then the residual), and
+ * h[n, j] += b[j], out[n, j] = GELU(h[n, j]) (bias, then the MLP's GELU;
+ * h keeps the pre-activation for backward). Rows of C columns. */
+void gpt_bias_residual(float *out, const float *b, const float *res, int N, int C);
+void gpt_bias_gelu_forward(float *out, float *h, const float *b, int N, int C);
+
 /* Per row: out = (x - mean) / sqrt(var + 1e-5) * w + b; saves mean and rstd. */
 void gpt_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
                            const float *w, const float *b, int N, int C);
@@ -41,6 +54,8 @@ void gpt_layernorm_backward(float *dinp, float *dw, float *db, const float *dout
 /* GPT-2's tanh approximation of GELU, elementwise over n values. */
 void gpt_gelu_forward(float *out, const float *inp, size_t n);
 void gpt_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
+/* dinp = GELU'(inp) dout (written, not added to). */
+void gpt_gelu_backward_set(float *dinp, const float *inp, const float *dout, size_t n);
 
 /* Causal multi-head self-attention. qkv is [B, T, 3C] (q, k, v each C wide,
  * head h at columns h*hs .. h*hs+hs-1); out is [B, T, C]; att [B, NH, T, T]

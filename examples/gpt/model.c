@@ -226,13 +226,15 @@ void gpt_block_forward(const gpt_config *c, gpt_acts *a, int l,
     gpt_layernorm_forward(ln1, m1, r1, x, w[GPT_LN1_W], w[GPT_LN1_B], N, C);
     gpt_linear_forward_mm(a->matmul, qkv, ln1, w[GPT_QKV_W], w[GPT_QKV_B], N, C, 3 * C);
     gpt_attention_forward(atty, att, qkv, B, T, C, c->heads);
-    gpt_linear_forward_mm(a->matmul, res2, atty, w[GPT_ATTPROJ_W], w[GPT_ATTPROJ_B], N, C, C);
-    for (size_t i = 0; i < NC; i++) res2[i] += x[i];
+    /* The products without bias, then bias and residual (or bias and GELU)
+     * in one pass over the output. */
+    gpt_linear_forward_mm(a->matmul, res2, atty, w[GPT_ATTPROJ_W], NULL, N, C, C);
+    gpt_bias_residual(res2, w[GPT_ATTPROJ_B], x, N, C);
     gpt_layernorm_forward(ln2, m2, r2, res2, w[GPT_LN2_W], w[GPT_LN2_B], N, C);
-    gpt_linear_forward_mm(a->matmul, fch, ln2, w[GPT_FC_W], w[GPT_FC_B], N, C, 4 * C);
-    gpt_gelu_forward(fg, fch, 4 * NC);
-    gpt_linear_forward_mm(a->matmul, out, fg, w[GPT_FCPROJ_W], w[GPT_FCPROJ_B], N, 4 * C, C);
-    for (size_t i = 0; i < NC; i++) out[i] += res2[i];
+    gpt_linear_forward_mm(a->matmul, fch, ln2, w[GPT_FC_W], NULL, N, C, 4 * C);
+    gpt_bias_gelu_forward(fg, fch, w[GPT_FC_B], N, 4 * C);
+    gpt_linear_forward_mm(a->matmul, out, fg, w[GPT_FCPROJ_W], NULL, N, 4 * C, C);
+    gpt_bias_residual(out, w[GPT_FCPROJ_B], res2, N, C);
 }
 
 double gpt_head_forward(const gpt_config *c, gpt_acts *a, const float *lnfw, const float *lnfb,
@@ -255,8 +257,8 @@ void gpt_head_backward(const gpt_config *c, gpt_acts *a, const float *lnfw, cons
     const size_t NC = (size_t)N * C;
     const float *x = a->res + (size_t)c->layers * NC;
     gpt_softmax_xent_backward(a->dlogits, a->probs, tgt, N, c->vocab, loss_scale / (float)N);
-    memset(a->dln, 0, NC * sizeof(float));
-    gpt_linear_backward_mm(a->matmul, a->dln, dwte, NULL, a->dlogits, a->lnf, wte, N, C, c->vocab);
+    gpt_linear_backward_set_mm(a->matmul, a->dln, dwte, NULL, a->dlogits, a->lnf, wte, N, C,
+                               c->vocab);
     memset(a->dres, 0, NC * sizeof(float));
     gpt_layernorm_backward(a->dres, dlnfw, dlnfb, a->dln, x, lnfw, a->lnf_mean, a->lnf_rstd, N,
                            C);
@@ -275,26 +277,23 @@ void gpt_block_backward(const gpt_config *c, gpt_acts *a, int l,
     const float *m2 = a->ln2_mean + L * N, *r2 = a->ln2_rstd + L * N;
     const float *fch = a->fch + L * 4 * NC, *fg = a->fch_gelu + L * 4 * NC;
 
-    /* out = res2 + mlp(ln2(res2)): the residual passes dres straight to res2. */
+    /* out = res2 + mlp(ln2(res2)): the residual passes dres straight to res2.
+     * Each activation gradient's first write is a _set form (no zeroing). */
     memcpy(a->dres2, a->dres, NC * sizeof(float));
-    memset(a->dfch_gelu, 0, 4 * NC * sizeof(float));
-    gpt_linear_backward_mm(a->matmul, a->dfch_gelu, g[GPT_FCPROJ_W], g[GPT_FCPROJ_B], a->dres, fg,
-                        w[GPT_FCPROJ_W], N, 4 * C, C);
-    memset(a->dfch, 0, 4 * NC * sizeof(float));
-    gpt_gelu_backward(a->dfch, fch, a->dfch_gelu, 4 * NC);
-    memset(a->dln, 0, NC * sizeof(float));
-    gpt_linear_backward_mm(a->matmul, a->dln, g[GPT_FC_W], g[GPT_FC_B], a->dfch, ln2, w[GPT_FC_W], N, C, 4 * C);
+    gpt_linear_backward_set_mm(a->matmul, a->dfch_gelu, g[GPT_FCPROJ_W], g[GPT_FCPROJ_B], a->dres,
+                               fg, w[GPT_FCPROJ_W], N, 4 * C, C);
+    gpt_gelu_backward_set(a->dfch, fch, a->dfch_gelu, 4 * NC);
+    gpt_linear_backward_set_mm(a->matmul, a->dln, g[GPT_FC_W], g[GPT_FC_B], a->dfch, ln2,
+                               w[GPT_FC_W], N, C, 4 * C);
     gpt_layernorm_backward(a->dres2, g[GPT_LN2_W], g[GPT_LN2_B], a->dln, res2, w[GPT_LN2_W], m2,
                            r2, N, C);
     /* res2 = x + attn(ln1(x)) */
-    memset(a->datty, 0, NC * sizeof(float));
-    gpt_linear_backward_mm(a->matmul, a->datty, g[GPT_ATTPROJ_W], g[GPT_ATTPROJ_B], a->dres2, atty,
-                        w[GPT_ATTPROJ_W], N, C, C);
-    memset(a->dqkv, 0, 3 * NC * sizeof(float));
+    gpt_linear_backward_set_mm(a->matmul, a->datty, g[GPT_ATTPROJ_W], g[GPT_ATTPROJ_B], a->dres2,
+                               atty, w[GPT_ATTPROJ_W], N, C, C);
+    memset(a->dqkv, 0, 3 * NC * sizeof(float)); /* the attention adds per row block */
     gpt_attention_backward(a->dqkv, a->datty, qkv, att, B, T, C, c->heads);
-    memset(a->dln, 0, NC * sizeof(float));
-    gpt_linear_backward_mm(a->matmul, a->dln, g[GPT_QKV_W], g[GPT_QKV_B], a->dqkv, ln1, w[GPT_QKV_W], N, C,
-                        3 * C);
+    gpt_linear_backward_set_mm(a->matmul, a->dln, g[GPT_QKV_W], g[GPT_QKV_B], a->dqkv, ln1,
+                               w[GPT_QKV_W], N, C, 3 * C);
     memcpy(a->dres, a->dres2, NC * sizeof(float));
     gpt_layernorm_backward(a->dres, g[GPT_LN1_W], g[GPT_LN1_B], a->dln, x, w[GPT_LN1_W], m1, r1,
                            N, C);

@@ -150,7 +150,9 @@ typedef struct rank_state {
     zc_block *emb, **layer, *head, *wte_only;
     /* fp32 copies of acquired weights, in the backend's memory: the
      * embedding (kept for the tied head), one block, and lnf; gradients of
-     * one block, of the embedding (summed through backward) and of lnf. */
+     * one block, of the embedding (summed through backward) and of lnf.
+     * The block's two are unused where the layers work in place
+     * (in_place: fp32 in host memory). */
     float *wte, *wpe, *blk[GPT_BLOCK_TENSORS], *lnfw, *lnfb;
     float *dwte, *dwpe, *gblk[GPT_BLOCK_TENSORS], *dlnfw, *dlnfb;
     int *tok, *tgt;          /* the micro-batch, in the backend's memory */
@@ -190,6 +192,32 @@ static void acquire(rank_state *s, zc_block *b, float *const *dst)
     for (int k = 0; k < zc_block_size(b); k++)
         BE(s, widen(dst[k], p[k], dtype_of(s), (size_t)zc_param_numel(zc_block_param(b, k)),
                     s->stream));
+}
+
+/* fp32 weights and gradients in host memory are the engine's own buffers:
+ * the layers read the acquired weights and write the gradient buffers
+ * (zeroed by the engine per micro-step) in place, with no copies. */
+static bool in_place(const rank_state *s)
+{
+    return dtype_of(s) == ZC_DTYPE_F32 && s->be->device == ZC_DEVICE_HOST;
+}
+
+/* Acquires block b; out[k] is its k-th weight in fp32: the engine's buffer
+ * itself (in_place) or widened into scratch[k]. */
+static void acquire_f32(rank_state *s, zc_block *b, float *const *scratch, float **out)
+{
+    const int rank = s->rank;
+    void *p[GPT_BLOCK_TENSORS];
+    CHECK(zc_block_acquire(s->eng, b, s->stream, p));
+    for (int k = 0; k < zc_block_size(b); k++) {
+        if (in_place(s)) {
+            out[k] = p[k];
+            continue;
+        }
+        BE(s, widen(scratch[k], p[k], dtype_of(s),
+                    (size_t)zc_param_numel(zc_block_param(b, k)), s->stream));
+        out[k] = scratch[k];
+    }
 }
 
 static void release(rank_state *s, zc_block *b)
@@ -240,8 +268,9 @@ static double forward(rank_state *s, void *m, bool keep_head)
     BE(s, embed_forward(m, s->wte, s->wpe, s->tok));
     release(s, s->emb);
     for (int l = 0; l < c->layers; l++) {
-        acquire(s, s->layer[l], s->blk);
-        BE(s, block_forward(m, l, (const float *const *)s->blk));
+        float *w[GPT_BLOCK_TENSORS];
+        acquire_f32(s, s->layer[l], s->blk, w);
+        BE(s, block_forward(m, l, (const float *const *)w));
         release(s, s->layer[l]);
     }
     /* The head reads lnf and the tied wte; with keep_head they stay
@@ -260,6 +289,7 @@ static double forward(rank_state *s, void *m, bool keep_head)
 
 static void backward(rank_state *s, void *m)
 {
+    const int rank = s->rank;
     const gpt_config *c = &s->sh->o.model;
     const float scale = (float)zc_loss_scale(s->eng);
     BE(s, zero(s->dwte, s->numel[0], s->stream));
@@ -272,11 +302,21 @@ static void backward(rank_state *s, void *m)
     release(s, s->wte_only);
     release(s, s->head);
     for (int l = c->layers - 1; l >= 0; l--) {
-        acquire(s, s->layer[l], s->blk);
-        for (int k = 0; k < GPT_BLOCK_TENSORS; k++)
-            BE(s, zero(s->gblk[k], s->numel[block_first(l) + k], s->stream));
-        BE(s, block_backward(m, l, (const float *const *)s->blk, s->gblk));
-        give_grads(s, s->layer[l], s->gblk);
+        float *w[GPT_BLOCK_TENSORS];
+        acquire_f32(s, s->layer[l], s->blk, w);
+        if (in_place(s)) {
+            /* The engine's zeroed buffers, taken as the previous block's
+             * are made ready (zc_block_grad_buffers' reservation). */
+            float *g[GPT_BLOCK_TENSORS];
+            CHECK(zc_block_grad_buffers(s->eng, s->layer[l], (void **)g));
+            BE(s, block_backward(m, l, (const float *const *)w, g));
+            CHECK(zc_block_grad_ready(s->eng, s->layer[l]));
+        } else {
+            for (int k = 0; k < GPT_BLOCK_TENSORS; k++)
+                BE(s, zero(s->gblk[k], s->numel[block_first(l) + k], s->stream));
+            BE(s, block_backward(m, l, (const float *const *)w, s->gblk));
+            give_grads(s, s->layer[l], s->gblk);
+        }
         release(s, s->layer[l]);
     }
     /* The lookup needs no weights, only the gradient of its output. */

@@ -134,6 +134,25 @@ static zc_status host_accumulate(zc_device *d, float *acc, const void *src, zc_d
     return ZC_OK;
 }
 
+/* The fp32 form of reduce_sum: the same sum per element (source order,
+ * fp32), element by element independent, so it runs as vector code. A chunk
+ * goes through a local buffer, since dst may be any of the sources. */
+static void reduce_sum_f32(void *dst, const void *const *srcs, int nsrc, size_t n)
+{
+    enum { CHUNK = 512 };
+    float acc[CHUNK];
+    for (size_t b = 0; b < n; b += CHUNK) {
+        const size_t m = n - b < CHUNK ? n - b : CHUNK;
+        const float *s0 = (const float *)srcs[0] + b;
+        for (size_t i = 0; i < m; i++) acc[i] = s0[i];
+        for (int k = 1; k < nsrc; k++) {
+            const float *sk = (const float *)srcs[k] + b;
+            for (size_t i = 0; i < m; i++) acc[i] += sk[i];
+        }
+        memcpy((float *)dst + b, acc, m * sizeof(float));
+    }
+}
+
 static zc_status host_reduce_sum(zc_device *d, void *dst, const void *const *srcs, int nsrc,
                                  zc_dtype dt, size_t n, void *stream)
 {
@@ -158,6 +177,8 @@ static zc_status host_reduce_sum(zc_device *d, void *dst, const void *const *src
         }
         return ZC_OK;
     case ZC_DTYPE_F32:
+        reduce_sum_f32(dst, srcs, nsrc, n);
+        return ZC_OK;
     case ZC_DTYPE_F16:
     case ZC_DTYPE_BF16:
         /* Sum in fp32 in source (rank) order, round once: every rank and every
@@ -181,7 +202,24 @@ static double sumsq_ordered(const void *x, zc_dtype dt, size_t n)
 {
     zc_sumsq_tree tree;
     zc__sumsq_tree_init(&tree);
-    for (size_t b = 0; b < n; b += ZC_SUMSQ_BLOCK) {
+    /* Each block's partial is one chain of dependent additions; LANES whole
+     * blocks side by side are LANES independent chains that the processor
+     * runs at once (each still left to right, pushed in block order: the
+     * same bits as one block after another). */
+    enum { LANES = 8 };
+    size_t b = 0;
+    if (dt == ZC_DTYPE_F32)
+        for (; n - b >= (size_t)LANES * ZC_SUMSQ_BLOCK; b += (size_t)LANES * ZC_SUMSQ_BLOCK) {
+            const float *f = (const float *)x + b;
+            double part[LANES] = {0.0};
+            for (size_t i = 0; i < ZC_SUMSQ_BLOCK; i++)
+                for (int l = 0; l < LANES; l++) {
+                    double v = f[(size_t)l * ZC_SUMSQ_BLOCK + i];
+                    part[l] += v * v;
+                }
+            for (int l = 0; l < LANES; l++) zc__sumsq_tree_push(&tree, 0, part[l]);
+        }
+    for (; b < n; b += ZC_SUMSQ_BLOCK) {
         size_t e = b + ZC_SUMSQ_BLOCK < n ? b + ZC_SUMSQ_BLOCK : n;
         double part = 0.0;
         for (size_t i = b; i < e; i++) {

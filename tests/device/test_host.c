@@ -133,6 +133,49 @@ Test(device_host, reduce_sum_in_order_fp32)
     cr_assert_eq(out[0], 1.0f);
 }
 
+/* The fp32 reduction runs in chunks through a buffer: every element still
+ * gets its sources' sum in source order, across chunk edges, with dst any
+ * of the sources (here the second, which the first is read before). */
+Test(device_host, reduce_sum_fp32_chunks_and_aliasing)
+{
+    zc_device *d = zc__device_host();
+    enum { N = 3 * 512 + 77 };
+    static float a[N], b[N], c[N], want[N];
+    uint64_t s = 21;
+    for (int i = 0; i < N; i++) {
+        a[i] = t_rand_range(&s, -1e8, 1e8);
+        b[i] = t_rand_range(&s, -2, 2);
+        c[i] = -a[i];
+        want[i] = (a[i] + b[i]) + c[i];
+    }
+    const void *srcs[3] = {a, b, c};
+    cr_assert_eq(d->ops->reduce_sum(d, b, srcs, 3, ZC_DTYPE_F32, N, NULL), ZC_OK);
+    cr_assert(memcmp(b, want, sizeof want) == 0, "in source order, in place");
+}
+
+/* Enough blocks for the side-by-side path (8 blocks at a time) twice and a
+ * remainder of whole and partial blocks: the same bits as block partials
+ * summed one after another (19 blocks: one run of the tree, the plain
+ * left-to-right sum of the partials). */
+Test(device_host, sumsq_many_blocks_in_order)
+{
+    zc_device *d = zc__device_host();
+    enum { NB = 19, N = (NB - 1) * ZC_SUMSQ_BLOCK + 1000 };
+    static float x[N];
+    uint64_t s = 17;
+    for (int i = 0; i < N; i++)
+        x[i] = t_rand_range(&s, -3, 3) * (i % 5 == 0 ? 1e3f : 1.0f);
+    double p[NB] = {0};
+    for (int i = 0; i < N; i++)
+        p[i / ZC_SUMSQ_BLOCK] += (double)x[i] * (double)x[i];
+    double plain = p[0];
+    for (int k = 1; k < NB; k++)
+        plain += p[k];
+    double got = -1;
+    cr_assert_eq(d->ops->sumsq(d, x, ZC_DTYPE_F32, N, &got, NULL), ZC_OK);
+    cr_assert(memcmp(&plain, &got, sizeof got) == 0, "sumsq %a, blocks in order %a", got, plain);
+}
+
 Test(device_host, allocator_counts_and_fault_injection)
 {
     zc_device *d = zc__device_host();

@@ -361,3 +361,49 @@ Test(gpt_layers, softmax_xent_wide_vocabulary)
     gpt_softmax_xent_backward(g, probs, tgt, XW_N, XW_V, 1.0f / XW_N);
     check_grad("softmax_xent (wide)", xw_loss, tgt, x, g, XW_N * XW_V);
 }
+
+/* ---- the fused and write-once forms the model uses ------------------------ */
+
+/* gpt_bias_residual and gpt_bias_gelu_forward against the double reference
+ * (bias, then residual or GELU); the _set forms write what the accumulating
+ * forms add to a zeroed buffer, bit for bit, whatever the buffer held. */
+Test(gpt_layers, fused_and_set_forms)
+{
+    enum { N = 7, C = 37, IC = 5 };
+    uint64_t s = 31;
+    double hd[N * C], bd[C], rd[N * C], want[N * C];
+    float h[N * C], b[C], r[N * C], out[N * C], pre[N * C];
+    fill(hd, h, N * C, &s, 3.0);
+    fill(bd, b, C, &s, 1.0);
+    fill(rd, r, N * C, &s, 2.0);
+    memcpy(out, h, sizeof out);
+    gpt_bias_residual(out, b, r, N, C);
+    for (int i = 0; i < N * C; i++) want[i] = hd[i] + bd[i % C] + rd[i];
+    check_close("bias_residual", out, want, N * C);
+
+    memcpy(pre, h, sizeof pre);
+    gpt_bias_gelu_forward(out, pre, b, N, C);
+    double sum[N * C];
+    for (int i = 0; i < N * C; i++) sum[i] = hd[i] + bd[i % C];
+    check_close("bias_gelu: pre-activation", pre, sum, N * C);
+    ref_gelu(want, sum, N * C);
+    check_close("bias_gelu", out, want, N * C);
+
+    float acc[N * C] = {0}, set[N * C];
+    for (int i = 0; i < N * C; i++) set[i] = NAN;
+    gpt_gelu_backward(acc, h, r, N * C);
+    gpt_gelu_backward_set(set, h, r, N * C);
+    cr_assert(memcmp(acc, set, sizeof acc) == 0, "gelu_backward_set = gelu_backward on zeros");
+
+    float w[C * IC], x[N * IC], dw1[C * IC] = {0}, dw2[C * IC] = {0}, db1[C] = {0}, db2[C] = {0};
+    float dx1[N * IC] = {0}, dx2[N * IC];
+    double scratch[C * IC > N * IC ? C * IC : N * IC];
+    fill(scratch, w, C * IC, &s, 1.0);
+    fill(scratch, x, N * IC, &s, 1.0);
+    for (int i = 0; i < N * IC; i++) dx2[i] = NAN;
+    gpt_linear_backward(dx1, dw1, db1, r, x, w, N, IC, C);
+    gpt_linear_backward_set_mm(GPT_MATMUL_F32, dx2, dw2, db2, r, x, w, N, IC, C);
+    cr_assert(memcmp(dx1, dx2, sizeof dx1) == 0, "linear_backward_set: dinp written");
+    cr_assert(memcmp(dw1, dw2, sizeof dw1) == 0 && memcmp(db1, db2, sizeof db1) == 0,
+              "linear_backward_set: dw, db as the accumulating form");
+}

@@ -3,19 +3,29 @@
 PyTorch DistributedDataParallel on the CPU: --world processes on this
 machine, gloo over a FileStore in a private temporary directory (no network),
 each rank with --threads intra-op threads (torchrun's default for several
-processes on a node is 1, as train_gpt's ranks have one BLAS thread each).
+processes on a node is 1, as train_gpt's ranks have one BLAS thread each;
+OMP_NUM_THREADS and MKL_NUM_THREADS are set to it for the ranks).
+
+The ranks are children of this process (torch.multiprocessing, spawn), so
+they share its session, as torchrun's ranks share torchrun's and
+train_gpt's rank threads share their process: where the kernel groups the
+CPU share by session (sched_autogroup), both systems then get the same
+share of a busy machine.
 
 The step is a PyTorch user's: forward and backward (DDP all-reduces the
 gradients in buckets during backward), global-norm clipping at 1.0, AdamW
 (betas 0.9, 0.95, weight decay 0.1 on matrices), bf16 autocast for
---dtype bf16 or plain fp32. Tokens are random bytes. Rank 0 prints one JSON
+--dtype bf16 (fp32 master weights) or plain fp32; --attention sdpa
+(F.scaled_dot_product_attention, what a PyTorch user writes) or naive (the
+score matrix materialised). Tokens are random bytes. Rank 0 prints one JSON
 line: the step times (each from the step's start to the end of its
 optimizer step, gradient all-reduce included), their median after
---warmup, tokens/s over all ranks.
+--warmup, tokens/s over all ranks, the losses.
 
-Used by bench/contention/contention.py for the side-by-side slowdown under
-shared cores; runs alone as well:
-    python3 bench/contention/torch_ddp_gpt.py --layers 2 --dim 64 --heads 4 --seq 64
+The one PyTorch side of the CPU benchmarks: bench/contention/contention.py
+(the slowdown under shared cores) and bench/gpt_cpu/vs_torch.py (tokens/s
+against train_gpt) run it. Alone:
+    python3 bench/train/torch_ddp_gpt.py --layers 2 --dim 64 --heads 4 --seq 64
 """
 import argparse
 import json
@@ -27,7 +37,8 @@ import tempfile
 import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "train"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gpt_flops  # noqa: E402  (examples/gpt's parameter count)
 import torch_gpt  # noqa: E402  (the model, shared with the single-process bench)
 
 
@@ -39,7 +50,11 @@ def rank_main(rank, a, store_path, out_path):
     dist.init_process_group("gloo", init_method="file://" + store_path, rank=rank,
                             world_size=a.world)
     torch.manual_seed(1)
-    model = torch_gpt.build(torch, a.layers, a.dim, a.heads, a.seq, a.vocab)("naive")
+    model = torch_gpt.build(torch, a.layers, a.dim, a.heads, a.seq, a.vocab)(a.attention)
+    n = sum(p.numel() for p in model.parameters())  # the tied wte once
+    want = gpt_flops.num_params(a.layers, a.dim, a.seq, a.vocab)
+    if n != want:
+        raise SystemExit(f"torch_ddp_gpt.py: {n} parameters, examples/gpt has {want}")
     ddp = torch.nn.parallel.DistributedDataParallel(model)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
@@ -64,10 +79,10 @@ def rank_main(rank, a, store_path, out_path):
     if rank == 0:
         med = statistics.median(times[a.warmup:])
         rec = {"bench": "torch_ddp_gpt", "torch": torch.__version__, "world": a.world,
-               "threads_per_rank": a.threads, "dtype": a.dtype,
+               "threads_per_rank": a.threads, "dtype": a.dtype, "attention": a.attention,
                "model": {"layers": a.layers, "dim": a.dim, "heads": a.heads, "seq": a.seq,
                          "vocab": a.vocab},
-               "batch": a.batch, "num_params": sum(p.numel() for p in model.parameters()),
+               "batch": a.batch, "num_params": n,
                "step_s": [round(t, 6) for t in times], "median_step_s": round(med, 6),
                "tokens_per_s": round(a.batch * a.seq * a.world / med, 1),
                "loss": [round(x, 4) for x in losses]}
@@ -90,6 +105,7 @@ def main():
     ap.add_argument("--world", type=int, default=2)
     ap.add_argument("--threads", type=int, default=1, help="intra-op threads per rank")
     ap.add_argument("--dtype", choices=["fp32", "bf16"], default="bf16")
+    ap.add_argument("--attention", choices=["naive", "sdpa"], default="naive")
     a = ap.parse_args()
     for k in ("layers", "dim", "heads", "seq", "batch", "steps", "world", "threads"):
         if getattr(a, k) < 1:
@@ -97,6 +113,8 @@ def main():
     if a.dim % a.heads or a.vocab < 256 or not 0 <= a.warmup < a.steps:
         ap.error("--dim must be a multiple of --heads, --vocab >= 256, 0 <= --warmup < --steps")
 
+    # Before torch starts its thread pools, here and in the spawned ranks.
+    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(a.threads)
     import torch.multiprocessing as mp
 
     tmp = tempfile.mkdtemp(prefix="zc-ddp-")
