@@ -149,13 +149,28 @@ static void adam_chunk(const model *m, int k, float *master, float *mm, float *v
     }
 }
 
-/* One pass through a home; returns seconds, and adds the time its Adam
- * calls took (the home's progress between pieces included) to *adam_s.
- * With `pace` (begun here) Adam runs paced as in zc_step, else on every
- * thread. */
-static double home_pass_io(zc_opt_home *h, const model *m, int *ks, bool compute, bool dirty,
-                           double *adam_s, zc_adam_pace *pace)
+/* What a pass does with each chunk between its acquire and its release:
+ * nothing (the I/O alone), Adam (paced as in zc_step when `pace` is set,
+ * else on every thread), or a sleep per piece as long as Adam's, with the
+ * home's progress between pieces as Adam has: the pipeline's schedule with
+ * a compute that takes no core and no memory bandwidth from the I/O. */
+typedef enum { BODY_NONE, BODY_ADAM, BODY_SLEEP } pass_body;
+
+/* One pass through a home; returns seconds. BODY_ADAM adds the time its
+ * Adam calls took (the home's progress between pieces included) to *adam_s
+ * (may be NULL); BODY_SLEEP spreads adam_in evenly over the pieces. */
+static double home_pass_body(zc_opt_home *h, const model *m, int *ks, pass_body body,
+                             double *adam_s, double adam_in, zc_adam_pace *pace)
 {
+    struct timespec nap = {0, 0};
+    if (body == BODY_SLEEP) {
+        size_t pieces = 0;
+        for (int k = 0; k < m->nchunks; k++)
+            pieces += (m->n[k] + PIECE - 1) / PIECE;
+        const double per = adam_in / (double)pieces;
+        nap.tv_sec = (time_t)per;
+        nap.tv_nsec = (long)((per - (double)(time_t)per) * 1e9);
+    }
     double t0 = now_s();
     if (pace && zc__adam_pace_begin(pace) != ZC_OK)
         die("pace");
@@ -165,55 +180,32 @@ static double home_pass_io(zc_opt_home *h, const model *m, int *ks, bool compute
         zc_opt_view v;
         if (h->ops->acquire(h, k, &v) != ZC_OK)
             die("acquire");
-        if (compute) {
+        if (body == BODY_ADAM) {
             const double ta = now_s();
             adam_chunk(m, k, v.master, v.m, v.v, h, pace);
             if (adam_s)
                 *adam_s += now_s() - ta;
+        } else if (body == BODY_SLEEP) {
+            for (size_t x = 0; x < m->n[k]; x += PIECE) {
+                if (h->ops->progress)
+                    h->ops->progress(h);
+                nanosleep(&nap, NULL);
+            }
         }
-        if (h->ops->release(h, k, dirty) != ZC_OK)
-            die("release");
-    }
-    if (h->ops->pass_end(h) != ZC_OK)
-        die("pass_end");
-    return now_s() - t0;
-}
-
-static double home_pass(zc_opt_home *h, const model *m, int *ks, bool compute, double *adam_s,
-                        zc_adam_pace *pace)
-{
-    return home_pass_io(h, m, ks, compute, compute, adam_s, pace);
-}
-
-/* The pass with Adam replaced by sleeping as long, piece by piece, with the
- * home's progress between pieces as Adam has: the pipeline's schedule with
- * a compute that takes no core and no memory bandwidth from the I/O. */
-static double home_pass_sleep(zc_opt_home *h, const model *m, int *ks, double adam_s)
-{
-    size_t pieces = 0;
-    for (int k = 0; k < m->nchunks; k++)
-        pieces += (m->n[k] + PIECE - 1) / PIECE;
-    const double per = adam_s / (double)pieces;
-    const struct timespec ts = {.tv_sec = (time_t)per,
-                                .tv_nsec = (long)((per - (double)(time_t)per) * 1e9)};
-    double t0 = now_s();
-    if (h->ops->pass_begin(h, ks, m->nchunks) != ZC_OK)
-        die("pass_begin");
-    for (int k = 0; k < m->nchunks; k++) {
-        zc_opt_view v;
-        if (h->ops->acquire(h, k, &v) != ZC_OK)
-            die("acquire");
-        for (size_t x = 0; x < m->n[k]; x += PIECE) {
-            if (h->ops->progress)
-                h->ops->progress(h);
-            nanosleep(&ts, NULL);
-        }
+        /* Every chunk written back, as a step's pass writes its state. */
         if (h->ops->release(h, k, true) != ZC_OK)
             die("release");
     }
     if (h->ops->pass_end(h) != ZC_OK)
         die("pass_end");
     return now_s() - t0;
+}
+
+/* The pass as zc_step runs it: Adam, its state written back. */
+static double home_pass(zc_opt_home *h, const model *m, int *ks, double *adam_s,
+                        zc_adam_pace *pace)
+{
+    return home_pass_body(h, m, ks, BODY_ADAM, adam_s, 0.0, pace);
 }
 
 static zc_opt_home *make_home(const bopts *o, const model *m, zc_mem_account *acct, bool nvme,
@@ -448,19 +440,19 @@ int main(int argc, char **argv)
             double sl[MAXITER], sa[MAXITER], aa[MAXITER], th[MAXITER];
             zc_adam_pace pace;
             /* warm-up: writes the whole state */
-            home_pass(nh, &m, ks, true, NULL, &pace);
+            home_pass(nh, &m, ks, NULL, &pace);
             for (int it = 0; it < o.iters; it++) {
                 /* The same reads and writes through the home without Adam,
                  * next to each measured pass. */
-                io[it] = home_pass_io(nh, &m, ks, false, true, NULL, NULL);
-                sl[it] = home_pass_sleep(nh, &m, ks, adam);
+                io[it] = home_pass_body(nh, &m, ks, BODY_NONE, NULL, 0.0, NULL);
+                sl[it] = home_pass_body(nh, &m, ks, BODY_SLEEP, NULL, adam, NULL);
                 /* The step as zc_step runs it (Adam paced) and as it ran
                  * before (Adam on every thread), interleaved, the one that
                  * goes first alternating. */
                 for (int j = 0; j < 2; j++) {
                     const bool paced = (j == 0) == (it % 2 == 0);
                     double a = 0;
-                    double t = home_pass(nh, &m, ks, true, &a, paced ? &pace : NULL);
+                    double t = home_pass(nh, &m, ks, &a, paced ? &pace : NULL);
                     if (!paced) {
                         sa[it] = t;
                         aa[it] = a;
@@ -508,13 +500,13 @@ int main(int argc, char **argv)
                 h->ops->acquire(h, k, &views[k]) != ZC_OK ||
                 h->ops->release(h, k, false) != ZC_OK || h->ops->pass_end(h) != ZC_OK)
                 die("cpu home views");
-        home_pass(h, &m, ks, true, NULL, NULL);
+        home_pass(h, &m, ks, NULL, NULL);
         for (int it = 0; it < o.iters; it++) {
             double t0 = now_s();
             for (int k = 0; k < m.nchunks; k++)
                 adam_chunk(&m, k, views[k].master, views[k].m, views[k].v, NULL, NULL);
             as[it] = now_s() - t0;
-            ss[it] = home_pass(h, &m, ks, true, NULL, NULL);
+            ss[it] = home_pass(h, &m, ks, NULL, NULL);
         }
         free(views);
         zc__opt_home_destroy(h);
