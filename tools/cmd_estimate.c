@@ -383,7 +383,8 @@ static int plan_row(const opts *o, const zc_config *cfg, int stage, int off, int
     const int64_t max_live =
         cfg->zero.max_live_parameters > 0 ? cfg->zero.max_live_parameters : INT64_MAX;
     zc_est_in in = {
-        .world = o->world, .stage = stage, .pesz = pesz, .gas = gas, .offload = off,
+        .world = o->world, .stage = stage, .pesz = pesz, .gas = gas, .bucket = bucket,
+        .offload = off,
         .ratio = cfg->zero.offload_optimizer.ratio > 0 ? cfg->zero.offload_optimizer.ratio : 1,
         .staging = !o->host_device,
         .dev_kind = o->host_device ? ZC_MEMKIND_HOST : ZC_MEMKIND_DEVICE,

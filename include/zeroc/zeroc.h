@@ -365,8 +365,9 @@ ZC_API zc_param *zc_param_add(zc_engine *eng, const char *name, const int64_t *s
 /* Starts a new chunk at the next registered parameter (e.g. one chunk set per
  * transformer block). Before build only. The parameters between two calls
  * are a unit - what zc_block_span returns, as a wrapped module is for FSDP -
- * and stages 2-3 reserve gradient buffers for two units at build (see
- * zc_block_grad_buffers); without any call, each chunk is a unit. */
+ * and stages 2-3 reserve gradient buffers by units at build (two sets of
+ * units, see zc_block_grad_buffers); without any call, each chunk is a
+ * unit. */
 ZC_API zc_status zc_chunk_boundary(zc_engine *eng);
 
 /* Partitions the parameters into chunks and shards and allocates every buffer
@@ -459,10 +460,11 @@ ZC_API zc_status zc_param_release(zc_engine *eng, zc_param *p, void *stream);
  * it, so gradients must be written on that stream (or on a stream the caller
  * orders after it) and only after this call returns, in every micro-step.
  * Returns NULL for an unknown parameter. In stages 2 and 3 the buffer is its
- * chunk's, one of those reserved at build for two units (zc_chunk_boundary;
- * without boundaries, two chunks): writing the gradients of more chunks than
- * that before the earlier ones are complete (every parameter made ready)
- * returns NULL with ZC_ERR_NO_MEMORY, on every rank alike.
+ * chunk's, one of those reserved at build by units (zc_chunk_boundary;
+ * without boundaries, chunks; how many: zc_block_grad_buffers): writing the
+ * gradients of more chunks than that before the earlier ones are complete
+ * (every parameter made ready) returns NULL with ZC_ERR_NO_MEMORY, on every
+ * rank alike.
  * Lifetime: the pointer is valid until this parameter's zc_grad_ready; a
  * later call in the next micro-step may return it again, zeroed. Writing it
  * after zc_grad_ready is a bug whose effect depends on the stage: in stages
@@ -561,11 +563,17 @@ ZC_API zc_status zc_block_release(zc_engine *eng, zc_block *b, void *stream);
  * block needs one for each of its chunks that has none yet - a block may
  * span any number of chunks (at most 2^24 elements each). The build reserves
  * them by units, the parameters between two zc_chunk_boundary calls (each
- * chunk without boundaries): two sets, each with room for any one unit's
- * chunks (slot i as large as the i-th largest chunk of any unit), at most
- * one slot per chunk. Memory: about 2 x the largest unit's padded elements
- * in the working dtype (2 x the largest chunk without boundaries), counted
- * by zc_plan_memory, the build's pre-flight and `zeroc estimate`. So a loop
+ * chunk without boundaries): two sets, each with room for the chunks of
+ * any k units together, at most one slot per chunk. At stage 2 k is as many
+ * units as fit in the reduction bucket (reduce_bucket_size, capped at 2^24
+ * elements unless zc_engine_options.bucket_elems says more), at least one,
+ * so that the bucket rather than the pool decides how often the ranks meet
+ * (a model whose gradients fit in the bucket reduces once per micro-step);
+ * at stage 3 k is one. Memory: about 2 x k units' padded elements in the
+ * working dtype (at least 2 x the largest unit; the whole model's gradients
+ * when they fit in the bucket at stage 2), counted by zc_plan_memory, the
+ * build's pre-flight and `zeroc estimate`; a smaller reduce_bucket_size
+ * trades meetings for memory, as in DeepSpeed. So a loop
  * that registers each block after a zc_chunk_boundary and makes each block
  * ready before the next takes its buffers always gets them, also with a tied
  * embedding's buffer held through the backward pass; with overlap_comm the
@@ -1068,8 +1076,9 @@ typedef struct zc_memory_plan {
     int64_t padded_params;                 /* after chunk padding */
     int64_t num_chunks;
     int64_t grad_buffer_bytes;             /* of which stages 2-3's gradient pool:
-                                              two units' gradient buffers (see
-                                              zc_block_grad_buffers), 0 below stage 2 */
+                                              two sets of units' gradient buffers
+                                              (see zc_block_grad_buffers), 0 below
+                                              stage 2 */
     zc_dtype dtype;                        /* the working precision planned */
     bool host_device;                      /* planned for the host path: the
                                               engine's "device" buffers are

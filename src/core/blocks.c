@@ -237,7 +237,8 @@ ZC_API zc_status zc_block_grad_buffers(zc_engine *e, zc_block *b, void **bufs)
                       "zc_chunk_boundary calls, or one chunk without boundaries); make the "
                       "gradients written so far ready first, or register the block after a "
                       "zc_chunk_boundary so the build reserves for it",
-                      need, want, bytes, have, zc__bufpool_slots(&e->pool_grad), ZC_GRAD_SETS);
+                      need, want, bytes, have, zc__bufpool_slots(&e->pool_grad),
+                      ZC_GRAD_SETS * e->grad_set_units);
     for (int i = 0; i < b->n; i++) {
         zc_status rc = zc__grad_buffer(e, b->params[i], &bufs[i]);
         if (rc != ZC_OK) {

@@ -363,6 +363,7 @@ struct zc_engine {
      * stage 3 gather buffers, fp32 staging of zc_param_load and
      * zc_param_gather_master. */
     zc_bufpool pool_grad, pool_gather, pool_stage;
+    int grad_set_units; /* units one set of pool_grad holds (zc__grad_pool_plan) */
     /* fp32 views of 16-bit parameters and gradients (f32_view.c): slots of
      * the largest chunk in fp32, f32_view_chunks each. */
     zc_bufpool pool_view, pool_gview;

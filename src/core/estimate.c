@@ -111,51 +111,111 @@ zc_status zc__gather_plan(const int64_t *padded, const bool *persistent, int nch
     return rc;
 }
 
-/* The chunks of the unit with the most chunks of at least x elements (each
- * chunk its own unit without boundaries). */
-static int64_t unit_need(const int64_t *padded, const bool *unit_start, int nchunks, int64_t x)
+/* Units per set of the gradient pool: as many units as fit in set_elems
+ * elements together, whichever they are (the largest first), and at least
+ * one. unit_total[u] holds each unit's padded elements. */
+static int units_per_set(int64_t *unit_total, int nunits, int64_t set_elems)
 {
-    int64_t best = 0, cur = 0;
-    for (int k = 0; k < nchunks; k++) {
-        if (k == 0 || !unit_start || unit_start[k])
-            cur = 0;
-        if (padded[k] >= x && ++cur > best)
-            best = cur;
+    /* Largest first; nunits is small (the model's blocks), so a plain
+     * insertion sort does. */
+    for (int i = 1; i < nunits; i++) {
+        const int64_t v = unit_total[i];
+        int j = i;
+        for (; j > 0 && unit_total[j - 1] < v; j--)
+            unit_total[j] = unit_total[j - 1];
+        unit_total[j] = v;
     }
-    return best;
+    int k = 0;
+    int64_t sum = 0;
+    while (k < nunits && !__builtin_add_overflow(sum, unit_total[k], &sum) && sum <= set_elems)
+        k++;
+    return k > 0 ? k : 1;
+}
+
+/* The chunks of at least x elements that the k units with the most of them
+ * hold together (each chunk its own unit without boundaries). count[] is
+ * scratch of one entry per unit. */
+static int64_t units_need(const int64_t *padded, const bool *unit_start, int nchunks, int64_t x,
+                          int k, int64_t *count, int nunits)
+{
+    int u = -1;
+    for (int c = 0; c < nchunks; c++) {
+        if (c == 0 || !unit_start || unit_start[c])
+            count[++u] = 0;
+        if (padded[c] >= x)
+            count[u]++;
+    }
+    /* The sum of the k largest counts: k passes of a max, k and the units
+     * being few (k counts are taken out by marking them -1). */
+    int64_t need = 0;
+    for (int i = 0; i < k && i < nunits; i++) {
+        int best = 0;
+        for (int j = 1; j < nunits; j++)
+            if (count[j] > count[best])
+                best = j;
+        if (count[best] <= 0)
+            break;
+        need += count[best];
+        count[best] = -1;
+    }
+    return need;
 }
 
 zc_status zc__grad_pool_plan(const int64_t *padded, const bool *unit_start, int nchunks,
-                             zc_status (*emit)(void *arg, int64_t elems, int count), void *arg)
+                             int64_t set_elems,
+                             zc_status (*emit)(void *arg, int64_t elems, int count), void *arg,
+                             int *set_units)
 {
-    /* Sizes are visited from the largest down. A set that holds any unit's
-     * buffers needs, for every size x, as many slots of at least x as the
-     * unit with the most chunks of at least x has (Hall's condition for
-     * chunks that fit any slot at least their size; the pool's smallest-fit
-     * taking then never fails where a fit exists): the slots of exactly x
-     * are that count minus the slots planned above x. */
+    if (set_units)
+        *set_units = 0;
+    if (nchunks <= 0)
+        return ZC_OK;
+    int nunits = 0;
+    for (int c = 0; c < nchunks; c++)
+        if (c == 0 || !unit_start || unit_start[c])
+            nunits++;
+    void *mem = NULL;
+    ZC_CHECK(zc__host_alloc(NULL, ZC_MEM_OTHER, 2 * (size_t)nunits * sizeof(int64_t),
+                            "gradient pool plan", &mem));
+    int64_t *unit_total = mem, *count = unit_total + nunits;
+    for (int c = 0, u = -1; c < nchunks; c++) {
+        if (c == 0 || !unit_start || unit_start[c])
+            unit_total[++u] = 0;
+        unit_total[u] += padded[c]; /* padded totals fit (zc_param_add bounds them) */
+    }
+    const int k = units_per_set(unit_total, nunits, set_elems);
+    if (set_units)
+        *set_units = k;
+    /* Sizes are visited from the largest down. A set that holds any k
+     * units' buffers needs, for every size x, as many slots of at least x as
+     * the k units with the most chunks of at least x have together (Hall's
+     * condition for chunks that fit any slot at least their size; the pool's
+     * smallest-fit taking then never fails where a fit exists): the slots of
+     * exactly x are that count minus the slots planned above x. */
+    zc_status rc = ZC_OK;
     int64_t above = 0, prev = INT64_MAX;
     int left = nchunks; /* never more slots than chunks: each holds at most one */
-    while (left > 0) {
+    while (rc == ZC_OK && left > 0) {
         int64_t x = 0;
-        for (int k = 0; k < nchunks; k++)
-            if (padded[k] < prev && padded[k] > x)
-                x = padded[k];
+        for (int c = 0; c < nchunks; c++)
+            if (padded[c] < prev && padded[c] > x)
+                x = padded[c];
         if (x == 0)
             break;
-        const int64_t need = unit_need(padded, unit_start, nchunks, x);
+        const int64_t need = units_need(padded, unit_start, nchunks, x, k, count, nunits);
         const int64_t per_set = need - above;
-        int64_t count = per_set * ZC_GRAD_SETS;
-        if (count > left)
-            count = left;
-        if (count > 0) {
-            ZC_CHECK(emit(arg, x, (int)count));
-            left -= (int)count;
+        int64_t slots = per_set * ZC_GRAD_SETS;
+        if (slots > left)
+            slots = left;
+        if (slots > 0) {
+            rc = emit(arg, x, (int)slots);
+            left -= (int)slots;
         }
         above = need;
         prev = x;
     }
-    return ZC_OK;
+    zc__host_free(NULL, ZC_MEM_OTHER, mem, 2 * (size_t)nunits * sizeof(int64_t));
+    return rc;
 }
 
 zc_status zc__chunk_cap_env(int64_t *cap, bool *forced)
@@ -472,7 +532,8 @@ static zc_status plan(const zc_est_in *in, zc_est *out)
     pool_plan grad = {0}, gather = {0}, stage = {0};
     if (sharded) {
         gather_arg g = {&grad, in->pesz};
-        ZC_CHECK(zc__grad_pool_plan(in->padded, in->unit_start, in->nchunks, gather_emit, &g));
+        ZC_CHECK(zc__grad_pool_plan(in->padded, in->unit_start, in->nchunks,
+                                    zc__grad_set_elems(st, in->bucket), gather_emit, &g, NULL));
     }
     if (st == 3) {
         gather_arg g = {&gather, in->pesz};

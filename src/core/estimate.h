@@ -74,6 +74,16 @@ zc_status zc__gather_plan(const int64_t *padded, const bool *persistent, int nch
                           int64_t max_live, int64_t prefetch_elems,
                           zc_status (*emit)(void *arg, int64_t elems, int count), void *arg);
 
+/* The elements one set of the gradient pool may hold (zc__grad_pool_plan's
+ * set_elems): the reduction bucket at stage 2; at stage 3 a unit, since
+ * stage 3 is there to bound what a rank holds at once (its gathers by
+ * stage3_max_live_parameters), and a pool of the whole model's unsharded
+ * gradients would undo that. */
+static inline int64_t zc__grad_set_elems(int stage, int64_t bucket)
+{
+    return stage == 2 ? bucket : 0;
+}
+
 /* Stages 2/3's gradient pool, as reserve.c plans it (the design is
  * explained there): calls emit(arg, elems, count) for each class of `count`
  * slots of `elems` padded elements, largest first. A unit is a run of chunks
@@ -81,10 +91,14 @@ zc_status zc__gather_plan(const int64_t *padded, const bool *persistent, int nch
  * says a boundary starts one at chunk k (chunk 0 always starts one); NULL
  * when zc_chunk_boundary was never called, which makes every chunk a unit.
  * The pool holds ZC_GRAD_SETS (two) sets of slots, each able to hold the
- * gradient buffers of any one unit - slot i of a set is as large as the i-th
- * largest chunk of any unit - and at most nchunks slots in all. */
+ * gradient buffers of any k units together, and at most nchunks slots in
+ * all: k is as many units as fit in set_elems elements (the reduction
+ * bucket, zc__bucket_elems), at least one. *set_units (when not NULL) gets
+ * k, or 0 when there are no chunks. */
 zc_status zc__grad_pool_plan(const int64_t *padded, const bool *unit_start, int nchunks,
-                             zc_status (*emit)(void *arg, int64_t elems, int count), void *arg);
+                             int64_t set_elems,
+                             zc_status (*emit)(void *arg, int64_t elems, int count), void *arg,
+                             int *set_units);
 
 /* ZC_CHUNK_CAP, a switch for tests: the most elements a chunk may hold
  * whatever reduce_bucket_size or zc_engine_options.bucket_elems say, so a
@@ -126,6 +140,9 @@ typedef struct zc_est_in {
     int world, stage;            /* world >= 1, stage 0..3 */
     size_t pesz;                 /* bytes per working-precision element */
     int64_t gas;                 /* gradient_accumulation_steps (>= 1) */
+    int64_t bucket;              /* the reduction bucket (zc__bucket_elems): one set of
+                                    stages 2/3's gradient pool holds as many units
+                                    as fit in it (zc__grad_pool_plan) */
     int offload;                 /* ZC_OFFLOAD_NONE / CPU / NVME (config.h) */
     double ratio;                /* offload_optimizer.ratio, (0, 1] */
     bool staging;                /* a real device: host homes stage through pinned buffers */

@@ -237,6 +237,7 @@ zc_status zc__preflight(zc_engine *e)
         .stage = e->stage,
         .pesz = e->pesz,
         .gas = e->gas,
+        .bucket = e->bucket,
         .offload = (int)o->device,
         .ratio = o->ratio,
         .staging = e->dev->mem_kind == ZC_MEMKIND_DEVICE,

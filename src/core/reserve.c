@@ -31,14 +31,25 @@
  * sized by units, not chunks: a unit is what the loop treats as one piece,
  * the parameters between two zc_chunk_boundary calls (zc_block_span's block;
  * with no boundary at all, each chunk). It holds ZC_GRAD_SETS (two) sets,
- * each with room for the buffers of any one unit (slot i as large as the
- * i-th largest chunk of any unit), never more slots than chunks: one unit's
- * gradients are written while the previous unit's are reduced, as FSDP holds
- * a wrapped unit's unsharded gradient beside the one being reduce-scattered
- * and DeepSpeed double-buffers its reduce buckets. Memory: about two of the
- * largest unit's full gradients in the working dtype (two of the largest
- * chunk without boundaries), counted by the planner with the same rule
- * (zc__grad_pool_plan). Reserving for the unit rather than handing a block's
+ * each with room for the buffers of any k units together, never more slots
+ * than chunks: one set's gradients are written while the other's are
+ * reduced, as DeepSpeed double-buffers its reduce buckets (two of
+ * reduce_bucket_size elements with overlap_comm). k is as many units as fit
+ * in the reduction bucket (e->bucket: reduce_bucket_size, at most 2^24
+ * elements unless zc_engine_options.bucket_elems says more), at least one,
+ * at stage 2; one at stage 3, whose point is to bound what a rank holds at
+ * once (zc__grad_set_elems).
+ * Why not one unit per set: the bucket can hold no more than the pool, and
+ * each bucket is a rendezvous of the ranks; with a pool of two units a
+ * transformer's backward stops for one every second block, and on cores
+ * other jobs share each stop costs the waiting rank a scheduler slice
+ * (grad_bucket.c). With k units a model whose gradients fit in the bucket
+ * reduces once per micro-step, at its end. Memory: about two buckets of full
+ * gradients in the working dtype, and never less than two of the largest
+ * unit (two of the largest chunk without boundaries); the whole model's
+ * gradients when they fit in a bucket. The planner counts it with the same
+ * rule (zc__grad_pool_plan); a smaller reduce_bucket_size trades meetings
+ * for memory, as in DeepSpeed. Reserving for the unit rather than handing a block's
  * gradients over chunk by chunk keeps zc_block_grad_buffers one call that
  * returns every pointer, and derives from the layout alone, which build
  * agrees across ranks, so every rank reserves the same slots. */
@@ -113,7 +124,8 @@ static zc_status plan_grad(zc_engine *e)
                                  "gradient pool plan", (void **)&padded), rc, out);
     for (int k = 0; k < e->nchunks; k++)
         padded[k] = e->chunks[k].padded;
-    rc = zc__grad_pool_plan(padded, unit, e->nchunks, grad_emit, e);
+    rc = zc__grad_pool_plan(padded, unit, e->nchunks, zc__grad_set_elems(e->stage, e->bucket),
+                            grad_emit, e, &e->grad_set_units);
 out:
     zc__host_free(&e->acct, ZC_MEM_OTHER, padded, n * sizeof *padded);
     zc__host_free(&e->acct, ZC_MEM_OTHER, unit, n * sizeof *unit);

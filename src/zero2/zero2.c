@@ -31,7 +31,8 @@ static zc_status ensure_gbuf(zc_engine *e, zc_chunk *c)
                           "room for the chunks of %d units (a unit: the parameters between two "
                           "zc_chunk_boundary calls, or one chunk without boundaries); make the "
                           "gradients of the chunks written so far ready first",
-                          (int)(c - e->chunks), zc__bufpool_slots(&e->pool_grad), ZC_GRAD_SETS);
+                          (int)(c - e->chunks), zc__bufpool_slots(&e->pool_grad),
+                          ZC_GRAD_SETS * e->grad_set_units);
     if (rc != ZC_OK)
         return rc;
     /* The slot's previous chunk may still be being reduced on comm_stream

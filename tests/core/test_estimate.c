@@ -312,8 +312,8 @@ Test(estimate, hand_computed_stage2)
 }
 
 /* The stage-2/3 gradient pool by units (zc__grad_pool_plan): two sets, each
- * holding any one unit's chunks (slot i as large as the i-th largest chunk
- * of any unit), at most one slot per chunk, classes largest first. */
+ * holding the chunks of any k units together, k as many units as fit in the
+ * bucket (at least one), at most one slot per chunk, classes largest first. */
 typedef struct classes {
     int64_t elems[8];
     int count[8];
@@ -329,16 +329,25 @@ static zc_status collect(void *arg, int64_t elems, int count)
     return ZC_OK;
 }
 
-static void expect_pool(const int64_t *padded, const bool *units, int n, const int64_t *elems,
-                        const int *count, int nclasses)
+static void expect_pool_k(const int64_t *padded, const bool *units, int n, int64_t set_elems,
+                          int set_units, const int64_t *elems, const int *count, int nclasses)
 {
     classes c = {0};
-    cr_assert_eq(zc__grad_pool_plan(padded, units, n, collect, &c), ZC_OK);
+    int k = -1;
+    cr_assert_eq(zc__grad_pool_plan(padded, units, n, set_elems, collect, &c, &k), ZC_OK);
+    cr_assert_eq(k, set_units, "%d units per set, expected %d", k, set_units);
     cr_assert_eq(c.n, nclasses, "%d classes, expected %d", c.n, nclasses);
     for (int i = 0; i < nclasses; i++) {
         cr_assert_eq(c.elems[i], elems[i], "class %d: %lld elements", i, (long long)c.elems[i]);
         cr_assert_eq(c.count[i], count[i], "class %d: %d slots", i, c.count[i]);
     }
+}
+
+/* A bucket smaller than any unit: one unit per set. */
+static void expect_pool(const int64_t *padded, const bool *units, int n, const int64_t *elems,
+                        const int *count, int nclasses)
+{
+    expect_pool_k(padded, units, n, 1, 1, elems, count, nclasses);
 }
 
 Test(estimate, grad_pool_by_units)
@@ -360,6 +369,36 @@ Test(estimate, grad_pool_by_units)
     /* units of 2, 2 and 1 equal chunks: two sets of two */
     expect_pool((int64_t[]){64, 64, 64, 64, 64}, (bool[]){true, false, true, false, true}, 5,
                 (int64_t[]){64}, (int[]){4}, 1);
+
+    /* Sets of as many units as fit in the bucket. Units of 2, 2 and 1
+     * chunks of 64: a bucket of 200 holds one unit of 128 (not two: 256),
+     * so four slots as above; one of 256 holds two units, two sets of four
+     * chunks would be 8 slots, the 5 chunks stay; one of 320 holds all. */
+    const bool *u221 = (bool[]){true, false, true, false, true};
+    const int64_t p5[5] = {64, 64, 64, 64, 64};
+    expect_pool_k(p5, u221, 5, 200, 1, (int64_t[]){64}, (int[]){4}, 1);
+    expect_pool_k(p5, u221, 5, 256, 2, (int64_t[]){64}, (int[]){5}, 1);
+    expect_pool_k(p5, u221, 5, 320, 3, (int64_t[]){64}, (int[]){5}, 1);
+    /* Six chunks of 100 without boundaries: a bucket of 250 holds two, so
+     * two sets of two; a large bucket holds all six, each its own slot. */
+    const int64_t p6[6] = {100, 100, 100, 100, 100, 100};
+    expect_pool_k(p6, NULL, 6, 250, 2, (int64_t[]){100}, (int[]){4}, 1);
+    expect_pool_k(p6, NULL, 6, INT64_MAX, 6, (int64_t[]){100}, (int[]){6}, 1);
+    /* Chunks of 300, 200, 100 and 50 without boundaries: a bucket of 500
+     * holds the two largest together (300 + 200), so a set needs a slot of
+     * 300 and one of 200 (any two chunks fit those); a bucket of 499 holds
+     * one, so a set is one slot of 300. */
+    const int64_t pm[4] = {300, 200, 100, 50};
+    expect_pool_k(pm, NULL, 4, 500, 2, (int64_t[]){300, 200}, (int[]){2, 2}, 2);
+    expect_pool_k(pm, NULL, 4, 499, 1, (int64_t[]){300}, (int[]){2}, 1);
+    /* Units {300, 200}, {100, 50}, {100, 50}: a bucket of 650 holds the
+     * largest and one other (500 + 150), whose chunks of at least 100 are
+     * three: a set is {300, 200, 100}; of 600 a set is the largest unit's
+     * {300, 200}, which any other unit's chunks fit too. */
+    const int64_t pu[6] = {300, 200, 100, 50, 100, 50};
+    const bool *u222 = (bool[]){true, false, true, false, true, false};
+    expect_pool_k(pu, u222, 6, 650, 2, (int64_t[]){300, 200, 100}, (int[]){2, 2, 2}, 3);
+    expect_pool_k(pu, u222, 6, 600, 1, (int64_t[]){300, 200}, (int[]){2, 2}, 2);
 
     /* The plan counts it: stage 2, world 1, fp32, units {640, 64} and
      * {320, 320}: slots 2 x 640 x 4 and 2 x 320 x 4 bytes, 256 bytes of

@@ -154,15 +154,26 @@ Test(grad_bucket, stages_0_and_1_fill_the_bucket)
     }
 }
 
-/* Stages 2/3: the pool reserved at build holds two chunks' buffers here
- * (two units of one chunk each), so the bucket is reduced when the third
- * chunk needs a buffer: two groups of two. */
-Test(grad_bucket, stages_2_and_3_fill_what_the_pool_holds)
+/* Stage 2: each of the pool's two sets holds as many units (here one
+ * chunk of 128 each) as fit in the bucket, so the bucket, not the pool,
+ * decides: a bucket of 4096 holds the four chunks and is reduced once, at
+ * the last gradient; one of 384 when three are in; one of 256 when two
+ * are; one of 128 holds a chunk alone. */
+Test(grad_bucket, stage_2_fills_the_bucket)
 {
-    for (int s = 2; s <= 3; s++) {
-        check(s, 4096, (const int[]){2, 2}, 2);
-        check(s, 128, (const int[]){1, 1, 1, 1}, 4);
-    }
+    check(2, 4096, (const int[]){4}, 1);
+    check(2, 384, (const int[]){3, 1}, 2);
+    check(2, 256, (const int[]){2, 2}, 2);
+    check(2, 128, (const int[]){1, 1, 1, 1}, 4);
+}
+
+/* Stage 3: the pool reserved at build holds two units' buffers whatever
+ * the bucket (zc__grad_set_elems), so the bucket is reduced when the third
+ * chunk needs a buffer: two groups of two. */
+Test(grad_bucket, stage_3_fills_what_the_pool_holds)
+{
+    check(3, 4096, (const int[]){2, 2}, 2);
+    check(3, 128, (const int[]){1, 1, 1, 1}, 4);
 }
 
 /* A failed collective in a bucket breaks the engine: some of its chunks may
