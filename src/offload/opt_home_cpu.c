@@ -180,6 +180,7 @@ static void cpu_destroy(zc_opt_home *hh)
 static const zc_opt_home_ops cpu_ops = {
     .name = "cpu",
     .host = true,
+    .resident = true,
     .add_chunk = cpu_add,
     .prepare = cpu_prepare,
     .pass_begin = cpu_pass_begin,
