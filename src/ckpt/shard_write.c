@@ -192,6 +192,7 @@ static zc_status put_direct(zc_ck_shard *s, const char **p, size_t *left, bool *
         *left -= k;
         n -= k;
         s->bytes += k;
+        s->direct_bytes += k;
         s->slot_off = s->bytes;
     }
     return ZC_OK;

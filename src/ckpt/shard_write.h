@@ -65,6 +65,7 @@ typedef struct zc_ck_shard {
     uint64_t fed;             /* the last piece fed, from a buffer or not */
     zc_nvme_ticket direct_ticket[ZC_CK_RING_SLOTS]; /* writes from kept values */
     int direct_slot;          /* the next of them to reuse */
+    uint64_t direct_bytes;    /* written from kept values, not copied */
     int slot;                 /* the buffer being filled */
     size_t fill;              /* bytes in it */
     uint64_t slot_off;        /* file offset of its first byte */
