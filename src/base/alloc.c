@@ -1,7 +1,9 @@
 /* The counting allocator: global per-kind counters, per-owner accounts, fault
  * injection, and plain host memory. */
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "base/alloc.h"
 
@@ -71,7 +73,19 @@ zc_status zc__host_alloc_as(zc_mem_account *acct, zc_mem_kind counted_as, zc_mem
         return ZC_ERR(ZC_ERR_NO_MEMORY, "%s: injected failure allocating %zu bytes of %s memory",
                       what ? what : "allocation", bytes, kind_name(ZC_MEMKIND_HOST));
     size_t rounded = (bytes + 63) & ~(size_t)63;
-    void *p = aligned_alloc(64, rounded);
+    /* Large buffers (an engine's state: master, Adam moments, parameters)
+     * start on a huge-page boundary and ask for transparent huge pages, so
+     * a checkpoint can hand them to O_DIRECT writes as they are: the store
+     * needs page-aligned buffers, and a buffer of 4 KiB pages is one segment
+     * per page, which splits every 1 MiB request on a virtio disk
+     * (ckpt/shard_write.h, bench/RESULTS.md "Checkpoints"). The slack is
+     * address space only: the pages before the buffer are never touched. */
+    const bool large = rounded >= ZC_HOST_HUGE_BYTES;
+    void *p = NULL;
+    if (posix_memalign(&p, large ? ZC_HOST_HUGE_BYTES : 64, rounded) != 0)
+        p = NULL;
+    if (p && large)
+        (void)madvise(p, (rounded + 4095) & ~(size_t)4095, MADV_HUGEPAGE); /* best effort */
     if (!p)
         return ZC_ERR(ZC_ERR_NO_MEMORY, "%s: cannot allocate %zu bytes (%.1f MiB) of host memory",
                       what ? what : "allocation", bytes, (double)bytes / (1024.0 * 1024.0));

@@ -57,8 +57,13 @@ int64_t zc__mem_global_bytes(zc_mem_kind kind);
 /* Number of live allocations of one kind. */
 int64_t zc__mem_global_count(zc_mem_kind kind);
 
-/* Plain host memory, 64-byte aligned (so SIMD and shard boundaries align),
- * zero-filled. Returns ZC_ERR_NO_MEMORY naming `what` and the size. */
+/* Allocations of at least this many bytes start on a 2 MiB boundary, on
+ * transparent huge pages where the kernel has them (alloc.c says why). */
+#define ZC_HOST_HUGE_BYTES ((size_t)2 << 20)
+
+/* Plain host memory, 64-byte aligned (so SIMD and shard boundaries align;
+ * ZC_HOST_HUGE_BYTES and larger: 2 MiB aligned), zero-filled. Returns
+ * ZC_ERR_NO_MEMORY naming `what` and the size. */
 zc_status zc__host_alloc(zc_mem_account *acct, zc_mem_category cat, size_t bytes,
                          const char *what, void **out);
 /* Frees memory from zc__host_alloc; bytes and cat must match the allocation.

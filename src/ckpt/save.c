@@ -71,6 +71,12 @@ static zc_status save_chunk(zc_engine *e, int k, const zc_opt_view *v, bool host
     if (hi == lo)
         return ZC_OK;
     const float *tensors[ZC_CK__KINDS] = {v->master, v->m, v->v};
+    /* The home's own tensors stay as they are until the shard file is
+     * closed: the save is synchronous (zc__eng_enter: nothing of a step is
+     * in flight), and write_shard closes the file before it returns. They
+     * may be written from directly. A bounce buffer or an NVMe home's swap
+     * buffer is reused for the next kind or chunk: copied. */
+    const bool kept = !zc__ck_needs_bounce(e, host) && e->homes[c->home]->ops->resident;
     for (int kind = 0; kind < ZC_CK__KINDS; kind++) {
         const float *src = tensors[kind] + (lo - r0);
         if (zc__ck_needs_bounce(e, host)) {
@@ -85,8 +91,8 @@ static zc_status save_chunk(zc_engine *e, int k, const zc_opt_view *v, bool host
             const int64_t a = p->offset > lo ? p->offset : lo;
             const int64_t b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
             if (a < b)
-                ZC_CHECK(zc__ck_shard_put(x->shard, i, kind, a - p->offset, b - p->offset,
-                                          src + (a - lo)));
+                ZC_CHECK((kept ? zc__ck_shard_put_kept : zc__ck_shard_put)(
+                    x->shard, i, kind, a - p->offset, b - p->offset, src + (a - lo)));
         }
         ZC_CHECK(zc__ck_shard_pad(x->shard));
     }

@@ -20,6 +20,11 @@
  * still in the shared cache when the worker reads them, and large enough
  * that the queue costs nothing next to hashing them. */
 #define PIECE ((size_t)256 << 10)
+/* Kept values (zc__ck_shard_put_kept) are written straight from their memory
+ * in writes of a ring buffer's size, as many in flight as the ring has
+ * buffers, each hashed as one piece; a stretch shorter than DIRECT_MIN is
+ * copied (a request of its own would cost more than the copy). */
+#define DIRECT_MIN PIECE
 
 static void free_buffers(zc_ck_shard *s)
 {
@@ -143,8 +148,58 @@ static zc_status grow_entries(zc_ck_shard *s)
     return ZC_OK;
 }
 
-zc_status zc__ck_shard_put(zc_ck_shard *s, int param, int kind, int64_t begin, int64_t end,
-                           const float *values)
+/* Bytes of [p, p + left) to copy before the file can be written straight
+ * from p: the head up to where the file offset and the address are both
+ * ZC_CK_ALIGN-aligned. (size_t)-1 when they never are together, or when
+ * what would be left to write directly is under DIRECT_MIN. */
+static size_t direct_head(const zc_ck_shard *s, const char *p, size_t left)
+{
+    const uint64_t a = ZC_CK_ALIGN;
+    if (((uintptr_t)p - s->bytes) % a)
+        return (size_t)-1;
+    const size_t head = (size_t)((a - s->bytes % a) % a);
+    return left >= head + DIRECT_MIN ? head : (size_t)-1;
+}
+
+/* Writes the aligned bulk of [*p, *p + *left) straight from memory: the
+ * ring's partly filled buffer goes first (it ends on an aligned offset
+ * here), then writes of SLOT_BYTES, each waiting for the write submitted
+ * ZC_CK_RING_SLOTS writes before it, each hashed from the same memory. The
+ * bytes must stay unchanged until zc__ck_shard_close: the writes and the
+ * hashing are waited for there (or cancelled by zc__ck_shard_discard). */
+static zc_status put_direct(zc_ck_shard *s, const char **p, size_t *left, bool *first)
+{
+    ZC_CHECK(flush_slot(s));
+    size_t n = *left / ZC_CK_ALIGN * ZC_CK_ALIGN;
+    while (n) {
+        const size_t k = n < SLOT_BYTES ? n : SLOT_BYTES;
+        zc_nvme_ticket *t = &s->direct_ticket[s->direct_slot];
+        if (*t) {
+            zc_nvme_ticket w = *t;
+            *t = 0;
+            ZC_CHECK(zc__nvme_wait(s->st, w, NULL));
+        }
+        zc_status rc = zc__nvme_write(s->st, s->bytes, *p, k, t);
+        if (rc != ZC_OK) {
+            zc__error_context("writing %s", s->tmp);
+            return rc;
+        }
+        s->direct_slot = (s->direct_slot + 1) % ZC_CK_RING_SLOTS;
+        ZC_CHECK(zc__ck_hasher_feed(s->hasher, *p, k, *first, k == *left, &s->fed));
+        zc__ck_hasher_kick(s->hasher);
+        *first = false;
+        *p += k;
+        *left -= k;
+        n -= k;
+        s->bytes += k;
+        s->direct_bytes += k;
+        s->slot_off = s->bytes;
+    }
+    return ZC_OK;
+}
+
+static zc_status put(zc_ck_shard *s, int param, int kind, int64_t begin, int64_t end,
+                     const float *values, bool kept)
 {
     ZC_CHECK(grow_entries(s));
     size_t left = (size_t)(end - begin) * sizeof(float);
@@ -153,14 +208,26 @@ zc_status zc__ck_shard_put(zc_ck_shard *s, int param, int kind, int64_t begin, i
                       " bytes reserved, or are none", s->tmp, left, s->bytes, s->capacity);
     const uint64_t offset = s->bytes;
     const char *p = (const char *)values;
-    for (bool first = true; left; first = false) {
+    bool first = true;
+    while (left) {
+        size_t most = left < PIECE ? left : PIECE;
+        if (kept && s->st) {
+            const size_t head = direct_head(s, p, left);
+            if (head == 0) {
+                ZC_CHECK(put_direct(s, &p, &left, &first));
+                continue;
+            }
+            if (head != (size_t)-1 && head < most)
+                most = head; /* copy up to where the direct write can start */
+        }
         char *dst;
         size_t k;
-        ZC_CHECK(room(s, left < PIECE ? left : PIECE, &dst, &k));
+        ZC_CHECK(room(s, most, &dst, &k));
         memcpy(dst, p, k);
         /* Hashed from the copy: the checksum is of the bytes written. */
-        ZC_CHECK(zc__ck_hasher_feed(s->hasher, dst, k, first, k == left,
-                                    &s->slot_hashed[s->slot]));
+        ZC_CHECK(zc__ck_hasher_feed(s->hasher, dst, k, first, k == left, &s->fed));
+        s->slot_hashed[s->slot] = s->fed;
+        first = false;
         p += k;
         left -= k;
         ZC_CHECK(advance(s, k));
@@ -168,6 +235,18 @@ zc_status zc__ck_shard_put(zc_ck_shard *s, int param, int kind, int64_t begin, i
     s->ents[s->n++] = (zc_ck_entry){.param = param, .kind = kind, .file = s->rank,
                                     .begin = begin, .end = end, .offset = offset};
     return ZC_OK;
+}
+
+zc_status zc__ck_shard_put(zc_ck_shard *s, int param, int kind, int64_t begin, int64_t end,
+                           const float *values)
+{
+    return put(s, param, kind, begin, end, values, false);
+}
+
+zc_status zc__ck_shard_put_kept(zc_ck_shard *s, int param, int kind, int64_t begin, int64_t end,
+                                const float *values)
+{
+    return put(s, param, kind, begin, end, values, true);
 }
 
 zc_status zc__ck_shard_pad(zc_ck_shard *s)
@@ -194,10 +273,7 @@ zc_status zc__ck_shard_append(zc_ck_shard *s, int param, int kind, int64_t begin
 /* Every piece hashed: the entries' checksums, in the order they were put. */
 static zc_status take_checksums(zc_ck_shard *s)
 {
-    uint64_t last = 0;
-    for (int i = 0; i < ZC_CK_RING_SLOTS; i++)
-        last = s->slot_hashed[i] > last ? s->slot_hashed[i] : last;
-    zc__ck_hasher_wait(s->hasher, last);
+    zc__ck_hasher_wait(s->hasher, s->fed);
     int64_t n;
     const uint64_t *d = zc__ck_hasher_digests(s->hasher, &n);
     if (n != s->n)

@@ -11,9 +11,17 @@
  * checksum worker (hash_worker.h), which hashes it on its own thread, and a
  * full buffer is submitted at once while the next one is filled, so the
  * copying, the hashing and the writes overlap. A buffer is refilled only once
- * its write is done and its pieces are hashed. (Writing the engine's memory
- * directly, without the copy, was slower on the disks measured: its 4 KiB
- * pages make every request many segments; bench/RESULTS.md.)
+ * its write is done and its pieces are hashed.
+ *
+ * Values the caller keeps unchanged until the file is closed (an optimizer
+ * home's own tensors during a save: zc__ck_shard_put_kept) skip the copy
+ * where they can: where an entry's address and its file offset are both
+ * ZC_CK_ALIGN-aligned, its bytes are written with O_DIRECT from where they
+ * are and hashed there, and only an unaligned head or tail goes through the
+ * ring. The engine's large host buffers are 2 MiB aligned on transparent
+ * huge pages for this (base/alloc.h): on 4 KiB pages every 1 MiB request is
+ * split at the disk's segment limit, which made writing from the engine
+ * slower than copying (bench/RESULTS.md, "Checkpoints").
  *
  * The file is created as TMP = FINAL.tmp with O_EXCL, reserved at its exact
  * size up front (a full disk shows at open), and made durable under FINAL by
@@ -54,6 +62,10 @@ typedef struct zc_ck_shard {
     zc_nvme_ticket slot_ticket[ZC_CK_RING_SLOTS];
     uint64_t slot_hashed[ZC_CK_RING_SLOTS]; /* the last piece fed from each
                                                buffer (its hasher sequence) */
+    uint64_t fed;             /* the last piece fed, from a buffer or not */
+    zc_nvme_ticket direct_ticket[ZC_CK_RING_SLOTS]; /* writes from kept values */
+    int direct_slot;          /* the next of them to reuse */
+    uint64_t direct_bytes;    /* written from kept values, not copied */
     int slot;                 /* the buffer being filled */
     size_t fill;              /* bytes in it */
     uint64_t slot_off;        /* file offset of its first byte */
@@ -83,6 +95,13 @@ zc_status zc__ck_shard_open(zc_ck_shard *s, const char *dir, const char *tag, in
  * computed on the worker and recorded by zc__ck_shard_close. */
 zc_status zc__ck_shard_put(zc_ck_shard *s, int param, int kind, int64_t begin, int64_t end,
                            const float *values);
+
+/* The same for values that stay unchanged, at the same address, until
+ * zc__ck_shard_close or zc__ck_shard_discard returns: where they are aligned
+ * they are written and hashed where they are, not copied (above). The file
+ * and the checksums are the same as zc__ck_shard_put's. */
+zc_status zc__ck_shard_put_kept(zc_ck_shard *s, int param, int kind, int64_t begin, int64_t end,
+                                const float *values);
 
 /* Ends the run: zero padding up to ZC_CK_ALIGN. */
 zc_status zc__ck_shard_pad(zc_ck_shard *s);

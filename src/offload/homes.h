@@ -102,6 +102,11 @@ typedef struct zc_opt_view {
 typedef struct zc_opt_home_ops {
     const char *name;   /* "device", "cpu", "nvme" */
     bool host;          /* state is host memory: Adam runs on the host */
+    bool resident;      /* acquire hands out the chunk's own tensors, which
+                           stay at their address and change only by the
+                           engine's calls until destroy (not a swap buffer
+                           the home reuses): a checkpoint save may leave
+                           them to the disk without a copy (ckpt/save.c) */
     /* Homes chunk k (0 <= k < nchunks, each once, any order) with n fp32
      * elements per tensor. */
     zc_status (*add_chunk)(zc_opt_home *h, int k, size_t n);

@@ -17,6 +17,9 @@
 #include "offload/offload.h"
 
 #define ALIGN 64 /* SIMD and cache lines; shards are 64-element multiples */
+/* master, m, v and the gradient shard start on a page: a checkpoint save
+ * writes them with O_DIRECT from where they are (ckpt/shard_write.h). */
+#define TENSOR_ALIGN 4096
 
 typedef struct cpu_chunk {
     size_t n;
@@ -88,13 +91,15 @@ static zc_status cpu_prepare(zc_opt_home *hh)
     /* Slabs sized to the need plus alignment slack; the pool caps a slab at
      * 1 GiB and adds more as needed. */
     ZC_CHECK(zc__home_pool_create(h->p.env.acct,
-                                  (size_t)need + (size_t)(5 * h->p.env.nchunks + 2) * ALIGN,
+                                  (size_t)need +
+                                      (size_t)(ntensors(h) * h->p.env.nchunks) * TENSOR_ALIGN +
+                                      (size_t)(h->p.env.nchunks + 2) * ALIGN,
                                   h->p.env.device_index, h->p.pin_memory, &h->pool));
     for (int k = 0; k < h->p.env.nchunks; k++) {
         cpu_chunk *c = &h->chunks[k];
         for (int i = 0; c->n && i < ntensors(h); i++) {
             void *mem = NULL;
-            zc_status rc = zc__pinned_alloc(h->pool, c->n * sizeof(float), ALIGN, cats[i],
+            zc_status rc = zc__pinned_alloc(h->pool, c->n * sizeof(float), TENSOR_ALIGN, cats[i],
                                             names[i], &mem);
             if (rc != ZC_OK) {
                 zc__error_context("offload_optimizer \"cpu\": chunk %d (rank %d)", k,
@@ -180,6 +185,7 @@ static void cpu_destroy(zc_opt_home *hh)
 static const zc_opt_home_ops cpu_ops = {
     .name = "cpu",
     .host = true,
+    .resident = true,
     .add_chunk = cpu_add,
     .prepare = cpu_prepare,
     .pass_begin = cpu_pass_begin,

@@ -90,6 +90,7 @@ static void dev_destroy(zc_opt_home *hh)
 static const zc_opt_home_ops dev_ops = {
     .name = "device",
     .host = false,
+    .resident = true,
     .add_chunk = dev_add,
     .prepare = dev_prepare,
     .pass_begin = dev_pass_begin,

@@ -9,6 +9,10 @@
  *   buffer, spanning buffers, and longer than the whole ring; runs of several
  *   entries starting mid-buffer. The file holds the bytes put, and the index
  *   each entry's checksum.
+ * - The same for values the caller keeps (zc__ck_shard_put_kept), written
+ *   from their memory where address and file offset align: runs aligned,
+ *   skewed, with a head and a tail, longer than the ring, short; the bytes so
+ *   written counted against the rule, the file and checksums as above.
  * - The engine's save (3 ranks): every entry of the manifest against the
  *   bytes of its file.
  * - A load of a shard file several times the read ring, with the worker
@@ -208,6 +212,135 @@ Test(ckpt_checksums, a_kept_ring_is_reused_and_each_shard_matches_its_own_bytes)
     t_assert_no_leaks();
 }
 
+/* Values kept for the shard writer (zc__ck_shard_put_kept), laid out as an
+ * engine's runs are: each run's entries back to back in memory, the run at
+ * `skew` bytes past a page boundary. */
+static const struct {
+    int64_t n[3]; /* its entries (0: none) */
+    size_t skew;
+} kept_runs[] = {
+    {{SLOT_F, 0, 0}, 0},                       /* aligned, a whole buffer: all direct */
+    {{3 * SLOT_F + 5, 0, 0}, 4},               /* off by 4 bytes from the file: copied */
+    {{5, 3 * SLOT_F + 7, 1000}, 0},            /* head copied to the boundary, bulk
+                                                  direct, tail and the next copied */
+    {{ZC_CK_RING_SLOTS * SLOT_F + 11, 0, 0}, 0}, /* more writes than the ring has buffers */
+    {{1000, 0, 0}, 0},                         /* aligned but short: copied */
+    {{PIECE_F + 1, 0, 0}, 0},                  /* just over the direct minimum: a
+                                                  direct write of a piece, the tail copied */
+};
+#define NKEPT ((int)(sizeof kept_runs / sizeof kept_runs[0]))
+
+/* Bytes the rule in shard_write.h writes straight from memory for an entry
+ * of len bytes at address addr and file offset off: from the first offset
+ * where both are 4096-aligned, whole 4 KiB blocks, if 256 KiB or more. */
+static uint64_t direct_rule(uintptr_t addr, uint64_t off, uint64_t len)
+{
+    if ((addr - off) % 4096)
+        return 0;
+    const uint64_t head = (4096 - off % 4096) % 4096;
+    return len >= head + ((uint64_t)256 << 10) ? (len - head) / 4096 * 4096 : 0;
+}
+
+static void kept_values_case(void)
+{
+    char *dir = ck_tmpdir();
+    uint64_t capacity = 0, mem_bytes = 0;
+    for (int r = 0; r < NKEPT; r++) {
+        uint64_t run = 0;
+        for (int j = 0; j < 3; j++)
+            run += (uint64_t)kept_runs[r].n[j] * 4;
+        capacity += zc__ck_run_bytes(run);
+        mem_bytes += zc__ck_run_bytes(run) + 4096;
+    }
+    unsigned char *mem = NULL;
+    cr_assert_eq(posix_memalign((void **)&mem, (size_t)2 << 20, mem_bytes), 0);
+    cr_assert_eq(zc__ck_stage_open(dir, "k"), ZC_OK, "%s", zc_last_error());
+    zc_ck_shard sh;
+    cr_assert_eq(zc__ck_shard_open(&sh, dir, "k", 0, capacity, NULL, NULL), ZC_OK, "%s",
+                 zc_last_error());
+    enum { MAXE = 3 * (sizeof kept_runs / sizeof kept_runs[0]) };
+    const float *vals[MAXE];
+    uint64_t want[MAXE], where[MAXE], len[MAXE], direct = 0;
+    int ne = 0;
+    size_t at = 0;
+    for (int r = 0; r < NKEPT; r++) {
+        at = (at + 4095) / 4096 * 4096 + kept_runs[r].skew;
+        for (int j = 0; j < 3 && kept_runs[r].n[j]; j++, ne++) {
+            len[ne] = (uint64_t)kept_runs[r].n[j] * 4;
+            float *v = (float *)(mem + at);
+            fill(v, kept_runs[r].n[j], (uint64_t)ne + 77);
+            vals[ne] = v;
+            want[ne] = ref_xxh3(v, len[ne]);
+            where[ne] = sh.bytes;
+            direct += direct_rule((uintptr_t)v, sh.bytes, len[ne]);
+            cr_assert_eq(zc__ck_shard_put_kept(&sh, ne, 1, 0, kept_runs[r].n[j], v), ZC_OK,
+                         "%s", zc_last_error());
+            at += len[ne];
+        }
+        cr_assert_eq(zc__ck_shard_pad(&sh), ZC_OK, "%s", zc_last_error());
+    }
+    cr_assert_gt(direct, (uint64_t)(ZC_CK_RING_SLOTS + 4) * SLOT_F * 4);
+    cr_assert_eq(sh.direct_bytes, direct, "%llu bytes written from memory, the rule says %llu",
+                 (unsigned long long)sh.direct_bytes, (unsigned long long)direct);
+    cr_assert_eq(zc__ck_shard_close(&sh), ZC_OK, "%s", zc_last_error());
+    zc__ck_shard_discard(&sh);
+
+    char p[800];
+    snprintf(p, sizeof p, "%s/.k.partial/rank_00000.bin", dir);
+    size_t fbytes;
+    unsigned char *file = read_file(p, &fbytes);
+    cr_assert_eq(fbytes, capacity);
+    snprintf(p, sizeof p, "%s/.k.partial/rank_00000.idx", dir);
+    size_t ibytes;
+    unsigned char *idx = read_file(p, &ibytes);
+    uint64_t head[3];
+    cr_assert_eq(ibytes, sizeof head + (size_t)ne * sizeof(zc_ck_entry));
+    memcpy(head, idx, sizeof head);
+    cr_assert_eq(head[1], (uint64_t)ne);
+    uint64_t end = 0;
+    for (int i = 0; i < ne; i++) {
+        zc_ck_entry e;
+        memcpy(&e, idx + sizeof head + (size_t)i * sizeof e, sizeof e);
+        cr_assert_eq(e.param, i);
+        cr_assert_eq(e.kind, 1);
+        cr_assert_eq(e.offset, where[i]);
+        cr_assert(memcmp(file + e.offset, vals[i], len[i]) == 0, "entry %d: the file differs", i);
+        cr_assert_eq(e.xxh3, want[i], "entry %d: recorded %016llx, XXH3 %016llx", i,
+                     (unsigned long long)e.xxh3, (unsigned long long)want[i]);
+        /* The padding between runs is zeros. */
+        for (uint64_t b = end; b < e.offset; b++)
+            cr_assert_eq(file[b], 0, "byte %llu of padding", (unsigned long long)b);
+        end = e.offset + len[i];
+    }
+    for (uint64_t b = end; b < fbytes; b++)
+        cr_assert_eq(file[b], 0, "byte %llu of padding", (unsigned long long)b);
+    free(file);
+    free(idx);
+    free(mem);
+    zc__ck_stage_abort(dir, "k");
+    ck_rm_tree(dir);
+    free(dir);
+    t_assert_no_leaks();
+}
+
+/* Kept values are written from where they are wherever the address and the
+ * file offset align (the count of such bytes is the rule's), through the ring
+ * elsewhere, with the same file and checksums as copied ones. */
+Test(ckpt_checksums, kept_values_are_written_from_memory_where_aligned)
+{
+    kept_values_case();
+}
+
+/* The same with the worker far behind: the direct writes' pieces are hashed
+ * from the caller's memory after their writes, the ring's after its reuse is
+ * waited for; every checksum is still of the bytes written. */
+Test(ckpt_checksums, kept_values_with_a_slow_worker)
+{
+    zc__ck_hasher_slow_for_tests(2000);
+    kept_values_case();
+    zc__ck_hasher_slow_for_tests(0);
+}
+
 static uint64_t hex64(const char *s)
 {
     cr_assert_not_null(s);
@@ -338,23 +471,102 @@ Test(ckpt_checksums, load_finds_a_flipped_byte_behind_a_slow_worker)
 
 /* One rank, stage 1, host device: two parameters whose state (96 MB) is
  * three times the read ring (32 MiB); the master from `fill`, m and v zero. */
-static zc_engine *big_engine(zc_comm **comm, zc_config **cfg, zc_param **p, const int64_t *n)
+static zc_engine *big_engine_np(zc_comm **comm, zc_config **cfg, zc_param **p, const int64_t *n,
+                                int np, const char *offload, const char *swap)
 {
     zc_engine *eng = NULL;
     cr_assert_eq(zc_comm_local_world(1, comm), ZC_OK);
     cr_assert_eq(zc_config_create(cfg), ZC_OK);
     cr_assert_eq(zc_config_set_int(*cfg, "zero_optimization.stage", 1), ZC_OK);
+    if (offload) {
+        cr_assert_eq(zc_config_set_string(*cfg, "zero_optimization.offload_optimizer.device",
+                                          offload), ZC_OK, "%s", zc_last_error());
+        if (swap)
+            cr_assert_eq(zc_config_set_string(*cfg,
+                                              "zero_optimization.offload_optimizer.nvme_path",
+                                              swap), ZC_OK, "%s", zc_last_error());
+    }
     zc_engine_options eo = ZC_ENGINE_OPTIONS_INIT;
     eo.device = ZC_DEVICE_HOST;
     cr_assert_eq(zc_engine_create(&eng, *cfg, *comm, &eo), ZC_OK, "%s", zc_last_error());
-    for (int i = 0; i < 2; i++) {
-        char name[8];
+    for (int i = 0; i < np; i++) {
+        char name[16];
         snprintf(name, sizeof name, "w%d", i);
         p[i] = zc_param_add(eng, name, &n[i], 1, 0);
         cr_assert_not_null(p[i], "%s", zc_last_error());
     }
     cr_assert_eq(zc_engine_build(eng), ZC_OK, "%s", zc_last_error());
     return eng;
+}
+
+static zc_engine *big_engine(zc_comm **comm, zc_config **cfg, zc_param **p, const int64_t *n)
+{
+    return big_engine_np(comm, cfg, p, n, 2, NULL, NULL);
+}
+
+/* A save of each optimizer home on the host device, one parameter of 2-4 MiB
+ * per chunk (ZC_CHUNK_CAP), 14 chunks: the device home's tensors are written
+ * from memory, the cpu home's where its pool aligns them, and an NVMe home's
+ * swap buffers (4, reused for a later chunk as soon as one is released) are
+ * always copied. Each loads back bit for bit into a fresh engine. */
+#define NBIG 14
+static void save_load_case(const char *offload)
+{
+    int64_t n[NBIG];
+    for (int i = 0; i < NBIG; i++)
+        n[i] = 600001 + (int64_t)i * 28571 + (i % 3 ? 0 : 1024);
+    cr_assert_eq(setenv("ZC_CHUNK_CAP", "1000000", 1), 0);
+    char *dir = ck_tmpdir(), *swap = offload && !strcmp(offload, "nvme") ? ck_tmpdir() : NULL;
+    float *want[NBIG], *got[NBIG];
+    zc_comm *comm;
+    zc_config *cfg;
+    zc_param *p[NBIG];
+    zc_engine *eng = big_engine_np(&comm, &cfg, p, n, NBIG, offload, swap);
+    for (int i = 0; i < NBIG; i++) {
+        want[i] = malloc((size_t)n[i] * 4);
+        got[i] = malloc((size_t)n[i] * 4);
+        cr_assert(want[i] && got[i]);
+        for (int64_t k = 0; k < n[i]; k++)
+            want[i][k] = (float)((k * 7 + i) % 999983) * 0.125f - (float)i;
+        cr_assert_eq(zc_param_load(eng, p[i], want[i]), ZC_OK, "%s", zc_last_error());
+    }
+    cr_assert_eq(zc_checkpoint_save(eng, dir, "t"), ZC_OK, "%s", zc_last_error());
+    zc_engine_destroy(eng);
+    zc_config_destroy(cfg);
+    zc_comm_destroy(comm);
+
+    eng = big_engine_np(&comm, &cfg, p, n, NBIG, offload, swap);
+    cr_assert_eq(zc_checkpoint_load(eng, dir, "t"), ZC_OK, "%s", zc_last_error());
+    for (int i = 0; i < NBIG; i++) {
+        cr_assert_eq(zc_param_gather_master(eng, p[i], got[i]), ZC_OK, "%s", zc_last_error());
+        cr_assert(memcmp(got[i], want[i], (size_t)n[i] * 4) == 0, "%s: w%d differs after the "
+                  "load", offload ? offload : "none", i);
+        free(want[i]);
+        free(got[i]);
+    }
+    zc_engine_destroy(eng);
+    zc_config_destroy(cfg);
+    zc_comm_destroy(comm);
+    cr_assert_eq(unsetenv("ZC_CHUNK_CAP"), 0);
+    ck_rm_tree(dir);
+    free(dir);
+    if (swap) {
+        ck_rm_tree(swap);
+        free(swap);
+    }
+    t_assert_no_leaks();
+}
+
+Test(ckpt_checksums, every_home_saves_and_loads_back_bit_for_bit)
+{
+    save_load_case(NULL);
+    save_load_case("cpu");
+    save_load_case("nvme");
+    /* The worker behind the reads of the next chunks: what it hashes from an
+     * NVMe home would have been overwritten by then. */
+    zc__ck_hasher_slow_for_tests(2000);
+    save_load_case("nvme");
+    zc__ck_hasher_slow_for_tests(0);
 }
 
 Test(ckpt_checksums, load_larger_than_the_ring_waits_for_a_slow_worker)
