@@ -57,6 +57,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 
 TORCH_DDP = os.path.join(ROOT, "bench", "train", "torch_ddp_gpt.py")
+sys.path.insert(0, os.path.join(ROOT, "bench", "train"))
+import gpt_args  # noqa: E402  (the flag checks, shared with torch_ddp_gpt.py)
 MODEL = {"layers": 6, "dim": 256, "heads": 8, "seq": 128, "vocab": 256}
 children = set()
 
@@ -153,11 +155,7 @@ def main():
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--timeout", type=int, default=900, help="seconds per run")
     a = ap.parse_args()
-    for k in ("layers", "dim", "heads", "seq", "batch", "steps", "repeats", "timeout"):
-        if getattr(a, k) < 1:
-            ap.error(f"--{k} must be positive")
-    if a.dim % a.heads or a.vocab < 256 or not 0 <= a.warmup < a.steps:
-        ap.error("--dim must be a multiple of --heads, --vocab >= 256, 0 <= --warmup < --steps")
+    gpt_args.check_model_flags(ap, a, ("repeats", "timeout"))
     dtypes = a.dtypes.split(",")
     if not dtypes or any(d not in ("fp32", "bf16") for d in dtypes):
         ap.error(f"--dtypes: {a.dtypes!r} is not a comma-separated list of fp32, bf16")

@@ -38,6 +38,7 @@ import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gpt_args  # noqa: E402  (the flag checks, shared with vs_torch.py)
 import gpt_flops  # noqa: E402  (examples/gpt's parameter count)
 import torch_gpt  # noqa: E402  (the model, shared with the single-process bench)
 
@@ -107,11 +108,7 @@ def main():
     ap.add_argument("--dtype", choices=["fp32", "bf16"], default="bf16")
     ap.add_argument("--attention", choices=["naive", "sdpa"], default="naive")
     a = ap.parse_args()
-    for k in ("layers", "dim", "heads", "seq", "batch", "steps", "world", "threads"):
-        if getattr(a, k) < 1:
-            ap.error(f"--{k} must be positive")
-    if a.dim % a.heads or a.vocab < 256 or not 0 <= a.warmup < a.steps:
-        ap.error("--dim must be a multiple of --heads, --vocab >= 256, 0 <= --warmup < --steps")
+    gpt_args.check_model_flags(ap, a, ("world", "threads"))
 
     # Before torch starts its thread pools, here and in the spawned ranks.
     os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(a.threads)

@@ -31,6 +31,7 @@ import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gpt_args  # noqa: E402
 import gpt_flops  # noqa: E402
 
 
@@ -105,11 +106,7 @@ def main():
     ap.add_argument("--attention", choices=["sdpa", "naive"], default="sdpa")
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     a = ap.parse_args()
-    for k in ("layers", "dim", "heads", "seq", "batch", "steps"):
-        if getattr(a, k) < 1:
-            ap.error(f"--{k} must be positive")
-    if a.dim % a.heads or a.vocab < 256 or not 0 <= a.warmup < a.steps:
-        ap.error("--dim must be a multiple of --heads, --vocab >= 256, 0 <= --warmup < --steps")
+    gpt_args.check_model_flags(ap, a)
 
     import torch
 
