@@ -41,17 +41,28 @@
  * order (checked, like a single collective).
  *
  * Waiting. A rank that arrives first spins for SPIN_S by the clock, then
- * blocks on the condition variable (a futex): it never holds its core for
- * longer than that while the rank it waits for may need it.
+ * sleeps on a futex: it never holds its core for longer than that while the
+ * rank it waits for may need it. The barrier takes no lock: arrivals are an
+ * atomic count, the last one opens it by moving the generation and wakes the
+ * sleepers with one futex call. A mutex with a condition variable cost a
+ * second sleep when the cores are shared: the woken rank had to take the
+ * mutex back, and when the rank that opened the barrier lost its core while
+ * still holding it, the woken one slept again until that rank's next turn,
+ * a scheduler slice for nothing (bench/RESULTS.md, "Contention").
  *
  * A rank that never arrives makes the others fail after ZC_COMM_TIMEOUT
  * seconds (default 600) instead of hanging, and the group stays broken. */
 #include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "comm/comm.h"
 #include "base/clock.h"
@@ -81,12 +92,15 @@ typedef struct local_slot {
 
 typedef struct local_group {
     int world;
-    int refs;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int arrived;
-    unsigned long generation;
-    int broken;
+    int refs;           /* under mu */
+    pthread_mutex_t mu; /* refs only: the barrier takes no lock */
+    int arrived;        /* atomic: ranks in the barrier now */
+    unsigned long generation; /* atomic: barriers opened */
+    int broken;         /* atomic */
+    /* The futex word sleepers wait on: moves (atomically) whenever the
+     * generation moves or the group breaks, after either, so a rank that
+     * read it before checking both cannot miss the change and sleep on. */
+    uint32_t wake;
     double timeout_s;
     local_slot *slots;
 } local_group;
@@ -129,7 +143,7 @@ static size_t slot_count(const local_slot *s)
 #define SPIN_S 30e-6
 
 /* Spins until the generation moves past gen (or the group breaks) or
- * SPIN_S passes; the mutex is not held. True when the barrier opened. */
+ * SPIN_S passes. True when the barrier opened or the group broke. */
 static bool spin_for(local_group *g, unsigned long gen)
 {
     const double until = zc__now_s() + SPIN_S;
@@ -146,51 +160,71 @@ static bool spin_for(local_group *g, unsigned long gen)
     return false;
 }
 
+/* Sleeps until g->wake differs from w or the CLOCK_MONOTONIC deadline
+ * passes (or a signal or spurious wake-up: the caller checks again). */
+static void futex_sleep(local_group *g, uint32_t w, const struct timespec *deadline)
+{
+    syscall(SYS_futex, &g->wake, FUTEX_WAIT_BITSET_PRIVATE, w, deadline, NULL,
+            FUTEX_BITSET_MATCH_ANY);
+}
+
+/* Moves the futex word and wakes every sleeper. */
+static void futex_wake_all(local_group *g)
+{
+    __atomic_fetch_add(&g->wake, 1, __ATOMIC_RELEASE);
+    syscall(SYS_futex, &g->wake, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
+
 /* Barrier with a deadline. Returns ZC_ERR_COMM when the group is broken or the
  * deadline passes (which breaks the group for everyone). */
 static zc_status group_wait(local_comm *c)
 {
     local_group *g = c->g;
     const local_slot *mine = &g->slots[c->base.rank];
-    zc_status rc = ZC_OK;
-    pthread_mutex_lock(&g->mu);
-    if (g->broken) {
-        pthread_mutex_unlock(&g->mu);
+    if (__atomic_load_n(&g->broken, __ATOMIC_ACQUIRE))
         return ZC_ERR(ZC_ERR_COMM, "local comm rank %d: %s #%lu: the group is broken by an "
                                    "earlier failure or timeout",
                       c->base.rank, slot_kind(mine), c->seq);
-    }
-    unsigned long gen = g->generation;
-    if (++g->arrived == g->world) {
-        g->arrived = 0;
+    /* Read before arriving: the barrier cannot open until this rank has. */
+    const unsigned long gen = __atomic_load_n(&g->generation, __ATOMIC_ACQUIRE);
+    /* acq_rel: the last arrival sees every rank's slot (the counts' release
+     * sequence), and opens the barrier with a release the others acquire. */
+    if (__atomic_add_fetch(&g->arrived, 1, __ATOMIC_ACQ_REL) == g->world) {
+        __atomic_store_n(&g->arrived, 0, __ATOMIC_RELAXED);
         __atomic_store_n(&g->generation, gen + 1, __ATOMIC_RELEASE);
-        pthread_cond_broadcast(&g->cv);
-    } else {
-        pthread_mutex_unlock(&g->mu);
-        spin_for(g, gen);
-        pthread_mutex_lock(&g->mu);
-        /* The condition variable waits on CLOCK_MONOTONIC (see
-         * zc_comm_local_world), so a wall-clock step cannot stretch it. */
-        const struct timespec deadline = zc__deadline_in(g->timeout_s);
-        while (gen == g->generation && !g->broken) {
-            int e = pthread_cond_timedwait(&g->cv, &g->mu, &deadline);
-            if (e == ETIMEDOUT && gen == g->generation) {
-                __atomic_store_n(&g->broken, 1, __ATOMIC_RELEASE);
-                pthread_cond_broadcast(&g->cv);
-                rc = ZC_ERR(ZC_ERR_COMM,
-                            "local comm rank %d: %s #%lu (%zu elements) timed out after %g s "
-                            "waiting for %d of %d ranks (ZC_COMM_TIMEOUT)",
-                            c->base.rank, slot_kind(mine), c->seq, slot_count(mine),
-                            g->timeout_s, g->world - g->arrived, g->world);
-                break;
-            }
-        }
-        if (rc == ZC_OK && gen == g->generation && g->broken)
-            rc = ZC_ERR(ZC_ERR_COMM, "local comm rank %d: %s #%lu: another rank failed",
-                        c->base.rank, slot_kind(mine), c->seq);
+        futex_wake_all(g);
+        return ZC_OK;
     }
-    pthread_mutex_unlock(&g->mu);
-    return rc;
+    if (!spin_for(g, gen)) {
+        const struct timespec deadline = zc__deadline_in(g->timeout_s);
+        for (;;) {
+            const uint32_t w = __atomic_load_n(&g->wake, __ATOMIC_ACQUIRE);
+            if (__atomic_load_n(&g->generation, __ATOMIC_ACQUIRE) != gen ||
+                __atomic_load_n(&g->broken, __ATOMIC_ACQUIRE))
+                break;
+            struct timespec now;
+            clock_gettime(CLOCK_MONOTONIC, &now);
+            if (now.tv_sec > deadline.tv_sec ||
+                (now.tv_sec == deadline.tv_sec && now.tv_nsec >= deadline.tv_nsec)) {
+                if (__atomic_load_n(&g->generation, __ATOMIC_ACQUIRE) != gen)
+                    break;
+                const int waiting_for =
+                    g->world - __atomic_load_n(&g->arrived, __ATOMIC_ACQUIRE);
+                __atomic_store_n(&g->broken, 1, __ATOMIC_RELEASE);
+                futex_wake_all(g);
+                return ZC_ERR(ZC_ERR_COMM,
+                              "local comm rank %d: %s #%lu (%zu elements) timed out after %g s "
+                              "waiting for %d of %d ranks (ZC_COMM_TIMEOUT)",
+                              c->base.rank, slot_kind(mine), c->seq, slot_count(mine),
+                              g->timeout_s, waiting_for, g->world);
+            }
+            futex_sleep(g, w, &deadline);
+        }
+    }
+    if (__atomic_load_n(&g->generation, __ATOMIC_ACQUIRE) == gen)
+        return ZC_ERR(ZC_ERR_COMM, "local comm rank %d: %s #%lu: another rank failed",
+                      c->base.rank, slot_kind(mine), c->seq);
+    return ZC_OK;
 }
 
 static bool same_op(const local_op *a, const local_op *b)
@@ -549,7 +583,6 @@ static void group_unref(local_group *g)
     if (left)
         return;
     pthread_mutex_destroy(&g->mu);
-    pthread_cond_destroy(&g->cv);
     zc__host_free(NULL, ZC_MEM_OTHER, g->slots, sizeof(local_slot) * (size_t)g->world);
     zc__host_free(NULL, ZC_MEM_OTHER, g, sizeof *g);
 }
@@ -607,11 +640,6 @@ zc_status zc_comm_local_world(int world, zc_comm **comms)
     g->refs = world;
     g->timeout_s = timeout_s;
     pthread_mutex_init(&g->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&g->cv, &ca);
-    pthread_condattr_destroy(&ca);
     for (; made < world; made++) {
         local_comm *c;
         rc = zc__host_alloc(NULL, ZC_MEM_OTHER, sizeof *c, "local comm rank", (void **)&c);

@@ -103,6 +103,12 @@ bool zc__adam_variant_usable(int i, const char **why)
 /* The resolved choice: index, or the error found while resolving. */
 static pthread_mutex_t sel_lock = PTHREAD_MUTEX_INITIALIZER;
 static int sel_idx = -1;
+/* sel_idx once resolved without error, read without the lock: every Adam
+ * call asks, from every rank thread, and a lock taken by all of them is one
+ * a rank can be descheduled holding while the others sleep on it (a shared
+ * machine: bench/RESULTS.md, "Contention"). -1 until then, and again after a
+ * reset. */
+static int sel_ready = -1;
 static zc_status sel_status = ZC_OK;
 static char sel_msg[256];
 
@@ -152,11 +158,18 @@ static void resolve(void)
 
 zc_status zc__adam_variant_selected(int *idx)
 {
+    const int ready = __atomic_load_n(&sel_ready, __ATOMIC_ACQUIRE);
+    if (ready >= 0) {
+        *idx = ready;
+        return ZC_OK;
+    }
     pthread_mutex_lock(&sel_lock);
     if (sel_idx < 0 && sel_status == ZC_OK)
         resolve();
     int i = sel_idx;
     zc_status st = sel_status;
+    if (st == ZC_OK && i >= 0)
+        __atomic_store_n(&sel_ready, i, __ATOMIC_RELEASE);
     char msg[sizeof sel_msg];
     memcpy(msg, sel_msg, sizeof msg);
     pthread_mutex_unlock(&sel_lock);
@@ -169,6 +182,7 @@ zc_status zc__adam_variant_selected(int *idx)
 void zc__adam_variant_reset(void)
 {
     pthread_mutex_lock(&sel_lock);
+    __atomic_store_n(&sel_ready, -1, __ATOMIC_RELEASE);
     sel_idx = -1;
     sel_status = ZC_OK;
     sel_msg[0] = 0;

@@ -201,9 +201,9 @@ static void do_late_peer(int r, void *p)
     late_cpu_s[r] = thread_cpu_s() - c0;
 }
 
-/* A rank whose peer comes 300 ms late sleeps on the group's condition
- * variable instead of spinning: with ranks sharing cores, the waiter leaves
- * its core to the rank it waits for. */
+/* A rank whose peer comes 300 ms late sleeps (a futex) instead of spinning:
+ * with ranks sharing cores, the waiter leaves its core to the rank it waits
+ * for. */
 Test(comm_local, waiting_for_a_late_rank_uses_no_cpu)
 {
     static world_ctx w;
@@ -216,6 +216,45 @@ Test(comm_local, waiting_for_a_late_rank_uses_no_cpu)
     cr_assert_lt(late_cpu_s[0], 0.03, "waiting 300 ms for rank 1 used %.1f ms of CPU",
                  late_cpu_s[0] * 1e3);
     end_world(&w);
+}
+
+/* Many rendezvous back to back, the ranks arriving in a different order
+ * each time (a rank sleeps now and then, so some waits are met in the spin
+ * and some on the futex): every round's sum is that round's, so no rank ever
+ * ran ahead into the next rendezvous while another still read this one's
+ * slots. */
+enum { ROUNDS = 4000 };
+static double round_sums[4][ROUNDS];
+
+static void do_many_rounds(int r, void *p)
+{
+    world_ctx *w = p;
+    unsigned seed = 12345u + (unsigned)r;
+    for (int k = 0; k < ROUNDS && w->rc[r] == ZC_OK; k++) {
+        double x = (double)k * 10.0 + r, y = 0;
+        if (rand_r(&seed) % 16 == 0) {
+            struct timespec ts = {0, (long)(rand_r(&seed) % 200) * 1000L};
+            nanosleep(&ts, NULL);
+        }
+        w->rc[r] = zc__all_reduce(w->comms[r], &x, &y, 1, ZC_DTYPE_F64, ZC_RED_SUM, NULL);
+        round_sums[r][k] = y;
+    }
+}
+
+Test(comm_local, rendezvous_back_to_back_stay_in_step)
+{
+    static world_ctx w;
+    for (int W = 2; W <= 4; W++) {
+        make_world(&w, W);
+        t_run_ranks(W, do_many_rounds, &w);
+        for (int r = 0; r < W; r++) {
+            cr_assert_eq(w.rc[r], ZC_OK, "%s", zc_last_error());
+            for (int k = 0; k < ROUNDS; k++)
+                cr_assert_eq(round_sums[r][k], (double)k * 10.0 * W + W * (W - 1) / 2.0,
+                             "W=%d rank %d round %d", W, r, k);
+        }
+        end_world(&w);
+    }
 }
 
 Test(comm_local, world_size_zero_is_an_error)
