@@ -27,6 +27,7 @@
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,7 +60,24 @@ typedef struct shared {
     zc_stats stats0;         /* rank 0's engine stats before it is destroyed (--json) */
     float *master;           /* gathered fp32 master, registration order */
     const gpt_backend *be;   /* where the model runs (--device) */
+    int cpu_threads;         /* BLAS/oneDNN threads of each rank (CPU device) */
 } shared;
+
+/* BLAS threads for each rank process when `local` of them share this
+ * machine: the CPUs this process may run on, split between them, at least
+ * one (as torchrun sets OMP_NUM_THREADS=1 for several processes). A launcher
+ * that binds each rank to its own cores (mpirun's default) leaves one CPU,
+ * hence one thread; one that does not would otherwise start a full pool of
+ * threads in every rank, each spinning for its share of the same cores. The
+ * user's OPENBLAS_NUM_THREADS or OMP_NUM_THREADS is left as it is. */
+static void size_process_blas(int local)
+{
+    if (local <= 1 || getenv("OPENBLAS_NUM_THREADS") || getenv("OMP_NUM_THREADS"))
+        return;
+    cpu_set_t set;
+    int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+    openblas_set_num_threads(cpus / local > 1 ? cpus / local : 1);
+}
 
 typedef struct rank_arg {
     shared *sh;
@@ -651,12 +669,14 @@ static void report(const shared *sh, size_t total, bool lead_here)
     if (o->json)
         printf("{\"final\":true,\"params_sha256\":\"%s\",\"num_params\":%zu,\"val_loss\":%s,"
                "\"unigram_entropy\":%s,\"stage\":%d,\"world\":%d,\"dtype\":\"%s\","
-               "\"device\":\"%s\",\"peak_bytes\":{\"device\":%lld,\"pinned\":%lld,"
+               "\"device\":\"%s\",\"cpu_threads\":%d,"
+               "\"peak_bytes\":{\"device\":%lld,\"pinned\":%lld,"
                "\"host\":%lld,\"nvme\":%lld},\"placement\":{\"optimizer\":[%lld,%lld,%lld],"
                "\"params\":[%lld,%lld,%lld]}}\n",
                hex, total, jnum(sh->val_loss).s, jnum(sh->unigram_val).s, sh->stats0.stage,
                sh->world,
-               zc_dtype_name(o->dtype), sh->be->name, (long long)pk[ZC_KIND_DEVICE],
+               zc_dtype_name(o->dtype), sh->be->name, sh->cpu_threads,
+               (long long)pk[ZC_KIND_DEVICE],
                (long long)pk[ZC_KIND_PINNED], (long long)pk[ZC_KIND_HOST],
                (long long)pk[ZC_KIND_NVME], (long long)sh->stats0.opt_chunks_by_place[0],
                (long long)sh->stats0.opt_chunks_by_place[1],
@@ -759,8 +779,13 @@ int main(int argc, char **argv)
         fflush(stdout);
     }
     /* Ranks as threads: each rank's matmuls run single-threaded in its own
-     * thread, so the ranks do not fight over one BLAS thread pool. */
-    if (!o->cuda && sh->local > 1) openblas_set_num_threads(1);
+     * thread, so the ranks do not fight over one BLAS thread pool. Ranks as
+     * processes: the machine's CPUs are split between the ones on it. */
+    if (!o->cuda && sh->local > 1)
+        openblas_set_num_threads(1);
+    else if (!o->cuda && per_process)
+        size_process_blas(zc_comm_local_size(env_comm));
+    sh->cpu_threads = o->cuda ? 0 : openblas_get_num_threads();
 
     const size_t total = gpt_num_params(c);
     sh->master = xcalloc(total, sizeof(float));

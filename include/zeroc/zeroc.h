@@ -261,6 +261,13 @@ ZC_API zc_status zc_comm_init_env(zc_comm **out);
 ZC_API int zc_comm_rank(const zc_comm *comm);
 ZC_API int zc_comm_world(const zc_comm *comm);
 
+/* Ranks of the handle's world on this machine, this one included: for
+ * sizing a rank's own CPU threads so that the ranks sharing the cores do not
+ * oversubscribe them. MPI: the ranks sharing memory with this one; local
+ * (zc_comm_local_world): the whole world; 0 when the backend does not know
+ * (NCCL); -1 for NULL. */
+ZC_API int zc_comm_local_size(const zc_comm *comm);
+
 /* Destroys one rank's handle. NULL is a no-op. For the local backend the shared
  * state goes away with the last rank's handle. */
 ZC_API void zc_comm_destroy(zc_comm *comm);

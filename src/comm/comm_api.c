@@ -4,6 +4,10 @@
 
 int zc_comm_rank(const zc_comm *comm) { return comm ? comm->rank : -1; }
 int zc_comm_world(const zc_comm *comm) { return comm ? comm->world : -1; }
+int zc_comm_local_size(const zc_comm *comm)
+{
+    return comm ? (comm->local_world > 0 ? comm->local_world : 0) : -1;
+}
 
 void zc_comm_destroy(zc_comm *comm)
 {

@@ -257,6 +257,18 @@ Test(comm_local, rendezvous_back_to_back_stay_in_step)
     }
 }
 
+Test(comm_local, every_rank_is_local)
+{
+    static world_ctx w;
+    for (int W = 1; W <= 4; W++) {
+        make_world(&w, W);
+        for (int r = 0; r < W; r++)
+            cr_assert_eq(zc_comm_local_size(w.comms[r]), W, "W=%d rank %d", W, r);
+        end_world(&w);
+    }
+    cr_assert_eq(zc_comm_local_size(NULL), -1);
+}
+
 Test(comm_local, world_size_zero_is_an_error)
 {
     zc_comm *c[1] = {NULL};

@@ -2,7 +2,10 @@
 """train_gpt with one rank per process under mpirun (its --launcher auto
 path, zc_comm_init_env): for W = 2, 3 and stages 0 and 3, the params_sha256
 and every step's printed loss - the mean over ranks, by zc_all_reduce_f64 -
-equal the thread run's (`--launcher threads --world W`).
+equal the thread run's (`--launcher threads --world W`). And each rank's BLAS
+threads: with the ranks not bound to cores (`--bind-to none`), the CPUs this
+process may use split between the two ranks, at least one; bound, one; the
+user's OPENBLAS_NUM_THREADS as given.
 
 Usage: check_train_gpt_mpi.py TRAIN_GPT DATA_FILE. Exits 77 (meson: skipped)
 when mpirun is not installed. Each mpirun is an argv list, never a shell.
@@ -24,7 +27,7 @@ MPI_ARGS = ["--oversubscribe", "--allow-run-as-root", "--mca", "btl", "self,vade
 TINY = ["--layers", "2", "--heads", "2", "--dim", "16", "--seq", "16", "--batch", "2",
         "--steps", "3", "--eval-every", "0", "--dtype", "bf16", "--data", data, "--json"]
 env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-env["OPENBLAS_NUM_THREADS"] = "1"  # one BLAS thread per rank process on 2 cores
+env["OPENBLAS_NUM_THREADS"] = "1"  # the same BLAS threads on any machine, for the sha
 failures = []
 
 
@@ -55,6 +58,31 @@ for world in (2, 3):
         else:
             print(f"ok W={world} stage {stage}: processes and threads give {want[0][:16]}... "
                   f"and losses {want[1]}")
+
+def cpu_threads(extra_env, bind):
+    """The final line's cpu_threads of a 2-rank mpirun with env + extra_env."""
+    e = {k: v for k, v in env.items() if k not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")}
+    e.update(extra_env)
+    cmd = [MPIRUN, *MPI_ARGS, "--bind-to", bind, "-np", "2", exe, *TINY, "--stage", "2"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=e)
+    finals = [json.loads(l) for l in p.stdout.splitlines() if l.startswith('{"final"')]
+    if p.returncode != 0 or len(finals) != 1:
+        failures.append(f"{' '.join(cmd)}: status {p.returncode}\n{p.stderr[-2000:]}")
+        return None
+    return finals[0].get("cpu_threads")
+
+
+cpus = len(os.sched_getaffinity(0))
+for extra, bind, want in (({}, "none", max(1, cpus // 2)), ({}, "core", 1),
+                          ({"OPENBLAS_NUM_THREADS": "2"}, "none", 2)):
+    got = cpu_threads(extra, bind)
+    if got is None:
+        continue
+    if got != want:
+        failures.append(f"mpirun --bind-to {bind} {extra or ''} on {cpus} CPUs: "
+                        f"cpu_threads {got}, want {want}")
+    else:
+        print(f"ok --bind-to {bind} {extra or ''}: {got} BLAS thread(s) per rank on {cpus} CPUs")
 if failures:
     print("\n".join(failures))
     sys.exit(1)
