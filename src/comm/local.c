@@ -196,16 +196,16 @@ static zc_status group_wait(local_comm *c)
         return ZC_OK;
     }
     if (!spin_for(g, gen)) {
+        /* The futex sleeps to the CLOCK_MONOTONIC deadline (a wall-clock
+         * step cannot stretch it); the loop checks the same clock. */
+        const double end = zc__now_s() + g->timeout_s; /* read first: <= deadline */
         const struct timespec deadline = zc__deadline_in(g->timeout_s);
         for (;;) {
             const uint32_t w = __atomic_load_n(&g->wake, __ATOMIC_ACQUIRE);
             if (__atomic_load_n(&g->generation, __ATOMIC_ACQUIRE) != gen ||
                 __atomic_load_n(&g->broken, __ATOMIC_ACQUIRE))
                 break;
-            struct timespec now;
-            clock_gettime(CLOCK_MONOTONIC, &now);
-            if (now.tv_sec > deadline.tv_sec ||
-                (now.tv_sec == deadline.tv_sec && now.tv_nsec >= deadline.tv_nsec)) {
+            if (zc__now_s() >= end) {
                 if (__atomic_load_n(&g->generation, __ATOMIC_ACQUIRE) != gen)
                     break;
                 const int waiting_for =
