@@ -17,6 +17,8 @@
  * the entries as they are in memory (same build, same machine family: it
  * never leaves the staging directory). */
 #define IDX_MAGIC 0x49434b5aU /* "ZKCI" */
+/* DIR/latest's next content, renamed over it at the publish. */
+#define LATEST_TMP ZC_CK_LATEST ".tmp"
 
 static void staging_name(char out[ZC_CK_TAG_MAX + 16], const char *tag)
 {
@@ -219,6 +221,8 @@ void zc__ck_stage_abort(const char *dir, const char *tag)
     staging_name(name, tag);
     if (zc__ck_join(sp, sizeof sp, dir, name) == ZC_OK)
         (void)clear_staging(dfd, name, sp, false);
+    /* A prepared `latest` that was never published (zc__ck_stage_prepare). */
+    unlinkat(dfd, LATEST_TMP, 0);
     close(dfd);
 }
 
@@ -331,27 +335,28 @@ static zc_status verify_written(int sfd, const char *sp, const zc_ck_manifest *m
     return rc;
 }
 
-/* DIR/latest names tag, replaced in one rename. */
-static zc_status write_latest(int dfd, const char *dir, const char *tag)
+/* DIR/latest.tmp naming tag, durable, for the publish to rename over
+ * DIR/latest. */
+static zc_status prepare_latest(int dfd, const char *dir, const char *tag)
 {
-    const char *tmp = ZC_CK_LATEST ".tmp";
-    unlinkat(dfd, tmp, 0); /* a crashed save's; the name is ours (a link is
-                              removed itself, never what it points to) */
+    unlinkat(dfd, LATEST_TMP, 0); /* a crashed save's; the name is ours (a link
+                                     is removed itself, never what it points to) */
     int fd;
-    ZC_CHECK(zc__ck_create_at(dfd, dir, tmp, &fd));
+    ZC_CHECK(zc__ck_create_at(dfd, dir, LATEST_TMP, &fd));
     char line[ZC_CK_TAG_MAX + 2];
     int n = snprintf(line, sizeof line, "%s\n", tag);
-    zc_status rc = zc__ck_pwrite(fd, line, (size_t)n, 0, tmp);
-    if (rc != ZC_OK) {
-        close(fd);
-        unlinkat(dfd, tmp, 0);
-        return rc;
-    }
-    return zc__ck_commit_file_at(fd, dfd, dir, tmp, ZC_CK_LATEST);
+    zc_status rc = zc__ck_pwrite(fd, line, (size_t)n, 0, LATEST_TMP);
+    if (rc == ZC_OK && fsync(fd) != 0)
+        rc = ZC_ERR(ZC_ERR_IO, "%s/%s: fsync: %s", dir, LATEST_TMP, strerror(errno));
+    if (close(fd) != 0 && rc == ZC_OK)
+        rc = ZC_ERR(ZC_ERR_IO, "%s/%s: close: %s", dir, LATEST_TMP, strerror(errno));
+    if (rc != ZC_OK)
+        unlinkat(dfd, LATEST_TMP, 0);
+    return rc;
 }
 
-static zc_status commit(int dfd, int sfd, const char *dir, const char *sp, zc_ck_manifest *m,
-                        int nfiles)
+static zc_status prepare(int dfd, int sfd, const char *dir, const char *sp, zc_ck_manifest *m,
+                         int nfiles)
 {
     m->files = calloc((size_t)nfiles, sizeof *m->files);
     if (!m->files)
@@ -367,45 +372,74 @@ static zc_status commit(int dfd, int sfd, const char *dir, const char *sp, zc_ck
         snprintf(name, sizeof name, "rank_%05d.idx", r);
         unlinkat(sfd, name, 0);
     }
+    /* Every name the staging directory will hold is in place: made durable
+     * at once. The shard files' bytes may still be on their way; the ranks
+     * make them durable before the publish. */
     ZC_CHECK(zc__ck_fsync_fd(sfd, sp));
+    return prepare_latest(dfd, dir, m->tag);
+}
+
+static zc_status publish(int dfd, int sfd, const char *dir, const char *sp, const char *tag)
+{
     /* The checkpoint appears complete, in one rename that never replaces
      * an existing DIR/TAG... The marker goes through the rename: removed
      * before it, an interruption in between would leave a staging directory
      * that no longer says it is ours, and nothing would clear it. */
     char name[ZC_CK_TAG_MAX + 16];
-    staging_name(name, m->tag);
-    int r = renameat2(dfd, name, dfd, m->tag, RENAME_NOREPLACE);
+    staging_name(name, tag);
+    int r = renameat2(dfd, name, dfd, tag, RENAME_NOREPLACE);
     if (r != 0 && errno == EINVAL) {
         /* A filesystem without RENAME_NOREPLACE: check, then rename (an
          * existing empty DIR/TAG could otherwise be replaced silently). */
         struct stat st;
-        if (fstatat(dfd, m->tag, &st, AT_SYMLINK_NOFOLLOW) == 0)
+        if (fstatat(dfd, tag, &st, AT_SYMLINK_NOFOLLOW) == 0)
             errno = EEXIST;
         else
-            r = renameat(dfd, name, dfd, m->tag);
+            r = renameat(dfd, name, dfd, tag);
     }
     if (r != 0)
-        return ZC_ERR(ZC_ERR_IO, "rename %s -> %s/%s: %s", sp, dir, m->tag, strerror(errno));
+        return ZC_ERR(ZC_ERR_IO, "rename %s -> %s/%s: %s", sp, dir, tag, strerror(errno));
     /* The checkpoint holds only what a reader reads (sfd is the same
      * directory under its new name). A marker left by a crash right here
      * is ignored by every reader. */
     unlinkat(sfd, ZC_CK_STAGING_MARK, 0);
     char tp[ZC_CK_PATH_MAX];
-    ZC_CHECK(zc__ck_join(tp, sizeof tp, dir, m->tag));
+    ZC_CHECK(zc__ck_join(tp, sizeof tp, dir, tag));
     ZC_CHECK(zc__ck_fsync_fd(sfd, tp));
     ZC_CHECK(zc__ck_fsync_fd(dfd, dir));
     /* ...and only then does `latest` point at it. */
-    return write_latest(dfd, dir, m->tag);
+    if (renameat(dfd, LATEST_TMP, dfd, ZC_CK_LATEST) != 0)
+        return ZC_ERR(ZC_ERR_IO, "rename %s/%s -> %s: %s", dir, LATEST_TMP, ZC_CK_LATEST,
+                      strerror(errno));
+    return zc__ck_fsync_fd(dfd, dir);
 }
 
-zc_status zc__ck_stage_commit(const char *dir, zc_ck_manifest *m, int nfiles)
+zc_status zc__ck_stage_prepare(const char *dir, zc_ck_manifest *m, int nfiles)
 {
     char sp[ZC_CK_PATH_MAX];
     ZC_CHECK(zc__ck_staging_path(sp, dir, m->tag));
     int dfd, sfd;
     ZC_CHECK(zc__ck_staging_open(dir, m->tag, &dfd, &sfd));
-    zc_status rc = commit(dfd, sfd, dir, sp, m, nfiles);
+    zc_status rc = prepare(dfd, sfd, dir, sp, m, nfiles);
     close(sfd);
     close(dfd);
     return rc;
+}
+
+zc_status zc__ck_stage_publish(const char *dir, const char *tag)
+{
+    char sp[ZC_CK_PATH_MAX];
+    ZC_CHECK(zc__ck_staging_path(sp, dir, tag));
+    int dfd, sfd;
+    ZC_CHECK(zc__ck_staging_open(dir, tag, &dfd, &sfd));
+    zc_status rc = publish(dfd, sfd, dir, sp, tag);
+    close(sfd);
+    close(dfd);
+    return rc;
+}
+
+zc_status zc__ck_stage_commit(const char *dir, zc_ck_manifest *m, int nfiles)
+{
+    ZC_CHECK(zc__ck_stage_prepare(dir, m, nfiles));
+    return zc__ck_stage_publish(dir, m->tag);
 }

@@ -1,24 +1,33 @@
 /* Writing a checkpoint directory (internal), shared by the engine's save and
  * the offline reshard.
  *
- *   rank 0:     zc__ck_stage_open   (DIR/.TAG.partial, fresh)
- *   every rank: zc__ck_shard_open / _run, _entry ... / _close   (rank_R.bin + its index;
- *               ckpt/shard_write.h)
- *   rank 0:     zc__ck_stage_commit (manifest, rename to DIR/TAG, then `latest`)
+ *   rank 0:     zc__ck_stage_open    (DIR/.TAG.partial, fresh)
+ *   every rank: zc__ck_shard_open / _put ... / _seal   (rank_R.bin handed to the
+ *               disk, named, and its index; ckpt/shard_write.h)
+ *   rank 0:     zc__ck_stage_prepare (manifest, the staging directory's names
+ *               durable, DIR/latest.tmp)
+ *   every rank: zc__ck_shard_close   (rank_R.bin's bytes durable)
+ *   rank 0:     zc__ck_stage_publish (rename to DIR/TAG, then `latest`)
  *
- * The callers agree across ranks between the three phases. Until the rename
- * in zc__ck_stage_commit nothing under DIR/TAG or DIR/latest has changed, so a
- * crash (or a failure) at any point leaves the previous checkpoint and
- * `latest` as they were.
+ * The callers agree across ranks after the open, after the seals, after the
+ * prepare and the closes, and after the publish. The prepare needs only the
+ * indexes, so rank 0 does it while the disk is still writing the shard
+ * files' last bytes, and the publish waits for those bytes on every rank.
+ * zc__ck_stage_commit is the prepare and the publish together, for a caller
+ * whose shard files are closed already. Until the rename in the publish
+ * nothing under DIR/TAG or DIR/latest has changed, so a crash (or a failure)
+ * at any point leaves the previous checkpoint and `latest` as they were (at
+ * worst with a DIR/latest.tmp, which the next save replaces and an abort
+ * removes).
  *
  * What is fsync'd, and why no more: the marker (with the staging directory's
  * fsync) before anything is written next to it, so a crash leaves the
  * staging directory empty, marked or gone; each shard file's and the
  * manifest's bytes; the staging directory once, with every name in it,
  * before it is renamed; DIR/TAG (the marker removed) and DIR after the
- * rename; `latest` as a file, then DIR after its rename. The ranks' indexes
- * are not fsync'd at all: rank 0 reads them before the commit, and a crash
- * discards the staging directory.
+ * rename; `latest`'s next content as a file before its rename, then DIR
+ * after it. The ranks' indexes are not fsync'd at all: rank 0 reads them
+ * before the commit, and a crash discards the staging directory.
  *
  * Nothing outside what a save created is written or removed: the staging
  * directory is made by zc__ck_stage_open with a marker file in it
@@ -53,7 +62,8 @@ zc_status zc__ck_staging_path(char *out, const char *dir, const char *tag);
  * closes the descriptors. */
 zc_status zc__ck_staging_open(const char *dir, const char *tag, int *dfd, int *sfd);
 /* Removes DIR/.TAG.partial and what a save writes in it (best effort; only a
- * staging directory that holds the marker is touched). */
+ * staging directory that holds the marker is touched), and a DIR/latest.tmp
+ * a prepare left. */
 void zc__ck_stage_abort(const char *dir, const char *tag);
 
 /* Shard files: ckpt/shard_write.h. Each rank leaves rank_R.idx in the
@@ -62,12 +72,22 @@ void zc__ck_stage_abort(const char *dir, const char *tag);
 zc_status zc__ck_index_write(int sfd, const char *sp, int rank, const zc_ck_entry *ents,
                              int64_t n, uint64_t bytes);
 
-/* Rank 0: completes m (files and entries, from the ranks' indexes: nfiles
- * ranks), writes manifest.json, reads it back through zc__ck_manifest_read
- * (the validation every reader applies: a checkpoint a load would refuse is
- * never published) and checks each shard file's size against it, renames
- * the staging directory to DIR/TAG (never over an existing one) and updates
- * DIR/latest, each step durable before the next. */
+/* Rank 0, once every rank has sealed its shard file: completes m (files and
+ * entries, from the ranks' indexes: nfiles ranks), writes manifest.json
+ * (durable), reads it back through zc__ck_manifest_read (the validation
+ * every reader applies: a checkpoint a load would refuse is never published),
+ * checks each shard file's size against it, removes the indexes, fsyncs the
+ * staging directory and writes DIR/latest.tmp naming m->tag (durable).
+ * Nothing a reader sees changes. On failure the caller aborts
+ * (zc__ck_stage_abort). */
+zc_status zc__ck_stage_prepare(const char *dir, zc_ck_manifest *m, int nfiles);
+/* Rank 0, once the prepare succeeded and every rank's shard bytes are
+ * durable (zc__ck_shard_close): renames the staging directory to DIR/TAG
+ * (never over an existing one), removes the marker, fsyncs DIR/TAG and DIR,
+ * then renames DIR/latest.tmp over DIR/latest and fsyncs DIR. */
+zc_status zc__ck_stage_publish(const char *dir, const char *tag);
+/* zc__ck_stage_prepare, then zc__ck_stage_publish: for shard files that are
+ * closed already (the reshard). */
 zc_status zc__ck_stage_commit(const char *dir, zc_ck_manifest *m, int nfiles);
 
 #endif

@@ -76,13 +76,6 @@ zc_status zc__ck_place_staged_at(int fd, int sfd, const char *shown, const char 
     return rc;
 }
 
-zc_status zc__ck_commit_file_at(int fd, int dfd, const char *shown, const char *tmp,
-                                const char *final)
-{
-    ZC_CHECK(zc__ck_place_staged_at(fd, dfd, shown, tmp, final, true));
-    return zc__ck_fsync_fd(dfd, shown);
-}
-
 zc_status zc__ck_join(char *out, size_t cap, const char *a, const char *b)
 {
     int n = snprintf(out, cap, "%s/%s", a, b);

@@ -26,16 +26,13 @@ zc_status zc__ck_pread(int fd, void *buf, size_t n, uint64_t off, const char *pa
 /* Creates name in dfd exclusively for writing (O_EXCL | O_NOFOLLOW, mode
  * 0644: an existing file or a symbolic link of that name is an error). */
 zc_status zc__ck_create_at(int dfd, const char *shown, const char *name, int *fd);
-/* fsync and close fd, then rename tmp to final inside dfd and fsync dfd. fd
- * is closed on every path; on failure tmp is removed. */
-zc_status zc__ck_commit_file_at(int fd, int dfd, const char *shown, const char *tmp,
-                                const char *final);
-/* The same for a file inside a staging directory (dirwrite.h), without the
- * directory fsync: the staging directory is fsync'd once, with every name in
- * it, before it is renamed into place (zc__ck_stage_commit), and a crash
- * before that discards it whole, so one fsync per name would buy nothing.
- * sync_data false also skips the file's fsync, for what is read only before
- * the commit and never after a crash (the ranks' indexes). */
+/* fsync and close fd, then rename tmp to final inside the staging directory
+ * sfd (dirwrite.h), without a directory fsync: the staging directory is
+ * fsync'd once, with every name in it, before it is renamed into place
+ * (zc__ck_stage_prepare), and a crash before that discards it whole, so one
+ * fsync per name would buy nothing. sync_data false also skips the file's
+ * fsync, for what is read only before the commit and never after a crash (the
+ * ranks' indexes). */
 zc_status zc__ck_place_staged_at(int fd, int sfd, const char *shown, const char *tmp,
                                  const char *final, bool sync_data);
 /* fsync a directory by its descriptor. */

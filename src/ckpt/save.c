@@ -4,9 +4,12 @@
  * writes the manifest and moves `latest`.
  *
  * Ranks never split: each phase's rank-local outcome (directory, shard
- * files, manifest) is agreed before the next, with zc__eng_agree_keep, so a
- * failure anywhere is the same error on every rank and the engine keeps
- * training (a save changes no engine state). */
+ * files handed to the disk, manifest and durable shard files, publish) is
+ * agreed before the next, with zc__eng_agree_keep, so a failure anywhere is
+ * the same error on every rank and the engine keeps training (a save changes
+ * no engine state). The manifest is written while the disk finishes the
+ * shard files (dirwrite.h), so what a save costs beyond its bytes is the
+ * directory's preparation and the publish's renames. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,7 +59,8 @@ static uint64_t shard_bytes(const zc_engine *e)
 
 typedef struct save_ctx {
     zc_ck_shard *shard;
-    float *bounce;
+    float *bounce;        /* device-resident state comes through it */
+    size_t bounce_bytes;
 } save_ctx;
 
 /* Each tensor of the chunk is one run: its parameters lie back to back in
@@ -99,25 +103,32 @@ static zc_status save_chunk(zc_engine *e, int k, const zc_opt_view *v, bool host
     return ZC_OK;
 }
 
-static zc_status write_shard(zc_engine *e, const char *dir, const char *tag)
+/* This rank's shard file, written and sealed (shard_write.h): its last
+ * bytes may still be on their way to the disk; x->shard is closed or
+ * discarded by the caller, and x->bounce freed with free_bounce. */
+static zc_status write_shard(zc_engine *e, const char *dir, const char *tag, save_ctx *x)
 {
-    zc_ck_shard sh;
-    save_ctx x = {&sh, NULL};
-    size_t bounce_bytes = 0;
-    zc_status rc = zc__ck_shard_open(&sh, dir, tag, e->rank, shard_bytes(e), &e->acct,
+    zc_status rc = zc__ck_shard_open(x->shard, dir, tag, e->rank, shard_bytes(e), &e->acct,
                                      &e->ck_ring);
     if (rc == ZC_OK && e->dev->mem_kind == ZC_MEMKIND_DEVICE) {
-        bounce_bytes = zc__ck_bounce_bytes(e);
-        rc = zc__host_alloc(&e->acct, ZC_MEM_OTHER, bounce_bytes, "checkpoint bounce buffer",
-                            (void **)&x.bounce);
+        x->bounce_bytes = zc__ck_bounce_bytes(e);
+        rc = zc__host_alloc(&e->acct, ZC_MEM_OTHER, x->bounce_bytes, "checkpoint bounce buffer",
+                            (void **)&x->bounce);
+        if (rc != ZC_OK)
+            x->bounce_bytes = 0;
     }
     if (rc == ZC_OK)
-        rc = zc__opt_visit(e, false, save_chunk, &x);
+        rc = zc__opt_visit(e, false, save_chunk, x);
     if (rc == ZC_OK)
-        rc = zc__ck_shard_close(&sh);
-    zc__ck_shard_discard(&sh);
-    zc__host_free(&e->acct, ZC_MEM_OTHER, x.bounce, bounce_bytes);
+        rc = zc__ck_shard_seal(x->shard);
     return rc;
+}
+
+static void free_bounce(zc_engine *e, save_ctx *x)
+{
+    zc__host_free(&e->acct, ZC_MEM_OTHER, x->bounce, x->bounce_bytes);
+    x->bounce = NULL;
+    x->bounce_bytes = 0;
 }
 
 /* Rank 0: the manifest's head and model (the entries come from the ranks). */
@@ -184,18 +195,31 @@ ZC_API zc_status zc_checkpoint_save(zc_engine *e, const char *dir, const char *t
      * directory it refused to clear stays as it was. */
     const bool staged = rc == ZC_OK;
     ZC_CHECK(zc__eng_agree_keep(e, rc, "zc_checkpoint_save: preparing the directory"));
-    rc = write_shard(e, dir, t);
+    zc_ck_shard sh;
+    save_ctx x = {&sh, NULL, 0};
+    rc = write_shard(e, dir, t, &x);
     rc = zc__eng_agree_keep(e, rc, "zc_checkpoint_save: writing the shard files");
     if (rc == ZC_OK) {
+        /* Every index is written: rank 0 writes the manifest while the disk
+         * finishes every rank's shard file, then each rank waits for its own. */
         zc_status mrc = ZC_OK;
         if (e->rank == 0) {
             zc_ck_manifest m;
             mrc = describe(e, t, &m);
             if (mrc == ZC_OK)
-                mrc = zc__ck_stage_commit(dir, &m, e->world);
+                mrc = zc__ck_stage_prepare(dir, &m, e->world);
             zc__ck_manifest_free(&m);
         }
-        rc = zc__eng_agree_keep(e, mrc, "zc_checkpoint_save: writing the manifest");
+        zc_status crc = zc__ck_shard_close(&sh);
+        rc = zc__eng_agree_keep(e, crc != ZC_OK ? crc : mrc,
+                                "zc_checkpoint_save: making the shard files durable and writing "
+                                "the manifest");
+    }
+    zc__ck_shard_discard(&sh);
+    free_bounce(e, &x);
+    if (rc == ZC_OK) {
+        zc_status prc = e->rank == 0 ? zc__ck_stage_publish(dir, t) : ZC_OK;
+        rc = zc__eng_agree_keep(e, prc, "zc_checkpoint_save: publishing the checkpoint");
     }
     if (rc != ZC_OK && e->rank == 0 && staged)
         zc__ck_stage_abort(dir, t);

@@ -284,52 +284,72 @@ static zc_status take_checksums(zc_ck_shard *s)
     return ZC_OK;
 }
 
-zc_status zc__ck_shard_close(zc_ck_shard *s)
+zc_status zc__ck_shard_seal(zc_ck_shard *s)
 {
+    if (s->sealed)
+        return ZC_OK;
     if (s->st) {
         ZC_CHECK(flush_slot(s));
         if (s->bytes != s->capacity)
             return ZC_ERR(ZC_ERR_INTERNAL, "%s: %" PRIu64 " bytes written, %" PRIu64 " reserved",
                           s->tmp, s->bytes, s->capacity);
-        /* fsync waits for every write still in flight first. */
-        ZC_CHECK(zc__nvme_fsync(s->st));
+        /* Hashing runs ahead of the disk: this waits for the worker, not
+         * for the writes still in flight. */
         ZC_CHECK(take_checksums(s));
+    }
+    /* The final name now, before the bytes are durable: the staging
+     * directory is published only after every rank's zc__ck_shard_close, and
+     * a crash before that discards it whole (dirwrite.h). The name becomes
+     * durable with the commit's fsync of the staging directory. */
+    if (renameat(s->sfd, s->tmp_name, s->sfd, s->final_name) != 0)
+        return ZC_ERR(ZC_ERR_IO, "rename %s -> %s: %s", s->tmp, s->final_name, strerror(errno));
+    s->renamed = true;
+    ZC_CHECK(zc__ck_index_write(s->sfd, s->dir, s->rank, s->ents, s->n, s->bytes));
+    s->sealed = true;
+    return ZC_OK;
+}
+
+zc_status zc__ck_shard_close(zc_ck_shard *s)
+{
+    ZC_CHECK(zc__ck_shard_seal(s));
+    zc_status rc = ZC_OK;
+    if (s->st) {
+        /* fsync waits for every write still in flight first. */
+        rc = zc__nvme_fsync(s->st);
         zc_nvme_store *st = s->st;
         s->st = NULL;
-        zc_status rc = zc__nvme_close(st, ZC_NVME_CLOSE_WAIT);
-        if (rc == ZC_OK && renameat(s->sfd, s->tmp_name, s->sfd, s->final_name) != 0)
-            rc = ZC_ERR(ZC_ERR_IO, "rename %s -> %s: %s", s->tmp, s->final_name, strerror(errno));
-        if (rc != ZC_OK) {
-            unlinkat(s->sfd, s->tmp_name, 0);
-            return rc;
-        }
+        zc_status crc = zc__nvme_close(st, rc == ZC_OK ? ZC_NVME_CLOSE_WAIT : ZC_NVME_CLOSE_CANCEL);
+        if (rc == ZC_OK)
+            rc = crc;
     } else {
-        int fd = s->fd;
+        if (fsync(s->fd) != 0)
+            rc = ZC_ERR(ZC_ERR_IO, "%s/%s: fsync: %s", s->dir, s->final_name, strerror(errno));
+        if (close(s->fd) != 0 && rc == ZC_OK)
+            rc = ZC_ERR(ZC_ERR_IO, "%s/%s: close: %s", s->dir, s->final_name, strerror(errno));
         s->fd = -1;
-        ZC_CHECK(zc__ck_place_staged_at(fd, s->sfd, s->dir, s->tmp_name, s->final_name, true));
     }
-    /* The name is made durable by the commit's fsync of the staging
-     * directory, with every rank's (fsio.h, zc__ck_place_staged_at). */
-    zc_status rc = zc__ck_index_write(s->sfd, s->dir, s->rank, s->ents, s->n, s->bytes);
+    if (rc != ZC_OK)
+        return rc; /* zc__ck_shard_discard removes the file */
     free_buffers(s);
     close(s->sfd);
     s->sfd = -1;
-    return rc;
+    return ZC_OK;
 }
 
 void zc__ck_shard_discard(zc_ck_shard *s)
 {
+    const char *name = s->renamed ? s->final_name : s->tmp_name;
     if (s->st) {
         /* Cancel, and wait for what the kernel cannot: no write may read
          * freed buffers. */
         zc__nvme_close(s->st, ZC_NVME_CLOSE_CANCEL);
         s->st = NULL;
-        unlinkat(s->sfd, s->tmp_name, 0);
+        unlinkat(s->sfd, name, 0);
     }
     if (s->fd >= 0) {
         close(s->fd);
         s->fd = -1;
-        unlinkat(s->sfd, s->tmp_name, 0);
+        unlinkat(s->sfd, name, 0);
     }
     if (s->sfd >= 0) {
         close(s->sfd);

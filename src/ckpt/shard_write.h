@@ -23,10 +23,14 @@
  * split at the disk's segment limit, which made writing from the engine
  * slower than copying (bench/RESULTS.md, "Checkpoints").
  *
- * The file is created as TMP = FINAL.tmp with O_EXCL, reserved at its exact
- * size up front (a full disk shows at open), and made durable under FINAL by
- * zc__ck_shard_close (fsync, rename) and the commit's fsync of the staging
- * directory (dirwrite.h). */
+ * The file is created as TMP = FINAL.tmp with O_EXCL and reserved at its exact
+ * size up front (a full disk shows at open). zc__ck_shard_seal gives it its
+ * final name and writes its index as soon as the last bytes are handed to the
+ * disk, while they are still being written, and zc__ck_shard_close makes
+ * them durable (fsync): between the two a caller has the disk's last
+ * milliseconds of work for itself (rank 0 writes the manifest then:
+ * dirwrite.h). The names become durable with the commit's fsync of the
+ * staging directory. */
 #ifndef ZC_CKPT_SHARD_WRITE_H
 #define ZC_CKPT_SHARD_WRITE_H
 
@@ -70,8 +74,10 @@ typedef struct zc_ck_shard {
     size_t fill;              /* bytes in it */
     uint64_t slot_off;        /* file offset of its first byte */
     zc_ck_hasher *hasher;     /* the entries' checksums */
-    zc_ck_entry *ents;        /* their xxh3 is filled in at close */
+    zc_ck_entry *ents;        /* their xxh3 is filled in at the seal */
     int64_t n, cap;
+    bool renamed;             /* the file has its final name */
+    bool sealed;              /* zc__ck_shard_seal done: index written */
 } zc_ck_shard;
 
 /* Bytes a run of `bytes` takes in the file (padded to ZC_CK_ALIGN). */
@@ -92,7 +98,7 @@ zc_status zc__ck_shard_open(zc_ck_shard *s, const char *dir, const char *tag, in
 /* Appends elements [begin, end) of parameter `param`'s tensor `kind` (fp32
  * values in host memory; read before the call returns) right after the
  * previous entry of the run, and records its entry; its checksum is
- * computed on the worker and recorded by zc__ck_shard_close. */
+ * computed on the worker and recorded by zc__ck_shard_seal. */
 zc_status zc__ck_shard_put(zc_ck_shard *s, int param, int kind, int64_t begin, int64_t end,
                            const float *values);
 
@@ -110,8 +116,16 @@ zc_status zc__ck_shard_pad(zc_ck_shard *s);
 zc_status zc__ck_shard_append(zc_ck_shard *s, int param, int kind, int64_t begin, int64_t end,
                               const float *values);
 
-/* Makes the shard file's bytes durable and gives it and its index their
- * final names (the names become durable at the commit: dirwrite.h). */
+/* Ends the writing: hands the last buffer to the disk, waits for the
+ * checksums (not for the writes), gives the file its final name and writes
+ * its index (zc__ck_index_write). Nothing may be put after it. The values of
+ * zc__ck_shard_put_kept must still stay unchanged: they may still be in
+ * flight until zc__ck_shard_close. */
+zc_status zc__ck_shard_seal(zc_ck_shard *s);
+/* Seals the file if that was not done, then waits for every write and makes
+ * the bytes durable (fsync), and frees the ring and the worker. On failure
+ * the file is left for zc__ck_shard_discard to remove. The names become
+ * durable at the commit (dirwrite.h). */
 zc_status zc__ck_shard_close(zc_ck_shard *s);
 /* Cancels what is in flight, frees and removes what was not closed (after a
  * failure; a no-op after a successful close). */

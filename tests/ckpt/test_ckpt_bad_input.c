@@ -313,6 +313,83 @@ Test(ckpt_bad_input, stale_staging_with_foreign_file_refused)
     t_assert_no_leaks();
 }
 
+static bool exists(const char *dir, const char *name)
+{
+    char p[800];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    return access(p, F_OK) == 0;
+}
+
+static void assert_latest_names(const char *dir, const char *tag)
+{
+    char p[800], line[64] = "";
+    snprintf(p, sizeof p, "%s/latest", dir);
+    FILE *f = fopen(p, "r");
+    cr_assert_not_null(f, "%s", p);
+    cr_assert_not_null(fgets(line, sizeof line, f), "%s is empty", p);
+    fclose(f);
+    char want[64];
+    snprintf(want, sizeof want, "%s\n", tag);
+    cr_assert_str_eq(line, want, "%s", p);
+}
+
+/* A shard file's write fails (ENOSPC at the K-th write request of each
+ * rank's file, for every K a save makes, the last ones included, which are
+ * found only once rank 0 has written the manifest and the next `latest`):
+ * the same ZC_ERR_IO on every rank, and nothing of the save is left - no
+ * DIR/TAG, no staging directory, no DIR/latest.tmp, `latest` still naming
+ * the earlier checkpoint. The engine trains on, and the first K past the
+ * save's writes saves a checkpoint that loads bitwise. */
+Test(ckpt_bad_input, write_error_at_every_write_of_a_save, .timeout = 300)
+{
+    char *dir = ck_tmpdir();
+    t_run run;
+    t_run_init(&run, 2, 2, ZC_DTYPE_F32);
+    ck_phase base = {.run = &run, .first = 0, .n = 1, .save_dir = dir, .save_tag = "base"};
+    cr_assert(ck_phase_run(&base), "%s", ck_phase_error(&base));
+    cr_assert_eq(base.save_rc[0], ZC_OK, "%s", base.save_msg[0]);
+    free(base.master);
+    int failed = 0;
+    bool saved = false;
+    for (int k = 1; k <= 64 && !saved; k++) {
+        char spec[32];
+        snprintf(spec, sizeof spec, "enospc=%d", k);
+        setenv("ZC_NVME_FAULTS", spec, 1);
+        ck_phase a = {.run = &run, .first = 0, .n = 2, .save_dir = dir, .save_tag = "x"};
+        const bool ran = ck_phase_run(&a);
+        unsetenv("ZC_NVME_FAULTS");
+        cr_assert(ran, "%s: %s", spec, ck_phase_error(&a));
+        if (a.save_rc[0] == ZC_OK) {
+            cr_assert_eq(a.save_rc[1], ZC_OK, "%s, rank 1: %s", spec, a.save_msg[1]);
+            saved = true;
+            ck_phase b = {.run = &run, .load_dir = dir, .load_tag = "x", .first = 2, .n = 0};
+            cr_assert(ck_phase_run(&b), "%s", ck_phase_error(&b));
+            cr_assert_eq(b.load_rc[0], ZC_OK, "%s", b.load_msg[0]);
+            cr_assert(memcmp(a.master, b.master, (size_t)t_total_numel() * 4) == 0);
+            assert_latest_names(dir, "x");
+            free(b.master);
+        } else {
+            failed++;
+            for (int r = 0; r < 2; r++) {
+                cr_assert_eq(a.save_rc[r], ZC_ERR_IO, "%s, rank %d: %s", spec, r, a.save_msg[r]);
+                cr_assert_not_null(strstr(a.save_msg[r], "No space left on device"),
+                                   "%s, rank %d: '%s'", spec, r, a.save_msg[r]);
+            }
+            cr_assert_str_eq(a.save_msg[0], a.save_msg[1], "%s", spec);
+            cr_assert(!exists(dir, "x"), "%s: a checkpoint appeared", spec);
+            cr_assert(!exists(dir, ".x.partial"), "%s: the staging directory is left", spec);
+            cr_assert(!exists(dir, "latest.tmp"), "%s: latest.tmp is left", spec);
+            assert_latest_names(dir, "base");
+        }
+        free(a.master);
+    }
+    cr_assert(saved, "no save went through with its K-th write failing, K <= 64");
+    cr_assert_gt(failed, 0, "no write of the save failed");
+    ck_rm_tree(dir);
+    free(dir);
+    t_assert_no_leaks();
+}
+
 /* A read error while the entries are read into the state (the store's fault
  * injection fails the first read request of every shard file): the same
  * message on every rank, naming the file and the tensor, and the engine
