@@ -52,8 +52,11 @@ zc_status zc__ck_shard_open(zc_ck_shard *s, const char *dir, const char *tag, in
                       capacity, ZC_CK_ALIGN);
     s->capacity = capacity;
     ZC_CHECK(zc__ck_staging_open(dir, tag, NULL, &s->sfd));
-    if (!capacity) /* a rank whose shards are all padding */
-        return zc__ck_create_at(s->sfd, s->dir, s->tmp_name, &s->fd);
+    if (!capacity) { /* a rank whose shards are all padding */
+        ZC_CHECK(zc__ck_create_at(s->sfd, s->dir, s->tmp_name, &s->fd));
+        s->created = true;
+        return ZC_OK;
+    }
     zc_nvme_opts o = ZC_NVME_OPTS_INIT;
     o.file = s->tmp;
     o.flags = ZC_NVME_FILE_AT;
@@ -83,6 +86,7 @@ zc_status zc__ck_shard_open(zc_ck_shard *s, const char *dir, const char *tag, in
         return rc;
     }
     s->ring = s->ring_mem.base;
+    s->created = true;
     return ZC_OK;
 }
 
@@ -329,7 +333,7 @@ zc_status zc__ck_shard_close(zc_ck_shard *s)
         s->fd = -1;
     }
     if (rc != ZC_OK)
-        return rc; /* zc__ck_shard_discard removes the file */
+        return rc; /* zc__ck_shard_discard removes the file and its index */
     free_buffers(s);
     close(s->sfd);
     s->sfd = -1;
@@ -338,20 +342,26 @@ zc_status zc__ck_shard_close(zc_ck_shard *s)
 
 void zc__ck_shard_discard(zc_ck_shard *s)
 {
-    const char *name = s->renamed ? s->final_name : s->tmp_name;
     if (s->st) {
         /* Cancel, and wait for what the kernel cannot: no write may read
          * freed buffers. */
         zc__nvme_close(s->st, ZC_NVME_CLOSE_CANCEL);
         s->st = NULL;
-        unlinkat(s->sfd, name, 0);
     }
     if (s->fd >= 0) {
         close(s->fd);
         s->fd = -1;
-        unlinkat(s->sfd, name, 0);
     }
     if (s->sfd >= 0) {
+        /* Not closed successfully (that closes sfd): the file goes, under
+         * whichever name it has, and the index a seal wrote. */
+        if (s->created)
+            unlinkat(s->sfd, s->renamed ? s->final_name : s->tmp_name, 0);
+        if (s->sealed) {
+            char idx[32];
+            snprintf(idx, sizeof idx, "rank_%05d.idx", s->rank);
+            unlinkat(s->sfd, idx, 0);
+        }
         close(s->sfd);
         s->sfd = -1;
     }

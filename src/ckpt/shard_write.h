@@ -76,6 +76,7 @@ typedef struct zc_ck_shard {
     zc_ck_hasher *hasher;     /* the entries' checksums */
     zc_ck_entry *ents;        /* their xxh3 is filled in at the seal */
     int64_t n, cap;
+    bool created;             /* the file exists (under tmp_name or final_name) */
     bool renamed;             /* the file has its final name */
     bool sealed;              /* zc__ck_shard_seal done: index written */
 } zc_ck_shard;
@@ -124,11 +125,12 @@ zc_status zc__ck_shard_append(zc_ck_shard *s, int param, int kind, int64_t begin
 zc_status zc__ck_shard_seal(zc_ck_shard *s);
 /* Seals the file if that was not done, then waits for every write and makes
  * the bytes durable (fsync), and frees the ring and the worker. On failure
- * the file is left for zc__ck_shard_discard to remove. The names become
+ * zc__ck_shard_discard removes the file and its index. The names become
  * durable at the commit (dirwrite.h). */
 zc_status zc__ck_shard_close(zc_ck_shard *s);
-/* Cancels what is in flight, frees and removes what was not closed (after a
- * failure; a no-op after a successful close). */
+/* Cancels what is in flight, frees, and removes the file and its index when
+ * they were not closed successfully (after a failure; a no-op after a
+ * successful close). */
 void zc__ck_shard_discard(zc_ck_shard *s);
 
 #endif

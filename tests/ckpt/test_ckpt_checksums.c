@@ -212,6 +212,47 @@ Test(ckpt_checksums, a_kept_ring_is_reused_and_each_shard_matches_its_own_bytes)
     t_assert_no_leaks();
 }
 
+static bool staged_file(const char *dir, const char *tag, const char *name)
+{
+    char p[800];
+    snprintf(p, sizeof p, "%s/.%s.partial/%s", dir, tag, name);
+    return access(p, F_OK) == 0;
+}
+
+/* A write that fails after the seal (ENOSPC at its completion, found by the
+ * close's fsync): the close says so, and the discard removes the file under
+ * its final name and the index the seal wrote. */
+Test(ckpt_checksums, a_shard_whose_write_fails_after_the_seal_leaves_nothing)
+{
+    char *dir = ck_tmpdir();
+    cr_assert_eq(zc__ck_stage_open(dir, "f"), ZC_OK, "%s", zc_last_error());
+    const int64_t n = 1 << 18; /* 1 MiB: one write, in flight at the seal */
+    zc_ck_shard sh;
+    cr_assert_eq(zc__ck_shard_open(&sh, dir, "f", 0, (uint64_t)n * 4, NULL, NULL), ZC_OK, "%s",
+                 zc_last_error());
+    zc_nvme_faults f = {.enospc_write_at = 1};
+    zc__nvme_set_faults(sh.st, &f);
+    float *v = malloc((size_t)n * 4);
+    cr_assert_not_null(v);
+    fill(v, n, 7);
+    cr_assert_eq(zc__ck_shard_append(&sh, 0, 0, 0, n, v), ZC_OK, "%s", zc_last_error());
+    cr_assert_eq(zc__ck_shard_seal(&sh), ZC_OK, "%s", zc_last_error());
+    cr_assert(staged_file(dir, "f", "rank_00000.bin"), "no file under its final name");
+    cr_assert(staged_file(dir, "f", "rank_00000.idx"), "no index after the seal");
+    cr_assert_eq(zc__ck_shard_close(&sh), ZC_ERR_IO);
+    cr_assert_not_null(strstr(zc_last_error(), "No space left on device"), "'%s'",
+                       zc_last_error());
+    zc__ck_shard_discard(&sh);
+    cr_assert(!staged_file(dir, "f", "rank_00000.bin"), "the file is left");
+    cr_assert(!staged_file(dir, "f", "rank_00000.bin.tmp"), "a temporary file is left");
+    cr_assert(!staged_file(dir, "f", "rank_00000.idx"), "the index is left");
+    free(v);
+    zc__ck_stage_abort(dir, "f");
+    ck_rm_tree(dir);
+    free(dir);
+    t_assert_no_leaks();
+}
+
 /* Values kept for the shard writer (zc__ck_shard_put_kept), laid out as an
  * engine's runs are: each run's entries back to back in memory, the run at
  * `skew` bytes past a page boundary. */
