@@ -226,13 +226,15 @@ void zc__ck_stage_abort(const char *dir, const char *tag)
     close(dfd);
 }
 
+void zc__ck_index_name(int rank, char out[32]) { snprintf(out, 32, "rank_%05d.idx", rank); }
+
 zc_status zc__ck_index_write(int sfd, const char *sp, int rank, const zc_ck_entry *ents,
                              int64_t n, uint64_t bytes)
 {
     /* The index: header {magic, count, bytes}, then the entries. */
     char name[32], tmp[40];
     int fd;
-    snprintf(name, sizeof name, "rank_%05d.idx", rank);
+    zc__ck_index_name(rank, name);
     snprintf(tmp, sizeof tmp, "%s.tmp", name);
     ZC_CHECK(zc__ck_create_at(sfd, sp, tmp, &fd));
     uint64_t head[3] = {IDX_MAGIC, (uint64_t)n, bytes};
@@ -254,7 +256,7 @@ zc_status zc__ck_index_write(int sfd, const char *sp, int rank, const zc_ck_entr
 static zc_status read_index(int sfd, const char *sp, int r, zc_ck_manifest *m, int64_t *cap)
 {
     char name[32], shown[ZC_CK_PATH_MAX + 40], why[ZC_CK_PATH_MAX + 128];
-    snprintf(name, sizeof name, "rank_%05d.idx", r);
+    zc__ck_index_name(r, name);
     snprintf(shown, sizeof shown, "%s/%s", sp, name);
     int fd;
     struct stat st;
@@ -369,7 +371,7 @@ static zc_status prepare(int dfd, int sfd, const char *dir, const char *sp, zc_c
     ZC_CHECK(verify_written(sfd, sp, m));
     for (int r = 0; r < nfiles; r++) {
         char name[32];
-        snprintf(name, sizeof name, "rank_%05d.idx", r);
+        zc__ck_index_name(r, name);
         unlinkat(sfd, name, 0);
     }
     /* Every name the staging directory will hold is in place: made durable

@@ -71,6 +71,8 @@ void zc__ck_stage_abort(const char *dir, const char *tag);
  * rank 0 (zc__ck_index_write). */
 zc_status zc__ck_index_write(int sfd, const char *sp, int rank, const zc_ck_entry *ents,
                              int64_t n, uint64_t bytes);
+/* rank_R.idx, rank R's index name in the staging directory. */
+void zc__ck_index_name(int rank, char out[32]);
 
 /* Rank 0, once every rank has sealed its shard file: completes m (files and
  * entries, from the ranks' indexes: nfiles ranks), writes manifest.json

@@ -359,7 +359,7 @@ void zc__ck_shard_discard(zc_ck_shard *s)
             unlinkat(s->sfd, s->renamed ? s->final_name : s->tmp_name, 0);
         if (s->sealed) {
             char idx[32];
-            snprintf(idx, sizeof idx, "rank_%05d.idx", s->rank);
+            zc__ck_index_name(s->rank, idx);
             unlinkat(s->sfd, idx, 0);
         }
         close(s->sfd);
