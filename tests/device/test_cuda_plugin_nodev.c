@@ -15,23 +15,11 @@
 #include "cuda_plugin/load.h"
 #include "helpers.h"
 
-static bool mapped(const char *name)
-{
-    FILE *f = fopen("/proc/self/maps", "r");
-    cr_assert(f);
-    char buf[4096];
-    bool found = false;
-    while (!found && fgets(buf, sizeof buf, f))
-        found = strstr(buf, name) != NULL;
-    fclose(f);
-    return found;
-}
-
 static void assert_nothing_of_cuda_mapped(void)
 {
-    cr_assert_not(mapped("libzeroc_cuda.so"));
-    cr_assert_not(mapped("libcudart.so"));
-    cr_assert_not(mapped("libnccl.so"));
+    cr_assert_not(t_mapped("libzeroc_cuda.so"));
+    cr_assert_not(t_mapped("libcudart.so"));
+    cr_assert_not(t_mapped("libnccl.so"));
 }
 
 /* The driver's CUDA_ERROR_NO_DEVICE: no device, the host path, the reason
@@ -39,9 +27,9 @@ static void assert_nothing_of_cuda_mapped(void)
 Test(cuda_plugin_nodev, no_device_by_the_driver_loads_nothing)
 {
     unsetenv("CUDA_VISIBLE_DEVICES");
-    cr_assert(mapped("libcuda.so.1") == false);
+    cr_assert(t_mapped("libcuda.so.1") == false);
     cr_assert_eq(zc__device_cuda_count(), 0);
-    cr_assert(mapped("libcuda.so.1"), "the stand-in driver was not asked");
+    cr_assert(t_mapped("libcuda.so.1"), "the stand-in driver was not asked");
     assert_nothing_of_cuda_mapped();
     zc_device *d = NULL;
     cr_assert_eq(zc__device_open(ZC_DEVICE_AUTO, -1, &d), ZC_OK, "%s", zc_last_error());
@@ -88,8 +76,8 @@ Test(cuda_plugin_nodev, devices_by_the_driver_ask_the_runtime)
     cr_assert_eq(setenv("FAKE_CUDA_INIT", "0", 1), 0);
     cr_assert_eq(setenv("FAKE_CUDA_COUNT", "2", 1), 0);
     cr_assert_eq(zc__device_cuda_count(), 0);
-    cr_assert(mapped("libzeroc_cuda.so"), "the runtime was not asked");
-    cr_assert(mapped("libcudart.so"));
+    cr_assert(t_mapped("libzeroc_cuda.so"), "the runtime was not asked");
+    cr_assert(t_mapped("libcudart.so"));
     char why[1024];
     zc__cuda_unusable_reason(why, sizeof why);
     cr_assert(why[0] && !strstr(why, "the NVIDIA driver reports"), "%s", why);
@@ -101,7 +89,7 @@ Test(cuda_plugin_nodev, another_driver_error_asks_the_runtime)
 {
     cr_assert_eq(setenv("FAKE_CUDA_INIT", "999", 1), 0);
     cr_assert_eq(zc__device_cuda_count(), 0);
-    cr_assert(mapped("libzeroc_cuda.so"), "the runtime was not asked");
+    cr_assert(t_mapped("libzeroc_cuda.so"), "the runtime was not asked");
 }
 
 /* Asking for CUDA explicitly still gets the runtime's whole story. */
@@ -111,5 +99,5 @@ Test(cuda_plugin_nodev, an_explicit_cuda_device_gets_the_runtime_reason)
     cr_assert_eq(zc__device_open(ZC_DEVICE_CUDA, 0, &d), ZC_ERR_UNSUPPORTED);
     cr_assert(strstr(zc_last_error(), "device 'cuda' requested but unusable"), "%s",
               zc_last_error());
-    cr_assert(mapped("libzeroc_cuda.so"));
+    cr_assert(t_mapped("libzeroc_cuda.so"));
 }
