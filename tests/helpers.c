@@ -95,3 +95,15 @@ void t_run_ranks(int world, void (*fn)(int rank, void *arg), void *arg)
     for (int r = 0; r < world; r++)
         pthread_join(th[r], NULL);
 }
+
+bool t_mapped(const char *name)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    cr_assert(f, "/proc/self/maps: cannot open");
+    char buf[4096];
+    bool found = false;
+    while (!found && fgets(buf, sizeof buf, f))
+        found = strstr(buf, name) != NULL;
+    fclose(f);
+    return found;
+}

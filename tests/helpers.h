@@ -2,6 +2,7 @@
 #ifndef ZC_TESTS_HELPERS_H
 #define ZC_TESTS_HELPERS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -42,6 +43,10 @@ double t_noise(uint64_t salt, int rank, int step, int micro, int param, int64_t 
 /* Distance in units in the last place between two floats (0 when bitwise
  * equal; NaN vs NaN counts as equal; +0 and -0 are 0 apart). */
 uint32_t t_ulp_diff_f32(float a, float b);
+
+/* Whether this process maps a file whose /proc/self/maps line contains
+ * `name` (a library loaded or not). */
+bool t_mapped(const char *name);
 
 /* Runs fn(rank, arg) on `world` threads and joins them. */
 void t_run_ranks(int world, void (*fn)(int rank, void *arg), void *arg);

@@ -54,6 +54,7 @@ static void usage(FILE *f)
                "                      [--out bf16|fp16|fp32|none] [--reps 20] [--warmup 3]\n"
                "                      [--gpu 0] [--engine STAGE]\n"
                "  --sizes LIST   parameter counts, multiples of 64 in [64, 2^33], K/M/G suffixes\n"
+               "                 (--n LIST is the same, as `zeroc bench adam` names it)\n"
                "  --reps 1..10000, --warmup 0..10000, --gpu 0..1023\n"
                "  --engine STAGE time the engine's zc_step at that ZeRO stage (0..3, world 1)\n"
                "                 with the first --grad dtype as the model's, next to one\n"
@@ -116,7 +117,7 @@ static int run_copy(void *p)
 
 int zc__bench_gpu_adam_main(int argc, char **argv)
 {
-    const char *sizes = "16M,64M,256M,1G", *grads = "fp32,bf16,fp16", *out_s = "bf16";
+    const char *sizes = "16M,64M,256M,1G", *sizes_flag = "--sizes", *grads = "fp32,bf16,fp16", *out_s = "bf16";
     int reps = 20, warmup = 3, dev_index = 0, engine_stage = -1;
     char err[ZC_ARG_ERRLEN];
     for (int i = 1; i < argc; i++) {
@@ -131,8 +132,8 @@ int zc__bench_gpu_adam_main(int argc, char **argv)
             usage(stderr);
             return 2;
         }
-        if (!strcmp(a, "--sizes"))
-            sizes = v;
+        if (!strcmp(a, "--sizes") || !strcmp(a, "--n"))
+            sizes = v, sizes_flag = a;
         else if (!strcmp(a, "--grad"))
             grads = v;
         else if (!strcmp(a, "--out"))
@@ -160,15 +161,15 @@ int zc__bench_gpu_adam_main(int argc, char **argv)
      * nothing and no case runs on half a list. */
     uint64_t ns[MAX_SIZES];
     int nns = 0;
-    if (!zc__arg_u64_list("--sizes", sizes, 64, MAX_PARAMS, ZC_ARG_SUFFIX, ns, MAX_SIZES, &nns,
+    if (!zc__arg_u64_list(sizes_flag, sizes, 64, MAX_PARAMS, ZC_ARG_SUFFIX, ns, MAX_SIZES, &nns,
                           err, sizeof err)) {
         fprintf(stderr, "bench_gpu_adam: %s\n", err);
         return 2;
     }
     for (int i = 0; i < nns; i++)
         if (ns[i] % 64) {
-            fprintf(stderr, "bench_gpu_adam: --sizes item %llu is not a multiple of 64 (shards "
-                    "are 64-element aligned)\n", (unsigned long long)ns[i]);
+            fprintf(stderr, "bench_gpu_adam: %s item %llu is not a multiple of 64 (shards "
+                    "are 64-element aligned)\n", sizes_flag, (unsigned long long)ns[i]);
             return 2;
         }
     zc_dtype gdts[8];

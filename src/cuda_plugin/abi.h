@@ -9,7 +9,8 @@
  * libzeroc_cuda.so, linked normally against cudart and NCCL, and libzeroc
  * loads it (src/cuda_plugin/load.c) the first time the engine needs a GPU:
  * a CUDA device opened, devices counted for ZC_DEVICE_AUTO or
- * zc_comm_init_env, an NCCL communicator made. A CPU run never loads it.
+ * zc_comm_init_env where the driver reports any, an NCCL communicator made.
+ * A CPU run never loads it.
  *
  * Why a plugin rather than dlsym'ing the CUDA runtime: nvcc-compiled kernels
  * register their fat binaries with the runtime from static constructors of

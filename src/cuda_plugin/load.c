@@ -14,6 +14,7 @@
 
 #include "comm/mpi.h"
 #include "comm/nccl.h"
+#include "cuda_plugin/driver_count.h"
 #include "cuda_plugin/load.h"
 
 /* What libzeroc lends the plugin (abi.h). */
@@ -219,6 +220,10 @@ const zc_cuda_plugin_ops *zc__cuda_plugin(void)
 
 void zc__cuda_unusable_reason(char *buf, size_t cap)
 {
+    /* A driver that sees no device says so without the plugin being loaded
+     * (driver_count.h); once it is loaded, its runtime's reason. */
+    if (!loaded && zc__cuda_driver_device_count(buf, cap) == 0)
+        return;
     const zc_cuda_plugin_ops *ops = zc__cuda_plugin();
     if (ops)
         ops->unusable_reason(buf, cap);
@@ -230,6 +235,10 @@ void zc__cuda_unusable_reason(char *buf, size_t cap)
 
 int zc__device_cuda_count(void)
 {
+    /* No device by the driver's own count: nothing of CUDA's runtime or
+     * NCCL is loaded to learn it (driver_count.h). */
+    if (zc__cuda_driver_device_count(NULL, 0) == 0)
+        return 0;
     const zc_cuda_plugin_ops *ops = zc__cuda_plugin();
     return ops ? ops->device_count() : 0;
 }

@@ -24,6 +24,10 @@
  * Nothing is loaded unless the NVIDIA driver's library (libcuda.so.1) can be
  * loaded: the CUDA runtime needs it to see any device, so without it there
  * is no GPU to find, and counting devices costs no mapping of cudart or NCCL.
+ * Nor is anything loaded to count devices when the driver itself reports
+ * none (driver_count.h: no GPU, or every one hidden by CUDA_VISIBLE_DEVICES);
+ * asking for a CUDA device explicitly still loads the plugin, for the
+ * runtime's own reason.
  * The outcome is decided once per process (success or the reason) and kept;
  * the plugin is never unloaded. Thread-safe. */
 #ifndef ZC_CUDA_PLUGIN_LOAD_H

@@ -82,6 +82,12 @@ def check_installed(build, src, sanitize, cc, ma, tmp):
     plugin = os.path.exists(os.path.join(build, "libzeroc_cuda.so"))
     if plugin and not os.path.isfile(os.path.join(libdir, "libzeroc_cuda.so")):
         fail("no libzeroc_cuda.so beside libzeroc.so in " + libdir)
+    # And the GPU Adam bench where `zeroc bench adam --device cuda` runs it
+    # from (tools/cmd_bench_adam_cuda.c: libexecdir/zeroc).
+    if os.path.exists(os.path.join(build, "bench", "gpu_adam", "bench_gpu_adam")):
+        gpu_bench = os.path.join(root, opts["libexecdir"], "zeroc", "bench_gpu_adam")
+        if not os.access(gpu_bench, os.X_OK):
+            fail("no executable %s for `zeroc bench adam --device cuda`" % gpu_bench)
 
     hello = os.path.join(tmp, "hello.c")
     with open(hello, "w", encoding="utf-8") as f:

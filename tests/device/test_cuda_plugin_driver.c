@@ -12,28 +12,15 @@
 #include "cuda_plugin/load.h"
 #include "helpers.h"
 
-/* Whether /proc/self/maps maps a file whose name contains `name`. */
-static bool mapped(const char *name)
-{
-    FILE *f = fopen("/proc/self/maps", "r");
-    cr_assert(f);
-    char buf[4096];
-    bool found = false;
-    while (!found && fgets(buf, sizeof buf, f))
-        found = strstr(buf, name) != NULL;
-    fclose(f);
-    return found;
-}
-
 Test(cuda_plugin_driver, counting_devices_loads_the_plugin)
 {
-    cr_assert_not(mapped("libzeroc_cuda.so"));
+    cr_assert_not(t_mapped("libzeroc_cuda.so"));
     cr_assert_eq(zc__device_cuda_count(), 0, "the stand-in driver has no device");
     /* Loaded from the build tree (this program links the static archive and
      * lives in it), with the runtime and NCCL it links. */
-    cr_assert(mapped(ZC_CUDA_PLUGIN_BUILD_DIR "/" ZC_CUDA_PLUGIN_FILE),
+    cr_assert(t_mapped(ZC_CUDA_PLUGIN_BUILD_DIR "/" ZC_CUDA_PLUGIN_FILE),
               "the plugin was not loaded from the build tree");
-    cr_assert(mapped("libcudart.so"));
+    cr_assert(t_mapped("libcudart.so"));
     cr_assert(zc__cuda_plugin());
     /* Now the reasons are the runtime's, not a missing library's. */
     char why[1024];
@@ -67,9 +54,9 @@ Test(cuda_plugin_driver, host_run_maps_no_cuda_library)
     cr_assert_eq(zc_grad_ready(e, p), ZC_OK, "%s", zc_last_error());
     zc_step_info info;
     cr_assert_eq(zc_step(e, &info), ZC_OK, "%s", zc_last_error());
-    cr_assert_not(mapped("libzeroc_cuda.so"));
-    cr_assert_not(mapped("libcudart.so"));
-    cr_assert_not(mapped("libnccl.so"));
+    cr_assert_not(t_mapped("libzeroc_cuda.so"));
+    cr_assert_not(t_mapped("libcudart.so"));
+    cr_assert_not(t_mapped("libnccl.so"));
     zc_engine_destroy(e);
     zc_config_destroy(cfg);
     zc_comm_destroy(comm);
