@@ -1,6 +1,7 @@
 /* `zeroc bench adam [--device cpu|cuda] [options]`: the optimizer step
  * benchmarks. The CPU one is bench/cpu_adam; the CUDA one lives in
  * cmd_bench_adam_cuda.c and is linked only in CUDA builds (weak symbol). */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,7 @@ int zc__cmd_bench_adam(int argc, char **argv)
         return 1;
     }
     int nrest = 0, rc = 2;
+    bool help = false;
     rest[nrest++] = "zeroc bench adam"; /* the bench names itself by argv[0] */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--device")) {
@@ -32,12 +34,17 @@ int zc__cmd_bench_adam(int argc, char **argv)
         } else if (!strncmp(argv[i], "--device=", 9)) {
             device = argv[i] + 9;
         } else {
+            help = help || !strcmp(argv[i], "-h") || !strcmp(argv[i], "--help");
             rest[nrest++] = argv[i];
         }
     }
     rest[nrest] = NULL;
     if (!strcmp(device, "cpu")) {
         rc = zc__bench_cpu_adam(nrest, rest);
+        /* The bench's usage knows nothing of the CLI's choice of device. */
+        if (help && rc == 0)
+            printf("--device cpu|cuda: cpu is this bench (the default), cuda the GPU Adam bench\n"
+                   "(bench_gpu_adam; its flags: zeroc bench adam --device cuda --help).\n");
     } else if (!strcmp(device, "cuda")) {
         if (!zc__cmd_bench_adam_cuda)
             fprintf(stderr, "zeroc bench adam: --device cuda is not part of this build\n");

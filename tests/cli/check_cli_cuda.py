@@ -66,12 +66,22 @@ def main():
         probs += ["loads a CUDA library: " + h for h in hits[:5]]
         check("zeroc %s loads no CUDA library" % " ".join(args), probs)
 
+    p = run([zeroc, "bench", "adam", "--help"])
+    check("bench adam --help names --device",
+          [] if p.returncode == 0 and "--device cpu|cuda" in p.stdout
+          else ["exit %d, stdout %r" % (p.returncode, p.stdout[-300:])])
+
     if not cuda:
         p = run([zeroc, "bench", "adam", "--device", "cuda", "--n", "1M"])
         check("a build without CUDA says --device cuda is not part of it",
               [] if p.returncode == 2 and "not part of this build" in p.stderr
               else ["exit %d: %s" % (p.returncode, p.stderr[-400:])])
         return
+
+    p = run([zeroc, "bench", "adam", "--device", "cuda", "--help"])
+    check("bench adam --device cuda --help is the GPU bench's",
+          [] if p.returncode == 0 and "usage: bench_gpu_adam" in p.stdout
+          else ["exit %d, stdout %r" % (p.returncode, p.stdout[-300:])])
 
     p = run([zeroc, "bench", "adam", "--device", "cuda", "--n", "100"])
     check("--device cuda hands its arguments to bench_gpu_adam",
