@@ -21,16 +21,14 @@ static pthread_once_t once = PTHREAD_ONCE_INIT;
 static int count = -1;
 static char reason[512];
 
-/* dlsym's object pointer as a function pointer, as its users do. */
-static void *sym(void *h, const char *name) { return dlsym(h, name); }
-
 static void ask_driver(void)
 {
     void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
     if (!h)
         return; /* the plugin's loader says why (load.c) */
-    void *init_p = sym(h, "cuInit"), *count_p = sym(h, "cuDeviceGetCount"),
-         *name_p = sym(h, "cuGetErrorName");
+    /* Object pointers copied into function pointers, as dlsym's users do. */
+    void *init_p = dlsym(h, "cuInit"), *count_p = dlsym(h, "cuDeviceGetCount"),
+         *name_p = dlsym(h, "cuGetErrorName");
     if (!init_p || !count_p) {
         ZC_LOGD("device", "libcuda.so.1 has no cuInit/cuDeviceGetCount: the runtime decides");
         return;
