@@ -2,8 +2,9 @@
  * (internal).
  *
  * Why a plugin: a program that links the CUDA runtime and NCCL maps them at
- * start-up, used or not - about 200 MiB of resident memory per process for a
- * CPU run (bench/RESULTS.md, "CUDA on demand"). So the CUDA device backend
+ * start-up, used or not - about 150 MiB of resident memory per process for a
+ * CPU run (train_gpt's demo peaked at 191 MiB against 39 MiB without them,
+ * bench/RESULTS.md, "CUDA on demand"). So the CUDA device backend
  * (src/device/cuda.c), the kernels (kernels/), the NCCL communicator
  * (src/comm/nccl.c) and the few CUDA calls of the pinned pool live in
  * libzeroc_cuda.so, linked normally against cudart and NCCL, and libzeroc

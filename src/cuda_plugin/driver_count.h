@@ -3,8 +3,8 @@
  *
  * Why: counting devices is how ZC_DEVICE_AUTO, zc_comm_init_env and the
  * pinned pool decide whether there is a GPU at all, and the CUDA runtime's
- * count needs the plugin, which maps the runtime and NCCL (about 200 MiB per
- * process, bench/RESULTS.md, "CUDA on demand"). On a machine whose driver
+ * count needs the plugin, which maps the runtime and NCCL (about 150 MiB per
+ * process, abi.h). On a machine whose driver
  * sees no GPU - none installed, or all hidden by CUDA_VISIBLE_DEVICES, as for
  * a CPU job on a GPU node - the driver's own answer (cuInit, cuDeviceGetCount
  * of libcuda.so.1) says so without loading any of that. When the driver has
