@@ -17,9 +17,10 @@ the lean build between runs), then, in a copy unpacked here:
   - the loader, with no LD_LIBRARY_PATH, resolves every other library of
     every ELF to the bundle's own copy, and two of the programs run from it;
   - the CUDA plugins libzeroc_cuda.so and libgpt_cuda.so are in lib/ and load
-    (every symbol bound), while libzeroc.so.0 and train_gpt link no CUDA
-    library (a CPU run maps none), and train_gpt --device cuda finds its
-    plugin (it fails, here without a driver, for want of the driver only).
+    (every symbol bound), while libzeroc.so.0, train_gpt and the zeroc CLI
+    link no CUDA library (a CPU run maps none), train_gpt --device cuda finds
+    its plugin (it fails, here without a driver, for want of the driver
+    only), and `zeroc bench adam --device cuda` reaches bin/bench_gpu_adam.
 Exit 77 (skip) where this machine has no CUDA toolkit to build with."""
 import json
 import os
@@ -115,7 +116,8 @@ def main():
                         fail(f"{d}/{f}: {name} not found")
                     if not os.path.realpath(where).startswith(os.path.realpath(b) + os.sep):
                         fail(f"{d}/{f}: {name} resolves to {where}, outside the bundle")
-        for path in (os.path.join(b, "lib", "libzeroc.so.0"), os.path.join(b, "bin", "train_gpt")):
+        for path in (os.path.join(b, "lib", "libzeroc.so.0"), os.path.join(b, "bin", "train_gpt"),
+                     os.path.join(b, "bin", "zeroc")):
             cuda = [n for n in dynamic(path)[0] if CUDA_LIB.match(n)]
             if cuda:
                 fail(f"{os.path.basename(path)} links {cuda}: CUDA must wait for its plugin")
@@ -137,6 +139,13 @@ def main():
         if r.returncode != 0 and "libcuda.so.1" not in r.stderr:
             fail(f"bin/train_gpt --device cuda: exit {r.returncode}, not for want of the "
                  f"driver: {r.stderr[-800:]}")
+        # The CLI runs the GPU Adam bench beside it (tools/cmd_bench_adam_cuda.c):
+        # the bench's own check refuses this size, so the arguments reached it.
+        r = subprocess.run([os.path.join(b, "bin", "zeroc"), "bench", "adam", "--device", "cuda",
+                            "--n", "100"], capture_output=True, text=True, env=env, timeout=60)
+        if r.returncode != 2 or "bench_gpu_adam: --n item 100 is not a multiple of 64" not in r.stderr:
+            fail(f"bin/zeroc bench adam --device cuda does not reach bin/bench_gpu_adam: exit "
+                 f"{r.returncode}: {r.stderr[-500:]}")
         for prog, args in (("train_gpt", ["--help"]), ("zeroc", ["bench", "train", "--help"])):
             r = subprocess.run([os.path.join(b, "bin", prog)] + args, capture_output=True,
                                text=True, env=env)
