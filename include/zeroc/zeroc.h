@@ -284,7 +284,9 @@ typedef struct zc_param zc_param;
  * beside libzeroc, and loads it - with the CUDA runtime and NCCL it links -
  * only when a GPU is first needed: ZC_DEVICE_CUDA, ZC_DEVICE_AUTO and
  * zc_comm_init_env's choice count devices, and do so without loading it when
- * the NVIDIA driver's libcuda.so.1 is absent. ZC_DEVICE_HOST never loads it,
+ * the NVIDIA driver's libcuda.so.1 is absent or the driver itself reports no
+ * device (none installed, or every one hidden by CUDA_VISIBLE_DEVICES: its
+ * cuInit and cuDeviceGetCount are asked first). ZC_DEVICE_HOST never loads it,
  * so a CPU run maps no CUDA library. When it cannot be loaded (the plugin, the
  * runtime or NCCL missing, or older than the build needs), ZC_DEVICE_CUDA and
  * the NCCL communicator fail with ZC_ERR_UNSUPPORTED naming the missing
@@ -336,9 +338,10 @@ typedef struct zc_engine_options {
  * device (cudaSetDevice) on the rank's thread first, so they live on the
  * engine's GPU and not on device 0. Writes the ordinal to *ordinal (-1 on
  * failure). Counting the devices loads the CUDA plugin when the NVIDIA driver
- * is present (zc_device_kind). Returns ZC_ERR_UNSUPPORTED without a usable
+ * reports any (zc_device_kind). Returns ZC_ERR_UNSUPPORTED without a usable
  * CUDA device (or in a build without CUDA), the message saying why (no
- * driver, a CUDA library that cannot be loaded, or the runtime's reason),
+ * driver, the driver reporting no device - naming CUDA_VISIBLE_DEVICES when
+ * it is set -, a CUDA library that cannot be loaded, or the runtime's reason),
  * ZC_ERR_INVALID_ARG for a NULL ordinal, an index
  * below -1 or past the visible devices, ZC_ERR_CONFIG for a malformed or
  * too large launcher local rank (naming the variable). */
