@@ -348,10 +348,9 @@ static zc_status prepare_latest(int dfd, const char *dir, const char *tag)
     char line[ZC_CK_TAG_MAX + 2];
     int n = snprintf(line, sizeof line, "%s\n", tag);
     zc_status rc = zc__ck_pwrite(fd, line, (size_t)n, 0, LATEST_TMP);
-    if (rc == ZC_OK && fsync(fd) != 0)
-        rc = ZC_ERR(ZC_ERR_IO, "%s/%s: fsync: %s", dir, LATEST_TMP, strerror(errno));
-    if (close(fd) != 0 && rc == ZC_OK)
-        rc = ZC_ERR(ZC_ERR_IO, "%s/%s: close: %s", dir, LATEST_TMP, strerror(errno));
+    const zc_status crc = zc__ck_sync_close(fd, dir, LATEST_TMP, rc == ZC_OK);
+    if (rc == ZC_OK)
+        rc = crc;
     if (rc != ZC_OK)
         unlinkat(dfd, LATEST_TMP, 0);
     return rc;

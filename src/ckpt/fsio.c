@@ -61,14 +61,20 @@ zc_status zc__ck_fsync_fd(int dfd, const char *shown)
     return ZC_OK;
 }
 
-zc_status zc__ck_place_staged_at(int fd, int sfd, const char *shown, const char *tmp,
-                                 const char *final, bool sync_data)
+zc_status zc__ck_sync_close(int fd, const char *shown, const char *name, bool sync_data)
 {
     zc_status rc = ZC_OK;
     if (sync_data && fsync(fd) != 0)
-        rc = ZC_ERR(ZC_ERR_IO, "%s/%s: fsync: %s", shown, tmp, strerror(errno));
+        rc = ZC_ERR(ZC_ERR_IO, "%s/%s: fsync: %s", shown, name, strerror(errno));
     if (close(fd) != 0 && rc == ZC_OK)
-        rc = ZC_ERR(ZC_ERR_IO, "%s/%s: close: %s", shown, tmp, strerror(errno));
+        rc = ZC_ERR(ZC_ERR_IO, "%s/%s: close: %s", shown, name, strerror(errno));
+    return rc;
+}
+
+zc_status zc__ck_place_staged_at(int fd, int sfd, const char *shown, const char *tmp,
+                                 const char *final, bool sync_data)
+{
+    zc_status rc = zc__ck_sync_close(fd, shown, tmp, sync_data);
     if (rc == ZC_OK && renameat(sfd, tmp, sfd, final) != 0)
         rc = ZC_ERR(ZC_ERR_IO, "rename %s/%s -> %s: %s", shown, tmp, final, strerror(errno));
     if (rc != ZC_OK)

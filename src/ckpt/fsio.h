@@ -26,6 +26,10 @@ zc_status zc__ck_pread(int fd, void *buf, size_t n, uint64_t off, const char *pa
 /* Creates name in dfd exclusively for writing (O_EXCL | O_NOFOLLOW, mode
  * 0644: an existing file or a symbolic link of that name is an error). */
 zc_status zc__ck_create_at(int dfd, const char *shown, const char *name, int *fd);
+/* fsync (when sync_data) and close fd, a file named `name` in the directory
+ * shown as `shown`; fd is closed on every path. ZC_ERR_IO naming the file
+ * and the call that failed. */
+zc_status zc__ck_sync_close(int fd, const char *shown, const char *name, bool sync_data);
 /* fsync and close fd, then rename tmp to final inside the staging directory
  * sfd (dirwrite.h), without a directory fsync: the staging directory is
  * fsync'd once, with every name in it, before it is renamed into place

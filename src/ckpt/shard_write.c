@@ -326,10 +326,7 @@ zc_status zc__ck_shard_close(zc_ck_shard *s)
         if (rc == ZC_OK)
             rc = crc;
     } else {
-        if (fsync(s->fd) != 0)
-            rc = ZC_ERR(ZC_ERR_IO, "%s/%s: fsync: %s", s->dir, s->final_name, strerror(errno));
-        if (close(s->fd) != 0 && rc == ZC_OK)
-            rc = ZC_ERR(ZC_ERR_IO, "%s/%s: close: %s", s->dir, s->final_name, strerror(errno));
+        rc = zc__ck_sync_close(s->fd, s->dir, s->final_name, true);
         s->fd = -1;
     }
     if (rc != ZC_OK)
