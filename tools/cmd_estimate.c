@@ -18,8 +18,7 @@
 
 #include "cliarg.h"
 #include "config/config.h"
-#include "core/engine.h"
-#include "core/estimate.h"
+#include "plan/plan.h"
 #include "estimate_place.h"
 
 int zc__cmd_estimate(int argc, char **argv);

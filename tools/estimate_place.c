@@ -15,7 +15,7 @@
 #include <jansson.h>
 
 #include "config/config.h"
-#include "core/estimate.h"
+#include "plan/plan.h"
 #include "estimate_place.h"
 
 static const char *const kind_names[3] = {"device", "cpu", "nvme"};

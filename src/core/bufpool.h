@@ -27,9 +27,10 @@
 #include <stdint.h>
 
 #include "device/device.h"
+#include "plan/plan.h"
 
-/* Slots start 256-byte aligned, as cudaMalloc'd memory does. */
-#define ZC_BUFPOOL_ALIGN 256
+/* Slots start ZC_BUFPOOL_ALIGN-aligned (plan/plan.h: the planner counts the
+ * slack). */
 
 typedef struct zc_bufpool_class {
     size_t bytes;   /* slot size, a multiple of ZC_BUFPOOL_ALIGN */

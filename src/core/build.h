@@ -72,24 +72,18 @@ void zc__place_free(zc_engine *e);
 zc_status zc__place_stage(zc_engine *e, struct zc_est_in *in, bool *pers);
 /* The policy of a stage 0-3 (stages.c), NULL for another number. */
 const struct zc_stage_policy *zc__stage_policy(int stage);
-/* Tests: builds with budgets of nchunks chunks take this placement (arrays of
- * ZC_PLACE_* kept by the caller until reset with NULL) instead of the
- * planner's; the pre-flight still checks its plan against the machine. */
-void zc__place_force(const uint8_t *opt, const uint8_t *param, int nchunks);
-/* Copies the forced placement into opt / param when one of nchunks chunks
- * is set (zc_plan_memory takes it too); false otherwise. */
-bool zc__place_forced(int nchunks, uint8_t *opt, uint8_t *param);
+
+/* zc_engine_build's pre-flight (preflight.c): plans the built engine's
+ * memory from its layout (after zc__layout_build and the stage's persistence
+ * marks, before any buffer), choosing the placement first when budgets or
+ * stage "auto" ask for one, and holds the plan to the machine
+ * (plan/plan.h: zc__plan_fits, whose errors it returns). */
+zc_status zc__preflight(zc_engine *e);
 
 /* Compares, across ranks, a digest of the registered model and the settings
  * that must match (build_agree.c); collective, at zc_engine_build after the
  * layout. A mismatch is ZC_ERR_CONFIG on every rank, with the same message
  * naming the first difference and the ranks involved. */
 zc_status zc__build_agree(zc_engine *e);
-
-/* The working precision: zc_engine_options.param_dtype when set (cfg's
- * fp16/bf16 blocks are made to follow it), else cfg's fp16/bf16 blocks;
- * ZC_ERR_CONFIG when both are enabled, ZC_ERR_INVALID_ARG for an option that
- * is not fp32, fp16 or bf16 (plan.c; zc_engine_create and zc_plan_memory). */
-zc_status zc__pick_dtype(zc_config *cfg, const zc_engine_options *o, zc_dtype *out);
 
 #endif

@@ -40,17 +40,6 @@ zc_status zc__eng_enter(const zc_engine *e, const char *fn, bool need_built)
     return ZC_OK;
 }
 
-zc_status zc__eng_out_check(const char *fn, const char *type, const size_t *size, size_t need)
-{
-    if (!size)
-        return ZC_ERR(ZC_ERR_INVALID_ARG, "%s: out is NULL", fn);
-    if (*size < need)
-        return ZC_ERR(ZC_ERR_INVALID_ARG,
-                      "%s: out->size %zu is smaller than sizeof(%s) %zu; set out->size", fn,
-                      *size, type, need);
-    return ZC_OK;
-}
-
 /* A failed collective (timeout, mismatch, NCCL abort) or device error inside
  * one leaves the ranks at different points of the step; nothing after it can
  * be trusted, so the engine refuses further work (like NCCL's communicators

@@ -14,6 +14,7 @@
 
 #include "base/alloc.h"
 #include "base/error.h"
+#include "plan/plan.h"
 #include "zeroc/zeroc.h"
 
 /* Validates a public call's engine (and built state when need_built), sets
@@ -21,11 +22,6 @@
  * (device.h make_current: the device layer then trusts it for the rest of
  * the call). `fn` names the call in the message. */
 zc_status zc__eng_enter(const zc_engine *e, const char *fn, bool need_built);
-/* The checks of an output struct the caller sizes (zc_stats, zc_timers,
- * zc_offload_stats): size is &out->size, or NULL when out is NULL; need is
- * sizeof the struct, named `type`. ZC_ERR_INVALID_ARG naming `fn` when out
- * is NULL or out->size is smaller. */
-zc_status zc__eng_out_check(const char *fn, const char *type, const size_t *size, size_t need);
 /* Marks a built engine broken with status rc and reason `why` (the first
  * reason is kept). Only zc_engine_destroy is allowed afterwards; every other
  * call returns rc and names the reason. */
@@ -72,8 +68,8 @@ zc_status zc__eng_agree_keep(zc_engine *e, zc_status local, const char *what);
  * the next agreement. The public scalar all-reduce (scalars.c) is built on
  * it, so it needs no buffer of its own and fails like an agreement. */
 #define ZC_AGREE_PAYLOAD_BYTES 1016
-/* One rank's status record in device memory (the planner counts W + 1). */
-#define ZC_AGREE_RECORD_BYTES 1024
+/* One rank's status record in device memory: ZC_AGREE_RECORD_BYTES
+ * (plan/plan.h; the planner counts W + 1). */
 zc_status zc__eng_agree_keep_with(zc_engine *e, zc_status local, const char *what,
                                   const void *payload, size_t bytes);
 const void *zc__eng_agreed_payload(const zc_engine *e, int rank);

@@ -13,7 +13,7 @@
 #include "base/env.h"
 #include "ckpt/ring_mem.h"
 #include "core/engine.h"
-#include "core/estimate.h"
+#include "plan/plan.h"
 
 /* ---- create / destroy ---------------------------------------------------- */
 

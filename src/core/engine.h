@@ -44,6 +44,7 @@
 #include "core/timers.h"
 #include "device/device.h"
 #include "optim/adam.h"
+#include "plan/plan.h"
 /* The engine's modules, for every file that uses the engine. */
 #include "core/build.h"
 #include "core/eng_base.h"
@@ -56,25 +57,8 @@
 
 #define ZC_ENGINE_MAGIC 0x5a43454eu /* "ZCEN" */
 #define ZC_PARAM_MAGIC 0x5a435041u  /* "ZCPA" */
-#define ZC_PARAM_MAX_NDIM 8
-/* Chunks are padded to a multiple of world * ZC_CHUNK_ALIGN elements, so every
- * shard starts 64-element (>= 128-byte) aligned. */
-#define ZC_CHUNK_ALIGN 64
-/* Default chunk size cap when reduce_bucket_size (DeepSpeed default 5e8
- * elements) is larger: a chunk is the unit of the transient gradient buffer
- * and of the stage-3 gather buffer, so 2^24 elements (32 MiB in bf16) keeps
- * those bounded while collectives stay large. zc_engine_options.bucket_elems
- * overrides it. */
-#define ZC_CHUNK_CAP_ELEMS ((int64_t)1 << 24)
-/* Stage 2/3 transient gradient buffers reserved at build: two sets, each
- * able to hold the buffers of the largest unit (the chunks between two
- * zc_chunk_boundary calls, or one chunk without boundaries; reserve.c), like
- * DeepSpeed's pair of reduce buckets with overlap_comm and FSDP's unsharded
- * gradient of the unit in backward beside the one still being reduced: one
- * unit's gradients are written while the previous unit's are reduced. A
- * backward pass that holds more at once gets ZC_ERR_NO_MEMORY from
- * zc_grad_buffer on every rank alike. */
-#define ZC_GRAD_SETS 2
+/* ZC_PARAM_MAX_NDIM, ZC_CHUNK_ALIGN, ZC_CHUNK_CAP_ELEMS and ZC_GRAD_SETS: the
+ * sizing rules the planner defines (plan/plan.h) and the engine applies. */
 /* Bounds of the stage-3 acquire trace reserved at build (entries). */
 #define ZC_TRACE_MIN 64
 #define ZC_TRACE_MAX ((int64_t)1 << 22)

@@ -11,9 +11,7 @@
 #include <string.h>
 
 #include "core/engine.h"
-#include "core/estimate.h"
-
-_Static_assert(ZC_CHUNK_ALIGN == ZC_EST_CHUNK_ALIGN, "estimate.h repeats the chunk alignment");
+#include "plan/plan.h"
 
 /* The rule is shared with the memory planner (estimate.h). */
 static bool starts_chunk(const zc_engine *e, int i, int64_t cur_used)

@@ -35,7 +35,7 @@
 #include <string.h>
 
 #include "core/engine.h"
-#include "core/placement.h"
+#include "plan/plan.h"
 
 static atomic_bool force_staging;
 

@@ -34,7 +34,7 @@
 #include <string.h>
 
 #include "core/engine.h"
-#include "core/placement.h"
+#include "plan/plan.h"
 
 bool zc__param_offloaded(const zc_engine *e, const zc_chunk *c)
 {

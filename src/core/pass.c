@@ -153,7 +153,7 @@ ZC_API zc_pass_kind zc_pass_current(const zc_engine *e)
 ZC_API zc_status zc_engine_pass_stats(const zc_engine *e, zc_pass_stats *out)
 {
     ZC_CHECK(zc__eng_enter(e, "zc_engine_pass_stats", false));
-    ZC_CHECK(zc__eng_out_check("zc_engine_pass_stats", "zc_pass_stats", out ? &out->size : NULL,
+    ZC_CHECK(zc__out_check("zc_engine_pass_stats", "zc_pass_stats", out ? &out->size : NULL,
                                sizeof(zc_pass_stats)));
     zc_pass_stats r = e->pass.last;
     r.size = sizeof r;

@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "core/engine.h"
-#include "core/placement.h"
+#include "plan/plan.h"
 
 static const char *const kind_key[ZC_BUDGET__COUNT] = {"device", "cpu", "nvme"};
 

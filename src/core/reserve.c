@@ -54,7 +54,7 @@
  * returns every pointer, and derives from the layout alone, which build
  * agrees across ranks, so every rank reserves the same slots. */
 #include "core/engine.h"
-#include "core/estimate.h"
+#include "plan/plan.h"
 
 static int64_t largest_chunk(const zc_engine *e)
 {

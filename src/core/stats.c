@@ -15,7 +15,7 @@ ZC_API double zc_loss_scale(const zc_engine *e)
 ZC_API zc_status zc_engine_stats(const zc_engine *e, zc_stats *out)
 {
     ZC_CHECK(zc__eng_enter(e, "zc_engine_stats", false));
-    ZC_CHECK(zc__eng_out_check("zc_engine_stats", "zc_stats", out ? &out->size : NULL,
+    ZC_CHECK(zc__out_check("zc_engine_stats", "zc_stats", out ? &out->size : NULL,
                                sizeof(zc_stats)));
     zc_stats s = {.size = sizeof s};
     s.rank = e->rank;
@@ -67,7 +67,7 @@ ZC_API zc_status zc_engine_stats(const zc_engine *e, zc_stats *out)
 ZC_API zc_status zc_engine_offload_stats(const zc_engine *e, zc_offload_stats *out)
 {
     ZC_CHECK(zc__eng_enter(e, "zc_engine_offload_stats", false));
-    ZC_CHECK(zc__eng_out_check("zc_engine_offload_stats", "zc_offload_stats",
+    ZC_CHECK(zc__out_check("zc_engine_offload_stats", "zc_offload_stats",
                                out ? &out->size : NULL, sizeof(zc_offload_stats)));
     *out = (zc_offload_stats){
         .size = sizeof *out,

@@ -125,7 +125,7 @@ void zc__timers_end(zc_step_timers *t, int64_t step)
 ZC_API zc_status zc_engine_timers(const zc_engine *e, zc_timers *out)
 {
     ZC_CHECK(zc__eng_enter(e, "zc_engine_timers", false));
-    ZC_CHECK(zc__eng_out_check("zc_engine_timers", "zc_timers", out ? &out->size : NULL,
+    ZC_CHECK(zc__out_check("zc_engine_timers", "zc_timers", out ? &out->size : NULL,
                                sizeof(zc_timers)));
     const zc_step_timers *t = &e->timers;
     zc_timers r = {.size = sizeof r, .enabled = t->on, .step = t->last_step,

@@ -5,7 +5,7 @@
  * step does not all-gather: parameters are gathered again on the next
  * acquire (chunks still in use or persistent are refreshed in place). */
 #include "zero3/zero3.h"
-#include "core/estimate.h"
+#include "plan/plan.h"
 #include "zero2/zero2.h"
 
 /* Stage 3 persistence, DeepSpeed's rule applied per chunk: a chunk whose

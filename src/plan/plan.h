@@ -1,14 +1,25 @@
-/* The memory planner (internal): the bytes zc_engine_build will allocate, by
- * memory kind and category, computed from the chunk layout alone.
+/* The memory planner and the placement (src/plan's seam header): what an
+ * engine of a given model and configuration will allocate, by memory kind
+ * and category, where each chunk's state goes when budgets decide it, and
+ * whether that fits the machine. It describes an engine that does not exist
+ * yet, so it includes nothing of src/core: the engine (src/core), the stage
+ * modules and `zeroc estimate` (tools/) all reach the planner through this
+ * header, and the engine applies the sizing rules defined here.
  *
- * The engine and `zeroc estimate` share it, and it shares its rules with the
- * engine: the chunking rule (zc__chunk_starts, zc__chunk_padded) is the one
- * layout.c applies, the stage-3 gather working set (zc__gather_plan) is the
- * one reserve.c reserves, and the per-chunk and per-home sizes follow
- * chunk_mem.c and the homes of src/offload: opt_home_device.c, opt_home_cpu.c,
- * opt_home_nvme.c and, for stage-3 parameter offload, param_home_cpu.c and
- * param_home_nvme.c (each of those files names this one where a size is
- * coupled).
+ * Files: estimate.c (the bytes of a layout, DeepSpeed's estimators),
+ * placement.c (the placement from budgets), plan.c (zc_plan_memory: a model
+ * planned before any engine exists), machine.c (what the machine has: the
+ * "auto" budgets, the checks of a plan against device, NVMe and host memory,
+ * and their test overrides).
+ *
+ * The planner shares its rules with the engine: the chunking rule
+ * (zc__chunk_starts, zc__chunk_padded) is the one core/engine/layout.c
+ * applies, the stage-3 gather working set (zc__gather_plan) is the one
+ * core/engine/reserve.c reserves, and the per-chunk and per-home sizes follow
+ * core/state/chunk_mem.c and the homes of src/offload: opt_home_device.c,
+ * opt_home_cpu.c, opt_home_nvme.c and, for stage-3 parameter offload,
+ * param_home_cpu.c and param_home_nvme.c (each of those files names the
+ * planner where a size is coupled).
  *
  * What it leaves out: ZC_MEM_OTHER of host memory (chunk tables, Adam
  * segments, norm partials, agreement records, the stage-3 trace:
@@ -17,8 +28,8 @@
  * stripes is planned, as NVMe ZC_MEM_OTHER like the engine counts it; the
  * parameter store's round-up is planned as NVMe ZC_MEM_PARAMS, as
  * param_home_nvme.c counts its whole file. */
-#ifndef ZC_CORE_ESTIMATE_H
-#define ZC_CORE_ESTIMATE_H
+#ifndef ZC_PLAN_PLAN_H
+#define ZC_PLAN_PLAN_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -27,10 +38,37 @@
 #include "base/alloc.h"
 #include "base/error.h"
 #include "config/config.h"
+#include "device/device.h"
 
-/* Chunks are padded to a multiple of world * ZC_CHUNK_ALIGN (engine.h); the
- * value is repeated here so the CLI can plan without the engine's state. */
-#define ZC_EST_CHUNK_ALIGN 64
+/* ---- the sizing rules the engine applies -------------------------------- */
+
+/* Most dimensions of a parameter (zc_param_add, zc_plan_memory). */
+#define ZC_PARAM_MAX_NDIM 8
+/* Chunks are padded to a multiple of world * ZC_CHUNK_ALIGN elements, so every
+ * shard starts 64-element (>= 128-byte) aligned. */
+#define ZC_CHUNK_ALIGN 64
+/* Default chunk size cap when reduce_bucket_size (DeepSpeed default 5e8
+ * elements) is larger: a chunk is the unit of the transient gradient buffer
+ * and of the stage-3 gather buffer, so 2^24 elements (32 MiB in bf16) keeps
+ * those bounded while collectives stay large. zc_engine_options.bucket_elems
+ * overrides it. */
+#define ZC_CHUNK_CAP_ELEMS ((int64_t)1 << 24)
+/* Stage 2/3 transient gradient buffers reserved at build: two sets, each
+ * able to hold the buffers of the largest unit (the chunks between two
+ * zc_chunk_boundary calls, or one chunk without boundaries; reserve.c), like
+ * DeepSpeed's pair of reduce buckets with overlap_comm and FSDP's unsharded
+ * gradient of the unit in backward beside the one still being reduced: one
+ * unit's gradients are written while the previous unit's are reduced. A
+ * backward pass that holds more at once gets ZC_ERR_NO_MEMORY from
+ * zc_grad_buffer on every rank alike. */
+#define ZC_GRAD_SETS 2
+/* Buffer pool slots (core/common/bufpool.c) start 256-byte aligned, as
+ * cudaMalloc'd memory does. */
+#define ZC_BUFPOOL_ALIGN 256
+/* One rank's status record of the engine's agreement (core/common/agree.c)
+ * in device memory; the planner counts W + 1 of them. */
+#define ZC_AGREE_RECORD_BYTES 1024
+
 
 /* Whether parameter i (numel elements, boundary: zc_chunk_boundary was called
  * before it) starts a new chunk when the current one holds cur_used
@@ -46,7 +84,7 @@ static inline bool zc__chunk_starts(int i, bool boundary, int64_t cur_used, int6
 /* A chunk of `used` elements padded to a multiple of world * 64. */
 static inline int64_t zc__chunk_padded(int64_t used, int world)
 {
-    const int64_t align = (int64_t)world * ZC_EST_CHUNK_ALIGN;
+    const int64_t align = (int64_t)world * ZC_CHUNK_ALIGN;
     return (used + align - 1) / align * align;
 }
 
@@ -243,6 +281,16 @@ zc_status zc__est_deepspeed(int stage, bool offload, bool offload_params, uint64
 
 /* ---- zc_plan_memory with its chunks (plan.c), for `zeroc estimate` ------- */
 
+struct zc_memory_plan;
+struct zc_plan_tensor;
+struct zc_engine_options;
+
+/* The working precision: zc_engine_options.param_dtype when set (cfg's
+ * fp16/bf16 blocks are made to follow it), else cfg's fp16/bf16 blocks;
+ * ZC_ERR_CONFIG when both are enabled, ZC_ERR_INVALID_ARG for an option that
+ * is not fp32, fp16 or bf16 (plan.c; zc_engine_create and zc_plan_memory). */
+zc_status zc__pick_dtype(zc_config *cfg, const struct zc_engine_options *o, zc_dtype *out);
+
 /* The chunks of a plan and where the placement puts them (malloc'd, n
  * entries each; free with zc__plan_chunks_free). */
 typedef struct zc_plan_chunks {
@@ -252,9 +300,6 @@ typedef struct zc_plan_chunks {
     uint8_t *opt, *param;    /* ZC_PLACE_* per chunk */
 } zc_plan_chunks;
 
-struct zc_memory_plan;
-struct zc_plan_tensor;
-struct zc_engine_options;
 /* zc_plan_memory, and with chunks != NULL the plan's chunks (filled only on
  * success). */
 zc_status zc__plan_memory_placed(const zc_config *cfg, int world,
@@ -263,21 +308,25 @@ zc_status zc__plan_memory_placed(const zc_config *cfg, int world,
                                  struct zc_memory_plan *out, zc_plan_chunks *chunks);
 void zc__plan_chunks_free(zc_plan_chunks *c);
 
-/* ---- the engine's pre-flight (preflight.c) ------------------------------ */
+/* ---- what the machine has, and whether a plan fits it (machine.c, fit.c) - */
 
-struct zc_engine;
+/* Who a plan is checked for, in the messages of zc__plan_fits: the build's
+ * rank, stage and number of chunks. */
+typedef struct zc_plan_who {
+    int rank, stage, nchunks;
+} zc_plan_who;
 
-/* Plans the built engine's memory from its layout (after zc__layout_build
- * and the stage's persistence marks, before any buffer) and refuses device
- * buffers beyond the device's free memory (zc_device_ops.mem_info;
- * ZC_ERR_NO_MEMORY), NVMe swap beyond the free space of the filesystems
- * under offload_optimizer.nvme_path and offload_param.nvme_path (the two
- * swap stores summed where they share a filesystem; ZC_ERR_IO), then host
- * memory (pageable + pinned) beyond MemAvailable or the cgroup's headroom
- * (ZC_ERR_NO_MEMORY); the message names the biggest consumer and the
- * configuration key that changes it. The parameter homes leave these checks
- * to it. */
-zc_status zc__preflight(struct zc_engine *e);
+/* Holds a plan (in, est: an engine of configuration cfg on device dev) to
+ * what the machine can give: refuses device buffers beyond the device's free
+ * memory (zc_device_ops.mem_info; ZC_ERR_NO_MEMORY), NVMe swap beyond the
+ * free space of the filesystems under offload_optimizer.nvme_path and
+ * offload_param.nvme_path (the two swap stores summed where they share a
+ * filesystem; ZC_ERR_IO), then host memory (pageable + pinned) beyond
+ * MemAvailable or the cgroup's headroom (ZC_ERR_NO_MEMORY); the message
+ * names the biggest consumer and the configuration key that changes it. The
+ * test overrides below apply. Reads the machine, changes nothing. */
+zc_status zc__plan_fits(const zc_plan_who *who, const zc_config *cfg, zc_device *dev,
+                        const zc_est_in *in, const zc_est *est);
 
 /* The figure of an "auto" budget of zero_optimization.max_memory on this
  * rank: device, dev's free memory (dev NULL, a plan with no device opened:
@@ -287,8 +336,7 @@ zc_status zc__preflight(struct zc_engine *e);
  * of the filesystems under both blocks' nvme_path less 5%. The test hooks
  * below apply. ZC_ERR_CONFIG / ZC_ERR_DEVICE / ZC_ERR_IO when a figure
  * cannot be read, naming the key. Rank-local. */
-struct zc_device;
-zc_status zc__preflight_auto_budget(const zc_config *cfg, struct zc_device *dev,
+zc_status zc__preflight_auto_budget(const zc_config *cfg, zc_device *dev,
                                     int local_ranks, zc_budget_kind kind, int64_t *bytes);
 
 /* The test overrides as set (machine.c): the root of the host limits (NULL:
@@ -307,5 +355,87 @@ void zc__preflight_device_free(int64_t bytes);
 /* Tests: every swap directory's filesystem has `bytes` free; < 0 restores
  * asking statvfs. */
 void zc__preflight_nvme_free(int64_t bytes);
+
+/* ---- placement from memory budgets (placement.c) ------------------------ */
+
+/* where every chunk's optimizer
+ * state and, at stage 3, parameter shard lives, chosen from the per-rank
+ * budgets of zero_optimization.max_memory (device, cpu, nvme) by the
+ * planner of estimate.c, fastest memory first.
+ *
+ * The rule. The placeable items, in order of preference for fast memory:
+ * every chunk's parameter shard (stage 3, non-persistent chunks; persistent
+ * chunks stay gathered on the device whatever the budgets), then every
+ * chunk's optimizer state, each in chunk order. Each goes to the fastest kind
+ * - device, then pinned host, then NVMe - that keeps every budget, counting
+ * every byte the build allocates (the plan of zc__estimate: the homes' swap
+ * and staging buffers, the gradient and gather pools, included):
+ *
+ *   1. every item starts on the device;
+ *   2. while a kind is over its budget, the least preferred item in it moves
+ *      down one kind (the fastest kind over budget first; done in batches of
+ *      as many items as must move for the most they can free to cover the
+ *      excess, which moves what one at a time would);
+ *   3. then each item on a slower kind, most preferred first, moves to the
+ *      fastest kind where it fits, until none moves.
+ *
+ * So no item sits on a slower kind while a faster one has room for it (the
+ * plan with it moved up passes a budget), and the plan is a pure function of
+ * the layout, the configuration and the budgets: the same on every rank that
+ * has the same inputs (the engine agrees the budgets first). Cost: a plan
+ * (O(chunks)) per demotion batch and per promotion tried; a promotion is
+ * not tried where the kind's room is below the item's own state bytes, so a
+ * model of 60 000 chunks plans in well under a second.
+ *
+ * Keys the user set are kept: an explicit offload_optimizer.device (or, at
+ * stage 3, offload_param.device) places by its own rule (ratio, max_in_cpu)
+ * and only the other part is chosen; a plan over budget with nothing left to
+ * move names the key that holds it there. */
+typedef struct zc_place_in {
+    zc_est_in est;          /* the layout and configuration (its placement arrays
+                               are ignored: the planner fills them) */
+    int64_t budget[ZC_BUDGET__COUNT]; /* bytes of each kind (0: none may be used) */
+    bool opt_free, param_free; /* the planner chooses the optimizer state's / the
+                                  parameter shards' kinds (else the keys' rules) */
+    bool opt_nvme, param_nvme; /* an nvme_path exists for that home's swap files */
+} zc_place_in;
+
+/* The bytes a plan takes from each budget: device is the engine's device
+ * memory kind (on the host path the host memory that stands for it), cpu the
+ * pinned and (on a GPU) pageable host memory, nvme the swap files. */
+void zc__place_usage(const zc_est_in *in, const zc_est *est, int64_t used[ZC_BUDGET__COUNT]);
+
+/* The placement the offload keys' own rules make (what zc__estimate and the
+ * homes do without a placement), into opt[] and param[]. */
+void zc__place_rules(const zc_est_in *in, uint8_t *opt, uint8_t *param);
+
+/* Chooses the placement: fills opt[k] and param[k] (nchunks entries each,
+ * ZC_PLACE_*; the parts the planner does not choose are left as the keys'
+ * rules make them and reported as such) and *est with the plan's bytes.
+ * ZC_ERR_NO_MEMORY when no placement keeps every budget, the message naming
+ * the kind that is short, by how much, and the smallest changes that would
+ * fit (a larger budget of that kind, NVMe, a higher stage, or the explicit
+ * key to let go); the estimator's errors as they are. Thread-safe. */
+zc_status zc__place_plan(const zc_place_in *in, uint8_t *opt, uint8_t *param, zc_est *est);
+
+/* The nvme_path a home's swap files go under when the planner puts state on
+ * NVMe: its own block's, else the other block's (either serves both). */
+const char *zc__place_nvme_path(const zc_config *cfg, bool param);
+
+/* Whether the planner may put that home's state on NVMe: an nvme_path
+ * (zc__place_nvme_path) and the aio and buffer_count values an NVMe home
+ * needs (otherwise it stays off NVMe). */
+bool zc__place_nvme_ok(const zc_config *cfg, bool param);
+
+/* Tests: builds and plans with budgets of nchunks chunks take this
+ * placement (arrays of ZC_PLACE_* kept by the caller until reset with NULL)
+ * instead of the planner's; the pre-flight still checks its plan against the
+ * machine. zc__place_forced copies it into opt / param when one of nchunks
+ * chunks is set, else returns false. */
+void zc__place_force(const uint8_t *opt, const uint8_t *param, int nchunks);
+bool zc__place_forced(int nchunks, uint8_t *opt, uint8_t *param);
+
+/* Text of a kind for messages ("device", "pinned host", "NVMe"). */
+const char *zc__place_kind_name(int place);
 
 #endif

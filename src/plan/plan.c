@@ -15,10 +15,8 @@
 #include <string.h>
 
 #include "config/config.h"
-#include "core/engine.h"
-#include "core/estimate.h"
-#include "core/placement.h"
 #include "device/device.h"
+#include "plan/plan.h"
 
 #define PLAN_HAS(o, field) \
     ((o)->size >= offsetof(zc_engine_options, field) + sizeof((o)->field))
@@ -265,7 +263,7 @@ zc_status zc__plan_memory_placed(const zc_config *cfg, int world, const zc_plan_
         return ZC_ERR(ZC_ERR_INVALID_ARG, "zc_plan_memory: cfg %s, tensors %s, n %d, world %d "
                       "(a configuration, at least one tensor and one rank)",
                       cfg ? "given" : "NULL", tensors ? "given" : "NULL", n, world);
-    ZC_CHECK(zc__eng_out_check("zc_plan_memory", "zc_memory_plan", out ? &out->size : NULL,
+    ZC_CHECK(zc__out_check("zc_plan_memory", "zc_memory_plan", out ? &out->size : NULL,
                                sizeof *out));
     if (opts && opts->size < offsetof(zc_engine_options, device) + sizeof(opts->device))
         return ZC_ERR(ZC_ERR_INVALID_ARG, "zc_plan_memory: opts->size %zu is too small (start "

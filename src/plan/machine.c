@@ -9,9 +9,9 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 
-#include "core/engine.h"
-#include "core/estimate.h"
+#include "offload/homes.h"
 #include "offload/offload.h"
+#include "plan/plan.h"
 
 static _Atomic(const char *) limits_root;
 

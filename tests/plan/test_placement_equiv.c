@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "base/alloc.h"
-#include "core/estimate.h"
+#include "plan/plan.h"
 
 #include "core/engine.h"
 #include "helpers.h"

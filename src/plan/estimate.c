@@ -6,10 +6,8 @@
 
 #include "base/env.h"
 #include "config/config.h"
-#include "core/bufpool.h"
-#include "core/engine.h"
-#include "core/estimate.h"
 #include "offload/homes.h"
+#include "plan/plan.h"
 
 /* The swap layout's alignment, shared with both NVMe homes; EST_MAX_SLOTS
  * must match offload/opt_home_nvme.c's MAX_SLOTS, which it keeps private. */
@@ -352,7 +350,7 @@ static zc_status check_in(const zc_est_in *in)
                           "range (stage %d)", k, in->opt_place ? in->opt_place[k] : 0,
                           in->param_place ? in->param_place[k] : 0, in->stage);
     for (int k = 0; k < in->nchunks; k++)
-        if (in->padded[k] < 1 || in->padded[k] % ((int64_t)in->world * ZC_EST_CHUNK_ALIGN))
+        if (in->padded[k] < 1 || in->padded[k] % ((int64_t)in->world * ZC_CHUNK_ALIGN))
             return ZC_ERR(ZC_ERR_INVALID_ARG, "zc__estimate: chunk %d has %lld elements, not a "
                           "positive multiple of world x 64", k, (long long)in->padded[k]);
     return ZC_OK;

@@ -36,7 +36,7 @@
 
 #include "base/alloc.h"
 #include "core/engine.h"
-#include "core/estimate.h"
+#include "plan/plan.h"
 #include "helpers.h"
 #include "t_engine.h"
 

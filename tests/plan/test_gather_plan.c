@@ -12,7 +12,7 @@
 
 #include <criterion/criterion.h>
 
-#include "core/estimate.h"
+#include "plan/plan.h"
 #include "helpers.h"
 
 typedef struct slots {

@@ -27,8 +27,7 @@
 #include <string.h>
 
 #include "core/engine.h"
-#include "core/estimate.h"
-#include "core/placement.h"
+#include "plan/plan.h"
 #include "helpers.h"
 
 #define NMAX 64

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/placement.h"
+#include "plan/plan.h"
 
 static const char *const budget_key[ZC_BUDGET__COUNT] = {
     "zero_optimization.max_memory.device", "zero_optimization.max_memory.cpu",
