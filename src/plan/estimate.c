@@ -1,6 +1,6 @@
-/* The memory planner: see estimate.h. Every size below names the file whose
+/* The memory planner: see plan.h. Every size below names the file whose
  * allocation it predicts; a change to one of those must change this too (the
- * test tests/core/test_estimate.c compares the two for stages 0-3 x offload
+ * test tests/plan/test_estimate.c compares the two for stages 0-3 x offload
  * none/cpu/nvme at world 1..4). */
 #include <string.h>
 

@@ -1,8 +1,9 @@
-/* What the machine has, for the build's checks and the "auto" budgets: the
+/* What the machine has, for the checks of a plan and the "auto" budgets: the
  * test overrides of the device's free memory, the swap directories' free
- * space and the root the host limits are read under (preflight.c and
- * place_build.c both ask here), and the figures of an "auto" budget of
- * zero_optimization.max_memory (estimate.h: zc__preflight_auto_budget). */
+ * space and the root the host limits are read under (fit.c and the engine's
+ * placement, core/engine/place_build.c, both ask here), and the figures of an
+ * "auto" budget of zero_optimization.max_memory (plan.h:
+ * zc__preflight_auto_budget). */
 #include <errno.h>
 #include <stdatomic.h>
 #include <string.h>

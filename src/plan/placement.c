@@ -1,4 +1,4 @@
-/* Placement from memory budgets: the rule is stated in placement.h. The
+/* Placement from memory budgets: the rule is stated in plan.h. The
  * bytes of every candidate come from zc__estimate, so a placement is held to
  * the same plan the pre-flight checks and the engine allocates. */
 #include <stdatomic.h>

@@ -8,7 +8,7 @@
  * chunking and padding (zc__chunk_starts, zc__chunk_padded), stage 3's
  * persistence (zc__chunk_persists), the gradient pool's units (boundaries)
  * - and hands the layout to the planner the pre-flight uses (estimate.c).
- * tests/core/test_estimate.c holds it equal to the planner fed a built
+ * tests/plan/test_estimate.c holds it equal to the planner fed a built
  * engine's layout, and so to its zc_stats, over stages, offloads and worlds. */
 #include <stdio.h>
 #include <stdlib.h>

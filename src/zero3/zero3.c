@@ -11,7 +11,7 @@
 /* Stage 3 persistence, DeepSpeed's rule applied per chunk: a chunk whose
  * parameters all have numel <= param_persistence_threshold stays gathered,
  * while the persisted total stays <= model_persistence_threshold. The rule
- * is shared with the memory planner (estimate.h). */
+ * is shared with the memory planner (plan/plan.h). */
 int64_t zc__z3_largest_param(const zc_engine *e, const zc_chunk *c)
 {
     int64_t big = 0;

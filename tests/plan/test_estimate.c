@@ -1,4 +1,4 @@
-/* The memory planner (core/estimate.c) against what the engine allocates.
+/* The memory planner (plan/estimate.c) against what the engine allocates.
  *
  * For stages 0-3 x offload none/cpu/nvme (offload from stage 1) x world 1..4
  * x accumulation 1, 2, the plan made from the built engine's layout (chunk

@@ -1,4 +1,4 @@
-/* The stage-3 gather plan (zc__gather_plan, src/core/estimate.c), which the
+/* The stage-3 gather plan (zc__gather_plan, src/plan/estimate.c), which the
  * engine's reserve and `zeroc estimate` share: the same slots as the rule
  * written out plainly (each persistent chunk a slot, in chunk order; each
  * other size, at its first chunk, min(count, working set / size) slots),

@@ -1,4 +1,4 @@
-/* Placement from memory budgets (core/placement.c) as a pure function of a
+/* Placement from memory budgets (plan/placement.c) as a pure function of a
  * layout and budgets, and the sizes zero_optimization.max_memory accepts.
  *
  * The grid: synthetic layouts of 1 to 64 chunks (equal and uneven sizes),

@@ -389,7 +389,7 @@ Test(placement_equiv, auto_budgets)
  * with the stage written out), and training equals that stage's run
  * without budgets, bitwise. Worlds 1-4, fp32/bf16/fp16. With this small
  * model the buffer pools outweigh what sharding saves, so every budget
- * chooses stage 1 here; tests/core/test_placement.c holds the choice of 2
+ * chooses stage 1 here; tests/plan/test_placement.c holds the choice of 2
  * and 3 on a larger model through zc_plan_memory. */
 Test(placement_equiv, stage_auto)
 {

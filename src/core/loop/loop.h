@@ -1,10 +1,13 @@
-/* Gradients (grads.c): the averaging factors, the accumulation window stages
- * 0/1 share, the buffers the backward pass writes and the ready protocol;
- * the per-chunk buffers every stage allocates (chunk_mem.c); and ZC_DEBUG's
- * check of late gradient writes (grad_debug.c). Each stage's reduction is
- * its own (stage0.c, src/zero1, src/zero2). */
-#ifndef ZC_CORE_GRADS_H
-#define ZC_CORE_GRADS_H
+/* The calls a training loop makes (src/core/loop), as the other rooms of the
+ * engine reach them: gradients (grads.c: the averaging factors, the
+ * accumulation window stages 0/1 share, the buffers the backward pass writes
+ * and the ready protocol), the reduction bucket (grad_bucket.c), parameters
+ * as the caller sees them (params.c), adopted blocks (adopt.c) and the
+ * evaluation pass (pass.c). Each stage's reduction is its own (step/stage0.c,
+ * src/zero1, src/zero2); the public block calls (blocks.c, block_values.c,
+ * block_f32.c) and the scalar all-reduce (scalar_reduce.c) need no header. */
+#ifndef ZC_CORE_LOOP_H
+#define ZC_CORE_LOOP_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -62,37 +65,32 @@ zc_status zc__bucket_flush(zc_engine *e);
 /* Empties the bucket without reducing (the gradients' reset). */
 void zc__bucket_clear(zc_engine *e);
 
-/* ---- chunk_mem.c: the per-chunk buffers ---------------------------------- */
+/* ---- params.c: parameters as the caller sees them -------------------- */
 
-/* Allocates / frees a chunk's buffers as the engine's policy says. */
-zc_status zc__chunk_alloc(zc_engine *e, zc_chunk *c);
-void zc__chunk_free(zc_engine *e, zc_chunk *c);
+/* zc_param_acquire with its status (block calls need it to fail alike). */
+zc_status zc__param_acquire(zc_engine *e, zc_param *p, void *stream, void **out);
+/* The full fp32 master of chunk k (zc_param_gather_master, and the block
+ * form in block_values.c): read from its home (the read agreed across ranks
+ * when it is rank-local I/O) into a staging slot of pool_stage, all-gathered
+ * in stages 1-3 (collective there). On success *slot holds the chunk's
+ * padded elements and the caller puts it back (zc__bufpool_put); on failure
+ * nothing is held. `what` names the read in the agreed failure message. */
+zc_status zc__master_gather_chunk(zc_engine *e, int k, const char *what, void **slot);
 
-/* ---- grad_debug.c: ZC_DEBUG ---------------------------------------------- */
+/* ---- adopt.c: blocks in the caller's memory ---------------------------- */
 
-/* Parses ZC_DEBUG strictly: unset, "" or "0" off, "1" on, else ZC_ERR_CONFIG. */
-zc_status zc__debug_parse(const char *text, bool *on);
-/* Allocates the shadows at build (no-op when off); freed by zc__debug_free. */
-zc_status zc__debug_build(zc_engine *e);
-void zc__debug_free(zc_engine *e);
-/* zc_grad_buffer: replaces *buf by p's shadow slice (zeroed on first use in
- * a micro-step, after checking it still holds the last poison). */
-zc_status zc__debug_grad_buffer(zc_engine *e, zc_param *p, void **buf);
-/* zc_grad_ready, before the reduction: copies p's shadow slice into `real`
- * (p's slice of the buffer the reduction reads) and poisons the shadow. */
-zc_status zc__debug_grad_ready(zc_engine *e, zc_param *p, void *real);
-/* zc_step / zc_micro_step_end: checks every poisoned slice (the 16-bit
- * shadows' and the fp32 gradient views'); collective (the outcome is agreed,
- * so a late write breaks the engine on every rank). */
-zc_status zc__debug_check(zc_engine *e, const char *fn);
-/* Records the first late write found (e->dbg_found, e->dbg_msg): `got` is
- * what p's poisoned slice of `bytes` holds now, compared with the poison;
- * `buffer` names the buffer ("gradient buffer", "fp32 gradient buffer"),
- * `source` the call that handed it out, `when` where it was seen. */
-void zc__debug_compare(zc_engine *e, const zc_param *p, const void *got, size_t bytes,
-                       size_t elem_bytes, const char *buffer, const char *source,
-                       const char *when);
-/* The poison byte of ZC_DEBUG slices. */
-#define ZC_DEBUG_POISON 0xA5
+/* Whether parameter i starts a chunk because of adoption: 1 yes, 0 no (inside
+ * an adopted block), -1 adoption does not decide (layout.c). */
+int zc__adopt_starts_chunk(const zc_engine *e, int i);
+/* After build: the adopted memory's current values become the parameters'
+ * initial values (master included), and the chunk padding is zeroed. */
+zc_status zc__adopt_load(zc_engine *e);
+
+/* ---- pass.c: evaluation passes ----------------------------------------- */
+
+/* ZC_OK outside an evaluation pass; inside one ZC_ERR_INVALID_STATE naming
+ * `fn`, a call that computes gradients or changes parameters. Changes
+ * nothing. */
+zc_status zc__pass_train_only(const zc_engine *e, const char *fn);
 
 #endif

@@ -3,7 +3,7 @@
 #include <assert.h>
 #include <string.h>
 
-#include "core/bufpool.h"
+#include "core/common/bufpool.h"
 
 void zc__bufpool_init(zc_bufpool *bp, const char *what, zc_mem_category cat, zc_device *d,
                       zc_mem_account *acct)

@@ -3,7 +3,7 @@
 
 #include "base/clock.h"
 #include "core/engine.h"
-#include "core/timers.h"
+#include "core/observe/timers.h"
 
 void zc__timers_init(zc_step_timers *t, bool on)
 {

@@ -1,4 +1,4 @@
-/* zc_engine_build's placement from memory budgets (the rule: placement.h).
+/* zc_engine_build's placement from memory budgets (the rule: plan/plan.h).
  *
  * zero_optimization.max_memory gives one rank's budget of each kind, or
  * "auto": what this machine has (preflight.c reads it: the device's free

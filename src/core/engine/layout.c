@@ -13,7 +13,7 @@
 #include "core/engine.h"
 #include "plan/plan.h"
 
-/* The rule is shared with the memory planner (estimate.h). */
+/* The rule is shared with the memory planner (plan/plan.h). */
 static bool starts_chunk(const zc_engine *e, int i, int64_t cur_used)
 {
     const zc_param *p = e->params[i];

@@ -8,7 +8,7 @@
  * the offload home and the rest stay on the device and are updated there
  * (ratio is 1 unless stage 3, as DeepSpeed requires). Stage 0 keeps full
  * optimizer state on every rank and cannot offload. With a placement from
- * zero_optimization.max_memory (placement.h) each chunk goes where it says,
+ * zero_optimization.max_memory (plan/plan.h) each chunk goes where it says,
  * which may split the chunks three ways: device, cpu and nvme homes.
  *
  * The gradient and the output. Adam reads the chunk's reduced gradient shard

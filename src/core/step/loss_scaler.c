@@ -9,7 +9,7 @@
  *   - growth counts clean steps since the last overflow with the -1 offset
  *     (stable = iter - last_overflow_iter - 1), so from a fresh start the
  *     first doubling happens at the end of the window+1-th clean step. */
-#include "core/loss_scaler.h"
+#include "core/step/loss_scaler.h"
 
 #include <math.h>
 

@@ -1,9 +1,9 @@
-/* The steps engine.c takes at zc_engine_create, zc_engine_build and
- * zc_engine_destroy that have no header of their own: the chunk layout
- * (layout.c), the norm partials' buffers (step.c), the registry
- * (registry.c), progress lines (progress.c), the reserved pools (reserve.c),
- * adopted blocks (adopt.c), the cross-rank check of the model
- * (build_agree.c) and the working precision (plan.c). */
+/* The engine's lifecycle (src/core/engine): the steps engine.c takes at
+ * zc_engine_create, zc_engine_build and zc_engine_destroy - the chunk layout
+ * (layout.c), the registry (registry.c), the reserved pools (reserve.c), the
+ * placement from budgets (place_build.c), the pre-flight (preflight.c), the
+ * cross-rank check of the model (build_agree.c) and the stage policies
+ * (stages.c). */
 #ifndef ZC_CORE_BUILD_H
 #define ZC_CORE_BUILD_H
 
@@ -18,38 +18,22 @@
 /* Packs parameters into chunks, pads them and computes Adam segments. */
 zc_status zc__layout_build(zc_engine *e);
 void zc__layout_free(zc_engine *e);
-/* The norm partials' buffers (step.c), allocated at build after the layout;
- * freed before zc__layout_free (sized by nchunks). */
-zc_status zc__partials_alloc(zc_engine *e);
-void zc__partials_free(zc_engine *e);
 /* The registry (registry.c): group 0 at zc_engine_create; at destroy the
  * parameters and groups registered. */
 zc_status zc__registry_init(zc_engine *e);
 void zc__registry_free(zc_engine *e);
-/* Progress lines (progress.c). progress_start records the time at build;
- * progress_step, after every zc_step, logs one DeepSpeed-style INFO line
- * ("core") every steps_per_print steps: step, skipped steps, lr, loss scale,
- * samples/s since the last line, and MemAllocated / MaxMemAllocated by kind. */
-void zc__progress_start(zc_engine *e);
-void zc__progress_step(zc_engine *e, double lr);
 /* Plans and reserves the buffer pools and the stage-3 trace from the layout
  * and the configuration (reserve.c); zc__reserve_free releases them. */
 zc_status zc__reserve_build(zc_engine *e);
 void zc__reserve_free(zc_engine *e);
-/* The units of the gradient pool (estimate.h, zc__grad_pool_plan): *out gets
+/* The units of the gradient pool (plan/plan.h, zc__grad_pool_plan): *out gets
  * nchunks flags, true where a zc_chunk_boundary starts a unit (counted on the
  * engine's account; the caller frees nchunks bytes), or NULL when no
  * boundary was registered. After the layout. */
 zc_status zc__grad_units(zc_engine *e, bool **out);
 
-/* Whether parameter i starts a chunk because of adoption: 1 yes, 0 no (inside
- * an adopted block), -1 adoption does not decide (layout.c). */
-int zc__adopt_starts_chunk(const zc_engine *e, int i);
-/* After build: the adopted memory's current values become the parameters'
- * initial values (master included), and the chunk padding is zeroed. */
-zc_status zc__adopt_load(zc_engine *e);
 
-/* Placement from memory budgets (place_build.c, rule in placement.h).
+/* Placement from memory budgets (place_build.c, rule in plan/plan.h).
  * place_agree: collective, at zc_engine_build after the layout is agreed:
  * reads the "auto" budgets of zero_optimization.max_memory on this rank
  * (zc__preflight_auto_budget), agrees on the outcome and takes each kind's

@@ -9,7 +9,7 @@
  * chunk's shard goes to the offload home except the persistent chunks
  * (stage3_param_persistence_threshold), which stay gathered on the device for
  * the whole run, as DeepSpeed keeps them. With a placement from
- * zero_optimization.max_memory (placement.h) each chunk's shard is where
+ * zero_optimization.max_memory (plan/plan.h) each chunk's shard is where
  * the placement says: on the device, in pinned memory or on NVMe - a
  * three-way split, the pinned shards being the nvme home's cached chunks.
  *

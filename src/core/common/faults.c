@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "base/env.h"
-#include "core/faults.h"
+#include "core/common/faults.h"
 
 /* A decimal integer in [lo, hi], digits only (no sign, space or suffix), so
  * a typo cannot silently become another number: the environment's one

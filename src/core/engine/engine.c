@@ -11,7 +11,6 @@
 #include <string.h>
 
 #include "base/env.h"
-#include "ckpt/ring_mem.h"
 #include "core/engine.h"
 #include "plan/plan.h"
 
@@ -170,7 +169,7 @@ fail:
 
 /* ---- build ------------------------------------------------------------- */
 
-/* Hidden size H of the "auto" rules (estimate.h; 0 without a 2-D
+/* Hidden size H of the "auto" rules (plan/plan.h; 0 without a 2-D
  * parameter). */
 static int64_t model_hidden_size(const zc_engine *e)
 {
@@ -295,7 +294,8 @@ ZC_API void zc_engine_destroy(zc_engine *e)
     zc__reserve_free(e);
     zc__view_free(e);
     zc__registry_free(e);
-    zc__ck_ring_release(&e->ck_ring);
+    if (e->ck_ring_release)
+        e->ck_ring_release(&e->ck_ring);
     zc_config_destroy(e->cfg);
     /* The communicator outlives the engine: what it made on the engine's
      * device goes before the device. */
