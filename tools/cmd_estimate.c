@@ -2,7 +2,7 @@
  * configuration (offload_optimizer, and offload_param at stage 3) or a config
  * file's, before anything runs.
  *
- * The bytes come from the engine's own planner (src/core/estimate.c), fed the
+ * The bytes come from the engine's own planner (src/plan/estimate.c), fed the
  * chunk layout zc_engine_build would make (the same chunking, padding and
  * stage-3 persistence rules) and the configuration's sizes ("auto" keys
  * resolved from the model's hidden size as the engine does). Beside them:
@@ -18,8 +18,7 @@
 
 #include "cliarg.h"
 #include "config/config.h"
-#include "core/engine.h"
-#include "core/estimate.h"
+#include "plan/plan.h"
 #include "estimate_place.h"
 
 int zc__cmd_estimate(int argc, char **argv);
@@ -28,7 +27,7 @@ int zc__cmd_estimate(int argc, char **argv);
 /* --params makes tensors of the default chunk cap (each then a chunk of its
  * own), at most MAX_TENSORS of them: the largest N it can answer for, and so
  * the range --help states and the parser holds it to. The plan is one pass
- * over the chunks (src/core/estimate.c), so the top of the range answers at
+ * over the chunks (src/plan/estimate.c), so the top of the range answers at
  * once. */
 #define MAX_PARAMS ((int64_t)MAX_TENSORS * ZC_CHUNK_CAP_ELEMS) /* 2^44 */
 _Static_assert(MAX_PARAMS == (int64_t)1 << 44, "--help states 2^44");

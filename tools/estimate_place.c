@@ -1,5 +1,5 @@
 /* `zeroc estimate --max-memory`: the placement zc_engine_build would choose
- * under per-rank budgets (src/core/placement.h), made by the engine's own
+ * under per-rank budgets (src/plan/plan.h), made by the engine's own
  * planner (zc_plan_memory), stage by stage.
  *
  * Beside the bytes it prints what moves per step over each link, from the
@@ -15,7 +15,7 @@
 #include <jansson.h>
 
 #include "config/config.h"
-#include "core/estimate.h"
+#include "plan/plan.h"
 #include "estimate_place.h"
 
 static const char *const kind_names[3] = {"device", "cpu", "nvme"};

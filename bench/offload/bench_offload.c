@@ -126,7 +126,7 @@ typedef struct model {
     zc_adam_coeffs coeffs;
 } model;
 
-/* Adam over chunk k in the pieces zc_step uses (src/core/step.c), moving the
+/* Adam over chunk k in the pieces zc_step uses (src/core/step/step.c), moving the
  * home's I/O along between pieces like the step does (h may be NULL). With
  * `pace` each piece runs on the threads the step gives it on an NVMe home
  * (optim/adam_pace.h), without on every thread of the pool. */

@@ -76,3 +76,14 @@ void zc__kept_error_clear(zc_kept_error *ke)
     ke->rc = ZC_OK;
     ke->msg[0] = '\0';
 }
+
+zc_status zc__out_check(const char *fn, const char *type, const size_t *size, size_t need)
+{
+    if (!size)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "%s: out is NULL", fn);
+    if (*size < need)
+        return ZC_ERR(ZC_ERR_INVALID_ARG,
+                      "%s: out->size %zu is smaller than sizeof(%s) %zu; set out->size", fn,
+                      *size, type, need);
+    return ZC_OK;
+}

@@ -7,6 +7,8 @@
 #ifndef ZC_BASE_ERROR_H
 #define ZC_BASE_ERROR_H
 
+#include <stddef.h>
+
 #include "zeroc/zeroc.h"
 
 #define ZC_PRINTF(fmt_idx, arg_idx) __attribute__((format(printf, fmt_idx, arg_idx)))
@@ -25,6 +27,12 @@ void zc__error_restore(const char *msg);
 void zc__error_context(const char *fmt, ...) ZC_PRINTF(1, 2);
 
 #define ZC_ERR(status, ...) zc__error((status), __FILE__, __LINE__, __VA_ARGS__)
+
+/* The checks of an output struct the caller sizes (zc_stats, zc_timers,
+ * zc_offload_stats, zc_memory_plan): size is &out->size, or NULL when out is
+ * NULL; need is sizeof the struct, named `type`. ZC_ERR_INVALID_ARG naming
+ * `fn` when out is NULL or out->size is smaller. */
+zc_status zc__out_check(const char *fn, const char *type, const size_t *size, size_t need);
 
 /* An error kept for later: asynchronous work (an I/O request that fails
  * while the caller goes on) is reported by a later call, so its status and a

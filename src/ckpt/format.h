@@ -31,7 +31,7 @@
 #define ZC_CK_LATEST "latest"
 #define ZC_CK_TAG_MAX 128
 #define ZC_CK_MAX_NDIM 8
-/* Chunk padding rule, repeated from src/core/layout.c (zc__chunk_padded):
+/* Chunk padding rule, repeated from src/core/engine/layout.c (zc__chunk_padded):
  * a chunk is padded to a multiple of world * 64 elements. The reshard tool
  * uses it to cut shards for another world size. */
 #define ZC_CK_CHUNK_ALIGN 64

@@ -352,6 +352,7 @@ ZC_API zc_status zc_checkpoint_load(zc_engine *e, const char *dir, const char *t
     zc_ck_reader *reader = NULL;
     if (rc == ZC_OK && src.m.version >= 2) {
         rc = make_plan(e, &src, map, &pl);
+        e->ck_ring_release = zc__ck_ring_release;
         if (rc == ZC_OK)
             rc = zc__ck_reader_open(&reader, &src, &e->acct, &e->ck_ring, pl.idx, pl.n);
     } else if (rc == ZC_OK) {

@@ -49,7 +49,7 @@ static zc_status check_counters(const zc_ck_manifest *m, const char *path)
 }
 
 /* The chunks tile the parameters in order, and each chunk holds its
- * parameters back to back from element 0 (src/core/layout.c). */
+ * parameters back to back from element 0 (src/core/engine/layout.c). */
 static zc_status check_layout(const zc_ck_manifest *m, const char *path)
 {
     if (m->nchunks < 1)

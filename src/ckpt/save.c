@@ -108,6 +108,7 @@ static zc_status save_chunk(zc_engine *e, int k, const zc_opt_view *v, bool host
  * discarded by the caller, and x->bounce freed with free_bounce. */
 static zc_status write_shard(zc_engine *e, const char *dir, const char *tag, save_ctx *x)
 {
+    e->ck_ring_release = zc__ck_ring_release;
     zc_status rc = zc__ck_shard_open(x->shard, dir, tag, e->rank, shard_bytes(e), &e->acct,
                                      &e->ck_ring);
     if (rc == ZC_OK && e->dev->mem_kind == ZC_MEMKIND_DEVICE) {

@@ -1,6 +1,6 @@
 /* zero_optimization.max_memory as the memory planner reads it: which kinds
  * have a budget, which are "auto", and which placement keys the planner may
- * choose (src/core/placement.c). The values are the key table's
+ * choose (src/plan/placement.c). The values are the key table's
  * (schema.c); this file reads their origins, which say what the user wrote. */
 #include "config/internal.h"
 #include "config/schema.h"

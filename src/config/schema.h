@@ -39,7 +39,7 @@ enum {
                                      extension), stored joined with '\n' */
     ZC_KF_SIZE = 1u << 8,         /* I64: also a size string ("44GiB", zc__parse_size) */
     ZC_KF_AUTO_PLAN = 1u << 9,    /* "auto" resolved by the memory planner at build
-                                     (zero_optimization.max_memory, src/core/placement.c) */
+                                     (zero_optimization.max_memory, src/plan/placement.c) */
 };
 
 typedef struct zc_cfg_enum {

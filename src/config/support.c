@@ -12,7 +12,7 @@
  * zc_engine_create and `zeroc config check` run zc__cfg_engine_support, and
  * the parts of zc_engine_build that take these values (the NVMe homes,
  * src/offload/opt_home_nvme.c and param_home_nvme.c; the optimizer placement,
- * src/core/opt_state.c) call the same rules through the zc__config_*_check
+ * src/core/state/opt_state.c) call the same rules through the zc__config_*_check
  * functions, so the checker's verdict and message are the engine's. What
  * only a model decides (a parameter shard larger than
  * offload_param.buffer_size, memory or swap beyond what the machine has) is

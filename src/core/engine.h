@@ -1,12 +1,13 @@
-/* The engine's internal state (one per rank) and the stage-policy table, for
- * the files of src/core, the stage modules (stage0.c, src/zero1, src/zero2,
- * src/zero3) and the checkpoints (src/ckpt). It includes the headers of the
- * engine's modules (build.h, eng_base.h, grads.h, opt_state.h,
- * param_state.h, pass.h, streams.h, views.h), so one include gives a file the whole
- * engine; none of those includes this one back.
+/* The engine's internal state (one per rank) and the stage-policy table: the
+ * seam of src/core for the stage modules (src/zero1, src/zero2, src/zero3)
+ * and the checkpoints (src/ckpt), and the one header the files of src/core's
+ * rooms include. It includes the headers of the rooms (common/, observe/,
+ * state/, loop/, step/, engine/: what each holds is in DEVELOPERS.md), so one
+ * include gives a file the whole engine; none of those includes this one
+ * back.
  *
  * Memory model. Parameters are packed in registration order into chunks
- * (layout.c); chunk c holds `padded` elements, a multiple of world*64, and
+ * (engine/layout.c); chunk c holds `padded` elements, a multiple of world*64, and
  * rank r owns the shard [r*shard, (r+1)*shard). Every buffer below is device
  * memory (zc_device ops) counted on eng->acct by category; the engine never
  * reads or writes it with the CPU. What each stage keeps per chunk:
@@ -23,7 +24,7 @@
  * separately even for fp32 parameters, so every dtype runs the same code.
  * master, m and v are not chunk fields: they live in the chunk's optimizer
  * home (offload/homes.h: device memory, pinned host memory or NVMe) and are
- * reached only through the passes of opt_state.c.
+ * reached only through the passes of state/opt_state.c.
  */
 #ifndef ZC_CORE_ENGINE_H
 #define ZC_CORE_ENGINE_H
@@ -37,44 +38,29 @@
 #include "base/log.h"
 #include "comm/comm.h"
 #include "config/config.h"
-#include "core/bufpool.h"
-#include "core/faults.h"
-#include "core/loss_scaler.h"
-#include "offload/homes.h"
-#include "core/timers.h"
 #include "device/device.h"
+#include "offload/homes.h"
 #include "optim/adam.h"
-/* The engine's modules, for every file that uses the engine. */
-#include "core/build.h"
-#include "core/eng_base.h"
-#include "core/grads.h"
-#include "core/opt_state.h"
-#include "core/param_state.h"
-#include "core/pass.h"
-#include "core/streams.h"
-#include "core/views.h"
+#include "plan/plan.h"
+/* The headers of the engine's rooms, for every file that uses the engine. */
+#include "core/common/bufpool.h"
+#include "core/common/eng_base.h"
+#include "core/common/faults.h"
+#include "core/common/streams.h"
+#include "core/observe/progress.h"
+#include "core/observe/timers.h"
+#include "core/state/opt_state.h"
+#include "core/state/param_state.h"
+#include "core/state/views.h"
+#include "core/loop/loop.h"
+#include "core/step/loss_scaler.h"
+#include "core/step/step.h"
+#include "core/engine/build.h"
 
 #define ZC_ENGINE_MAGIC 0x5a43454eu /* "ZCEN" */
 #define ZC_PARAM_MAGIC 0x5a435041u  /* "ZCPA" */
-#define ZC_PARAM_MAX_NDIM 8
-/* Chunks are padded to a multiple of world * ZC_CHUNK_ALIGN elements, so every
- * shard starts 64-element (>= 128-byte) aligned. */
-#define ZC_CHUNK_ALIGN 64
-/* Default chunk size cap when reduce_bucket_size (DeepSpeed default 5e8
- * elements) is larger: a chunk is the unit of the transient gradient buffer
- * and of the stage-3 gather buffer, so 2^24 elements (32 MiB in bf16) keeps
- * those bounded while collectives stay large. zc_engine_options.bucket_elems
- * overrides it. */
-#define ZC_CHUNK_CAP_ELEMS ((int64_t)1 << 24)
-/* Stage 2/3 transient gradient buffers reserved at build: two sets, each
- * able to hold the buffers of the largest unit (the chunks between two
- * zc_chunk_boundary calls, or one chunk without boundaries; reserve.c), like
- * DeepSpeed's pair of reduce buckets with overlap_comm and FSDP's unsharded
- * gradient of the unit in backward beside the one still being reduced: one
- * unit's gradients are written while the previous unit's are reduced. A
- * backward pass that holds more at once gets ZC_ERR_NO_MEMORY from
- * zc_grad_buffer on every rank alike. */
-#define ZC_GRAD_SETS 2
+/* ZC_PARAM_MAX_NDIM, ZC_CHUNK_ALIGN, ZC_CHUNK_CAP_ELEMS and ZC_GRAD_SETS: the
+ * sizing rules the planner defines (plan/plan.h) and the engine applies. */
 /* Bounds of the stage-3 acquire trace reserved at build (entries). */
 #define ZC_TRACE_MIN 64
 #define ZC_TRACE_MAX ((int64_t)1 << 22)
@@ -190,7 +176,7 @@ typedef struct zc_chunk {
     /* Stage 3 with offload_param (param_state.c). */
     bool poff;                 /* the shard lives in e->phome, not c->param */
     /* Where the optimizer state and the (stage 3) parameter shard live, as
-     * ZC_PLACE_* kinds (estimate.h), for zc_engine_stats. */
+     * ZC_PLACE_* kinds (plan/plan.h), for zc_engine_stats. */
     uint8_t opt_kind, param_kind;
     int64_t reads_cur, reads_last; /* shard reads from NVMe in this / the last step */
     void *pout_home, *pout_dev; /* the optimizer's output for the home (between
@@ -288,6 +274,9 @@ struct zc_engine {
     struct zc_ck_ring_mem *ck_ring; /* the checkpoint I/O buffers, kept from the
                                        first save or load to the destroy
                                        (ckpt/ring_mem.h); NULL before */
+    /* How the destroy releases ck_ring: set by src/ckpt with it, since the
+     * checkpoints stand above the engine and it includes nothing of them. */
+    void (*ck_ring_release)(struct zc_ck_ring_mem **ring);
 
     zc_group *groups;
     int ngroups, groups_cap;

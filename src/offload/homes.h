@@ -272,8 +272,8 @@ typedef struct zc_param_home_ops {
     zc_status (*add_chunk)(zc_param_home *h, int k, size_t n);
     /* After every add_chunk: allocation; shards start as zeros. Nothing is
      * allocated before it. Host memory and disk space are not checked here:
-     * the engine's pre-flight (core/preflight.c) checks them with the whole
-     * memory plan (core/estimate.c, which must follow every size a home
+     * the engine's pre-flight (core/engine/preflight.c) checks them with the whole
+     * memory plan (plan/estimate.c, which must follow every size a home
      * allocates). */
     zc_status (*prepare)(zc_param_home *h);
     /* Whether reading chunk k can fail on one rank alone (NVMe I/O): the
@@ -328,7 +328,7 @@ static inline void zc__param_home_destroy(zc_param_home *h)
 /* ---- nvme_path ----------------------------------------------------------- */
 
 /* Request sizes and alignment of both NVMe homes' swap layouts: >= every
- * O_DIRECT requirement seen (core/estimate.c plans with it too). */
+ * O_DIRECT requirement seen (plan/estimate.c plans with it too). */
 #define ZC_SWAP_ALIGN 4096u
 
 /* Splits nvme_path into its directories (the configuration stores a JSON

@@ -44,7 +44,7 @@ static zc_status pc_prepare(zc_param_home *hh)
     if (!need)
         return ZC_OK;
     /* Host memory was checked with the whole plan by the engine's pre-flight
-     * (core/preflight.c); core/estimate.c plans these shards. */
+     * (core/engine/preflight.c); plan/estimate.c plans these shards. */
     ZC_CHECK(zc__home_pool_create(h->p.env.acct, (size_t)need + (size_t)(nchunks + 1) * ALIGN,
                                   h->p.env.device_index, h->p.pin_memory, &h->pool));
     for (int k = 0; k < h->p.env.nchunks; k++) {

@@ -132,7 +132,7 @@ static zc_status pn_prepare(zc_param_home *hh)
     (void)zc__aligned_bytes(maxn, h->p.env.param_bytes, ZC_SWAP_ALIGN, &h->buf_bytes);
     h->nbufs = h->capacity ? (int)h->p.buffer_count : 0;
     /* Host memory and the swap file's disk space were checked with the whole
-     * plan by the engine's pre-flight (core/preflight.c): core/estimate.c
+     * plan by the engine's pre-flight (core/engine/preflight.c): plan/estimate.c
      * plans this layout, these buffers and the store's round-up. */
     const uint64_t pinned = (uint64_t)h->nbufs * h->buf_bytes + cache_bytes;
 

@@ -6,7 +6,7 @@
  * padded sizes. No gather ever makes live_elems exceed max_live_parameters:
  * a demand gather first evicts idle prefetched chunks and otherwise fails
  * with ZC_ERR_NO_MEMORY; a prefetch that does not fit is not issued. Gather
- * buffers come from a pool reserved at build (core/reserve.c); a prefetch
+ * buffers come from a pool reserved at build (core/engine/reserve.c); a prefetch
  * without a free slot is not issued, and a demand gather without one
  * allocates, its outcome agreed across ranks before the all-gather (a
  * failure on one rank alone would otherwise split the collectives).
@@ -22,12 +22,12 @@
  * do not depend on it, only the timing of gathers does. On the host path a
  * prefetch is a gather issued early (synchronous).
  *
- * Evaluation passes (zc_pass_begin, core/pass.c) have a trace of their own
+ * Evaluation passes (zc_pass_begin, core/loop/pass.c) have a trace of their own
  * (e->trace points at the open pass's), recorded over the first pass and
  * followed by the later ones in the same way, so a validation pass between
  * steps neither lands in the training's trace nor finds it changed.
  *
- * Offloaded shards (offload_param, core/param_state.c). A gather first
+ * Offloaded shards (offload_param, core/state/param_state.c). A gather first
  * brings this rank's shard in from its home; under nvme that is a read, and
  * the prefetcher starts those reads ahead: at each activation it walks the
  * trace from the next expected activation and starts the reads of the next
@@ -112,7 +112,7 @@ static bool idle(const zc_chunk *c)
 }
 
 /* The buffer of a gather. Taken from the pool reserved at build
- * (core/reserve.c) when a slot is free; which slots are free follows the
+ * (core/engine/reserve.c) when a slot is free; which slots are free follows the
  * acquire sequence, the same on every rank, so every rank takes the same
  * branch here. Without a free slot a prefetch is not issued (*skip: every
  * rank skips it together); a demand gather first evicts idle kept and
@@ -254,7 +254,7 @@ static void pass_name(const zc_engine *e, char *b, size_t cap)
 }
 
 /* Records or checks one activation. The trace's capacity is reserved at
- * build (core/reserve.c), so recording never allocates between collectives:
+ * build (core/engine/reserve.c), so recording never allocates between collectives:
  * past the capacity the activation is not recorded and the trace is marked
  * truncated - the same on every rank, since every rank activates the same
  * chunks in the same order - and prefetch stops where the record ends.

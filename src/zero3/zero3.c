@@ -5,13 +5,13 @@
  * step does not all-gather: parameters are gathered again on the next
  * acquire (chunks still in use or persistent are refreshed in place). */
 #include "zero3/zero3.h"
-#include "core/estimate.h"
+#include "plan/plan.h"
 #include "zero2/zero2.h"
 
 /* Stage 3 persistence, DeepSpeed's rule applied per chunk: a chunk whose
  * parameters all have numel <= param_persistence_threshold stays gathered,
  * while the persisted total stays <= model_persistence_threshold. The rule
- * is shared with the memory planner (estimate.h). */
+ * is shared with the memory planner (plan/plan.h). */
 int64_t zc__z3_largest_param(const zc_engine *e, const zc_chunk *c)
 {
     int64_t big = 0;

@@ -4,7 +4,7 @@
 #include <criterion/criterion.h>
 #include <string.h>
 
-#include "core/bufpool.h"
+#include "core/common/bufpool.h"
 #include "helpers.h"
 
 static zc_mem_account acct;

@@ -237,7 +237,7 @@ static void check_stage(int stage, zc_dtype dt)
         cr_assert_eq(got.stats.skipped_steps, clean.stats.skipped_steps);
     }
     /* Stage 3 reserves its gather buffers and its trace at build
-     * (core/reserve.c), so nothing after build allocates in any stage
+     * (core/engine/reserve.c), so nothing after build allocates in any stage
      * (tests/core/test_fault_sweep.c); its extra allocations are build's. */
     cr_assert_gt(k, stage == 3 ? 50 : 30, "stage %d: the run made only %lld host allocations", stage,
                  (long long)k);

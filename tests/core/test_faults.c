@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/faults.h"
+#include "core/common/faults.h"
 #include "helpers.h"
 
 static void expect_bad(const char *spec, const char *needle)

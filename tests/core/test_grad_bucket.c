@@ -1,4 +1,4 @@
-/* The reduction bucket (src/core/grad_bucket.c): a micro-step's chunk
+/* The reduction bucket (src/core/loop/grad_bucket.c): a micro-step's chunk
  * reductions are issued a bucket at a time, each bucket as one communicator
  * group, up to reduce_bucket_size elements (here the engine option
  * bucket_elems) and, at stages 2/3, as many chunks as the gradient pool

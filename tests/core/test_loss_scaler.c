@@ -1,7 +1,7 @@
 /* DeepSpeed's DynamicLossScaler, step by step.
  *
  * Each script below was written out by hand from the rules of
- * runtime/fp16/loss_scaler.py (see src/core/loss_scaler.h), not produced by
+ * runtime/fp16/loss_scaler.py (see src/core/step/loss_scaler.h), not produced by
  * running the code: for every step the overflow flag, then the expected scale
  * and running hysteresis after the update, and whether the update must fail
  * (overflow with the scale already at min_loss_scale). The comment on each
@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "config/config.h"
-#include "core/loss_scaler.h"
+#include "core/step/loss_scaler.h"
 #include "helpers.h"
 
 typedef struct {

@@ -1,4 +1,4 @@
-/* Progress lines (core/progress.c): with steps_per_print 2, a 5-step run at
+/* Progress lines (core/observe/progress.c): with steps_per_print 2, a 5-step run at
  * world 2 logs exactly the lines of steps 2 and 4 (rank 0 only, the default
  * sink rule), each with step, skipped, lr, loss scale, a positive samples/s
  * and MemAllocated / MaxMemAllocated by kind; on the host path the engine's

@@ -1,4 +1,4 @@
-/* wall_clock_breakdown (core/timers.c) and zc_engine_timers.
+/* wall_clock_breakdown (core/observe/timers.c) and zc_engine_timers.
  *
  * Each rank thread times every t_train_step itself (CLOCK_MONOTONIC just
  * before the first acquire and just after zc_step returns) and checks, for

@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
-"""scripts/layout_graph.py on small made-up trees: it must pass a tree with
-no cycle longer than two files and fail - naming the files - a call cycle of
-three (one-way, and made of two-way pairs), an include cycle, a file over the
-line limit, a call up into the top file, and an include across the offload
-seam. Objects are compiled with the C compiler given and archived with ar,
-the way the build archives the library, so the calls are read from real
-symbol tables.
+"""scripts/layout_graph.py on small made-up trees: it must pass a tree of
+the engine's shape and fail - naming the files - a call cycle of three
+(one-way, and made of two-way pairs), an include cycle, a file over the line
+limit, a call up into the top file, a folder of src/ or of src/core that is
+not a room, a file loose in src/core, a room of src/core calling up, a room
+header declaring another room's function, an include of a higher layer and
+one past a seam (src/offload, src/plan, from tools/ too); a cycle in a room
+of CYCLES_LEFT passes. Objects are compiled with the C compiler given and
+archived with ar, the way the build archives the library, so the calls are
+read from real symbol tables.
 
 usage: check_layout_graph.py LAYOUT_GRAPH_PY CC [CC_ARGS...]"""
 import os
@@ -74,57 +77,117 @@ def check(name, files, want_rc, needles=(), args=()):
             failures.append("%s: %r missing from:\n%s" % (name, n, out))
 
 
-# The shape the engine has: engine.c on top calling the modules, modules
-# calling down, a base below them; one pair calling each other.
+# The shape the engine has: engine.c on top calling the rooms, rooms calling
+# down, common below them; one pair calling each other; the planner below the
+# engine behind its seam.
 good = {
-    "src/core/engine.c": fn("create", ["a_build", "b_build"]),
-    "src/core/a.c": fn("a_build", ["base_alloc", "b_help"]),
-    "src/core/b.c": fn("b_build", ["base_alloc"]) + fn("b_help", ["c_pair"]),
-    "src/core/c.c": fn("c_pair", ["b_build"]),
-    "src/core/base.c": fn("base_alloc"),
-    "src/core/x.h": '#include "core/y.h"\n',
-    "src/core/y.h": "\n",
+    "src/core/engine.h": "\n",
+    "src/core/engine/engine.c": fn("create", ["a_build", "b_build"]),
+    "src/core/loop/a.c": fn("a_build", ["base_alloc", "b_help"]) + fn("zc__a_helper"),
+    "src/core/state/b.c": fn("b_build", ["base_alloc"]) + fn("b_help", ["c_pair"]),
+    "src/core/state/c.c": fn("c_pair", ["b_build"]),
+    "src/core/common/base.c": fn("base_alloc", [], ["plan/plan.h"]),
+    "src/core/state/x.h": '#include "core/state/y.h"\n',
+    "src/core/state/y.h": "\n",
     "src/offload/home.c": fn("home_read", [], ["offload/homes.h"]),
     "src/offload/homes.h": "\n",
+    "src/plan/plan.h": "\n",
+    "src/plan/p.c": fn("plan_bytes", ["plan_rule"], ["plan/plan.h", "offload/homes.h"]),
+    "src/plan/q.c": fn("plan_rule"),
+    "tools/t.c": fn("cli", [], ["plan/plan.h", "core/engine.h"]),
 }
-check("the engine's shape", good, 0, ["none over 700 lines", "no include or call cycle"])
+check("the engine's shape", good, 0, ["none over 700 lines", "no include or call cycle",
+                                      "engine > step > loop > state > observe > common"])
 
 three = dict(good)
-three["src/core/c.c"] = fn("c_pair", ["a_build"])  # a -> b -> c -> a
+three["src/core/state/c.c"] = fn("c_pair", ["a_build"])  # a -> b -> c -> a
 check("a call cycle of three", three, 1,
-      ["call cycle of 3 files", "src/core/a.c -> src/core/b.c", "src/core/c.c -> src/core/a.c"])
+      ["call cycle of 3 files", "src/core/loop/a.c -> src/core/state/b.c",
+       "src/core/state/c.c -> src/core/loop/a.c"])
 
 pairs = dict(good)  # a <-> b, b <-> c, c <-> a: only pairs, yet a circle of three
-pairs["src/core/a.c"] = fn("a_build", ["b_help", "c_pair"])
-pairs["src/core/b.c"] = fn("b_build") + fn("b_help", ["a_build", "c_pair"])
-pairs["src/core/c.c"] = fn("c_pair", ["a_build", "b_help"])
+pairs["src/core/state/a.c"] = pairs.pop("src/core/loop/a.c")
+pairs["src/core/state/a.c"] = fn("a_build", ["b_help", "c_pair"])
+pairs["src/core/state/b.c"] = fn("b_build") + fn("b_help", ["a_build", "c_pair"])
+pairs["src/core/state/c.c"] = fn("c_pair", ["a_build", "b_help"])
 check("a circle of two-way pairs", pairs, 1, ["call cycle of 3 files"])
 
 inc = dict(good)
-inc["src/core/y.h"] = '#include "core/z.h"\n'
-inc["src/core/z.h"] = '#include "core/x.h"\n'
-check("an include cycle", inc, 1, ["include cycle of 3 files", "src/core/z.h -> src/core/x.h"])
+inc["src/core/state/y.h"] = '#include "core/state/z.h"\n'
+inc["src/core/state/z.h"] = '#include "core/state/x.h"\n'
+check("an include cycle", inc, 1,
+      ["include cycle of 3 files", "src/core/state/z.h -> src/core/state/x.h"])
 
 big = dict(good)
-big["src/core/base.c"] = fn("base_alloc") + "/* a line */\n" * 700
-check("a file over the limit", big, 1, ["src/core/base.c has 704 lines (more than 700)"])
+big["src/core/common/base.c"] = fn("base_alloc") + "/* a line */\n" * 700
+check("a file over the limit", big, 1, ["src/core/common/base.c has 704 lines (more than 700)"])
 check("the limit is an option", big, 0, args=["--max-lines", "704"])
 
 up = dict(good)
-up["src/core/base.c"] = fn("base_alloc", ["create"])
+up["src/core/common/base.c"] = fn("base_alloc", ["create"])
 check("a call up into the top", up, 1,
-      ["src/core/base.c calls up into src/core/engine.c (create)"])
+      ["src/core/common/base.c calls up into src/core/engine/engine.c (create)"])
+
+room_up = dict(good)
+room_up["src/core/common/base.c"] = fn("base_alloc", ["b_help"])
+check("a room of src/core calling up", room_up, 1,
+      ["src/core/common/base.c calls up into src/core/state: "
+       "src/core/common/base.c -> src/core/state/b.c (b_help)"])
+
+decl = dict(good)
+decl["src/core/state/y.h"] = "void zc__a_helper(void);\n"
+check("a room header declaring another room's function", decl, 1,
+      ["src/core/state/y.h declares zc__a_helper, which src/core/loop/a.c defines"])
+
+unknown = dict(good)
+unknown["src/load/l.c"] = fn("load_one")
+check("a folder that is not a room", unknown, 1,
+      ["src/load is not a room the layout knows"])
+
+loose = dict(good)
+loose["src/core/d.c"] = fn("d_loose")
+check("a file loose in src/core", loose, 1, ["src/core/d.c sits in src/core outside its rooms"])
+
+misc = dict(good)
+misc["src/core/misc/m.c"] = fn("m_misc")
+check("a folder of src/core that is not a room", misc, 1,
+      ["src/core/misc is not a room of src/core"])
 
 offload_up = dict(good)
-offload_up["src/offload/home.c"] = fn("home_read", [], ["core/x.h"])
+offload_up["src/offload/home.c"] = fn("home_read", [], ["core/engine.h"])
 check("offload including the engine", offload_up, 1,
-      ["src/offload/home.c includes core/x.h: src/offload stands below the engine"])
+      ["src/offload/home.c includes core/engine.h: src/core (layer 4) stands above "
+       "src/offload (layer 2)"])
+
+plan_up = dict(good)
+plan_up["src/plan/p.c"] = fn("plan_bytes", [], ["core/engine.h"])
+check("the planner including the engine", plan_up, 1,
+      ["src/plan/p.c includes core/engine.h: src/core (layer 4) stands above src/plan"])
 
 core_in = dict(good)
 core_in["src/offload/home_pool.h"] = "\n"
-core_in["src/core/a.c"] = fn("a_build", ["base_alloc", "b_help"], ["offload/home_pool.h"])
+core_in["src/core/loop/a.c"] = fn("a_build", ["base_alloc", "b_help"], ["offload/home_pool.h"])
 check("the engine past the offload seam", core_in, 1,
-      ["src/core/a.c includes offload/home_pool.h"])
+      ["src/core/loop/a.c includes offload/home_pool.h: src/offload is reached through "
+       "offload/homes.h and offload/offload.h"])
+
+tools_in = dict(good)
+tools_in["src/plan/internal.h"] = "\n"
+tools_in["tools/t.c"] = fn("cli", [], ["plan/internal.h"])
+check("the CLI past the planner's seam", tools_in, 1,
+      ["tools/t.c includes plan/internal.h: src/plan is reached through plan/plan.h"])
+
+plan_cycle = dict(good)
+plan_cycle["src/plan/q.c"] = fn("plan_rule", ["plan_fit"])
+plan_cycle["src/plan/r.c"] = fn("plan_fit", ["plan_bytes"])
+check("a call cycle in the planner", plan_cycle, 1,
+      ["call cycle of 3 files", "src/plan/r.c -> src/plan/p.c"])
+
+left = dict(good)  # config holds a cycle already (CYCLES_LEFT)
+left["src/config/a.c"] = fn("cfg_a", ["cfg_b"])
+left["src/config/b.c"] = fn("cfg_b", ["cfg_c"])
+left["src/config/c.c"] = fn("cfg_c", ["cfg_a"])
+check("a cycle in a room that still holds one", left, 0)
 
 rc, out = run(good, "--max-cycle", "3")
 if rc != 2 or "--max-cycle takes 1 or 2" not in out:
@@ -135,4 +198,4 @@ for r in roots:
 if failures:
     print("\n".join(failures))
     sys.exit(1)
-print("layout_graph.py: 10 cases as expected")
+print("layout_graph.py: 19 cases as expected")

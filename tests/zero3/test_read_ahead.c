@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "core/engine.h"
-#include "core/param_state.h"
+#include "core/state/param_state.h"
 #include "helpers.h"
 #include "t_offload.h"
 

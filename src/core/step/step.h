@@ -1,0 +1,13 @@
+/* The step's buffers that zc_engine_build allocates (step.c). */
+#ifndef ZC_CORE_STEP_H
+#define ZC_CORE_STEP_H
+
+#include "base/error.h"
+#include "zeroc/zeroc.h"
+
+/* The norm partials' buffers, allocated at build after the layout;
+ * freed before zc__layout_free (sized by nchunks). */
+zc_status zc__partials_alloc(zc_engine *e);
+void zc__partials_free(zc_engine *e);
+
+#endif
