@@ -409,6 +409,18 @@ ZC_API zc_status zc_engine_build(zc_engine *eng);
  * with the same message (docs/offload.md). */
 ZC_API zc_status zc_param_load(zc_engine *eng, zc_param *p, const float *full_values);
 
+/* zc_param_load with DeepSpeed's master: the values are first rounded to the
+ * working dtype (round to nearest even, the rounding zc_param_load gives the
+ * working copy) and the fp32 master is made from the rounded values, as
+ * DeepSpeed makes its fp32 master from the module already cast to fp16 or
+ * bf16. zc_param_load keeps the caller's unrounded values as the master,
+ * which is more exact; use this one where a run must start from the same
+ * master as a DeepSpeed run. The working copy is the same either way; for
+ * fp32 parameters the two calls are the same. Same contract and errors as
+ * zc_param_load; nothing is allocated (the rounding goes through a small
+ * buffer on the stack). */
+ZC_API zc_status zc_param_load_rounded(zc_engine *eng, zc_param *p, const float *full_values);
+
 /* Copies the full fp32 master value of a parameter into out (numel floats).
  * Collective in stages 1–3 (every rank calls it for the same parameter). */
 ZC_API zc_status zc_param_gather_master(zc_engine *eng, zc_param *p, float *out);
@@ -658,6 +670,11 @@ ZC_API zc_status zc_block_base(zc_engine *eng, const zc_block *b, void **base);
  * parameter's load) returns that load's status, naming the parameter; the
  * parameters before it are loaded. */
 ZC_API zc_status zc_block_load(zc_engine *eng, zc_block *b, const float *values, size_t count);
+/* zc_block_load with zc_param_load_rounded's master (the values rounded to
+ * the working dtype first): zc_param_load_rounded of every parameter of the
+ * block, in order, with zc_block_load's contract. */
+ZC_API zc_status zc_block_load_rounded(zc_engine *eng, zc_block *b, const float *values,
+                                       size_t count);
 
 /* zc_param_gather_master of every parameter of the block, in order, into out
  * (count floats, the layout above): the same values, bitwise, and the same
