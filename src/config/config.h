@@ -88,6 +88,8 @@ struct zc_config {
         int64_t hysteresis;              /* 2 */
         bool consecutive_hysteresis;
         double min_loss_scale;           /* 1 */
+        bool deepspeed_unscale_order;    /* zeroc: unscale a growth step by the doubled
+                                            scale, as DeepSpeed does (step.c) */
     } fp16;
     struct {
         bool enabled, check_grad_overflow;

@@ -128,6 +128,8 @@ const zc_cfg_key zc__cfg_keys[] = {
     KF64("fp16.min_loss_scale", fp16.min_loss_scale, 1, 0, SCALE_MAX, ZC_KF_EXMIN,
          "the scale never goes below this"),
     KIGN("fp16.fp16_master_weights_and_grads", ZC_KF_WARN_SET, "not implemented by zeroc"),
+    KBOOL("fp16.deepspeed_unscale_order", fp16.deepspeed_unscale_order, 0, 0,
+          "(zeroc) unscale by the scale after this step's update, as DeepSpeed"),
 
     /* bf16 (old name: bfloat16) */
     KBOOL("bf16.enabled", bf16.enabled, 0, PROG, "bf16 parameters"),

@@ -67,6 +67,11 @@ void zc__bucket_clear(zc_engine *e);
 
 /* ---- params.c: parameters as the caller sees them -------------------- */
 
+/* zc_param_load (round false) and zc_param_load_rounded (round true: the
+ * master is made from the values rounded to the working dtype); fn names the
+ * public call in messages. */
+zc_status zc__param_load(zc_engine *e, zc_param *p, const float *values, bool round,
+                         const char *fn);
 /* zc_param_acquire with its status (block calls need it to fail alike). */
 zc_status zc__param_acquire(zc_engine *e, zc_param *p, void *stream, void **out);
 /* The full fp32 master of chunk k (zc_param_gather_master, and the block
