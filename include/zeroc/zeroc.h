@@ -273,6 +273,78 @@ ZC_API int zc_comm_local_size(const zc_comm *comm);
  * state goes away with the last rank's handle. */
 ZC_API void zc_comm_destroy(zc_comm *comm);
 
+/* ---- Communicators from what the program already has -------------------- */
+
+/* Colour for zc_comm_split: this rank joins no new communicator (MPI's
+ * MPI_UNDEFINED, NCCL's NCCL_SPLIT_NOCOLOR). */
+#define ZC_COMM_SPLIT_NONE (-1)
+
+/* Splits comm as MPI_Comm_split does: the ranks that pass the same colour
+ * (>= 0) form a new communicator of the same backend (threads, MPI through
+ * MPI_Comm_split, NCCL through ncclCommSplit), ranked by key, ties broken by
+ * their rank in comm; a rank passing ZC_COMM_SPLIT_NONE gets *out = NULL and
+ * ZC_OK. Collective over comm (every rank calls it, one thread per rank, no
+ * communicator group open); keys may be any int. One program can so run an
+ * engine per data-parallel group (colour = rank % TP for Megatron's order)
+ * and keep the other groups for its own tensor- or pipeline-parallel
+ * traffic. The new handle is independent of comm (destroy either first;
+ * zc_comm_destroy it after its engines) and starts bound to the host (an
+ * engine binds its device). Collective failures are agreed: the colours
+ * and keys are exchanged first, so a colour below -1 on any rank fails every
+ * rank with ZC_ERR_INVALID_ARG naming that rank; a failed exchange
+ * (ZC_ERR_COMM: a rank never calls it, ZC_COMM_TIMEOUT) or a failed creation
+ * (ZC_ERR_NO_MEMORY, ZC_ERR_COMM) fails every rank, *out NULL and nothing
+ * made. ZC_ERR_INVALID_ARG at once (nothing exchanged) for a NULL comm or
+ * out; ZC_ERR_UNSUPPORTED for a communicator that cannot be split. */
+ZC_API zc_status zc_comm_split(zc_comm *comm, int colour, int key, zc_comm **out);
+
+/* A communicator over the program's own MPI communicator. mpi_comm points to
+ * an MPI_Comm (pass &comm: an MPI_Comm of the MPI this zeroc was built with,
+ * Open MPI unless said otherwise; MPI_COMM_WORLD or one the program split)
+ * in an MPI the program initialised itself: zeroc never calls MPI_Init or
+ * MPI_Finalize for it. zeroc duplicates it (MPI_Comm_idup, waited for up to
+ * ZC_COMM_TIMEOUT) and works on the duplicate, which zc_comm_destroy frees;
+ * the caller's MPI_Comm is never freed or changed, and the program's own
+ * messages on it cannot mix with zeroc's. Host buffers only (an engine on
+ * ZC_DEVICE_HOST), as zc_comm_init_env's MPI communicator; its collectives,
+ * timeouts and bitwise rank-order sums are that communicator's (the same
+ * bits as zc_comm_local_world's threads). The handle's rank and world are
+ * the rank and size in the caller's communicator. Collective over it; the
+ * program's MPI must stay initialised until the handle is destroyed, and
+ * with MPI_THREAD_SINGLE or FUNNELED every zeroc call on it must come from
+ * the thread that initialised MPI. Returns ZC_ERR_UNSUPPORTED in a build
+ * without MPI, ZC_ERR_INVALID_STATE when MPI is not initialised (or already
+ * finalised), ZC_ERR_INVALID_ARG for a NULL argument or MPI_COMM_NULL,
+ * ZC_ERR_COMM when the duplication fails or times out, ZC_ERR_CONFIG for a
+ * malformed ZC_COMM_TIMEOUT; *out is NULL on failure. */
+ZC_API zc_status zc_comm_from_mpi(const void *mpi_comm, zc_comm **out);
+
+/* A communicator over the program's own NCCL communicator (llm.c's
+ * multi_gpu_config.nccl_comm): nccl_comm is an ncclComm_t, rank and world
+ * its rank and size there (checked against ncclCommUserRank and
+ * ncclCommCount), stream a cudaStream_t for zeroc's collectives (the
+ * program's dedicated NCCL stream) or NULL for a stream of zeroc's own;
+ * each collective is ordered after the engine's stream and the engine's
+ * stream after it with events, as for zc_comm_init_env's NCCL
+ * communicator. Borrowed: zeroc never finalises, destroys or aborts the
+ * ncclComm_t nor destroys the stream; zc_comm_destroy waits for zeroc's
+ * collectives and releases only what zeroc made. The device is the
+ * communicator's (ncclCommCuDevice): an engine on it uses ZC_DEVICE_CUDA
+ * with that device_index. The program's own collectives on the same
+ * communicator must be issued in the same order on every rank, interleaved
+ * with zeroc's the same way (NCCL's rule for one communicator); zeroc issues
+ * its collectives from the thread that calls it. A collective that exceeds
+ * ZC_COMM_TIMEOUT or an asynchronous NCCL error fails the handle for good
+ * (ZC_ERR_COMM on every later call) and zeroc stops using the communicator,
+ * which it leaves to the program to abort (ncclCommAbort). Not collective.
+ * Returns ZC_ERR_UNSUPPORTED in a build without NCCL or when the CUDA plugin
+ * cannot be loaded (naming the library), ZC_ERR_INVALID_ARG for a NULL
+ * nccl_comm or out, a rank outside 0..world-1 or one NCCL disagrees with,
+ * ZC_ERR_DEVICE when the stream or events cannot be made; *out is NULL on
+ * failure. */
+ZC_API zc_status zc_comm_from_nccl(void *nccl_comm, int rank, int world, void *stream,
+                                   zc_comm **out);
+
 /* ------------------------------------------------------------------------- */
 /* Engine                                                                    */
 /* ------------------------------------------------------------------------- */

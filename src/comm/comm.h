@@ -57,6 +57,11 @@ typedef struct zc_comm_ops {
      * it destroys the device it bound. */
     void (*unbind_device)(zc_comm *c);
     void (*destroy)(zc_comm *c);
+    /* Optional (NULL: zc_comm_split is ZC_ERR_UNSUPPORTED): zc_comm_split
+     * on this backend (zeroc.h has the contract). Collective over c; the
+     * ranks' colours and keys are exchanged first, so a bad colour on any
+     * rank fails every rank alike (zc__split_validate). */
+    zc_status (*split)(zc_comm *c, int colour, int key, zc_comm **out);
 } zc_comm_ops;
 
 struct zc_comm {
@@ -64,6 +69,14 @@ struct zc_comm {
     int rank, world;
     int local_rank, local_world;
     zc_device *dev; /* bound device, host by default */
+    /* Where this rank stands in the job, for the engine's node map (which
+     * ranks share a node: core/common/groups.c): its rank in the world its
+     * communicators descend from (the launcher's, MPI_COMM_WORLD's, the
+     * thread world's; a split keeps its parent's), and the ranks per node
+     * of that world as the backend knows them (MPI: the ranks sharing
+     * memory; threads: the whole thread world; -1: unknown). */
+    int world_rank;
+    int node_ranks;
 };
 
 /* Convenience wrappers that validate and dispatch. */
@@ -84,6 +97,36 @@ static inline zc_status zc__comm_group_start(zc_comm *c)
 { return c->ops->group_start ? c->ops->group_start(c) : ZC_OK; }
 static inline zc_status zc__comm_group_end(zc_comm *c)
 { return c->ops->group_end ? c->ops->group_end(c) : ZC_OK; }
+
+/* ---- splits (split.c; zc_comm_split) ------------------------------------ */
+
+/* Words of one rank's record in a split's exchange: its colour and key. */
+#define ZC_SPLIT_REC 2
+/* ZC_ERR_INVALID_ARG naming the first rank (of W) whose colour is neither
+ * >= 0 nor ZC_COMM_SPLIT_NONE in the exchanged records rec[r * ZC_SPLIT_REC
+ * + {0, 1}] = {colour, key}: the same verdict on every rank. */
+zc_status zc__split_validate(const int32_t *rec, int W, const char *backend);
+/* The ranks of colour `colour` in their new order - by key, ties by rank -
+ * into members (W entries of room); returns how many. MPI_Comm_split's
+ * order. */
+int zc__split_members(const int32_t *rec, int W, int colour, int *members);
+/* Rank r's place in its colour's new communicator, and that
+ * communicator's size (both -1 for ZC_COMM_SPLIT_NONE). */
+void zc__split_rank_of(const int32_t *rec, int W, int r, int *new_rank, int *new_world);
+
+/* ---- bytes by link (links.c) --------------------------------------------- */
+
+/* The bytes rank `me` of a group of n ranks sends in one collective, split
+ * by whether the peer is on its node (out[0]) or another one (out[1]):
+ * node[i] is member i's node. The model is a direct exchange between the
+ * group's ranks - what the local and MPI communicators do (mpi.h): an
+ * all-gather or reduce-scatter of `count` elements per rank sends count to
+ * every peer; an all-reduce of count elements sends peer k its slice
+ * [count*k/n, count*(k+1)/n) and then its own slice to every peer. NCCL's
+ * rings and trees send the same total per rank but route part of it
+ * differently. kind is K_ALL_REDUCE, K_REDUCE_SCATTER or K_ALL_GATHER. */
+void zc__link_bytes(int kind, size_t count, size_t esz, const int *node, int n, int me,
+                    int64_t out[2]);
 
 /* The collective kinds the host backends (local, mpi) tag their in-flight
  * operations with, and their names in messages ("all_reduce", ...). */

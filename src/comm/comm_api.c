@@ -1,6 +1,7 @@
 /* Public accessors shared by every communicator backend. */
 #include "comm/comm.h"
 #include "base/env.h"
+#include "base/log.h"
 
 int zc_comm_rank(const zc_comm *comm) { return comm ? comm->rank : -1; }
 int zc_comm_world(const zc_comm *comm) { return comm ? comm->world : -1; }
@@ -34,3 +35,21 @@ zc_status zc__comm_timeout_env(double *out)
     *out = t;
     return ZC_OK;
 }
+
+ZC_API zc_status zc_comm_split(zc_comm *comm, int colour, int key, zc_comm **out)
+{
+    zc__error_clear();
+    if (!out)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "zc_comm_split: out is NULL");
+    *out = NULL;
+    if (!comm)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "zc_comm_split: comm is NULL");
+    if (!comm->ops->split)
+        return ZC_ERR(ZC_ERR_UNSUPPORTED, "zc_comm_split: the %s communicator cannot be split",
+                      comm->ops->name);
+    zc_status rc = comm->ops->split(comm, colour, key, out);
+    if (rc != ZC_OK)
+        *out = NULL;
+    return rc;
+}
+
