@@ -72,11 +72,12 @@ struct zc_comm {
     /* Where this rank stands in the job, for the engine's node map (which
      * ranks share a node: core/common/groups.c): its rank in the world its
      * communicators descend from (the launcher's, MPI_COMM_WORLD's, the
-     * thread world's; a split keeps its parent's), and the ranks per node
+     * thread world's; a split keeps its parent's), its size, and the ranks per node
      * of that world as the backend knows them (MPI: the ranks sharing
      * memory; threads: the whole thread world; -1: unknown). */
     int world_rank;
     int node_ranks;
+    int world_size; /* that world's ranks (>= world; ZC_FAULTS' RANK is a world rank) */
 };
 
 /* Convenience wrappers that validate and dispatch. */

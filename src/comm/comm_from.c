@@ -39,14 +39,18 @@ ZC_API zc_status zc_comm_from_nccl(void *nccl_comm, int rank, int world, void *s
     ZC_CHECK(zc__comm_timeout_env(&t));
     /* The node map's coordinates: the launcher's rank and ranks per node
      * when a launcher started the process, else this communicator's. */
-    int world_rank = rank, node_ranks = -1;
+    int world_rank = rank, world_size = world, node_ranks = -1;
     zc_launch_env env;
-    if (zc__launch_env_read(&env, false) == ZC_OK) {
+    if (zc__launch_env_read(&env, false) == ZC_OK && env.world >= world) {
         world_rank = env.rank;
+        world_size = env.world;
         node_ranks = env.local_world;
     }
     zc__error_clear();
-    return zc__comm_nccl_wrap(nccl_comm, rank, world, stream, world_rank, node_ranks, out);
+    zc_status rc = zc__comm_nccl_wrap(nccl_comm, rank, world, stream, world_rank, node_ranks, out);
+    if (rc == ZC_OK)
+        (*out)->world_size = world_size;
+    return rc;
 #else
     (void)stream;
     return ZC_ERR(ZC_ERR_UNSUPPORTED, "zc_comm_from_nccl: this zeroc was built without NCCL: "

@@ -568,8 +568,8 @@ static const zc_comm_ops local_ops = {
     .split = zc__local_split,
 };
 
-zc_status zc__local_make(int world, double timeout_s, const int *world_rank, int node_ranks,
-                         zc_comm **comms)
+zc_status zc__local_make(int world, double timeout_s, const int *world_rank, int world_size,
+                         int node_ranks, zc_comm **comms)
 {
     local_group *g = NULL;
     zc_status rc;
@@ -605,6 +605,7 @@ zc_status zc__local_make(int world, double timeout_s, const int *world_rank, int
         c->base.local_world = world;
         c->base.world_rank = world_rank ? world_rank[made] : made;
         c->base.node_ranks = node_ranks;
+        c->base.world_size = world_size;
         c->g = g;
         comms[made] = &c->base;
         c->base.dev = zc__device_host();
@@ -644,5 +645,5 @@ zc_status zc_comm_local_world(int world, zc_comm **comms)
     ZC_CHECK(zc__comm_timeout_env(&timeout_s));
     ZC_CHECK(zc__log_env_check());
     /* Threads of one process share its node. */
-    return zc__local_make(world, timeout_s, NULL, world, comms);
+    return zc__local_make(world, timeout_s, NULL, world, world, comms);
 }

@@ -77,10 +77,10 @@ typedef struct local_comm {
  * is or becomes broken. */
 zc_status zc__local_wait(local_comm *c);
 /* A group of `world` ranks and its rank handles (comms[r], rank r; world
- * ranks from world_rank[r], node_ranks as given), each bound to the host.
+ * ranks from world_rank[r] (NULL: r), world_size and node_ranks as given), each bound to the host.
  * On failure nothing is left. */
-zc_status zc__local_make(int world, double timeout_s, const int *world_rank, int node_ranks,
-                         zc_comm **comms);
+zc_status zc__local_make(int world, double timeout_s, const int *world_rank, int world_size,
+                         int node_ranks, zc_comm **comms);
 /* zc_comm_split on threads (local_split.c): the local_ops' split. */
 zc_status zc__local_split(zc_comm *base, int colour, int key, zc_comm **out);
 

@@ -60,7 +60,8 @@ static zc_status make_colour(local_comm *c, const int32_t *rec, int colour,
     rc = zc__host_alloc(NULL, ZC_MEM_OTHER, sizeof(local_comm *) * (size_t)n,
                         "zc_comm_split handles", (void **)&arr);
     if (rc == ZC_OK) {
-        rc = zc__local_make(n, g->timeout_s, wranks, c->base.node_ranks, (zc_comm **)arr);
+        rc = zc__local_make(n, g->timeout_s, wranks, c->base.world_size, c->base.node_ranks,
+                            (zc_comm **)arr);
         if (rc != ZC_OK) {
             zc__host_free(NULL, ZC_MEM_OTHER, arr, sizeof(local_comm *) * (size_t)n);
             arr = NULL;

@@ -691,5 +691,8 @@ zc_status zc__comm_mpi_create(const zc_launch_env *env, zc_comm **out)
         return rc;
     }
     /* The world itself: its ranks sharing memory are the node's. */
-    return zc__mpi_wrap(dup, timeout, rank, -1, "zc_comm_init_env", out);
+    rc = zc__mpi_wrap(dup, timeout, rank, -1, "zc_comm_init_env", out);
+    if (rc == ZC_OK)
+        (*out)->world_size = world;
+    return rc;
 }

@@ -83,12 +83,16 @@ ZC_API zc_status zc_comm_from_mpi(const void *mpi_comm, zc_comm **out)
     /* The node map's coordinates: this process's rank in MPI_COMM_WORLD,
      * and the launcher's ranks per node when it says (else the ranks of
      * this communicator that share memory). */
-    int wrank = 0;
+    int wrank = 0, wsize = 1;
     MPI_Comm_rank(MPI_COMM_WORLD, &wrank);
+    MPI_Comm_size(MPI_COMM_WORLD, &wsize);
     int node_ranks = -1;
     zc_launch_env env;
     if (zc__launch_env_read(&env, false) == ZC_OK && env.local_world > 0)
         node_ranks = env.local_world;
     zc__error_clear();
-    return zc__mpi_wrap(dup, timeout, wrank, node_ranks, "zc_comm_from_mpi", out);
+    rc = zc__mpi_wrap(dup, timeout, wrank, node_ranks, "zc_comm_from_mpi", out);
+    if (rc == ZC_OK)
+        (*out)->world_size = wsize;
+    return rc;
 }

@@ -59,6 +59,8 @@ zc_status zc__mpi_split(zc_comm *base, int colour, int key, zc_comm **out)
             if (rc == ZC_OK) {
                 rc = zc__mpi_wrap(nc, timeout, base->world_rank, base->node_ranks,
                                   "zc_comm_split", &made);
+                if (rc == ZC_OK)
+                    made->world_size = base->world_size;
             } else {
                 MPI_Comm_free(&nc);
                 zc__mpi_unref(1);

@@ -538,6 +538,7 @@ zc_status zc__nccl_alloc(int rank, int world, int device, double timeout_s, nccl
     c->base.local_world = -1;
     c->base.world_rank = rank;
     c->base.node_ranks = -1;
+    c->base.world_size = world;
     c->base.dev = zc__device_host();
     c->device = device;
     c->timeout_s = timeout_s;

@@ -118,6 +118,7 @@ static zc_status from_env_on_device(const zc_launch_env *env, int dev, const cha
         (*out)->local_world = env->local_world;
         (*out)->world_rank = env->rank;
         (*out)->node_ranks = env->local_world;
+        (*out)->world_size = env->world;
     }
     return rc;
 }

@@ -135,6 +135,8 @@ zc_status zc__nccl_split(zc_comm *base, int colour, int key, zc_comm **out)
         } else {
             rc = wrap_on_device(nc, want_rank, want_world, c->device, NULL, false,
                                 base->world_rank, base->node_ranks, c->timeout_s, &made);
+            if (rc == ZC_OK)
+                made->world_size = base->world_size;
         }
     }
     /* The outcome over the parent, so every rank returns the same. */

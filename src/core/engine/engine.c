@@ -90,7 +90,13 @@ ZC_API zc_status zc_engine_create(zc_engine **out, const zc_config *cfg, zc_comm
     /* Read once here: every rank parses the same text, so a malformed value
      * fails create on every rank alike. */
     const char *faults = zc__env("ZC_FAULTS");
-    ZC_CHECK_GOTO(zc__faults_parse(faults, rank, world, &e->faults), rc, fail);
+    /* Items name a rank of the job (the world a split communicator comes
+     * from), so one rank of one data-parallel group can be made to fail. */
+    const bool in_world = comm->world_size >= world && comm->world_rank >= 0 &&
+                          comm->world_rank < comm->world_size;
+    ZC_CHECK_GOTO(zc__faults_parse(faults, in_world ? comm->world_rank : rank,
+                                   in_world ? comm->world_size : world, &e->faults),
+                  rc, fail);
     if (faults) {
         if (rank == 0)
             ZC_LOGW("core", "ZC_FAULTS=%s: fault injection is on", faults);
