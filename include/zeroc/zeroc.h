@@ -1100,6 +1100,13 @@ typedef enum zc_budget_index {
     ZC_BUDGET_INDEX__COUNT
 } zc_budget_index;
 
+/* The links a rank's collective bytes travel (zc_stats). */
+typedef enum zc_link {
+    ZC_LINK_INTRA_NODE = 0, /* to ranks on this rank's node */
+    ZC_LINK_INTER_NODE,     /* to ranks on other nodes */
+    ZC_LINK__COUNT
+} zc_link;
+
 typedef struct zc_stats {
     size_t size;                           /* sizeof(zc_stats), set by caller */
     int rank, world, stage;
@@ -1136,6 +1143,25 @@ typedef struct zc_stats {
      * "auto" one: the smallest any rank found), by zc_budget_index; -1
      * each without zero_optimization.max_memory. */
     int64_t budget[ZC_BUDGET_INDEX__COUNT];
+    /* Bytes this rank sent in the last step's collectives (those of
+     * comm_bytes_last_step), by zc_link: to ranks on its node and on other
+     * nodes. The model is a direct exchange between a collective's ranks -
+     * what the thread and MPI communicators send: an all-gather or
+     * reduce-scatter of n elements per rank sends n to every peer, an
+     * all-reduce of n sends peer k its slice [n*k/G, n*(k+1)/G) and then this
+     * rank's slice to every peer (G the group's ranks); NCCL's rings and
+     * trees send the same total per rank, routed differently. A rank's node
+     * is its rank in the job divided by the ranks per node: ZC_RANKS_PER_NODE,
+     * else the launcher's (LOCAL_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_SIZE,
+     * SLURM_NTASKS_PER_NODE, ...), else the communicator's (MPI: the ranks
+     * that share memory; threads: one node). */
+    int64_t comm_bytes_last_step_by_link[ZC_LINK__COUNT];
+    int ranks_per_node, nodes;             /* that node map: N, and the nodes of the world */
+    /* Hybrid sharding (docs/config.md): the ranks a chunk is sharded over
+     * (zero_optimization.mics_shard_size, else world), this rank's shard
+     * index among them, the replicas of each shard (world / that), and
+     * zero_optimization.zero_hpz_partition_size in effect (0: none). */
+    int shard_world, shard_rank, replicas, hpz_partition_size;
 } zc_stats;
 
 /* Fills *out (out->size must be set). Thread-safe with respect to other

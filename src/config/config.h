@@ -114,7 +114,10 @@ struct zc_config {
         int64_t prefetch_bucket_size, param_persistence_threshold, model_persistence_threshold,
             max_live_parameters, max_reuse_distance, module_granularity_threshold;
         bool gather_16bit_weights_on_model_save;
-        int64_t zero_hpz_partition_size;
+        int64_t zero_hpz_partition_size;  /* hpZ: > 1 at stage 3 (docs/config.md) */
+        int64_t mics_shard_size;          /* MiCS: > 0 shards in groups of this many ranks;
+                                             -1 (default) or 0: off */
+        bool mics_hierarchical_params_gather;
         bool zero_quantized_weights, zero_quantized_gradients;
         zc_offload_cfg offload_optimizer, offload_param;
         /* zero_optimization.max_memory (a zeroc extension, after accelerate's

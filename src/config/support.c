@@ -81,6 +81,56 @@ static void rule_ratio(double ratio, zc_cfg_diag *d)
                      "%g: the share of the optimizer state offloaded must be in (0, 1]", ratio);
 }
 
+/* Hybrid sharding (MiCS, hpZ) as the engine takes it; the rules that need
+ * the world size (S divides it) or the node map are zc_engine_create's and
+ * zc_engine_build's (src/core/common/groups.c). */
+static void rule_hybrid(const zc_config *cfg, int stage, bool stage_auto, zc_cfg_diag *d)
+{
+    const int64_t mics = cfg->zero.mics_shard_size, hpz = cfg->zero.zero_hpz_partition_size;
+    const bool on3 = stage == 3 || stage_auto;
+    /* hpZ needs stage 3 from the start: its groups are made before "auto"
+     * chooses the stage. */
+    const bool hpz3 = stage == 3 && !stage_auto;
+    if (mics > 0 && stage == 0 && !stage_auto)
+        zc__diag_add(d, ZC_SEV_ERROR, ZC_ERR_CONFIG, "zero_optimization.mics_shard_size",
+                     "%lld at stage 0, which shards nothing: MiCS shards the model states of "
+                     "stages 1-3; set zero_optimization.stage or remove mics_shard_size",
+                     (long long)mics);
+    if (mics > 0 && cfg->zero.offload_optimizer.device != ZC_OFFLOAD_NONE)
+        zc__diag_add(d, ZC_SEV_ERROR, ZC_ERR_CONFIG, "zero_optimization.mics_shard_size",
+                     "%lld with offload_optimizer.device \"%s\": MiCS keeps its gradient shards "
+                     "on the device for the all-reduce across replicas (DeepSpeed: \"Local "
+                     "sharding has no support for CPU offloading\"); remove one of them",
+                     (long long)mics, device_name(cfg->zero.offload_optimizer.device));
+    if (mics > 0 && on3 && cfg->zero.offload_param.device != ZC_OFFLOAD_NONE)
+        zc__diag_add(d, ZC_SEV_ERROR, ZC_ERR_CONFIG, "zero_optimization.mics_shard_size",
+                     "%lld with offload_param.device \"%s\": MiCS does not offload; remove one "
+                     "of them", (long long)mics, device_name(cfg->zero.offload_param.device));
+    if (mics > 0 && zc__config_has_budgets(cfg))
+        zc__diag_add(d, ZC_SEV_ERROR, ZC_ERR_CONFIG, "zero_optimization.mics_shard_size",
+                     "%lld with zero_optimization.max_memory, whose placement may offload: MiCS "
+                     "does not offload; remove one of them", (long long)mics);
+    if (mics > 0 && hpz > 1)
+        zc__diag_add(d, ZC_SEV_ERROR, ZC_ERR_CONFIG, "zero_optimization.zero_hpz_partition_size",
+                     "%lld with mics_shard_size %lld: MiCS already keeps every gather inside "
+                     "its shard group; use one of them", (long long)hpz, (long long)mics);
+    if (hpz > 1 && hpz3 && cfg->zero.offload_param.device != ZC_OFFLOAD_NONE)
+        zc__diag_add(d, ZC_SEV_ERROR, ZC_ERR_CONFIG, "zero_optimization.zero_hpz_partition_size",
+                     "%lld with offload_param.device \"%s\": the secondary partition lives in "
+                     "device memory beside parameters that are offloaded; remove one of them",
+                     (long long)hpz, device_name(cfg->zero.offload_param.device));
+    if (hpz > 1 && !hpz3)
+        zc__diag_add(d, ZC_SEV_WARN, ZC_ERR_CONFIG, "zero_optimization.zero_hpz_partition_size",
+                     "%lld at stage %s: hpZ partitions stage 3's parameters; ignored (DeepSpeed "
+                     "ignores it below stage 3; zeroc also with stage \"auto\")",
+                     (long long)hpz, stage_auto ? "\"auto\"" : (stage == 0 ? "0" : stage == 1
+                                                                      ? "1" : "2"));
+    if (cfg->zero.mics_hierarchical_params_gather && mics <= 0)
+        zc__diag_add(d, ZC_SEV_WARN, ZC_ERR_CONFIG,
+                     "zero_optimization.mics_hierarchical_params_gather",
+                     "true without mics_shard_size: ignored, as DeepSpeed ignores it");
+}
+
 void zc__cfg_engine_support(const zc_config *cfg, zc_cfg_diag *d)
 {
     const zc_offload_cfg *opt = &cfg->zero.offload_optimizer, *par = &cfg->zero.offload_param;
@@ -105,6 +155,7 @@ void zc__cfg_engine_support(const zc_config *cfg, zc_cfg_diag *d)
      * holds whenever the device is nvme.) */
     if (opt_nvme || par_nvme)
         rule_aio(cfg->aio.block_size, cfg->aio.queue_depth, cfg->aio.intra_op_parallelism, d);
+    rule_hybrid(cfg, stage, zc__config_stage_auto(cfg), d);
 }
 
 zc_status zc__config_engine_rules(const zc_config *cfg, const char *what)

@@ -14,7 +14,6 @@
  *   - a rank-local failure (ZC_FAULTS, whose RANK is the job's rank) on one
  *     rank of one group breaks that group's engines on every member with
  *     one message, and the other group trains on, bitwise as alone. */
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -174,19 +173,6 @@ static void rank_main(int r, void *p)
     zc_comm_destroy(dp);
 }
 
-/* Removes the test's own temporary tree (links are removed, not followed). */
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)ftw;
-    return flag == FTW_DP ? rmdir(path) : unlink(path);
-}
-
-static void rm_tree(const char *dir)
-{
-    cr_assert_eq(nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS), 0, "removing %s", dir);
-}
-
 static void setup(sub_ctx *s, sub_mode mode)
 {
     memset(s, 0, sizeof *s);
@@ -271,7 +257,7 @@ Test(subgroups, checkpoints_stay_in_the_group_and_resume_bitwise, .timeout = 120
                      "group %d: the resumed run differs from the 2-rank run alone", g);
         free(want);
     }
-    rm_tree(tmpl);
+    t_rm_tree(tmpl);
     teardown(&s);
 }
 

@@ -40,17 +40,6 @@ zc_status zc__eng_enter(const zc_engine *e, const char *fn, bool need_built)
     return ZC_OK;
 }
 
-/* A failed collective (timeout, mismatch, NCCL abort) or device error inside
- * one leaves the ranks at different points of the step; nothing after it can
- * be trusted, so the engine refuses further work (like NCCL's communicators
- * after ncclCommAbort). Argument errors, identical on every rank, do not. */
-static zc_status coll_failed(zc_engine *e, zc_status rc)
-{
-    if (rc == ZC_ERR_COMM || rc == ZC_ERR_DEVICE)
-        zc__eng_break(e, rc, zc_last_error());
-    return rc;
-}
-
 void zc__eng_break(zc_engine *e, zc_status rc, const char *why)
 {
     if (e->state != ZC_ENG_BUILT)
@@ -77,39 +66,23 @@ zc_status zc__eng_check_param(const zc_engine *e, const zc_param *p, const char 
 
 /* ---- collectives --------------------------------------------------------- */
 
+/* The world's collectives are the world group's (groups.c counts them). */
 zc_status zc__eng_all_reduce_on(zc_engine *e, void *buf, size_t n, zc_dtype dt, bool count_it,
                                 void *stream)
 {
-    zc_status rc = zc__all_reduce(e->comm, buf, buf, n, dt, ZC_RED_SUM, stream);
-    if (rc != ZC_OK)
-        return coll_failed(e, rc);
-    if (count_it)
-        e->comm_cur[ZC_COLL_ALL_REDUCE] += (int64_t)(n * zc_dtype_size(dt));
-    return ZC_OK;
+    return zc__eng_grp_all_reduce(e, ZC_GRP_WORLD, buf, n, dt, count_it, stream);
 }
 
 zc_status zc__eng_reduce_scatter_on(zc_engine *e, const void *send, void *recv, size_t recv_n,
                                     zc_dtype dt, bool count_it, void *stream)
 {
-    zc_status rc = zc__reduce_scatter(e->comm, send, recv, recv_n, dt, stream);
-    if (rc != ZC_OK)
-        return coll_failed(e, rc);
-    if (count_it)
-        e->comm_cur[ZC_COLL_REDUCE_SCATTER] +=
-            (int64_t)(recv_n * (size_t)e->world * zc_dtype_size(dt));
-    return ZC_OK;
+    return zc__eng_grp_reduce_scatter(e, ZC_GRP_WORLD, send, recv, recv_n, dt, count_it, stream);
 }
 
 zc_status zc__eng_all_gather_on(zc_engine *e, const void *send, void *recv, size_t send_n,
                                 zc_dtype dt, bool count_it, void *stream)
 {
-    zc_status rc = zc__all_gather(e->comm, send, recv, send_n, dt, stream);
-    if (rc != ZC_OK)
-        return coll_failed(e, rc);
-    if (count_it)
-        e->comm_cur[ZC_COLL_ALL_GATHER] +=
-            (int64_t)(send_n * (size_t)e->world * zc_dtype_size(dt));
-    return ZC_OK;
+    return zc__eng_grp_all_gather(e, ZC_GRP_WORLD, send, recv, send_n, dt, count_it, stream);
 }
 
 zc_status zc__eng_all_reduce(zc_engine *e, void *buf, size_t n, zc_dtype dt, bool count_it)
@@ -131,18 +104,10 @@ zc_status zc__eng_all_gather(zc_engine *e, const void *send, void *recv, size_t 
 
 /* A group's collectives are launched by group_end: a failure there is a
  * failure of those collectives (some ranks may have launched theirs), so it
- * breaks the engine exactly like one. */
-zc_status zc__eng_group_start(zc_engine *e)
-{
-    zc_status rc = zc__comm_group_start(e->comm);
-    return rc == ZC_OK ? ZC_OK : coll_failed(e, rc);
-}
+ * breaks the engine exactly like one (groups.c). */
+zc_status zc__eng_group_start(zc_engine *e) { return zc__eng_grp_start(e, ZC_GRP_WORLD); }
 
-zc_status zc__eng_group_end(zc_engine *e)
-{
-    zc_status rc = zc__comm_group_end(e->comm);
-    return rc == ZC_OK ? ZC_OK : coll_failed(e, rc);
-}
+zc_status zc__eng_group_end(zc_engine *e) { return zc__eng_grp_end(e, ZC_GRP_WORLD); }
 
 /* ---- device helpers ------------------------------------------------------ */
 
