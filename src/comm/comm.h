@@ -128,6 +128,11 @@ void zc__split_rank_of(const int32_t *rec, int W, int r, int *new_rank, int *new
  * differently. kind is K_ALL_REDUCE, K_REDUCE_SCATTER or K_ALL_GATHER. */
 void zc__link_bytes(int kind, size_t count, size_t esz, const int *node, int n, int me,
                     int64_t out[2]);
+/* The same when the members on this rank's node are exactly the group
+ * ranks [lo, hi) (me among them), in O(1): for groups whose members are in
+ * node order, as the planner's are. */
+void zc__link_bytes_range(int kind, size_t count, size_t esz, int n, int me, int lo, int hi,
+                          int64_t out[2]);
 
 /* The collective kinds the host backends (local, mpi) tag their in-flight
  * operations with, and their names in messages ("all_reduce", ...). */

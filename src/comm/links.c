@@ -25,3 +25,25 @@ void zc__link_bytes(int kind, size_t count, size_t esz, const int *node, int n, 
         out[node[k] == node[me] ? 0 : 1] += (int64_t)(elems * esz);
     }
 }
+
+void zc__link_bytes_range(int kind, size_t count, size_t esz, int n, int me, int lo, int hi,
+                          int64_t out[2])
+{
+    out[0] = out[1] = 0;
+    if (n <= 1)
+        return;
+    const int64_t same = hi - lo - 1, other = n - (hi - lo);
+    if (kind != K_ALL_REDUCE) {
+        out[0] = same * (int64_t)(count * esz);
+        out[1] = other * (int64_t)(count * esz);
+        return;
+    }
+    /* Slices [count*k/n, count*(k+1)/n): the peers' of [lo, hi) sum to
+     * F(hi) - F(lo) less this rank's own. */
+    const size_t N = (size_t)n;
+#define F(x) (count * (size_t)(x) / N)
+    const size_t mine = F(me + 1) - F(me), band = F(hi) - F(lo);
+#undef F
+    out[0] = (int64_t)(((band - mine) + (size_t)same * mine) * esz);
+    out[1] = (int64_t)(((count - band) + (size_t)other * mine) * esz);
+}

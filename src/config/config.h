@@ -166,6 +166,11 @@ zc_status zc__config_resolve_for_engine(zc_config *cfg, int world);
  * otherwise. zc_engine_create calls it; `zeroc config check` reports the same
  * errors. */
 zc_status zc__config_engine_check(const zc_config *cfg);
+/* Hybrid sharding against the data-parallel world (zc_engine_create,
+ * zc_plan_memory): mics_shard_size and, at stage 3, zero_hpz_partition_size
+ * divide `world` and are not larger; ZC_ERR_CONFIG naming the key and both
+ * sizes. */
+zc_status zc__config_hybrid_check(const zc_config *cfg, int world);
 /* The same rules, their message led by `what` (e.g. "zc_engine_build"). */
 zc_status zc__config_engine_rules(const zc_config *cfg, const char *what);
 

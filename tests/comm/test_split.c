@@ -220,3 +220,53 @@ Test(comm_split, a_rank_that_never_calls_times_the_others_out, .timeout = 30)
     }
     end(&s, false);
 }
+
+/* ---- bytes by link (comm/links.c) ----------------------------------------- */
+
+/* The direct exchange written out peer by peer, apart from the library. */
+static void ref_links(int kind, size_t count, size_t esz, const int *node, int n, int me,
+                      int64_t out[2])
+{
+    out[0] = out[1] = 0;
+    for (int k = 0; k < n; k++) {
+        if (k == me)
+            continue;
+        size_t elems = count;
+        if (kind == K_ALL_REDUCE) {
+            const size_t to_k = count * (size_t)(k + 1) / (size_t)n - count * (size_t)k / (size_t)n;
+            const size_t back = count * (size_t)(me + 1) / (size_t)n -
+                                count * (size_t)me / (size_t)n;
+            elems = to_k + back;
+        }
+        out[node[k] == node[me] ? 0 : 1] += (int64_t)(elems * esz);
+    }
+}
+
+Test(comm_links, both_forms_match_the_direct_exchange)
+{
+    uint64_t seed = t_seed("comm_links");
+    static const int kinds[3] = {K_ALL_REDUCE, K_REDUCE_SCATTER, K_ALL_GATHER};
+    for (int round = 0; round < 2000; round++) {
+        const int n = 1 + (int)(t_rand_u64(&seed) % 12), rpn = 1 + (int)(t_rand_u64(&seed) % 5);
+        const int me = (int)(t_rand_u64(&seed) % (uint64_t)n);
+        const size_t count = t_rand_u64(&seed) % 1000, esz = 1u << (t_rand_u64(&seed) % 4);
+        const int kind = kinds[t_rand_u64(&seed) % 3];
+        int node[12];
+        for (int i = 0; i < n; i++)
+            node[i] = i / rpn; /* members in node order */
+        int lo = me, hi = me;
+        while (lo > 0 && node[lo - 1] == node[me])
+            lo--;
+        while (hi < n && node[hi] == node[me])
+            hi++;
+        int64_t want[2], got[2], fast[2];
+        ref_links(kind, count, esz, node, n, me, want);
+        zc__link_bytes(kind, count, esz, node, n, me, got);
+        zc__link_bytes_range(kind, count, esz, n, me, lo, hi, fast);
+        cr_assert(got[0] == want[0] && got[1] == want[1] && fast[0] == want[0] &&
+                      fast[1] == want[1],
+                  "kind %d n %d me %d count %zu: %lld/%lld, range %lld/%lld, want %lld/%lld",
+                  kind, n, me, count, (long long)got[0], (long long)got[1], (long long)fast[0],
+                  (long long)fast[1], (long long)want[0], (long long)want[1]);
+    }
+}

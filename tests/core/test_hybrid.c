@@ -36,6 +36,7 @@
 #include "helpers.h"
 #include "t_engine.h"
 #include "t_runs.h"
+#include "plan/plan.h"
 
 #define W 4
 
@@ -422,4 +423,77 @@ Test(hybrid, checkpoints_saved_with_s, .timeout = 120)
     t_rm_tree(base);
     unsetenv("ZC_RANKS_PER_NODE");
     t_assert_no_leaks();
+}
+
+/* ---- the planner against the engine -------------------------------------- */
+
+/* The plan of a run (zc_plan_memory, and the chunks its internal form
+ * returns) against what the run's engines allocated and sent. */
+static void plan_matches(const t_run *r, const char *what)
+{
+    zc_config *cfg = NULL;
+    cr_assert_eq(t_config_make(r, &cfg), ZC_OK, "%s", zc_last_error());
+    zc_plan_tensor t[T_NPARAMS];
+    for (int i = 0; i < T_NPARAMS; i++)
+        t[i] = (zc_plan_tensor){.shape = &t_numel[i], .ndim = 1, .boundary = t_boundary[i]};
+    zc_engine_options eo = ZC_ENGINE_OPTIONS_INIT;
+    eo.device = ZC_DEVICE_HOST;
+    eo.bucket_elems = r->bucket;
+    zc_memory_plan p = {.size = sizeof p};
+    zc_plan_chunks ch = {0};
+    cr_assert_eq(zc__plan_memory_placed(cfg, r->world, t, T_NPARAMS, &eo, &p, &ch), ZC_OK, "%s",
+                 zc_last_error());
+    for (int rank = 0; rank < r->world; rank++) {
+        const zc_stats *s = &r->stats[rank];
+        for (int k = 0; k < ZC_KIND__COUNT; k++)
+            for (int c = 0; c < ZC_MEM__COUNT; c++) {
+                if (c == ZC_MEM_OTHER || c == ZC_MEM_BUFFERS || c == ZC_MEM_RESERVED)
+                    continue;
+                cr_assert_eq(p.bytes_by_kind_cat[k][c], s->bytes_by_kind_cat[k][c],
+                             "%s rank %d kind %d category %d: planned %lld, allocated %lld", what,
+                             rank, k, c, (long long)p.bytes_by_kind_cat[k][c],
+                             (long long)s->bytes_by_kind_cat[k][c]);
+            }
+        const int64_t pb = p.bytes_by_kind_cat[ZC_KIND_DEVICE][ZC_MEM_BUFFERS] +
+                           p.bytes_by_kind_cat[ZC_KIND_DEVICE][ZC_MEM_RESERVED];
+        const int64_t sb = s->bytes_by_kind_cat[ZC_KIND_DEVICE][ZC_MEM_BUFFERS] +
+                           s->bytes_by_kind_cat[ZC_KIND_DEVICE][ZC_MEM_RESERVED];
+        cr_assert_eq(pb, sb, "%s rank %d: buffers planned %lld, allocated %lld", what, rank,
+                     (long long)pb, (long long)sb);
+        const zc_link_plan_in li = {
+            .world = r->world, .stage = r->stage, .ranks_per_node = s->ranks_per_node,
+            .rank = rank, .shard_world = s->shard_world,
+            .hier = cfg->zero.mics_hierarchical_params_gather, .hpz = s->hpz_partition_size,
+            .pesz = zc_dtype_size(r->dtype), .gas = r->accum, .nchunks = ch.n,
+            .padded = ch.padded, .persistent = ch.persistent};
+        int64_t lb[2];
+        cr_assert_eq(zc__plan_link_bytes(&li, lb), ZC_OK, "%s", zc_last_error());
+        for (int l = 0; l < 2; l++)
+            cr_assert_eq(lb[l], s->comm_bytes_last_step_by_link[l],
+                         "%s rank %d link %d: planned %lld, sent %lld", what, rank, l,
+                         (long long)lb[l], (long long)s->comm_bytes_last_step_by_link[l]);
+    }
+    zc__plan_chunks_free(&ch);
+    zc_config_destroy(cfg);
+}
+
+Test(hybrid, the_planner_counts_what_the_engine_allocates_and_sends, .timeout = 120)
+{
+    two_nodes();
+    const char *const *sets[5] = {NULL, mics2, mics4_hier, hpz2, mics1};
+    const char *names[5] = {"flat", "MiCS S=2", "MiCS S=4 hierarchical", "hpZ S=2", "MiCS S=1"};
+    for (int si = 0; si < 5; si++)
+        for (int stage = 1; stage <= 3; stage++)
+            for (int accum = 1; accum <= 2; accum++) {
+                if (sets[si] == hpz2 && stage < 3)
+                    continue;
+                t_run c = cfg_of(stage, ZC_DTYPE_BF16, sets[si]);
+                c.accum = accum;
+                t_run *r = t_run_trained(&c);
+                char what[96];
+                snprintf(what, sizeof what, "%s stage %d accum %d", names[si], stage, accum);
+                plan_matches(r, what);
+                t_run_free(r);
+            }
+    unsetenv("ZC_RANKS_PER_NODE");
 }

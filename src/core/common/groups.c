@@ -302,26 +302,6 @@ zc_status zc__groups_build(zc_engine *e)
     return ZC_OK;
 }
 
-zc_status zc__groups_check(const zc_config *cfg, int world)
-{
-    const int64_t S = cfg->zero.mics_shard_size, H = cfg->zero.zero_hpz_partition_size;
-    if (S > 0 && world % S)
-        return ZC_ERR(ZC_ERR_CONFIG,
-                      "zero_optimization.mics_shard_size %lld does not divide the data-parallel "
-                      "world of %d ranks: every shard group has the same size", (long long)S,
-                      world);
-    if (S > world)
-        return ZC_ERR(ZC_ERR_CONFIG,
-                      "zero_optimization.mics_shard_size %lld is larger than the data-parallel "
-                      "world of %d ranks", (long long)S, world);
-    const bool on3 = cfg->zero.stage == 3 && !zc__config_stage_auto(cfg);
-    if (on3 && H > 1 && (world % H || H > world))
-        return ZC_ERR(ZC_ERR_CONFIG,
-                      "zero_optimization.zero_hpz_partition_size %lld does not divide the "
-                      "data-parallel world of %d ranks", (long long)H, world);
-    return ZC_OK;
-}
-
 void zc__groups_free(zc_engine *e)
 {
     zc_eng_groups *G = &e->topo;

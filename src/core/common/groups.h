@@ -83,10 +83,6 @@ typedef struct zc_eng_groups {
  * error (ZC_ERR_CONFIG naming the key and both sizes) and nothing is left
  * to free but what zc__groups_free frees. */
 zc_status zc__groups_build(zc_engine *e);
-/* At zc_engine_create: mics_shard_size and (stage 3) zero_hpz_partition_size
- * divide the world and are not larger than it; ZC_ERR_CONFIG naming the key
- * and both sizes. The same on every rank. */
-zc_status zc__groups_check(const zc_config *cfg, int world);
 /* After the layout (zc_engine_build): the hierarchical gather's scratch. */
 zc_status zc__groups_reserve(zc_engine *e);
 /* Destroys the engine's own communicators (before its device goes). */

@@ -66,7 +66,7 @@ ZC_API zc_status zc_engine_create(zc_engine **out, const zc_config *cfg, zc_comm
                       stage);
     /* The rule lives in src/config so `zeroc config check` gives the same verdict. */
     ZC_CHECK(zc__config_engine_check(cfg));
-    ZC_CHECK(zc__groups_check(cfg, world));
+    ZC_CHECK(zc__config_hybrid_check(cfg, world));
     /* Variables read where no status can carry their error (a log line, the
      * host Adam of a later step) fail here, on every rank alike. */
     ZC_CHECK(zc__log_env_check());
