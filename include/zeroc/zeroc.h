@@ -425,7 +425,9 @@ ZC_API zc_status zc_cuda_device_index(int device_index, int *ordinal);
  * communicator's world); borrows comm, which must outlive the engine. opts may
  * be NULL. Fails with ZC_ERR_CONFIG for a contradictory configuration (stage
  * outside 0–3, ...) or a value the engine cannot take (the rules `zeroc config
- * check` applies, docs/config.md), ZC_ERR_INVALID_ARG for NULL handles. It
+ * check` applies, docs/config.md; mics_shard_size or, at stage 3,
+ * zero_hpz_partition_size not dividing the communicator's world),
+ * ZC_ERR_INVALID_ARG for NULL handles. It
  * reads ZC_FAULTS, ZC_DEBUG, ZC_CPU_ISA and ZC_CPU_THREADS (a whole number in
  * [1, 256]) and checks the logging variables: a malformed one is ZC_ERR_CONFIG,
  * a ZC_CPU_ISA this CPU or build cannot run ZC_ERR_UNSUPPORTED, on every rank
@@ -468,7 +470,14 @@ ZC_API zc_status zc_chunk_boundary(zc_engine *eng);
  * it at INFO; zc_engine_stats reports it after. When nothing fits, every rank
  * fails with ZC_ERR_NO_MEMORY naming the short budget, by how much and what
  * would fit, before anything large is allocated. ZC_ERR_NO_MEMORY says how
- * much was asked for and for what. After a failed build the engine can only
+ * much was asked for and for what. With hybrid sharding
+ * (zero_optimization.mics_shard_size, zero_hpz_partition_size: docs/config.md)
+ * the build first reads the node map (ZC_RANKS_PER_NODE, else the launcher's
+ * ranks per node, else the communicator's), agrees it and the hybrid settings
+ * across ranks, and splits the communicator into the groups they need
+ * (zc_comm_split; owned and destroyed by the engine); a disagreement, a
+ * malformed ZC_RANKS_PER_NODE or a hierarchical gather over one node is
+ * ZC_ERR_CONFIG on every rank alike. After a failed build the engine can only
  * be destroyed. */
 ZC_API zc_status zc_engine_build(zc_engine *eng);
 
@@ -1254,7 +1263,11 @@ typedef struct zc_memory_plan {
  * path, ZC_DEVICE_CUDA a GPU (its staging buffers included; no device is
  * opened), ZC_DEVICE_AUTO what zc_engine_create would pick. Counted too:
  * the engine's bookkeeping in device memory (ZC_MEM_OTHER: status records,
- * norm partials). Not counted: bookkeeping in host memory (ZC_MEM_OTHER of
+ * norm partials), and hybrid sharding's memory (zero_optimization
+ * mics_shard_size: chunks sharded over its groups, stage 1's fp32 shard for
+ * the replicas; zero_hpz_partition_size: the secondary partition; the
+ * hierarchical gather's scratch, for the ranks per node of
+ * ZC_RANKS_PER_NODE or the launcher). Not counted: bookkeeping in host memory (ZC_MEM_OTHER of
  * ZC_KIND_HOST: chunk and segment tables, about 100 bytes per tensor and
  * chunk), adopted memory (zc_block_adopt), the
  * application's own buffers and activations. ZC_CHUNK_CAP is honoured as the
