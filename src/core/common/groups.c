@@ -46,7 +46,7 @@ static zc_status ranks_per_node(const zc_engine *e, int *out, int *from_env)
 }
 
 /* The node map, agreed: every rank's world rank and ranks per node. */
-static zc_status node_map(zc_engine *e)
+static zc_status node_map(zc_engine *e, zc_status prior)
 {
     zc_eng_groups *G = &e->topo;
     const int W = e->world;
@@ -57,7 +57,7 @@ static zc_status node_map(zc_engine *e)
                      (int32_t)(cfg->zero.zero_hpz_partition_size > 1
                                    ? cfg->zero.zero_hpz_partition_size : 0)};
     int rpn = 0, env = 0;
-    zc_status rc = ranks_per_node(e, &rpn, &env);
+    zc_status rc = prior != ZC_OK ? prior : ranks_per_node(e, &rpn, &env);
     mine.ranks_per_node = rpn;
     mine.from_env = env;
     if (mine.world_rank < 0)
@@ -215,35 +215,43 @@ static zc_status check_hier(const zc_engine *e)
     return ZC_OK;
 }
 
-/* Splits the engine's communicator for group g (collective: every rank
- * calls it for every group, in the same order) and fills its node table. */
-static zc_status make_group(zc_engine *e, zc_grp g)
+/* Group g's members and node table, before any split: every allocation of
+ * the groups is made (and agreed) before the first collective of them. */
+static zc_status plan_group(zc_engine *e, zc_grp g, int *colour, int *me)
 {
     zc_eng_groups *G = &e->topo;
     const int W = e->world;
-    int members[W], colour = 0;
-    const int n = members_of(e, g, e->rank, members, &colour);
-    int me = -1;
+    int members[W];
+    const int n = members_of(e, g, e->rank, members, colour);
+    *me = -1;
     for (int i = 0; i < n; i++)
         if (members[i] == e->rank)
-            me = i;
+            *me = i;
     zc_eng_group *grp = &G->g[g];
+    ZC_CHECK(zc__host_alloc(&e->acct, ZC_MEM_OTHER, sizeof(int) * (size_t)n, "group nodes",
+                            (void **)&grp->node));
+    grp->size = n;
+    grp->rank = *me;
+    for (int i = 0; i < n; i++)
+        grp->node[i] = G->node_of[members[i]];
+    return ZC_OK;
+}
+
+/* Splits the engine's communicator for planned group g (collective: every
+ * rank calls it for every group, in the same order; the split agrees its
+ * own outcome). */
+static zc_status split_group(zc_engine *e, zc_grp g, int colour, int me)
+{
+    zc_eng_group *grp = &e->topo.g[g];
     zc_comm *c = NULL;
     ZC_CHECK(zc_comm_split(e->comm, colour, me, &c));
     grp->comm = c;
     grp->owned = true;
-    if (!c || zc_comm_rank(c) != me || zc_comm_world(c) != n)
+    if (!c || zc_comm_rank(c) != me || zc_comm_world(c) != grp->size)
         return ZC_ERR(ZC_ERR_INTERNAL, "zc_engine_build: group %d: rank %d of %d where %d of %d "
                                        "was planned", (int)g, c ? zc_comm_rank(c) : -1,
-                      c ? zc_comm_world(c) : -1, me, n);
-    grp->rank = me;
-    grp->size = n;
-    ZC_CHECK(zc__host_alloc(&e->acct, ZC_MEM_OTHER, sizeof(int) * (size_t)n, "group nodes",
-                            (void **)&grp->node));
-    for (int i = 0; i < n; i++)
-        grp->node[i] = G->node_of[members[i]];
-    /* The engine's device, as for its own communicator. */
-    return c->ops->bind_device(c, e->dev);
+                      c ? zc_comm_world(c) : -1, me, grp->size);
+    return ZC_OK;
 }
 
 /* The world itself as a group (the engine's communicator, not owned). */
@@ -265,9 +273,10 @@ zc_status zc__groups_build(zc_engine *e)
     zc_eng_groups *G = &e->topo;
     const zc_config *cfg = e->cfg;
     const int W = e->world;
-    ZC_CHECK(zc__host_alloc(&e->acct, ZC_MEM_OTHER, sizeof(int) * (size_t)W, "node map",
-                            (void **)&G->node_of));
-    ZC_CHECK(node_map(e));
+    /* Its outcome rides on the node map's agreement. */
+    const zc_status arc = zc__host_alloc(&e->acct, ZC_MEM_OTHER, sizeof(int) * (size_t)W,
+                                         "node map", (void **)&G->node_of);
+    ZC_CHECK(node_map(e, arc));
     G->mics = cfg->zero.mics_shard_size > 0 ? (int)cfg->zero.mics_shard_size : W;
     G->hier = cfg->zero.mics_shard_size > 0 && cfg->zero.mics_hierarchical_params_gather;
     G->hpz = e->stage == 3 && !e->stage_auto && cfg->zero.zero_hpz_partition_size > 1
@@ -275,21 +284,35 @@ zc_status zc__groups_build(zc_engine *e)
     /* The sizes were held to W at zc_engine_create (zc__groups_check). */
     if (G->hier)
         ZC_CHECK(check_hier(e));
-    ZC_CHECK(world_group(e, ZC_GRP_WORLD));
-    if (G->mics < W)
-        ZC_CHECK(make_group(e, ZC_GRP_SHARD));
-    else
-        ZC_CHECK(world_group(e, ZC_GRP_SHARD));
-    if (G->mics < W)
-        ZC_CHECK(make_group(e, ZC_GRP_REPLICA));
+    /* The groups this engine splits, in an order every rank shares. */
+    zc_grp split[ZC_GRP__COUNT];
+    int nsplit = 0, colour[ZC_GRP__COUNT], me[ZC_GRP__COUNT];
+    if (G->mics < W) {
+        split[nsplit++] = ZC_GRP_SHARD;
+        split[nsplit++] = ZC_GRP_REPLICA;
+    }
     if (G->hier) {
-        ZC_CHECK(make_group(e, ZC_GRP_INTER));
-        ZC_CHECK(make_group(e, ZC_GRP_INTRA));
+        split[nsplit++] = ZC_GRP_INTER;
+        split[nsplit++] = ZC_GRP_INTRA;
     }
     if (G->hpz > 1 && G->hpz < W)
-        ZC_CHECK(make_group(e, ZC_GRP_HPZ));
-    else if (G->hpz == W)
-        ZC_CHECK(world_group(e, ZC_GRP_HPZ));
+        split[nsplit++] = ZC_GRP_HPZ;
+    /* Rank-local first, agreed: the tables. */
+    zc_status rc = world_group(e, ZC_GRP_WORLD);
+    if (rc == ZC_OK && G->mics == W)
+        rc = world_group(e, ZC_GRP_SHARD);
+    if (rc == ZC_OK && G->hpz == W)
+        rc = world_group(e, ZC_GRP_HPZ);
+    for (int i = 0; i < nsplit && rc == ZC_OK; i++)
+        rc = plan_group(e, split[i], &colour[i], &me[i]);
+    ZC_CHECK(zc__eng_agree_keep(e, rc, "zc_engine_build: the hybrid sharding groups"));
+    /* The splits, each agreed by itself; then the devices, agreed. */
+    for (int i = 0; i < nsplit; i++)
+        ZC_CHECK(split_group(e, split[i], colour[i], me[i]));
+    rc = ZC_OK;
+    for (int i = 0; i < nsplit && rc == ZC_OK; i++)
+        rc = G->g[split[i]].comm->ops->bind_device(G->g[split[i]].comm, e->dev);
+    ZC_CHECK(zc__eng_agree_keep(e, rc, "zc_engine_build: binding the groups' communicators"));
     e->srank = G->g[ZC_GRP_SHARD].rank;
     e->sworld = G->g[ZC_GRP_SHARD].size;
     if (G->mics < W || G->hpz)
