@@ -1129,7 +1129,11 @@ typedef struct zc_stats {
                                               the communicated dtype (padded
                                               chunks; the fp64 norm partials
                                               and zc_param_gather_master are
-                                              not counted) */
+                                              not counted; over the group each
+                                              ran in, so MiCS's all-reduce
+                                              across replicas counts its fp32
+                                              shard and a hierarchical gather
+                                              both of its steps) */
     int64_t gathers_last_step;             /* stage 3 chunk gathers in the last step */
     int64_t max_live_elems_last_step;      /* stage 3 peak gathered elements */
     int64_t trace_invalidations;           /* stage 3 acquire-order changes seen */

@@ -67,7 +67,7 @@ static t_run *trained(int stage, zc_dtype dt, const char *const *keys)
 
 static void two_nodes(void) { setenv("ZC_RANKS_PER_NODE", "2", 1); }
 
-Test(hybrid, bytes_by_link_hold_to_the_formulas, .timeout = 120)
+Test(hybrid, bytes_by_link_hold_to_the_formulas)
 {
     two_nodes();
     for (int dti = 0; dti < 2; dti++) {
@@ -137,7 +137,7 @@ Test(hybrid, bytes_by_link_hold_to_the_formulas, .timeout = 120)
     unsetenv("ZC_RANKS_PER_NODE");
 }
 
-Test(hybrid, one_node_sends_nothing_across, .timeout = 60)
+Test(hybrid, one_node_sends_nothing_across)
 {
     unsetenv("ZC_RANKS_PER_NODE");
     t_run *m = trained(3, ZC_DTYPE_BF16, mics2);
@@ -161,7 +161,7 @@ static double rel_l2(const t_run *a, const t_run *b)
     return sqrt(num / den);
 }
 
-Test(hybrid, mics_numbers, .timeout = 180)
+Test(hybrid, mics_numbers)
 {
     two_nodes();
     /* Within 1e-6 of flat at accumulation 1, fp32. */
@@ -205,7 +205,7 @@ Test(hybrid, mics_numbers, .timeout = 180)
     unsetenv("ZC_RANKS_PER_NODE");
 }
 
-Test(hybrid, hpz_changes_no_bit, .timeout = 120)
+Test(hybrid, hpz_changes_no_bit)
 {
     two_nodes();
     for (int di = 0; di < 2; di++) {
@@ -257,7 +257,7 @@ static void expect_refusal(int world, int stage, const char *const *keys, zc_sta
     t_assert_no_leaks();
 }
 
-Test(hybrid, refusals_name_the_key_and_both_sizes, .timeout = 120)
+Test(hybrid, refusals_name_the_key_and_both_sizes)
 {
     static const char *const mics3[] = {"zero_optimization.mics_shard_size", "3", NULL};
     static const char *const hpz3[] = {"zero_optimization.zero_hpz_partition_size", "3", NULL};
@@ -358,7 +358,7 @@ static bool same_floats(const float *a, const float *b)
     return memcmp(a, b, (size_t)t_total_numel() * sizeof(float)) == 0;
 }
 
-Test(hybrid, checkpoints_saved_with_s, .timeout = 120)
+Test(hybrid, checkpoints_saved_with_s)
 {
     two_nodes();
     char base[] = "/tmp/zc_hybrid_ck_XXXXXX";
@@ -477,7 +477,7 @@ static void plan_matches(const t_run *r, const char *what)
     zc_config_destroy(cfg);
 }
 
-Test(hybrid, the_planner_counts_what_the_engine_allocates_and_sends, .timeout = 120)
+Test(hybrid, the_planner_counts_what_the_engine_allocates_and_sends)
 {
     two_nodes();
     const char *const *sets[5] = {NULL, mics2, mics4_hier, hpz2, mics1};

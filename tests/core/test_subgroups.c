@@ -211,7 +211,7 @@ static float *alone(const t_run *cfg)
     return ref.master;
 }
 
-Test(subgroups, each_group_is_bitwise_its_two_rank_run_alone, .timeout = 120)
+Test(subgroups, each_group_is_bitwise_its_two_rank_run_alone)
 {
     static sub_ctx s;
     setup(&s, MODE_TRAIN);
@@ -231,7 +231,7 @@ Test(subgroups, each_group_is_bitwise_its_two_rank_run_alone, .timeout = 120)
     teardown(&s);
 }
 
-Test(subgroups, checkpoints_stay_in_the_group_and_resume_bitwise, .timeout = 120)
+Test(subgroups, checkpoints_stay_in_the_group_and_resume_bitwise)
 {
     static sub_ctx s;
     setup(&s, MODE_CKPT);
@@ -261,7 +261,7 @@ Test(subgroups, checkpoints_stay_in_the_group_and_resume_bitwise, .timeout = 120
     teardown(&s);
 }
 
-Test(subgroups, a_build_mismatch_fails_only_its_group, .timeout = 120)
+Test(subgroups, a_build_mismatch_fails_only_its_group)
 {
     static sub_ctx s;
     setup(&s, MODE_MISMATCH);
@@ -280,7 +280,7 @@ Test(subgroups, a_build_mismatch_fails_only_its_group, .timeout = 120)
     teardown(&s);
 }
 
-Test(subgroups, a_failure_on_one_rank_breaks_its_group_only, .timeout = 120)
+Test(subgroups, a_failure_on_one_rank_breaks_its_group_only)
 {
     static sub_ctx s;
     setup(&s, MODE_FAULT);
