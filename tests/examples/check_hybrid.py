@@ -13,6 +13,9 @@
      with MiCS S=2, threads and mpirun.
   4. `zeroc ckpt reshard` of the MiCS checkpoint for 3 ranks, resumed by a
      flat 3-rank run: the same as resuming the original checkpoint flat.
+  5. Refusals, as threads and under mpirun: mics_shard_size 3 of 4 ranks
+     (naming both), a hierarchical gather inside one node (every rank says
+     so) - exit status 1, no hang.
 
 Usage: check_hybrid.py TRAIN_MLP ZEROC [mpi]. Every run is an argv list.
 """
@@ -109,6 +112,20 @@ def main():
                 fail("mpirun %s stage %d: losses %s, threads %s" % (kind, stage, losses,
                                                                     want_losses))
         print("mpirun -np 4: MiCS stages 1-3 and hpZ = threads", flush=True)
+
+    for argv, words in ((["--mics-shard-size", "3"], ("mics_shard_size 3", "world of 4 ranks")),
+                        (["--mics-shard-size", "2", "--mics-hierarchical"],
+                         ("mics_hierarchical_params_gather", "within one node"))):
+        for mpi in ([0, 4] if mpirun else [0]):
+            cmd = [train, *([] if mpi else ["--world", "4"]), "--stage", "2", *argv, *base]
+            if mpi:
+                cmd = [mpirun, *MPI_ARGS, "-x", "ZC_RANKS_PER_NODE", "-np", "4", *cmd]
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env_for())
+            said = [l for l in p.stderr.splitlines() if all(w in l for w in words)]
+            if p.returncode == 0 or not said:
+                fail("%s: exit %d, expected a refusal naming %s\n%s" %
+                     (" ".join(cmd), p.returncode, words, p.stderr[-2000:]))
+    print("refusals: as threads%s" % (" and under mpirun" if mpirun else ""), flush=True)
 
     with tempfile.TemporaryDirectory(prefix="zc_hybrid_") as tmp:
         four = base[:]
