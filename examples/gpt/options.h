@@ -24,6 +24,11 @@ typedef struct gpt_opts {
     int save_every;          /* --save-every: checkpoint every N steps (0: never) */
     const char *save_dir;    /* --save-dir */
     bool resume;             /* --resume: load the latest checkpoint in save_dir first */
+    const char *trace;       /* --trace: the timeline's file (trace.path), or NULL */
+    const char *trace_steps; /* --trace-steps: its window (trace.steps), or NULL */
+    double peak_flops;       /* --peak-flops: one rank's peak FLOP/s for MFU (0: the device's) */
+    int print_every;         /* steps_per_print of the config; 0: unset (every steps / 20) */
+    bool comms_logger;       /* comms_logger.enabled: the summary is printed at the end */
 } gpt_opts;
 
 enum {
