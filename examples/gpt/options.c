@@ -177,6 +177,21 @@ gpt_opts gpt_parse_args(int argc, char **argv)
         fprintf(stderr, "train_gpt: --trace-steps needs --trace FILE\n");
         gpt_quit(2);
     }
+    if (o.trace_steps) {
+        /* "A-B" or "A", 1 <= A <= B (the library's trace.steps, checked here
+         * as a flag). */
+        char a[32] = "", b[32] = "";
+        const char *dash = strchr(o.trace_steps, '-');
+        snprintf(a, sizeof a, "%.*s", dash ? (int)(dash - o.trace_steps) : 31, o.trace_steps);
+        snprintf(b, sizeof b, "%s", dash ? dash + 1 : a);
+        const long long first = parse_int("--trace-steps (first)", a, 1, 1LL << 53);
+        const long long last = parse_int("--trace-steps (last)", b, 1, 1LL << 53);
+        if (last < first) {
+            fprintf(stderr, "train_gpt: --trace-steps %s: the window ends before it begins "
+                    "(want A-B with A <= B)\n", o.trace_steps);
+            gpt_quit(2);
+        }
+    }
     if ((o.save_every || o.resume) && !o.save_dir) {
         fprintf(stderr, "train_gpt: --save-every and --resume need --save-dir DIR\n");
         gpt_quit(2);
