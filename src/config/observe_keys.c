@@ -38,11 +38,18 @@ zc_status zc__config_step_range(const char *text, const char *what, int64_t *fir
         b = a;
     }
     ok = ok && *p == '\0' && a >= 1 && b >= a && b <= ZC_TRACE_STEPS_MAX;
-    if (!ok)
+    if (!ok) {
+        /* The text as given, at most 64 bytes, control bytes as '?'. */
+        char shown[68];
+        size_t n = 0;
+        for (const char *q = text ? text : ""; *q && n < 64; q++)
+            shown[n++] = (unsigned char)*q < 0x20 || (unsigned char)*q >= 0x7f ? '?' : *q;
+        shown[n] = '\0';
         return ZC_ERR(ZC_ERR_CONFIG,
                       "%s = '%s': want a window of optimizer steps \"A-B\" or \"A\" (whole "
                       "numbers, 1 <= A <= B <= 2^53; the first step is 1)",
-                      what, text ? text : "");
+                      what, shown);
+    }
     *first = a;
     *last = b;
     return ZC_OK;

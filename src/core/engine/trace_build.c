@@ -76,7 +76,17 @@ zc_status zc__trace_build(zc_engine *e)
     }
     zc_tl_opts o = {.rank = e->rank, .world = e->world, .stage = e->stage,
                     .dtype = zc_dtype_name(e->pdt), .device = e->dev->ops->name};
-    ZC_CHECK(zc__config_step_range(steps_text, steps_what, &o.steps.first, &o.steps.last));
+    if (zc__config_step_range(steps_text, steps_what, &o.steps.first, &o.steps.last) != ZC_OK) {
+        if (strcmp(steps_what, "ZC_TRACE_STEPS"))
+            return ZC_ERR(ZC_ERR_CONFIG, "%s", zc_last_error());
+        /* A variable's value as every variable's message shows it. */
+        char shown[ZC_ENV_SHOWN_MAX];
+        zc__error_clear();
+        return ZC_ERR(ZC_ERR_CONFIG,
+                      "ZC_TRACE_STEPS='%s': want a window of optimizer steps \"A-B\" or \"A\" "
+                      "(whole numbers, 1 <= A <= B <= 2^53; the first step is 1)",
+                      zc__env_shown(steps_text, shown, sizeof shown));
+    }
     ZC_CHECK(zc__config_comms_ops(cfg->comms_logger.prof_ops, &o.comms.prof_ops));
     o.comms.enabled = cfg->comms_logger.enabled;
     o.comms.verbose = cfg->comms_logger.verbose;
