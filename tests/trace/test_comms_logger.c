@@ -48,6 +48,7 @@ static void rank_fn(int rank, void *arg)
     t_ctx x;
     if (t_ctx_open(&x, &j->run, rank, j->comms[rank]) != ZC_OK) {
         snprintf(j->err[rank], sizeof j->err[rank], "open: %s", zc_last_error());
+        t_ctx_close(&x);
         return;
     }
     for (int s = 0; s < STEPS; s++) {

@@ -84,6 +84,7 @@ static void rank_fn(int rank, void *arg)
     t_ctx x;
     if (t_ctx_open(&x, &j->run, rank, j->comms[rank]) != ZC_OK) {
         snprintf(j->err[rank], sizeof j->err[rank], "open: %s", zc_last_error());
+        t_ctx_close(&x);
         return;
     }
     for (int s = 0; s < j->steps; s++) {
@@ -393,8 +394,7 @@ static zc_status build_with(const char *const *keys, char *msg, size_t cap)
     t_ctx x;
     const zc_status rc = t_ctx_open(&x, &run, 0, comm);
     snprintf(msg, cap, "%s", rc == ZC_OK ? "" : zc_last_error());
-    if (rc == ZC_OK)
-        t_ctx_close(&x);
+    t_ctx_close(&x); /* also after a failed open: what it made */
     zc_comm_destroy(comm);
     return rc;
 }
