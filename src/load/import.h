@@ -79,7 +79,7 @@ void zc__ld_plan_free(zc_ld_plan *p);
  * store's io_uring engine unless buffered), maps the ring (ring_bytes,
  * counted in e's account) and reads the tails. Everything that can fail
  * before the payload is read happens here. Each read of the payload is an
- * io event of e's ZC_FAULTS (docs/faults.md). */
+ * event of e's ZC_FAULTS load items (docs/faults.md). */
 typedef struct zc_ld_reader zc_ld_reader;
 zc_status zc__ld_reader_open(zc_ld_reader **out, const zc_st_set *set, zc_ld_plan *plan,
                              size_t ring_bytes, bool buffered, zc_engine *e);

@@ -48,7 +48,7 @@ struct zc_ld_reader {
     zc_ck_ring_mem mem;
     int64_t bytes;           /* read so far */
     bool direct;
-    bool (*io_fault)(void *arg, int64_t *nth); /* ZC_FAULTS io items (may be NULL) */
+    bool (*io_fault)(void *arg, int64_t *nth); /* ZC_FAULTS load items */
     void *io_fault_arg;
     int rank;
 };
@@ -124,7 +124,7 @@ zc_status zc__ld_reader_open(zc_ld_reader **out, const zc_st_set *set, zc_ld_pla
         return ZC_ERR(ZC_ERR_NO_MEMORY, "zc_load_safetensors: reader");
     r->set = set;
     r->plan = plan;
-    r->io_fault = zc__eng_io_fault;
+    r->io_fault = zc__eng_load_fault;
     r->io_fault_arg = e;
     r->rank = e->rank;
     /* 4 MiB slots (28 MiB in flight with the default ring, as the

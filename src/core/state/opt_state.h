@@ -135,5 +135,8 @@ zc_opt_home *zc__opt_offload_home(zc_engine *e);
  * included: true when that swap-file read or write is to fail. */
 zc_home_env zc__eng_home_env(zc_engine *e);
 bool zc__eng_io_fault(void *arg, int64_t *nth);
+/* ZC_FAULTS load items: true when this payload read of zc_load_safetensors
+ * is to fail (src/load asks before each). */
+bool zc__eng_load_fault(void *arg, int64_t *nth);
 
 #endif
