@@ -1041,6 +1041,26 @@ typedef struct zc_load_stats {
 ZC_API zc_status zc_load_safetensors(zc_engine *eng, const char *path,
                                      const zc_load_options *opts, zc_load_stats *stats);
 
+/* One tensor of a safetensors file or set, as zc_load_list reports it. */
+typedef struct zc_load_tensor {
+    const char *name;          /* valid during the callback */
+    const char *dtype;         /* as the file names it: "F32", "BF16", "I64", ... */
+    int ndim;                  /* 0..8 */
+    int64_t shape[8];
+    int64_t numel;
+    const char *file;          /* the file that holds it (a part of a set) */
+} zc_load_tensor;
+
+/* Lists the tensors of a safetensors file or Hugging Face set (the paths
+ * zc_load_safetensors takes), in the set's order (file by file, by offset),
+ * after the header checks zc_load_safetensors makes (the same refusals,
+ * ZC_ERR_INVALID_ARG or ZC_ERR_IO naming the file and the tensor): what a
+ * program registers its parameters from. fn is called once per tensor; a
+ * non-zero return stops the listing (the call then returns ZC_OK). Reads
+ * the headers only. Not collective, no engine; thread-safe. */
+ZC_API zc_status zc_load_list(const char *path,
+                              int (*fn)(void *user, const zc_load_tensor *tensor), void *user);
+
 /* Memory categories of zc_stats. */
 typedef enum zc_mem_category {
     ZC_MEM_PARAMS = 0, /* working-precision parameters (full or shard) */
