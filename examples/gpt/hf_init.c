@@ -128,7 +128,7 @@ bool gpt_hf_shape(const char *path, gpt_config *c, unsigned given, char *err, si
     if (!take(&c->vocab, s.wte[0], given & GPT_GIVEN_VOCAB, "--vocab", path, err, errlen) ||
         !take(&c->dim, s.wte[1], given & GPT_GIVEN_DIM, "--dim", path, err, errlen) ||
         !take(&c->layers, s.layers, given & GPT_GIVEN_LAYERS, "--layers", path, err, errlen) ||
-        !take(&c->ctx, s.wpe[0], false, "context", path, err, errlen))
+        !take(&c->ctx, s.wpe[0], given & GPT_GIVEN_CTX, "--ctx", path, err, errlen))
         return false;
     char where[4200];
     json_t *j = read_config(path, where, sizeof where, err, errlen);

@@ -26,6 +26,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
         "usage: train_gpt [--layers 1..64] [--heads 1..64] [--dim 1..4096] [--seq 1..1024]\n"
+        "                 [--ctx 1..1024]\n"
         "                 [--vocab 2..65536] [--batch 1..4096] [--steps 0..1000000]\n"
         "                 [--stage 0..3] [--world 1..64] [--dtype fp32|bf16|fp16]\n"
         "                 [--accum 1..1024] [--lr 0..1e6] [--clip 0..1e9] [--seed 0..2^64-1]\n"
@@ -56,6 +57,8 @@ static void usage(FILE *f)
         "--tokens: token ids to train on instead of --data's bytes: llm.c's .bin (header\n"
         "          magic 20240520, version 1, count; uint16 ids) or raw little-endian uint16;\n"
         "          the last 10%% validate. --vocab is then from 2 (bytes need 256).\n"
+        "--ctx: positions of the position embedding (GPT-2's n_positions; default --seq),\n"
+        "          at least --seq.\n"
         "--order sequential: each global batch takes the next windows of --seq tokens in\n"
         "          order (window g starts at token g x seq), instead of random ones.\n"
         "--export: after training, the model as one safetensors file under\n"
@@ -95,7 +98,7 @@ gpt_opts gpt_parse_args(int argc, char **argv)
         "--layers", "--heads", "--dim", "--seq", "--vocab", "--batch", "--steps", "--stage",
         "--world", "--dtype", "--accum", "--lr", "--clip", "--seed", "--eval-every", "--sample",
         "--data", "--config", "--device", "--launcher", "--save-every", "--save-dir",
-        "--init-from", "--tokens", "--order", "--export"};
+        "--init-from", "--tokens", "--order", "--export", "--ctx"};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--json")) { o.json = true; continue; }
@@ -126,6 +129,7 @@ gpt_opts gpt_parse_args(int argc, char **argv)
         else if (!strcmp(a, "--heads")) { o.model.heads = (int)parse_int(a, v, 1, 64); o.given |= GPT_GIVEN_HEADS; }
         else if (!strcmp(a, "--dim")) { o.model.dim = (int)parse_int(a, v, 1, 4096); o.given |= GPT_GIVEN_DIM; }
         else if (!strcmp(a, "--seq")) { o.model.seq = (int)parse_int(a, v, 1, 1024); o.given |= GPT_GIVEN_SEQ; }
+        else if (!strcmp(a, "--ctx")) { o.model.ctx = (int)parse_int(a, v, 1, 1024); o.given |= GPT_GIVEN_CTX; }
         /* Byte-level tokens need 256 entries (checked with the data); token
          * ids as many as the tokenizer had. */
         else if (!strcmp(a, "--vocab")) { o.model.vocab = (int)parse_int(a, v, 2, 65536); o.given |= GPT_GIVEN_VOCAB; }

@@ -35,7 +35,7 @@ enum {
     GPT_GIVEN_BATCH = 1u << 3, GPT_GIVEN_CLIP = 1u << 4, GPT_GIVEN_LR = 1u << 5,
     GPT_GIVEN_WORLD = 1u << 6, GPT_GIVEN_LAYERS = 1u << 7, GPT_GIVEN_HEADS = 1u << 8,
     GPT_GIVEN_DIM = 1u << 9, GPT_GIVEN_SEQ = 1u << 10, GPT_GIVEN_VOCAB = 1u << 11,
-    GPT_GIVEN_DATA = 1u << 12
+    GPT_GIVEN_DATA = 1u << 12, GPT_GIVEN_CTX = 1u << 13
 };
 
 /* --launcher: auto (one rank per process when mpirun or torchrun started
