@@ -71,6 +71,36 @@ static zc_status check_state(const zc_engine *e)
     return ZC_OK;
 }
 
+/* Elements of [q0, q1) that no parameter of chunk c covers (the padding,
+ * which the file does not fill): zeroed, as the build left them. */
+static void zero_padding(const zc_engine *e, const zc_chunk *c, int64_t q0, int64_t q1,
+                         float *fill)
+{
+    int64_t at = q0;
+    for (int i = c->first; i < c->first + c->count && at < q1; i++) {
+        const zc_param *p = e->params[i];
+        const int64_t b = p->offset + p->numel;
+        if (b <= at)
+            continue;
+        if (p->offset > at)
+            memset(fill + (at - q0), 0,
+                   (size_t)((p->offset < q1 ? p->offset : q1) - at) * sizeof(float));
+        at = b;
+    }
+    if (at < q1)
+        memset(fill + (at - q0), 0, (size_t)(q1 - at) * sizeof(float));
+}
+
+/* On the host path, outside a parameter home, the working copy of each
+ * parameter is rounded from the master as soon as its last piece is in
+ * (the reads ahead keep the disk busy meanwhile): element by element what
+ * zc__params_from_master does for the whole range. */
+static bool convert_early(const zc_engine *e, const zc_chunk *c, bool bounce)
+{
+    return !bounce && !e->pol->full_optimizer && e->dev->mem_kind == ZC_MEMKIND_HOST &&
+           !zc__param_offloaded(e, c);
+}
+
 /* Chunk k: this rank's range of the master from the file, then (stage 0)
  * the whole master by an all-gather, then the working copy. */
 static zc_status import_chunk(zc_engine *e, int k, const zc_opt_view *v, bool host, void *arg)
@@ -84,13 +114,21 @@ static zc_status import_chunk(zc_engine *e, int k, const zc_opt_view *v, bool ho
     const size_t n = (size_t)(q1 - q0);
     float *mine = v->master + (all ? q0 : 0); /* the range in the home's memory */
     float *fill = x->bounce ? x->bounce : mine;
-    /* Every element of the range is a parameter's (all are mapped) or
-     * padding, which stays zero. */
-    memset(fill, 0, n * sizeof(float));
+    zero_padding(e, c, q0, q1, fill);
+    const bool early = convert_early(e, c, x->bounce != NULL);
     zc_status rc = ZC_OK;
-    for (int64_t i = x->plan->chunk_first[k]; i < x->plan->chunk_first[k + 1] && rc == ZC_OK;
-         i++)
+    const zc_ld_plan *pl = x->plan;
+    for (int64_t i = pl->chunk_first[k]; i < pl->chunk_first[k + 1] && rc == ZC_OK; i++) {
         rc = zc__ld_reader_next(x->reader, i, fill);
+        /* A parameter's pieces follow each other (they lie in its tensor). */
+        const zc_ld_piece *pc = &pl->pieces[i];
+        if (rc == ZC_OK && early &&
+            (i + 1 == pl->chunk_first[k + 1] || pl->pieces[i + 1].tensor != pc->tensor)) {
+            const int64_t at = pc->a + pc->dst_off; /* range element of [a, b) */
+            void *dst = zc__elem(c->param, e->pol->full_params ? q0 + at : at, e->pesz);
+            rc = zc__eng_convert(e, dst, e->pdt, fill + at, ZC_DTYPE_F32, (size_t)(pc->b - pc->a));
+        }
+    }
     if (rc == ZC_OK && x->bounce)
         rc = d->ops->copy(d, mine, x->bounce, n * sizeof(float), ZC_COPY_H2D, e->stream);
     if (all) {
@@ -106,7 +144,7 @@ static zc_status import_chunk(zc_engine *e, int k, const zc_opt_view *v, bool ho
             return rc;
         return zc__params_from_master(e, k, 0, v->master, host, (size_t)c->padded);
     }
-    if (rc == ZC_OK)
+    if (rc == ZC_OK && !early)
         rc = zc__params_from_master(e, k, q0, v->master, host, n);
     return rc;
 }

@@ -277,35 +277,51 @@ static void note_bad(conv *c, const void *src, int64_t n, bool bad)
             c->bad_y = c->y + k;
 }
 
+/* Runs of elements into fp32, each returning whether some exponent was all
+ * ones (a NaN or an infinity): the flags OR-ed together, one test per run,
+ * so the loops stay vector loops (the build's -O2 leaves them scalar). */
+__attribute__((optimize("O3"))) static bool from_f32(uint32_t *restrict o,
+                                                     const uint32_t *restrict u, int64_t n)
+{
+    uint32_t ones = 0;
+    for (int64_t k = 0; k < n; k++) {
+        o[k] = u[k];
+        ones |= (u[k] & 0x7f800000u) == 0x7f800000u;
+    }
+    return ones;
+}
+
+__attribute__((optimize("O3"))) static bool from_bf16(uint32_t *restrict o,
+                                                      const uint16_t *restrict h, int64_t n)
+{
+    uint32_t ones = 0;
+    for (int64_t k = 0; k < n; k++) {
+        o[k] = (uint32_t)h[k] << 16; /* bf16 is the high half of an fp32: exact */
+        ones |= (h[k] & 0x7f80u) == 0x7f80u;
+    }
+    return ones;
+}
+
+static bool from_f16(float *restrict o, const uint16_t *restrict h, int64_t n)
+{
+    uint32_t ones = 0;
+    for (int64_t k = 0; k < n; k++) {
+        o[k] = zc__f16_to_f32(h[k]); /* exact */
+        ones |= (h[k] & 0x7c00u) == 0x7c00u;
+    }
+    return ones;
+}
+
 /* n whole elements at src (aligned for their type). */
 static void convert(conv *c, const void *src, int64_t n)
 {
     const zc_ld_piece *pc = c->pc;
     if (!pc->transposed) {
         float *d = c->dst + pc->dst_off + c->y;
-        /* The exponents' bits OR-ed together: one branch per run, not per
-         * element, so the loops stay vector loops. */
-        uint32_t ones = 0;
-        if (pc->dtype == ZC_DTYPE_F32) {
-            const uint32_t *u = src;
-            for (int64_t k = 0; k < n; k++)
-                ones |= (u[k] & 0x7f800000u) == 0x7f800000u;
-            memcpy(d, src, (size_t)n * sizeof(float));
-        } else if (pc->dtype == ZC_DTYPE_BF16) {
-            const uint16_t *h = src;
-            uint32_t *u = (uint32_t *)d; /* bf16 is the high half of an fp32: exact */
-            for (int64_t k = 0; k < n; k++) {
-                u[k] = (uint32_t)h[k] << 16;
-                ones |= (h[k] & 0x7f80u) == 0x7f80u;
-            }
-        } else {
-            const uint16_t *h = src;
-            for (int64_t k = 0; k < n; k++) {
-                d[k] = zc__f16_to_f32(h[k]); /* exact */
-                ones |= (h[k] & 0x7c00u) == 0x7c00u;
-            }
-        }
-        note_bad(c, src, n, ones != 0);
+        const bool ones = pc->dtype == ZC_DTYPE_F32  ? from_f32((uint32_t *)d, src, n)
+                          : pc->dtype == ZC_DTYPE_BF16 ? from_bf16((uint32_t *)d, src, n)
+                                                       : from_f16(d, src, n);
+        note_bad(c, src, n, ones);
         c->y += n;
         return;
     }
