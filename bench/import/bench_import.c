@@ -24,7 +24,13 @@
  * then one summary ("bench":"import": the ratios, their min, median and
  * max, the ring's bytes, whether O_DIRECT was used, and the load average at
  * the start and the end). The file and its directory are removed at the
- * end, also on SIGINT, SIGTERM and SIGHUP. */
+ * end, also on SIGINT, SIGTERM and SIGHUP.
+ *
+ *   bench_import --file FILE [--runs R] [--drop-caches]
+ *
+ * times only the sequential read of an existing file (the ceiling of an
+ * import measured elsewhere, as for scripts/big_gpt.sh --init-from): one
+ * JSON line per run ("bench":"seq_read") and none of the above. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -286,7 +292,7 @@ static int cmp(const void *a, const void *b)
 
 int main(int argc, char **argv)
 {
-    const char *dir = NULL;
+    const char *dir = NULL, *file = NULL;
     uint64_t size = (uint64_t)2 << 30, ring = (uint64_t)32 << 20;
     int world = 1, stage = 1, runs = 3;
     zc_dtype dt = ZC_DTYPE_F32;
@@ -306,6 +312,8 @@ int main(int argc, char **argv)
         i++;
         if (!strcmp(a, "--dir"))
             dir = v;
+        else if (!strcmp(a, "--file"))
+            file = v;
         else if (!strcmp(a, "--size"))
             ok = zc__arg_u64(a, v, (uint64_t)64 << 20, (uint64_t)1 << 40, ZC_ARG_SUFFIX, &size,
                              err, sizeof err);
@@ -334,6 +342,27 @@ int main(int argc, char **argv)
             fprintf(stderr, "bench_import: %s\n", err);
             return 2;
         }
+    }
+    if (file) {
+        struct stat fst;
+        if (stat(file, &fst) != 0 || !S_ISREG(fst.st_mode)) {
+            fprintf(stderr, "bench_import: --file %s: not a regular file\n", file);
+            return 2;
+        }
+        double l0[3] = {0};
+        (void)getloadavg(l0, 3);
+        for (int r = 0; r < runs; r++) {
+            bool direct = false;
+            drop_caches(drop);
+            const double s = seq_read(file, (uint64_t)fst.st_size, &direct);
+            printf("{\"bench\":\"seq_read\",\"run\":%d,\"file_bytes\":%lld,\"seconds\":%.4f,"
+                   "\"gbps\":%.3f,\"direct\":%s,\"drop_caches\":%s,"
+                   "\"loadavg\":[%.2f,%.2f,%.2f]}\n", r, (long long)fst.st_size, s,
+                   (double)fst.st_size / s / 1e9, direct ? "true" : "false",
+                   drop ? "true" : "false", l0[0], l0[1], l0[2]);
+            fflush(stdout);
+        }
+        return 0;
     }
     if (!dir) {
         fprintf(stderr, "bench_import: --dir DIR is needed\n");

@@ -495,11 +495,18 @@ static void *rank_main(void *argp)
         lo.map = zc__hf_gpt2_import;
         zc_load_stats ls = {.size = sizeof ls};
         CHECK(zc_load_safetensors(s.eng, o->init_from, &lo, &ls));
-        if (lead && !o->json)
+        if (lead && o->json)
+            printf("{\"import\":true,\"tensors\":%lld,\"skipped\":%lld,\"file_bytes\":%lld,"
+                   "\"bytes_read\":%lld,\"seconds\":%s,\"ring_bytes\":%lld,\"direct\":%s}\n",
+                   (long long)ls.tensors, (long long)ls.skipped, (long long)ls.file_bytes,
+                   (long long)ls.bytes_read, jnum(ls.seconds).s, (long long)ls.ring_bytes,
+                   ls.direct ? "true" : "false");
+        else if (lead)
             printf("train_gpt: %lld tensors from %s (%lld skipped); rank 0 read %.1f of %.1f "
                    "MiB in %.2f s\n", (long long)ls.tensors, o->init_from, (long long)ls.skipped,
                    (double)ls.bytes_read / 1048576.0, (double)ls.file_bytes / 1048576.0,
                    ls.seconds);
+        fflush(stdout);
     } else {
         /* One load per piece, its tensors' initial values back to back. */
         float *init = xcalloc(max_piece, sizeof(float));
