@@ -113,9 +113,12 @@ static zc_status import_chunk(zc_engine *e, int k, const zc_opt_view *v, bool ho
     zc__ld_range(e, k, &q0, &q1);
     const size_t n = (size_t)(q1 - q0);
     float *mine = v->master + (all ? q0 : 0); /* the range in the home's memory */
-    float *fill = x->bounce ? x->bounce : mine;
+    /* Device memory on a GPU is filled through the host bounce; a host
+     * home's master (cpu, nvme) is written in place. */
+    float *bounce = x->bounce && !host ? x->bounce : NULL;
+    float *fill = bounce ? bounce : mine;
     zero_padding(e, c, q0, q1, fill);
-    const bool early = convert_early(e, c, x->bounce != NULL);
+    const bool early = convert_early(e, c, bounce != NULL);
     zc_status rc = ZC_OK;
     const zc_ld_plan *pl = x->plan;
     for (int64_t i = pl->chunk_first[k]; i < pl->chunk_first[k + 1] && rc == ZC_OK; i++) {
@@ -129,8 +132,11 @@ static zc_status import_chunk(zc_engine *e, int k, const zc_opt_view *v, bool ho
             rc = zc__eng_convert(e, dst, e->pdt, fill + at, ZC_DTYPE_F32, (size_t)(pc->b - pc->a));
         }
     }
-    if (rc == ZC_OK && x->bounce)
-        rc = d->ops->copy(d, mine, x->bounce, n * sizeof(float), ZC_COPY_H2D, e->stream);
+    if (rc == ZC_OK && bounce)
+        rc = d->ops->copy(d, mine, bounce, n * sizeof(float), ZC_COPY_H2D, e->stream);
+    /* The bounce takes the next chunk's values: the copy must be done. */
+    if (rc == ZC_OK && bounce)
+        rc = d->ops->stream_sync(d, e->stream);
     if (all) {
         /* Each rank read a 1/W slice; the master is whole on every rank. */
         char what[600];
