@@ -988,7 +988,8 @@ typedef struct zc_load_options {
 
 #define ZC_LOAD_OPTIONS_INIT { sizeof(zc_load_options), NULL, 0, NULL, NULL, false, 0, false }
 
-/* What one rank's import did (zc_load_safetensors' optional out-param). */
+/* What one rank's import did (zc_load_safetensors' optional out-param,
+ * filled when the call succeeds; untouched otherwise). */
 typedef struct zc_load_stats {
     size_t size;               /* sizeof(zc_load_stats), set by the caller */
     int files;                 /* safetensors files of the set */
