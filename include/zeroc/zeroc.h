@@ -482,7 +482,11 @@ ZC_API zc_status zc_param_release(zc_engine *eng, zc_param *p, void *stream);
  * What to write: this rank's own gradient of this micro-step's loss, raw -
  * not averaged over the ranks or divided by gradient_accumulation_steps:
  * zeroc averages once, over world x accumulation steps (after DeepSpeed's
- * prescale_gradients and gradient_predivide_factor) - and with fp16 the
+ * prescale_gradients and gradient_predivide_factor), summing the window's
+ * micro-steps in fp32 - or, with data_types.grad_accum_dtype set to the
+ * 16-bit working dtype, as DeepSpeed's default does: each micro-step's
+ * gradient times 1 / accumulation steps rounded to that dtype, the running
+ * sum rounded to it after every add - and with fp16 the
  * gradient of the loss multiplied by zc_loss_scale(), read before this
  * micro-step's backward pass; zc_step divides by that scale (or, with
  * fp16.deepspeed_unscale_order, by the scaler's value after the step, as
