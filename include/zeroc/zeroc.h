@@ -108,6 +108,7 @@ ZC_API void zc_log_set_sink(zc_log_sink sink, void *user);
 /* ------------------------------------------------------------------------- */
 
 typedef enum zc_dtype {
+    ZC_DTYPE_INVALID = -1, /* "none": an unset option, or a sentinel answer */
     ZC_DTYPE_F32 = 0,
     ZC_DTYPE_F16,
     ZC_DTYPE_BF16,
@@ -312,7 +313,8 @@ typedef struct zc_engine_options {
                                binds NCCL to */
     int64_t bucket_elems;   /* chunk size in elements; <= 0 = reduce_bucket_size */
     zc_dtype param_dtype;   /* working precision; overrides fp16/bf16.enabled
-                               when >= 0 (ZC_ENGINE_OPTIONS_INIT leaves -1) */
+                               when >= 0 (ZC_ENGINE_OPTIONS_INIT leaves
+                               ZC_DTYPE_INVALID) */
     void *stream;           /* the caller's compute stream (a cudaStream_t; NULL =
                                the legacy default stream): the stream the backward
                                pass writes gradients on. zc_grad_buffer orders it
@@ -329,7 +331,7 @@ typedef struct zc_engine_options {
 } zc_engine_options;
 
 #define ZC_ENGINE_OPTIONS_INIT \
-    { sizeof(zc_engine_options), ZC_DEVICE_AUTO, -1, 0, (zc_dtype)-1, NULL, 0 }
+    { sizeof(zc_engine_options), ZC_DEVICE_AUTO, -1, 0, ZC_DTYPE_INVALID, NULL, 0 }
 
 /* The CUDA device ordinal that zc_engine_options.device_index resolves to in
  * this process: device_index itself when >= 0, the launcher's local rank
@@ -409,6 +411,18 @@ ZC_API zc_status zc_engine_build(zc_engine *eng);
  * with the same message (docs/offload.md). */
 ZC_API zc_status zc_param_load(zc_engine *eng, zc_param *p, const float *full_values);
 
+/* zc_param_load with DeepSpeed's master: the values are first rounded to the
+ * working dtype (round to nearest even, the rounding zc_param_load gives the
+ * working copy) and the fp32 master is made from the rounded values, as
+ * DeepSpeed makes its fp32 master from the module already cast to fp16 or
+ * bf16. zc_param_load keeps the caller's unrounded values as the master,
+ * which is more exact; use this one where a run must start from the same
+ * master as a DeepSpeed run. The working copy is the same either way; for
+ * fp32 parameters the two calls are the same. Same contract and errors as
+ * zc_param_load; nothing is allocated (the rounding goes through a small
+ * buffer on the stack). */
+ZC_API zc_status zc_param_load_rounded(zc_engine *eng, zc_param *p, const float *full_values);
+
 /* Copies the full fp32 master value of a parameter into out (numel floats).
  * Collective in stages 1–3 (every rank calls it for the same parameter). */
 ZC_API zc_status zc_param_gather_master(zc_engine *eng, zc_param *p, float *out);
@@ -441,8 +455,8 @@ ZC_API zc_status zc_param_acquire_status(zc_engine *eng, zc_param *p, void *stre
  * zc_param_shape: copies min(ndim, cap) dimensions into shape and returns
  *   ndim (-1; also for cap < 0, or cap > 0 with shape NULL).
  * zc_param_group: its group id (-1).
- * zc_param_dtype: the working dtype (a zc_dtype) of its engine's parameters
- *   and gradient buffers (-1).
+ * zc_param_dtype: the working dtype of its engine's parameters and gradient
+ *   buffers: ZC_DTYPE_F32, ZC_DTYPE_F16 or ZC_DTYPE_BF16 (ZC_DTYPE_INVALID).
  * zc_param_count: parameters registered so far (-1).
  * zc_param_at: the parameter registered index-th, from 0 (NULL out of range).
  * zc_param_find: the parameter of that name (NULL when there is none). */
@@ -450,7 +464,7 @@ ZC_API const char *zc_param_name(const zc_param *p);
 ZC_API int64_t zc_param_numel(const zc_param *p);
 ZC_API int zc_param_shape(const zc_param *p, int64_t *shape, int cap);
 ZC_API int zc_param_group(const zc_param *p);
-ZC_API int zc_param_dtype(const zc_param *p);
+ZC_API zc_dtype zc_param_dtype(const zc_param *p);
 ZC_API int zc_param_count(const zc_engine *eng);
 ZC_API zc_param *zc_param_at(const zc_engine *eng, int index);
 ZC_API zc_param *zc_param_find(const zc_engine *eng, const char *name);
@@ -465,6 +479,20 @@ ZC_API zc_status zc_param_release(zc_engine *eng, zc_param *p, void *stream);
 
 /* A buffer of numel elements in the parameter's working dtype, zeroed at the
  * start of each micro-step, that the backward pass writes or accumulates into.
+ * What to write: this rank's own gradient of this micro-step's loss, raw -
+ * not averaged over the ranks or divided by gradient_accumulation_steps:
+ * zeroc averages once, over world x accumulation steps (after DeepSpeed's
+ * prescale_gradients and gradient_predivide_factor), summing the window's
+ * micro-steps in fp32 - or, with data_types.grad_accum_dtype set to the
+ * 16-bit working dtype, as DeepSpeed's default does: each micro-step's
+ * gradient times 1 / accumulation steps rounded to that dtype, the running
+ * sum rounded to it after every add - and with fp16 the
+ * gradient of the loss multiplied by zc_loss_scale(), read before this
+ * micro-step's backward pass; zc_step divides by that scale (or, with
+ * fp16.deepspeed_unscale_order, by the scaler's value after the step, as
+ * DeepSpeed does). In the buffer's dtype (zc_param_dtype: fp32, fp16 or bf16;
+ * round to nearest even); a float loop over 16-bit parameters on the host
+ * writes fp32 instead through zc_block_grad_buffers_f32.
  * With a CUDA device the zero-fill is enqueued on the engine's stream and
  * zc_engine_options.stream (the caller's compute stream) is made to wait for
  * it, so gradients must be written on that stream (or on a stream the caller
@@ -658,6 +686,11 @@ ZC_API zc_status zc_block_base(zc_engine *eng, const zc_block *b, void **base);
  * parameter's load) returns that load's status, naming the parameter; the
  * parameters before it are loaded. */
 ZC_API zc_status zc_block_load(zc_engine *eng, zc_block *b, const float *values, size_t count);
+/* zc_block_load with zc_param_load_rounded's master (the values rounded to
+ * the working dtype first): zc_param_load_rounded of every parameter of the
+ * block, in order, with zc_block_load's contract. */
+ZC_API zc_status zc_block_load_rounded(zc_engine *eng, zc_block *b, const float *values,
+                                       size_t count);
 
 /* zc_param_gather_master of every parameter of the block, in order, into out
  * (count floats, the layout above): the same values, bitwise, and the same
@@ -745,9 +778,11 @@ ZC_API zc_status zc_micro_step_end(zc_engine *eng);
 typedef struct zc_step_info {
     int64_t step;        /* optimizer steps taken, skipped ones included */
     bool skipped;        /* overflow: no parameter or optimizer state changed */
-    double grad_norm;    /* global L2 norm of the averaged, unscaled gradient
-                            (-1 when it is not finite) */
-    double loss_scale;   /* scale in effect for this step (1 for fp32/bf16) */
+    double grad_norm;    /* global L2 norm of the averaged, unscaled gradient;
+                            -1 when it is not finite, which is every skipped
+                            step (DeepSpeed's norm is -1 for inf/nan too) */
+    double loss_scale;   /* the scale this step's gradients were made with
+                            (zc_loss_scale() before the step; 1 for fp32/bf16) */
     double lr;           /* learning rate applied (or that would have been) */
 } zc_step_info;
 
@@ -756,8 +791,12 @@ typedef struct zc_step_info {
  * publishes the updated parameters, advances the loss scaler and (unless the
  * step was skipped) the scheduler. Collective. Fails with ZC_ERR_INVALID_STATE
  * naming a parameter whose gradient is missing (nothing changed), and with
- * ZC_ERR_LOSS_SCALE when an overflow happens at the minimum loss scale (the
- * window's gradients are dropped, nothing else changes), and with
+ * ZC_ERR_LOSS_SCALE when an overflow happens at the minimum loss scale: the
+ * window's gradients are dropped and nothing else changes - info (when not
+ * NULL) is filled as for a skipped step (skipped true, grad_norm -1, the loss
+ * scale and the lr it would have used, step the count before this call), and
+ * neither the step counter, the loss scaler nor the scheduler advances; and
+ * with
  * ZC_ERR_INVALID_STATE when the step counter (or the loss scaler's iteration)
  * is at its limit, 2^62 (nothing changed; a checkpoint loads only with
  * counters at most that). info may be NULL. It ends the gradient_accumulation_steps-th micro-step; the

@@ -274,7 +274,7 @@ static void parse_head(rd *r, json_t *root, zc_ck_manifest *m)
         return;
     m->stage = (int)v;
     const char *dt = json_string_value(json_object_get(root, "dtype"));
-    m->dtype = (zc_dtype)-1;
+    m->dtype = ZC_DTYPE_INVALID;
     for (int d = 0; dt && d < ZC_DTYPE__COUNT; d++)
         if (!strcmp(dt, zc_dtype_name((zc_dtype)d)))
             m->dtype = (zc_dtype)d;

@@ -106,7 +106,9 @@ const zc_cfg_key zc__cfg_keys[] = {
       .off = O(communication_data_type), .idef = -1,
       .doc = "dtype of gradient reductions; unset = the parameters' dtype" },
     { .path = "data_types.grad_accum_dtype", .type = ZC_KT_DTYPE, .flags = ZC_KF_NULL,
-      .off = O(grad_accum_dtype), .idef = -1, .doc = "gradient accumulation dtype" },
+      .off = O(grad_accum_dtype), .idef = -1,
+      .doc = "dtype micro-step gradients are summed in: fp32 or the parameters' dtype; "
+             "unset = fp32 (DeepSpeed's default: the parameters' dtype)" },
     KBOOL("zero_allow_untested_optimizer", zero_allow_untested_optimizer, 0, 0,
           "allow a client optimizer with ZeRO"),
     KBOOL("zero_force_ds_cpu_optimizer", zero_force_ds_cpu_optimizer, 1, 0,
@@ -128,6 +130,8 @@ const zc_cfg_key zc__cfg_keys[] = {
     KF64("fp16.min_loss_scale", fp16.min_loss_scale, 1, 0, SCALE_MAX, ZC_KF_EXMIN,
          "the scale never goes below this"),
     KIGN("fp16.fp16_master_weights_and_grads", ZC_KF_WARN_SET, "not implemented by zeroc"),
+    KBOOL("fp16.deepspeed_unscale_order", fp16.deepspeed_unscale_order, 0, 0,
+          "(zeroc) unscale by the scale after this step's update, as DeepSpeed"),
 
     /* bf16 (old name: bfloat16) */
     KBOOL("bf16.enabled", bf16.enabled, 0, PROG, "bf16 parameters"),

@@ -151,6 +151,24 @@ static zc_status host_accumulate(zc_device *d, float *acc, const void *src, zc_d
     return ZC_OK;
 }
 
+static zc_status host_accumulate_rounded(zc_device *d, float *acc, const void *src,
+                                         zc_dtype src_dt, zc_dtype acc_dt, size_t n,
+                                         void *stream)
+{
+    if (!is_float_dtype(src_dt) || !is_float_dtype(acc_dt))
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "accumulate_rounded: unsupported dtypes %s into %s",
+                      zc_dtype_name(src_dt), zc_dtype_name(acc_dt));
+    if (acc_dt == ZC_DTYPE_F32)
+        return host_accumulate(d, acc, src, src_dt, n, stream);
+    for (size_t i = 0; i < n; i++) {
+        /* The fp32 sum, rounded once through the 16-bit encoding. */
+        uint16_t h;
+        zc__store_f32(&h, acc_dt, 0, acc[i] + zc__load_f32(src, src_dt, i));
+        acc[i] = zc__load_f32(&h, acc_dt, 0);
+    }
+    return ZC_OK;
+}
+
 /* The fp32 form of reduce_sum: the same sum per element (source order,
  * fp32), element by element independent, so it runs as vector code. A chunk
  * goes through a local buffer, since dst may be any of the sources. */
@@ -348,6 +366,7 @@ static const zc_device_ops host_ops = {
     .cast = host_cast,
     .scale = host_scale,
     .accumulate = host_accumulate,
+    .accumulate_rounded = host_accumulate_rounded,
     .reduce_sum = host_reduce_sum,
     .sumsq = host_sumsq,
     .nonfinite = host_nonfinite,

@@ -15,7 +15,8 @@
  * shard, which must survive between micro-steps, is a fourth tensor (nt = 4,
  * 16 Psi / W): each micro-step adds its reduced slice to it through one
  * pinned gradient buffer (read back, add, write; the first micro-step of a
- * window starts from zeros), and the step reads it with the state.
+ * window starts from zeros; with 16-bit accumulation the sum is rounded to
+ * the working dtype before the write), and the step reads it with the state.
  *
  * Buffers. A swap buffer holds one tensor of the largest chunk (buffer_bytes);
  * a chunk in flight takes four, as DeepSpeed counts them (master, m, v and the
@@ -297,8 +298,8 @@ static void grad_wait_write(nvme_home *h)
     }
 }
 
-static zc_status nv_grad_add(zc_opt_home *hh, int k, const void *src, zc_dtype dt, bool first,
-                             bool last, double *sumsq)
+static zc_status nv_grad_add(zc_opt_home *hh, int k, const void *src, zc_dtype dt,
+                             zc_dtype acc_dt, bool first, bool last, double *sumsq)
 {
     nvme_home *h = (nvme_home *)hh;
     const nv_chunk *c = &h->chunks[k];
@@ -332,8 +333,10 @@ static zc_status nv_grad_add(zc_opt_home *hh, int k, const void *src, zc_dtype d
             return ZC_OK;
         }
     }
-    /* The device path's own kernel on the host: acc += src in fp32. */
-    ZC_CHECK(hd->ops->accumulate(hd, (float *)h->gbuf, src, dt, c->n, NULL));
+    /* The device path's own kernel on the host: acc += src in fp32, or
+     * rounded to acc_dt (16-bit accumulation: the shard is in memory between
+     * its read-back and its write anyway, so rounding costs no I/O). */
+    ZC_CHECK(hd->ops->accumulate_rounded(hd, (float *)h->gbuf, src, dt, acc_dt, c->n, NULL));
     if (last)
         ZC_CHECK(hd->ops->sumsq(hd, h->gbuf, ZC_DTYPE_F32, c->n, sumsq, NULL));
     h->gwk = k;

@@ -1,5 +1,6 @@
 #include "t_engine.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,6 +103,24 @@ float t_init_value_as(int i, int64_t k, zc_dtype dt)
     return v;
 }
 
+float t_round_to(float v, zc_dtype dt)
+{
+    if (dt == ZC_DTYPE_F16)
+        return (float)__extension__(_Float16)v;
+    if (dt != ZC_DTYPE_BF16)
+        return v;
+    uint32_t u;
+    memcpy(&u, &v, sizeof u);
+    const uint32_t lo_bits = u & 0xffff0000u, hi_bits = lo_bits + 0x10000u;
+    float lo, hi;
+    memcpy(&lo, &lo_bits, sizeof lo);
+    memcpy(&hi, &hi_bits, sizeof hi); /* the next bf16 away from zero */
+    const double dl = fabs((double)v - (double)lo), dh = fabs((double)hi - (double)v);
+    if (dl != dh)
+        return dl < dh ? lo : hi;
+    return (lo_bits & 0x10000u) ? hi : lo; /* a tie: the even one */
+}
+
 /* The offset of parameter i in the model's values, registration order. */
 static size_t param_offset(int i)
 {
@@ -130,7 +149,7 @@ static int value_blocks(t_ctx *x, zc_block **blk, int *first)
 
 /* Loads (gather false) or gathers (true) every parameter's values, block by
  * block, from or into vals (t_total_numel() floats, registration order). */
-static zc_status block_values(t_ctx *x, float *vals, bool gather)
+static zc_status block_values(t_ctx *x, float *vals, bool gather, bool rounded)
 {
     zc_block *blk[T_NPARAMS];
     int first[T_NPARAMS];
@@ -140,8 +159,9 @@ static zc_status block_values(t_ctx *x, float *vals, bool gather)
         for (int i = 0; i < zc_block_size(blk[j]); i++)
             count += (size_t)zc_param_numel(zc_block_param(blk[j], i));
         float *at = vals + param_offset(first[j]);
-        TRY(gather ? zc_block_gather_master(x->eng, blk[j], at, count)
-                   : zc_block_load(x->eng, blk[j], at, count));
+        TRY(gather    ? zc_block_gather_master(x->eng, blk[j], at, count)
+            : rounded ? zc_block_load_rounded(x->eng, blk[j], at, count)
+                      : zc_block_load(x->eng, blk[j], at, count));
     }
     return ZC_OK;
 }
@@ -323,9 +343,13 @@ zc_status t_ctx_open(t_ctx *x, t_run *run, int rank, zc_comm *comm)
     float *init = malloc((size_t)t_total_numel() * sizeof(float));
     if (!init)
         return fail(x, "malloc");
+    const bool prerounded = run->init_load == T_LOAD_PREROUNDED;
+    const bool rounded = run->init_load == T_LOAD_ROUNDED;
     for (int i = 0; i < T_NPARAMS; i++)
-        for (int64_t k = 0; k < t_numel[i]; k++)
-            init[param_offset(i) + (size_t)k] = t_init_value_as(i, k, run->load_dtype);
+        for (int64_t k = 0; k < t_numel[i]; k++) {
+            const float v = t_init_value_as(i, k, run->load_dtype);
+            init[param_offset(i) + (size_t)k] = prerounded ? t_round_to(v, run->dtype) : v;
+        }
     zc_status rc = ZC_OK;
     if (run->load_path) {
         zc_load_stats st = {.size = sizeof st};
@@ -336,9 +360,10 @@ zc_status t_ctx_open(t_ctx *x, t_run *run, int rank, zc_comm *comm)
         return ZC_OK;
     }
     if (run->block_values)
-        rc = block_values(x, init, false);
+        rc = block_values(x, init, false, rounded);
     for (int i = 0; i < T_NPARAMS && rc == ZC_OK && !run->block_values; i++)
-        rc = zc_param_load(x->eng, x->p[i], init + param_offset(i));
+        rc = rounded ? zc_param_load_rounded(x->eng, x->p[i], init + param_offset(i))
+                     : zc_param_load(x->eng, x->p[i], init + param_offset(i));
     free(init);
     TRY(rc);
     return ZC_OK;
@@ -562,7 +587,7 @@ zc_status t_gather(t_ctx *x, float *out)
 {
     if (x->run->block_values) {
         float *all = x->rank == 0 && out ? out : malloc((size_t)t_total_numel() * sizeof(float));
-        zc_status rc = all ? block_values(x, all, true) : ZC_ERR_NO_MEMORY;
+        zc_status rc = all ? block_values(x, all, true, false) : ZC_ERR_NO_MEMORY;
         if (all != out)
             free(all);
         TRY(rc);

@@ -37,6 +37,12 @@ extern const int t_layer_begin[T_NLAYERS + 1];
 extern const int64_t t_layer_numel[T_NLAYERS];
 
 enum { T_BLOCK_NONE = 0, T_BLOCK_LIST, T_BLOCK_SPAN };
+enum { T_LOAD_PLAIN = 0, T_LOAD_ROUNDED, T_LOAD_PREROUNDED };
+/* v rounded to nearest, ties to even, in dt (fp32: v), computed without the
+ * library's converters: fp16 through the compiler's _Float16, bf16 by
+ * choosing the nearer of the two bf16 neighbours of v in double arithmetic.
+ * Finite v only. */
+float t_round_to(float v, zc_dtype dt);
 
 /* Where evaluation passes (zc_pass_begin(ZC_PASS_EVAL)) run: bits of
  * t_run.eval_at. */
@@ -108,6 +114,11 @@ typedef struct t_run {
                                   zc_block_load / zc_block_gather_master: one call per
                                   layer block with `blocks`, else one block over all
                                   T_NPARAMS parameters (it crosses chunks) */
+    int init_load;             /* how the initial values are loaded: T_LOAD_PLAIN
+                                  (zc_param_load / zc_block_load), T_LOAD_ROUNDED
+                                  (the _rounded calls), T_LOAD_PREROUNDED (rounded to
+                                  the working dtype here, t_round_to, then loaded
+                                  plainly) */
     unsigned eval_at;          /* T_EVAL_* bits: where evaluation passes run (0: none) */
     int eval_batches;          /* forward passes per evaluation pass (0: 1); each
                                   acquires every parameter (the layers' blocks

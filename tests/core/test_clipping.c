@@ -487,6 +487,16 @@ Test(overflow, min_scale_error)
                          "stage %d rank %d: second overflow at the minimum scale returned %d",
                          stage, r, (int)R->status[r][1]);
             cr_assert(strstr(R->msg[r], "minimum") != NULL, "message: '%s'", R->msg[r]);
+            /* The header's contract for this failure: info as for a skipped
+             * step, and neither the step counter nor the scale advances
+             * (the failed step is not counted as skipped either). */
+            cr_assert(R->info[r][1].skipped && R->info[r][1].grad_norm == -1.0,
+                      "skipped %d, norm %g", (int)R->info[r][1].skipped, R->info[r][1].grad_norm);
+            cr_assert(R->info[r][1].loss_scale == 1.0, "scale %g", R->info[r][1].loss_scale);
+            cr_assert_eq(R->info[r][1].step, 1, "the step counter moved to %lld",
+                         (long long)R->info[r][1].step);
+            cr_assert_eq(R->skipped_steps[r], 1, "skipped steps %lld",
+                         (long long)R->skipped_steps[r]);
             cr_assert(memcmp(R->master[r][0], R->master[r][1],
                              (size_t)total_numel() * sizeof(float)) == 0,
                       "the skipped step changed parameters");

@@ -75,7 +75,7 @@ Test(introspect, bad_handles_get_sentinels)
     cr_assert_eq(zc_param_numel(NULL), -1);
     cr_assert_eq(zc_param_shape(NULL, NULL, 0), -1);
     cr_assert_eq(zc_param_group(NULL), -1);
-    cr_assert_eq(zc_param_dtype(NULL), -1);
+    cr_assert_eq(zc_param_dtype(NULL), ZC_DTYPE_INVALID);
     cr_assert_eq(zc_param_count(NULL), -1);
     cr_assert_null(zc_param_at(NULL, 0));
     cr_assert_null(zc_param_find(NULL, "w"));

@@ -149,10 +149,12 @@ ZC_API zc_status zc_engine_create(zc_engine **out, const zc_config *cfg, zc_comm
                         "reduced in the parameter dtype %s",
                 zc_dtype_name((zc_dtype)e->cfg->communication_data_type), zc_dtype_name(e->pdt));
 
-    if (e->cfg->grad_accum_dtype >= 0 && e->cfg->grad_accum_dtype != (int)ZC_DTYPE_F32)
-        ZC_LOGW("core", "data_types.grad_accum_dtype %s is not supported: gradients are "
-                        "accumulated in fp32 across micro-steps",
-                zc_dtype_name((zc_dtype)e->cfg->grad_accum_dtype));
+    /* The window's sum: fp32 unless data_types.grad_accum_dtype names the
+     * 16-bit working dtype (src/core/loop/grads.c); the key is checked
+     * against the dtype picked here too, since zc_engine_options.param_dtype
+     * may differ from the precision blocks the first check read. */
+    ZC_CHECK_GOTO(zc__config_grad_accum_check(e->cfg, e->pdt), rc, fail);
+    e->acc_dt = e->cfg->grad_accum_dtype == (int)e->pdt && e->gas > 1 ? e->pdt : ZC_DTYPE_F32;
 
     zc__scaler_init(&e->scaler, e->cfg);
 

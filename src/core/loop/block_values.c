@@ -40,31 +40,44 @@ static zc_status values_enter(zc_engine *e, const zc_block *b, const void *array
     return ZC_OK;
 }
 
-ZC_API zc_status zc_block_load(zc_engine *e, zc_block *b, const float *values, size_t count)
+static zc_status block_load(zc_engine *e, zc_block *b, const float *values, size_t count,
+                            bool round, const char *fn)
 {
-    ZC_CHECK(values_enter(e, b, values, count, "zc_block_load"));
-    ZC_CHECK(zc__pass_train_only(e, "zc_block_load"));
+    ZC_CHECK(values_enter(e, b, values, count, fn));
+    ZC_CHECK(zc__pass_train_only(e, fn));
     /* zc_param_load's own state check, made once before the first load so
      * that a misplaced call loads nothing. */
     if (e->window_started || e->micro > 0)
         return ZC_ERR(ZC_ERR_INVALID_STATE,
-                      "zc_block_load: gradients of the current accumulation window were "
-                      "already handed back; load parameters between optimizer steps");
+                      "%s: gradients of the current accumulation window were already handed "
+                      "back; load parameters between optimizer steps", fn);
     const int n = zc_block_size(b);
     size_t at = 0;
     for (int i = 0; i < n; i++) {
         zc_param *p = zc_block_param(b, i);
-        zc_status rc = zc_param_load(e, p, values + at);
+        zc_status rc = zc__param_load(e, p, values + at, round,
+                                      round ? "zc_param_load_rounded" : "zc_param_load");
         if (rc != ZC_OK) {
             /* A device or offload I/O failure: the parameters before i hold
              * their new values (a load cannot be taken back), as after the
              * same per-parameter calls. */
-            zc__error_context("zc_block_load: parameter %d of %d ('%s')", i, n, p->name);
+            zc__error_context("%s: parameter %d of %d ('%s')", fn, i, n, p->name);
             return rc;
         }
         at += (size_t)p->numel;
     }
     return ZC_OK;
+}
+
+ZC_API zc_status zc_block_load(zc_engine *e, zc_block *b, const float *values, size_t count)
+{
+    return block_load(e, b, values, count, false, "zc_block_load");
+}
+
+ZC_API zc_status zc_block_load_rounded(zc_engine *e, zc_block *b, const float *values,
+                                       size_t count)
+{
+    return block_load(e, b, values, count, true, "zc_block_load_rounded");
 }
 
 ZC_API zc_status zc_block_gather_master(zc_engine *e, zc_block *b, float *out, size_t count)

@@ -31,13 +31,20 @@ double zc__grad_avg(const zc_engine *e);
 /* Multiplies n P-dtype gradient elements at buf by zc__grad_prescale, on the
  * engine's stream (nothing when it is 1). */
 zc_status zc__grads_apply_prescale(zc_engine *e, void *buf, size_t n);
+/* With 16-bit accumulation (e->acc_dt, grads.c): multiplies this
+ * micro-step's n P-dtype gradient elements at buf by 1 / K, rounded to the
+ * working dtype, on the engine's stream, before anything else touches them;
+ * nothing otherwise. */
+zc_status zc__grads_micro_scale(zc_engine *e, void *buf, size_t n);
 
 /* Stages 0/1: the work on chunk c's full P-dtype gradient before the stage's
  * collective. With accumulation (K > 1) the window is summed in the full
  * fp32 accumulator; a micro-step that is not the window's last ends there
  * (*reduce false; the gradient buffer is cleared for the next). At the
  * window's end the fp32 sum is divided by K and rounded back into the
- * gradient; then the prescale, and comm_stream is ordered after the engine's
+ * gradient (with 16-bit accumulation each micro-step is divided by K and the
+ * sum rounded after every add instead, grads.c); then the prescale, and
+ * comm_stream is ordered after the engine's
  * stream: *reduce true, the collective comes next (stage0.c all-reduces,
  * src/zero1 reduce-scatters). */
 zc_status zc__grads_full_window(zc_engine *e, zc_chunk *c, bool last_micro, bool *reduce);
@@ -67,6 +74,11 @@ void zc__bucket_clear(zc_engine *e);
 
 /* ---- params.c: parameters as the caller sees them -------------------- */
 
+/* zc_param_load (round false) and zc_param_load_rounded (round true: the
+ * master is made from the values rounded to the working dtype); fn names the
+ * public call in messages. */
+zc_status zc__param_load(zc_engine *e, zc_param *p, const float *values, bool round,
+                         const char *fn);
 /* zc_param_acquire with its status (block calls need it to fail alike). */
 zc_status zc__param_acquire(zc_engine *e, zc_param *p, void *stream, void **out);
 /* The full fp32 master of chunk k (zc_param_gather_master, and the block

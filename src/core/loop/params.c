@@ -4,6 +4,7 @@
  * into a transient device buffer, so the same code serves the CUDA backend. */
 #include <stdio.h>
 
+#include "base/dtype.h"
 #include "core/engine.h"
 
 /* This rank's shard of chunk c intersected with [off, off + n): the overlap
@@ -17,18 +18,54 @@ static bool own_overlap(const zc_engine *e, const zc_chunk *c, int64_t off, int6
     return *a < *b;
 }
 
+/* The host values into the fp32 staging slot: as they are, or (round)
+ * rounded to the working dtype first, in pieces through a small buffer on
+ * the stack, so that nothing is allocated (the load is not collective: a
+ * failure could not be agreed). The copy op has read its source when it
+ * returns, so the buffer is reused at once. */
+#define ROUND_PIECE 4096
+static zc_status stage_values(zc_engine *e, void *tmp, const float *values, int64_t n, bool round)
+{
+    zc_device *d = e->dev;
+    if (!round || e->pdt == ZC_DTYPE_F32)
+        return d->ops->copy(d, tmp, values, (size_t)n * sizeof(float), ZC_COPY_H2D, e->stream);
+    float piece[ROUND_PIECE];
+    const bool bf16 = e->pdt == ZC_DTYPE_BF16;
+    for (int64_t at = 0; at < n; at += ROUND_PIECE) {
+        const int64_t m = n - at < ROUND_PIECE ? n - at : ROUND_PIECE;
+        /* The rounding zc__eng_convert applies (round to nearest even). */
+        for (int64_t j = 0; j < m; j++)
+            piece[j] = bf16 ? zc__bf16_to_f32(zc__f32_to_bf16(values[at + j]))
+                            : zc__f16_to_f32(zc__f32_to_f16(values[at + j]));
+        ZC_CHECK(d->ops->copy(d, (float *)tmp + at, piece, (size_t)m * sizeof(float),
+                              ZC_COPY_H2D, e->stream));
+    }
+    return ZC_OK;
+}
+
 ZC_API zc_status zc_param_load(zc_engine *e, zc_param *p, const float *values)
 {
-    ZC_CHECK(zc__eng_enter(e, "zc_param_load", true));
-    ZC_CHECK(zc__eng_check_param(e, p, "zc_param_load"));
-    ZC_CHECK(zc__pass_train_only(e, "zc_param_load"));
+    return zc__param_load(e, p, values, false, "zc_param_load");
+}
+
+ZC_API zc_status zc_param_load_rounded(zc_engine *e, zc_param *p, const float *values)
+{
+    return zc__param_load(e, p, values, true, "zc_param_load_rounded");
+}
+
+zc_status zc__param_load(zc_engine *e, zc_param *p, const float *values, bool round,
+                         const char *fn)
+{
+    ZC_CHECK(zc__eng_enter(e, fn, true));
+    ZC_CHECK(zc__eng_check_param(e, p, fn));
+    ZC_CHECK(zc__pass_train_only(e, fn));
     if (!values)
-        return ZC_ERR(ZC_ERR_INVALID_ARG, "zc_param_load('%s'): values is NULL", p->name);
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "%s('%s'): values is NULL", fn, p->name);
     if (e->window_started || e->micro > 0)
         return ZC_ERR(ZC_ERR_INVALID_STATE,
-                      "zc_param_load('%s'): gradients of the current accumulation window were "
+                      "%s('%s'): gradients of the current accumulation window were "
                       "already handed back; load parameters between optimizer steps",
-                      p->name);
+                      fn, p->name);
     zc_device *d = e->dev;
     zc_chunk *c = &e->chunks[p->chunk];
     const size_t bytes = (size_t)p->numel * sizeof(float);
@@ -36,9 +73,13 @@ ZC_API zc_status zc_param_load(zc_engine *e, zc_param *p, const float *values)
     zc_status rc = ZC_OK;
     /* Not a collective, so a failure here could not be agreed with the other
      * ranks: the staging slot is reserved at build (one chunk of fp32,
-     * shared with zc_param_gather_master). */
+     * shared with zc_param_gather_master). With round, the slot holds the
+     * rounded values: the master is made from them, and the working copy
+     * (their exact conversion) is what rounding the caller's values makes.
+     * The offloaded shards below are converted from the caller's values on
+     * the host: rounding once gives the same working copy. */
     ZC_CHECK(zc__bufpool_get(&e->pool_stage, bytes, false, e->stream, &tmp));
-    ZC_CHECK_GOTO(d->ops->copy(d, tmp, values, bytes, ZC_COPY_H2D, e->stream), rc, out);
+    ZC_CHECK_GOTO(stage_values(e, tmp, values, p->numel, round), rc, out);
 
     int64_t a = p->offset, b = p->offset + p->numel;
     /* The master lives in the chunk's optimizer home (device, pinned host or

@@ -40,9 +40,9 @@ ZC_API int zc_param_group(const zc_param *p)
     return param_ok(p) ? p->group : -1;
 }
 
-ZC_API int zc_param_dtype(const zc_param *p)
+ZC_API zc_dtype zc_param_dtype(const zc_param *p)
 {
-    return param_ok(p) && engine_ok(p->eng) ? (int)p->eng->pdt : -1;
+    return param_ok(p) && engine_ok(p->eng) ? p->eng->pdt : ZC_DTYPE_INVALID;
 }
 
 ZC_API int zc_param_count(const zc_engine *e)

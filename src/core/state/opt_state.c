@@ -210,6 +210,14 @@ zc_device *zc__opt_acc_dev(zc_engine *e, const zc_chunk *c)
     return c->acc_host ? zc__device_host() : e->dev;
 }
 
+zc_status zc__grad_acc_add(zc_engine *e, zc_device *d, float *acc, const void *src, size_t n,
+                           void *stream)
+{
+    if (e->acc_dt == ZC_DTYPE_F32)
+        return d->ops->accumulate(d, acc, src, e->pdt, n, stream);
+    return d->ops->accumulate_rounded(d, acc, src, e->pdt, e->acc_dt, n, stream);
+}
+
 zc_status zc__opt_grad_accumulate(zc_engine *e, zc_chunk *c, const void *own, void *stream)
 {
     zc_device *d = e->dev;
@@ -225,14 +233,14 @@ zc_status zc__opt_grad_accumulate(zc_engine *e, zc_chunk *c, const void *own, vo
             ZC_CHECK(d->ops->stream_sync(d, stream));
             src = st;
         }
-        return hm->ops->grad_add(hm, (int)(c - e->chunks), src, e->pdt, e->micro == 0,
-                                 e->micro == e->gas - 1, &c->acc_sumsq);
+        return hm->ops->grad_add(hm, (int)(c - e->chunks), src, e->pdt, e->acc_dt,
+                                 e->micro == 0, e->micro == e->gas - 1, &c->acc_sumsq);
     }
     if (!c->acc_host)
-        return d->ops->accumulate(d, c->acc, own, e->pdt, n, stream);
+        return zc__grad_acc_add(e, d, c->acc, own, n, stream);
     zc_device *h = zc__device_host();
     if (!e->opt_staging) /* device memory is host memory: add in place */
-        return h->ops->accumulate(h, c->acc, own, e->pdt, n, NULL);
+        return zc__grad_acc_add(e, h, c->acc, own, n, NULL);
     /* D2H on the copy stream into the chunk's landing buffer; the host adds
      * it at the micro-step's end or in the norm (opt_copy.c). */
     if (zc__opt_copy_on(e, c))
@@ -249,7 +257,7 @@ zc_status zc__opt_grad_accumulate(zc_engine *e, zc_chunk *c, const void *own, vo
     if (rc == ZC_OK)
         rc = d->ops->stream_sync(d, stream);
     if (rc == ZC_OK)
-        rc = h->ops->accumulate(h, c->acc, v.grad_stage, e->pdt, n, NULL);
+        rc = zc__grad_acc_add(e, h, c->acc, v.grad_stage, n, NULL);
     if (rc == ZC_OK)
         rc = hm->ops->release(hm, k, false);
     zc_status erc = hm->ops->pass_end(hm);

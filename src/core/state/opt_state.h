@@ -55,9 +55,17 @@ float *zc__opt_grad_home(zc_engine *e, const zc_chunk *c);
 bool zc__opt_grad_swapped(zc_engine *e, const zc_chunk *c);
 /* The device whose ops address c->acc (the host for a host-held shard). */
 zc_device *zc__opt_acc_dev(zc_engine *e, const zc_chunk *c);
+/* acc (fp32, n elements) += src (n P-dtype gradient elements), both
+ * addressed by d's ops, on `stream`, in the window's accumulation dtype
+ * e->acc_dt: an fp32 add, or the sum rounded to the 16-bit working dtype
+ * (src/core/loop/grads.c). Every add into a window's accumulator goes
+ * through here. */
+zc_status zc__grad_acc_add(zc_engine *e, zc_device *d, float *acc, const void *src, size_t n,
+                           void *stream);
 /* c->acc += own (this rank's reduced P-dtype slice, device memory, produced
- * on `stream`): a device kernel on `stream`, or D2H into pinned staging (after
- * `stream`) and a host add for a host-held or swapped shard. */
+ * on `stream`), as zc__grad_acc_add adds: a device kernel on `stream`, or D2H
+ * into pinned staging (after `stream`) and a host add for a host-held or
+ * swapped shard. */
 zc_status zc__opt_grad_accumulate(zc_engine *e, zc_chunk *c, const void *own, void *stream);
 /* While Adam runs on chunk k: keeps the home's I/O moving (non-blocking).
  * Returns whether I/O is still in flight. */

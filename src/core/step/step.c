@@ -18,7 +18,9 @@
  *   5. grad_scale = (1 / (world * K) averaging, less what prescaling and
  *      the stage 0/1 window division already applied: zc__grad_avg) / (loss_scale * clip), clip = (norm + 1e-6) / max_norm when
  *      > 1 (DeepSpeed's ((scaled_norm / scale) + 1e-6) / clip with the
- *      unscaled norm), rounded once to float; one fused Adam pass per
+ *      unscaled norm), rounded once to float (with
+ *      fp16.deepspeed_unscale_order, loss_scale is the scaler's value after
+ *      this step's update, DeepSpeed's order); one fused Adam pass per
  *      segment of the shards this rank owns; its outcome (and the gradient
  *      reset's) is agreed across ranks (zc__eng_agree): a failure on any
  *      rank breaks the engine on every rank, so a part-applied step is never
@@ -342,13 +344,27 @@ static zc_status step_window(zc_engine *e, zc_step_info *info)
         if (!zc__count_step(&e->skipped))
             return ZC_ERR(ZC_ERR_INTERNAL, "zc_step: skipped-step counter overflow");
     } else {
+        /* The scaler as it will be after this step. zeroc unscales with the
+         * scale the gradients were computed with (ls); DeepSpeed updates the
+         * scaler first and unscales and clips with its new scale, which on a
+         * growth step is 2 * ls (stage_1_and_2.py / stage3.py step(): the
+         * _update_scale call precedes unscale_and_clip_grads). With
+         * fp16.deepspeed_unscale_order that order is reproduced for runs that
+         * must match DeepSpeed's bit for bit; the reported norm stays the
+         * gradient's (DeepSpeed's too: scaled norm / the previous scale). The
+         * copy is committed only once the update is agreed, so a failed step
+         * still moves nothing. */
+        zc_loss_scaler next = e->scaler;
+        ZC_CHECK(zc__scaler_update(&next, false)); /* cannot fail without overflow */
+        const double uls = cfg->fp16.deepspeed_unscale_order ? next.scale : ls;
+        const double unorm = sqrt(sumsq) * avg / uls;
         double clip = 1.0;
         if (cfg->gradient_clipping > 0 && finite) {
-            double c = (norm + 1e-6) / cfg->gradient_clipping;
+            double c = (unorm + 1e-6) / cfg->gradient_clipping;
             if (c > 1.0)
                 clip = c;
         }
-        const float grad_scale = (float)(avg / (ls * clip));
+        const float grad_scale = (float)(avg / (uls * clip));
         /* The first state change: Adam writes master, moments and params
          * shard by shard, so a failure part-way leaves some updated. Nothing
          * may then run the step again (it would apply the update twice),
@@ -362,7 +378,7 @@ static zc_status step_window(zc_engine *e, zc_step_info *info)
         if (rc == ZC_OK)
             rc = zc__grads_reset(e);
         ZC_CHECK(zc__eng_agree(e, rc, "zc_step: the optimizer update"));
-        ZC_CHECK(zc__scaler_update(&e->scaler, false)); /* cannot fail without overflow */
+        e->scaler = next;
         if (!zc__count_step(&e->adam_steps))
             return ZC_ERR(ZC_ERR_INTERNAL, "zc_step: optimizer-step counter overflow");
         ZC_LOGD("core", "step %lld: norm %g clip %g lr %g", (long long)e->steps, norm, clip, lr);
