@@ -149,6 +149,13 @@ typedef struct zc_opt_home_ops {
      * queue_depth requests are done). Returns whether I/O is still in flight
      * (the next piece of Adam shares the machine with it). May be NULL. */
     bool (*progress)(zc_opt_home *h);
+    /* A pass that overwrites the master of every chunk it acquires and
+     * leaves m and v as they are (an import of weights): acquire reads
+     * nothing and hands out the master alone (m and v NULL, its contents
+     * undefined: the caller writes all n values), release(dirty) writes the
+     * master alone. Otherwise as pass_begin. May be NULL: the home's state is
+     * resident and a plain pass costs no I/O. */
+    zc_status (*pass_begin_master)(zc_opt_home *h, const int *ks, int nk);
     /* Frees memory, removes swap files. NULL-safe through zc__opt_home_destroy. */
     void (*destroy)(zc_opt_home *h);
 } zc_opt_home_ops;

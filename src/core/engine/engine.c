@@ -96,8 +96,9 @@ ZC_API zc_status zc_engine_create(zc_engine **out, const zc_config *cfg, zc_comm
             ZC_LOGW("core", "ZC_FAULTS=%s: fault injection is on", faults);
         for (int i = 0; i < e->faults.n; i++)
             ZC_LOGW("core", "ZC_FAULTS: %s %lld after zc_engine_build will fail on this rank",
-                    e->faults.kind[i] == ZC_FAULT_IO ? "swap-file read or write"
-                                                     : "allocation",
+                    e->faults.kind[i] == ZC_FAULT_IO     ? "swap-file read or write"
+                    : e->faults.kind[i] == ZC_FAULT_LOAD ? "zc_load_safetensors read"
+                                                         : "allocation",
                     (long long)e->faults.at[i]);
     }
     /* io items fire only on swap-file I/O (optimizer state or, at stage 3,

@@ -89,6 +89,21 @@ zc_status zc__param_acquire(zc_engine *e, zc_param *p, void *stream, void **out)
  * nothing is held. `what` names the read in the agreed failure message. */
 zc_status zc__master_gather_chunk(zc_engine *e, int k, const char *what, void **slot);
 
+/* ---- publish.c: the working parameters after a load ---------------------- */
+
+/* Chunk k's working parameters of this rank's optimizer range (n elements
+ * from chunk element r0: the whole chunk at stage 0, else the shard) from
+ * its master (the home's memory: host memory when `host`), as the step
+ * writes them; an offloaded stage-3 shard goes to its home. */
+zc_status zc__params_from_master(zc_engine *e, int k, int64_t r0, const float *master,
+                                 bool host, size_t n);
+/* After every chunk's zc__params_from_master: the working parameters on
+ * every rank, as after a step's publish (stages 1-2 and stage 3's gathered
+ * chunks all-gathered, not counted in the step's communication stats), the
+ * parameter home's writes flushed and agreed first (`what` names them in
+ * the agreed failure). Collective. */
+zc_status zc__params_publish(zc_engine *e, const char *what);
+
 /* ---- adopt.c: blocks in the caller's memory ---------------------------- */
 
 /* Whether parameter i starts a chunk because of adoption: 1 yes, 0 no (inside

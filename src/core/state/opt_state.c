@@ -383,6 +383,35 @@ zc_status zc__opt_visit(zc_engine *e, bool dirty, zc_opt_visit_fn fn, void *arg)
     return rc != ZC_OK ? rc : erc;
 }
 
+zc_status zc__opt_visit_master(zc_engine *e, zc_opt_visit_fn fn, void *arg)
+{
+    /* As zc__opt_visit, each home in a pass of its own kind: a home with a
+     * master-only pass (nvme) reads nothing and writes the master alone. */
+    for (int h = 0; h < e->nhomes; h++) {
+        int n = 0;
+        for (int k = 0; k < e->nchunks; k++)
+            if (e->chunks[k].home == h)
+                e->pass_ks[n++] = k;
+        zc_opt_home *hm = e->homes[h];
+        ZC_CHECK(hm->ops->pass_begin_master ? hm->ops->pass_begin_master(hm, e->pass_ks, n)
+                                            : hm->ops->pass_begin(hm, e->pass_ks, n));
+    }
+    zc_status rc = ZC_OK;
+    for (int k = 0; k < e->nchunks && rc == ZC_OK; k++) {
+        zc_opt_home *h = e->homes[e->chunks[k].home];
+        zc_opt_view v;
+        rc = h->ops->acquire(h, k, &v);
+        if (rc != ZC_OK)
+            break;
+        rc = fn(e, k, &v, h->ops->host, arg);
+        zc_status rrc = h->ops->release(h, k, rc == ZC_OK);
+        if (rc == ZC_OK)
+            rc = rrc;
+    }
+    zc_status erc = end_all(e);
+    return rc != ZC_OK ? rc : erc;
+}
+
 /* ---- master access ------------------------------------------------------- */
 
 zc_status zc__opt_master_write(zc_engine *e, int k, int64_t at, const float *src, size_t n)
