@@ -5,7 +5,11 @@ tells the truth (issue 25, item 6):
 - `zeroc estimate` accepts exactly the ranges its --help states: every flag
   at the top of its stated range answers (exit 0, one JSON line per
   configuration, the figures integers or, past 2^63 bytes, numbers), one
-  past the top is a usage error naming the flag and the range. The top of
+  past the top is a usage error naming the flag and the range. A --model
+  shape is held to --params's range too: every part at its top together
+  (2.1e14 parameters) is a usage error giving the count, the largest shape
+  within it and each part's top alone are answered, with the parameters a
+  GPT-2 shape has (counted here). The top of
   --params is 2^20 chunks; the run is bounded by a generous timeout only
   (the plan was quadratic in the chunks: --params 1T took a minute and the
   top would take hours), never timed.
@@ -61,6 +65,13 @@ def stated_ranges(zeroc):
     return out
 
 
+def gpt_params(layers, dim, seq, vocab):
+    """A GPT-2 shape's parameters, as docs/estimate.md counts them: tied
+    token embedding V x D, positions S x D, per layer 12 D^2 + 13 D (qkv,
+    projection, MLP and their biases, two LayerNorms), the final LayerNorm."""
+    return vocab * dim + seq * dim + layers * (12 * dim * dim + 13 * dim) + 2 * dim
+
+
 def estimate_rows(p, problems, want_params=None):
     if p.returncode != 0:
         problems.append("exit %d: %s" % (p.returncode, p.stderr.strip()[:300]))
@@ -87,8 +98,16 @@ def estimate_ranges(zeroc):
     check("--help states every range", ["no range for %s" % k for k in missing])
     if missing:
         return
-    top_model = "gpt:%d,%d,%d,%d,%d" % (rng["LAYERS"], rng["DIM"], rng["HEADS"], rng["SEQ"],
-                                        rng["VOCAB"])
+    # Every part at its top together is more parameters than --params takes
+    # (one range for both ways of naming a model): the top model keeps the
+    # other parts at their tops and DIM at the largest multiple of HEADS
+    # whose total fits; each part's top alone, the rest at 1, is answered.
+    dim = rng["HEADS"]
+    while gpt_params(rng["LAYERS"], dim * 2, rng["SEQ"], rng["VOCAB"]) <= rng["--params"] and \
+            dim * 2 <= rng["DIM"]:
+        dim *= 2
+    top = (rng["LAYERS"], dim, rng["HEADS"], rng["SEQ"], rng["VOCAB"])
+    top_model = "gpt:%d,%d,%d,%d,%d" % top
     # The tops, alone and together.
     cases = [
         ("--params at the top", ["--params", str(rng["--params"]), "--world", "1"],
@@ -98,7 +117,8 @@ def estimate_ranges(zeroc):
           str(rng["--gpus-per-node"]), "--micro-batch", str(rng["--micro-batch"])],
          rng["--params"]),
         ("--params 1T", ["--params", "1T", "--world", "8"], 1 << 40),
-        ("--model at the top", ["--model", top_model, "--world", "1"], None),
+        ("--model at the top", ["--model", top_model, "--world", "1"],
+         gpt_params(top[0], top[1], top[3], top[4])),
         ("--model at the top, every flag at the top, per-block chunks, host",
          ["--model", top_model, "--world", str(rng["--world"]), "--gpus-per-node",
           str(rng["--gpus-per-node"]), "--micro-batch", str(rng["--micro-batch"]),
@@ -106,6 +126,12 @@ def estimate_ranges(zeroc):
         ("--model at the top, fp32", ["--model", top_model, "--world", "64", "--dtype", "fp32",
                                       "--micro-batch", str(rng["--micro-batch"])], None),
     ]
+    for i, part in enumerate(("LAYERS", "DIM", "HEADS", "SEQ", "VOCAB")):
+        v = [1, rng["HEADS"] if part == "HEADS" else 1, 1, 1, 1]
+        v[i] = rng[part]
+        cases.append(("--model %s at the top alone" % part,
+                      ["--model", "gpt:%d,%d,%d,%d,%d" % tuple(v), "--world", "1"],
+                      gpt_params(v[0], v[1], v[3], v[4])))
     for name, args, params in cases:
         problems = []
         p = run([zeroc, "estimate", "--json"] + args)
@@ -132,6 +158,12 @@ def estimate_ranges(zeroc):
             v[1] = rng["HEADS"] + 1  # a DIM it divides, so the range is what is refused
         past.append(("--model " + part, ["--model", "gpt:%d,%d,%d,%d,%d" % tuple(v),
                                          "--world", "1"], "--model %s" % part))
+    every = [rng[k] for k in ("LAYERS", "DIM", "HEADS", "SEQ", "VOCAB")]
+    total = gpt_params(every[0], every[1], every[3], every[4])
+    assert total > rng["--params"]
+    past.append(("--model with every part at its top (%d parameters)" % total,
+                 ["--model", "gpt:%d,%d,%d,%d,%d" % tuple(every), "--world", "1"],
+                 "has %d parameters, out of range [1, 2^44]" % total))
     for flag, args, want in past:
         p = run([zeroc, "estimate"] + args)
         problems = []
