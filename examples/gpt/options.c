@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "cliarg.h"
+#include "gpt_limits.h"
 
 /* exit() is not safe from two threads at once and would run destructors
  * under ranks still working: the first caller flushes and leaves with
@@ -24,8 +25,8 @@ _Noreturn void gpt_quit(int code)
 static void usage(FILE *f)
 {
     fprintf(f,
-        "usage: train_gpt [--layers 1..64] [--heads 1..64] [--dim 1..4096] [--seq 1..1024]\n"
-        "                 [--vocab 256..65536] [--batch 1..4096] [--steps 0..1000000]\n"
+        "usage: train_gpt [--layers %d..%d] [--heads %d..%d] [--dim %d..%d] [--seq %d..%d]\n"
+        "                 [--vocab %d..%d] [--batch 1..4096] [--steps 0..1000000]\n"
         "                 [--stage 0..3] [--world 1..64] [--dtype fp32|bf16|fp16]\n"
         "                 [--accum 1..1024] [--lr 0..1e6] [--clip 0..1e9] [--seed 0..2^64-1]\n"
         "                 [--eval-every 0..1000000] [--sample 0..100000] [--data FILE]\n"
@@ -45,7 +46,9 @@ static void usage(FILE *f)
         "          world is the launcher's), auto (env when mpirun or torchrun started it;\n"
         "          the default).\n"
         "--config: a DeepSpeed JSON file decides stage, precision, optimizer, clipping and\n"
-        "          accumulation; flags given explicitly override it.\n");
+        "          accumulation; flags given explicitly override it.\n",
+        GPT_LAYERS_MIN, GPT_LAYERS_MAX, GPT_HEADS_MIN, GPT_HEADS_MAX, GPT_DIM_MIN, GPT_DIM_MAX,
+        GPT_SEQ_MIN, GPT_SEQ_MAX, GPT_VOCAB_MIN, GPT_VOCAB_MAX);
 }
 
 static long long parse_int(const char *flag, const char *v, long long lo, long long hi)
@@ -105,12 +108,15 @@ gpt_opts gpt_parse_args(int argc, char **argv)
                     "./%.200s for a file of that name\n", a, v, v);
             gpt_quit(2);
         }
-        if (!strcmp(a, "--layers")) o.model.layers = (int)parse_int(a, v, 1, 64);
-        else if (!strcmp(a, "--heads")) o.model.heads = (int)parse_int(a, v, 1, 64);
-        else if (!strcmp(a, "--dim")) o.model.dim = (int)parse_int(a, v, 1, 4096);
-        else if (!strcmp(a, "--seq")) o.model.seq = (int)parse_int(a, v, 1, 1024);
-        /* Byte-level tokens need 256 entries; more are allowed (padding). */
-        else if (!strcmp(a, "--vocab")) o.model.vocab = (int)parse_int(a, v, 256, 65536);
+        /* The model's ranges: gpt_limits.h (`zeroc bench train` holds --model to them). */
+        if (!strcmp(a, "--layers"))
+            o.model.layers = (int)parse_int(a, v, GPT_LAYERS_MIN, GPT_LAYERS_MAX);
+        else if (!strcmp(a, "--heads"))
+            o.model.heads = (int)parse_int(a, v, GPT_HEADS_MIN, GPT_HEADS_MAX);
+        else if (!strcmp(a, "--dim")) o.model.dim = (int)parse_int(a, v, GPT_DIM_MIN, GPT_DIM_MAX);
+        else if (!strcmp(a, "--seq")) o.model.seq = (int)parse_int(a, v, GPT_SEQ_MIN, GPT_SEQ_MAX);
+        else if (!strcmp(a, "--vocab"))
+            o.model.vocab = (int)parse_int(a, v, GPT_VOCAB_MIN, GPT_VOCAB_MAX);
         else if (!strcmp(a, "--batch")) { o.batch = (int)parse_int(a, v, 1, 4096); o.given |= GPT_GIVEN_BATCH; }
         else if (!strcmp(a, "--steps")) o.steps = (int)parse_int(a, v, 0, 1000000);
         else if (!strcmp(a, "--stage")) { o.stage = (int)parse_int(a, v, 0, 3); o.given |= GPT_GIVEN_STAGE; }

@@ -15,14 +15,19 @@ tells the truth (issue 25, item 6):
   top would take hours), never timed.
 - `zeroc bench train` exits 1 when every configuration failed, with the
   reasons in results.jsonl; 0 while any ran (tests/cli/check_bench_train.py).
+  A --model its workload (train_gpt) would refuse - vocabulary 1, a part
+  past its top - is a usage error (exit 2) naming the part and its range,
+  before any configuration runs; the ranges its --help states are
+  train_gpt's own (--help of each).
 - train_mlp's --nvme-path refuses an empty entry wherever it is ("DIR,",
   ",DIR", "A,,B", "", ",").
 
-Usage: check_cli_ranges.py ZEROC TRAIN_MLP. Prints TAP.
+Usage: check_cli_ranges.py ZEROC TRAIN_MLP [TRAIN_GPT]. Prints TAP.
 """
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -210,6 +215,80 @@ def bench_all_failed(zeroc, tmp):
     check("bench train: every configuration failed is exit 1", problems)
 
 
+MARK_WORKLOAD = """#!%s
+import sys
+open(%r, "a").write("ran\\n")
+sys.exit(1)
+"""
+
+BENCH_PARTS = ("LAYERS", "DIM", "HEADS", "SEQ", "VOCAB")
+
+
+def bench_model_ranges(zeroc, train_gpt):
+    """The ranges `zeroc bench train --help` states for --model: each part's
+    [lo, hi], which must be train_gpt's (its --help: --layers lo..hi)."""
+    h = " ".join(run([zeroc, "bench", "train", "--help"]).stdout.split())
+    out = {}
+    for part in BENCH_PARTS:
+        m = re.search(part + r" in \[(\d+), (\d+)\]", h)
+        out[part] = (int(m.group(1)), int(m.group(2))) if m else None
+    problems = ["bench train --help states no range for %s" % k for k, v in out.items()
+                if v is None]
+    if train_gpt and not problems:
+        g = " ".join(run([train_gpt, "--help"]).stdout.split())
+        for part in BENCH_PARTS:
+            m = re.search(r"--%s (\d+)\.\.(\d+)" % part.lower(), g)
+            theirs = (int(m.group(1)), int(m.group(2))) if m else None
+            if theirs != out[part]:
+                problems.append("--model %s: bench train states %s, train_gpt --%s %s"
+                                % (part, out[part], part.lower(), theirs))
+    check("bench train --help states train_gpt's ranges for --model", problems)
+    return None if problems else out
+
+
+def bench_model_refused(zeroc, train_gpt, tmp):
+    """A --model train_gpt would refuse is a usage error before any
+    configuration runs: exit 2 naming the part and its range, the workload
+    never started, no output directory."""
+    rng = bench_model_ranges(zeroc, train_gpt)
+    if not rng:
+        return
+    marker = os.path.join(tmp, "workload_ran")
+    wl = os.path.join(tmp, "mark.py")
+    with open(wl, "w") as f:
+        f.write(MARK_WORKLOAD % (sys.executable, marker))
+    os.chmod(wl, 0o700)
+    good = [2, 64, 4, 64, 256]
+    cases = [("1,8,1,8,1", "VOCAB", 1)]
+    for i, part in enumerate(BENCH_PARTS):
+        lo, hi = rng[part]
+        for v in ([lo - 1] if lo > 1 else []) + [hi + 1]:
+            m = list(good)
+            m[i] = v
+            if part == "HEADS":
+                m[1] = 64 * 2  # a DIM in range; the heads' range is what is refused
+            cases.append((",".join(map(str, m)), part, v))
+    for model, part, v in cases:
+        out = os.path.join(tmp, "bench_refused")
+        p = run([zeroc, "bench", "train", "--out", out, "--workload", wl, "--model", model,
+                 "--only", "stage=0", "--only", "offload_optimizer=none", "--steps", "2",
+                 "--warmup", "1"])
+        problems = []
+        lo, hi = rng[part]
+        want = "%s %d is out of range [%d, %d]" % (part, v, lo, hi)
+        if p.returncode != 2:
+            problems.append("exit %d, want 2 (usage): %s" % (p.returncode, p.stderr[-400:]))
+        elif want not in p.stderr or "--model" not in p.stderr:
+            problems.append("message %r lacks %r" % (p.stderr.strip()[-400:], want))
+        if os.path.exists(marker):
+            problems.append("the workload ran")
+            os.unlink(marker)
+        if os.path.lexists(out):
+            problems.append("it made %s" % out)
+            shutil.rmtree(out, ignore_errors=True)
+        check("bench train --model %s is refused up front" % model, problems)
+
+
 def nvme_path_entries(train_mlp, tmp):
     d = os.path.join(tmp, "swap")
     os.makedirs(d, exist_ok=True)
@@ -231,9 +310,11 @@ def nvme_path_entries(train_mlp, tmp):
 
 def main():
     zeroc, train_mlp = sys.argv[1], sys.argv[2]
+    train_gpt = sys.argv[3] if len(sys.argv) > 3 else None
     with tempfile.TemporaryDirectory(prefix="zc-ranges-") as tmp:
         estimate_ranges(zeroc)
         bench_all_failed(zeroc, tmp)
+        bench_model_refused(zeroc, train_gpt, tmp)
         nvme_path_entries(train_mlp, tmp)
     print("1..%d" % len(RESULTS))
     return 1 if any(p for _, p in RESULTS) else 0
