@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "cliarg.h"
+#include "gpt_limits.h"
 #include "hf_init.h"
 
 /* exit() is not safe from two threads at once and would run destructors
@@ -25,9 +26,9 @@ _Noreturn void gpt_quit(int code)
 static void usage(FILE *f)
 {
     fprintf(f,
-        "usage: train_gpt [--layers 1..64] [--heads 1..64] [--dim 1..4096] [--seq 1..1024]\n"
-        "                 [--ctx 1..1024]\n"
-        "                 [--vocab 2..65536] [--batch 1..4096] [--steps 0..1000000]\n"
+        "usage: train_gpt [--layers %d..%d] [--heads %d..%d] [--dim %d..%d] [--seq %d..%d]\n"
+        "                 [--ctx %d..%d]\n"
+        "                 [--vocab %d..%d] [--batch 1..4096] [--steps 0..1000000]\n"
         "                 [--stage 0..3] [--world 1..64] [--dtype fp32|bf16|fp16]\n"
         "                 [--accum 1..1024] [--lr 0..1e6] [--clip 0..1e9] [--seed 0..2^64-1]\n"
         "                 [--eval-every 0..1000000] [--sample 0..100000] [--data FILE]\n"
@@ -63,7 +64,9 @@ static void usage(FILE *f)
         "          order (window g starts at token g x seq), instead of random ones.\n"
         "--export: after training, the model as one safetensors file under\n"
         "          GPT2LMHeadModel's names (and config.json beside it unless one exists), for\n"
-        "          GPT2LMHeadModel.from_pretrained.\n");
+        "          GPT2LMHeadModel.from_pretrained.\n",
+        GPT_LAYERS_MIN, GPT_LAYERS_MAX, GPT_HEADS_MIN, GPT_HEADS_MAX, GPT_DIM_MIN, GPT_DIM_MAX,
+        GPT_SEQ_MIN, GPT_SEQ_MAX, GPT_SEQ_MIN, GPT_SEQ_MAX, GPT_VOCAB_MIN, GPT_VOCAB_MAX);
 }
 
 static long long parse_int(const char *flag, const char *v, long long lo, long long hi)
@@ -125,14 +128,29 @@ gpt_opts gpt_parse_args(int argc, char **argv)
                     "./%.200s for a file of that name\n", a, v, v);
             gpt_quit(2);
         }
-        if (!strcmp(a, "--layers")) { o.model.layers = (int)parse_int(a, v, 1, 64); o.given |= GPT_GIVEN_LAYERS; }
-        else if (!strcmp(a, "--heads")) { o.model.heads = (int)parse_int(a, v, 1, 64); o.given |= GPT_GIVEN_HEADS; }
-        else if (!strcmp(a, "--dim")) { o.model.dim = (int)parse_int(a, v, 1, 4096); o.given |= GPT_GIVEN_DIM; }
-        else if (!strcmp(a, "--seq")) { o.model.seq = (int)parse_int(a, v, 1, 1024); o.given |= GPT_GIVEN_SEQ; }
-        else if (!strcmp(a, "--ctx")) { o.model.ctx = (int)parse_int(a, v, 1, 1024); o.given |= GPT_GIVEN_CTX; }
-        /* Byte-level tokens need 256 entries (checked with the data); token
-         * ids as many as the tokenizer had. */
-        else if (!strcmp(a, "--vocab")) { o.model.vocab = (int)parse_int(a, v, 2, 65536); o.given |= GPT_GIVEN_VOCAB; }
+        /* The model's ranges: gpt_limits.h (`zeroc bench train` holds --model to them). */
+        if (!strcmp(a, "--layers")) {
+            o.model.layers = (int)parse_int(a, v, GPT_LAYERS_MIN, GPT_LAYERS_MAX);
+            o.given |= GPT_GIVEN_LAYERS;
+        } else if (!strcmp(a, "--heads")) {
+            o.model.heads = (int)parse_int(a, v, GPT_HEADS_MIN, GPT_HEADS_MAX);
+            o.given |= GPT_GIVEN_HEADS;
+        } else if (!strcmp(a, "--dim")) {
+            o.model.dim = (int)parse_int(a, v, GPT_DIM_MIN, GPT_DIM_MAX);
+            o.given |= GPT_GIVEN_DIM;
+        } else if (!strcmp(a, "--seq")) {
+            o.model.seq = (int)parse_int(a, v, GPT_SEQ_MIN, GPT_SEQ_MAX);
+            o.given |= GPT_GIVEN_SEQ;
+        } else if (!strcmp(a, "--ctx")) {
+            o.model.ctx = (int)parse_int(a, v, GPT_SEQ_MIN, GPT_SEQ_MAX);
+            o.given |= GPT_GIVEN_CTX;
+        }
+        /* Byte-level tokens need GPT_BYTE_VOCAB entries (checked with the
+         * data); token ids as many as the tokenizer had. */
+        else if (!strcmp(a, "--vocab")) {
+            o.model.vocab = (int)parse_int(a, v, GPT_VOCAB_MIN, GPT_VOCAB_MAX);
+            o.given |= GPT_GIVEN_VOCAB;
+        }
         else if (!strcmp(a, "--init-from")) o.init_from = v;
         else if (!strcmp(a, "--tokens")) o.tokens_path = v;
         else if (!strcmp(a, "--export")) o.export_path = v;
@@ -208,7 +226,7 @@ gpt_opts gpt_parse_args(int argc, char **argv)
         fprintf(stderr, "train_gpt: %s\n", err);
         gpt_quit(2);
     }
-    if (!o.tokens_path && o.model.vocab < 256) {
+    if (!o.tokens_path && o.model.vocab < GPT_BYTE_VOCAB) {
         fprintf(stderr, "train_gpt: --vocab %d: byte-level text needs 256 tokens (token ids "
                 "come with --tokens)\n", o.model.vocab);
         gpt_quit(2);

@@ -141,13 +141,19 @@ ZC_API void zc_config_destroy(zc_config *cfg);
 
 /* Sets one key, named by its DeepSpeed path ("zero_optimization.stage",
  * "fp16.enabled", "optimizer.params.betas"), to a value written as JSON text
- * ("2", "true", "[0.9, 0.95]", "\"auto\"", "5e8"). Aliases and deprecated keys
- * are accepted as in a JSON file (with a warning). On failure (unknown key — the
- * message suggests the nearest one —, wrong type, out of range) the
- * configuration is unchanged. Not thread-safe for one cfg. */
+ * ("2", "true", "[0.9, 0.95]", "\"auto\"", "5e8"): a string is quoted inside
+ * the text, so for strings, numbers and booleans the typed setters below are
+ * simpler - zc_config_set_string(cfg, "optimizer.type", "AdamW") is
+ * zc_config_set(cfg, "optimizer.type", "\"AdamW\""). Aliases and deprecated
+ * keys are accepted as in a JSON file (with a warning). On failure (unknown
+ * key — the message suggests the nearest one —, wrong type, out of range, text
+ * that is not JSON) the configuration is unchanged. Not thread-safe for one
+ * cfg. */
 ZC_API zc_status zc_config_set(zc_config *cfg, const char *dotted_key, const char *json_value);
 
-/* Typed shorthands for zc_config_set. Same contract. */
+/* Typed shorthands for zc_config_set, with the same contract: the value as a
+ * C integer, double (finite), bool or string. zc_config_set_string quotes
+ * the text itself (UTF-8, not NULL; "auto" is DeepSpeed's "auto"). */
 ZC_API zc_status zc_config_set_int(zc_config *cfg, const char *dotted_key, int64_t value);
 ZC_API zc_status zc_config_set_double(zc_config *cfg, const char *dotted_key, double value);
 ZC_API zc_status zc_config_set_bool(zc_config *cfg, const char *dotted_key, bool value);
@@ -367,10 +373,22 @@ ZC_API zc_status zc_engine_create(zc_engine **out, const zc_config *cfg, zc_comm
  * build only. */
 ZC_API zc_status zc_group_add(zc_engine *eng, double weight_decay, double lr_scale, int *group_id);
 
-/* Registers a parameter of ndim dimensions (1..8, each > 0) in group `group`.
- * Every rank must register the same parameters in the same order. Returns the
- * parameter handle (owned by the engine), or NULL on failure (zero-size shape,
- * unknown group, called after build, duplicate name) with zc_last_error() set. */
+/* Registers a parameter of ndim dimensions (1..8, each > 0) in group `group`,
+ * named `name` (copied). Every rank must register the same parameters in the
+ * same order. Before build only. On success *out is the parameter handle,
+ * owned by the engine (valid until zc_engine_destroy). Fails, registering
+ * nothing and setting *out to NULL: ZC_ERR_INVALID_ARG for a NULL out, a NULL
+ * or empty name, a name already registered, ndim outside 1..8, a dimension
+ * <= 0, a shape (or the engine's parameters in all) past 2^61 elements, an
+ * unknown group; ZC_ERR_INVALID_STATE after zc_engine_build; ZC_ERR_NO_MEMORY
+ * when the registry cannot grow. */
+ZC_API zc_status zc_param_add_status(zc_engine *eng, const char *name, const int64_t *shape,
+                                     int ndim, int group, zc_param **out);
+
+/* zc_param_add_status returning the handle itself: NULL on any of its
+ * failures, with zc_last_error() saying which (the status is not returned:
+ * use zc_param_add_status to tell them apart). Kept for loops written
+ * against it. */
 ZC_API zc_param *zc_param_add(zc_engine *eng, const char *name, const int64_t *shape, int ndim,
                               int group);
 
@@ -576,6 +594,13 @@ ZC_API zc_status zc_block_span(zc_engine *eng, zc_param *first, zc_block **out);
  * parameter (NULL when i is out of range). */
 ZC_API int zc_block_size(const zc_block *b);
 ZC_API zc_param *zc_block_param(const zc_block *b, int i);
+
+/* The number of elements of a block's parameters together (the sum of their
+ * zc_param_numel): the `count` that zc_block_load and zc_block_gather_master
+ * take, and the floats of their array. Before or after build; read-only, as
+ * the calls above. ZC_ERR_INVALID_ARG for a NULL or bad block or a NULL count,
+ * leaving *count unchanged. */
+ZC_API zc_status zc_block_numel(const zc_block *b, size_t *count);
 
 /* Frees a block (not its parameters). NULL is a no-op. */
 ZC_API void zc_block_destroy(zc_block *b);

@@ -120,9 +120,11 @@ ZC_API zc_status zc_engine_create(zc_engine **out, const zc_config *cfg, zc_comm
     /* Strict like ZC_FAULTS, and read here for the same reason. */
     ZC_CHECK_GOTO(zc__debug_parse(zc__env("ZC_DEBUG"), &e->debug), rc, fail);
     ZC_CHECK_GOTO(zc__chunk_cap_env(&e->chunk_cap, &e->chunk_cap_forced), rc, fail);
+    /* Once per process, by rank 0: the rank whose lines are shown by default
+     * (another rank's thread may get here first and be filtered). */
     static atomic_bool cap_logged;
-    if (e->chunk_cap_forced && !atomic_exchange(&cap_logged, true))
-        ZC_LOGW("core", "ZC_CHUNK_CAP=%lld: chunks hold at most that many elements (a test "
+    if (e->chunk_cap_forced && e->rank == 0 && !atomic_exchange(&cap_logged, true))
+        ZC_LOGI("core", "ZC_CHUNK_CAP=%lld: chunks hold at most that many elements (a test "
                 "switch)", (long long)e->chunk_cap);
     ZC_CHECK_GOTO(zc__config_clone(cfg, &e->cfg), rc, fail);
     e->cfg->zero.stage = stage;
