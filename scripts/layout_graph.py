@@ -79,7 +79,10 @@ ROOMS = {
     "zero1": (5, ["zero1/zero1.h"]),
     "zero2": (5, ["zero2/zero2.h"]),
     "zero3": (5, ["zero3/zero3.h"]),
-    "ckpt": (5, ["ckpt/dirwrite.h", "ckpt/format.h", "ckpt/source.h"]),
+    "ckpt": (5, ["ckpt/dirwrite.h", "ckpt/format.h", "ckpt/source.h", "ckpt/ring_mem.h",
+                  "ckpt/export.h"]),
+    # Importing weights: safetensors into the shards (it drives an engine).
+    "load": (5, ["load/load.h"]),
 }
 TOOLS_LAYER = 9
 # Rooms whose files are not yet cycle-free, with the cycle they hold; every

@@ -20,6 +20,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +31,7 @@
 #include "bench_train.h"
 #include "cliarg.h"
 #include "config/config.h"
+#include "examples/gpt/gpt_limits.h"
 
 int zc__cmd_bench_train(int argc, char **argv);
 
@@ -39,6 +41,18 @@ int zc__cmd_bench_train(int argc, char **argv);
 
 #define MAX_VALUES 8
 #define MAX_BUDGETS 8
+
+/* --model's parts, in order, and the train_gpt flag each is. */
+static const struct {
+    const char *name, *flag;
+    int lo, hi;
+} model_parts[5] = {
+    {"LAYERS", "--layers", GPT_LAYERS_MIN, GPT_LAYERS_MAX},
+    {"DIM", "--dim", GPT_DIM_MIN, GPT_DIM_MAX},
+    {"HEADS", "--heads", GPT_HEADS_MIN, GPT_HEADS_MAX},
+    {"SEQ", "--seq", GPT_SEQ_MIN, GPT_SEQ_MAX},
+    {"VOCAB", "--vocab", GPT_BYTE_VOCAB, GPT_VOCAB_MAX},
+};
 
 static void usage(FILE *f)
 {
@@ -61,7 +75,9 @@ static void usage(FILE *f)
             "  --world LIST      ranks (threads of the workload), each in [1, 64] (default 2)\n"
             "  --dtype LIST      fp32, bf16, fp16 (default bf16)\n"
             "  --model L,D,H,S,V the GPT's layers, dim, heads, seq, vocab (default\n"
-            "                    2,64,4,64,256)\n"
+            "                    2,64,4,64,256), the workload's ranges: LAYERS in [%d, %d],\n"
+            "                    DIM in [%d, %d], HEADS in [%d, %d] dividing DIM, SEQ in\n"
+            "                    [%d, %d], VOCAB in [%d, %d]\n"
             "  --batch B         sequences per rank and step, [1, 4096] (default 8)\n"
             "  --timeout S       seconds before a configuration is killed, [1, 86400]\n"
             "                    (default 600)\n"
@@ -80,7 +96,9 @@ static void usage(FILE *f)
             "                    of them the plot is left out, saying why, and the sweep\n"
             "                    still succeeds.\n"
             "Exit status: 0 the sweep ran (some configurations may have failed), 1 the bench\n"
-            "failed or every configuration did, 2 usage error.\n");
+            "failed or every configuration did, 2 usage error.\n",
+            GPT_LAYERS_MIN, GPT_LAYERS_MAX, GPT_DIM_MIN, GPT_DIM_MAX, GPT_HEADS_MIN, GPT_HEADS_MAX,
+            GPT_SEQ_MIN, GPT_SEQ_MAX, GPT_BYTE_VOCAB, GPT_VOCAB_MAX);
 }
 
 typedef struct filter {
@@ -326,12 +344,22 @@ static int parse(int argc, char **argv, opts *o, bt_setup *s)
         } else if (!strcmp(a, "--model")) {
             uint64_t m[5];
             int n = 0;
-            ok = zc__arg_u64_list(a, v, 1, 65536, 0, m, 5, &n, err, sizeof err);
+            ok = zc__arg_u64_list(a, v, 0, UINT32_MAX, 0, m, 5, &n, err, sizeof err);
             if (ok && n != 5) {
                 fprintf(stderr, "zeroc bench train: --model '%s': expected five numbers "
                                 "LAYERS,DIM,HEADS,SEQ,VOCAB\n", v);
                 return 2;
             }
+            /* The workload's own ranges (examples/gpt/gpt_limits.h): a shape
+             * train_gpt refuses would fail every configuration. */
+            for (int k = 0; ok && k < 5; k++)
+                if (m[k] < (uint64_t)model_parts[k].lo || m[k] > (uint64_t)model_parts[k].hi) {
+                    fprintf(stderr, "zeroc bench train: --model '%s': %s %llu is out of range "
+                                    "[%d, %d] (train_gpt's %s)\n", v, model_parts[k].name,
+                            (unsigned long long)m[k], model_parts[k].lo, model_parts[k].hi,
+                            model_parts[k].flag);
+                    return 2;
+                }
             if (ok) {
                 s->layers = (int)m[0], s->dim = (int)m[1], s->heads = (int)m[2];
                 s->seq = (int)m[3], s->vocab = (int)m[4];

@@ -19,6 +19,7 @@
 
 typedef struct gpt_config {
     int vocab, seq, layers, heads, dim;
+    int ctx;  /* positions of wpe (GPT-2's n_positions; 0: seq); seq <= ctx */
 } gpt_config;
 
 /* Tensors of one block, in registration order. */

@@ -39,6 +39,8 @@
 
 #include "cliarg.h"
 #include "data.h"
+#include "hf_init.h"
+#include "hf_names.h"
 #include "model.h"
 #include "memplan.h"
 #include "options.h"
@@ -411,7 +413,9 @@ static void sample(rank_state *s, int n, bool print)
             acc += p[v];
             if (u < acc) { next = v; break; }
         }
-        if (print) {
+        if (print && d->tokens) {
+            printf("%s%d", i ? " " : "", next); /* token ids: no tokenizer here */
+        } else if (print) {
             unsigned char ch = gpt_byte_of_token(next);
             putchar(ch == '\n' || (ch >= 32 && ch < 127) ? ch : '?');
         }
@@ -484,7 +488,26 @@ static void *rank_main(void *argp)
     size_t max_piece = 0; /* elements of the largest piece */
     for (int j = 0; j < c->layers + 2; j++)
         if (block_numel(piece(&s, j)) > max_piece) max_piece = block_numel(piece(&s, j));
-    {
+    if (o->init_from) {
+        /* Each rank reads its own part of the checkpoint (zc_load_safetensors),
+         * under the Hugging Face names (tools/hf_names.h). */
+        zc_load_options lo = ZC_LOAD_OPTIONS_INIT;
+        lo.map = zc__hf_gpt2_import;
+        zc_load_stats ls = {.size = sizeof ls};
+        CHECK(zc_load_safetensors(s.eng, o->init_from, &lo, &ls));
+        if (lead && o->json)
+            printf("{\"import\":true,\"tensors\":%lld,\"skipped\":%lld,\"file_bytes\":%lld,"
+                   "\"bytes_read\":%lld,\"seconds\":%s,\"ring_bytes\":%lld,\"direct\":%s}\n",
+                   (long long)ls.tensors, (long long)ls.skipped, (long long)ls.file_bytes,
+                   (long long)ls.bytes_read, jnum(ls.seconds).s, (long long)ls.ring_bytes,
+                   ls.direct ? "true" : "false");
+        else if (lead)
+            printf("train_gpt: %lld tensors from %s (%lld skipped); rank 0 read %.1f of %.1f "
+                   "MiB in %.2f s\n", (long long)ls.tensors, o->init_from, (long long)ls.skipped,
+                   (double)ls.bytes_read / 1048576.0, (double)ls.file_bytes / 1048576.0,
+                   ls.seconds);
+        fflush(stdout);
+    } else {
         /* One load per piece, its tensors' initial values back to back. */
         float *init = xcalloc(max_piece, sizeof(float));
         for (int j = 0, i = 0; j < c->layers + 2; j++) {
@@ -802,10 +825,15 @@ int main(int argc, char **argv)
 #endif
     }
 
-    if (!gpt_data_load(&sh->data, o->data_path, o->model.seq, err, sizeof err)) {
+    if (o->tokens_path ? !gpt_data_load_tokens(&sh->data, o->tokens_path, o->model.seq,
+                                               o->model.vocab, err, sizeof err)
+                       : !gpt_data_load(&sh->data, o->data_path, o->model.seq, err, sizeof err)) {
         fprintf(stderr, "train_gpt: %s\n", err);
         gpt_quit(1);
     }
+    sh->data.sequential = o->sequential;
+    sh->data.accum = o->accum;
+    sh->data.global_batch = (int64_t)o->batch * sh->world;
     sh->unigram_val = gpt_data_unigram_entropy(&sh->data, sh->data.n_train, sh->data.n);
 
     /* Host memory, planned before any rank starts (memplan.h): each rank's
@@ -851,11 +879,12 @@ int main(int argc, char **argv)
     if (lead_here && !o->json)
         printf("train_gpt: %zu parameters (%d layers, %d heads, dim %d, seq %d, vocab %d), "
                "ZeRO stage %s, %d ranks, %s, %d steps x %d micro-steps of %d sequences per "
-               "rank; data %s (%zu bytes, last %zu held out)\n",
+               "rank; data %s (%zu %s, last %zu held out)\n",
                total, c->layers, c->heads, c->dim, c->seq, c->vocab,
                o->stage < 0 ? "auto" : (const char[2]){(char)('0' + o->stage), 0}, sh->world,
-               zc_dtype_name(o->dtype), o->steps, o->accum, o->batch, o->data_path,
-               sh->data.n, sh->data.n - sh->data.n_train);
+               zc_dtype_name(o->dtype), o->steps, o->accum, o->batch,
+               o->tokens_path ? o->tokens_path : o->data_path, sh->data.n,
+               o->tokens_path ? "tokens" : "bytes", sh->data.n - sh->data.n_train);
 
     pthread_t *th = xcalloc((size_t)sh->local, sizeof(pthread_t));
     rank_arg *args = xcalloc((size_t)sh->local, sizeof(rank_arg));
@@ -869,6 +898,14 @@ int main(int argc, char **argv)
     }
     for (int r = 0; r < sh->local; r++) pthread_join(th[r], NULL);
     report(sh, total, lead_here);
+    if (lead_here && o->export_path) {
+        if (!gpt_hf_export(o->export_path, c, sh->master, err, sizeof err)) {
+            fprintf(stderr, "train_gpt: %s\n", err);
+            gpt_quit(1);
+        }
+        if (!o->json)
+            printf("exported the model to %s\n", o->export_path);
+    }
 
     for (int r = 0; r < sh->local; r++) zc_comm_destroy(sh->comms[r]);
     zc_config_destroy(sh->cfg);

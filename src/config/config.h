@@ -177,6 +177,11 @@ zc_status zc__config_resolve_for_engine(zc_config *cfg, int world);
 zc_status zc__config_engine_check(const zc_config *cfg);
 /* The same rules, their message led by `what` (e.g. "zc_engine_build"). */
 zc_status zc__config_engine_rules(const zc_config *cfg, const char *what);
+/* data_types.grad_accum_dtype's rule of that check, against the working
+ * dtype zc_engine_create picked (zc_engine_options.param_dtype may differ from
+ * the precision blocks): ZC_ERR_CONFIG naming the key unless it is unset,
+ * fp32 or pdt. */
+zc_status zc__config_grad_accum_check(const zc_config *cfg, zc_dtype pdt);
 
 /* The single rules of that check, for the parts of zc_engine_build that take
  * these values (the NVMe homes and the optimizer placement): ZC_ERR_CONFIG

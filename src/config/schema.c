@@ -106,7 +106,9 @@ const zc_cfg_key zc__cfg_keys[] = {
       .off = O(communication_data_type), .idef = -1,
       .doc = "dtype of gradient reductions; unset = the parameters' dtype" },
     { .path = "data_types.grad_accum_dtype", .type = ZC_KT_DTYPE, .flags = ZC_KF_NULL,
-      .off = O(grad_accum_dtype), .idef = -1, .doc = "gradient accumulation dtype" },
+      .off = O(grad_accum_dtype), .idef = -1,
+      .doc = "dtype micro-step gradients are summed in: fp32 or the parameters' dtype; "
+             "unset = fp32 (DeepSpeed's default: the parameters' dtype)" },
     KBOOL("zero_allow_untested_optimizer", zero_allow_untested_optimizer, 0, 0,
           "allow a client optimizer with ZeRO"),
     KBOOL("zero_force_ds_cpu_optimizer", zero_force_ds_cpu_optimizer, 1, 0,

@@ -265,6 +265,11 @@ struct zc_engine {
     zc_dtype pdt;              /* working precision */
     size_t pesz;
     int64_t gas;               /* gradient_accumulation_steps */
+    zc_dtype acc_dt;           /* what a window's micro-step gradients are summed
+                                  in: F32, or the 16-bit pdt with
+                                  data_types.grad_accum_dtype = pdt and gas > 1
+                                  (the sum rounded to it after every add;
+                                  src/core/loop/grads.c) */
     int64_t bucket;            /* chunk size target (elements), set at build */
     int64_t bucket_option;     /* zc_engine_options.bucket_elems (<= 0: from config) */
     int64_t gmark_seq;         /* blocks.c: stamps for zc_chunk.gmark */

@@ -183,7 +183,7 @@ Test(env_vars, logging_variables_fail_the_first_calls)
     for (size_t i = 0; i < N_HOSTILE + 7; i++) {
         const char *v = i < N_HOSTILE ? hostile_at(i) : subsys_also[i - N_HOSTILE];
         log_var_refused("ZC_LOG_SUBSYS", v,
-                        "each one of ckpt, comm, config, core, device, offload, optim, zero3");
+                        "each one of ckpt, comm, config, core, device, load, offload, optim, zero3");
     }
     t_assert_no_leaks();
 }

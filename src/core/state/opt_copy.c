@@ -134,8 +134,7 @@ zc_status zc__opt_copy_settle(zc_engine *e, int k)
         return ZC_OK; /* stage 1: Adam reads the landed slice itself */
     zc_opt_home *h = land_home(e);
     zc_device *hd = zc__device_host();
-    return hd->ops->accumulate(hd, c->acc, h->ops->grad_land(h, k), e->pdt, (size_t)c->shard,
-                               NULL);
+    return zc__grad_acc_add(e, hd, c->acc, h->ops->grad_land(h, k), (size_t)c->shard, NULL);
 }
 
 zc_status zc__opt_copy_settle_all(zc_engine *e)
