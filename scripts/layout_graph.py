@@ -71,6 +71,9 @@ ROOMS = {
     "optim": (2, ["optim/adam.h", "optim/adam_pace.h"]),
     "offload": (2, ["offload/homes.h", "offload/offload.h"]),
     "cuda_plugin": (2, ["cuda_plugin/load.h"]),
+    # The timeline and the comms logger: the engine and the machine rooms
+    # write into it, so it stands beside them, below the engine.
+    "trace": (2, ["trace/trace.h"]),
     "plan": (3, ["plan/plan.h"]),
     "core": (4, ["core/engine.h"]),
     "zero1": (5, ["zero1/zero1.h"]),

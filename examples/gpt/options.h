@@ -28,6 +28,11 @@ typedef struct gpt_opts {
     const char *tokens_path; /* --tokens: token ids instead of --data's bytes, or NULL */
     const char *export_path; /* --export: the trained model as Hugging Face safetensors */
     bool sequential;         /* --order sequential: windows in order, as llm.c reads */
+    const char *trace;       /* --trace: the timeline's file (trace.path), or NULL */
+    const char *trace_steps; /* --trace-steps: its window (trace.steps), or NULL */
+    double peak_flops;       /* --peak-flops: one rank's peak FLOP/s for MFU (0: the device's) */
+    int print_every;         /* steps_per_print of the config; 0: unset (every steps / 20) */
+    bool comms_logger;       /* comms_logger.enabled: the summary is printed at the end */
 } gpt_opts;
 
 enum {
