@@ -20,6 +20,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +31,7 @@
 #include "bench_train.h"
 #include "cliarg.h"
 #include "config/config.h"
+#include "examples/gpt/gpt_limits.h"
 
 int zc__cmd_bench_train(int argc, char **argv);
 
@@ -40,6 +42,18 @@ int zc__cmd_bench_train(int argc, char **argv);
 #define MAX_VALUES 8
 #define MAX_BUDGETS 8
 
+/* --model's parts, in order, and the train_gpt flag each is. */
+static const struct {
+    const char *name, *flag;
+    int lo, hi;
+} model_parts[5] = {
+    {"LAYERS", "--layers", GPT_LAYERS_MIN, GPT_LAYERS_MAX},
+    {"DIM", "--dim", GPT_DIM_MIN, GPT_DIM_MAX},
+    {"HEADS", "--heads", GPT_HEADS_MIN, GPT_HEADS_MAX},
+    {"SEQ", "--seq", GPT_SEQ_MIN, GPT_SEQ_MAX},
+    {"VOCAB", "--vocab", GPT_BYTE_VOCAB, GPT_VOCAB_MAX},
+};
+
 static void usage(FILE *f)
 {
     fprintf(f,
@@ -47,7 +61,8 @@ static void usage(FILE *f)
             "                         [--warmup N] [--world W[,W...]] [--dtype D[,D...]]\n"
             "                         [--model L,D,H,S,V] [--batch B] [--timeout SECONDS]\n"
             "                         [--device cpu|cuda] [--workload PATH] [--data FILE]\n"
-            "                         [--plot-script PATH] [--max-memory BUDGETS]...\n"
+            "                         [--plot-script PATH] [--plot-with auto|matplotlib|gnuplot|none]\n"
+            "                         [--max-memory BUDGETS]...\n"
             "  Trains the GPT example a few steps in every configuration of stages 0-3 x\n"
             "  offload_optimizer none/cpu/nvme x offload_param none/cpu/nvme (stage 3) x\n"
             "  --dtype x --world, each in its own process, and writes DIR/results.jsonl,\n"
@@ -60,7 +75,9 @@ static void usage(FILE *f)
             "  --world LIST      ranks (threads of the workload), each in [1, 64] (default 2)\n"
             "  --dtype LIST      fp32, bf16, fp16 (default bf16)\n"
             "  --model L,D,H,S,V the GPT's layers, dim, heads, seq, vocab (default\n"
-            "                    2,64,4,64,256)\n"
+            "                    2,64,4,64,256), the workload's ranges: LAYERS in [%d, %d],\n"
+            "                    DIM in [%d, %d], HEADS in [%d, %d] dividing DIM, SEQ in\n"
+            "                    [%d, %d], VOCAB in [%d, %d]\n"
             "  --batch B         sequences per rank and step, [1, 4096] (default 8)\n"
             "  --timeout S       seconds before a configuration is killed, [1, 86400]\n"
             "                    (default 600)\n"
@@ -72,10 +89,16 @@ static void usage(FILE *f)
             "                    sweep, stage 3 with the placement chosen from these per-rank\n"
             "                    budgets (zero_optimization.max_memory; a missing kind: none);\n"
             "                    repeat for up to 8 points; the peaks are held to them\n"
-            "  The plot needs python3 (from PATH) with matplotlib; without them the plot\n"
-            "  is left out, saying why, and the sweep still succeeds.\n"
+            "  --plot-with auto|matplotlib|gnuplot|none  what draws the plot: auto (the\n"
+            "                    default) takes matplotlib by the python3 on PATH, else by\n"
+            "                    Debian's /usr/bin/python3 (scripts/deps.sh installs its\n"
+            "                    python3-matplotlib), else gnuplot, and says which; with none\n"
+            "                    of them the plot is left out, saying why, and the sweep\n"
+            "                    still succeeds.\n"
             "Exit status: 0 the sweep ran (some configurations may have failed), 1 the bench\n"
-            "failed or every configuration did, 2 usage error.\n");
+            "failed or every configuration did, 2 usage error.\n",
+            GPT_LAYERS_MIN, GPT_LAYERS_MAX, GPT_DIM_MIN, GPT_DIM_MAX, GPT_HEADS_MIN, GPT_HEADS_MAX,
+            GPT_SEQ_MIN, GPT_SEQ_MAX, GPT_BYTE_VOCAB, GPT_VOCAB_MAX);
 }
 
 typedef struct filter {
@@ -207,6 +230,7 @@ static void default_workload(char *out, size_t cap)
 
 typedef struct opts {
     const char *out, *workload, *plot_script;
+    bt_plotter plot_with;
     bool json;
     filter only[8];
     int nonly;
@@ -320,12 +344,22 @@ static int parse(int argc, char **argv, opts *o, bt_setup *s)
         } else if (!strcmp(a, "--model")) {
             uint64_t m[5];
             int n = 0;
-            ok = zc__arg_u64_list(a, v, 1, 65536, 0, m, 5, &n, err, sizeof err);
+            ok = zc__arg_u64_list(a, v, 0, UINT32_MAX, 0, m, 5, &n, err, sizeof err);
             if (ok && n != 5) {
                 fprintf(stderr, "zeroc bench train: --model '%s': expected five numbers "
                                 "LAYERS,DIM,HEADS,SEQ,VOCAB\n", v);
                 return 2;
             }
+            /* The workload's own ranges (examples/gpt/gpt_limits.h): a shape
+             * train_gpt refuses would fail every configuration. */
+            for (int k = 0; ok && k < 5; k++)
+                if (m[k] < (uint64_t)model_parts[k].lo || m[k] > (uint64_t)model_parts[k].hi) {
+                    fprintf(stderr, "zeroc bench train: --model '%s': %s %llu is out of range "
+                                    "[%d, %d] (train_gpt's %s)\n", v, model_parts[k].name,
+                            (unsigned long long)m[k], model_parts[k].lo, model_parts[k].hi,
+                            model_parts[k].flag);
+                    return 2;
+                }
             if (ok) {
                 s->layers = (int)m[0], s->dim = (int)m[1], s->heads = (int)m[2];
                 s->seq = (int)m[3], s->vocab = (int)m[4];
@@ -346,6 +380,17 @@ static int parse(int argc, char **argv, opts *o, bt_setup *s)
             s->data = v;
         } else if (!strcmp(a, "--plot-script")) {
             o->plot_script = v;
+        } else if (!strcmp(a, "--plot-with")) {
+            static const char *const names[] = {"auto", "matplotlib", "gnuplot", "none"};
+            int k = 0;
+            while (k < 4 && strcmp(v, names[k]))
+                k++;
+            if (k == 4) {
+                fprintf(stderr, "zeroc bench train: --plot-with '%s': expected auto, "
+                        "matplotlib, gnuplot or none\n", v);
+                return 2;
+            }
+            o->plot_with = (bt_plotter)k;
         } else {
             fprintf(stderr, "zeroc bench train: unknown option '%s' (see --help)\n", a);
             return 2;
@@ -498,12 +543,15 @@ static int sweep(const opts *o, bt_setup *s)
     int ran = 0;
     for (int i = 0; i < done; i++)
         ran += rs[i].status == BT_OK;
-    if (rc == 0 && !bt_stop_signal && ran > 0) {
-        char err[1024];
+    if (rc == 0 && !bt_stop_signal && ran > 0 && o->plot_with != BT_PLOT_NONE) {
+        char err[1400], used[1400];
         /* The plot is a view of results.jsonl, which is complete: a missing
          * python3 or matplotlib costs the picture, not the sweep. */
-        plotted = bt_plot(o->plot_script, s->work, jsonl, svg, png, err, sizeof err);
-        if (!plotted)
+        plotted = bt_plot(o->plot_script, o->plot_with, s->work, jsonl, rs, done, svg, png,
+                          used, sizeof used, err, sizeof err);
+        if (plotted)
+            fprintf(stderr, "zeroc bench train: plot drawn with %s\n", used);
+        else
             fprintf(stderr, "zeroc bench train: no plot (results.jsonl and results.md are "
                             "complete): %s\n", err);
     }

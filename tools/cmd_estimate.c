@@ -54,7 +54,8 @@ static void usage(FILE *f)
             "  --params N        parameters, in 2^24-element tensors, N in [1, 2^44]\n"
             "  --model gpt:...   a GPT-2 shape: tied embeddings, learned positions, 4x MLP;\n"
             "                    LAYERS in [1, 4096], DIM in [1, 65536], HEADS in [1, 4096]\n"
-            "                    dividing DIM, SEQ in [1, 2^20], VOCAB in [1, 2^24]\n"
+            "                    dividing DIM, SEQ in [1, 2^20], VOCAB in [1, 2^24], and\n"
+            "                    at most 2^44 parameters in all, --params's range\n"
             "  --world W         data-parallel ranks, [1, 65536]\n"
             "  --gpus-per-node G [1, 1024], dividing W (default: W up to 8)\n"
             "  --dtype           working precision (default: the config's, else bf16)\n"
@@ -600,6 +601,18 @@ int zc__cmd_estimate(int argc, char **argv)
     if (!(o.m.gpt ? make_gpt(&o.m) : make_params(&o.m, params))) {
         fprintf(stderr, "zeroc estimate: the model has more than %d tensors or 2^63 elements\n",
                 MAX_TENSORS);
+        rc = 2;
+        goto out;
+    }
+    /* One range for both ways of naming a model: a GPT shape whose parts
+     * are each in range can still hold more parameters than --params takes
+     * (every part at its top: 2.1e14). Within the parts' ranges the total
+     * fits int64 (12 DIM^2 LAYERS < 2^48), so make_gpt has it exactly. */
+    if (o.m.gpt && o.m.total > MAX_PARAMS) {
+        fprintf(stderr, "zeroc estimate: --model gpt:%lld,%lld,%lld,%lld,%lld has %lld "
+                        "parameters, out of range [1, 2^44] (the range of --params)\n",
+                (long long)o.m.L, (long long)o.m.D, (long long)o.m.Hh, (long long)o.m.S,
+                (long long)o.m.V, (long long)o.m.total);
         rc = 2;
         goto out;
     }

@@ -117,6 +117,10 @@ bool gpt_mem_plan_make(const gpt_opts *o, const zc_config *cfg, int world, int l
         return false;
     }
     p->host = training > tail ? training : tail;
+    /* The import's rings (zc_load_options.ring_bytes left at its 32 MiB). */
+    p->import_ring = o->init_from ? ((uint64_t)32 << 20) * (uint64_t)local : 0;
+    if (p->engine_host + p->import_ring > p->host)
+        p->host = p->engine_host + p->import_ring;
     return true;
 }
 
@@ -153,11 +157,12 @@ void gpt_mem_plan_json(const gpt_mem_plan *p, char *buf, size_t cap)
              "{\"plan\":{\"ranks\":%d,\"engine_per_rank\":{\"device\":%lld,\"pinned\":%lld,"
              "\"host\":%lld,\"nvme\":%lld},\"grad_buffers_per_rank\":%lld,\"chunks\":%lld,"
              "\"activations_per_rank\":%llu,\"buffers_per_rank\":%llu,\"master\":%llu,"
-             "\"host_peak\":%llu}}",
+             "\"import_ring\":%llu,\"host_peak\":%llu}}",
              p->local, (long long)k[ZC_KIND_DEVICE], (long long)k[ZC_KIND_PINNED],
              (long long)k[ZC_KIND_HOST], (long long)k[ZC_KIND_NVME],
              (long long)p->engine.grad_buffer_bytes, (long long)p->engine.num_chunks,
              (unsigned long long)(p->host_model ? p->acts : 0),
              (unsigned long long)(p->host_model ? p->bufs : 0),
-             (unsigned long long)p->master, (unsigned long long)p->host);
+             (unsigned long long)p->master, (unsigned long long)p->import_ring,
+             (unsigned long long)p->host);
 }

@@ -23,6 +23,11 @@ bool gpt_config_check(const gpt_config *c, char *err, size_t errlen)
         snprintf(err, errlen, "--seq %d is longer than %d", c->seq, GPT_MAX_SEQ);
         return false;
     }
+    if (c->ctx && (c->ctx < c->seq || c->ctx > GPT_MAX_SEQ)) {
+        snprintf(err, errlen, "a context of %d positions, not in [--seq %d, %d]", c->ctx,
+                 c->seq, GPT_MAX_SEQ);
+        return false;
+    }
     /* The layers index with int products such as N * 4C and vocab * dim;
      * keep every per-tensor size inside int. */
     int64_t big = (int64_t)4 * c->dim * c->dim;
@@ -51,7 +56,7 @@ void gpt_tensor_info(const gpt_config *c, int i, char name[64], int64_t shape[2]
     const int nt = gpt_num_tensors(c);
     if (i < 2) {
         snprintf(name, 64, "%s", i == 0 ? "wte" : "wpe");
-        shape[0] = i == 0 ? c->vocab : c->seq;
+        shape[0] = i == 0 ? c->vocab : c->ctx > 0 ? c->ctx : c->seq;
         shape[1] = C;
         *ndim = 2;
         *piece = 0;
@@ -70,6 +75,12 @@ void gpt_tensor_info(const gpt_config *c, int i, char name[64], int64_t shape[2]
         *piece = 1 + l;
     }
     *numel = (size_t)shape[0] * (size_t)shape[1];
+}
+
+double gpt_flops_per_token(const gpt_config *c)
+{
+    const double P = (double)gpt_num_params(c), L = c->layers, D = c->dim, T = c->seq;
+    return 6.0 * (P - T * D) + 12.0 * L * D * T;
 }
 
 size_t gpt_num_params(const gpt_config *c)

@@ -39,6 +39,8 @@
 
 #include "cliarg.h"
 #include "data.h"
+#include "hf_init.h"
+#include "hf_names.h"
 #include "model.h"
 #include "memplan.h"
 #include "options.h"
@@ -411,7 +413,9 @@ static void sample(rank_state *s, int n, bool print)
             acc += p[v];
             if (u < acc) { next = v; break; }
         }
-        if (print) {
+        if (print && d->tokens) {
+            printf("%s%d", i ? " " : "", next); /* token ids: no tokenizer here */
+        } else if (print) {
             unsigned char ch = gpt_byte_of_token(next);
             putchar(ch == '\n' || (ch >= 32 && ch < 127) ? ch : '?');
         }
@@ -484,7 +488,26 @@ static void *rank_main(void *argp)
     size_t max_piece = 0; /* elements of the largest piece */
     for (int j = 0; j < c->layers + 2; j++)
         if (block_numel(piece(&s, j)) > max_piece) max_piece = block_numel(piece(&s, j));
-    {
+    if (o->init_from) {
+        /* Each rank reads its own part of the checkpoint (zc_load_safetensors),
+         * under the Hugging Face names (tools/hf_names.h). */
+        zc_load_options lo = ZC_LOAD_OPTIONS_INIT;
+        lo.map = zc__hf_gpt2_import;
+        zc_load_stats ls = {.size = sizeof ls};
+        CHECK(zc_load_safetensors(s.eng, o->init_from, &lo, &ls));
+        if (lead && o->json)
+            printf("{\"import\":true,\"tensors\":%lld,\"skipped\":%lld,\"file_bytes\":%lld,"
+                   "\"bytes_read\":%lld,\"seconds\":%s,\"ring_bytes\":%lld,\"direct\":%s}\n",
+                   (long long)ls.tensors, (long long)ls.skipped, (long long)ls.file_bytes,
+                   (long long)ls.bytes_read, jnum(ls.seconds).s, (long long)ls.ring_bytes,
+                   ls.direct ? "true" : "false");
+        else if (lead)
+            printf("train_gpt: %lld tensors from %s (%lld skipped); rank 0 read %.1f of %.1f "
+                   "MiB in %.2f s\n", (long long)ls.tensors, o->init_from, (long long)ls.skipped,
+                   (double)ls.bytes_read / 1048576.0, (double)ls.file_bytes / 1048576.0,
+                   ls.seconds);
+        fflush(stdout);
+    } else {
         /* One load per piece, its tensors' initial values back to back. */
         float *init = xcalloc(max_piece, sizeof(float));
         for (int j = 0, i = 0; j < c->layers + 2; j++) {
@@ -523,6 +546,33 @@ static void *rank_main(void *argp)
     }
     int *tok = xcalloc((size_t)B * T, sizeof(int)), *tgt = xcalloc((size_t)B * T, sizeof(int));
     const double tokens_per_step = (double)B * T * o->accum * sh->world;
+    /* What a step computes, for the throughput of the engine's progress
+     * lines and ours: the model's FLOPs (gpt_flops_per_token) and one rank's
+     * peak - --peak-flops, else the device's (a CPU's shared by the ranks
+     * this process runs as threads). */
+    const double flops_per_step = tokens_per_step * gpt_flops_per_token(c);
+    double peak = o->peak_flops;
+    char peak_how[160] = "--peak-flops";
+    if (!(peak > 0)) {
+        s.be->peak_flops(&peak, peak_how, sizeof peak_how);
+        if (s.be->device == ZC_DEVICE_HOST && sh->local > 1)
+            peak /= sh->local;
+    }
+    {
+        zc_workload wl = {.size = sizeof wl, .tokens_per_step = tokens_per_step,
+                          .flops_per_step = flops_per_step, .peak_flops = peak};
+        CHECK(zc_engine_set_workload(s.eng, &wl));
+    }
+    if (lead && !o->json)
+        printf("train_gpt: %.3g FLOPs per step (%.4g per token); MFU against %.4g TFLOP/s per "
+               "rank (%s%s)\n", flops_per_step, gpt_flops_per_token(c), peak / 1e12, peak_how,
+               s.be->device == ZC_DEVICE_HOST && sh->local > 1 && !(o->peak_flops > 0)
+                   ? ", shared by the ranks of this process" : "");
+    /* A progress line every steps_per_print steps (unset: --steps / 20 of
+     * them): tokens/s and MFU over the steps since the last one. */
+    const int every = o->print_every > 0 ? o->print_every : (o->steps / 20 > 1 ? o->steps / 20 : 1);
+    double span_s = 0.0;
+    int span_steps = 0;
 
     /* --resume: step numbers (and the data, a function of the step) go on
      * from the checkpoint. */
@@ -573,17 +623,33 @@ static void *rank_main(void *argp)
                     if (n > 0 && (size_t)n < sizeof tm)
                         snprintf(tm + n, sizeof tm - (size_t)n, "}");
                 }
+                const double fps = flops_per_step / sh->world / dt_s;
                 printf("{\"step\":%d,\"loss\":%s,\"grad_norm\":%s,\"loss_scale\":%s,"
-                       "\"skipped\":%s,\"lr\":%s,\"tokens_per_s\":%s,\"step_s\":%s%s}\n",
+                       "\"skipped\":%s,\"lr\":%s,\"tokens_per_s\":%s,\"step_s\":%s,"
+                       "\"flops_per_s_per_rank\":%s,\"mfu\":%s%s}\n",
                        step + 1, jnum(l).s, jnum(info.grad_norm).s, jnum(info.loss_scale).s,
                        info.skipped ? "true" : "false", jnum(info.lr).s,
-                       jnum(tokens_per_step / dt_s).s, jnum(dt_s).s, tm);
+                       jnum(tokens_per_step / dt_s).s, jnum(dt_s).s, jnum(fps).s,
+                       peak > 0 ? jnum(fps / peak).s : "null", tm);
+                fflush(stdout);
+            } else {
+                span_s += dt_s;
+                span_steps++;
+                if ((step + 1) % every == 0 || step + 1 == end || info.skipped) {
+                    const double tps = tokens_per_step * span_steps / span_s;
+                    const double fps = flops_per_step * span_steps / sh->world / span_s;
+                    char mfu[32] = "";
+                    if (peak > 0)
+                        snprintf(mfu, sizeof mfu, "  MFU %.1f%%", 100.0 * fps / peak);
+                    printf("step %5d/%d  loss %.4f  grad_norm %.3f  lr %.2e  %.0f tok/s  "
+                           "%.3f TFLOP/s%s%s\n",
+                           step + 1, end, l, info.grad_norm, info.lr, tps, fps / 1e12, mfu,
+                           info.skipped ? "  (skipped: overflow)" : "");
+                    fflush(stdout);
+                    span_s = 0.0;
+                    span_steps = 0;
+                }
             }
-            else
-                printf("step %5d/%d  loss %.4f  grad_norm %.3f  lr %.2e  %.0f tok/s%s\n",
-                       step + 1, end, l, info.grad_norm, info.lr, tokens_per_step / dt_s,
-                       info.skipped ? "  (skipped: overflow)" : "");
-            fflush(stdout);
         }
         if (o->eval_every > 0 && (step + 1) % o->eval_every == 0 && step + 1 < end) {
             zc_pass_stats ps;
@@ -608,6 +674,15 @@ static void *rank_main(void *argp)
                "\"prefetch_misses\":%lld}\n", end, jnum(v).s, (long long)ps.prefetch_hits,
                (long long)ps.prefetch_misses);
     if (o->sample > 0) sample(&s, o->sample, lead && !o->json);
+    /* comms_logger: DeepSpeed's summary, as a script's log_summary() prints it. */
+    if (lead && o->comms_logger && !o->json) {
+        size_t need = 0;
+        CHECK(zc_engine_comms_summary(s.eng, NULL, 0, &need));
+        char *table = xcalloc(need, 1);
+        CHECK(zc_engine_comms_summary(s.eng, table, need, NULL));
+        printf("--- comms_logger (rank 0) ---\n%s", table);
+        free(table);
+    }
 
     /* Gathering the master is collective: every rank takes part, rank 0 keeps
      * it. A piece at a time, in registration order. */
@@ -750,10 +825,15 @@ int main(int argc, char **argv)
 #endif
     }
 
-    if (!gpt_data_load(&sh->data, o->data_path, o->model.seq, err, sizeof err)) {
+    if (o->tokens_path ? !gpt_data_load_tokens(&sh->data, o->tokens_path, o->model.seq,
+                                               o->model.vocab, err, sizeof err)
+                       : !gpt_data_load(&sh->data, o->data_path, o->model.seq, err, sizeof err)) {
         fprintf(stderr, "train_gpt: %s\n", err);
         gpt_quit(1);
     }
+    sh->data.sequential = o->sequential;
+    sh->data.accum = o->accum;
+    sh->data.global_batch = (int64_t)o->batch * sh->world;
     sh->unigram_val = gpt_data_unigram_entropy(&sh->data, sh->data.n_train, sh->data.n);
 
     /* Host memory, planned before any rank starts (memplan.h): each rank's
@@ -799,11 +879,12 @@ int main(int argc, char **argv)
     if (lead_here && !o->json)
         printf("train_gpt: %zu parameters (%d layers, %d heads, dim %d, seq %d, vocab %d), "
                "ZeRO stage %s, %d ranks, %s, %d steps x %d micro-steps of %d sequences per "
-               "rank; data %s (%zu bytes, last %zu held out)\n",
+               "rank; data %s (%zu %s, last %zu held out)\n",
                total, c->layers, c->heads, c->dim, c->seq, c->vocab,
                o->stage < 0 ? "auto" : (const char[2]){(char)('0' + o->stage), 0}, sh->world,
-               zc_dtype_name(o->dtype), o->steps, o->accum, o->batch, o->data_path,
-               sh->data.n, sh->data.n - sh->data.n_train);
+               zc_dtype_name(o->dtype), o->steps, o->accum, o->batch,
+               o->tokens_path ? o->tokens_path : o->data_path, sh->data.n,
+               o->tokens_path ? "tokens" : "bytes", sh->data.n - sh->data.n_train);
 
     pthread_t *th = xcalloc((size_t)sh->local, sizeof(pthread_t));
     rank_arg *args = xcalloc((size_t)sh->local, sizeof(rank_arg));
@@ -817,6 +898,14 @@ int main(int argc, char **argv)
     }
     for (int r = 0; r < sh->local; r++) pthread_join(th[r], NULL);
     report(sh, total, lead_here);
+    if (lead_here && o->export_path) {
+        if (!gpt_hf_export(o->export_path, c, sh->master, err, sizeof err)) {
+            fprintf(stderr, "train_gpt: %s\n", err);
+            gpt_quit(1);
+        }
+        if (!o->json)
+            printf("exported the model to %s\n", o->export_path);
+    }
 
     for (int r = 0; r < sh->local; r++) zc_comm_destroy(sh->comms[r]);
     zc_config_destroy(sh->cfg);

@@ -92,7 +92,7 @@ typedef void (*zc_log_sink)(zc_log_level level, const char *subsys, int rank,
 /* Sets the level (default: ZC_LOG environment variable — off|error|warn|info|
  * debug|trace, any case — else WARN). ZC_LOG, ZC_LOG_RANKS (0 or all) and
  * ZC_LOG_SUBSYS (a comma-separated list of ckpt, comm, config, core, device,
- * offload, optim, zero3) are read once, at the first log line or check; a
+ * load, offload, optim, zero3) are read once, at the first log line or check; a
  * malformed one keeps its default for logging and fails zc_config_create,
  * zc_config_load*, zc_comm_local_world, zc_comm_init_env and zc_engine_create
  * with ZC_ERR_CONFIG. Thread-safe. */
@@ -141,13 +141,19 @@ ZC_API void zc_config_destroy(zc_config *cfg);
 
 /* Sets one key, named by its DeepSpeed path ("zero_optimization.stage",
  * "fp16.enabled", "optimizer.params.betas"), to a value written as JSON text
- * ("2", "true", "[0.9, 0.95]", "\"auto\"", "5e8"). Aliases and deprecated keys
- * are accepted as in a JSON file (with a warning). On failure (unknown key — the
- * message suggests the nearest one —, wrong type, out of range) the
- * configuration is unchanged. Not thread-safe for one cfg. */
+ * ("2", "true", "[0.9, 0.95]", "\"auto\"", "5e8"): a string is quoted inside
+ * the text, so for strings, numbers and booleans the typed setters below are
+ * simpler - zc_config_set_string(cfg, "optimizer.type", "AdamW") is
+ * zc_config_set(cfg, "optimizer.type", "\"AdamW\""). Aliases and deprecated
+ * keys are accepted as in a JSON file (with a warning). On failure (unknown
+ * key — the message suggests the nearest one —, wrong type, out of range, text
+ * that is not JSON) the configuration is unchanged. Not thread-safe for one
+ * cfg. */
 ZC_API zc_status zc_config_set(zc_config *cfg, const char *dotted_key, const char *json_value);
 
-/* Typed shorthands for zc_config_set. Same contract. */
+/* Typed shorthands for zc_config_set, with the same contract: the value as a
+ * C integer, double (finite), bool or string. zc_config_set_string quotes
+ * the text itself (UTF-8, not NULL; "auto" is DeepSpeed's "auto"). */
 ZC_API zc_status zc_config_set_int(zc_config *cfg, const char *dotted_key, int64_t value);
 ZC_API zc_status zc_config_set_double(zc_config *cfg, const char *dotted_key, double value);
 ZC_API zc_status zc_config_set_bool(zc_config *cfg, const char *dotted_key, bool value);
@@ -367,10 +373,22 @@ ZC_API zc_status zc_engine_create(zc_engine **out, const zc_config *cfg, zc_comm
  * build only. */
 ZC_API zc_status zc_group_add(zc_engine *eng, double weight_decay, double lr_scale, int *group_id);
 
-/* Registers a parameter of ndim dimensions (1..8, each > 0) in group `group`.
- * Every rank must register the same parameters in the same order. Returns the
- * parameter handle (owned by the engine), or NULL on failure (zero-size shape,
- * unknown group, called after build, duplicate name) with zc_last_error() set. */
+/* Registers a parameter of ndim dimensions (1..8, each > 0) in group `group`,
+ * named `name` (copied). Every rank must register the same parameters in the
+ * same order. Before build only. On success *out is the parameter handle,
+ * owned by the engine (valid until zc_engine_destroy). Fails, registering
+ * nothing and setting *out to NULL: ZC_ERR_INVALID_ARG for a NULL out, a NULL
+ * or empty name, a name already registered, ndim outside 1..8, a dimension
+ * <= 0, a shape (or the engine's parameters in all) past 2^61 elements, an
+ * unknown group; ZC_ERR_INVALID_STATE after zc_engine_build; ZC_ERR_NO_MEMORY
+ * when the registry cannot grow. */
+ZC_API zc_status zc_param_add_status(zc_engine *eng, const char *name, const int64_t *shape,
+                                     int ndim, int group, zc_param **out);
+
+/* zc_param_add_status returning the handle itself: NULL on any of its
+ * failures, with zc_last_error() saying which (the status is not returned:
+ * use zc_param_add_status to tell them apart). Kept for loops written
+ * against it. */
 ZC_API zc_param *zc_param_add(zc_engine *eng, const char *name, const int64_t *shape, int ndim,
                               int group);
 
@@ -482,7 +500,11 @@ ZC_API zc_status zc_param_release(zc_engine *eng, zc_param *p, void *stream);
  * What to write: this rank's own gradient of this micro-step's loss, raw -
  * not averaged over the ranks or divided by gradient_accumulation_steps:
  * zeroc averages once, over world x accumulation steps (after DeepSpeed's
- * prescale_gradients and gradient_predivide_factor) - and with fp16 the
+ * prescale_gradients and gradient_predivide_factor), summing the window's
+ * micro-steps in fp32 - or, with data_types.grad_accum_dtype set to the
+ * 16-bit working dtype, as DeepSpeed's default does: each micro-step's
+ * gradient times 1 / accumulation steps rounded to that dtype, the running
+ * sum rounded to it after every add - and with fp16 the
  * gradient of the loss multiplied by zc_loss_scale(), read before this
  * micro-step's backward pass; zc_step divides by that scale (or, with
  * fp16.deepspeed_unscale_order, by the scaler's value after the step, as
@@ -572,6 +594,13 @@ ZC_API zc_status zc_block_span(zc_engine *eng, zc_param *first, zc_block **out);
  * parameter (NULL when i is out of range). */
 ZC_API int zc_block_size(const zc_block *b);
 ZC_API zc_param *zc_block_param(const zc_block *b, int i);
+
+/* The number of elements of a block's parameters together (the sum of their
+ * zc_param_numel): the `count` that zc_block_load and zc_block_gather_master
+ * take, and the floats of their array. Before or after build; read-only, as
+ * the calls above. ZC_ERR_INVALID_ARG for a NULL or bad block or a NULL count,
+ * leaving *count unchanged. */
+ZC_API zc_status zc_block_numel(const zc_block *b, size_t *count);
 
 /* Frees a block (not its parameters). NULL is a no-op. */
 ZC_API void zc_block_destroy(zc_block *b);
@@ -977,6 +1006,132 @@ ZC_API zc_status zc_checkpoint_export_fd(const char *dir, const char *tag, int f
 ZC_API zc_status zc_checkpoint_reshard(const char *in_dir, const char *tag, const char *out_dir,
                                        int world);
 
+/* ---- Importing pretrained weights (docs/loading.md) --------------------- */
+
+/* How a tensor of a safetensors file maps to a parameter of the engine:
+ * file_name is the tensor's name in the file, param_name the parameter's
+ * (NULL: the tensor is known and not loaded, e.g. a tied "lm_head.weight" or
+ * an attention mask buffer); transposed marks a 2-D tensor stored as the
+ * parameter's transpose (the file's [cols, rows] for a [rows, cols]
+ * parameter), as Hugging Face's GPT-2 stores its Conv1D weights. */
+typedef struct zc_load_name {
+    const char *file_name;
+    const char *param_name;
+    bool transposed;
+} zc_load_name;
+
+/* What a name-map callback decided for one tensor of the file. */
+typedef enum zc_load_map_result {
+    ZC_LOAD_UNMAPPED = 0, /* no mapping: the exact name is tried next */
+    ZC_LOAD_MAPPED,       /* into the parameter written to `param` */
+    ZC_LOAD_SKIP          /* known and not loaded (a tied copy, a buffer) */
+} zc_load_map_result;
+
+/* A name-map callback: called once per tensor of the file that the table
+ * does not name, with its name and shape (as the file stores it); for
+ * ZC_LOAD_MAPPED it writes the parameter's name into param (cap bytes, NUL
+ * included) and sets *transposed. Called on every rank, from the thread that
+ * called zc_load_safetensors; it must decide the same on every rank. */
+typedef zc_load_map_result (*zc_load_map_fn)(void *user, const char *file_name,
+                                             const int64_t *shape, int ndim, char *param,
+                                             size_t cap, bool *transposed);
+
+/* Options of zc_load_safetensors. Start from ZC_LOAD_OPTIONS_INIT; fields may
+ * be added at the end. A tensor's parameter is looked up in `names` first
+ * (n_names entries), then by `map`, then by its exact name. */
+typedef struct zc_load_options {
+    size_t size;               /* sizeof(zc_load_options) */
+    const zc_load_name *names; /* a table, or NULL */
+    int n_names;
+    zc_load_map_fn map;        /* a callback, or NULL */
+    void *map_user;            /* its first argument */
+    bool allow_extra;          /* tensors that map to no parameter are skipped
+                                  (default: refused, naming the tensor) */
+    size_t ring_bytes;         /* the staging ring the file is read through:
+                                  the import's only host memory beyond the
+                                  engine's own (0: 32 MiB; else a multiple of
+                                  1 MiB in [4 MiB, 1 GiB]) */
+    bool buffered;             /* read through the page cache instead of with
+                                  O_DIRECT (a file system that refuses O_DIRECT
+                                  is read buffered anyway) */
+} zc_load_options;
+
+#define ZC_LOAD_OPTIONS_INIT { sizeof(zc_load_options), NULL, 0, NULL, NULL, false, 0, false }
+
+/* What one rank's import did (zc_load_safetensors' optional out-param,
+ * filled when the call succeeds; untouched otherwise). */
+typedef struct zc_load_stats {
+    size_t size;               /* sizeof(zc_load_stats), set by the caller */
+    int files;                 /* safetensors files of the set */
+    int64_t file_bytes;        /* their sizes together */
+    int64_t header_bytes;      /* bytes of headers (and the index) this rank read */
+    int64_t bytes_read;        /* every byte this rank read, headers included:
+                                  about file_bytes / world plus the headers */
+    int64_t tensors;           /* tensors loaded into parameters */
+    int64_t skipped;           /* tensors skipped (ZC_LOAD_SKIP, allow_extra) */
+    int64_t ring_bytes;        /* the staging ring's host memory */
+    bool direct;               /* the payload was read with O_DIRECT */
+    double seconds;            /* the call's wall time on this rank */
+} zc_load_stats;
+
+/* Loads pretrained weights into the engine's parameters: one .safetensors
+ * file, or a Hugging Face sharded set named by its index
+ * (model.safetensors.index.json: {"weight_map": {tensor: file}}, the files
+ * beside it). F32, BF16 and F16 tensors become the fp32 master exactly and
+ * the working copy as zc_param_load makes it from the same fp32 values, so
+ * the engine's state is bitwise what zc_param_load of those values gives, at
+ * every stage, precision and offload setting; Adam's moments and the step
+ * counters are left as they are. Collective, after zc_engine_build, between
+ * optimizer steps, with no parameter acquired (else ZC_ERR_INVALID_STATE).
+ *
+ * Each rank reads only the bytes behind the elements its optimizer shard
+ * holds (at stage 0 a 1/W slice of each chunk, the master then all-gathered),
+ * so the ranks together read the file once (plus each rank the headers); the
+ * working copies are completed by all-gathers. The payload is read with
+ * large aligned O_DIRECT reads kept in flight (io_uring, as the NVMe store
+ * does) into a staging ring of opts->ring_bytes and converted from there
+ * into the state's homes (device, pinned host or NVMe: the NVMe home writes
+ * the master alone): the import allocates nothing else on the host, except
+ * on a GPU a host bounce of one shard for state in device memory. opts and
+ * stats may be NULL.
+ *
+ * Refused before anything is written, with the engine unchanged and the same
+ * status and message on every rank (ZC_ERR_INVALID_ARG, or ZC_ERR_IO for a
+ * file that cannot be opened or read, naming the file and the tensor): a
+ * header that is not one JSON object or is larger than the file or than
+ * 100 MB, a tensor entry without a known dtype, shape and data_offsets, an
+ * unsupported dtype of a tensor to load, offsets outside the data, overlapping
+ * or leaving a gap, a truncated file or trailing bytes, an index naming a
+ * tensor its file lacks or a file outside its directory, a tensor in two
+ * files, a parameter no tensor maps to (missing), a tensor that maps to no
+ * parameter (unless allow_extra), two tensors for one parameter, a shape or
+ * element count that differs (transposed: the swapped 2-D shape), a bad
+ * option. A read error or a failed write into a home after that breaks every
+ * rank's engine with the same message, saying the parameters are partly
+ * loaded. */
+ZC_API zc_status zc_load_safetensors(zc_engine *eng, const char *path,
+                                     const zc_load_options *opts, zc_load_stats *stats);
+
+/* One tensor of a safetensors file or set, as zc_load_list reports it. */
+typedef struct zc_load_tensor {
+    const char *name;          /* valid during the callback */
+    const char *dtype;         /* as the file names it: "F32", "BF16", "I64", ... */
+    int ndim;                  /* 0..8 */
+    int64_t shape[8];
+    int64_t numel;
+    const char *file;          /* the file that holds it (a part of a set) */
+} zc_load_tensor;
+
+/* Lists the tensors of a safetensors file or Hugging Face set (the paths
+ * zc_load_safetensors takes), in the set's order (file by file, by offset),
+ * after the header checks zc_load_safetensors makes (the same refusals,
+ * ZC_ERR_INVALID_ARG or ZC_ERR_IO naming the file and the tensor): what a
+ * program registers its parameters from. fn is called once per tensor; a
+ * non-zero return stops the listing (the call then returns ZC_OK). Reads
+ * the headers only. Not collective, no engine; thread-safe. */
+ZC_API zc_status zc_load_list(const char *path,
+                              int (*fn)(void *user, const zc_load_tensor *tensor), void *user);
+
 /* Memory categories of zc_stats. */
 typedef enum zc_mem_category {
     ZC_MEM_PARAMS = 0, /* working-precision parameters (full or shard) */
@@ -1263,6 +1418,90 @@ typedef struct zc_offload_stats {
  * figures of the last completed zc_step. Not collective; the values are this
  * rank's. Thread-safe with respect to other engines only. */
 ZC_API zc_status zc_engine_offload_stats(const zc_engine *eng, zc_offload_stats *out);
+
+/* ---- Where the time goes: the timeline, the comms logger, throughput ---- */
+
+/* The timeline (docs/trace.md). With the config section "trace" ({"path":
+ * "trace.json", "steps": "10-12"}, a zeroc extension) or the environment
+ * variables ZC_TRACE (the path) and ZC_TRACE_STEPS (the window), each rank
+ * records the spans of the traced optimizer steps - the step's phases, each
+ * stage-3 acquire, every collective, NVMe request and host<->device copy of
+ * the offload, each Adam piece, the agreements - into a buffer preallocated
+ * by zc_engine_build (trace.max_events records; a smaller one than the
+ * window needs is refused there, naming the key and the size needed) and
+ * writes them at the end of the window's last step, in the Chrome
+ * trace-event JSON format (Perfetto, chrome://tracing): the path itself with
+ * one rank, else one file per rank ("{rank}" in the path is replaced by the
+ * rank; without it ".rank<R>" goes before the extension). The files are
+ * created by zc_engine_build (never over an existing file) and removed by
+ * zc_engine_destroy when the run ended before the window began. Recording
+ * never allocates; with the section absent every hook is a branch. */
+
+/* The comms logger's figures (DeepSpeed's comms_logger: enabled, verbose,
+ * prof_all, prof_ops, debug), by zc_coll_kind, over every collective logged
+ * since build. bytes is nccl-tests' size S of each operation: the buffer of
+ * an all-reduce or broadcast, the full (world-sized) buffer of a
+ * reduce-scatter or all-gather; payload_bytes the part that
+ * zc_stats.comm_bytes_last_step counts (the model's; not the norm partials
+ * or the agreements' status records). A collective issued inside a
+ * communicator group is timed with the group's launch, its share by bytes.
+ * Bandwidths as nccl-tests defines them: algbw = bytes / latency_s, busbw =
+ * algbw x 2(n-1)/n (all-reduce), (n-1)/n (reduce-scatter, all-gather), 1
+ * (broadcast); bytes per second. */
+typedef struct zc_comms_stats {
+    size_t size;                     /* sizeof(zc_comms_stats), set by caller */
+    bool enabled;                    /* comms_logger.enabled; else all zero */
+    int world;
+    int64_t ops[ZC_COLL__COUNT];
+    int64_t bytes[ZC_COLL__COUNT];
+    int64_t payload_bytes[ZC_COLL__COUNT];
+    double latency_s[ZC_COLL__COUNT];
+    double algbw[ZC_COLL__COUNT], busbw[ZC_COLL__COUNT];
+} zc_comms_stats;
+
+/* Fills *out (out->size must be set; ZC_ERR_INVALID_ARG otherwise). This
+ * rank's figures; not collective. Not thread-safe with calls on the same
+ * engine. */
+ZC_API zc_status zc_engine_comms_stats(const zc_engine *eng, zc_comms_stats *out);
+/* DeepSpeed's summary table (deepspeed.comm.log_summary()): per collective
+ * kind ("all_gather", and "all_gather_coalesced" for a group's) and, with
+ * comms_logger.debug, per calling function, one row per message size: count,
+ * total and mean latency (ms), algbw and busbw (GB/s), as text with a
+ * newline after each line, into buf (cap bytes, NUL-terminated, cut at a
+ * whole line when short; buf may be NULL with cap 0). *len (may be NULL)
+ * receives the bytes the whole table needs, its NUL included. The engine
+ * also logs the table at INFO ("comm") when it is destroyed, and with
+ * comms_logger.verbose a line per operation. Not collective. */
+ZC_API zc_status zc_engine_comms_summary(const zc_engine *eng, char *buf, size_t cap,
+                                         size_t *len);
+
+/* What a step of the program computes, for the throughput of the progress
+ * lines (steps_per_print): tokens (or samples) and model FLOPs per optimizer
+ * step over all ranks, and the peak the FLOP/s are a fraction of (MFU). */
+typedef struct zc_workload {
+    size_t size;                /* sizeof(zc_workload), set by caller */
+    double tokens_per_step;     /* all ranks' tokens per optimizer step; 0: not stated */
+    double flops_per_step;      /* all ranks' FLOPs per optimizer step (forward and
+                                   backward, e.g. 6 x params x tokens); 0: not stated */
+    double peak_flops;          /* one rank's peak FLOP/s; 0: the device's when known
+                                   (the host path: zc_host_peak_flops), else no MFU */
+} zc_workload;
+
+/* States the program's work per step: from the next progress line on, the
+ * line adds tokens/s, and with flops_per_step the achieved TFLOP/s per rank
+ * and MFU = achieved / peak. Values must be finite and >= 0
+ * (ZC_ERR_INVALID_ARG naming the field otherwise, nothing changed). Not
+ * collective. */
+ZC_API zc_status zc_engine_set_workload(zc_engine *eng, const zc_workload *w);
+
+/* An estimate of this machine's peak FLOP/s on the host path, for MFU: the
+ * cores this process may run on x their highest clock
+ * (/sys/devices/system/cpu/.../cpuinfo_max_freq, else /proc/cpuinfo) x the
+ * fp32 FLOPs one core issues per cycle with the widest vector unit the CPU
+ * has (two fused multiply-add pipes: 64 with AVX-512, 32 with AVX2 and
+ * FMA, 8 without). *flops > 0 and `how` (cap bytes, may be NULL) says how
+ * it was computed; ZC_ERR_UNSUPPORTED when the clock cannot be read. */
+ZC_API zc_status zc_host_peak_flops(double *flops, char *how, size_t cap);
 
 /* Destroys the engine and frees everything it allocated. NULL is a no-op. Not
  * collective. */

@@ -13,6 +13,7 @@
 #ifndef ZC_COMM_COMM_H
 #define ZC_COMM_COMM_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -89,6 +90,29 @@ static inline zc_status zc__comm_group_end(zc_comm *c)
  * operations with, and their names in messages ("all_reduce", ...). */
 enum { K_ALL_REDUCE = 1, K_REDUCE_SCATTER, K_ALL_GATHER, K_BROADCAST, K_BARRIER };
 const char *zc__coll_kind_name(int kind);
+
+/* How a rank's meetings with its peers went, counted over the
+ * communicator's life. Tests and benches hold the waiting to its design by
+ * these counts rather than by a time (a time depends on what else the
+ * machine runs):
+ *   meetings: local: rendezvous of the ranks (one per collective or barrier
+ *             outside a group, one per up to 64 collectives inside); MPI: 0;
+ *   waits:    meetings (local) or poll loops (MPI) that found a peer missing
+ *             after their first look (local: after the spin);
+ *   sleeps:   times the waiting thread gave up its core - a futex sleep
+ *             (local) or a backoff nap (MPI, base/backoff.h);
+ *   restarts: MPI: polls that made progress and so started a new spin.
+ * zc__comm_wait_counts fills *out for the local and MPI backends and returns
+ * false (leaving *out zeroed) for another one. The local backend's counts
+ * may be read from another thread while the rank runs; the MPI backend's by
+ * the rank's own thread. */
+typedef struct zc_comm_wait_counts {
+    uint64_t meetings, waits, sleeps, restarts;
+} zc_comm_wait_counts;
+bool zc__comm_wait_counts(const zc_comm *c, zc_comm_wait_counts *out);
+/* The backends' own (comm_api.c dispatches by the ops' name). */
+void zc__local_wait_counts(const zc_comm *c, zc_comm_wait_counts *out);
+void zc__mpi_wait_counts(const zc_comm *c, zc_comm_wait_counts *out);
 
 /* ZC_COMM_TIMEOUT, the seconds one collective may wait for its peers, the
  * same on every backend (local, mpi, nccl): unset or empty gives 600;

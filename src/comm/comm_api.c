@@ -1,4 +1,8 @@
 /* Public accessors shared by every communicator backend. */
+#include <string.h>
+
+#include "zc_build_config.h"
+
 #include "comm/comm.h"
 #include "base/env.h"
 
@@ -33,4 +37,22 @@ zc_status zc__comm_timeout_env(double *out)
                              NULL, &t));
     *out = t;
     return ZC_OK;
+}
+
+bool zc__comm_wait_counts(const zc_comm *c, zc_comm_wait_counts *out)
+{
+    *out = (zc_comm_wait_counts){0};
+    if (!c || !c->ops || !c->ops->name)
+        return false;
+    if (!strcmp(c->ops->name, "local")) {
+        zc__local_wait_counts(c, out);
+        return true;
+    }
+#if ZC_HAVE_MPI
+    if (!strcmp(c->ops->name, "mpi")) {
+        zc__mpi_wait_counts(c, out);
+        return true;
+    }
+#endif
+    return false;
 }

@@ -118,7 +118,13 @@ typedef struct local_comm {
     int nqueued;
     void *group_stream;
     local_op queued[LOCAL_GROUP_MAX];
+    /* Counted for zc__comm_wait_counts (comm.h): rendezvous, those this
+     * rank waited in past the spin, its futex sleeps. Written by the rank's
+     * thread, read by any (relaxed atomics: counts, not synchronisation). */
+    uint64_t meetings, waits, sleeps;
 } local_comm;
+
+static void count(uint64_t *n) { __atomic_fetch_add(n, 1, __ATOMIC_RELAXED); }
 
 
 /* What a rank posted, for messages: its first collective (a group is named
@@ -196,6 +202,7 @@ static zc_status group_wait(local_comm *c)
         return ZC_OK;
     }
     if (!spin_for(g, gen)) {
+        count(&c->waits);
         /* The futex sleeps to the CLOCK_MONOTONIC deadline (a wall-clock
          * step cannot stretch it); the loop checks the same clock. */
         const double end = zc__now_s() + g->timeout_s; /* read first: <= deadline */
@@ -218,6 +225,7 @@ static zc_status group_wait(local_comm *c)
                               c->base.rank, slot_kind(mine), c->seq, slot_count(mine),
                               g->timeout_s, waiting_for, g->world);
             }
+            count(&c->sleeps);
             futex_sleep(g, w, &deadline);
         }
     }
@@ -415,6 +423,7 @@ static zc_status work(local_comm *c, int i, void *stream)
  * share of each in order, finish. */
 static zc_status run(local_comm *c, const local_op *ops, int nops, void *stream)
 {
+    count(&c->meetings);
     ZC_CHECK(post(c, ops, nops, stream));
     zc_status rc = after_peers_ready(c, stream);
     for (int i = 0; i < nops && rc == ZC_OK; i++)
@@ -506,6 +515,7 @@ static zc_status local_barrier(zc_comm *base)
         return ZC_ERR(ZC_ERR_INVALID_ARG, "local comm rank %d: barrier inside a group",
                       base->rank);
     c->seq++;
+    count(&c->meetings);
     c->g->slots[base->rank] = (local_slot){NULL, 0, c->ev_ready, c->ev_done};
     return group_wait(c);
 }
@@ -670,4 +680,12 @@ fail:
     for (int r = 0; r < world; r++)
         comms[r] = NULL;
     return rc;
+}
+
+void zc__local_wait_counts(const zc_comm *comm, zc_comm_wait_counts *out)
+{
+    const local_comm *c = (const local_comm *)comm;
+    *out = (zc_comm_wait_counts){.meetings = __atomic_load_n(&c->meetings, __ATOMIC_RELAXED),
+                                 .waits = __atomic_load_n(&c->waits, __ATOMIC_RELAXED),
+                                 .sleeps = __atomic_load_n(&c->sleeps, __ATOMIC_RELAXED)};
 }

@@ -57,6 +57,7 @@ typedef struct mpi_comm {
     int *done_idx;    /* MPI_Testsome's indices: 2W, one wait at a time */
     int broken;
     char failure[512];
+    zc_comm_wait_counts counts; /* zc__comm_wait_counts: waits, naps, spin restarts */
 } mpi_comm;
 
 /* ---- helpers ------------------------------------------------------------- */
@@ -136,6 +137,7 @@ static zc_status wait_req(mpi_comm *c, mpi_op *op, double deadline)
     zc_backoff b;
     zc__backoff_init(&b);
     double t = b.spin_from - op->post_s; /* the first poll's "took" covers the posting */
+    bool waited = false;
     while (left > 0) {
         int n = 0;
         int e = MPI_Testsome(op->nreq, op->reqs, &n, c->done_idx, MPI_STATUSES_IGNORE);
@@ -150,11 +152,17 @@ static zc_status wait_req(mpi_comm *c, mpi_op *op, double deadline)
          * that only did work spins the shortest time (a poll that lasted
          * because the rank was preempted must not buy a long spin). */
         double took = zc__now_s() - t;
-        if (n > 0)
-            zc__backoff_progress(&b, took);
-        else if (took > POLL_WORK_S)
-            zc__backoff_progress(&b, 0);
+        if (n > 0 || took > POLL_WORK_S) {
+            zc__backoff_progress(&b, n > 0 ? took : 0);
+            c->counts.restarts++;
+        }
+        if (!waited) {
+            waited = true;
+            c->counts.waits++;
+        }
+        const uint64_t naps = b.naps;
         t = zc__backoff_idle(&b);
+        c->counts.sleeps += b.naps - naps;
         if (t > deadline)
             return fail(c, "mpi comm rank %d/%d: %s #%llu (%zu x %s) timed out after %g s "
                            "waiting for the other ranks (ZC_COMM_TIMEOUT)",
@@ -658,4 +666,9 @@ fail:
         MPI_Comm_free(&dup);
     zc__mpi_unref(1);
     return rc;
+}
+
+void zc__mpi_wait_counts(const zc_comm *comm, zc_comm_wait_counts *out)
+{
+    *out = ((const mpi_comm *)comm)->counts;
 }

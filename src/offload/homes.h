@@ -123,7 +123,10 @@ typedef struct zc_opt_home_ops {
     float *(*grad_shard)(zc_opt_home *h, int k);
     /* params.swap_grads: the chunk's fp32 gradient shard lives in the swap
      * files. grad_add adds src (n values of dt, host-addressable) to it: on
-     * the window's first micro-step onto zeros, else onto what is read back;
+     * the window's first micro-step onto zeros, else onto what is read back,
+     * the sum rounded to acc_dt (F32: none; a 16-bit dtype: the running sum
+     * of data_types.grad_accum_dtype, device.h accumulate_rounded) before it
+     * is written;
      * on the last one it also returns the shard's blocked fp64 sum of squares
      * (the norm's partial) in *sumsq. I/O errors do not fail the call (the
      * ranks must keep issuing the same collectives): they are kept and fail
@@ -137,8 +140,8 @@ typedef struct zc_opt_home_ops {
      * without staging, or when the home has none (nvme: bounded memory;
      * it stages synchronously through its swap slots). May be NULL. */
     void *(*grad_land)(zc_opt_home *h, int k);
-    zc_status (*grad_add)(zc_opt_home *h, int k, const void *src, zc_dtype dt, bool first,
-                          bool last, double *sumsq);
+    zc_status (*grad_add)(zc_opt_home *h, int k, const void *src, zc_dtype dt, zc_dtype acc_dt,
+                          bool first, bool last, double *sumsq);
     void *(*grad_in_stage)(zc_opt_home *h);
     /* Called often while Adam runs on an acquired chunk: moves the I/O in
      * flight along without blocking (the store only reaps completions and
@@ -146,6 +149,13 @@ typedef struct zc_opt_home_ops {
      * queue_depth requests are done). Returns whether I/O is still in flight
      * (the next piece of Adam shares the machine with it). May be NULL. */
     bool (*progress)(zc_opt_home *h);
+    /* A pass that overwrites the master of every chunk it acquires and
+     * leaves m and v as they are (an import of weights): acquire reads
+     * nothing and hands out the master alone (m and v NULL, its contents
+     * undefined: the caller writes all n values), release(dirty) writes the
+     * master alone. Otherwise as pass_begin. May be NULL: the home's state is
+     * resident and a plain pass costs no I/O. */
+    zc_status (*pass_begin_master)(zc_opt_home *h, const int *ks, int nk);
     /* Frees memory, removes swap files. NULL-safe through zc__opt_home_destroy. */
     void (*destroy)(zc_opt_home *h);
 } zc_opt_home_ops;

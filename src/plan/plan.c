@@ -166,6 +166,7 @@ static zc_status plan(zc_config *cfg, int world, const zc_plan_tensor *t, int n,
         cfg->gradient_accumulation_steps > 0 ? cfg->gradient_accumulation_steps : 1;
     zc_dtype dt;
     ZC_CHECK(zc__pick_dtype(cfg, o, &dt));
+    ZC_CHECK(zc__config_grad_accum_check(cfg, dt)); /* as zc_engine_create */
     const int views = o && PLAN_HAS(o, f32_view_chunks) ? o->f32_view_chunks : 0;
     zc_device_kind kind = o ? o->device : ZC_DEVICE_AUTO;
     if (kind == ZC_DEVICE_AUTO)

@@ -214,6 +214,50 @@ Test(gpu_kernels, scale_and_accumulate)
     t_assert_no_leaks();
 }
 
+/* The 16-bit running sum (data_types.grad_accum_dtype): every source dtype
+ * into an accumulator rounded to each float dtype (F32: accumulate), the
+ * accumulator holding values of that dtype as the engine's do. Bitwise the
+ * host twin, except that a NaN made by the addition (inf + -inf) only has to
+ * be a NaN on both sides (see the top). */
+Test(gpu_kernels, accumulate_rounded_every_pair)
+{
+    zc_device *d;
+    g_open_or_skip(&d);
+    zc_device *h = zc__device_host();
+    uint64_t s = t_seed("gpu accumulate_rounded");
+    for (int a = 0; a < 3; a++)
+        for (int b = 0; b < 3; b++) {
+            const zc_dtype st = FLOATS[a], at = FLOATS[b];
+            const size_t sb = N_ODD * zc_dtype_size(st), ab = N_ODD * sizeof(float);
+            void *src = malloc(sb), *acc16 = malloc(N_ODD * zc_dtype_size(at));
+            float *acc = malloc(ab), *got = malloc(ab);
+            fill(&s, src, st, N_ODD, 1);
+            fill(&s, acc16, at, N_ODD, 1);
+            cr_assert_eq(h->ops->cast(h, acc, ZC_DTYPE_F32, acc16, at, N_ODD, NULL), ZC_OK);
+            float *dacc = dev_alloc(d, ab);
+            void *dsrc = dev_alloc(d, sb);
+            h2d(d, dacc, acc, ab);
+            h2d(d, dsrc, src, sb);
+            cr_assert_eq(d->ops->accumulate_rounded(d, dacc, dsrc, st, at, N_ODD, NULL), ZC_OK,
+                         "%s", zc_last_error());
+            d2h(d, got, dacc, ab);
+            cr_assert_eq(h->ops->accumulate_rounded(h, acc, src, st, at, N_ODD, NULL), ZC_OK);
+            for (size_t i = 0; i < N_ODD; i++) {
+                if (isnan(acc[i]) && isnan(got[i]))
+                    continue;
+                cr_assert_eq(zc__f32_bits(got[i]), zc__f32_bits(acc[i]),
+                             "accumulate_rounded %s into %s [%zu]: host %a gpu %a",
+                             zc_dtype_name(st), zc_dtype_name(at), i, (double)acc[i],
+                             (double)got[i]);
+            }
+            dev_free(d, dacc, ab);
+            dev_free(d, dsrc, sb);
+            free(src), free(acc16), free(acc), free(got);
+        }
+    d->ops->destroy(d);
+    t_assert_no_leaks();
+}
+
 /* The local communicator's reduction: 1..5 sources in order, into a fresh
  * buffer and in place (dst == srcs[0]). */
 Test(gpu_kernels, reduce_sum_in_order)

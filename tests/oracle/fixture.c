@@ -114,6 +114,30 @@ static void load_case(o_fixtures *F, json_t *jc, o_case *C)
     json_t *tw = json_object_get(jc, "twin");
     C->twin = json_is_string(tw) ? json_string_value(tw) : NULL;
     C->twin_bitwise_equal = json_is_true(json_object_get(jc, "twin_bitwise_equal"));
+    json_t *kt = json_object_get(jc, "key_unset_twin");
+    C->key_unset_twin = json_is_string(kt) ? json_string_value(kt) : NULL;
+    C->key_unset_twin_bitwise_equal =
+        json_is_true(json_object_get(jc, "key_unset_twin_bitwise_equal"));
+    json_t *kr = json_object_get(jc, "d3_key_run");
+    C->d3_key = NULL;
+    if (json_is_object(kr)) {
+        C->d3_key = get_str(kr, "grad_accum_dtype", where);
+        cr_assert(!strcmp(C->d3_key, C->dtype) && C->accum > 1,
+                  "fixtures: %s: d3_key_run names %s", where, C->d3_key);
+        json_t *kper = get(kr, "zeroc_stage_expect", JSON_OBJECT, where);
+        for (int zs = 0; zs < 4; zs++) {
+            char key[2] = {(char)('0' + zs), 0};
+            json_t *v = json_object_get(kper, key);
+            C->d3_key_expect_at[zs] = json_is_string(v) ? json_string_value(v) : "match";
+            cr_assert(!strcmp(C->d3_key_expect_at[zs], "match") ||
+                          !strcmp(C->d3_key_expect_at[zs], "D3"),
+                      "fixtures: %s: d3_key_run, zeroc stage %d expects \"%s\"", where, zs,
+                      C->d3_key_expect_at[zs]);
+        }
+    } else {
+        cr_assert(json_is_null(kr) || !kr, "fixtures: %s: d3_key_run is neither null nor an "
+                  "object", where);
+    }
     C->init_kind = get_str(jc, "init", where);
     if (!strcmp(C->init_kind, "grid"))
         C->init = F->init_grid;

@@ -38,6 +38,14 @@ typedef struct o_case {
     json_t *zeroc_extra;       /* zeroc-only keys meant for this case (object) */
     const char *twin;          /* D3: the same run with grad_accum_dtype "fp32" */
     bool twin_bitwise_equal;   /* DeepSpeed's masters equal the twin's */
+    const char *key_unset_twin; /* D3: the same run with grad_accum_dtype unset
+                                   (this one names the model dtype) */
+    bool key_unset_twin_bitwise_equal;
+    const char *d3_key;        /* D3: the grad_accum_dtype zeroc is also replayed
+                                  with (the model dtype: DeepSpeed's default,
+                                  which the case leaves unset), or NULL */
+    const char *d3_key_expect_at[4]; /* that replay's expectation per zeroc stage:
+                                        "match", or "D3" where it still differs */
     const char *init_kind;     /* "grid" or "unrounded" */
     const float *init;         /* N initial values given to DeepSpeed */
     int8_t *grads;             /* [steps][accum][world][N] */
@@ -92,6 +100,8 @@ typedef struct o_replay_opts {
     bool ds_arith;      /* optimizer.params.deepspeed_arithmetic: true */
     bool extra;         /* the case's zeroc_extra keys (D1's
                            fp16.deepspeed_unscale_order) */
+    const char *grad_accum_dtype; /* data_types.grad_accum_dtype set to this
+                                     ("bf16", "fp16"); NULL: the case's config */
 } o_replay_opts;
 
 /* Runs case C through zeroc (one thread per rank, host device) with the

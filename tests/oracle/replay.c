@@ -178,6 +178,12 @@ void o_replay(const o_fixtures *F, const o_case *C, const o_replay_opts *opts, o
             free(text);
         }
     }
+    if (opts->grad_accum_dtype) {
+        char v[16];
+        snprintf(v, sizeof v, "\"%s\"", opts->grad_accum_dtype);
+        cr_assert_eq(zc_config_set(R.cfg, "data_types.grad_accum_dtype", v), ZC_OK, "%s",
+                     zc_last_error());
+    }
     const size_t n = (size_t)F->n, S = (size_t)C->steps;
     *out = (o_run){
         .stage = opts->stage,

@@ -326,23 +326,26 @@ static void assert_same_run(const o_case *C, const o_run *a, const o_run *b)
 }
 
 /* D3, per zeroc stage. With gradient accumulation in fp16/bf16 DeepSpeed
- * ZeRO-2/3 sum the micro-steps in the model dtype when
- * data_types.grad_accum_dtype is unset (engine.get_data_types,
- * stage_1_and_2.py gradient_accumulation_dtype) and in fp32 when it is
- * "fp32"; its ZeRO-1 rounds the window to the model dtype either way. zeroc
- * ignores the key: its stages 0/1 round the window's mean to the working
- * dtype once (what a 16-bit sum of two micro-steps gives), its stages 2/3
- * keep each micro-step's reduced gradient in fp32. The index marks the
- * zeroc stages that therefore differ (make_fixtures.py d3_stages); they
- * differ from the first step on, the loss scale, skip and lr sequences
- * staying DeepSpeed's. */
+ * sums the micro-steps in the model dtype when data_types.grad_accum_dtype
+ * is unset (engine.get_data_types; stage_1_and_2.py and stage3.py
+ * gradient_accumulation_dtype), rounding the running sum after every add,
+ * and its ZeRO-2/3 sum them in fp32 with "fp32" (its ZeRO-1 rounds the
+ * window to the model dtype either way). zeroc's default (unset or "fp32")
+ * sums in fp32: its stages 0/1 round the window's mean once (what a 16-bit
+ * sum of two halves gives at one rank), its stages 2/3 keep the sum of the
+ * reductions in fp32. The index marks the zeroc stages that therefore
+ * differ when the case's config is replayed as it is (make_fixtures.py
+ * d3_stages), and those that differ when zeroc is told to accumulate in the
+ * model dtype (d3_key_stages: at two ranks, where the reduction falls);
+ * they differ from the first step on, the loss scale, skip and lr
+ * sequences staying DeepSpeed's. */
 static void check_d3_stage(const o_case *C, const o_run *r, const agree *a)
 {
     cr_expect(a->scale_diff < 0 && a->skip_diff < 0 && a->lr_diff < 0,
               "%s, zeroc stage %d: loss scale / skip / lr sequences differ", C->name, r->stage);
     cr_expect(a->master0_dist == 0 && a->step1_dist > O_TOL_ULP,
-              "%s, zeroc stage %d: the first step is %.2f ulp from DeepSpeed's: if zeroc's "
-              "accumulation follows data_types.grad_accum_dtype now, update d3_stages in "
+              "%s, zeroc stage %d: the first step is %.2f ulp from DeepSpeed's: if zeroc "
+              "accumulates as DeepSpeed does there now, update d3_stages / d3_key_stages in "
               "make_fixtures.py (--reindex)",
               C->name, r->stage, a->step1_dist);
 }
@@ -537,39 +540,100 @@ Test(oracle, d1_unscale_order)
     t_assert_no_leaks();
 }
 
-/* D3 (check_d3_stage above), pairs: a run with grad_accum_dtype unset and
- * its twin with "fp32". DeepSpeed's ZeRO-2/3 runs differ from their twins,
- * its ZeRO-1 run is its twin's; zeroc's runs are their twins' at every
- * stage, bit for bit, until it honours the key. */
-Test(oracle, awaiting_d3_grad_accum_dtype)
+/* D3 (check_d3_stage above). DeepSpeed's own pairs: a run with
+ * grad_accum_dtype unset is its "fp32" twin's at ZeRO-1 only, and its run
+ * with the key naming the model dtype (its default). zeroc's default sums
+ * in fp32 whatever the key says of fp32: a run with the key unset is its
+ * "fp32" twin's at every zeroc stage, bit for bit. And with
+ * data_types.grad_accum_dtype set to the model dtype zeroc accumulates as
+ * DeepSpeed does: every run DeepSpeed took with the key unset, replayed
+ * with it, is held to DeepSpeed's at every zeroc stage (assert_match, as
+ * the match cases are), except where the index says the ranks' reduction
+ * falls elsewhere (two ranks: check_d3_stage); at one rank zeroc's four
+ * stages are then the same run, bit for bit, as DeepSpeed's three are. */
+Test(oracle, d3_grad_accum_dtype)
 {
-    int ran = 0;
+    int pairs = 0, keyed = 0;
+    int covered[2][4][4] = {{{0}}}; /* [bf16, fp16][DeepSpeed stage][accum] */
     for (int c = 0; c < F.ncases; c++) {
         const o_case *C = &F.cases[c];
-        if (!C->twin)
-            continue;
-        const o_case *T = o_find(&F, C->twin);
-        cr_assert(T && T->accum > 1 && strstr(T->config_json, "\"grad_accum_dtype\":\"fp32\""),
-                  "%s: no twin %s with grad_accum_dtype fp32", C->name, C->twin);
-        cr_expect(C->twin_bitwise_equal == (C->ds_stage == 1),
-                  "%s: DeepSpeed's run %s its twin's", C->name,
-                  C->twin_bitwise_equal ? "is" : "is not");
-        for (int s = 0; s < 4; s++) {
-            o_run r, rt;
-            o_replay(&F, C, &(o_replay_opts){.stage = s}, &r);
-            o_replay(&F, T, &(o_replay_opts){.stage = s}, &rt);
-            char why[256];
-            cr_expect(same_run(C, &r, &rt, why, sizeof why),
-                      "%s, zeroc stage %d: not its twin %s's run (%s): if "
-                      "data_types.grad_accum_dtype is honoured now, update d3_stages in "
-                      "make_fixtures.py (--reindex) and this test",
-                      C->name, s, T->name, why);
-            o_run_free(&r);
-            o_run_free(&rt);
+        if (C->key_unset_twin) {
+            const o_case *T = o_find(&F, C->key_unset_twin);
+            cr_assert(T && T->accum == C->accum && !strstr(T->config_json, "grad_accum_dtype"),
+                      "%s: no twin %s with grad_accum_dtype unset", C->name, C->key_unset_twin);
+            cr_expect(C->key_unset_twin_bitwise_equal,
+                      "%s: DeepSpeed's run with grad_accum_dtype %s is not its run with the key "
+                      "unset (%s)", C->name, C->dtype, T->name);
         }
-        ran++;
+        if (C->twin) {
+            const o_case *T = o_find(&F, C->twin);
+            cr_assert(T && T->accum > 1 &&
+                          strstr(T->config_json, "\"grad_accum_dtype\":\"fp32\""),
+                      "%s: no twin %s with grad_accum_dtype fp32", C->name, C->twin);
+            cr_expect(C->twin_bitwise_equal == (C->ds_stage == 1),
+                      "%s: DeepSpeed's run %s its twin's", C->name,
+                      C->twin_bitwise_equal ? "is" : "is not");
+            for (int s = 0; s < 4; s++) {
+                o_run r, rt;
+                o_replay(&F, C, &(o_replay_opts){.stage = s}, &r);
+                o_replay(&F, T, &(o_replay_opts){.stage = s}, &rt);
+                char why[256];
+                cr_expect(same_run(C, &r, &rt, why, sizeof why),
+                          "%s, zeroc stage %d: not its twin %s's run (%s): zeroc's default "
+                          "accumulation is fp32, whether the key is unset or \"fp32\"",
+                          C->name, s, T->name, why);
+                o_run_free(&r);
+                o_run_free(&rt);
+            }
+            pairs++;
+        }
+        if (!C->d3_key)
+            continue;
+        for (int ds = 1; ds >= 0; ds--) {
+            o_run runs[4];
+            for (int s = 0; s < 4; s++) {
+                const o_replay_opts o = {.stage = s, .ds_arith = ds,
+                                         .grad_accum_dtype = C->d3_key};
+                double *B;
+                agree a = run_case(C, &o, &runs[s], &B);
+                const bool d3 = !strcmp(C->d3_key_expect_at[s], "D3");
+                char what[80];
+                snprintf(what, sizeof what, "%s, grad_accum_dtype %s, %s arithmetic",
+                         d3 ? "D3" : "match", C->d3_key, ds ? "deepspeed" : "zeroc");
+                report(C, &runs[s], &a, what);
+                if (d3) {
+                    if (!ds)
+                        check_d3_stage(C, &runs[s], &a);
+                } else if (ds) {
+                    assert_match(C, &runs[s], &a);
+                } else {
+                    assert_bounded(C, &runs[s], &a);
+                }
+                free(B);
+            }
+            if (C->world == 1)
+                for (int s = 1; s < 4; s++)
+                    if (!ds || zc_clip_class(C, s) == zc_clip_class(C, 1))
+                        assert_same_run(C, &runs[ds ? 1 : 0], &runs[s]);
+            for (int s = 0; s < 4; s++)
+                o_run_free(&runs[s]);
+        }
+        const int dt = !strcmp(C->dtype, "fp16");
+        if (C->ds_stage >= 1 && C->ds_stage <= 3 && C->accum <= 3)
+            covered[dt][C->ds_stage][C->accum]++;
+        keyed++;
     }
-    cr_assert(ran > 0, "no grad_accum_dtype pair in the fixtures");
+    cr_assert(pairs > 0 && keyed > 0, "no grad_accum_dtype pair (%d) or keyed replay (%d) in "
+              "the fixtures", pairs, keyed);
+    /* What the fixtures hold zeroc's 16-bit accumulation to: bf16 and fp16,
+     * DeepSpeed's stages 1-3, three micro-steps (a sum that rounds twice),
+     * and two (bf16 at every stage, fp16 at ZeRO-2). */
+    for (int dt = 0; dt < 2; dt++)
+        for (int st = 1; st <= 3; st++)
+            cr_expect(covered[dt][st][3] > 0 && (covered[dt][st][2] > 0 || dt == 1),
+                      "no %s run at DeepSpeed stage %d with accumulation 2 and 3 (%d, %d)",
+                      dt ? "fp16" : "bf16", st, covered[dt][st][2], covered[dt][st][3]);
+    cr_expect(covered[1][2][2] > 0, "no fp16 run at ZeRO-2 with accumulation 2");
     t_assert_no_leaks();
 }
 
