@@ -16,6 +16,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/alloc.h"
+#include "base/checked.h"
 #include "base/dtype.h"
 #include "base/regfile.h"
 #include "ckpt/ring_mem.h"
@@ -26,6 +28,13 @@
 #define IO_DEPTH 32
 #define MAX_SLOTS 256
 #define ALIGN 4096 /* the extents' blocks (plan.c) */
+/* Tensors stored transposed (Conv1D's [in, out]) are converted a band of
+ * file rows at a time into a tile and written out transposed, so each store
+ * fills a run of the parameter's row instead of one element a file row
+ * apart (a page apart: a TLB miss per element). The tile holds at least
+ * TILE_MIN_ROWS file rows of the widest transposed tensor, and 1 MiB. */
+#define TILE_BYTES ((size_t)1 << 20)
+#define TILE_MIN_ROWS 8
 
 typedef struct slot {
     int64_t ext;       /* extent whose bytes it holds, -1: free */
@@ -48,6 +57,9 @@ struct zc_ld_reader {
     zc_ck_ring_mem mem;
     int64_t bytes;           /* read so far */
     bool direct;
+    float *tile;             /* the transpose tile (tile_bytes), or NULL */
+    size_t tile_bytes;
+    zc_mem_account *acct;
     bool (*io_fault)(void *arg, int64_t *nth); /* ZC_FAULTS load items */
     void *io_fault_arg;
     int rank;
@@ -142,6 +154,27 @@ zc_status zc__ld_reader_open(zc_ld_reader **out, const zc_st_set *set, zc_ld_pla
     if (rc == ZC_OK && plan->n_ext)
         rc = zc__ck_ring_alloc(&r->mem, (size_t)r->nslots * r->slot_bytes, acct,
                                "the import's staging ring", NULL);
+    /* The tile: TILE_MIN_ROWS file rows of the widest transposed piece. */
+    size_t tile = 0;
+    for (int64_t i = 0; rc == ZC_OK && i < plan->npieces; i++) {
+        const zc_ld_piece *pc = &plan->pieces[i];
+        size_t need;
+        if (!pc->transposed)
+            continue;
+        if (!zc__aligned_bytes((size_t)pc->rows, TILE_MIN_ROWS * sizeof(float), 64, &need))
+            rc = ZC_ERR(ZC_ERR_NO_MEMORY, "zc_load_safetensors: a transpose tile of %" PRId64
+                        " rows", pc->rows);
+        else if (need > tile)
+            tile = need;
+    }
+    if (tile && tile < TILE_BYTES)
+        tile = TILE_BYTES;
+    r->acct = acct;
+    if (rc == ZC_OK && tile) {
+        rc = zc__host_alloc(acct, ZC_MEM_OTHER, tile, "the import's transpose tile",
+                            (void **)&r->tile);
+        r->tile_bytes = rc == ZC_OK ? tile : 0;
+    }
     if (rc == ZC_OK)
         rc = open_stores(r, buffered);
     if (rc == ZC_OK)
@@ -166,6 +199,7 @@ void zc__ld_reader_close(zc_ld_reader *r)
     free(r->stores);
     free(r->tails);
     zc__ck_ring_free(&r->mem);
+    zc__host_free(r->acct, ZC_MEM_OTHER, r->tile, r->tile_bytes);
     free(r);
 }
 
@@ -254,6 +288,13 @@ typedef struct conv {
     unsigned char carry[4];
     size_t ncarry;
     int64_t bad_y;         /* the first element that is a NaN or an infinity, or -1 */
+    /* Transposed pieces: file rows [tj0, tj0 + tile_cap / R) converted
+     * into the tile (row t at tile + t * R), file elements [ty0, ty1) of
+     * them filled; written out transposed when the tile is full or the
+     * piece ends (tile_flush). */
+    float *tile;
+    int64_t tile_cap;
+    int64_t tj0, ty0, ty1;
 } conv;
 
 /* Whether element k of src is a NaN or an infinity (its exponent all ones). */
@@ -312,6 +353,72 @@ static bool from_f16(float *restrict o, const uint16_t *restrict h, int64_t n)
     return ones;
 }
 
+/* Whether file element y of a transposed piece lands in [a, b). */
+static bool in_range(const zc_ld_piece *pc, int64_t y)
+{
+    const int64_t x = (y % pc->rows) * pc->cols + y / pc->rows;
+    return x >= pc->a && x < pc->b;
+}
+
+/* Writes the tile's filled elements to their places: for each parameter
+ * row i, the file rows of the tile are a contiguous run of columns
+ * (x = i * C + tj0 + t), clipped to [a, b) and to the filled [ty0, ty1). */
+static void tile_flush(conv *c)
+{
+    if (c->ty1 <= c->ty0)
+        return;
+    const zc_ld_piece *pc = c->pc;
+    const int64_t R = pc->rows, C = pc->cols, j0 = c->tj0;
+    const int64_t nrows = (c->ty1 - 1) / R - j0 + 1;
+    const int64_t first_i = c->ty0 - j0 * R;                 /* row 0 starts here */
+    const int64_t last_end = c->ty1 - (j0 + nrows - 1) * R;  /* the last row ends here */
+    float *out = c->dst + pc->dst_off;
+    for (int64_t i = 0; i < R; i++) {
+        int64_t t0 = i < first_i ? 1 : 0, t1 = i >= last_end ? nrows - 1 : nrows;
+        const int64_t x0 = i * C + j0; /* x of t = 0 */
+        if (pc->a - x0 > t0)
+            t0 = pc->a - x0;
+        if (pc->b - x0 < t1)
+            t1 = pc->b - x0;
+        const float *in = c->tile + i;
+        for (int64_t t = t0; t < t1; t++)
+            out[x0 + t] = in[t * R];
+    }
+    c->ty0 = c->ty1;
+}
+
+/* n elements in file order into the tile, flushing it when a file row
+ * beyond it begins. NaN and infinity are looked for among the elements in
+ * [a, b) only, in file order, as the strided path does. */
+static void tile_convert(conv *c, const void *src, int64_t n)
+{
+    const zc_ld_piece *pc = c->pc;
+    const int64_t R = pc->rows, T = c->tile_cap / R;
+    const size_t esz = c->esz;
+    for (int64_t k = 0; k < n;) {
+        const int64_t y = c->ty1;
+        if (c->ty1 == c->ty0 || y / R >= c->tj0 + T) {
+            tile_flush(c);
+            c->tj0 = y / R;
+            c->ty0 = c->ty1 = y;
+        }
+        /* Up to the end of the tile's last row. */
+        const int64_t room = (c->tj0 + T) * R - y;
+        const int64_t len = room < n - k ? room : n - k;
+        const unsigned char *in = (const unsigned char *)src + (size_t)k * esz;
+        uint32_t *to = (uint32_t *)(c->tile + (y - c->tj0 * R));
+        const bool ones = pc->dtype == ZC_DTYPE_F32    ? from_f32(to, (const void *)in, len)
+                          : pc->dtype == ZC_DTYPE_BF16 ? from_bf16(to, (const void *)in, len)
+                                                       : from_f16((float *)to, (const void *)in, len);
+        for (int64_t q = 0; ones && c->bad_y < 0 && q < len; q++)
+            if (nonfinite(in, pc->dtype, q) && in_range(pc, y + q))
+                c->bad_y = y + q;
+        c->ty1 += len;
+        k += len;
+    }
+    c->y = c->ty1;
+}
+
 /* n whole elements at src (aligned for their type). */
 static void convert(conv *c, const void *src, int64_t n)
 {
@@ -326,15 +433,7 @@ static void convert(conv *c, const void *src, int64_t n)
         return;
     }
     /* The file's row j, column i is the parameter's row i, column j. */
-    const int64_t R = pc->rows, C = pc->cols;
-    for (int64_t k = 0; k < n; k++, c->y++) {
-        const int64_t x = (c->y % R) * C + c->y / R;
-        if (x < pc->a || x >= pc->b)
-            continue;
-        c->dst[x + pc->dst_off] = zc__load_f32(src, pc->dtype, (size_t)k);
-        if (c->bad_y < 0 && nonfinite(src, pc->dtype, k))
-            c->bad_y = c->y;
-    }
+    tile_convert(c, src, n);
 }
 
 static void feed(conv *c, const unsigned char *p, size_t n)
@@ -383,7 +482,10 @@ zc_status zc__ld_reader_next(zc_ld_reader *r, int64_t piece, float *dst)
         return ZC_ERR(ZC_ERR_INTERNAL, "zc_load_safetensors: piece %" PRId64 " read out of the "
                       "planned order", piece);
     const zc_ld_piece *pc = &p->pieces[piece];
-    conv c = {.pc = pc, .dst = dst, .esz = zc__st_esz(pc->dtype), .y = pc->y0, .bad_y = -1};
+    conv c = {.pc = pc, .dst = dst, .esz = zc__st_esz(pc->dtype), .y = pc->y0, .bad_y = -1,
+              .tile = pc->transposed ? r->tile : NULL,
+              .tile_cap = pc->transposed ? (int64_t)(r->tile_bytes / sizeof(float)) : 0,
+              .ty0 = pc->y0, .ty1 = pc->y0};
     const int64_t xi = p->piece_ext[piece];
     const uint64_t lim = p->aligned_end[pc->file], end = pc->off + pc->len;
     if (r->pos == 0)
@@ -420,6 +522,7 @@ zc_status zc__ld_reader_next(zc_ld_reader *r, int64_t piece, float *dst)
         const uint64_t from = pc->off > lim ? pc->off : lim;
         feed(&c, r->tails[pc->file] + (from - lim), (size_t)(end - from));
     }
+    tile_flush(&c);
     if (c.bad_y >= 0)
         return ZC_ERR(ZC_ERR_INVALID_ARG, "%s: tensor '%s' holds a NaN or an infinity at element "
                       "%" PRId64 " (byte %" PRIu64 "): not weights to train from",

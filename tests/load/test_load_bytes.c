@@ -255,3 +255,45 @@ Test(load_bytes, transposed_equals_param_load)
         unlink(path[f]);
     t_assert_no_leaks();
 }
+
+/* A transposed tensor with more file rows than the import's transpose tile
+ * holds (1 MiB: 262144 fp32 values, so 6553 file rows of 40): read whole
+ * (one rank, a bucket the size of the model) it is converted in two bands
+ * of file rows, the second partial; split over ranks, in pieces of part of
+ * each file row. Both equal zc_param_load of the same values bitwise. */
+Test(load_bytes, transposed_in_bands_equals_param_load)
+{
+    const model m = {{"wide", "n", "t2"}, {{40, 7001}, {9, 37}, {130, 9}}, {true, false, true}};
+    const zc_dtype fdts[2] = {ZC_DTYPE_BF16, ZC_DTYPE_F32};
+    const zc_load_name names[2] = {{"wide", "wide", true}, {"t2", "t2", true}};
+    zc_load_options o = ZC_LOAD_OPTIONS_INIT;
+    o.names = names;
+    o.n_names = 2;
+    const struct { int stage, world; int64_t bucket; } runs[3] = {
+        {0, 1, 1 << 20}, {3, 1, 1 << 20}, {1, 3, 1 << 18}};
+    for (int f = 0; f < 2; f++) {
+        char path[64];
+        int64_t data;
+        snprintf(path, sizeof path, "zc-load-band-%d-%d.safetensors", f, (int)getpid());
+        write_file(path, &m, fdts[f], &data);
+        for (int r = 0; r < 3; r++) {
+            job ref = {.m = &m, .stage = runs[r].stage, .world = runs[r].world,
+                       .bucket = runs[r].bucket, .pdt = ZC_DTYPE_BF16, .fdt = fdts[f]};
+            job imp = ref;
+            imp.import = true;
+            imp.path = path;
+            imp.opts = &o;
+            run(&ref);
+            run(&imp);
+            for (int i = 0; i < NP; i++)
+                cr_assert(!memcmp(imp.master[i], ref.master[i],
+                                  (size_t)numel(&m, i) * sizeof(float)),
+                          "stage %d world %d %s file: master of %s differs", ref.stage,
+                          ref.world, zc_dtype_name(fdts[f]), m.names[i]);
+            job_free(&ref);
+            job_free(&imp);
+        }
+        unlink(path);
+    }
+    t_assert_no_leaks();
+}

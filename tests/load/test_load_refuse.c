@@ -472,6 +472,26 @@ Test(load_refuse, bad_value_on_one_rank_breaks_all)
            "partly loaded", x.path);
 }
 
+/* The same in a tensor stored transposed (Conv1D's [in, out]): the element
+ * named is the file's, in the file's order. */
+Test(load_refuse, bad_value_in_a_transposed_tensor_breaks_all)
+{
+    static float wv[12 * 8];
+    for (int k = 0; k < 12 * 8; k++)
+        wv[k] = value(1, 1, k);
+    wv[5 * 8 + 2] = __builtin_inff(); /* file row 5, column 2 */
+    const t_st_tensor w = {.name = "w", .dtype = ZC_DTYPE_F16, .ndim = 2, .shape = {12, 8},
+                           .values = wv};
+    const zc_load_name names[1] = {{"w", "w", true}};
+    zc_load_options o = ZC_LOAD_OPTIONS_INIT;
+    o.names = names;
+    o.n_names = 1;
+    ranks x = {.path = at("inf_t.safetensors"), .opts = &o};
+    model_file(x.path, 1, &w, 1, -1);
+    BROKEN(&x, ZC_ERR_INVALID_ARG, "tensor 'w' holds a NaN or an infinity at element 42",
+           "partly loaded", x.path);
+}
+
 Test(load_refuse, read_error_on_one_rank_breaks_all)
 {
     /* A skipped tensor last, so the model's bytes lie in the file's whole
