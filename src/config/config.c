@@ -17,6 +17,7 @@ static void config_free(zc_config *c)
         return;
     zc__cfg_strfree(c->zero.offload_optimizer.nvme_path);
     zc__cfg_strfree(c->zero.offload_param.nvme_path);
+    zc__cfg_strfree(c->act.nvme_path);
     if (c->meta)
         zc__host_free(NULL, ZC_MEM_OTHER, c->meta, sizeof(*c->meta));
     zc__host_free(NULL, ZC_MEM_OTHER, c, sizeof(*c));
@@ -74,12 +75,15 @@ zc_status zc__config_clone(const zc_config *src, zc_config **out)
         *meta = *src->meta;
     c->zero.offload_optimizer.nvme_path = NULL;
     c->zero.offload_param.nvme_path = NULL;
+    c->act.nvme_path = NULL;
     zc_status rc = ZC_OK;
     if (src->zero.offload_optimizer.nvme_path)
         rc = zc__cfg_strdup(src->zero.offload_optimizer.nvme_path,
                             &c->zero.offload_optimizer.nvme_path);
     if (rc == ZC_OK && src->zero.offload_param.nvme_path)
         rc = zc__cfg_strdup(src->zero.offload_param.nvme_path, &c->zero.offload_param.nvme_path);
+    if (rc == ZC_OK && src->act.nvme_path)
+        rc = zc__cfg_strdup(src->act.nvme_path, &c->act.nvme_path);
     if (rc != ZC_OK) {
         config_free(c);
         return rc;

@@ -74,7 +74,7 @@ typedef enum zc_cfg_origin {
     ZC_ORIGIN_DERIVED       /* derived by DeepSpeed's batch rules */
 } zc_cfg_origin;
 
-#define ZC_CFG_MAX_KEYS 128
+#define ZC_CFG_MAX_KEYS 160
 #define ZC_CFG_NOTE_LEN 96
 
 struct zc_config_meta {
