@@ -12,6 +12,10 @@ zc_status zc__act_setup(zc_engine *e, const zc_engine_options *o, bool has_field
     if (mp && (mp->world < 1 || mp->rank < 0 || mp->rank >= mp->world))
         return ZC_ERR(ZC_ERR_INVALID_ARG, "zc_engine_create: zc_engine_options.act_mp_comm has "
                       "rank %d of world %d", mp->rank, mp->world);
+    if (mp && mp == e->comm)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "zc_engine_create: zc_engine_options.act_mp_comm is "
+                      "the engine's own (data-parallel) communicator; the checkpoints split "
+                      "over a model-parallel group");
     ZC_CHECK(zc__act_spec_from(e->cfg, slots, bytes, mp ? mp->world : 0,
                                e->dev->mem_kind == ZC_MEMKIND_DEVICE, &e->act_spec));
     if (!e->act_spec.slots)
@@ -19,10 +23,6 @@ zc_status zc__act_setup(zc_engine *e, const zc_engine_options *o, bool has_field
     /* The group's collectives move the engine's device buffers. A group of
      * one needs no binding: nothing is gathered. */
     if (e->act_spec.parts > 1) {
-        if (mp == e->comm)
-            return ZC_ERR(ZC_ERR_INVALID_ARG, "zc_engine_create: zc_engine_options.act_mp_comm "
-                          "is the engine's own (data-parallel) communicator; the checkpoints "
-                          "split over a model-parallel group");
         ZC_CHECK(mp->ops->bind_device(mp, e->dev));
         e->act_mp = mp;
     }
