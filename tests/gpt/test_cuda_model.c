@@ -48,12 +48,12 @@ Test(gpt_cuda, whole_model_matches_cpu)
     }
     char err[256];
     gpt_acts a;
-    cr_assert(gpt_acts_create(&a, &c, B, err, sizeof err), "%s", err);
+    cr_assert(gpt_acts_create(&a, &c, B, false, err, sizeof err), "%s", err);
     double loss = gpt_forward_backward(&c, &a, p, g, tok, tgt);
     gpt_acts_destroy(&a);
 
     gpt_cuda_model m;
-    cr_assert(gpt_cuda_model_create(&m, &c, B, NULL, err, sizeof err), "%s", err);
+    cr_assert(gpt_cuda_model_create(&m, &c, B, false, NULL, err, sizeof err), "%s", err);
     float *Dp, *Dg;
     int *Dtok, *Dtgt;
     cr_assert_eq(cudaMalloc((void **)&Dp, np * 4), cudaSuccess);
