@@ -28,7 +28,11 @@ deadline (480 s):
                tokens/s, MFU, bitwise agreement; the same model in PyTorch
                eager and torch.compile (bench/train/torch_gpt.py); a verdict
                line: stage 0 >= 1.0x eager and >= 0.7x compile, stage 3's
-               step <= 1.05x stage 0's
+               step <= 1.05x stage 0's; stage 0 again with
+               --checkpoint-activations block --checkpoint-offload cpu (each
+               block's input in pinned host memory, recomputed in backward):
+               bitwise stage 0's params, its step <= 1.4x stage 0's, the
+               store's exposed time <= 10% of the step
   bench_train  zeroc bench train --device cuda, stages 0-3 x offload none/cpu
 PARTS=tests,bench runs a subset (bench = adam,norm,gpt,bench_train; env
 always runs: it finds the libraries the others load).
@@ -623,8 +627,9 @@ def part_gpt(c):
     end = time.monotonic() + PART_BUDGET["gpt"]
     g = gpt_shape()
     if c.no_device:
-        for name in ("zeroc_stage0", "zeroc_stage3", "stage0_equals_stage3", "torch_eager",
-                     "torch_compile", "verdict"):
+        for name in ("zeroc_stage0", "zeroc_stage3", "stage0_equals_stage3", "zeroc_ckpt_cpu",
+                     "ckpt_equals_none", "ckpt_verdict", "torch_eager", "torch_compile",
+                     "verdict"):
             c.emit("gpt", name, "failed", c.no_device, 0.0)
         return
     data = random_text(c, g["seq"], g["batch"])
@@ -634,15 +639,19 @@ def part_gpt(c):
               "batch": g["batch"], "flops_per_token": fpt, "mfu_formula": gpt_flops.FORMULA,
               "peak_flops": peak, "peak_source": peak_src}
     finals = {}
-    tps_of, torch_tps = {}, {}
-    for stage in (0, 3):
+    tps_of, torch_tps, act_of = {}, {}, {}
+    for stage in (0, 3, "ckpt"):
         argv = [os.path.join(c.bin, "train_gpt"), "--device", "cuda", "--launcher", "threads",
-                "--world", "1", "--stage", str(stage), "--dtype", "bf16", "--layers",
+                "--world", "1", "--stage", str(0 if stage == "ckpt" else stage), "--dtype",
+                "bf16", "--layers",
                 str(g["layers"]), "--dim", str(g["dim"]), "--heads", str(g["heads"]), "--seq",
                 str(g["seq"]), "--vocab", str(g["vocab"]), "--batch", str(g["batch"]),
                 "--steps", str(g["steps"]), "--eval-every", "0", "--data", data, "--json"]
+        if stage == "ckpt":
+            argv += ["--checkpoint-activations", "block", "--checkpoint-offload", "cpu"]
         rc, dt, out, err = c.run(f"gpt_zeroc_stage{stage}", argv,
-                                 c.budget(min(45, end - time.monotonic())))
+                                 c.budget(min(45 if stage != "ckpt" else 30,
+                                              end - time.monotonic())))
         rows = json_lines(out)
         steps = [r for r in rows if "tokens_per_s" in r and r.get("tokens_per_s")]
         final = next((r for r in rows if r.get("final")), None)
@@ -653,7 +662,12 @@ def part_gpt(c):
             finals[stage] = final
         if ok:
             tps_of[stage] = tps
-        c.emit("gpt", f"zeroc_stage{stage}", "passed" if ok else "failed",
+            exposed = [r.get("act_s") / r["step_s"] for r in steps[g["warmup"]:]
+                       if r.get("act_s") is not None and r.get("step_s")]
+            if exposed:
+                act_of[stage] = sorted(exposed)[len(exposed) // 2]
+        c.emit("gpt", "zeroc_ckpt_cpu" if stage == "ckpt" else f"zeroc_stage{stage}",
+               "passed" if ok else "failed",
                None if ok else f"exit {rc}: {(err.strip().splitlines() or [''])[-1][:300]}", dt,
                tokens_per_s=tps, mfu=gpt_flops.mfu(tps, fpt, peak),
                step_s=[r.get("step_s") for r in steps], num_params=(final or {}).get("num_params"),
@@ -664,7 +678,22 @@ def part_gpt(c):
         finals[0]["params_sha256"] == finals[3]["params_sha256"]
     c.emit("gpt", "stage0_equals_stage3", "passed" if same else "failed",
            None if same else "params_sha256 differ (or a run failed)", None,
-           sha256={s: f["params_sha256"] for s, f in finals.items()})
+           sha256={str(s): f["params_sha256"] for s, f in finals.items()})
+    # Activation checkpointing on the GPU: the recompute is the same
+    # arithmetic, so the parameters are stage 0's bitwise.
+    same = 0 in finals and "ckpt" in finals and \
+        finals[0]["params_sha256"] == finals["ckpt"]["params_sha256"]
+    c.emit("gpt", "ckpt_equals_none", "passed" if same else "failed",
+           None if same else "params_sha256 differ (or a run failed)", None,
+           act_store=(finals.get("ckpt") or {}).get("act_store"))
+    slow = tps_of[0] / tps_of["ckpt"] if 0 in tps_of and "ckpt" in tps_of else None
+    exposed = act_of.get("ckpt")
+    good = slow is not None and slow <= 1.4 and exposed is not None and exposed <= 0.10
+    c.emit("gpt", "ckpt_verdict", "passed" if good else "failed",
+           None if good else f"step over stage 0's {slow}, exposed store time {exposed}", None,
+           step_over_stage0=None if slow is None else round(slow, 3),
+           exposed_fraction=None if exposed is None else round(exposed, 4),
+           bar="recompute step <= 1.4x stage 0's; store time <= 10% of the step")
     for mode in ("eager", "compile"):
         argv = [sys.executable, "bench/train/torch_gpt.py", "--mode", mode, "--layers",
                 str(g["layers"]), "--dim", str(g["dim"]), "--heads", str(g["heads"]), "--seq",
