@@ -27,7 +27,14 @@ typedef struct bt_config {
      * bytes; 0 = none of that kind), the offload fields then "auto". */
     bool budgeted;
     int64_t budget[3];
+    /* The activation axis: NULL or "none" (every activation kept), or
+     * "device", "cpu", "nvme": train_gpt --checkpoint-activations block with
+     * the activation store there (activation_checkpointing). */
+    const char *act;
 } bt_config;
+
+/* The activation axis's value of c ("none" for NULL). */
+static inline const char *bt_act(const bt_config *c) { return c->act ? c->act : "none"; }
 
 /* What the whole sweep shares. */
 typedef struct bt_setup {

@@ -33,6 +33,8 @@ json_t *bt_result_json(const bt_setup *s, const bt_result *r)
                           status_names[r->status]);
     if (r->status != BT_OK)
         json_object_set_new(j, "reason", json_string(r->reason));
+    json_object_set_new(json_object_get(j, "config"), "checkpoint_activations",
+                        json_string(bt_act(c)));
     /* --max-memory: the budgets, and whether every peak kept them - the
      * library's device and pinned high-water marks (the device's bookkeeping
      * included; pageable host bookkeeping is not budgeted, docs/placement.md),
@@ -142,9 +144,14 @@ bool bt_write_markdown(const char *path, const bt_setup *s, const bt_result *rs,
             snprintf(opt, sizeof opt, "auto (max_memory %.1f / %.1f / %.1f MiB)",
                      (double)r->cfg.budget[0] / 1048576.0, (double)r->cfg.budget[1] / 1048576.0,
                      (double)r->cfg.budget[2] / 1048576.0);
+        /* The activation axis rides in the dtype column, as "bf16, ckpt cpu". */
+        char dt[48];
+        snprintf(dt, sizeof dt, "%s%s%s", r->cfg.dtype,
+                 strcmp(bt_act(&r->cfg), "none") ? ", ckpt " : "",
+                 strcmp(bt_act(&r->cfg), "none") ? bt_act(&r->cfg) : "");
         fprintf(f, "| %d | %s | %s | %d | %s | %s | %s / %s / %s / %s | %s / %s / %s / %s | %s |",
                 r->cfg.stage, opt, r->cfg.offload_param, r->cfg.world,
-                r->cfg.dtype, status_names[r->status], p[0], p[1], p[2], p[3], e[0], e[1], e[2],
+                dt, status_names[r->status], p[0], p[1], p[2], p[3], e[0], e[1], e[2],
                 e[3], hwm);
         if (r->status == BT_OK) {
             fprintf(f, " %.1f (%.1f-%.1f) |", 1e3 * r->step_med, 1e3 * r->step_min,

@@ -227,6 +227,15 @@ static bool write_config(const bt_setup *s, const bt_config *c, const char *path
         }
         json_object_set_new(zero, "offload_param", o);
     }
+    /* The activation axis: where the store keeps the blocks' inputs (the
+     * workload gets --checkpoint-activations block). */
+    json_t *act = NULL;
+    if (strcmp(bt_act(c), "none")) {
+        act = json_pack("{s:b, s:b}", "cpu_checkpointing", !strcmp(c->act, "cpu"),
+                        "nvme_checkpointing", !strcmp(c->act, "nvme"));
+        if (act && !strcmp(c->act, "nvme"))
+            json_object_set_new(act, "nvme_path", json_string(nvme_dir));
+    }
     /* The budgets place every chunk (docs/placement.md); 0 = none of a kind. */
     if (c->budgeted)
         json_object_set_new(zero, "max_memory",
@@ -240,6 +249,8 @@ static bool write_config(const bt_setup *s, const bt_config *c, const char *path
         !strcmp(c->dtype, "bf16"), "fp16", "enabled", !strcmp(c->dtype, "fp16"), "optimizer",
         "type", "AdamW", "params", "lr", 3e-3, "betas", 0.9, 0.95, "eps", 1e-8, "weight_decay",
         0.1, "zero_optimization", zero);
+    if (j && act)
+        json_object_set_new(j, "activation_checkpointing", act);
     if (!j)
         return false;
     int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
@@ -298,7 +309,13 @@ static bool run_estimate(const bt_setup *s, const char *cfg_path, const char *ou
     snprintf(micro, sizeof micro, "%d", s->batch);
     char *argv[] = {(char *)s->self, "estimate", "--model", model, "--world", world,
                     "--config", (char *)cfg_path, "--micro-batch", micro, "--chunks",
-                    "per-block", "--device", s->cuda ? "cuda" : "host", "--json", NULL};
+                    "per-block", "--device", s->cuda ? "cuda" : "host", "--json",
+                    /* train_gpt's activations are fp32 whatever the dtype */
+                    "--act-dtype", "fp32", NULL, NULL, NULL};
+    if (strcmp(bt_act(c), "none")) {
+        argv[sizeof argv / sizeof argv[0] - 3] = "--checkpoint-activations";
+        argv[sizeof argv / sizeof argv[0] - 2] = "block";
+    }
     int st = 0;
     long rss = 0;
     bool to = false;
@@ -359,11 +376,15 @@ bool bt_run_config(const bt_setup *s, int index, const bt_config *c, bt_result *
     char *argv[] = {(char *)s->workload, "--config", cfg_path, "--steps", steps, "--world",
                     world, "--launcher", "threads", "--layers", L, "--dim", D, "--heads", H,
                     "--seq", S, "--vocab", V, "--batch", B, "--eval-every", "0", "--device",
-                    s->cuda ? "cuda" : "cpu", "--json", NULL, NULL, NULL};
+                    s->cuda ? "cuda" : "cpu", "--json", NULL, NULL, NULL, NULL, NULL};
+    size_t k = sizeof argv / sizeof argv[0] - 5;
     if (s->data) { /* --data FILE: the workload's text, in place of its default */
-        size_t k = sizeof argv / sizeof argv[0] - 3;
-        argv[k] = "--data";
-        argv[k + 1] = (char *)s->data;
+        argv[k++] = "--data";
+        argv[k++] = (char *)s->data;
+    }
+    if (strcmp(bt_act(c), "none")) { /* the activation axis (write_config's section) */
+        argv[k++] = "--checkpoint-activations";
+        argv[k++] = "block";
     }
     nvme_watch w = {.max = 0};
     if (!realpath(nvme_dir, w.dir))

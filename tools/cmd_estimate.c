@@ -49,6 +49,7 @@ static void usage(FILE *f)
             "                      [--max-memory device=SIZE,cpu=SIZE,nvme=SIZE [--nvme-path DIR]]\n"
             "                      [--seq S] [--checkpoint-activations none|block]\n"
             "                      [--checkpoint-offload device|cpu|nvme] [--fit-device SIZE]\n"
+            "                      [--act-dtype fp32|bf16|fp16]\n"
             "  Per-rank bytes of device, pinned host, pageable host and NVMe memory that\n"
             "  zc_engine_build allocates, for every stage x offload_optimizer combination\n"
             "  and, at stage 3, x offload_param (or only the one FILE configures), with\n"
@@ -86,6 +87,8 @@ static void usage(FILE *f)
             "                    block's working set (default none: every layer's)\n"
             "  --checkpoint-offload device|cpu|nvme  with block: where the store keeps them\n"
             "                    (cpu_checkpointing, nvme_checkpointing; default: --config's)\n"
+            "  --act-dtype       with --model: the activations' precision (default the\n"
+            "                    working one; train_gpt keeps fp32 activations)\n"
             "  --fit-device SIZE with --model: the largest micro-batch whose device bytes\n"
             "                    (activations counted as device memory) fit SIZE, at each\n"
             "                    sequence 128, 256, ... up to SEQ, without and with\n"
@@ -116,6 +119,7 @@ typedef struct opts {
     bool ckpt;        /* --checkpoint-activations block */
     int ckpt_home;    /* --checkpoint-offload: 0 device, 1 cpu, 2 nvme; -1 the config's */
     int64_t fit;      /* --fit-device bytes, -1 none */
+    int act_esz;      /* --act-dtype's bytes (0: the working precision's) */
 } opts;
 
 static bool push(model *m, int64_t n)
@@ -284,6 +288,13 @@ static int parse(int argc, char **argv, opts *o, int64_t *params)
                                 "or nvme\n", v);
                 return 2;
             }
+        } else if (!strcmp(a, "--act-dtype")) {
+            o->act_esz = !strcmp(v, "fp32") ? 4 : !strcmp(v, "bf16") || !strcmp(v, "fp16") ? 2 : 0;
+            if (!o->act_esz) {
+                fprintf(stderr, "zeroc estimate: --act-dtype '%s': expected fp32, bf16 or "
+                                "fp16\n", v);
+                return 2;
+            }
         } else if (!strcmp(a, "--fit-device")) {
             if (!zc__parse_size(v, &o->fit, err, sizeof err)) {
                 fprintf(stderr, "zeroc estimate: --fit-device: %s\n", err);
@@ -322,9 +333,9 @@ static int parse(int argc, char **argv, opts *o, int64_t *params)
         fprintf(stderr, "zeroc estimate: --chunks per-block needs --model gpt:...\n");
         return 2;
     }
-    if ((o->seq || o->ckpt || o->fit >= 0) && !o->m.gpt) {
-        fprintf(stderr, "zeroc estimate: --seq, --checkpoint-activations and --fit-device need "
-                        "--model gpt:...\n");
+    if ((o->seq || o->ckpt || o->fit >= 0 || o->act_esz) && !o->m.gpt) {
+        fprintf(stderr, "zeroc estimate: --seq, --checkpoint-activations, --act-dtype and "
+                        "--fit-device need --model gpt:...\n");
         return 2;
     }
     if (o->seq > o->m.S) {
@@ -455,7 +466,7 @@ static int plan_row(const opts *o, const zc_config *cfg, int stage, int off, int
         .pnvme_round = cfg->aio.block_size *
                        zc__nvme_path_count(cfg->zero.offload_param.nvme_path),
     };
-    const ea_gpt g = gpt_of(m, o->seq, o->micro, (int64_t)pesz);
+    const ea_gpt g = gpt_of(m, o->seq, o->micro, o->act_esz ? o->act_esz : (int64_t)pesz);
     zc_status rc = m->gpt ? zc__ea_store_spec(cfg, &g, o->ckpt, o->host_device, &in.act) : ZC_OK;
     if (rc == ZC_OK)
         rc = zc__estimate(&in, &r->est);

@@ -173,7 +173,8 @@ def sweep(zeroc, train_gpt, tmp):
         if not KEYS <= set(r):
             fail(f"missing keys {KEYS - set(r)} in {r}")
         c = r["config"]
-        if set(c) != {"stage", "offload_optimizer", "offload_param", "world", "dtype"}:
+        if set(c) != {"stage", "offload_optimizer", "offload_param", "world", "dtype",
+                      "checkpoint_activations"} or c["checkpoint_activations"] != "none":
             fail(f"config keys {sorted(c)}")
         if r["status"] != "ok":
             fail(f"{c}: {r['status']}: {r.get('reason')}")
@@ -388,11 +389,51 @@ def budgets(zeroc, train_gpt, tmp):
     print(f"# budgets {specs}: peaks within them")
 
 
+def activation_axis(zeroc, train_gpt, tmp):
+    """--only checkpoint_activations=...: the activation axis. Each point
+    trains with --checkpoint-activations block and the store where the value
+    says; the estimate (the store planned in its kind, train_gpt's fp32
+    activations) holds to the peak within 10% as elsewhere; the store's
+    reservation lands in its kind, and x DDP is over stage 0 without
+    checkpointing."""
+    out = os.path.join(tmp, "acts")
+    cmd = [zeroc, "bench", "train", "--out", out, "--json", "--steps", "3", "--warmup", "1",
+           "--world", str(WORLD), "--batch", str(BATCH), "--workload", train_gpt,
+           "--only", "stage=0", "--only", "checkpoint_activations=none,device,cpu,nvme",
+           "--timeout", "120"]
+    p, _ = run(cmd)
+    rows = lines_of(p)
+    got = [r["config"]["checkpoint_activations"] for r in rows]
+    if p.returncode != 0 or got != ["none", "device", "cpu", "nvme"]:
+        fail(f"activation axis: exit {p.returncode}, {got}: {p.stderr[-500:]}")
+        return
+    base = rows[0]
+    for r in rows:
+        if r["status"] != "ok":
+            fail(f"activation axis {r['config']}: {r['status']}: {r.get('reason')}")
+            continue
+        check_ok(r)
+        act = r["config"]["checkpoint_activations"]
+        more = {k: r["peak"][k] - base["peak"][k] for k in KINDS}
+        kind = {"none": None, "device": "device", "cpu": "pinned", "nvme": "nvme"}[act]
+        if kind and not more[kind] > 0:
+            fail(f"activation axis {act}: the store is not in {kind}: {more}")
+        if act in ("cpu", "nvme") and more["device"] != 0:
+            fail(f"activation axis {act}: device bytes moved by {more['device']}")
+        want = r["step_s"]["median"] / base["step_s"]["median"]
+        if abs(r["step_over_ddp"] - want) > 1e-9 * want:
+            fail(f"activation axis {act}: step_over_ddp {r['step_over_ddp']}, want {want}")
+    p, _ = run(cmd[:-4] + ["--only", "checkpoint_activations=all"])
+    if p.returncode != 2 or "none, device, cpu or nvme" not in p.stderr:
+        fail(f"activation axis: a bad value: exit {p.returncode}, {p.stderr!r}")
+
+
 def main():
     zeroc, train_gpt = sys.argv[1], sys.argv[2]
     with tempfile.TemporaryDirectory(prefix="zc-bench-train-", dir=".") as tmp:
         plot_python_and_data(zeroc, train_gpt, tmp)
         budgets(zeroc, train_gpt, tmp)
+        activation_axis(zeroc, train_gpt, tmp)
         sweep(zeroc, train_gpt, tmp)
         crash_and_hang(zeroc, train_gpt, tmp)
     print("ok")
