@@ -627,9 +627,9 @@ def part_gpt(c):
     end = time.monotonic() + PART_BUDGET["gpt"]
     g = gpt_shape()
     if c.no_device:
-        for name in ("zeroc_stage0", "zeroc_stage3", "stage0_equals_stage3", "zeroc_ckpt_cpu",
-                     "ckpt_equals_none", "ckpt_verdict", "torch_eager", "torch_compile",
-                     "verdict"):
+        for name in ("zeroc_stage0", "zeroc_stage3", "stage0_equals_stage3", "stage3_timeline",
+                     "zeroc_ckpt_cpu", "ckpt_equals_none", "ckpt_verdict", "torch_eager",
+                     "torch_compile", "verdict"):
             c.emit("gpt", name, "failed", c.no_device, 0.0)
         return
     data = random_text(c, g["seq"], g["batch"])
@@ -649,6 +649,14 @@ def part_gpt(c):
                 "--steps", str(g["steps"]), "--eval-every", "0", "--data", data, "--json"]
         if stage == "ckpt":
             argv += ["--checkpoint-activations", "block", "--checkpoint-offload", "cpu"]
+        if stage == 3:
+            # The timeline of two steps after the warm-up (docs/trace.md; its
+            # overhead is far below the speed bars' margins, bench/trace).
+            timeline = os.path.join(c.work, "gpt_stage3_timeline.json")
+            if os.path.exists(timeline):
+                os.unlink(timeline)
+            argv += ["--trace", timeline, "--trace-steps",
+                     "%d-%d" % (g["warmup"] + 1, g["warmup"] + 2)]
         rc, dt, out, err = c.run(f"gpt_zeroc_stage{stage}", argv,
                                  c.budget(min(45 if stage != "ckpt" else 30,
                                               end - time.monotonic())))
@@ -674,6 +682,15 @@ def part_gpt(c):
                params_sha256=(final or {}).get("params_sha256"),
                peak_bytes=(final or {}).get("peak_bytes"), **common,
                summary=f"{tps or 0:.0f} tok/s, MFU {gpt_flops.mfu(tps, fpt, peak)}")
+    # The stage-3 run's timeline, held to the format and the step sums.
+    rc, dt, out, err = c.run("gpt_stage3_timeline",
+                             [sys.executable, "tests/trace/trace_check.py", timeline],
+                             c.budget(min(30, end - time.monotonic())))
+    c.emit("gpt", "stage3_timeline", "passed" if rc == 0 else "failed",
+           None if rc == 0 else f"exit {rc}: {(err.strip().splitlines() or [''])[-1][:300]}",
+           dt, bar="tests/trace/trace_check.py: format, nesting, each step's top-level spans "
+                   "adding up to it",
+           summary=((out.strip().splitlines() or [""])[1:2] or [""])[0].strip()[:200])
     same = 0 in finals and 3 in finals and \
         finals[0]["params_sha256"] == finals[3]["params_sha256"]
     c.emit("gpt", "stage0_equals_stage3", "passed" if same else "failed",

@@ -71,6 +71,9 @@ ROOMS = {
     "optim": (2, ["optim/adam.h", "optim/adam_pace.h"]),
     "offload": (2, ["offload/homes.h", "offload/offload.h"]),
     "cuda_plugin": (2, ["cuda_plugin/load.h"]),
+    # The timeline and the comms logger: the engine and the machine rooms
+    # write into it, so it stands beside them, below the engine.
+    "trace": (2, ["trace/trace.h"]),
     "plan": (3, ["plan/plan.h"]),
     # The activation store: the engine reserves it at build and the planner
     # counts it, so it stands below both callers (it drives src/offload's

@@ -84,10 +84,27 @@ bool bt_run_config(const bt_setup *s, int index, const bt_config *c, bt_result *
 json_t *bt_result_json(const bt_setup *s, const bt_result *r);
 /* results.md: one table row per configuration. false with errno. */
 bool bt_write_markdown(const char *path, const bt_setup *s, const bt_result *rs, int n);
-/* Draws memory_vs_time.svg and .png from results.jsonl with the plot script
- * (python3 + matplotlib, started from an argv). false with a message. */
-bool bt_plot(const char *script, const char *workdir, const char *jsonl, const char *svg,
-             const char *png, char *err, size_t errlen);
+/* Which program draws the plot (--plot-with). */
+typedef enum bt_plotter {
+    BT_PLOT_AUTO = 0,   /* matplotlib by the python3 on PATH, else by Debian's
+                           /usr/bin/python3 (where scripts/deps.sh installs
+                           python3-matplotlib), else gnuplot from PATH */
+    BT_PLOT_MATPLOTLIB, /* the first two only */
+    BT_PLOT_GNUPLOT,    /* gnuplot only */
+    BT_PLOT_NONE
+} bt_plotter;
+/* Draws memory_vs_time.svg and .png - from results.jsonl with the plot
+ * script (python3 + matplotlib), or from the results rs[0..n) with gnuplot -
+ * each started from an argv. true with what drew it in `used` (usedcap
+ * bytes: the program and why it was the one); false with a message naming
+ * every program tried. */
+bool bt_plot(const char *script, bt_plotter with, const char *workdir, const char *jsonl,
+             const bt_result *rs, int n, const char *svg, const char *png, char *used,
+             size_t usedcap, char *err, size_t errlen);
+/* The gnuplot chart (bench_train_gnuplot.c): the script and its data in
+ * workdir, run by `gnuplot` (a path). false with a message. */
+bool bt_plot_gnuplot(const char *gnuplot, const char *workdir, const bt_result *rs, int n,
+                     const char *svg, const char *png, char *err, size_t errlen);
 
 /* Runs argv (no shell) with stdout and stderr to the given files (created
  * O_EXCL), env extra added; kills it after timeout_s (> 0) or when

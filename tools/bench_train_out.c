@@ -1,7 +1,9 @@
 /* `zeroc bench train`: the results as JSON lines, a markdown table and the
  * plot (bench_train.h). */
 #include <errno.h>
+#include <stdarg.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -204,19 +206,20 @@ static bool find_in_path(const char *name, char *out, size_t cap)
     }
 }
 
-bool bt_plot(const char *script, const char *workdir, const char *jsonl, const char *svg,
-             const char *png, char *err, size_t errlen)
+/* Runs `python script jsonl svg png`; false with the script's last line of
+ * stderr in err. */
+static bool run_script(const char *python, const char *script, const char *workdir,
+                       const char *jsonl, const char *svg, const char *png, char *err,
+                       size_t errlen)
 {
-    char out[PATH_MAX + 32], perr[PATH_MAX + 32], python[PATH_MAX];
-    if (!find_in_path("python3", python, sizeof python)) {
-        snprintf(err, errlen, "no python3 in PATH to run %s", script);
-        return false;
-    }
+    char out[PATH_MAX + 32], perr[PATH_MAX + 32];
     /* The script's output goes to the bench's own directory, read back on
-     * failure. */
-    snprintf(out, sizeof out, "%s/plot.log", workdir);
-    snprintf(perr, sizeof perr, "%s/plot.err", workdir);
-    char *argv[] = {python, (char *)script, (char *)jsonl, (char *)svg, (char *)png,
+     * failure; one log per interpreter tried. */
+    static int tries;
+    tries++;
+    snprintf(out, sizeof out, "%s/plot%d.log", workdir, tries);
+    snprintf(perr, sizeof perr, "%s/plot%d.err", workdir, tries);
+    char *argv[] = {(char *)python, (char *)script, (char *)jsonl, (char *)svg, (char *)png,
                     NULL};
     int st = 0;
     long rss = 0;
@@ -236,8 +239,99 @@ bool bt_plot(const char *script, const char *workdir, const char *jsonl, const c
         if (f)
             fclose(f);
         last[strcspn(last, "\n")] = '\0';
-        snprintf(err, errlen, "the plot script %s failed%s: %s", script,
-                 to ? " (timed out)" : "", last);
+        snprintf(err, errlen, "%s %s failed%s: %s", python, script, to ? " (timed out)" : "",
+                 last);
     }
     return ok;
+}
+
+/* Whether `python` imports matplotlib (a quick run of its own). */
+static bool has_matplotlib(const char *python, const char *workdir)
+{
+    char out[PATH_MAX + 32], perr[PATH_MAX + 32];
+    static int probes;
+    probes++;
+    snprintf(out, sizeof out, "%s/probe%d.log", workdir, probes);
+    snprintf(perr, sizeof perr, "%s/probe%d.err", workdir, probes);
+    char *argv[] = {(char *)python, "-c", "import matplotlib", NULL};
+    int st = 0;
+    long rss = 0;
+    bool to = false;
+    return bt_spawn(argv, out, perr, 60, NULL, NULL, &st, &rss, &to) && WIFEXITED(st) &&
+           WEXITSTATUS(st) == 0;
+}
+
+/* The interpreter scripts/deps.sh provisions: Debian's, where apt installs
+ * python3-matplotlib (a python3 first on PATH - pyenv's, a venv's - may lack
+ * it). */
+#define BT_DEBIAN_PYTHON "/usr/bin/python3"
+
+/* Appends "; " and a formatted note to buf (cap bytes, *len used). */
+static void add_tried(char *buf, size_t cap, size_t *len, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void add_tried(char *buf, size_t cap, size_t *len, const char *fmt, ...)
+{
+    if (*len && *len + 2 < cap) {
+        memcpy(buf + *len, "; ", 3);
+        *len += 2;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(buf + *len, cap - *len, fmt, ap);
+    va_end(ap);
+    if (k > 0)
+        *len = *len + (size_t)k < cap ? *len + (size_t)k : cap - 1;
+}
+
+bool bt_plot(const char *script, bt_plotter with, const char *workdir, const char *jsonl,
+             const bt_result *rs, int n, const char *svg, const char *png, char *used,
+             size_t usedcap, char *err, size_t errlen)
+{
+    char tried[1024] = "", e[600] = "";
+    size_t tl = 0;
+    if (with == BT_PLOT_AUTO || with == BT_PLOT_MATPLOTLIB) {
+        char path_py[PATH_MAX] = "";
+        const bool on_path = find_in_path("python3", path_py, sizeof path_py);
+        const char *cands[2] = {on_path ? path_py : NULL, BT_DEBIAN_PYTHON};
+        char real0[PATH_MAX] = "";
+        if (on_path && !realpath(path_py, real0))
+            real0[0] = '\0';
+        for (int i = 0; i < 2; i++) {
+            const char *py = cands[i];
+            if (!py || access(py, X_OK) != 0)
+                continue;
+            char real[PATH_MAX];
+            if (i == 1 && on_path && realpath(py, real) && !strcmp(real, real0))
+                continue; /* the same interpreter */
+            if (!has_matplotlib(py, workdir)) {
+                add_tried(tried, sizeof tried, &tl, "%s (%s) has no matplotlib", py,
+                      i == 0 ? "the python3 on PATH" : "Debian's");
+                continue;
+            }
+            if (run_script(py, script, workdir, jsonl, svg, png, e, sizeof e)) {
+                snprintf(used, usedcap, "matplotlib by %s (%s)%s%s", py,
+                         i == 0 ? "the python3 on PATH" : "Debian's, which scripts/deps.sh "
+                                                          "provisions",
+                         tl ? "; " : "", tried);
+                return true;
+            }
+            add_tried(tried, sizeof tried, &tl, "%s", e);
+        }
+        if (!on_path)
+            add_tried(tried, sizeof tried, &tl, "no python3 on PATH");
+    }
+    if (with == BT_PLOT_AUTO || with == BT_PLOT_GNUPLOT) {
+        char gp[PATH_MAX];
+        if (!find_in_path("gnuplot", gp, sizeof gp)) {
+            add_tried(tried, sizeof tried, &tl, "no gnuplot on PATH");
+        } else if (bt_plot_gnuplot(gp, workdir, rs, n, svg, png, e, sizeof e)) {
+            snprintf(used, usedcap, "gnuplot (%s)%s%s", gp, tl ? ", since " : "", tried);
+            return true;
+        } else {
+            add_tried(tried, sizeof tried, &tl, "%s", e);
+        }
+    }
+    snprintf(err, errlen, "%s (bash scripts/deps.sh --tests installs python3-matplotlib and "
+             "gnuplot)", tl ? tried : "--plot-with none");
+    return false;
 }

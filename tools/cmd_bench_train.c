@@ -61,7 +61,8 @@ static void usage(FILE *f)
             "                         [--warmup N] [--world W[,W...]] [--dtype D[,D...]]\n"
             "                         [--model L,D,H,S,V] [--batch B] [--timeout SECONDS]\n"
             "                         [--device cpu|cuda] [--workload PATH] [--data FILE]\n"
-            "                         [--plot-script PATH] [--max-memory BUDGETS]...\n"
+            "                         [--plot-script PATH] [--plot-with auto|matplotlib|gnuplot|none]\n"
+            "                         [--max-memory BUDGETS]...\n"
             "  Trains the GPT example a few steps in every configuration of stages 0-3 x\n"
             "  offload_optimizer none/cpu/nvme x offload_param none/cpu/nvme (stage 3) x\n"
             "  --dtype x --world, each in its own process, and writes DIR/results.jsonl,\n"
@@ -92,8 +93,12 @@ static void usage(FILE *f)
             "                    sweep, stage 3 with the placement chosen from these per-rank\n"
             "                    budgets (zero_optimization.max_memory; a missing kind: none);\n"
             "                    repeat for up to 8 points; the peaks are held to them\n"
-            "  The plot needs python3 (from PATH) with matplotlib; without them the plot\n"
-            "  is left out, saying why, and the sweep still succeeds.\n"
+            "  --plot-with auto|matplotlib|gnuplot|none  what draws the plot: auto (the\n"
+            "                    default) takes matplotlib by the python3 on PATH, else by\n"
+            "                    Debian's /usr/bin/python3 (scripts/deps.sh installs its\n"
+            "                    python3-matplotlib), else gnuplot, and says which; with none\n"
+            "                    of them the plot is left out, saying why, and the sweep\n"
+            "                    still succeeds.\n"
             "Exit status: 0 the sweep ran (some configurations may have failed), 1 the bench\n"
             "failed or every configuration did, 2 usage error.\n",
             GPT_LAYERS_MIN, GPT_LAYERS_MAX, GPT_DIM_MIN, GPT_DIM_MAX, GPT_HEADS_MIN, GPT_HEADS_MAX,
@@ -241,6 +246,7 @@ static void default_workload(char *out, size_t cap)
 
 typedef struct opts {
     const char *out, *workload, *plot_script;
+    bt_plotter plot_with;
     bool json;
     filter only[8];
     int nonly;
@@ -390,6 +396,17 @@ static int parse(int argc, char **argv, opts *o, bt_setup *s)
             s->data = v;
         } else if (!strcmp(a, "--plot-script")) {
             o->plot_script = v;
+        } else if (!strcmp(a, "--plot-with")) {
+            static const char *const names[] = {"auto", "matplotlib", "gnuplot", "none"};
+            int k = 0;
+            while (k < 4 && strcmp(v, names[k]))
+                k++;
+            if (k == 4) {
+                fprintf(stderr, "zeroc bench train: --plot-with '%s': expected auto, "
+                        "matplotlib, gnuplot or none\n", v);
+                return 2;
+            }
+            o->plot_with = (bt_plotter)k;
         } else {
             fprintf(stderr, "zeroc bench train: unknown option '%s' (see --help)\n", a);
             return 2;
@@ -561,12 +578,15 @@ static int sweep(const opts *o, bt_setup *s)
     int ran = 0;
     for (int i = 0; i < done; i++)
         ran += rs[i].status == BT_OK;
-    if (rc == 0 && !bt_stop_signal && ran > 0) {
-        char err[1024];
+    if (rc == 0 && !bt_stop_signal && ran > 0 && o->plot_with != BT_PLOT_NONE) {
+        char err[1400], used[1400];
         /* The plot is a view of results.jsonl, which is complete: a missing
          * python3 or matplotlib costs the picture, not the sweep. */
-        plotted = bt_plot(o->plot_script, s->work, jsonl, svg, png, err, sizeof err);
-        if (!plotted)
+        plotted = bt_plot(o->plot_script, o->plot_with, s->work, jsonl, rs, done, svg, png,
+                          used, sizeof used, err, sizeof err);
+        if (plotted)
+            fprintf(stderr, "zeroc bench train: plot drawn with %s\n", used);
+        else
             fprintf(stderr, "zeroc bench train: no plot (results.jsonl and results.md are "
                             "complete): %s\n", err);
     }

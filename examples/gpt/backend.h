@@ -59,6 +59,11 @@ typedef struct gpt_backend {
     /* After head_forward: copies the probabilities of position `row` (vocab
      * floats) to the host. */
     int (*probs_row)(void *m, size_t row, float *host);
+    /* The device's peak FLOP/s for MFU, the whole device (the CPU: the cores
+     * this process may run on, zc_host_peak_flops; a GPU: its datasheet's
+     * dense bf16 peak by name), and where it comes from in how; 0 with the
+     * reason in how when unknown. */
+    int (*peak_flops)(double *flops, char *how, size_t cap);
 } gpt_backend;
 
 extern const gpt_backend gpt_backend_cpu;

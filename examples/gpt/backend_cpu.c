@@ -1,4 +1,5 @@
 /* The CPU backend of train_gpt (backend.h): model.c over host memory. */
+#include <stdio.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -147,6 +148,15 @@ static int probs_row(void *p, size_t row, float *host)
     return 0;
 }
 
+static int peak_flops(double *flops, char *how, size_t cap)
+{
+    if (zc_host_peak_flops(flops, how, cap) == ZC_OK)
+        return 0;
+    *flops = 0;
+    snprintf(how, cap, "%s", zc_last_error());
+    return 0;
+}
+
 const gpt_backend gpt_backend_cpu = {
     .name = "cpu", .device = ZC_DEVICE_HOST, .error_str = err_str,
     .select_device = select_device, .stream_create = stream_create,
@@ -156,4 +166,5 @@ const gpt_backend gpt_backend_cpu = {
     .widen = widen, .narrow = narrow, .block_input = block_input, .embed_forward = embed_forward,
     .block_forward = block_forward, .head_forward = head_forward,
     .head_backward = head_backward, .block_backward = block_backward,
-    .embed_backward = embed_backward, .loss_sum = loss_sum, .probs_row = probs_row};
+    .embed_backward = embed_backward, .loss_sum = loss_sum, .probs_row = probs_row,
+    .peak_flops = peak_flops};

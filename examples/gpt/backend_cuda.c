@@ -2,6 +2,8 @@
  * memory, every operation enqueued on the rank's stream. The engine is
  * given the same stream (zc_engine_options.stream), so its zero-fills,
  * gathers and reductions are ordered with these kernels by events. */
+#include <stdio.h>
+#include <string.h>
 #include <stdlib.h>
 
 #include <cuda_runtime_api.h>
@@ -145,6 +147,45 @@ static int probs_row(void *p, size_t row, float *host)
     return rc ? rc : (int)cudaStreamSynchronize((cudaStream_t)m->stream);
 }
 
+/* Dense bf16 tensor-core peaks from the vendors' datasheets, by a part of
+ * the name the driver reports (the first match wins): the table of
+ * bench/train/gpt_flops.py. */
+static const struct {
+    const char *key;
+    double flops;
+    const char *src;
+} peaks[] = {
+    {"H100 PCIe", 756e12, "H100 PCIe datasheet, dense bf16"},
+    {"H100 NVL", 835e12, "H100 NVL datasheet, dense bf16"},
+    {"GH200", 989.4e12, "GH200 datasheet, dense bf16"},
+    {"H100", 989.4e12, "H100 SXM datasheet, dense bf16"},
+    {"H200", 989.4e12, "H200 SXM datasheet, dense bf16"},
+    {"A100", 312e12, "A100 datasheet, dense bf16"},
+    {"L40S", 362.05e12, "L40S datasheet, dense bf16"},
+};
+
+static int peak_flops(double *flops, char *how, size_t cap)
+{
+    *flops = 0;
+    int dev = 0;
+    struct cudaDeviceProp prop;
+    cudaError_t rc = cudaGetDevice(&dev);
+    if (rc == cudaSuccess)
+        rc = cudaGetDeviceProperties(&prop, dev);
+    if (rc != cudaSuccess) {
+        snprintf(how, cap, "cudaGetDeviceProperties: %s", cudaGetErrorString(rc));
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof peaks / sizeof peaks[0]; i++)
+        if (strstr(prop.name, peaks[i].key)) {
+            *flops = peaks[i].flops;
+            snprintf(how, cap, "%s (%s)", peaks[i].src, prop.name);
+            return 0;
+        }
+    snprintf(how, cap, "no datasheet peak known for '%s'; give --peak-flops", prop.name);
+    return 0;
+}
+
 const gpt_backend gpt_backend_cuda = {
     .name = "cuda", .device = ZC_DEVICE_CUDA, .error_str = err_str,
     .select_device = select_device, .stream_create = stream_create, .stream_destroy = stream_destroy,
@@ -153,4 +194,5 @@ const gpt_backend gpt_backend_cuda = {
     .widen = widen, .narrow = narrow, .block_input = block_input, .embed_forward = embed_forward,
     .block_forward = block_forward, .head_forward = head_forward,
     .head_backward = head_backward, .block_backward = block_backward,
-    .embed_backward = embed_backward, .loss_sum = loss_sum, .probs_row = probs_row};
+    .embed_backward = embed_backward, .loss_sum = loss_sum, .probs_row = probs_row,
+    .peak_flops = peak_flops};

@@ -77,6 +77,12 @@ void gpt_tensor_info(const gpt_config *c, int i, char name[64], int64_t shape[2]
     *numel = (size_t)shape[0] * (size_t)shape[1];
 }
 
+double gpt_flops_per_token(const gpt_config *c)
+{
+    const double P = (double)gpt_num_params(c), L = c->layers, D = c->dim, T = c->seq;
+    return 6.0 * (P - T * D) + 12.0 * L * D * T;
+}
+
 size_t gpt_num_params(const gpt_config *c)
 {
     size_t n = 0;

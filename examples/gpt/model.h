@@ -43,6 +43,13 @@ void gpt_tensor_info(const gpt_config *c, int i, char name[64], int64_t shape[2]
                      size_t *numel, int *piece);
 /* Total number of parameters. */
 size_t gpt_num_params(const gpt_config *c);
+/* Training FLOPs per token (forward and backward): 6 x the parameters that
+ * take part in matrix products (all but wpe, a lookup; wte once, as the
+ * tied head's matmul) + 12 x layers x dim x seq for the attention scores
+ * and their use (PaLM, appendix B; causal masking not discounted). The
+ * formula of bench/train/gpt_flops.py, which scripts/gpu_check.py and the
+ * PyTorch twin use. */
+double gpt_flops_per_token(const gpt_config *c);
 
 /* Initialisation as GPT-2: normal(0, 0.02) weights, residual projections
  * scaled by 1/sqrt(2 layers), zero biases, LayerNorm weight 1. Fills tensor i

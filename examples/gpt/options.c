@@ -35,6 +35,7 @@ static void usage(FILE *f)
         "                 [--config ds_config.json] [--device cpu|cuda]\n"
         "                 [--launcher auto|threads|env] [--json]\n"
         "                 [--save-every N --save-dir DIR] [--resume]\n"
+        "                 [--trace FILE [--trace-steps A-B]] [--peak-flops 0..1e18]\n"
         "                 [--init-from MODEL.safetensors|INDEX.json] [--tokens FILE]\n"
         "                 [--order random|sequential] [--export OUT.safetensors]\n"
         "                 [--checkpoint-activations none|block]\n"
@@ -52,7 +53,14 @@ static void usage(FILE *f)
         "          world is the launcher's), auto (env when mpirun or torchrun started it;\n"
         "          the default).\n"
         "--config: a DeepSpeed JSON file decides stage, precision, optimizer, clipping and\n"
-        "          accumulation; flags given explicitly override it.\n"
+        "          accumulation; flags given explicitly override it. Its steps_per_print\n"
+        "          sets how often a progress line is printed (unset: every --steps / 20).\n"
+        "--trace FILE: a timeline of steps 2-4 (--trace-steps A-B) in Chrome trace JSON\n"
+        "          (Perfetto, chrome://tracing), FILE.rank<R>.json per rank with several\n"
+        "          (docs/trace.md); the config's trace section does the same.\n"
+        "--peak-flops F: one rank's peak FLOP/s, for the MFU of the progress lines\n"
+        "          (default: the device's - the CPU's estimate, or the GPU's datasheet\n"
+        "          bf16 peak).\n"
         "--init-from: start from a Hugging Face GPT2LMHeadModel checkpoint (its names, the\n"
         "          Conv1D weights transposed; layers, dim, vocab and context from its shapes,\n"
         "          heads from config.json beside it or --heads); each rank reads its part\n"
@@ -111,7 +119,8 @@ gpt_opts gpt_parse_args(int argc, char **argv)
         "--layers", "--heads", "--dim", "--seq", "--vocab", "--batch", "--steps", "--stage",
         "--world", "--dtype", "--accum", "--lr", "--clip", "--seed", "--eval-every", "--sample",
         "--data", "--config", "--device", "--launcher", "--save-every", "--save-dir",
-        "--init-from", "--tokens", "--order", "--export", "--ctx", "--checkpoint-activations",
+        "--init-from", "--tokens", "--order", "--export", "--ctx",
+        "--trace", "--trace-steps", "--peak-flops", "--checkpoint-activations",
         "--checkpoint-offload", "--checkpoint-nvme-path"};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -134,7 +143,7 @@ gpt_opts gpt_parse_args(int argc, char **argv)
         const char *v = argv[++i];
         /* A file name that starts with '-' is almost always a forgotten value. */
         if ((!strcmp(a, "--config") || !strcmp(a, "--data") || !strcmp(a, "--init-from") ||
-             !strcmp(a, "--tokens") || !strcmp(a, "--export")) && v[0] == '-') {
+             !strcmp(a, "--tokens") || !strcmp(a, "--export") || !strcmp(a, "--trace")) && v[0] == '-') {
             fprintf(stderr, "train_gpt: %s needs a file name, got '%.200s' (a flag?); write "
                     "./%.200s for a file of that name\n", a, v, v);
             gpt_quit(2);
@@ -203,6 +212,9 @@ gpt_opts gpt_parse_args(int argc, char **argv)
         else if (!strcmp(a, "--sample")) o.sample = (int)parse_int(a, v, 0, 100000);
         else if (!strcmp(a, "--save-every")) o.save_every = (int)parse_int(a, v, 1, 1000000);
         else if (!strcmp(a, "--save-dir")) o.save_dir = v;
+        else if (!strcmp(a, "--trace")) o.trace = v;
+        else if (!strcmp(a, "--trace-steps")) o.trace_steps = v;
+        else if (!strcmp(a, "--peak-flops")) o.peak_flops = parse_double(a, v, 0, 1e18);
         else if (!strcmp(a, "--data")) { o.data_path = v; o.given |= GPT_GIVEN_DATA; }
         else if (!strcmp(a, "--config")) o.config_path = v;
         else if (!strcmp(a, "--launcher")) {
@@ -239,6 +251,25 @@ gpt_opts gpt_parse_args(int argc, char **argv)
                 gpt_quit(2);
             }
             o.given |= GPT_GIVEN_DTYPE;
+        }
+    }
+    if (o.trace_steps && !o.trace) {
+        fprintf(stderr, "train_gpt: --trace-steps needs --trace FILE\n");
+        gpt_quit(2);
+    }
+    if (o.trace_steps) {
+        /* "A-B" or "A", 1 <= A <= B (the library's trace.steps, checked here
+         * as a flag). */
+        char a[32] = "", b[32] = "";
+        const char *dash = strchr(o.trace_steps, '-');
+        snprintf(a, sizeof a, "%.*s", dash ? (int)(dash - o.trace_steps) : 31, o.trace_steps);
+        snprintf(b, sizeof b, "%s", dash ? dash + 1 : a);
+        const long long first = parse_int("--trace-steps (first)", a, 1, 1LL << 53);
+        const long long last = parse_int("--trace-steps (last)", b, 1, 1LL << 53);
+        if (last < first) {
+            fprintf(stderr, "train_gpt: --trace-steps %s: the window ends before it begins "
+                    "(want A-B with A <= B)\n", o.trace_steps);
+            gpt_quit(2);
         }
     }
     if ((o.save_every || o.resume) && !o.save_dir) {
@@ -341,28 +372,29 @@ zc_config *gpt_make_config(gpt_opts *o, int world)
     /* Where the activation store keeps the blocks' inputs: the flags set
      * the section's keys (the file's otherwise decide); the path first, which
      * nvme_checkpointing needs. */
-    if (o->ckpt_nvme_path) {
-        if (strlen(o->ckpt_nvme_path) > 1000) {
-            fprintf(stderr, "train_gpt: --checkpoint-nvme-path is longer than 1000 bytes\n");
-            gpt_quit(2);
-        }
-        /* A JSON string: the path quoted, its quotes and backslashes escaped. */
-        char js[1100];
-        size_t n = 0;
-        js[n++] = '"';
-        for (const char *q = o->ckpt_nvme_path; *q && n + 3 < sizeof js; q++) {
-            if (*q == '"' || *q == '\\') js[n++] = '\\';
-            js[n++] = *q;
-        }
-        js[n++] = '"';
-        js[n] = '\0';
-        CHECK(zc_config_set(cfg, "activation_checkpointing.nvme_path", js));
+    if (o->ckpt_nvme_path &&
+        zc_config_set_string(cfg, "activation_checkpointing.nvme_path", o->ckpt_nvme_path) !=
+            ZC_OK) {
+        fprintf(stderr, "train_gpt: --checkpoint-nvme-path: %s\n", zc_last_error());
+        gpt_quit(2);
     }
     if (o->ckpt_offload != GPT_CKPT_CONFIG) {
         CHECK(zc_config_set_bool(cfg, "activation_checkpointing.cpu_checkpointing",
                                  o->ckpt_offload == GPT_CKPT_CPU));
         CHECK(zc_config_set_bool(cfg, "activation_checkpointing.nvme_checkpointing",
                                  o->ckpt_offload == GPT_CKPT_NVME));
+    }
+    /* --trace: the timeline's keys (a string set through JSON: escaped). */
+    const struct { const char *key, *text; } strs[] = {{"trace.path", o->trace},
+                                                     {"trace.steps", o->trace_steps}};
+    for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++) {
+        if (!strs[i].text)
+            continue;
+        if (zc_config_set_string(cfg, strs[i].key, strs[i].text) != ZC_OK) {
+            fprintf(stderr, "train_gpt: --%s: %s\n", i ? "trace-steps" : "trace",
+                    zc_last_error());
+            gpt_quit(2);
+        }
     }
     if (zc_config_resolve(cfg, world) != ZC_OK) {
         fprintf(stderr, "train_gpt: %s: %s\n", file ? o->config_path : "flags", zc_last_error());
@@ -381,6 +413,10 @@ zc_config *gpt_make_config(gpt_opts *o, int world)
                       : config_int(cfg, p, "activation_checkpointing.cpu_checkpointing", 0, 1)
                           ? GPT_CKPT_CPU
                           : GPT_CKPT_DEVICE;
+    CHECK(zc_config_get(cfg, "steps_per_print", v, sizeof v));
+    o->print_every = !strcmp(v, "null") ? 0 : (int)config_int(cfg, p, "steps_per_print", 1,
+                                                                1000000);
+    o->comms_logger = config_int(cfg, p, "comms_logger.enabled", 0, 1) != 0;
     o->dtype = config_int(cfg, p, "bf16.enabled", 0, 1)   ? ZC_DTYPE_BF16
                : config_int(cfg, p, "fp16.enabled", 0, 1) ? ZC_DTYPE_F16
                                                            : ZC_DTYPE_F32;

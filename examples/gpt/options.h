@@ -34,6 +34,11 @@ typedef struct gpt_opts {
                                 (GPT_CKPT_CONFIG: as the config's activation_checkpointing
                                 section says); read back from the config after it is made */
     const char *ckpt_nvme_path; /* --checkpoint-nvme-path: activation_checkpointing.nvme_path */
+    const char *trace;       /* --trace: the timeline's file (trace.path), or NULL */
+    const char *trace_steps; /* --trace-steps: its window (trace.steps), or NULL */
+    double peak_flops;       /* --peak-flops: one rank's peak FLOP/s for MFU (0: the device's) */
+    int print_every;         /* steps_per_print of the config; 0: unset (every steps / 20) */
+    bool comms_logger;       /* comms_logger.enabled: the summary is printed at the end */
 } gpt_opts;
 
 /* --checkpoint-offload: the config's section, or device / cpu / nvme. */

@@ -574,6 +574,33 @@ static void *rank_main(void *argp)
     }
     int *tok = xcalloc((size_t)B * T, sizeof(int)), *tgt = xcalloc((size_t)B * T, sizeof(int));
     const double tokens_per_step = (double)B * T * o->accum * sh->world;
+    /* What a step computes, for the throughput of the engine's progress
+     * lines and ours: the model's FLOPs (gpt_flops_per_token) and one rank's
+     * peak - --peak-flops, else the device's (a CPU's shared by the ranks
+     * this process runs as threads). */
+    const double flops_per_step = tokens_per_step * gpt_flops_per_token(c);
+    double peak = o->peak_flops;
+    char peak_how[160] = "--peak-flops";
+    if (!(peak > 0)) {
+        s.be->peak_flops(&peak, peak_how, sizeof peak_how);
+        if (s.be->device == ZC_DEVICE_HOST && sh->local > 1)
+            peak /= sh->local;
+    }
+    {
+        zc_workload wl = {.size = sizeof wl, .tokens_per_step = tokens_per_step,
+                          .flops_per_step = flops_per_step, .peak_flops = peak};
+        CHECK(zc_engine_set_workload(s.eng, &wl));
+    }
+    if (lead && !o->json)
+        printf("train_gpt: %.3g FLOPs per step (%.4g per token); MFU against %.4g TFLOP/s per "
+               "rank (%s%s)\n", flops_per_step, gpt_flops_per_token(c), peak / 1e12, peak_how,
+               s.be->device == ZC_DEVICE_HOST && sh->local > 1 && !(o->peak_flops > 0)
+                   ? ", shared by the ranks of this process" : "");
+    /* A progress line every steps_per_print steps (unset: --steps / 20 of
+     * them): tokens/s and MFU over the steps since the last one. */
+    const int every = o->print_every > 0 ? o->print_every : (o->steps / 20 > 1 ? o->steps / 20 : 1);
+    double span_s = 0.0;
+    int span_steps = 0;
 
     /* --resume: step numbers (and the data, a function of the step) go on
      * from the checkpoint. */
@@ -637,17 +664,33 @@ static void *rank_main(void *argp)
                     act_mark = as.save_s + as.restore_s;
                     wait_mark = as.restore_wait_s;
                 }
+                const double fps = flops_per_step / sh->world / dt_s;
                 printf("{\"step\":%d,\"loss\":%s,\"grad_norm\":%s,\"loss_scale\":%s,"
-                       "\"skipped\":%s,\"lr\":%s,\"tokens_per_s\":%s,\"step_s\":%s%s}\n",
+                       "\"skipped\":%s,\"lr\":%s,\"tokens_per_s\":%s,\"step_s\":%s,"
+                       "\"flops_per_s_per_rank\":%s,\"mfu\":%s%s}\n",
                        step + 1, jnum(l).s, jnum(info.grad_norm).s, jnum(info.loss_scale).s,
                        info.skipped ? "true" : "false", jnum(info.lr).s,
-                       jnum(tokens_per_step / dt_s).s, jnum(dt_s).s, tm);
+                       jnum(tokens_per_step / dt_s).s, jnum(dt_s).s, jnum(fps).s,
+                       peak > 0 ? jnum(fps / peak).s : "null", tm);
+                fflush(stdout);
+            } else {
+                span_s += dt_s;
+                span_steps++;
+                if ((step + 1) % every == 0 || step + 1 == end || info.skipped) {
+                    const double tps = tokens_per_step * span_steps / span_s;
+                    const double fps = flops_per_step * span_steps / sh->world / span_s;
+                    char mfu[32] = "";
+                    if (peak > 0)
+                        snprintf(mfu, sizeof mfu, "  MFU %.1f%%", 100.0 * fps / peak);
+                    printf("step %5d/%d  loss %.4f  grad_norm %.3f  lr %.2e  %.0f tok/s  "
+                           "%.3f TFLOP/s%s%s\n",
+                           step + 1, end, l, info.grad_norm, info.lr, tps, fps / 1e12, mfu,
+                           info.skipped ? "  (skipped: overflow)" : "");
+                    fflush(stdout);
+                    span_s = 0.0;
+                    span_steps = 0;
+                }
             }
-            else
-                printf("step %5d/%d  loss %.4f  grad_norm %.3f  lr %.2e  %.0f tok/s%s\n",
-                       step + 1, end, l, info.grad_norm, info.lr, tokens_per_step / dt_s,
-                       info.skipped ? "  (skipped: overflow)" : "");
-            fflush(stdout);
         }
         if (o->eval_every > 0 && (step + 1) % o->eval_every == 0 && step + 1 < end) {
             zc_pass_stats ps;
@@ -672,6 +715,15 @@ static void *rank_main(void *argp)
                "\"prefetch_misses\":%lld}\n", end, jnum(v).s, (long long)ps.prefetch_hits,
                (long long)ps.prefetch_misses);
     if (o->sample > 0) sample(&s, o->sample, lead && !o->json);
+    /* comms_logger: DeepSpeed's summary, as a script's log_summary() prints it. */
+    if (lead && o->comms_logger && !o->json) {
+        size_t need = 0;
+        CHECK(zc_engine_comms_summary(s.eng, NULL, 0, &need));
+        char *table = xcalloc(need, 1);
+        CHECK(zc_engine_comms_summary(s.eng, table, need, NULL));
+        printf("--- comms_logger (rank 0) ---\n%s", table);
+        free(table);
+    }
 
     /* Gathering the master is collective: every rank takes part, rank 0 keeps
      * it. A piece at a time, in registration order. */

@@ -1535,6 +1535,90 @@ typedef struct zc_offload_stats {
  * rank's. Thread-safe with respect to other engines only. */
 ZC_API zc_status zc_engine_offload_stats(const zc_engine *eng, zc_offload_stats *out);
 
+/* ---- Where the time goes: the timeline, the comms logger, throughput ---- */
+
+/* The timeline (docs/trace.md). With the config section "trace" ({"path":
+ * "trace.json", "steps": "10-12"}, a zeroc extension) or the environment
+ * variables ZC_TRACE (the path) and ZC_TRACE_STEPS (the window), each rank
+ * records the spans of the traced optimizer steps - the step's phases, each
+ * stage-3 acquire, every collective, NVMe request and host<->device copy of
+ * the offload, each Adam piece, the agreements - into a buffer preallocated
+ * by zc_engine_build (trace.max_events records; a smaller one than the
+ * window needs is refused there, naming the key and the size needed) and
+ * writes them at the end of the window's last step, in the Chrome
+ * trace-event JSON format (Perfetto, chrome://tracing): the path itself with
+ * one rank, else one file per rank ("{rank}" in the path is replaced by the
+ * rank; without it ".rank<R>" goes before the extension). The files are
+ * created by zc_engine_build (never over an existing file) and removed by
+ * zc_engine_destroy when the run ended before the window began. Recording
+ * never allocates; with the section absent every hook is a branch. */
+
+/* The comms logger's figures (DeepSpeed's comms_logger: enabled, verbose,
+ * prof_all, prof_ops, debug), by zc_coll_kind, over every collective logged
+ * since build. bytes is nccl-tests' size S of each operation: the buffer of
+ * an all-reduce or broadcast, the full (world-sized) buffer of a
+ * reduce-scatter or all-gather; payload_bytes the part that
+ * zc_stats.comm_bytes_last_step counts (the model's; not the norm partials
+ * or the agreements' status records). A collective issued inside a
+ * communicator group is timed with the group's launch, its share by bytes.
+ * Bandwidths as nccl-tests defines them: algbw = bytes / latency_s, busbw =
+ * algbw x 2(n-1)/n (all-reduce), (n-1)/n (reduce-scatter, all-gather), 1
+ * (broadcast); bytes per second. */
+typedef struct zc_comms_stats {
+    size_t size;                     /* sizeof(zc_comms_stats), set by caller */
+    bool enabled;                    /* comms_logger.enabled; else all zero */
+    int world;
+    int64_t ops[ZC_COLL__COUNT];
+    int64_t bytes[ZC_COLL__COUNT];
+    int64_t payload_bytes[ZC_COLL__COUNT];
+    double latency_s[ZC_COLL__COUNT];
+    double algbw[ZC_COLL__COUNT], busbw[ZC_COLL__COUNT];
+} zc_comms_stats;
+
+/* Fills *out (out->size must be set; ZC_ERR_INVALID_ARG otherwise). This
+ * rank's figures; not collective. Not thread-safe with calls on the same
+ * engine. */
+ZC_API zc_status zc_engine_comms_stats(const zc_engine *eng, zc_comms_stats *out);
+/* DeepSpeed's summary table (deepspeed.comm.log_summary()): per collective
+ * kind ("all_gather", and "all_gather_coalesced" for a group's) and, with
+ * comms_logger.debug, per calling function, one row per message size: count,
+ * total and mean latency (ms), algbw and busbw (GB/s), as text with a
+ * newline after each line, into buf (cap bytes, NUL-terminated, cut at a
+ * whole line when short; buf may be NULL with cap 0). *len (may be NULL)
+ * receives the bytes the whole table needs, its NUL included. The engine
+ * also logs the table at INFO ("comm") when it is destroyed, and with
+ * comms_logger.verbose a line per operation. Not collective. */
+ZC_API zc_status zc_engine_comms_summary(const zc_engine *eng, char *buf, size_t cap,
+                                         size_t *len);
+
+/* What a step of the program computes, for the throughput of the progress
+ * lines (steps_per_print): tokens (or samples) and model FLOPs per optimizer
+ * step over all ranks, and the peak the FLOP/s are a fraction of (MFU). */
+typedef struct zc_workload {
+    size_t size;                /* sizeof(zc_workload), set by caller */
+    double tokens_per_step;     /* all ranks' tokens per optimizer step; 0: not stated */
+    double flops_per_step;      /* all ranks' FLOPs per optimizer step (forward and
+                                   backward, e.g. 6 x params x tokens); 0: not stated */
+    double peak_flops;          /* one rank's peak FLOP/s; 0: the device's when known
+                                   (the host path: zc_host_peak_flops), else no MFU */
+} zc_workload;
+
+/* States the program's work per step: from the next progress line on, the
+ * line adds tokens/s, and with flops_per_step the achieved TFLOP/s per rank
+ * and MFU = achieved / peak. Values must be finite and >= 0
+ * (ZC_ERR_INVALID_ARG naming the field otherwise, nothing changed). Not
+ * collective. */
+ZC_API zc_status zc_engine_set_workload(zc_engine *eng, const zc_workload *w);
+
+/* An estimate of this machine's peak FLOP/s on the host path, for MFU: the
+ * cores this process may run on x their highest clock
+ * (/sys/devices/system/cpu/.../cpuinfo_max_freq, else /proc/cpuinfo) x the
+ * fp32 FLOPs one core issues per cycle with the widest vector unit the CPU
+ * has (two fused multiply-add pipes: 64 with AVX-512, 32 with AVX2 and
+ * FMA, 8 without). *flops > 0 and `how` (cap bytes, may be NULL) says how
+ * it was computed; ZC_ERR_UNSUPPORTED when the clock cannot be read. */
+ZC_API zc_status zc_host_peak_flops(double *flops, char *how, size_t cap);
+
 /* Destroys the engine and frees everything it allocated. NULL is a no-op. Not
  * collective. */
 ZC_API void zc_engine_destroy(zc_engine *eng);

@@ -146,6 +146,18 @@ struct zc_config {
         bool single_submit, overlap_events, use_gds;
     } aio;
 
+    /* The timeline (a zeroc extension, docs/trace.md) and DeepSpeed's
+     * comms_logger. */
+    struct {
+        char *path;         /* trace.path; NULL: no timeline */
+        char *steps;        /* trace.steps, "A-B" or "A"; NULL: ZC_TRACE_STEPS_DEFAULT */
+        int64_t max_events; /* trace.max_events; -1: the most the window can need */
+    } trace;
+    struct {
+        bool enabled, verbose, prof_all, debug;
+        char *prof_ops;     /* DeepSpeed's op names joined with '\n'; NULL: none */
+    } comms_logger;
+
     zc_program_values program; /* what the program told us, for "auto" */
 
     struct zc_config_meta *meta; /* schema layer: per-key origin, "auto" flags */
@@ -199,6 +211,26 @@ zc_status zc__config_aio_check(int64_t block_size, int64_t queue_depth, int64_t 
 zc_status zc__config_opt_buffers_check(int64_t buffer_count);
 zc_status zc__config_param_buffers_check(int64_t buffer_count);
 zc_status zc__config_ratio_check(double ratio);
+
+/* ---- the timeline and the comms logger (observe_keys.c) ----------------- */
+
+/* The window trace.steps takes when unset: step 1 records stage 3's acquire
+ * order (and warms every cache), so the window starts after it. */
+#define ZC_TRACE_STEPS_DEFAULT "2-4"
+#define ZC_TRACE_STEPS_MAX ((int64_t)1 << 53)
+/* Parses a window of optimizer steps, "A-B" or "A" (whole decimal numbers,
+ * 1 <= A <= B <= 2^53, nothing else): ZC_OK with *first and *last, or
+ * ZC_ERR_CONFIG naming `what` (a key or a variable), the text and what is
+ * accepted. */
+zc_status zc__config_step_range(const char *text, const char *what, int64_t *first,
+                                int64_t *last);
+/* The collective kinds (one bit per zc_coll_kind) of comms_logger.prof_ops
+ * ('\n'-joined DeepSpeed op names: all_reduce, all_gather,
+ * all_gather_into_tensor, reduce_scatter, reduce_scatter_tensor, broadcast,
+ * and the ones zeroc never issues: all_to_all_single, send, recv, isend,
+ * irecv, reduce, gather, scatter, barrier): ZC_OK, or ZC_ERR_CONFIG naming
+ * the key and an unknown name. NULL is none. */
+zc_status zc__config_comms_ops(const char *ops, unsigned *mask);
 
 /* ---- placement from memory budgets (size.c, budget.c) ------------------- */
 

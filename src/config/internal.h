@@ -75,6 +75,8 @@ zc_status zc__cfg_apply_key(zc_config *cfg, const char *dotted, const json_t *v,
 /* Cross-key checks (fp16+bf16, offload vs stage, nvme_path, buffer_count,
  * allgather_bucket_size, scheduler parameters vs type, ...). */
 void zc__cfg_semantic(const zc_config *cfg, unsigned flags, zc_cfg_diag *d);
+/* trace.steps and comms_logger.prof_ops (observe_keys.c). */
+void zc__cfg_check_observe(const zc_config *cfg, zc_cfg_diag *d);
 
 /* What this build's engine refuses in a configuration that is otherwise
  * valid (offload today): one error per refused block. `zeroc config check`

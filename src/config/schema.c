@@ -351,6 +351,27 @@ const zc_cfg_key zc__cfg_keys[] = {
     KBOOL("aio.single_submit", aio.single_submit, 0, 0, "one submit per request"),
     KBOOL("aio.overlap_events", aio.overlap_events, 1, 0, "refill the queue per completion"),
     KBOOL("aio.use_gds", aio.use_gds, 0, ZC_KF_WARN_SET, "GPUDirect Storage (not implemented)"),
+
+    /* trace (a zeroc extension, docs/trace.md): the timeline of some steps */
+    { .path = "trace.path", .type = ZC_KT_STR, .flags = ZC_KF_NULL, .off = O(trace.path),
+      .doc = "(zeroc) Chrome trace JSON of the traced steps, one file per rank (\"{rank}\" "
+             "or .rank<R>)" },
+    { .path = "trace.steps", .type = ZC_KT_STR, .flags = ZC_KF_NULL, .off = O(trace.steps),
+      .doc = "(zeroc) the optimizer steps traced, \"A-B\" or \"A\"; unset = 2-4" },
+    KI64("trace.max_events", trace.max_events, -1, 1, (int64_t)1 << 26, ZC_KF_NULL,
+         "(zeroc) records the timeline holds; unset = the most the window can need"),
+
+    /* comms_logger (DeepSpeed's communication logging) */
+    KBOOL("comms_logger.enabled", comms_logger.enabled, 0, 0,
+          "log collectives: count, size, latency, algbw and busbw per kind"),
+    KBOOL("comms_logger.verbose", comms_logger.verbose, 0, 0,
+          "an INFO line per collective as it completes"),
+    KBOOL("comms_logger.prof_all", comms_logger.prof_all, 1, 0, "log every kind of collective"),
+    { .path = "comms_logger.prof_ops", .type = ZC_KT_STR, .flags = ZC_KF_NULL | ZC_KF_NAME_LIST,
+      .off = O(comms_logger.prof_ops),
+      .doc = "the collectives logged when prof_all is false ([\"all_reduce\", ...])" },
+    KBOOL("comms_logger.debug", comms_logger.debug, 0, 0,
+          "rows per calling function as well"),
 };
 const int zc__cfg_nkeys = (int)(sizeof(zc__cfg_keys) / sizeof(zc__cfg_keys[0]));
 

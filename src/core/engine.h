@@ -43,12 +43,14 @@
 #include "offload/homes.h"
 #include "optim/adam.h"
 #include "plan/plan.h"
+#include "trace/trace.h"
 /* The headers of the engine's rooms, for every file that uses the engine. */
 #include "core/common/bufpool.h"
 #include "core/common/eng_base.h"
 #include "core/common/faults.h"
 #include "core/common/streams.h"
 #include "core/observe/progress.h"
+#include "core/observe/timeline.h"
 #include "core/observe/timers.h"
 #include "core/state/opt_state.h"
 #include "core/state/param_state.h"
@@ -219,6 +221,7 @@ typedef struct zc_pass_state {
     zc_offload_step off;
     zc_param_home_io io0;      /* the parameter home's counters at zc_pass_begin */
     zc_pass_stats last;        /* the last completed evaluation pass */
+    int64_t tl_t0;             /* the timeline: the open pass's start (0: not recorded) */
 } zc_pass_state;
 
 struct zc_engine {
@@ -322,6 +325,14 @@ struct zc_engine {
 
     /* wall_clock_breakdown (timers.c). */
     zc_step_timers timers;
+    /* The timeline and the comms logger (src/trace; observe/timeline.c),
+     * made at build when configured, else NULL. */
+    zc_tl *tl;
+    /* What the program said a step computes (zc_engine_set_workload), for
+     * the progress lines' throughput; zeros: nothing stated. */
+    zc_workload workload;
+    double peak_flops;         /* the MFU's peak: stated, or the host's estimate (0: none) */
+    char peak_how[96];
 
     /* Stats: the current window and the last completed step. */
     int64_t comm_cur[ZC_COLL__COUNT], comm_last[ZC_COLL__COUNT];

@@ -82,4 +82,13 @@ zc_status zc__adam_host(const zc_adam_shard *s, const zc_adam_coeffs *c);
  * the first step. */
 zc_status zc__adam_env_check(void);
 
+/* What `zeroc report` says of the host Adam: for each variant, best first
+ * (i < zc__adam_isa_count()), its name, whether this build compiled it,
+ * whether this CPU runs it (else a static reason in *why), and which one
+ * zc__adam_host uses (ZC_CPU_ISA or the best usable; -1 with the reason in
+ * zc_last_error when none can be chosen). */
+int zc__adam_isa_count(void);
+const char *zc__adam_isa_name(int i, bool *compiled, bool *usable, const char **why);
+int zc__adam_isa_selected(void);
+
 #endif

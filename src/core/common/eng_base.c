@@ -17,6 +17,11 @@ zc_status zc__eng_enter(const zc_engine *e, const char *fn, bool need_built)
     if (!e || e->magic != ZC_ENGINE_MAGIC)
         return ZC_ERR(ZC_ERR_INVALID_ARG, "%s: engine handle is NULL or not an engine", fn);
     zc__log_set_rank(e->rank);
+    /* This thread records into the engine's timeline while its window is
+     * open or its comms logger is on (src/trace): the hooks below it read
+     * it. */
+    zc__tl_flush_due(e->tl); /* a window that ended at the last step: its file */
+    zc__tl_enter(e->tl);
     if (e->state == ZC_ENG_FAILED)
         return ZC_ERR(ZC_ERR_INVALID_STATE,
                       "%s: zc_engine_build failed on this engine; it can only be destroyed", fn);
@@ -77,56 +82,72 @@ zc_status zc__eng_check_param(const zc_engine *e, const zc_param *p, const char 
 
 /* ---- collectives --------------------------------------------------------- */
 
-zc_status zc__eng_all_reduce_on(zc_engine *e, void *buf, size_t n, zc_dtype dt, bool count_it,
-                                void *stream)
+/* The timeline's and the comms logger's part of a collective: when the
+ * comms logger profiles this kind on an asynchronous device, the stream is
+ * drained first (and again after it, coll_end), so the time measured is
+ * the collective's (DeepSpeed's logger synchronizes the same way). */
+static int64_t coll_begin(zc_engine *e, int kind, void *stream)
 {
+    const int64_t t0 = zc__tl_begin();
+    if (t0 && e->dev->mem_kind == ZC_MEMKIND_DEVICE && zc__tl_comms_profiles(e->tl, kind) &&
+        !zc__tl_in_group()) {
+        (void)e->dev->ops->stream_sync(e->dev, stream);
+        return zc__tl_clock();
+    }
+    return t0;
+}
+
+static void coll_end(zc_engine *e, int64_t t0, int kind, zc_dtype dt, int64_t bytes,
+                     size_t elems, bool count_it, void *stream, const char *site)
+{
+    if (!t0)
+        return;
+    if (e->dev->mem_kind == ZC_MEMKIND_DEVICE && zc__tl_comms_profiles(e->tl, kind) &&
+        !zc__tl_in_group())
+        (void)e->dev->ops->stream_sync(e->dev, stream);
+    zc__tl_coll(t0, kind, dt, bytes, (int64_t)elems, site, count_it ? ZC_TLF_COUNTED : 0);
+}
+
+zc_status zc__eng_all_reduce_at(zc_engine *e, void *buf, size_t n, zc_dtype dt, bool count_it,
+                                void *stream, const char *site)
+{
+    const int64_t t0 = coll_begin(e, ZC_COLL_ALL_REDUCE, stream);
     zc_status rc = zc__all_reduce(e->comm, buf, buf, n, dt, ZC_RED_SUM, stream);
     if (rc != ZC_OK)
         return coll_failed(e, rc);
+    const int64_t bytes = (int64_t)(n * zc_dtype_size(dt));
     if (count_it)
-        e->comm_cur[ZC_COLL_ALL_REDUCE] += (int64_t)(n * zc_dtype_size(dt));
+        e->comm_cur[ZC_COLL_ALL_REDUCE] += bytes;
+    coll_end(e, t0, ZC_COLL_ALL_REDUCE, dt, bytes, n, count_it, stream, site);
     return ZC_OK;
 }
 
-zc_status zc__eng_reduce_scatter_on(zc_engine *e, const void *send, void *recv, size_t recv_n,
-                                    zc_dtype dt, bool count_it, void *stream)
+zc_status zc__eng_reduce_scatter_at(zc_engine *e, const void *send, void *recv, size_t recv_n,
+                                    zc_dtype dt, bool count_it, void *stream, const char *site)
 {
+    const int64_t t0 = coll_begin(e, ZC_COLL_REDUCE_SCATTER, stream);
     zc_status rc = zc__reduce_scatter(e->comm, send, recv, recv_n, dt, stream);
     if (rc != ZC_OK)
         return coll_failed(e, rc);
+    const int64_t bytes = (int64_t)(recv_n * (size_t)e->world * zc_dtype_size(dt));
     if (count_it)
-        e->comm_cur[ZC_COLL_REDUCE_SCATTER] +=
-            (int64_t)(recv_n * (size_t)e->world * zc_dtype_size(dt));
+        e->comm_cur[ZC_COLL_REDUCE_SCATTER] += bytes;
+    coll_end(e, t0, ZC_COLL_REDUCE_SCATTER, dt, bytes, recv_n, count_it, stream, site);
     return ZC_OK;
 }
 
-zc_status zc__eng_all_gather_on(zc_engine *e, const void *send, void *recv, size_t send_n,
-                                zc_dtype dt, bool count_it, void *stream)
+zc_status zc__eng_all_gather_at(zc_engine *e, const void *send, void *recv, size_t send_n,
+                                zc_dtype dt, bool count_it, void *stream, const char *site)
 {
+    const int64_t t0 = coll_begin(e, ZC_COLL_ALL_GATHER, stream);
     zc_status rc = zc__all_gather(e->comm, send, recv, send_n, dt, stream);
     if (rc != ZC_OK)
         return coll_failed(e, rc);
+    const int64_t bytes = (int64_t)(send_n * (size_t)e->world * zc_dtype_size(dt));
     if (count_it)
-        e->comm_cur[ZC_COLL_ALL_GATHER] +=
-            (int64_t)(send_n * (size_t)e->world * zc_dtype_size(dt));
+        e->comm_cur[ZC_COLL_ALL_GATHER] += bytes;
+    coll_end(e, t0, ZC_COLL_ALL_GATHER, dt, bytes, send_n, count_it, stream, site);
     return ZC_OK;
-}
-
-zc_status zc__eng_all_reduce(zc_engine *e, void *buf, size_t n, zc_dtype dt, bool count_it)
-{
-    return zc__eng_all_reduce_on(e, buf, n, dt, count_it, e->stream);
-}
-
-zc_status zc__eng_reduce_scatter(zc_engine *e, const void *send, void *recv, size_t recv_n,
-                                 zc_dtype dt, bool count_it)
-{
-    return zc__eng_reduce_scatter_on(e, send, recv, recv_n, dt, count_it, e->stream);
-}
-
-zc_status zc__eng_all_gather(zc_engine *e, const void *send, void *recv, size_t send_n,
-                             zc_dtype dt, bool count_it)
-{
-    return zc__eng_all_gather_on(e, send, recv, send_n, dt, count_it, e->stream);
 }
 
 /* A group's collectives are launched by group_end: a failure there is a
@@ -135,12 +156,16 @@ zc_status zc__eng_all_gather(zc_engine *e, const void *send, void *recv, size_t 
 zc_status zc__eng_group_start(zc_engine *e)
 {
     zc_status rc = zc__comm_group_start(e->comm);
+    if (rc == ZC_OK)
+        zc__tl_group_open();
     return rc == ZC_OK ? ZC_OK : coll_failed(e, rc);
 }
 
 zc_status zc__eng_group_end(zc_engine *e)
 {
+    const int64_t t0 = zc__tl_begin();
     zc_status rc = zc__comm_group_end(e->comm);
+    zc__tl_group_end(t0);
     return rc == ZC_OK ? ZC_OK : coll_failed(e, rc);
 }
 
@@ -166,6 +191,16 @@ void zc__eng_free(zc_engine *e, zc_mem_category cat, void **p, size_t bytes)
     if (*p)
         e->dev->ops->free(e->dev, &e->acct, cat, *p, bytes);
     *p = NULL;
+}
+
+zc_status zc__eng_copy(zc_engine *e, void *dst, const void *src, size_t bytes, zc_copy_kind kind,
+                       void *stream, int chunk)
+{
+    const int64_t t0 = zc__tl_begin();
+    const zc_status rc = e->dev->ops->copy(e->dev, dst, src, bytes, kind, stream);
+    if (rc == ZC_OK && (kind == ZC_COPY_H2D || kind == ZC_COPY_D2H))
+        zc__tl_copy(t0, kind == ZC_COPY_D2H, (int64_t)bytes, chunk);
+    return rc;
 }
 
 zc_status zc__eng_convert(zc_engine *e, void *dst, zc_dtype dst_dt, const void *src,

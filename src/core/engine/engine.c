@@ -227,6 +227,7 @@ static zc_status build_local(zc_engine *e)
     ZC_CHECK(zc__view_build(e));
     ZC_CHECK(zc__debug_build(e));
     ZC_CHECK(zc__act_build(e));
+    ZC_CHECK(zc__trace_build(e));
     e->state = ZC_ENG_BUILT;
     /* Needs the built engine (it loads through zc_param_load). */
     return zc__adopt_load(e);
@@ -272,6 +273,7 @@ ZC_API zc_status zc_engine_build(zc_engine *e)
      * their first collective. Every rank fails alike, naming that rank. */
     ZC_CHECK_GOTO(zc__eng_agree(e, rc, "zc_engine_build"), rc, fail);
     zc__timers_init(&e->timers, e->cfg->wall_clock_breakdown);
+    zc__timeline_step_end(e); /* a window from step 1 opens now */
     zc__progress_start(e);
     ZC_LOGI("core", "built: %d parameters, %lld elements in %d chunks of <= %lld (%lld padded)",
             e->nparams, (long long)e->num_elems, e->nchunks, (long long)e->bucket,
@@ -292,6 +294,8 @@ ZC_API void zc_engine_destroy(zc_engine *e)
         (void)e->dev->ops->make_current(e->dev);
     /* First: queued work may still read or write the buffers freed below. */
     zc__streams_destroy(e);
+    /* A window the run ended inside goes out before anything it names. */
+    zc__timeline_destroy(e);
     if (e->pol && e->pol->teardown && e->chunks)
         e->pol->teardown(e);
     zc__opt_free(e);

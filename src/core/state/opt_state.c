@@ -229,7 +229,8 @@ zc_status zc__opt_grad_accumulate(zc_engine *e, zc_chunk *c, const void *own, vo
         const void *src = own;
         if (e->opt_staging) {
             void *st = hm->ops->grad_in_stage(hm);
-            ZC_CHECK(d->ops->copy(d, st, own, n * e->pesz, ZC_COPY_D2H, stream));
+            ZC_CHECK(zc__eng_copy(e, st, own, n * e->pesz, ZC_COPY_D2H, stream,
+                                  (int)(c - e->chunks)));
             ZC_CHECK(d->ops->stream_sync(d, stream));
             src = st;
         }
@@ -253,7 +254,7 @@ zc_status zc__opt_grad_accumulate(zc_engine *e, zc_chunk *c, const void *own, vo
     zc_opt_view v;
     zc_status rc = hm->ops->acquire(hm, k, &v);
     if (rc == ZC_OK)
-        rc = d->ops->copy(d, v.grad_stage, own, n * e->pesz, ZC_COPY_D2H, stream);
+        rc = zc__eng_copy(e, v.grad_stage, own, n * e->pesz, ZC_COPY_D2H, stream, k);
     if (rc == ZC_OK)
         rc = d->ops->stream_sync(d, stream);
     if (rc == ZC_OK)
@@ -321,8 +322,8 @@ zc_status zc__opt_fetch(zc_engine *e, int k, zc_opt_chunk *out)
          * host-held fp32 shard is already there. */
         const size_t gesz = zc_dtype_size(out->grad_dtype);
         const char *src = g + (size_t)(shard_base - out->grad_base) * gesz;
-        ZC_CHECK(d->ops->copy(d, v.grad_stage, src, (size_t)c->shard * gesz, ZC_COPY_D2H,
-                              e->stream));
+        ZC_CHECK(zc__eng_copy(e, v.grad_stage, src, (size_t)c->shard * gesz, ZC_COPY_D2H,
+                              e->stream, k));
         ZC_CHECK(d->ops->stream_sync(d, e->stream));
         out->grad = v.grad_stage;
         out->grad_base = shard_base;
@@ -354,8 +355,8 @@ zc_status zc__opt_put(zc_engine *e, int k, zc_opt_chunk *oc)
         if (zc__opt_copy_on(e, c)) {
             ZC_CHECK(zc__opt_copy_out_end(e, k, dst, oc->pout, (size_t)c->shard * e->pesz));
         } else {
-            ZC_CHECK(d->ops->copy(d, dst, oc->pout, (size_t)c->shard * e->pesz, ZC_COPY_H2D,
-                                  e->stream));
+            ZC_CHECK(zc__eng_copy(e, dst, oc->pout, (size_t)c->shard * e->pesz, ZC_COPY_H2D,
+                                  e->stream, k));
             ZC_CHECK(d->ops->stream_sync(d, e->stream));
         }
     }

@@ -142,6 +142,21 @@ static int64_t adam_piece(const zc_engine *e, int k)
     return h->ops->progress ? ADAM_PIECE : INT64_MAX;
 }
 
+int64_t zc__step_adam_calls(const zc_engine *e)
+{
+    int64_t calls = 0;
+    const bool full_opt = e->pol->full_optimizer;
+    for (int k = 0; k < e->nchunks; k++) {
+        const zc_chunk *c = &e->chunks[k];
+        const int64_t piece = adam_piece(e, k);
+        const int r0 = full_opt ? 0 : e->rank, r1 = full_opt ? e->world : e->rank + 1;
+        for (int r = r0; r < r1; r++)
+            for (int si = c->seg_begin[r]; si < c->seg_begin[r + 1]; si++)
+                calls += piece == INT64_MAX ? 1 : (c->segs[si].n + piece - 1) / piece;
+    }
+    return calls;
+}
+
 /* Chunk k's Adam through its home. On a home that moves its I/O along
  * between pieces the host Adam runs on the threads `pace` gives
  * (optim/adam_pace.h: while I/O is in flight, no more cores than keep it
@@ -150,6 +165,7 @@ static zc_status adam_chunk(zc_engine *e, int k, const zc_adam_coeffs *coeffs, f
                             zc_adam_pace *pace)
 {
     zc_chunk *c = &e->chunks[k];
+    const int64_t t0 = zc__tl_begin();
     zc_opt_chunk oc;
     ZC_CHECK(zc__opt_fetch(e, k, &oc));
     const bool full_opt = e->pol->full_optimizer;
@@ -186,7 +202,9 @@ static zc_status adam_chunk(zc_engine *e, int k, const zc_adam_coeffs *coeffs, f
             }
         }
     }
-    return zc__opt_put(e, k, &oc);
+    const zc_status rc = zc__opt_put(e, k, &oc);
+    zc__tl_span(t0, ZC_TLK_SPAN, "adam chunk", k, c->shard);
+    return rc;
 }
 
 static zc_status run_adam(zc_engine *e, float grad_scale, double lr, double beta1, double beta2)
@@ -311,7 +329,9 @@ static zc_status step_window(zc_engine *e, zc_step_info *info)
     /* With overlap_comm the last reductions may still run on comm_stream:
      * the norm, Adam and the reset read or clear what they wrote. */
     ZC_CHECK(zc__order_engine_after_reductions(e));
+    const int64_t tn = zc__tl_begin();
     ZC_CHECK(norm_partials(e, &sumsq));
+    zc__tl_span(tn, ZC_TLK_SPAN, "norm", -1, e->nchunks);
     const double ls = e->scaler.scale;
     const double avg = zc__grad_avg(e);
     const bool finite = isfinite(sumsq);
@@ -374,7 +394,9 @@ static zc_status step_window(zc_engine *e, zc_step_info *info)
          * gradient reset is rank-local work of the same kind, so it is
          * agreed together with Adam. The scaler and the counters advance
          * only after that, so a failed step never moves them. */
+        const int64_t ta = zc__tl_begin();
         zc_status rc = run_adam(e, grad_scale, lr, beta1, beta2);
+        zc__tl_span(ta, ZC_TLK_SPAN, "optimizer pass", -1, e->nchunks);
         if (rc == ZC_OK)
             rc = zc__grads_reset(e);
         ZC_CHECK(zc__eng_agree(e, rc, "zc_step: the optimizer update"));
@@ -391,7 +413,9 @@ static zc_status step_window(zc_engine *e, zc_step_info *info)
     const double waited = zc__param_wait_begin(e);
     if (e->stage > 0)
         zc__timers_push(&e->timers, ZC_TIMER_GATHER);
+    const int64_t tp = e->stage > 0 ? zc__tl_begin() : 0;
     const zc_status prc = e->pol->publish(e, !overflow);
+    zc__tl_span(tp, ZC_TLK_SPAN, "publish", -1, e->nchunks);
     if (e->stage > 0)
         zc__timers_pop(&e->timers);
     zc__param_wait_end(e, waited);
@@ -475,8 +499,10 @@ ZC_API zc_status zc_step(zc_engine *e, zc_step_info *info)
     zc__timers_pop(&e->timers);
     /* A refused call (a missing gradient) leaves the window open; a step
      * taken, applied or skipped, closes it. */
-    if (e->steps != before)
-        zc__timers_end(&e->timers, e->steps);
+    if (e->steps != before) {
+        zc__timers_end(&e->timers, e->steps, (int)e->gas, out->skipped);
+        zc__timeline_step_end(e); /* the window's end or beginning */
+    }
     if (rc != ZC_OK)
         return rc;
     zc__progress_step(e, out->lr);
