@@ -9,6 +9,8 @@
 #include <criterion/criterion.h>
 
 #include "act/act.h"
+#include "core/engine.h" /* the store of one engine, for a fault on that rank alone */
+#include "offload/offload.h"
 
 static uint64_t mix(uint64_t *s)
 {
@@ -44,6 +46,7 @@ void ta_run_init(ta_run *r, const char *home, int world)
     r->steps = 2;
     r->slots = 6;
     r->bytes = 8192 + 12;
+    r->fault_thread = -1;
 }
 
 zc_config *ta_config(const char *home, const char *nvme_json, int stage, int gas, int world,
@@ -182,6 +185,11 @@ static void *rank_main(void *arg)
     }
     r->es[t].size = sizeof r->es[t];
     zc_engine_stats(e, &r->es[t]);
+    if (t == r->fault_thread) {
+        const zc_nvme_faults f = {.enospc_write_at = r->fault.enospc_write_at,
+                                  .eio_at = r->fault.eio_at};
+        zc__act_set_nvme_faults(e->act, &f);
+    }
     uint8_t *in = malloc((size_t)r->bytes), *out = malloc((size_t)r->bytes);
     bool ok = in && out;
     for (int step = 0; ok && step < r->steps; step++)

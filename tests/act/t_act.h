@@ -26,6 +26,8 @@ typedef struct ta_run {
     int mp;                 /* partition_activations over groups of this many ranks (0: none):
                                ranks r and r' with r / mp == r' / mp are one data-parallel
                                group's... see t_act.c */
+    int fault_thread;       /* >= 0: this rank thread's NVMe store gets `fault` after build */
+    struct { int64_t enospc_write_at, eio_at; } fault;
     /* outputs, per rank */
     zc_status rc[TA_MAX_WORLD];
     char err[TA_MAX_WORLD][1024];

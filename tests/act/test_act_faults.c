@@ -124,3 +124,27 @@ Test(act_faults, enospc_is_agreed, .init = setup, .fini = teardown)
         agreed_failure(&r, 0, spec);
     }
 }
+
+/* partition_activations: a failed write on one rank of a model-parallel
+ * group whose data-parallel group is that rank alone - the only ranks that
+ * learn of it through their engine's agreement is itself - still fails its
+ * model-parallel peer (another engine, another data-parallel group) at the
+ * same restore, through the group's exchange before the gather: both
+ * ZC_ERR_IO, both engines broken, no hang. */
+Test(act_faults, partition_peer_learns, .init = setup, .fini = teardown)
+{
+    ta_run r;
+    ta_run_init(&r, "nvme", 1);
+    r.mp = 2;
+    r.bytes = 8192;
+    r.buffer_count = 2;
+    r.nvme_json = dir.json;
+    r.fault_thread = 0;
+    r.fault.enospc_write_at = 2;
+    ta_run_go(&r);
+    cr_assert_eq(r.rc[0], ZC_ERR_IO, "rank 0: %s", r.err[0]);
+    cr_assert_eq(r.rc[1], ZC_ERR_IO, "its peer: %s (%s)", zc_status_str(r.rc[1]), r.err[1]);
+    cr_assert_not_null(strstr(r.err[1], "model-parallel group"), "%s", r.err[1]);
+    cr_assert(r.broken_after[0] && r.broken_after[1]);
+    cr_assert_eq(r.bad_bytes[0] + r.bad_bytes[1], 0);
+}

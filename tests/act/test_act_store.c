@@ -134,3 +134,49 @@ Test(act_store, reads_ahead)
     t_swapdir_remove(&dir);
     t_assert_no_leaks();
 }
+
+/* partition_activations over a model-parallel group (zc_engine_options.
+ * act_mp_comm): each rank keeps 1/MP of every checkpoint and the restore
+ * all-gathers it back; the members save the same activations (a tensor-
+ * parallel block's replicated input), every byte comes back on each, and the
+ * store holds a part's bytes. Data-parallel groups of 1 and 2 beside groups
+ * of 2 model-parallel ranks (threads on local communicators). */
+static void run_partition(const char *home, int world)
+{
+    t_swapdir dir;
+    const bool nvme = !strcmp(home, "nvme");
+    if (nvme)
+        t_swapdir_make(&dir, "zc-act-part");
+    ta_run r;
+    ta_run_init(&r, home, world);
+    r.mp = 2;
+    r.gas = 2;
+    r.bytes = 8192;
+    r.buffer_count = 2;
+    r.nvme_json = nvme ? dir.json : NULL;
+    ta_run_go(&r);
+    expect_clean(&r, r.steps * r.gas * r.slots);
+    for (int t = 0; t < world * 2; t++) {
+        cr_assert_eq(r.st[t].parts, 2);
+        cr_assert_eq(r.st[t].part_bytes, 4096);
+        /* The slots hold a part each: half of what a whole checkpoint
+         * takes (the device's 256-byte units, or pages). */
+        const int64_t unit = nvme || !strcmp(home, "cpu") ? 4096 : 256;
+        const int kind = nvme ? ZC_KIND_NVME : !strcmp(home, "cpu") ? ZC_KIND_PINNED
+                                                                      : ZC_KIND_DEVICE;
+        int64_t want = r.slots * ((4096 + unit - 1) / unit * unit);
+        if (nvme)
+            want = (want + (1 << 20) - 1) / (1 << 20) * (1 << 20);
+        cr_assert_eq(r.es[t].bytes_by_kind_cat[kind][ZC_MEM_ACTIVATIONS] -
+                         (kind == ZC_KIND_DEVICE ? 256 : 0),
+                     want, "rank %d: %lld bytes", t,
+                     (long long)r.es[t].bytes_by_kind_cat[kind][ZC_MEM_ACTIVATIONS]);
+    }
+    if (nvme)
+        t_swapdir_remove(&dir);
+    t_assert_no_leaks();
+}
+
+Test(act_store, partition_device) { run_partition("device", 1); run_partition("device", 2); }
+Test(act_store, partition_cpu) { run_partition("cpu", 2); }
+Test(act_store, partition_nvme) { run_partition("nvme", 2); }
