@@ -822,7 +822,13 @@ typedef struct zc_step_info {
     bool skipped;        /* overflow: no parameter or optimizer state changed */
     double grad_norm;    /* global L2 norm of the averaged, unscaled gradient;
                             -1 when it is not finite, which is every skipped
-                            step (DeepSpeed's norm is -1 for inf/nan too) */
+                            step (DeepSpeed's norm is -1 for inf/nan too).
+                            With fp16.deepspeed_unscale_order, at stages 0
+                            and 3 a step on which the loss scale grows
+                            reports it over the grown scale (half the
+                            gradient's), as DeepSpeed's stage 3 and its
+                            FP16_Optimizer do; stages 1-2 report the
+                            gradient's, as DeepSpeed's stages 1-2 do */
     double loss_scale;   /* the scale this step's gradients were made with
                             (zc_loss_scale() before the step; 1 for fp32/bf16) */
     double lr;           /* learning rate applied (or that would have been) */

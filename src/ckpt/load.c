@@ -238,6 +238,10 @@ static void restore_counters(zc_engine *e, const zc_ck_manifest *m)
     e->steps = m->steps;
     e->skipped = m->skipped;
     e->adam_steps = m->adam_steps;
+    /* A DeepSpeed run resumed from a checkpoint builds a fresh optimizer:
+     * its first step derives beta^t from pow() (the step jumps), and so
+     * does this engine's under optimizer.params.deepspeed_arithmetic. */
+    e->adam_ds = zc__adam_ds_fresh(e->cfg->optimizer.beta1, e->cfg->optimizer.beta2);
     e->prog_steps0 = m->steps;
     if (e->pdt == ZC_DTYPE_F16) {
         e->scaler.scale = m->scaler.scale;

@@ -100,6 +100,8 @@ struct zc_config {
         bool adamw_type;                 /* type "AdamW" (else "Adam") */
         double lr, beta1, beta2, eps, weight_decay;
         bool adam_w_mode, bias_correction, torch_adam;
+        bool deepspeed_arithmetic;       /* zeroc: DeepSpeedCPUAdam's arithmetic
+                                            (optim/adam.h ZC_ADAM_ARITH_DEEPSPEED) */
     } optimizer;
 
     zc_sched_cfg scheduler;

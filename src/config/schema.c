@@ -161,6 +161,8 @@ const zc_cfg_key zc__cfg_keys[] = {
           "Adam bias correction"),
     KBOOL("optimizer.params.torch_adam", optimizer.torch_adam, 0, 0,
           "DeepSpeed: use torch.optim.Adam (same math here)"),
+    KBOOL("optimizer.params.deepspeed_arithmetic", optimizer.deepspeed_arithmetic, 0, 0,
+          "(zeroc) DeepSpeedCPUAdam's fp32 coefficients and FMAs, to match a DeepSpeed run"),
     KIGN("optimizer.params.amsgrad", ZC_KF_WARN_SET, "not implemented by zeroc"),
 
     /* scheduler */

@@ -310,6 +310,10 @@ struct zc_engine {
     /* Optimizer. */
     zc_loss_scaler scaler;
     int64_t steps, skipped, adam_steps;
+    /* optimizer.params.deepspeed_arithmetic: DeepSpeed's running beta powers
+     * (optim/adam.h), fresh at create and after a checkpoint load, as a
+     * DeepSpeed optimizer is when it is built or resumed. */
+    zc_adam_ds_state adam_ds;
     double *partials;          /* host: nchunks * world sum-of-squares partials */
     double *part_send, *part_recv; /* device buffers for the fp64 all-gather; stage 0
                                       writes its (chunk, rank) partials into part_recv */

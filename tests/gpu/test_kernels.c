@@ -415,8 +415,9 @@ Test(gpu_kernels, nonfinite_flags_match)
 }
 
 /* Fused Adam: every grad dtype x parameter-copy dtype, AdamW and Adam (L2),
- * an aligned shard (vector path) and one starting one element late (scalar
- * path), two steps with a clip/unscale factor. */
+ * in zeroc's arithmetic and DeepSpeed's (mode 2-3: fp32 coefficients and
+ * FMAs), an aligned shard (vector path) and one starting one element late
+ * (scalar path), two steps with a clip/unscale factor. */
 Test(gpu_kernels, adam_matches_scalar_reference, .timeout = 300)
 {
     zc_device *d;
@@ -426,13 +427,14 @@ Test(gpu_kernels, adam_matches_scalar_reference, .timeout = 300)
     static const int OUTS[] = {-1, ZC_DTYPE_F32, ZC_DTYPE_F16, ZC_DTYPE_BF16};
     for (int gk = 0; gk < 3; gk++)
         for (int ok = 0; ok < 4; ok++)
-            for (int mode = 0; mode < 2; mode++)
+            for (int mode = 0; mode < 4; mode++)
                 for (int off = 0; off < 2; off++) {
                     zc_dtype gdt = FLOATS[gk];
                     int odt = OUTS[ok];
                     zc_adam_hparams hp = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8,
-                                          .weight_decay = 0.01, .adamw = mode == 0,
+                                          .weight_decay = 0.01, .adamw = (mode & 1) == 0,
                                           .bias_correction = true};
+                    zc_adam_ds_state dst = zc__adam_ds_fresh(hp.beta1, hp.beta2);
                     size_t fb = (n + 1) * sizeof(float), gb = (n + 1) * zc_dtype_size(gdt),
                            ob = odt < 0 ? 0 : (n + 1) * zc_dtype_size((zc_dtype)odt);
                     float *hm = malloc(fb), *hmm = malloc(fb), *hv = malloc(fb);
@@ -456,6 +458,10 @@ Test(gpu_kernels, adam_matches_scalar_reference, .timeout = 300)
                         fill(&s, hg, gdt, n + 1, 0);
                         h2d(d, dg, hg, gb);
                         zc_adam_coeffs c = zc__adam_coeffs(&hp, step);
+                        if (mode >= 2) {
+                            zc__adam_ds_increment(&dst, step, hp.beta1, hp.beta2);
+                            c = zc__adam_coeffs_ds(&dst, &hp);
+                        }
                         float gs = step == 1 ? 0.5f : 0.25f;
                         zc_adam_shard hs = {hm + off, hmm + off, hv + off, (char *)hg + off * es,
                                             gdt, gs, ho ? (char *)ho + off * os : NULL,
@@ -470,8 +476,8 @@ Test(gpu_kernels, adam_matches_scalar_reference, .timeout = 300)
                     d2h(d, gmm, dmm, fb);
                     d2h(d, gv, dv, fb);
                     char what[96];
-                    snprintf(what, sizeof what, "adam%s grad %s out %s offset %d master",
-                             mode ? "" : "w", zc_dtype_name(gdt),
+                    snprintf(what, sizeof what, "adam%s%s grad %s out %s offset %d master",
+                             mode & 1 ? "" : "w", mode >= 2 ? " deepspeed" : "", zc_dtype_name(gdt),
                              odt < 0 ? "none" : zc_dtype_name((zc_dtype)odt), off);
                     expect_close(what, ZC_DTYPE_F32, hm + off, gm + off, n, 0);
                     expect_close("adam m", ZC_DTYPE_F32, hmm + off, gmm + off, n, 0);

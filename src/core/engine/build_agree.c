@@ -70,11 +70,12 @@ static void item_text(const zc_engine *e, int64_t i, char *b, size_t cap)
             return;
         case 6:
             snprintf(b, cap, "optimizer %s lr %.17g betas (%.17g, %.17g) eps %.17g "
-                     "weight_decay %.17g adam_w_mode %d bias_correction %d",
+                     "weight_decay %.17g adam_w_mode %d bias_correction %d "
+                     "deepspeed_arithmetic %d",
                      c->optimizer.adamw_type ? "AdamW" : "Adam", c->optimizer.lr,
                      c->optimizer.beta1, c->optimizer.beta2, c->optimizer.eps,
                      c->optimizer.weight_decay, (int)c->optimizer.adam_w_mode,
-                     (int)c->optimizer.bias_correction);
+                     (int)c->optimizer.bias_correction, (int)c->optimizer.deepspeed_arithmetic);
             return;
         case 7:
             snprintf(b, cap, "zero overlap_comm %d stage3_prefetch_bucket_size %" PRId64

@@ -167,6 +167,7 @@ ZC_API zc_status zc_engine_create(zc_engine **out, const zc_config *cfg, zc_comm
 
     /* Group 0: the optimizer's weight decay. */
     ZC_CHECK_GOTO(zc__registry_init(e), rc, fail);
+    e->adam_ds = zc__adam_ds_fresh(e->cfg->optimizer.beta1, e->cfg->optimizer.beta2);
 
     ZC_LOGI("core", "engine: ZeRO stage %d%s, world %d, %s parameters, accumulation %lld, device %s",
             stage, stage_auto ? " (auto: chosen at build)" : "", world, zc_dtype_name(e->pdt), (long long)e->gas, e->dev->ops->name);
