@@ -13,8 +13,8 @@ deadline (480 s):
                and every bundled binary's libraries resolved
   tests        every GPU test suite with ZC_REQUIRE_GPU=1 (a skip for want of
                a device is a failure)
-  sanitizer    compute-sanitizer memcheck on the kernel, device and GPT-layer
-               tests, racecheck and synccheck on the kernels
+  sanitizer    compute-sanitizer memcheck on the kernel, device, GPT-layer and
+               activation-store tests, racecheck and synccheck on the kernels
   adam         bench_gpu_adam at 16M..1G parameters next to the D2D copy and
                torch's fused AdamW (bench/gpu_adam/torch_adam.py); then the
                engine's zc_step (stage 0, bf16, world 1) at 64M and 256M
@@ -85,6 +85,7 @@ TEST_SUITES = [  # name, executable, extra environment (the order they run in)
     ("gpu/device", "test_gpu_device", {}),
     ("gpt/cuda_layers", "test_gpt_cuda_layers", {}),
     ("gpt/cuda_model", "test_gpt_cuda_model", {}),
+    ("gpu/act", "test_gpu_act", {}),
     ("gpu/nccl", "test_gpu_nccl", {"ZC_NCCL_HELPER": "@bin/zc_nccl_helper"}),
     ("gpu/engine_streams", "test_gpu_engine_streams", {}),
     ("gpu/engine", "test_gpu_engine", {}),
@@ -110,6 +111,9 @@ SANITIZER_RUNS = [  # tool, executable, Criterion suite
     ("memcheck", "test_gpt_cuda_layers", "gpt_cuda"),
     ("racecheck", "test_gpu_kernels", "gpu_kernels"),
     ("synccheck", "test_gpu_kernels", "gpu_kernels"),
+    # Last: the store's copies on the caller's and its own streams (what is
+    # left of the part's budget; the tests part runs it in full).
+    ("memcheck", "test_gpu_act", "gpu_act"),
 ]
 
 
