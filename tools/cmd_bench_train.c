@@ -440,17 +440,50 @@ static int parse(int argc, char **argv, opts *o, bt_setup *s)
     return 0;
 }
 
-/* The activation axis's values: --only's, else none alone. */
+/* The activation axis's values: --only's, else none alone. none runs first
+ * in each configuration: it is the reference of the others (sweep's
+ * pairing). */
 static int act_values(const opts *o, const char **vals)
 {
     for (int i = 0; i < o->nonly; i++)
         if (!strcmp(o->only[i].key, "checkpoint_activations")) {
+            int n = 0;
             for (int k = 0; k < o->only[i].n; k++)
-                vals[k] = o->only[i].values[k];
-            return o->only[i].n;
+                if (!strcmp(o->only[i].values[k], "none"))
+                    vals[n++] = "none";
+            for (int k = 0; k < o->only[i].n; k++)
+                if (strcmp(o->only[i].values[k], "none"))
+                    vals[n++] = o->only[i].values[k];
+            return n;
         }
     vals[0] = "none";
     return 1;
+}
+
+/* Whether a and b are one configuration but for the activation axis. */
+static bool same_but_acts(const bt_config *a, const bt_config *b)
+{
+    return a->stage == b->stage && !strcmp(a->offload_optimizer, b->offload_optimizer) &&
+           !strcmp(a->offload_param, b->offload_param) && a->world == b->world &&
+           !strcmp(a->dtype, b->dtype) && a->budgeted == b->budgeted &&
+           !memcmp(a->budget, b->budget, sizeof a->budget);
+}
+
+/* The activation axis against its reference in this sweep: r's step, its
+ * device-side activations and its VmHWM against the same configuration
+ * without checkpointing (none). */
+static void pair_with_none(bt_result *r, const bt_result *none)
+{
+    if (none->status != BT_OK || r->status != BT_OK || !strcmp(bt_act(&r->cfg), "none"))
+        return;
+    if (none->step_med > 0)
+        r->step_over_none = r->step_med / none->step_med;
+    const int64_t d0 = bt_device_acts(none, false);
+    if (r->have_act && none->have_act && d0 > 0)
+        r->device_acts_over_none = (double)bt_device_acts(r, false) / (double)d0;
+    const int64_t planned = none->plan_host_peak - r->plan_host_peak;
+    if (r->have_plan && none->have_plan && planned > 0 && none->vmhwm > r->vmhwm)
+        r->vmhwm_drop_over_plan = (double)(none->vmhwm - r->vmhwm) / (double)planned;
 }
 
 /* Every configuration of the sweep, in order, that the filters keep. */
@@ -529,9 +562,9 @@ static int sweep(const opts *o, bt_setup *s)
     for (int i = 0; i < n && rc == 0 && !bt_stop_signal; i++) {
         if (!o->json)
             fprintf(stderr, "zeroc bench train: [%d/%d] stage %d, offload_optimizer %s, "
-                            "offload_param %s, world %d, %s\n", i + 1, n, cfgs[i].stage,
-                    cfgs[i].offload_optimizer, cfgs[i].offload_param, cfgs[i].world,
-                    cfgs[i].dtype);
+                            "offload_param %s, world %d, %s, checkpoint_activations %s\n",
+                    i + 1, n, cfgs[i].stage, cfgs[i].offload_optimizer, cfgs[i].offload_param,
+                    cfgs[i].world, cfgs[i].dtype, bt_act(&cfgs[i]));
         if (!bt_run_config(s, i, &cfgs[i], &rs[i])) {
             fprintf(stderr, "zeroc bench train: %s\n", rs[i].reason);
             rc = 1;
@@ -547,6 +580,9 @@ static int sweep(const opts *o, bt_setup *s)
                 !strcmp(bt_act(&rs[k].cfg), "none") &&
                 rs[k].cfg.world == rs[i].cfg.world && !strcmp(rs[k].cfg.dtype, rs[i].cfg.dtype))
                 rs[i].step_over_ddp = rs[i].step_med / rs[k].step_med;
+        for (int k = 0; k < i; k++)
+            if (!strcmp(bt_act(&rs[k].cfg), "none") && same_but_acts(&rs[k].cfg, &rs[i].cfg))
+                pair_with_none(&rs[i], &rs[k]);
         json_t *j = bt_result_json(s, &rs[i]);
         char *line = j ? json_dumps(j, JSON_COMPACT) : NULL;
         json_decref(j);
