@@ -80,11 +80,12 @@ static void usage(FILE *f)
             "  --nvme-path DIR   with nvme=: the swap directory (offload_optimizer.nvme_path)\n"
             "  --seq S           with --model: the training sequence, [1, the model's SEQ]\n"
             "                    (its context; default SEQ)\n"
-            "  --checkpoint-activations block  with --model: each block's input kept in the\n"
-            "                    engine's activation store (planned in the kinds' columns\n"
-            "                    where activation_checkpointing keeps them) and the block\n"
-            "                    recomputed in backward: the activations column holds one\n"
-            "                    block's working set (default none: every layer's)\n"
+            "  --checkpoint-activations block  with --model: each block's input but the\n"
+            "                    last's kept in the engine's activation store (planned in\n"
+            "                    the kinds' columns where activation_checkpointing keeps\n"
+            "                    them) and the block recomputed in backward: the activations\n"
+            "                    column holds one block's working set (default none: every\n"
+            "                    layer's)\n"
             "  --checkpoint-offload device|cpu|nvme  with block: where the store keeps them\n"
             "                    (cpu_checkpointing, nvme_checkpointing; default: --config's)\n"
             "  --act-dtype       with --model: the activations' precision (default the\n"
@@ -705,8 +706,8 @@ static int run(const opts *o, zc_config *cfg)
                    (long long)cfg->zero.offload_param.max_in_cpu);
         if (o->m.gpt)
             printf("# activations at seq %lld: %s\n", (long long)(o->seq ? o->seq : o->m.S),
-                   o->ckpt ? "checkpointed by block - the blocks' inputs are the activation "
-                             "store's, in the device, pinned or nvme column "
+                   o->ckpt ? "checkpointed by block - the blocks' inputs but the last's are the "
+                             "activation store's, in the device, pinned or nvme column "
                              "(activation_checkpointing); the activations column is one "
                              "block's working set, the embedding and the logits"
                            : "every layer's (Korthikanti et al. 2022; no recomputation)");

@@ -22,7 +22,10 @@ zc_status zc__ea_store_spec(const zc_config *cfg, const ea_gpt *g, bool ckpt, bo
                             zc_act_spec *out)
 {
     *out = (zc_act_spec){.parts = 1};
-    if (!ckpt)
+    /* Every block's input but the last's: the last block runs on into its
+     * backward and keeps its activations (the one block's working set that
+     * zc__ea_activations counts). One layer: no store. */
+    if (!ckpt || g->L < 2)
         return ZC_OK;
     /* One block input: S x B x D values of esz bytes (within 2^40 for the
      * flags' ranges that fit a machine; the planner refuses beyond). */
@@ -31,7 +34,7 @@ zc_status zc__ea_store_spec(const zc_config *cfg, const ea_gpt *g, bool ckpt, bo
         return ZC_ERR(ZC_ERR_INVALID_ARG, "a block's input of %.3g bytes is beyond the "
                       "activation store's 2^40 (zc_engine_options.act_checkpoint_bytes)",
                       (double)bytes);
-    return zc__act_spec_from(cfg, g->L, (int64_t)bytes, 0, !host_device, out);
+    return zc__act_spec_from(cfg, g->L - 1, (int64_t)bytes, 0, !host_device, out);
 }
 
 zc_status zc__ea_set_home(zc_config *cfg, int home)

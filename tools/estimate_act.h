@@ -26,14 +26,17 @@ typedef struct ea_gpt {
  * S B D (34 + 5 A S / D) at 2 bytes per value, scaled by esz / 2, plus the
  * embedding's output S B D esz and the logits with their fp32 softmax
  * S B V (esz + 4). With checkpointing by block: one layer's (the block
- * recomputed in backward), the embedding's output and the logits; the
- * blocks' inputs are the activation store's (ea_store_spec), counted by the
- * planner where the section keeps them. */
+ * recomputed in backward, or the last one, kept from its forward), the
+ * embedding's output and the logits; the other blocks' inputs are the
+ * activation store's (ea_store_spec), counted by the planner where the
+ * section keeps them. */
 zc_u128 zc__ea_activations(const ea_gpt *g, bool ckpt);
 
-/* The activation store of checkpointing by block: L checkpoints of
- * S B D esz bytes, kept where cfg's activation_checkpointing section says
- * (the planner's rule, zc__act_spec_from); slots 0 without ckpt. */
+/* The activation store of checkpointing by block: L - 1 checkpoints of
+ * S B D esz bytes (every block's input but the last's, whose block runs on
+ * into its backward), kept where cfg's activation_checkpointing section says
+ * (the planner's rule, zc__act_spec_from); slots 0 without ckpt or with one
+ * layer. */
 zc_status zc__ea_store_spec(const zc_config *cfg, const ea_gpt *g, bool ckpt, bool host_device,
                             zc_act_spec *out);
 

@@ -51,9 +51,9 @@ static bool plan_engine(const gpt_opts *o, const zc_config *cfg, int world, zc_m
     zc_engine_options eo = ZC_ENGINE_OPTIONS_INIT;
     eo.device = o->cuda ? ZC_DEVICE_CUDA : ZC_DEVICE_HOST;
     /* --checkpoint-activations block: the activation store rank_main
-     * reserves, one block input per block. */
-    if (o->ckpt) {
-        eo.act_checkpoints = c->layers;
+     * reserves, one block input per block but the last. */
+    if (o->ckpt && gpt_ckpt_blocks(c) > 0) {
+        eo.act_checkpoints = gpt_ckpt_blocks(c);
         eo.act_checkpoint_bytes = (int64_t)gpt_block_input_bytes(c, o->batch);
     }
     out->size = sizeof *out;

@@ -222,6 +222,8 @@ size_t gpt_block_input_bytes(const gpt_config *c, int B)
     return (size_t)B * (size_t)c->seq * (size_t)c->dim * sizeof(float);
 }
 
+int gpt_ckpt_blocks(const gpt_config *c) { return c->layers - 1; }
+
 /* Block l's slice of the per-block buffers (ckpt: the one block's). */
 static size_t lay(const gpt_acts *a, int l) { return a->ckpt ? 0 : (size_t)l; }
 

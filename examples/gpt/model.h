@@ -67,7 +67,9 @@ void gpt_init_tensor(const gpt_config *c, int i, uint64_t seed, float *out);
  * input before the block runs (zeroc's activation store) and, in backward,
  * restores it into gpt_block_input(l) and runs gpt_block_forward(l) again
  * before gpt_block_backward(l): the same arithmetic on the same values, so
- * the gradients are bitwise those of the run that keeps every block. */
+ * the gradients are bitwise those of the run that keeps every block. The
+ * last block needs neither (gpt_ckpt_blocks): the head reads only the
+ * residual slot it wrote, so its buffers still hold its activations. */
 typedef struct gpt_acts {
     int B, T;
     bool ckpt;
@@ -96,6 +98,12 @@ void gpt_acts_destroy(gpt_acts *a);
 bool gpt_acts_bytes(const gpt_config *c, int B, bool ckpt, uint64_t *bytes);
 /* The bytes of one block's checkpoint: its input, B x seq x dim floats. */
 size_t gpt_block_input_bytes(const gpt_config *c, int B);
+/* The checkpoints a training micro-step saves: every block's input but the
+ * last block's. The last block runs on into its own backward straight after
+ * the head's, so its activations are still in the one block's buffers and it
+ * needs neither a checkpoint nor a recompute (as PyTorch's
+ * checkpoint_sequential leaves its last segment). 0 for one layer. */
+int gpt_ckpt_blocks(const gpt_config *c);
 /* Block l's input in the residual stream (what it reads; ckpt: slot l % 2). */
 float *gpt_block_input(const gpt_config *c, gpt_acts *a, int l);
 

@@ -286,7 +286,8 @@ static size_t block_numel(const zc_block *b)
 /* Forward of model m over s->tok / s->tgt through every piece, acquiring
  * each; returns the mean loss. keep_head: a training forward (the head stays
  * acquired for the backward that follows, and with --checkpoint-activations
- * block each block's input goes to the activation store before it runs). */
+ * block each block's input but the last's goes to the activation store
+ * before it runs: gpt_ckpt_blocks). */
 static double forward(rank_state *s, void *m, bool keep_head)
 {
     const gpt_config *c = &s->sh->o.model;
@@ -297,7 +298,7 @@ static double forward(rank_state *s, void *m, bool keep_head)
     release(s, s->emb);
     for (int l = 0; l < c->layers; l++) {
         float *w[GPT_BLOCK_TENSORS];
-        if (s->ck && keep_head)
+        if (s->ck && keep_head && l < gpt_ckpt_blocks(c))
             CHECK(zc_act_save(s->eng, s->be->block_input(m, l), s->ck_bytes, s->stream,
                               &s->ck[l]));
         acquire_f32(s, s->layer[l], s->blk, w);
@@ -335,10 +336,11 @@ static void backward(rank_state *s, void *m)
     for (int l = c->layers - 1; l >= 0; l--) {
         float *w[GPT_BLOCK_TENSORS];
         acquire_f32(s, s->layer[l], s->blk, w);
-        if (s->ck) {
+        if (s->ck && l < gpt_ckpt_blocks(c)) {
             /* The block's input back from the store, and its forward again:
              * the same arithmetic on the same values refills the block's
-             * activations for its backward. */
+             * activations for its backward (the last block's are still
+             * there from the forward). */
             CHECK(zc_act_restore(s->eng, s->ck[l], s->be->block_input(m, l), s->ck_bytes,
                                  s->stream));
             BE(s, block_forward(m, l, (const float *const *)w));
@@ -477,10 +479,12 @@ static void *rank_main(void *argp)
     eo.device = s.be->device;
     eo.stream = s.stream;
     /* --checkpoint-activations block: the store holds one input per block
-     * (memplan.c plans the same). */
+     * but the last (gpt_ckpt_blocks; memplan.c plans the same); one layer
+     * needs no store. */
     if (o->ckpt) {
-        eo.act_checkpoints = c->layers;
-        eo.act_checkpoint_bytes = (int64_t)gpt_block_input_bytes(c, B);
+        const int n = gpt_ckpt_blocks(c);
+        eo.act_checkpoints = n;
+        eo.act_checkpoint_bytes = n > 0 ? (int64_t)gpt_block_input_bytes(c, B) : 0;
         s.ck = xcalloc((size_t)c->layers, sizeof *s.ck);
         s.ck_bytes = gpt_block_input_bytes(c, B);
     }

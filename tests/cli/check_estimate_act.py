@@ -7,7 +7,8 @@ checkpointing the activations column is every layer's (Korthikanti et al.
 2022: per layer S B D (34 + 5 A S / D) values of 2 bytes, scaled to the
 working precision, plus the embedding's output and the logits with their
 fp32 softmax); with checkpointing by block it is one layer's plus the same
-two, and the activation store holds LAYERS inputs of S B D values where
+two, and the activation store holds LAYERS - 1 inputs of S B D values (the
+last block runs on into its backward) where
 --checkpoint-offload (or the config's section) puts them - device slots
 aligned to 256 bytes, pinned ones to 4 KiB pages, and on a GPU two device
 staging slots beside pinned ones; --seq changes the sequence, not the
@@ -95,12 +96,12 @@ def main():
                          (b["activations"], acts(seq, B, 2, 1)))
                 st = b["act_store"]
                 if home == "device":
-                    want = {"device": L * up(inp, 256), "pinned": 0, "nvme": 0}
+                    want = {"device": (L - 1) * up(inp, 256), "pinned": 0, "nvme": 0}
                 elif home == "cpu":
-                    want = {"device": dev_extra, "pinned": L * up(inp, 4096), "nvme": 0}
+                    want = {"device": dev_extra, "pinned": (L - 1) * up(inp, 4096), "nvme": 0}
                 else:
                     want = {"device": 2 * up(inp, 256), "pinned": 3 * up(inp, 4096),
-                            "nvme": up(L * up(inp, 4096), 1 << 20)}
+                            "nvme": up((L - 1) * up(inp, 4096), 1 << 20)}
                 if st != want:
                     fail(name, "store %s, expected %s" % (st, want))
                 if b["seq"] != seq or b["params"] != n["params"]:
