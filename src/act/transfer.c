@@ -20,8 +20,11 @@
  *            an NVMe home's), the home hands its host memory - read ahead
  *            while the caller recomputed the block above - and the caller's
  *            stream copies it to dst; the home gets the memory back once
- *            ev_restored (recorded after that copy) has passed, at the next
- *            call that needs it. */
+ *            ev_restored (recorded after that copy) has passed: an NVMe
+ *            home's buffer at the next call that needs it (its next read is
+ *            the host's), a pinned slot at once, the copy stream waiting for
+ *            the event before any later copy into pinned memory (the host
+ *            never waits for a restore's copy). */
 #include <string.h>
 
 #include "act/transfer.h"
@@ -205,10 +208,19 @@ zc_status zc__act_copy_in(zc_act_store *s, int slot, void *dst, size_t bytes, vo
     if (rc == ZC_OK && s->p.spec.staging) {
         /* The copy reads the home's memory after this returns. */
         rc = d->ops->event_record(d, s->ev_restored, stream);
-        if (rc == ZC_OK) {
+        if (rc == ZC_OK && s->home->ops->rank_local_io(s->home)) {
+            /* An NVMe buffer: its next read is the host's (io_uring), so
+             * the buffer goes back once the copy has passed, at the next
+             * call (release_pending). */
             s->release_slot = slot;
             return ZC_OK;
         }
+        /* Pinned slots: only a later save's copy out, on the copy stream,
+         * writes this memory again; that stream waits for the copy on the
+         * device (the wait takes the event as recorded now), and the host
+         * never does. */
+        if (rc == ZC_OK)
+            rc = d->ops->stream_wait_event(d, s->copy_stream, s->ev_restored);
     }
     s->home->ops->read_end(s->home, slot);
     return rc;

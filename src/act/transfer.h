@@ -44,8 +44,10 @@ struct zc_act_store {
     size_t pend_bytes[ZC_ACT_STAGE_SLOTS];
     int next_stage;
     /* A restore's copy to the device reads the home's host memory after the
-     * call returns: that slot's buffer goes back to the home (read_end) once
-     * ev_restored has passed, at the next call that needs it. */
+     * call returns: an NVMe home's buffer goes back to the home (read_end)
+     * once ev_restored has passed, at the next call that needs it; a pinned
+     * slot's later writes are the copy stream's, which waits for
+     * ev_restored on the device instead (transfer.c). */
     void *ev_restored;
     int release_slot;         /* -1: none pending */
 
