@@ -75,6 +75,10 @@ ROOMS = {
     # write into it, so it stands beside them, below the engine.
     "trace": (2, ["trace/trace.h"]),
     "plan": (3, ["plan/plan.h"]),
+    # The activation store: the engine reserves it at build and the planner
+    # counts it, so it stands below both callers (it drives src/offload's
+    # activation homes; src/act/act.h says why).
+    "act": (3, ["act/act.h"]),
     "core": (4, ["core/engine.h"]),
     "zero1": (5, ["zero1/zero1.h"]),
     "zero2": (5, ["zero2/zero2.h"]),

@@ -26,6 +26,48 @@ static json_t *bytes_obj(const int64_t *v)
     return o;
 }
 
+int64_t bt_device_acts(const bt_result *r, bool planned)
+{
+    return planned ? r->plan_act_model + r->plan_act_store[0] : r->act_model + r->act_store[0];
+}
+
+static json_t *real_or_null(double v, bool have) { return have ? json_real(v) : json_null(); }
+
+/* The "activations" object (docs/bench_train.md): what the configuration
+ * keeps, what was planned, and what checkpointing cost against the same
+ * configuration without it in this run. */
+static json_t *acts_json(const bt_result *r)
+{
+    if (!r->have_act)
+        return json_null();
+    const int64_t dev = bt_device_acts(r, false), pdev = bt_device_acts(r, true);
+    json_t *a = json_pack("{s:I, s:{s:I, s:I, s:I}, s:I}", "model", (json_int_t)r->act_model,
+                          "store", "device", (json_int_t)r->act_store[0], "pinned",
+                          (json_int_t)r->act_store[1], "nvme", (json_int_t)r->act_store[2],
+                          "device_side", (json_int_t)dev);
+    json_object_set_new(a, "planned",
+                        r->have_plan
+                            ? json_pack("{s:I, s:{s:I, s:I, s:I}, s:I}", "model",
+                                        (json_int_t)r->plan_act_model, "store", "device",
+                                        (json_int_t)r->plan_act_store[0], "pinned",
+                                        (json_int_t)r->plan_act_store[1], "nvme",
+                                        (json_int_t)r->plan_act_store[2], "device_side",
+                                        (json_int_t)pdev)
+                            : json_null());
+    json_object_set_new(a, "device_side_over_plan",
+                        real_or_null((double)dev / (double)pdev, r->have_plan && pdev > 0));
+    json_object_set_new(a, "store_s", real_or_null(r->act_s_med, r->act_s_med >= 0));
+    json_object_set_new(a, "exposed_fraction",
+                        real_or_null(r->act_exposed_med, r->act_exposed_med >= 0));
+    json_object_set_new(a, "step_over_none",
+                        real_or_null(r->step_over_none, r->step_over_none > 0));
+    json_object_set_new(a, "device_side_over_none",
+                        real_or_null(r->device_acts_over_none, r->device_acts_over_none > 0));
+    json_object_set_new(a, "vmhwm_drop_over_plan",
+                        real_or_null(r->vmhwm_drop_over_plan, r->vmhwm_drop_over_plan > 0));
+    return a;
+}
+
 json_t *bt_result_json(const bt_setup *s, const bt_result *r)
 {
     const bt_config *c = &r->cfg;
@@ -35,6 +77,8 @@ json_t *bt_result_json(const bt_setup *s, const bt_result *r)
                           status_names[r->status]);
     if (r->status != BT_OK)
         json_object_set_new(j, "reason", json_string(r->reason));
+    json_object_set_new(json_object_get(j, "config"), "checkpoint_activations",
+                        json_string(bt_act(c)));
     /* --max-memory: the budgets, and whether every peak kept them - the
      * library's device and pinned high-water marks (the device's bookkeeping
      * included; pageable host bookkeeping is not budgeted, docs/placement.md),
@@ -74,6 +118,15 @@ json_t *bt_result_json(const bt_setup *s, const bt_result *r)
     json_object_set_new(j, "estimate_over_peak", ratio);
     json_object_set_new(j, "process", json_pack("{s:I, s:I}", "vmhwm", (json_int_t)r->vmhwm,
                                                 "nvme_files", (json_int_t)r->nvme_files));
+    /* The host path's plan covers the whole process (train_gpt's plan line,
+     * host_peak): VmHWM against it. */
+    json_t *proc = json_object_get(j, "process");
+    const bool host_plan = !s->cuda && r->have_plan && r->plan_host_peak > 0 && r->vmhwm > 0;
+    json_object_set_new(proc, "planned_host_peak",
+                        host_plan ? json_integer((json_int_t)r->plan_host_peak) : json_null());
+    json_object_set_new(proc, "vmhwm_over_plan",
+                        real_or_null((double)r->vmhwm / (double)r->plan_host_peak, host_plan));
+    json_object_set_new(j, "activations", acts_json(r));
     if (r->status == BT_OK && r->nsteps > 0) {
         json_object_set_new(j, "step_s", json_pack("{s:f, s:f, s:f}", "median", r->step_med,
                                                    "min", r->step_min, "max", r->step_max));
@@ -105,6 +158,48 @@ static void mib(char *b, size_t cap, bool have, int64_t v)
         snprintf(b, cap, "%.2f", (double)v / 1048576.0);
     else
         snprintf(b, cap, "-");
+}
+
+/* The activation axis's table, when the sweep has one: each configuration's
+ * activations against its plan and against the same configuration without
+ * checkpointing (the reference measured in the same run). */
+static void write_acts_table(FILE *f, const bt_result *rs, int n)
+{
+    bool any = false;
+    for (int i = 0; i < n; i++)
+        any |= strcmp(bt_act(&rs[i].cfg), "none") != 0;
+    if (!any)
+        return;
+    fprintf(f, "\nActivations per rank (MiB): the device side is the example's own buffers "
+               "and the activation store's device slots (the host path's stand-in for the "
+               "device), measured (the final line) / planned (the plan line); x none is "
+               "against the same configuration without checkpointing in this run; store time "
+               "is the median share of the step spent in zc_act_save and zc_act_restore.\n\n"
+               "| stage | opt offload | param offload | world | dtype | checkpoint | device side "
+               "| store pinned / nvme | bytes x none | step x none | store time | VmHWM drop / "
+               "planned |\n|---|---|---|---|---|---|---:|---:|---:|---:|---:|---:|\n");
+    for (int i = 0; i < n; i++) {
+        const bt_result *r = &rs[i];
+        if (r->status != BT_OK || !r->have_act)
+            continue;
+        char x[4][32];
+        const double v[4] = {r->device_acts_over_none, r->step_over_none, r->act_exposed_med,
+                             r->vmhwm_drop_over_plan};
+        for (int k = 0; k < 4; k++) {
+            if (k == 2 ? v[k] >= 0 : v[k] > 0)
+                snprintf(x[k], sizeof x[k], k == 2 ? "%.2f%%" : "%.3f", k == 2 ? 100 * v[k] : v[k]);
+            else
+                snprintf(x[k], sizeof x[k], "-");
+        }
+        fprintf(f, "| %d | %s | %s | %d | %s | %s | %.2f / %.2f | %.2f / %.2f | %s | %s | %s | "
+                   "%s |\n", r->cfg.stage, r->cfg.offload_optimizer, r->cfg.offload_param,
+                r->cfg.world, r->cfg.dtype,
+                strcmp(bt_act(&r->cfg), "none") ? bt_act(&r->cfg) : "none (every activation)",
+                (double)bt_device_acts(r, false) / 1048576.0,
+                r->have_plan ? (double)bt_device_acts(r, true) / 1048576.0 : 0.0,
+                (double)r->act_store[1] / 1048576.0, (double)r->act_store[2] / 1048576.0, x[0],
+                x[1], x[2], x[3]);
+    }
 }
 
 bool bt_write_markdown(const char *path, const bt_setup *s, const bt_result *rs, int n)
@@ -144,9 +239,14 @@ bool bt_write_markdown(const char *path, const bt_setup *s, const bt_result *rs,
             snprintf(opt, sizeof opt, "auto (max_memory %.1f / %.1f / %.1f MiB)",
                      (double)r->cfg.budget[0] / 1048576.0, (double)r->cfg.budget[1] / 1048576.0,
                      (double)r->cfg.budget[2] / 1048576.0);
+        /* The activation axis rides in the dtype column, as "bf16, ckpt cpu". */
+        char dt[48];
+        snprintf(dt, sizeof dt, "%s%s%s", r->cfg.dtype,
+                 strcmp(bt_act(&r->cfg), "none") ? ", ckpt " : "",
+                 strcmp(bt_act(&r->cfg), "none") ? bt_act(&r->cfg) : "");
         fprintf(f, "| %d | %s | %s | %d | %s | %s | %s / %s / %s / %s | %s / %s / %s / %s | %s |",
                 r->cfg.stage, opt, r->cfg.offload_param, r->cfg.world,
-                r->cfg.dtype, status_names[r->status], p[0], p[1], p[2], p[3], e[0], e[1], e[2],
+                dt, status_names[r->status], p[0], p[1], p[2], p[3], e[0], e[1], e[2],
                 e[3], hwm);
         if (r->status == BT_OK) {
             fprintf(f, " %.1f (%.1f-%.1f) |", 1e3 * r->step_med, 1e3 * r->step_min,
@@ -172,6 +272,7 @@ bool bt_write_markdown(const char *path, const bt_setup *s, const bt_result *rs,
             fprintf(f, " - | - | - | - | %s |\n", why);
         }
     }
+    write_acts_table(f, rs, n);
     bool ok = !ferror(f);
     ok &= fclose(f) == 0;
     return ok;

@@ -28,13 +28,13 @@ static void stream_destroy(void *s)
     if (s) cudaStreamDestroy((cudaStream_t)s);
 }
 
-static bool model_create(void **out, const gpt_config *c, int B, zc_dtype dt, void *stream,
-                         char *err, size_t errlen)
+static bool model_create(void **out, const gpt_config *c, int B, zc_dtype dt, bool ckpt,
+                         void *stream, char *err, size_t errlen)
 {
     (void)dt; /* the CUDA layers' matmuls are bf16 whatever the dtype */
     gpt_cuda_model *m = calloc(1, sizeof *m);
     if (!m) return false;
-    if (!gpt_cuda_model_create(m, c, B, stream, err, errlen)) {
+    if (!gpt_cuda_model_create(m, c, B, ckpt, stream, err, errlen)) {
         free(m);
         return false;
     }
@@ -86,6 +86,8 @@ static int narrow(void *dst, zc_dtype dt, const float *src, size_t n, void *s)
 {
     return gpt_cuda_narrow(dst, (int)dt, src, n, s);
 }
+
+static float *block_input(void *m, int l) { return gpt_cuda_block_input(m, l); }
 
 static int embed_forward(void *m, const float *wte, const float *wpe, const int *tok)
 {
@@ -189,7 +191,7 @@ const gpt_backend gpt_backend_cuda = {
     .select_device = select_device, .stream_create = stream_create, .stream_destroy = stream_destroy,
     .model_create = model_create, .model_destroy = model_destroy, .alloc = alloc,
     .alloc_ints = alloc_ints, .free = release_mem, .upload_ints = upload_ints, .zero = zero,
-    .widen = widen, .narrow = narrow, .embed_forward = embed_forward,
+    .widen = widen, .narrow = narrow, .block_input = block_input, .embed_forward = embed_forward,
     .block_forward = block_forward, .head_forward = head_forward,
     .head_backward = head_backward, .block_backward = block_backward,
     .embed_backward = embed_backward, .loss_sum = loss_sum, .probs_row = probs_row,

@@ -19,7 +19,10 @@ typedef struct gpt_mem_plan {
     bool host_model;         /* the model runs on the CPU: its memory is host memory */
     uint64_t acts;           /* one rank's activations and backward scratch
                                 (model.c's gpt_acts_create, exactly; plus the
-                                B = 1 model of --sample) */
+                                B = 1 model of --sample); with
+                                --checkpoint-activations block one block's, the
+                                blocks' inputs being the engine's activation
+                                store (engine: ZC_MEM_ACTIVATIONS) */
     uint64_t bufs;           /* one rank's fp32 weight and gradient copies of one
                                 block and of the embedding and final LayerNorm,
                                 and its token buffers */

@@ -38,6 +38,8 @@ static void usage(FILE *f)
         "                 [--trace FILE [--trace-steps A-B]] [--peak-flops 0..1e18]\n"
         "                 [--init-from MODEL.safetensors|INDEX.json] [--tokens FILE]\n"
         "                 [--order random|sequential] [--export OUT.safetensors]\n"
+        "                 [--checkpoint-activations none|block]\n"
+        "                 [--checkpoint-offload device|cpu|nvme] [--checkpoint-nvme-path DIR]\n"
         "defaults: --layers 2 --heads 4 --dim 64 --seq 64 --vocab 256 --batch 8 --steps 300\n"
         "          --stage 2 --world 2 --dtype bf16 --accum 1 --lr 3e-3 --clip 1.0 --seed 1\n"
         "          --eval-every 100 --sample 0 --data /usr/share/common-licenses/GPL-3\n"
@@ -70,6 +72,14 @@ static void usage(FILE *f)
         "          at least --seq.\n"
         "--order sequential: each global batch takes the next windows of --seq tokens in\n"
         "          order (window g starts at token g x seq), instead of random ones.\n"
+        "--checkpoint-activations block: keep only each block's input (in zeroc's activation\n"
+        "          store: zc_act_save) and recompute the block in backward from it (the last\n"
+        "          block keeps its activations: it runs on into its backward); the result\n"
+        "          is bitwise that of none (the default), in less memory.\n"
+        "--checkpoint-offload: where the store keeps the inputs - device memory, pinned host\n"
+        "          memory (activation_checkpointing.cpu_checkpointing) or NVMe\n"
+        "          (nvme_checkpointing, under --checkpoint-nvme-path or the config's\n"
+        "          nvme_path); default: as --config's activation_checkpointing says.\n"
         "--export: after training, the model as one safetensors file under\n"
         "          GPT2LMHeadModel's names (and config.json beside it unless one exists), for\n"
         "          GPT2LMHeadModel.from_pretrained.\n",
@@ -104,13 +114,15 @@ gpt_opts gpt_parse_args(int argc, char **argv)
     gpt_opts o = {.model = {.vocab = 256, .seq = 64, .layers = 2, .heads = 4, .dim = 64},
                   .stage = 2, .world = 2, .steps = 300, .accum = 1, .batch = 8,
                   .eval_every = 100, .dtype = ZC_DTYPE_BF16, .seed = 1, .clip = 1.0, .lr = 3e-3,
-                  .weight_decay = 0.1, .data_path = "/usr/share/common-licenses/GPL-3"};
+                  .weight_decay = 0.1, .data_path = "/usr/share/common-licenses/GPL-3",
+                  .ckpt_offload = GPT_CKPT_CONFIG};
     static const char *const with_value[] = {
         "--layers", "--heads", "--dim", "--seq", "--vocab", "--batch", "--steps", "--stage",
         "--world", "--dtype", "--accum", "--lr", "--clip", "--seed", "--eval-every", "--sample",
         "--data", "--config", "--device", "--launcher", "--save-every", "--save-dir",
         "--init-from", "--tokens", "--order", "--export", "--ctx",
-        "--trace", "--trace-steps", "--peak-flops"};
+        "--trace", "--trace-steps", "--peak-flops", "--checkpoint-activations",
+        "--checkpoint-offload", "--checkpoint-nvme-path"};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--json")) { o.json = true; continue; }
@@ -160,6 +172,24 @@ gpt_opts gpt_parse_args(int argc, char **argv)
             o.model.vocab = (int)parse_int(a, v, GPT_VOCAB_MIN, GPT_VOCAB_MAX);
             o.given |= GPT_GIVEN_VOCAB;
         }
+        else if (!strcmp(a, "--checkpoint-activations")) {
+            if (!strcmp(v, "none")) o.ckpt = false;
+            else if (!strcmp(v, "block")) o.ckpt = true;
+            else {
+                fprintf(stderr, "train_gpt: --checkpoint-activations must be none or block, got "
+                        "'%.200s'\n", v);
+                gpt_quit(2);
+            }
+        } else if (!strcmp(a, "--checkpoint-offload")) {
+            if (!strcmp(v, "device")) o.ckpt_offload = GPT_CKPT_DEVICE;
+            else if (!strcmp(v, "cpu")) o.ckpt_offload = GPT_CKPT_CPU;
+            else if (!strcmp(v, "nvme")) o.ckpt_offload = GPT_CKPT_NVME;
+            else {
+                fprintf(stderr, "train_gpt: --checkpoint-offload must be device, cpu or nvme, "
+                        "got '%.200s'\n", v);
+                gpt_quit(2);
+            }
+        } else if (!strcmp(a, "--checkpoint-nvme-path")) o.ckpt_nvme_path = v;
         else if (!strcmp(a, "--init-from")) o.init_from = v;
         else if (!strcmp(a, "--tokens")) o.tokens_path = v;
         else if (!strcmp(a, "--export")) o.export_path = v;
@@ -247,6 +277,15 @@ gpt_opts gpt_parse_args(int argc, char **argv)
         fprintf(stderr, "train_gpt: --save-every and --resume need --save-dir DIR\n");
         gpt_quit(2);
     }
+    if ((o.ckpt_offload != GPT_CKPT_CONFIG || o.ckpt_nvme_path) && !o.ckpt) {
+        fprintf(stderr, "train_gpt: --checkpoint-offload and --checkpoint-nvme-path go with "
+                "--checkpoint-activations block\n");
+        gpt_quit(2);
+    }
+    if (o.ckpt_nvme_path && o.ckpt_offload != GPT_CKPT_NVME) {
+        fprintf(stderr, "train_gpt: --checkpoint-nvme-path goes with --checkpoint-offload nvme\n");
+        gpt_quit(2);
+    }
     if (o.tokens_path && (o.given & GPT_GIVEN_DATA)) {
         fprintf(stderr, "train_gpt: --tokens and --data exclude each other\n");
         gpt_quit(2);
@@ -331,6 +370,21 @@ zc_config *gpt_make_config(gpt_opts *o, int world)
     SET(GPT_GIVEN_DTYPE, "bf16.enabled", "%s", o->dtype == ZC_DTYPE_BF16 ? "true" : "false");
     SET(GPT_GIVEN_DTYPE, "fp16.enabled", "%s", o->dtype == ZC_DTYPE_F16 ? "true" : "false");
 #undef SET
+    /* Where the activation store keeps the blocks' inputs: the flags set
+     * the section's keys (the file's otherwise decide); the path first, which
+     * nvme_checkpointing needs. */
+    if (o->ckpt_nvme_path &&
+        zc_config_set_string(cfg, "activation_checkpointing.nvme_path", o->ckpt_nvme_path) !=
+            ZC_OK) {
+        fprintf(stderr, "train_gpt: --checkpoint-nvme-path: %s\n", zc_last_error());
+        gpt_quit(2);
+    }
+    if (o->ckpt_offload != GPT_CKPT_CONFIG) {
+        CHECK(zc_config_set_bool(cfg, "activation_checkpointing.cpu_checkpointing",
+                                 o->ckpt_offload == GPT_CKPT_CPU));
+        CHECK(zc_config_set_bool(cfg, "activation_checkpointing.nvme_checkpointing",
+                                 o->ckpt_offload == GPT_CKPT_NVME));
+    }
     /* --trace: the timeline's keys (a string set through JSON: escaped). */
     const struct { const char *key, *text; } strs[] = {{"trace.path", o->trace},
                                                      {"trace.steps", o->trace_steps}};
@@ -355,6 +409,11 @@ zc_config *gpt_make_config(gpt_opts *o, int world)
                                        : (int)config_int(cfg, p, "zero_optimization.stage", 0, 3);
     o->accum = (int)config_int(cfg, p, "gradient_accumulation_steps", 1, 1024);
     o->batch = (int)config_int(cfg, p, "train_micro_batch_size_per_gpu", 1, 4096);
+    o->ckpt_offload = config_int(cfg, p, "activation_checkpointing.nvme_checkpointing", 0, 1)
+                          ? GPT_CKPT_NVME
+                      : config_int(cfg, p, "activation_checkpointing.cpu_checkpointing", 0, 1)
+                          ? GPT_CKPT_CPU
+                          : GPT_CKPT_DEVICE;
     CHECK(zc_config_get(cfg, "steps_per_print", v, sizeof v));
     o->print_every = !strcmp(v, "null") ? 0 : (int)config_int(cfg, p, "steps_per_print", 1,
                                                                 1000000);

@@ -60,6 +60,7 @@ typedef struct shared {
     double unigram_val;      /* entropy of the validation bytes, nats */
     double val_loss;         /* last validation loss (rank 0) */
     zc_stats stats0;         /* rank 0's engine stats before it is destroyed (--json) */
+    zc_act_stats act0;       /* ... and its activation store's */
     float *master;           /* gathered fp32 master, registration order */
     const gpt_backend *be;   /* where the model runs (--device) */
     int cpu_threads;         /* BLAS/oneDNN threads of each rank (CPU device) */
@@ -176,6 +177,10 @@ typedef struct rank_state {
     float *wte, *wpe, *blk[GPT_BLOCK_TENSORS], *lnfw, *lnfb;
     float *dwte, *dwpe, *gblk[GPT_BLOCK_TENSORS], *dlnfw, *dlnfb;
     int *tok, *tgt;          /* the micro-batch, in the backend's memory */
+    /* --checkpoint-activations block: each block's saved input (zc_act_save
+     * in forward, zc_act_restore in backward), and its bytes. */
+    zc_act_id *ck;
+    size_t ck_bytes;
 } rank_state;
 
 /* A failed backend call ends the program (a rank that stops would leave
@@ -279,16 +284,23 @@ static size_t block_numel(const zc_block *b)
 }
 
 /* Forward of model m over s->tok / s->tgt through every piece, acquiring
- * each; returns the mean loss. */
+ * each; returns the mean loss. keep_head: a training forward (the head stays
+ * acquired for the backward that follows, and with --checkpoint-activations
+ * block each block's input but the last's goes to the activation store
+ * before it runs: gpt_ckpt_blocks). */
 static double forward(rank_state *s, void *m, bool keep_head)
 {
     const gpt_config *c = &s->sh->o.model;
+    const int rank = s->rank;
     float *emb[2] = {s->wte, s->wpe};
     acquire(s, s->emb, emb);
     BE(s, embed_forward(m, s->wte, s->wpe, s->tok));
     release(s, s->emb);
     for (int l = 0; l < c->layers; l++) {
         float *w[GPT_BLOCK_TENSORS];
+        if (s->ck && keep_head && l < gpt_ckpt_blocks(c))
+            CHECK(zc_act_save(s->eng, s->be->block_input(m, l), s->ck_bytes, s->stream,
+                              &s->ck[l]));
         acquire_f32(s, s->layer[l], s->blk, w);
         BE(s, block_forward(m, l, (const float *const *)w));
         release(s, s->layer[l]);
@@ -324,6 +336,15 @@ static void backward(rank_state *s, void *m)
     for (int l = c->layers - 1; l >= 0; l--) {
         float *w[GPT_BLOCK_TENSORS];
         acquire_f32(s, s->layer[l], s->blk, w);
+        if (s->ck && l < gpt_ckpt_blocks(c)) {
+            /* The block's input back from the store, and its forward again:
+             * the same arithmetic on the same values refills the block's
+             * activations for its backward (the last block's are still
+             * there from the forward). */
+            CHECK(zc_act_restore(s->eng, s->ck[l], s->be->block_input(m, l), s->ck_bytes,
+                                 s->stream));
+            BE(s, block_forward(m, l, (const float *const *)w));
+        }
         if (in_place(s)) {
             /* The engine's zeroed buffers, taken as the previous block's
              * are made ready (zc_block_grad_buffers' reservation). */
@@ -390,7 +411,8 @@ static void sample(rank_state *s, int n, bool print)
     const int T = c->seq, V = c->vocab;
     char err[256];
     void *m = NULL;
-    if (!s->be->model_create(&m, c, 1, dtype_of(s), s->stream, err, sizeof err)) {
+    if (!s->be->model_create(&m, c, 1, dtype_of(s), s->sh->o.ckpt, s->stream, err,
+                             sizeof err)) {
         fprintf(stderr, "train_gpt: %s\n", err);
         rank_quit(1);
     }
@@ -456,6 +478,16 @@ static void *rank_main(void *argp)
      * rank's stream. */
     eo.device = s.be->device;
     eo.stream = s.stream;
+    /* --checkpoint-activations block: the store holds one input per block
+     * but the last (gpt_ckpt_blocks; memplan.c plans the same); one layer
+     * needs no store. */
+    if (o->ckpt) {
+        const int n = gpt_ckpt_blocks(c);
+        eo.act_checkpoints = n;
+        eo.act_checkpoint_bytes = n > 0 ? (int64_t)gpt_block_input_bytes(c, B) : 0;
+        s.ck = xcalloc((size_t)c->layers, sizeof *s.ck);
+        s.ck_bytes = gpt_block_input_bytes(c, B);
+    }
     CHECK(zc_engine_create(&s.eng, sh->cfg, comm, &eo));
     rank_engine = s.eng;
     atomic_fetch_add(&live_engines, 1);
@@ -540,7 +572,7 @@ static void *rank_main(void *argp)
     }
 
     void *m = NULL;
-    if (!s.be->model_create(&m, c, B, dtype_of(&s), s.stream, err, sizeof err)) {
+    if (!s.be->model_create(&m, c, B, dtype_of(&s), o->ckpt, s.stream, err, sizeof err)) {
         fprintf(stderr, "train_gpt: %s\n", err);
         rank_quit(1);
     }
@@ -589,6 +621,7 @@ static void *rank_main(void *argp)
         start = (int)st.steps;
     }
     const int end = start + o->steps;
+    double act_mark = 0.0, wait_mark = 0.0; /* the store's times before the step */
     for (int step = start; step < end; step++) {
         double t0 = now(), loss = 0.0;
         for (int micro = 0; micro < o->accum; micro++) {
@@ -613,7 +646,7 @@ static void *rank_main(void *argp)
         if (lead) {
             if (o->json) {
                 /* With wall_clock_breakdown, rank 0's step timers too. */
-                char tm[320] = "";
+                char tm[400] = "";
                 zc_timers t = {.size = sizeof t};
                 if (zc_engine_timers(s.eng, &t) == ZC_OK && t.enabled && t.step == info.step) {
                     int n = snprintf(tm, sizeof tm, ",\"timers\":{");
@@ -622,6 +655,18 @@ static void *rank_main(void *argp)
                                       zc_timer_name((zc_timer_phase)i), jnum(t.last[i]).s);
                     if (n > 0 && (size_t)n < sizeof tm)
                         snprintf(tm + n, sizeof tm - (size_t)n, "}");
+                }
+                /* With checkpointing, the time the step spent in the store's
+                 * calls (the transfer it did not hide) and, of it, waiting
+                 * for reads. */
+                zc_act_stats as = {.size = sizeof as};
+                if (s.ck && zc_engine_act_stats(s.eng, &as) == ZC_OK) {
+                    const size_t u = strlen(tm);
+                    snprintf(tm + u, sizeof tm - u, ",\"act_s\":%s,\"act_wait_s\":%s",
+                             jnum(as.save_s + as.restore_s - act_mark).s,
+                             jnum(as.restore_wait_s - wait_mark).s);
+                    act_mark = as.save_s + as.restore_s;
+                    wait_mark = as.restore_wait_s;
                 }
                 const double fps = flops_per_step / sh->world / dt_s;
                 printf("{\"step\":%d,\"loss\":%s,\"grad_norm\":%s,\"loss_scale\":%s,"
@@ -712,15 +757,47 @@ static void *rank_main(void *argp)
     zc_block_destroy(s.wte_only);
     free(s.P);
     free(s.numel);
+    free(s.ck);
     if (lead) {
         sh->stats0 = (zc_stats){.size = sizeof(zc_stats)};
         CHECK(zc_engine_stats(s.eng, &sh->stats0));
+        sh->act0 = (zc_act_stats){.size = sizeof(zc_act_stats)};
+        CHECK(zc_engine_act_stats(s.eng, &sh->act0));
     }
     rank_engine = NULL;
     zc_engine_destroy(s.eng);
     atomic_fetch_sub(&live_engines, 1);
     s.be->stream_destroy(s.stream);
     return NULL;
+}
+
+/* The final line's activation figures: the mode, this program's own
+ * activation buffers per rank (model.c's table), the store's reservation by
+ * kind (rank 0's engine, ZC_MEM_ACTIVATIONS) and what it did. */
+static const char *act_json(const shared *sh)
+{
+    static char buf[1024];
+    static const char *const home[] = {"device", "cpu", "nvme"};
+    const gpt_opts *o = &sh->o;
+    const zc_act_stats *a = &sh->act0;
+    const int64_t(*k)[ZC_MEM__COUNT] = sh->stats0.bytes_by_kind_cat;
+    uint64_t mine = 0;
+    (void)gpt_acts_bytes(&o->model, o->batch, o->ckpt, &mine);
+    snprintf(buf, sizeof buf,
+             "\"checkpoint_activations\":\"%s\",\"checkpoint_offload\":%s%s%s,"
+             "\"model_activation_bytes\":%llu,\"act_store\":{\"device\":%lld,\"pinned\":%lld,"
+             "\"nvme\":%lld,\"saves\":%lld,\"restores\":%lld,\"restore_hits\":%lld,"
+             "\"restore_misses\":%lld,\"nvme_write_bytes\":%lld,\"nvme_read_bytes\":%lld,"
+             "\"save_s\":%s,\"restore_s\":%s,\"restore_wait_s\":%s}",
+             o->ckpt ? "block" : "none", o->ckpt ? "\"" : "",
+             o->ckpt ? home[o->ckpt_offload] : "null", o->ckpt ? "\"" : "",
+             (unsigned long long)mine, (long long)k[ZC_KIND_DEVICE][ZC_MEM_ACTIVATIONS],
+             (long long)k[ZC_KIND_PINNED][ZC_MEM_ACTIVATIONS],
+             (long long)k[ZC_KIND_NVME][ZC_MEM_ACTIVATIONS], (long long)a->saves,
+             (long long)a->restores, (long long)a->restore_hits, (long long)a->restore_misses,
+             (long long)a->nvme_write_bytes, (long long)a->nvme_read_bytes, jnum(a->save_s).s,
+             jnum(a->restore_s).s, jnum(a->restore_wait_s).s);
+    return buf;
 }
 
 static void report(const shared *sh, size_t total, bool lead_here)
@@ -747,7 +824,7 @@ static void report(const shared *sh, size_t total, bool lead_here)
                "\"device\":\"%s\",\"cpu_threads\":%d,"
                "\"peak_bytes\":{\"device\":%lld,\"pinned\":%lld,"
                "\"host\":%lld,\"nvme\":%lld},\"placement\":{\"optimizer\":[%lld,%lld,%lld],"
-               "\"params\":[%lld,%lld,%lld]}}\n",
+               "\"params\":[%lld,%lld,%lld]},%s}\n",
                hex, total, jnum(sh->val_loss).s, jnum(sh->unigram_val).s, sh->stats0.stage,
                sh->world,
                zc_dtype_name(o->dtype), sh->be->name, sh->cpu_threads,
@@ -758,7 +835,7 @@ static void report(const shared *sh, size_t total, bool lead_here)
                (long long)sh->stats0.opt_chunks_by_place[2],
                (long long)sh->stats0.param_chunks_by_place[0],
                (long long)sh->stats0.param_chunks_by_place[1],
-               (long long)sh->stats0.param_chunks_by_place[2]);
+               (long long)sh->stats0.param_chunks_by_place[2], act_json(sh));
     else
         printf("\nval_loss %.4f nats/byte; unigram entropy of the validation bytes %.4f\n"
                "%zu parameters, ZeRO stage %d, %d ranks, %s; fp32 master sha256 %s\n",
@@ -853,7 +930,7 @@ int main(int argc, char **argv)
         gpt_quit(1);
     }
     if (o->json && (per_process ? zc_comm_rank(env_comm) == 0 : true)) {
-        char line[640];
+        char line[800];
         gpt_mem_plan_json(&mp, line, sizeof line);
         printf("%s\n", line);
         fflush(stdout);

@@ -334,10 +334,27 @@ typedef struct zc_engine_options {
                                reserved at build; 0 (the default) reserves nothing
                                and the view calls refuse. 0..64; fp32 parameters
                                need no slots (their views are the parameters). */
+    /* The activation store (zc_act_save; docs/activations.md), reserved at
+     * build from this bound and counted by zc_plan_memory and the pre-flight:
+     * act_checkpoints checkpoints held at once in a micro-step (0: the
+     * config's activation_checkpointing.number_checkpoints; 0..2^20), each
+     * of at most act_checkpoint_bytes bytes (0, the default: no store; at
+     * most 2^40). Where they are kept is the config's
+     * activation_checkpointing section: device memory, or pinned host memory
+     * with cpu_checkpointing, or NVMe with nvme_checkpointing. */
+    int64_t act_checkpoints;
+    int64_t act_checkpoint_bytes;
+    /* activation_checkpointing.partition_activations: the model-parallel
+     * group whose ranks each keep 1/size of every checkpoint and gather it
+     * back at zc_act_restore (a communicator of the same backend and device
+     * as the engine's, every rank of it driving an engine with the same
+     * store; borrowed, it must outlive the engine, which binds it to its
+     * device). NULL: none, and partition_activations is refused. */
+    zc_comm *act_mp_comm;
 } zc_engine_options;
 
 #define ZC_ENGINE_OPTIONS_INIT \
-    { sizeof(zc_engine_options), ZC_DEVICE_AUTO, -1, 0, ZC_DTYPE_INVALID, NULL, 0 }
+    { sizeof(zc_engine_options), ZC_DEVICE_AUTO, -1, 0, ZC_DTYPE_INVALID, NULL, 0, 0, 0, NULL }
 
 /* The CUDA device ordinal that zc_engine_options.device_index resolves to in
  * this process: device_index itself when >= 0, the launcher's local rank
@@ -933,6 +950,108 @@ typedef struct zc_pass_stats {
  * collective; not thread-safe with calls on the same engine. */
 ZC_API zc_status zc_engine_pass_stats(const zc_engine *eng, zc_pass_stats *out);
 
+/* ---- Activation checkpoints (docs/activations.md) ---------------------- */
+
+/* Activation checkpointing keeps only each block's input in forward and
+ * recomputes the block in backward; the activation store keeps those inputs
+ * for the engine's lifetime of a micro-step, where the config's
+ * activation_checkpointing section says (ZeRO-R): device memory, pinned host
+ * memory (cpu_checkpointing) or NVMe swap files (nvme_checkpointing, a zeroc
+ * extension). Its memory is reserved at zc_engine_build from the bound of
+ * zc_engine_options.act_checkpoints x act_checkpoint_bytes (ZC_MEM_ACTIVATIONS
+ * in zc_stats; counted by zc_plan_memory, the pre-flight, max_memory and
+ * `zeroc estimate`), so saving and restoring never allocate.
+ *
+ * Order. A micro-step saves checkpoints (forward) and restores them last
+ * saved first (backward), as a stack: the n-th checkpoint held at once uses
+ * the n-th slot. While a checkpoint goes home it is copied out at once (on a
+ * GPU on the store's own copy stream, from a device staging slot); the
+ * restores read the next checkpoints ahead of their call in that reverse
+ * order (an NVMe home into its pinned buffers; the last ones saved are
+ * still in them and come back without a read). Saves and restores may
+ * interleave as a stack does (a pipeline schedule); a micro-step's end
+ * (zc_micro_step_end, zc_step) forgets what was not restored. */
+
+/* Names one saved checkpoint. 0 is never one. */
+typedef uint64_t zc_act_id;
+
+/* Copies `bytes` (1..act_checkpoint_bytes) at src (device memory, or host
+ * memory on the host device) into the store as the next checkpoint of this
+ * micro-step, and writes its name to *id. Ordered on `stream` (a
+ * cudaStream_t, NULL = the legacy default stream): the copy reads src after
+ * the work enqueued on it before this call, and src may be written again by
+ * work enqueued on `stream` after the call returns (the store copies into
+ * its own device memory first on a GPU). Not collective: every rank saves
+ * its own activations; with an NVMe home the write runs on after the call
+ * returns and a failed one is reported by the next zc_act_restore, agreed
+ * across ranks. With partition_activations each rank keeps its 1/size part
+ * of src: bytes must then be a multiple of 4 x the model-parallel size.
+ * Errors, with nothing saved and nothing changed: ZC_ERR_INVALID_ARG for a
+ * NULL src or id, bytes 0 or beyond act_checkpoint_bytes (the message says
+ * both) or not divisible as above; ZC_ERR_INVALID_STATE before build,
+ * without a store (act_checkpoint_bytes or the count is 0), inside an
+ * evaluation pass (no backward restores it), or when the micro-step already
+ * holds act_checkpoints checkpoints; a broken engine's status otherwise. */
+ZC_API zc_status zc_act_save(zc_engine *eng, const void *src, size_t bytes, void *stream,
+                             zc_act_id *id);
+
+/* Copies checkpoint `id` back into dst (bytes, exactly what it was saved
+ * with; device memory, or host memory on the host device), ordered on
+ * `stream` as zc_act_save is: work enqueued on it after the call reads the
+ * data. It must be the last checkpoint saved and not yet restored in this
+ * micro-step; afterwards it is gone (its slot serves the next save) and the
+ * store starts reading the next ones ahead. Errors, with nothing changed:
+ * ZC_ERR_INVALID_ARG for a NULL dst, a bytes that differs from the saved
+ * size, or an id that names no checkpoint saved by this engine;
+ * ZC_ERR_INVALID_STATE (naming the checkpoints) for an id restored already,
+ * one saved in an earlier micro-step, or one restored out of order (another
+ * one was saved after it and is not restored yet), or without a store.
+ * Collective when the checkpoints are on NVMe or partitioned: every rank
+ * restores in the same order, the outcome of the read is agreed across the
+ * engine's ranks before it returns, and a failed read or write on any rank
+ * returns ZC_ERR_IO on every rank with the same message (naming the rank,
+ * the slot and the file) and breaks every engine; with
+ * partition_activations the parts are all-gathered over act_mp_comm. */
+ZC_API zc_status zc_act_restore(zc_engine *eng, zc_act_id id, void *dst, size_t bytes,
+                                void *stream);
+
+/* Where the activation store keeps its checkpoints (zc_act_stats.home). */
+typedef enum zc_act_home_kind {
+    ZC_ACT_ON_NONE = -1, /* no store */
+    ZC_ACT_ON_DEVICE = 0,
+    ZC_ACT_ON_PINNED,    /* cpu_checkpointing */
+    ZC_ACT_ON_NVME       /* nvme_checkpointing */
+} zc_act_home_kind;
+
+typedef struct zc_act_stats {
+    size_t size;                /* sizeof(zc_act_stats), set by the caller */
+    zc_act_home_kind home;
+    int64_t slots;              /* checkpoints a micro-step may hold (the bound) */
+    int64_t slot_bytes;         /* the largest checkpoint */
+    int64_t part_bytes;         /* what this rank keeps of one (partition_activations:
+                                   slot_bytes / model-parallel size, else slot_bytes) */
+    int parts;                  /* model-parallel ranks a checkpoint is split over (1) */
+    int64_t held;               /* checkpoints held now */
+    int64_t peak_held;          /* the most held at once since build */
+    int64_t saves, restores;    /* since build */
+    int64_t saved_bytes, restored_bytes; /* whole checkpoints, since build */
+    int64_t nvme_write_bytes, nvme_read_bytes; /* swap-file traffic (whole requests) */
+    int64_t restore_hits;       /* restores whose data was in host or device memory
+                                   already: kept there, still in a buffer, or read
+                                   ahead to the end */
+    int64_t restore_misses;     /* restores that waited for a read */
+    double save_s;              /* wall time inside zc_act_save: copying out (on the
+                                   host path the copy itself), waiting for a buffer */
+    double restore_s;           /* wall time inside zc_act_restore, the wait for reads
+                                   included: with save_s, the transfer the step sees */
+    double restore_wait_s;      /* of which waiting for swap-file reads */
+} zc_act_stats;
+
+/* Fills *out (out->size must be set; ZC_ERR_INVALID_ARG otherwise) with this
+ * rank's store; an engine without a store reports home ZC_ACT_ON_NONE and
+ * zeros. Not collective; not thread-safe with calls on the same engine. */
+ZC_API zc_status zc_engine_act_stats(const zc_engine *eng, zc_act_stats *out);
+
 /* ---- Checkpoints (docs/checkpoint.md) ----------------------------------- */
 
 /* Saves the training state to DIR/TAG (tag NULL: "global_step<N>"): each
@@ -1142,6 +1261,9 @@ typedef enum zc_mem_category {
     ZC_MEM_OTHER,      /* bookkeeping */
     ZC_MEM_RESERVED,   /* buffer pool reserved by zc_engine_build and idle now
                           (a pool slot in use counts under ZC_MEM_BUFFERS) */
+    ZC_MEM_ACTIVATIONS, /* the activation store's checkpoints: its slots (device,
+                          pinned host or NVMe), its pinned NVMe buffers and
+                          device staging (zc_act_save) */
     ZC_MEM__COUNT
 } zc_mem_category;
 

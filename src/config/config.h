@@ -126,6 +126,23 @@ struct zc_config {
         int64_t max_memory[3];
     } zero;
 
+    /* activation_checkpointing (DeepSpeed's section; docs/activations.md): how
+     * the activation store (src/act) keeps the checkpoints a training loop
+     * hands it. nvme_checkpointing, nvme_path and buffer_count are zeroc's. */
+    struct zc_act_cfg {
+        bool partition_activations;  /* split each checkpoint over the model-parallel
+                                        group (zc_engine_options.act_mp_comm) */
+        bool contiguous_memory_optimization; /* accepted: the store is always one
+                                        reservation made at build */
+        bool cpu_checkpointing;      /* keep checkpoints in pinned host memory */
+        int64_t number_checkpoints;  /* checkpoints per micro-step; -1 unset */
+        bool synchronize_checkpoint_boundary; /* device sync around every store call */
+        bool profile;                /* log each save and restore with its time */
+        bool nvme_checkpointing;     /* (zeroc) keep them in swap files on NVMe */
+        char *nvme_path;             /* (zeroc) owned, NULL: the offload blocks' */
+        int64_t buffer_count;        /* (zeroc) pinned buffers of the NVMe home */
+    } act;
+
     struct {
         int64_t block_size, queue_depth, intra_op_parallelism;
         bool single_submit, overlap_events, use_gds;

@@ -54,6 +54,9 @@ zc_status zc__diag_report(const zc_cfg_diag *d, const char *what);
 
 /* Loader flags beyond the public ZC_CONFIG_LENIENT. */
 #define ZC__CFG_SKIP_PATH_CHECK 0x100u /* do not touch the file system (fuzzing) */
+/* semantic.c: an nvme_path checked for a section that has no stage rule
+ * (activation_checkpointing), not for a zero_optimization offload block. */
+#define ZC__CFG_NO_STAGE 0x200u
 
 /* Assigns one JSON value to key index `key` (handles "auto"). Errors go to d.
  * `written_as` is the name the user wrote (for origins), NULL = canonical.

@@ -83,6 +83,9 @@ static const zc_cfg_enum warmup_types[] = {{"log", 1}, {"linear", 0}, {NULL, 0}}
 #define OOPT "zero_optimization.offload_optimizer."
 #define OPAR "zero_optimization.offload_param."
 #define PROG ZC_KF_AUTO_PROGRAM
+#define ACT "activation_checkpointing."
+/* The activation store's bounds (src/act/act.h holds the same numbers). */
+#define ACT_SLOTS_MAX ((int64_t)1 << 20)
 
 const zc_cfg_key zc__cfg_keys[] = {
     /* top level */
@@ -315,6 +318,30 @@ const zc_cfg_key zc__cfg_keys[] = {
     KI64(ZOPT "max_memory.nvme", zero.max_memory[ZC_BUDGET_NVME], -1, 0, BUDGET_MAX,
          ZC_KF_NULL | ZC_KF_SIZE | ZC_KF_AUTO_PLAN,
          "NVMe swap one rank may use (auto: free space of nvme_path less 5%) (zeroc)"),
+
+    /* activation_checkpointing: DeepSpeed's keys, and zeroc's NVMe home */
+    KBOOL(ACT "partition_activations", act.partition_activations, 0, 0,
+          "split each checkpoint across the model-parallel group "
+          "(zc_engine_options.act_mp_comm), gathered back for backward"),
+    KBOOL(ACT "contiguous_memory_optimization", act.contiguous_memory_optimization, 0, 0,
+          "checkpoints in one reservation: zeroc's store always is (accepted, no effect)"),
+    KBOOL(ACT "cpu_checkpointing", act.cpu_checkpointing, 0, 0,
+          "keep checkpoints in pinned host memory, brought back ahead of backward"),
+    KI64(ACT "number_checkpoints", act.number_checkpoints, -1, 1, ACT_SLOTS_MAX, ZC_KF_NULL,
+         "checkpoints one micro-step holds at once (the store's bound unless "
+         "zc_engine_options.act_checkpoints says)"),
+    KBOOL(ACT "synchronize_checkpoint_boundary", act.synchronize_checkpoint_boundary, 0, 0,
+          "wait for the device at the start and end of every save and restore"),
+    KBOOL(ACT "profile", act.profile, 0, 0,
+          "log every save and restore with its time (INFO)"),
+    KBOOL(ACT "nvme_checkpointing", act.nvme_checkpointing, 0, 0,
+          "(zeroc) keep checkpoints in swap files under nvme_path"),
+    { .path = ACT "nvme_path", .type = ZC_KT_STR, .flags = ZC_KF_NULL | ZC_KF_PATH_LIST,
+      .off = O(act.nvme_path),
+      .doc = "(zeroc) directory (or list) for the checkpoints' swap files; unset: "
+             "offload_param's, else offload_optimizer's" },
+    KI64(ACT "buffer_count", act.buffer_count, 4, 2, 256, 0,
+         "(zeroc) pinned buffers the NVMe checkpoints stream through"),
 
     /* aio */
     KI64("aio.block_size", aio.block_size, 1048576, 1, (int64_t)1 << 30, 0,

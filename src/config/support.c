@@ -148,7 +148,9 @@ void zc__cfg_engine_support(const zc_config *cfg, zc_cfg_diag *d)
         rule_param_buffers(par->buffer_count, d);
     /* (offload_optimizer.buffer_count is the loader's rule, semantic.c: it
      * holds whenever the device is nvme.) */
-    if (opt_nvme || par_nvme)
+    /* activation_checkpointing.nvme_checkpointing: the activation store's
+     * swap files are read and written as the offload homes' are. */
+    if (opt_nvme || par_nvme || cfg->act.nvme_checkpointing)
         rule_aio(cfg->aio.block_size, cfg->aio.queue_depth, cfg->aio.intra_op_parallelism, d);
 }
 

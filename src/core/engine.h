@@ -36,6 +36,7 @@
 #include "base/alloc.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "act/act.h"
 #include "comm/comm.h"
 #include "config/config.h"
 #include "device/device.h"
@@ -53,6 +54,7 @@
 #include "core/observe/timers.h"
 #include "core/state/opt_state.h"
 #include "core/state/param_state.h"
+#include "core/state/act_state.h"
 #include "core/state/views.h"
 #include "core/loop/loop.h"
 #include "core/step/loss_scaler.h"
@@ -407,6 +409,13 @@ struct zc_engine {
     bool *land_pending;
     bool out_pending[2];
     int *gslot_land;           /* ngslots entries, beside ev_gslot */
+
+    /* The activation store (state/act_state.c, src/act): what the build
+     * reserves (slots 0: none), the store, and the model-parallel group a
+     * partitioned checkpoint is gathered over (bound to dev; NULL: none). */
+    zc_act_spec act_spec;
+    zc_act_store *act;
+    zc_comm *act_mp;
 
     /* ZC_DEBUG=1 (grad_debug.c). */
     bool debug;

@@ -562,6 +562,7 @@ zc_status zc__estimate(const zc_est_in *in, zc_est *out)
     /* Padded totals are below INT64_MAX / 4 elements (zc_param_add), but the
      * CLI plans models it never registers, so every product is checked. */
     ZC_CHECK(plan(in, out));
+    ZC_CHECK(zc__est_act(in, out));
     for (int k = 0; k < ZC_MEMKIND__COUNT; k++)
         for (int c = 0; c < ZC_MEM__COUNT; c++)
             if (__builtin_add_overflow(out->kind_total[k], out->bytes[k][c], &out->kind_total[k]))
@@ -586,6 +587,7 @@ int64_t zc__est_part_bytes(const zc_est *e, zc_mem_kind kind, zc_est_part part)
     case ZC_EST_PARAMS: return b[ZC_MEM_PARAMS];
     case ZC_EST_GRADS: return b[ZC_MEM_GRADS];
     case ZC_EST_OPTIMIZER: return b[ZC_MEM_MASTER] + b[ZC_MEM_ADAM];
+    case ZC_EST_ACTIVATIONS: return b[ZC_MEM_ACTIVATIONS];
     default: return b[ZC_MEM_BUFFERS] + b[ZC_MEM_RESERVED];
     }
 }
@@ -596,6 +598,7 @@ const char *zc__est_part_name(zc_est_part part)
     case ZC_EST_PARAMS: return "working-precision parameters";
     case ZC_EST_GRADS: return "gradients";
     case ZC_EST_OPTIMIZER: return "optimizer state (fp32 master, Adam m and v)";
+    case ZC_EST_ACTIVATIONS: return "activation checkpoints (the activation store)";
     default: return "buffers (gradient, gather and staging pools, swap buffers)";
     }
 }
@@ -606,6 +609,8 @@ const char *zc__est_key(const zc_est_in *in, const zc_est *e, zc_mem_kind kind,
     const int stage = in->stage, offload = in->offload;
     const int poff = stage == 3 ? in->poffload : ZC_OFFLOAD_NONE;
     switch (part) {
+    case ZC_EST_ACTIVATIONS:
+        return zc__est_act_key(in, kind);
     case ZC_EST_OPTIMIZER:
         if (kind == ZC_MEMKIND_NVME)
             return "zero_optimization.offload_optimizer.nvme_path";
@@ -640,56 +645,4 @@ const char *zc__est_key(const zc_est_in *in, const zc_est *e, zc_mem_kind kind,
         return stage == 3 ? "zero_optimization.stage3_max_live_parameters"
                           : "zero_optimization.reduce_bucket_size";
     }
-}
-
-/* ---- DeepSpeed's estimators ------------------------------------------------ */
-
-/* a * b, then + c, checked; false on overflow. */
-static bool mad(uint64_t a, uint64_t b, uint64_t c, uint64_t *out)
-{
-    return !__builtin_mul_overflow(a, b, out) && !__builtin_add_overflow(*out, c, out);
-}
-
-/* x 1.5, DeepSpeed's additional_buffer_factor, in integers. */
-static bool abf(uint64_t x, uint64_t *out)
-{
-    return mad(x, 3, 0, out) && (*out /= 2, true);
-}
-
-zc_status zc__est_deepspeed(int stage, bool offload, bool offload_params, uint64_t P,
-                            uint64_t LL, uint64_t G, uint64_t gpn, uint64_t *gpu,
-                            uint64_t *cpu)
-{
-    if (offload_params && (stage != 3 || !offload))
-        return ZC_ERR(ZC_ERR_INVALID_ARG, "DeepSpeed's estimators cover parameter offload only "
-                      "at stage 3 with the optimizer offloaded too");
-    if (stage < 1 || stage > 3 || G == 0 || gpn == 0 || G % gpn)
-        return ZC_ERR(ZC_ERR_INVALID_ARG, "DeepSpeed's estimators cover stages 1-3 with the "
-                      "GPUs a whole number of nodes (stage %d, %llu GPUs, %llu per node)", stage,
-                      (unsigned long long)G, (unsigned long long)gpn);
-    const uint64_t N = G / gpn;
-    uint64_t t = 0, lmem = 0;
-    bool ok = true;
-    if (stage < 3) {
-        if (offload) {
-            ok = mad(P, 2, 0, gpu) && mad(P, 4 * G > 16 ? 4 * G : 16, 0, &t) && abf(t, cpu);
-        } else {
-            ok = mad(P, 18, 0, &t) && mad(P, 2, t / G, gpu) && mad(P, 4, 0, &t) &&
-                 mad(t, gpn, 0, &t) && abf(t, cpu);
-        }
-    } else {
-        ok = mad(LL, 4, 0, &lmem);
-        if (offload_params) {
-            ok = ok && mad(1, lmem, 0, gpu) && mad(P, 18, 0, &t) && abf(t / N, cpu);
-        } else if (offload) {
-            ok = ok && mad(P, 2, 0, &t) && mad(1, lmem, t / G, gpu) && mad(P, 16, 0, &t) &&
-                 abf(t / N, cpu);
-        } else {
-            ok = ok && mad(P, 18, 0, &t) && mad(1, lmem, t / G, gpu) && mad(lmem, gpn, 0, &t) &&
-                 abf(t, cpu);
-        }
-    }
-    if (!ok)
-        return too_big();
-    return ZC_OK;
 }

@@ -221,6 +221,12 @@ static zc_status plan(zc_config *cfg, int world, const zc_plan_tensor *t, int n,
         .max_in_cpu = op->max_in_cpu,
         .pnvme_round = cfg->aio.block_size * zc__nvme_path_count(op->nvme_path),
     };
+    /* The activation store, as zc_engine_create takes it from the options. */
+    const zc_comm *mp = o && PLAN_HAS(o, act_mp_comm) ? o->act_mp_comm : NULL;
+    ZC_CHECK(zc__act_spec_from(cfg, o && PLAN_HAS(o, act_checkpoints) ? o->act_checkpoints : 0,
+                               o && PLAN_HAS(o, act_checkpoint_bytes) ? o->act_checkpoint_bytes
+                                                                      : 0,
+                               mp ? zc_comm_world(mp) : 0, dk == ZC_MEMKIND_DEVICE, &in.act));
     zc_est est;
     memset(res, 0, sizeof *res);
     ZC_CHECK(place(cfg, &in, opt, param, &est, res));

@@ -193,7 +193,8 @@ def sweep(zeroc, train_gpt, tmp):
         if not KEYS <= set(r):
             fail(f"missing keys {KEYS - set(r)} in {r}")
         c = r["config"]
-        if set(c) != {"stage", "offload_optimizer", "offload_param", "world", "dtype"}:
+        if set(c) != {"stage", "offload_optimizer", "offload_param", "world", "dtype",
+                      "checkpoint_activations"} or c["checkpoint_activations"] != "none":
             fail(f"config keys {sorted(c)}")
         if r["status"] != "ok":
             fail(f"{c}: {r['status']}: {r.get('reason')}")
@@ -442,11 +443,96 @@ def budgets(zeroc, train_gpt, tmp):
     print(f"# budgets {specs}: peaks within them")
 
 
+def check_acts(r, base, more):
+    """The activations object of one point of the axis against the point
+    without checkpointing (base) and the peaks' differences (more)."""
+    act = r["config"]["checkpoint_activations"]
+    a, a0 = r["activations"], base["activations"]
+    if not a or not a0 or not a["planned"]:
+        fail(f"activation axis {act}: no activations object: {a}")
+        return
+    dev = a["model"] + a["store"]["device"]
+    if a["device_side"] != dev or a["planned"]["device_side"] != \
+            a["planned"]["model"] + a["planned"]["store"]["device"]:
+        fail(f"activation axis {act}: device_side {a}")
+    # The plan line plans what the engine reserves and what the example
+    # allocates, byte for byte.
+    if a["device_side_over_plan"] != 1.0 or a["store"] != a["planned"]["store"]:
+        fail(f"activation axis {act}: measured {a['store']}, planned {a['planned']}")
+    # The store's bytes are what the peaks grew by, kind by kind (device:
+    # the example's buffers are not the library's).
+    for k in ("device", "pinned", "nvme"):
+        if a["store"][k] != more[k]:
+            fail(f"activation axis {act}: the store holds {a['store'][k]} {k} bytes, the peak "
+                 f"grew by {more[k]}")
+    if act == "none":
+        if any(a[k] is not None for k in ("step_over_none", "device_side_over_none",
+                                           "exposed_fraction", "store_s")):
+            fail(f"activation axis none: figures against itself: {a}")
+        return
+    if not a["model"] < a0["model"]:
+        fail(f"activation axis {act}: the example keeps {a['model']} bytes, "
+             f"{a0['model']} without checkpointing")
+    ratio = r["step_s"]["median"] / base["step_s"]["median"]
+    if abs(a["step_over_none"] - ratio) > 1e-9 * ratio:
+        fail(f"activation axis {act}: step_over_none {a['step_over_none']}, want {ratio}")
+    ratio = dev / a0["device_side"]
+    if abs(a["device_side_over_none"] - ratio) > 1e-9 * ratio:
+        fail(f"activation axis {act}: device_side_over_none {a['device_side_over_none']}")
+    if not (0 <= a["exposed_fraction"] <= 1 and a["store_s"] >= 0):
+        fail(f"activation axis {act}: store time {a['store_s']}, {a['exposed_fraction']}")
+
+
+def activation_axis(zeroc, train_gpt, tmp):
+    """--only checkpoint_activations=...: the activation axis. Each point
+    trains with --checkpoint-activations block and the store where the value
+    says; the estimate (the store planned in its kind, train_gpt's fp32
+    activations) holds to the peak within 10% as elsewhere; the store's
+    reservation lands in its kind, and x DDP is over stage 0 without
+    checkpointing."""
+    out = os.path.join(tmp, "acts")
+    cmd = [zeroc, "bench", "train", "--out", out, "--json", "--steps", "3", "--warmup", "1",
+           "--world", str(WORLD), "--batch", str(BATCH), "--workload", train_gpt,
+           "--only", "stage=0", "--only", "checkpoint_activations=none,device,cpu,nvme",
+           "--timeout", "120"]
+    p, _ = run(cmd)
+    rows = lines_of(p)
+    got = [r["config"]["checkpoint_activations"] for r in rows]
+    if p.returncode != 0 or got != ["none", "device", "cpu", "nvme"]:
+        fail(f"activation axis: exit {p.returncode}, {got}: {p.stderr[-500:]}")
+        return
+    base = rows[0]
+    for r in rows:
+        if r["status"] != "ok":
+            fail(f"activation axis {r['config']}: {r['status']}: {r.get('reason')}")
+            continue
+        check_ok(r)
+        act = r["config"]["checkpoint_activations"]
+        more = {k: r["peak"][k] - base["peak"][k] for k in KINDS}
+        kind = {"none": None, "device": "device", "cpu": "pinned", "nvme": "nvme"}[act]
+        if kind and not more[kind] > 0:
+            fail(f"activation axis {act}: the store is not in {kind}: {more}")
+        if act in ("cpu", "nvme") and more["device"] != 0:
+            fail(f"activation axis {act}: device bytes moved by {more['device']}")
+        want = r["step_s"]["median"] / base["step_s"]["median"]
+        if abs(r["step_over_ddp"] - want) > 1e-9 * want:
+            fail(f"activation axis {act}: step_over_ddp {r['step_over_ddp']}, want {want}")
+        check_acts(r, base, more)
+    md = open(os.path.join(out, "results.md")).read()
+    if any(f"| {WORLD} | bf16 | {v} | " not in md
+           for v in ("none (every activation)", "device", "cpu", "nvme")) or "store time" not in md:
+        fail(f"activation axis: results.md lacks the activations table:\n{md}")
+    p, _ = run(cmd[:-4] + ["--only", "checkpoint_activations=all"])
+    if p.returncode != 2 or "none, device, cpu or nvme" not in p.stderr:
+        fail(f"activation axis: a bad value: exit {p.returncode}, {p.stderr!r}")
+
+
 def main():
     zeroc, train_gpt = sys.argv[1], sys.argv[2]
     with tempfile.TemporaryDirectory(prefix="zc-bench-train-", dir=".") as tmp:
         plot_python_and_data(zeroc, train_gpt, tmp)
         budgets(zeroc, train_gpt, tmp)
+        activation_axis(zeroc, train_gpt, tmp)
         sweep(zeroc, train_gpt, tmp)
         crash_and_hang(zeroc, train_gpt, tmp)
     print("ok")

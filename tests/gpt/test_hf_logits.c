@@ -94,7 +94,7 @@ Test(hf_gpt2, logits_match_transformers)
         tgt[t] = gpt_data_token(&d, (size_t)t + 1);
     }
     gpt_acts a;
-    cr_assert(gpt_acts_create(&a, &c, 1, err, sizeof err), "%s", err);
+    cr_assert(gpt_acts_create(&a, &c, 1, false, err, sizeof err), "%s", err);
     gpt_embed_forward_piece(&c, &a, pp[0], pp[1], tok);
     for (int l = 0; l < c.layers; l++)
         gpt_block_forward(&c, &a, l, pp + 2 + GPT_BLOCK_TENSORS * l);

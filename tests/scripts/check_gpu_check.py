@@ -95,9 +95,9 @@ def whole_check(root, bundle, tmp):
         if r["device"] is not None:
             fail(f"a device name without a device: {r}")
     suites = [r for r in rows if r["part"] == "tests"]
-    if len(suites) != 7 or any(not r["failed"] or r["passed"] for r in suites):
+    if len(suites) != 8 or any(not r["failed"] or r["passed"] for r in suites):
         fail(f"the GPU suites did not run and fail under ZC_REQUIRE_GPU=1: {suites}")
-    if len([r for r in rows if r["part"] == "sanitizer"]) != 5:
+    if len([r for r in rows if r["part"] == "sanitizer"]) != 6:
         fail("not every sanitizer run reported")
     if summary["passed"] != 3 or summary["failed"] != len(rows) - 3 or \
             summary["status"] != "failed":

@@ -105,15 +105,18 @@ ZC_API zc_status zc_engine_create(zc_engine **out, const zc_config *cfg, zc_comm
      * parameter shards under nvme): without it, an item that can never fire
      * is refused rather than passing silently. */
     int64_t nvme_budget = 0;
-    const bool swap_io = cfg->zero.offload_optimizer.device == ZC_OFFLOAD_NVME ||
+    const bool swap_io = cfg->act.nvme_checkpointing ||
+                         cfg->zero.offload_optimizer.device == ZC_OFFLOAD_NVME ||
                          (stage == 3 && cfg->zero.offload_param.device == ZC_OFFLOAD_NVME) ||
                          zc__config_budget(cfg, ZC_BUDGET_NVME, &nvme_budget) != ZC_BUDGET_NONE;
     for (int i = 0; i < e->faults.n; i++)
         if (e->faults.kind[i] == ZC_FAULT_IO && !swap_io) {
             rc = ZC_ERR(ZC_ERR_CONFIG,
                         "ZC_FAULTS='%s': io items apply to the swap-file reads and writes of "
-                        "zero_optimization.offload_optimizer.device \"nvme\" or (stage 3) "
-                        "offload_param.device \"nvme\", which this configuration does not do",
+                        "zero_optimization.offload_optimizer.device \"nvme\", (stage 3) "
+                        "offload_param.device \"nvme\" or "
+                        "activation_checkpointing.nvme_checkpointing, which this configuration "
+                        "does not do",
                         faults);
             goto fail;
         }
@@ -146,6 +149,8 @@ ZC_API zc_status zc_engine_create(zc_engine **out, const zc_config *cfg, zc_comm
                                          ? opts->f32_view_chunks
                                          : 0),
                   rc, fail);
+    /* The activation store's bound and home (built with the engine). */
+    ZC_CHECK_GOTO(zc__act_setup(e, opts, opts && OPT_HAS(opts, act_mp_comm)), rc, fail);
     if (e->cfg->communication_data_type >= 0 && e->cfg->communication_data_type != (int)e->pdt)
         ZC_LOGW("core", "communication_data_type %s is not supported yet: gradients are "
                         "reduced in the parameter dtype %s",
@@ -222,6 +227,7 @@ static zc_status build_local(zc_engine *e)
     ZC_CHECK(zc__reserve_build(e));
     ZC_CHECK(zc__view_build(e));
     ZC_CHECK(zc__debug_build(e));
+    ZC_CHECK(zc__act_build(e));
     ZC_CHECK(zc__trace_build(e));
     e->state = ZC_ENG_BUILT;
     /* Needs the built engine (it loads through zc_param_load). */
@@ -295,6 +301,7 @@ ZC_API void zc_engine_destroy(zc_engine *e)
         e->pol->teardown(e);
     zc__opt_free(e);
     zc__param_free(e);
+    zc__act_free(e);
     zc__place_free(e); /* sized by nchunks: before the layout */
     zc__partials_free(e);
     /* Before the layout: the shadows are sized by the chunks. */

@@ -46,6 +46,7 @@ zc_status zc__preflight(zc_engine *e)
         .pbuffer_count = p->buffer_count,
         .max_in_cpu = p->max_in_cpu,
         .pnvme_round = e->cfg->aio.block_size * zc__nvme_path_count(p->nvme_path),
+        .act = e->act_spec, /* state/act_state.c builds exactly this */
     };
     if (e->stage_auto || e->budgets) {
         /* The placement from max_memory (and with stage "auto" the stage) is

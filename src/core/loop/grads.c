@@ -143,6 +143,7 @@ zc_status zc__grads_full_buffer(zc_engine *e, zc_chunk *c, void **out)
 static void reset_micro_flags(zc_engine *e)
 {
     zc__bucket_clear(e);
+    zc__act_micro_done(e); /* the activation store's checkpoints end with it */
     for (int i = 0; i < e->nparams; i++)
         e->params[i]->ready = false;
     for (int k = 0; k < e->nchunks; k++) {
