@@ -7,7 +7,10 @@
  * (the host reference is built with -ffp-contract=off), __fsqrt_rn/__fdiv_rn
  * are the IEEE operations, and the two decay terms are skipped when their
  * coefficient is zero, as on the host. So every output is meant to equal the
- * host's bitwise.
+ * host's bitwise. The DeepSpeed arithmetic (ZC_ADAM_ARITH_DEEPSPEED,
+ * src/optim/adam.h) is the host's zc__adam_elem_ds the same way, its fmaf
+ * calls as __fmaf_rn; which one runs is one uniform branch on the
+ * coefficients, the same for every thread of a launch.
  *
  * Memory: the step is bandwidth-bound (28-30 bytes per element). When every
  * buffer is aligned (shards start on 64-element boundaries, so they are), each
@@ -23,9 +26,28 @@ namespace {
 
 enum { OUT_NONE = -1 };
 
+/* zc__adam_elem_ds: DeepSpeedCPUAdam's operations and fused multiply-adds. */
+__device__ __forceinline__ float adam_elem_ds(float &p, float &m, float &v, float graw,
+                                              float gscale, const zc_adam_coeffs &c)
+{
+    float g = __fmul_rn(graw, gscale);
+    if (c.l2_decay != 0.0f)
+        g = __fmaf_rn(p, c.l2_decay, g);
+    m = __fmaf_rn(g, c.one_minus_beta1, __fmul_rn(m, c.beta1));
+    v = __fmaf_rn(__fmul_rn(g, g), c.one_minus_beta2, __fmul_rn(v, c.beta2));
+    float d = __fmaf_rn(__fsqrt_rn(v), c.bc2_rsqrt, c.eps);
+    float u = __fdiv_rn(m, d);
+    if (c.decoupled_decay != 0.0f)
+        p = __fmaf_rn(p, -c.decoupled_decay, p);
+    p = __fmaf_rn(u, -c.step_size, p);
+    return p;
+}
+
 __device__ __forceinline__ float adam_elem(float &p, float &m, float &v, float graw, float gscale,
                                            const zc_adam_coeffs &c)
 {
+    if (c.arith == ZC_ADAM_ARITH_DEEPSPEED)
+        return adam_elem_ds(p, m, v, graw, gscale, c);
     float g = __fmul_rn(graw, gscale);
     if (c.l2_decay != 0.0f)
         g = __fadd_rn(g, __fmul_rn(c.l2_decay, p));

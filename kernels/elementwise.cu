@@ -53,6 +53,30 @@ accumulate_kernel(float *__restrict__ acc, const void *__restrict__ src, size_t 
         acc[i] = __fadd_rn(acc[i], load_f32(src, (zc_dtype)SD, i));
 }
 
+/* The host twin (host.c host_accumulate_rounded) rounds the fp32 sum once
+ * through the 16-bit encoding; so does this. */
+template <int SD, int AD>
+__global__ void __launch_bounds__(kThreads)
+accumulate_rounded_kernel(float *__restrict__ acc, const void *__restrict__ src, size_t n)
+{
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        acc[i] = to_f32(from_f32(__fadd_rn(acc[i], load_f32(src, (zc_dtype)SD, i)), (zc_dtype)AD),
+                        (zc_dtype)AD);
+}
+
+template <int AD>
+cudaError_t accumulate_rounded_from(float *acc, const void *src, zc_dtype sd, size_t n,
+                                    unsigned blocks, cudaStream_t st)
+{
+    switch (sd) {
+    case ZC_DTYPE_F32: return launch_k(accumulate_rounded_kernel<ZC_DTYPE_F32, AD>, blocks, st, acc, src, n);
+    case ZC_DTYPE_F16: return launch_k(accumulate_rounded_kernel<ZC_DTYPE_F16, AD>, blocks, st, acc, src, n);
+    case ZC_DTYPE_BF16: return launch_k(accumulate_rounded_kernel<ZC_DTYPE_BF16, AD>, blocks, st, acc, src, n);
+    default: return cudaErrorInvalidValue;
+    }
+}
+
 /* The source pointers travel by value in the kernel's argument block. */
 struct srcs_arg {
     const void *p[ZC_K_MAX_REDUCE_SRCS];
@@ -139,6 +163,21 @@ extern "C" cudaError_t zc_k_accumulate(const zc_k_geometry *g, float *acc, const
     default: e = launch_k(accumulate_kernel<ZC_DTYPE_BF16>, blocks, stream, acc, src, n); break;
     }
     return e;
+}
+
+extern "C" cudaError_t zc_k_accumulate_rounded(const zc_k_geometry *g, float *acc, const void *src, zc_dtype src_dt,
+                                               zc_dtype acc_dt, size_t n, cudaStream_t stream)
+{
+    if (!g || !is_float_dtype(src_dt) || !is_float_dtype(acc_dt))
+        return cudaErrorInvalidValue;
+    if (acc_dt == ZC_DTYPE_F32)
+        return zc_k_accumulate(g, acc, src, src_dt, n, stream);
+    if (n == 0)
+        return cudaSuccess;
+    const unsigned blocks = grid_for(n, g->stream_blocks);
+    if (acc_dt == ZC_DTYPE_F16)
+        return accumulate_rounded_from<ZC_DTYPE_F16>(acc, src, src_dt, n, blocks, stream);
+    return accumulate_rounded_from<ZC_DTYPE_BF16>(acc, src, src_dt, n, blocks, stream);
 }
 
 extern "C" cudaError_t zc_k_reduce_sum(const zc_k_geometry *g, void *dst, const void *const *srcs, int nsrc, zc_dtype dt,

@@ -81,6 +81,12 @@ cudaError_t zc_k_scale(const zc_k_geometry *g, void *x, zc_dtype dt, size_t n, f
 cudaError_t zc_k_accumulate(const zc_k_geometry *g, float *acc, const void *src, zc_dtype src_dt,
                             size_t n, cudaStream_t stream);
 
+/* acc[i] = round_acc_dt(acc[i] + src[i]): the fp32 sum rounded to acc_dt (RNE;
+ * F32 is zc_k_accumulate) and stored back as fp32. */
+cudaError_t zc_k_accumulate_rounded(const zc_k_geometry *g, float *acc, const void *src,
+                                    zc_dtype src_dt, zc_dtype acc_dt, size_t n,
+                                    cudaStream_t stream);
+
 /* dst[i] = srcs[0][i] + srcs[1][i] + ... in that order: fp32 sums for
  * fp32/fp16/bf16 (rounded once), fp64 for F64, int64 then truncation for I32.
  * srcs is a host array of nsrc (1..ZC_K_MAX_REDUCE_SRCS) device pointers; dst

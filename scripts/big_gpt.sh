@@ -15,6 +15,10 @@
 # its own under ZC_SWAP_DIR (default: build/, on the repository's disk),
 # removed at the end, also on Ctrl-C; the swap files have no names while
 # the run goes on, so a killed run leaves nothing behind either.
+# --init-from FILE starts from a Hugging Face GPT-2 checkpoint of that shape
+# (a random bf16 one: python3 scripts/make_big_gpt.py FILE, 5 GB): it is
+# imported straight into the NVMe swap files (zc_load_safetensors: the
+# master written alone, through a 32 MiB staging ring).
 # Usage: bash scripts/big_gpt.sh [train_gpt flags]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -56,3 +60,11 @@ EOF
 ./build/examples/gpt/train_gpt --config "$work/ds_config.json" --layers 32 --dim 2560 \
   --heads 20 --seq 64 --vocab 256 --batch 1 --stage 3 --world 1 --steps 3 --eval-every 0 \
   --data "$work/data.txt" --launcher threads "$@"
+# The engine's swap directories and files are gone with it: only what this
+# script wrote is left.
+left=$(find "$work" -mindepth 1 ! -name ds_config.json ! -name data.txt | head -5)
+if [[ -n "$left" ]]; then
+  echo "big_gpt.sh: the run left files under $work: $left" >&2
+  exit 1
+fi
+echo "big_gpt.sh: nothing was left under the swap directory $work"

@@ -13,8 +13,9 @@ if [[ "${1:-}" == "--tests" ]]; then
   # mpirun that tests/comm launches its multi-process tests with.
   pkgs+=(libcriterion-dev clang libclang-rt-14-dev python3 libopenmpi-dev openmpi-bin
          python3-venv) # venv: the checkpoint export test pip-installs safetensors
-  # tests/cli/check_bench_train.py runs `zeroc bench train`, plot included.
-  pkgs+=(python3-matplotlib)
+  # tests/cli/check_bench_train.py runs `zeroc bench train`, plot included:
+  # matplotlib (Debian's python3) and gnuplot, the plot's two programs.
+  pkgs+=(python3-matplotlib gnuplot-nox)
   # scripts/gpu_bundle.sh (tests/scripts/check_gpu_bundle.py): RUNPATHs into
   # the bundle, and its compression.
   pkgs+=(patchelf xz-utils)

@@ -13,8 +13,8 @@ deadline (480 s):
                and every bundled binary's libraries resolved
   tests        every GPU test suite with ZC_REQUIRE_GPU=1 (a skip for want of
                a device is a failure)
-  sanitizer    compute-sanitizer memcheck on the kernel, device and GPT-layer
-               tests, racecheck and synccheck on the kernels
+  sanitizer    compute-sanitizer memcheck on the kernel, device, GPT-layer and
+               activation-store tests, racecheck and synccheck on the kernels
   adam         bench_gpu_adam at 16M..1G parameters next to the D2D copy and
                torch's fused AdamW (bench/gpu_adam/torch_adam.py); then the
                engine's zc_step (stage 0, bf16, world 1) at 64M and 256M
@@ -28,7 +28,11 @@ deadline (480 s):
                tokens/s, MFU, bitwise agreement; the same model in PyTorch
                eager and torch.compile (bench/train/torch_gpt.py); a verdict
                line: stage 0 >= 1.0x eager and >= 0.7x compile, stage 3's
-               step <= 1.05x stage 0's
+               step <= 1.05x stage 0's; stage 0 again with
+               --checkpoint-activations block --checkpoint-offload cpu (each
+               block's input in pinned host memory, recomputed in backward):
+               bitwise stage 0's params, its step <= 1.4x stage 0's, the
+               store's exposed time <= 10% of the step
   bench_train  zeroc bench train --device cuda, stages 0-3 x offload none/cpu
 PARTS=tests,bench runs a subset (bench = adam,norm,gpt,bench_train; env
 always runs: it finds the libraries the others load).
@@ -81,6 +85,7 @@ TEST_SUITES = [  # name, executable, extra environment (the order they run in)
     ("gpu/device", "test_gpu_device", {}),
     ("gpt/cuda_layers", "test_gpt_cuda_layers", {}),
     ("gpt/cuda_model", "test_gpt_cuda_model", {}),
+    ("gpu/act", "test_gpu_act", {}),
     ("gpu/nccl", "test_gpu_nccl", {"ZC_NCCL_HELPER": "@bin/zc_nccl_helper"}),
     ("gpu/nccl_wrap", "test_gpu_nccl_wrap", {}),
     ("gpu/engine_streams", "test_gpu_engine_streams", {}),
@@ -107,6 +112,9 @@ SANITIZER_RUNS = [  # tool, executable, Criterion suite
     ("memcheck", "test_gpt_cuda_layers", "gpt_cuda"),
     ("racecheck", "test_gpu_kernels", "gpu_kernels"),
     ("synccheck", "test_gpu_kernels", "gpu_kernels"),
+    # Last: the store's copies on the caller's and its own streams (what is
+    # left of the part's budget; the tests part runs it in full).
+    ("memcheck", "test_gpu_act", "gpu_act"),
 ]
 
 
@@ -624,7 +632,8 @@ def part_gpt(c):
     end = time.monotonic() + PART_BUDGET["gpt"]
     g = gpt_shape()
     if c.no_device:
-        for name in ("zeroc_stage0", "zeroc_stage3", "stage0_equals_stage3", "torch_eager",
+        for name in ("zeroc_stage0", "zeroc_stage3", "stage0_equals_stage3", "stage3_timeline",
+                     "zeroc_ckpt_cpu", "ckpt_equals_none", "ckpt_verdict", "torch_eager",
                      "torch_compile", "verdict"):
             c.emit("gpt", name, "failed", c.no_device, 0.0)
         return
@@ -635,15 +644,27 @@ def part_gpt(c):
               "batch": g["batch"], "flops_per_token": fpt, "mfu_formula": gpt_flops.FORMULA,
               "peak_flops": peak, "peak_source": peak_src}
     finals = {}
-    tps_of, torch_tps = {}, {}
-    for stage in (0, 3):
+    tps_of, torch_tps, act_of = {}, {}, {}
+    for stage in (0, 3, "ckpt"):
         argv = [os.path.join(c.bin, "train_gpt"), "--device", "cuda", "--launcher", "threads",
-                "--world", "1", "--stage", str(stage), "--dtype", "bf16", "--layers",
+                "--world", "1", "--stage", str(0 if stage == "ckpt" else stage), "--dtype",
+                "bf16", "--layers",
                 str(g["layers"]), "--dim", str(g["dim"]), "--heads", str(g["heads"]), "--seq",
                 str(g["seq"]), "--vocab", str(g["vocab"]), "--batch", str(g["batch"]),
                 "--steps", str(g["steps"]), "--eval-every", "0", "--data", data, "--json"]
+        if stage == "ckpt":
+            argv += ["--checkpoint-activations", "block", "--checkpoint-offload", "cpu"]
+        if stage == 3:
+            # The timeline of two steps after the warm-up (docs/trace.md; its
+            # overhead is far below the speed bars' margins, bench/trace).
+            timeline = os.path.join(c.work, "gpt_stage3_timeline.json")
+            if os.path.exists(timeline):
+                os.unlink(timeline)
+            argv += ["--trace", timeline, "--trace-steps",
+                     "%d-%d" % (g["warmup"] + 1, g["warmup"] + 2)]
         rc, dt, out, err = c.run(f"gpt_zeroc_stage{stage}", argv,
-                                 c.budget(min(45, end - time.monotonic())))
+                                 c.budget(min(45 if stage != "ckpt" else 30,
+                                              end - time.monotonic())))
         rows = json_lines(out)
         steps = [r for r in rows if "tokens_per_s" in r and r.get("tokens_per_s")]
         final = next((r for r in rows if r.get("final")), None)
@@ -654,18 +675,47 @@ def part_gpt(c):
             finals[stage] = final
         if ok:
             tps_of[stage] = tps
-        c.emit("gpt", f"zeroc_stage{stage}", "passed" if ok else "failed",
+            exposed = [r.get("act_s") / r["step_s"] for r in steps[g["warmup"]:]
+                       if r.get("act_s") is not None and r.get("step_s")]
+            if exposed:
+                act_of[stage] = sorted(exposed)[len(exposed) // 2]
+        c.emit("gpt", "zeroc_ckpt_cpu" if stage == "ckpt" else f"zeroc_stage{stage}",
+               "passed" if ok else "failed",
                None if ok else f"exit {rc}: {(err.strip().splitlines() or [''])[-1][:300]}", dt,
                tokens_per_s=tps, mfu=gpt_flops.mfu(tps, fpt, peak),
                step_s=[r.get("step_s") for r in steps], num_params=(final or {}).get("num_params"),
                params_sha256=(final or {}).get("params_sha256"),
                peak_bytes=(final or {}).get("peak_bytes"), **common,
                summary=f"{tps or 0:.0f} tok/s, MFU {gpt_flops.mfu(tps, fpt, peak)}")
+    # The stage-3 run's timeline, held to the format and the step sums.
+    rc, dt, out, err = c.run("gpt_stage3_timeline",
+                             [sys.executable, "tests/trace/trace_check.py", timeline],
+                             c.budget(min(30, end - time.monotonic())))
+    c.emit("gpt", "stage3_timeline", "passed" if rc == 0 else "failed",
+           None if rc == 0 else f"exit {rc}: {(err.strip().splitlines() or [''])[-1][:300]}",
+           dt, bar="tests/trace/trace_check.py: format, nesting, each step's top-level spans "
+                   "adding up to it",
+           summary=((out.strip().splitlines() or [""])[1:2] or [""])[0].strip()[:200])
     same = 0 in finals and 3 in finals and \
         finals[0]["params_sha256"] == finals[3]["params_sha256"]
     c.emit("gpt", "stage0_equals_stage3", "passed" if same else "failed",
            None if same else "params_sha256 differ (or a run failed)", None,
-           sha256={s: f["params_sha256"] for s, f in finals.items()})
+           sha256={str(s): f["params_sha256"] for s, f in finals.items()})
+    # Activation checkpointing on the GPU: the recompute is the same
+    # arithmetic, so the parameters are stage 0's bitwise.
+    same = 0 in finals and "ckpt" in finals and \
+        finals[0]["params_sha256"] == finals["ckpt"]["params_sha256"]
+    c.emit("gpt", "ckpt_equals_none", "passed" if same else "failed",
+           None if same else "params_sha256 differ (or a run failed)", None,
+           act_store=(finals.get("ckpt") or {}).get("act_store"))
+    slow = tps_of[0] / tps_of["ckpt"] if 0 in tps_of and "ckpt" in tps_of else None
+    exposed = act_of.get("ckpt")
+    good = slow is not None and slow <= 1.4 and exposed is not None and exposed <= 0.10
+    c.emit("gpt", "ckpt_verdict", "passed" if good else "failed",
+           None if good else f"step over stage 0's {slow}, exposed store time {exposed}", None,
+           step_over_stage0=None if slow is None else round(slow, 3),
+           exposed_fraction=None if exposed is None else round(exposed, 4),
+           bar="recompute step <= 1.4x stage 0's; store time <= 10% of the step")
     for mode in ("eager", "compile"):
         argv = [sys.executable, "bench/train/torch_gpt.py", "--mode", mode, "--layers",
                 str(g["layers"]), "--dim", str(g["dim"]), "--heads", str(g["heads"]), "--seq",

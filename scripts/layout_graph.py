@@ -71,12 +71,22 @@ ROOMS = {
     "optim": (2, ["optim/adam.h", "optim/adam_pace.h"]),
     "offload": (2, ["offload/homes.h", "offload/offload.h"]),
     "cuda_plugin": (2, ["cuda_plugin/load.h"]),
+    # The timeline and the comms logger: the engine and the machine rooms
+    # write into it, so it stands beside them, below the engine.
+    "trace": (2, ["trace/trace.h"]),
     "plan": (3, ["plan/plan.h"]),
+    # The activation store: the engine reserves it at build and the planner
+    # counts it, so it stands below both callers (it drives src/offload's
+    # activation homes; src/act/act.h says why).
+    "act": (3, ["act/act.h"]),
     "core": (4, ["core/engine.h"]),
     "zero1": (5, ["zero1/zero1.h"]),
     "zero2": (5, ["zero2/zero2.h"]),
     "zero3": (5, ["zero3/zero3.h"]),
-    "ckpt": (5, ["ckpt/dirwrite.h", "ckpt/format.h", "ckpt/source.h"]),
+    "ckpt": (5, ["ckpt/dirwrite.h", "ckpt/format.h", "ckpt/source.h", "ckpt/ring_mem.h",
+                  "ckpt/export.h"]),
+    # Importing weights: safetensors into the shards (it drives an engine).
+    "load": (5, ["load/load.h"]),
 }
 TOOLS_LAYER = 9
 # Rooms whose files are not yet cycle-free, with the cycle they hold; every

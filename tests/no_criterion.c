@@ -1,13 +1,15 @@
-/* Stands in for the test suites when the build found no Criterion: running
+/* Stands in for the test suites when the build has none: running
  * `meson test` on such a build must fail and say why, not pass with nothing
- * run. */
+ * run. argv[1] is the reason meson.build found. */
 #include <stdio.h>
 
-int main(void)
+int main(int argc, char **argv)
 {
-    fputs("zeroc: this build has no tests: Criterion (libcriterion-dev) was not found when it "
-          "was configured.\nInstall it (bash scripts/deps.sh --tests) and run "
-          "`meson setup --reconfigure BUILD_DIR`, or use bash scripts/test.sh.\n",
-          stderr);
+    fprintf(stderr,
+            "zeroc: this build has no tests: %s.\nInstall what is missing (bash scripts/deps.sh "
+            "--tests), configure with -Dtests=enabled (and the default -Dexamples=true "
+            "-Dtools=true) and run `meson setup --reconfigure BUILD_DIR`, or use bash "
+            "scripts/test.sh.\n",
+            argc > 1 ? argv[1] : "no reason given");
     return 1;
 }

@@ -27,7 +27,14 @@ typedef struct bt_config {
      * bytes; 0 = none of that kind), the offload fields then "auto". */
     bool budgeted;
     int64_t budget[3];
+    /* The activation axis: NULL or "none" (every activation kept), or
+     * "device", "cpu", "nvme": train_gpt --checkpoint-activations block with
+     * the activation store there (activation_checkpointing). */
+    const char *act;
 } bt_config;
+
+/* The activation axis's value of c ("none" for NULL). */
+static inline const char *bt_act(const bt_config *c) { return c->act ? c->act : "none"; }
 
 /* What the whole sweep shares. */
 typedef struct bt_setup {
@@ -61,7 +68,27 @@ typedef struct bt_result {
     double samples_per_s, tokens_per_s;
     double step_over_ddp;          /* median / stage 0's (same world and dtype, this
                                       sweep): the reference in the same run; 0 unknown */
+    /* Activations (train_gpt --json; docs/bench_train.md "Activations"): the
+     * example's own activation buffers and the activation store's bytes by
+     * kind (device, pinned, nvme: the engine's accounting, rank 0) as the
+     * final line reports them, and what the plan line planned for both and
+     * for the whole process (host_peak); the store's time in each timed step
+     * (act_s) over the step, as a median. */
+    bool have_act, have_plan;
+    int64_t act_model, act_store[3];
+    int64_t plan_act_model, plan_act_store[3], plan_host_peak;
+    double act_s_med, act_exposed_med; /* -1: no step reported it */
+    /* Against the same configuration without checkpointing in this sweep (0
+     * unknown): the median step, the device-side activation bytes (the
+     * model's and the store's device slots), and the drop of the measured
+     * VmHWM over the drop the plans predict. */
+    double step_over_none, device_acts_over_none, vmhwm_drop_over_plan;
 } bt_result;
+
+/* The activation bytes a configuration keeps on the device (on the host
+ * path: the memory that stands for the device's): the example's own buffers
+ * and the store's device slots; planned: as the plan line plans them. */
+int64_t bt_device_acts(const bt_result *r, bool planned);
 
 /* Set by the signal handler: the sweep stops, kills its child and cleans up. */
 extern volatile sig_atomic_t bt_stop_signal;
@@ -77,10 +104,27 @@ bool bt_run_config(const bt_setup *s, int index, const bt_config *c, bt_result *
 json_t *bt_result_json(const bt_setup *s, const bt_result *r);
 /* results.md: one table row per configuration. false with errno. */
 bool bt_write_markdown(const char *path, const bt_setup *s, const bt_result *rs, int n);
-/* Draws memory_vs_time.svg and .png from results.jsonl with the plot script
- * (python3 + matplotlib, started from an argv). false with a message. */
-bool bt_plot(const char *script, const char *workdir, const char *jsonl, const char *svg,
-             const char *png, char *err, size_t errlen);
+/* Which program draws the plot (--plot-with). */
+typedef enum bt_plotter {
+    BT_PLOT_AUTO = 0,   /* matplotlib by the python3 on PATH, else by Debian's
+                           /usr/bin/python3 (where scripts/deps.sh installs
+                           python3-matplotlib), else gnuplot from PATH */
+    BT_PLOT_MATPLOTLIB, /* the first two only */
+    BT_PLOT_GNUPLOT,    /* gnuplot only */
+    BT_PLOT_NONE
+} bt_plotter;
+/* Draws memory_vs_time.svg and .png - from results.jsonl with the plot
+ * script (python3 + matplotlib), or from the results rs[0..n) with gnuplot -
+ * each started from an argv. true with what drew it in `used` (usedcap
+ * bytes: the program and why it was the one); false with a message naming
+ * every program tried. */
+bool bt_plot(const char *script, bt_plotter with, const char *workdir, const char *jsonl,
+             const bt_result *rs, int n, const char *svg, const char *png, char *used,
+             size_t usedcap, char *err, size_t errlen);
+/* The gnuplot chart (bench_train_gnuplot.c): the script and its data in
+ * workdir, run by `gnuplot` (a path). false with a message. */
+bool bt_plot_gnuplot(const char *gnuplot, const char *workdir, const bt_result *rs, int n,
+                     const char *svg, const char *png, char *err, size_t errlen);
 
 /* Runs argv (no shell) with stdout and stderr to the given files (created
  * O_EXCL), env extra added; kills it after timeout_s (> 0) or when

@@ -1,7 +1,9 @@
 /* `zeroc bench train`: the results as JSON lines, a markdown table and the
  * plot (bench_train.h). */
 #include <errno.h>
+#include <stdarg.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +26,48 @@ static json_t *bytes_obj(const int64_t *v)
     return o;
 }
 
+int64_t bt_device_acts(const bt_result *r, bool planned)
+{
+    return planned ? r->plan_act_model + r->plan_act_store[0] : r->act_model + r->act_store[0];
+}
+
+static json_t *real_or_null(double v, bool have) { return have ? json_real(v) : json_null(); }
+
+/* The "activations" object (docs/bench_train.md): what the configuration
+ * keeps, what was planned, and what checkpointing cost against the same
+ * configuration without it in this run. */
+static json_t *acts_json(const bt_result *r)
+{
+    if (!r->have_act)
+        return json_null();
+    const int64_t dev = bt_device_acts(r, false), pdev = bt_device_acts(r, true);
+    json_t *a = json_pack("{s:I, s:{s:I, s:I, s:I}, s:I}", "model", (json_int_t)r->act_model,
+                          "store", "device", (json_int_t)r->act_store[0], "pinned",
+                          (json_int_t)r->act_store[1], "nvme", (json_int_t)r->act_store[2],
+                          "device_side", (json_int_t)dev);
+    json_object_set_new(a, "planned",
+                        r->have_plan
+                            ? json_pack("{s:I, s:{s:I, s:I, s:I}, s:I}", "model",
+                                        (json_int_t)r->plan_act_model, "store", "device",
+                                        (json_int_t)r->plan_act_store[0], "pinned",
+                                        (json_int_t)r->plan_act_store[1], "nvme",
+                                        (json_int_t)r->plan_act_store[2], "device_side",
+                                        (json_int_t)pdev)
+                            : json_null());
+    json_object_set_new(a, "device_side_over_plan",
+                        real_or_null((double)dev / (double)pdev, r->have_plan && pdev > 0));
+    json_object_set_new(a, "store_s", real_or_null(r->act_s_med, r->act_s_med >= 0));
+    json_object_set_new(a, "exposed_fraction",
+                        real_or_null(r->act_exposed_med, r->act_exposed_med >= 0));
+    json_object_set_new(a, "step_over_none",
+                        real_or_null(r->step_over_none, r->step_over_none > 0));
+    json_object_set_new(a, "device_side_over_none",
+                        real_or_null(r->device_acts_over_none, r->device_acts_over_none > 0));
+    json_object_set_new(a, "vmhwm_drop_over_plan",
+                        real_or_null(r->vmhwm_drop_over_plan, r->vmhwm_drop_over_plan > 0));
+    return a;
+}
+
 json_t *bt_result_json(const bt_setup *s, const bt_result *r)
 {
     const bt_config *c = &r->cfg;
@@ -33,6 +77,8 @@ json_t *bt_result_json(const bt_setup *s, const bt_result *r)
                           status_names[r->status]);
     if (r->status != BT_OK)
         json_object_set_new(j, "reason", json_string(r->reason));
+    json_object_set_new(json_object_get(j, "config"), "checkpoint_activations",
+                        json_string(bt_act(c)));
     /* --max-memory: the budgets, and whether every peak kept them - the
      * library's device and pinned high-water marks (the device's bookkeeping
      * included; pageable host bookkeeping is not budgeted, docs/placement.md),
@@ -72,6 +118,15 @@ json_t *bt_result_json(const bt_setup *s, const bt_result *r)
     json_object_set_new(j, "estimate_over_peak", ratio);
     json_object_set_new(j, "process", json_pack("{s:I, s:I}", "vmhwm", (json_int_t)r->vmhwm,
                                                 "nvme_files", (json_int_t)r->nvme_files));
+    /* The host path's plan covers the whole process (train_gpt's plan line,
+     * host_peak): VmHWM against it. */
+    json_t *proc = json_object_get(j, "process");
+    const bool host_plan = !s->cuda && r->have_plan && r->plan_host_peak > 0 && r->vmhwm > 0;
+    json_object_set_new(proc, "planned_host_peak",
+                        host_plan ? json_integer((json_int_t)r->plan_host_peak) : json_null());
+    json_object_set_new(proc, "vmhwm_over_plan",
+                        real_or_null((double)r->vmhwm / (double)r->plan_host_peak, host_plan));
+    json_object_set_new(j, "activations", acts_json(r));
     if (r->status == BT_OK && r->nsteps > 0) {
         json_object_set_new(j, "step_s", json_pack("{s:f, s:f, s:f}", "median", r->step_med,
                                                    "min", r->step_min, "max", r->step_max));
@@ -103,6 +158,48 @@ static void mib(char *b, size_t cap, bool have, int64_t v)
         snprintf(b, cap, "%.2f", (double)v / 1048576.0);
     else
         snprintf(b, cap, "-");
+}
+
+/* The activation axis's table, when the sweep has one: each configuration's
+ * activations against its plan and against the same configuration without
+ * checkpointing (the reference measured in the same run). */
+static void write_acts_table(FILE *f, const bt_result *rs, int n)
+{
+    bool any = false;
+    for (int i = 0; i < n; i++)
+        any |= strcmp(bt_act(&rs[i].cfg), "none") != 0;
+    if (!any)
+        return;
+    fprintf(f, "\nActivations per rank (MiB): the device side is the example's own buffers "
+               "and the activation store's device slots (the host path's stand-in for the "
+               "device), measured (the final line) / planned (the plan line); x none is "
+               "against the same configuration without checkpointing in this run; store time "
+               "is the median share of the step spent in zc_act_save and zc_act_restore.\n\n"
+               "| stage | opt offload | param offload | world | dtype | checkpoint | device side "
+               "| store pinned / nvme | bytes x none | step x none | store time | VmHWM drop / "
+               "planned |\n|---|---|---|---|---|---|---:|---:|---:|---:|---:|---:|\n");
+    for (int i = 0; i < n; i++) {
+        const bt_result *r = &rs[i];
+        if (r->status != BT_OK || !r->have_act)
+            continue;
+        char x[4][32];
+        const double v[4] = {r->device_acts_over_none, r->step_over_none, r->act_exposed_med,
+                             r->vmhwm_drop_over_plan};
+        for (int k = 0; k < 4; k++) {
+            if (k == 2 ? v[k] >= 0 : v[k] > 0)
+                snprintf(x[k], sizeof x[k], k == 2 ? "%.2f%%" : "%.3f", k == 2 ? 100 * v[k] : v[k]);
+            else
+                snprintf(x[k], sizeof x[k], "-");
+        }
+        fprintf(f, "| %d | %s | %s | %d | %s | %s | %.2f / %.2f | %.2f / %.2f | %s | %s | %s | "
+                   "%s |\n", r->cfg.stage, r->cfg.offload_optimizer, r->cfg.offload_param,
+                r->cfg.world, r->cfg.dtype,
+                strcmp(bt_act(&r->cfg), "none") ? bt_act(&r->cfg) : "none (every activation)",
+                (double)bt_device_acts(r, false) / 1048576.0,
+                r->have_plan ? (double)bt_device_acts(r, true) / 1048576.0 : 0.0,
+                (double)r->act_store[1] / 1048576.0, (double)r->act_store[2] / 1048576.0, x[0],
+                x[1], x[2], x[3]);
+    }
 }
 
 bool bt_write_markdown(const char *path, const bt_setup *s, const bt_result *rs, int n)
@@ -142,9 +239,14 @@ bool bt_write_markdown(const char *path, const bt_setup *s, const bt_result *rs,
             snprintf(opt, sizeof opt, "auto (max_memory %.1f / %.1f / %.1f MiB)",
                      (double)r->cfg.budget[0] / 1048576.0, (double)r->cfg.budget[1] / 1048576.0,
                      (double)r->cfg.budget[2] / 1048576.0);
+        /* The activation axis rides in the dtype column, as "bf16, ckpt cpu". */
+        char dt[48];
+        snprintf(dt, sizeof dt, "%s%s%s", r->cfg.dtype,
+                 strcmp(bt_act(&r->cfg), "none") ? ", ckpt " : "",
+                 strcmp(bt_act(&r->cfg), "none") ? bt_act(&r->cfg) : "");
         fprintf(f, "| %d | %s | %s | %d | %s | %s | %s / %s / %s / %s | %s / %s / %s / %s | %s |",
                 r->cfg.stage, opt, r->cfg.offload_param, r->cfg.world,
-                r->cfg.dtype, status_names[r->status], p[0], p[1], p[2], p[3], e[0], e[1], e[2],
+                dt, status_names[r->status], p[0], p[1], p[2], p[3], e[0], e[1], e[2],
                 e[3], hwm);
         if (r->status == BT_OK) {
             fprintf(f, " %.1f (%.1f-%.1f) |", 1e3 * r->step_med, 1e3 * r->step_min,
@@ -170,6 +272,7 @@ bool bt_write_markdown(const char *path, const bt_setup *s, const bt_result *rs,
             fprintf(f, " - | - | - | - | %s |\n", why);
         }
     }
+    write_acts_table(f, rs, n);
     bool ok = !ferror(f);
     ok &= fclose(f) == 0;
     return ok;
@@ -197,19 +300,20 @@ static bool find_in_path(const char *name, char *out, size_t cap)
     }
 }
 
-bool bt_plot(const char *script, const char *workdir, const char *jsonl, const char *svg,
-             const char *png, char *err, size_t errlen)
+/* Runs `python script jsonl svg png`; false with the script's last line of
+ * stderr in err. */
+static bool run_script(const char *python, const char *script, const char *workdir,
+                       const char *jsonl, const char *svg, const char *png, char *err,
+                       size_t errlen)
 {
-    char out[PATH_MAX + 32], perr[PATH_MAX + 32], python[PATH_MAX];
-    if (!find_in_path("python3", python, sizeof python)) {
-        snprintf(err, errlen, "no python3 in PATH to run %s", script);
-        return false;
-    }
+    char out[PATH_MAX + 32], perr[PATH_MAX + 32];
     /* The script's output goes to the bench's own directory, read back on
-     * failure. */
-    snprintf(out, sizeof out, "%s/plot.log", workdir);
-    snprintf(perr, sizeof perr, "%s/plot.err", workdir);
-    char *argv[] = {python, (char *)script, (char *)jsonl, (char *)svg, (char *)png,
+     * failure; one log per interpreter tried. */
+    static int tries;
+    tries++;
+    snprintf(out, sizeof out, "%s/plot%d.log", workdir, tries);
+    snprintf(perr, sizeof perr, "%s/plot%d.err", workdir, tries);
+    char *argv[] = {(char *)python, (char *)script, (char *)jsonl, (char *)svg, (char *)png,
                     NULL};
     int st = 0;
     long rss = 0;
@@ -229,8 +333,99 @@ bool bt_plot(const char *script, const char *workdir, const char *jsonl, const c
         if (f)
             fclose(f);
         last[strcspn(last, "\n")] = '\0';
-        snprintf(err, errlen, "the plot script %s failed%s: %s", script,
-                 to ? " (timed out)" : "", last);
+        snprintf(err, errlen, "%s %s failed%s: %s", python, script, to ? " (timed out)" : "",
+                 last);
     }
     return ok;
+}
+
+/* Whether `python` imports matplotlib (a quick run of its own). */
+static bool has_matplotlib(const char *python, const char *workdir)
+{
+    char out[PATH_MAX + 32], perr[PATH_MAX + 32];
+    static int probes;
+    probes++;
+    snprintf(out, sizeof out, "%s/probe%d.log", workdir, probes);
+    snprintf(perr, sizeof perr, "%s/probe%d.err", workdir, probes);
+    char *argv[] = {(char *)python, "-c", "import matplotlib", NULL};
+    int st = 0;
+    long rss = 0;
+    bool to = false;
+    return bt_spawn(argv, out, perr, 60, NULL, NULL, &st, &rss, &to) && WIFEXITED(st) &&
+           WEXITSTATUS(st) == 0;
+}
+
+/* The interpreter scripts/deps.sh provisions: Debian's, where apt installs
+ * python3-matplotlib (a python3 first on PATH - pyenv's, a venv's - may lack
+ * it). */
+#define BT_DEBIAN_PYTHON "/usr/bin/python3"
+
+/* Appends "; " and a formatted note to buf (cap bytes, *len used). */
+static void add_tried(char *buf, size_t cap, size_t *len, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void add_tried(char *buf, size_t cap, size_t *len, const char *fmt, ...)
+{
+    if (*len && *len + 2 < cap) {
+        memcpy(buf + *len, "; ", 3);
+        *len += 2;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(buf + *len, cap - *len, fmt, ap);
+    va_end(ap);
+    if (k > 0)
+        *len = *len + (size_t)k < cap ? *len + (size_t)k : cap - 1;
+}
+
+bool bt_plot(const char *script, bt_plotter with, const char *workdir, const char *jsonl,
+             const bt_result *rs, int n, const char *svg, const char *png, char *used,
+             size_t usedcap, char *err, size_t errlen)
+{
+    char tried[1024] = "", e[600] = "";
+    size_t tl = 0;
+    if (with == BT_PLOT_AUTO || with == BT_PLOT_MATPLOTLIB) {
+        char path_py[PATH_MAX] = "";
+        const bool on_path = find_in_path("python3", path_py, sizeof path_py);
+        const char *cands[2] = {on_path ? path_py : NULL, BT_DEBIAN_PYTHON};
+        char real0[PATH_MAX] = "";
+        if (on_path && !realpath(path_py, real0))
+            real0[0] = '\0';
+        for (int i = 0; i < 2; i++) {
+            const char *py = cands[i];
+            if (!py || access(py, X_OK) != 0)
+                continue;
+            char real[PATH_MAX];
+            if (i == 1 && on_path && realpath(py, real) && !strcmp(real, real0))
+                continue; /* the same interpreter */
+            if (!has_matplotlib(py, workdir)) {
+                add_tried(tried, sizeof tried, &tl, "%s (%s) has no matplotlib", py,
+                      i == 0 ? "the python3 on PATH" : "Debian's");
+                continue;
+            }
+            if (run_script(py, script, workdir, jsonl, svg, png, e, sizeof e)) {
+                snprintf(used, usedcap, "matplotlib by %s (%s)%s%s", py,
+                         i == 0 ? "the python3 on PATH" : "Debian's, which scripts/deps.sh "
+                                                          "provisions",
+                         tl ? "; " : "", tried);
+                return true;
+            }
+            add_tried(tried, sizeof tried, &tl, "%s", e);
+        }
+        if (!on_path)
+            add_tried(tried, sizeof tried, &tl, "no python3 on PATH");
+    }
+    if (with == BT_PLOT_AUTO || with == BT_PLOT_GNUPLOT) {
+        char gp[PATH_MAX];
+        if (!find_in_path("gnuplot", gp, sizeof gp)) {
+            add_tried(tried, sizeof tried, &tl, "no gnuplot on PATH");
+        } else if (bt_plot_gnuplot(gp, workdir, rs, n, svg, png, e, sizeof e)) {
+            snprintf(used, usedcap, "gnuplot (%s)%s%s", gp, tl ? ", since " : "", tried);
+            return true;
+        } else {
+            add_tried(tried, sizeof tried, &tl, "%s", e);
+        }
+    }
+    snprintf(err, errlen, "%s (bash scripts/deps.sh --tests installs python3-matplotlib and "
+             "gnuplot)", tl ? tried : "--plot-with none");
+    return false;
 }

@@ -137,22 +137,52 @@ static double median(double *v, int n)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/* The workload's --json lines: step lines (step_s, timers) and the final
- * one (peak_bytes). */
+/* The store's bytes by kind of a train_gpt "act_store" object (device,
+ * pinned, nvme); false when one is missing. */
+static bool act_kinds(json_t *o, int64_t out[3])
+{
+    static const char *const names[3] = {"device", "pinned", "nvme"};
+    for (int k = 0; k < 3; k++) {
+        json_t *v = json_object_get(o, names[k]);
+        if (!json_is_integer(v))
+            return false;
+        out[k] = json_integer_value(v);
+    }
+    return true;
+}
+
+/* The plan line: the example's activations, the store and the process's
+ * host peak as planned. */
+static void parse_plan(json_t *p, bt_result *r)
+{
+    json_t *a = json_object_get(p, "activations_per_rank"),
+           *h = json_object_get(p, "host_peak");
+    r->have_plan = json_is_integer(a) && json_is_integer(h) &&
+                   act_kinds(json_object_get(p, "act_store_per_rank"), r->plan_act_store);
+    if (r->have_plan) {
+        r->plan_act_model = json_integer_value(a);
+        r->plan_host_peak = json_integer_value(h);
+    }
+}
+
+/* The workload's --json lines: the plan line, step lines (step_s, timers,
+ * act_s) and the final one (peak_bytes, the activations). */
 static bool parse_workload(const bt_setup *s, const char *path, bt_result *r)
 {
     char *text = slurp(path);
     if (!text)
         return false;
-    double st[4096], ph[6][4096];
-    int n = 0;
+    double st[4096], ph[6][4096], act[4096], exposed[4096];
+    int n = 0, na = 0;
     bool all_timed = true, final = false;
     for (char *save = NULL, *l = strtok_r(text, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
         json_t *j = json_loads(l, 0, NULL);
         if (!j)
             continue; /* a line that is not JSON (a log line) */
         json_t *step = json_object_get(j, "step"), *dt = json_object_get(j, "step_s");
-        if (json_is_true(json_object_get(j, "final"))) {
+        if (json_is_object(json_object_get(j, "plan"))) {
+            parse_plan(json_object_get(j, "plan"), r);
+        } else if (json_is_true(json_object_get(j, "final"))) {
             json_t *pk = json_object_get(j, "peak_bytes");
             final = json_is_object(pk);
             for (int k = 0; final && k < BT_KINDS; k++) {
@@ -161,9 +191,20 @@ static bool parse_workload(const bt_setup *s, const char *path, bt_result *r)
                 if (final)
                     r->peak[k] = json_integer_value(v);
             }
+            json_t *m = json_object_get(j, "model_activation_bytes");
+            r->have_act = json_is_integer(m) &&
+                          act_kinds(json_object_get(j, "act_store"), r->act_store);
+            if (r->have_act)
+                r->act_model = json_integer_value(m);
         } else if (json_is_integer(step) && json_is_number(dt) &&
                    json_integer_value(step) > s->warmup && n < 4096) {
             st[n] = json_number_value(dt);
+            /* With checkpointing: the step's time inside the store's calls. */
+            json_t *as = json_object_get(j, "act_s");
+            if (json_is_number(as) && st[n] > 0) {
+                act[na] = json_number_value(as);
+                exposed[na++] = json_number_value(as) / st[n];
+            }
             json_t *t = json_object_get(j, "timers");
             for (int i = 0; i < 6; i++) {
                 static const char *const names[6] = {"forward", "backward", "reduce",
@@ -186,6 +227,8 @@ static bool parse_workload(const bt_setup *s, const char *path, bt_result *r)
             r->step_max = st[i] > r->step_max ? st[i] : r->step_max;
         }
         r->step_med = median(st, n);
+        r->act_s_med = na ? median(act, na) : -1;
+        r->act_exposed_med = na ? median(exposed, na) : -1;
         r->have_breakdown = all_timed;
         for (int i = 0; i < 6 && all_timed; i++)
             r->breakdown[i] = median(ph[i], n);
@@ -227,6 +270,15 @@ static bool write_config(const bt_setup *s, const bt_config *c, const char *path
         }
         json_object_set_new(zero, "offload_param", o);
     }
+    /* The activation axis: where the store keeps the blocks' inputs (the
+     * workload gets --checkpoint-activations block). */
+    json_t *act = NULL;
+    if (strcmp(bt_act(c), "none")) {
+        act = json_pack("{s:b, s:b}", "cpu_checkpointing", !strcmp(c->act, "cpu"),
+                        "nvme_checkpointing", !strcmp(c->act, "nvme"));
+        if (act && !strcmp(c->act, "nvme"))
+            json_object_set_new(act, "nvme_path", json_string(nvme_dir));
+    }
     /* The budgets place every chunk (docs/placement.md); 0 = none of a kind. */
     if (c->budgeted)
         json_object_set_new(zero, "max_memory",
@@ -240,6 +292,8 @@ static bool write_config(const bt_setup *s, const bt_config *c, const char *path
         !strcmp(c->dtype, "bf16"), "fp16", "enabled", !strcmp(c->dtype, "fp16"), "optimizer",
         "type", "AdamW", "params", "lr", 3e-3, "betas", 0.9, 0.95, "eps", 1e-8, "weight_decay",
         0.1, "zero_optimization", zero);
+    if (j && act)
+        json_object_set_new(j, "activation_checkpointing", act);
     if (!j)
         return false;
     int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
@@ -298,7 +352,13 @@ static bool run_estimate(const bt_setup *s, const char *cfg_path, const char *ou
     snprintf(micro, sizeof micro, "%d", s->batch);
     char *argv[] = {(char *)s->self, "estimate", "--model", model, "--world", world,
                     "--config", (char *)cfg_path, "--micro-batch", micro, "--chunks",
-                    "per-block", "--device", s->cuda ? "cuda" : "host", "--json", NULL};
+                    "per-block", "--device", s->cuda ? "cuda" : "host", "--json",
+                    /* train_gpt's activations are fp32 whatever the dtype */
+                    "--act-dtype", "fp32", NULL, NULL, NULL};
+    if (strcmp(bt_act(c), "none")) {
+        argv[sizeof argv / sizeof argv[0] - 3] = "--checkpoint-activations";
+        argv[sizeof argv / sizeof argv[0] - 2] = "block";
+    }
     int st = 0;
     long rss = 0;
     bool to = false;
@@ -359,11 +419,15 @@ bool bt_run_config(const bt_setup *s, int index, const bt_config *c, bt_result *
     char *argv[] = {(char *)s->workload, "--config", cfg_path, "--steps", steps, "--world",
                     world, "--launcher", "threads", "--layers", L, "--dim", D, "--heads", H,
                     "--seq", S, "--vocab", V, "--batch", B, "--eval-every", "0", "--device",
-                    s->cuda ? "cuda" : "cpu", "--json", NULL, NULL, NULL};
+                    s->cuda ? "cuda" : "cpu", "--json", NULL, NULL, NULL, NULL, NULL};
+    size_t k = sizeof argv / sizeof argv[0] - 5;
     if (s->data) { /* --data FILE: the workload's text, in place of its default */
-        size_t k = sizeof argv / sizeof argv[0] - 3;
-        argv[k] = "--data";
-        argv[k + 1] = (char *)s->data;
+        argv[k++] = "--data";
+        argv[k++] = (char *)s->data;
+    }
+    if (strcmp(bt_act(c), "none")) { /* the activation axis (write_config's section) */
+        argv[k++] = "--checkpoint-activations";
+        argv[k++] = "block";
     }
     nvme_watch w = {.max = 0};
     if (!realpath(nvme_dir, w.dir))

@@ -20,6 +20,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +31,7 @@
 #include "bench_train.h"
 #include "cliarg.h"
 #include "config/config.h"
+#include "examples/gpt/gpt_limits.h"
 
 int zc__cmd_bench_train(int argc, char **argv);
 
@@ -40,6 +42,18 @@ int zc__cmd_bench_train(int argc, char **argv);
 #define MAX_VALUES 8
 #define MAX_BUDGETS 8
 
+/* --model's parts, in order, and the train_gpt flag each is. */
+static const struct {
+    const char *name, *flag;
+    int lo, hi;
+} model_parts[5] = {
+    {"LAYERS", "--layers", GPT_LAYERS_MIN, GPT_LAYERS_MAX},
+    {"DIM", "--dim", GPT_DIM_MIN, GPT_DIM_MAX},
+    {"HEADS", "--heads", GPT_HEADS_MIN, GPT_HEADS_MAX},
+    {"SEQ", "--seq", GPT_SEQ_MIN, GPT_SEQ_MAX},
+    {"VOCAB", "--vocab", GPT_BYTE_VOCAB, GPT_VOCAB_MAX},
+};
+
 static void usage(FILE *f)
 {
     fprintf(f,
@@ -47,20 +61,27 @@ static void usage(FILE *f)
             "                         [--warmup N] [--world W[,W...]] [--dtype D[,D...]]\n"
             "                         [--model L,D,H,S,V] [--batch B] [--timeout SECONDS]\n"
             "                         [--device cpu|cuda] [--workload PATH] [--data FILE]\n"
-            "                         [--plot-script PATH] [--max-memory BUDGETS]...\n"
+            "                         [--plot-script PATH] [--plot-with auto|matplotlib|gnuplot|none]\n"
+            "                         [--max-memory BUDGETS]...\n"
             "  Trains the GPT example a few steps in every configuration of stages 0-3 x\n"
             "  offload_optimizer none/cpu/nvme x offload_param none/cpu/nvme (stage 3) x\n"
             "  --dtype x --world, each in its own process, and writes DIR/results.jsonl,\n"
             "  results.md, memory_vs_time.svg and memory_vs_time.png (docs/bench_train.md).\n"
             "  --only KEY=V,...  keep the configurations whose KEY is one of the values; KEY\n"
-            "                    is stage, offload_optimizer, offload_param, world or dtype\n"
-            "                    (repeat for several keys)\n"
+            "                    is stage, offload_optimizer, offload_param, world, dtype or\n"
+            "                    checkpoint_activations (repeat for several keys)\n"
+            "                    checkpoint_activations, the activation axis: none (every\n"
+            "                    activation kept; the only value unless this key is given),\n"
+            "                    device, cpu, nvme (--checkpoint-activations block, the\n"
+            "                    blocks' inputs in the activation store there)\n"
             "  --steps N         steps per configuration, [2, 100000] (default 6)\n"
             "  --warmup N        first steps left out of the timings, [0, steps-1] (default 2)\n"
             "  --world LIST      ranks (threads of the workload), each in [1, 64] (default 2)\n"
             "  --dtype LIST      fp32, bf16, fp16 (default bf16)\n"
             "  --model L,D,H,S,V the GPT's layers, dim, heads, seq, vocab (default\n"
-            "                    2,64,4,64,256)\n"
+            "                    2,64,4,64,256), the workload's ranges: LAYERS in [%d, %d],\n"
+            "                    DIM in [%d, %d], HEADS in [%d, %d] dividing DIM, SEQ in\n"
+            "                    [%d, %d], VOCAB in [%d, %d]\n"
             "  --batch B         sequences per rank and step, [1, 4096] (default 8)\n"
             "  --timeout S       seconds before a configuration is killed, [1, 86400]\n"
             "                    (default 600)\n"
@@ -72,10 +93,16 @@ static void usage(FILE *f)
             "                    sweep, stage 3 with the placement chosen from these per-rank\n"
             "                    budgets (zero_optimization.max_memory; a missing kind: none);\n"
             "                    repeat for up to 8 points; the peaks are held to them\n"
-            "  The plot needs python3 (from PATH) with matplotlib; without them the plot\n"
-            "  is left out, saying why, and the sweep still succeeds.\n"
+            "  --plot-with auto|matplotlib|gnuplot|none  what draws the plot: auto (the\n"
+            "                    default) takes matplotlib by the python3 on PATH, else by\n"
+            "                    Debian's /usr/bin/python3 (scripts/deps.sh installs its\n"
+            "                    python3-matplotlib), else gnuplot, and says which; with none\n"
+            "                    of them the plot is left out, saying why, and the sweep\n"
+            "                    still succeeds.\n"
             "Exit status: 0 the sweep ran (some configurations may have failed), 1 the bench\n"
-            "failed or every configuration did, 2 usage error.\n");
+            "failed or every configuration did, 2 usage error.\n",
+            GPT_LAYERS_MIN, GPT_LAYERS_MAX, GPT_DIM_MIN, GPT_DIM_MAX, GPT_HEADS_MIN, GPT_HEADS_MAX,
+            GPT_SEQ_MIN, GPT_SEQ_MAX, GPT_BYTE_VOCAB, GPT_VOCAB_MAX);
 }
 
 typedef struct filter {
@@ -86,7 +113,7 @@ typedef struct filter {
 } filter;
 
 static const char *const filter_keys[] = {"stage", "offload_optimizer", "offload_param",
-                                          "world", "dtype"};
+                                          "world", "dtype", "checkpoint_activations"};
 
 static int parse_only(const char *text, filter *f)
 {
@@ -103,7 +130,8 @@ static int parse_only(const char *text, filter *f)
             f->key = filter_keys[i];
     if (!f->key) {
         fprintf(stderr, "zeroc bench train: --only '%s': unknown key '%s' (stage, "
-                        "offload_optimizer, offload_param, world or dtype)\n", text, f->buf);
+                        "offload_optimizer, offload_param, world, dtype or "
+                        "checkpoint_activations)\n", text, f->buf);
         return 2;
     }
     f->n = 0;
@@ -121,6 +149,15 @@ static int parse_only(const char *text, filter *f)
         fprintf(stderr, "zeroc bench train: --only '%s': an empty value\n", text);
         return 2;
     }
+    /* The activation axis has no default values to narrow: its values are
+     * checked here. */
+    for (int k = 0; !strcmp(f->key, "checkpoint_activations") && k < f->n; k++)
+        if (strcmp(f->values[k], "none") && strcmp(f->values[k], "device") &&
+            strcmp(f->values[k], "cpu") && strcmp(f->values[k], "nvme")) {
+            fprintf(stderr, "zeroc bench train: --only '%s': checkpoint_activations '%s': "
+                            "expected none, device, cpu or nvme\n", text, f->values[k]);
+            return 2;
+        }
     return 0;
 }
 
@@ -137,6 +174,8 @@ static bool keep(const filter *fs, int nf, const bt_config *c)
             have = c->offload_optimizer;
         else if (!strcmp(fs[i].key, "offload_param"))
             have = c->offload_param;
+        else if (!strcmp(fs[i].key, "checkpoint_activations"))
+            have = bt_act(c);
         else
             have = c->dtype;
         bool any = false;
@@ -207,6 +246,7 @@ static void default_workload(char *out, size_t cap)
 
 typedef struct opts {
     const char *out, *workload, *plot_script;
+    bt_plotter plot_with;
     bool json;
     filter only[8];
     int nonly;
@@ -320,12 +360,22 @@ static int parse(int argc, char **argv, opts *o, bt_setup *s)
         } else if (!strcmp(a, "--model")) {
             uint64_t m[5];
             int n = 0;
-            ok = zc__arg_u64_list(a, v, 1, 65536, 0, m, 5, &n, err, sizeof err);
+            ok = zc__arg_u64_list(a, v, 0, UINT32_MAX, 0, m, 5, &n, err, sizeof err);
             if (ok && n != 5) {
                 fprintf(stderr, "zeroc bench train: --model '%s': expected five numbers "
                                 "LAYERS,DIM,HEADS,SEQ,VOCAB\n", v);
                 return 2;
             }
+            /* The workload's own ranges (examples/gpt/gpt_limits.h): a shape
+             * train_gpt refuses would fail every configuration. */
+            for (int k = 0; ok && k < 5; k++)
+                if (m[k] < (uint64_t)model_parts[k].lo || m[k] > (uint64_t)model_parts[k].hi) {
+                    fprintf(stderr, "zeroc bench train: --model '%s': %s %llu is out of range "
+                                    "[%d, %d] (train_gpt's %s)\n", v, model_parts[k].name,
+                            (unsigned long long)m[k], model_parts[k].lo, model_parts[k].hi,
+                            model_parts[k].flag);
+                    return 2;
+                }
             if (ok) {
                 s->layers = (int)m[0], s->dim = (int)m[1], s->heads = (int)m[2];
                 s->seq = (int)m[3], s->vocab = (int)m[4];
@@ -346,6 +396,17 @@ static int parse(int argc, char **argv, opts *o, bt_setup *s)
             s->data = v;
         } else if (!strcmp(a, "--plot-script")) {
             o->plot_script = v;
+        } else if (!strcmp(a, "--plot-with")) {
+            static const char *const names[] = {"auto", "matplotlib", "gnuplot", "none"};
+            int k = 0;
+            while (k < 4 && strcmp(v, names[k]))
+                k++;
+            if (k == 4) {
+                fprintf(stderr, "zeroc bench train: --plot-with '%s': expected auto, "
+                        "matplotlib, gnuplot or none\n", v);
+                return 2;
+            }
+            o->plot_with = (bt_plotter)k;
         } else {
             fprintf(stderr, "zeroc bench train: unknown option '%s' (see --help)\n", a);
             return 2;
@@ -379,32 +440,83 @@ static int parse(int argc, char **argv, opts *o, bt_setup *s)
     return 0;
 }
 
+/* The activation axis's values: --only's, else none alone. none runs first
+ * in each configuration: it is the reference of the others (sweep's
+ * pairing). */
+static int act_values(const opts *o, const char **vals)
+{
+    for (int i = 0; i < o->nonly; i++)
+        if (!strcmp(o->only[i].key, "checkpoint_activations")) {
+            int n = 0;
+            for (int k = 0; k < o->only[i].n; k++)
+                if (!strcmp(o->only[i].values[k], "none"))
+                    vals[n++] = "none";
+            for (int k = 0; k < o->only[i].n; k++)
+                if (strcmp(o->only[i].values[k], "none"))
+                    vals[n++] = o->only[i].values[k];
+            return n;
+        }
+    vals[0] = "none";
+    return 1;
+}
+
+/* Whether a and b are one configuration but for the activation axis. */
+static bool same_but_acts(const bt_config *a, const bt_config *b)
+{
+    return a->stage == b->stage && !strcmp(a->offload_optimizer, b->offload_optimizer) &&
+           !strcmp(a->offload_param, b->offload_param) && a->world == b->world &&
+           !strcmp(a->dtype, b->dtype) && a->budgeted == b->budgeted &&
+           !memcmp(a->budget, b->budget, sizeof a->budget);
+}
+
+/* The activation axis against its reference in this sweep: r's step, its
+ * device-side activations and its VmHWM against the same configuration
+ * without checkpointing (none). */
+static void pair_with_none(bt_result *r, const bt_result *none)
+{
+    if (none->status != BT_OK || r->status != BT_OK || !strcmp(bt_act(&r->cfg), "none"))
+        return;
+    if (none->step_med > 0)
+        r->step_over_none = r->step_med / none->step_med;
+    const int64_t d0 = bt_device_acts(none, false);
+    if (r->have_act && none->have_act && d0 > 0)
+        r->device_acts_over_none = (double)bt_device_acts(r, false) / (double)d0;
+    const int64_t planned = none->plan_host_peak - r->plan_host_peak;
+    if (r->have_plan && none->have_plan && planned > 0 && none->vmhwm > r->vmhwm)
+        r->vmhwm_drop_over_plan = (double)(none->vmhwm - r->vmhwm) / (double)planned;
+}
+
 /* Every configuration of the sweep, in order, that the filters keep. */
 static int make_sweep(const opts *o, bt_config *out, int cap)
 {
     static const char *const offs[] = {"none", "cpu", "nvme"};
+    const char *acts[MAX_VALUES];
+    const int nacts = act_values(o, acts);
     int n = 0;
     /* --max-memory: the budgets are the axis (stage 3, the planner places). */
     for (int w = 0; w < o->nworlds && o->nbudgets; w++)
         for (int d = 0; d < o->ndtypes; d++)
-            for (int b = 0; b < o->nbudgets; b++) {
-                bt_config c = {3, "auto", "auto", (int)o->worlds[w], o->dtypes[d], true,
-                               {o->budgets[b][0], o->budgets[b][1], o->budgets[b][2]}};
-                if (keep(o->only, o->nonly, &c) && n < cap)
-                    out[n++] = c;
-            }
+            for (int b = 0; b < o->nbudgets; b++)
+                for (int a = 0; a < nacts; a++) {
+                    bt_config c = {3, "auto", "auto", (int)o->worlds[w], o->dtypes[d], true,
+                                   {o->budgets[b][0], o->budgets[b][1], o->budgets[b][2]},
+                                   acts[a]};
+                    if (keep(o->only, o->nonly, &c) && n < cap)
+                        out[n++] = c;
+                }
     if (o->nbudgets)
         return n;
     for (int w = 0; w < o->nworlds; w++)
         for (int d = 0; d < o->ndtypes; d++)
             for (int stage = 0; stage <= 3; stage++)
                 for (int oo = 0; oo < (stage ? 3 : 1); oo++)
-                    for (int op = 0; op < (stage == 3 ? 3 : 1); op++) {
-                        bt_config c = {stage, offs[oo], offs[op], (int)o->worlds[w],
-                                       o->dtypes[d], false, {0, 0, 0}};
-                        if (keep(o->only, o->nonly, &c) && n < cap)
-                            out[n++] = c;
-                    }
+                    for (int op = 0; op < (stage == 3 ? 3 : 1); op++)
+                        for (int a = 0; a < nacts; a++) {
+                            bt_config c = {stage, offs[oo], offs[op], (int)o->worlds[w],
+                                           o->dtypes[d], false, {0, 0, 0}, acts[a]};
+                            if (keep(o->only, o->nonly, &c) && n < cap)
+                                out[n++] = c;
+                        }
     return n;
 }
 
@@ -450,9 +562,9 @@ static int sweep(const opts *o, bt_setup *s)
     for (int i = 0; i < n && rc == 0 && !bt_stop_signal; i++) {
         if (!o->json)
             fprintf(stderr, "zeroc bench train: [%d/%d] stage %d, offload_optimizer %s, "
-                            "offload_param %s, world %d, %s\n", i + 1, n, cfgs[i].stage,
-                    cfgs[i].offload_optimizer, cfgs[i].offload_param, cfgs[i].world,
-                    cfgs[i].dtype);
+                            "offload_param %s, world %d, %s, checkpoint_activations %s\n",
+                    i + 1, n, cfgs[i].stage, cfgs[i].offload_optimizer, cfgs[i].offload_param,
+                    cfgs[i].world, cfgs[i].dtype, bt_act(&cfgs[i]));
         if (!bt_run_config(s, i, &cfgs[i], &rs[i])) {
             fprintf(stderr, "zeroc bench train: %s\n", rs[i].reason);
             rc = 1;
@@ -465,8 +577,12 @@ static int sweep(const opts *o, bt_setup *s)
          * sweep runs first. */
         for (int k = 0; k <= i && rs[i].status == BT_OK; k++)
             if (rs[k].status == BT_OK && rs[k].cfg.stage == 0 &&
+                !strcmp(bt_act(&rs[k].cfg), "none") &&
                 rs[k].cfg.world == rs[i].cfg.world && !strcmp(rs[k].cfg.dtype, rs[i].cfg.dtype))
                 rs[i].step_over_ddp = rs[i].step_med / rs[k].step_med;
+        for (int k = 0; k < i; k++)
+            if (!strcmp(bt_act(&rs[k].cfg), "none") && same_but_acts(&rs[k].cfg, &rs[i].cfg))
+                pair_with_none(&rs[i], &rs[k]);
         json_t *j = bt_result_json(s, &rs[i]);
         char *line = j ? json_dumps(j, JSON_COMPACT) : NULL;
         json_decref(j);
@@ -498,12 +614,15 @@ static int sweep(const opts *o, bt_setup *s)
     int ran = 0;
     for (int i = 0; i < done; i++)
         ran += rs[i].status == BT_OK;
-    if (rc == 0 && !bt_stop_signal && ran > 0) {
-        char err[1024];
+    if (rc == 0 && !bt_stop_signal && ran > 0 && o->plot_with != BT_PLOT_NONE) {
+        char err[1400], used[1400];
         /* The plot is a view of results.jsonl, which is complete: a missing
          * python3 or matplotlib costs the picture, not the sweep. */
-        plotted = bt_plot(o->plot_script, s->work, jsonl, svg, png, err, sizeof err);
-        if (!plotted)
+        plotted = bt_plot(o->plot_script, o->plot_with, s->work, jsonl, rs, done, svg, png,
+                          used, sizeof used, err, sizeof err);
+        if (plotted)
+            fprintf(stderr, "zeroc bench train: plot drawn with %s\n", used);
+        else
             fprintf(stderr, "zeroc bench train: no plot (results.jsonl and results.md are "
                             "complete): %s\n", err);
     }

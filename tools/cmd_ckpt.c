@@ -3,7 +3,13 @@
  *   zeroc ckpt inspect DIR [--tag T] [--json]
  *   zeroc ckpt export DIR OUT.safetensors [--tag T] [--dtype fp32|bf16|fp16]
  *   zeroc ckpt reshard IN OUT --world W [--tag T]
+ *   zeroc ckpt import MODEL.safetensors|INDEX.json OUT --world W --config CFG.json
+ *                     [--map FILE | --names hf-gpt2] [--tag T]
+ *   zeroc ckpt export DIR OUT [--names hf-gpt2 | --map FILE] [--max-shard-size SIZE]
  *
+ * import builds W engines as threads with CFG, streams the model into them
+ * (zc_load_safetensors) and saves OUT/TAG (default global_step0) as
+ * zc_checkpoint_save does; export with names or shards is ckpt_hf.c's.
  * The tool writes only what it creates: export creates OUT with O_EXCL and
  * O_NOFOLLOW (an existing file or link is refused), reshard writes
  * OUT/.TAG.partial, then OUT/TAG and OUT/latest (an existing OUT/TAG is
@@ -26,6 +32,7 @@
 #include "ckpt/dirwrite.h"
 #include "ckpt/format.h"
 #include "ckpt/source.h"
+#include "ckpt_hf.h"
 #include "cliarg.h"
 #include "zeroc/zeroc.h"
 
@@ -42,6 +49,44 @@ static char sig_stage[ZC_CK_TAG_MAX + 16];     /* reshard: .TAG.partial in OUT *
 static char sig_tag[ZC_CK_TAG_MAX + 1];        /* reshard: TAG in OUT */
 static char sig_outdir[ZC_CK_PATH_MAX];        /* reshard: OUT when we created it */
 static int sig_world;
+/* export with names or shards: every file (and the directory) it created,
+ * each removed only while its name is still that file. */
+#define CREATED_MAX 1024
+static struct {
+    char path[4200];
+    dev_t dev;
+    ino_t ino;
+    bool dir;
+} created[CREATED_MAX];
+static volatile int ncreated;
+
+static void note_created(const char *path)
+{
+    struct stat st;
+    if (ncreated >= CREATED_MAX || fstatat(AT_FDCWD, path, &st, AT_SYMLINK_NOFOLLOW) != 0)
+        return;
+    const int i = ncreated;
+    snprintf(created[i].path, sizeof created[i].path, "%s", path);
+    created[i].dev = st.st_dev;
+    created[i].ino = st.st_ino;
+    created[i].dir = S_ISDIR(st.st_mode);
+    ncreated = i + 1;
+}
+
+static void remove_created(void)
+{
+    for (int i = ncreated - 1; i >= 0; i--) {
+        struct stat st;
+        if (fstatat(AT_FDCWD, created[i].path, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+            st.st_dev != created[i].dev || st.st_ino != created[i].ino)
+            continue;
+        if (created[i].dir)
+            rmdir(created[i].path);
+        else if (S_ISREG(st.st_mode))
+            unlink(created[i].path);
+    }
+    ncreated = 0;
+}
 
 static size_t cat(char *d, size_t cap, size_t at, const char *s)
 {
@@ -124,6 +169,7 @@ static void cleanup(void)
 {
     if (sig_file[0])
         remove_output();
+    remove_created();
     if (sig_outdir[0])
         rmdir(sig_outdir); /* only if empty: a completed checkpoint stays */
 }
@@ -152,9 +198,26 @@ static int usage(FILE *f)
 {
     fprintf(f, "usage: zeroc ckpt inspect DIR [--tag T] [--json]\n"
                "       zeroc ckpt export DIR OUT.safetensors [--tag T] [--dtype fp32|bf16|fp16]\n"
+               "                         [--names hf-gpt2 | --map FILE] [--max-shard-size SIZE]\n"
                "       zeroc ckpt reshard IN OUT --world W [--tag T]\n"
+               "       zeroc ckpt import MODEL.safetensors|INDEX.json OUT --world W --config "
+               "CFG.json\n"
+               "                         [--names hf-gpt2 | --map FILE] [--tag T]\n"
                "DIR holds checkpoints saved by zc_checkpoint_save; without --tag the one named "
-               "by DIR/latest.\n");
+               "by DIR/latest.\n"
+               "export --max-shard-size SIZE (e.g. 5G): OUT is a new directory of Hugging Face's "
+               "sharded layout,\n"
+               "  model-0000i-of-0000K.safetensors and model.safetensors.index.json.\n"
+               "--names hf-gpt2: the GPT example's parameters under GPT2LMHeadModel's names "
+               "(Conv1D weights\n"
+               "  transposed); --map FILE: a JSON object {\"file tensor\": \"parameter\" | "
+               "null |\n"
+               "  {\"param\": \"parameter\", \"transposed\": true}} (null: skipped on "
+               "import).\n"
+               "import writes OUT/TAG (default global_step0), which zc_checkpoint_load and "
+               "train_gpt --resume\n"
+               "  take; its engines hold what CFG places in host memory (stage 3 with NVMe "
+               "offload: little).\n");
     return f == stdout ? 0 : 2;
 }
 
@@ -168,7 +231,7 @@ static int fail(const char *what)
 typedef struct opts {
     const char *pos[3];
     int npos;
-    const char *tag, *dtype, *world;
+    const char *tag, *dtype, *world, *config, *map, *names, *max_shard;
     bool json;
 } opts;
 
@@ -177,10 +240,14 @@ static bool parse(int argc, char **argv, opts *o, const char *cmd)
     memset(o, 0, sizeof *o);
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
-        const char **slot = !strcmp(a, "--tag")     ? &o->tag
-                            : !strcmp(a, "--dtype") ? &o->dtype
-                            : !strcmp(a, "--world") ? &o->world
-                                                    : NULL;
+        const char **slot = !strcmp(a, "--tag")              ? &o->tag
+                            : !strcmp(a, "--dtype")          ? &o->dtype
+                            : !strcmp(a, "--world")          ? &o->world
+                            : !strcmp(a, "--config")         ? &o->config
+                            : !strcmp(a, "--map")            ? &o->map
+                            : !strcmp(a, "--names")          ? &o->names
+                            : !strcmp(a, "--max-shard-size") ? &o->max_shard
+                                                             : NULL;
         if (slot) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "zeroc ckpt %s: %s needs a value\n", cmd, a);
@@ -212,7 +279,7 @@ static void print_shape(const zc_ck_param *p)
 
 static int inspect(const opts *o)
 {
-    if (o->npos != 1 || o->dtype || o->world)
+    if (o->npos != 1 || o->dtype || o->world || o->config || o->map || o->names || o->max_shard)
         return usage(stderr);
     zc_ck_source s;
     if (zc__ck_source_open(&s, o->pos[0], o->tag) != ZC_OK)
@@ -262,7 +329,7 @@ static int inspect(const opts *o)
 
 static int export_cmd(const opts *o)
 {
-    if (o->npos != 2 || o->world || o->json)
+    if (o->npos != 2 || o->world || o->json || o->config)
         return usage(stderr);
     zc_dtype dt = ZC_DTYPE_F32;
     if (o->dtype) {
@@ -282,6 +349,26 @@ static int export_cmd(const opts *o)
     if (strlen(out) >= sizeof sig_file) {
         fprintf(stderr, "zeroc ckpt export: output path is too long\n");
         return 2;
+    }
+    if (o->map || o->names || o->max_shard) {
+        uint64_t max_shard = 0;
+        char err[ZC_ARG_ERRLEN];
+        if (o->max_shard && !zc__arg_u64("--max-shard-size", o->max_shard, 1,
+                                         (uint64_t)1 << 50, ZC_ARG_SUFFIX, &max_shard, err,
+                                         sizeof err)) {
+            fprintf(stderr, "zeroc ckpt export: %s\n", err);
+            return 2;
+        }
+        ckpt_names nm;
+        if (!ckpt_names_open(&nm, o->map, o->names, "export"))
+            return 2;
+        install_handlers();
+        int r = ckpt_export_run(o->pos[0], o->tag, out, dt, &nm, max_shard, note_created);
+        if (r != 0)
+            cleanup();
+        ncreated = 0;
+        ckpt_names_close(&nm);
+        return r;
     }
     install_handlers();
     int fd = open(out, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
@@ -315,7 +402,8 @@ static int export_cmd(const opts *o)
 
 static int reshard(const opts *o)
 {
-    if (o->npos != 2 || o->dtype || o->json || !o->world)
+    if (o->npos != 2 || o->dtype || o->json || !o->world || o->config || o->map || o->names ||
+        o->max_shard)
         return usage(stderr);
     int world = 0;
     char err[256];
@@ -361,6 +449,63 @@ static int reshard(const opts *o)
     return 0;
 }
 
+/* The staging directory of a save into OUT/TAG is the handler's to remove
+ * (as reshard's), OUT itself when the command made it. */
+static bool stage_for_signals(const char *out, const char *tag, int world, const char *cmd)
+{
+    if (strlen(out) + strlen(tag) + 32 >= sizeof sig_out) {
+        fprintf(stderr, "zeroc ckpt %s: output path is too long\n", cmd);
+        return false;
+    }
+    install_handlers();
+    if (mkdir(out, 0755) == 0)
+        snprintf(sig_outdir, sizeof sig_outdir, "%s", out);
+    else if (errno != EEXIST) {
+        fprintf(stderr, "zeroc ckpt %s: %s: cannot create (%s)\n", cmd, out, strerror(errno));
+        return false;
+    }
+    snprintf(sig_out, sizeof sig_out, "%s", out);
+    struct stat tst;
+    char tpath[ZC_CK_PATH_MAX];
+    snprintf(tpath, sizeof tpath, "%s/%s", out, tag);
+    if (fstatat(AT_FDCWD, tpath, &tst, AT_SYMLINK_NOFOLLOW) != 0 && errno == ENOENT)
+        snprintf(sig_tag, sizeof sig_tag, "%s", tag);
+    snprintf(sig_stage, sizeof sig_stage, ".%s.partial", tag);
+    sig_world = world;
+    return true;
+}
+
+static int import_cmd(const opts *o)
+{
+    if (o->npos != 2 || o->dtype || o->json || !o->world || !o->config || o->max_shard)
+        return usage(stderr);
+    int world = 0;
+    char err[256];
+    if (!zc__arg_int("--world", o->world, 1, 4096, &world, err, sizeof err)) {
+        fprintf(stderr, "zeroc ckpt import: %s\n", err);
+        return 2;
+    }
+    const char *tag = o->tag ? o->tag : "global_step0";
+    if (!zc__ck_tag_valid(tag)) {
+        fprintf(stderr, "zeroc ckpt import: --tag '%s': a tag is 1-128 characters of "
+                "[A-Za-z0-9._-], not starting with '.'\n", tag);
+        return 2;
+    }
+    ckpt_names nm;
+    if (!ckpt_names_open(&nm, o->map, o->names, "import"))
+        return 2;
+    if (!stage_for_signals(o->pos[1], tag, world, "import")) {
+        ckpt_names_close(&nm);
+        return 1;
+    }
+    int r = ckpt_import_run(o->pos[0], o->pos[1], tag, world, o->config, &nm);
+    if (r != 0)
+        cleanup();
+    sig_stage[0] = sig_outdir[0] = '\0';
+    ckpt_names_close(&nm);
+    return r;
+}
+
 int zc__cmd_ckpt(int argc, char **argv)
 {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))
@@ -375,6 +520,8 @@ int zc__cmd_ckpt(int argc, char **argv)
         return export_cmd(&o);
     if (!strcmp(cmd, "reshard"))
         return reshard(&o);
+    if (!strcmp(cmd, "import"))
+        return import_cmd(&o);
     fprintf(stderr, "zeroc ckpt: unknown command '%s'\n", cmd);
     return usage(stderr);
 }

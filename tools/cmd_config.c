@@ -286,7 +286,7 @@ static const char *type_name(const zc_cfg_key *k)
     case ZC_KT_I32: return "integer";
     case ZC_KT_I64: return k->flags & ZC_KF_SIZE ? "size (bytes or \"44GiB\")" : "integer";
     case ZC_KT_F64: return "number";
-    case ZC_KT_STR: return "string";
+    case ZC_KT_STR: return k->flags & ZC_KF_NAME_LIST ? "list of strings" : "string";
     case ZC_KT_ENUM: return "string";
     case ZC_KT_BETAS: return "[number, number]";
     case ZC_KT_DTYPE: return "dtype";

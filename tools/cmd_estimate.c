@@ -19,6 +19,7 @@
 #include "cliarg.h"
 #include "config/config.h"
 #include "plan/plan.h"
+#include "estimate_act.h"
 #include "estimate_place.h"
 
 int zc__cmd_estimate(int argc, char **argv);
@@ -48,6 +49,9 @@ static void usage(FILE *f)
             "                      [--micro-batch B] [--config FILE] [--json]\n"
             "                      [--chunks auto|per-block] [--device cuda|host]\n"
             "                      [--max-memory device=SIZE,cpu=SIZE,nvme=SIZE [--nvme-path DIR]]\n"
+            "                      [--seq S] [--checkpoint-activations none|block]\n"
+            "                      [--checkpoint-offload device|cpu|nvme] [--fit-device SIZE]\n"
+            "                      [--act-dtype fp32|bf16|fp16]\n"
             "  Per-rank bytes of device, pinned host, pageable host and NVMe memory that\n"
             "  zc_engine_build allocates, for every stage x offload_optimizer combination\n"
             "  and, at stage 3, x offload_param (or only the one FILE configures), with\n"
@@ -56,7 +60,8 @@ static void usage(FILE *f)
             "  --params N        parameters, in 2^24-element tensors, N in [1, 2^44]\n"
             "  --model gpt:...   a GPT-2 shape: tied embeddings, learned positions, 4x MLP;\n"
             "                    LAYERS in [1, 4096], DIM in [1, 65536], HEADS in [1, 4096]\n"
-            "                    dividing DIM, SEQ in [1, 2^20], VOCAB in [1, 2^24]\n"
+            "                    dividing DIM, SEQ in [1, 2^20], VOCAB in [1, 2^24], and\n"
+            "                    at most 2^44 parameters in all, --params's range\n"
             "  --world W         data-parallel ranks, [1, 65536]\n"
             "  --ranks-per-node N [1, 1024], dividing W (default: W up to 8): ranks (GPUs)\n"
             "                    per node, nodes of N consecutive ranks, for the bytes per\n"
@@ -86,6 +91,23 @@ static void usage(FILE *f)
             "                    bytes per step, the bounding link, the keys that pin it\n"
             "                    down (docs/placement.md); exit 1 when no stage fits\n"
             "  --nvme-path DIR   with nvme=: the swap directory (offload_optimizer.nvme_path)\n"
+            "  --seq S           with --model: the training sequence, [1, the model's SEQ]\n"
+            "                    (its context; default SEQ)\n"
+            "  --checkpoint-activations block  with --model: each block's input but the\n"
+            "                    last's kept in the engine's activation store (planned in\n"
+            "                    the kinds' columns where activation_checkpointing keeps\n"
+            "                    them) and the block recomputed in backward: the activations\n"
+            "                    column holds one block's working set (default none: every\n"
+            "                    layer's)\n"
+            "  --checkpoint-offload device|cpu|nvme  with block: where the store keeps them\n"
+            "                    (cpu_checkpointing, nvme_checkpointing; default: --config's)\n"
+            "  --act-dtype       with --model: the activations' precision (default the\n"
+            "                    working one; train_gpt keeps fp32 activations)\n"
+            "  --fit-device SIZE with --model: the largest micro-batch whose device bytes\n"
+            "                    (activations counted as device memory) fit SIZE, at each\n"
+            "                    sequence 128, 256, ... up to SEQ, without and with\n"
+            "                    checkpointing, for --config's configuration (default\n"
+            "                    stage 0)\n"
             "Exit status: 0 success, 1 a plan failed, 2 usage error.\n");
 }
 
@@ -110,6 +132,11 @@ typedef struct opts {
     int mics, hpz;    /* --mics-shard-size, --hpz-partition-size (0: not given) */
     bool hier;        /* --mics-hierarchical */
     bool gpn_given;
+    int64_t seq;      /* --seq (0: the model's SEQ) */
+    bool ckpt;        /* --checkpoint-activations block */
+    int ckpt_home;    /* --checkpoint-offload: 0 device, 1 cpu, 2 nvme; -1 the config's */
+    int64_t fit;      /* --fit-device bytes, -1 none */
+    int act_esz;      /* --act-dtype's bytes (0: the working precision's) */
 } opts;
 
 /* How a row is sharded: flat, MiCS over groups of `size`, or hpZ. */
@@ -222,6 +249,8 @@ static int parse(int argc, char **argv, opts *o, int64_t *params)
     o->gpn = 0;
     o->micro = 0;
     o->dtype = -1;
+    o->ckpt_home = -1;
+    o->fit = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -283,6 +312,35 @@ static int parse(int argc, char **argv, opts *o, int64_t *params)
             o->max_memory = v;
         } else if (!strcmp(a, "--nvme-path")) {
             o->nvme_path = v;
+        } else if (!strcmp(a, "--seq")) {
+            ok = zc__arg_i64(a, v, 1, 1 << 20, 0, &o->seq, err, sizeof err);
+        } else if (!strcmp(a, "--checkpoint-activations")) {
+            if (strcmp(v, "none") && strcmp(v, "block")) {
+                fprintf(stderr, "zeroc estimate: --checkpoint-activations '%s': expected none or "
+                                "block\n", v);
+                return 2;
+            }
+            o->ckpt = !strcmp(v, "block");
+        } else if (!strcmp(a, "--checkpoint-offload")) {
+            o->ckpt_home = !strcmp(v, "device") ? 0 : !strcmp(v, "cpu") ? 1
+                           : !strcmp(v, "nvme") ? 2 : -2;
+            if (o->ckpt_home == -2) {
+                fprintf(stderr, "zeroc estimate: --checkpoint-offload '%s': expected device, cpu "
+                                "or nvme\n", v);
+                return 2;
+            }
+        } else if (!strcmp(a, "--act-dtype")) {
+            o->act_esz = !strcmp(v, "fp32") ? 4 : !strcmp(v, "bf16") || !strcmp(v, "fp16") ? 2 : 0;
+            if (!o->act_esz) {
+                fprintf(stderr, "zeroc estimate: --act-dtype '%s': expected fp32, bf16 or "
+                                "fp16\n", v);
+                return 2;
+            }
+        } else if (!strcmp(a, "--fit-device")) {
+            if (!zc__parse_size(v, &o->fit, err, sizeof err)) {
+                fprintf(stderr, "zeroc estimate: --fit-device: %s\n", err);
+                return 2;
+            }
         } else if (!strcmp(a, "--chunks")) {
             if (strcmp(v, "auto") && strcmp(v, "per-block")) {
                 fprintf(stderr, "zeroc estimate: --chunks '%s': expected auto or per-block\n", v);
@@ -314,6 +372,26 @@ static int parse(int argc, char **argv, opts *o, int64_t *params)
     }
     if (o->per_block && !o->m.gpt) {
         fprintf(stderr, "zeroc estimate: --chunks per-block needs --model gpt:...\n");
+        return 2;
+    }
+    if ((o->seq || o->ckpt || o->fit >= 0 || o->act_esz) && !o->m.gpt) {
+        fprintf(stderr, "zeroc estimate: --seq, --checkpoint-activations, --act-dtype and "
+                        "--fit-device need --model gpt:...\n");
+        return 2;
+    }
+    if (o->seq > o->m.S) {
+        fprintf(stderr, "zeroc estimate: --seq %lld is longer than the model's context SEQ "
+                        "%lld\n", (long long)o->seq, (long long)o->m.S);
+        return 2;
+    }
+    if (o->ckpt_home >= 0 && !o->ckpt) {
+        fprintf(stderr, "zeroc estimate: --checkpoint-offload goes with "
+                        "--checkpoint-activations block\n");
+        return 2;
+    }
+    if (o->fit >= 0 && (o->max_memory || o->ckpt)) {
+        fprintf(stderr, "zeroc estimate: --fit-device compares both modes itself: without "
+                        "--max-memory and --checkpoint-activations\n");
         return 2;
     }
     if (o->nvme_path && !o->max_memory) {
@@ -352,22 +430,11 @@ static int parse(int argc, char **argv, opts *o, int64_t *params)
     return 0;
 }
 
-/* Activations of one micro-batch of a GPT-2-style model on one rank, in
- * bytes (docs/estimate.md): per layer S B D (34 + 5 A S / D) at 2 bytes per
- * value (Korthikanti et al. 2022, no recomputation, no sequence or tensor
- * parallelism), scaled by esz / 2; plus the embedding output S B D esz and
- * the logits with their fp32 softmax S B V (esz + 4). Exact in 128 bits:
- * within the flags' ranges every factor is below 2^24 and the sum below
- * 2^90. */
-static u128 activations(const model *m, int64_t B, int64_t esz)
+/* The model's shape and micro-batch for the activation model. */
+static ea_gpt gpt_of(const model *m, int64_t seq, int64_t B, int64_t esz)
 {
-    const u128 S = (u128)m->S, D = (u128)m->D, b = (u128)B, e = (u128)esz;
-    const u128 sbd = S * b * D;
-    /* 5 A S^2 B values per layer: (5 A S / D) x S B D, kept exact by
-     * multiplying before dividing. Values of 2 bytes: 2 x (17 S B D + 2.5 A
-     * S^2 B) bytes. */
-    const u128 per = (sbd * 34 + 5 * (u128)m->Hh * S * S * b) * e / 2;
-    return per * (u128)m->L + sbd * e + S * b * (u128)m->V * (e + 4);
+    return (ea_gpt){.L = m->L, .D = m->D, .A = m->Hh, .V = m->V, .S = seq ? seq : m->S, .B = B,
+                    .esz = esz};
 }
 
 static const char *dtype_name(int dt)
@@ -384,6 +451,7 @@ typedef struct row {
     int stage, offload, poffload, dtype;
     sharding sh;
     int64_t link[2];  /* bytes one rank sends per step: inside its node, across nodes */
+    bool ckpt;
     zc_est est;
     int64_t used, padded, live_bound;
     u128 act;
@@ -469,7 +537,10 @@ static int plan_row(const opts *o, const zc_config *cfg, int stage, int off, int
         .hpz = sh->kind == SHARD_HPZ && stage == 3 ? sh->size : 0,
         .hier_j = sh->kind == SHARD_MICS && sh->hier ? zc__plan_hier_j(sw, o->gpn) : 0,
     };
-    zc_status rc = zc__estimate(&in, &r->est);
+    const ea_gpt g = gpt_of(m, o->seq, o->micro, o->act_esz ? o->act_esz : (int64_t)pesz);
+    zc_status rc = m->gpt ? zc__ea_store_spec(cfg, &g, o->ckpt, o->host_device, &in.act) : ZC_OK;
+    if (rc == ZC_OK)
+        rc = zc__estimate(&in, &r->est);
     if (rc == ZC_OK) {
         const zc_link_plan_in li = {
             .world = o->world, .stage = stage, .ranks_per_node = o->gpn, .rank = 0,
@@ -503,9 +574,10 @@ static int plan_row(const opts *o, const zc_config *cfg, int stage, int off, int
                                       (uint64_t)ds_gpn, &r->ds_gpu, &r->ds_cpu) == ZC_OK;
     }
     if (m->gpt) {
-        r->act = activations(m, o->micro, (int64_t)pesz);
+        r->act = zc__ea_activations(&g, o->ckpt);
         r->has_act = true;
     }
+    r->ckpt = o->ckpt;
     return 0;
 }
 
@@ -531,7 +603,8 @@ static void print_json(const opts *o, const row *r)
 {
     const zc_est *e = &r->est;
     json_t *parts = json_object();
-    static const char *const pn[ZC_EST__PARTS] = {"params", "grads", "optimizer", "buffers"};
+    static const char *const pn[ZC_EST__PARTS] = {"params", "grads", "optimizer", "buffers",
+                                                  "activations"};
     static const char *const kn[ZC_MEMKIND__COUNT] = {"host", "pinned", "device", "nvme"};
     for (int k = 0; k < ZC_MEMKIND__COUNT; k++) {
         json_t *pk = json_object();
@@ -564,6 +637,17 @@ static void print_json(const opts *o, const row *r)
         (json_int_t)(r->padded - r->used), "live_bound", (json_int_t)r->live_bound,
         "deepspeed", ds, "sharding", shj, "ranks_per_node", o->gpn,
         "comm_bytes_per_step_by_link", links);
+    if (j && o->m.gpt) {
+        /* The activation store (checkpointing by block): planned in the
+         * kinds above, beside the activations that stay with the model. */
+        json_object_set_new(j, "checkpoint_activations", json_string(r->ckpt ? "block" : "none"));
+        json_object_set_new(j, "seq", json_integer((json_int_t)(o->seq ? o->seq : o->m.S)));
+        json_object_set_new(j, "act_store", json_pack(
+            "{s:I, s:I, s:I}", "device",
+            (json_int_t)e->bytes[ZC_MEMKIND_DEVICE][ZC_MEM_ACTIVATIONS], "pinned",
+            (json_int_t)e->bytes[ZC_MEMKIND_PINNED][ZC_MEM_ACTIVATIONS], "nvme",
+            (json_int_t)e->bytes[ZC_MEMKIND_NVME][ZC_MEM_ACTIVATIONS]));
+    }
     char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
     if (s)
         printf("%s\n", s);
@@ -603,6 +687,68 @@ static void print_row(const opts *o, const row *r)
            h, n, a, g, c, li, lx);
 }
 
+/* --fit-device: the device bytes of the configuration (activations counted
+ * as device memory, as train_gpt's host path accounts them) against the
+ * budget, for the largest micro-batch in [1, 65536] at each sequence 128,
+ * 256, ... up to SEQ, without and with checkpointing (a binary search: the
+ * bytes grow with the batch). */
+static int fit(const opts *base, zc_config *cfg, int dtype, int64_t gas)
+{
+    const int cs = cfg->zero.stage, coff = (int)cfg->zero.offload_optimizer.device;
+    const int cpoff = cs == 3 ? (int)cfg->zero.offload_param.device : ZC_OFFLOAD_NONE;
+    if (!base->json)
+        printf("# the largest micro-batch per rank whose device bytes fit %.1f MiB (stage %d, "
+               "offload_optimizer %s, offload_param %s, %s)\n| seq | checkpoint_activations "
+               "| micro_batch | tokens | device MiB |\n|---:|---|---:|---:|---:|\n",
+               (double)base->fit / 1048576.0, cs, off_name(coff), off_name(cpoff),
+               dtype_name(dtype));
+    int64_t seqs[32];
+    int n = 0;
+    for (int64_t q = 128; q < base->m.S && n < 30; q *= 2)
+        seqs[n++] = q;
+    seqs[n++] = base->m.S;
+    /* Flat sharding: the fit is the device's, whatever the groups. */
+    const sharding flat = {SHARD_FLAT, 0, false};
+    for (int mode = 0; mode < 2; mode++)
+        for (int i = 0; i < n; i++) {
+            opts o = *base;
+            o.ckpt = mode == 1;
+            o.seq = seqs[i];
+            int64_t lo = 0, hi = 65536;
+            u128 at_lo = 0;
+            /* Invariant: lo fits (0: nothing does), hi + 1 does not or is out
+             * of range. */
+            while (lo < hi) {
+                const int64_t mid = lo + (hi - lo + 1) / 2;
+                o.micro = (int)mid;
+                row r;
+                int rc = plan_row(&o, cfg, cs, coff, cpoff, dtype, gas, &flat, &r);
+                if (rc)
+                    return rc;
+                const u128 dev = (u128)r.est.kind_total[ZC_MEMKIND_DEVICE] + r.act;
+                if (dev <= (u128)base->fit) {
+                    lo = mid;
+                    at_lo = dev;
+                } else {
+                    hi = mid - 1;
+                }
+            }
+            if (base->json)
+                printf("{\"fit_device\":%lld,\"stage\":%d,\"offload_optimizer\":\"%s\","
+                       "\"offload_param\":\"%s\",\"dtype\":\"%s\",\"seq\":%lld,"
+                       "\"checkpoint_activations\":\"%s\",\"micro_batch\":%lld,\"tokens\":%lld,"
+                       "\"device\":%.0f}\n", (long long)base->fit, cs, off_name(coff),
+                       off_name(cpoff), dtype_name(dtype), (long long)seqs[i],
+                       mode ? "block" : "none", (long long)lo, (long long)(lo * seqs[i]),
+                       (double)at_lo);
+            else
+                printf("| %lld | %s | %lld | %lld | %.1f |\n", (long long)seqs[i],
+                       mode ? "block" : "none", (long long)lo, (long long)(lo * seqs[i]),
+                       (double)at_lo / 1048576.0);
+        }
+    return 0;
+}
+
 static int run(const opts *o, zc_config *cfg)
 {
     if (zc__config_resolve_model_auto(cfg, o->m.hidden) != ZC_OK) {
@@ -628,6 +774,12 @@ static int run(const opts *o, zc_config *cfg)
         return 2;
     }
     oo.micro = micro > 65536 ? 65536 : (int)micro; /* unused without --model */
+    if (zc__ea_set_home(cfg, o->ckpt_home) != ZC_OK) {
+        fprintf(stderr, "zeroc estimate: --checkpoint-offload: %s\n", zc_last_error());
+        return 2;
+    }
+    if (o->fit >= 0)
+        return fit(&oo, cfg, dtype, gas);
     if (o->max_memory) {
         const int brc = zc__ep_set_budgets(cfg, o->max_memory, o->nvme_path);
         if (brc)
@@ -673,6 +825,13 @@ static int run(const opts *o, zc_config *cfg)
             printf("# offload_param nvme keeps shards of up to max_in_cpu = %lld elements in "
                    "pinned memory (set it to 0 in --config to plan every shard on NVMe)\n",
                    (long long)cfg->zero.offload_param.max_in_cpu);
+        if (o->m.gpt)
+            printf("# activations at seq %lld: %s\n", (long long)(o->seq ? o->seq : o->m.S),
+                   o->ckpt ? "checkpointed by block - the blocks' inputs but the last's are the "
+                             "activation store's, in the device, pinned or nvme column "
+                             "(activation_checkpointing); the activations column is one "
+                             "block's working set, the embedding and the logits"
+                           : "every layer's (Korthikanti et al. 2022; no recomputation)");
         printf("| stage | offload_optimizer | offload_param | dtype | sharding | device | pinned "
                "| host | nvme | of %s: activations | DeepSpeed GPU | DeepSpeed CPU | "
                "sent in node / step | across nodes / step |\n",
@@ -731,6 +890,18 @@ int zc__cmd_estimate(int argc, char **argv)
     if (!(o.m.gpt ? make_gpt(&o.m) : make_params(&o.m, params))) {
         fprintf(stderr, "zeroc estimate: the model has more than %d tensors or 2^63 elements\n",
                 MAX_TENSORS);
+        rc = 2;
+        goto out;
+    }
+    /* One range for both ways of naming a model: a GPT shape whose parts
+     * are each in range can still hold more parameters than --params takes
+     * (every part at its top: 2.1e14). Within the parts' ranges the total
+     * fits int64 (12 DIM^2 LAYERS < 2^48), so make_gpt has it exactly. */
+    if (o.m.gpt && o.m.total > MAX_PARAMS) {
+        fprintf(stderr, "zeroc estimate: --model gpt:%lld,%lld,%lld,%lld,%lld has %lld "
+                        "parameters, out of range [1, 2^44] (the range of --params)\n",
+                (long long)o.m.L, (long long)o.m.D, (long long)o.m.Hh, (long long)o.m.S,
+                (long long)o.m.V, (long long)o.m.total);
         rc = 2;
         goto out;
     }

@@ -17,6 +17,7 @@ int zc__cmd_bench_io(int argc, char **argv) __attribute__((weak));
 int zc__cmd_bench_adam(int argc, char **argv) __attribute__((weak));
 int zc__cmd_ckpt(int argc, char **argv) __attribute__((weak));
 int zc__cmd_bench_train(int argc, char **argv) __attribute__((weak));
+int zc__cmd_report(int argc, char **argv) __attribute__((weak));
 
 static void usage(FILE *f)
 {
@@ -36,6 +37,9 @@ static void usage(FILE *f)
             "                         look at, export or reshard a checkpoint\n"
             "  bench train --out DIR [options]\n"
             "                         memory against step time over a sweep of ZeRO configurations\n"
+            "  report [--json] [--nvme-path DIR]...\n"
+            "                         what was built and what this machine offers it\n"
+            "                         (ds_report): CPU, NUMA, memory, io_uring, NVMe, CUDA, MPI\n"
             "  version                print the version\n"
             "Run a command with --help for its options.\n");
 }
@@ -74,6 +78,8 @@ static int dispatch(int argc, char **argv)
         return run(zc__cmd_config, "config", argc - 1, argv + 1);
     if (!strcmp(cmd, "ckpt"))
         return run(zc__cmd_ckpt, "ckpt", argc - 1, argv + 1);
+    if (!strcmp(cmd, "report"))
+        return run(zc__cmd_report, "report", argc - 1, argv + 1);
     if (!strcmp(cmd, "estimate"))
         return run(zc__cmd_estimate, "estimate", argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) {

@@ -10,7 +10,17 @@
  * Bus bandwidth as nccl-tests defines it: all-reduce 2(W-1)/W * bytes / t,
  * reduce-scatter (W-1)/W * bytes / t, bytes being the whole input; each time
  * is the median of the iterations, every rank's time being the slowest
- * rank's (MPI_MAX), after warm-up. */
+ * rank's (MPI_MAX), after warm-up.
+ *
+ * Then the cost of waiting for a late peer: the last rank sleeps 0.3 s
+ * before a 256 KiB all-reduce, and rank 0 reports the CPU time its process
+ * spent in the wait, for the communicator (which naps: base/backoff.h) and
+ * for MPI_Allreduce (Open MPI polls without sleeping: the ceiling, a wait
+ * that holds its core the whole time), with the communicator's naps:
+ *   {"op":"idle_wait","late_s":0.3,"zc_wait_s":..,"zc_cpu_ms":..,"zc_naps":..,
+ *    "mpi_wait_s":..,"mpi_cpu_ms":..}
+ * (tests/comm/check_mpi.py holds the nap count to the schedule; the CPU
+ * time depends on the machine and is reported here only). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,7 +45,6 @@ static int cmp_d(const void *a, const void *b)
 
 enum { ZC_AR, MPI_AR, ZC_RS, MPI_RS };
 
-/* One timed call of `which` over n fp32 elements (the whole input). */
 static int once(zc_comm *c, int which, float *a, float *b, size_t n, int W)
 {
     switch (which) {
@@ -47,6 +56,34 @@ static int once(zc_comm *c, int which, float *a, float *b, size_t n, int W)
                                         MPI_COMM_WORLD);
     }
 }
+
+static double process_cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* One all-reduce (`which`) whose last rank arrives `late` seconds after the
+ * others: the wall and CPU time rank 0's process spent in it. */
+static void late_peer(zc_comm *c, int which, float *a, float *b, size_t n, int W, double late,
+                      double *wall, double *cpu)
+{
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (zc_comm_rank(c) == W - 1) {
+        struct timespec ts = {(time_t)late, (long)((late - (double)(time_t)late) * 1e9)};
+        nanosleep(&ts, NULL);
+    }
+    const double c0 = process_cpu_s(), t0 = now_s();
+    if (once(c, which, a, b, n, W)) {
+        fprintf(stderr, "bench_mpi_comm: op %d failed: %s\n", which, zc_last_error());
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    *wall = now_s() - t0;
+    *cpu = process_cpu_s() - c0;
+}
+
+/* One timed call of `which` over n fp32 elements (the whole input). */
 
 static double timed(zc_comm *c, int which, float *a, float *b, size_t n, int W, int iters)
 {
@@ -107,6 +144,18 @@ int main(int argc, char **argv)
                        f * bytes / tm / 1e9, tm / tz);
         }
     }
+    const double late = 0.3;
+    double zw, zcpu, mw, mcpu;
+    zc_comm_wait_counts before, after;
+    zc__comm_wait_counts(c, &before);
+    late_peer(c, ZC_AR, a, b, (size_t)1 << 16, W, late, &zw, &zcpu);
+    zc__comm_wait_counts(c, &after);
+    late_peer(c, MPI_AR, a, b, (size_t)1 << 16, W, late, &mw, &mcpu);
+    if (rank == 0)
+        printf("{\"op\":\"idle_wait\",\"world\":%d,\"late_s\":%.1f,\"zc_wait_s\":%.3f,"
+               "\"zc_cpu_ms\":%.1f,\"zc_naps\":%llu,\"mpi_wait_s\":%.3f,\"mpi_cpu_ms\":%.1f}\n",
+               W, late, zw, zcpu * 1e3, (unsigned long long)(after.sleeps - before.sleeps), mw,
+               mcpu * 1e3);
     fflush(stdout);
     free(a);
     free(b);

@@ -12,9 +12,8 @@ out=${1:?usage: bash bench/train/run_sweep.sh OUT_DIR [flags]}
 shift
 source scripts/build_dir.sh
 bash scripts/deps.sh --bench
-# The bench draws its plot with the python3 found in PATH; deps.sh installed
-# matplotlib for Debian's.
-python3 -c 'import matplotlib' 2>/dev/null || PATH=/usr/bin:$PATH
+# The bench finds a python3 with matplotlib itself (the one on PATH, else
+# Debian's, where deps.sh installed it; else gnuplot) and says which.
 zc_configure build
 ninja -C build
 exec ./build/tools/zeroc bench train --out "$out" --model 4,128,4,128,256 --batch 8 \

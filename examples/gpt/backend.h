@@ -25,9 +25,10 @@ typedef struct gpt_backend {
     int (*stream_create)(void **stream);
     void (*stream_destroy)(void *stream);
     /* A model for B sequences that trains in dtype dt (the CPU runs its
-     * matmuls in bf16 for ZC_DTYPE_BF16 where it can: matmul_cpu.h). */
-    bool (*model_create)(void **m, const gpt_config *c, int B, zc_dtype dt, void *stream,
-                         char *err, size_t errlen);
+     * matmuls in bf16 for ZC_DTYPE_BF16 where it can: matmul_cpu.h); with
+     * ckpt it keeps one block's activations (model.h, gpt_acts). */
+    bool (*model_create)(void **m, const gpt_config *c, int B, zc_dtype dt, bool ckpt,
+                         void *stream, char *err, size_t errlen);
     void (*model_destroy)(void *m);
     /* n floats or ints of backend memory, zeroed; NULL when out of memory. */
     float *(*alloc)(size_t n);
@@ -38,6 +39,10 @@ typedef struct gpt_backend {
     /* fp32 <-> the engine's working dtype, in backend memory. */
     int (*widen)(float *dst, const void *src, zc_dtype dt, size_t n, void *stream);
     int (*narrow)(void *dst, zc_dtype dt, const float *src, size_t n, void *stream);
+    /* Block l's input (gpt_block_input_bytes(c, B) bytes of backend memory):
+     * what activation checkpointing saves before the block runs and restores
+     * before it is run again in backward. */
+    float *(*block_input)(void *m, int l);
     /* The pieces of model.h. head_forward's loss is the mean over B x T. */
     int (*embed_forward)(void *m, const float *wte, const float *wpe, const int *tok);
     int (*block_forward)(void *m, int l, const float *const w[GPT_BLOCK_TENSORS]);
@@ -54,6 +59,11 @@ typedef struct gpt_backend {
     /* After head_forward: copies the probabilities of position `row` (vocab
      * floats) to the host. */
     int (*probs_row)(void *m, size_t row, float *host);
+    /* The device's peak FLOP/s for MFU, the whole device (the CPU: the cores
+     * this process may run on, zc_host_peak_flops; a GPU: its datasheet's
+     * dense bf16 peak by name), and where it comes from in how; 0 with the
+     * reason in how when unknown. */
+    int (*peak_flops)(double *flops, char *how, size_t cap);
 } gpt_backend;
 
 extern const gpt_backend gpt_backend_cpu;

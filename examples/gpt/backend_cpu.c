@@ -1,4 +1,5 @@
 /* The CPU backend of train_gpt (backend.h): model.c over host memory. */
+#include <stdio.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,13 +20,13 @@ static int select_device(int index) { (void)index; return 0; }
 static int stream_create(void **s) { *s = NULL; return 0; }
 static void stream_destroy(void *s) { (void)s; }
 
-static bool model_create(void **out, const gpt_config *c, int B, zc_dtype dt, void *stream,
-                         char *err, size_t errlen)
+static bool model_create(void **out, const gpt_config *c, int B, zc_dtype dt, bool ckpt,
+                         void *stream, char *err, size_t errlen)
 {
     cpu_model *m = calloc(1, sizeof *m);
     if (!m) return false;
     m->c = *c;
-    if (!gpt_acts_create(&m->a, c, B, err, errlen)) {
+    if (!gpt_acts_create(&m->a, c, B, ckpt, err, errlen)) {
         free(m);
         return false;
     }
@@ -74,6 +75,12 @@ static int narrow(void *dst, zc_dtype dt, const float *src, size_t n, void *s)
 {
     gpt_store_dtype(dst, dt, src, n);
     return 0;
+}
+
+static float *block_input(void *p, int l)
+{
+    cpu_model *m = p;
+    return gpt_block_input(&m->c, &m->a, l);
 }
 
 static int embed_forward(void *p, const float *wte, const float *wpe, const int *tok)
@@ -141,13 +148,23 @@ static int probs_row(void *p, size_t row, float *host)
     return 0;
 }
 
+static int peak_flops(double *flops, char *how, size_t cap)
+{
+    if (zc_host_peak_flops(flops, how, cap) == ZC_OK)
+        return 0;
+    *flops = 0;
+    snprintf(how, cap, "%s", zc_last_error());
+    return 0;
+}
+
 const gpt_backend gpt_backend_cpu = {
     .name = "cpu", .device = ZC_DEVICE_HOST, .error_str = err_str,
     .select_device = select_device, .stream_create = stream_create,
     .stream_destroy = stream_destroy,
     .model_create = model_create, .model_destroy = model_destroy, .alloc = alloc,
     .alloc_ints = alloc_ints, .free = release_mem, .upload_ints = upload_ints, .zero = zero,
-    .widen = widen, .narrow = narrow, .embed_forward = embed_forward,
+    .widen = widen, .narrow = narrow, .block_input = block_input, .embed_forward = embed_forward,
     .block_forward = block_forward, .head_forward = head_forward,
     .head_backward = head_backward, .block_backward = block_backward,
-    .embed_backward = embed_backward, .loss_sum = loss_sum, .probs_row = probs_row};
+    .embed_backward = embed_backward, .loss_sum = loss_sum, .probs_row = probs_row,
+    .peak_flops = peak_flops};

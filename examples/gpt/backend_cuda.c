@@ -2,6 +2,8 @@
  * memory, every operation enqueued on the rank's stream. The engine is
  * given the same stream (zc_engine_options.stream), so its zero-fills,
  * gathers and reductions are ordered with these kernels by events. */
+#include <stdio.h>
+#include <string.h>
 #include <stdlib.h>
 
 #include <cuda_runtime_api.h>
@@ -26,13 +28,13 @@ static void stream_destroy(void *s)
     if (s) cudaStreamDestroy((cudaStream_t)s);
 }
 
-static bool model_create(void **out, const gpt_config *c, int B, zc_dtype dt, void *stream,
-                         char *err, size_t errlen)
+static bool model_create(void **out, const gpt_config *c, int B, zc_dtype dt, bool ckpt,
+                         void *stream, char *err, size_t errlen)
 {
     (void)dt; /* the CUDA layers' matmuls are bf16 whatever the dtype */
     gpt_cuda_model *m = calloc(1, sizeof *m);
     if (!m) return false;
-    if (!gpt_cuda_model_create(m, c, B, stream, err, errlen)) {
+    if (!gpt_cuda_model_create(m, c, B, ckpt, stream, err, errlen)) {
         free(m);
         return false;
     }
@@ -84,6 +86,8 @@ static int narrow(void *dst, zc_dtype dt, const float *src, size_t n, void *s)
 {
     return gpt_cuda_narrow(dst, (int)dt, src, n, s);
 }
+
+static float *block_input(void *m, int l) { return gpt_cuda_block_input(m, l); }
 
 static int embed_forward(void *m, const float *wte, const float *wpe, const int *tok)
 {
@@ -143,12 +147,52 @@ static int probs_row(void *p, size_t row, float *host)
     return rc ? rc : (int)cudaStreamSynchronize((cudaStream_t)m->stream);
 }
 
+/* Dense bf16 tensor-core peaks from the vendors' datasheets, by a part of
+ * the name the driver reports (the first match wins): the table of
+ * bench/train/gpt_flops.py. */
+static const struct {
+    const char *key;
+    double flops;
+    const char *src;
+} peaks[] = {
+    {"H100 PCIe", 756e12, "H100 PCIe datasheet, dense bf16"},
+    {"H100 NVL", 835e12, "H100 NVL datasheet, dense bf16"},
+    {"GH200", 989.4e12, "GH200 datasheet, dense bf16"},
+    {"H100", 989.4e12, "H100 SXM datasheet, dense bf16"},
+    {"H200", 989.4e12, "H200 SXM datasheet, dense bf16"},
+    {"A100", 312e12, "A100 datasheet, dense bf16"},
+    {"L40S", 362.05e12, "L40S datasheet, dense bf16"},
+};
+
+static int peak_flops(double *flops, char *how, size_t cap)
+{
+    *flops = 0;
+    int dev = 0;
+    struct cudaDeviceProp prop;
+    cudaError_t rc = cudaGetDevice(&dev);
+    if (rc == cudaSuccess)
+        rc = cudaGetDeviceProperties(&prop, dev);
+    if (rc != cudaSuccess) {
+        snprintf(how, cap, "cudaGetDeviceProperties: %s", cudaGetErrorString(rc));
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof peaks / sizeof peaks[0]; i++)
+        if (strstr(prop.name, peaks[i].key)) {
+            *flops = peaks[i].flops;
+            snprintf(how, cap, "%s (%s)", peaks[i].src, prop.name);
+            return 0;
+        }
+    snprintf(how, cap, "no datasheet peak known for '%s'; give --peak-flops", prop.name);
+    return 0;
+}
+
 const gpt_backend gpt_backend_cuda = {
     .name = "cuda", .device = ZC_DEVICE_CUDA, .error_str = err_str,
     .select_device = select_device, .stream_create = stream_create, .stream_destroy = stream_destroy,
     .model_create = model_create, .model_destroy = model_destroy, .alloc = alloc,
     .alloc_ints = alloc_ints, .free = release_mem, .upload_ints = upload_ints, .zero = zero,
-    .widen = widen, .narrow = narrow, .embed_forward = embed_forward,
+    .widen = widen, .narrow = narrow, .block_input = block_input, .embed_forward = embed_forward,
     .block_forward = block_forward, .head_forward = head_forward,
     .head_backward = head_backward, .block_backward = block_backward,
-    .embed_backward = embed_backward, .loss_sum = loss_sum, .probs_row = probs_row};
+    .embed_backward = embed_backward, .loss_sum = loss_sum, .probs_row = probs_row,
+    .peak_flops = peak_flops};

@@ -10,9 +10,10 @@
 /* Set once by the entry, before the backend can be used. */
 static const gpt_cuda_host *host;
 
-bool gpt_acts_create(gpt_acts *a, const gpt_config *c, int B, char *err, size_t errlen)
+bool gpt_acts_create(gpt_acts *a, const gpt_config *c, int B, bool ckpt, char *err,
+                     size_t errlen)
 {
-    return host->acts_create(a, c, B, err, errlen);
+    return host->acts_create(a, c, B, ckpt, err, errlen);
 }
 
 void gpt_acts_destroy(gpt_acts *a) { host->acts_destroy(a); }

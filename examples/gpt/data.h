@@ -1,12 +1,18 @@
 /* Data for the GPT example: a byte-level tokenizer (token = byte value, so
- * the vocabulary needs at least 256 entries) and a loader over any text file.
- * The last 10% of the file is held out for validation.
+ * the vocabulary needs at least 256 entries) and a loader over any text file,
+ * or token ids made by a tokenizer elsewhere (--tokens: llm.c's .bin format,
+ * a 256-int32 header of magic 20240520, version 1 and the token count, then
+ * uint16 ids; or raw little-endian uint16 ids). The last 10% of the data is
+ * held out for validation.
  *
  * Batches are defined globally: global batch (step, micro) is G = B x W
  * windows of seq + 1 bytes whose starts are drawn from a stream keyed by
  * (seed, step, micro, index). Rank r reads windows [r B, (r + 1) B) of it,
  * so the W ranks together read exactly the global batch, each window once,
- * and the batch does not depend on how it is split. */
+ * and the batch does not depend on how it is split. In sequential order
+ * (--order sequential, as llm.c's loader reads) window g of the run (g =
+ * (step x accum + micro) x G + index) starts at token (g mod nw) x seq, nw =
+ * (n_train - 1) / seq. */
 #ifndef GPT_DATA_H
 #define GPT_DATA_H
 
@@ -15,10 +21,25 @@
 #include <stdint.h>
 
 typedef struct gpt_data {
-    uint8_t *bytes;
-    size_t n;        /* bytes in the file */
-    size_t n_train;  /* the first n_train bytes train; the rest validate */
+    uint8_t *bytes;  /* text: its bytes are the tokens (NULL with tokens) */
+    uint16_t *tokens; /* token ids (--tokens), or NULL */
+    size_t n;        /* tokens */
+    size_t n_train;  /* the first n_train tokens train; the rest validate */
+    bool sequential; /* windows in order (set by the caller, with the two below) */
+    int64_t accum, global_batch;
 } gpt_data;
+
+/* Token i. */
+static inline int gpt_data_token(const gpt_data *d, size_t i)
+{
+    return d->tokens ? d->tokens[i] : d->bytes[i];
+}
+
+/* Reads a token file (llm.c's .bin with its header, or raw uint16 ids;
+ * regular file, at most 2^31 tokens), checks every id is below vocab and
+ * splits it as gpt_data_load does. Returns false with err on failure. */
+bool gpt_data_load_tokens(gpt_data *d, const char *path, int seq, int vocab, char *err,
+                          size_t errlen);
 
 /* Reads the file (a regular file of at most 1 GiB) and splits it. Each split
  * must hold at least seq + 1 bytes. Returns false with err on failure. */
@@ -47,7 +68,7 @@ size_t gpt_data_val_windows(const gpt_data *d, int seq);
 /* Fills window k of the validation split. */
 void gpt_data_val_window(const gpt_data *d, int seq, size_t k, int *tok, int *tgt);
 
-/* Entropy in nats of the byte distribution of [from, to) of the data: the
+/* Entropy in nats of the token distribution of [from, to) of the data: the
  * loss of the best model that ignores context. */
 double gpt_data_unigram_entropy(const gpt_data *d, size_t from, size_t to);
 

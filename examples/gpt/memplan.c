@@ -50,6 +50,12 @@ static bool plan_engine(const gpt_opts *o, const zc_config *cfg, int world, zc_m
     }
     zc_engine_options eo = ZC_ENGINE_OPTIONS_INIT;
     eo.device = o->cuda ? ZC_DEVICE_CUDA : ZC_DEVICE_HOST;
+    /* --checkpoint-activations block: the activation store rank_main
+     * reserves, one block input per block but the last. */
+    if (o->ckpt && gpt_ckpt_blocks(c) > 0) {
+        eo.act_checkpoints = gpt_ckpt_blocks(c);
+        eo.act_checkpoint_bytes = (int64_t)gpt_block_input_bytes(c, o->batch);
+    }
     out->size = sizeof *out;
     zc_status rc = zc_plan_memory(cfg, world, t, nt, &eo, out);
     if (rc != ZC_OK)
@@ -91,12 +97,13 @@ bool gpt_mem_plan_make(const gpt_opts *o, const zc_config *cfg, int world, int l
         return false;
     const gpt_config *c = &o->model;
     uint64_t sample = 0, one = 0, per_rank = 0, training = 0, tail = 0;
-    bool ok = gpt_acts_bytes(c, o->batch, &p->acts) && rank_buffers(c, o->batch, &p->bufs) &&
+    bool ok = gpt_acts_bytes(c, o->batch, o->ckpt, &p->acts) &&
+              rank_buffers(c, o->batch, &p->bufs) &&
               mul(gpt_num_params(c), sizeof(float), &p->master);
     /* --sample: a second model of one sequence, alive beside the first, and
      * a row of probabilities on the host. */
     if (ok && o->sample > 0)
-        ok = gpt_acts_bytes(c, 1, &sample) && add(&sample, 4 * (uint64_t)c->vocab) &&
+        ok = gpt_acts_bytes(c, 1, o->ckpt, &sample) && add(&sample, 4 * (uint64_t)c->vocab) &&
              add(&p->acts, sample);
     const int64_t *k = p->engine.bytes_by_kind;
     /* On the host path the engine's "device" buffers are host memory (the
@@ -117,6 +124,10 @@ bool gpt_mem_plan_make(const gpt_opts *o, const zc_config *cfg, int world, int l
         return false;
     }
     p->host = training > tail ? training : tail;
+    /* The import's rings (zc_load_options.ring_bytes left at its 32 MiB). */
+    p->import_ring = o->init_from ? ((uint64_t)32 << 20) * (uint64_t)local : 0;
+    if (p->engine_host + p->import_ring > p->host)
+        p->host = p->engine_host + p->import_ring;
     return true;
 }
 
@@ -153,11 +164,16 @@ void gpt_mem_plan_json(const gpt_mem_plan *p, char *buf, size_t cap)
              "{\"plan\":{\"ranks\":%d,\"engine_per_rank\":{\"device\":%lld,\"pinned\":%lld,"
              "\"host\":%lld,\"nvme\":%lld},\"grad_buffers_per_rank\":%lld,\"chunks\":%lld,"
              "\"activations_per_rank\":%llu,\"buffers_per_rank\":%llu,\"master\":%llu,"
-             "\"host_peak\":%llu}}",
+             "\"import_ring\":%llu,\"host_peak\":%llu,\"act_store_per_rank\":{\"device\":%lld,"
+             "\"pinned\":%lld,\"nvme\":%lld}}}",
              p->local, (long long)k[ZC_KIND_DEVICE], (long long)k[ZC_KIND_PINNED],
              (long long)k[ZC_KIND_HOST], (long long)k[ZC_KIND_NVME],
              (long long)p->engine.grad_buffer_bytes, (long long)p->engine.num_chunks,
              (unsigned long long)(p->host_model ? p->acts : 0),
              (unsigned long long)(p->host_model ? p->bufs : 0),
-             (unsigned long long)p->master, (unsigned long long)p->host);
+             (unsigned long long)p->master, (unsigned long long)p->import_ring,
+             (unsigned long long)p->host,
+             (long long)p->engine.bytes_by_kind_cat[ZC_KIND_DEVICE][ZC_MEM_ACTIVATIONS],
+             (long long)p->engine.bytes_by_kind_cat[ZC_KIND_PINNED][ZC_MEM_ACTIVATIONS],
+             (long long)p->engine.bytes_by_kind_cat[ZC_KIND_NVME][ZC_MEM_ACTIVATIONS]);
 }

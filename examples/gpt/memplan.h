@@ -19,16 +19,23 @@ typedef struct gpt_mem_plan {
     bool host_model;         /* the model runs on the CPU: its memory is host memory */
     uint64_t acts;           /* one rank's activations and backward scratch
                                 (model.c's gpt_acts_create, exactly; plus the
-                                B = 1 model of --sample) */
+                                B = 1 model of --sample); with
+                                --checkpoint-activations block one block's, the
+                                blocks' inputs being the engine's activation
+                                store (engine: ZC_MEM_ACTIVATIONS) */
     uint64_t bufs;           /* one rank's fp32 weight and gradient copies of one
                                 block and of the embedding and final LayerNorm,
                                 and its token buffers */
     uint64_t master;         /* the gathered fp32 master (params_sha256), once */
+    uint64_t import_ring;    /* --init-from: the ranks' staging rings of
+                                zc_load_safetensors (32 MiB each), alive only
+                                during the import, before the model's buffers */
     uint64_t engine_host;    /* local x the engine's pinned + pageable host bytes
                                 (its "device" bytes too on the host path) */
     uint64_t host;           /* the process's peak host bytes: while training,
                                 engines + the example's bytes + the master; at
-                                the end, the master and its hashed copy */
+                                the end, the master and its hashed copy; with
+                                --init-from at least the engines + the rings */
 } gpt_mem_plan;
 
 /* Plans one process of train_gpt: `local` of `world` ranks registering the

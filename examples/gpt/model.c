@@ -23,6 +23,11 @@ bool gpt_config_check(const gpt_config *c, char *err, size_t errlen)
         snprintf(err, errlen, "--seq %d is longer than %d", c->seq, GPT_MAX_SEQ);
         return false;
     }
+    if (c->ctx && (c->ctx < c->seq || c->ctx > GPT_MAX_SEQ)) {
+        snprintf(err, errlen, "a context of %d positions, not in [--seq %d, %d]", c->ctx,
+                 c->seq, GPT_MAX_SEQ);
+        return false;
+    }
     /* The layers index with int products such as N * 4C and vocab * dim;
      * keep every per-tensor size inside int. */
     int64_t big = (int64_t)4 * c->dim * c->dim;
@@ -51,7 +56,7 @@ void gpt_tensor_info(const gpt_config *c, int i, char name[64], int64_t shape[2]
     const int nt = gpt_num_tensors(c);
     if (i < 2) {
         snprintf(name, 64, "%s", i == 0 ? "wte" : "wpe");
-        shape[0] = i == 0 ? c->vocab : c->seq;
+        shape[0] = i == 0 ? c->vocab : c->ctx > 0 ? c->ctx : c->seq;
         shape[1] = C;
         *ndim = 2;
         *piece = 0;
@@ -70,6 +75,12 @@ void gpt_tensor_info(const gpt_config *c, int i, char name[64], int64_t shape[2]
         *piece = 1 + l;
     }
     *numel = (size_t)shape[0] * (size_t)shape[1];
+}
+
+double gpt_flops_per_token(const gpt_config *c)
+{
+    const double P = (double)gpt_num_params(c), L = c->layers, D = c->dim, T = c->seq;
+    return 6.0 * (P - T * D) + 12.0 * L * D * T;
 }
 
 size_t gpt_num_params(const gpt_config *c)
@@ -134,9 +145,11 @@ static bool mul3(size_t a, size_t b, size_t c, size_t *out)
 typedef struct acts_slot { float **p; size_t n; } acts_slot;
 enum { ACTS_SLOTS = 25 };
 
-static int acts_table(gpt_acts *a, const gpt_config *c, int B, acts_slot t[ACTS_SLOTS])
+static int acts_table(gpt_acts *a, const gpt_config *c, int B, bool ckpt,
+                      acts_slot t[ACTS_SLOTS])
 {
-    const size_t L = (size_t)c->layers, C = (size_t)c->dim, T = (size_t)c->seq;
+    /* ckpt: one block's buffers and two residual slots (model.h). */
+    const size_t L = ckpt ? 1 : (size_t)c->layers, C = (size_t)c->dim, T = (size_t)c->seq;
     size_t N, NC, att, NV, widest;
     /* widest: the largest per-layer buffer (4 N C, the MLP) over every layer,
      * in bytes; with it and att checked, every size below fits size_t. */
@@ -147,7 +160,7 @@ static int acts_table(gpt_acts *a, const gpt_config *c, int B, acts_slot t[ACTS_
         return 0;
     NC /= 4;
     const acts_slot all[ACTS_SLOTS] = {
-        {&a->res, (L + 1) * NC}, {&a->ln1, L * NC}, {&a->ln1_mean, L * N}, {&a->ln1_rstd, L * N},
+        {&a->res, (ckpt ? 2 : L + 1) * NC}, {&a->ln1, L * NC}, {&a->ln1_mean, L * N}, {&a->ln1_rstd, L * N},
         {&a->qkv, L * 3 * NC}, {&a->att, att / sizeof(float)}, {&a->atty, L * NC},
         {&a->res2, L * NC}, {&a->ln2, L * NC}, {&a->ln2_mean, L * N}, {&a->ln2_rstd, L * N},
         {&a->fch, L * 4 * NC}, {&a->fch_gelu, L * 4 * NC}, {&a->lnf, NC}, {&a->lnf_mean, N},
@@ -158,11 +171,11 @@ static int acts_table(gpt_acts *a, const gpt_config *c, int B, acts_slot t[ACTS_
     return ACTS_SLOTS;
 }
 
-bool gpt_acts_bytes(const gpt_config *c, int B, uint64_t *bytes)
+bool gpt_acts_bytes(const gpt_config *c, int B, bool ckpt, uint64_t *bytes)
 {
     gpt_acts a;
     acts_slot t[ACTS_SLOTS];
-    const int n = acts_table(&a, c, B, t);
+    const int n = acts_table(&a, c, B, ckpt, t);
     uint64_t sum = 0;
     for (int k = 0; k < n; k++)
         if (__builtin_add_overflow(sum, (uint64_t)t[k].n, &sum))
@@ -170,17 +183,19 @@ bool gpt_acts_bytes(const gpt_config *c, int B, uint64_t *bytes)
     return n > 0 && !__builtin_mul_overflow(sum, (uint64_t)sizeof(float), bytes);
 }
 
-bool gpt_acts_create(gpt_acts *a, const gpt_config *c, int B, char *err, size_t errlen)
+bool gpt_acts_create(gpt_acts *a, const gpt_config *c, int B, bool ckpt, char *err,
+                     size_t errlen)
 {
     memset(a, 0, sizeof *a);
     acts_slot t[ACTS_SLOTS];
-    const int n = acts_table(a, c, B, t);
+    const int n = acts_table(a, c, B, ckpt, t);
     if (n == 0) {
         snprintf(err, errlen, "batch %d x seq %d is too large for this model", B, c->seq);
         return false;
     }
     a->B = B;
     a->T = c->seq;
+    a->ckpt = ckpt;
     for (int k = 0; k < n; k++) {
         *t[k].p = calloc(t[k].n, sizeof(float));
         if (!*t[k].p) {
@@ -202,6 +217,22 @@ void gpt_acts_destroy(gpt_acts *a)
     memset(a, 0, sizeof *a);
 }
 
+size_t gpt_block_input_bytes(const gpt_config *c, int B)
+{
+    return (size_t)B * (size_t)c->seq * (size_t)c->dim * sizeof(float);
+}
+
+int gpt_ckpt_blocks(const gpt_config *c) { return c->layers - 1; }
+
+/* Block l's slice of the per-block buffers (ckpt: the one block's). */
+static size_t lay(const gpt_acts *a, int l) { return a->ckpt ? 0 : (size_t)l; }
+
+float *gpt_block_input(const gpt_config *c, gpt_acts *a, int l)
+{
+    const size_t NC = (size_t)a->B * (size_t)a->T * (size_t)c->dim;
+    return a->res + (a->ckpt ? (size_t)(l % 2) : (size_t)l) * NC;
+}
+
 /* ---- forward -------------------------------------------------------------- */
 
 void gpt_embed_forward_piece(const gpt_config *c, gpt_acts *a, const float *wte,
@@ -214,14 +245,14 @@ void gpt_block_forward(const gpt_config *c, gpt_acts *a, int l,
                        const float *const w[GPT_BLOCK_TENSORS])
 {
     const int B = a->B, T = a->T, C = c->dim, N = B * T;
-    const size_t NC = (size_t)N * C, L = (size_t)l;
-    const float *x = a->res + L * NC;
+    const size_t NC = (size_t)N * C, L = lay(a, l);
+    const float *x = gpt_block_input(c, a, l);
     float *ln1 = a->ln1 + L * NC, *m1 = a->ln1_mean + L * N, *r1 = a->ln1_rstd + L * N;
     float *qkv = a->qkv + L * 3 * NC, *att = a->att + L * (size_t)B * c->heads * T * T;
     float *atty = a->atty + L * NC, *res2 = a->res2 + L * NC, *ln2 = a->ln2 + L * NC;
     float *m2 = a->ln2_mean + L * N, *r2 = a->ln2_rstd + L * N;
     float *fch = a->fch + L * 4 * NC, *fg = a->fch_gelu + L * 4 * NC;
-    float *out = a->res + (L + 1) * NC;
+    float *out = gpt_block_input(c, a, l + 1);
 
     gpt_layernorm_forward(ln1, m1, r1, x, w[GPT_LN1_W], w[GPT_LN1_B], N, C);
     gpt_linear_forward_mm(a->matmul, qkv, ln1, w[GPT_QKV_W], w[GPT_QKV_B], N, C, 3 * C);
@@ -241,7 +272,7 @@ double gpt_head_forward(const gpt_config *c, gpt_acts *a, const float *lnfw, con
                         const float *wte, const int *tgt)
 {
     const int N = a->B * a->T, C = c->dim;
-    const float *x = a->res + (size_t)c->layers * N * C;
+    const float *x = gpt_block_input(c, a, c->layers);
     gpt_layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, x, lnfw, lnfb, N, C);
     gpt_linear_forward_mm(a->matmul, a->probs, a->lnf, wte, NULL, N, C, c->vocab);
     return gpt_softmax_xent_forward(a->probs, tgt, N, c->vocab);
@@ -255,7 +286,7 @@ void gpt_head_backward(const gpt_config *c, gpt_acts *a, const float *lnfw, cons
 {
     const int N = a->B * a->T, C = c->dim;
     const size_t NC = (size_t)N * C;
-    const float *x = a->res + (size_t)c->layers * NC;
+    const float *x = gpt_block_input(c, a, c->layers);
     gpt_softmax_xent_backward(a->dlogits, a->probs, tgt, N, c->vocab, loss_scale / (float)N);
     gpt_linear_backward_set_mm(a->matmul, a->dln, dwte, NULL, a->dlogits, a->lnf, wte, N, C,
                                c->vocab);
@@ -269,8 +300,8 @@ void gpt_block_backward(const gpt_config *c, gpt_acts *a, int l,
                         float *const g[GPT_BLOCK_TENSORS])
 {
     const int B = a->B, T = a->T, C = c->dim, N = B * T;
-    const size_t NC = (size_t)N * C, L = (size_t)l;
-    const float *x = a->res + L * NC;
+    const size_t NC = (size_t)N * C, L = lay(a, l);
+    const float *x = gpt_block_input(c, a, l);
     const float *ln1 = a->ln1 + L * NC, *m1 = a->ln1_mean + L * N, *r1 = a->ln1_rstd + L * N;
     const float *qkv = a->qkv + L * 3 * NC, *att = a->att + L * (size_t)B * c->heads * T * T;
     const float *atty = a->atty + L * NC, *res2 = a->res2 + L * NC, *ln2 = a->ln2 + L * NC;

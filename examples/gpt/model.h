@@ -19,6 +19,7 @@
 
 typedef struct gpt_config {
     int vocab, seq, layers, heads, dim;
+    int ctx;  /* positions of wpe (GPT-2's n_positions; 0: seq); seq <= ctx */
 } gpt_config;
 
 /* Tensors of one block, in registration order. */
@@ -42,6 +43,13 @@ void gpt_tensor_info(const gpt_config *c, int i, char name[64], int64_t shape[2]
                      size_t *numel, int *piece);
 /* Total number of parameters. */
 size_t gpt_num_params(const gpt_config *c);
+/* Training FLOPs per token (forward and backward): 6 x the parameters that
+ * take part in matrix products (all but wpe, a lookup; wte once, as the
+ * tied head's matmul) + 12 x layers x dim x seq for the attention scores
+ * and their use (PaLM, appendix B; causal masking not discounted). The
+ * formula of bench/train/gpt_flops.py, which scripts/gpu_check.py and the
+ * PyTorch twin use. */
+double gpt_flops_per_token(const gpt_config *c);
 
 /* Initialisation as GPT-2: normal(0, 0.02) weights, residual projections
  * scaled by 1/sqrt(2 layers), zero biases, LayerNorm weight 1. Fills tensor i
@@ -50,30 +58,54 @@ size_t gpt_num_params(const gpt_config *c);
 void gpt_init_tensor(const gpt_config *c, int i, uint64_t seed, float *out);
 
 /* Saved activations and backward scratch for micro-batches of B sequences of
- * c->seq tokens. */
+ * c->seq tokens.
+ *
+ * With ckpt (activation checkpointing by block, train.c's
+ * --checkpoint-activations block) the per-block buffers below hold one
+ * block, and the residual stream two: block l reads slot l % 2 and writes
+ * slot (l + 1) % 2 (gpt_block_input). The training loop saves each block's
+ * input before the block runs (zeroc's activation store) and, in backward,
+ * restores it into gpt_block_input(l) and runs gpt_block_forward(l) again
+ * before gpt_block_backward(l): the same arithmetic on the same values, so
+ * the gradients are bitwise those of the run that keeps every block. The
+ * last block needs neither (gpt_ckpt_blocks): the head reads only the
+ * residual slot it wrote, so its buffers still hold its activations. */
 typedef struct gpt_acts {
     int B, T;
+    bool ckpt;
     /* The precision of the linear layers' matmuls (the LM head's included):
      * GPT_MATMUL_F32 after gpt_acts_create; a caller that trains in bf16
      * may set GPT_MATMUL_BF16 (matmul_cpu.h). The attention's products stay
      * fp32. */
     gpt_matmul matmul;
-    float *res;            /* [layers + 1][N, C] residual stream into each block, then out */
+    float *res;            /* [layers + 1][N, C] residual stream into each block, then out
+                              (ckpt: [2][N, C]) */
     float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *atty, *res2, *ln2, *ln2_mean, *ln2_rstd,
-        *fch, *fch_gelu;   /* per block, [layers][...] */
+        *fch, *fch_gelu;   /* per block, [layers][...] (ckpt: [1][...]) */
     float *lnf, *lnf_mean, *lnf_rstd, *probs;
     /* backward scratch (one block's worth) */
     float *dres, *dres2, *dln, *datty, *dqkv, *dfch, *dfch_gelu, *dlogits;
 } gpt_acts;
 
-/* Allocates for B sequences; B * seq * max(4 dim, vocab) and the attention
- * maps must fit in size_t (checked). Returns false (err says why) when not or
- * when memory runs out. */
-bool gpt_acts_create(gpt_acts *a, const gpt_config *c, int B, char *err, size_t errlen);
+/* Allocates for B sequences (ckpt: one block's buffers, see above); B * seq
+ * * max(4 dim, vocab) and the attention maps must fit in size_t (checked).
+ * Returns false (err says why) when not or when memory runs out. */
+bool gpt_acts_create(gpt_acts *a, const gpt_config *c, int B, bool ckpt, char *err,
+                     size_t errlen);
 void gpt_acts_destroy(gpt_acts *a);
 /* The bytes gpt_acts_create allocates for B sequences (the same table);
  * false when a size overflows. */
-bool gpt_acts_bytes(const gpt_config *c, int B, uint64_t *bytes);
+bool gpt_acts_bytes(const gpt_config *c, int B, bool ckpt, uint64_t *bytes);
+/* The bytes of one block's checkpoint: its input, B x seq x dim floats. */
+size_t gpt_block_input_bytes(const gpt_config *c, int B);
+/* The checkpoints a training micro-step saves: every block's input but the
+ * last block's. The last block runs on into its own backward straight after
+ * the head's, so its activations are still in the one block's buffers and it
+ * needs neither a checkpoint nor a recompute (as PyTorch's
+ * checkpoint_sequential leaves its last segment). 0 for one layer. */
+int gpt_ckpt_blocks(const gpt_config *c);
+/* Block l's input in the residual stream (what it reads; ckpt: slot l % 2). */
+float *gpt_block_input(const gpt_config *c, gpt_acts *a, int l);
 
 /* The pieces. tok and tgt are [B, T]. */
 void gpt_embed_forward_piece(const gpt_config *c, gpt_acts *a, const float *wte,

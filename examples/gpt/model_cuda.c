@@ -22,8 +22,8 @@ static int copy(gpt_cuda_model *m, float *dst, const float *src, size_t n)
                                 (cudaStream_t)m->stream);
 }
 
-bool gpt_cuda_model_create(gpt_cuda_model *m, const gpt_config *c, int B, void *stream,
-                           char *err, size_t errlen)
+bool gpt_cuda_model_create(gpt_cuda_model *m, const gpt_config *c, int B, bool ckpt,
+                           void *stream, char *err, size_t errlen)
 {
     memset(m, 0, sizeof *m);
     m->c = *c;
@@ -31,15 +31,17 @@ bool gpt_cuda_model_create(gpt_cuda_model *m, const gpt_config *c, int B, void *
     /* Sizes as model.c's gpt_acts_create, which checks their arithmetic:
      * a host allocation of the same sizes is made and freed first. */
     gpt_acts h;
-    if (!gpt_acts_create(&h, c, B, err, errlen)) return false;
+    if (!gpt_acts_create(&h, c, B, ckpt, err, errlen)) return false;
     gpt_acts_destroy(&h);
-    const size_t L = (size_t)c->layers, C = (size_t)c->dim, N = (size_t)B * c->seq;
+    /* ckpt: one block's buffers and two residual slots (model.h). */
+    const size_t L = ckpt ? 1 : (size_t)c->layers, C = (size_t)c->dim, N = (size_t)B * c->seq;
     const size_t NC = N * C, NV = N * (size_t)c->vocab;
     const size_t att = L * (size_t)B * c->heads * c->seq * c->seq;
     m->a.B = B;
     m->a.T = c->seq;
+    m->a.ckpt = ckpt;
     struct { float **p; size_t n; } t[] = {
-        {&m->a.res, (L + 1) * NC}, {&m->a.ln1, L * NC}, {&m->a.ln1_mean, L * N},
+        {&m->a.res, (ckpt ? 2 : L + 1) * NC}, {&m->a.ln1, L * NC}, {&m->a.ln1_mean, L * N},
         {&m->a.ln1_rstd, L * N}, {&m->a.qkv, L * 3 * NC}, {&m->a.att, att}, {&m->a.atty, L * NC},
         {&m->a.res2, L * NC}, {&m->a.ln2, L * NC}, {&m->a.ln2_mean, L * N},
         {&m->a.ln2_rstd, L * N}, {&m->a.fch, L * 4 * NC}, {&m->a.fch_gelu, L * 4 * NC},
@@ -103,6 +105,15 @@ void gpt_cuda_model_destroy(gpt_cuda_model *m)
     memset(m, 0, sizeof *m);
 }
 
+/* Block l's slice of the per-block buffers (ckpt: the one block's). */
+static size_t lay(const gpt_acts *a, int l) { return a->ckpt ? 0 : (size_t)l; }
+
+float *gpt_cuda_block_input(gpt_cuda_model *m, int l)
+{
+    const size_t NC = (size_t)m->a.B * (size_t)m->a.T * (size_t)m->c.dim;
+    return m->a.res + (m->a.ckpt ? (size_t)(l % 2) : (size_t)l) * NC;
+}
+
 int gpt_cuda_embed_forward_piece(gpt_cuda_model *m, const float *wte, const float *wpe,
                                  const int *tok)
 {
@@ -113,15 +124,15 @@ int gpt_cuda_block_forward(gpt_cuda_model *m, int l, const float *const w[GPT_BL
 {
     gpt_acts *a = &m->a;
     const int B = a->B, T = a->T, C = m->c.dim, N = B * T;
-    const size_t NC = (size_t)N * C, L = (size_t)l;
+    const size_t NC = (size_t)N * C, L = lay(a, l);
     void *s = m->stream;
-    const float *x = a->res + L * NC;
+    const float *x = gpt_cuda_block_input(m, l);
     float *ln1 = a->ln1 + L * NC, *m1 = a->ln1_mean + L * N, *r1 = a->ln1_rstd + L * N;
     float *qkv = a->qkv + L * 3 * NC, *att = a->att + L * (size_t)B * m->c.heads * T * T;
     float *atty = a->atty + L * NC, *res2 = a->res2 + L * NC, *ln2 = a->ln2 + L * NC;
     float *m2 = a->ln2_mean + L * N, *r2 = a->ln2_rstd + L * N;
     float *fch = a->fch + L * 4 * NC, *fg = a->fch_gelu + L * 4 * NC;
-    float *out = a->res + (L + 1) * NC;
+    float *out = gpt_cuda_block_input(m, l + 1);
     TRY(gpt_cuda_layernorm_forward(ln1, m1, r1, x, w[GPT_LN1_W], w[GPT_LN1_B], N, C, s));
     TRY(gpt_cuda_linear_forward(m->blas, qkv, ln1, w[GPT_QKV_W], w[GPT_QKV_B], N, C, 3 * C,
                                 m->scratch));
@@ -143,7 +154,7 @@ int gpt_cuda_head_forward(gpt_cuda_model *m, const float *lnfw, const float *lnf
 {
     gpt_acts *a = &m->a;
     const int N = a->B * a->T, C = m->c.dim;
-    const float *x = a->res + (size_t)m->c.layers * N * C;
+    const float *x = gpt_cuda_block_input(m, m->c.layers);
     TRY(gpt_cuda_layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, x, lnfw, lnfb, N, C,
                                    m->stream));
     TRY(gpt_cuda_linear_forward(m->blas, a->probs, a->lnf, wte, NULL, N, C, m->c.vocab,
@@ -168,7 +179,7 @@ int gpt_cuda_head_backward(gpt_cuda_model *m, const float *lnfw, const float *wt
     gpt_acts *a = &m->a;
     const int N = a->B * a->T, C = m->c.dim;
     const size_t NC = (size_t)N * C;
-    const float *x = a->res + (size_t)m->c.layers * NC;
+    const float *x = gpt_cuda_block_input(m, m->c.layers);
     TRY(gpt_cuda_softmax_xent_backward(a->dlogits, a->probs, tgt, N, m->c.vocab,
                                        loss_scale / (float)N, m->stream));
     TRY(zero(m, a->dln, NC));
@@ -184,9 +195,9 @@ int gpt_cuda_block_backward(gpt_cuda_model *m, int l, const float *const w[GPT_B
 {
     gpt_acts *a = &m->a;
     const int B = a->B, T = a->T, C = m->c.dim, N = B * T;
-    const size_t NC = (size_t)N * C, L = (size_t)l;
+    const size_t NC = (size_t)N * C, L = lay(a, l);
     void *s = m->stream;
-    const float *x = a->res + L * NC;
+    const float *x = gpt_cuda_block_input(m, l);
     const float *ln1 = a->ln1 + L * NC, *m1 = a->ln1_mean + L * N, *r1 = a->ln1_rstd + L * N;
     const float *qkv = a->qkv + L * 3 * NC, *att = a->att + L * (size_t)B * m->c.heads * T * T;
     const float *atty = a->atty + L * NC, *res2 = a->res2 + L * NC, *ln2 = a->ln2 + L * NC;

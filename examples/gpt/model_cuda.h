@@ -23,10 +23,13 @@ typedef struct gpt_cuda_model {
     void *stream;
 } gpt_cuda_model;
 
-/* Allocates activations for B sequences on the current device. Returns
- * false with err (the CUDA error or the size that does not fit). */
-bool gpt_cuda_model_create(gpt_cuda_model *m, const gpt_config *c, int B, void *stream,
-                           char *err, size_t errlen);
+/* Allocates activations for B sequences on the current device (ckpt: one
+ * block's, as model.h's gpt_acts). Returns false with err (the CUDA error or
+ * the size that does not fit). */
+bool gpt_cuda_model_create(gpt_cuda_model *m, const gpt_config *c, int B, bool ckpt,
+                           void *stream, char *err, size_t errlen);
+/* Block l's input on the device (model.h's gpt_block_input). */
+float *gpt_cuda_block_input(gpt_cuda_model *m, int l);
 void gpt_cuda_model_destroy(gpt_cuda_model *m);
 
 /* Each returns 0 or the first status code (layers_cuda.h) as an int. */

@@ -24,12 +24,32 @@ typedef struct gpt_opts {
     int save_every;          /* --save-every: checkpoint every N steps (0: never) */
     const char *save_dir;    /* --save-dir */
     bool resume;             /* --resume: load the latest checkpoint in save_dir first */
+    const char *init_from;   /* --init-from: a Hugging Face GPT-2 checkpoint, or NULL */
+    const char *tokens_path; /* --tokens: token ids instead of --data's bytes, or NULL */
+    const char *export_path; /* --export: the trained model as Hugging Face safetensors */
+    bool sequential;         /* --order sequential: windows in order, as llm.c reads */
+    bool ckpt;               /* --checkpoint-activations block: each block's input kept in
+                                zeroc's activation store, the block recomputed in backward */
+    int ckpt_offload;        /* --checkpoint-offload: GPT_CKPT_* where the store keeps them
+                                (GPT_CKPT_CONFIG: as the config's activation_checkpointing
+                                section says); read back from the config after it is made */
+    const char *ckpt_nvme_path; /* --checkpoint-nvme-path: activation_checkpointing.nvme_path */
+    const char *trace;       /* --trace: the timeline's file (trace.path), or NULL */
+    const char *trace_steps; /* --trace-steps: its window (trace.steps), or NULL */
+    double peak_flops;       /* --peak-flops: one rank's peak FLOP/s for MFU (0: the device's) */
+    int print_every;         /* steps_per_print of the config; 0: unset (every steps / 20) */
+    bool comms_logger;       /* comms_logger.enabled: the summary is printed at the end */
 } gpt_opts;
+
+/* --checkpoint-offload: the config's section, or device / cpu / nvme. */
+enum { GPT_CKPT_CONFIG = -1, GPT_CKPT_DEVICE = 0, GPT_CKPT_CPU, GPT_CKPT_NVME };
 
 enum {
     GPT_GIVEN_STAGE = 1u << 0, GPT_GIVEN_DTYPE = 1u << 1, GPT_GIVEN_ACCUM = 1u << 2,
     GPT_GIVEN_BATCH = 1u << 3, GPT_GIVEN_CLIP = 1u << 4, GPT_GIVEN_LR = 1u << 5,
-    GPT_GIVEN_WORLD = 1u << 6
+    GPT_GIVEN_WORLD = 1u << 6, GPT_GIVEN_LAYERS = 1u << 7, GPT_GIVEN_HEADS = 1u << 8,
+    GPT_GIVEN_DIM = 1u << 9, GPT_GIVEN_SEQ = 1u << 10, GPT_GIVEN_VOCAB = 1u << 11,
+    GPT_GIVEN_DATA = 1u << 12, GPT_GIVEN_CTX = 1u << 13
 };
 
 /* --launcher: auto (one rank per process when mpirun or torchrun started

@@ -39,6 +39,8 @@
 
 #include "cliarg.h"
 #include "data.h"
+#include "hf_init.h"
+#include "hf_names.h"
 #include "model.h"
 #include "memplan.h"
 #include "options.h"
@@ -58,6 +60,7 @@ typedef struct shared {
     double unigram_val;      /* entropy of the validation bytes, nats */
     double val_loss;         /* last validation loss (rank 0) */
     zc_stats stats0;         /* rank 0's engine stats before it is destroyed (--json) */
+    zc_act_stats act0;       /* ... and its activation store's */
     float *master;           /* gathered fp32 master, registration order */
     const gpt_backend *be;   /* where the model runs (--device) */
     int cpu_threads;         /* BLAS/oneDNN threads of each rank (CPU device) */
@@ -174,6 +177,10 @@ typedef struct rank_state {
     float *wte, *wpe, *blk[GPT_BLOCK_TENSORS], *lnfw, *lnfb;
     float *dwte, *dwpe, *gblk[GPT_BLOCK_TENSORS], *dlnfw, *dlnfb;
     int *tok, *tgt;          /* the micro-batch, in the backend's memory */
+    /* --checkpoint-activations block: each block's saved input (zc_act_save
+     * in forward, zc_act_restore in backward), and its bytes. */
+    zc_act_id *ck;
+    size_t ck_bytes;
 } rank_state;
 
 /* A failed backend call ends the program (a rank that stops would leave
@@ -277,16 +284,23 @@ static size_t block_numel(const zc_block *b)
 }
 
 /* Forward of model m over s->tok / s->tgt through every piece, acquiring
- * each; returns the mean loss. */
+ * each; returns the mean loss. keep_head: a training forward (the head stays
+ * acquired for the backward that follows, and with --checkpoint-activations
+ * block each block's input but the last's goes to the activation store
+ * before it runs: gpt_ckpt_blocks). */
 static double forward(rank_state *s, void *m, bool keep_head)
 {
     const gpt_config *c = &s->sh->o.model;
+    const int rank = s->rank;
     float *emb[2] = {s->wte, s->wpe};
     acquire(s, s->emb, emb);
     BE(s, embed_forward(m, s->wte, s->wpe, s->tok));
     release(s, s->emb);
     for (int l = 0; l < c->layers; l++) {
         float *w[GPT_BLOCK_TENSORS];
+        if (s->ck && keep_head && l < gpt_ckpt_blocks(c))
+            CHECK(zc_act_save(s->eng, s->be->block_input(m, l), s->ck_bytes, s->stream,
+                              &s->ck[l]));
         acquire_f32(s, s->layer[l], s->blk, w);
         BE(s, block_forward(m, l, (const float *const *)w));
         release(s, s->layer[l]);
@@ -322,6 +336,15 @@ static void backward(rank_state *s, void *m)
     for (int l = c->layers - 1; l >= 0; l--) {
         float *w[GPT_BLOCK_TENSORS];
         acquire_f32(s, s->layer[l], s->blk, w);
+        if (s->ck && l < gpt_ckpt_blocks(c)) {
+            /* The block's input back from the store, and its forward again:
+             * the same arithmetic on the same values refills the block's
+             * activations for its backward (the last block's are still
+             * there from the forward). */
+            CHECK(zc_act_restore(s->eng, s->ck[l], s->be->block_input(m, l), s->ck_bytes,
+                                 s->stream));
+            BE(s, block_forward(m, l, (const float *const *)w));
+        }
         if (in_place(s)) {
             /* The engine's zeroed buffers, taken as the previous block's
              * are made ready (zc_block_grad_buffers' reservation). */
@@ -388,7 +411,8 @@ static void sample(rank_state *s, int n, bool print)
     const int T = c->seq, V = c->vocab;
     char err[256];
     void *m = NULL;
-    if (!s->be->model_create(&m, c, 1, dtype_of(s), s->stream, err, sizeof err)) {
+    if (!s->be->model_create(&m, c, 1, dtype_of(s), s->sh->o.ckpt, s->stream, err,
+                             sizeof err)) {
         fprintf(stderr, "train_gpt: %s\n", err);
         rank_quit(1);
     }
@@ -411,7 +435,9 @@ static void sample(rank_state *s, int n, bool print)
             acc += p[v];
             if (u < acc) { next = v; break; }
         }
-        if (print) {
+        if (print && d->tokens) {
+            printf("%s%d", i ? " " : "", next); /* token ids: no tokenizer here */
+        } else if (print) {
             unsigned char ch = gpt_byte_of_token(next);
             putchar(ch == '\n' || (ch >= 32 && ch < 127) ? ch : '?');
         }
@@ -452,6 +478,16 @@ static void *rank_main(void *argp)
      * rank's stream. */
     eo.device = s.be->device;
     eo.stream = s.stream;
+    /* --checkpoint-activations block: the store holds one input per block
+     * but the last (gpt_ckpt_blocks; memplan.c plans the same); one layer
+     * needs no store. */
+    if (o->ckpt) {
+        const int n = gpt_ckpt_blocks(c);
+        eo.act_checkpoints = n;
+        eo.act_checkpoint_bytes = n > 0 ? (int64_t)gpt_block_input_bytes(c, B) : 0;
+        s.ck = xcalloc((size_t)c->layers, sizeof *s.ck);
+        s.ck_bytes = gpt_block_input_bytes(c, B);
+    }
     CHECK(zc_engine_create(&s.eng, sh->cfg, comm, &eo));
     rank_engine = s.eng;
     atomic_fetch_add(&live_engines, 1);
@@ -484,7 +520,26 @@ static void *rank_main(void *argp)
     size_t max_piece = 0; /* elements of the largest piece */
     for (int j = 0; j < c->layers + 2; j++)
         if (block_numel(piece(&s, j)) > max_piece) max_piece = block_numel(piece(&s, j));
-    {
+    if (o->init_from) {
+        /* Each rank reads its own part of the checkpoint (zc_load_safetensors),
+         * under the Hugging Face names (tools/hf_names.h). */
+        zc_load_options lo = ZC_LOAD_OPTIONS_INIT;
+        lo.map = zc__hf_gpt2_import;
+        zc_load_stats ls = {.size = sizeof ls};
+        CHECK(zc_load_safetensors(s.eng, o->init_from, &lo, &ls));
+        if (lead && o->json)
+            printf("{\"import\":true,\"tensors\":%lld,\"skipped\":%lld,\"file_bytes\":%lld,"
+                   "\"bytes_read\":%lld,\"seconds\":%s,\"ring_bytes\":%lld,\"direct\":%s}\n",
+                   (long long)ls.tensors, (long long)ls.skipped, (long long)ls.file_bytes,
+                   (long long)ls.bytes_read, jnum(ls.seconds).s, (long long)ls.ring_bytes,
+                   ls.direct ? "true" : "false");
+        else if (lead)
+            printf("train_gpt: %lld tensors from %s (%lld skipped); rank 0 read %.1f of %.1f "
+                   "MiB in %.2f s\n", (long long)ls.tensors, o->init_from, (long long)ls.skipped,
+                   (double)ls.bytes_read / 1048576.0, (double)ls.file_bytes / 1048576.0,
+                   ls.seconds);
+        fflush(stdout);
+    } else {
         /* One load per piece, its tensors' initial values back to back. */
         float *init = xcalloc(max_piece, sizeof(float));
         for (int j = 0, i = 0; j < c->layers + 2; j++) {
@@ -517,12 +572,39 @@ static void *rank_main(void *argp)
     }
 
     void *m = NULL;
-    if (!s.be->model_create(&m, c, B, dtype_of(&s), s.stream, err, sizeof err)) {
+    if (!s.be->model_create(&m, c, B, dtype_of(&s), o->ckpt, s.stream, err, sizeof err)) {
         fprintf(stderr, "train_gpt: %s\n", err);
         rank_quit(1);
     }
     int *tok = xcalloc((size_t)B * T, sizeof(int)), *tgt = xcalloc((size_t)B * T, sizeof(int));
     const double tokens_per_step = (double)B * T * o->accum * sh->world;
+    /* What a step computes, for the throughput of the engine's progress
+     * lines and ours: the model's FLOPs (gpt_flops_per_token) and one rank's
+     * peak - --peak-flops, else the device's (a CPU's shared by the ranks
+     * this process runs as threads). */
+    const double flops_per_step = tokens_per_step * gpt_flops_per_token(c);
+    double peak = o->peak_flops;
+    char peak_how[160] = "--peak-flops";
+    if (!(peak > 0)) {
+        s.be->peak_flops(&peak, peak_how, sizeof peak_how);
+        if (s.be->device == ZC_DEVICE_HOST && sh->local > 1)
+            peak /= sh->local;
+    }
+    {
+        zc_workload wl = {.size = sizeof wl, .tokens_per_step = tokens_per_step,
+                          .flops_per_step = flops_per_step, .peak_flops = peak};
+        CHECK(zc_engine_set_workload(s.eng, &wl));
+    }
+    if (lead && !o->json)
+        printf("train_gpt: %.3g FLOPs per step (%.4g per token); MFU against %.4g TFLOP/s per "
+               "rank (%s%s)\n", flops_per_step, gpt_flops_per_token(c), peak / 1e12, peak_how,
+               s.be->device == ZC_DEVICE_HOST && sh->local > 1 && !(o->peak_flops > 0)
+                   ? ", shared by the ranks of this process" : "");
+    /* A progress line every steps_per_print steps (unset: --steps / 20 of
+     * them): tokens/s and MFU over the steps since the last one. */
+    const int every = o->print_every > 0 ? o->print_every : (o->steps / 20 > 1 ? o->steps / 20 : 1);
+    double span_s = 0.0;
+    int span_steps = 0;
 
     /* --resume: step numbers (and the data, a function of the step) go on
      * from the checkpoint. */
@@ -539,6 +621,7 @@ static void *rank_main(void *argp)
         start = (int)st.steps;
     }
     const int end = start + o->steps;
+    double act_mark = 0.0, wait_mark = 0.0; /* the store's times before the step */
     for (int step = start; step < end; step++) {
         double t0 = now(), loss = 0.0;
         for (int micro = 0; micro < o->accum; micro++) {
@@ -563,7 +646,7 @@ static void *rank_main(void *argp)
         if (lead) {
             if (o->json) {
                 /* With wall_clock_breakdown, rank 0's step timers too. */
-                char tm[320] = "";
+                char tm[400] = "";
                 zc_timers t = {.size = sizeof t};
                 if (zc_engine_timers(s.eng, &t) == ZC_OK && t.enabled && t.step == info.step) {
                     int n = snprintf(tm, sizeof tm, ",\"timers\":{");
@@ -573,17 +656,45 @@ static void *rank_main(void *argp)
                     if (n > 0 && (size_t)n < sizeof tm)
                         snprintf(tm + n, sizeof tm - (size_t)n, "}");
                 }
+                /* With checkpointing, the time the step spent in the store's
+                 * calls (the transfer it did not hide) and, of it, waiting
+                 * for reads. */
+                zc_act_stats as = {.size = sizeof as};
+                if (s.ck && zc_engine_act_stats(s.eng, &as) == ZC_OK) {
+                    const size_t u = strlen(tm);
+                    snprintf(tm + u, sizeof tm - u, ",\"act_s\":%s,\"act_wait_s\":%s",
+                             jnum(as.save_s + as.restore_s - act_mark).s,
+                             jnum(as.restore_wait_s - wait_mark).s);
+                    act_mark = as.save_s + as.restore_s;
+                    wait_mark = as.restore_wait_s;
+                }
+                const double fps = flops_per_step / sh->world / dt_s;
                 printf("{\"step\":%d,\"loss\":%s,\"grad_norm\":%s,\"loss_scale\":%s,"
-                       "\"skipped\":%s,\"lr\":%s,\"tokens_per_s\":%s,\"step_s\":%s%s}\n",
+                       "\"skipped\":%s,\"lr\":%s,\"tokens_per_s\":%s,\"step_s\":%s,"
+                       "\"flops_per_s_per_rank\":%s,\"mfu\":%s%s}\n",
                        step + 1, jnum(l).s, jnum(info.grad_norm).s, jnum(info.loss_scale).s,
                        info.skipped ? "true" : "false", jnum(info.lr).s,
-                       jnum(tokens_per_step / dt_s).s, jnum(dt_s).s, tm);
+                       jnum(tokens_per_step / dt_s).s, jnum(dt_s).s, jnum(fps).s,
+                       peak > 0 ? jnum(fps / peak).s : "null", tm);
+                fflush(stdout);
+            } else {
+                span_s += dt_s;
+                span_steps++;
+                if ((step + 1) % every == 0 || step + 1 == end || info.skipped) {
+                    const double tps = tokens_per_step * span_steps / span_s;
+                    const double fps = flops_per_step * span_steps / sh->world / span_s;
+                    char mfu[32] = "";
+                    if (peak > 0)
+                        snprintf(mfu, sizeof mfu, "  MFU %.1f%%", 100.0 * fps / peak);
+                    printf("step %5d/%d  loss %.4f  grad_norm %.3f  lr %.2e  %.0f tok/s  "
+                           "%.3f TFLOP/s%s%s\n",
+                           step + 1, end, l, info.grad_norm, info.lr, tps, fps / 1e12, mfu,
+                           info.skipped ? "  (skipped: overflow)" : "");
+                    fflush(stdout);
+                    span_s = 0.0;
+                    span_steps = 0;
+                }
             }
-            else
-                printf("step %5d/%d  loss %.4f  grad_norm %.3f  lr %.2e  %.0f tok/s%s\n",
-                       step + 1, end, l, info.grad_norm, info.lr, tokens_per_step / dt_s,
-                       info.skipped ? "  (skipped: overflow)" : "");
-            fflush(stdout);
         }
         if (o->eval_every > 0 && (step + 1) % o->eval_every == 0 && step + 1 < end) {
             zc_pass_stats ps;
@@ -608,6 +719,15 @@ static void *rank_main(void *argp)
                "\"prefetch_misses\":%lld}\n", end, jnum(v).s, (long long)ps.prefetch_hits,
                (long long)ps.prefetch_misses);
     if (o->sample > 0) sample(&s, o->sample, lead && !o->json);
+    /* comms_logger: DeepSpeed's summary, as a script's log_summary() prints it. */
+    if (lead && o->comms_logger && !o->json) {
+        size_t need = 0;
+        CHECK(zc_engine_comms_summary(s.eng, NULL, 0, &need));
+        char *table = xcalloc(need, 1);
+        CHECK(zc_engine_comms_summary(s.eng, table, need, NULL));
+        printf("--- comms_logger (rank 0) ---\n%s", table);
+        free(table);
+    }
 
     /* Gathering the master is collective: every rank takes part, rank 0 keeps
      * it. A piece at a time, in registration order. */
@@ -637,15 +757,47 @@ static void *rank_main(void *argp)
     zc_block_destroy(s.wte_only);
     free(s.P);
     free(s.numel);
+    free(s.ck);
     if (lead) {
         sh->stats0 = (zc_stats){.size = sizeof(zc_stats)};
         CHECK(zc_engine_stats(s.eng, &sh->stats0));
+        sh->act0 = (zc_act_stats){.size = sizeof(zc_act_stats)};
+        CHECK(zc_engine_act_stats(s.eng, &sh->act0));
     }
     rank_engine = NULL;
     zc_engine_destroy(s.eng);
     atomic_fetch_sub(&live_engines, 1);
     s.be->stream_destroy(s.stream);
     return NULL;
+}
+
+/* The final line's activation figures: the mode, this program's own
+ * activation buffers per rank (model.c's table), the store's reservation by
+ * kind (rank 0's engine, ZC_MEM_ACTIVATIONS) and what it did. */
+static const char *act_json(const shared *sh)
+{
+    static char buf[1024];
+    static const char *const home[] = {"device", "cpu", "nvme"};
+    const gpt_opts *o = &sh->o;
+    const zc_act_stats *a = &sh->act0;
+    const int64_t(*k)[ZC_MEM__COUNT] = sh->stats0.bytes_by_kind_cat;
+    uint64_t mine = 0;
+    (void)gpt_acts_bytes(&o->model, o->batch, o->ckpt, &mine);
+    snprintf(buf, sizeof buf,
+             "\"checkpoint_activations\":\"%s\",\"checkpoint_offload\":%s%s%s,"
+             "\"model_activation_bytes\":%llu,\"act_store\":{\"device\":%lld,\"pinned\":%lld,"
+             "\"nvme\":%lld,\"saves\":%lld,\"restores\":%lld,\"restore_hits\":%lld,"
+             "\"restore_misses\":%lld,\"nvme_write_bytes\":%lld,\"nvme_read_bytes\":%lld,"
+             "\"save_s\":%s,\"restore_s\":%s,\"restore_wait_s\":%s}",
+             o->ckpt ? "block" : "none", o->ckpt ? "\"" : "",
+             o->ckpt ? home[o->ckpt_offload] : "null", o->ckpt ? "\"" : "",
+             (unsigned long long)mine, (long long)k[ZC_KIND_DEVICE][ZC_MEM_ACTIVATIONS],
+             (long long)k[ZC_KIND_PINNED][ZC_MEM_ACTIVATIONS],
+             (long long)k[ZC_KIND_NVME][ZC_MEM_ACTIVATIONS], (long long)a->saves,
+             (long long)a->restores, (long long)a->restore_hits, (long long)a->restore_misses,
+             (long long)a->nvme_write_bytes, (long long)a->nvme_read_bytes, jnum(a->save_s).s,
+             jnum(a->restore_s).s, jnum(a->restore_wait_s).s);
+    return buf;
 }
 
 static void report(const shared *sh, size_t total, bool lead_here)
@@ -674,7 +826,7 @@ static void report(const shared *sh, size_t total, bool lead_here)
                "\"host\":%lld,\"nvme\":%lld},\"placement\":{\"optimizer\":[%lld,%lld,%lld],"
                "\"params\":[%lld,%lld,%lld]},"
                "\"comm_bytes_per_step_by_link\":{\"intra_node\":%lld,\"inter_node\":%lld},"
-               "\"nodes\":%d}\n",
+               "\"nodes\":%d,%s}\n",
                hex, total, jnum(sh->val_loss).s, jnum(sh->unigram_val).s, sh->stats0.stage,
                sh->world,
                zc_dtype_name(o->dtype), sh->be->name, sh->cpu_threads,
@@ -688,7 +840,7 @@ static void report(const shared *sh, size_t total, bool lead_here)
                (long long)sh->stats0.param_chunks_by_place[2],
                (long long)sh->stats0.comm_bytes_last_step_by_link[ZC_LINK_INTRA_NODE],
                (long long)sh->stats0.comm_bytes_last_step_by_link[ZC_LINK_INTER_NODE],
-               sh->stats0.nodes);
+               sh->stats0.nodes, act_json(sh));
     else
         printf("\nval_loss %.4f nats/byte; unigram entropy of the validation bytes %.4f\n"
                "%zu parameters, ZeRO stage %d, %d ranks, %s; fp32 master sha256 %s\n",
@@ -755,10 +907,15 @@ int main(int argc, char **argv)
 #endif
     }
 
-    if (!gpt_data_load(&sh->data, o->data_path, o->model.seq, err, sizeof err)) {
+    if (o->tokens_path ? !gpt_data_load_tokens(&sh->data, o->tokens_path, o->model.seq,
+                                               o->model.vocab, err, sizeof err)
+                       : !gpt_data_load(&sh->data, o->data_path, o->model.seq, err, sizeof err)) {
         fprintf(stderr, "train_gpt: %s\n", err);
         gpt_quit(1);
     }
+    sh->data.sequential = o->sequential;
+    sh->data.accum = o->accum;
+    sh->data.global_batch = (int64_t)o->batch * sh->world;
     sh->unigram_val = gpt_data_unigram_entropy(&sh->data, sh->data.n_train, sh->data.n);
 
     /* Host memory, planned before any rank starts (memplan.h): each rank's
@@ -778,7 +935,7 @@ int main(int argc, char **argv)
         gpt_quit(1);
     }
     if (o->json && (per_process ? zc_comm_rank(env_comm) == 0 : true)) {
-        char line[640];
+        char line[800];
         gpt_mem_plan_json(&mp, line, sizeof line);
         printf("%s\n", line);
         fflush(stdout);
@@ -804,11 +961,12 @@ int main(int argc, char **argv)
     if (lead_here && !o->json)
         printf("train_gpt: %zu parameters (%d layers, %d heads, dim %d, seq %d, vocab %d), "
                "ZeRO stage %s, %d ranks, %s, %d steps x %d micro-steps of %d sequences per "
-               "rank; data %s (%zu bytes, last %zu held out)\n",
+               "rank; data %s (%zu %s, last %zu held out)\n",
                total, c->layers, c->heads, c->dim, c->seq, c->vocab,
                o->stage < 0 ? "auto" : (const char[2]){(char)('0' + o->stage), 0}, sh->world,
-               zc_dtype_name(o->dtype), o->steps, o->accum, o->batch, o->data_path,
-               sh->data.n, sh->data.n - sh->data.n_train);
+               zc_dtype_name(o->dtype), o->steps, o->accum, o->batch,
+               o->tokens_path ? o->tokens_path : o->data_path, sh->data.n,
+               o->tokens_path ? "tokens" : "bytes", sh->data.n - sh->data.n_train);
 
     pthread_t *th = xcalloc((size_t)sh->local, sizeof(pthread_t));
     rank_arg *args = xcalloc((size_t)sh->local, sizeof(rank_arg));
@@ -822,6 +980,14 @@ int main(int argc, char **argv)
     }
     for (int r = 0; r < sh->local; r++) pthread_join(th[r], NULL);
     report(sh, total, lead_here);
+    if (lead_here && o->export_path) {
+        if (!gpt_hf_export(o->export_path, c, sh->master, err, sizeof err)) {
+            fprintf(stderr, "train_gpt: %s\n", err);
+            gpt_quit(1);
+        }
+        if (!o->json)
+            printf("exported the model to %s\n", o->export_path);
+    }
 
     for (int r = 0; r < sh->local; r++) zc_comm_destroy(sh->comms[r]);
     zc_config_destroy(sh->cfg);

@@ -92,7 +92,7 @@ typedef void (*zc_log_sink)(zc_log_level level, const char *subsys, int rank,
 /* Sets the level (default: ZC_LOG environment variable — off|error|warn|info|
  * debug|trace, any case — else WARN). ZC_LOG, ZC_LOG_RANKS (0 or all) and
  * ZC_LOG_SUBSYS (a comma-separated list of ckpt, comm, config, core, device,
- * offload, optim, zero3) are read once, at the first log line or check; a
+ * load, offload, optim, zero3) are read once, at the first log line or check; a
  * malformed one keeps its default for logging and fails zc_config_create,
  * zc_config_load*, zc_comm_local_world, zc_comm_init_env and zc_engine_create
  * with ZC_ERR_CONFIG. Thread-safe. */
@@ -141,13 +141,19 @@ ZC_API void zc_config_destroy(zc_config *cfg);
 
 /* Sets one key, named by its DeepSpeed path ("zero_optimization.stage",
  * "fp16.enabled", "optimizer.params.betas"), to a value written as JSON text
- * ("2", "true", "[0.9, 0.95]", "\"auto\"", "5e8"). Aliases and deprecated keys
- * are accepted as in a JSON file (with a warning). On failure (unknown key — the
- * message suggests the nearest one —, wrong type, out of range) the
- * configuration is unchanged. Not thread-safe for one cfg. */
+ * ("2", "true", "[0.9, 0.95]", "\"auto\"", "5e8"): a string is quoted inside
+ * the text, so for strings, numbers and booleans the typed setters below are
+ * simpler - zc_config_set_string(cfg, "optimizer.type", "AdamW") is
+ * zc_config_set(cfg, "optimizer.type", "\"AdamW\""). Aliases and deprecated
+ * keys are accepted as in a JSON file (with a warning). On failure (unknown
+ * key — the message suggests the nearest one —, wrong type, out of range, text
+ * that is not JSON) the configuration is unchanged. Not thread-safe for one
+ * cfg. */
 ZC_API zc_status zc_config_set(zc_config *cfg, const char *dotted_key, const char *json_value);
 
-/* Typed shorthands for zc_config_set. Same contract. */
+/* Typed shorthands for zc_config_set, with the same contract: the value as a
+ * C integer, double (finite), bool or string. zc_config_set_string quotes
+ * the text itself (UTF-8, not NULL; "auto" is DeepSpeed's "auto"). */
 ZC_API zc_status zc_config_set_int(zc_config *cfg, const char *dotted_key, int64_t value);
 ZC_API zc_status zc_config_set_double(zc_config *cfg, const char *dotted_key, double value);
 ZC_API zc_status zc_config_set_bool(zc_config *cfg, const char *dotted_key, bool value);
@@ -400,10 +406,27 @@ typedef struct zc_engine_options {
                                reserved at build; 0 (the default) reserves nothing
                                and the view calls refuse. 0..64; fp32 parameters
                                need no slots (their views are the parameters). */
+    /* The activation store (zc_act_save; docs/activations.md), reserved at
+     * build from this bound and counted by zc_plan_memory and the pre-flight:
+     * act_checkpoints checkpoints held at once in a micro-step (0: the
+     * config's activation_checkpointing.number_checkpoints; 0..2^20), each
+     * of at most act_checkpoint_bytes bytes (0, the default: no store; at
+     * most 2^40). Where they are kept is the config's
+     * activation_checkpointing section: device memory, or pinned host memory
+     * with cpu_checkpointing, or NVMe with nvme_checkpointing. */
+    int64_t act_checkpoints;
+    int64_t act_checkpoint_bytes;
+    /* activation_checkpointing.partition_activations: the model-parallel
+     * group whose ranks each keep 1/size of every checkpoint and gather it
+     * back at zc_act_restore (a communicator of the same backend and device
+     * as the engine's, every rank of it driving an engine with the same
+     * store; borrowed, it must outlive the engine, which binds it to its
+     * device). NULL: none, and partition_activations is refused. */
+    zc_comm *act_mp_comm;
 } zc_engine_options;
 
 #define ZC_ENGINE_OPTIONS_INIT \
-    { sizeof(zc_engine_options), ZC_DEVICE_AUTO, -1, 0, ZC_DTYPE_INVALID, NULL, 0 }
+    { sizeof(zc_engine_options), ZC_DEVICE_AUTO, -1, 0, ZC_DTYPE_INVALID, NULL, 0, 0, 0, NULL }
 
 /* The CUDA device ordinal that zc_engine_options.device_index resolves to in
  * this process: device_index itself when >= 0, the launcher's local rank
@@ -441,10 +464,22 @@ ZC_API zc_status zc_engine_create(zc_engine **out, const zc_config *cfg, zc_comm
  * build only. */
 ZC_API zc_status zc_group_add(zc_engine *eng, double weight_decay, double lr_scale, int *group_id);
 
-/* Registers a parameter of ndim dimensions (1..8, each > 0) in group `group`.
- * Every rank must register the same parameters in the same order. Returns the
- * parameter handle (owned by the engine), or NULL on failure (zero-size shape,
- * unknown group, called after build, duplicate name) with zc_last_error() set. */
+/* Registers a parameter of ndim dimensions (1..8, each > 0) in group `group`,
+ * named `name` (copied). Every rank must register the same parameters in the
+ * same order. Before build only. On success *out is the parameter handle,
+ * owned by the engine (valid until zc_engine_destroy). Fails, registering
+ * nothing and setting *out to NULL: ZC_ERR_INVALID_ARG for a NULL out, a NULL
+ * or empty name, a name already registered, ndim outside 1..8, a dimension
+ * <= 0, a shape (or the engine's parameters in all) past 2^61 elements, an
+ * unknown group; ZC_ERR_INVALID_STATE after zc_engine_build; ZC_ERR_NO_MEMORY
+ * when the registry cannot grow. */
+ZC_API zc_status zc_param_add_status(zc_engine *eng, const char *name, const int64_t *shape,
+                                     int ndim, int group, zc_param **out);
+
+/* zc_param_add_status returning the handle itself: NULL on any of its
+ * failures, with zc_last_error() saying which (the status is not returned:
+ * use zc_param_add_status to tell them apart). Kept for loops written
+ * against it. */
 ZC_API zc_param *zc_param_add(zc_engine *eng, const char *name, const int64_t *shape, int ndim,
                               int group);
 
@@ -563,7 +598,11 @@ ZC_API zc_status zc_param_release(zc_engine *eng, zc_param *p, void *stream);
  * What to write: this rank's own gradient of this micro-step's loss, raw -
  * not averaged over the ranks or divided by gradient_accumulation_steps:
  * zeroc averages once, over world x accumulation steps (after DeepSpeed's
- * prescale_gradients and gradient_predivide_factor) - and with fp16 the
+ * prescale_gradients and gradient_predivide_factor), summing the window's
+ * micro-steps in fp32 - or, with data_types.grad_accum_dtype set to the
+ * 16-bit working dtype, as DeepSpeed's default does: each micro-step's
+ * gradient times 1 / accumulation steps rounded to that dtype, the running
+ * sum rounded to it after every add - and with fp16 the
  * gradient of the loss multiplied by zc_loss_scale(), read before this
  * micro-step's backward pass; zc_step divides by that scale (or, with
  * fp16.deepspeed_unscale_order, by the scaler's value after the step, as
@@ -653,6 +692,13 @@ ZC_API zc_status zc_block_span(zc_engine *eng, zc_param *first, zc_block **out);
  * parameter (NULL when i is out of range). */
 ZC_API int zc_block_size(const zc_block *b);
 ZC_API zc_param *zc_block_param(const zc_block *b, int i);
+
+/* The number of elements of a block's parameters together (the sum of their
+ * zc_param_numel): the `count` that zc_block_load and zc_block_gather_master
+ * take, and the floats of their array. Before or after build; read-only, as
+ * the calls above. ZC_ERR_INVALID_ARG for a NULL or bad block or a NULL count,
+ * leaving *count unchanged. */
+ZC_API zc_status zc_block_numel(const zc_block *b, size_t *count);
 
 /* Frees a block (not its parameters). NULL is a no-op. */
 ZC_API void zc_block_destroy(zc_block *b);
@@ -857,7 +903,13 @@ typedef struct zc_step_info {
     bool skipped;        /* overflow: no parameter or optimizer state changed */
     double grad_norm;    /* global L2 norm of the averaged, unscaled gradient;
                             -1 when it is not finite, which is every skipped
-                            step (DeepSpeed's norm is -1 for inf/nan too) */
+                            step (DeepSpeed's norm is -1 for inf/nan too).
+                            With fp16.deepspeed_unscale_order, at stages 0
+                            and 3 a step on which the loss scale grows
+                            reports it over the grown scale (half the
+                            gradient's), as DeepSpeed's stage 3 and its
+                            FP16_Optimizer do; stages 1-2 report the
+                            gradient's, as DeepSpeed's stages 1-2 do */
     double loss_scale;   /* the scale this step's gradients were made with
                             (zc_loss_scale() before the step; 1 for fp32/bf16) */
     double lr;           /* learning rate applied (or that would have been) */
@@ -979,6 +1031,108 @@ typedef struct zc_pass_stats {
  * collective; not thread-safe with calls on the same engine. */
 ZC_API zc_status zc_engine_pass_stats(const zc_engine *eng, zc_pass_stats *out);
 
+/* ---- Activation checkpoints (docs/activations.md) ---------------------- */
+
+/* Activation checkpointing keeps only each block's input in forward and
+ * recomputes the block in backward; the activation store keeps those inputs
+ * for the engine's lifetime of a micro-step, where the config's
+ * activation_checkpointing section says (ZeRO-R): device memory, pinned host
+ * memory (cpu_checkpointing) or NVMe swap files (nvme_checkpointing, a zeroc
+ * extension). Its memory is reserved at zc_engine_build from the bound of
+ * zc_engine_options.act_checkpoints x act_checkpoint_bytes (ZC_MEM_ACTIVATIONS
+ * in zc_stats; counted by zc_plan_memory, the pre-flight, max_memory and
+ * `zeroc estimate`), so saving and restoring never allocate.
+ *
+ * Order. A micro-step saves checkpoints (forward) and restores them last
+ * saved first (backward), as a stack: the n-th checkpoint held at once uses
+ * the n-th slot. While a checkpoint goes home it is copied out at once (on a
+ * GPU on the store's own copy stream, from a device staging slot); the
+ * restores read the next checkpoints ahead of their call in that reverse
+ * order (an NVMe home into its pinned buffers; the last ones saved are
+ * still in them and come back without a read). Saves and restores may
+ * interleave as a stack does (a pipeline schedule); a micro-step's end
+ * (zc_micro_step_end, zc_step) forgets what was not restored. */
+
+/* Names one saved checkpoint. 0 is never one. */
+typedef uint64_t zc_act_id;
+
+/* Copies `bytes` (1..act_checkpoint_bytes) at src (device memory, or host
+ * memory on the host device) into the store as the next checkpoint of this
+ * micro-step, and writes its name to *id. Ordered on `stream` (a
+ * cudaStream_t, NULL = the legacy default stream): the copy reads src after
+ * the work enqueued on it before this call, and src may be written again by
+ * work enqueued on `stream` after the call returns (the store copies into
+ * its own device memory first on a GPU). Not collective: every rank saves
+ * its own activations; with an NVMe home the write runs on after the call
+ * returns and a failed one is reported by the next zc_act_restore, agreed
+ * across ranks. With partition_activations each rank keeps its 1/size part
+ * of src: bytes must then be a multiple of 4 x the model-parallel size.
+ * Errors, with nothing saved and nothing changed: ZC_ERR_INVALID_ARG for a
+ * NULL src or id, bytes 0 or beyond act_checkpoint_bytes (the message says
+ * both) or not divisible as above; ZC_ERR_INVALID_STATE before build,
+ * without a store (act_checkpoint_bytes or the count is 0), inside an
+ * evaluation pass (no backward restores it), or when the micro-step already
+ * holds act_checkpoints checkpoints; a broken engine's status otherwise. */
+ZC_API zc_status zc_act_save(zc_engine *eng, const void *src, size_t bytes, void *stream,
+                             zc_act_id *id);
+
+/* Copies checkpoint `id` back into dst (bytes, exactly what it was saved
+ * with; device memory, or host memory on the host device), ordered on
+ * `stream` as zc_act_save is: work enqueued on it after the call reads the
+ * data. It must be the last checkpoint saved and not yet restored in this
+ * micro-step; afterwards it is gone (its slot serves the next save) and the
+ * store starts reading the next ones ahead. Errors, with nothing changed:
+ * ZC_ERR_INVALID_ARG for a NULL dst, a bytes that differs from the saved
+ * size, or an id that names no checkpoint saved by this engine;
+ * ZC_ERR_INVALID_STATE (naming the checkpoints) for an id restored already,
+ * one saved in an earlier micro-step, or one restored out of order (another
+ * one was saved after it and is not restored yet), or without a store.
+ * Collective when the checkpoints are on NVMe or partitioned: every rank
+ * restores in the same order, the outcome of the read is agreed across the
+ * engine's ranks before it returns, and a failed read or write on any rank
+ * returns ZC_ERR_IO on every rank with the same message (naming the rank,
+ * the slot and the file) and breaks every engine; with
+ * partition_activations the parts are all-gathered over act_mp_comm. */
+ZC_API zc_status zc_act_restore(zc_engine *eng, zc_act_id id, void *dst, size_t bytes,
+                                void *stream);
+
+/* Where the activation store keeps its checkpoints (zc_act_stats.home). */
+typedef enum zc_act_home_kind {
+    ZC_ACT_ON_NONE = -1, /* no store */
+    ZC_ACT_ON_DEVICE = 0,
+    ZC_ACT_ON_PINNED,    /* cpu_checkpointing */
+    ZC_ACT_ON_NVME       /* nvme_checkpointing */
+} zc_act_home_kind;
+
+typedef struct zc_act_stats {
+    size_t size;                /* sizeof(zc_act_stats), set by the caller */
+    zc_act_home_kind home;
+    int64_t slots;              /* checkpoints a micro-step may hold (the bound) */
+    int64_t slot_bytes;         /* the largest checkpoint */
+    int64_t part_bytes;         /* what this rank keeps of one (partition_activations:
+                                   slot_bytes / model-parallel size, else slot_bytes) */
+    int parts;                  /* model-parallel ranks a checkpoint is split over (1) */
+    int64_t held;               /* checkpoints held now */
+    int64_t peak_held;          /* the most held at once since build */
+    int64_t saves, restores;    /* since build */
+    int64_t saved_bytes, restored_bytes; /* whole checkpoints, since build */
+    int64_t nvme_write_bytes, nvme_read_bytes; /* swap-file traffic (whole requests) */
+    int64_t restore_hits;       /* restores whose data was in host or device memory
+                                   already: kept there, still in a buffer, or read
+                                   ahead to the end */
+    int64_t restore_misses;     /* restores that waited for a read */
+    double save_s;              /* wall time inside zc_act_save: copying out (on the
+                                   host path the copy itself), waiting for a buffer */
+    double restore_s;           /* wall time inside zc_act_restore, the wait for reads
+                                   included: with save_s, the transfer the step sees */
+    double restore_wait_s;      /* of which waiting for swap-file reads */
+} zc_act_stats;
+
+/* Fills *out (out->size must be set; ZC_ERR_INVALID_ARG otherwise) with this
+ * rank's store; an engine without a store reports home ZC_ACT_ON_NONE and
+ * zeros. Not collective; not thread-safe with calls on the same engine. */
+ZC_API zc_status zc_engine_act_stats(const zc_engine *eng, zc_act_stats *out);
+
 /* ---- Checkpoints (docs/checkpoint.md) ----------------------------------- */
 
 /* Saves the training state to DIR/TAG (tag NULL: "global_step<N>"): each
@@ -1052,6 +1206,132 @@ ZC_API zc_status zc_checkpoint_export_fd(const char *dir, const char *tag, int f
 ZC_API zc_status zc_checkpoint_reshard(const char *in_dir, const char *tag, const char *out_dir,
                                        int world);
 
+/* ---- Importing pretrained weights (docs/loading.md) --------------------- */
+
+/* How a tensor of a safetensors file maps to a parameter of the engine:
+ * file_name is the tensor's name in the file, param_name the parameter's
+ * (NULL: the tensor is known and not loaded, e.g. a tied "lm_head.weight" or
+ * an attention mask buffer); transposed marks a 2-D tensor stored as the
+ * parameter's transpose (the file's [cols, rows] for a [rows, cols]
+ * parameter), as Hugging Face's GPT-2 stores its Conv1D weights. */
+typedef struct zc_load_name {
+    const char *file_name;
+    const char *param_name;
+    bool transposed;
+} zc_load_name;
+
+/* What a name-map callback decided for one tensor of the file. */
+typedef enum zc_load_map_result {
+    ZC_LOAD_UNMAPPED = 0, /* no mapping: the exact name is tried next */
+    ZC_LOAD_MAPPED,       /* into the parameter written to `param` */
+    ZC_LOAD_SKIP          /* known and not loaded (a tied copy, a buffer) */
+} zc_load_map_result;
+
+/* A name-map callback: called once per tensor of the file that the table
+ * does not name, with its name and shape (as the file stores it); for
+ * ZC_LOAD_MAPPED it writes the parameter's name into param (cap bytes, NUL
+ * included) and sets *transposed. Called on every rank, from the thread that
+ * called zc_load_safetensors; it must decide the same on every rank. */
+typedef zc_load_map_result (*zc_load_map_fn)(void *user, const char *file_name,
+                                             const int64_t *shape, int ndim, char *param,
+                                             size_t cap, bool *transposed);
+
+/* Options of zc_load_safetensors. Start from ZC_LOAD_OPTIONS_INIT; fields may
+ * be added at the end. A tensor's parameter is looked up in `names` first
+ * (n_names entries), then by `map`, then by its exact name. */
+typedef struct zc_load_options {
+    size_t size;               /* sizeof(zc_load_options) */
+    const zc_load_name *names; /* a table, or NULL */
+    int n_names;
+    zc_load_map_fn map;        /* a callback, or NULL */
+    void *map_user;            /* its first argument */
+    bool allow_extra;          /* tensors that map to no parameter are skipped
+                                  (default: refused, naming the tensor) */
+    size_t ring_bytes;         /* the staging ring the file is read through:
+                                  the import's only host memory beyond the
+                                  engine's own (0: 32 MiB; else a multiple of
+                                  1 MiB in [4 MiB, 1 GiB]) */
+    bool buffered;             /* read through the page cache instead of with
+                                  O_DIRECT (a file system that refuses O_DIRECT
+                                  is read buffered anyway) */
+} zc_load_options;
+
+#define ZC_LOAD_OPTIONS_INIT { sizeof(zc_load_options), NULL, 0, NULL, NULL, false, 0, false }
+
+/* What one rank's import did (zc_load_safetensors' optional out-param,
+ * filled when the call succeeds; untouched otherwise). */
+typedef struct zc_load_stats {
+    size_t size;               /* sizeof(zc_load_stats), set by the caller */
+    int files;                 /* safetensors files of the set */
+    int64_t file_bytes;        /* their sizes together */
+    int64_t header_bytes;      /* bytes of headers (and the index) this rank read */
+    int64_t bytes_read;        /* every byte this rank read, headers included:
+                                  about file_bytes / world plus the headers */
+    int64_t tensors;           /* tensors loaded into parameters */
+    int64_t skipped;           /* tensors skipped (ZC_LOAD_SKIP, allow_extra) */
+    int64_t ring_bytes;        /* the staging ring's host memory */
+    bool direct;               /* the payload was read with O_DIRECT */
+    double seconds;            /* the call's wall time on this rank */
+} zc_load_stats;
+
+/* Loads pretrained weights into the engine's parameters: one .safetensors
+ * file, or a Hugging Face sharded set named by its index
+ * (model.safetensors.index.json: {"weight_map": {tensor: file}}, the files
+ * beside it). F32, BF16 and F16 tensors become the fp32 master exactly and
+ * the working copy as zc_param_load makes it from the same fp32 values, so
+ * the engine's state is bitwise what zc_param_load of those values gives, at
+ * every stage, precision and offload setting; Adam's moments and the step
+ * counters are left as they are. Collective, after zc_engine_build, between
+ * optimizer steps, with no parameter acquired (else ZC_ERR_INVALID_STATE).
+ *
+ * Each rank reads only the bytes behind the elements its optimizer shard
+ * holds (at stage 0 a 1/W slice of each chunk, the master then all-gathered),
+ * so the ranks together read the file once (plus each rank the headers); the
+ * working copies are completed by all-gathers. The payload is read with
+ * large aligned O_DIRECT reads kept in flight (io_uring, as the NVMe store
+ * does) into a staging ring of opts->ring_bytes and converted from there
+ * into the state's homes (device, pinned host or NVMe: the NVMe home writes
+ * the master alone): the import allocates nothing else on the host, except
+ * on a GPU a host bounce of one shard for state in device memory. opts and
+ * stats may be NULL.
+ *
+ * Refused before anything is written, with the engine unchanged and the same
+ * status and message on every rank (ZC_ERR_INVALID_ARG, or ZC_ERR_IO for a
+ * file that cannot be opened or read, naming the file and the tensor): a
+ * header that is not one JSON object or is larger than the file or than
+ * 100 MB, a tensor entry without a known dtype, shape and data_offsets, an
+ * unsupported dtype of a tensor to load, offsets outside the data, overlapping
+ * or leaving a gap, a truncated file or trailing bytes, an index naming a
+ * tensor its file lacks or a file outside its directory, a tensor in two
+ * files, a parameter no tensor maps to (missing), a tensor that maps to no
+ * parameter (unless allow_extra), two tensors for one parameter, a shape or
+ * element count that differs (transposed: the swapped 2-D shape), a bad
+ * option. A read error or a failed write into a home after that breaks every
+ * rank's engine with the same message, saying the parameters are partly
+ * loaded. */
+ZC_API zc_status zc_load_safetensors(zc_engine *eng, const char *path,
+                                     const zc_load_options *opts, zc_load_stats *stats);
+
+/* One tensor of a safetensors file or set, as zc_load_list reports it. */
+typedef struct zc_load_tensor {
+    const char *name;          /* valid during the callback */
+    const char *dtype;         /* as the file names it: "F32", "BF16", "I64", ... */
+    int ndim;                  /* 0..8 */
+    int64_t shape[8];
+    int64_t numel;
+    const char *file;          /* the file that holds it (a part of a set) */
+} zc_load_tensor;
+
+/* Lists the tensors of a safetensors file or Hugging Face set (the paths
+ * zc_load_safetensors takes), in the set's order (file by file, by offset),
+ * after the header checks zc_load_safetensors makes (the same refusals,
+ * ZC_ERR_INVALID_ARG or ZC_ERR_IO naming the file and the tensor): what a
+ * program registers its parameters from. fn is called once per tensor; a
+ * non-zero return stops the listing (the call then returns ZC_OK). Reads
+ * the headers only. Not collective, no engine; thread-safe. */
+ZC_API zc_status zc_load_list(const char *path,
+                              int (*fn)(void *user, const zc_load_tensor *tensor), void *user);
+
 /* Memory categories of zc_stats. */
 typedef enum zc_mem_category {
     ZC_MEM_PARAMS = 0, /* working-precision parameters (full or shard) */
@@ -1062,6 +1342,9 @@ typedef enum zc_mem_category {
     ZC_MEM_OTHER,      /* bookkeeping */
     ZC_MEM_RESERVED,   /* buffer pool reserved by zc_engine_build and idle now
                           (a pool slot in use counts under ZC_MEM_BUFFERS) */
+    ZC_MEM_ACTIVATIONS, /* the activation store's checkpoints: its slots (device,
+                          pinned host or NVMe), its pinned NVMe buffers and
+                          device staging (zc_act_save) */
     ZC_MEM__COUNT
 } zc_mem_category;
 
@@ -1372,6 +1655,90 @@ typedef struct zc_offload_stats {
  * figures of the last completed zc_step. Not collective; the values are this
  * rank's. Thread-safe with respect to other engines only. */
 ZC_API zc_status zc_engine_offload_stats(const zc_engine *eng, zc_offload_stats *out);
+
+/* ---- Where the time goes: the timeline, the comms logger, throughput ---- */
+
+/* The timeline (docs/trace.md). With the config section "trace" ({"path":
+ * "trace.json", "steps": "10-12"}, a zeroc extension) or the environment
+ * variables ZC_TRACE (the path) and ZC_TRACE_STEPS (the window), each rank
+ * records the spans of the traced optimizer steps - the step's phases, each
+ * stage-3 acquire, every collective, NVMe request and host<->device copy of
+ * the offload, each Adam piece, the agreements - into a buffer preallocated
+ * by zc_engine_build (trace.max_events records; a smaller one than the
+ * window needs is refused there, naming the key and the size needed) and
+ * writes them at the end of the window's last step, in the Chrome
+ * trace-event JSON format (Perfetto, chrome://tracing): the path itself with
+ * one rank, else one file per rank ("{rank}" in the path is replaced by the
+ * rank; without it ".rank<R>" goes before the extension). The files are
+ * created by zc_engine_build (never over an existing file) and removed by
+ * zc_engine_destroy when the run ended before the window began. Recording
+ * never allocates; with the section absent every hook is a branch. */
+
+/* The comms logger's figures (DeepSpeed's comms_logger: enabled, verbose,
+ * prof_all, prof_ops, debug), by zc_coll_kind, over every collective logged
+ * since build. bytes is nccl-tests' size S of each operation: the buffer of
+ * an all-reduce or broadcast, the full (world-sized) buffer of a
+ * reduce-scatter or all-gather; payload_bytes the part that
+ * zc_stats.comm_bytes_last_step counts (the model's; not the norm partials
+ * or the agreements' status records). A collective issued inside a
+ * communicator group is timed with the group's launch, its share by bytes.
+ * Bandwidths as nccl-tests defines them: algbw = bytes / latency_s, busbw =
+ * algbw x 2(n-1)/n (all-reduce), (n-1)/n (reduce-scatter, all-gather), 1
+ * (broadcast); bytes per second. */
+typedef struct zc_comms_stats {
+    size_t size;                     /* sizeof(zc_comms_stats), set by caller */
+    bool enabled;                    /* comms_logger.enabled; else all zero */
+    int world;
+    int64_t ops[ZC_COLL__COUNT];
+    int64_t bytes[ZC_COLL__COUNT];
+    int64_t payload_bytes[ZC_COLL__COUNT];
+    double latency_s[ZC_COLL__COUNT];
+    double algbw[ZC_COLL__COUNT], busbw[ZC_COLL__COUNT];
+} zc_comms_stats;
+
+/* Fills *out (out->size must be set; ZC_ERR_INVALID_ARG otherwise). This
+ * rank's figures; not collective. Not thread-safe with calls on the same
+ * engine. */
+ZC_API zc_status zc_engine_comms_stats(const zc_engine *eng, zc_comms_stats *out);
+/* DeepSpeed's summary table (deepspeed.comm.log_summary()): per collective
+ * kind ("all_gather", and "all_gather_coalesced" for a group's) and, with
+ * comms_logger.debug, per calling function, one row per message size: count,
+ * total and mean latency (ms), algbw and busbw (GB/s), as text with a
+ * newline after each line, into buf (cap bytes, NUL-terminated, cut at a
+ * whole line when short; buf may be NULL with cap 0). *len (may be NULL)
+ * receives the bytes the whole table needs, its NUL included. The engine
+ * also logs the table at INFO ("comm") when it is destroyed, and with
+ * comms_logger.verbose a line per operation. Not collective. */
+ZC_API zc_status zc_engine_comms_summary(const zc_engine *eng, char *buf, size_t cap,
+                                         size_t *len);
+
+/* What a step of the program computes, for the throughput of the progress
+ * lines (steps_per_print): tokens (or samples) and model FLOPs per optimizer
+ * step over all ranks, and the peak the FLOP/s are a fraction of (MFU). */
+typedef struct zc_workload {
+    size_t size;                /* sizeof(zc_workload), set by caller */
+    double tokens_per_step;     /* all ranks' tokens per optimizer step; 0: not stated */
+    double flops_per_step;      /* all ranks' FLOPs per optimizer step (forward and
+                                   backward, e.g. 6 x params x tokens); 0: not stated */
+    double peak_flops;          /* one rank's peak FLOP/s; 0: the device's when known
+                                   (the host path: zc_host_peak_flops), else no MFU */
+} zc_workload;
+
+/* States the program's work per step: from the next progress line on, the
+ * line adds tokens/s, and with flops_per_step the achieved TFLOP/s per rank
+ * and MFU = achieved / peak. Values must be finite and >= 0
+ * (ZC_ERR_INVALID_ARG naming the field otherwise, nothing changed). Not
+ * collective. */
+ZC_API zc_status zc_engine_set_workload(zc_engine *eng, const zc_workload *w);
+
+/* An estimate of this machine's peak FLOP/s on the host path, for MFU: the
+ * cores this process may run on x their highest clock
+ * (/sys/devices/system/cpu/.../cpuinfo_max_freq, else /proc/cpuinfo) x the
+ * fp32 FLOPs one core issues per cycle with the widest vector unit the CPU
+ * has (two fused multiply-add pipes: 64 with AVX-512, 32 with AVX2 and
+ * FMA, 8 without). *flops > 0 and `how` (cap bytes, may be NULL) says how
+ * it was computed; ZC_ERR_UNSUPPORTED when the clock cannot be read. */
+ZC_API zc_status zc_host_peak_flops(double *flops, char *how, size_t cap);
 
 /* Destroys the engine and frees everything it allocated. NULL is a no-op. Not
  * collective. */

@@ -28,7 +28,8 @@ static _Thread_local int log_rank = -1;
  * names ZC_LOG_SUBSYS accepts. A line of a subsystem missing here is always
  * shown, so a forgotten name loses no output. */
 static const char *const subsys_names[] = {"ckpt",    "comm",  "config", "core",
-                                           "device",  "offload", "optim", "zero3"};
+                                           "device",  "load",  "offload", "optim",
+                                           "zero3"};
 enum { NSUBSYS = (int)(sizeof subsys_names / sizeof subsys_names[0]) };
 
 static int subsys_index(const char *s, size_t len)

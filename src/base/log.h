@@ -3,7 +3,7 @@
  * The level is checked before formatting, so disabled log lines cost one load
  * and a compare. The level comes from ZC_LOG (off|error|warn|info|debug|trace,
  * any case, default warn); ZC_LOG_SUBSYS=zero3,offload restricts output to
- * those subsystems (ckpt, comm, config, core, device, offload, optim, zero3);
+ * those subsystems (ckpt, comm, config, core, device, load, offload, optim, zero3);
  * ZC_LOG_RANKS=all shows every rank (0, the default: rank 0 and rank-less
  * lines). The rank is thread-local: rank threads call zc__log_set_rank().
  *

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "base/dtype.h"
+#include "ckpt/export.h"
 #include "ckpt/fsio.h"
 #include "ckpt/source.h"
 
@@ -22,16 +23,18 @@ static const char *st_dtype(zc_dtype dt)
     return dt == ZC_DTYPE_F32 ? "F32" : dt == ZC_DTYPE_BF16 ? "BF16" : "F16";
 }
 
-static zc_status header(const zc_ck_manifest *m, zc_dtype dt, char **out, size_t *len)
+static zc_status header(const zc_ck_manifest *m, const zc_ck_export_item *items, int n,
+                        zc_dtype dt, char **out, size_t *len)
 {
     const size_t esz = zc_dtype_size(dt);
     json_t *root = json_object(), *meta = json_object();
     json_object_set_new(meta, "format", json_string("pt"));
     json_object_set_new(root, "__metadata__", meta);
     uint64_t at = 0;
-    for (int i = 0; i < m->nparams; i++) {
-        const zc_ck_param *p = &m->params[i];
-        if (!strcmp(p->name, "__metadata__")) {
+    for (int i = 0; i < n; i++) {
+        const zc_ck_param *p = &m->params[items[i].param];
+        const char *name = items[i].name;
+        if (!strcmp(name, "__metadata__")) {
             json_decref(root);
             return ZC_ERR(ZC_ERR_INVALID_ARG, "tensor '__metadata__': the name is reserved by "
                           "the safetensors format");
@@ -39,27 +42,33 @@ static zc_status header(const zc_ck_manifest *m, zc_dtype dt, char **out, size_t
         /* A JSON object keeps one value per key: a second tensor of the same
          * name would replace the first in the header while its bytes stay
          * in the data (the manifest's validation refuses it already). */
-        if (json_object_get(root, p->name)) {
+        if (json_object_get(root, name)) {
             json_decref(root);
             return ZC_ERR(ZC_ERR_INVALID_ARG, "tensor name '%s' appears twice: a safetensors "
-                          "file names each tensor once", p->name);
+                          "file names each tensor once", name);
+        }
+        if (items[i].transposed && p->ndim != 2) {
+            json_decref(root);
+            return ZC_ERR(ZC_ERR_INVALID_ARG, "tensor '%s' (parameter '%s'): only a 2-D "
+                          "parameter is written transposed", name, p->name);
         }
         json_t *t = json_object(), *sh = json_array(), *off = json_array();
         for (int d = 0; d < p->ndim; d++)
-            json_array_append_new(sh, json_integer(p->shape[d]));
+            json_array_append_new(
+                sh, json_integer(p->shape[items[i].transposed ? p->ndim - 1 - d : d]));
         json_array_append_new(off, json_integer((json_int_t)at));
         at += (uint64_t)p->numel * esz;
         json_array_append_new(off, json_integer((json_int_t)at));
         json_object_set_new(t, "dtype", json_string(st_dtype(dt)));
         json_object_set_new(t, "shape", sh);
         json_object_set_new(t, "data_offsets", off);
-        json_object_set_new(root, p->name, t);
+        json_object_set_new(root, name, t);
     }
     char *text = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
     json_decref(root);
     if (!text)
         return ZC_ERR(ZC_ERR_NO_MEMORY, "safetensors header");
-    const size_t n = strlen(text), padded = (n + 7) / 8 * 8;
+    const size_t hn = strlen(text), padded = (hn + 7) / 8 * 8;
     *out = malloc(8 + padded);
     if (!*out) {
         free(text);
@@ -67,11 +76,77 @@ static zc_status header(const zc_ck_manifest *m, zc_dtype dt, char **out, size_t
     }
     uint64_t le = padded; /* little-endian hosts only (x86-64, aarch64) */
     memcpy(*out, &le, 8);
-    memcpy(*out + 8, text, n);
-    memset(*out + 8 + n, ' ', padded - n);
+    memcpy(*out + 8, text, hn);
+    memset(*out + 8 + hn, ' ', padded - hn);
     free(text);
     *len = 8 + padded;
     return ZC_OK;
+}
+
+/* Converted in place: element j's narrow value lands at or before element
+ * j's float, which is read first. */
+static void narrow(float *buf, zc_dtype dt, int64_t n)
+{
+    for (int64_t j = 0; dt != ZC_DTYPE_F32 && j < n; j++)
+        zc__store_f32(buf, dt, (size_t)j, buf[j]);
+}
+
+/* A transposed tensor: the whole parameter, then its transpose written. */
+static zc_status write_transposed(zc_ck_source *s, const zc_ck_param *p, int pi, zc_dtype dt,
+                                  int fd, uint64_t at)
+{
+    const size_t n = (size_t)p->numel;
+    float *a = malloc(n * sizeof(float)), *t = malloc(n * sizeof(float));
+    zc_status rc = a && t ? ZC_OK
+                          : ZC_ERR(ZC_ERR_NO_MEMORY, "export: parameter '%s' (%zu elements)",
+                                   p->name, n);
+    if (rc == ZC_OK)
+        rc = zc__ck_source_read(s, pi, ZC_CK_MASTER, 0, p->numel, a);
+    if (rc == ZC_OK) {
+        const int64_t R = p->shape[0], C = p->shape[1];
+        for (int64_t i = 0; i < R; i++)
+            for (int64_t j = 0; j < C; j++)
+                t[j * R + i] = a[i * C + j];
+        narrow(t, dt, p->numel);
+        rc = zc__ck_pwrite(fd, t, n * zc_dtype_size(dt), at, "safetensors output");
+    }
+    free(a);
+    free(t);
+    return rc;
+}
+
+zc_status zc__ck_export_items(zc_ck_source *s, const zc_ck_export_item *items, int n,
+                              zc_dtype dtype, int fd)
+{
+    const size_t esz = zc_dtype_size(dtype);
+    char *head = NULL;
+    size_t hlen = 0;
+    float *buf = malloc((size_t)BLOCK * sizeof(float));
+    zc_status rc = buf ? header(&s->m, items, n, dtype, &head, &hlen)
+                       : ZC_ERR(ZC_ERR_NO_MEMORY, "export buffer");
+    if (rc == ZC_OK)
+        rc = zc__ck_pwrite(fd, head, hlen, 0, "safetensors output");
+    uint64_t at = hlen;
+    for (int i = 0; i < n && rc == ZC_OK; i++) {
+        const zc_ck_param *p = &s->m.params[items[i].param];
+        if (items[i].transposed) {
+            rc = write_transposed(s, p, items[i].param, dtype, fd, at);
+            at += (uint64_t)p->numel * esz;
+            continue;
+        }
+        for (int64_t a = 0; a < p->numel && rc == ZC_OK; a += BLOCK) {
+            const int64_t b = a + BLOCK < p->numel ? a + BLOCK : p->numel;
+            rc = zc__ck_source_read(s, items[i].param, ZC_CK_MASTER, a, b, buf);
+            if (rc != ZC_OK)
+                break;
+            narrow(buf, dtype, b - a);
+            rc = zc__ck_pwrite(fd, buf, (size_t)(b - a) * esz, at, "safetensors output");
+            at += (uint64_t)(b - a) * esz;
+        }
+    }
+    free(head);
+    free(buf);
+    return rc;
 }
 
 ZC_API zc_status zc_checkpoint_export_fd(const char *dir, const char *tag, int fd, zc_dtype dtype)
@@ -84,33 +159,13 @@ ZC_API zc_status zc_checkpoint_export_fd(const char *dir, const char *tag, int f
                       "or fp16", zc_dtype_name(dtype));
     zc_ck_source s;
     ZC_CHECK(zc__ck_source_open(&s, dir, tag));
-    const size_t esz = zc_dtype_size(dtype);
-    char *head = NULL;
-    size_t hlen = 0;
-    float *buf = malloc((size_t)BLOCK * sizeof(float));
-    zc_status rc = buf ? header(&s.m, dtype, &head, &hlen)
-                       : ZC_ERR(ZC_ERR_NO_MEMORY, "export buffer");
-    uint64_t at = 0;
+    zc_ck_export_item *items = malloc((size_t)(s.m.nparams ? s.m.nparams : 1) * sizeof *items);
+    zc_status rc = items ? ZC_OK : ZC_ERR(ZC_ERR_NO_MEMORY, "export: %d tensors", s.m.nparams);
+    for (int i = 0; items && i < s.m.nparams; i++)
+        items[i] = (zc_ck_export_item){i, s.m.params[i].name, false};
     if (rc == ZC_OK)
-        rc = zc__ck_pwrite(fd, head, hlen, 0, "safetensors output");
-    at = hlen;
-    for (int i = 0; i < s.m.nparams && rc == ZC_OK; i++) {
-        const zc_ck_param *p = &s.m.params[i];
-        for (int64_t a = 0; a < p->numel && rc == ZC_OK; a += BLOCK) {
-            const int64_t b = a + BLOCK < p->numel ? a + BLOCK : p->numel;
-            rc = zc__ck_source_read(&s, i, ZC_CK_MASTER, a, b, buf);
-            if (rc != ZC_OK)
-                break;
-            /* Converted in place: element j's narrow value lands at or
-             * before element j's float, which is read first. */
-            for (int64_t j = 0; dtype != ZC_DTYPE_F32 && j < b - a; j++)
-                zc__store_f32(buf, dtype, (size_t)j, buf[j]);
-            rc = zc__ck_pwrite(fd, buf, (size_t)(b - a) * esz, at, "safetensors output");
-            at += (uint64_t)(b - a) * esz;
-        }
-    }
-    free(head);
-    free(buf);
+        rc = zc__ck_export_items(&s, items, s.m.nparams, dtype, fd);
+    free(items);
     zc__ck_source_close(&s);
     return rc;
 }

@@ -31,6 +31,9 @@
 #define ZC_CK_LATEST "latest"
 #define ZC_CK_TAG_MAX 128
 #define ZC_CK_MAX_NDIM 8
+/* The most ranks (and so shard files) a checkpoint may have: the manifest's
+ * world_size and "files", and zc_checkpoint_reshard's world. */
+#define ZC_CK_MAX_WORLD (1 << 20)
 /* Chunk padding rule, repeated from src/core/engine/layout.c (zc__chunk_padded):
  * a chunk is padded to a multiple of world * 64 elements. The reshard tool
  * uses it to cut shards for another world size. */

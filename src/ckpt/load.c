@@ -208,25 +208,6 @@ static zc_status restore_entry(void *arg, int64_t entry, int64_t x0, int64_t x1,
     return zc__ck_source_read(x->src, en->param, en->kind, x0, x1, x->dst + at);
 }
 
-/* The new 16-bit shard of an offloaded chunk, from its master, into the
- * shard's home (param_state.c): host memory when the Adam home is host or
- * the device is the host, else a device staging slot copied home at _end. */
-static zc_status load_offloaded_param(zc_engine *e, int k, const float *master, bool host,
-                                      size_t n)
-{
-    char *pout = NULL;
-    ZC_CHECK(zc__param_out_begin(e, k, host, &pout));
-    zc_status rc;
-    if (host || e->dev->mem_kind == ZC_MEMKIND_HOST) {
-        zc_device *hd = zc__device_host();
-        rc = hd->ops->cast(hd, pout, e->pdt, master, ZC_DTYPE_F32, n, NULL);
-    } else {
-        rc = zc__eng_convert(e, pout, e->pdt, master, ZC_DTYPE_F32, n);
-    }
-    zc_status erc = zc__param_out_end(e, k);
-    return rc != ZC_OK ? rc : erc;
-}
-
 static zc_status load_chunk(zc_engine *e, int k, const zc_opt_view *v, bool host, void *arg)
 {
     load_ctx *x = arg;
@@ -248,68 +229,8 @@ static zc_status load_chunk(zc_engine *e, int k, const zc_opt_view *v, bool host
                                   e->stream));
     }
     /* The working parameters of the range, from the master, as the step
-     * writes them. An offloaded stage-3 shard (offload_param) is written to
-     * its home, as the step's optimizer output is. */
-    if (zc__param_offloaded(e, c))
-        return load_offloaded_param(e, k, v->master, host, n);
-    /* A host home's master is not device memory on a GPU: it goes through
-     * the fp32 staging slot (one chunk, reserved at build). */
-    void *pdst = zc__elem(c->param, e->pol->full_params ? r0 : 0, e->pesz);
-    const float *msrc = v->master;
-    void *stage = NULL;
-    zc_status rc = ZC_OK;
-    if (host && d->mem_kind == ZC_MEMKIND_DEVICE) {
-        ZC_CHECK(zc__bufpool_get(&e->pool_stage, n * sizeof(float), false, e->stream, &stage));
-        rc = d->ops->copy(d, stage, v->master, n * sizeof(float), ZC_COPY_H2D, e->stream);
-        msrc = stage;
-    }
-    if (rc == ZC_OK)
-        rc = zc__eng_convert(e, pdst, e->pdt, msrc, ZC_DTYPE_F32, n);
-    if (rc == ZC_OK)
-        rc = d->ops->stream_sync(d, e->stream);
-    zc__bufpool_put(&e->pool_stage, &stage);
-    return rc;
-}
-
-/* The working parameters on every rank, as after a step's publish (not
- * counted in the step's communication stats). */
-static zc_status refresh(zc_engine *e)
-{
-    /* Stage 3 with offload_param: the shards written home by load_chunk are
-     * flushed, and an offloaded shard of a chunk that stays gathered comes
-     * into its slot of the gather buffer. Both are rank-local I/O, so their
-     * outcome is agreed before the all-gathers (whether a parameter home
-     * exists is the same on every rank). */
-    zc_status rc = zc__param_flush(e);
-    for (int k = 0; k < e->nchunks && rc == ZC_OK; k++) {
-        zc_chunk *c = &e->chunks[k];
-        if (e->pol->full_params || !c->gather || !zc__param_offloaded(e, c))
-            continue;
-        const void *send = NULL;
-        rc = zc__param_send(e, k, c->gather, &send);
-    }
-    if (e->phome)
-        rc = zc__eng_agree(e, rc, "zc_checkpoint_load: writing and reading the parameter shards");
-    /* Over the shard group (MiCS's, perhaps in two steps), a chunk at a
-     * time; hpZ's secondary partitions hold the old parameters. */
-    for (int k = 0; k < e->nchunks && rc == ZC_OK; k++) {
-        zc_chunk *c = &e->chunks[k];
-        c->sec_valid = false;
-        zc_gather_req req = {NULL, NULL, (size_t)c->shard};
-        if (e->pol->full_params && !e->pol->full_optimizer)
-            req = (zc_gather_req){zc__elem(c->param, (int64_t)e->srank * c->shard, e->pesz),
-                                  c->param, (size_t)c->shard};
-        else if (!e->pol->full_params && c->gather)
-            req = (zc_gather_req){zc__param_offloaded(e, c)
-                                      ? zc__elem(c->gather, (int64_t)e->srank * c->shard, e->pesz)
-                                      : c->param,
-                                  c->gather, (size_t)c->shard};
-        if (req.recv)
-            rc = zc__eng_shard_gathers(e, &req, 1, e->pdt, false);
-    }
-    if (rc == ZC_OK)
-        rc = e->dev->ops->stream_sync(e->dev, e->stream);
-    return rc;
+     * writes them (an offloaded stage-3 shard to its home). */
+    return zc__params_from_master(e, k, r0, v->master, host, n);
 }
 
 static void restore_counters(zc_engine *e, const zc_ck_manifest *m)
@@ -317,6 +238,10 @@ static void restore_counters(zc_engine *e, const zc_ck_manifest *m)
     e->steps = m->steps;
     e->skipped = m->skipped;
     e->adam_steps = m->adam_steps;
+    /* A DeepSpeed run resumed from a checkpoint builds a fresh optimizer:
+     * its first step derives beta^t from pow() (the step jumps), and so
+     * does this engine's under optimizer.params.deepspeed_arithmetic. */
+    e->adam_ds = zc__adam_ds_fresh(e->cfg->optimizer.beta1, e->cfg->optimizer.beta2);
     e->prog_steps0 = m->steps;
     if (e->pdt == ZC_DTYPE_F16) {
         e->scaler.scale = m->scaler.scale;
@@ -384,7 +309,8 @@ ZC_API zc_status zc_checkpoint_load(zc_engine *e, const char *dir, const char *t
                            "optimizer state");
     }
     if (rc == ZC_OK)
-        rc = refresh(e);
+        rc = zc__params_publish(e, "zc_checkpoint_load: writing and reading the parameter "
+                                "shards");
     if (rc == ZC_OK) {
         restore_counters(e, &src.m);
         ZC_LOGI("ckpt", "loaded %s (step %" PRId64 ", saved by %d ranks at stage %d)", src.dir,

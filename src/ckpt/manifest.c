@@ -267,7 +267,7 @@ static void parse_head(rd *r, json_t *root, zc_ck_manifest *m)
         return;
     }
     snprintf(m->tag, sizeof m->tag, "%s", tag);
-    if (!get_int(r, root, "world_size", 1, 1 << 20, &v))
+    if (!get_int(r, root, "world_size", 1, ZC_CK_MAX_WORLD, &v))
         return;
     m->world = (int)v;
     if (!get_int(r, root, "stage", 0, 3, &v))
@@ -384,8 +384,19 @@ static void parse_params(rd *r, json_t *root, zc_ck_manifest *m)
 static void parse_files(rd *r, json_t *root, zc_ck_manifest *m)
 {
     json_t *fs = json_object_get(root, "files");
-    if (!json_is_array(fs) || !json_array_size(fs) || json_array_size(fs) > (1 << 20)) {
-        bad(r, "\"files\" must be a non-empty array");
+    if (!json_is_array(fs)) {
+        bad(r, "\"files\" must be an array of one file per rank");
+        return;
+    }
+    if (!json_array_size(fs)) {
+        bad(r, "\"files\" is empty; it lists one file per rank");
+        return;
+    }
+    if (json_array_size(fs) > ZC_CK_MAX_WORLD) {
+        char b[160];
+        snprintf(b, sizeof b, "\"files\" has %zu entries, more than the %d (2^20) ranks a "
+                 "checkpoint may have", json_array_size(fs), ZC_CK_MAX_WORLD);
+        bad(r, b);
         return;
     }
     m->nfiles = (int)json_array_size(fs);

@@ -65,9 +65,9 @@ ZC_API zc_status zc_checkpoint_reshard(const char *in_dir, const char *tag, cons
     zc__error_clear();
     if (!in_dir || !*in_dir || !out_dir || !*out_dir)
         return ZC_ERR(ZC_ERR_INVALID_ARG, "zc_checkpoint_reshard: in_dir and out_dir are needed");
-    if (world < 1 || world > (1 << 20))
+    if (world < 1 || world > ZC_CK_MAX_WORLD)
         return ZC_ERR(ZC_ERR_INVALID_ARG, "zc_checkpoint_reshard: world %d is not in [1, %d]",
-                      world, 1 << 20);
+                      world, ZC_CK_MAX_WORLD);
     /* The output is written under the tag of the input's directory (the
      * name DIR/latest gives, or `tag`), whatever the manifest's own "tag"
      * says: the name the caller resolved is the name it finds. */

@@ -13,12 +13,19 @@
 #ifndef ZC_COMM_COMM_H
 #define ZC_COMM_COMM_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "device/device.h"
 
 typedef enum zc_red_op { ZC_RED_SUM = 0, ZC_RED_MAX } zc_red_op;
+
+/* How a rank's collectives waited, counted by the backends that can
+ * (zc__comm_wait_counts, below, says what each count is). */
+typedef struct zc_comm_wait_counts {
+    uint64_t meetings, waits, sleeps, restarts;
+} zc_comm_wait_counts;
 
 typedef struct zc_comm_ops {
     const char *name; /* "local", "nccl", "mpi" */
@@ -62,6 +69,9 @@ typedef struct zc_comm_ops {
      * ranks' colours and keys are exchanged first, so a bad colour on any
      * rank fails every rank alike (zc__split_validate). */
     zc_status (*split)(zc_comm *c, int colour, int key, zc_comm **out);
+    /* Optional (NULL: zc__comm_wait_counts returns false): the counts of
+     * the waits of this rank's collectives (zc_comm_wait_counts). */
+    void (*wait_counts)(const zc_comm *c, zc_comm_wait_counts *out);
 } zc_comm_ops;
 
 struct zc_comm {
@@ -138,6 +148,23 @@ void zc__link_bytes_range(int kind, size_t count, size_t esz, int n, int me, int
  * operations with, and their names in messages ("all_reduce", ...). */
 enum { K_ALL_REDUCE = 1, K_REDUCE_SCATTER, K_ALL_GATHER, K_BROADCAST, K_BARRIER };
 const char *zc__coll_kind_name(int kind);
+
+/* How a rank's meetings with its peers went, counted over the
+ * communicator's life. Tests and benches hold the waiting to its design by
+ * these counts rather than by a time (a time depends on what else the
+ * machine runs):
+ *   meetings: local: rendezvous of the ranks (one per collective or barrier
+ *             outside a group, one per up to 64 collectives inside); MPI: 0;
+ *   waits:    meetings (local) or poll loops (MPI) that found a peer missing
+ *             after their first look (local: after the spin);
+ *   sleeps:   times the waiting thread gave up its core - a futex sleep
+ *             (local) or a backoff nap (MPI, base/backoff.h);
+ *   restarts: MPI: polls that made progress and so started a new spin.
+ * zc__comm_wait_counts fills *out for the backends that count (local, MPI:
+ * the ops' wait_counts) and returns false (leaving *out zeroed) for another.
+ * The local backend's counts may be read from another thread while the rank
+ * runs; the MPI backend's by the rank's own thread. */
+bool zc__comm_wait_counts(const zc_comm *c, zc_comm_wait_counts *out);
 
 /* ZC_COMM_TIMEOUT, the seconds one collective may wait for its peers, the
  * same on every backend (local, mpi, nccl): unset or empty gives 600;

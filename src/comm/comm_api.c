@@ -1,4 +1,8 @@
 /* Public accessors shared by every communicator backend. */
+#include <string.h>
+
+#include "zc_build_config.h"
+
 #include "comm/comm.h"
 #include "base/env.h"
 #include "base/log.h"
@@ -53,3 +57,11 @@ ZC_API zc_status zc_comm_split(zc_comm *comm, int colour, int key, zc_comm **out
     return rc;
 }
 
+bool zc__comm_wait_counts(const zc_comm *c, zc_comm_wait_counts *out)
+{
+    *out = (zc_comm_wait_counts){0};
+    if (!c || !c->ops || !c->ops->wait_counts)
+        return false;
+    c->ops->wait_counts(c, out);
+    return true;
+}

@@ -69,6 +69,9 @@
 #include "base/clock.h"
 #include "base/log.h"
 
+static void count(uint64_t *n) { __atomic_fetch_add(n, 1, __ATOMIC_RELAXED); }
+
+
 /* What a rank posted, for messages: its first collective (a group is named
  * by it), or a barrier. */
 static const char *slot_kind(const local_slot *s)
@@ -144,6 +147,7 @@ zc_status zc__local_wait(local_comm *c)
         return ZC_OK;
     }
     if (!spin_for(g, gen)) {
+        count(&c->waits);
         /* The futex sleeps to the CLOCK_MONOTONIC deadline (a wall-clock
          * step cannot stretch it); the loop checks the same clock. */
         const double end = zc__now_s() + g->timeout_s; /* read first: <= deadline */
@@ -166,6 +170,7 @@ zc_status zc__local_wait(local_comm *c)
                               c->base.rank, slot_kind(mine), c->seq, slot_count(mine),
                               g->timeout_s, waiting_for, g->world);
             }
+            count(&c->sleeps);
             futex_sleep(g, w, &deadline);
         }
     }
@@ -363,6 +368,7 @@ static zc_status work(local_comm *c, int i, void *stream)
  * share of each in order, finish. */
 static zc_status run(local_comm *c, const local_op *ops, int nops, void *stream)
 {
+    count(&c->meetings);
     ZC_CHECK(post(c, ops, nops, stream));
     zc_status rc = after_peers_ready(c, stream);
     for (int i = 0; i < nops && rc == ZC_OK; i++)
@@ -454,6 +460,7 @@ static zc_status local_barrier(zc_comm *base)
         return ZC_ERR(ZC_ERR_INVALID_ARG, "local comm rank %d: barrier inside a group",
                       base->rank);
     c->seq++;
+    count(&c->meetings);
     c->g->slots[base->rank] = (local_slot){NULL, 0, c->ev_ready, c->ev_done};
     return zc__local_wait(c);
 }
@@ -553,6 +560,14 @@ static void local_destroy(zc_comm *base)
     group_unref(g);
 }
 
+static void local_wait_counts(const zc_comm *comm, zc_comm_wait_counts *out)
+{
+    const local_comm *c = (const local_comm *)comm;
+    *out = (zc_comm_wait_counts){.meetings = __atomic_load_n(&c->meetings, __ATOMIC_RELAXED),
+                                 .waits = __atomic_load_n(&c->waits, __ATOMIC_RELAXED),
+                                 .sleeps = __atomic_load_n(&c->sleeps, __ATOMIC_RELAXED)};
+}
+
 static const zc_comm_ops local_ops = {
     .name = "local",
     .all_reduce = local_all_reduce,
@@ -566,6 +581,7 @@ static const zc_comm_ops local_ops = {
     .unbind_device = local_unbind_device,
     .destroy = local_destroy,
     .split = zc__local_split,
+    .wait_counts = local_wait_counts,
 };
 
 zc_status zc__local_make(int world, double timeout_s, const int *world_rank, int world_size,

@@ -69,6 +69,10 @@ typedef struct local_comm {
     int nqueued;
     void *group_stream;
     local_op queued[LOCAL_GROUP_MAX];
+    /* Counted for zc__comm_wait_counts (comm.h): rendezvous, those this
+     * rank waited in past the spin, its futex sleeps. Written by the rank's
+     * thread, read by any (relaxed atomics: counts, not synchronisation). */
+    uint64_t meetings, waits, sleeps;
 } local_comm;
 
 

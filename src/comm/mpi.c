@@ -59,6 +59,7 @@ typedef struct mpi_comm {
     char failure[512];
     int32_t *split_buf; /* zc_comm_split's exchange (mpi_split.c): ZC_SPLIT_REC words per
                            rank and this rank's own, reserved with the communicator */
+    zc_comm_wait_counts counts; /* zc__comm_wait_counts: waits, naps, spin restarts */
 } mpi_comm;
 
 static size_t split_buf_bytes(int world)
@@ -143,6 +144,7 @@ static zc_status wait_req(mpi_comm *c, mpi_op *op, double deadline)
     zc_backoff b;
     zc__backoff_init(&b);
     double t = b.spin_from - op->post_s; /* the first poll's "took" covers the posting */
+    bool waited = false;
     while (left > 0) {
         int n = 0;
         int e = MPI_Testsome(op->nreq, op->reqs, &n, c->done_idx, MPI_STATUSES_IGNORE);
@@ -157,11 +159,17 @@ static zc_status wait_req(mpi_comm *c, mpi_op *op, double deadline)
          * that only did work spins the shortest time (a poll that lasted
          * because the rank was preempted must not buy a long spin). */
         double took = zc__now_s() - t;
-        if (n > 0)
-            zc__backoff_progress(&b, took);
-        else if (took > POLL_WORK_S)
-            zc__backoff_progress(&b, 0);
+        if (n > 0 || took > POLL_WORK_S) {
+            zc__backoff_progress(&b, n > 0 ? took : 0);
+            c->counts.restarts++;
+        }
+        if (!waited) {
+            waited = true;
+            c->counts.waits++;
+        }
+        const uint64_t naps = b.naps;
         t = zc__backoff_idle(&b);
+        c->counts.sleeps += b.naps - naps;
         if (t > deadline)
             return fail(c, "mpi comm rank %d/%d: %s #%llu (%zu x %s) timed out after %g s "
                            "waiting for the other ranks (ZC_COMM_TIMEOUT)",
@@ -591,6 +599,11 @@ static void mpi_destroy(zc_comm *base)
     zc__mpi_unref(healthy);
 }
 
+static void mpi_wait_counts(const zc_comm *comm, zc_comm_wait_counts *out)
+{
+    *out = ((const mpi_comm *)comm)->counts;
+}
+
 static const zc_comm_ops mpi_ops = {
     .name = "mpi",
     .all_reduce = mpi_all_reduce,
@@ -603,6 +616,7 @@ static const zc_comm_ops mpi_ops = {
     .bind_device = mpi_bind_device,
     .destroy = mpi_destroy,
     .split = zc__mpi_split,
+    .wait_counts = mpi_wait_counts,
 };
 
 zc_status zc__mpi_wrap(MPI_Comm mc, double timeout, int world_rank, int node_ranks,
@@ -667,32 +681,3 @@ fail:
 
 MPI_Comm zc__mpi_handle(const zc_comm *base) { return ((const mpi_comm *)base)->mc; }
 int32_t *zc__mpi_split_records(zc_comm *base) { return ((mpi_comm *)base)->split_buf; }
-
-zc_status zc__comm_mpi_create(const zc_launch_env *env, zc_comm **out)
-{
-    *out = NULL;
-    double timeout;
-    ZC_CHECK(zc__comm_timeout_env(&timeout));
-    ZC_CHECK(zc__mpi_ref());
-    MPI_Comm dup = MPI_COMM_NULL;
-    int rank = 0, world = 0, e;
-    if ((e = MPI_Comm_dup(MPI_COMM_WORLD, &dup)) != MPI_SUCCESS) {
-        zc_status rc = zc__mpi_errstr(e, "zc_comm_init_env: MPI_Comm_dup(MPI_COMM_WORLD)");
-        zc__mpi_unref(1);
-        return rc;
-    }
-    MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN);
-    MPI_Comm_rank(dup, &rank);
-    MPI_Comm_size(dup, &world);
-    zc_status rc = zc__mpi_check_env(env, rank, world, "zc_comm_init_env");
-    if (rc != ZC_OK) {
-        MPI_Comm_free(&dup);
-        zc__mpi_unref(1);
-        return rc;
-    }
-    /* The world itself: its ranks sharing memory are the node's. */
-    rc = zc__mpi_wrap(dup, timeout, rank, -1, "zc_comm_init_env", out);
-    if (rc == ZC_OK)
-        (*out)->world_size = world;
-    return rc;
-}

@@ -1,5 +1,6 @@
-/* zc_comm_from_mpi: a communicator over the program's own MPI communicator.
- * It duplicates the caller's communicator with MPI_Comm_idup, polled
+/* Communicators from MPI handles: zc_comm_init_env's over MPI_COMM_WORLD,
+ * and zc_comm_from_mpi's over the program's own MPI communicator. The
+ * latter duplicates the caller's communicator with MPI_Comm_idup, polled
  * against ZC_COMM_TIMEOUT, and never initialises or finalises MPI: the
  * program did the one and will do the other. zeroc.h has the contract. */
 #include <stdio.h>
@@ -94,5 +95,35 @@ ZC_API zc_status zc_comm_from_mpi(const void *mpi_comm, zc_comm **out)
     rc = zc__mpi_wrap(dup, timeout, wrank, node_ranks, "zc_comm_from_mpi", out);
     if (rc == ZC_OK)
         (*out)->world_size = wsize;
+    return rc;
+}
+
+/* zc_comm_init_env under an MPI launcher: the world itself, duplicated. */
+zc_status zc__comm_mpi_create(const zc_launch_env *env, zc_comm **out)
+{
+    *out = NULL;
+    double timeout;
+    ZC_CHECK(zc__comm_timeout_env(&timeout));
+    ZC_CHECK(zc__mpi_ref());
+    MPI_Comm dup = MPI_COMM_NULL;
+    int rank = 0, world = 0, e;
+    if ((e = MPI_Comm_dup(MPI_COMM_WORLD, &dup)) != MPI_SUCCESS) {
+        zc_status rc = zc__mpi_errstr(e, "zc_comm_init_env: MPI_Comm_dup(MPI_COMM_WORLD)");
+        zc__mpi_unref(1);
+        return rc;
+    }
+    MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(dup, &rank);
+    MPI_Comm_size(dup, &world);
+    zc_status rc = zc__mpi_check_env(env, rank, world, "zc_comm_init_env");
+    if (rc != ZC_OK) {
+        MPI_Comm_free(&dup);
+        zc__mpi_unref(1);
+        return rc;
+    }
+    /* The world itself: its ranks sharing memory are the node's. */
+    rc = zc__mpi_wrap(dup, timeout, rank, -1, "zc_comm_init_env", out);
+    if (rc == ZC_OK)
+        (*out)->world_size = world;
     return rc;
 }

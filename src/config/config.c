@@ -15,8 +15,10 @@ static void config_free(zc_config *c)
 {
     if (!c)
         return;
-    zc__cfg_strfree(c->zero.offload_optimizer.nvme_path);
-    zc__cfg_strfree(c->zero.offload_param.nvme_path);
+    /* Every string key owns its text. */
+    for (int i = 0; i < zc__cfg_nkeys; i++)
+        if (zc__cfg_keys[i].type == ZC_KT_STR)
+            zc__cfg_strfree(*(char **)((char *)c + zc__cfg_keys[i].off));
     if (c->meta)
         zc__host_free(NULL, ZC_MEM_OTHER, c->meta, sizeof(*c->meta));
     zc__host_free(NULL, ZC_MEM_OTHER, c, sizeof(*c));
@@ -72,14 +74,18 @@ zc_status zc__config_clone(const zc_config *src, zc_config **out)
     c->meta = meta;
     if (src->meta)
         *meta = *src->meta;
-    c->zero.offload_optimizer.nvme_path = NULL;
-    c->zero.offload_param.nvme_path = NULL;
+    /* The copy owns copies of every string key's text. */
+    for (int i = 0; i < zc__cfg_nkeys; i++)
+        if (zc__cfg_keys[i].type == ZC_KT_STR)
+            *(char **)((char *)c + zc__cfg_keys[i].off) = NULL;
     zc_status rc = ZC_OK;
-    if (src->zero.offload_optimizer.nvme_path)
-        rc = zc__cfg_strdup(src->zero.offload_optimizer.nvme_path,
-                            &c->zero.offload_optimizer.nvme_path);
-    if (rc == ZC_OK && src->zero.offload_param.nvme_path)
-        rc = zc__cfg_strdup(src->zero.offload_param.nvme_path, &c->zero.offload_param.nvme_path);
+    for (int i = 0; i < zc__cfg_nkeys && rc == ZC_OK; i++) {
+        if (zc__cfg_keys[i].type != ZC_KT_STR)
+            continue;
+        const char *from = *(char *const *)((const char *)src + zc__cfg_keys[i].off);
+        if (from)
+            rc = zc__cfg_strdup(from, (char **)((char *)c + zc__cfg_keys[i].off));
+    }
     if (rc != ZC_OK) {
         config_free(c);
         return rc;

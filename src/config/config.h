@@ -100,6 +100,8 @@ struct zc_config {
         bool adamw_type;                 /* type "AdamW" (else "Adam") */
         double lr, beta1, beta2, eps, weight_decay;
         bool adam_w_mode, bias_correction, torch_adam;
+        bool deepspeed_arithmetic;       /* zeroc: DeepSpeedCPUAdam's arithmetic
+                                            (optim/adam.h ZC_ADAM_ARITH_DEEPSPEED) */
     } optimizer;
 
     zc_sched_cfg scheduler;
@@ -127,10 +129,39 @@ struct zc_config {
         int64_t max_memory[3];
     } zero;
 
+    /* activation_checkpointing (DeepSpeed's section; docs/activations.md): how
+     * the activation store (src/act) keeps the checkpoints a training loop
+     * hands it. nvme_checkpointing, nvme_path and buffer_count are zeroc's. */
+    struct zc_act_cfg {
+        bool partition_activations;  /* split each checkpoint over the model-parallel
+                                        group (zc_engine_options.act_mp_comm) */
+        bool contiguous_memory_optimization; /* accepted: the store is always one
+                                        reservation made at build */
+        bool cpu_checkpointing;      /* keep checkpoints in pinned host memory */
+        int64_t number_checkpoints;  /* checkpoints per micro-step; -1 unset */
+        bool synchronize_checkpoint_boundary; /* device sync around every store call */
+        bool profile;                /* log each save and restore with its time */
+        bool nvme_checkpointing;     /* (zeroc) keep them in swap files on NVMe */
+        char *nvme_path;             /* (zeroc) owned, NULL: the offload blocks' */
+        int64_t buffer_count;        /* (zeroc) pinned buffers of the NVMe home */
+    } act;
+
     struct {
         int64_t block_size, queue_depth, intra_op_parallelism;
         bool single_submit, overlap_events, use_gds;
     } aio;
+
+    /* The timeline (a zeroc extension, docs/trace.md) and DeepSpeed's
+     * comms_logger. */
+    struct {
+        char *path;         /* trace.path; NULL: no timeline */
+        char *steps;        /* trace.steps, "A-B" or "A"; NULL: ZC_TRACE_STEPS_DEFAULT */
+        int64_t max_events; /* trace.max_events; -1: the most the window can need */
+    } trace;
+    struct {
+        bool enabled, verbose, prof_all, debug;
+        char *prof_ops;     /* DeepSpeed's op names joined with '\n'; NULL: none */
+    } comms_logger;
 
     zc_program_values program; /* what the program told us, for "auto" */
 
@@ -173,6 +204,11 @@ zc_status zc__config_engine_check(const zc_config *cfg);
 zc_status zc__config_hybrid_check(const zc_config *cfg, int world);
 /* The same rules, their message led by `what` (e.g. "zc_engine_build"). */
 zc_status zc__config_engine_rules(const zc_config *cfg, const char *what);
+/* data_types.grad_accum_dtype's rule of that check, against the working
+ * dtype zc_engine_create picked (zc_engine_options.param_dtype may differ from
+ * the precision blocks): ZC_ERR_CONFIG naming the key unless it is unset,
+ * fp32 or pdt. */
+zc_status zc__config_grad_accum_check(const zc_config *cfg, zc_dtype pdt);
 
 /* The single rules of that check, for the parts of zc_engine_build that take
  * these values (the NVMe homes and the optimizer placement): ZC_ERR_CONFIG
@@ -185,6 +221,26 @@ zc_status zc__config_aio_check(int64_t block_size, int64_t queue_depth, int64_t 
 zc_status zc__config_opt_buffers_check(int64_t buffer_count);
 zc_status zc__config_param_buffers_check(int64_t buffer_count);
 zc_status zc__config_ratio_check(double ratio);
+
+/* ---- the timeline and the comms logger (observe_keys.c) ----------------- */
+
+/* The window trace.steps takes when unset: step 1 records stage 3's acquire
+ * order (and warms every cache), so the window starts after it. */
+#define ZC_TRACE_STEPS_DEFAULT "2-4"
+#define ZC_TRACE_STEPS_MAX ((int64_t)1 << 53)
+/* Parses a window of optimizer steps, "A-B" or "A" (whole decimal numbers,
+ * 1 <= A <= B <= 2^53, nothing else): ZC_OK with *first and *last, or
+ * ZC_ERR_CONFIG naming `what` (a key or a variable), the text and what is
+ * accepted. */
+zc_status zc__config_step_range(const char *text, const char *what, int64_t *first,
+                                int64_t *last);
+/* The collective kinds (one bit per zc_coll_kind) of comms_logger.prof_ops
+ * ('\n'-joined DeepSpeed op names: all_reduce, all_gather,
+ * all_gather_into_tensor, reduce_scatter, reduce_scatter_tensor, broadcast,
+ * and the ones zeroc never issues: all_to_all_single, send, recv, isend,
+ * irecv, reduce, gather, scatter, barrier): ZC_OK, or ZC_ERR_CONFIG naming
+ * the key and an unknown name. NULL is none. */
+zc_status zc__config_comms_ops(const char *ops, unsigned *mask);
 
 /* ---- placement from memory budgets (size.c, budget.c) ------------------- */
 

@@ -13,11 +13,11 @@ static const char *const blocks[] = {
     "fp16", "bf16", "bfloat16", "optimizer", "optimizer.params", "scheduler", "scheduler.params",
     "zero_optimization", "zero_optimization.offload_optimizer", "zero_optimization.offload_param",
     "zero_optimization.max_memory",
-    "aio", "data_types", NULL};
+    "aio", "data_types", "trace", "comms_logger", "activation_checkpointing", NULL};
 
 /* DeepSpeed features zeroc does not use: accepted quietly at the top level. */
 static const char *const ignored_features[] = {
-    "activation_checkpointing", "flops_profiler", "tensorboard", "comms_logger", "comms_config",
+    "flops_profiler", "tensorboard", "comms_config",
     "monitor_config", "csv_monitor", "wandb", "comet", "compression_training",
     "sparse_attention", "autotuning", "sequence_parallel", "elasticity", "checkpoint",
     "data_efficiency", "curriculum_learning", "pipeline", "amp", "dump_state",

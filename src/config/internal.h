@@ -54,6 +54,9 @@ zc_status zc__diag_report(const zc_cfg_diag *d, const char *what);
 
 /* Loader flags beyond the public ZC_CONFIG_LENIENT. */
 #define ZC__CFG_SKIP_PATH_CHECK 0x100u /* do not touch the file system (fuzzing) */
+/* semantic.c: an nvme_path checked for a section that has no stage rule
+ * (activation_checkpointing), not for a zero_optimization offload block. */
+#define ZC__CFG_NO_STAGE 0x200u
 
 /* Assigns one JSON value to key index `key` (handles "auto"). Errors go to d.
  * `written_as` is the name the user wrote (for origins), NULL = canonical.
@@ -72,6 +75,8 @@ zc_status zc__cfg_apply_key(zc_config *cfg, const char *dotted, const json_t *v,
 /* Cross-key checks (fp16+bf16, offload vs stage, nvme_path, buffer_count,
  * allgather_bucket_size, scheduler parameters vs type, ...). */
 void zc__cfg_semantic(const zc_config *cfg, unsigned flags, zc_cfg_diag *d);
+/* trace.steps and comms_logger.prof_ops (observe_keys.c). */
+void zc__cfg_check_observe(const zc_config *cfg, zc_cfg_diag *d);
 
 /* What this build's engine refuses in a configuration that is otherwise
  * valid (offload today): one error per refused block. `zeroc config check`

@@ -4,11 +4,15 @@
 
 #include <math.h>
 
-/* WarmupLR/WarmupDecayLR/WarmupCosineLR warmup fraction at t >= 0, t < W. */
+/* WarmupLR/WarmupDecayLR/WarmupCosineLR warmup fraction at t >= 0, t < W,
+ * in DeepSpeed's expression to the last bit: lr_schedules.py keeps
+ * inverse_log_warm_up = 1 / ln(W) (line 751; 891 for WarmupCosineLR) and
+ * multiplies it by ln(t + 1) (785, 833, 911), which can differ from
+ * ln(t + 1) / ln(W) by one double ulp. */
 static double warmup_gamma(bool log_type, int64_t t, int64_t w)
 {
     if (log_type)
-        return log((double)t + 1.0) / log((double)w);
+        return (1.0 / log((double)w)) * log((double)t + 1.0);
     return (double)t / (double)w;
 }
 

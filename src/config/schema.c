@@ -83,6 +83,9 @@ static const zc_cfg_enum warmup_types[] = {{"log", 1}, {"linear", 0}, {NULL, 0}}
 #define OOPT "zero_optimization.offload_optimizer."
 #define OPAR "zero_optimization.offload_param."
 #define PROG ZC_KF_AUTO_PROGRAM
+#define ACT "activation_checkpointing."
+/* The activation store's bounds (src/act/act.h holds the same numbers). */
+#define ACT_SLOTS_MAX ((int64_t)1 << 20)
 
 const zc_cfg_key zc__cfg_keys[] = {
     /* top level */
@@ -106,7 +109,9 @@ const zc_cfg_key zc__cfg_keys[] = {
       .off = O(communication_data_type), .idef = -1,
       .doc = "dtype of gradient reductions; unset = the parameters' dtype" },
     { .path = "data_types.grad_accum_dtype", .type = ZC_KT_DTYPE, .flags = ZC_KF_NULL,
-      .off = O(grad_accum_dtype), .idef = -1, .doc = "gradient accumulation dtype" },
+      .off = O(grad_accum_dtype), .idef = -1,
+      .doc = "dtype micro-step gradients are summed in: fp32 or the parameters' dtype; "
+             "unset = fp32 (DeepSpeed's default: the parameters' dtype)" },
     KBOOL("zero_allow_untested_optimizer", zero_allow_untested_optimizer, 0, 0,
           "allow a client optimizer with ZeRO"),
     KBOOL("zero_force_ds_cpu_optimizer", zero_force_ds_cpu_optimizer, 1, 0,
@@ -156,6 +161,8 @@ const zc_cfg_key zc__cfg_keys[] = {
           "Adam bias correction"),
     KBOOL("optimizer.params.torch_adam", optimizer.torch_adam, 0, 0,
           "DeepSpeed: use torch.optim.Adam (same math here)"),
+    KBOOL("optimizer.params.deepspeed_arithmetic", optimizer.deepspeed_arithmetic, 0, 0,
+          "(zeroc) DeepSpeedCPUAdam's fp32 coefficients and FMAs, to match a DeepSpeed run"),
     KIGN("optimizer.params.amsgrad", ZC_KF_WARN_SET, "not implemented by zeroc"),
 
     /* scheduler */
@@ -316,6 +323,30 @@ const zc_cfg_key zc__cfg_keys[] = {
          ZC_KF_NULL | ZC_KF_SIZE | ZC_KF_AUTO_PLAN,
          "NVMe swap one rank may use (auto: free space of nvme_path less 5%) (zeroc)"),
 
+    /* activation_checkpointing: DeepSpeed's keys, and zeroc's NVMe home */
+    KBOOL(ACT "partition_activations", act.partition_activations, 0, 0,
+          "split each checkpoint across the model-parallel group "
+          "(zc_engine_options.act_mp_comm), gathered back for backward"),
+    KBOOL(ACT "contiguous_memory_optimization", act.contiguous_memory_optimization, 0, 0,
+          "checkpoints in one reservation: zeroc's store always is (accepted, no effect)"),
+    KBOOL(ACT "cpu_checkpointing", act.cpu_checkpointing, 0, 0,
+          "keep checkpoints in pinned host memory, brought back ahead of backward"),
+    KI64(ACT "number_checkpoints", act.number_checkpoints, -1, 1, ACT_SLOTS_MAX, ZC_KF_NULL,
+         "checkpoints one micro-step holds at once (the store's bound unless "
+         "zc_engine_options.act_checkpoints says)"),
+    KBOOL(ACT "synchronize_checkpoint_boundary", act.synchronize_checkpoint_boundary, 0, 0,
+          "wait for the device at the start and end of every save and restore"),
+    KBOOL(ACT "profile", act.profile, 0, 0,
+          "log every save and restore with its time (INFO)"),
+    KBOOL(ACT "nvme_checkpointing", act.nvme_checkpointing, 0, 0,
+          "(zeroc) keep checkpoints in swap files under nvme_path"),
+    { .path = ACT "nvme_path", .type = ZC_KT_STR, .flags = ZC_KF_NULL | ZC_KF_PATH_LIST,
+      .off = O(act.nvme_path),
+      .doc = "(zeroc) directory (or list) for the checkpoints' swap files; unset: "
+             "offload_param's, else offload_optimizer's" },
+    KI64(ACT "buffer_count", act.buffer_count, 4, 2, 256, 0,
+         "(zeroc) pinned buffers the NVMe checkpoints stream through"),
+
     /* aio */
     KI64("aio.block_size", aio.block_size, 1048576, 1, (int64_t)1 << 30, 0,
          "bytes per I/O request (the NVMe store takes at most 1 GiB)"),
@@ -326,6 +357,27 @@ const zc_cfg_key zc__cfg_keys[] = {
     KBOOL("aio.single_submit", aio.single_submit, 0, 0, "one submit per request"),
     KBOOL("aio.overlap_events", aio.overlap_events, 1, 0, "refill the queue per completion"),
     KBOOL("aio.use_gds", aio.use_gds, 0, ZC_KF_WARN_SET, "GPUDirect Storage (not implemented)"),
+
+    /* trace (a zeroc extension, docs/trace.md): the timeline of some steps */
+    { .path = "trace.path", .type = ZC_KT_STR, .flags = ZC_KF_NULL, .off = O(trace.path),
+      .doc = "(zeroc) Chrome trace JSON of the traced steps, one file per rank (\"{rank}\" "
+             "or .rank<R>)" },
+    { .path = "trace.steps", .type = ZC_KT_STR, .flags = ZC_KF_NULL, .off = O(trace.steps),
+      .doc = "(zeroc) the optimizer steps traced, \"A-B\" or \"A\"; unset = 2-4" },
+    KI64("trace.max_events", trace.max_events, -1, 1, (int64_t)1 << 26, ZC_KF_NULL,
+         "(zeroc) records the timeline holds; unset = the most the window can need"),
+
+    /* comms_logger (DeepSpeed's communication logging) */
+    KBOOL("comms_logger.enabled", comms_logger.enabled, 0, 0,
+          "log collectives: count, size, latency, algbw and busbw per kind"),
+    KBOOL("comms_logger.verbose", comms_logger.verbose, 0, 0,
+          "an INFO line per collective as it completes"),
+    KBOOL("comms_logger.prof_all", comms_logger.prof_all, 1, 0, "log every kind of collective"),
+    { .path = "comms_logger.prof_ops", .type = ZC_KT_STR, .flags = ZC_KF_NULL | ZC_KF_NAME_LIST,
+      .off = O(comms_logger.prof_ops),
+      .doc = "the collectives logged when prof_all is false ([\"all_reduce\", ...])" },
+    KBOOL("comms_logger.debug", comms_logger.debug, 0, 0,
+          "rows per calling function as well"),
 };
 const int zc__cfg_nkeys = (int)(sizeof(zc__cfg_keys) / sizeof(zc__cfg_keys[0]));
 

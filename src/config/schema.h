@@ -40,6 +40,8 @@ enum {
     ZC_KF_SIZE = 1u << 8,         /* I64: also a size string ("44GiB", zc__parse_size) */
     ZC_KF_AUTO_PLAN = 1u << 9,    /* "auto" resolved by the memory planner at build
                                      (zero_optimization.max_memory, src/plan/placement.c) */
+    ZC_KF_NAME_LIST = 1u << 10,   /* STR: a JSON list of 0..16 names (comms_logger.prof_ops),
+                                     stored joined with '\n'; [] is unset */
 };
 
 typedef struct zc_cfg_enum {
@@ -74,7 +76,7 @@ typedef enum zc_cfg_origin {
     ZC_ORIGIN_DERIVED       /* derived by DeepSpeed's batch rules */
 } zc_cfg_origin;
 
-#define ZC_CFG_MAX_KEYS 128
+#define ZC_CFG_MAX_KEYS 160
 #define ZC_CFG_NOTE_LEN 96
 
 struct zc_config_meta {

@@ -196,6 +196,26 @@ bool zc__cfg_parse(const zc_cfg_key *k, const json_t *v, zc_cfg_val *out, char *
         return true;
     }
     case ZC_KT_STR:
+        if (k->flags & ZC_KF_NAME_LIST) {
+            size_t n = json_is_array(v) ? json_array_size(v) : 0;
+            if (!json_is_array(v) || n > 16) {
+                snprintf(err, cap, "expected a list of at most 16 names, got %s (%s)",
+                         json_type_name(v), shown);
+                return false;
+            }
+            for (size_t i = 0; i < n; i++) {
+                const json_t *it = json_array_get(v, i);
+                const char *p = json_is_string(it) ? json_string_value(it) : NULL;
+                if (!p || !*p || strchr(p, '\n') || strlen(p) > 64) {
+                    snprintf(err, cap, "entry %zu of the list must be a non-empty name of at "
+                             "most 64 bytes without a newline", i);
+                    return false;
+                }
+            }
+            out->list = v;
+            out->null = n == 0;
+            return true;
+        }
         if ((k->flags & ZC_KF_PATH_LIST) && json_is_array(v)) {
             size_t n = json_array_size(v);
             if (n < 1 || n > 16) {
@@ -446,7 +466,8 @@ int zc__cfg_format(const zc_config *cfg, const zc_cfg_key *k, char *buf, size_t 
         if (!s)
             return snprintf(buf, cap, "null");
         json_t *j = NULL;
-        if ((k->flags & ZC_KF_PATH_LIST) && strchr(s, '\n')) {
+        if (((k->flags & ZC_KF_PATH_LIST) && strchr(s, '\n')) ||
+            (k->flags & ZC_KF_NAME_LIST)) {
             j = json_array();
             for (const char *p = s; j && p;) {
                 const char *nl = strchr(p, '\n');

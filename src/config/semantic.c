@@ -28,7 +28,7 @@ static void check_offload(const zc_config *cfg, const zc_offload_cfg *o, const c
 {
     char p[160];
     int stage = cfg->zero.stage;
-    if (o->device != ZC_OFFLOAD_NONE) {
+    if (o->device != ZC_OFFLOAD_NONE && !(flags & ZC__CFG_NO_STAGE)) {
         if (!optimizer && stage != 3)
             zc__diag_add(d, ZC_SEV_WARN, ZC_OK, block,
                          "parameter offload has no effect below stage 3 (stage is %d); set "
@@ -141,6 +141,28 @@ static void check_budgets(const zc_config *cfg, zc_cfg_diag *d)
                      "zero_optimization.offload_optimizer.nvme_path or offload_param.nvme_path");
 }
 
+/* activation_checkpointing.nvme_checkpointing (zeroc): the swap files need a
+ * directory - the section's own nvme_path, else an offload block's (either
+ * serves every home) - checked as the offload blocks check theirs. */
+static void check_act(const zc_config *cfg, unsigned flags, zc_cfg_diag *d)
+{
+    if (!cfg->act.nvme_checkpointing)
+        return;
+    const char *path = cfg->act.nvme_path      ? cfg->act.nvme_path
+                       : cfg->zero.offload_param.nvme_path ? cfg->zero.offload_param.nvme_path
+                                                           : cfg->zero.offload_optimizer.nvme_path;
+    if (!path) {
+        zc__diag_add(d, ZC_SEV_ERROR, ZC_ERR_CONFIG, "activation_checkpointing.nvme_path",
+                     "required with nvme_checkpointing (or an offload block's nvme_path): a "
+                     "writable directory on the NVMe drive");
+        return;
+    }
+    if (!cfg->act.nvme_path || (flags & ZC__CFG_SKIP_PATH_CHECK))
+        return; /* an offload block's path is checked with its block */
+    zc_offload_cfg as_block = {.device = ZC_OFFLOAD_NVME, .nvme_path = cfg->act.nvme_path};
+    check_offload(cfg, &as_block, "activation_checkpointing", false, flags | ZC__CFG_NO_STAGE, d);
+}
+
 void zc__cfg_semantic(const zc_config *cfg, unsigned flags, zc_cfg_diag *d)
 {
     if (cfg->fp16.enabled && cfg->bf16.enabled && !pending(cfg, "fp16.enabled") &&
@@ -162,9 +184,11 @@ void zc__cfg_semantic(const zc_config *cfg, unsigned flags, zc_cfg_diag *d)
                      "stage 3",
                      cfg->zero.offload_optimizer.ratio, cfg->zero.stage);
     check_budgets(cfg, d);
+    check_act(cfg, flags, d);
     if (cfg->zero.allgather_bucket_size % 2 != 0)
         zc__diag_add(d, ZC_SEV_ERROR, ZC_ERR_CONFIG, "zero_optimization.allgather_bucket_size",
                      "%lld is odd; it must be even (DeepSpeed all-gathers 16-bit pairs)",
                      (long long)cfg->zero.allgather_bucket_size);
     check_scheduler(cfg, d);
+    zc__cfg_check_observe(cfg, d);
 }

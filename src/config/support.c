@@ -131,8 +131,53 @@ static void rule_hybrid(const zc_config *cfg, int stage, bool stage_auto, zc_cfg
                      "true without mics_shard_size: ignored, as DeepSpeed ignores it");
 }
 
+/* data_types.grad_accum_dtype against the working dtype pdt. zeroc sums a
+ * window's micro-step gradients in fp32 (unset or "fp32": its default) or,
+ * with the parameters' own 16-bit dtype, rounds the running sum to it after
+ * every add as DeepSpeed's default does (src/core/loop/grads.c). Any other
+ * mix is refused: DeepSpeed itself raises NotImplementedError for it
+ * without ZeRO (engine.py _do_optimizer_sanity_check), and its ZeRO stages
+ * take it inconsistently (ZeRO-1 and ZeRO-3 accumulate in the key's dtype,
+ * ZeRO-2 in the parameters'), so no run of DeepSpeed's defines it. */
+static void rule_grad_accum(int acc, zc_dtype pdt, zc_cfg_diag *d)
+{
+    if (acc < 0 || acc == (int)ZC_DTYPE_F32 || acc == (int)pdt)
+        return;
+    if (pdt == ZC_DTYPE_F32)
+        zc__diag_add(d, ZC_SEV_ERROR, ZC_ERR_CONFIG, "data_types.grad_accum_dtype",
+                     "\"%s\" with fp32 parameters: their gradients are accumulated in fp32 "
+                     "(leave it unset or write \"fp32\"); DeepSpeed refuses this mix without "
+                     "ZeRO (NotImplementedError) and its ZeRO stages disagree on it",
+                     zc_dtype_name((zc_dtype)acc));
+    else
+        zc__diag_add(d, ZC_SEV_ERROR, ZC_ERR_CONFIG, "data_types.grad_accum_dtype",
+                     "\"%s\" with %s parameters: gradients are accumulated in fp32 (unset "
+                     "or \"fp32\", zeroc's default) or in the parameters' dtype (\"%s\", "
+                     "DeepSpeed's default); DeepSpeed refuses other mixes without ZeRO "
+                     "(NotImplementedError) and its ZeRO stages disagree on them",
+                     zc_dtype_name((zc_dtype)acc), zc_dtype_name(pdt), zc_dtype_name(pdt));
+}
+
+zc_status zc__config_grad_accum_check(const zc_config *cfg, zc_dtype pdt)
+{
+    zc_cfg_diag d = {0};
+    rule_grad_accum(cfg->grad_accum_dtype, pdt, &d);
+    zc_status rc = zc__diag_report(&d, "zc_engine_create");
+    zc__diag_free(&d);
+    return rc;
+}
+
 void zc__cfg_engine_support(const zc_config *cfg, zc_cfg_diag *d)
 {
+    /* The working dtype the precision blocks give (zc_engine_options.
+     * param_dtype may override it: zc_engine_create checks again with the
+     * one it picked). Both blocks enabled is the loader's error. */
+    if (!(cfg->fp16.enabled && cfg->bf16.enabled))
+        rule_grad_accum(cfg->grad_accum_dtype,
+                        cfg->fp16.enabled   ? ZC_DTYPE_F16
+                        : cfg->bf16.enabled ? ZC_DTYPE_BF16
+                                            : ZC_DTYPE_F32,
+                        d);
     const zc_offload_cfg *opt = &cfg->zero.offload_optimizer, *par = &cfg->zero.offload_param;
     /* "auto" is one of 1-3, chosen at build: offload is possible. */
     const int stage = zc__config_stage_auto(cfg) ? 1 : cfg->zero.stage;
@@ -153,7 +198,9 @@ void zc__cfg_engine_support(const zc_config *cfg, zc_cfg_diag *d)
         rule_param_buffers(par->buffer_count, d);
     /* (offload_optimizer.buffer_count is the loader's rule, semantic.c: it
      * holds whenever the device is nvme.) */
-    if (opt_nvme || par_nvme)
+    /* activation_checkpointing.nvme_checkpointing: the activation store's
+     * swap files are read and written as the offload homes' are. */
+    if (opt_nvme || par_nvme || cfg->act.nvme_checkpointing)
         rule_aio(cfg->aio.block_size, cfg->aio.queue_depth, cfg->aio.intra_op_parallelism, d);
     rule_hybrid(cfg, stage, zc__config_stage_auto(cfg), d);
 }

@@ -37,12 +37,14 @@
 #include "base/alloc.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "act/act.h"
 #include "comm/comm.h"
 #include "config/config.h"
 #include "device/device.h"
 #include "offload/homes.h"
 #include "optim/adam.h"
 #include "plan/plan.h"
+#include "trace/trace.h"
 /* The headers of the engine's rooms, for every file that uses the engine. */
 #include "core/common/bufpool.h"
 #include "core/common/eng_base.h"
@@ -50,9 +52,11 @@
 #include "core/common/groups.h"
 #include "core/common/streams.h"
 #include "core/observe/progress.h"
+#include "core/observe/timeline.h"
 #include "core/observe/timers.h"
 #include "core/state/opt_state.h"
 #include "core/state/param_state.h"
+#include "core/state/act_state.h"
 #include "core/state/views.h"
 #include "core/loop/loop.h"
 #include "core/step/loss_scaler.h"
@@ -227,6 +231,7 @@ typedef struct zc_pass_state {
     zc_offload_step off;
     zc_param_home_io io0;      /* the parameter home's counters at zc_pass_begin */
     zc_pass_stats last;        /* the last completed evaluation pass */
+    int64_t tl_t0;             /* the timeline: the open pass's start (0: not recorded) */
 } zc_pass_state;
 
 struct zc_engine {
@@ -276,6 +281,11 @@ struct zc_engine {
     zc_dtype pdt;              /* working precision */
     size_t pesz;
     int64_t gas;               /* gradient_accumulation_steps */
+    zc_dtype acc_dt;           /* what a window's micro-step gradients are summed
+                                  in: F32, or the 16-bit pdt with
+                                  data_types.grad_accum_dtype = pdt and gas > 1
+                                  (the sum rounded to it after every add;
+                                  src/core/loop/grads.c) */
     int64_t bucket;            /* chunk size target (elements), set at build */
     int64_t bucket_option;     /* zc_engine_options.bucket_elems (<= 0: from config) */
     int64_t gmark_seq;         /* blocks.c: stamps for zc_chunk.gmark */
@@ -314,6 +324,10 @@ struct zc_engine {
     /* Optimizer. */
     zc_loss_scaler scaler;
     int64_t steps, skipped, adam_steps;
+    /* optimizer.params.deepspeed_arithmetic: DeepSpeed's running beta powers
+     * (optim/adam.h), fresh at create and after a checkpoint load, as a
+     * DeepSpeed optimizer is when it is built or resumed. */
+    zc_adam_ds_state adam_ds;
     double *partials;          /* host: nchunks * world sum-of-squares partials */
     double *part_send, *part_recv; /* device buffers for the fp64 all-gather; stage 0
                                       writes its (chunk, rank) partials into part_recv */
@@ -329,6 +343,14 @@ struct zc_engine {
 
     /* wall_clock_breakdown (timers.c). */
     zc_step_timers timers;
+    /* The timeline and the comms logger (src/trace; observe/timeline.c),
+     * made at build when configured, else NULL. */
+    zc_tl *tl;
+    /* What the program said a step computes (zc_engine_set_workload), for
+     * the progress lines' throughput; zeros: nothing stated. */
+    zc_workload workload;
+    double peak_flops;         /* the MFU's peak: stated, or the host's estimate (0: none) */
+    char peak_how[96];
 
     /* Stats: the current window and the last completed step. */
     int64_t comm_cur[ZC_COLL__COUNT], comm_last[ZC_COLL__COUNT];
@@ -402,6 +424,13 @@ struct zc_engine {
     bool *land_pending;
     bool out_pending[2];
     int *gslot_land;           /* ngslots entries, beside ev_gslot */
+
+    /* The activation store (state/act_state.c, src/act): what the build
+     * reserves (slots 0: none), the store, and the model-parallel group a
+     * partitioned checkpoint is gathered over (bound to dev; NULL: none). */
+    zc_act_spec act_spec;
+    zc_act_store *act;
+    zc_comm *act_mp;
 
     /* ZC_DEBUG=1 (grad_debug.c). */
     bool debug;

@@ -380,6 +380,7 @@ static const zc_device_ops cuda_ops = {
     .cast = zc__cuda_cast,
     .scale = zc__cuda_scale,
     .accumulate = zc__cuda_accumulate,
+    .accumulate_rounded = zc__cuda_accumulate_rounded,
     .reduce_sum = zc__cuda_reduce_sum,
     .sumsq = zc__cuda_sumsq,
     .nonfinite = zc__cuda_nonfinite,

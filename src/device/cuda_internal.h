@@ -91,6 +91,8 @@ zc_status zc__cuda_cast(zc_device *d, void *dst, zc_dtype dst_dt, const void *sr
 zc_status zc__cuda_scale(zc_device *d, void *x, zc_dtype dt, size_t n, float a, void *s);
 zc_status zc__cuda_accumulate(zc_device *d, float *acc, const void *src, zc_dtype src_dt,
                               size_t n, void *s);
+zc_status zc__cuda_accumulate_rounded(zc_device *d, float *acc, const void *src,
+                                      zc_dtype src_dt, zc_dtype acc_dt, size_t n, void *s);
 zc_status zc__cuda_reduce_sum(zc_device *d, void *dst, const void *const *srcs, int nsrc,
                               zc_dtype dt, size_t n, void *s);
 zc_status zc__cuda_sumsq(zc_device *d, const void *x, zc_dtype dt, size_t n, double *out,

@@ -54,6 +54,19 @@ zc_status zc__cuda_accumulate(zc_device *d, float *acc, const void *src, zc_dtyp
                     "accumulate kernel", src_dt, n, s);
 }
 
+zc_status zc__cuda_accumulate_rounded(zc_device *d, float *acc, const void *src,
+                                      zc_dtype src_dt, zc_dtype acc_dt, size_t n, void *s)
+{
+    if (!zc__cuda_float_dtype(src_dt) || !zc__cuda_float_dtype(acc_dt))
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "accumulate_rounded: unsupported dtypes %s into %s",
+                      zc_dtype_name(src_dt), zc_dtype_name(acc_dt));
+    ZC_CHECK(zc__cuda_use(d));
+    return launched(d,
+                    zc_k_accumulate_rounded(zc__cuda_geo(d), acc, src, src_dt, acc_dt, n,
+                                            (cudaStream_t)s),
+                    "accumulate_rounded kernel", src_dt, n, s);
+}
+
 zc_status zc__cuda_reduce_sum(zc_device *d, void *dst, const void *const *srcs, int nsrc,
                               zc_dtype dt, size_t n, void *s)
 {

@@ -120,6 +120,14 @@ typedef struct zc_device_ops {
     /* acc[i] (fp32) += src[i] (any float dtype). */
     zc_status (*accumulate)(zc_device *d, float *acc, const void *src, zc_dtype src_dt, size_t n,
                             void *stream);
+    /* acc[i] (fp32) = round_acc_dt(acc[i] + src[i]): the sum in fp32, then
+     * rounded to acc_dt (RNE; F32: none, accumulate's result) and kept in
+     * fp32 storage. A running sum held in a 16-bit dtype the way torch adds
+     * into a 16-bit tensor (both operands widened, added in fp32, the sum
+     * rounded once), so a 16-bit accumulator's values live in an fp32 buffer
+     * (data_types.grad_accum_dtype). */
+    zc_status (*accumulate_rounded)(zc_device *d, float *acc, const void *src, zc_dtype src_dt,
+                                    zc_dtype acc_dt, size_t n, void *stream);
     /* dst[i] = sum over k = 0..nsrc-1, in that order, of srcs[k][i], summed in
      * fp32 and stored in dt (RNE). dst may equal one of srcs. This is the
      * local communicator's reduction. */

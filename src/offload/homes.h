@@ -10,6 +10,8 @@
  *   2. optimizer-state homes (opt_home_device.c, opt_home_cpu.c,
  *      opt_home_nvme.c);
  *   3. stage-3 parameter homes (param_home_cpu.c, param_home_nvme.c);
+ *   4. activation checkpoint homes (act_home_cpu.c, act_home_nvme.c), which
+ *      the activation store (src/act) drives;
  *
  * and the nvme_path helpers both NVMe homes and the engine's planner use
  * (swap_dirs.c). */
@@ -123,7 +125,10 @@ typedef struct zc_opt_home_ops {
     float *(*grad_shard)(zc_opt_home *h, int k);
     /* params.swap_grads: the chunk's fp32 gradient shard lives in the swap
      * files. grad_add adds src (n values of dt, host-addressable) to it: on
-     * the window's first micro-step onto zeros, else onto what is read back;
+     * the window's first micro-step onto zeros, else onto what is read back,
+     * the sum rounded to acc_dt (F32: none; a 16-bit dtype: the running sum
+     * of data_types.grad_accum_dtype, device.h accumulate_rounded) before it
+     * is written;
      * on the last one it also returns the shard's blocked fp64 sum of squares
      * (the norm's partial) in *sumsq. I/O errors do not fail the call (the
      * ranks must keep issuing the same collectives): they are kept and fail
@@ -137,8 +142,8 @@ typedef struct zc_opt_home_ops {
      * without staging, or when the home has none (nvme: bounded memory;
      * it stages synchronously through its swap slots). May be NULL. */
     void *(*grad_land)(zc_opt_home *h, int k);
-    zc_status (*grad_add)(zc_opt_home *h, int k, const void *src, zc_dtype dt, bool first,
-                          bool last, double *sumsq);
+    zc_status (*grad_add)(zc_opt_home *h, int k, const void *src, zc_dtype dt, zc_dtype acc_dt,
+                          bool first, bool last, double *sumsq);
     void *(*grad_in_stage)(zc_opt_home *h);
     /* Called often while Adam runs on an acquired chunk: moves the I/O in
      * flight along without blocking (the store only reaps completions and
@@ -146,6 +151,13 @@ typedef struct zc_opt_home_ops {
      * queue_depth requests are done). Returns whether I/O is still in flight
      * (the next piece of Adam shares the machine with it). May be NULL. */
     bool (*progress)(zc_opt_home *h);
+    /* A pass that overwrites the master of every chunk it acquires and
+     * leaves m and v as they are (an import of weights): acquire reads
+     * nothing and hands out the master alone (m and v NULL, its contents
+     * undefined: the caller writes all n values), release(dirty) writes the
+     * master alone. Otherwise as pass_begin. May be NULL: the home's state is
+     * resident and a plain pass costs no I/O. */
+    zc_status (*pass_begin_master)(zc_opt_home *h, const int *ks, int nk);
     /* Frees memory, removes swap files. NULL-safe through zc__opt_home_destroy. */
     void (*destroy)(zc_opt_home *h);
 } zc_opt_home_ops;
@@ -320,6 +332,106 @@ struct zc_nvme_faults;
 void zc__param_home_nvme_set_faults(zc_param_home *h, const struct zc_nvme_faults *f);
 
 static inline void zc__param_home_destroy(zc_param_home *h)
+{
+    if (h)
+        h->ops->destroy(h);
+}
+
+/* ---- 4. activation checkpoint homes -------------------------------------- */
+
+/* The activation store (src/act/act.h) keeps the checkpoints a training loop
+ * hands it in slots: slot s holds the s-th checkpoint held at once in a
+ * micro-step (saved in forward, restored last-in first-out in backward).
+ * Without activation_checkpointing.cpu_checkpointing the slots are device
+ * memory of the store's own; with it they live in one of these homes, which
+ * hold host memory only (the store copies between it and the device):
+ *
+ *   cpu     the pinned host pool: one slot of slot_bytes per checkpoint;
+ *   nvme    a swap file under nvme_path (zeroc's nvme_checkpointing), one
+ *           extent per slot, streamed through buffer_count pinned buffers.
+ *
+ * Writing. write_begin(s) returns host memory of slot_bytes for slot s's new
+ * checkpoint (cpu: the slot itself; nvme: a buffer - a free one, else the
+ * one filled longest ago, whose write is waited for first), the caller
+ * fills `bytes`, write_end(s, bytes) sends it home (nvme: submits the write
+ * of the bytes rounded up to ZC_SWAP_ALIGN). The buffer keeps the data until
+ * it is taken again, so the slots written last - the first ones restored -
+ * are read back from their buffers without I/O.
+ *
+ * Reading. read_start(s, bytes) begins bringing slot s back without waiting
+ * (nvme: a read into a free buffer, taken only while more than one is free:
+ * the last is kept for a read on demand, as the parameter home does, so the
+ * decisions follow the call sequence alone); read_wait returns its host
+ * memory (reading on demand when nobody started it), read_end gives the
+ * buffer back. drop() forgets every slot (the micro-step ended: what they
+ * hold is stale), abandoning reads in flight; writes in flight go on.
+ *
+ * Errors. A one-off EIO is submitted again (twice); any other I/O error is
+ * ZC_ERR_IO naming the slot, the file and the offset. A write's error is
+ * kept and returned by the next read_wait of any slot and by settle (which
+ * waits for every write and clears it), so the call that submitted it never
+ * fails on one rank alone; the store agrees on read_wait's outcome across
+ * ranks (src/act). Homes are used by one thread. */
+
+typedef struct zc_act_home zc_act_home;
+
+/* Counters since prepare. */
+typedef struct zc_act_home_io {
+    int64_t read_bytes, write_bytes; /* NVMe, whole requests */
+    int64_t reads, writes;           /* slot transfers from / to the file */
+    int64_t buffer_hits;             /* read_wait served from a buffer still holding
+                                        the slot (no read) */
+    int64_t waits;                   /* read_wait calls that waited for a read */
+    double wait_s;                   /* ... and the time they waited */
+    int64_t write_waits;             /* write_begin calls that waited for a write */
+    double write_wait_s;
+    int64_t requests, write_requests; /* the store's (ZC_NVME_FAULTS positions) */
+} zc_act_home_io;
+
+typedef struct zc_act_home_ops {
+    const char *name; /* "cpu", "nvme" */
+    /* Allocates the slots (cpu) or the buffers and the swap file (nvme).
+     * Host memory and disk space were checked by the engine's pre-flight with
+     * the whole plan (src/plan counts what these files allocate, through
+     * zc__act_layout in src/act/act.h). */
+    zc_status (*prepare)(zc_act_home *h);
+    /* Whether a read or write can fail on one rank alone (NVMe I/O). */
+    bool (*rank_local_io)(const zc_act_home *h);
+    zc_status (*write_begin)(zc_act_home *h, int slot, void **dst);
+    zc_status (*write_end)(zc_act_home *h, int slot, size_t bytes);
+    void (*read_start)(zc_act_home *h, int slot, size_t bytes, bool *started);
+    zc_status (*read_wait)(zc_act_home *h, int slot, size_t bytes, const void **src);
+    void (*read_end)(zc_act_home *h, int slot);
+    void (*drop)(zc_act_home *h);
+    zc_status (*settle)(zc_act_home *h);
+    void (*io)(const zc_act_home *h, zc_act_home_io *out);
+    /* Frees memory, closes the swap file. */
+    void (*destroy)(zc_act_home *h);
+} zc_act_home_ops;
+
+struct zc_act_home {
+    const zc_act_home_ops *ops;
+};
+
+/* What a home needs, filled by the store from activation_checkpointing. */
+typedef struct zc_act_home_params {
+    zc_home_env env;         /* the engine; env.nchunks is the number of slots */
+    size_t slot_bytes;       /* the largest checkpoint (this rank's part of it) */
+    bool pin_memory;
+    /* nvme */
+    const char *const *dirs; /* nvme_path directories (striped) */
+    int ndirs;
+    int64_t buffer_count;    /* activation_checkpointing.buffer_count, >= 2 */
+} zc_act_home_params;
+
+zc_status zc__act_home_cpu_create(const zc_act_home_params *p, zc_act_home **out);
+zc_status zc__act_home_nvme_create(const zc_act_home_params *p, zc_act_home **out);
+
+/* Tests: the store faults of an nvme home (ZC_NVME_FAULTS syntax, counted
+ * from its open); no-op for another home. */
+void zc__act_home_nvme_set_faults(zc_act_home *h, const struct zc_nvme_faults *f);
+
+static inline void zc__act_home_destroy(zc_act_home *h)
 {
     if (h)
         h->ops->destroy(h);

@@ -51,6 +51,8 @@ typedef struct nvme_ticket {
     uint32_t next_pending;
     bool pending;         /* in the pending FIFO */
     zc_nvme_error err;
+    int64_t tl_t0;        /* the timeline: when it was submitted (0: not recorded) */
+    int tl_inflight;      /* the timeline: requests active at its submission */
 } nvme_ticket;
 
 typedef struct nvme_region {

@@ -22,6 +22,7 @@
 #include "base/env.h"
 #include "offload/nvme_internal.h"
 #include "offload/offload_internal.h"
+#include "trace/trace.h"
 
 static const char *errname(int e)
 {
@@ -121,6 +122,11 @@ void zc__nvme_complete(zc_nvme_store *st, uint32_t ri, int res)
     st->free_reqs[st->nfree_reqs++] = ri;
     st->active--;
     t->inflight--;
+    if (t->tl_t0 && ticket_done(t)) {
+        /* The timeline: the request from its submission to its last piece. */
+        zc__tl_nvme(t->tl_t0, t->write, (int64_t)t->len, t->tl_inflight, st->qd);
+        t->tl_t0 = 0;
+    }
 }
 
 /* ------------------------------------------------------------------------- */
@@ -176,6 +182,8 @@ static zc_status submit_extent(zc_nvme_store *st, bool write, uint64_t offset, v
     t->len = len;
     t->buf = buf;
     t->order = ++st->order;
+    t->tl_t0 = zc__tl_begin();
+    t->tl_inflight = st->active;
     t->next_pending = NIL;
     t->pending = true;
     if (st->pend_tail == NIL)
@@ -247,7 +255,12 @@ zc_status zc__nvme_wait(zc_nvme_store *st, zc_nvme_ticket ticket, zc_nvme_error 
     if (!lookup(st, ticket, &slot))
         return ZC_ERR(ZC_ERR_INVALID_ARG, "NVMe wait: ticket %#llx is unknown or already waited "
                       "for", (unsigned long long)ticket);
+    /* The timeline: the host waiting, when it has to. */
+    const nvme_ticket *t = &st->tickets[slot];
+    const int64_t t0 = ticket_done(t) ? 0 : zc__tl_begin();
+    const int64_t bytes = (int64_t)t->len;
     ZC_CHECK(drive_until(st, slot));
+    zc__tl_nvme_wait(t0, bytes);
     return retire(st, slot, err);
 }
 
@@ -276,6 +289,7 @@ zc_status zc__nvme_wait_all(zc_nvme_store *st)
      * reported is the earliest one. */
     zc_status first = ZC_OK;
     char msg[1024] = "";
+    const int64_t t0 = st->live_tickets ? zc__tl_begin() : 0;
     while (st->live_tickets) {
         uint32_t best = NIL;
         for (int i = 0; i < st->nticket_slots; i++)
@@ -288,6 +302,7 @@ zc_status zc__nvme_wait_all(zc_nvme_store *st)
             snprintf(msg, sizeof msg, "%s", zc_last_error());
         }
     }
+    zc__tl_nvme_wait(t0, 0);
     if (first != ZC_OK)
         return ZC_ERR(first, "%s", msg);
     return ZC_OK;

@@ -15,7 +15,8 @@
  * shard, which must survive between micro-steps, is a fourth tensor (nt = 4,
  * 16 Psi / W): each micro-step adds its reduced slice to it through one
  * pinned gradient buffer (read back, add, write; the first micro-step of a
- * window starts from zeros), and the step reads it with the state.
+ * window starts from zeros; with 16-bit accumulation the sum is rounded to
+ * the working dtype before the write), and the step reads it with the state.
  *
  * Buffers. A swap buffer holds one tensor of the largest chunk (buffer_bytes);
  * a chunk in flight takes four, as DeepSpeed counts them (master, m, v and the
@@ -83,6 +84,8 @@ typedef struct nvme_home {
     size_t maxn, buf_bytes;
     int nt;                    /* tensors per chunk in the files: 3, or 4 with
                                   swap_grads */
+    bool master_only;          /* a pass_begin_master pass: no reads, the
+                                  master alone written */
     char *gbuf;                /* swap_grads: the gradient buffer (buf_bytes) */
     void *gin;                 /* swap_grads with staging: the slice staged in */
     zc_nvme_ticket gwt;        /* write of gbuf in flight */
@@ -195,7 +198,8 @@ static zc_status submit(nvme_home *h, nv_slot *s, int k, bool write, bool retry)
     }
     /* The gradient (nt = 4) is read with the state but never written back
      * from a slot: the next window's first micro-step starts it afresh. */
-    zc_status rc = write ? zc__nvme_write(h->store, c->off, s->buf, 3 * c->tbytes, &s->wt)
+    zc_status rc = write ? zc__nvme_write(h->store, c->off, s->buf,
+                                          (h->master_only ? 1 : 3) * c->tbytes, &s->wt)
                          : zc__nvme_read(h->store, c->off, s->buf,
                                          (size_t)h->nt * c->tbytes, &s->rt);
     if (rc != ZC_OK) {
@@ -205,7 +209,7 @@ static zc_status submit(nvme_home *h, nv_slot *s, int k, bool write, bool retry)
     }
     if (write) {
         h->writes++;
-        h->write_bytes += (int64_t)(3 * c->tbytes);
+        h->write_bytes += (int64_t)((h->master_only ? 1 : 3) * c->tbytes);
     } else {
         h->reads++;
         h->read_bytes += (int64_t)((size_t)h->nt * c->tbytes);
@@ -259,7 +263,7 @@ static zc_status start_read(nvme_home *h, int i)
     if (s->wt)
         ZC_CHECK(wait_io(h, s, h->ks[s->pos], true));
     s->pos = i;
-    return submit(h, s, h->ks[i], false, false);
+    return h->master_only ? ZC_OK : submit(h, s, h->ks[i], false, false);
 }
 
 /* ---- the gradient (swap_grads) -------------------------------------------- */
@@ -294,8 +298,8 @@ static void grad_wait_write(nvme_home *h)
     }
 }
 
-static zc_status nv_grad_add(zc_opt_home *hh, int k, const void *src, zc_dtype dt, bool first,
-                             bool last, double *sumsq)
+static zc_status nv_grad_add(zc_opt_home *hh, int k, const void *src, zc_dtype dt,
+                             zc_dtype acc_dt, bool first, bool last, double *sumsq)
 {
     nvme_home *h = (nvme_home *)hh;
     const nv_chunk *c = &h->chunks[k];
@@ -329,8 +333,10 @@ static zc_status nv_grad_add(zc_opt_home *hh, int k, const void *src, zc_dtype d
             return ZC_OK;
         }
     }
-    /* The device path's own kernel on the host: acc += src in fp32. */
-    ZC_CHECK(hd->ops->accumulate(hd, (float *)h->gbuf, src, dt, c->n, NULL));
+    /* The device path's own kernel on the host: acc += src in fp32, or
+     * rounded to acc_dt (16-bit accumulation: the shard is in memory between
+     * its read-back and its write anyway, so rounding costs no I/O). */
+    ZC_CHECK(hd->ops->accumulate_rounded(hd, (float *)h->gbuf, src, dt, acc_dt, c->n, NULL));
     if (last)
         ZC_CHECK(hd->ops->sumsq(hd, h->gbuf, ZC_DTYPE_F32, c->n, sumsq, NULL));
     h->gwk = k;
@@ -355,6 +361,7 @@ static zc_status nv_pass_begin(zc_opt_home *hh, const int *ks, int nk)
         return ZC_ERR(ZC_ERR_INTERNAL, "nvme home: a pass of %d chunks", nk);
     memcpy(h->ks, ks, (size_t)nk * sizeof(int));
     h->nk = nk;
+    h->master_only = false;
     h->pos = h->next_read = 0;
     zc__kept_error_clear(&h->err);
     /* The last gradient write must be on disk before the pass reads it, and
@@ -370,6 +377,13 @@ static zc_status nv_pass_begin(zc_opt_home *hh, const int *ks, int nk)
     for (int i = 0; i < nk; i++)
         if (ks[i] < 0 || ks[i] >= h->p.env.nchunks || !h->chunks[ks[i]].n)
             return ZC_ERR(ZC_ERR_INTERNAL, "nvme home: chunk %d is not homed here", ks[i]);
+    return ZC_OK;
+}
+
+static zc_status nv_pass_begin_master(zc_opt_home *hh, const int *ks, int nk)
+{
+    ZC_CHECK(nv_pass_begin(hh, ks, nk));
+    ((nvme_home *)hh)->master_only = true;
     return ZC_OK;
 }
 
@@ -392,9 +406,10 @@ static zc_status nv_acquire(zc_opt_home *hh, int k, zc_opt_view *out)
         h->next_read++;
     }
     const nv_chunk *c = &h->chunks[k];
+    const bool mo = h->master_only;
     *out = (zc_opt_view){.master = (float *)s->buf,
-                         .m = (float *)(s->buf + c->tbytes),
-                         .v = (float *)(s->buf + 2 * c->tbytes),
+                         .m = mo ? NULL : (float *)(s->buf + c->tbytes),
+                         .v = mo ? NULL : (float *)(s->buf + 2 * c->tbytes),
                          .grad = h->nt == 4 ? (float *)(s->buf + 3 * c->tbytes) : NULL,
                          .grad_stage = s->grad_stage,
                          .pout_stage = s->pout_stage};
@@ -608,6 +623,7 @@ static const zc_opt_home_ops nv_ops = {
     .add_chunk = nv_add,
     .prepare = nv_prepare,
     .pass_begin = nv_pass_begin,
+    .pass_begin_master = nv_pass_begin_master,
     .acquire = nv_acquire,
     .release = nv_release,
     .pass_end = nv_pass_end,

@@ -13,8 +13,23 @@
  *   param_out[i] = round_to_nearest_even(p)  (optional 16-bit copy)
  *
  * Coefficients are computed once per step in double (zc__adam_coeffs) and
- * rounded to float, so every variant sees the same constants. FMA contraction
- * is allowed in variants (tolerance: 2 ulp on fp32 outputs).
+ * rounded to float, so every variant sees the same constants.
+ *
+ * A second arithmetic, ZC_ADAM_ARITH_DEEPSPEED (optimizer.params.
+ * deepspeed_arithmetic), evaluates the same update as DeepSpeedCPUAdam does
+ * (csrc/includes/cpu_adam.h Step_AVX, what DeepSpeed runs on the CPU and
+ * under offload_optimizer), coefficients and fused multiply-adds included:
+ *
+ *   g  = fma(p, l2_decay, g)                 (Adam mode only)
+ *   m  = fma(g, one_minus_beta1, m * beta1)
+ *   v  = fma(g * g, one_minus_beta2, v * beta2)
+ *   d  = fma(sqrtf(v), bc2_rsqrt, eps)
+ *   p  = fma(p, -decoupled_decay, p)         (AdamW mode only)
+ *   p  = fma(m / d, -step_size, p)
+ *
+ * with the coefficients of zc__adam_coeffs_ds, all in fp32 as DeepSpeed
+ * derives them. Every variant evaluates it with the same fused operations in
+ * the same order, so it too is bitwise alike in all of them.
  *
  * Notes from the host variants (src/optim): a weight-decay term whose
  * coefficient is 0 is skipped, not multiplied by 0 (so an inf parameter does
@@ -40,6 +55,12 @@ typedef struct zc_adam_hparams {
     bool bias_correction;
 } zc_adam_hparams;
 
+/* zc_adam_coeffs.arith: which element update the kernels evaluate. */
+enum {
+    ZC_ADAM_ARITH_ZEROC = 0,     /* unfused, coefficients from double (the default) */
+    ZC_ADAM_ARITH_DEEPSPEED = 1, /* DeepSpeedCPUAdam's: fp32 coefficients, its FMAs */
+};
+
 typedef struct zc_adam_coeffs {
     float beta1, beta2, one_minus_beta1, one_minus_beta2;
     float eps;
@@ -47,11 +68,42 @@ typedef struct zc_adam_coeffs {
     float bc2_rsqrt;       /* 1 / sqrt(bc2) (1 without bias correction) */
     float decoupled_decay; /* lr * wd in AdamW mode, else 0 */
     float l2_decay;        /* wd in Adam (L2) mode, else 0 */
+    uint32_t arith;        /* ZC_ADAM_ARITH_* */
 } zc_adam_coeffs;
 
 /* Computes the coefficients for optimizer step `step` (1-based: the first
  * update uses step 1). */
 zc_adam_coeffs zc__adam_coeffs(const zc_adam_hparams *hp, int64_t step);
+
+/* What DeepSpeedCPUAdam keeps between steps to derive its bias corrections
+ * (Adam_Optimizer::_betta1, _betta2, _betta1_t, _betta2_t, _step of
+ * csrc/includes/cpu_adam.h): the fp32 betas of the last step and their
+ * powers beta^step as it computes them. */
+typedef struct zc_adam_ds_state {
+    float beta1, beta2;
+    float beta1_t, beta2_t;
+    int64_t step;
+} zc_adam_ds_state;
+
+/* The state of a freshly constructed DeepSpeed optimizer (step 0, powers 1),
+ * which is also what a DeepSpeed run resumed from a checkpoint starts from:
+ * the checkpoint holds the step count, not the running powers. */
+zc_adam_ds_state zc__adam_ds_fresh(double beta1, double beta2);
+
+/* DeepSpeed's IncrementStep(step, beta1, beta2), the betas rounded to fp32
+ * as its binding does: betas other than the state's, or a step that is not
+ * the next one (the first after a resume), take beta^step from pow() in
+ * double rounded to fp32; the next step multiplies the running fp32 powers
+ * by the betas; the same step again changes nothing. */
+void zc__adam_ds_increment(zc_adam_ds_state *st, int64_t step, double beta1, double beta2);
+
+/* The coefficients of DeepSpeed's update_state and Step_AVX from the state
+ * after zc__adam_ds_increment (hp's betas are not read: the state's are the
+ * step's), all in fp32 from lr, eps and weight_decay rounded to fp32:
+ * 1 - beta, bias corrections 1 - beta1_t and 1 / sqrtf(1 - beta2_t),
+ * step size lr / bc1, decoupled decay lr * wd; weight decay only when > 0.
+ * arith = ZC_ADAM_ARITH_DEEPSPEED. */
+zc_adam_coeffs zc__adam_coeffs_ds(const zc_adam_ds_state *st, const zc_adam_hparams *hp);
 
 /* One shard's buffers. master, m, v: n fp32 values, updated in place. grad: n
  * values of grad_dtype (F32, F16 or BF16), read only. param_out: NULL, or n
@@ -67,7 +119,8 @@ typedef struct zc_adam_shard {
 } zc_adam_shard;
 
 /* The scalar reference: plain C, one element at a time, no FMA contraction
- * (compiled with -ffp-contract=off). */
+ * (compiled with -ffp-contract=off; the DeepSpeed arithmetic's fused
+ * operations are explicit fmaf calls). */
 void zc__adam_scalar(const zc_adam_shard *s, const zc_adam_coeffs *c);
 
 /* The host optimizer entry point the engine calls: the best variant for this
@@ -81,5 +134,14 @@ zc_status zc__adam_host(const zc_adam_shard *s, const zc_adam_coeffs *c);
  * without running it: zc_engine_create fails with it up front rather than at
  * the first step. */
 zc_status zc__adam_env_check(void);
+
+/* What `zeroc report` says of the host Adam: for each variant, best first
+ * (i < zc__adam_isa_count()), its name, whether this build compiled it,
+ * whether this CPU runs it (else a static reason in *why), and which one
+ * zc__adam_host uses (ZC_CPU_ISA or the best usable; -1 with the reason in
+ * zc_last_error when none can be chosen). */
+int zc__adam_isa_count(void);
+const char *zc__adam_isa_name(int i, bool *compiled, bool *usable, const char **why);
+int zc__adam_isa_selected(void);
 
 #endif

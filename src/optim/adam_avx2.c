@@ -7,6 +7,9 @@
  * fused m or p update can differ from the reference by many ulp when its two
  * terms cancel), and sqrt/div are correctly rounded, so this variant agrees
  * with the scalar reference bitwise; heads and tails use zc__adam_elem itself.
+ * The DeepSpeed arithmetic (adam.h) has bodies of its own that evaluate
+ * zc__adam_elem_ds's operations with vfmadd where it has fmaf, so they too
+ * agree with the reference bitwise.
  *
  * Memory: the loop streams master, m, v (read and write), the gradient (read)
  * and the 16-bit copy (write). With ZC_ADAM_NT (shards larger than the caches)
@@ -22,7 +25,8 @@
 
 typedef struct k8 {
     __m256 b1, b2, omb1, omb2, eps, ss, bc2r, dd, l2, gs;
-    bool scaled; /* grad_scale != 1 */
+    __m256 nss, ndd; /* -step_size, -decoupled_decay: the DeepSpeed arithmetic's */
+    bool scaled;     /* grad_scale != 1 */
 } k8;
 
 /* Weight-decay mode: a mask of the decay terms that are non-zero
@@ -103,15 +107,32 @@ ZC_INLINE void store_h16(void *dst, size_t i, __m128i h, bool nt)
 #endif
 
 /* One vector of 8 elements: the Adam update of master/m/v at i, returning
- * the new parameter (for the copy). */
+ * the new parameter (for the copy). ds: the DeepSpeed arithmetic. */
 ZC_INLINE __m256 step8(float *restrict mp, float *restrict mm, float *restrict vv,
                        const void *restrict gp, size_t i, const k8 *k, zc_dtype gdt, int wd,
-                       bool nt)
+                       bool nt, bool ds)
 {
     __m256 p = _mm256_load_ps(mp + i);
     __m256 g = load_grad(gp, i, gdt);
     if (k->scaled) /* x * 1.0f is x exactly: skip it (a branch, not a vector op) */
         g = _mm256_mul_ps(g, k->gs);
+    if (ds) {
+        /* zc__adam_elem_ds: fmaf(a, b, c) is _mm256_fmadd_ps(a, b, c). */
+        if (wd & WD_L2)
+            g = _mm256_fmadd_ps(p, k->l2, g);
+        __m256 m = _mm256_fmadd_ps(g, k->omb1, _mm256_mul_ps(_mm256_loadu_ps(mm + i), k->b1));
+        __m256 v = _mm256_fmadd_ps(_mm256_mul_ps(g, g), k->omb2,
+                                   _mm256_mul_ps(_mm256_loadu_ps(vv + i), k->b2));
+        __m256 d = _mm256_fmadd_ps(_mm256_sqrt_ps(v), k->bc2r, k->eps);
+        __m256 u = _mm256_div_ps(m, d);
+        if (wd & WD_DECOUPLED)
+            p = _mm256_fmadd_ps(p, k->ndd, p);
+        p = _mm256_fmadd_ps(u, k->nss, p);
+        store_f32(mm + i, m, nt);
+        store_f32(vv + i, v, nt);
+        store_f32(mp + i, p, nt);
+        return p;
+    }
     if (wd & WD_L2)
         g = _mm256_add_ps(g, _mm256_mul_ps(k->l2, p));
     __m256 m = _mm256_add_ps(_mm256_mul_ps(k->b1, _mm256_loadu_ps(mm + i)),
@@ -132,7 +153,7 @@ ZC_INLINE __m256 step8(float *restrict mp, float *restrict mm, float *restrict v
  * iteration: one prefetch per line, and the 16-bit copy of both vectors
  * packed into one 32-byte store. */
 ZC_INLINE void body(const zc_adam_shard *s, const k8 *kp, size_t lo, size_t hi, zc_dtype gdt,
-                    int odt, int wd, bool nt)
+                    int odt, int wd, bool nt, bool ds)
 {
     /* Everything the loop touches in locals: stores through the buffers could
      * alias *s and *kp as far as the compiler knows. */
@@ -149,8 +170,8 @@ ZC_INLINE void body(const zc_adam_shard *s, const k8 *kp, size_t lo, size_t hi, 
         _mm_prefetch((const char *)(vv + i + pf), _MM_HINT_T0);
         _mm_prefetch((const char *)gp + (i + pf) * (gdt == ZC_DTYPE_F32 ? 4 : 2), _MM_HINT_T0);
 #endif
-        __m256 p0 = step8(mp, mm, vv, gp, i, &k, gdt, wd, nt);
-        __m256 p1 = step8(mp, mm, vv, gp, i + 8, &k, gdt, wd, nt);
+        __m256 p0 = step8(mp, mm, vv, gp, i, &k, gdt, wd, nt, ds);
+        __m256 p1 = step8(mp, mm, vv, gp, i + 8, &k, gdt, wd, nt, ds);
         if (odt == ZC_DTYPE_F32) {
             store_f32((float *)op + i, p0, nt);
             store_f32((float *)op + i + 8, p1, nt);
@@ -166,7 +187,7 @@ ZC_INLINE void body(const zc_adam_shard *s, const k8 *kp, size_t lo, size_t hi, 
         }
     }
     for (; i < hi; i += 8) {
-        __m256 p = step8(mp, mm, vv, gp, i, &k, gdt, wd, nt);
+        __m256 p = step8(mp, mm, vv, gp, i, &k, gdt, wd, nt, ds);
         if (odt == ZC_DTYPE_F32)
             store_f32((float *)op + i, p, nt);
         else if (odt == ZC_DTYPE_F16)
@@ -178,32 +199,40 @@ ZC_INLINE void body(const zc_adam_shard *s, const k8 *kp, size_t lo, size_t hi, 
 
 typedef void (*body_fn)(const zc_adam_shard *s, const k8 *k, size_t lo, size_t hi);
 
-/* One specialisation per (gradient dtype, decay mode, store kind, copy dtype),
- * so the inner loop carries no branches. O is the copy dtype + 1 (0: no copy). */
+/* One specialisation per (arithmetic, gradient dtype, decay mode, store kind,
+ * copy dtype), so the inner loop carries no branches. A is the arithmetic
+ * (ZC_ADAM_ARITH_*), O the copy dtype + 1 (0: no copy). */
 _Static_assert(ZC_DTYPE_F32 == 0 && ZC_DTYPE_F16 == 1 && ZC_DTYPE_BF16 == 2, "dtype values");
-#define ZC_BODY(G, W, NT, O)                                                            \
-    static void body_##G##_##W##_##NT##_##O(const zc_adam_shard *s, const k8 *k,       \
-                                            size_t lo, size_t hi)                      \
+_Static_assert(ZC_ADAM_ARITH_ZEROC == 0 && ZC_ADAM_ARITH_DEEPSPEED == 1, "arith values");
+#define ZC_BODY(A, G, W, NT, O)                                                         \
+    static void body_##A##_##G##_##W##_##NT##_##O(const zc_adam_shard *s, const k8 *k, \
+                                                  size_t lo, size_t hi)                \
     {                                                                                  \
-        body(s, k, lo, hi, ZC_DTYPE_##G, (O) - 1, W, NT);                              \
+        body(s, k, lo, hi, ZC_DTYPE_##G, (O) - 1, W, NT, A);                           \
     }
-#define ZC_BODIES2(G, W, NT) \
-    ZC_BODY(G, W, NT, 0) ZC_BODY(G, W, NT, 1) ZC_BODY(G, W, NT, 2) ZC_BODY(G, W, NT, 3)
-#define ZC_BODIES(G)                                                                    \
-    ZC_BODIES2(G, 0, 0) ZC_BODIES2(G, 1, 0) ZC_BODIES2(G, 2, 0) ZC_BODIES2(G, 3, 0)     \
-    ZC_BODIES2(G, 0, 1) ZC_BODIES2(G, 1, 1) ZC_BODIES2(G, 2, 1) ZC_BODIES2(G, 3, 1)
-ZC_BODIES(F32)
-ZC_BODIES(F16)
-ZC_BODIES(BF16)
+#define ZC_BODIES2(A, G, W, NT) \
+    ZC_BODY(A, G, W, NT, 0) ZC_BODY(A, G, W, NT, 1) ZC_BODY(A, G, W, NT, 2) ZC_BODY(A, G, W, NT, 3)
+#define ZC_BODIES(A, G)                                                                         \
+    ZC_BODIES2(A, G, 0, 0) ZC_BODIES2(A, G, 1, 0) ZC_BODIES2(A, G, 2, 0) ZC_BODIES2(A, G, 3, 0) \
+    ZC_BODIES2(A, G, 0, 1) ZC_BODIES2(A, G, 1, 1) ZC_BODIES2(A, G, 2, 1) ZC_BODIES2(A, G, 3, 1)
+ZC_BODIES(0, F32)
+ZC_BODIES(0, F16)
+ZC_BODIES(0, BF16)
+ZC_BODIES(1, F32)
+ZC_BODIES(1, F16)
+ZC_BODIES(1, BF16)
 
-#define ZC_ROW2(G, W, NT) \
-    {body_##G##_##W##_##NT##_0, body_##G##_##W##_##NT##_1, body_##G##_##W##_##NT##_2, \
-     body_##G##_##W##_##NT##_3}
-#define ZC_ROW(G) \
-    {{ZC_ROW2(G, 0, 0), ZC_ROW2(G, 0, 1)}, {ZC_ROW2(G, 1, 0), ZC_ROW2(G, 1, 1)}, \
-     {ZC_ROW2(G, 2, 0), ZC_ROW2(G, 2, 1)}, {ZC_ROW2(G, 3, 0), ZC_ROW2(G, 3, 1)}}
-/* [grad dtype][decay mode][nt][copy dtype + 1] */
-static const body_fn bodies[3][4][2][4] = {ZC_ROW(F32), ZC_ROW(F16), ZC_ROW(BF16)};
+#define ZC_ROW2(A, G, W, NT)                                                           \
+    {body_##A##_##G##_##W##_##NT##_0, body_##A##_##G##_##W##_##NT##_1,                \
+     body_##A##_##G##_##W##_##NT##_2, body_##A##_##G##_##W##_##NT##_3}
+#define ZC_ROW(A, G)                                                                   \
+    {{ZC_ROW2(A, G, 0, 0), ZC_ROW2(A, G, 0, 1)}, {ZC_ROW2(A, G, 1, 0), ZC_ROW2(A, G, 1, 1)}, \
+     {ZC_ROW2(A, G, 2, 0), ZC_ROW2(A, G, 2, 1)}, {ZC_ROW2(A, G, 3, 0), ZC_ROW2(A, G, 3, 1)}}
+/* [arithmetic][grad dtype][decay mode][nt][copy dtype + 1] */
+static const body_fn bodies[2][3][4][2][4] = {
+    {ZC_ROW(0, F32), ZC_ROW(0, F16), ZC_ROW(0, BF16)},
+    {ZC_ROW(1, F32), ZC_ROW(1, F16), ZC_ROW(1, BF16)},
+};
 
 void zc__adam_avx2(const zc_adam_shard *s, const zc_adam_coeffs *c, unsigned flags)
 {
@@ -235,15 +264,17 @@ void zc__adam_avx2(const zc_adam_shard *s, const zc_adam_coeffs *c, unsigned fla
         .eps = _mm256_set1_ps(c->eps), .ss = _mm256_set1_ps(c->step_size),
         .bc2r = _mm256_set1_ps(c->bc2_rsqrt), .dd = _mm256_set1_ps(c->decoupled_decay),
         .l2 = _mm256_set1_ps(c->l2_decay), .gs = _mm256_set1_ps(s->grad_scale),
+        .nss = _mm256_set1_ps(-c->step_size), .ndd = _mm256_set1_ps(-c->decoupled_decay),
         .scaled = s->grad_scale != 1.0f,
     };
+    const int ar = c->arith == ZC_ADAM_ARITH_DEEPSPEED ? 1 : 0;
     int wd = (c->l2_decay != 0.0f ? WD_L2 : 0) | (c->decoupled_decay != 0.0f ? WD_DECOUPLED : 0);
     for (size_t i = 0; i < head; i++)
-        zc__adam_elem(s, c, i);
+        zc__adam_elem_any(s, c, i);
     if (vec_end > head)
-        bodies[s->grad_dtype][wd][nt][odt + 1](s, &k, head, vec_end);
+        bodies[ar][s->grad_dtype][wd][nt][odt + 1](s, &k, head, vec_end);
     for (size_t i = vec_end; i < n; i++)
-        zc__adam_elem(s, c, i);
+        zc__adam_elem_any(s, c, i);
     if (nt)
         _mm_sfence(); /* order the streaming stores before the pool's completion signal */
 }

@@ -6,7 +6,9 @@
  *   zc__adam_avx512bf16  adds -mavx512dq -mavx512bf16 and ZC_ADAM_BF16_INSN:
  *                        bf16 copy by vcvtneps2bf16.
  * As in adam_avx2.c the body evaluates exactly zc__adam_elem's operations in
- * its order without FMA, so both agree with the scalar reference bitwise. */
+ * its order without FMA, so both agree with the scalar reference bitwise; the
+ * DeepSpeed arithmetic's bodies (adam.h) evaluate zc__adam_elem_ds's
+ * operations with vfmadd where it has fmaf, bitwise alike too. */
 #include <immintrin.h>
 #include <string.h>
 
@@ -27,6 +29,7 @@
 
 typedef struct k16 {
     __m512 b1, b2, omb1, omb2, eps, ss, bc2r, dd, l2, gs;
+    __m512 nss, ndd; /* -step_size, -decoupled_decay: the DeepSpeed arithmetic's */
 } k16;
 
 enum { WD_L2 = 1, WD_DECOUPLED = 2 }; /* mask of the non-zero decay terms */
@@ -90,7 +93,7 @@ ZC_INLINE void store_h16(void *dst, size_t i, __m256i h, bool nt)
 }
 
 ZC_INLINE void body(const zc_adam_shard *s, const k16 *kp, size_t lo, size_t hi, zc_dtype gdt,
-                    int odt, int wd, bool nt)
+                    int odt, int wd, bool nt, bool ds)
 {
     float *restrict mp = s->master, *restrict mm = s->m, *restrict vv = s->v;
     const void *restrict gp = s->grad;
@@ -107,16 +110,31 @@ ZC_INLINE void body(const zc_adam_shard *s, const k16 *kp, size_t lo, size_t hi,
         _mm_prefetch((const char *)gp + (i + pf) * (gdt == ZC_DTYPE_F32 ? 4 : 2), _MM_HINT_T0);
         __m512 p = _mm512_load_ps(mp + i);
         __m512 g = _mm512_mul_ps(load_grad(gp, i, gdt), k.gs);
-        if (wd & WD_L2)
-            g = _mm512_add_ps(g, _mm512_mul_ps(k.l2, p));
-        __m512 m = _mm512_add_ps(_mm512_mul_ps(k.b1, _mm512_loadu_ps(mm + i)),
-                                 _mm512_mul_ps(k.omb1, g));
-        __m512 v = _mm512_add_ps(_mm512_mul_ps(k.b2, _mm512_loadu_ps(vv + i)),
-                                 _mm512_mul_ps(_mm512_mul_ps(k.omb2, g), g));
-        __m512 d = _mm512_add_ps(_mm512_mul_ps(_mm512_sqrt_ps(v), k.bc2r), k.eps);
-        if (wd & WD_DECOUPLED)
-            p = _mm512_sub_ps(p, _mm512_mul_ps(k.dd, p));
-        p = _mm512_sub_ps(p, _mm512_mul_ps(k.ss, _mm512_div_ps(m, d)));
+        __m512 m, v;
+        if (ds) {
+            /* zc__adam_elem_ds: fmaf(a, b, c) is _mm512_fmadd_ps(a, b, c). */
+            if (wd & WD_L2)
+                g = _mm512_fmadd_ps(p, k.l2, g);
+            m = _mm512_fmadd_ps(g, k.omb1, _mm512_mul_ps(_mm512_loadu_ps(mm + i), k.b1));
+            v = _mm512_fmadd_ps(_mm512_mul_ps(g, g), k.omb2,
+                                _mm512_mul_ps(_mm512_loadu_ps(vv + i), k.b2));
+            __m512 d = _mm512_fmadd_ps(_mm512_sqrt_ps(v), k.bc2r, k.eps);
+            __m512 u = _mm512_div_ps(m, d);
+            if (wd & WD_DECOUPLED)
+                p = _mm512_fmadd_ps(p, k.ndd, p);
+            p = _mm512_fmadd_ps(u, k.nss, p);
+        } else {
+            if (wd & WD_L2)
+                g = _mm512_add_ps(g, _mm512_mul_ps(k.l2, p));
+            m = _mm512_add_ps(_mm512_mul_ps(k.b1, _mm512_loadu_ps(mm + i)),
+                              _mm512_mul_ps(k.omb1, g));
+            v = _mm512_add_ps(_mm512_mul_ps(k.b2, _mm512_loadu_ps(vv + i)),
+                              _mm512_mul_ps(_mm512_mul_ps(k.omb2, g), g));
+            __m512 d = _mm512_add_ps(_mm512_mul_ps(_mm512_sqrt_ps(v), k.bc2r), k.eps);
+            if (wd & WD_DECOUPLED)
+                p = _mm512_sub_ps(p, _mm512_mul_ps(k.dd, p));
+            p = _mm512_sub_ps(p, _mm512_mul_ps(k.ss, _mm512_div_ps(m, d)));
+        }
         store_f32(mm + i, m, nt);
         store_f32(vv + i, v, nt);
         store_f32(mp + i, p, nt);
@@ -132,32 +150,40 @@ ZC_INLINE void body(const zc_adam_shard *s, const k16 *kp, size_t lo, size_t hi,
 
 typedef void (*body_fn)(const zc_adam_shard *s, const k16 *k, size_t lo, size_t hi);
 
-/* One specialisation per (gradient dtype, decay mode, store kind, copy dtype);
- * O is the copy dtype + 1 (0: no copy). */
+/* One specialisation per (arithmetic, gradient dtype, decay mode, store kind,
+ * copy dtype); A is the arithmetic (ZC_ADAM_ARITH_*), O the copy dtype + 1
+ * (0: no copy). */
 _Static_assert(ZC_DTYPE_F32 == 0 && ZC_DTYPE_F16 == 1 && ZC_DTYPE_BF16 == 2, "dtype values");
-#define ZC_BODY(G, W, NT, O)                                                            \
-    static void body_##G##_##W##_##NT##_##O(const zc_adam_shard *s, const k16 *k,      \
-                                            size_t lo, size_t hi)                      \
-    {                                                                                  \
-        body(s, k, lo, hi, ZC_DTYPE_##G, (O) - 1, W, NT);                              \
+_Static_assert(ZC_ADAM_ARITH_ZEROC == 0 && ZC_ADAM_ARITH_DEEPSPEED == 1, "arith values");
+#define ZC_BODY(A, G, W, NT, O)                                                          \
+    static void body_##A##_##G##_##W##_##NT##_##O(const zc_adam_shard *s, const k16 *k, \
+                                                  size_t lo, size_t hi)                 \
+    {                                                                                   \
+        body(s, k, lo, hi, ZC_DTYPE_##G, (O) - 1, W, NT, A);                            \
     }
-#define ZC_BODIES2(G, W, NT) \
-    ZC_BODY(G, W, NT, 0) ZC_BODY(G, W, NT, 1) ZC_BODY(G, W, NT, 2) ZC_BODY(G, W, NT, 3)
-#define ZC_BODIES(G)                                                                    \
-    ZC_BODIES2(G, 0, 0) ZC_BODIES2(G, 1, 0) ZC_BODIES2(G, 2, 0) ZC_BODIES2(G, 3, 0)     \
-    ZC_BODIES2(G, 0, 1) ZC_BODIES2(G, 1, 1) ZC_BODIES2(G, 2, 1) ZC_BODIES2(G, 3, 1)
-ZC_BODIES(F32)
-ZC_BODIES(F16)
-ZC_BODIES(BF16)
+#define ZC_BODIES2(A, G, W, NT) \
+    ZC_BODY(A, G, W, NT, 0) ZC_BODY(A, G, W, NT, 1) ZC_BODY(A, G, W, NT, 2) ZC_BODY(A, G, W, NT, 3)
+#define ZC_BODIES(A, G)                                                                         \
+    ZC_BODIES2(A, G, 0, 0) ZC_BODIES2(A, G, 1, 0) ZC_BODIES2(A, G, 2, 0) ZC_BODIES2(A, G, 3, 0) \
+    ZC_BODIES2(A, G, 0, 1) ZC_BODIES2(A, G, 1, 1) ZC_BODIES2(A, G, 2, 1) ZC_BODIES2(A, G, 3, 1)
+ZC_BODIES(0, F32)
+ZC_BODIES(0, F16)
+ZC_BODIES(0, BF16)
+ZC_BODIES(1, F32)
+ZC_BODIES(1, F16)
+ZC_BODIES(1, BF16)
 
-#define ZC_ROW2(G, W, NT) \
-    {body_##G##_##W##_##NT##_0, body_##G##_##W##_##NT##_1, body_##G##_##W##_##NT##_2, \
-     body_##G##_##W##_##NT##_3}
-#define ZC_ROW(G) \
-    {{ZC_ROW2(G, 0, 0), ZC_ROW2(G, 0, 1)}, {ZC_ROW2(G, 1, 0), ZC_ROW2(G, 1, 1)}, \
-     {ZC_ROW2(G, 2, 0), ZC_ROW2(G, 2, 1)}, {ZC_ROW2(G, 3, 0), ZC_ROW2(G, 3, 1)}}
-/* [grad dtype][decay mode][nt][copy dtype + 1] */
-static const body_fn bodies[3][4][2][4] = {ZC_ROW(F32), ZC_ROW(F16), ZC_ROW(BF16)};
+#define ZC_ROW2(A, G, W, NT)                                                           \
+    {body_##A##_##G##_##W##_##NT##_0, body_##A##_##G##_##W##_##NT##_1,                \
+     body_##A##_##G##_##W##_##NT##_2, body_##A##_##G##_##W##_##NT##_3}
+#define ZC_ROW(A, G)                                                                   \
+    {{ZC_ROW2(A, G, 0, 0), ZC_ROW2(A, G, 0, 1)}, {ZC_ROW2(A, G, 1, 0), ZC_ROW2(A, G, 1, 1)}, \
+     {ZC_ROW2(A, G, 2, 0), ZC_ROW2(A, G, 2, 1)}, {ZC_ROW2(A, G, 3, 0), ZC_ROW2(A, G, 3, 1)}}
+/* [arithmetic][grad dtype][decay mode][nt][copy dtype + 1] */
+static const body_fn bodies[2][3][4][2][4] = {
+    {ZC_ROW(0, F32), ZC_ROW(0, F16), ZC_ROW(0, BF16)},
+    {ZC_ROW(1, F32), ZC_ROW(1, F16), ZC_ROW(1, BF16)},
+};
 
 void KERNEL_NAME(const zc_adam_shard *s, const zc_adam_coeffs *c, unsigned flags)
 {
@@ -184,14 +210,16 @@ void KERNEL_NAME(const zc_adam_shard *s, const zc_adam_coeffs *c, unsigned flags
         .eps = _mm512_set1_ps(c->eps), .ss = _mm512_set1_ps(c->step_size),
         .bc2r = _mm512_set1_ps(c->bc2_rsqrt), .dd = _mm512_set1_ps(c->decoupled_decay),
         .l2 = _mm512_set1_ps(c->l2_decay), .gs = _mm512_set1_ps(s->grad_scale),
+        .nss = _mm512_set1_ps(-c->step_size), .ndd = _mm512_set1_ps(-c->decoupled_decay),
     };
+    const int ar = c->arith == ZC_ADAM_ARITH_DEEPSPEED ? 1 : 0;
     int wd = (c->l2_decay != 0.0f ? WD_L2 : 0) | (c->decoupled_decay != 0.0f ? WD_DECOUPLED : 0);
     for (size_t i = 0; i < head; i++)
-        zc__adam_elem(s, c, i);
+        zc__adam_elem_any(s, c, i);
     if (vec_end > head)
-        bodies[s->grad_dtype][wd][nt][odt + 1](s, &k, head, vec_end);
+        bodies[ar][s->grad_dtype][wd][nt][odt + 1](s, &k, head, vec_end);
     for (size_t i = vec_end; i < n; i++)
-        zc__adam_elem(s, c, i);
+        zc__adam_elem_any(s, c, i);
     if (nt)
         _mm_sfence(); /* order the streaming stores before the pool's completion signal */
 }

@@ -27,6 +27,7 @@ zc_adam_coeffs zc__adam_coeffs(const zc_adam_hparams *hp, int64_t step)
         .bc2_rsqrt = (float)bc2_rsqrt,
         .decoupled_decay = hp->adamw ? (float)(hp->lr * hp->weight_decay) : 0.0f,
         .l2_decay = hp->adamw ? 0.0f : (float)hp->weight_decay,
+        .arith = ZC_ADAM_ARITH_ZEROC,
     };
     return c;
 }

@@ -188,3 +188,20 @@ void zc__adam_variant_reset(void)
     sel_msg[0] = 0;
     pthread_mutex_unlock(&sel_lock);
 }
+
+int zc__adam_isa_count(void) { return NVARIANTS; }
+
+const char *zc__adam_isa_name(int i, bool *compiled, bool *usable, const char **why)
+{
+    if (i < 0 || i >= NVARIANTS)
+        return NULL;
+    *compiled = variants[i].fn != NULL;
+    *usable = zc__adam_variant_usable(i, why);
+    return variants[i].name;
+}
+
+int zc__adam_isa_selected(void)
+{
+    int idx = -1;
+    return zc__adam_variant_selected(&idx) == ZC_OK ? idx : -1;
+}

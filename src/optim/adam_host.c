@@ -1,8 +1,11 @@
 /* The host optimizer entry point: validates the shard, picks the variant and
  * splits the shard over the host thread pool. */
+#include <pthread.h>
+
 #include "base/error.h"
 #include "optim/adam_isa.h"
 #include "optim/threadpool.h"
+#include "trace/trace.h"
 
 /* Shards whose buffers exceed this many bytes get non-temporal stores
  * (ZC_ADAM_NT); 0 disables them. Disabled: on the machine we bench (2-core
@@ -47,6 +50,8 @@ typedef struct job {
     zc_adam_kernel_fn fn;
     unsigned flags;
     size_t ntiles;
+    zc_tl *tl;           /* the submitter's timeline while it keeps spans, else NULL */
+    pthread_t submitter; /* parts it runs itself go on its own track */
 } job;
 
 /* Part k of T takes tiles [k*ntiles/T, (k+1)*ntiles/T): a static split, so
@@ -61,7 +66,11 @@ static void run_part(void *arg, int k, int nparts)
     if (lo >= hi)
         return;
     zc_adam_shard part = zc__adam_shard_slice(j->s, lo, hi);
+    const int64_t began = j->tl ? zc__tl_clock() : 0;
     j->fn(&part, j->c, j->flags);
+    if (began)
+        zc__tl_adam_part(j->tl, began, (int64_t)(hi - lo), k, nparts,
+                         pthread_equal(pthread_self(), j->submitter) ? 0 : k);
 }
 
 zc_status zc__adam_host_run(const zc_adam_shard *s, const zc_adam_coeffs *c, int variant,
@@ -91,7 +100,14 @@ zc_status zc__adam_host_run(const zc_adam_shard *s, const zc_adam_coeffs *c, int
     int t = nthreads;
     if (t <= 0)
         ZC_CHECK(zc__pool_default_threads(&t));
-    return zc__pool_run(zc__adam_host_threads(s->n, t), run_part, &j, s->master);
+    /* The timeline: the piece as one span, each thread's part inside it. */
+    const int64_t t0 = zc__tl_begin();
+    j.tl = zc__tl_keeping(zc__tl_cur) ? zc__tl_cur : NULL;
+    j.submitter = pthread_self();
+    const int parts = zc__adam_host_threads(s->n, t);
+    const zc_status rc = zc__pool_run(parts, run_part, &j, s->master);
+    zc__tl_adam(t0, (int64_t)s->n, parts, zc__adam_variant(variant)->name);
+    return rc;
 }
 
 int zc__adam_host_threads(size_t n, int want)

@@ -51,6 +51,8 @@ static struct {
     int helpers; /* workers 1..helpers take parts 1..helpers */
     _Atomic int remaining;
     _Atomic int live;
+    int sleeping;        /* workers inside pthread_cond_wait on `wake` (under lock) */
+    uint64_t idle_woken; /* its returns with no new job and no stop (under lock) */
     int bind_node;              /* NUMA node the workers should run on, -1: any */
     _Atomic uint64_t bind_gen;  /* bumped when bind_node changes */
 } P = {
@@ -236,8 +238,12 @@ static void *worker_main(void *argp)
     for (;;) {
         spin_while_u64(&P.gen, seen);
         pthread_mutex_lock(&P.lock);
-        while (atomic_load(&P.gen) == seen && !P.stop)
+        while (atomic_load(&P.gen) == seen && !P.stop) {
+            P.sleeping++;
             pthread_cond_wait(&P.wake, &P.lock);
+            P.sleeping--;
+            P.idle_woken += atomic_load(&P.gen) == seen && !P.stop;
+        }
         if (P.stop) {
             pthread_mutex_unlock(&P.lock);
             break;
@@ -369,6 +375,16 @@ void zc__pool_shutdown(void)
 }
 
 int zc__pool_live_workers(void) { return atomic_load(&P.live); }
+
+int zc__pool_sleeping_workers(uint64_t *idle_woken)
+{
+    pthread_mutex_lock(&P.lock);
+    int n = P.sleeping;
+    if (idle_woken)
+        *idle_woken = P.idle_woken;
+    pthread_mutex_unlock(&P.lock);
+    return n;
+}
 
 /* Join the workers before the process image goes away, so leak checkers and
  * valgrind see no live threads and no thread touches unloaded code. */

@@ -14,6 +14,7 @@
 #define ZC_OPTIM_THREADPOOL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "zeroc/zeroc.h"
 
@@ -46,5 +47,9 @@ void zc__pool_shutdown(void);
 
 /* Number of running worker threads (for tests of the teardown). */
 int zc__pool_live_workers(void);
+/* Workers asleep on the pool's condition variable, waiting for a job, and
+ * in *idle_woken (may be NULL) how many times a worker woke there with no
+ * job to take (tests: idle workers sleep rather than spin or poll). */
+int zc__pool_sleeping_workers(uint64_t *idle_woken);
 
 #endif

@@ -585,6 +585,7 @@ zc_status zc__estimate(const zc_est_in *in, zc_est *out)
     /* Padded totals are below INT64_MAX / 4 elements (zc_param_add), but the
      * CLI plans models it never registers, so every product is checked. */
     ZC_CHECK(plan(in, out));
+    ZC_CHECK(zc__est_act(in, out));
     for (int k = 0; k < ZC_MEMKIND__COUNT; k++)
         for (int c = 0; c < ZC_MEM__COUNT; c++)
             if (__builtin_add_overflow(out->kind_total[k], out->bytes[k][c], &out->kind_total[k]))
@@ -609,6 +610,7 @@ int64_t zc__est_part_bytes(const zc_est *e, zc_mem_kind kind, zc_est_part part)
     case ZC_EST_PARAMS: return b[ZC_MEM_PARAMS];
     case ZC_EST_GRADS: return b[ZC_MEM_GRADS];
     case ZC_EST_OPTIMIZER: return b[ZC_MEM_MASTER] + b[ZC_MEM_ADAM];
+    case ZC_EST_ACTIVATIONS: return b[ZC_MEM_ACTIVATIONS];
     default: return b[ZC_MEM_BUFFERS] + b[ZC_MEM_RESERVED];
     }
 }
@@ -619,6 +621,7 @@ const char *zc__est_part_name(zc_est_part part)
     case ZC_EST_PARAMS: return "working-precision parameters";
     case ZC_EST_GRADS: return "gradients";
     case ZC_EST_OPTIMIZER: return "optimizer state (fp32 master, Adam m and v)";
+    case ZC_EST_ACTIVATIONS: return "activation checkpoints (the activation store)";
     default: return "buffers (gradient, gather and staging pools, swap buffers)";
     }
 }
@@ -629,6 +632,8 @@ const char *zc__est_key(const zc_est_in *in, const zc_est *e, zc_mem_kind kind,
     const int stage = in->stage, offload = in->offload;
     const int poff = stage == 3 ? in->poffload : ZC_OFFLOAD_NONE;
     switch (part) {
+    case ZC_EST_ACTIVATIONS:
+        return zc__est_act_key(in, kind);
     case ZC_EST_OPTIMIZER:
         if (kind == ZC_MEMKIND_NVME)
             return "zero_optimization.offload_optimizer.nvme_path";

@@ -27,11 +27,13 @@ static const char *const kind_names[ZC_MEMKIND__COUNT] = {"host", "pinned host",
 typedef struct swap_dir {
     const char *dir;
     uint64_t need;
-    bool param;     /* offload_param's store, else offload_optimizer's */
+    int store;      /* STORE_*: whose swap file */
 } swap_dir;
 
+enum { STORE_OPT = 0, STORE_PARAM, STORE_ACT, STORES };
+
 static int add_store(const zc_config *cfg, const char *key, const char *nvme_path, uint64_t total,
-                     bool param, char *buf, size_t cap, swap_dir *out, int n)
+                     int store, char *buf, size_t cap, swap_dir *out, int n)
 {
     const char *dirs[16];
     int nd = 0;
@@ -47,7 +49,7 @@ static int add_store(const zc_config *cfg, const char *key, const char *nvme_pat
     if (__builtin_mul_overflow(stripes, blk, &per_dir))
         per_dir = UINT64_MAX;
     for (int i = 0; i < nd; i++)
-        out[n++] = (swap_dir){dirs[i], per_dir, param};
+        out[n++] = (swap_dir){dirs[i], per_dir, store};
     return n;
 }
 
@@ -61,30 +63,33 @@ static int add_store(const zc_config *cfg, const char *key, const char *nvme_pat
  * it with its errno. */
 static zc_status check_nvme(const zc_plan_who *who, const zc_config *cfg, const zc_est *est)
 {
-    const int64_t popt = est->kind_total[ZC_MEMKIND_NVME] - est->param_nvme;
-    char obuf[16 * 512], pbuf[16 * 512];
-    swap_dir sd[32];
+    const int64_t popt = est->kind_total[ZC_MEMKIND_NVME] - est->param_nvme - est->act_nvme;
+    char obuf[16 * 512], pbuf[16 * 512], abuf[16 * 512];
+    swap_dir sd[48];
     /* A placement may put a home's files under the other block's nvme_path
      * (zc__place_nvme_path); without one, each block uses its own. */
     int n = add_store(cfg, "offload_optimizer", zc__place_nvme_path(cfg, false),
-                      popt > 0 ? (uint64_t)popt : 0, false, obuf, sizeof obuf, sd, 0);
+                      popt > 0 ? (uint64_t)popt : 0, STORE_OPT, obuf, sizeof obuf, sd, 0);
     n = add_store(cfg, "offload_param", zc__place_nvme_path(cfg, true),
-                  (uint64_t)est->param_nvme, true, pbuf, sizeof pbuf, sd, n);
+                  (uint64_t)est->param_nvme, STORE_PARAM, pbuf, sizeof pbuf, sd, n);
+    /* The activation store's (its section's nvme_path, else the blocks'). */
+    n = add_store(cfg, "activation_checkpointing", zc__act_nvme_path(cfg),
+                  (uint64_t)est->act_nvme, STORE_ACT, abuf, sizeof abuf, sd, n);
     const int64_t fake = zc__machine_nvme_free_set();
-    struct stat st[32];
-    bool ok[32];
+    struct stat st[48];
+    bool ok[48];
     for (int i = 0; i < n; i++)
         ok[i] = stat(sd[i].dir, &st[i]) == 0;
     for (int i = 0; i < n; i++) {
         if (!ok[i])
             continue;
-        uint64_t need[2] = {0, 0};
+        uint64_t need[STORES] = {0, 0, 0};
         bool first = true;
         for (int j = 0; j < n; j++) {
             if (!ok[j] || st[j].st_dev != st[i].st_dev)
                 continue;
             first = first && j >= i;
-            need[sd[j].param] += sd[j].need;
+            need[sd[j].store] += sd[j].need;
         }
         if (!first)
             continue; /* this filesystem was checked at its first directory */
@@ -99,24 +104,33 @@ static zc_status check_nvme(const zc_plan_who *who, const zc_config *cfg, const 
                 avail = UINT64_MAX;
         }
         uint64_t total = 0;
-        if (__builtin_add_overflow(need[0], need[1], &total))
+        if (__builtin_add_overflow(need[0], need[1], &total) ||
+            __builtin_add_overflow(total, need[2], &total))
             total = UINT64_MAX;
         if (total <= avail)
             continue;
-        const bool param = need[1] > need[0];
+        int big = STORE_OPT;
+        for (int k = 1; k < STORES; k++)
+            big = need[k] > need[big] ? k : big;
+        static const char *const block[STORES] = {"zero_optimization.offload_optimizer",
+                                                  "zero_optimization.offload_param",
+                                                  "activation_checkpointing"};
+        static const char *const what[STORES] = {
+            "optimizer state (fp32 master, Adam m and v)",
+            "the parameter shards' swap file (offload_param)",
+            "the activation checkpoints' swap file (nvme_checkpointing)"};
+        static const char *const cure[STORES] = {
+            "lower offload_optimizer.ratio (stage 3)", "raise offload_param.max_in_cpu",
+            "keep the checkpoints in pinned memory (cpu_checkpointing)"};
         return ZC_ERR(ZC_ERR_IO,
-                      "zc_engine_build (rank %d, stage %d): zero_optimization.%s.nvme_path "
-                      "'%s': the swap files need %.1f MiB on its filesystem (optimizer %.1f MiB, "
-                      "parameters %.1f MiB) but it has %.1f MiB free%s; the biggest consumer is "
-                      "%s: free space, give nvme_path more directories (a list) or %s",
-                      who->rank, who->stage, param ? "offload_param" : "offload_optimizer",
-                      sd[i].dir, (double)total / 1048576.0, (double)need[0] / 1048576.0,
-                      (double)need[1] / 1048576.0, (double)avail / 1048576.0,
-                      fake >= 0 ? " (as set by a test)" : "",
-                      param ? "the parameter shards' swap file (offload_param)"
-                            : zc__est_part_name(ZC_EST_OPTIMIZER),
-                      param ? "raise offload_param.max_in_cpu"
-                            : "lower offload_optimizer.ratio (stage 3)");
+                      "zc_engine_build (rank %d, stage %d): %s.nvme_path '%s': the swap files "
+                      "need %.1f MiB on its filesystem (optimizer %.1f MiB, parameters %.1f MiB, "
+                      "activations %.1f MiB) but it has %.1f MiB free%s; the biggest consumer "
+                      "is %s: free space, give nvme_path more directories (a list) or %s",
+                      who->rank, who->stage, block[big], sd[i].dir, (double)total / 1048576.0,
+                      (double)need[0] / 1048576.0, (double)need[1] / 1048576.0,
+                      (double)need[2] / 1048576.0, (double)avail / 1048576.0,
+                      fake >= 0 ? " (as set by a test)" : "", what[big], cure[big]);
     }
     return ZC_OK;
 }

@@ -194,6 +194,7 @@ static zc_status plan(zc_config *cfg, int world, const zc_plan_tensor *t, int n,
         cfg->gradient_accumulation_steps > 0 ? cfg->gradient_accumulation_steps : 1;
     zc_dtype dt;
     ZC_CHECK(zc__pick_dtype(cfg, o, &dt));
+    ZC_CHECK(zc__config_grad_accum_check(cfg, dt)); /* as zc_engine_create */
     const int views = o && PLAN_HAS(o, f32_view_chunks) ? o->f32_view_chunks : 0;
     zc_device_kind kind = o ? o->device : ZC_DEVICE_AUTO;
     if (kind == ZC_DEVICE_AUTO)
@@ -257,6 +258,12 @@ static zc_status plan(zc_config *cfg, int world, const zc_plan_tensor *t, int n,
         .hier_j = cfg->zero.mics_shard_size > 0 && cfg->zero.mics_hierarchical_params_gather
                       ? zc__plan_hier_j(sw, rpn) : 0,
     };
+    /* The activation store, as zc_engine_create takes it from the options. */
+    const zc_comm *mp = o && PLAN_HAS(o, act_mp_comm) ? o->act_mp_comm : NULL;
+    ZC_CHECK(zc__act_spec_from(cfg, o && PLAN_HAS(o, act_checkpoints) ? o->act_checkpoints : 0,
+                               o && PLAN_HAS(o, act_checkpoint_bytes) ? o->act_checkpoint_bytes
+                                                                      : 0,
+                               mp ? zc_comm_world(mp) : 0, dk == ZC_MEMKIND_DEVICE, &in.act));
     zc_est est;
     memset(res, 0, sizeof *res);
     ZC_CHECK(place(cfg, &in, opt, param, &est, res));

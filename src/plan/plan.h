@@ -37,6 +37,7 @@
 
 #include "base/alloc.h"
 #include "base/error.h"
+#include "act/act.h"
 #include "config/config.h"
 #include "device/device.h"
 
@@ -226,6 +227,10 @@ typedef struct zc_est_in {
      * hier_j > 0 adds the hierarchical gather's scratch, hier_j shards of
      * the largest chunk. */
     int shard_world, replicas, hpz, hier_j;
+    /* The activation store reserved at build (src/act/act.h; slots 0: none):
+     * its bytes come from zc__act_layout, as the store allocates them
+     * (act_est.c). */
+    zc_act_spec act;
 } zc_est_in;
 
 typedef struct zc_est {
@@ -237,6 +242,8 @@ typedef struct zc_est {
     int64_t param_buffers, param_nvme;
     /* Stages 2/3's gradient pool (part of the device kind's RESERVED). */
     int64_t grad_pool;
+    /* The activation store's swap file (NVMe ACTIVATIONS; act_est.c). */
+    int64_t act_nvme;
 } zc_est;
 
 /* Consumers as a user changes them: the categories grouped by the setting
@@ -246,6 +253,7 @@ typedef enum zc_est_part {
     ZC_EST_GRADS,      /* gradients, accumulators and fp32 gradient shards */
     ZC_EST_OPTIMIZER,  /* fp32 master, Adam m and v */
     ZC_EST_BUFFERS,    /* buffer pools, staging and swap buffers */
+    ZC_EST_ACTIVATIONS, /* the activation store (activation_checkpointing) */
     ZC_EST__PARTS
 } zc_est_part;
 
@@ -262,6 +270,14 @@ const char *zc__est_part_name(zc_est_part part);
  * (in) and its bytes (e: which home holds most of the pinned buffers). */
 const char *zc__est_key(const zc_est_in *in, const zc_est *e, zc_mem_kind kind,
                         zc_est_part part);
+
+/* The activation store's share of a plan (act_est.c): in->act's layout
+ * (zc__act_layout) added to out->bytes as ZC_MEM_ACTIVATIONS, the swap file
+ * in out->act_nvme too. zc__estimate calls it; its errors are the layout's.
+ * The key that changes the store's bytes in `kind` (zc__est_key's part
+ * ZC_EST_ACTIVATIONS). */
+zc_status zc__est_act(const zc_est_in *in, zc_est *out);
+const char *zc__est_act_key(const zc_est_in *in, zc_mem_kind kind);
 
 /* Fills *out with the bytes one rank allocates at build (ZC_MEM_OTHER
  * excepted, see above). ZC_ERR_INVALID_ARG on a bad input, ZC_ERR_NO_MEMORY
@@ -464,6 +480,23 @@ zc_status zc__place_plan(const zc_place_in *in, uint8_t *opt, uint8_t *param, zc
 /* The nvme_path a home's swap files go under when the planner puts state on
  * NVMe: its own block's, else the other block's (either serves both). */
 const char *zc__place_nvme_path(const zc_config *cfg, bool param);
+
+/* The nvme_path the activation store's swap files go under: its section's
+ * (activation_checkpointing.nvme_path), else offload_param's, else
+ * offload_optimizer's; NULL when none is set. */
+const char *zc__act_nvme_path(const zc_config *cfg);
+
+/* The activation store a build reserves (act_est.c): from the bound the
+ * program states (zc_engine_options.act_checkpoints, 0: the config's
+ * number_checkpoints; act_checkpoint_bytes, 0: no store) and the
+ * activation_checkpointing section - the home, the NVMe buffers, the
+ * partition over a model-parallel group of mp_world ranks (0: none given) -
+ * on a device with memory of its own or not (the host path). *out has slots
+ * 0 when there is no store. ZC_ERR_INVALID_ARG for a bound out of range,
+ * ZC_ERR_CONFIG for partition_activations without a group. The one rule of
+ * the engine (zc_engine_create), zc_plan_memory and `zeroc estimate`. */
+zc_status zc__act_spec_from(const zc_config *cfg, int64_t slots, int64_t bytes, int mp_world,
+                            bool device_memory, zc_act_spec *out);
 
 /* Whether the planner may put that home's state on NVMe: an nvme_path
  * (zc__place_nvme_path) and the aio and buffer_count values an NVMe home

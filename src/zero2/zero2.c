@@ -53,6 +53,9 @@ zc_status zc__z2_reduce_launch(zc_engine *e, zc_chunk *c, bool last_micro, bool 
      * no gradient written gets its zero one there), so this cannot take a
      * slot in the middle of the bucket's group. */
     ZC_CHECK(ensure_gbuf(e, c));
+    /* With 16-bit accumulation the micro-step's 1 / K comes first, rounded,
+     * as DeepSpeed's loss scaling puts it into the gradient it reduces. */
+    ZC_CHECK(zc__grads_micro_scale(e, c->gbuf, (size_t)c->padded));
     ZC_CHECK(zc__grads_apply_prescale(e, c->gbuf, (size_t)c->padded));
     ZC_CHECK(zc__order_comm_after_engine(e));
     void *own = zc__elem(c->gbuf, e->srank * c->shard, e->pesz);
@@ -69,7 +72,8 @@ zc_status zc__z2_reduce_finish(zc_engine *e, zc_chunk *c)
      * and the reset, which wait for ev_reduced, and the reset's clearing is
      * ordered before this by the hand-over above. Into the fp32 shard
      * wherever its home keeps it (device memory; pinned host memory under
-     * cpu offload; the swap files under nvme with accumulation). */
+     * cpu offload; the swap files under nvme with accumulation), rounded to
+     * the working dtype with 16-bit accumulation. */
     ZC_CHECK(zc__opt_grad_accumulate(e, c, own, e->comm_stream));
     /* The slot goes back to the pool now; its next zero-fill waits for this
      * reduction's event (ensure_gbuf). */

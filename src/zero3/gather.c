@@ -336,9 +336,10 @@ static void trace_activate(zc_engine *e, const zc_param *p)
  * 1)th read in flight, or whose shard the home cannot start reading (no
  * buffer to spare). A shard read started ahead is gathered by the
  * activation of its chunk. */
-static zc_status prefetch(zc_engine *e)
+static zc_status prefetch(zc_engine *e, int *issued)
 {
     zc_trace *t = e->trace;
+    *issued = 0;
     if (t->mode != ZC_TRACE_COMPLETE || e->prefetch_elems <= 0)
         return ZC_OK;
     const int64_t end = trace_end(t, t->pos);
@@ -378,6 +379,7 @@ static zc_status prefetch(zc_engine *e)
         }
         c->prefetched = true;
         e->prefetched_elems += c->padded;
+        (*issued)++;
     }
     return ZC_OK;
 }
@@ -386,6 +388,11 @@ zc_status zc__z3_acquire(zc_engine *e, zc_param *p, void **out)
 {
     zc_chunk *c = &e->chunks[p->chunk];
     const bool activation = c->acq == 0;
+    /* The timeline: each activation is a span, with how it found its chunk
+     * (and how long it waited for a shard read started ahead). */
+    const int64_t t0 = activation ? zc__tl_begin() : 0;
+    zc_tl_acq how = c->gather ? ZC_TL_ACQ_HIT : c->reading ? ZC_TL_ACQ_PREFETCHED
+                                                            : ZC_TL_ACQ_DEMAND;
     /* Shards written by zc_param_load since the last acquire or step go
      * home first, their outcome agreed (every rank loaded the same
      * parameters, so every rank agrees here). */
@@ -415,6 +422,15 @@ zc_status zc__z3_acquire(zc_engine *e, zc_param *p, void **out)
             return rc;
         }
     }
+    if (t0) {
+        zc_param_home_io io_mid;
+        zc__param_io(e, &io_mid);
+        if (how == ZC_TL_ACQ_PREFETCHED && io_mid.waits > io0.waits)
+            how = ZC_TL_ACQ_WAITED;
+        zc__tl_acquire(t0, p->chunk, how,
+                       how == ZC_TL_ACQ_HIT ? 0 : (int64_t)gather_bytes(e, c),
+                       (int64_t)((io_mid.wait_s - io0.wait_s) * 1e9));
+    }
     if (activation) {
         e->activations++;
         trace_activate(e, p);
@@ -431,7 +447,11 @@ zc_status zc__z3_acquire(zc_engine *e, zc_param *p, void **out)
      * cannot fail (reserved), so what can fail is the all-gather itself (or
      * the agreed read of a shard), which breaks the engine; the acquire
      * reports it rather than going on. */
-    zc_status rc = activation ? prefetch(e) : ZC_OK;
+    const int64_t tp = activation ? zc__tl_begin() : 0;
+    int issued = 0;
+    zc_status rc = activation ? prefetch(e, &issued) : ZC_OK;
+    if (issued)
+        zc__tl_span(tp, ZC_TLK_SPAN, "prefetch", p->chunk, issued);
     zc_param_home_io io1;
     zc__param_io(e, &io1);
     if (io1.waits > io0.waits) {

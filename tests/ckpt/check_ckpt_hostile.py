@@ -209,6 +209,8 @@ TAMPER = [
     ("checksum", lambda m: m["tensors"][0].__setitem__(6, "XYZ"), "checksum"),
     ("model of 2^60 elements", _huge_model, "the tensors hold more than"),
     ("files of 2^63 bytes", _huge_files, '"files" add up to more than'),
+    ("2^20 + 1 files", lambda m: m.update(files=[m["files"][0]] * ((1 << 20) + 1)),
+     '"files" has 1048577 entries, more than the 1048576 (2^20) ranks'),
 ]
 
 

@@ -112,6 +112,16 @@ static void file_bytes_unaligned(json_t *r)
     seti(f, "bytes", geti(f, "bytes") + 1);
 }
 static void file_bytes_negative(json_t *r) { seti(at(r, "files", 0, NULL), "bytes", -4096); }
+/* One entry past the 2^20 ranks a checkpoint may have: refused by that
+ * limit, not as an empty array (it is not). */
+static void files_over_limit(json_t *r)
+{
+    json_t *files = json_object_get(r, "files");
+    while (json_array_size(files) <= ((size_t)1 << 20))
+        json_array_append(files, json_array_get(files, 0));
+}
+static void files_empty(json_t *r) { set(r, "files", json_array()); }
+static void files_not_array(json_t *r) { set(r, "files", json_string("rank_00000.bin")); }
 static void row_short(json_t *r) { json_array_remove(row(r, 0), 6); }
 static void row_param_out(json_t *r) { json_array_set_new(row(r, 0), 0, json_integer(1000)); }
 static void row_kind_unknown(json_t *r) { json_array_set_new(row(r, 0), 1, json_string("m")); }
@@ -168,6 +178,10 @@ static const tamper cases[] = {
     {"file_rank_swapped", file_rank_swapped, "files[1] must be the file of rank 1"},
     {"file_bytes_unaligned", file_bytes_unaligned, "is not a multiple of 4096"},
     {"file_bytes_negative", file_bytes_negative, "\"bytes\" must be an integer in [0, "},
+    {"files_over_limit", files_over_limit,
+     "\"files\" has 1048577 entries, more than the 1048576 (2^20) ranks a checkpoint may have"},
+    {"files_empty", files_empty, "\"files\" is empty; it lists one file per rank"},
+    {"files_not_array", files_not_array, "\"files\" must be an array of one file per rank"},
     {"row_short", row_short, "tensors[0] must be [param, kind, file"},
     {"row_param_out", row_param_out, "tensors[0] must be [param, kind, file"},
     {"row_kind_unknown", row_kind_unknown, "tensors[0] must be [param, kind, file"},

@@ -27,6 +27,11 @@ usage: check_bench_train.py ZEROC TRAIN_GPT
 3. SIGTERM to the bench while the hanging configuration runs: the child is
    killed, the bench's directory removed, the bench dies of SIGTERM, and the
    configuration finished before stays in results.jsonl.
+4. The plot, with this machine's own PATH (no prepared interpreter): drawn,
+   the bench saying by what, the SVG's key naming every configuration; a
+   python3 first on PATH without matplotlib is passed over for Debian's
+   /usr/bin/python3 (where scripts/deps.sh installs matplotlib), then
+   gnuplot; --plot-with gnuplot and none.
 """
 import json
 import os
@@ -141,19 +146,34 @@ def check_ok(r):
         fail(f"{name}: VmHWM {r['process']['vmhwm']} below the library's peak")
 
 
-def plot_env(tmp):
-    """An environment whose PATH starts with a python3 that has matplotlib
-    (the bench draws its plot with the python3 found in PATH): this one, or
-    Debian's, where scripts/deps.sh installs python3-matplotlib."""
-    for py in (sys.executable, shutil.which("python3"), "/usr/bin/python3"):
-        if py and subprocess.run([py, "-c", "import matplotlib"],
-                                 capture_output=True).returncode == 0:
-            d = os.path.join(tmp, "plot-python")
-            os.makedirs(d, exist_ok=True)
-            if not os.path.exists(os.path.join(d, "python3")):
-                os.symlink(py, os.path.join(d, "python3"))
-            return dict(os.environ, PATH=d + os.pathsep + os.environ.get("PATH", ""))
-    fail("no python3 with matplotlib (bash scripts/deps.sh --tests installs it)")
+def has_matplotlib(py):
+    return bool(py) and os.access(py, os.X_OK) and subprocess.run(
+        [py, "-c", "import matplotlib"], capture_output=True).returncode == 0
+
+
+def check_plot(p, out, rows, want):
+    """The plot of a sweep run with this machine's own PATH: drawn by what
+    `want` names ("matplotlib" or "gnuplot"; None: by either), which the
+    bench said; the key in the SVG names every configuration that ran."""
+    said = [l for l in p.stderr.splitlines() if "plot drawn with" in l]
+    if not said:
+        fail(f"no plot drawn: {p.stderr[-1500:]!r}")
+    if want and want not in said[0]:
+        fail(f"the plot was drawn with {said[0]!r}, expected {want}")
+    svg = open(os.path.join(out, "memory_vs_time.svg")).read()
+    for i, r in enumerate(r for r in rows if r["status"] == "ok"):
+        c = r["config"]
+        if r.get("max_memory"):
+            name = "w%d %s: device " % (c["world"], c["dtype"])
+        else:
+            name = f"s{c['stage']}"
+            if c["offload_optimizer"] != "none":
+                name += f" opt:{c['offload_optimizer']}"
+            if c["offload_param"] != "none":
+                name += f" par:{c['offload_param']}"
+            name += f" w{c['world']} {c['dtype']}"
+        if name not in svg:
+            fail(f"the key in the SVG does not name {name!r} ({c})")
 
 
 def sweep(zeroc, train_gpt, tmp):
@@ -161,7 +181,7 @@ def sweep(zeroc, train_gpt, tmp):
     cmd = [zeroc, "bench", "train", "--out", out, "--json", "--steps", "4", "--warmup", "2",
            "--world", str(WORLD), "--batch", str(BATCH), "--workload", train_gpt,
            "--timeout", "120"]
-    env = plot_env(tmp)
+    env = dict(os.environ)  # this machine's own PATH
     p, dt = run(cmd, env=env)
     if p.returncode != 0:
         fail(f"exit {p.returncode}: {p.stderr}")
@@ -173,7 +193,8 @@ def sweep(zeroc, train_gpt, tmp):
         if not KEYS <= set(r):
             fail(f"missing keys {KEYS - set(r)} in {r}")
         c = r["config"]
-        if set(c) != {"stage", "offload_optimizer", "offload_param", "world", "dtype"}:
+        if set(c) != {"stage", "offload_optimizer", "offload_param", "world", "dtype",
+                      "checkpoint_activations"} or c["checkpoint_activations"] != "none":
             fail(f"config keys {sorted(c)}")
         if r["status"] != "ok":
             fail(f"{c}: {r['status']}: {r.get('reason')}")
@@ -193,6 +214,7 @@ def sweep(zeroc, train_gpt, tmp):
         if abs(r["step_over_ddp"] - want) > 1e-9 * want:
             fail(f"{c}: step_over_ddp {r['step_over_ddp']}, want {want}")
     check_files(out, rows)
+    check_plot(p, out, rows, None)
     before = {n: os.stat(os.path.join(out, n)).st_mtime_ns for n in os.listdir(out)}
     p, _ = run(cmd, env=env)
     if p.returncode != 1 or "exists" not in p.stderr:
@@ -204,7 +226,7 @@ def sweep(zeroc, train_gpt, tmp):
 
 def crash_and_hang(zeroc, train_gpt, tmp):
     out = os.path.join(tmp, "faults")
-    env = dict(plot_env(tmp), ZC_TEST_TRAIN_GPT=train_gpt, ZC_TEST_TMP=tmp)
+    env = dict(os.environ, ZC_TEST_TRAIN_GPT=train_gpt, ZC_TEST_TMP=tmp)
     wrapper = os.path.join(tmp, "workload.py")
     with open(wrapper, "w") as f:
         f.write(f"#!{sys.executable}\nimport sys\nsys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})\n"
@@ -282,13 +304,16 @@ def write_script(path, body):
 
 
 def plot_python_and_data(zeroc, train_gpt, tmp):
-    """The plot runs the python3 found in PATH, and one that lacks matplotlib
-    costs the plot, not the sweep; --data reaches the workload."""
+    """The plot's interpreter: a python3 first on PATH without matplotlib (a
+    stand-in that records it ran) is tried, then Debian's /usr/bin/python3,
+    then gnuplot, and the bench says which drew it; --plot-with gnuplot and
+    none; no plotter at all costs the plot, not the sweep; --data reaches
+    the workload."""
     fakebin = os.path.join(tmp, "fakebin")
     os.mkdir(fakebin)
     seen = os.path.join(tmp, "python3-ran")
     write_script(os.path.join(fakebin, "python3"),
-                 f"import sys\nopen({seen!r}, 'w').write(repr(sys.argv))\n"
+                 f"import sys\nopen({seen!r}, 'a').write(repr(sys.argv) + '\\n')\n"
                  "sys.exit(\"ModuleNotFoundError: No module named 'matplotlib'\")\n")
     argv_file = os.path.join(tmp, "workload-argv")
     wrapper = os.path.join(tmp, "argv-workload.py")
@@ -298,27 +323,56 @@ def plot_python_and_data(zeroc, train_gpt, tmp):
     data = os.path.join(tmp, "text.txt")
     with open(data, "w") as f:
         f.write("the quick brown fox jumps over the lazy dog. " * 200)
-    out = os.path.join(tmp, "noplot")
     env = dict(os.environ, PATH=fakebin + os.pathsep + os.environ.get("PATH", ""))
-    p, _ = run([zeroc, "bench", "train", "--out", out, "--steps", "2", "--warmup", "1",
-                "--world", "1", "--batch", "2", "--only", "stage=0", "--workload", wrapper,
-                "--data", data], env=env)
-    if p.returncode != 0:
-        fail(f"without matplotlib: exit {p.returncode} (the plot must not fail the sweep): "
-             f"{p.stderr}")
+    deb, gp = has_matplotlib("/usr/bin/python3"), shutil.which("gnuplot", path=env["PATH"])
+
+    def bench(name, *extra, data_arg=True):
+        out = os.path.join(tmp, name)
+        p, _ = run([zeroc, "bench", "train", "--out", out, "--steps", "2", "--warmup", "1",
+                    "--world", "1", "--batch", "2", "--only", "stage=0", "--workload", wrapper]
+                   + (["--data", data] if data_arg else []) + list(extra), env=env)
+        if p.returncode != 0:
+            fail(f"{name}: exit {p.returncode} (the plot must not fail the sweep): {p.stderr}")
+        rows = [json.loads(l) for l in open(os.path.join(out, "results.jsonl")) if l.strip()]
+        if len(rows) != 1 or rows[0]["status"] != "ok":
+            fail(f"{name}: results {rows}")
+        return p, out, rows
+
+    p, out, rows = bench("auto")
     if not os.path.exists(seen):
-        fail("the plot did not run the python3 found in PATH")
-    if "no plot" not in p.stderr or "matplotlib" not in p.stderr:
+        fail("the plot did not try the python3 found in PATH")
+    if deb or gp:
+        check_plot(p, out, rows, "/usr/bin/python3" if deb else "gnuplot")
+        if "has no matplotlib" not in p.stderr:
+            fail(f"the python3 on PATH without matplotlib is not named: {p.stderr!r}")
+    elif "no plot" not in p.stderr or "has no matplotlib" not in p.stderr:
         fail(f"the missing plot is not explained: {p.stderr!r}")
-    if {"memory_vs_time.svg", "memory_vs_time.png"} & set(os.listdir(out)):
-        fail(f"plot files without a plot: {os.listdir(out)}")
-    rows = [json.loads(l) for l in open(os.path.join(out, "results.jsonl")) if l.strip()]
-    if len(rows) != 1 or rows[0]["status"] != "ok":
-        fail(f"results without the plot: {rows}")
     argv = json.load(open(argv_file))
     if "--data" not in argv or argv[argv.index("--data") + 1] != data:
         fail(f"--data did not reach the workload: {argv}")
-    print("# python3 from PATH; no matplotlib: no plot, exit 0; --data forwarded")
+    p, out, rows = bench("gnuplot", "--plot-with", "gnuplot", data_arg=False)
+    if gp:
+        check_plot(p, out, rows, "gnuplot")
+    elif "no gnuplot on PATH" not in p.stderr or os.path.exists(
+            os.path.join(out, "memory_vs_time.png")):
+        fail(f"--plot-with gnuplot without gnuplot: {p.stderr!r}")
+    p, out, rows = bench("none", "--plot-with", "none", data_arg=False)
+    if {"memory_vs_time.svg", "memory_vs_time.png"} & set(os.listdir(out)) or \
+            "plot" in p.stderr.replace("--plot", ""):
+        fail(f"--plot-with none drew or mentioned a plot: {os.listdir(out)} {p.stderr!r}")
+    # Nothing to draw with: neither interpreter has matplotlib (a PATH with
+    # only the stand-in and gnuplot hidden, --plot-with matplotlib with the
+    # stand-in's PATH when Debian's has none).
+    if not deb:
+        p, out, rows = bench("nothing", "--plot-with", "matplotlib", data_arg=False)
+        if "no plot" not in p.stderr or os.path.exists(os.path.join(out, "memory_vs_time.png")):
+            fail(f"no matplotlib anywhere: {p.stderr!r}")
+    b, _ = run([zeroc, "bench", "train", "--out", os.path.join(tmp, "bad-plot"), "--plot-with",
+                "pgfplots"])
+    if b.returncode != 2 or "--plot-with" not in b.stderr:
+        fail(f"--plot-with pgfplots: exit {b.returncode}, {b.stderr!r}")
+    print(f"# plot: python3 on PATH without matplotlib, then {'/usr/bin/python3' if deb else 'gnuplot' if gp else 'nothing'}; "
+          f"--plot-with gnuplot ({'drawn' if gp else 'no gnuplot'}), none; --data forwarded")
 
 
 def budgets(zeroc, train_gpt, tmp):
@@ -358,7 +412,7 @@ def budgets(zeroc, train_gpt, tmp):
            "--world", str(WORLD), "--batch", "2", "--workload", train_gpt, "--timeout", "120"]
     for s in specs:
         cmd += ["--max-memory", s]
-    p, _ = run(cmd, env=plot_env(tmp))
+    p, _ = run(cmd)
     if p.returncode != 0:
         fail(f"budgets: exit {p.returncode}: {p.stderr}")
     rows = lines_of(p)
@@ -381,6 +435,7 @@ def budgets(zeroc, train_gpt, tmp):
     if offloaded != 2:
         fail(f"budgets: {offloaded} runs offloaded to pinned memory and NVMe, want 2")
     check_files(out, rows)
+    check_plot(p, out, rows, None)
     p, _ = run([zeroc, "bench", "train", "--out", os.path.join(tmp, "bad"), "--max-memory",
                 "device=1GiB,gpu=2GiB"])
     if p.returncode != 2 or "gpu=2GiB" not in p.stderr:
@@ -388,11 +443,96 @@ def budgets(zeroc, train_gpt, tmp):
     print(f"# budgets {specs}: peaks within them")
 
 
+def check_acts(r, base, more):
+    """The activations object of one point of the axis against the point
+    without checkpointing (base) and the peaks' differences (more)."""
+    act = r["config"]["checkpoint_activations"]
+    a, a0 = r["activations"], base["activations"]
+    if not a or not a0 or not a["planned"]:
+        fail(f"activation axis {act}: no activations object: {a}")
+        return
+    dev = a["model"] + a["store"]["device"]
+    if a["device_side"] != dev or a["planned"]["device_side"] != \
+            a["planned"]["model"] + a["planned"]["store"]["device"]:
+        fail(f"activation axis {act}: device_side {a}")
+    # The plan line plans what the engine reserves and what the example
+    # allocates, byte for byte.
+    if a["device_side_over_plan"] != 1.0 or a["store"] != a["planned"]["store"]:
+        fail(f"activation axis {act}: measured {a['store']}, planned {a['planned']}")
+    # The store's bytes are what the peaks grew by, kind by kind (device:
+    # the example's buffers are not the library's).
+    for k in ("device", "pinned", "nvme"):
+        if a["store"][k] != more[k]:
+            fail(f"activation axis {act}: the store holds {a['store'][k]} {k} bytes, the peak "
+                 f"grew by {more[k]}")
+    if act == "none":
+        if any(a[k] is not None for k in ("step_over_none", "device_side_over_none",
+                                           "exposed_fraction", "store_s")):
+            fail(f"activation axis none: figures against itself: {a}")
+        return
+    if not a["model"] < a0["model"]:
+        fail(f"activation axis {act}: the example keeps {a['model']} bytes, "
+             f"{a0['model']} without checkpointing")
+    ratio = r["step_s"]["median"] / base["step_s"]["median"]
+    if abs(a["step_over_none"] - ratio) > 1e-9 * ratio:
+        fail(f"activation axis {act}: step_over_none {a['step_over_none']}, want {ratio}")
+    ratio = dev / a0["device_side"]
+    if abs(a["device_side_over_none"] - ratio) > 1e-9 * ratio:
+        fail(f"activation axis {act}: device_side_over_none {a['device_side_over_none']}")
+    if not (0 <= a["exposed_fraction"] <= 1 and a["store_s"] >= 0):
+        fail(f"activation axis {act}: store time {a['store_s']}, {a['exposed_fraction']}")
+
+
+def activation_axis(zeroc, train_gpt, tmp):
+    """--only checkpoint_activations=...: the activation axis. Each point
+    trains with --checkpoint-activations block and the store where the value
+    says; the estimate (the store planned in its kind, train_gpt's fp32
+    activations) holds to the peak within 10% as elsewhere; the store's
+    reservation lands in its kind, and x DDP is over stage 0 without
+    checkpointing."""
+    out = os.path.join(tmp, "acts")
+    cmd = [zeroc, "bench", "train", "--out", out, "--json", "--steps", "3", "--warmup", "1",
+           "--world", str(WORLD), "--batch", str(BATCH), "--workload", train_gpt,
+           "--only", "stage=0", "--only", "checkpoint_activations=none,device,cpu,nvme",
+           "--timeout", "120"]
+    p, _ = run(cmd)
+    rows = lines_of(p)
+    got = [r["config"]["checkpoint_activations"] for r in rows]
+    if p.returncode != 0 or got != ["none", "device", "cpu", "nvme"]:
+        fail(f"activation axis: exit {p.returncode}, {got}: {p.stderr[-500:]}")
+        return
+    base = rows[0]
+    for r in rows:
+        if r["status"] != "ok":
+            fail(f"activation axis {r['config']}: {r['status']}: {r.get('reason')}")
+            continue
+        check_ok(r)
+        act = r["config"]["checkpoint_activations"]
+        more = {k: r["peak"][k] - base["peak"][k] for k in KINDS}
+        kind = {"none": None, "device": "device", "cpu": "pinned", "nvme": "nvme"}[act]
+        if kind and not more[kind] > 0:
+            fail(f"activation axis {act}: the store is not in {kind}: {more}")
+        if act in ("cpu", "nvme") and more["device"] != 0:
+            fail(f"activation axis {act}: device bytes moved by {more['device']}")
+        want = r["step_s"]["median"] / base["step_s"]["median"]
+        if abs(r["step_over_ddp"] - want) > 1e-9 * want:
+            fail(f"activation axis {act}: step_over_ddp {r['step_over_ddp']}, want {want}")
+        check_acts(r, base, more)
+    md = open(os.path.join(out, "results.md")).read()
+    if any(f"| {WORLD} | bf16 | {v} | " not in md
+           for v in ("none (every activation)", "device", "cpu", "nvme")) or "store time" not in md:
+        fail(f"activation axis: results.md lacks the activations table:\n{md}")
+    p, _ = run(cmd[:-4] + ["--only", "checkpoint_activations=all"])
+    if p.returncode != 2 or "none, device, cpu or nvme" not in p.stderr:
+        fail(f"activation axis: a bad value: exit {p.returncode}, {p.stderr!r}")
+
+
 def main():
     zeroc, train_gpt = sys.argv[1], sys.argv[2]
     with tempfile.TemporaryDirectory(prefix="zc-bench-train-", dir=".") as tmp:
         plot_python_and_data(zeroc, train_gpt, tmp)
         budgets(zeroc, train_gpt, tmp)
+        activation_axis(zeroc, train_gpt, tmp)
         sweep(zeroc, train_gpt, tmp)
         crash_and_hang(zeroc, train_gpt, tmp)
     print("ok")

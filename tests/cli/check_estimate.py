@@ -250,7 +250,7 @@ def main():
             fail("json bytes", "%s" % r.get("bytes"))
         for k in ("host", "pinned", "device", "nvme"):
             if set(r["parts"].get(k, {})) != {"params", "grads", "optimizer", "buffers",
-                                              "other"}:
+                                              "activations", "other"}:
                 fail("json parts", "%s" % r["parts"])
         if r["world"] != W or r["dtype"] != "bf16" or r["params"] != P:
             fail("json values", "%s" % r)

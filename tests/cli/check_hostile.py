@@ -217,16 +217,15 @@ def check_bench_io(tmp):
             os.unlink(kept)
             os.rmdir(os.path.dirname(kept))
 
-    # A "fio" that never answers --version: refused in bounded time.
+    # A "fio" that never answers --version: refused by the bench's own
+    # deadline - the message says so; a bench that waited for it would run
+    # into this run's timeout (60 s, the stand-in sleeps 600), a failure.
     hang = os.path.join(tmp, "hang_fio")
     with open(hang, "w") as f:
         f.write("#!%s\nimport time\ntime.sleep(600)\n" % sys.executable)
     os.chmod(hang, 0o755)
-    t0 = time.time()
     p = run(io_cmd(work, fio=hang), timeout=60, cwd=work)
     expect("bench io with a fio that hangs", p, 1, "no answer to --version", stdout_empty=True)
-    if time.time() - t0 > 30:
-        fail("bench io with a fio that hangs", "took %.0f s" % (time.time() - t0))
 
     # 5. A --dir that is not a usable directory: a clear error, nothing made.
     regular = os.path.join(work, "regular")

@@ -13,10 +13,11 @@
  *                               all-reduce must fail with ZC_ERR_COMM within
  *                               the timeout, and the next call too (sticky).
  *   zc_mpi_helper idle          the last rank sleeps 1 s before an all-reduce;
- *                               the others measure the CPU time their process
- *                               spends waiting for it (it must leave its core:
- *                               check_mpi.py bounds it) and every rank checks
- *                               the sums.
+ *                               the others count how their wait went (its
+ *                               naps and spin restarts, zc__comm_wait_counts)
+ *                               and the most naps the backoff's schedule fits
+ *                               in it (check_mpi.py holds the count to it),
+ *                               and every rank checks the sums.
  *   zc_mpi_helper kill          the last rank kills itself (SIGKILL) before
  *                               an all-reduce; the others must not outlive
  *                               the timeout (mpirun ends the job, or the
@@ -49,6 +50,7 @@
 #include "comm/comm.h"
 #include "comm/mpi.h"
 #include "base/alloc.h"
+#include "base/backoff.h"
 #include "base/dtype.h"
 #include "mpi_groups.h"
 
@@ -346,8 +348,10 @@ static int timeout_case(void)
     float x[16] = {1};
     if (g_rank == g_world - 1) {
         /* Never joins: well past ZC_COMM_TIMEOUT; mpirun ends this process
-         * once the others exit. */
+         * once the others exit, so the line below is never printed. */
         sleep(30);
+        printf("SLEEPER_WOKE rank %d\n", g_rank);
+        fflush(stdout);
         return 0;
     }
     double t0 = now_s();
@@ -368,11 +372,31 @@ static int timeout_case(void)
     _exit(3);
 }
 
-static double process_cpu_s(void)
+/* The backoff's schedule (base/backoff.h), for the idle wait's nap count:
+ * after a spin of ZC_BACKOFF_SPIN_S, naps of an eighth of the time waited,
+ * at least ZC_BACKOFF_NAP_MIN_NS, grow until they reach ZC_BACKOFF_NAP_MAX_NS.
+ * Each nap sleeps at least its length, so a wait of `wait` seconds whose spin
+ * restarted `restarts` times (a fresh ramp each) holds at most that many
+ * ramps' naps plus one nap at the cap per ZC_BACKOFF_NAP_MAX_NS. */
+static int ramp_naps(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    const double lo = (double)ZC_BACKOFF_NAP_MIN_NS * 1e-9, hi = (double)ZC_BACKOFF_NAP_MAX_NS * 1e-9;
+    double t = ZC_BACKOFF_SPIN_S;
+    int n = 0;
+    for (;;) {
+        double nap = t / ZC_BACKOFF_NAP_FRACTION;
+        nap = nap < lo ? lo : nap;
+        if (nap >= hi)
+            return n;
+        t += nap;
+        n++;
+    }
+}
+
+static uint64_t most_naps(double wait, uint64_t restarts)
+{
+    return (restarts + 1) * (uint64_t)(ramp_naps() + 1) +
+           (uint64_t)(wait / ((double)ZC_BACKOFF_NAP_MAX_NS * 1e-9)) + 1;
 }
 
 static int idle_case(void)
@@ -393,9 +417,12 @@ static int idle_case(void)
     CHECK(zc__barrier(c) == ZC_OK, "barrier");
     if (g_rank == g_world - 1)
         sleep(1);
-    double c0 = process_cpu_s(), t0 = now_s();
+    zc_comm_wait_counts before, after;
+    CHECK(zc__comm_wait_counts(c, &before), "wait counts");
+    double t0 = now_s();
     CHECK(zc__all_reduce(c, x, x, N, ZC_DTYPE_F32, ZC_RED_SUM, NULL) == ZC_OK, "all_reduce");
-    double wait = now_s() - t0, cpu = process_cpu_s() - c0;
+    double wait = now_s() - t0;
+    CHECK(zc__comm_wait_counts(c, &after), "wait counts");
     /* Sum over ranks r of r + 1 + i % 7: small integers, exact in fp32. */
     for (int i = 0; i < N && !g_fail; i++) {
         float want = (float)(g_world * (g_world + 1) / 2 + g_world * (i % 7));
@@ -403,8 +430,12 @@ static int idle_case(void)
     }
     if (g_fail)
         return 1;
+    const uint64_t naps = after.sleeps - before.sleeps, restarts = after.restarts - before.restarts;
     if (g_rank != g_world - 1)
-        printf("IDLE_OK rank %d waited %.3f s using %.1f ms of CPU\n", g_rank, wait, cpu * 1e3);
+        printf("IDLE_OK rank %d waited %.3f s waits %llu naps %llu restarts %llu most %llu\n",
+               g_rank, wait, (unsigned long long)(after.waits - before.waits),
+               (unsigned long long)naps, (unsigned long long)restarts,
+               (unsigned long long)most_naps(wait, restarts));
     fflush(stdout);
     zc_comm_destroy(c);
     return 0;

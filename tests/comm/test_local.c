@@ -180,31 +180,35 @@ Test(comm_local, missing_rank_times_out_instead_of_hanging)
     end_world(&w);
 }
 
-static double thread_cpu_s(void)
+/* Rank r's wait counts (zc__comm_wait_counts), read from any thread. */
+static zc_comm_wait_counts counts_of(zc_comm *c)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    zc_comm_wait_counts n;
+    cr_assert(zc__comm_wait_counts(c, &n), "the local backend counts its waits");
+    return n;
 }
 
-static double late_cpu_s[2];
+static zc_comm_wait_counts late_before[2], late_after[2];
 
 static void do_late_peer(int r, void *p)
 {
     world_ctx *w = p;
-    if (r == 1) {
-        struct timespec ts = {0, 300 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-    }
-    double c0 = thread_cpu_s();
+    late_before[r] = counts_of(w->comms[r]);
+    /* Rank 1 comes only once rank 0 is asleep on the futex: a waiter that
+     * spun instead would never get there, and the test would not end. */
+    if (r == 1)
+        while (counts_of(w->comms[0]).sleeps == late_before[0].sleeps)
+            nanosleep(&(struct timespec){0, 1000000L}, NULL);
     w->rc[r] = zc__all_reduce(w->comms[r], w->in[r], w->out[r], N, ZC_DTYPE_F32, ZC_RED_SUM, NULL);
-    late_cpu_s[r] = thread_cpu_s() - c0;
+    late_after[r] = counts_of(w->comms[r]);
 }
 
-/* A rank whose peer comes 300 ms late sleeps (a futex) instead of spinning:
- * with ranks sharing cores, the waiter leaves its core to the rank it waits
- * for. */
-Test(comm_local, waiting_for_a_late_rank_uses_no_cpu)
+/* A rank whose peer comes late sleeps (a futex) instead of spinning: with
+ * ranks sharing cores, the waiter leaves its core to the rank it waits for.
+ * Held by what the wait did - the first rank waited and slept, and the
+ * sleep ended with the peer's arrival, which waited for nothing - not by a
+ * CPU time, which depends on what else the cores run. */
+Test(comm_local, waiting_for_a_late_rank_sleeps)
 {
     static world_ctx w;
     make_world(&w, 2);
@@ -213,8 +217,11 @@ Test(comm_local, waiting_for_a_late_rank_uses_no_cpu)
         cr_assert_eq(w.rc[r], ZC_OK, "%s", zc_last_error());
     for (int i = 0; i < N; i++)
         cr_assert_eq(w.out[0][i], value(0, i) + value(1, i), "elem %d", i);
-    cr_assert_lt(late_cpu_s[0], 0.03, "waiting 300 ms for rank 1 used %.1f ms of CPU",
-                 late_cpu_s[0] * 1e3);
+    /* One collective: two rendezvous (post and finish) count as one meeting. */
+    for (int r = 0; r < 2; r++)
+        cr_assert_eq(late_after[r].meetings - late_before[r].meetings, 1, "rank %d", r);
+    cr_assert_geq(late_after[0].waits - late_before[0].waits, 1);
+    cr_assert_geq(late_after[0].sleeps - late_before[0].sleeps, 1);
     end_world(&w);
 }
 
@@ -331,21 +338,14 @@ Test(comm_local, unsupported_max_fails_on_every_rank)
 
 /* A group's collectives run together at group_end, in one rendezvous (what
  * the engine's grouped publish and reduction bucket rely on): the calls
- * inside return at once, before the other ranks arrive, and the results are
- * those of the same collectives outside a group. Rank 1 comes 400 ms late;
- * rank 0's calls inside the group must not wait for it. */
+ * inside meet no other rank, so they return before the other ranks arrive,
+ * and the results are those of the same collectives outside a group. Rank 1
+ * comes 400 ms late; rank 0's calls inside the group must not meet it. */
 typedef struct group_ctx {
     world_ctx *w;
-    double queued_s[8]; /* time from group_start to the last call inside */
-    int ops;            /* collectives in the group */
+    uint64_t inside[8], at_end[8]; /* meetings during the calls, and group_end's */
+    int ops;                       /* collectives in the group */
 } group_ctx;
-
-static double mono_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void do_grouped_gathers(int r, void *p)
 {
@@ -354,7 +354,7 @@ static void do_grouped_gathers(int r, void *p)
     zc_comm *c = w->comms[r];
     if (r == 1)
         nanosleep(&(struct timespec){0, 400000000L}, NULL);
-    const double t0 = mono_s();
+    const uint64_t m0 = counts_of(c).meetings;
     w->rc[r] = zc__comm_group_start(c);
     const int half = N / 2;
     for (int k = 0; k < g->ops && w->rc[r] == ZC_OK; k++)
@@ -364,10 +364,12 @@ static void do_grouped_gathers(int r, void *p)
     if (w->rc[r] == ZC_OK)
         w->rc[r] = zc__all_reduce(c, w->in[r] + N, w->out[r] + 3 * N, half, ZC_DTYPE_F32,
                                   ZC_RED_SUM, NULL);
-    g->queued_s[r] = mono_s() - t0;
+    const uint64_t m1 = counts_of(c).meetings;
     zc_status end = zc__comm_group_end(c);
     if (w->rc[r] == ZC_OK)
         w->rc[r] = end;
+    g->inside[r] = m1 - m0;
+    g->at_end[r] = counts_of(c).meetings - m1;
 }
 
 static void check_grouped(world_ctx *w, int ops)
@@ -402,14 +404,17 @@ Test(comm_local, a_group_runs_at_its_end_in_one_rendezvous)
         g = (group_ctx){.w = &w, .ops = counts[t]};
         t_run_ranks(3, do_grouped_gathers, &g);
         check_grouped(&w, counts[t]);
-        /* Rank 0 queued its group while rank 1 slept (400 ms); with one
-         * rendezvous per collective it would have waited there (the bound
-         * leaves room for a scheduler delay on a loaded machine). The long
-         * group runs its first 64 when the 65th is queued, so only the
-         * short one is timed. */
-        if (t == 0)
-            cr_assert_lt(g.queued_s[0], 0.2, "rank 0 waited %.3f s inside the group",
-                         g.queued_s[0]);
+        /* Counted, not timed: no rendezvous inside the short group (rank 0
+         * queues it while rank 1 sleeps, and would wait there with one
+         * rendezvous per collective), one at its end; the long group (70
+         * collectives) runs its first 64 when the 65th is queued and the
+         * other 6 at its end. */
+        for (int r = 0; r < 3; r++) {
+            cr_assert_eq(g.inside[r], t == 0 ? 0u : 1u, "rank %d: %llu rendezvous inside a group "
+                         "of %d", r, (unsigned long long)g.inside[r], counts[t] + 1);
+            cr_assert_eq(g.at_end[r], 1u, "rank %d: %llu rendezvous at the end of a group of %d",
+                         r, (unsigned long long)g.at_end[r], counts[t] + 1);
+        }
         end_world(&w);
     }
 }

@@ -93,6 +93,16 @@ static float init_value(int i, int64_t k)
 
 float t_init_value(int i, int64_t k) { return init_value(i, k); }
 
+float t_init_value_as(int i, int64_t k, zc_dtype dt)
+{
+    float v = init_value(i, k);
+    if (dt == ZC_DTYPE_BF16)
+        return zc__bf16_to_f32(zc__f32_to_bf16(v));
+    if (dt == ZC_DTYPE_F16)
+        return zc__f16_to_f32(zc__f32_to_f16(v));
+    return v;
+}
+
 float t_round_to(float v, zc_dtype dt)
 {
     if (dt == ZC_DTYPE_F16)
@@ -337,10 +347,18 @@ zc_status t_ctx_open(t_ctx *x, t_run *run, int rank, zc_comm *comm)
     const bool rounded = run->init_load == T_LOAD_ROUNDED;
     for (int i = 0; i < T_NPARAMS; i++)
         for (int64_t k = 0; k < t_numel[i]; k++) {
-            const float v = init_value(i, k);
+            const float v = t_init_value_as(i, k, run->load_dtype);
             init[param_offset(i) + (size_t)k] = prerounded ? t_round_to(v, run->dtype) : v;
         }
     zc_status rc = ZC_OK;
+    if (run->load_path) {
+        zc_load_stats st = {.size = sizeof st};
+        rc = zc_load_safetensors(x->eng, run->load_path, run->load_opts, &st);
+        run->load_stats[rank] = st;
+        free(init);
+        TRY(rc);
+        return ZC_OK;
+    }
     if (run->block_values)
         rc = block_values(x, init, false, rounded);
     for (int i = 0; i < T_NPARAMS && rc == ZC_OK && !run->block_values; i++)

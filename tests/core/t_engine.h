@@ -123,6 +123,17 @@ typedef struct t_run {
     int eval_batches;          /* forward passes per evaluation pass (0: 1); each
                                   acquires every parameter (the layers' blocks
                                   with `blocks`), sums its values and releases it */
+    /* Importing the initial values (tests/load): with load_path every rank
+     * takes them from that safetensors file by zc_load_safetensors
+     * (load_opts; NULL: the defaults) instead of zc_param_load. load_dtype
+     * (ZC_DTYPE_BF16 or ZC_DTYPE_F16; 0, fp32, leaves them) rounds the
+     * initial values to a file's precision on both paths, so the reference
+     * is zc_param_load of exactly the values such a file holds
+     * (t_init_value_as). load_stats: each rank's figures of the import. */
+    const char *load_path;
+    const zc_load_options *load_opts;
+    zc_dtype load_dtype;
+    zc_load_stats load_stats[T_MAX_WORLD];
     /* called on every rank thread after each zc_step (may be NULL) */
     void (*after_step)(struct t_ctx *x, int step, void *arg);
     void *hook_arg;
@@ -164,6 +175,9 @@ typedef struct t_ctx {
 
 /* The initial value of element k of parameter i (what t_ctx_open loads). */
 float t_init_value(int i, int64_t k);
+/* The same rounded to dt (to nearest even) and widened back: what a file of
+ * that precision holds (dt fp32: t_init_value). */
+float t_init_value_as(int i, int64_t k, zc_dtype dt);
 
 /* The layer table of a run (run->layers, else t_layer_begin): how many
  * layers, and where layer l begins (l == t_nlayers: the end). */

@@ -101,6 +101,12 @@ static zc_status r_accum(zc_device *d, float *acc, const void *src, zc_dtype dt,
     rec_note(d, R_ACCUM, s, NULL);
     return H()->accumulate(d, acc, src, dt, n, s);
 }
+static zc_status r_accum_rounded(zc_device *d, float *acc, const void *src, zc_dtype dt,
+                                 zc_dtype acc_dt, size_t n, void *s)
+{
+    rec_note(d, R_ACCUM, s, NULL);
+    return H()->accumulate_rounded(d, acc, src, dt, acc_dt, n, s);
+}
 static zc_status r_reduce(zc_device *d, void *dst, const void *const *srcs, int nsrc,
                           zc_dtype dt, size_t n, void *s)
 {
@@ -163,6 +169,7 @@ void rec_init(rec_dev *f, const zc_device *under)
     f->ops.cast = r_cast;
     f->ops.scale = r_scale;
     f->ops.accumulate = r_accum;
+    f->ops.accumulate_rounded = r_accum_rounded;
     f->ops.reduce_sum = r_reduce;
     f->ops.sumsq = r_sumsq;
     f->ops.nonfinite = r_nonfinite;

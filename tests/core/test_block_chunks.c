@@ -11,6 +11,7 @@
  * functions, at stages 0-3 and worlds 1 and 3, and at stages 2/3 the block
  * really held every chunk's gradient buffer at once. */
 #include <criterion/criterion.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -131,6 +132,47 @@ Test(block_chunks, chunk_cap_is_parsed_strictly)
      * is capped at 1024, and the boundary before p5 stays. */
     cr_assert_eq(r.stats[0].num_chunks, 7);
     free(r.master);
+    cr_assert_eq(unsetenv("ZC_CHUNK_CAP"), 0);
+    t_assert_no_leaks();
+}
+
+/* ZC_CHUNK_CAP is a test switch, not a problem with the run: it is said once
+ * at INFO, and nothing about it at WARN (a WARN line would print on every
+ * run of a program that sets it, at the default level). */
+static struct {
+    pthread_mutex_t mu;
+    int info, warn;
+} cap_log = {PTHREAD_MUTEX_INITIALIZER, 0, 0};
+
+static void cap_sink(zc_log_level level, const char *subsys, int rank, const char *line,
+                     void *user)
+{
+    (void)subsys, (void)rank, (void)user;
+    if (!strstr(line, "ZC_CHUNK_CAP"))
+        return;
+    pthread_mutex_lock(&cap_log.mu);
+    if (level == ZC_LOG_INFO && strstr(line, "ZC_CHUNK_CAP=64: chunks hold at most"))
+        cap_log.info++;
+    else if (level <= ZC_LOG_WARN)
+        cap_log.warn++;
+    pthread_mutex_unlock(&cap_log.mu);
+}
+
+Test(block_chunks, chunk_cap_is_said_at_info_not_warn)
+{
+    cr_assert_eq(setenv("ZC_CHUNK_CAP", "64", 1), 0);
+    zc_log_set_level(ZC_LOG_INFO);
+    zc_log_set_sink(cap_sink, NULL);
+    t_run r;
+    t_run_init(&r, 2, 2, ZC_DTYPE_F32);
+    r.steps = 1;
+    const bool ok = t_engine_run(&r);
+    zc_log_set_sink(NULL, NULL);
+    zc_log_set_level(ZC_LOG_WARN);
+    cr_assert(ok, "%s", t_run_error(&r));
+    free(r.master);
+    cr_assert_eq(cap_log.info, 1, "%d INFO lines name the cap (once per process)", cap_log.info);
+    cr_assert_eq(cap_log.warn, 0, "%d WARN or ERROR lines name ZC_CHUNK_CAP", cap_log.warn);
     cr_assert_eq(unsetenv("ZC_CHUNK_CAP"), 0);
     t_assert_no_leaks();
 }

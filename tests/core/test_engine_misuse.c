@@ -307,3 +307,116 @@ Test(misuse, total_elements_bounded)
     zc_comm_destroy(comm);
     t_assert_no_leaks();
 }
+
+/* zc_param_add_status: each refusal of zc_param_add with its own status and
+ * message, *out NULL and nothing registered; success gives the handle that
+ * zc_param_find finds. */
+Test(misuse, param_add_status)
+{
+    zc_comm *comm;
+    zc_config *cfg;
+    zc_engine *e = make_engine(&comm, &cfg);
+    const int64_t zero[2] = {3, 0}, ok[2] = {3, 5};
+    const struct {
+        const char *name;
+        const int64_t *shape;
+        int ndim, group;
+        zc_status want;
+        const char *needle;
+    } bad[] = {
+        {"z", zero, 2, 0, ZC_ERR_INVALID_ARG, "dimension 1 is 0"},
+        {"d0", ok, 0, 0, ZC_ERR_INVALID_ARG, "ndim 0 must be 1..8"},
+        {"d9", ok, 9, 0, ZC_ERR_INVALID_ARG, "ndim 9 must be 1..8"},
+        {"", ok, 2, 0, ZC_ERR_INVALID_ARG, "name is NULL or empty"},
+        {NULL, ok, 2, 0, ZC_ERR_INVALID_ARG, "name is NULL or empty"},
+        {"g", ok, 2, 5, ZC_ERR_INVALID_ARG, "unknown group 5"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        zc_param *p = (zc_param *)&p; /* not NULL: the call must clear it */
+        cr_assert_eq(zc_param_add_status(e, bad[i].name, bad[i].shape, bad[i].ndim, bad[i].group,
+                                         &p),
+                     bad[i].want, "case %zu: %s", i, zc_last_error());
+        cr_assert_null(p, "case %zu", i);
+        cr_assert(strstr(zc_last_error(), bad[i].needle), "case %zu: %s", i, zc_last_error());
+    }
+    cr_assert_eq(zc_param_add_status(e, "a", ok, 2, 0, NULL), ZC_ERR_INVALID_ARG);
+    cr_assert(strstr(zc_last_error(), "out is NULL"), "%s", zc_last_error());
+    cr_assert_eq(zc_param_count(e), 0);
+    /* An allocation failure is ZC_ERR_NO_MEMORY, not just NULL. */
+    zc__mem_fail_after(ZC_MEMKIND_HOST, 1);
+    zc_param *p = NULL;
+    zc_status rc = zc_param_add_status(e, "a", ok, 2, 0, &p);
+    zc__mem_fail_after(ZC_MEMKIND_HOST, 0);
+    cr_assert_eq(rc, ZC_ERR_NO_MEMORY, "%s", zc_last_error());
+    cr_assert_null(p);
+    cr_assert_eq(zc_param_count(e), 0);
+    cr_assert_eq(zc_param_add_status(e, "a", ok, 2, 0, &p), ZC_OK, "%s", zc_last_error());
+    cr_assert_eq(p, zc_param_find(e, "a"));
+    cr_assert_eq(zc_param_numel(p), 15);
+    zc_param *q = NULL;
+    cr_assert_eq(zc_param_add_status(e, "a", ok, 2, 0, &q), ZC_ERR_INVALID_ARG);
+    cr_assert(strstr(zc_last_error(), "already exists"), "%s", zc_last_error());
+    cr_assert_null(q);
+    cr_assert_eq(zc_engine_build(e), ZC_OK, "%s", zc_last_error());
+    cr_assert_eq(zc_param_add_status(e, "b", ok, 2, 0, &q), ZC_ERR_INVALID_STATE);
+    cr_assert(strstr(zc_last_error(), "before zc_engine_build"), "%s", zc_last_error());
+    cr_assert_null(q);
+    cr_assert_eq(zc_param_count(e), 1);
+    cr_assert_eq(zc_param_add_status(NULL, "b", ok, 2, 0, &q), ZC_ERR_INVALID_ARG);
+    cr_assert_null(q);
+    zc_engine_destroy(e);
+    zc_config_destroy(cfg);
+    zc_comm_destroy(comm);
+    t_assert_no_leaks();
+}
+
+/* zc_block_numel: the sum of the shapes registered here, the count that
+ * zc_block_load then takes; a bad block or NULL count is refused. */
+Test(misuse, block_numel)
+{
+    zc_comm *comm;
+    zc_config *cfg;
+    zc_engine *e = make_engine(&comm, &cfg);
+    const int64_t shapes[3][3] = {{7, 3, 2}, {11, 1, 1}, {5, 4, 1}};
+    const int ndims[3] = {3, 1, 2};
+    const size_t want = 7 * 3 * 2 + 11 + 5 * 4;
+    zc_param *ps[3];
+    for (int i = 0; i < 3; i++) {
+        char name[8] = {'p', (char)('0' + i), 0};
+        cr_assert_eq(zc_param_add_status(e, name, shapes[i], ndims[i], 0, &ps[i]), ZC_OK, "%s",
+                     zc_last_error());
+    }
+    zc_block *b = NULL, *tail = NULL;
+    cr_assert_eq(zc_block_create(e, ps, 3, &b), ZC_OK, "%s", zc_last_error());
+    cr_assert_eq(zc_block_create(e, ps + 1, 2, &tail), ZC_OK, "%s", zc_last_error());
+    size_t n = 0, m = 0;
+    cr_assert_eq(zc_block_numel(b, &n), ZC_OK, "%s", zc_last_error());
+    cr_assert_eq(n, want);
+    cr_assert_eq(zc_block_numel(tail, &m), ZC_OK);
+    cr_assert_eq(m, (size_t)(11 + 5 * 4));
+    cr_assert_eq(zc_engine_build(e), ZC_OK, "%s", zc_last_error());
+    size_t after = 0;
+    cr_assert_eq(zc_block_numel(b, &after), ZC_OK);
+    cr_assert_eq(after, want);
+    float *vals = calloc(want, sizeof *vals);
+    cr_assert_not_null(vals);
+    cr_assert_eq(zc_block_load(e, b, vals, n), ZC_OK, "%s", zc_last_error());
+    cr_assert_eq(zc_block_load(e, b, vals, n - 1), ZC_ERR_INVALID_ARG);
+    free(vals);
+    size_t keep = 12345;
+    cr_assert_eq(zc_block_numel(NULL, &keep), ZC_ERR_INVALID_ARG);
+    cr_assert(strstr(zc_last_error(), "zc_block_numel: not a block handle"), "%s",
+              zc_last_error());
+    cr_assert_eq(keep, 12345);
+    cr_assert_eq(zc_block_numel(b, NULL), ZC_ERR_INVALID_ARG);
+    cr_assert(strstr(zc_last_error(), "count is NULL"), "%s", zc_last_error());
+    const uint32_t junk[8] = {0};
+    cr_assert_eq(zc_block_numel((const zc_block *)junk, &keep), ZC_ERR_INVALID_ARG);
+    cr_assert_eq(keep, 12345);
+    zc_block_destroy(b);
+    zc_block_destroy(tail);
+    zc_engine_destroy(e);
+    zc_config_destroy(cfg);
+    zc_comm_destroy(comm);
+    t_assert_no_leaks();
+}

@@ -13,6 +13,7 @@
  *   ZC_COMM, ZC_BOOTSTRAP, ZC_BOOTSTRAP_TIMEOUT, launcher variables
  *                         zc_comm_init_env (whichever backend it picks)
  *   ZC_CPU_THREADS, ZC_CPU_ISA, ZC_DEBUG, ZC_FAULTS   zc_engine_create
+ *   ZC_TRACE, ZC_TRACE_STEPS                          zc_engine_build
  * Criterion runs each test in a process of its own, so setenv stays local. */
 #include <stdbool.h>
 #include <stdio.h>
@@ -182,7 +183,7 @@ Test(env_vars, logging_variables_fail_the_first_calls)
     for (size_t i = 0; i < N_HOSTILE + 7; i++) {
         const char *v = i < N_HOSTILE ? hostile_at(i) : subsys_also[i - N_HOSTILE];
         log_var_refused("ZC_LOG_SUBSYS", v,
-                        "each one of ckpt, comm, config, core, device, offload, optim, zero3");
+                        "each one of ckpt, comm, config, core, device, load, offload, optim, zero3");
     }
     t_assert_no_leaks();
 }
@@ -272,6 +273,42 @@ Test(env_vars, engine_variables_fail_zc_engine_create)
         if (!zc__adam_variant_usable(i, NULL))
             engine_var_refused("ZC_CPU_ISA", zc__adam_variant(i)->name, ZC_ERR_UNSUPPORTED,
                                "cannot run");
+    t_assert_no_leaks();
+}
+
+/* The timeline's variables are read by zc_engine_build (which creates its
+ * file): a malformed window, or a path with control bytes, fails the build,
+ * naming the variable and its value, and leaves no file. */
+static void build_var_refused(const char *var, const char *v, const char *want)
+{
+    zc_config *cfg = NULL;
+    cr_assert_eq(zc_config_create(&cfg), ZC_OK, "%s", zc_last_error());
+    zc_comm *comm = NULL;
+    cr_assert_eq(zc_comm_local_world(1, &comm), ZC_OK, "%s", zc_last_error());
+    zc_engine_options o = ZC_ENGINE_OPTIONS_INIT;
+    o.device = ZC_DEVICE_HOST;
+    zc_engine *e = NULL;
+    cr_assert_eq(zc_engine_create(&e, cfg, comm, &o), ZC_OK, "%s", zc_last_error());
+    cr_assert_not_null(zc_param_add(e, "w", (int64_t[]){64}, 1, 0));
+    setenv(var, v, 1);
+    cr_assert_eq(zc_engine_build(e), ZC_ERR_CONFIG, "%s='%s': %s", var, v, zc_last_error());
+    assert_names(var, v, want);
+    unsetenv(var);
+    zc_engine_destroy(e);
+    zc_comm_destroy(comm);
+    zc_config_destroy(cfg);
+}
+
+Test(env_vars, trace_variables_fail_zc_engine_build)
+{
+    for (size_t i = 0; i < N_HOSTILE; i++)
+        build_var_refused("ZC_TRACE_STEPS", hostile_at(i), "want a window of optimizer steps");
+    static const char *const steps_also[] = {"0", "0-3", "4-2", "3-", "-3", "1-2-3", "1,2",
+                                             "9007199254740993"};
+    for (size_t i = 0; i < sizeof steps_also / sizeof steps_also[0]; i++)
+        build_var_refused("ZC_TRACE_STEPS", steps_also[i], "1 <= A <= B <= 2^53");
+    build_var_refused("ZC_TRACE", "a\x1b[31mb.json", "no control characters");
+    build_var_refused("ZC_TRACE", "t\tx.json", "no control characters");
     t_assert_no_leaks();
 }
 

@@ -5,8 +5,10 @@
  * "device" buffers are reported as device memory (as on a GPU) and the
  * bookkeeping as host memory, so both are > 0; MaxMemAllocated is
  * never below MemAllocated. Without steps_per_print nothing is logged but the
- * build's plan line, which says what the build is about to allocate. */
+ * build's plan line, which says what the build is about to allocate. With a
+ * stated workload the lines carry tokens/s, TFLOP/s and MFU (below). */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -96,4 +98,90 @@ Test(progress, silent_without_steps_per_print)
     cr_assert_null(strstr(lines[0], ": device 0.0 MiB,"), "%s", lines[0]);
     cr_assert_not_null(strstr(lines[0], " MiB, pinned 0.0 MiB, host 0.0 MiB, NVMe 0.0 MiB"), "%s",
                        lines[0]);
+}
+
+/* The throughput the program states (zc_engine_set_workload, after the
+ * first step here): tokens/s, TFLOP/s per rank and MFU, consistent with
+ * each other as printed - TFLOP/s = tokens/s x (FLOPs / tokens per step) /
+ * world, MFU = that / the peak - and the peak the stated one; with none
+ * stated on the host path, zc_host_peak_flops'. */
+static double peak_stated;
+
+static void state_workload(t_ctx *x, int step, void *arg)
+{
+    (void)arg;
+    if (step != 0)
+        return;
+    zc_workload w = {.size = sizeof w, .tokens_per_step = 1000.0, .flops_per_step = 6e9,
+                     .peak_flops = peak_stated};
+    cr_assert_eq(zc_engine_set_workload(x->eng, &w), ZC_OK, "%s", zc_last_error());
+}
+
+static double after(const char *l, const char *key)
+{
+    const char *p = strstr(l, key);
+    cr_assert_not_null(p, "%s lacks %s", l, key);
+    return strtod(p + strlen(key), NULL);
+}
+
+static void run_workload(double peak)
+{
+    nlines = 0;
+    peak_stated = peak;
+    zc_log_set_sink(sink, NULL);
+    zc_log_set_level(ZC_LOG_INFO);
+    t_run *r = calloc(1, sizeof *r);
+    t_run_init(r, 2, 2, ZC_DTYPE_BF16);
+    r->steps = 5;
+    r->steps_per_print = 2;
+    r->after_step = state_workload;
+    cr_assert(t_engine_run(r), "%s", t_run_error(r));
+    zc_log_set_level(ZC_LOG_WARN);
+    zc_log_set_sink(NULL, NULL);
+    free(r->master);
+    free(r);
+    cr_assert_eq(nlines, 3);
+}
+
+Test(progress, throughput_of_the_stated_workload)
+{
+    run_workload(1e13);
+    for (int i = 1; i < 3; i++) {
+        const char *l = lines[i];
+        const double tps = after(l, "tokens/s="), tf = after(l, "TFLOP/s="),
+                     mfu = after(l, "MFU="), of = after(l, "% of ");
+        const double want_tf = tps * (6e9 / 1000.0) / 2 / 1e12;
+        cr_assert(fabs(tf - want_tf) <= 0.0005 + 1e-3 * want_tf, "%s: TFLOP/s %g, want %g", l,
+                  tf, want_tf);
+        cr_assert(fabs(mfu - 100.0 * want_tf * 1e12 / 1e13) <= 0.05 + 1e-3 * mfu, "%s", l);
+        cr_assert(fabs(of - 10.0) < 1e-9, "%s: the peak %g TFLOP/s, stated 10", l, of);
+    }
+    /* No peak stated: the host's estimate. */
+    run_workload(0);
+    double host = 0;
+    cr_assert_eq(zc_host_peak_flops(&host, NULL, 0), ZC_OK, "%s", zc_last_error());
+    cr_assert(fabs(after(lines[1], "% of ") - host / 1e12) <= 0.0005 + 1e-3 * host / 1e12, "%s",
+              lines[1]);
+}
+
+Test(progress, workload_refused)
+{
+    zc_config *cfg = NULL;
+    zc_comm *comm = NULL;
+    cr_assert_eq(zc_config_create(&cfg), ZC_OK);
+    cr_assert_eq(zc_comm_local_world(1, &comm), ZC_OK);
+    zc_engine *e = NULL;
+    cr_assert_eq(zc_engine_create(&e, cfg, comm, NULL), ZC_OK, "%s", zc_last_error());
+    zc_workload w = {.size = sizeof w, .tokens_per_step = NAN};
+    cr_assert_eq(zc_engine_set_workload(e, &w), ZC_ERR_INVALID_ARG);
+    cr_assert_not_null(strstr(zc_last_error(), "tokens_per_step"), "%s", zc_last_error());
+    w = (zc_workload){.size = sizeof w, .flops_per_step = -1};
+    cr_assert_eq(zc_engine_set_workload(e, &w), ZC_ERR_INVALID_ARG);
+    cr_assert_not_null(strstr(zc_last_error(), "flops_per_step"), "%s", zc_last_error());
+    w.size = sizeof w - 1;
+    cr_assert_eq(zc_engine_set_workload(e, &w), ZC_ERR_INVALID_ARG);
+    cr_assert_eq(zc_engine_set_workload(e, NULL), ZC_ERR_INVALID_ARG);
+    zc_engine_destroy(e);
+    zc_comm_destroy(comm);
+    zc_config_destroy(cfg);
 }

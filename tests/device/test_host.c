@@ -92,6 +92,73 @@ Test(device_host, cast_scale_accumulate)
                  ZC_ERR_INVALID_ARG);
 }
 
+/* accumulate_rounded keeps a 16-bit running sum in fp32 storage: the fp32
+ * sum of the two values, rounded once to the 16-bit dtype (the references:
+ * ref_bf16 and the compiler's _Float16), inf where fp16 overflows; with
+ * F32 it is accumulate, bit for bit. */
+Test(device_host, accumulate_rounded_holds_a_16bit_sum)
+{
+    zc_device *d = zc__device_host();
+    enum { N = 4000 };
+    static float acc[N], plain[N], src32[N];
+    static uint16_t src16[N];
+    uint64_t s = t_seed("accumulate_rounded_holds_a_16bit_sum");
+    for (int k = 0; k < 2; k++) {
+        const zc_dtype dt = k ? ZC_DTYPE_F16 : ZC_DTYPE_BF16;
+        for (int i = 0; i < N; i++) {
+            /* 16-bit values, the running sum's and the addend's, of unlike
+             * magnitudes, so that most sums need more bits than dt holds. */
+            const float top = dt == ZC_DTYPE_F16 ? 65000.0f : 40000.0f;
+            const float a = t_rand_range(&s, -top, top);
+            const float b = t_rand_range(&s, -4, 4) * (float)(1 << (i % 12));
+            if (dt == ZC_DTYPE_BF16) {
+                acc[i] = zc__bf16_to_f32(ref_bf16(a));
+                src16[i] = ref_bf16(b);
+            } else {
+                acc[i] = (float)__extension__(_Float16)a;
+                __extension__ _Float16 h = (_Float16)b;
+                memcpy(&src16[i], &h, 2);
+            }
+        }
+        if (dt == ZC_DTYPE_F16) { /* fp16's largest value plus 32: inf */
+            acc[0] = 65504.0f;
+            __extension__ _Float16 h = (_Float16)32.0f;
+            memcpy(&src16[0], &h, 2);
+        }
+        memcpy(plain, acc, sizeof acc);
+        cr_assert_eq(d->ops->accumulate_rounded(d, acc, src16, dt, dt, N, NULL), ZC_OK);
+        int rounded = 0, overflowed = 0;
+        for (int i = 0; i < N; i++) {
+            const float sum = plain[i] + zc__load_f32(src16, dt, (size_t)i);
+            float want;
+            if (dt == ZC_DTYPE_BF16) {
+                want = zc__bf16_to_f32(ref_bf16(sum));
+            } else {
+                want = (float)__extension__(_Float16)sum;
+                overflowed += isinf(want) != 0;
+            }
+            rounded += want != sum;
+            cr_assert(memcmp(&acc[i], &want, 4) == 0, "%s [%d]: %a + %a -> %a, want %a",
+                      zc_dtype_name(dt), i, (double)plain[i],
+                      (double)zc__load_f32(src16, dt, (size_t)i), (double)acc[i], (double)want);
+        }
+        cr_assert(rounded > N / 2, "%s: only %d of %d sums needed rounding", zc_dtype_name(dt),
+                  rounded, N);
+        cr_assert(dt == ZC_DTYPE_BF16 || overflowed > 0, "no fp16 sum overflowed");
+    }
+    /* F32: accumulate's own result. */
+    for (int i = 0; i < N; i++) {
+        acc[i] = plain[i] = t_rand_range(&s, -3, 3);
+        src32[i] = t_rand_range(&s, -1e-3f, 1e-3f);
+    }
+    cr_assert_eq(d->ops->accumulate_rounded(d, acc, src32, ZC_DTYPE_F32, ZC_DTYPE_F32, N, NULL),
+                 ZC_OK);
+    cr_assert_eq(d->ops->accumulate(d, plain, src32, ZC_DTYPE_F32, N, NULL), ZC_OK);
+    cr_assert(memcmp(acc, plain, sizeof acc) == 0);
+    cr_assert_eq(d->ops->accumulate_rounded(d, acc, src32, ZC_DTYPE_F32, ZC_DTYPE_I32, N, NULL),
+                 ZC_ERR_INVALID_ARG);
+}
+
 Test(device_host, sumsq_blocked_fp64)
 {
     zc_device *d = zc__device_host();

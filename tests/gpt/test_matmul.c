@@ -160,7 +160,7 @@ Test(gpt_matmul, model_gradient_with_bf16_matmuls)
     }
     char err[256];
     gpt_acts a;
-    cr_assert(gpt_acts_create(&a, &c, B, err, sizeof err), "%s", err);
+    cr_assert(gpt_acts_create(&a, &c, B, false, err, sizeof err), "%s", err);
     double l32 = gpt_forward_backward(&c, &a, p, g32, tok, tgt);
     a.matmul = GPT_MATMUL_BF16;
     double l16 = gpt_forward_backward(&c, &a, p, g16, tok, tgt);

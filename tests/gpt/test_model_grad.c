@@ -43,7 +43,7 @@ static void check_model(gpt_config c, int B, uint64_t seed)
         tgt[n] = (int)(ref_rand(&s) % (uint64_t)c.vocab);
     }
     gpt_acts a;
-    cr_assert(gpt_acts_create(&a, &c, B, err, sizeof err), "%s", err);
+    cr_assert(gpt_acts_create(&a, &c, B, false, err, sizeof err), "%s", err);
     double loss = gpt_forward_backward(&c, &a, pf, g, tok, tgt);
     double want = ref_gpt_loss(&c, pd, tok, tgt, B);
     cr_assert_leq(fabs(loss - want), 1e-5 * want, "loss %.9g, the double reference %.9g", loss,
@@ -116,6 +116,6 @@ Test(gpt_model, bad_shapes_are_refused)
     /* 2^20 sequences of 1024 x 4096: sizes past int, refused before any
      * allocation */
     gpt_acts a;
-    cr_assert(!gpt_acts_create(&a, &c, 1 << 20, err, sizeof err));
+    cr_assert(!gpt_acts_create(&a, &c, 1 << 20, false, err, sizeof err));
     cr_assert(strstr(err, "too large"), "message: %s", err);
 }

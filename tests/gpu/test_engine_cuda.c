@@ -36,6 +36,9 @@ typedef struct run {
     zc_device_kind kind;
     int stage, world;
     zc_dtype dt;
+    int accum;           /* micro-steps per step (0: 1) */
+    bool acc16;          /* data_types.grad_accum_dtype = dt (16-bit accumulation) */
+    const char *offload; /* offload_optimizer.device, or NULL */
     int nccl;            /* world 1 through zc_comm_init_env (NCCL) */
     zc_comm *comms[4];
     zc_config *cfg;
@@ -90,6 +93,35 @@ static void fail(run *R, int rank, const char *what)
             fail(R, rank, #call);         \
     } while (0)
 
+/* Micro-step m of step s: every parameter's gradient written and made
+ * ready. The noise's step is s * K + m (s itself without accumulation). */
+static void micro_step(run *R, int rank, zc_engine *eng, zc_param **P, int s, int m, int K)
+{
+    const size_t es = zc_dtype_size(R->dt);
+    const float scale = (float)zc_loss_scale(eng);
+    for (int i = 0; i < NP; i++) {
+        size_t n = (size_t)SIZES[i];
+        void *pv = zc_param_acquire(eng, P[i], NULL);
+        void *gv = zc_grad_buffer(eng, P[i]);
+        if (!pv || !gv)
+            fail(R, rank, "acquire/grad_buffer");
+        void *hp = malloc(n * es), *hg = malloc(n * es);
+        copy_any(R->kind, hp, pv, n * es);
+        for (size_t k = 0; k < n; k++) {
+            float g = noise(rank, s * K + m, i, (int64_t)k) + 0.02f * zc__load_f32(hp, R->dt, k);
+            /* fp16: one overflow on the last rank at step 2 (skipped). */
+            if (R->dt == ZC_DTYPE_F16 && s == 2 && m == K - 1 && rank == R->world - 1 &&
+                i == 1 && k == 3)
+                g = INFINITY;
+            zc__store_f32(hg, R->dt, k, g * scale);
+        }
+        copy_any(R->kind, gv, hg, n * es);
+        free(hp), free(hg);
+        RCHECK(zc_grad_ready(eng, P[i]));
+        RCHECK(zc_param_release(eng, P[i], NULL));
+    }
+}
+
 static void rank_main(int rank, void *arg)
 {
     run *R = arg;
@@ -115,28 +147,12 @@ static void rank_main(int rank, void *arg)
         RCHECK(zc_param_load(eng, P[i], v));
         free(v);
     }
-    size_t es = zc_dtype_size(R->dt);
+    const int K = R->accum > 0 ? R->accum : 1;
     for (int s = 0; s < STEPS; s++) {
-        float scale = (float)zc_loss_scale(eng);
-        for (int i = 0; i < NP; i++) {
-            size_t n = (size_t)SIZES[i];
-            void *pv = zc_param_acquire(eng, P[i], NULL);
-            void *gv = zc_grad_buffer(eng, P[i]);
-            if (!pv || !gv)
-                fail(R, rank, "acquire/grad_buffer");
-            void *hp = malloc(n * es), *hg = malloc(n * es);
-            copy_any(R->kind, hp, pv, n * es);
-            for (size_t k = 0; k < n; k++) {
-                float g = noise(rank, s, i, (int64_t)k) + 0.02f * zc__load_f32(hp, R->dt, k);
-                /* fp16: one overflow on the last rank at step 2 (skipped). */
-                if (R->dt == ZC_DTYPE_F16 && s == 2 && rank == R->world - 1 && i == 1 && k == 3)
-                    g = INFINITY;
-                zc__store_f32(hg, R->dt, k, g * scale);
-            }
-            copy_any(R->kind, gv, hg, n * es);
-            free(hp), free(hg);
-            RCHECK(zc_grad_ready(eng, P[i]));
-            RCHECK(zc_param_release(eng, P[i], NULL));
+        for (int m = 0; m < K; m++) {
+            micro_step(R, rank, eng, P, s, m, K);
+            if (m + 1 < K)
+                RCHECK(zc_micro_step_end(eng));
         }
         zc_step_info info;
         RCHECK(zc_step(eng, &info));
@@ -170,6 +186,21 @@ static void run_once(run *R)
     if (R->dt == ZC_DTYPE_F16) {
         cr_assert_eq(zc_config_set(R->cfg, "fp16.enabled", "true"), ZC_OK, "%s", zc_last_error());
         cr_assert_eq(zc_config_set(R->cfg, "fp16.initial_scale_power", "8"), ZC_OK);
+    }
+    if (R->accum > 1) {
+        snprintf(v, sizeof v, "%d", R->accum);
+        cr_assert_eq(zc_config_set(R->cfg, "gradient_accumulation_steps", v), ZC_OK, "%s",
+                     zc_last_error());
+    }
+    if (R->acc16)
+        cr_assert_eq(zc_config_set(R->cfg, "data_types.grad_accum_dtype",
+                                   R->dt == ZC_DTYPE_F16 ? "\"fp16\"" : "\"bf16\""),
+                     ZC_OK, "%s", zc_last_error());
+    if (R->offload) {
+        char dev[16];
+        snprintf(dev, sizeof dev, "\"%s\"", R->offload);
+        cr_assert_eq(zc_config_set(R->cfg, "zero_optimization.offload_optimizer.device", dev),
+                     ZC_OK, "%s", zc_last_error());
     }
     if (R->nccl) {
         unsetenv("SLURM_PROCID");
@@ -232,6 +263,36 @@ static void equivalence(zc_dtype dt)
 Test(gpu_engine, cuda_equals_host_fp32, .timeout = 600) { equivalence(ZC_DTYPE_F32); }
 Test(gpu_engine, cuda_equals_host_bf16, .timeout = 600) { equivalence(ZC_DTYPE_BF16); }
 Test(gpu_engine, cuda_equals_host_fp16_with_skip, .timeout = 600) { equivalence(ZC_DTYPE_F16); }
+
+/* 16-bit gradient accumulation (data_types.grad_accum_dtype = the working
+ * dtype, three micro-steps): the device's accumulate_rounded and the 1 / K
+ * scale at stages 0/1 (the full accumulator) and 2/3 (the device shard), and
+ * under cpu offload the shard in pinned host memory fed by the copy stream -
+ * bitwise the host path, which tests/core/test_accum_dtype.c holds to its
+ * reference. */
+Test(gpu_engine, cuda_equals_host_16bit_accumulation, .timeout = 600)
+{
+    zc_device *probe;
+    g_open_or_skip(&probe);
+    probe->ops->destroy(probe);
+    static const zc_dtype dts[] = {ZC_DTYPE_BF16, ZC_DTYPE_F16};
+    for (int di = 0; di < 2; di++)
+        for (int stage = 0; stage <= 3; stage++)
+            for (int world = 1; world <= 2; world++)
+                for (int off = 0; off < (stage ? 2 : 1); off++) {
+                    run H = {.kind = ZC_DEVICE_HOST, .stage = stage, .world = world,
+                             .dt = dts[di], .accum = 3, .acc16 = true,
+                             .offload = off ? "cpu" : NULL};
+                    run G = H;
+                    G.kind = ZC_DEVICE_CUDA;
+                    run_once(&H);
+                    run_once(&G);
+                    compare(&H, &G);
+                    for (int i = 0; i < NP; i++)
+                        free(H.master[i]), free(G.master[i]);
+                }
+    t_assert_no_leaks();
+}
 
 /* NCCL with one rank (all a single GPU allows on NCCL 2.28) against the host
  * path's local communicator, every stage. */

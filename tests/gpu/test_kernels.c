@@ -214,6 +214,50 @@ Test(gpu_kernels, scale_and_accumulate)
     t_assert_no_leaks();
 }
 
+/* The 16-bit running sum (data_types.grad_accum_dtype): every source dtype
+ * into an accumulator rounded to each float dtype (F32: accumulate), the
+ * accumulator holding values of that dtype as the engine's do. Bitwise the
+ * host twin, except that a NaN made by the addition (inf + -inf) only has to
+ * be a NaN on both sides (see the top). */
+Test(gpu_kernels, accumulate_rounded_every_pair)
+{
+    zc_device *d;
+    g_open_or_skip(&d);
+    zc_device *h = zc__device_host();
+    uint64_t s = t_seed("gpu accumulate_rounded");
+    for (int a = 0; a < 3; a++)
+        for (int b = 0; b < 3; b++) {
+            const zc_dtype st = FLOATS[a], at = FLOATS[b];
+            const size_t sb = N_ODD * zc_dtype_size(st), ab = N_ODD * sizeof(float);
+            void *src = malloc(sb), *acc16 = malloc(N_ODD * zc_dtype_size(at));
+            float *acc = malloc(ab), *got = malloc(ab);
+            fill(&s, src, st, N_ODD, 1);
+            fill(&s, acc16, at, N_ODD, 1);
+            cr_assert_eq(h->ops->cast(h, acc, ZC_DTYPE_F32, acc16, at, N_ODD, NULL), ZC_OK);
+            float *dacc = dev_alloc(d, ab);
+            void *dsrc = dev_alloc(d, sb);
+            h2d(d, dacc, acc, ab);
+            h2d(d, dsrc, src, sb);
+            cr_assert_eq(d->ops->accumulate_rounded(d, dacc, dsrc, st, at, N_ODD, NULL), ZC_OK,
+                         "%s", zc_last_error());
+            d2h(d, got, dacc, ab);
+            cr_assert_eq(h->ops->accumulate_rounded(h, acc, src, st, at, N_ODD, NULL), ZC_OK);
+            for (size_t i = 0; i < N_ODD; i++) {
+                if (isnan(acc[i]) && isnan(got[i]))
+                    continue;
+                cr_assert_eq(zc__f32_bits(got[i]), zc__f32_bits(acc[i]),
+                             "accumulate_rounded %s into %s [%zu]: host %a gpu %a",
+                             zc_dtype_name(st), zc_dtype_name(at), i, (double)acc[i],
+                             (double)got[i]);
+            }
+            dev_free(d, dacc, ab);
+            dev_free(d, dsrc, sb);
+            free(src), free(acc16), free(acc), free(got);
+        }
+    d->ops->destroy(d);
+    t_assert_no_leaks();
+}
+
 /* The local communicator's reduction: 1..5 sources in order, into a fresh
  * buffer and in place (dst == srcs[0]). */
 Test(gpu_kernels, reduce_sum_in_order)
@@ -371,8 +415,9 @@ Test(gpu_kernels, nonfinite_flags_match)
 }
 
 /* Fused Adam: every grad dtype x parameter-copy dtype, AdamW and Adam (L2),
- * an aligned shard (vector path) and one starting one element late (scalar
- * path), two steps with a clip/unscale factor. */
+ * in zeroc's arithmetic and DeepSpeed's (mode 2-3: fp32 coefficients and
+ * FMAs), an aligned shard (vector path) and one starting one element late
+ * (scalar path), two steps with a clip/unscale factor. */
 Test(gpu_kernels, adam_matches_scalar_reference, .timeout = 300)
 {
     zc_device *d;
@@ -382,13 +427,14 @@ Test(gpu_kernels, adam_matches_scalar_reference, .timeout = 300)
     static const int OUTS[] = {-1, ZC_DTYPE_F32, ZC_DTYPE_F16, ZC_DTYPE_BF16};
     for (int gk = 0; gk < 3; gk++)
         for (int ok = 0; ok < 4; ok++)
-            for (int mode = 0; mode < 2; mode++)
+            for (int mode = 0; mode < 4; mode++)
                 for (int off = 0; off < 2; off++) {
                     zc_dtype gdt = FLOATS[gk];
                     int odt = OUTS[ok];
                     zc_adam_hparams hp = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8,
-                                          .weight_decay = 0.01, .adamw = mode == 0,
+                                          .weight_decay = 0.01, .adamw = (mode & 1) == 0,
                                           .bias_correction = true};
+                    zc_adam_ds_state dst = zc__adam_ds_fresh(hp.beta1, hp.beta2);
                     size_t fb = (n + 1) * sizeof(float), gb = (n + 1) * zc_dtype_size(gdt),
                            ob = odt < 0 ? 0 : (n + 1) * zc_dtype_size((zc_dtype)odt);
                     float *hm = malloc(fb), *hmm = malloc(fb), *hv = malloc(fb);
@@ -412,6 +458,10 @@ Test(gpu_kernels, adam_matches_scalar_reference, .timeout = 300)
                         fill(&s, hg, gdt, n + 1, 0);
                         h2d(d, dg, hg, gb);
                         zc_adam_coeffs c = zc__adam_coeffs(&hp, step);
+                        if (mode >= 2) {
+                            zc__adam_ds_increment(&dst, step, hp.beta1, hp.beta2);
+                            c = zc__adam_coeffs_ds(&dst, &hp);
+                        }
                         float gs = step == 1 ? 0.5f : 0.25f;
                         zc_adam_shard hs = {hm + off, hmm + off, hv + off, (char *)hg + off * es,
                                             gdt, gs, ho ? (char *)ho + off * os : NULL,
@@ -426,8 +476,8 @@ Test(gpu_kernels, adam_matches_scalar_reference, .timeout = 300)
                     d2h(d, gmm, dmm, fb);
                     d2h(d, gv, dv, fb);
                     char what[96];
-                    snprintf(what, sizeof what, "adam%s grad %s out %s offset %d master",
-                             mode ? "" : "w", zc_dtype_name(gdt),
+                    snprintf(what, sizeof what, "adam%s%s grad %s out %s offset %d master",
+                             mode & 1 ? "" : "w", mode >= 2 ? " deepspeed" : "", zc_dtype_name(gdt),
                              odt < 0 ? "none" : zc_dtype_name((zc_dtype)odt), off);
                     expect_close(what, ZC_DTYPE_F32, hm + off, gm + off, n, 0);
                     expect_close("adam m", ZC_DTYPE_F32, hmm + off, gmm + off, n, 0);

@@ -44,6 +44,53 @@ Test(optim_adam, coefficients_match_double_formulas)
     cr_assert_eq(c.decoupled_decay, 0.0f);
 }
 
+/* DeepSpeedCPUAdam's coefficients (optimizer.params.deepspeed_arithmetic):
+ * its beta powers are a running fp32 product, taken from pow() when the
+ * step jumps (a resume) or the betas change (OneCycle), and the bias
+ * corrections are fp32 expressions of them. Recomputed here in fp32. */
+Test(optim_adam, deepspeed_coefficients_follow_its_running_powers)
+{
+    zc_adam_hparams hp = {.lr = 3e-4, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8,
+                          .weight_decay = 0.01, .adamw = true, .bias_correction = true};
+    zc_adam_ds_state st = zc__adam_ds_fresh(hp.beta1, hp.beta2);
+    float b1t = 1.0f, b2t = 1.0f;
+    for (int64_t t = 1; t <= 300; t++) {
+        zc__adam_ds_increment(&st, t, hp.beta1, hp.beta2);
+        b1t *= 0.9f;
+        b2t *= 0.999f;
+        cr_assert(st.beta1_t == b1t && st.beta2_t == b2t, "step %lld: powers %a %a, want %a %a",
+                  (long long)t, (double)st.beta1_t, (double)st.beta2_t, (double)b1t, (double)b2t);
+        zc_adam_coeffs c = zc__adam_coeffs_ds(&st, &hp);
+        cr_assert(c.step_size == 3e-4f / (1.0f - b1t), "step %lld step size", (long long)t);
+        cr_assert(c.bc2_rsqrt == 1.0f / sqrtf(1.0f - b2t), "step %lld bc2", (long long)t);
+        cr_assert(c.decoupled_decay == 3e-4f * 0.01f && c.l2_decay == 0.0f);
+        cr_assert(c.one_minus_beta1 == 1.0f - 0.9f && c.eps == 1e-8f);
+        cr_assert_eq(c.arith, ZC_ADAM_ARITH_DEEPSPEED);
+    }
+    /* The same step again changes nothing (a skipped step's replay). */
+    zc_adam_ds_state again = st;
+    zc__adam_ds_increment(&again, 300, hp.beta1, hp.beta2);
+    cr_assert(!memcmp(&again, &st, sizeof st));
+    /* A jump (the first step after a resume): pow in double, rounded. */
+    zc_adam_ds_state r = zc__adam_ds_fresh(hp.beta1, hp.beta2);
+    zc__adam_ds_increment(&r, 1000, hp.beta1, hp.beta2);
+    cr_assert(r.beta1_t == (float)pow((double)0.9f, 1000.0) &&
+              r.beta2_t == (float)pow((double)0.999f, 1000.0) && r.step == 1000);
+    /* New betas: both powers from pow at the step. */
+    zc__adam_ds_increment(&st, 301, 0.85, 0.99);
+    cr_assert(st.beta1_t == (float)pow((double)0.85f, 301.0) &&
+              st.beta2_t == (float)pow((double)0.99f, 301.0) && st.beta1 == 0.85f);
+    /* Adam (L2) mode, no bias correction, no decay. */
+    hp.adamw = false;
+    hp.bias_correction = false;
+    zc_adam_coeffs c = zc__adam_coeffs_ds(&st, &hp);
+    cr_assert(c.l2_decay == 0.01f && c.decoupled_decay == 0.0f && c.step_size == 3e-4f &&
+              c.bc2_rsqrt == 1.0f);
+    hp.weight_decay = 0.0;
+    c = zc__adam_coeffs_ds(&st, &hp);
+    cr_assert(c.l2_decay == 0.0f && c.decoupled_decay == 0.0f);
+}
+
 /* fp16 decoding written here, independently of base/dtype.h. */
 static double f16_value(uint16_t h)
 {
@@ -175,11 +222,12 @@ static void check_variant(const char *name)
         for (int layout = 0; layout < 3; layout++) /* aligned, all +1, master only +1 */
             for (int gi = 0; gi < 3; gi++)
                 for (int oi = 0; oi < 4; oi++)
-                    for (int mode = 0; mode < 4; mode++) {
-                        bool adamw = mode & 1, bc = mode & 2;
+                    for (int mode = 0; mode < 8; mode++) {
+                        /* bit 2: DeepSpeed's arithmetic (fp32 coefficients, FMAs) */
+                        bool adamw = mode & 1, bc = mode & 2, ds = mode & 4;
                         size_t n = sizes[si];
                         /* The large size covers every dtype pair once per layout. */
-                        if (n > 1000 && mode != 3 && !(gi == 0 && oi == 2))
+                        if (n > 1000 && (mode & 3) != 3 && !(gi == 0 && oi == 2))
                             continue;
                         ta_case c;
                         ta_case_init(&c, &rng, n, gdts[gi], odts[oi], layout ? 1 : 0,
@@ -187,15 +235,20 @@ static void check_variant(const char *name)
                         zc_adam_hparams hp = ta_random_hparams(&rng, adamw, bc);
                         int64_t t = 1 + (int64_t)(t_rand_u64(&rng) % 1000);
                         zc_adam_coeffs co = zc__adam_coeffs(&hp, t);
+                        if (ds) {
+                            zc_adam_ds_state st = zc__adam_ds_fresh(hp.beta1, hp.beta2);
+                            zc__adam_ds_increment(&st, t, hp.beta1, hp.beta2);
+                            co = zc__adam_coeffs_ds(&st, &hp);
+                        }
                         zc__adam_scalar(&c.ref, &co);
                         unsigned flags = (t_rand_u64(&rng) & 1) ? ZC_ADAM_NT : 0;
                         fn(&c.test, &co, flags);
                         char what[160];
                         snprintf(what, sizeof what,
-                                 "%s n=%zu layout=%d grad=%s copy=%s %s bc=%d flags=%u", name, n,
-                                 layout, zc_dtype_name(gdts[gi]),
+                                 "%s n=%zu layout=%d grad=%s copy=%s %s bc=%d %s flags=%u", name,
+                                 n, layout, zc_dtype_name(gdts[gi]),
                                  odts[oi] < 0 ? "none" : zc_dtype_name((zc_dtype)odts[oi]),
-                                 adamw ? "adamw" : "l2", bc, flags);
+                                 adamw ? "adamw" : "l2", bc, ds ? "deepspeed" : "zeroc", flags);
                         uint32_t w = ta_case_compare(&c, what);
                         worst = w > worst ? w : worst;
                         ta_case_free(&c);

@@ -110,19 +110,34 @@ static void load_case(o_fixtures *F, json_t *jc, o_case *C)
     json_t *bc = json_object_get(json_object_get(json_object_get(dsc, "optimizer"), "params"),
                                  "bias_correction");
     C->bias_correction = !json_is_false(bc);
-    json_t *sch = json_object_get(dsc, "scheduler");
-    const char *st = json_string_value(json_object_get(sch, "type"));
-    const char *wt = json_string_value(
-        json_object_get(json_object_get(sch, "params"), "warmup_type"));
-    /* WarmupLR, WarmupDecayLR and WarmupCosineLR warm up logarithmically
-     * unless warmup_type says "linear". */
-    C->log_warmup = st && strcmp(st, "OneCycle") && !(wt && !strcmp(wt, "linear"));
-    json_t *wn = json_object_get(json_object_get(sch, "params"), "warmup_num_steps");
-    C->warmup_steps = json_is_integer(wn) ? json_integer_value(wn) : 1000;
     C->zeroc_extra = get(jc, "zeroc_extra", JSON_OBJECT, where);
     json_t *tw = json_object_get(jc, "twin");
     C->twin = json_is_string(tw) ? json_string_value(tw) : NULL;
     C->twin_bitwise_equal = json_is_true(json_object_get(jc, "twin_bitwise_equal"));
+    json_t *kt = json_object_get(jc, "key_unset_twin");
+    C->key_unset_twin = json_is_string(kt) ? json_string_value(kt) : NULL;
+    C->key_unset_twin_bitwise_equal =
+        json_is_true(json_object_get(jc, "key_unset_twin_bitwise_equal"));
+    json_t *kr = json_object_get(jc, "d3_key_run");
+    C->d3_key = NULL;
+    if (json_is_object(kr)) {
+        C->d3_key = get_str(kr, "grad_accum_dtype", where);
+        cr_assert(!strcmp(C->d3_key, C->dtype) && C->accum > 1,
+                  "fixtures: %s: d3_key_run names %s", where, C->d3_key);
+        json_t *kper = get(kr, "zeroc_stage_expect", JSON_OBJECT, where);
+        for (int zs = 0; zs < 4; zs++) {
+            char key[2] = {(char)('0' + zs), 0};
+            json_t *v = json_object_get(kper, key);
+            C->d3_key_expect_at[zs] = json_is_string(v) ? json_string_value(v) : "match";
+            cr_assert(!strcmp(C->d3_key_expect_at[zs], "match") ||
+                          !strcmp(C->d3_key_expect_at[zs], "D3"),
+                      "fixtures: %s: d3_key_run, zeroc stage %d expects \"%s\"", where, zs,
+                      C->d3_key_expect_at[zs]);
+        }
+    } else {
+        cr_assert(json_is_null(kr) || !kr, "fixtures: %s: d3_key_run is neither null nor an "
+                  "object", where);
+    }
     C->init_kind = get_str(jc, "init", where);
     if (!strcmp(C->init_kind, "grid"))
         C->init = F->init_grid;
@@ -190,15 +205,12 @@ static void load_case(o_fixtures *F, json_t *jc, o_case *C)
     C->loss_scale = get_doubles(jc, "loss_scale", C->steps, false, where);
     C->lr = get_doubles(jc, "lr", C->steps, false, where);
     C->grad_norm = get_doubles(jc, "grad_norm", C->steps, true, where);
+    C->beta1 = get_doubles(jc, "beta1", C->steps, false, where);
     json_t *sk = get(jc, "skipped", JSON_ARRAY, where);
     cr_assert_eq((int)json_array_size(sk), C->steps, "fixtures: %s.skipped", where);
     C->skipped = calloc(S, sizeof(bool));
-    C->peak_lr = 0;
-    for (size_t t = 0; t < S; t++) {
+    for (size_t t = 0; t < S; t++)
         C->skipped[t] = json_is_true(json_array_get(sk, t));
-        if (C->lr[t] > C->peak_lr)
-            C->peak_lr = C->lr[t];
-    }
 }
 
 void o_load(o_fixtures *F)
@@ -262,6 +274,7 @@ void o_free(o_fixtures *F)
         free(C->loss_scale);
         free(C->lr);
         free(C->grad_norm);
+        free(C->beta1);
         free(C->skipped);
     }
     free(F->cases);
@@ -279,22 +292,18 @@ const o_case *o_find(const o_fixtures *F, const char *name)
     return NULL;
 }
 
-double o_ulp_dist(float zc, float ds, double unit_floor)
+double o_ulp_dist(float zc, float ds)
 {
     if (isnan(zc) || isnan(ds))
         return isnan(zc) && isnan(ds) ? 0.0 : INFINITY;
-    if (fabs((double)ds) >= unit_floor)
-        return (double)t_ulp_diff_f32(zc, ds);
-    /* ulp of unit_floor: 2^(exponent - 23) for a normal float. */
-    double unit = ldexp(1.0, ilogb(unit_floor) - 23);
-    return fabs((double)zc - (double)ds) / unit;
+    return (double)t_ulp_diff_f32(zc, ds);
 }
 
-o_worst o_step_worst(const float *zc, const float *ds, int64_t n, double unit_floor)
+o_worst o_step_worst(const float *zc, const float *ds, int64_t n)
 {
     o_worst w = {0, -1, 0, 0};
     for (int64_t i = 0; i < n; i++) {
-        double d = o_ulp_dist(zc[i], ds[i], unit_floor);
+        double d = o_ulp_dist(zc[i], ds[i]);
         if (d > w.dist || w.elem < 0) {
             w.dist = d;
             w.elem = i;

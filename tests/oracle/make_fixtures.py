@@ -104,7 +104,8 @@ def grad_ints(steps, accum, world, seed):
 #          (target of zeroc's fp16.deepspeed_unscale_order: true)
 #   D2     DeepSpeed stage-0 fp16 (FP16_Optimizer)
 #   D3     16-bit gradient accumulation: per zeroc stage, "zeroc_stage_expect"
-#          (d3_stages)
+#          (d3_stages); with the key unset also replayed with
+#          data_types.grad_accum_dtype set to the model dtype ("d3_key_run")
 #   D4     DeepSpeed stage-0 bf16 (FP16_Optimizer)
 #   D5     fp32 initial values that 16 bits cannot hold
 
@@ -225,6 +226,23 @@ CASES = [
     dict(name="fp16_accum2_fp32acc_s2", config=cfg(2, accum=2, fp16=FP16_NO_GROWTH,
                                                    data_types={"grad_accum_dtype": "fp32"}),
          steps=12),
+    # Three micro-steps, where a 16-bit running sum rounds after each add
+    # and a sum rounded once differs from it; two ranks, where ZeRO-1 sums
+    # each rank's window before its one reduction and ZeRO-2/3 sum the
+    # reductions of every micro-step (d3_key_run). "key_unset_twin": the same
+    # run with grad_accum_dtype unset (DeepSpeed's default is the model
+    # dtype, so the two are DeepSpeed's same run).
+    dict(name="bf16_accum3_s1", config=cfg(1, accum=3, bf16={}), steps=12),
+    dict(name="bf16_accum3_s2", config=cfg(2, accum=3, bf16={}), steps=12),
+    dict(name="bf16_accum3_s3", config=cfg(3, accum=3, bf16={}), steps=12),
+    dict(name="bf16_accum3_bf16acc_s3", config=cfg(3, accum=3, bf16={},
+                                                   data_types={"grad_accum_dtype": "bf16"}),
+         steps=12, key_unset_twin="bf16_accum3_s3"),
+    dict(name="fp16_accum3_s1", config=cfg(1, accum=3, fp16=FP16_NO_GROWTH), steps=12),
+    dict(name="fp16_accum3_s2", config=cfg(2, accum=3, fp16=FP16_NO_GROWTH), steps=12),
+    dict(name="fp16_accum3_s3", config=cfg(3, accum=3, fp16=FP16_NO_GROWTH), steps=12),
+    dict(name="bf16_world2_accum3_s1", config=cfg(1, accum=3, bf16={}), world=2, steps=12),
+    dict(name="bf16_world2_accum3_s2", config=cfg(2, accum=3, bf16={}), world=2, steps=12),
 
     # fp16: overflow steps, hysteresis, growth, ranks
     dict(name="fp16_skip_s1", config=cfg(1, fp16=FP16_NO_GROWTH), steps=12,
@@ -255,25 +273,70 @@ CASES = [
 ]
 
 
-def d3_stages(c):
-    """The zeroc stages a 16-bit run with accumulation is not held to (D3).
+def accum_key(c):
+    return c["config"].get("data_types", {}).get("grad_accum_dtype")
 
-    Measured with DeepSpeed 0.19.8 (two micro-steps, where a sum in 16 bits
-    rounds once, as a rounded fp32 sum does): DeepSpeed's ZeRO-2 and ZeRO-3
-    sum the micro-steps in the model dtype with grad_accum_dtype unset and in
-    fp32 with "fp32"; its ZeRO-1 rounds the window to the model dtype either
-    way (with "fp32" it runs BF16_Optimizer, which without
-    immediate_grad_update takes the module's 16-bit gradient at the
-    boundary). zeroc ignores the key: its stages 0/1 round the window's mean
-    to the working dtype once, its stages 2/3 keep every micro-step's
-    reduced gradient in fp32.
+
+def d3_key_stages(c):
+    """The zeroc stages at which zeroc, accumulating in the model dtype
+    (data_types.grad_accum_dtype = the model dtype), differs from a 16-bit
+    DeepSpeed run that does so too (the key unset or the model dtype).
+
+    zeroc's 16-bit accumulation is DeepSpeed's: every micro-step's gradient
+    times 1/K rounded to the model dtype, the running sum rounded after
+    every add. Where the ranks' reduction falls differs by stage, in both:
+    zeroc's stages 0/1 sum each rank's window and reduce it once (as
+    DeepSpeed's ZeRO-1 reduces the module's accumulated .grad at the
+    boundary), its stages 2/3 reduce every micro-step and sum the
+    reductions (as ZeRO-2/3 do). One rank: the same everywhere; two: the
+    zeroc stages of the other kind differ.
     """
-    if case_dtype(c) == "fp32" or c["config"]["gradient_accumulation_steps"] == 1:
+    if c.get("world", 1) == 1:
         return {}
-    fp32_acc = c["config"].get("data_types", {}).get("grad_accum_dtype") == "fp32"
-    if c["config"]["zero_optimization"]["stage"] >= 2 and fp32_acc:
+    if c["config"]["zero_optimization"]["stage"] == 1:
+        return {"2": "D3", "3": "D3"}
+    return {"0": "D3", "1": "D3"}
+
+
+def d3_stages(c):
+    """The zeroc stages a 16-bit run with accumulation is not held to (D3),
+    zeroc replayed with the case's own config.
+
+    Measured with DeepSpeed 0.19.8: DeepSpeed's ZeRO-2 and ZeRO-3 sum the
+    micro-steps in the model dtype with grad_accum_dtype unset (or the model
+    dtype) and in fp32 with "fp32"; its ZeRO-1 rounds the window to the
+    model dtype either way (with "fp32" it runs BF16_Optimizer, which
+    without immediate_grad_update takes the module's 16-bit gradient at the
+    boundary). zeroc's default (unset or "fp32") sums in fp32: its stages
+    0/1 round the window's mean to the working dtype once, which equals a
+    16-bit running sum of two halves (accumulation 2, one rank) and nothing
+    else; its stages 2/3 keep the reductions' sum in fp32. With the key set
+    to the model dtype zeroc accumulates as DeepSpeed does (d3_key_stages).
+    """
+    K = c["config"]["gradient_accumulation_steps"]
+    if case_dtype(c) == "fp32" or K == 1:
+        return {}
+    acc = accum_key(c)
+    if acc == case_dtype(c):
+        return d3_key_stages(c)
+    ds_stage = c["config"]["zero_optimization"]["stage"]
+    fp32_sum = acc == "fp32" and ds_stage >= 2
+    if fp32_sum:  # DeepSpeed too sums in fp32: zeroc's stages 2/3
         return {"0": "D3", "1": "D3"}
-    return {"2": "D3", "3": "D3"}
+    if K == 2 and c.get("world", 1) == 1:
+        return {"2": "D3", "3": "D3"}
+    return {s: "D3" for s in "0123"}
+
+
+def d3_key_run(c):
+    """For a 16-bit run with accumulation whose DeepSpeed config leaves
+    grad_accum_dtype unset (DeepSpeed's default: the model dtype): the key
+    zeroc is replayed with to accumulate as DeepSpeed did, and the zeroc
+    stages that differ even so (d3_key_stages). None elsewhere."""
+    if case_dtype(c) == "fp32" or c["config"]["gradient_accumulation_steps"] == 1 or \
+            accum_key(c) is not None:
+        return None
+    return {"grad_accum_dtype": case_dtype(c), "zeroc_stage_expect": d3_key_stages(c)}
 
 
 def case_dtype(c):
@@ -461,7 +524,9 @@ def case_meta(c):
         "ds_config": c["config"],
         "zeroc_extra": c.get("zeroc_extra", {}),
         "twin": c.get("twin"),
+        "key_unset_twin": c.get("key_unset_twin"),
         "zeroc_stage_expect": d3_stages(c),
+        "d3_key_run": d3_key_run(c),
         "init": c["init"],
         "grads": grads_key(c) + ".i8",
         "grad_exp": grad_exps(c["steps"], K, c["world"]),
@@ -475,15 +540,17 @@ DS_INPUTS = ("ds_config", "world", "accum", "steps", "init", "grads", "grad_exp"
 
 def compare_twins(cases_out):
     """Whether DeepSpeed's run equals its fp32-accumulation twin's (it does
-    not at ZeRO-2/3, which honour grad_accum_dtype; it does at ZeRO-1)."""
+    not at ZeRO-2/3, which honour grad_accum_dtype; it does at ZeRO-1), and
+    its run with the key unset (the model dtype is its default: it must)."""
     by_name = {c["name"]: c for c in cases_out}
     for c in cases_out:
-        c.pop("twin_bitwise_equal", None)
-        if c.get("twin"):
-            same = c["masters_sha256"] == by_name[c["twin"]]["masters_sha256"]
-            c["twin_bitwise_equal"] = same
-            print("%s vs %s: DeepSpeed %s" % (c["name"], c["twin"],
-                                              "bitwise equal" if same else "differs"))
+        for field in ("twin", "key_unset_twin"):
+            c.pop(field + "_bitwise_equal", None)
+            if c.get(field):
+                same = c["masters_sha256"] == by_name[c[field]]["masters_sha256"]
+                c[field + "_bitwise_equal"] = same
+                print("%s vs %s: DeepSpeed %s" % (c["name"], c[field],
+                                                  "bitwise equal" if same else "differs"))
 
 
 def reindex(index_path):
@@ -537,10 +604,11 @@ def main():
                 os.remove(os.path.join(a.out, f))
     only = set(x for x in a.only.split(",") if x)
     index_path = os.path.join(a.out, "index.json")
-    old = {}
+    old, old_index = {}, {}
     if only and os.path.exists(index_path):
         with open(index_path) as f:
-            old = {c["name"]: c for c in json.load(f)["cases"]}
+            old_index = json.load(f)
+        old = {c["name"]: c for c in old_index["cases"]}
 
     inits = {k: init_values(k) for k in ("grid", "unrounded")}
     for k, v in inits.items():
@@ -614,6 +682,10 @@ def main():
     if a.ds_sdist:
         with open(a.ds_sdist, "rb") as f:
             ds_sdist = {"file": os.path.basename(a.ds_sdist), "sha256": sha256(f.read())}
+    elif only and old_index.get("deepspeed", {}).get("version") == deepspeed.__version__:
+        # The cases kept were made with this version: keep what the index
+        # said of where it came from.
+        ds_sdist = old_index["deepspeed"].get("sdist")
     index = {
         "format_version": FORMAT_VERSION,
         "generated_by": "tests/oracle/make_fixtures.py",

@@ -35,11 +35,17 @@ typedef struct o_case {
     const char *ds_optimizer;  /* the DeepSpeed optimizer class that ran it */
     char *config_json;         /* the DeepSpeed config, as JSON text */
     bool bias_correction;      /* optimizer.params.bias_correction (default true) */
-    bool log_warmup;           /* a scheduler with a logarithmic warmup */
-    int64_t warmup_steps;      /* its warmup_num_steps (DeepSpeed's default 1000) */
     json_t *zeroc_extra;       /* zeroc-only keys meant for this case (object) */
     const char *twin;          /* D3: the same run with grad_accum_dtype "fp32" */
     bool twin_bitwise_equal;   /* DeepSpeed's masters equal the twin's */
+    const char *key_unset_twin; /* D3: the same run with grad_accum_dtype unset
+                                   (this one names the model dtype) */
+    bool key_unset_twin_bitwise_equal;
+    const char *d3_key;        /* D3: the grad_accum_dtype zeroc is also replayed
+                                  with (the model dtype: DeepSpeed's default,
+                                  which the case leaves unset), or NULL */
+    const char *d3_key_expect_at[4]; /* that replay's expectation per zeroc stage:
+                                        "match", or "D3" where it still differs */
     const char *init_kind;     /* "grid" or "unrounded" */
     const float *init;         /* N initial values given to DeepSpeed */
     int8_t *grads;             /* [steps][accum][world][N] */
@@ -51,8 +57,9 @@ typedef struct o_case {
     float *masters;            /* [steps][N] after each step */
     double *loss_scale, *lr, *grad_norm; /* [steps]; grad_norm NAN where DeepSpeed
                                             reported none (an overflow) */
+    double *beta1;             /* [steps]: Adam's beta1 the step used (OneCycle's
+                                  cycle_momentum moves it) */
     bool *skipped;
-    double peak_lr;            /* max of lr[] */
 } o_case;
 
 typedef struct o_fixtures {
@@ -82,12 +89,19 @@ typedef struct o_run {
     float *masters;     /* [steps][N] */
     double *loss_scale, *lr, *grad_norm;
     bool *skipped;
+    double final_scale; /* zc_loss_scale() after the last step */
 } o_run;
 
 typedef struct o_replay_opts {
     int stage;          /* zeroc's zero_optimization.stage */
-    bool round_init;    /* load the initial values rounded to the case's
-                           16-bit dtype (what DeepSpeed builds its master from) */
+    bool round_init;    /* load with zc_block_load_rounded: the master from the
+                           values rounded to the working dtype, as DeepSpeed
+                           builds it (D5) */
+    bool ds_arith;      /* optimizer.params.deepspeed_arithmetic: true */
+    bool extra;         /* the case's zeroc_extra keys (D1's
+                           fp16.deepspeed_unscale_order) */
+    const char *grad_accum_dtype; /* data_types.grad_accum_dtype set to this
+                                     ("bf16", "fp16"); NULL: the case's config */
 } o_replay_opts;
 
 /* Runs case C through zeroc (one thread per rank, host device) with the
@@ -95,10 +109,24 @@ typedef struct o_replay_opts {
 void o_replay(const o_fixtures *F, const o_case *C, const o_replay_opts *opts, o_run *out);
 void o_run_free(o_run *r);
 
-/* Distance between a zeroc master and DeepSpeed's, in fp32 ulps of the
- * DeepSpeed value; a value smaller in magnitude than `unit_floor` counts in ulps
- * of `unit_floor` (see README.md, "The measure"). */
-double o_ulp_dist(float zc, float ds, double unit_floor);
+/* Distance between a zeroc master and DeepSpeed's in fp32 ulps (the number
+ * of floats between them; README.md "The measure"); 0 for two NaNs, inf for
+ * one. */
+double o_ulp_dist(float zc, float ds);
+
+/* The bound on |zeroc - DeepSpeed| (bound.c): B[step][element], the
+ * largest difference a master may show after that step, from a first-order
+ * error analysis over the case's gradients, learning rates and betas (the
+ * clip factors from run r's norms and the case's). same_coeffs false: zeroc's
+ * own arithmetic against DeepSpeed's (coefficients and roundings differ);
+ * true: DeepSpeed's arithmetic on both sides (the same coefficients; only
+ * the roundings of DeepSpeed's scalar tail and the clip factor may differ). */
+void o_arith_bound(const o_fixtures *F, const o_case *C, const o_run *r, bool same_coeffs,
+                   double *B);
+
+/* mask[element]: DeepSpeedCPUAdam updated it in its scalar tail, whose
+ * rounding zeroc does not reproduce (ds_layout.c). */
+void o_ds_tail(const o_fixtures *F, const o_case *C, bool *mask);
 
 /* The largest o_ulp_dist over the elements of one step's masters, and
  * where it is. */
@@ -107,6 +135,6 @@ typedef struct o_worst {
     int64_t elem;
     float zc, ds;
 } o_worst;
-o_worst o_step_worst(const float *zc, const float *ds, int64_t n, double unit_floor);
+o_worst o_step_worst(const float *zc, const float *ds, int64_t n);
 
 #endif

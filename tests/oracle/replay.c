@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/dtype.h" /* the test's own rounding of data to 16 bits */
+#include "base/dtype.h" /* the gradients stored in the working dtype */
 #include "helpers.h"
 #include "oracle.h"
 #include "zeroc/zeroc.h"
@@ -52,17 +52,6 @@ static void rank_fail(const replay *R, int rank, const char *what, zc_status rc)
         if (rc_ != ZC_OK)                                                                  \
             rank_fail(R, rank, #call, rc_);                                                \
     } while (0)
-
-/* Rounds v to the case's 16-bit dtype (nearest even) and widens it back. */
-static float round16(zc_dtype dt, float v)
-{
-    union {
-        float f;
-        uint16_t h[2];
-    } u = {0};
-    zc__store_f32(&u, dt, 0, v);
-    return zc__load_f32(&u, dt, 0);
-}
 
 /* This rank's gradient of micro-step m of step t, as DeepSpeed's module
  * received it: k * 2^grad_exp[t][m][rank], then the injected inf/nan. */
@@ -111,9 +100,11 @@ static void rank_main(int rank, void *arg)
 
     float *vals = malloc((size_t)n * sizeof(float));
     float *master = malloc((size_t)n * sizeof(float));
-    for (int64_t i = 0; i < n; i++)
-        vals[i] = R->opts.round_init ? round16(R->dtype, C->init[i]) : C->init[i];
-    RCHECK(zc_block_load(eng, all, vals, (size_t)n));
+    memcpy(vals, C->init, (size_t)n * sizeof(float));
+    if (R->opts.round_init)
+        RCHECK(zc_block_load_rounded(eng, all, vals, (size_t)n));
+    else
+        RCHECK(zc_block_load(eng, all, vals, (size_t)n));
     RCHECK(zc_block_gather_master(eng, all, master, (size_t)n));
     if (out)
         memcpy(out->master0, master, (size_t)n * sizeof(float));
@@ -152,6 +143,8 @@ static void rank_main(int rank, void *arg)
             out->skipped[t] = info.skipped;
         }
     }
+    if (out)
+        out->final_scale = zc_loss_scale(eng);
     free(vals);
     free(master);
     zc_block_destroy(all);
@@ -171,6 +164,26 @@ void o_replay(const o_fixtures *F, const o_case *C, const o_replay_opts *opts, o
     cr_assert_eq(zc_config_set_int(R.cfg, "zero_optimization.stage3_param_persistence_threshold",
                                    16),
                  ZC_OK, "%s", zc_last_error());
+    if (opts->ds_arith)
+        cr_assert_eq(zc_config_set_bool(R.cfg, "optimizer.params.deepspeed_arithmetic", true),
+                     ZC_OK, "%s", zc_last_error());
+    if (opts->extra) {
+        const char *key;
+        json_t *v;
+        json_object_foreach(C->zeroc_extra, key, v) {
+            char *text = json_dumps(v, JSON_ENCODE_ANY);
+            cr_assert(text);
+            cr_assert_eq(zc_config_set(R.cfg, key, text), ZC_OK, "%s: zeroc_extra %s = %s: %s",
+                         C->name, key, text, zc_last_error());
+            free(text);
+        }
+    }
+    if (opts->grad_accum_dtype) {
+        char v[16];
+        snprintf(v, sizeof v, "\"%s\"", opts->grad_accum_dtype);
+        cr_assert_eq(zc_config_set(R.cfg, "data_types.grad_accum_dtype", v), ZC_OK, "%s",
+                     zc_last_error());
+    }
     const size_t n = (size_t)F->n, S = (size_t)C->steps;
     *out = (o_run){
         .stage = opts->stage,

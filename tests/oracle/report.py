@@ -20,8 +20,9 @@ LINE = re.compile(
     r"(?P<ds>\d) \((?P<kind>[^)]*)\): masters max (?P<max>[0-9.inf]+) ulp \(step (?P<wstep>-?\d+), "
     r"(?P<where>[^:]*): zeroc (?P<zv>\S+), DeepSpeed (?P<dv>\S+)\), max \|diff\| (?P<abs>\S+), "
     r"initial (?P<init>[0-9.inf]+) ulp, step 1 (?P<s1>[0-9.inf]+) ulp, first beyond \S+ ulp: "
-    r"step (?P<first>-?\d+); loss scale (?P<ls>\w+), skipped (?P<sk>\w+), lr (?P<lr>\w+) "
-    r"\((?P<lru>\d+) double ulp\), norm (?P<norm>\w+) \(rel (?P<rel>\S+)\)$")
+    r"step (?P<first>-?\d+); scalar tail max (?P<tail>-?[0-9.inf]+) ulp; bitwise (?P<bits>\d+) "
+    r"of (?P<of>\d+); bound used (?P<bound>\S+); loss scale (?P<ls>\w+), skipped (?P<sk>\w+), "
+    r"lr (?P<lr>\w+), norm (?P<norm>\w+) \(rel (?P<rel>\S+)\)$")
 
 
 def main():
@@ -44,8 +45,9 @@ def main():
                 order.append(key)
             rows[key].append(m)
     print("| case | dtype | DS stage | world | accum | run | zeroc stages | max ulp | "
-          "step 1 | first > 4 | worst at | scale | skip | lr | norm |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "step 1 | first > 4 | worst at | DS tail | bitwise | bound used | scale | skip | lr "
+          "| norm |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for key in order:
         ms = sorted(rows[key], key=lambda m: int(m["zs"]))
         c = cases.get(key[0], {})
@@ -62,14 +64,19 @@ def main():
                 s += " (%s)" % extra(ms)
             return s
 
-        lr = seq("lr", lambda ms: "%s double ulp" % max(int(m["lru"]) for m in ms))
+        lr = seq("lr")
         norm = seq("norm", lambda ms: "rel %s" % max(float(m["rel"]) for m in ms))
         if norm == "same":
             norm += " (rel <= %.2g)" % max(float(m["rel"]) for m in ms)
-        print("| %s | %s | %s | %s | %s | %s | %s | %s | %g | %s | step %s %s | %s | %s | %s | %s |"
+        tail = max(float(m["tail"]) for m in ms)
+        bits = min(int(m["bits"]) / int(m["of"]) for m in ms)
+        bound = max(float(m["bound"]) for m in ms)
+        print("| %s | %s | %s | %s | %s | %s | %s | %s | %g | %s | step %s %s | %s | %.4f | %.3g "
+              "| %s | %s | %s | %s |"
               % (key[0], ms[0]["dtype"], ms[0]["ds"], c.get("world", "?"), c.get("accum", "?"),
                  key[1], stages, mx, s1, "/".join(first), worst["wstep"], worst["where"],
-                 seq("ls"), seq("sk"), lr, norm))
+                 "-" if tail < 0 else "%g" % tail, bits, bound, seq("ls"), seq("sk"), lr,
+                 norm))
 
 
 if __name__ == "__main__":

@@ -769,7 +769,8 @@ Test(estimate, build_refuses_swap_beyond_free_space)
     cr_assert_eq(rc, ZC_ERR_IO, "build must refuse: %s", msg);
     char want[512];
     snprintf(want, sizeof want, "zero_optimization.offload_param.nvme_path '%s': the swap files "
-             "need 4.0 MiB on its filesystem (optimizer 0.0 MiB, parameters 4.0 MiB) but it "
+             "need 4.0 MiB on its filesystem (optimizer 0.0 MiB, parameters 4.0 MiB, activations "
+             "0.0 MiB) but it "
              "has 1.0 MiB free (as set by a test); the biggest consumer is the parameter "
              "shards' swap file (offload_param)", d1);
     cr_assert_not_null(strstr(msg, want), "%s", msg);
@@ -782,8 +783,8 @@ Test(estimate, build_refuses_swap_beyond_free_space)
     rc = build_offload_param(both, NULL, 14 << 20, dirs, msg, sizeof msg);
     cr_assert_eq(rc, ZC_ERR_IO, "build must refuse: %s", msg);
     snprintf(want, sizeof want, "zero_optimization.offload_optimizer.nvme_path '%s': the swap "
-             "files need 16.0 MiB on its filesystem (optimizer 12.0 MiB, parameters 4.0 MiB) "
-             "but it has 14.0 MiB free", d2);
+             "files need 16.0 MiB on its filesystem (optimizer 12.0 MiB, parameters 4.0 MiB, "
+             "activations 0.0 MiB) but it has 14.0 MiB free", d2);
     cr_assert_not_null(strstr(msg, want), "%s", msg);
     /* 16 MiB free: both fit, the build goes through and trains nothing. */
     fresh_dirs(d1, d2, j1, j2);

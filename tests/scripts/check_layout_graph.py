@@ -140,9 +140,9 @@ check("a room header declaring another room's function", decl, 1,
       ["src/core/state/y.h declares zc__a_helper, which src/core/loop/a.c defines"])
 
 unknown = dict(good)
-unknown["src/load/l.c"] = fn("load_one")
+unknown["src/stray/l.c"] = fn("stray_one")
 check("a folder that is not a room", unknown, 1,
-      ["src/load is not a room the layout knows"])
+      ["src/stray is not a room the layout knows"])
 
 loose = dict(good)
 loose["src/core/d.c"] = fn("d_loose")

@@ -61,8 +61,21 @@ void zc__agree_free(zc_engine *e)
 /* The exchange; `keep` leaves the engine usable after a failure agreed by
  * the ranks (a failed exchange always breaks it). A rank that succeeded
  * sends `payload` (bytes, at most ZC_AGREE_PAYLOAD_BYTES) in its record. */
+static zc_status exchange(zc_engine *e, zc_status local, const char *what, bool keep,
+                          const void *payload, size_t bytes);
+
+/* Every agreement is one span of the timeline, named by `what`. */
 static zc_status agree(zc_engine *e, zc_status local, const char *what, bool keep,
                        const void *payload, size_t bytes)
+{
+    const int64_t t0 = zc__tl_begin();
+    const zc_status rc = exchange(e, local, what, keep, payload, bytes);
+    zc__tl_agree(t0, what, rc);
+    return rc;
+}
+
+static zc_status exchange(zc_engine *e, zc_status local, const char *what, bool keep,
+                          const void *payload, size_t bytes)
 {
     zc_device *d = e->dev;
     /* The local record: the status and, on failure, this rank's message,

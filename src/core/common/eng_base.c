@@ -17,6 +17,11 @@ zc_status zc__eng_enter(const zc_engine *e, const char *fn, bool need_built)
     if (!e || e->magic != ZC_ENGINE_MAGIC)
         return ZC_ERR(ZC_ERR_INVALID_ARG, "%s: engine handle is NULL or not an engine", fn);
     zc__log_set_rank(e->rank);
+    /* This thread records into the engine's timeline while its window is
+     * open or its comms logger is on (src/trace): the hooks below it read
+     * it. */
+    zc__tl_flush_due(e->tl); /* a window that ended at the last step: its file */
+    zc__tl_enter(e->tl);
     if (e->state == ZC_ENG_FAILED)
         return ZC_ERR(ZC_ERR_INVALID_STATE,
                       "%s: zc_engine_build failed on this engine; it can only be destroyed", fn);
@@ -66,45 +71,31 @@ zc_status zc__eng_check_param(const zc_engine *e, const zc_param *p, const char 
 
 /* ---- collectives --------------------------------------------------------- */
 
-/* The world's collectives are the world group's (groups.c counts them). */
-zc_status zc__eng_all_reduce_on(zc_engine *e, void *buf, size_t n, zc_dtype dt, bool count_it,
-                                void *stream)
+/* The world's collectives are the world group's: groups_coll.c counts them
+ * (payload and bytes by link) and records them in the timeline. */
+zc_status zc__eng_all_reduce_at(zc_engine *e, void *buf, size_t n, zc_dtype dt, bool count_it,
+                                void *stream, const char *site)
 {
-    return zc__eng_grp_all_reduce(e, ZC_GRP_WORLD, buf, n, dt, count_it, stream);
+    return zc__eng_grp_all_reduce_at(e, ZC_GRP_WORLD, buf, n, dt, count_it, stream, site);
 }
 
-zc_status zc__eng_reduce_scatter_on(zc_engine *e, const void *send, void *recv, size_t recv_n,
-                                    zc_dtype dt, bool count_it, void *stream)
+zc_status zc__eng_reduce_scatter_at(zc_engine *e, const void *send, void *recv, size_t recv_n,
+                                    zc_dtype dt, bool count_it, void *stream, const char *site)
 {
-    return zc__eng_grp_reduce_scatter(e, ZC_GRP_WORLD, send, recv, recv_n, dt, count_it, stream);
+    return zc__eng_grp_reduce_scatter_at(e, ZC_GRP_WORLD, send, recv, recv_n, dt, count_it,
+                                         stream, site);
 }
 
-zc_status zc__eng_all_gather_on(zc_engine *e, const void *send, void *recv, size_t send_n,
-                                zc_dtype dt, bool count_it, void *stream)
+zc_status zc__eng_all_gather_at(zc_engine *e, const void *send, void *recv, size_t send_n,
+                                zc_dtype dt, bool count_it, void *stream, const char *site)
 {
-    return zc__eng_grp_all_gather(e, ZC_GRP_WORLD, send, recv, send_n, dt, count_it, stream);
-}
-
-zc_status zc__eng_all_reduce(zc_engine *e, void *buf, size_t n, zc_dtype dt, bool count_it)
-{
-    return zc__eng_all_reduce_on(e, buf, n, dt, count_it, e->stream);
-}
-
-zc_status zc__eng_reduce_scatter(zc_engine *e, const void *send, void *recv, size_t recv_n,
-                                 zc_dtype dt, bool count_it)
-{
-    return zc__eng_reduce_scatter_on(e, send, recv, recv_n, dt, count_it, e->stream);
-}
-
-zc_status zc__eng_all_gather(zc_engine *e, const void *send, void *recv, size_t send_n,
-                             zc_dtype dt, bool count_it)
-{
-    return zc__eng_all_gather_on(e, send, recv, send_n, dt, count_it, e->stream);
+    return zc__eng_grp_all_gather_at(e, ZC_GRP_WORLD, send, recv, send_n, dt, count_it, stream,
+                                     site);
 }
 
 /* A group's collectives are launched by group_end: a failure there is a
  * failure of those collectives (some ranks may have launched theirs), so it
- * breaks the engine exactly like one (groups.c). */
+ * breaks the engine exactly like one (groups_coll.c). */
 zc_status zc__eng_group_start(zc_engine *e) { return zc__eng_grp_start(e, ZC_GRP_WORLD); }
 
 zc_status zc__eng_group_end(zc_engine *e) { return zc__eng_grp_end(e, ZC_GRP_WORLD); }
@@ -131,6 +122,16 @@ void zc__eng_free(zc_engine *e, zc_mem_category cat, void **p, size_t bytes)
     if (*p)
         e->dev->ops->free(e->dev, &e->acct, cat, *p, bytes);
     *p = NULL;
+}
+
+zc_status zc__eng_copy(zc_engine *e, void *dst, const void *src, size_t bytes, zc_copy_kind kind,
+                       void *stream, int chunk)
+{
+    const int64_t t0 = zc__tl_begin();
+    const zc_status rc = e->dev->ops->copy(e->dev, dst, src, bytes, kind, stream);
+    if (rc == ZC_OK && (kind == ZC_COPY_H2D || kind == ZC_COPY_D2H))
+        zc__tl_copy(t0, kind == ZC_COPY_D2H, (int64_t)bytes, chunk);
+    return rc;
 }
 
 zc_status zc__eng_convert(zc_engine *e, void *dst, zc_dtype dst_dt, const void *src,

@@ -14,6 +14,7 @@
 
 #include "base/alloc.h"
 #include "base/error.h"
+#include "device/device.h"
 #include "plan/plan.h"
 #include "zeroc/zeroc.h"
 
@@ -31,19 +32,31 @@ zc_status zc__eng_check_param(const zc_engine *e, const zc_param *p, const char 
 
 /* Collectives through the engine: count payload bytes for the step stats
  * (all_reduce: count; reduce_scatter and all_gather: world * count; in the
- * communicated dtype) unless count_it is false. */
-zc_status zc__eng_all_reduce(zc_engine *e, void *buf, size_t n, zc_dtype dt, bool count_it);
-zc_status zc__eng_reduce_scatter(zc_engine *e, const void *send, void *recv, size_t recv_n,
-                                 zc_dtype dt, bool count_it);
-zc_status zc__eng_all_gather(zc_engine *e, const void *send, void *recv, size_t send_n,
-                             zc_dtype dt, bool count_it);
+ * communicated dtype) unless count_it is false, and record each for the
+ * timeline and the comms logger (src/trace), named after the calling
+ * function (DeepSpeed's comms_logger.debug "Caller Func"). With the comms
+ * logger profiling the kind on an asynchronous device, the engine's stream
+ * is synchronized before and after the collective, as DeepSpeed's logger
+ * does, so that its latency is its own. */
+#define zc__eng_all_reduce(e, buf, n, dt, count_it) \
+    zc__eng_all_reduce_at(e, buf, n, dt, count_it, (e)->stream, __func__)
+#define zc__eng_reduce_scatter(e, send, recv, recv_n, dt, count_it) \
+    zc__eng_reduce_scatter_at(e, send, recv, recv_n, dt, count_it, (e)->stream, __func__)
+#define zc__eng_all_gather(e, send, recv, send_n, dt, count_it) \
+    zc__eng_all_gather_at(e, send, recv, send_n, dt, count_it, (e)->stream, __func__)
 /* The same on an explicit stream (comm_stream, ctl_stream). */
-zc_status zc__eng_all_reduce_on(zc_engine *e, void *buf, size_t n, zc_dtype dt, bool count_it,
-                                void *stream);
-zc_status zc__eng_reduce_scatter_on(zc_engine *e, const void *send, void *recv, size_t recv_n,
-                                    zc_dtype dt, bool count_it, void *stream);
-zc_status zc__eng_all_gather_on(zc_engine *e, const void *send, void *recv, size_t send_n,
-                                zc_dtype dt, bool count_it, void *stream);
+#define zc__eng_all_reduce_on(e, buf, n, dt, count_it, stream) \
+    zc__eng_all_reduce_at(e, buf, n, dt, count_it, stream, __func__)
+#define zc__eng_reduce_scatter_on(e, send, recv, recv_n, dt, count_it, stream) \
+    zc__eng_reduce_scatter_at(e, send, recv, recv_n, dt, count_it, stream, __func__)
+#define zc__eng_all_gather_on(e, send, recv, send_n, dt, count_it, stream) \
+    zc__eng_all_gather_at(e, send, recv, send_n, dt, count_it, stream, __func__)
+zc_status zc__eng_all_reduce_at(zc_engine *e, void *buf, size_t n, zc_dtype dt, bool count_it,
+                                void *stream, const char *site);
+zc_status zc__eng_reduce_scatter_at(zc_engine *e, const void *send, void *recv, size_t recv_n,
+                                    zc_dtype dt, bool count_it, void *stream, const char *site);
+zc_status zc__eng_all_gather_at(zc_engine *e, const void *send, void *recv, size_t send_n,
+                                zc_dtype dt, bool count_it, void *stream, const char *site);
 /* A communicator group around collectives issued back to back (NCCL launches
  * them together). A failed group_start or group_end breaks the engine like a
  * failed collective; group_end must follow every group_start that succeeded. */
@@ -80,6 +93,11 @@ void zc__agree_free(zc_engine *e);
 zc_status zc__eng_alloc(zc_engine *e, zc_mem_category cat, size_t bytes, const char *what,
                         void **out);
 void zc__eng_free(zc_engine *e, zc_mem_category cat, void **p, size_t bytes);
+/* A host<->device copy of the offload (kind ZC_COPY_H2D or ZC_COPY_D2H)
+ * through the engine's device on `stream`, recorded on the timeline as
+ * chunk `chunk`'s (-1: none). Returns what the device's copy returns. */
+zc_status zc__eng_copy(zc_engine *e, void *dst, const void *src, size_t bytes, zc_copy_kind kind,
+                       void *stream, int chunk);
 /* dst (dst_dt) = src (src_dt), n elements, device to device. */
 zc_status zc__eng_convert(zc_engine *e, void *dst, zc_dtype dst_dt, const void *src,
                           zc_dtype src_dt, size_t n);

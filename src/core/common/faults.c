@@ -44,9 +44,11 @@ static zc_status parse_item(const char *spec, const char *it, size_t len, int in
         kind = ZC_FAULT_ALLOC;
     } else if (klen == 2 && !memcmp(it, "io", 2)) {
         kind = ZC_FAULT_IO;
+    } else if (klen == 4 && !memcmp(it, "load", 4)) {
+        kind = ZC_FAULT_LOAD;
     } else {
         return ZC_ERR(ZC_ERR_CONFIG,
-                      "ZC_FAULTS='%s': item %d: unknown kind '%s' (known: alloc, io)", spec,
+                      "ZC_FAULTS='%s': item %d: unknown kind '%s' (known: alloc, io, load)", spec,
                       index, part(it, klen, sub));
     }
     int64_t r = 0, k = 0;

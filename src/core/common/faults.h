@@ -27,7 +27,11 @@
 
 #define ZC_FAULTS_MAX 16
 
-typedef enum zc_fault_kind { ZC_FAULT_ALLOC = 0, ZC_FAULT_IO, ZC_FAULT__COUNT } zc_fault_kind;
+/* alloc: pinned allocations; io: swap-file reads and writes; load: the
+ * payload reads of zc_load_safetensors (docs/faults.md). */
+typedef enum zc_fault_kind {
+    ZC_FAULT_ALLOC = 0, ZC_FAULT_IO, ZC_FAULT_LOAD, ZC_FAULT__COUNT
+} zc_fault_kind;
 
 /* The items of one rank, and how many events of each kind it has seen. */
 typedef struct zc_faults {

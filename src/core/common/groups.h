@@ -92,14 +92,26 @@ bool zc__grp_on(const zc_engine *e, zc_grp g);
 
 /* The collectives over group g (eng_base.h's world ones are these with
  * ZC_GRP_WORLD): payload counted in comm_cur (all_reduce: n; the others: the
- * group's size x n, in dt) and bytes by link in link_cur, when count_it. A
- * failure breaks the engine. */
-zc_status zc__eng_grp_all_reduce(zc_engine *e, zc_grp g, void *buf, size_t n, zc_dtype dt,
-                                 bool count_it, void *stream);
-zc_status zc__eng_grp_reduce_scatter(zc_engine *e, zc_grp g, const void *send, void *recv,
-                                     size_t recv_n, zc_dtype dt, bool count_it, void *stream);
-zc_status zc__eng_grp_all_gather(zc_engine *e, zc_grp g, const void *send, void *recv,
-                                 size_t send_n, zc_dtype dt, bool count_it, void *stream);
+ * group's size x n, in dt) and bytes by link in link_cur, when count_it;
+ * each recorded in the timeline and the comms logger as issued by `site`
+ * (static text; the macros give the caller's function). A failure breaks
+ * the engine. */
+zc_status zc__eng_grp_all_reduce_at(zc_engine *e, zc_grp g, void *buf, size_t n, zc_dtype dt,
+                                    bool count_it, void *stream, const char *site);
+zc_status zc__eng_grp_reduce_scatter_at(zc_engine *e, zc_grp g, const void *send, void *recv,
+                                        size_t recv_n, zc_dtype dt, bool count_it, void *stream,
+                                        const char *site);
+zc_status zc__eng_grp_all_gather_at(zc_engine *e, zc_grp g, const void *send, void *recv,
+                                    size_t send_n, zc_dtype dt, bool count_it, void *stream,
+                                    const char *site);
+#define zc__eng_grp_all_reduce(e, g, buf, n, dt, count_it, stream) \
+    zc__eng_grp_all_reduce_at(e, g, buf, n, dt, count_it, stream, __func__)
+#define zc__eng_grp_reduce_scatter(e, g, send, recv, recv_n, dt, count_it, stream) \
+    zc__eng_grp_reduce_scatter_at(e, g, send, recv, recv_n, dt, count_it, stream, __func__)
+#define zc__eng_grp_all_gather(e, g, send, recv, send_n, dt, count_it, stream) \
+    zc__eng_grp_all_gather_at(e, g, send, recv, send_n, dt, count_it, stream, __func__)
+/* A communicator group over group g: its collectives batched until _end,
+ * which launches them (a failure there breaks the engine as one would). */
 zc_status zc__eng_grp_start(zc_engine *e, zc_grp g);
 zc_status zc__eng_grp_end(zc_engine *e, zc_grp g);
 
@@ -113,7 +125,9 @@ typedef struct zc_gather_req {
     void *recv;
     size_t n;
 } zc_gather_req;
-zc_status zc__eng_shard_gathers(zc_engine *e, const zc_gather_req *req, int nreq, zc_dtype dt,
-                                bool count_it);
+zc_status zc__eng_shard_gathers_at(zc_engine *e, const zc_gather_req *req, int nreq, zc_dtype dt,
+                                   bool count_it, const char *site);
+#define zc__eng_shard_gathers(e, req, nreq, dt, count_it) \
+    zc__eng_shard_gathers_at(e, req, nreq, dt, count_it, __func__)
 
 #endif

@@ -70,4 +70,12 @@ zc_status zc__preflight(zc_engine *e);
  * naming the first difference and the ranks involved. */
 zc_status zc__build_agree(zc_engine *e);
 
+/* The timeline and the comms logger (trace_build.c): from trace.* /
+ * ZC_TRACE / ZC_TRACE_STEPS and comms_logger.*, the buffer sized to the
+ * most records the window can need and the files created. Rank-local, at
+ * the end of the build's local part (its outcome is agreed with it).
+ * ZC_ERR_CONFIG naming the key (a window too long, trace.max_events too
+ * small, a file that cannot be created). */
+zc_status zc__trace_build(zc_engine *e);
+
 #endif

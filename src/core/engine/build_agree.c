@@ -29,7 +29,7 @@
 #define ITEM_BYTES 256
 
 /* Items before the groups and parameters (settings), and after them. */
-enum { N_HEAD = 10, N_TAIL = 1 };
+enum { N_HEAD = 11, N_TAIL = 1 };
 
 static int64_t n_items(const zc_engine *e)
 {
@@ -70,11 +70,12 @@ static void item_text(const zc_engine *e, int64_t i, char *b, size_t cap)
             return;
         case 6:
             snprintf(b, cap, "optimizer %s lr %.17g betas (%.17g, %.17g) eps %.17g "
-                     "weight_decay %.17g adam_w_mode %d bias_correction %d",
+                     "weight_decay %.17g adam_w_mode %d bias_correction %d "
+                     "deepspeed_arithmetic %d",
                      c->optimizer.adamw_type ? "AdamW" : "Adam", c->optimizer.lr,
                      c->optimizer.beta1, c->optimizer.beta2, c->optimizer.eps,
                      c->optimizer.weight_decay, (int)c->optimizer.adam_w_mode,
-                     (int)c->optimizer.bias_correction);
+                     (int)c->optimizer.bias_correction, (int)c->optimizer.deepspeed_arithmetic);
             return;
         case 7:
             snprintf(b, cap, "zero overlap_comm %d stage3_prefetch_bucket_size %" PRId64
@@ -87,6 +88,14 @@ static void item_text(const zc_engine *e, int64_t i, char *b, size_t cap)
         case 8:
             snprintf(b, cap, "offload_optimizer.device %d, offload_param.device %d",
                      (int)c->zero.offload_optimizer.device, (int)c->zero.offload_param.device);
+            return;
+        case 9:
+            /* A restore agrees across ranks when the checkpoints are on NVMe
+             * (a collective): every rank must keep them alike. */
+            snprintf(b, cap, "activation store: %" PRId64 " checkpoints of %" PRId64
+                     " bytes, home %d, %d parts, %" PRId64 " buffers",
+                     e->act_spec.slots, e->act_spec.bytes, e->act_spec.home,
+                     e->act_spec.parts, e->act_spec.buffer_count);
             return;
         default: {
             /* The budgets decide the placement and, with them, whether the

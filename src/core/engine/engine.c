@@ -105,32 +105,38 @@ ZC_API zc_status zc_engine_create(zc_engine **out, const zc_config *cfg, zc_comm
             ZC_LOGW("core", "ZC_FAULTS=%s: fault injection is on", faults);
         for (int i = 0; i < e->faults.n; i++)
             ZC_LOGW("core", "ZC_FAULTS: %s %lld after zc_engine_build will fail on this rank",
-                    e->faults.kind[i] == ZC_FAULT_IO ? "swap-file read or write"
-                                                     : "allocation",
+                    e->faults.kind[i] == ZC_FAULT_IO     ? "swap-file read or write"
+                    : e->faults.kind[i] == ZC_FAULT_LOAD ? "zc_load_safetensors read"
+                                                         : "allocation",
                     (long long)e->faults.at[i]);
     }
     /* io items fire only on swap-file I/O (optimizer state or, at stage 3,
      * parameter shards under nvme): without it, an item that can never fire
      * is refused rather than passing silently. */
     int64_t nvme_budget = 0;
-    const bool swap_io = cfg->zero.offload_optimizer.device == ZC_OFFLOAD_NVME ||
+    const bool swap_io = cfg->act.nvme_checkpointing ||
+                         cfg->zero.offload_optimizer.device == ZC_OFFLOAD_NVME ||
                          (stage == 3 && cfg->zero.offload_param.device == ZC_OFFLOAD_NVME) ||
                          zc__config_budget(cfg, ZC_BUDGET_NVME, &nvme_budget) != ZC_BUDGET_NONE;
     for (int i = 0; i < e->faults.n; i++)
         if (e->faults.kind[i] == ZC_FAULT_IO && !swap_io) {
             rc = ZC_ERR(ZC_ERR_CONFIG,
                         "ZC_FAULTS='%s': io items apply to the swap-file reads and writes of "
-                        "zero_optimization.offload_optimizer.device \"nvme\" or (stage 3) "
-                        "offload_param.device \"nvme\", which this configuration does not do",
+                        "zero_optimization.offload_optimizer.device \"nvme\", (stage 3) "
+                        "offload_param.device \"nvme\" or "
+                        "activation_checkpointing.nvme_checkpointing, which this configuration "
+                        "does not do",
                         faults);
             goto fail;
         }
     /* Strict like ZC_FAULTS, and read here for the same reason. */
     ZC_CHECK_GOTO(zc__debug_parse(zc__env("ZC_DEBUG"), &e->debug), rc, fail);
     ZC_CHECK_GOTO(zc__chunk_cap_env(&e->chunk_cap, &e->chunk_cap_forced), rc, fail);
+    /* Once per process, by rank 0: the rank whose lines are shown by default
+     * (another rank's thread may get here first and be filtered). */
     static atomic_bool cap_logged;
-    if (e->chunk_cap_forced && !atomic_exchange(&cap_logged, true))
-        ZC_LOGW("core", "ZC_CHUNK_CAP=%lld: chunks hold at most that many elements (a test "
+    if (e->chunk_cap_forced && e->rank == 0 && !atomic_exchange(&cap_logged, true))
+        ZC_LOGI("core", "ZC_CHUNK_CAP=%lld: chunks hold at most that many elements (a test "
                 "switch)", (long long)e->chunk_cap);
     ZC_CHECK_GOTO(zc__config_clone(cfg, &e->cfg), rc, fail);
     e->cfg->zero.stage = stage;
@@ -152,20 +158,25 @@ ZC_API zc_status zc_engine_create(zc_engine **out, const zc_config *cfg, zc_comm
                                          ? opts->f32_view_chunks
                                          : 0),
                   rc, fail);
+    /* The activation store's bound and home (built with the engine). */
+    ZC_CHECK_GOTO(zc__act_setup(e, opts, opts && OPT_HAS(opts, act_mp_comm)), rc, fail);
     if (e->cfg->communication_data_type >= 0 && e->cfg->communication_data_type != (int)e->pdt)
         ZC_LOGW("core", "communication_data_type %s is not supported yet: gradients are "
                         "reduced in the parameter dtype %s",
                 zc_dtype_name((zc_dtype)e->cfg->communication_data_type), zc_dtype_name(e->pdt));
 
-    if (e->cfg->grad_accum_dtype >= 0 && e->cfg->grad_accum_dtype != (int)ZC_DTYPE_F32)
-        ZC_LOGW("core", "data_types.grad_accum_dtype %s is not supported: gradients are "
-                        "accumulated in fp32 across micro-steps",
-                zc_dtype_name((zc_dtype)e->cfg->grad_accum_dtype));
+    /* The window's sum: fp32 unless data_types.grad_accum_dtype names the
+     * 16-bit working dtype (src/core/loop/grads.c); the key is checked
+     * against the dtype picked here too, since zc_engine_options.param_dtype
+     * may differ from the precision blocks the first check read. */
+    ZC_CHECK_GOTO(zc__config_grad_accum_check(e->cfg, e->pdt), rc, fail);
+    e->acc_dt = e->cfg->grad_accum_dtype == (int)e->pdt && e->gas > 1 ? e->pdt : ZC_DTYPE_F32;
 
     zc__scaler_init(&e->scaler, e->cfg);
 
     /* Group 0: the optimizer's weight decay. */
     ZC_CHECK_GOTO(zc__registry_init(e), rc, fail);
+    e->adam_ds = zc__adam_ds_fresh(e->cfg->optimizer.beta1, e->cfg->optimizer.beta2);
 
     ZC_LOGI("core", "engine: ZeRO stage %d%s, world %d, %s parameters, accumulation %lld, device %s",
             stage, stage_auto ? " (auto: chosen at build)" : "", world, zc_dtype_name(e->pdt), (long long)e->gas, e->dev->ops->name);
@@ -226,6 +237,8 @@ static zc_status build_local(zc_engine *e)
     ZC_CHECK(zc__groups_reserve(e));
     ZC_CHECK(zc__view_build(e));
     ZC_CHECK(zc__debug_build(e));
+    ZC_CHECK(zc__act_build(e));
+    ZC_CHECK(zc__trace_build(e));
     e->state = ZC_ENG_BUILT;
     /* Needs the built engine (it loads through zc_param_load). */
     return zc__adopt_load(e);
@@ -274,6 +287,7 @@ ZC_API zc_status zc_engine_build(zc_engine *e)
      * their first collective. Every rank fails alike, naming that rank. */
     ZC_CHECK_GOTO(zc__eng_agree(e, rc, "zc_engine_build"), rc, fail);
     zc__timers_init(&e->timers, e->cfg->wall_clock_breakdown);
+    zc__timeline_step_end(e); /* a window from step 1 opens now */
     zc__progress_start(e);
     ZC_LOGI("core", "built: %d parameters, %lld elements in %d chunks of <= %lld (%lld padded)",
             e->nparams, (long long)e->num_elems, e->nchunks, (long long)e->bucket,
@@ -294,10 +308,13 @@ ZC_API void zc_engine_destroy(zc_engine *e)
         (void)e->dev->ops->make_current(e->dev);
     /* First: queued work may still read or write the buffers freed below. */
     zc__streams_destroy(e);
+    /* A window the run ended inside goes out before anything it names. */
+    zc__timeline_destroy(e);
     if (e->pol && e->pol->teardown && e->chunks)
         e->pol->teardown(e);
     zc__opt_free(e);
     zc__param_free(e);
+    zc__act_free(e);
     zc__place_free(e); /* sized by nchunks: before the layout */
     zc__partials_free(e);
     /* Before the layout: the shadows are sized by the chunks. */

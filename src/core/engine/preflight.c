@@ -52,6 +52,7 @@ zc_status zc__preflight(zc_engine *e)
         .replicas = e->sworld > 0 ? e->world / e->sworld : 1,
         .hpz = e->topo.hpz,
         .hier_j = e->topo.hier ? e->topo.g[ZC_GRP_INTER].size : 0,
+        .act = e->act_spec, /* state/act_state.c builds exactly this */
     };
     if (e->stage_auto || e->budgets) {
         /* The placement from max_memory (and with stage "auto" the stage) is

@@ -66,75 +66,61 @@ ZC_API zc_status zc_group_add(zc_engine *e, double weight_decay, double lr_scale
     return ZC_OK;
 }
 
-ZC_API zc_param *zc_param_add(zc_engine *e, const char *name, const int64_t *shape, int ndim,
-                              int group)
+/* zc_param_add_status; zc_param_add is it without the status. */
+static zc_status param_add(zc_engine *e, const char *name, const int64_t *shape, int ndim,
+                           int group, zc_param **out)
 {
-    if (zc__eng_enter(e, "zc_param_add", false) != ZC_OK)
-        return NULL;
-    if (e->state != ZC_ENG_CREATED) {
-        ZC_ERR(ZC_ERR_INVALID_STATE,
-               "zc_param_add('%s'): parameters must be added before zc_engine_build",
-               name ? name : "(null)");
-        return NULL;
-    }
-    if (!name || !*name) {
-        ZC_ERR(ZC_ERR_INVALID_ARG, "zc_param_add: name is NULL or empty");
-        return NULL;
-    }
-    if (!shape || ndim < 1 || ndim > ZC_PARAM_MAX_NDIM) {
-        ZC_ERR(ZC_ERR_INVALID_ARG, "zc_param_add('%s'): ndim %d must be 1..%d with a shape",
-               name, ndim, ZC_PARAM_MAX_NDIM);
-        return NULL;
-    }
+    ZC_CHECK(zc__eng_enter(e, "zc_param_add", false));
+    if (e->state != ZC_ENG_CREATED)
+        return ZC_ERR(ZC_ERR_INVALID_STATE,
+                      "zc_param_add('%s'): parameters must be added before zc_engine_build",
+                      name ? name : "(null)");
+    if (!name || !*name)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "zc_param_add: name is NULL or empty");
+    if (!shape || ndim < 1 || ndim > ZC_PARAM_MAX_NDIM)
+        return ZC_ERR(ZC_ERR_INVALID_ARG,
+                      "zc_param_add('%s'): ndim %d must be 1..%d with a shape", name, ndim,
+                      ZC_PARAM_MAX_NDIM);
     int64_t numel = 1;
     for (int d = 0; d < ndim; d++) {
-        if (shape[d] <= 0) {
-            ZC_ERR(ZC_ERR_INVALID_ARG,
-                   "zc_param_add('%s'): dimension %d is %lld; every dimension must be > 0", name,
-                   d, (long long)shape[d]);
-            return NULL;
-        }
-        if (numel > INT64_MAX / 4 / shape[d]) {
-            ZC_ERR(ZC_ERR_INVALID_ARG, "zc_param_add('%s'): shape is too large", name);
-            return NULL;
-        }
+        if (shape[d] <= 0)
+            return ZC_ERR(ZC_ERR_INVALID_ARG,
+                          "zc_param_add('%s'): dimension %d is %lld; every dimension must be "
+                          "> 0",
+                          name, d, (long long)shape[d]);
+        if (numel > INT64_MAX / 4 / shape[d])
+            return ZC_ERR(ZC_ERR_INVALID_ARG, "zc_param_add('%s'): shape is too large", name);
         numel *= shape[d];
     }
     /* Every size derived from the model (padded totals, fp32 and Adam bytes,
      * stats) is int64: bound the sum like a single parameter. */
-    if (numel > INT64_MAX / 4 - e->registered_elems) {
-        ZC_ERR(ZC_ERR_INVALID_ARG,
-               "zc_param_add('%s'): %lld elements on top of the %lld registered exceed the "
-               "engine's limit of %lld elements in all",
-               name, (long long)numel, (long long)e->registered_elems,
-               (long long)(INT64_MAX / 4));
-        return NULL;
-    }
-    if (group < 0 || group >= e->ngroups) {
-        ZC_ERR(ZC_ERR_INVALID_ARG,
-               "zc_param_add('%s'): unknown group %d (this engine has %d; see zc_group_add)",
-               name, group, e->ngroups);
-        return NULL;
-    }
+    if (numel > INT64_MAX / 4 - e->registered_elems)
+        return ZC_ERR(ZC_ERR_INVALID_ARG,
+                      "zc_param_add('%s'): %lld elements on top of the %lld registered exceed "
+                      "the engine's limit of %lld elements in all",
+                      name, (long long)numel, (long long)e->registered_elems,
+                      (long long)(INT64_MAX / 4));
+    if (group < 0 || group >= e->ngroups)
+        return ZC_ERR(ZC_ERR_INVALID_ARG,
+                      "zc_param_add('%s'): unknown group %d (this engine has %d; see "
+                      "zc_group_add)",
+                      name, group, e->ngroups);
     for (int i = 0; i < e->nparams; i++)
-        if (!strcmp(e->params[i]->name, name)) {
-            ZC_ERR(ZC_ERR_INVALID_ARG, "zc_param_add: a parameter named '%s' already exists",
-                   name);
-            return NULL;
-        }
+        if (!strcmp(e->params[i]->name, name))
+            return ZC_ERR(ZC_ERR_INVALID_ARG,
+                          "zc_param_add: a parameter named '%s' already exists", name);
 
     void *arr = e->params;
-    if (grow(e, &arr, &e->params_cap, e->nparams + 1, sizeof(zc_param *), "param table") != ZC_OK)
-        return NULL;
+    ZC_CHECK(grow(e, &arr, &e->params_cap, e->nparams + 1, sizeof(zc_param *), "param table"));
     e->params = arr;
     void *mem = NULL;
-    if (zc__host_alloc(&e->acct, ZC_MEM_OTHER, sizeof(zc_param), "param", &mem) != ZC_OK)
-        return NULL;
+    ZC_CHECK(zc__host_alloc(&e->acct, ZC_MEM_OTHER, sizeof(zc_param), "param", &mem));
     zc_param *p = mem;
     size_t nb = strlen(name) + 1;
-    if (zc__host_alloc(&e->acct, ZC_MEM_OTHER, nb, "param name", &mem) != ZC_OK) {
+    zc_status rc = zc__host_alloc(&e->acct, ZC_MEM_OTHER, nb, "param name", &mem);
+    if (rc != ZC_OK) {
         zc__host_free(&e->acct, ZC_MEM_OTHER, p, sizeof *p);
-        return NULL;
+        return rc;
     }
     memcpy(mem, name, nb);
     p->name = mem;
@@ -151,7 +137,24 @@ ZC_API zc_param *zc_param_add(zc_engine *e, const char *name, const int64_t *sha
     e->boundary_pending = false;
     e->registered_elems += numel;
     e->params[e->nparams++] = p;
-    return p;
+    *out = p;
+    return ZC_OK;
+}
+
+ZC_API zc_status zc_param_add_status(zc_engine *e, const char *name, const int64_t *shape,
+                                     int ndim, int group, zc_param **out)
+{
+    if (!out)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "zc_param_add_status: out is NULL");
+    *out = NULL;
+    return param_add(e, name, shape, ndim, group, out);
+}
+
+ZC_API zc_param *zc_param_add(zc_engine *e, const char *name, const int64_t *shape, int ndim,
+                              int group)
+{
+    zc_param *p = NULL;
+    return param_add(e, name, shape, ndim, group, &p) == ZC_OK ? p : NULL;
 }
 
 ZC_API zc_status zc_chunk_boundary(zc_engine *e)

@@ -89,6 +89,20 @@ ZC_API int zc_block_size(const zc_block *b)
     return b && b->magic == ZC_BLOCK_MAGIC ? b->n : -1;
 }
 
+ZC_API zc_status zc_block_numel(const zc_block *b, size_t *count)
+{
+    if (!b || b->magic != ZC_BLOCK_MAGIC || !count)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "zc_block_numel: %s",
+                      !count ? "count is NULL" : "not a block handle");
+    /* The registry bounds the engine's elements in all by INT64_MAX / 4. */
+    _Static_assert(sizeof(size_t) >= sizeof(int64_t), "a block's count fits size_t");
+    int64_t n = 0;
+    for (int i = 0; i < b->n; i++)
+        n += b->params[i]->numel;
+    *count = (size_t)n;
+    return ZC_OK;
+}
+
 ZC_API zc_param *zc_block_param(const zc_block *b, int i)
 {
     if (!b || b->magic != ZC_BLOCK_MAGIC || i < 0 || i >= b->n)

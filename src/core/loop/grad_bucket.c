@@ -57,6 +57,7 @@ zc_status zc__bucket_flush(zc_engine *e)
     e->bucket_chunks = 0;
     e->bucket_held = 0;
     zc__timers_push(&e->timers, ZC_TIMER_REDUCE);
+    const int64_t t0 = zc__tl_begin();
     zc_status rc = zc__eng_group_start(e);
     if (rc == ZC_OK) {
         /* In chunk order: the same on every rank whatever the order the
@@ -94,6 +95,7 @@ zc_status zc__bucket_flush(zc_engine *e)
         c->in_bucket = false;
         c->reduced = rc == ZC_OK;
     }
+    zc__tl_span(t0, ZC_TLK_SPAN, "reduce bucket", -1, n);
     zc__timers_pop(&e->timers);
     if (rc != ZC_OK) {
         zc__error_context("reducing a bucket of %d chunks", n);

@@ -11,10 +11,30 @@
  * 1 / loss_scale and 1 / clip (step.c) - except that stages 0/1 divide their
  * fp32 window sum by K before rounding it to the parameter dtype (see
  * zc__grads_full_window), so fp16 overflows on the same windows as stages
- * 2/3. DeepSpeed's prescale_gradients and gradient_predivide_factor only
+ * 2/3, and that with 16-bit accumulation the 1 / K is applied to every
+ * micro-step (below). DeepSpeed's prescale_gradients and gradient_predivide_factor only
  * move part of that factor before the reduction (to keep fp16 sums in
  * range); zc__grad_prescale / zc__grad_postscale split it the way
  * DeepSpeed's allreduce_bucket does.
+ *
+ * The accumulation dtype. By default a window's micro-steps are summed in
+ * fp32 (stages 0/1 in the full accumulator, stages 2/3 in the fp32 gradient
+ * shard), which is exact for any number of micro-steps. DeepSpeed's default
+ * (data_types.grad_accum_dtype unset) sums them in the model dtype, and
+ * zeroc does the same when the key names the 16-bit working dtype
+ * (e->acc_dt): every micro-step's gradient is multiplied by 1 / K in fp32
+ * and rounded to the working dtype - what DeepSpeed's division of the loss
+ * by K before backward hands its 16-bit gradients - and the running sum is
+ * rounded to the working dtype after every add (accumulate_rounded: the
+ * fp32 sum of the two 16-bit values rounded once, as torch adds into a
+ * 16-bit tensor), kept in the same fp32 buffers, so nothing else is
+ * allocated. Stages 0/1 round in the full accumulator before the window's
+ * one reduction (DeepSpeed's ZeRO-1 sums the module's 16-bit .grad), stages
+ * 2/3 round the shard after adding each micro-step's reduced slice (its
+ * ZeRO-2/3 add each reduction into a 16-bit partition buffer) - in device
+ * memory, in the cpu home's pinned shard and in the nvme home's gradient
+ * buffer between its read-back and its write alike (zc__grad_acc_add). The
+ * optimizer then leaves K out of its averaging at every stage.
  *
  * Collective order. A chunk is reduced once its last parameter is made ready,
  * in buckets of reduce_bucket_size elements (grad_bucket.c), so every rank
@@ -49,9 +69,23 @@ double zc__grad_avg(const zc_engine *e)
 {
     /* Stages 0/1 divide the window by K before rounding it (full_window);
      * stages 2/3 accumulate every micro-step's reduced gradient in fp32 and
-     * leave the division to the optimizer. */
-    const double micro = e->pol->sharded_grads ? (double)e->gas : 1.0;
+     * leave the division to the optimizer - unless the window is summed in
+     * 16 bits, where every micro-step was divided by K already. */
+    const double micro =
+        e->pol->sharded_grads && e->acc_dt == ZC_DTYPE_F32 ? (double)e->gas : 1.0;
     return zc__grad_postscale(e) / micro;
+}
+
+zc_status zc__grads_micro_scale(zc_engine *e, void *buf, size_t n)
+{
+    if (e->acc_dt == ZC_DTYPE_F32)
+        return ZC_OK;
+    /* (float)(1 / K): DeepSpeed divides the fp32 loss by K, so autograd
+     * multiplies every gradient element by that fp32 quotient before the
+     * cast to the parameter dtype; scale computes x * a in fp32 and rounds
+     * it to the buffer's dtype, the same two roundings. */
+    return e->dev->ops->scale(e->dev, buf, e->pdt, n, (float)(1.0 / (double)e->gas),
+                              e->stream);
 }
 
 zc_status zc__grads_apply_prescale(zc_engine *e, void *buf, size_t n)
@@ -67,7 +101,17 @@ zc_status zc__grads_full_window(zc_engine *e, zc_chunk *c, bool last_micro, bool
     zc_device *d = e->dev;
     size_t n = (size_t)c->padded;
     *reduce = false;
-    if (e->gas > 1) {
+    if (e->acc_dt != ZC_DTYPE_F32) {
+        /* DeepSpeed's 16-bit accumulation (see the top): this micro-step's
+         * gradient divided by K and rounded, added to the running sum, the
+         * sum rounded; at the window's end the sum is a 16-bit value already,
+         * so the cast back into the gradient is exact. */
+        ZC_CHECK(zc__grads_micro_scale(e, c->grad, n));
+        ZC_CHECK(zc__grad_acc_add(e, d, c->acc, c->grad, n, e->stream));
+        if (!last_micro)
+            return d->ops->memset0(d, c->grad, n * e->pesz, e->stream);
+        ZC_CHECK(zc__eng_convert(e, c->grad, e->pdt, c->acc, ZC_DTYPE_F32, n));
+    } else if (e->gas > 1) {
         /* The user's buffer is zeroed for every micro-step, so the window is
          * summed in a full fp32 accumulator and reduced once at its end, in
          * the parameter dtype like a single micro-step. The sum is divided by
@@ -99,6 +143,7 @@ zc_status zc__grads_full_buffer(zc_engine *e, zc_chunk *c, void **out)
 static void reset_micro_flags(zc_engine *e)
 {
     zc__bucket_clear(e);
+    zc__act_micro_done(e); /* the activation store's checkpoints end with it */
     for (int i = 0; i < e->nparams; i++)
         e->params[i]->ready = false;
     for (int k = 0; k < e->nchunks; k++) {

@@ -31,13 +31,20 @@ double zc__grad_avg(const zc_engine *e);
 /* Multiplies n P-dtype gradient elements at buf by zc__grad_prescale, on the
  * engine's stream (nothing when it is 1). */
 zc_status zc__grads_apply_prescale(zc_engine *e, void *buf, size_t n);
+/* With 16-bit accumulation (e->acc_dt, grads.c): multiplies this
+ * micro-step's n P-dtype gradient elements at buf by 1 / K, rounded to the
+ * working dtype, on the engine's stream, before anything else touches them;
+ * nothing otherwise. */
+zc_status zc__grads_micro_scale(zc_engine *e, void *buf, size_t n);
 
 /* Stages 0/1: the work on chunk c's full P-dtype gradient before the stage's
  * collective. With accumulation (K > 1) the window is summed in the full
  * fp32 accumulator; a micro-step that is not the window's last ends there
  * (*reduce false; the gradient buffer is cleared for the next). At the
  * window's end the fp32 sum is divided by K and rounded back into the
- * gradient; then the prescale, and comm_stream is ordered after the engine's
+ * gradient (with 16-bit accumulation each micro-step is divided by K and the
+ * sum rounded after every add instead, grads.c); then the prescale, and
+ * comm_stream is ordered after the engine's
  * stream: *reduce true, the collective comes next (stage0.c all-reduces,
  * src/zero1 reduce-scatters). */
 zc_status zc__grads_full_window(zc_engine *e, zc_chunk *c, bool last_micro, bool *reduce);
@@ -81,6 +88,21 @@ zc_status zc__param_acquire(zc_engine *e, zc_param *p, void *stream, void **out)
  * padded elements and the caller puts it back (zc__bufpool_put); on failure
  * nothing is held. `what` names the read in the agreed failure message. */
 zc_status zc__master_gather_chunk(zc_engine *e, int k, const char *what, void **slot);
+
+/* ---- publish.c: the working parameters after a load ---------------------- */
+
+/* Chunk k's working parameters of this rank's optimizer range (n elements
+ * from chunk element r0: the whole chunk at stage 0, else the shard) from
+ * its master (the home's memory: host memory when `host`), as the step
+ * writes them; an offloaded stage-3 shard goes to its home. */
+zc_status zc__params_from_master(zc_engine *e, int k, int64_t r0, const float *master,
+                                 bool host, size_t n);
+/* After every chunk's zc__params_from_master: the working parameters on
+ * every rank, as after a step's publish (stages 1-2 and stage 3's gathered
+ * chunks all-gathered, not counted in the step's communication stats), the
+ * parameter home's writes flushed and agreed first (`what` names them in
+ * the agreed failure). Collective. */
+zc_status zc__params_publish(zc_engine *e, const char *what);
 
 /* ---- adopt.c: blocks in the caller's memory ---------------------------- */
 

@@ -114,6 +114,7 @@ ZC_API zc_status zc_pass_begin(zc_engine *e, zc_pass_kind kind)
     if (e->pol->quiesce)
         e->pol->quiesce(e);
     zc__timers_pause(&e->timers);
+    e->pass.tl_t0 = zc__timeline_loop_begin(e);
     set_aside(e);
     e->pass.kind = ZC_PASS_EVAL;
     e->trace = &e->traces[ZC_PASS_EVAL];
@@ -139,6 +140,8 @@ ZC_API zc_status zc_pass_end(zc_engine *e)
     take_back(e);
     e->trace = &e->traces[ZC_PASS_TRAIN];
     e->pass.kind = ZC_PASS_TRAIN;
+    zc__timeline_loop_end(e, e->pass.tl_t0, "evaluation pass");
+    e->pass.tl_t0 = 0;
     zc__timers_resume(&e->timers);
     return ZC_OK;
 }

@@ -11,12 +11,24 @@
  * over the wall time since the previous line (or the build). Memory is this
  * rank's, from the engine's account: what the library allocated, not what
  * the process holds; the bytes are what this rank sent in the last step's
- * collectives, to ranks on its node and on others (zc_stats). With wall_clock_breakdown the line ends with the mean
+ * collectives, to ranks on its node and on others (zc_stats). With
+ * wall_clock_breakdown the line ends with the mean
  * of each timer (timers.h) over the steps since the previous line:
  *
  *   ..., time (ms, mean of 20 steps): forward=1.203 backward=2.410
- *   reduce=0.311 gather=0.000 optimizer=0.502 io_wait=0.000 step=4.426 */
+ *   reduce=0.311 gather=0.000 optimizer=0.502 io_wait=0.000 step=4.426
+ *
+ * When the program stated its work per step (zc_engine_set_workload), the
+ * throughput follows samples/s: tokens/s over every rank, and with FLOPs
+ * the achieved TFLOP/s of one rank (the step's FLOPs over the ranks) and
+ * MFU = that / the peak (stated, or on the host path the estimate of
+ * zc_host_peak_flops; none on a device without a stated peak):
+ *
+ *   ..., samples/s=412.3, tokens/s=52774.4, TFLOP/s=0.041 per rank,
+ *   MFU=13.9% of 0.294 TFLOP/s, MemAllocated ... */
+#include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "base/clock.h"
 #include "core/engine.h"
@@ -44,7 +56,7 @@ static void timer_text(const zc_engine *e, char *buf, size_t cap)
 {
     buf[0] = '\0';
     const int64_t n = e->timers.timed - e->prog_timed0;
-    if (!e->timers.on || n <= 0)
+    if (!e->timers.report || n <= 0)
         return;
     size_t off = 0;
     int w = snprintf(buf, cap, ", time (ms, mean of %lld steps):", (long long)n);
@@ -90,6 +102,62 @@ static void by_kind(char *buf, size_t cap, const _Atomic int64_t *v)
     }
 }
 
+/* ", tokens/s=.., TFLOP/s=.. per rank, MFU=..% of .. TFLOP/s" over `steps`
+ * steps in dt seconds, from what the program stated; else nothing. */
+static void throughput_text(const zc_engine *e, double steps, double dt, char *buf, size_t cap)
+{
+    buf[0] = '\0';
+    const zc_workload *w = &e->workload;
+    if (!(dt > 0) || !(steps > 0))
+        return;
+    size_t off = 0;
+    int n = 0;
+    if (w->tokens_per_step > 0)
+        n = snprintf(buf, cap, ", tokens/s=%.1f", steps * w->tokens_per_step / dt);
+    if (n > 0)
+        off += (size_t)n;
+    if (w->flops_per_step > 0 && off < cap) {
+        const double per_rank = steps * w->flops_per_step / (double)e->world / dt;
+        n = snprintf(buf + off, cap - off, ", TFLOP/s=%.3f per rank", per_rank / 1e12);
+        if (n > 0)
+            off += (size_t)n;
+        if (e->peak_flops > 0 && off < cap)
+            snprintf(buf + off, cap - off, ", MFU=%.1f%% of %.3f TFLOP/s",
+                     100.0 * per_rank / e->peak_flops, e->peak_flops / 1e12);
+    }
+}
+
+ZC_API zc_status zc_engine_set_workload(zc_engine *e, const zc_workload *w)
+{
+    ZC_CHECK(zc__eng_enter(e, "zc_engine_set_workload", false));
+    if (!w || w->size < sizeof(zc_workload))
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "zc_engine_set_workload: %s",
+                      !w ? "w is NULL" : "w->size is smaller than sizeof(zc_workload)");
+    const struct {
+        const char *name;
+        double v;
+    } f[] = {{"tokens_per_step", w->tokens_per_step}, {"flops_per_step", w->flops_per_step},
+             {"peak_flops", w->peak_flops}};
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        if (!isfinite(f[i].v) || f[i].v < 0)
+            return ZC_ERR(ZC_ERR_INVALID_ARG,
+                          "zc_engine_set_workload: %s = %g; want a finite number >= 0", f[i].name,
+                          f[i].v);
+    e->workload = *w;
+    e->workload.size = sizeof(zc_workload);
+    e->peak_flops = w->peak_flops;
+    snprintf(e->peak_how, sizeof e->peak_how, "%s", w->peak_flops > 0 ? "stated" : "none");
+    if (!(w->peak_flops > 0) && e->dev->mem_kind != ZC_MEMKIND_DEVICE) {
+        /* The host path: the machine's own estimate. */
+        double p = 0;
+        if (zc_host_peak_flops(&p, e->peak_how, sizeof e->peak_how) == ZC_OK)
+            e->peak_flops = p;
+        else
+            zc__error_clear();
+    }
+    return ZC_OK;
+}
+
 void zc__progress_step(zc_engine *e, double lr)
 {
     const int64_t every = e->cfg->steps_per_print;
@@ -102,17 +170,18 @@ void zc__progress_step(zc_engine *e, double lr)
                               ? e->cfg->train_micro_batch_size_per_gpu : 1;
     const double samples =
         (double)(e->steps - e->prog_steps0) * (double)micro * (double)e->gas * (double)e->world;
-    char cur[160], peak[160], tm[320], intra[32], inter[32];
+    char cur[160], peak[160], tm[320], tput[160], intra[32], inter[32];
     fmt_bytes(intra, sizeof intra, e->link_last[ZC_LINK_INTRA_NODE]);
     fmt_bytes(inter, sizeof inter, e->link_last[ZC_LINK_INTER_NODE]);
     by_kind(cur, sizeof cur, e->acct.kind_total);
     by_kind(peak, sizeof peak, e->acct.kind_peak);
     timer_text(e, tm, sizeof tm);
-    ZC_LOGI("core", "step=%lld, skipped=%lld, lr=%g, loss_scale=%g, samples/s=%.1f, "
+    throughput_text(e, (double)(e->steps - e->prog_steps0), dt, tput, sizeof tput);
+    ZC_LOGI("core", "step=%lld, skipped=%lld, lr=%g, loss_scale=%g, samples/s=%.1f%s, "
             "MemAllocated %s, MaxMemAllocated %s, comm_bytes_per_step_by_link intra_node=%s "
             "inter_node=%s%s",
             (long long)e->steps, (long long)e->skipped, lr, e->scaler.scale,
-            dt > 0 ? samples / dt : 0.0, cur, peak, intra, inter, tm);
+            dt > 0 ? samples / dt : 0.0, tput, cur, peak, intra, inter, tm);
     e->prog_t0 = t;
     e->prog_steps0 = e->steps;
     mark_timers(e);

@@ -22,8 +22,17 @@
  * of every window: the timers are paused.
  *
  * Everything is host time: on CUDA the asynchronous work is charged to
- * whichever phase waits for it. Disabled (wall_clock_breakdown false), every
- * call is a branch on `on`. One engine, one thread: no locking. */
+ * whichever phase waits for it. Disabled (wall_clock_breakdown false and no
+ * timeline window open), every call is a branch on `on`. One engine, one
+ * thread: no locking.
+ *
+ * The timeline (src/trace) takes its step windows and their top-level spans
+ * from here while its window is open (`tl`): the window is its step span,
+ * and it is tiled by "forward" and "backward" (the base phases, one span per
+ * stretch) and "optimizer step" (zc_step, opened by the push of optimizer
+ * at depth 0), cut at the same clock reads, so they add up to the step's
+ * span exactly. The nested phases are not spans of their own: the engine's
+ * hooks record what runs inside them. */
 #ifndef ZC_CORE_TIMERS_H
 #define ZC_CORE_TIMERS_H
 
@@ -34,8 +43,14 @@
 
 #define ZC_TIMER_DEPTH 8
 
+struct zc_tl;
+
 typedef struct zc_step_timers {
-    bool on, running;
+    bool on, running;             /* on: the machine runs (report or a timeline window) */
+    bool report;                  /* wall_clock_breakdown: zc_engine_timers, progress lines */
+    struct zc_tl *tl;             /* the timeline whose window is open, else NULL */
+    int64_t top0;                 /* the timeline: start of the open top-level span (ns) */
+    bool in_step_phase;           /* the timeline: zc_step's span is the open one */
     bool paused;                  /* an evaluation pass is open: its time is no step's */
     int phase;                    /* charged now */
     int stack[ZC_TIMER_DEPTH];    /* enclosing phases of a nested one */
@@ -49,8 +64,11 @@ typedef struct zc_step_timers {
     int64_t timed;                /* windows closed since build */
 } zc_step_timers;
 
-/* Clears t; on = wall_clock_breakdown. */
+/* Clears t; report = on = wall_clock_breakdown. */
 void zc__timers_init(zc_step_timers *t, bool on);
+/* Gives the step windows to timeline tl from the next one on (NULL: no
+ * more). Only between windows. */
+void zc__timers_trace(zc_step_timers *t, struct zc_tl *tl);
 /* Opens the window (base phase forward) unless it is open. */
 void zc__timers_begin(zc_step_timers *t);
 /* A gradient buffer was requested: the base phase becomes backward. */
@@ -68,7 +86,8 @@ void zc__timers_move(zc_step_timers *t, zc_timer_phase from, zc_timer_phase to, 
  * window goes on at resume as if the pass had taken no time. */
 void zc__timers_pause(zc_step_timers *t);
 void zc__timers_resume(zc_step_timers *t);
-/* Closes the window as the timings of optimizer step `step`. */
-void zc__timers_end(zc_step_timers *t, int64_t step);
+/* Closes the window as the timings of optimizer step `step` (of
+ * micro_steps micro-steps; skipped: the overflow skipped it). */
+void zc__timers_end(zc_step_timers *t, int64_t step, int micro_steps, bool skipped);
 
 #endif

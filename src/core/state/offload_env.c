@@ -13,6 +13,12 @@ bool zc__eng_io_fault(void *arg, int64_t *nth)
     return e->state == ZC_ENG_BUILT && zc__faults_hit(&e->faults, ZC_FAULT_IO, nth);
 }
 
+bool zc__eng_load_fault(void *arg, int64_t *nth)
+{
+    zc_engine *e = arg;
+    return e->state == ZC_ENG_BUILT && zc__faults_hit(&e->faults, ZC_FAULT_LOAD, nth);
+}
+
 zc_home_env zc__eng_home_env(zc_engine *e)
 {
     return (zc_home_env){

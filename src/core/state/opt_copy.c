@@ -112,8 +112,8 @@ zc_status zc__opt_copy_grad_d2h(zc_engine *e, zc_chunk *c, const void *src, void
         return ZC_ERR(ZC_ERR_INTERNAL, "chunk %d: a gradient copy lands on one not consumed", k);
     ZC_CHECK(d->ops->event_record(d, e->ev_copy_in, from));
     ZC_CHECK(d->ops->stream_wait_event(d, e->copy_stream, e->ev_copy_in));
-    ZC_CHECK(d->ops->copy(d, land, src, (size_t)c->shard * e->pesz, ZC_COPY_D2H,
-                          e->copy_stream));
+    ZC_CHECK(zc__eng_copy(e, land, src, (size_t)c->shard * e->pesz, ZC_COPY_D2H,
+                          e->copy_stream, k));
     ZC_CHECK(d->ops->event_record(d, e->ev_land[k], e->copy_stream));
     e->land_pending[k] = true;
     const int slot = c->gbuf ? zc__bufpool_slot(&e->pool_grad, c->gbuf) : -1;
@@ -134,8 +134,7 @@ zc_status zc__opt_copy_settle(zc_engine *e, int k)
         return ZC_OK; /* stage 1: Adam reads the landed slice itself */
     zc_opt_home *h = land_home(e);
     zc_device *hd = zc__device_host();
-    return hd->ops->accumulate(hd, c->acc, h->ops->grad_land(h, k), e->pdt, (size_t)c->shard,
-                               NULL);
+    return zc__grad_acc_add(e, hd, c->acc, h->ops->grad_land(h, k), (size_t)c->shard, NULL);
 }
 
 zc_status zc__opt_copy_settle_all(zc_engine *e)
@@ -161,7 +160,7 @@ zc_status zc__opt_copy_out_end(zc_engine *e, int k, void *dst, const void *src, 
     const int s = k & 1;
     ZC_CHECK(d->ops->event_record(d, e->ev_copy_in, e->stream));
     ZC_CHECK(d->ops->stream_wait_event(d, e->copy_stream, e->ev_copy_in));
-    ZC_CHECK(d->ops->copy(d, dst, src, bytes, ZC_COPY_H2D, e->copy_stream));
+    ZC_CHECK(zc__eng_copy(e, dst, src, bytes, ZC_COPY_H2D, e->copy_stream, k));
     ZC_CHECK(d->ops->event_record(d, e->ev_out[s], e->copy_stream));
     e->out_pending[s] = true;
     return d->ops->stream_wait_event(d, e->stream, e->ev_out[s]);

@@ -210,6 +210,14 @@ zc_device *zc__opt_acc_dev(zc_engine *e, const zc_chunk *c)
     return c->acc_host ? zc__device_host() : e->dev;
 }
 
+zc_status zc__grad_acc_add(zc_engine *e, zc_device *d, float *acc, const void *src, size_t n,
+                           void *stream)
+{
+    if (e->acc_dt == ZC_DTYPE_F32)
+        return d->ops->accumulate(d, acc, src, e->pdt, n, stream);
+    return d->ops->accumulate_rounded(d, acc, src, e->pdt, e->acc_dt, n, stream);
+}
+
 zc_status zc__opt_grad_accumulate(zc_engine *e, zc_chunk *c, const void *own, void *stream)
 {
     zc_device *d = e->dev;
@@ -221,18 +229,19 @@ zc_status zc__opt_grad_accumulate(zc_engine *e, zc_chunk *c, const void *own, vo
         const void *src = own;
         if (e->opt_staging) {
             void *st = hm->ops->grad_in_stage(hm);
-            ZC_CHECK(d->ops->copy(d, st, own, n * e->pesz, ZC_COPY_D2H, stream));
+            ZC_CHECK(zc__eng_copy(e, st, own, n * e->pesz, ZC_COPY_D2H, stream,
+                                  (int)(c - e->chunks)));
             ZC_CHECK(d->ops->stream_sync(d, stream));
             src = st;
         }
-        return hm->ops->grad_add(hm, (int)(c - e->chunks), src, e->pdt, e->micro == 0,
-                                 e->micro == e->gas - 1, &c->acc_sumsq);
+        return hm->ops->grad_add(hm, (int)(c - e->chunks), src, e->pdt, e->acc_dt,
+                                 e->micro == 0, e->micro == e->gas - 1, &c->acc_sumsq);
     }
     if (!c->acc_host)
-        return d->ops->accumulate(d, c->acc, own, e->pdt, n, stream);
+        return zc__grad_acc_add(e, d, c->acc, own, n, stream);
     zc_device *h = zc__device_host();
     if (!e->opt_staging) /* device memory is host memory: add in place */
-        return h->ops->accumulate(h, c->acc, own, e->pdt, n, NULL);
+        return zc__grad_acc_add(e, h, c->acc, own, n, NULL);
     /* D2H on the copy stream into the chunk's landing buffer; the host adds
      * it at the micro-step's end or in the norm (opt_copy.c). */
     if (zc__opt_copy_on(e, c))
@@ -245,11 +254,11 @@ zc_status zc__opt_grad_accumulate(zc_engine *e, zc_chunk *c, const void *own, vo
     zc_opt_view v;
     zc_status rc = hm->ops->acquire(hm, k, &v);
     if (rc == ZC_OK)
-        rc = d->ops->copy(d, v.grad_stage, own, n * e->pesz, ZC_COPY_D2H, stream);
+        rc = zc__eng_copy(e, v.grad_stage, own, n * e->pesz, ZC_COPY_D2H, stream, k);
     if (rc == ZC_OK)
         rc = d->ops->stream_sync(d, stream);
     if (rc == ZC_OK)
-        rc = h->ops->accumulate(h, c->acc, v.grad_stage, e->pdt, n, NULL);
+        rc = zc__grad_acc_add(e, h, c->acc, v.grad_stage, n, NULL);
     if (rc == ZC_OK)
         rc = hm->ops->release(hm, k, false);
     zc_status erc = hm->ops->pass_end(hm);
@@ -319,8 +328,8 @@ zc_status zc__opt_fetch(zc_engine *e, int k, zc_opt_chunk *out)
          * host-held fp32 shard is already there. */
         const size_t gesz = zc_dtype_size(out->grad_dtype);
         const char *src = g + (size_t)(shard_base - out->grad_base) * gesz;
-        ZC_CHECK(d->ops->copy(d, v.grad_stage, src, (size_t)c->shard * gesz, ZC_COPY_D2H,
-                              e->stream));
+        ZC_CHECK(zc__eng_copy(e, v.grad_stage, src, (size_t)c->shard * gesz, ZC_COPY_D2H,
+                              e->stream, k));
         ZC_CHECK(d->ops->stream_sync(d, e->stream));
         out->grad = v.grad_stage;
         out->grad_base = shard_base;
@@ -352,8 +361,8 @@ zc_status zc__opt_put(zc_engine *e, int k, zc_opt_chunk *oc)
         if (zc__opt_copy_on(e, c)) {
             ZC_CHECK(zc__opt_copy_out_end(e, k, dst, oc->pout, (size_t)c->shard * e->pesz));
         } else {
-            ZC_CHECK(d->ops->copy(d, dst, oc->pout, (size_t)c->shard * e->pesz, ZC_COPY_H2D,
-                                  e->stream));
+            ZC_CHECK(zc__eng_copy(e, dst, oc->pout, (size_t)c->shard * e->pesz, ZC_COPY_H2D,
+                                  e->stream, k));
             ZC_CHECK(d->ops->stream_sync(d, e->stream));
         }
     }
@@ -374,6 +383,35 @@ zc_status zc__opt_visit(zc_engine *e, bool dirty, zc_opt_visit_fn fn, void *arg)
         /* Released also after a failure: a streaming home must see every
          * acquire handed back before pass_end drains it. */
         zc_status rrc = h->ops->release(h, k, dirty && rc == ZC_OK);
+        if (rc == ZC_OK)
+            rc = rrc;
+    }
+    zc_status erc = end_all(e);
+    return rc != ZC_OK ? rc : erc;
+}
+
+zc_status zc__opt_visit_master(zc_engine *e, zc_opt_visit_fn fn, void *arg)
+{
+    /* As zc__opt_visit, each home in a pass of its own kind: a home with a
+     * master-only pass (nvme) reads nothing and writes the master alone. */
+    for (int h = 0; h < e->nhomes; h++) {
+        int n = 0;
+        for (int k = 0; k < e->nchunks; k++)
+            if (e->chunks[k].home == h)
+                e->pass_ks[n++] = k;
+        zc_opt_home *hm = e->homes[h];
+        ZC_CHECK(hm->ops->pass_begin_master ? hm->ops->pass_begin_master(hm, e->pass_ks, n)
+                                            : hm->ops->pass_begin(hm, e->pass_ks, n));
+    }
+    zc_status rc = ZC_OK;
+    for (int k = 0; k < e->nchunks && rc == ZC_OK; k++) {
+        zc_opt_home *h = e->homes[e->chunks[k].home];
+        zc_opt_view v;
+        rc = h->ops->acquire(h, k, &v);
+        if (rc != ZC_OK)
+            break;
+        rc = fn(e, k, &v, h->ops->host, arg);
+        zc_status rrc = h->ops->release(h, k, rc == ZC_OK);
         if (rc == ZC_OK)
             rc = rrc;
     }

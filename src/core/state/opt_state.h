@@ -55,9 +55,17 @@ float *zc__opt_grad_home(zc_engine *e, const zc_chunk *c);
 bool zc__opt_grad_swapped(zc_engine *e, const zc_chunk *c);
 /* The device whose ops address c->acc (the host for a host-held shard). */
 zc_device *zc__opt_acc_dev(zc_engine *e, const zc_chunk *c);
+/* acc (fp32, n elements) += src (n P-dtype gradient elements), both
+ * addressed by d's ops, on `stream`, in the window's accumulation dtype
+ * e->acc_dt: an fp32 add, or the sum rounded to the 16-bit working dtype
+ * (src/core/loop/grads.c). Every add into a window's accumulator goes
+ * through here. */
+zc_status zc__grad_acc_add(zc_engine *e, zc_device *d, float *acc, const void *src, size_t n,
+                           void *stream);
 /* c->acc += own (this rank's reduced P-dtype slice, device memory, produced
- * on `stream`): a device kernel on `stream`, or D2H into pinned staging (after
- * `stream`) and a host add for a host-held or swapped shard. */
+ * on `stream`), as zc__grad_acc_add adds: a device kernel on `stream`, or D2H
+ * into pinned staging (after `stream`) and a host add for a host-held or
+ * swapped shard. */
 zc_status zc__opt_grad_accumulate(zc_engine *e, zc_chunk *c, const void *own, void *stream);
 /* While Adam runs on chunk k: keeps the home's I/O moving (non-blocking).
  * Returns whether I/O is still in flight. */
@@ -117,6 +125,11 @@ zc_status zc__opt_master_read(zc_engine *e, int k, float *dst, size_t n);
 typedef zc_status (*zc_opt_visit_fn)(zc_engine *e, int k, const zc_opt_view *v, bool host,
                                      void *arg);
 zc_status zc__opt_visit(zc_engine *e, bool dirty, zc_opt_visit_fn fn, void *arg);
+/* The same pass for an import that overwrites every chunk's master in this
+ * rank's range and leaves m and v as they are: the view's master is to be
+ * written whole (an NVMe home hands out a buffer it did not read, m and v
+ * NULL, and writes the master alone); each chunk is written back after fn. */
+zc_status zc__opt_visit_master(zc_engine *e, zc_opt_visit_fn fn, void *arg);
 
 /* Tests: make host homes stage through pinned buffers even when device
  * memory is host memory, so the host path runs the CUDA path's copies. */
@@ -130,5 +143,8 @@ zc_opt_home *zc__opt_offload_home(zc_engine *e);
  * included: true when that swap-file read or write is to fail. */
 zc_home_env zc__eng_home_env(zc_engine *e);
 bool zc__eng_io_fault(void *arg, int64_t *nth);
+/* ZC_FAULTS load items: true when this payload read of zc_load_safetensors
+ * is to fail (src/load asks before each). */
+bool zc__eng_load_fault(void *arg, int64_t *nth);
 
 #endif

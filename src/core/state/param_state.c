@@ -212,7 +212,7 @@ zc_status zc__param_send(zc_engine *e, int k, void *gather, const void **send)
     if (rc == ZC_OK)
         rc = d->ops->stream_wait_event(d, e->h2d_stream, e->ev_h2d_in);
     if (rc == ZC_OK)
-        rc = d->ops->copy(d, slot, src, bytes, ZC_COPY_H2D, e->h2d_stream);
+        rc = zc__eng_copy(e, slot, src, bytes, ZC_COPY_H2D, e->h2d_stream, k);
     if (rc == ZC_OK)
         rc = d->ops->event_record(d, e->ev_h2d_done, e->h2d_stream);
     if (rc == ZC_OK)
@@ -263,8 +263,8 @@ zc_status zc__param_out_end(zc_engine *e, int k)
     zc_status rc = ZC_OK;
     if (c->pout_dev) {
         zc_device *d = e->dev;
-        rc = d->ops->copy(d, c->pout_home, c->pout_dev, (size_t)c->shard * e->pesz, ZC_COPY_D2H,
-                          e->stream);
+        rc = zc__eng_copy(e, c->pout_home, c->pout_dev, (size_t)c->shard * e->pesz,
+                          ZC_COPY_D2H, e->stream, k);
         if (rc == ZC_OK)
             rc = d->ops->stream_sync(d, e->stream);
         zc__bufpool_put(&e->pool_stage, &c->pout_dev);

@@ -21,7 +21,10 @@
  *      unscaled norm), rounded once to float (with
  *      fp16.deepspeed_unscale_order, loss_scale is the scaler's value after
  *      this step's update, DeepSpeed's order); one fused Adam pass per
- *      segment of the shards this rank owns; its outcome (and the gradient
+ *      segment of the shards this rank owns, in zeroc's arithmetic or, with
+ *      optimizer.params.deepspeed_arithmetic, DeepSpeedCPUAdam's (its fp32
+ *      coefficients from the beta powers in e->adam_ds, its FMAs:
+ *      optim/adam.h); its outcome (and the gradient
  *      reset's) is agreed across ranks (zc__eng_agree): a failure on any
  *      rank breaks the engine on every rank, so a part-applied step is never
  *      run again; then the loss scaler advances;
@@ -149,6 +152,21 @@ static int64_t adam_piece(const zc_engine *e, int k)
     return h->ops->progress ? ADAM_PIECE : INT64_MAX;
 }
 
+int64_t zc__step_adam_calls(const zc_engine *e)
+{
+    int64_t calls = 0;
+    const bool full_opt = e->pol->full_optimizer;
+    for (int k = 0; k < e->nchunks; k++) {
+        const zc_chunk *c = &e->chunks[k];
+        const int64_t piece = adam_piece(e, k);
+        const int r0 = full_opt ? 0 : e->srank, r1 = full_opt ? e->sworld : e->srank + 1;
+        for (int r = r0; r < r1; r++)
+            for (int si = c->seg_begin[r]; si < c->seg_begin[r + 1]; si++)
+                calls += piece == INT64_MAX ? 1 : (c->segs[si].n + piece - 1) / piece;
+    }
+    return calls;
+}
+
 /* Chunk k's Adam through its home. On a home that moves its I/O along
  * between pieces the host Adam runs on the threads `pace` gives
  * (optim/adam_pace.h: while I/O is in flight, no more cores than keep it
@@ -157,6 +175,7 @@ static zc_status adam_chunk(zc_engine *e, int k, const zc_adam_coeffs *coeffs, f
                             zc_adam_pace *pace)
 {
     zc_chunk *c = &e->chunks[k];
+    const int64_t t0 = zc__tl_begin();
     zc_opt_chunk oc;
     ZC_CHECK(zc__opt_fetch(e, k, &oc));
     const bool full_opt = e->pol->full_optimizer;
@@ -193,10 +212,15 @@ static zc_status adam_chunk(zc_engine *e, int k, const zc_adam_coeffs *coeffs, f
             }
         }
     }
-    return zc__opt_put(e, k, &oc);
+    const zc_status rc = zc__opt_put(e, k, &oc);
+    zc__tl_span(t0, ZC_TLK_SPAN, "adam chunk", k, c->shard);
+    return rc;
 }
 
-static zc_status run_adam(zc_engine *e, float grad_scale, double lr, double beta1, double beta2)
+/* ds: DeepSpeed's beta powers for this step (already advanced to it), read
+ * under optimizer.params.deepspeed_arithmetic only. */
+static zc_status run_adam(zc_engine *e, float grad_scale, double lr, double beta1, double beta2,
+                          const zc_adam_ds_state *ds)
 {
     const zc_config *cfg = e->cfg;
     zc_adam_coeffs coeffs[e->ngroups];
@@ -210,7 +234,8 @@ static zc_status run_adam(zc_engine *e, float grad_scale, double lr, double beta
             .adamw = cfg->optimizer.adam_w_mode || cfg->optimizer.adamw_type,
             .bias_correction = cfg->optimizer.bias_correction,
         };
-        coeffs[g] = zc__adam_coeffs(&hp, e->adam_steps + 1);
+        coeffs[g] = cfg->optimizer.deepspeed_arithmetic ? zc__adam_coeffs_ds(ds, &hp)
+                                                        : zc__adam_coeffs(&hp, e->adam_steps + 1);
     }
     /* Reads and gathers made ahead for chunks nothing holds are dropped
      * first: the update changes those shards (and an nvme parameter home
@@ -288,6 +313,55 @@ static void snapshot_stats(zc_engine *e)
     e->off_cur = (struct zc_offload_step){0};
 }
 
+/* The unscale and clip factor for optimizer.params.deepspeed_arithmetic: as
+ * DeepSpeed computes it at the same stage (zeroc's grad_scale is the
+ * factor DeepSpeed multiplies its averaged gradient by; avg, the averaging
+ * its reduction applied before, is a power of two for power-of-two worlds
+ * and accumulations, so the product with it rounds nothing more).
+ *   stages 1-2: DeepSpeedZeroOptimizer (stage_1_and_2.py get_grad_norm_direct
+ *     2684-2697 sums the squares in fp64 and rounds the sum to fp32 before
+ *     the square root; unscale_and_clip_grads 3198-3216 works on that fp32
+ *     0-d tensor): clip = max(1, (norm / scale + 1e-6) / max_norm),
+ *     combined = clip * scale, the gradient times 1 / combined, all fp32;
+ *   stage 3: DeepSpeedZeroOptimizer_Stage3 keeps the norm in fp64
+ *     (get_norm_dtype, stage3.py 2457-2476) and clips in fp64 (2981-2988),
+ *     multiplying by 1 / combined rounded to fp32: zeroc's own formula;
+ *   stage 0, fp32: the engine's clip_grad_norm_ (runtime/utils.py 422-427):
+ *     the gradient times min(1, max_norm / (norm + 1e-6)), fp32;
+ *   stage 0, fp16/bf16: DeepSpeed runs FP16_Optimizer there (D2/D4, not
+ *     copied); zeroc's stage 0 is its stages 1-3, so its own formula.
+ * The norm is zeroc's (fp64 partials); rounded to fp32 as DeepSpeed's
+ * stage 1-2 norm is, it comes within an fp32 ulp of DeepSpeed's fp32 sum of
+ * the same squares. Returns false where the default formula is DeepSpeed's. */
+static bool ds_grad_scale(const zc_engine *e, double sumsq, double avg, double scale,
+                          double max_norm, float *out)
+{
+    const float ls = (float)scale, mx = (float)max_norm;
+    if (e->stage == 1 || e->stage == 2) {
+        const float norm = sqrtf((float)(sumsq * avg * avg));
+        float combined = ls;
+        if (max_norm > 0) {
+            float clip = (norm / ls + 1e-6f) / mx;
+            if (!(clip >= 1.0f)) /* torch.clamp(clip, min=1.0) */
+                clip = 1.0f;
+            combined = clip * ls;
+        }
+        *out = (float)(avg * (double)(1.0f / combined));
+        return true;
+    }
+    if (e->stage == 0 && e->pdt == ZC_DTYPE_F32) {
+        float coef = 1.0f;
+        if (max_norm > 0) {
+            const float norm = (float)(sqrt(sumsq) * avg);
+            const float c = mx / (norm + 1e-6f);
+            coef = c < 1.0f ? c : 1.0f; /* torch.min(1.0, clip_coef) */
+        }
+        *out = (float)(avg * (double)coef);
+        return true;
+    }
+    return false;
+}
+
 /* zc_step's work; the public call times it and prints the progress line. */
 static zc_status step_window(zc_engine *e, zc_step_info *info)
 {
@@ -322,7 +396,9 @@ static zc_status step_window(zc_engine *e, zc_step_info *info)
     /* With overlap_comm the last reductions may still run on comm_stream:
      * the norm, Adam and the reset read or clear what they wrote. */
     ZC_CHECK(zc__order_engine_after_reductions(e));
+    const int64_t tn = zc__tl_begin();
     ZC_CHECK(norm_partials(e, &sumsq));
+    zc__tl_span(tn, ZC_TLK_SPAN, "norm", -1, e->nchunks);
     const double ls = e->scaler.scale;
     const double avg = zc__grad_avg(e);
     const bool finite = isfinite(sumsq);
@@ -375,7 +451,22 @@ static zc_status step_window(zc_engine *e, zc_step_info *info)
             if (c > 1.0)
                 clip = c;
         }
-        const float grad_scale = (float)(avg / (uls * clip));
+        float grad_scale;
+        if (!cfg->optimizer.deepspeed_arithmetic ||
+            !ds_grad_scale(e, sumsq, avg, uls, cfg->gradient_clipping, &grad_scale))
+            grad_scale = (float)(avg / (uls * clip));
+        /* With fp16.deepspeed_unscale_order the norm is reported as
+         * DeepSpeed reports it on a growth step: divided by the new scale at
+         * stages 0 and 3 (stage3.py step() line 2897 and fused_optimizer.py
+         * 340 divide after _update_scale), by the previous one at stages 1-2
+         * (stage_1_and_2.py 3071: prev_scale). Elsewhere it is the gradient's. */
+        if (info && cfg->fp16.deepspeed_unscale_order && (e->stage == 0 || e->stage == 3))
+            info->grad_norm = sqrt(sumsq) * avg / next.scale;
+        /* DeepSpeed's beta powers advanced to this step (IncrementStep), kept
+         * only once the step is agreed, like the scaler. */
+        zc_adam_ds_state ds = e->adam_ds;
+        if (cfg->optimizer.deepspeed_arithmetic)
+            zc__adam_ds_increment(&ds, e->adam_steps + 1, beta1, beta2);
         /* The first state change: Adam writes master, moments and params
          * shard by shard, so a failure part-way leaves some updated. Nothing
          * may then run the step again (it would apply the update twice),
@@ -385,11 +476,14 @@ static zc_status step_window(zc_engine *e, zc_step_info *info)
          * gradient reset is rank-local work of the same kind, so it is
          * agreed together with Adam. The scaler and the counters advance
          * only after that, so a failed step never moves them. */
-        zc_status rc = run_adam(e, grad_scale, lr, beta1, beta2);
+        const int64_t ta = zc__tl_begin();
+        zc_status rc = run_adam(e, grad_scale, lr, beta1, beta2, &ds);
+        zc__tl_span(ta, ZC_TLK_SPAN, "optimizer pass", -1, e->nchunks);
         if (rc == ZC_OK)
             rc = zc__grads_reset(e);
         ZC_CHECK(zc__eng_agree(e, rc, "zc_step: the optimizer update"));
         e->scaler = next;
+        e->adam_ds = ds;
         if (!zc__count_step(&e->adam_steps))
             return ZC_ERR(ZC_ERR_INTERNAL, "zc_step: optimizer-step counter overflow");
         ZC_LOGD("core", "step %lld: norm %g clip %g lr %g", (long long)e->steps, norm, clip, lr);
@@ -402,7 +496,9 @@ static zc_status step_window(zc_engine *e, zc_step_info *info)
     const double waited = zc__param_wait_begin(e);
     if (e->stage > 0)
         zc__timers_push(&e->timers, ZC_TIMER_GATHER);
+    const int64_t tp = e->stage > 0 ? zc__tl_begin() : 0;
     const zc_status prc = e->pol->publish(e, !overflow);
+    zc__tl_span(tp, ZC_TLK_SPAN, "publish", -1, e->nchunks);
     if (e->stage > 0)
         zc__timers_pop(&e->timers);
     zc__param_wait_end(e, waited);
@@ -486,8 +582,10 @@ ZC_API zc_status zc_step(zc_engine *e, zc_step_info *info)
     zc__timers_pop(&e->timers);
     /* A refused call (a missing gradient) leaves the window open; a step
      * taken, applied or skipped, closes it. */
-    if (e->steps != before)
-        zc__timers_end(&e->timers, e->steps);
+    if (e->steps != before) {
+        zc__timers_end(&e->timers, e->steps, (int)e->gas, out->skipped);
+        zc__timeline_step_end(e); /* the window's end or beginning */
+    }
     if (rc != ZC_OK)
         return rc;
     zc__progress_step(e, out->lr);

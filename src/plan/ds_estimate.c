@@ -1,14 +1,11 @@
-/* DeepSpeed's model-state estimators (plan.h: zc__est_deepspeed), printed
- * by `zeroc estimate` beside zeroc's own plan. */
+/* DeepSpeed's model-state estimators (plan.h, zc__est_deepspeed), which
+ * `zeroc estimate` prints beside the planner's own figures. */
 #include "plan/plan.h"
 
 static zc_status too_big(void)
 {
-    return ZC_ERR(ZC_ERR_NO_MEMORY, "DeepSpeed's estimators: the byte counts pass 2^64");
+    return ZC_ERR(ZC_ERR_NO_MEMORY, "the memory plan overflows 64-bit byte counts");
 }
-
-/* ---- DeepSpeed's estimators ------------------------------------------------ */
-
 /* a * b, then + c, checked; false on overflow. */
 static bool mad(uint64_t a, uint64_t b, uint64_t c, uint64_t *out)
 {
