@@ -78,6 +78,8 @@ typedef struct opts {
     const char *nvme_path;   /* --nvme-path: DIR[,DIR...] or NULL (both offload blocks) */
     const char *offload_param; /* --offload-param: "none", "cpu", "nvme" or NULL */
     long long reuse, max_in_cpu; /* --reuse-distance, --max-in-cpu; -1: config / default */
+    int mics, hpz;           /* --mics-shard-size, --hpz-partition-size; 0: not given */
+    bool mics_hier;          /* --mics-hierarchical */
     double offload_ratio;    /* --offload-ratio, 0 = not given */
     unsigned given;          /* GIVEN_* bits: flags set on the command line */
     bool json;
@@ -149,11 +151,17 @@ static void usage(FILE *f)
             "                 [--save-every N --save-dir DIR] [--resume]\n"
             "                 [--offload-param none|cpu|nvme] (stage 3) [--reuse-distance 0..2^40]\n"
             "                 [--max-in-cpu 0..2^40] [--plan]\n"
+            "                 [--mics-shard-size 1..64 [--mics-hierarchical]]\n"
+            "                 [--hpz-partition-size 1..64] (stage 3)\n"
             "defaults: --stage 2 --world 2 --dtype bf16 --steps 50 --accum 1 --batch 32\n"
             "          --seed 1 --clip 1.0 --lr 1e-3 --bucket 65536\n"
             "--config: a DeepSpeed JSON file decides stage, precision, optimizer, clipping,\n"
             "          buckets and accumulation; flags given explicitly override it, and\n"
             "          \"auto\" values are resolved from the flags (as the HF Trainer does).\n"
+            "--mics-shard-size S: MiCS, states sharded in groups of S ranks, replicated\n"
+            "          across them; --hpz-partition-size S: ZeRO++ hpZ (docs/config.md). The\n"
+            "          final line's comm_bytes_per_step_by_link splits what a rank sent by\n"
+            "          link: set ZC_RANKS_PER_NODE to say how many ranks share a node.\n"
             "--plan: print the engines' memory plan (zc_plan_memory: bytes by kind, the\n"
             "          placement, the stage) as one JSON line and exit without training.\n"
             "--save-every N: a checkpoint in --save-dir every N steps (tag global_stepN);\n"
@@ -198,12 +206,14 @@ static opts parse_args(int argc, char **argv)
         "--config", "--stage", "--world", "--steps", "--accum", "--batch", "--seed", "--clip",
         "--lr", "--bucket", "--persistence-threshold", "--prefetch", "--dump-params", "--dtype",
         "--offload-optimizer", "--nvme-path", "--offload-ratio", "--launcher", "--save-every",
-        "--save-dir", "--offload-param", "--reuse-distance", "--max-in-cpu"};
+        "--save-dir", "--offload-param", "--reuse-distance", "--max-in-cpu",
+        "--mics-shard-size", "--hpz-partition-size"};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--json")) { o.json = true; continue; }
         if (!strcmp(a, "--plan")) { o.plan = true; continue; }
         if (!strcmp(a, "--resume")) { o.resume = true; continue; }
+        if (!strcmp(a, "--mics-hierarchical")) { o.mics_hier = true; continue; }
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); quit(0); }
         bool known = false;
         for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
@@ -283,6 +293,8 @@ static opts parse_args(int argc, char **argv)
             o.offload_param = v;
         } else if (!strcmp(a, "--reuse-distance")) o.reuse = parse_int(a, v, 0, 1LL << 40);
         else if (!strcmp(a, "--max-in-cpu")) o.max_in_cpu = parse_int(a, v, 0, 1LL << 40);
+        else if (!strcmp(a, "--mics-shard-size")) o.mics = (int)parse_int(a, v, 1, 64);
+        else if (!strcmp(a, "--hpz-partition-size")) o.hpz = (int)parse_int(a, v, 1, 64);
         else if (!strcmp(a, "--nvme-path")) o.nvme_path = v;
         else if (!strcmp(a, "--offload-ratio")) {
             o.offload_ratio = parse_double(a, v, 0, 1);
@@ -594,6 +606,12 @@ static zc_config *make_config(opts *o)
         snprintf(v, sizeof v, "%.17g", o->offload_ratio);
         CHECK(zc_config_set(cfg, "zero_optimization.offload_optimizer.ratio", v));
     }
+    if (o->mics)
+        CHECK(zc_config_set_int(cfg, "zero_optimization.mics_shard_size", o->mics));
+    if (o->mics_hier)
+        CHECK(zc_config_set_bool(cfg, "zero_optimization.mics_hierarchical_params_gather", true));
+    if (o->hpz)
+        CHECK(zc_config_set_int(cfg, "zero_optimization.zero_hpz_partition_size", o->hpz));
     if (file) {
         if (zc_config_resolve(cfg, o->world) != ZC_OK) {
             fprintf(stderr, "train_mlp: %s: %s\n", o->config_path, lib_error());
@@ -879,6 +897,7 @@ static void report(const shared *sh)
 
     int64_t mem[ZC_MEM__COUNT] = {0}, peak[ZC_MEM__COUNT] = {0}, comm[ZC_COLL__COUNT] = {0};
     int64_t kind[ZC_KIND__COUNT] = {0}, kind_peak[ZC_KIND__COUNT] = {0};
+    int64_t link[ZC_LINK__COUNT] = {0};
     for (int r = 0; r < o->world; r++) {
         const zc_stats *s = &sh->stats[r];
         for (int k = 0; k < ZC_KIND__COUNT; k++) {
@@ -891,6 +910,9 @@ static void report(const shared *sh)
         }
         for (int k = 0; k < ZC_COLL__COUNT; k++)
             if (s->comm_bytes_last_step[k] > comm[k]) comm[k] = s->comm_bytes_last_step[k];
+        for (int k = 0; k < ZC_LINK__COUNT; k++)
+            if (s->comm_bytes_last_step_by_link[k] > link[k])
+                link[k] = s->comm_bytes_last_step_by_link[k];
     }
     const zc_stats *s0 = &sh->stats[0];
     const char *dt = zc_dtype_name(o->dtype);
@@ -911,7 +933,9 @@ static void report(const shared *sh)
                "\"peak_bytes\":{\"params\":%lld,\"grads\":%lld,\"master\":%lld,\"adam\":%lld,"
                "\"buffers\":%lld},"
                "\"comm_bytes_per_step\":{\"all_reduce\":%lld,\"reduce_scatter\":%lld,"
-               "\"all_gather\":%lld},\"gathers_last_step\":%lld,"
+               "\"all_gather\":%lld},"
+               "\"comm_bytes_per_step_by_link\":{\"intra_node\":%lld,\"inter_node\":%lld},"
+               "\"nodes\":%d,\"shard_world\":%d,\"hpz\":%d,\"gathers_last_step\":%lld,"
                "\"bytes_by_kind\":{\"device\":%lld,\"pinned\":%lld,\"host\":%lld,"
                "\"nvme\":%lld},\"peak_bytes_by_kind\":{\"device\":%lld,\"pinned\":%lld,"
                "\"host\":%lld,\"nvme\":%lld},"
@@ -927,6 +951,8 @@ static void report(const shared *sh)
                (long long)peak[ZC_MEM_MASTER], (long long)peak[ZC_MEM_ADAM],
                (long long)peak[ZC_MEM_BUFFERS], (long long)comm[ZC_COLL_ALL_REDUCE],
                (long long)comm[ZC_COLL_REDUCE_SCATTER], (long long)comm[ZC_COLL_ALL_GATHER],
+               (long long)link[ZC_LINK_INTRA_NODE], (long long)link[ZC_LINK_INTER_NODE],
+               s0->nodes, s0->shard_world, s0->hpz_partition_size,
                (long long)s0->gathers_last_step, (long long)kind[ZC_KIND_DEVICE],
                (long long)kind[ZC_KIND_PINNED], (long long)kind[ZC_KIND_HOST],
                (long long)kind[ZC_KIND_NVME], (long long)kind_peak[ZC_KIND_DEVICE],
@@ -946,9 +972,10 @@ static void report(const shared *sh)
                mem[ZC_MEM_MASTER] / 1024.0, mem[ZC_MEM_ADAM] / 1024.0,
                mem[ZC_MEM_BUFFERS] / 1024.0);
         printf("communication per step (KiB): all-reduce %.1f  reduce-scatter %.1f  "
-               "all-gather %.1f\n",
+               "all-gather %.1f; sent inside a node %.1f, across nodes %.1f (%d nodes)\n",
                comm[ZC_COLL_ALL_REDUCE] / 1024.0, comm[ZC_COLL_REDUCE_SCATTER] / 1024.0,
-               comm[ZC_COLL_ALL_GATHER] / 1024.0);
+               comm[ZC_COLL_ALL_GATHER] / 1024.0, link[ZC_LINK_INTRA_NODE] / 1024.0,
+               link[ZC_LINK_INTER_NODE] / 1024.0, s0->nodes);
         printf("fp32 master parameters sha256: %s\n", hex);
     }
 }

@@ -48,6 +48,7 @@ command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]] ||
 targets=(
   tests/gpu/test_gpu_kernels tests/gpu/test_gpu_device tests/gpu/test_gpu_engine
   tests/gpu/test_gpu_engine_streams tests/gpu/test_gpu_nccl tests/gpu/zc_nccl_helper
+  tests/gpu/test_gpu_nccl_wrap
   tests/gpt/test_gpt_cuda_layers tests/gpt/test_gpt_cuda_model tests/act/test_gpu_act
   bench/gpu_adam/bench_gpu_adam bench/gpu_norm/bench_gpu_norm examples/gpt/train_gpt
   tools/zeroc tools/zc_gpu_env

@@ -87,6 +87,7 @@ TEST_SUITES = [  # name, executable, extra environment (the order they run in)
     ("gpt/cuda_model", "test_gpt_cuda_model", {}),
     ("gpu/act", "test_gpu_act", {}),
     ("gpu/nccl", "test_gpu_nccl", {"ZC_NCCL_HELPER": "@bin/zc_nccl_helper"}),
+    ("gpu/nccl_wrap", "test_gpu_nccl_wrap", {}),
     ("gpu/engine_streams", "test_gpu_engine_streams", {}),
     ("gpu/engine", "test_gpu_engine", {}),
 ]

@@ -1,3 +1,5 @@
+#include <ftw.h>
+#include <unistd.h>
 #include "helpers.h"
 
 #include <math.h>
@@ -106,4 +108,16 @@ bool t_mapped(const char *name)
         found = strstr(buf, name) != NULL;
     fclose(f);
     return found;
+}
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)ftw;
+    return flag == FTW_DP ? rmdir(path) : unlink(path);
+}
+
+void t_rm_tree(const char *dir)
+{
+    cr_assert_eq(nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS), 0, "removing %s", dir);
 }

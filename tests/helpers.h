@@ -48,6 +48,10 @@ uint32_t t_ulp_diff_f32(float a, float b);
  * `name` (a library loaded or not). */
 bool t_mapped(const char *name);
 
+/* Removes a test's own temporary tree (links are removed, never followed);
+ * asserts it went. */
+void t_rm_tree(const char *dir);
+
 /* Runs fn(rank, arg) on `world` threads and joins them. */
 void t_run_ranks(int world, void (*fn)(int rank, void *arg), void *arg);
 

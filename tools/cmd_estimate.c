@@ -43,7 +43,9 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: zeroc estimate (--params N | --model gpt:LAYERS,DIM,HEADS,SEQ,VOCAB)\n"
-            "                      --world W [--gpus-per-node G] [--dtype fp32|bf16|fp16]\n"
+            "                      --world W [--ranks-per-node N] [--dtype fp32|bf16|fp16]\n"
+            "                      [--mics-shard-size S [--mics-hierarchical]]\n"
+            "                      [--hpz-partition-size S]\n"
             "                      [--micro-batch B] [--config FILE] [--json]\n"
             "                      [--chunks auto|per-block] [--device cuda|host]\n"
             "                      [--max-memory device=SIZE,cpu=SIZE,nvme=SIZE [--nvme-path DIR]]\n"
@@ -61,7 +63,18 @@ static void usage(FILE *f)
             "                    dividing DIM, SEQ in [1, 2^20], VOCAB in [1, 2^24], and\n"
             "                    at most 2^44 parameters in all, --params's range\n"
             "  --world W         data-parallel ranks, [1, 65536]\n"
-            "  --gpus-per-node G [1, 1024], dividing W (default: W up to 8)\n"
+            "  --ranks-per-node N [1, 1024], dividing W (default: W up to 8): ranks (GPUs)\n"
+            "                    per node, nodes of N consecutive ranks, for the bytes per\n"
+            "                    step by link; --gpus-per-node G is its older name\n"
+            "  --mics-shard-size S [1, 65536], dividing W: MiCS\n"
+            "                    (zero_optimization.mics_shard_size): each configuration\n"
+            "                    of stages 1-3 also planned sharded in groups of S ranks,\n"
+            "                    beside flat sharding\n"
+            "  --mics-hierarchical  with it: the parameters gathered across nodes first\n"
+            "                    (S a multiple of N spanning several nodes)\n"
+            "  --hpz-partition-size S [1, 65536], dividing W: hpZ\n"
+            "                    (zero_hpz_partition_size): stage 3 also planned with the\n"
+            "                    secondary partition, beside flat\n"
             "  --dtype           working precision (default: the config's, else bf16)\n"
             "  --micro-batch B   sequences per rank and micro-step, [1, 65536] (default: the\n"
             "                    config's train_micro_batch_size_per_gpu, else 1)\n"
@@ -116,12 +129,23 @@ typedef struct opts {
     bool per_block;   /* --chunks per-block */
     bool host_device; /* --device host */
     const char *max_memory, *nvme_path; /* --max-memory, --nvme-path */
+    int mics, hpz;    /* --mics-shard-size, --hpz-partition-size (0: not given) */
+    bool hier;        /* --mics-hierarchical */
+    bool gpn_given;
     int64_t seq;      /* --seq (0: the model's SEQ) */
     bool ckpt;        /* --checkpoint-activations block */
     int ckpt_home;    /* --checkpoint-offload: 0 device, 1 cpu, 2 nvme; -1 the config's */
     int64_t fit;      /* --fit-device bytes, -1 none */
     int act_esz;      /* --act-dtype's bytes (0: the working precision's) */
 } opts;
+
+/* How a row is sharded: flat, MiCS over groups of `size`, or hpZ. */
+typedef enum { SHARD_FLAT = 0, SHARD_MICS, SHARD_HPZ } shard_kind;
+typedef struct sharding {
+    shard_kind kind;
+    int size;
+    bool hier;
+} sharding;
 
 static bool push(model *m, int64_t n)
 {
@@ -237,6 +261,10 @@ static int parse(int argc, char **argv, opts *o, int64_t *params)
             o->json = true;
             continue;
         }
+        if (!strcmp(a, "--mics-hierarchical")) {
+            o->hier = true;
+            continue;
+        }
         if (i + 1 >= argc) {
             fprintf(stderr, "zeroc estimate: %s needs a value (see --help)\n", a);
             return 2;
@@ -251,8 +279,20 @@ static int parse(int argc, char **argv, opts *o, int64_t *params)
                 return rc;
         } else if (!strcmp(a, "--world")) {
             ok = zc__arg_int(a, v, 1, 65536, &o->world, err, sizeof err);
-        } else if (!strcmp(a, "--gpus-per-node")) {
-            ok = zc__arg_int(a, v, 1, 1024, &o->gpn, err, sizeof err);
+        } else if (!strcmp(a, "--gpus-per-node") || !strcmp(a, "--ranks-per-node")) {
+            int g = 0;
+            ok = zc__arg_int(a, v, 1, 1024, &g, err, sizeof err);
+            if (ok && o->gpn_given && g != o->gpn) {
+                fprintf(stderr, "zeroc estimate: %s %d but an earlier --ranks-per-node or "
+                                "--gpus-per-node said %d\n", a, g, o->gpn);
+                return 2;
+            }
+            o->gpn = g;
+            o->gpn_given = true;
+        } else if (!strcmp(a, "--mics-shard-size")) {
+            ok = zc__arg_int(a, v, 1, 65536, &o->mics, err, sizeof err);
+        } else if (!strcmp(a, "--hpz-partition-size")) {
+            ok = zc__arg_int(a, v, 1, 65536, &o->hpz, err, sizeof err);
         } else if (!strcmp(a, "--micro-batch")) {
             ok = zc__arg_int(a, v, 1, 65536, &o->micro, err, sizeof err);
         } else if (!strcmp(a, "--dtype")) {
@@ -365,6 +405,28 @@ static int parse(int argc, char **argv, opts *o, int64_t *params)
                 o->gpn, o->world);
         return 2;
     }
+    /* The refusals zc_engine_create and zc_engine_build make. */
+    if (o->mics && (o->world % o->mics || o->mics > o->world)) {
+        fprintf(stderr, "zeroc estimate: --mics-shard-size %d does not divide --world %d\n",
+                o->mics, o->world);
+        return 2;
+    }
+    if (o->hpz && (o->world % o->hpz || o->hpz > o->world)) {
+        fprintf(stderr, "zeroc estimate: --hpz-partition-size %d does not divide --world %d\n",
+                o->hpz, o->world);
+        return 2;
+    }
+    if (o->mics && o->hpz > 1) {
+        fprintf(stderr, "zeroc estimate: --mics-shard-size and --hpz-partition-size: MiCS "
+                        "already keeps every gather inside its shard group; give one\n");
+        return 2;
+    }
+    if (o->hier && (!o->mics || !zc__plan_hier_j(o->mics, o->gpn))) {
+        fprintf(stderr, "zeroc estimate: --mics-hierarchical needs --mics-shard-size S spanning "
+                        "whole nodes of --ranks-per-node %d, several of them (S %d)\n", o->gpn,
+                o->mics);
+        return 2;
+    }
     return 0;
 }
 
@@ -387,6 +449,8 @@ static const char *off_name(int off)
 /* One configuration's row. */
 typedef struct row {
     int stage, offload, poffload, dtype;
+    sharding sh;
+    int64_t link[2];  /* bytes one rank sends per step: inside its node, across nodes */
     bool ckpt;
     zc_est est;
     int64_t used, padded, live_bound;
@@ -396,8 +460,10 @@ typedef struct row {
 } row;
 
 static int plan_row(const opts *o, const zc_config *cfg, int stage, int off, int poff,
-                    int dtype, int64_t gas, row *r)
+                    int dtype, int64_t gas, const sharding *sh, row *r)
 {
+    /* The ranks chunks are sharded over (MiCS: its groups). */
+    const int sw = sh->kind == SHARD_MICS ? sh->size : o->world;
     const model *m = &o->m;
     const size_t pesz = dtype == ZC_DTYPE_F32 ? 4 : 2;
     int64_t cap = 0;
@@ -427,7 +493,7 @@ static int plan_row(const opts *o, const zc_config *cfg, int stage, int off, int
         const bool boundary = i < m->n && o->per_block && m->boundary[i];
         if (i == m->n || zc__chunk_starts(i, boundary, cur, m->numel[i], bucket)) {
             if (nc >= 0) {
-                padded[nc] = zc__chunk_padded(cur, o->world);
+                padded[nc] = zc__chunk_padded(cur, sw);
                 r->used += cur;
                 r->padded += padded[nc];
                 if (stage == 3)
@@ -466,11 +532,22 @@ static int plan_row(const opts *o, const zc_config *cfg, int stage, int off, int
         .max_in_cpu = cfg->zero.offload_param.max_in_cpu,
         .pnvme_round = cfg->aio.block_size *
                        zc__nvme_path_count(cfg->zero.offload_param.nvme_path),
+        .shard_world = sw,
+        .replicas = o->world / sw,
+        .hpz = sh->kind == SHARD_HPZ && stage == 3 ? sh->size : 0,
+        .hier_j = sh->kind == SHARD_MICS && sh->hier ? zc__plan_hier_j(sw, o->gpn) : 0,
     };
     const ea_gpt g = gpt_of(m, o->seq, o->micro, o->act_esz ? o->act_esz : (int64_t)pesz);
     zc_status rc = m->gpt ? zc__ea_store_spec(cfg, &g, o->ckpt, o->host_device, &in.act) : ZC_OK;
     if (rc == ZC_OK)
         rc = zc__estimate(&in, &r->est);
+    if (rc == ZC_OK) {
+        const zc_link_plan_in li = {
+            .world = o->world, .stage = stage, .ranks_per_node = o->gpn, .rank = 0,
+            .shard_world = sw, .hier = in.hier_j > 0, .hpz = in.hpz, .pesz = pesz, .gas = gas,
+            .nchunks = nc + 1, .padded = padded, .persistent = pers};
+        rc = zc__plan_link_bytes(&li, r->link);
+    }
     free(padded);
     free(pers);
     free(units);
@@ -480,17 +557,21 @@ static int plan_row(const opts *o, const zc_config *cfg, int stage, int off, int
         return 1;
     }
     r->stage = stage;
+    r->sh = *sh;
     r->offload = off;
     r->poffload = poff;
     r->dtype = dtype;
     if (stage == 3 && max_live != INT64_MAX &&
         __builtin_mul_overflow(max_live, (int64_t)pesz, &r->live_bound))
         r->live_bound = INT64_MAX;
+    /* DeepSpeed's estimators know no MiCS: a MiCS row shows them for the S
+     * GPUs a shard group is (its states are sharded over S ranks). */
+    const int ds_g = sw, ds_gpn = o->gpn < sw ? o->gpn : sw;
     if (stage >= 1 && (poff == ZC_OFFLOAD_NONE || off != ZC_OFFLOAD_NONE)) {
         r->has_ds = zc__est_deepspeed(stage, off != ZC_OFFLOAD_NONE, poff != ZC_OFFLOAD_NONE,
                                       (uint64_t)m->total,
-                                      (uint64_t)m->largest, (uint64_t)o->world,
-                                      (uint64_t)o->gpn, &r->ds_gpu, &r->ds_cpu) == ZC_OK;
+                                      (uint64_t)m->largest, (uint64_t)ds_g,
+                                      (uint64_t)ds_gpn, &r->ds_gpu, &r->ds_cpu) == ZC_OK;
     }
     if (m->gpt) {
         r->act = zc__ea_activations(&g, o->ckpt);
@@ -538,8 +619,15 @@ static void print_json(const opts *o, const row *r)
     if (r->has_ds)
         ds = json_pack("{s:o, s:o}", "gpu", json_bytes(r->ds_gpu), "cpu_per_node",
                        json_bytes(r->ds_cpu));
+    static const char *const kinds[3] = {"flat", "mics", "hpz"};
+    json_t *shj = json_pack("{s:s, s:i, s:b}", "kind", kinds[r->sh.kind], "size",
+                                 r->sh.kind == SHARD_FLAT ? o->world : r->sh.size,
+                                 "hierarchical", (int)r->sh.hier);
+    json_t *links = json_pack("{s:I, s:I}", "intra_node", (json_int_t)r->link[0], "inter_node",
+                              (json_int_t)r->link[1]);
     json_t *j = json_pack(
-        "{s:i, s:s, s:s, s:i, s:s, s:{s:o, s:I, s:o, s:I}, s:o, s:o, s:I, s:I, s:I, s:o}",
+        "{s:i, s:s, s:s, s:i, s:s, s:{s:o, s:I, s:o, s:I}, s:o, s:o, s:I, s:I, s:I, s:o, s:o, "
+        "s:i, s:o}",
         "stage", r->stage, "offload_optimizer", off_name(r->offload), "offload_param", off_name(r->poffload),
         "world", o->world, "dtype", dtype_name(r->dtype), "bytes", "device",
         json_bytes(device_total(o, r)), "pinned", (json_int_t)e->kind_total[ZC_MEMKIND_PINNED],
@@ -547,7 +635,8 @@ static void print_json(const opts *o, const row *r)
         (json_int_t)e->kind_total[ZC_MEMKIND_NVME], "parts", parts, "activations",
         json_bytes(r->act), "params", (json_int_t)o->m.total, "padding_elems",
         (json_int_t)(r->padded - r->used), "live_bound", (json_int_t)r->live_bound,
-        "deepspeed", ds);
+        "deepspeed", ds, "sharding", shj, "ranks_per_node", o->gpn,
+        "comm_bytes_per_step_by_link", links);
     if (j && o->m.gpt) {
         /* The activation store (checkpointing by block): planned in the
          * kinds above, beside the activations that stay with the model. */
@@ -573,7 +662,14 @@ static void mib(char *buf, size_t cap, u128 b)
 
 static void print_row(const opts *o, const row *r)
 {
-    char d[32], p[32], h[32], n[32], a[32], g[32], c[32];
+    char d[32], p[32], h[32], n[32], a[32], g[32], c[32], li[32], lx[32], sh[32];
+    mib(li, sizeof li, (u128)r->link[0]);
+    mib(lx, sizeof lx, (u128)r->link[1]);
+    if (r->sh.kind == SHARD_FLAT)
+        snprintf(sh, sizeof sh, "flat");
+    else
+        snprintf(sh, sizeof sh, "%s %d%s", r->sh.kind == SHARD_MICS ? "MiCS" : "hpZ",
+                 r->sh.size, r->sh.hier ? " hier" : "");
     mib(d, sizeof d, device_total(o, r));
     mib(p, sizeof p, (u128)r->est.kind_total[ZC_MEMKIND_PINNED]);
     mib(h, sizeof h, host_total(o, r));
@@ -585,9 +681,10 @@ static void print_row(const opts *o, const row *r)
         mib(g, sizeof g, r->ds_gpu);
         mib(c, sizeof c, r->ds_cpu);
     }
-    printf("| %d | %-4s | %-4s | %s | %12s | %12s | %12s | %12s | %12s | %12s | %12s |\n",
-           r->stage, off_name(r->offload), off_name(r->poffload), dtype_name(r->dtype), d, p, h,
-           n, a, g, c);
+    printf("| %d | %-4s | %-4s | %s | %-10s | %12s | %12s | %12s | %12s | %12s | %12s | %12s | "
+           "%10s | %10s |\n",
+           r->stage, off_name(r->offload), off_name(r->poffload), dtype_name(r->dtype), sh, d, p,
+           h, n, a, g, c, li, lx);
 }
 
 /* --fit-device: the device bytes of the configuration (activations counted
@@ -610,6 +707,8 @@ static int fit(const opts *base, zc_config *cfg, int dtype, int64_t gas)
     for (int64_t q = 128; q < base->m.S && n < 30; q *= 2)
         seqs[n++] = q;
     seqs[n++] = base->m.S;
+    /* Flat sharding: the fit is the device's, whatever the groups. */
+    const sharding flat = {SHARD_FLAT, 0, false};
     for (int mode = 0; mode < 2; mode++)
         for (int i = 0; i < n; i++) {
             opts o = *base;
@@ -623,7 +722,7 @@ static int fit(const opts *base, zc_config *cfg, int dtype, int64_t gas)
                 const int64_t mid = lo + (hi - lo + 1) / 2;
                 o.micro = (int)mid;
                 row r;
-                int rc = plan_row(&o, cfg, cs, coff, cpoff, dtype, gas, &r);
+                int rc = plan_row(&o, cfg, cs, coff, cpoff, dtype, gas, &flat, &r);
                 if (rc)
                     return rc;
                 const u128 dev = (u128)r.est.kind_total[ZC_MEMKIND_DEVICE] + r.act;
@@ -694,9 +793,31 @@ static int run(const opts *o, zc_config *cfg)
      * only. */
     const int cfg_poff = cfg->zero.stage == 3 ? (int)cfg->zero.offload_param.device
                                               : ZC_OFFLOAD_NONE;
+    /* The hybrid sharding of the rows beside flat: the flags, else the
+     * configuration file's keys. */
+    sharding hyb = {SHARD_FLAT, 0, false};
+    const int fmics = cfg->zero.mics_shard_size > 0 ? (int)cfg->zero.mics_shard_size : 0;
+    const int fhpz = cfg->zero.zero_hpz_partition_size > 1 ? (int)cfg->zero.zero_hpz_partition_size
+                                                           : 0;
+    if (o->mics || (!o->hpz && fmics))
+        hyb = (sharding){SHARD_MICS, o->mics ? o->mics : fmics,
+                         o->mics ? o->hier : cfg->zero.mics_hierarchical_params_gather};
+    else if (o->hpz > 1 || fhpz)
+        hyb = (sharding){SHARD_HPZ, o->hpz > 1 ? o->hpz : fhpz, false};
+    if (hyb.kind != SHARD_FLAT && (o->world % hyb.size || hyb.size > o->world ||
+                                   (hyb.hier && !zc__plan_hier_j(hyb.size, o->gpn)))) {
+        fprintf(stderr, "zeroc estimate: %s %d in '%s' does not divide --world %d (or spans "
+                        "no whole nodes of %d ranks)\n",
+                hyb.kind == SHARD_MICS ? "zero_optimization.mics_shard_size"
+                                       : "zero_optimization.zero_hpz_partition_size",
+                hyb.size, o->config ? o->config : "", o->world, o->gpn);
+        return 2;
+    }
     if (!o->json) {
         printf("# %lld parameters, world %d (%d per node), micro-batch %lld; MiB per rank "
-               "(DeepSpeed: GPU per rank, CPU per node)\n",
+               "(DeepSpeed: GPU per rank, CPU per node); MiB one rank sends per step inside "
+               "its node and across nodes (every stage-3 chunk gathered in forward and "
+               "backward)\n",
                (long long)o->m.total, o->world, o->gpn, (long long)micro);
         /* DeepSpeed's max_in_cpu default (1e9 elements) caches every shard of
          * most models in pinned memory: say so next to nvme rows. */
@@ -711,10 +832,11 @@ static int run(const opts *o, zc_config *cfg)
                              "(activation_checkpointing); the activations column is one "
                              "block's working set, the embedding and the logits"
                            : "every layer's (Korthikanti et al. 2022; no recomputation)");
-        printf("| stage | offload_optimizer | offload_param | dtype | device | pinned | host | "
-               "nvme | of %s: activations | DeepSpeed GPU | DeepSpeed CPU |\n",
+        printf("| stage | offload_optimizer | offload_param | dtype | sharding | device | pinned "
+               "| host | nvme | of %s: activations | DeepSpeed GPU | DeepSpeed CPU | "
+               "sent in node / step | across nodes / step |\n",
                o->host_device ? "host" : "device");
-        printf("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
+        printf("|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     }
     for (int stage = 0; stage <= 3; stage++)
         for (int off = ZC_OFFLOAD_NONE; off <= ZC_OFFLOAD_NVME; off++)
@@ -727,14 +849,25 @@ static int run(const opts *o, zc_config *cfg)
                     continue; /* stage 0 keeps the whole optimizer state on every rank */
                 if (stage < 3 && poff != ZC_OFFLOAD_NONE)
                     continue; /* only stage 3 shards the parameters */
-                row r;
-                int rc = plan_row(&oo, cfg, stage, off, poff, dtype, gas, &r);
-                if (rc)
-                    return rc;
-                if (o->json)
-                    print_json(&oo, &r);
-                else
-                    print_row(&oo, &r);
+                /* Flat, and beside it the hybrid sharding asked for (the
+                 * flags, else the file's keys) where the engine takes it:
+                 * MiCS at stages 1-3 without offload, hpZ at stage 3
+                 * without parameter offload. */
+                sharding shs[2] = {{SHARD_FLAT, 0, false}, hyb};
+                const bool with = (hyb.kind == SHARD_MICS && stage >= 1 &&
+                                   off == ZC_OFFLOAD_NONE && poff == ZC_OFFLOAD_NONE) ||
+                                  (hyb.kind == SHARD_HPZ && stage == 3 &&
+                                   poff == ZC_OFFLOAD_NONE);
+                for (int v = 0; v < (with ? 2 : 1); v++) {
+                    row r;
+                    int rc = plan_row(&oo, cfg, stage, off, poff, dtype, gas, &shs[v], &r);
+                    if (rc)
+                        return rc;
+                    if (o->json)
+                        print_json(&oo, &r);
+                    else
+                        print_row(&oo, &r);
+                }
             }
     return 0;
 }

@@ -824,7 +824,9 @@ static void report(const shared *sh, size_t total, bool lead_here)
                "\"device\":\"%s\",\"cpu_threads\":%d,"
                "\"peak_bytes\":{\"device\":%lld,\"pinned\":%lld,"
                "\"host\":%lld,\"nvme\":%lld},\"placement\":{\"optimizer\":[%lld,%lld,%lld],"
-               "\"params\":[%lld,%lld,%lld]},%s}\n",
+               "\"params\":[%lld,%lld,%lld]},"
+               "\"comm_bytes_per_step_by_link\":{\"intra_node\":%lld,\"inter_node\":%lld},"
+               "\"nodes\":%d,%s}\n",
                hex, total, jnum(sh->val_loss).s, jnum(sh->unigram_val).s, sh->stats0.stage,
                sh->world,
                zc_dtype_name(o->dtype), sh->be->name, sh->cpu_threads,
@@ -835,7 +837,10 @@ static void report(const shared *sh, size_t total, bool lead_here)
                (long long)sh->stats0.opt_chunks_by_place[2],
                (long long)sh->stats0.param_chunks_by_place[0],
                (long long)sh->stats0.param_chunks_by_place[1],
-               (long long)sh->stats0.param_chunks_by_place[2], act_json(sh));
+               (long long)sh->stats0.param_chunks_by_place[2],
+               (long long)sh->stats0.comm_bytes_last_step_by_link[ZC_LINK_INTRA_NODE],
+               (long long)sh->stats0.comm_bytes_last_step_by_link[ZC_LINK_INTER_NODE],
+               sh->stats0.nodes, act_json(sh));
     else
         printf("\nval_loss %.4f nats/byte; unigram entropy of the validation bytes %.4f\n"
                "%zu parameters, ZeRO stage %d, %d ranks, %s; fp32 master sha256 %s\n",

@@ -279,6 +279,78 @@ ZC_API int zc_comm_local_size(const zc_comm *comm);
  * state goes away with the last rank's handle. */
 ZC_API void zc_comm_destroy(zc_comm *comm);
 
+/* ---- Communicators from what the program already has -------------------- */
+
+/* Colour for zc_comm_split: this rank joins no new communicator (MPI's
+ * MPI_UNDEFINED, NCCL's NCCL_SPLIT_NOCOLOR). */
+#define ZC_COMM_SPLIT_NONE (-1)
+
+/* Splits comm as MPI_Comm_split does: the ranks that pass the same colour
+ * (>= 0) form a new communicator of the same backend (threads, MPI through
+ * MPI_Comm_split, NCCL through ncclCommSplit), ranked by key, ties broken by
+ * their rank in comm; a rank passing ZC_COMM_SPLIT_NONE gets *out = NULL and
+ * ZC_OK. Collective over comm (every rank calls it, one thread per rank, no
+ * communicator group open); keys may be any int. One program can so run an
+ * engine per data-parallel group (colour = rank % TP for Megatron's order)
+ * and keep the other groups for its own tensor- or pipeline-parallel
+ * traffic. The new handle is independent of comm (destroy either first;
+ * zc_comm_destroy it after its engines) and starts bound to the host (an
+ * engine binds its device). Collective failures are agreed: the colours
+ * and keys are exchanged first, so a colour below -1 on any rank fails every
+ * rank with ZC_ERR_INVALID_ARG naming that rank; a failed exchange
+ * (ZC_ERR_COMM: a rank never calls it, ZC_COMM_TIMEOUT) or a failed creation
+ * (ZC_ERR_NO_MEMORY, ZC_ERR_COMM) fails every rank, *out NULL and nothing
+ * made. ZC_ERR_INVALID_ARG at once (nothing exchanged) for a NULL comm or
+ * out; ZC_ERR_UNSUPPORTED for a communicator that cannot be split. */
+ZC_API zc_status zc_comm_split(zc_comm *comm, int colour, int key, zc_comm **out);
+
+/* A communicator over the program's own MPI communicator. mpi_comm points to
+ * an MPI_Comm (pass &comm: an MPI_Comm of the MPI this zeroc was built with,
+ * Open MPI unless said otherwise; MPI_COMM_WORLD or one the program split)
+ * in an MPI the program initialised itself: zeroc never calls MPI_Init or
+ * MPI_Finalize for it. zeroc duplicates it (MPI_Comm_idup, waited for up to
+ * ZC_COMM_TIMEOUT) and works on the duplicate, which zc_comm_destroy frees;
+ * the caller's MPI_Comm is never freed or changed, and the program's own
+ * messages on it cannot mix with zeroc's. Host buffers only (an engine on
+ * ZC_DEVICE_HOST), as zc_comm_init_env's MPI communicator; its collectives,
+ * timeouts and bitwise rank-order sums are that communicator's (the same
+ * bits as zc_comm_local_world's threads). The handle's rank and world are
+ * the rank and size in the caller's communicator. Collective over it; the
+ * program's MPI must stay initialised until the handle is destroyed, and
+ * with MPI_THREAD_SINGLE or FUNNELED every zeroc call on it must come from
+ * the thread that initialised MPI. Returns ZC_ERR_UNSUPPORTED in a build
+ * without MPI, ZC_ERR_INVALID_STATE when MPI is not initialised (or already
+ * finalised), ZC_ERR_INVALID_ARG for a NULL argument or MPI_COMM_NULL,
+ * ZC_ERR_COMM when the duplication fails or times out, ZC_ERR_CONFIG for a
+ * malformed ZC_COMM_TIMEOUT; *out is NULL on failure. */
+ZC_API zc_status zc_comm_from_mpi(const void *mpi_comm, zc_comm **out);
+
+/* A communicator over the program's own NCCL communicator (llm.c's
+ * multi_gpu_config.nccl_comm): nccl_comm is an ncclComm_t, rank and world
+ * its rank and size there (checked against ncclCommUserRank and
+ * ncclCommCount), stream a cudaStream_t for zeroc's collectives (the
+ * program's dedicated NCCL stream) or NULL for a stream of zeroc's own;
+ * each collective is ordered after the engine's stream and the engine's
+ * stream after it with events, as for zc_comm_init_env's NCCL
+ * communicator. Borrowed: zeroc never finalises, destroys or aborts the
+ * ncclComm_t nor destroys the stream; zc_comm_destroy waits for zeroc's
+ * collectives and releases only what zeroc made. The device is the
+ * communicator's (ncclCommCuDevice): an engine on it uses ZC_DEVICE_CUDA
+ * with that device_index. The program's own collectives on the same
+ * communicator must be issued in the same order on every rank, interleaved
+ * with zeroc's the same way (NCCL's rule for one communicator); zeroc issues
+ * its collectives from the thread that calls it. A collective that exceeds
+ * ZC_COMM_TIMEOUT or an asynchronous NCCL error fails the handle for good
+ * (ZC_ERR_COMM on every later call) and zeroc stops using the communicator,
+ * which it leaves to the program to abort (ncclCommAbort). Not collective.
+ * Returns ZC_ERR_UNSUPPORTED in a build without NCCL or when the CUDA plugin
+ * cannot be loaded (naming the library), ZC_ERR_INVALID_ARG for a NULL
+ * nccl_comm or out, a rank outside 0..world-1 or one NCCL disagrees with,
+ * ZC_ERR_DEVICE when the stream or events cannot be made; *out is NULL on
+ * failure. */
+ZC_API zc_status zc_comm_from_nccl(void *nccl_comm, int rank, int world, void *stream,
+                                   zc_comm **out);
+
 /* ------------------------------------------------------------------------- */
 /* Engine                                                                    */
 /* ------------------------------------------------------------------------- */
@@ -376,7 +448,9 @@ ZC_API zc_status zc_cuda_device_index(int device_index, int *ordinal);
  * communicator's world); borrows comm, which must outlive the engine. opts may
  * be NULL. Fails with ZC_ERR_CONFIG for a contradictory configuration (stage
  * outside 0–3, ...) or a value the engine cannot take (the rules `zeroc config
- * check` applies, docs/config.md), ZC_ERR_INVALID_ARG for NULL handles. It
+ * check` applies, docs/config.md; mics_shard_size or, at stage 3,
+ * zero_hpz_partition_size not dividing the communicator's world),
+ * ZC_ERR_INVALID_ARG for NULL handles. It
  * reads ZC_FAULTS, ZC_DEBUG, ZC_CPU_ISA and ZC_CPU_THREADS (a whole number in
  * [1, 256]) and checks the logging variables: a malformed one is ZC_ERR_CONFIG,
  * a ZC_CPU_ISA this CPU or build cannot run ZC_ERR_UNSUPPORTED, on every rank
@@ -431,7 +505,14 @@ ZC_API zc_status zc_chunk_boundary(zc_engine *eng);
  * it at INFO; zc_engine_stats reports it after. When nothing fits, every rank
  * fails with ZC_ERR_NO_MEMORY naming the short budget, by how much and what
  * would fit, before anything large is allocated. ZC_ERR_NO_MEMORY says how
- * much was asked for and for what. After a failed build the engine can only
+ * much was asked for and for what. With hybrid sharding
+ * (zero_optimization.mics_shard_size, zero_hpz_partition_size: docs/config.md)
+ * the build first reads the node map (ZC_RANKS_PER_NODE, else the launcher's
+ * ranks per node, else the communicator's), agrees it and the hybrid settings
+ * across ranks, and splits the communicator into the groups they need
+ * (zc_comm_split; owned and destroyed by the engine); a disagreement, a
+ * malformed ZC_RANKS_PER_NODE or a hierarchical gather over one node is
+ * ZC_ERR_CONFIG on every rank alike. After a failed build the engine can only
  * be destroyed. */
 ZC_API zc_status zc_engine_build(zc_engine *eng);
 
@@ -1311,6 +1392,13 @@ typedef enum zc_budget_index {
     ZC_BUDGET_INDEX__COUNT
 } zc_budget_index;
 
+/* The links a rank's collective bytes travel (zc_stats). */
+typedef enum zc_link {
+    ZC_LINK_INTRA_NODE = 0, /* to ranks on this rank's node */
+    ZC_LINK_INTER_NODE,     /* to ranks on other nodes */
+    ZC_LINK__COUNT
+} zc_link;
+
 typedef struct zc_stats {
     size_t size;                           /* sizeof(zc_stats), set by caller */
     int rank, world, stage;
@@ -1324,7 +1412,11 @@ typedef struct zc_stats {
                                               the communicated dtype (padded
                                               chunks; the fp64 norm partials
                                               and zc_param_gather_master are
-                                              not counted) */
+                                              not counted; over the group each
+                                              ran in, so MiCS's all-reduce
+                                              across replicas counts its fp32
+                                              shard and a hierarchical gather
+                                              both of its steps) */
     int64_t gathers_last_step;             /* stage 3 chunk gathers in the last step */
     int64_t max_live_elems_last_step;      /* stage 3 peak gathered elements */
     int64_t trace_invalidations;           /* stage 3 acquire-order changes seen */
@@ -1347,6 +1439,25 @@ typedef struct zc_stats {
      * "auto" one: the smallest any rank found), by zc_budget_index; -1
      * each without zero_optimization.max_memory. */
     int64_t budget[ZC_BUDGET_INDEX__COUNT];
+    /* Bytes this rank sent in the last step's collectives (those of
+     * comm_bytes_last_step), by zc_link: to ranks on its node and on other
+     * nodes. The model is a direct exchange between a collective's ranks -
+     * what the thread and MPI communicators send: an all-gather or
+     * reduce-scatter of n elements per rank sends n to every peer, an
+     * all-reduce of n sends peer k its slice [n*k/G, n*(k+1)/G) and then this
+     * rank's slice to every peer (G the group's ranks); NCCL's rings and
+     * trees send the same total per rank, routed differently. A rank's node
+     * is its rank in the job divided by the ranks per node: ZC_RANKS_PER_NODE,
+     * else the launcher's (LOCAL_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_SIZE,
+     * SLURM_NTASKS_PER_NODE, ...), else the communicator's (MPI: the ranks
+     * that share memory; threads: one node). */
+    int64_t comm_bytes_last_step_by_link[ZC_LINK__COUNT];
+    int ranks_per_node, nodes;             /* that node map: N, and the nodes of the world */
+    /* Hybrid sharding (docs/config.md): the ranks a chunk is sharded over
+     * (zero_optimization.mics_shard_size, else world), this rank's shard
+     * index among them, the replicas of each shard (world / that), and
+     * zero_optimization.zero_hpz_partition_size in effect (0: none). */
+    int shard_world, shard_rank, replicas, hpz_partition_size;
 } zc_stats;
 
 /* Fills *out (out->size must be set). Thread-safe with respect to other
@@ -1439,7 +1550,11 @@ typedef struct zc_memory_plan {
  * path, ZC_DEVICE_CUDA a GPU (its staging buffers included; no device is
  * opened), ZC_DEVICE_AUTO what zc_engine_create would pick. Counted too:
  * the engine's bookkeeping in device memory (ZC_MEM_OTHER: status records,
- * norm partials). Not counted: bookkeeping in host memory (ZC_MEM_OTHER of
+ * norm partials), and hybrid sharding's memory (zero_optimization
+ * mics_shard_size: chunks sharded over its groups, stage 1's fp32 shard for
+ * the replicas; zero_hpz_partition_size: the secondary partition; the
+ * hierarchical gather's scratch, for the ranks per node of
+ * ZC_RANKS_PER_NODE or the launcher). Not counted: bookkeeping in host memory (ZC_MEM_OTHER of
  * ZC_KIND_HOST: chunk and segment tables, about 100 bytes per tensor and
  * chunk), adopted memory (zc_block_adopt), the
  * application's own buffers and activations. ZC_CHUNK_CAP is honoured as the

@@ -7,11 +7,11 @@
 #include "core/engine.h"
 
 /* Elements [*r0, *r1) of chunk c that this rank's optimizer home holds: the
- * whole chunk at stage 0, else the rank's shard. View index 0 is *r0. */
+ * whole chunk at stage 0, else the rank's shard (its shard index: srank). View index 0 is *r0. */
 static inline void zc__ck_home_range(const zc_engine *e, const zc_chunk *c, int64_t *r0,
                                      int64_t *r1)
 {
-    *r0 = e->pol->full_optimizer ? 0 : (int64_t)e->rank * c->shard;
+    *r0 = e->pol->full_optimizer ? 0 : (int64_t)e->srank * c->shard;
     *r1 = e->pol->full_optimizer ? c->padded : *r0 + c->shard;
 }
 

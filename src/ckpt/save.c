@@ -38,7 +38,7 @@ size_t zc__ck_bounce_bytes(const zc_engine *e)
  * the shard is all padding. */
 static void own_part(const zc_engine *e, const zc_chunk *c, int64_t *lo, int64_t *hi)
 {
-    *lo = (int64_t)e->rank * c->shard;
+    *lo = (int64_t)e->srank * c->shard;
     const int64_t end = *lo + c->shard;
     *hi = end < c->used ? end : c->used;
     if (*hi < *lo)
@@ -109,7 +109,7 @@ static zc_status save_chunk(zc_engine *e, int k, const zc_opt_view *v, bool host
 static zc_status write_shard(zc_engine *e, const char *dir, const char *tag, save_ctx *x)
 {
     e->ck_ring_release = zc__ck_ring_release;
-    zc_status rc = zc__ck_shard_open(x->shard, dir, tag, e->rank, shard_bytes(e), &e->acct,
+    zc_status rc = zc__ck_shard_open(x->shard, dir, tag, e->srank, shard_bytes(e), &e->acct,
                                      &e->ck_ring);
     if (rc == ZC_OK && e->dev->mem_kind == ZC_MEMKIND_DEVICE) {
         x->bounce_bytes = zc__ck_bounce_bytes(e);
@@ -138,7 +138,7 @@ static zc_status describe(zc_engine *e, const char *tag, zc_ck_manifest *m)
     memset(m, 0, sizeof *m);
     m->version = ZC_CK_VERSION;
     snprintf(m->tag, sizeof m->tag, "%s", tag);
-    m->world = e->world;
+    m->world = e->sworld; /* the shard files: MiCS's replicas hold the same ones */
     m->stage = e->stage;
     m->dtype = e->pdt;
     m->steps = e->steps;
@@ -196,9 +196,14 @@ ZC_API zc_status zc_checkpoint_save(zc_engine *e, const char *dir, const char *t
      * directory it refused to clear stays as it was. */
     const bool staged = rc == ZC_OK;
     ZC_CHECK(zc__eng_agree_keep(e, rc, "zc_checkpoint_save: preparing the directory"));
+    /* With MiCS every replica holds the same shards: the first replica (the
+     * ranks of the first shard group) writes them, as DeepSpeed's
+     * is_first_weights_partition_group; the others take part in every
+     * agreement. */
+    const bool writer = !zc__grp_on(e, ZC_GRP_REPLICA) || e->topo.g[ZC_GRP_REPLICA].rank == 0;
     zc_ck_shard sh;
     save_ctx x = {&sh, NULL, 0};
-    rc = write_shard(e, dir, t, &x);
+    rc = writer ? write_shard(e, dir, t, &x) : ZC_OK;
     rc = zc__eng_agree_keep(e, rc, "zc_checkpoint_save: writing the shard files");
     if (rc == ZC_OK) {
         /* Every index is written: rank 0 writes the manifest while the disk
@@ -208,15 +213,16 @@ ZC_API zc_status zc_checkpoint_save(zc_engine *e, const char *dir, const char *t
             zc_ck_manifest m;
             mrc = describe(e, t, &m);
             if (mrc == ZC_OK)
-                mrc = zc__ck_stage_prepare(dir, &m, e->world);
+                mrc = zc__ck_stage_prepare(dir, &m, e->sworld);
             zc__ck_manifest_free(&m);
         }
-        zc_status crc = zc__ck_shard_close(&sh);
+        zc_status crc = writer ? zc__ck_shard_close(&sh) : ZC_OK;
         rc = zc__eng_agree_keep(e, crc != ZC_OK ? crc : mrc,
                                 "zc_checkpoint_save: making the shard files durable and writing "
                                 "the manifest");
     }
-    zc__ck_shard_discard(&sh);
+    if (writer)
+        zc__ck_shard_discard(&sh);
     free_bounce(e, &x);
     if (rc == ZC_OK) {
         zc_status prc = e->rank == 0 ? zc__ck_stage_publish(dir, t) : ZC_OK;

@@ -21,6 +21,12 @@
 
 typedef enum zc_red_op { ZC_RED_SUM = 0, ZC_RED_MAX } zc_red_op;
 
+/* How a rank's collectives waited, counted by the backends that can
+ * (zc__comm_wait_counts, below, says what each count is). */
+typedef struct zc_comm_wait_counts {
+    uint64_t meetings, waits, sleeps, restarts;
+} zc_comm_wait_counts;
+
 typedef struct zc_comm_ops {
     const char *name; /* "local", "nccl", "mpi" */
     /* recv[i] = op over ranks of send[i], count elements; send == recv allowed. */
@@ -58,6 +64,14 @@ typedef struct zc_comm_ops {
      * it destroys the device it bound. */
     void (*unbind_device)(zc_comm *c);
     void (*destroy)(zc_comm *c);
+    /* Optional (NULL: zc_comm_split is ZC_ERR_UNSUPPORTED): zc_comm_split
+     * on this backend (zeroc.h has the contract). Collective over c; the
+     * ranks' colours and keys are exchanged first, so a bad colour on any
+     * rank fails every rank alike (zc__split_validate). */
+    zc_status (*split)(zc_comm *c, int colour, int key, zc_comm **out);
+    /* Optional (NULL: zc__comm_wait_counts returns false): the counts of
+     * the waits of this rank's collectives (zc_comm_wait_counts). */
+    void (*wait_counts)(const zc_comm *c, zc_comm_wait_counts *out);
 } zc_comm_ops;
 
 struct zc_comm {
@@ -65,6 +79,15 @@ struct zc_comm {
     int rank, world;
     int local_rank, local_world;
     zc_device *dev; /* bound device, host by default */
+    /* Where this rank stands in the job, for the engine's node map (which
+     * ranks share a node: core/common/groups.c): its rank in the world its
+     * communicators descend from (the launcher's, MPI_COMM_WORLD's, the
+     * thread world's; a split keeps its parent's), its size, and the ranks per node
+     * of that world as the backend knows them (MPI: the ranks sharing
+     * memory; threads: the whole thread world; -1: unknown). */
+    int world_rank;
+    int node_ranks;
+    int world_size; /* that world's ranks (>= world; ZC_FAULTS' RANK is a world rank) */
 };
 
 /* Convenience wrappers that validate and dispatch. */
@@ -86,6 +109,41 @@ static inline zc_status zc__comm_group_start(zc_comm *c)
 static inline zc_status zc__comm_group_end(zc_comm *c)
 { return c->ops->group_end ? c->ops->group_end(c) : ZC_OK; }
 
+/* ---- splits (split.c; zc_comm_split) ------------------------------------ */
+
+/* Words of one rank's record in a split's exchange: its colour and key. */
+#define ZC_SPLIT_REC 2
+/* ZC_ERR_INVALID_ARG naming the first rank (of W) whose colour is neither
+ * >= 0 nor ZC_COMM_SPLIT_NONE in the exchanged records rec[r * ZC_SPLIT_REC
+ * + {0, 1}] = {colour, key}: the same verdict on every rank. */
+zc_status zc__split_validate(const int32_t *rec, int W, const char *backend);
+/* The ranks of colour `colour` in their new order - by key, ties by rank -
+ * into members (W entries of room); returns how many. MPI_Comm_split's
+ * order. */
+int zc__split_members(const int32_t *rec, int W, int colour, int *members);
+/* Rank r's place in its colour's new communicator, and that
+ * communicator's size (both -1 for ZC_COMM_SPLIT_NONE). */
+void zc__split_rank_of(const int32_t *rec, int W, int r, int *new_rank, int *new_world);
+
+/* ---- bytes by link (links.c) --------------------------------------------- */
+
+/* The bytes rank `me` of a group of n ranks sends in one collective, split
+ * by whether the peer is on its node (out[0]) or another one (out[1]):
+ * node[i] is member i's node. The model is a direct exchange between the
+ * group's ranks - what the local and MPI communicators do (mpi.h): an
+ * all-gather or reduce-scatter of `count` elements per rank sends count to
+ * every peer; an all-reduce of count elements sends peer k its slice
+ * [count*k/n, count*(k+1)/n) and then its own slice to every peer. NCCL's
+ * rings and trees send the same total per rank but route part of it
+ * differently. kind is K_ALL_REDUCE, K_REDUCE_SCATTER or K_ALL_GATHER. */
+void zc__link_bytes(int kind, size_t count, size_t esz, const int *node, int n, int me,
+                    int64_t out[2]);
+/* The same when the members on this rank's node are exactly the group
+ * ranks [lo, hi) (me among them), in O(1): for groups whose members are in
+ * node order, as the planner's are. */
+void zc__link_bytes_range(int kind, size_t count, size_t esz, int n, int me, int lo, int hi,
+                          int64_t out[2]);
+
 /* The collective kinds the host backends (local, mpi) tag their in-flight
  * operations with, and their names in messages ("all_reduce", ...). */
 enum { K_ALL_REDUCE = 1, K_REDUCE_SCATTER, K_ALL_GATHER, K_BROADCAST, K_BARRIER };
@@ -102,17 +160,11 @@ const char *zc__coll_kind_name(int kind);
  *   sleeps:   times the waiting thread gave up its core - a futex sleep
  *             (local) or a backoff nap (MPI, base/backoff.h);
  *   restarts: MPI: polls that made progress and so started a new spin.
- * zc__comm_wait_counts fills *out for the local and MPI backends and returns
- * false (leaving *out zeroed) for another one. The local backend's counts
- * may be read from another thread while the rank runs; the MPI backend's by
- * the rank's own thread. */
-typedef struct zc_comm_wait_counts {
-    uint64_t meetings, waits, sleeps, restarts;
-} zc_comm_wait_counts;
+ * zc__comm_wait_counts fills *out for the backends that count (local, MPI:
+ * the ops' wait_counts) and returns false (leaving *out zeroed) for another.
+ * The local backend's counts may be read from another thread while the rank
+ * runs; the MPI backend's by the rank's own thread. */
 bool zc__comm_wait_counts(const zc_comm *c, zc_comm_wait_counts *out);
-/* The backends' own (comm_api.c dispatches by the ops' name). */
-void zc__local_wait_counts(const zc_comm *c, zc_comm_wait_counts *out);
-void zc__mpi_wait_counts(const zc_comm *c, zc_comm_wait_counts *out);
 
 /* ZC_COMM_TIMEOUT, the seconds one collective may wait for its peers, the
  * same on every backend (local, mpi, nccl): unset or empty gives 600;

@@ -5,6 +5,7 @@
 
 #include "comm/comm.h"
 #include "base/env.h"
+#include "base/log.h"
 
 int zc_comm_rank(const zc_comm *comm) { return comm ? comm->rank : -1; }
 int zc_comm_world(const zc_comm *comm) { return comm ? comm->world : -1; }
@@ -39,20 +40,28 @@ zc_status zc__comm_timeout_env(double *out)
     return ZC_OK;
 }
 
+ZC_API zc_status zc_comm_split(zc_comm *comm, int colour, int key, zc_comm **out)
+{
+    zc__error_clear();
+    if (!out)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "zc_comm_split: out is NULL");
+    *out = NULL;
+    if (!comm)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "zc_comm_split: comm is NULL");
+    if (!comm->ops->split)
+        return ZC_ERR(ZC_ERR_UNSUPPORTED, "zc_comm_split: the %s communicator cannot be split",
+                      comm->ops->name);
+    zc_status rc = comm->ops->split(comm, colour, key, out);
+    if (rc != ZC_OK)
+        *out = NULL;
+    return rc;
+}
+
 bool zc__comm_wait_counts(const zc_comm *c, zc_comm_wait_counts *out)
 {
     *out = (zc_comm_wait_counts){0};
-    if (!c || !c->ops || !c->ops->name)
+    if (!c || !c->ops || !c->ops->wait_counts)
         return false;
-    if (!strcmp(c->ops->name, "local")) {
-        zc__local_wait_counts(c, out);
-        return true;
-    }
-#if ZC_HAVE_MPI
-    if (!strcmp(c->ops->name, "mpi")) {
-        zc__mpi_wait_counts(c, out);
-        return true;
-    }
-#endif
-    return false;
+    c->ops->wait_counts(c, out);
+    return true;
 }

@@ -65,64 +65,9 @@
 #include <unistd.h>
 
 #include "comm/comm.h"
+#include "comm/local_internal.h"
 #include "base/clock.h"
 #include "base/log.h"
-
-/* One collective as a rank posts it. */
-typedef struct local_op {
-    const void *send;
-    void *recv;
-    size_t count;
-    int dt, op, root, kind;
-} local_op;
-
-/* What a rank posts for one rendezvous: its collectives (one, or a group's;
- * none for a barrier) and its events. */
-typedef struct local_slot {
-    const local_op *ops;
-    int nops;
-    void *ready, *done; /* the rank's events (local_comm), on its device */
-} local_slot;
-
-/* Collectives one group runs in one rendezvous; a longer group runs in
- * several, LOCAL_GROUP_MAX at a time (allowed: a group's results are only
- * promised after group_end). Reserved with the rank, so queueing never
- * allocates. */
-#define LOCAL_GROUP_MAX 64
-
-typedef struct local_group {
-    int world;
-    int refs;           /* under mu */
-    pthread_mutex_t mu; /* refs only: the barrier takes no lock */
-    int arrived;        /* atomic: ranks in the barrier now */
-    unsigned long generation; /* atomic: barriers opened */
-    int broken;         /* atomic */
-    /* The futex word sleepers wait on: moves (atomically) whenever the
-     * generation moves or the group breaks, after either, so a rank that
-     * read it before checking both cannot miss the change and sleep on. */
-    uint32_t wake;
-    double timeout_s;
-    local_slot *slots;
-} local_group;
-
-typedef struct local_comm {
-    zc_comm base;
-    local_group *g;
-    unsigned long seq; /* collectives issued by this rank, for messages */
-    /* On base.dev: recorded on the caller's stream when this rank's buffers
-     * are final (ready) and when its share of the work is queued (done). */
-    void *ev_ready, *ev_done;
-    /* Between group_start and group_end: the collectives queued, all on one
-     * stream, run together at group_end (or when LOCAL_GROUP_MAX are). */
-    bool in_group;
-    int nqueued;
-    void *group_stream;
-    local_op queued[LOCAL_GROUP_MAX];
-    /* Counted for zc__comm_wait_counts (comm.h): rendezvous, those this
-     * rank waited in past the spin, its futex sleeps. Written by the rank's
-     * thread, read by any (relaxed atomics: counts, not synchronisation). */
-    uint64_t meetings, waits, sleeps;
-} local_comm;
 
 static void count(uint64_t *n) { __atomic_fetch_add(n, 1, __ATOMIC_RELAXED); }
 
@@ -183,7 +128,7 @@ static void futex_wake_all(local_group *g)
 
 /* Barrier with a deadline. Returns ZC_ERR_COMM when the group is broken or the
  * deadline passes (which breaks the group for everyone). */
-static zc_status group_wait(local_comm *c)
+zc_status zc__local_wait(local_comm *c)
 {
     local_group *g = c->g;
     const local_slot *mine = &g->slots[c->base.rank];
@@ -250,7 +195,7 @@ static zc_status post(local_comm *c, const local_op *ops, int nops, void *stream
     c->seq += (unsigned long)nops;
     ZC_CHECK(d->ops->event_record(d, c->ev_ready, stream));
     g->slots[c->base.rank] = (local_slot){ops, nops, c->ev_ready, c->ev_done};
-    ZC_CHECK(group_wait(c));
+    ZC_CHECK(zc__local_wait(c));
     for (int r = 0; r < g->world; r++) {
         const local_slot *o = &g->slots[r];
         int bad = o->nops != nops ? (o->nops < nops ? o->nops : nops) : -1;
@@ -271,7 +216,7 @@ static zc_status post(local_comm *c, const local_op *ops, int nops, void *stream
                               zc__coll_kind_name(a->kind), a->count,
                               zc_dtype_name((zc_dtype)a->dt), r, zc__coll_kind_name(b->kind),
                               b->count, zc_dtype_name((zc_dtype)b->dt));
-        group_wait(c); /* everyone sees the mismatch; keep phases aligned */
+        zc__local_wait(c); /* everyone sees the mismatch; keep phases aligned */
         return rc;
     }
     return ZC_OK;
@@ -306,7 +251,7 @@ static zc_status finish(local_comm *c, zc_status work_rc, void *stream)
     zc_status rc = d->ops->event_record(d, c->ev_done, stream);
     if (work_rc == ZC_OK)
         work_rc = rc;
-    rc = group_wait(c);
+    rc = zc__local_wait(c);
     if (rc == ZC_OK)
         rc = wait_peers(c, offsetof(local_slot, done), stream);
     return work_rc != ZC_OK ? work_rc : rc;
@@ -517,7 +462,7 @@ static zc_status local_barrier(zc_comm *base)
     c->seq++;
     count(&c->meetings);
     c->g->slots[base->rank] = (local_slot){NULL, 0, c->ev_ready, c->ev_done};
-    return group_wait(c);
+    return zc__local_wait(c);
 }
 
 static zc_status local_group_start(zc_comm *base)
@@ -585,6 +530,16 @@ static void local_unbind_device(zc_comm *base)
     (void)local_bind_device(base, base->dev);
 }
 
+/* The group's memory (its mutex aside). */
+static void free_group_mem(local_group *g)
+{
+    const size_t W = (size_t)g->world;
+    zc__host_free(NULL, ZC_MEM_OTHER, g->slots, sizeof(local_slot) * W);
+    zc__host_free(NULL, ZC_MEM_OTHER, g->split_rec, sizeof(int32_t) * (ZC_SPLIT_REC + 1) * W);
+    zc__host_free(NULL, ZC_MEM_OTHER, g->split_out, sizeof(local_comm_ptrs) * W);
+    zc__host_free(NULL, ZC_MEM_OTHER, g, sizeof *g);
+}
+
 static void group_unref(local_group *g)
 {
     pthread_mutex_lock(&g->mu);
@@ -593,8 +548,7 @@ static void group_unref(local_group *g)
     if (left)
         return;
     pthread_mutex_destroy(&g->mu);
-    zc__host_free(NULL, ZC_MEM_OTHER, g->slots, sizeof(local_slot) * (size_t)g->world);
-    zc__host_free(NULL, ZC_MEM_OTHER, g, sizeof *g);
+    free_group_mem(g);
 }
 
 static void local_destroy(zc_comm *base)
@@ -604,6 +558,14 @@ static void local_destroy(zc_comm *base)
     drop_events(c);
     zc__host_free(NULL, ZC_MEM_OTHER, c, sizeof *c);
     group_unref(g);
+}
+
+static void local_wait_counts(const zc_comm *comm, zc_comm_wait_counts *out)
+{
+    const local_comm *c = (const local_comm *)comm;
+    *out = (zc_comm_wait_counts){.meetings = __atomic_load_n(&c->meetings, __ATOMIC_RELAXED),
+                                 .waits = __atomic_load_n(&c->waits, __ATOMIC_RELAXED),
+                                 .sleeps = __atomic_load_n(&c->sleeps, __ATOMIC_RELAXED)};
 }
 
 static const zc_comm_ops local_ops = {
@@ -618,32 +580,29 @@ static const zc_comm_ops local_ops = {
     .bind_device = local_bind_device,
     .unbind_device = local_unbind_device,
     .destroy = local_destroy,
+    .split = zc__local_split,
+    .wait_counts = local_wait_counts,
 };
 
-zc_status zc_comm_local_world(int world, zc_comm **comms)
+zc_status zc__local_make(int world, double timeout_s, const int *world_rank, int world_size,
+                         int node_ranks, zc_comm **comms)
 {
-    zc__error_clear();
-    if (!comms)
-        return ZC_ERR(ZC_ERR_INVALID_ARG, "zc_comm_local_world: comms is NULL");
-    if (world <= 0)
-        return ZC_ERR(ZC_ERR_INVALID_ARG, "zc_comm_local_world: world size %d (must be >= 1)",
-                      world);
-    if (world > 4096)
-        return ZC_ERR(ZC_ERR_INVALID_ARG, "zc_comm_local_world: world size %d is too large "
-                                          "for in-process ranks (max 4096)", world);
-    /* Before anything is made: a bad value fails here, never as a wait
-     * that does not end. */
-    double timeout_s = 0;
-    ZC_CHECK(zc__comm_timeout_env(&timeout_s));
-    ZC_CHECK(zc__log_env_check());
     local_group *g = NULL;
     zc_status rc;
     int made = 0;
+    const size_t W = (size_t)world;
     ZC_CHECK(zc__host_alloc(NULL, ZC_MEM_OTHER, sizeof *g, "local comm group", (void **)&g));
-    rc = zc__host_alloc(NULL, ZC_MEM_OTHER, sizeof(local_slot) * (size_t)world, "local comm slots",
+    rc = zc__host_alloc(NULL, ZC_MEM_OTHER, sizeof(local_slot) * W, "local comm slots",
                         (void **)&g->slots);
+    if (rc == ZC_OK)
+        rc = zc__host_alloc(NULL, ZC_MEM_OTHER, sizeof(int32_t) * (ZC_SPLIT_REC + 1) * W,
+                            "local comm split records", (void **)&g->split_rec);
+    if (rc == ZC_OK)
+        rc = zc__host_alloc(NULL, ZC_MEM_OTHER, sizeof(local_comm_ptrs) * W,
+                            "local comm split results", (void **)&g->split_out);
     if (rc != ZC_OK) {
-        zc__host_free(NULL, ZC_MEM_OTHER, g, sizeof *g);
+        g->world = world; /* free_group_mem's sizes */
+        free_group_mem(g);
         return rc;
     }
     g->world = world;
@@ -660,6 +619,9 @@ zc_status zc_comm_local_world(int world, zc_comm **comms)
         c->base.world = world;
         c->base.local_rank = made;
         c->base.local_world = world;
+        c->base.world_rank = world_rank ? world_rank[made] : made;
+        c->base.node_ranks = node_ranks;
+        c->base.world_size = world_size;
         c->g = g;
         comms[made] = &c->base;
         c->base.dev = zc__device_host();
@@ -682,10 +644,22 @@ fail:
     return rc;
 }
 
-void zc__local_wait_counts(const zc_comm *comm, zc_comm_wait_counts *out)
+zc_status zc_comm_local_world(int world, zc_comm **comms)
 {
-    const local_comm *c = (const local_comm *)comm;
-    *out = (zc_comm_wait_counts){.meetings = __atomic_load_n(&c->meetings, __ATOMIC_RELAXED),
-                                 .waits = __atomic_load_n(&c->waits, __ATOMIC_RELAXED),
-                                 .sleeps = __atomic_load_n(&c->sleeps, __ATOMIC_RELAXED)};
+    zc__error_clear();
+    if (!comms)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "zc_comm_local_world: comms is NULL");
+    if (world <= 0)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "zc_comm_local_world: world size %d (must be >= 1)",
+                      world);
+    if (world > 4096)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "zc_comm_local_world: world size %d is too large "
+                                          "for in-process ranks (max 4096)", world);
+    /* Before anything is made: a bad value fails here, never as a wait
+     * that does not end. */
+    double timeout_s = 0;
+    ZC_CHECK(zc__comm_timeout_env(&timeout_s));
+    ZC_CHECK(zc__log_env_check());
+    /* Threads of one process share its node. */
+    return zc__local_make(world, timeout_s, NULL, world, world, comms);
 }

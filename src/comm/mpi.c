@@ -57,8 +57,15 @@ typedef struct mpi_comm {
     int *done_idx;    /* MPI_Testsome's indices: 2W, one wait at a time */
     int broken;
     char failure[512];
+    int32_t *split_buf; /* zc_comm_split's exchange (mpi_split.c): ZC_SPLIT_REC words per
+                           rank and this rank's own, reserved with the communicator */
     zc_comm_wait_counts counts; /* zc__comm_wait_counts: waits, naps, spin restarts */
 } mpi_comm;
+
+static size_t split_buf_bytes(int world)
+{
+    return sizeof(int32_t) * ZC_SPLIT_REC * ((size_t)world + 1);
+}
 
 /* ---- helpers ------------------------------------------------------------- */
 
@@ -587,8 +594,14 @@ static void mpi_destroy(zc_comm *base)
         zc__host_free(NULL, ZC_MEM_OTHER, c->ops[i].reqs, 2 * sizeof(MPI_Request) * (size_t)W);
     }
     zc__host_free(NULL, ZC_MEM_OTHER, c->done_idx, 2 * sizeof(int) * (size_t)W);
+    zc__host_free(NULL, ZC_MEM_OTHER, c->split_buf, split_buf_bytes(W));
     zc__host_free(NULL, ZC_MEM_OTHER, c, sizeof *c);
     zc__mpi_unref(healthy);
+}
+
+static void mpi_wait_counts(const zc_comm *comm, zc_comm_wait_counts *out)
+{
+    *out = ((const mpi_comm *)comm)->counts;
 }
 
 static const zc_comm_ops mpi_ops = {
@@ -602,38 +615,33 @@ static const zc_comm_ops mpi_ops = {
     .group_end = mpi_group_end,
     .bind_device = mpi_bind_device,
     .destroy = mpi_destroy,
+    .split = zc__mpi_split,
+    .wait_counts = mpi_wait_counts,
 };
 
-zc_status zc__comm_mpi_create(const zc_launch_env *env, zc_comm **out)
+zc_status zc__mpi_wrap(MPI_Comm mc, double timeout, int world_rank, int node_ranks,
+                       const char *what, zc_comm **out)
 {
     *out = NULL;
-    double timeout;
-    ZC_CHECK(zc__comm_timeout_env(&timeout));
-    ZC_CHECK(zc__mpi_ref());
     zc_status rc = ZC_OK;
     mpi_comm *c = NULL;
-    MPI_Comm dup = MPI_COMM_NULL, node = MPI_COMM_NULL;
+    MPI_Comm node = MPI_COMM_NULL;
     int rank = 0, world = 0, lrank = 0, lworld = 0, e;
-    size_t reqs = 0; /* bytes of each op's request array, once world is known */
-    if ((e = MPI_Comm_dup(MPI_COMM_WORLD, &dup)) != MPI_SUCCESS) {
-        rc = zc__mpi_errstr(e, "zc_comm_init_env: MPI_Comm_dup(MPI_COMM_WORLD)");
-        goto fail;
-    }
     /* Errors come back as codes (ZC_ERR_COMM), never abort the process. */
-    MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN);
-    MPI_Comm_rank(dup, &rank);
-    MPI_Comm_size(dup, &world);
-    ZC_CHECK_GOTO(zc__mpi_check_env(env, rank, world, "zc_comm_init_env"), rc, fail);
-    if ((e = MPI_Comm_split_type(dup, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node)) !=
+    MPI_Comm_set_errhandler(mc, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(mc, &rank);
+    MPI_Comm_size(mc, &world);
+    const size_t reqs = 2 * sizeof(MPI_Request) * (size_t)world;
+    if ((e = MPI_Comm_split_type(mc, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node)) !=
         MPI_SUCCESS) {
-        rc = zc__mpi_errstr(e, "zc_comm_init_env: MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)");
+        char w[160];
+        snprintf(w, sizeof w, "%s: MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)", what);
+        rc = zc__mpi_errstr(e, w);
         goto fail;
     }
     MPI_Comm_rank(node, &lrank);
     MPI_Comm_size(node, &lworld);
     MPI_Comm_free(&node);
-
-    reqs = 2 * sizeof(MPI_Request) * (size_t)world;
 
     ZC_CHECK_GOTO(zc__host_alloc(NULL, ZC_MEM_OTHER, sizeof *c, "mpi comm", (void **)&c), rc,
                   fail);
@@ -643,13 +651,17 @@ zc_status zc__comm_mpi_create(const zc_launch_env *env, zc_comm **out)
     }
     ZC_CHECK_GOTO(zc__host_alloc(NULL, ZC_MEM_OTHER, 2 * sizeof(int) * (size_t)world,
                                  "mpi comm request indices", (void **)&c->done_idx), rc, fail);
+    ZC_CHECK_GOTO(zc__host_alloc(NULL, ZC_MEM_OTHER, split_buf_bytes(world),
+                                 "mpi comm split records", (void **)&c->split_buf), rc, fail);
     c->base.ops = &mpi_ops;
     c->base.rank = rank;
     c->base.world = world;
     c->base.local_rank = lrank;
     c->base.local_world = lworld;
+    c->base.world_rank = world_rank;
+    c->base.node_ranks = node_ranks > 0 ? node_ranks : lworld;
     c->base.dev = zc__device_host();
-    c->mc = dup;
+    c->mc = mc;
     c->timeout_s = timeout;
     ZC_LOGI("comm", "mpi rank %d of %d (local %d of %d), timeout %g s", rank, world, lrank,
             lworld, timeout);
@@ -662,13 +674,10 @@ fail:
         zc__host_free(NULL, ZC_MEM_OTHER, c->done_idx, 2 * sizeof(int) * (size_t)world);
         zc__host_free(NULL, ZC_MEM_OTHER, c, sizeof *c);
     }
-    if (dup != MPI_COMM_NULL)
-        MPI_Comm_free(&dup);
+    MPI_Comm_free(&mc);
     zc__mpi_unref(1);
     return rc;
 }
 
-void zc__mpi_wait_counts(const zc_comm *comm, zc_comm_wait_counts *out)
-{
-    *out = ((const mpi_comm *)comm)->counts;
-}
+MPI_Comm zc__mpi_handle(const zc_comm *base) { return ((const mpi_comm *)base)->mc; }
+int32_t *zc__mpi_split_records(zc_comm *base) { return ((mpi_comm *)base)->split_buf; }

@@ -5,6 +5,9 @@
 #define ZC_COMM_MPI_PARTS_H
 
 #include <stddef.h>
+#include <stdint.h>
+
+#include <mpi.h>
 
 #include "base/error.h"
 #include "comm/bootstrap.h"
@@ -24,6 +27,21 @@ void zc__mpi_unref(int healthy);
 /* ZC_ERR_CONFIG naming `what` when the launcher's env (NULL: none) gives
  * another rank or world than MPI's. */
 zc_status zc__mpi_check_env(const zc_launch_env *env, int rank, int world, const char *what);
+
+/* ---- mpi.c and mpi_split.c ---------------------------------------------- */
+
+/* The communicator over mc, which it takes (with one zc__mpi_ref the caller
+ * holds): its shared-memory split gives local_rank/local_world; node_ranks
+ * <= 0 takes that split's size. Collective over mc. On failure mc is freed
+ * and the reference dropped. `what` names the public call in messages. */
+zc_status zc__mpi_wrap(MPI_Comm mc, double timeout, int world_rank, int node_ranks,
+                       const char *what, zc_comm **out);
+/* The communicator's own duplicate, for MPI_Comm_split. */
+MPI_Comm zc__mpi_handle(const zc_comm *c);
+/* Its reserved split exchange: ZC_SPLIT_REC * (world + 1) words. */
+int32_t *zc__mpi_split_records(zc_comm *c);
+/* zc_comm_split on MPI (mpi_split.c): the mpi_ops' split. */
+zc_status zc__mpi_split(zc_comm *c, int colour, int key, zc_comm **out);
 
 /* ---- mpi_sum.c ----------------------------------------------------------- */
 

@@ -417,7 +417,7 @@ static zc_status nccl_bind_device(zc_comm *base, zc_device *dev)
     return ZC_OK;
 }
 
-static void nccl_destroy(zc_comm *base)
+void zc__nccl_destroy(zc_comm *base)
 {
     nccl_comm *c = (nccl_comm *)base;
     zc_cuda_guard dev_guard;
@@ -434,7 +434,9 @@ static void nccl_destroy(zc_comm *base)
     pthread_mutex_unlock(&c->mu);
     if (c->watchdog_started)
         pthread_join(c->watchdog, NULL);
-    if (c->nc) {
+    if (c->nc && c->borrowed_nc) {
+        /* The program's: left as it is (its collectives are drained). */
+    } else if (c->nc) {
         /* Finalize then destroy; destroying an unfinalized comm can block. */
         ncclResult_t r = rc == ZC_OK ? ncclCommFinalize(c->nc) : ncclInternalError;
         if (r == ncclSuccess || r == ncclInProgress)
@@ -445,7 +447,9 @@ static void nccl_destroy(zc_comm *base)
         else
             ncclCommAbort(c->nc);
     }
-    if (c->stream)
+    /* A failed borrowed communicator was not aborted: kernels of it may
+     * never finish, so zeroc does not wait on its stream. */
+    if (c->stream && !(c->borrowed_nc && c->failed))
         (void)cudaStreamSynchronize(c->stream);
     for (int i = 0; i < RING; i++) {
         if (c->ring[i].done)
@@ -459,7 +463,12 @@ static void nccl_destroy(zc_comm *base)
         (void)cudaFree(c->d_scratch);
         zc__mem_count(NULL, ZC_MEMKIND_DEVICE, ZC_MEM_BUFFERS, -(int64_t)sizeof(int32_t));
     }
-    if (c->stream)
+    if (c->d_split) {
+        const size_t b = sizeof(int32_t) * ZC_SPLIT_REC * ((size_t)c->base.world + 1);
+        (void)cudaFree(c->d_split);
+        zc__mem_count(NULL, ZC_MEMKIND_DEVICE, ZC_MEM_BUFFERS, -(int64_t)b);
+    }
+    if (c->stream && !c->borrowed_stream)
         (void)cudaStreamDestroy(c->stream);
     pthread_cond_destroy(&c->cv);
     pthread_mutex_destroy(&c->mu);
@@ -477,16 +486,17 @@ static const zc_comm_ops nccl_ops = {
     .group_start = nccl_group_start,
     .group_end = nccl_group_end,
     .bind_device = nccl_bind_device,
-    .destroy = nccl_destroy,
+    .destroy = zc__nccl_destroy,
+    .split = zc__nccl_split,
 };
 
 /* ---- creation ------------------------------------------------------------ */
 
 /* On the communicator's device (made current by the caller, create). */
-static zc_status cuda_setup(nccl_comm *c)
+zc_status zc__nccl_cuda_setup(nccl_comm *c)
 {
     cudaError_t e = cudaSetDevice(c->device);
-    if (e == cudaSuccess)
+    if (e == cudaSuccess && !c->stream)
         e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
     if (e == cudaSuccess)
         e = cudaEventCreateWithFlags(&c->fence, cudaEventDisableTiming);
@@ -502,6 +512,12 @@ static zc_status cuda_setup(nccl_comm *c)
     }
     if (e == cudaSuccess)
         e = cudaMemset(c->d_scratch, 0, sizeof(int32_t));
+    if (e == cudaSuccess) {
+        const size_t b = sizeof(int32_t) * ZC_SPLIT_REC * ((size_t)c->base.world + 1);
+        e = cudaMalloc((void **)&c->d_split, b);
+        if (e == cudaSuccess)
+            zc__mem_count(NULL, ZC_MEMKIND_DEVICE, ZC_MEM_BUFFERS, (int64_t)b);
+    }
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
         return ZC_ERR(ZC_ERR_DEVICE, "nccl rank %d: setting up cuda:%d: %s", c->base.rank,
@@ -510,24 +526,44 @@ static zc_status cuda_setup(nccl_comm *c)
     return ZC_OK;
 }
 
-/* zc__comm_nccl_create with its arguments checked and `device` current. */
-static zc_status create_on_device(int rank, int world, int device, const void *unique_id,
-                                  double init_timeout_s, double timeout_s, zc_comm **out)
+zc_status zc__nccl_alloc(int rank, int world, int device, double timeout_s, nccl_comm **out)
 {
     nccl_comm *c = NULL;
+    *out = NULL;
     ZC_CHECK(zc__host_alloc(NULL, ZC_MEM_OTHER, sizeof *c, "nccl communicator", (void **)&c));
     c->base.ops = &nccl_ops;
     c->base.rank = rank;
     c->base.world = world;
     c->base.local_rank = device;
     c->base.local_world = -1;
+    c->base.world_rank = rank;
+    c->base.node_ranks = -1;
+    c->base.world_size = world;
     c->base.dev = zc__device_host();
     c->device = device;
     c->timeout_s = timeout_s;
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);
+    *out = c;
+    return ZC_OK;
+}
 
-    zc_status rc = cuda_setup(c);
+zc_status zc__nccl_start(nccl_comm *c)
+{
+    if (pthread_create(&c->watchdog, NULL, zc__nccl_watchdog_main, c) != 0)
+        return ZC_ERR(ZC_ERR_INTERNAL, "nccl rank %d: cannot start the watchdog thread",
+                      c->base.rank);
+    c->watchdog_started = 1;
+    return ZC_OK;
+}
+
+/* zc__comm_nccl_create with its arguments checked and `device` current. */
+static zc_status create_on_device(int rank, int world, int device, const void *unique_id,
+                                  double init_timeout_s, double timeout_s, zc_comm **out)
+{
+    nccl_comm *c = NULL;
+    ZC_CHECK(zc__nccl_alloc(rank, world, device, timeout_s, &c));
+    zc_status rc = zc__nccl_cuda_setup(c);
     if (rc == ZC_OK) {
         ncclUniqueId id;
         memcpy(&id, unique_id, sizeof id);
@@ -548,20 +584,24 @@ static zc_status create_on_device(int rank, int world, int device, const void *u
             c->nc = NULL;
         }
     }
-    if (rc == ZC_OK) {
-        if (pthread_create(&c->watchdog, NULL, zc__nccl_watchdog_main, c) == 0)
-            c->watchdog_started = 1;
-        else
-            rc = ZC_ERR(ZC_ERR_INTERNAL, "nccl rank %d: cannot start the watchdog thread", rank);
-    }
+    if (rc == ZC_OK)
+        rc = zc__nccl_start(c);
     if (rc != ZC_OK) {
-        nccl_destroy(&c->base);
+        zc__nccl_destroy(&c->base);
         return rc;
     }
     ZC_LOGI("comm", "nccl rank %d of %d on cuda:%d (NCCL %d, timeout %.0f s)", rank, world,
             device, NCCL_VERSION_CODE, c->timeout_s);
     *out = &c->base;
     return ZC_OK;
+}
+
+zc_status zc__nccl_exchange(nccl_comm *c, const int32_t *d_send, int32_t *d_recv, size_t count)
+{
+    coll_args a = {d_send, d_recv, count, ncclInt32, ncclSum, 0};
+    ZC_CHECK(issue(c, "split exchange", count * (size_t)c->base.world * sizeof(int32_t),
+                   do_all_gather, &a, c->stream));
+    return drain(c);
 }
 
 zc_status zc__comm_nccl_create(int rank, int world, int device, const void *unique_id,

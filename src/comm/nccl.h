@@ -42,6 +42,12 @@
 zc_status zc__comm_nccl_create(int rank, int world, int device, const void *unique_id,
                                double init_timeout_s, zc_comm **out);
 
+/* zc_comm_from_nccl (nccl_wrap.c): a handle over the program's ncclComm_t
+ * nc and, when not NULL, its stream; world_rank and node_ranks are the
+ * node map's coordinates (comm.h), found by libzeroc. */
+zc_status zc__comm_nccl_wrap(void *nc, int rank, int world, void *stream, int world_rank,
+                             int node_ranks, zc_comm **out);
+
 /* Test hook: the next collective (or group) issued stalls ~ms milliseconds
  * on the communicator's stream after it started and before NCCL runs it, as a
  * collective whose peer never arrives would (exercises the watchdog with one

@@ -116,6 +116,9 @@ static zc_status from_env_on_device(const zc_launch_env *env, int dev, const cha
     if (rc == ZC_OK) {
         (*out)->local_rank = env->local_rank;
         (*out)->local_world = env->local_world;
+        (*out)->world_rank = env->rank;
+        (*out)->node_ranks = env->local_world;
+        (*out)->world_size = env->world;
     }
     return rc;
 }

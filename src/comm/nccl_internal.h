@@ -74,7 +74,34 @@ typedef struct nccl_comm {
     int stop;
     pthread_t watchdog;
     int watchdog_started;
+    /* zc_comm_from_nccl: nc (and, when given, stream) are the program's:
+     * never finalised, destroyed or aborted here (a failure only stops
+     * zeroc using them). */
+    int borrowed_nc, borrowed_stream;
+    int32_t *d_split;     /* zc_comm_split's exchange: ZC_SPLIT_REC * (world + 1) int32 */
 } nccl_comm;
+
+/* ---- nccl.c, for nccl_wrap.c ---------------------------------------------- */
+
+/* A communicator struct for rank `rank` of `world` on `device`, its mutex
+ * and condition made, nothing on the device yet (free with
+ * zc__nccl_destroy). */
+zc_status zc__nccl_alloc(int rank, int world, int device, double timeout_s, nccl_comm **out);
+/* Its stream (unless c->stream was set: the caller's), events and device
+ * scratch, on its device (current). */
+zc_status zc__nccl_cuda_setup(nccl_comm *c);
+/* Starts the watchdog once c->nc is set. */
+zc_status zc__nccl_start(nccl_comm *c);
+/* The ops' destroy: waits for what is queued, releases what zeroc made. */
+void zc__nccl_destroy(zc_comm *base);
+/* An all-gather of `count` int32 per rank on the communicator's own
+ * stream, waited for (for exchanges of a few words: zc_comm_split). */
+zc_status zc__nccl_exchange(nccl_comm *c, const int32_t *d_send, int32_t *d_recv, size_t count);
+
+/* ---- nccl_wrap.c ----------------------------------------------------------- */
+
+/* zc_comm_split on NCCL (ncclCommSplit): the nccl ops' split. */
+zc_status zc__nccl_split(zc_comm *base, int colour, int key, zc_comm **out);
 
 /* ---- nccl_watchdog.c ----------------------------------------------------- */
 

@@ -33,6 +33,13 @@ void zc__nccl_abort_if_failed_locked(nccl_comm *c)
         return;
     ncclComm_t nc = c->nc;
     c->nc = NULL; /* no NCCL call after this point: every caller checks failed */
+    if (c->borrowed_nc) {
+        /* The program's communicator (zc_comm_from_nccl): zeroc stops using
+         * it and leaves the abort to the program. */
+        ZC_LOGE("comm", "nccl rank %d/%d: zeroc no longer uses the program's communicator; "
+                "abort it (ncclCommAbort) before making a new one", c->base.rank, c->base.world);
+        return;
+    }
     pthread_mutex_unlock(&c->mu);
     ncclCommAbort(nc);
     pthread_mutex_lock(&c->mu);

@@ -116,7 +116,10 @@ struct zc_config {
         int64_t prefetch_bucket_size, param_persistence_threshold, model_persistence_threshold,
             max_live_parameters, max_reuse_distance, module_granularity_threshold;
         bool gather_16bit_weights_on_model_save;
-        int64_t zero_hpz_partition_size;
+        int64_t zero_hpz_partition_size;  /* hpZ: > 1 at stage 3 (docs/config.md) */
+        int64_t mics_shard_size;          /* MiCS: > 0 shards in groups of this many ranks;
+                                             -1 (default) or 0: off */
+        bool mics_hierarchical_params_gather;
         bool zero_quantized_weights, zero_quantized_gradients;
         zc_offload_cfg offload_optimizer, offload_param;
         /* zero_optimization.max_memory (a zeroc extension, after accelerate's
@@ -194,6 +197,11 @@ zc_status zc__config_resolve_for_engine(zc_config *cfg, int world);
  * otherwise. zc_engine_create calls it; `zeroc config check` reports the same
  * errors. */
 zc_status zc__config_engine_check(const zc_config *cfg);
+/* Hybrid sharding against the data-parallel world (zc_engine_create,
+ * zc_plan_memory): mics_shard_size and, at stage 3, zero_hpz_partition_size
+ * divide `world` and are not larger; ZC_ERR_CONFIG naming the key and both
+ * sizes. */
+zc_status zc__config_hybrid_check(const zc_config *cfg, int world);
 /* The same rules, their message led by `what` (e.g. "zc_engine_build"). */
 zc_status zc__config_engine_rules(const zc_config *cfg, const char *what);
 /* data_types.grad_accum_dtype's rule of that check, against the working

@@ -81,6 +81,56 @@ static void rule_ratio(double ratio, zc_cfg_diag *d)
                      "%g: the share of the optimizer state offloaded must be in (0, 1]", ratio);
 }
 
+/* Hybrid sharding (MiCS, hpZ) as the engine takes it; the rules that need
+ * the world size (S divides it) or the node map are zc_engine_create's and
+ * zc_engine_build's (src/core/common/groups.c). */
+static void rule_hybrid(const zc_config *cfg, int stage, bool stage_auto, zc_cfg_diag *d)
+{
+    const int64_t mics = cfg->zero.mics_shard_size, hpz = cfg->zero.zero_hpz_partition_size;
+    const bool on3 = stage == 3 || stage_auto;
+    /* hpZ needs stage 3 from the start: its groups are made before "auto"
+     * chooses the stage. */
+    const bool hpz3 = stage == 3 && !stage_auto;
+    if (mics > 0 && stage == 0 && !stage_auto)
+        zc__diag_add(d, ZC_SEV_ERROR, ZC_ERR_CONFIG, "zero_optimization.mics_shard_size",
+                     "%lld at stage 0, which shards nothing: MiCS shards the model states of "
+                     "stages 1-3; set zero_optimization.stage or remove mics_shard_size",
+                     (long long)mics);
+    if (mics > 0 && cfg->zero.offload_optimizer.device != ZC_OFFLOAD_NONE)
+        zc__diag_add(d, ZC_SEV_ERROR, ZC_ERR_CONFIG, "zero_optimization.mics_shard_size",
+                     "%lld with offload_optimizer.device \"%s\": MiCS keeps its gradient shards "
+                     "on the device for the all-reduce across replicas (DeepSpeed: \"Local "
+                     "sharding has no support for CPU offloading\"); remove one of them",
+                     (long long)mics, device_name(cfg->zero.offload_optimizer.device));
+    if (mics > 0 && on3 && cfg->zero.offload_param.device != ZC_OFFLOAD_NONE)
+        zc__diag_add(d, ZC_SEV_ERROR, ZC_ERR_CONFIG, "zero_optimization.mics_shard_size",
+                     "%lld with offload_param.device \"%s\": MiCS does not offload; remove one "
+                     "of them", (long long)mics, device_name(cfg->zero.offload_param.device));
+    if (mics > 0 && zc__config_has_budgets(cfg))
+        zc__diag_add(d, ZC_SEV_ERROR, ZC_ERR_CONFIG, "zero_optimization.mics_shard_size",
+                     "%lld with zero_optimization.max_memory, whose placement may offload: MiCS "
+                     "does not offload; remove one of them", (long long)mics);
+    if (mics > 0 && hpz > 1)
+        zc__diag_add(d, ZC_SEV_ERROR, ZC_ERR_CONFIG, "zero_optimization.zero_hpz_partition_size",
+                     "%lld with mics_shard_size %lld: MiCS already keeps every gather inside "
+                     "its shard group; use one of them", (long long)hpz, (long long)mics);
+    if (hpz > 1 && hpz3 && cfg->zero.offload_param.device != ZC_OFFLOAD_NONE)
+        zc__diag_add(d, ZC_SEV_ERROR, ZC_ERR_CONFIG, "zero_optimization.zero_hpz_partition_size",
+                     "%lld with offload_param.device \"%s\": the secondary partition lives in "
+                     "device memory beside parameters that are offloaded; remove one of them",
+                     (long long)hpz, device_name(cfg->zero.offload_param.device));
+    if (hpz > 1 && !hpz3)
+        zc__diag_add(d, ZC_SEV_WARN, ZC_ERR_CONFIG, "zero_optimization.zero_hpz_partition_size",
+                     "%lld at stage %s: hpZ partitions stage 3's parameters; ignored (DeepSpeed "
+                     "ignores it below stage 3; zeroc also with stage \"auto\")",
+                     (long long)hpz, stage_auto ? "\"auto\"" : (stage == 0 ? "0" : stage == 1
+                                                                      ? "1" : "2"));
+    if (cfg->zero.mics_hierarchical_params_gather && mics <= 0)
+        zc__diag_add(d, ZC_SEV_WARN, ZC_ERR_CONFIG,
+                     "zero_optimization.mics_hierarchical_params_gather",
+                     "true without mics_shard_size: ignored, as DeepSpeed ignores it");
+}
+
 /* data_types.grad_accum_dtype against the working dtype pdt. zeroc sums a
  * window's micro-step gradients in fp32 (unset or "fp32": its default) or,
  * with the parameters' own 16-bit dtype, rounds the running sum to it after
@@ -152,6 +202,7 @@ void zc__cfg_engine_support(const zc_config *cfg, zc_cfg_diag *d)
      * swap files are read and written as the offload homes' are. */
     if (opt_nvme || par_nvme || cfg->act.nvme_checkpointing)
         rule_aio(cfg->aio.block_size, cfg->aio.queue_depth, cfg->aio.intra_op_parallelism, d);
+    rule_hybrid(cfg, stage, zc__config_stage_auto(cfg), d);
 }
 
 zc_status zc__config_engine_rules(const zc_config *cfg, const char *what)
@@ -203,4 +254,24 @@ zc_status zc__config_ratio_check(double ratio)
     zc_cfg_diag d = {0};
     rule_ratio(ratio, &d);
     return report(&d);
+}
+
+zc_status zc__config_hybrid_check(const zc_config *cfg, int world)
+{
+    const int64_t S = cfg->zero.mics_shard_size, H = cfg->zero.zero_hpz_partition_size;
+    if (S > 0 && world % S)
+        return ZC_ERR(ZC_ERR_CONFIG,
+                      "zero_optimization.mics_shard_size %lld does not divide the data-parallel "
+                      "world of %d ranks: every shard group has the same size", (long long)S,
+                      world);
+    if (S > world)
+        return ZC_ERR(ZC_ERR_CONFIG,
+                      "zero_optimization.mics_shard_size %lld is larger than the data-parallel "
+                      "world of %d ranks", (long long)S, world);
+    const bool on3 = cfg->zero.stage == 3 && !zc__config_stage_auto(cfg);
+    if (on3 && H > 1 && (world % H || H > world))
+        return ZC_ERR(ZC_ERR_CONFIG,
+                      "zero_optimization.zero_hpz_partition_size %lld does not divide the "
+                      "data-parallel world of %d ranks", (long long)H, world);
+    return ZC_OK;
 }

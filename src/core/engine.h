@@ -7,8 +7,9 @@
  * back.
  *
  * Memory model. Parameters are packed in registration order into chunks
- * (engine/layout.c); chunk c holds `padded` elements, a multiple of world*64, and
- * rank r owns the shard [r*shard, (r+1)*shard). Every buffer below is device
+ * (engine/layout.c); chunk c holds `padded` elements, a multiple of sworld*64, and
+ * shard rank q (e->srank: the rank itself without MiCS) owns the shard
+ * [q*shard, (q+1)*shard). Every buffer below is device
  * memory (zc_device ops) counted on eng->acct by category; the engine never
  * reads or writes it with the CPU. What each stage keeps per chunk:
  *
@@ -48,6 +49,7 @@
 #include "core/common/bufpool.h"
 #include "core/common/eng_base.h"
 #include "core/common/faults.h"
+#include "core/common/groups.h"
 #include "core/common/streams.h"
 #include "core/observe/progress.h"
 #include "core/observe/timeline.h"
@@ -185,6 +187,14 @@ typedef struct zc_chunk {
     int64_t reads_cur, reads_last; /* shard reads from NVMe in this / the last step */
     void *pout_home, *pout_dev; /* the optimizer's output for the home (between
                                    zc__param_out_begin and _end) */
+    /* MiCS at stage 1 (groups.h): this rank's reduced gradient shard in
+     * fp32, all-reduced across the replicas; NULL otherwise. */
+    float *rgrad;
+    /* hpZ (src/zero3/hpz.c): the secondary partition, this rank's padded/H
+     * elements of the gathered chunk in the working dtype, and whether it
+     * holds the current parameters (set by the step's first gather). */
+    void *sec;
+    bool sec_valid;
 } zc_chunk;
 
 /* Stage 3's acquire trace (src/zero3/gather.c). */
@@ -264,6 +274,10 @@ struct zc_engine {
     bool *gslot_pending;
     int ngslots;
     int rank, world, stage;
+    /* The shard group (core/common/groups.h): this rank's shard index and
+     * the ranks a chunk is sharded over - rank and world without MiCS. */
+    int srank, sworld;
+    zc_eng_groups topo;  /* the groups and the node map */
     zc_dtype pdt;              /* working precision */
     size_t pesz;
     int64_t gas;               /* gradient_accumulation_steps */
@@ -340,6 +354,7 @@ struct zc_engine {
 
     /* Stats: the current window and the last completed step. */
     int64_t comm_cur[ZC_COLL__COUNT], comm_last[ZC_COLL__COUNT];
+    int64_t link_cur[ZC_LINK__COUNT], link_last[ZC_LINK__COUNT]; /* bytes sent, by link */
     int64_t gathers_cur, gathers_last;
     int64_t live_elems, live_peak_cur, live_peak_last;
     int64_t invalidations;

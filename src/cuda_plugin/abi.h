@@ -54,8 +54,8 @@
 #include "device/device.h"
 
 /* Bumped whenever a table below changes. */
-#define ZC_CUDA_PLUGIN_ABI 1
-#define ZC_CUDA_PLUGIN_ENTRY "zc_cuda_plugin_open_v1"
+#define ZC_CUDA_PLUGIN_ABI 2
+#define ZC_CUDA_PLUGIN_ENTRY "zc_cuda_plugin_open_v2"
 /* The plugin's file name, beside libzeroc (meson.build installs it there). */
 #define ZC_CUDA_PLUGIN_FILE "libzeroc_cuda.so"
 
@@ -80,6 +80,7 @@ typedef struct zc_cuda_host_calls {
     /* Errors and logs: the plugin formats, libzeroc records (with "%s"). */
     __typeof__(&zc__error) error;
     __typeof__(&zc__error_context) error_context;
+    __typeof__(&zc_last_error) last_error;
     __typeof__(&zc__log_enabled) log_enabled;
     __typeof__(&zc__log) log;
 
@@ -135,6 +136,9 @@ typedef struct zc_cuda_plugin_ops {
                              double init_timeout_s, zc_comm **out);
     zc_status (*nccl_stall)(zc_comm *c, unsigned ms);
     zc_status (*nccl_from_env)(const zc_launch_env *env, zc_comm **out);
+    /* zc_comm_from_nccl (nccl.h: zc__comm_nccl_wrap). */
+    zc_status (*nccl_wrap)(void *nc, int rank, int world, void *stream, int world_rank,
+                           int node_ranks, zc_comm **out);
 } zc_cuda_plugin_ops;
 
 /* The shape as this side is compiled (a constant initializer, so the tables

@@ -58,6 +58,7 @@ static zc_cuda_plugin_ops ops = {
     .nccl_create = zc__comm_nccl_create,
     .nccl_stall = zc__comm_nccl_stall,
     .nccl_from_env = zc__comm_nccl_from_env,
+    .nccl_wrap = zc__comm_nccl_wrap,
 #endif
 };
 
@@ -70,7 +71,7 @@ static const char *file_of(void *sym)
 
 #define FN_ADDR(f) ((void *)(uintptr_t)(f))
 
-__attribute__((visibility("default"))) int zc_cuda_plugin_open_v1(
+__attribute__((visibility("default"))) int zc_cuda_plugin_open_v2(
     const zc_cuda_host_calls *host, const zc_cuda_plugin_ops **out, char *why, size_t cap);
 
 static int open_locked(const zc_cuda_host_calls *host, const zc_cuda_plugin_ops **out, char *why,
@@ -80,7 +81,7 @@ static int open_locked(const zc_cuda_host_calls *host, const zc_cuda_plugin_ops 
  * versions it stores are the same): serialised. */
 static pthread_mutex_t entry_mu = PTHREAD_MUTEX_INITIALIZER;
 
-int zc_cuda_plugin_open_v1(const zc_cuda_host_calls *host, const zc_cuda_plugin_ops **out,
+int zc_cuda_plugin_open_v2(const zc_cuda_host_calls *host, const zc_cuda_plugin_ops **out,
                            char *why, size_t cap)
 {
     pthread_mutex_lock(&entry_mu);
@@ -97,7 +98,7 @@ static int open_locked(const zc_cuda_host_calls *host, const zc_cuda_plugin_ops 
     if (strcmp(host->version, ZC_CUDA_PLUGIN_VERSION) != 0 ||
         memcmp(&host->shape, &mine, sizeof mine) != 0) {
         snprintf(why, cap, "%s is from zeroc %s%s, this libzeroc is %s: install the two from "
-                 "the same build", file_of(FN_ADDR(zc_cuda_plugin_open_v1)),
+                 "the same build", file_of(FN_ADDR(zc_cuda_plugin_open_v2)),
                  ZC_CUDA_PLUGIN_VERSION, strcmp(host->version, ZC_CUDA_PLUGIN_VERSION) == 0
                  ? " (another build of it)" : "", host->version);
         return -1;
@@ -139,12 +140,12 @@ static int open_locked(const zc_cuda_host_calls *host, const zc_cuda_plugin_ops 
     }
     ops.nccl_version = nv;
     ZC_LOGI("device", "CUDA plugin %s: CUDA runtime %d.%d (%s), NCCL %d.%d.%d (%s)",
-            file_of(FN_ADDR(zc_cuda_plugin_open_v1)), rt / 1000, rt % 1000 / 10,
+            file_of(FN_ADDR(zc_cuda_plugin_open_v2)), rt / 1000, rt % 1000 / 10,
             file_of(FN_ADDR(cudaRuntimeGetVersion)), nv / 10000, nv / 100 % 100, nv % 100,
             file_of(FN_ADDR(ncclGetVersion)));
 #else
     ZC_LOGI("device", "CUDA plugin %s: CUDA runtime %d.%d (%s), no NCCL in this build",
-            file_of(FN_ADDR(zc_cuda_plugin_open_v1)), rt / 1000, rt % 1000 / 10,
+            file_of(FN_ADDR(zc_cuda_plugin_open_v2)), rt / 1000, rt % 1000 / 10,
             file_of(FN_ADDR(cudaRuntimeGetVersion)));
 #endif
     *out = &ops;

@@ -53,6 +53,8 @@ void zc__error_context(const char *fmt, ...)
     host->error_context("%s", msg);
 }
 
+const char *zc_last_error(void) { return host->last_error(); }
+
 int zc__log_enabled(zc_log_level level) { return host->log_enabled(level); }
 
 void zc__log(zc_log_level level, const char *subsys, const char *fmt, ...)

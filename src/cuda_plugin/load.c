@@ -23,6 +23,7 @@ static const zc_cuda_host_calls host_calls = {
     .shape = ZC_CUDA_PLUGIN_SHAPE_INIT,
     .error = zc__error,
     .error_context = zc__error_context,
+    .last_error = zc_last_error,
     .log_enabled = zc__log_enabled,
     .log = zc__log,
     .host_alloc = zc__host_alloc,
@@ -313,5 +314,14 @@ zc_status zc__comm_nccl_from_env(const zc_launch_env *env, zc_comm **out)
     const zc_cuda_plugin_ops *ops;
     ZC_CHECK(nccl_ops("zc_comm_init_env", &ops));
     return ops->nccl_from_env(env, out);
+}
+
+zc_status zc__comm_nccl_wrap(void *nc, int rank, int world, void *stream, int world_rank,
+                             int node_ranks, zc_comm **out)
+{
+    *out = NULL;
+    const zc_cuda_plugin_ops *ops;
+    ZC_CHECK(nccl_ops("zc_comm_from_nccl", &ops));
+    return ops->nccl_wrap(nc, rank, world, stream, world_rank, node_ranks, out);
 }
 #endif

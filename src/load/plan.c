@@ -1,6 +1,7 @@
 /* The bytes this rank reads (import.h).
  *
- * Rank r fills elements [r S, (r + 1) S) of every chunk (S the shard): its
+ * Shard rank r (the rank itself without MiCS) fills elements [r S, (r + 1) S)
+ * of every chunk (S the shard): its
  * optimizer shard at stages 1-3, and at stage 0 the slice that is then
  * all-gathered. Each parameter overlapping that range needs elements [a, b)
  * of its tensor: one contiguous byte range of the file, or for a tensor
@@ -20,7 +21,7 @@
 void zc__ld_range(const zc_engine *e, int k, int64_t *q0, int64_t *q1)
 {
     const zc_chunk *c = &e->chunks[k];
-    *q0 = (int64_t)e->rank * c->shard;
+    *q0 = (int64_t)e->srank * c->shard;
     *q1 = *q0 + c->shard;
 }
 

@@ -285,6 +285,12 @@ static zc_status pool_sum(const pool_plan *p, const zc_est_in *in, zc_est *out)
     return ZC_OK;
 }
 
+/* The ranks chunks are sharded over (layout.c: the shard group). */
+static int est_shard_world(const zc_est_in *in)
+{
+    return in->shard_world > 0 ? in->shard_world : in->world;
+}
+
 /* The engine's bookkeeping in device memory, which collectives and kernels
  * reach there: agree.c's status records (a send record and one per rank)
  * and step.c's norm partials (send and receive, one double per chunk - at
@@ -295,7 +301,8 @@ static zc_status device_bookkeeping(const zc_est_in *in, zc_est *out)
     const int64_t W = in->world, parts = in->nchunks > 3 ? in->nchunks : 3;
     int64_t scratch = 1;
     for (int k = 0; k < in->nchunks; k++) {
-        const int64_t s = (int64_t)zc__sumsq_scratch_elems((size_t)(in->padded[k] / W));
+        const int64_t s =
+            (int64_t)zc__sumsq_scratch_elems((size_t)(in->padded[k] / est_shard_world(in)));
         if (s > scratch)
             scratch = s;
     }
@@ -349,10 +356,16 @@ static zc_status check_in(const zc_est_in *in)
             return ZC_ERR(ZC_ERR_INVALID_ARG, "zc__estimate: chunk %d: placement %d / %d out of "
                           "range (stage %d)", k, in->opt_place ? in->opt_place[k] : 0,
                           in->param_place ? in->param_place[k] : 0, in->stage);
+    const int sw = in->shard_world > 0 ? in->shard_world : in->world;
+    if (sw > in->world || in->world % sw || in->replicas < 0 || in->hpz < 0 || in->hier_j < 0 ||
+        (in->hpz > 1 && in->world % in->hpz))
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "zc__estimate: shard world %d, replicas %d, hpz %d, "
+                      "hier %d with world %d", in->shard_world, in->replicas, in->hpz,
+                      in->hier_j, in->world);
     for (int k = 0; k < in->nchunks; k++)
-        if (in->padded[k] < 1 || in->padded[k] % ((int64_t)in->world * ZC_CHUNK_ALIGN))
+        if (in->padded[k] < 1 || in->padded[k] % ((int64_t)sw * ZC_CHUNK_ALIGN))
             return ZC_ERR(ZC_ERR_INVALID_ARG, "zc__estimate: chunk %d has %lld elements, not a "
-                          "positive multiple of world x 64", k, (long long)in->padded[k]);
+                          "positive multiple of (shard) world x 64", k, (long long)in->padded[k]);
     return ZC_OK;
 }
 
@@ -393,7 +406,7 @@ static zc_status param_home_plan(const zc_est_in *in, zc_est *out)
     for (int k = 0; k < in->nchunks; k++) {
         if (!param_offloaded(in, k))
             continue;
-        const int64_t shard = in->padded[k] / in->world;
+        const int64_t shard = in->padded[k] / est_shard_world(in);
         if (!nvme_home) {
             ZC_CHECK(add(out, ZC_MEMKIND_PINNED, ZC_MEM_PARAMS, shard, pesz));
             continue;
@@ -428,7 +441,7 @@ static zc_status param_home_plan(const zc_est_in *in, zc_est *out)
 
 static zc_status plan(const zc_est_in *in, zc_est *out)
 {
-    const int W = in->world, st = in->stage;
+    const int W = est_shard_world(in), st = in->stage;
     const bool full_params = st < 3, full_opt = st == 0, sharded = st >= 2;
     const int64_t pesz = (int64_t)in->pesz;
     const zc_mem_kind dk = ZC_MEMKIND_DEVICE; /* the host device counts its memory so too */
@@ -463,6 +476,12 @@ static zc_status plan(const zc_est_in *in, zc_est *out)
             ZC_CHECK(add(out, dk, ZC_MEM_PARAMS, full_params ? S : shard, pesz));
         if (!sharded)
             ZC_CHECK(add(out, dk, ZC_MEM_GRADS, S, pesz));
+        /* MiCS at stage 1: the fp32 slice all-reduced across the replicas
+         * (chunk_mem.c rgrad); hpZ: the secondary partition (sec_bytes). */
+        if (st == 1 && in->replicas > 1)
+            ZC_CHECK(add(out, dk, ZC_MEM_GRADS, shard, 4));
+        if (st == 3 && in->hpz > 1 && !(in->persistent && in->persistent[k]))
+            ZC_CHECK(add(out, dk, ZC_MEM_PARAMS, S / in->hpz, pesz));
         const bool acc_host = off && cpu && sharded;
         const bool acc_swap = off && nvme && sharded && in->gas > 1;
         if (!acc_host && !acc_swap)
@@ -546,6 +565,10 @@ static zc_status plan(const zc_est_in *in, zc_est *out)
     ZC_CHECK(pool_sum(&stage, in, out));
     /* f32_view.c: fp32 slots of the largest chunk for parameter views and
      * as many for gradient views, a pool each. */
+    /* core/common/groups.c: the hierarchical gather's scratch, hier_j shards
+     * of the largest chunk (not pooled: one plain allocation). */
+    if (in->hier_j > 0)
+        ZC_CHECK(add(out, dk, ZC_MEM_BUFFERS, big / W * in->hier_j, pesz));
     if (in->view_chunks > 0 && pesz != 4)
         for (int pool = 0; pool < 2; pool++) {
             pool_plan views = {0};

@@ -14,6 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/env.h"
+#include "comm/bootstrap.h"
 #include "config/config.h"
 #include "device/device.h"
 #include "plan/plan.h"
@@ -156,12 +158,38 @@ static zc_status place(const zc_config *cfg, zc_est_in *in, uint8_t *opt, uint8_
     return ZC_OK;
 }
 
+zc_status zc__plan_ranks_per_node(int world, int *out)
+{
+    bool set = false;
+    int n = 0;
+    ZC_CHECK(zc__env_int("ZC_RANKS_PER_NODE", 1, 1 << 20, "(the ranks of the job on each node)",
+                         &set, &n));
+    if (!set) {
+        zc_launch_env env;
+        if (zc__launch_env_read(&env, false) == ZC_OK && env.local_world > 0)
+            n = env.local_world;
+        zc__error_clear();
+    }
+    *out = n > 0 && n < world ? n : world;
+    return ZC_OK;
+}
+
+int zc__plan_hier_j(int shard_world, int ranks_per_node)
+{
+    if (ranks_per_node < 1 || shard_world <= ranks_per_node || shard_world % ranks_per_node)
+        return 0;
+    return shard_world / ranks_per_node;
+}
+
 static zc_status plan(zc_config *cfg, int world, const zc_plan_tensor *t, int n,
                       const zc_engine_options *o, int64_t *numel, int64_t *padded, bool *pers,
                       bool *units, uint8_t *opt, uint8_t *param, zc_memory_plan *res)
 {
     ZC_CHECK(zc__config_engine_check(cfg)); /* as zc_engine_create, first */
+    ZC_CHECK(zc__config_hybrid_check(cfg, world));
     ZC_CHECK(zc__config_resolve_for_engine(cfg, world));
+    /* MiCS: chunks are padded and sharded over the shard group. */
+    const int sw = cfg->zero.mics_shard_size > 0 ? (int)cfg->zero.mics_shard_size : world;
     const int64_t gas =
         cfg->gradient_accumulation_steps > 0 ? cfg->gradient_accumulation_steps : 1;
     zc_dtype dt;
@@ -192,7 +220,10 @@ static zc_status plan(zc_config *cfg, int world, const zc_plan_tensor *t, int n,
     const int64_t option = o && PLAN_HAS(o, bucket_elems) ? o->bucket_elems : 0;
     const int64_t bucket = zc__bucket_elems(option, cfg->zero.reduce_bucket_size, cap, forced);
     int64_t padded_total = 0;
-    const int nc = layout(t, numel, n, cfg, world, bucket, padded, pers, units, &padded_total);
+    const int nc = layout(t, numel, n, cfg, sw, bucket, padded, pers, units, &padded_total);
+    int rpn = world;
+    if (cfg->zero.mics_hierarchical_params_gather && sw > 1)
+        ZC_CHECK(zc__plan_ranks_per_node(world, &rpn));
 
     const zc_offload_cfg *oo = &cfg->zero.offload_optimizer, *op = &cfg->zero.offload_param;
     const zc_mem_kind dk = kind == ZC_DEVICE_HOST ? ZC_MEMKIND_HOST : ZC_MEMKIND_DEVICE;
@@ -220,6 +251,12 @@ static zc_status plan(zc_config *cfg, int world, const zc_plan_tensor *t, int n,
         .pbuffer_count = op->buffer_count,
         .max_in_cpu = op->max_in_cpu,
         .pnvme_round = cfg->aio.block_size * zc__nvme_path_count(op->nvme_path),
+        .shard_world = sw,
+        .replicas = world / sw,
+        .hpz = cfg->zero.stage == 3 && cfg->zero.zero_hpz_partition_size > 1
+                   ? (int)cfg->zero.zero_hpz_partition_size : 0,
+        .hier_j = cfg->zero.mics_shard_size > 0 && cfg->zero.mics_hierarchical_params_gather
+                      ? zc__plan_hier_j(sw, rpn) : 0,
     };
     /* The activation store, as zc_engine_create takes it from the options. */
     const zc_comm *mp = o && PLAN_HAS(o, act_mp_comm) ? o->act_mp_comm : NULL;
@@ -232,13 +269,13 @@ static zc_status plan(zc_config *cfg, int world, const zc_plan_tensor *t, int n,
     ZC_CHECK(place(cfg, &in, opt, param, &est, res));
     zc__place_usage(&in, &est, res->budget_used);
     for (int k = 0; k < nc; k++) {
-        const int64_t n_opt = in.stage == 0 ? padded[k] : padded[k] / world;
+        const int64_t n_opt = in.stage == 0 ? padded[k] : padded[k] / sw;
         const int pk = in.stage == 3 && pers[k] ? ZC_PLACE_DEVICE : param[k];
         res->opt_chunks_by_place[opt[k]]++;
         res->opt_elems_by_place[opt[k]] += n_opt;
         if (in.stage == 3) {
             res->param_chunks_by_place[pk]++;
-            res->param_elems_by_place[pk] += padded[k] / world;
+            res->param_elems_by_place[pk] += padded[k] / sw;
         }
     }
     for (int k = 0; k < ZC_MEMKIND__COUNT; k++) {

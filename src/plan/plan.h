@@ -218,6 +218,15 @@ typedef struct zc_est_in {
      * home, NVMe ones to the nvme home; pinned parameter shards are the nvme
      * parameter home's cached chunks when any shard is on NVMe. */
     const uint8_t *opt_place, *param_place;
+    /* Hybrid sharding (core/common/groups.h); zeros without it. The chunks
+     * are padded and sharded over shard_world ranks (0: world; world still
+     * sizes the agreement records and norm partials); replicas > 1 at stage
+     * 1 adds each chunk's fp32 gradient shard (MiCS's all-reduce across
+     * replicas, chunk_mem.c); hpz > 1 at stage 3 adds each non-persistent
+     * chunk's secondary partition, padded / hpz working-precision elements;
+     * hier_j > 0 adds the hierarchical gather's scratch, hier_j shards of
+     * the largest chunk. */
+    int shard_world, replicas, hpz, hier_j;
     /* The activation store reserved at build (src/act/act.h; slots 0: none):
      * its bytes come from zc__act_layout, as the store allocates them
      * (act_est.c). */
@@ -323,6 +332,40 @@ zc_status zc__plan_memory_placed(const zc_config *cfg, int world,
                                  const struct zc_engine_options *opts,
                                  struct zc_memory_plan *out, zc_plan_chunks *chunks);
 void zc__plan_chunks_free(zc_plan_chunks *c);
+
+/* The ranks per node a plan assumes (plan.c), as the engine's node map reads
+ * them (core/common/groups.h): ZC_RANKS_PER_NODE, else the launcher's, else
+ * the whole world; ZC_ERR_CONFIG for a malformed variable. */
+zc_status zc__plan_ranks_per_node(int world, int *out);
+/* The nodes a MiCS shard group of shard_world ranks spans for the
+ * hierarchical gather (hier_j of zc_est_in), 0 when it spans one node or
+ * does not split into whole nodes (the build refuses those). */
+int zc__plan_hier_j(int shard_world, int ranks_per_node);
+
+/* The bytes one rank (`rank`) sends per optimizer step in the model's
+ * collectives, by link: out[0] to ranks on its node, out[1] to others
+ * (links.c), with the formula zc_stats counts them by (comm.h,
+ * zc__link_bytes). Nodes are ranks_per_node consecutive ranks. The step:
+ * stage 0 all-reduces each chunk; stages 1-3 reduce-scatter it over the
+ * shard group (stage 1 once, 2 and 3 every micro-step), MiCS all-reduces
+ * the fp32 shard across the replicas once, stages 1-2 gather it once
+ * after the update; stage 3 gathers a non-persistent chunk in the forward
+ * and the backward of every micro-step (no stage3_max_reuse_distance keep),
+ * hpZ all but the first of them from the secondary partition, and a
+ * persistent chunk once (the refresh after the update). ZC_ERR_INVALID_ARG
+ * for sizes that do not divide the world, ZC_ERR_NO_MEMORY. */
+typedef struct zc_link_plan_in {
+    int world, stage, ranks_per_node, rank;
+    int shard_world;             /* MiCS S; 0 or world: flat */
+    bool hier;                   /* mics_hierarchical_params_gather */
+    int hpz;                     /* zero_hpz_partition_size (> 1 at stage 3), else 0 */
+    size_t pesz;
+    int64_t gas;
+    int nchunks;
+    const int64_t *padded;       /* padded over the shard group (zc__chunk_padded) */
+    const bool *persistent;      /* stage 3, or NULL */
+} zc_link_plan_in;
+zc_status zc__plan_link_bytes(const zc_link_plan_in *in, int64_t out[2]);
 
 /* ---- what the machine has, and whether a plan fits it (machine.c, fit.c) - */
 

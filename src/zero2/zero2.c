@@ -58,16 +58,16 @@ zc_status zc__z2_reduce_launch(zc_engine *e, zc_chunk *c, bool last_micro, bool 
     ZC_CHECK(zc__grads_micro_scale(e, c->gbuf, (size_t)c->padded));
     ZC_CHECK(zc__grads_apply_prescale(e, c->gbuf, (size_t)c->padded));
     ZC_CHECK(zc__order_comm_after_engine(e));
-    void *own = zc__elem(c->gbuf, e->rank * c->shard, e->pesz);
-    ZC_CHECK(zc__eng_reduce_scatter_on(e, c->gbuf, own, (size_t)c->shard, e->pdt, true,
-                                       e->comm_stream));
+    void *own = zc__elem(c->gbuf, e->srank * c->shard, e->pesz);
+    ZC_CHECK(zc__eng_grp_reduce_scatter(e, ZC_GRP_SHARD, c->gbuf, own, (size_t)c->shard, e->pdt,
+                                        true, e->comm_stream));
     *launched = true;
     return ZC_OK;
 }
 
 zc_status zc__z2_reduce_finish(zc_engine *e, zc_chunk *c)
 {
-    void *own = zc__elem(c->gbuf, e->rank * c->shard, e->pesz);
+    void *own = zc__elem(c->gbuf, e->srank * c->shard, e->pesz);
     /* On comm_stream too: c->acc is otherwise touched only by the norm, Adam
      * and the reset, which wait for ev_reduced, and the reset's clearing is
      * ordered before this by the hand-over above. Into the fp32 shard

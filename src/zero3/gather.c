@@ -170,7 +170,7 @@ static zc_status gather_chunk(zc_engine *e, int k, bool demand, bool *skip)
         rc = zc__eng_agree(e, rc, what);
     }
     if (rc == ZC_OK)
-        rc = zc__eng_all_gather(e, send, c->gather, (size_t)c->shard, e->pdt, true);
+        rc = zc__z3_gather_into(e, k, send);
     if (rc != ZC_OK) {
         zc__z3_gather_free(e, c);
         zc__error_context("stage 3: gathering chunk %d (%lld elements)", k, (long long)c->padded);
@@ -545,6 +545,8 @@ zc_status zc__z3_step_end(zc_engine *e, bool updated)
     drop_unheld(e);
     if (!updated)
         return ZC_OK;
+    /* hpZ: the secondary partitions hold the old parameters. */
+    zc__z3_hpz_invalidate(e);
     /* What stays gathered (in use or persistent) is refreshed in place, so
      * pointers handed out stay valid and see the new values. Offloaded
      * shards come in first (reads agreed across ranks); the all-gathers are
@@ -568,22 +570,27 @@ zc_status zc__z3_step_end(zc_engine *e, bool updated)
     if (io)
         rc = zc__eng_agree(e, rc, "stage 3: reading the parameter shards to refresh");
     ZC_CHECK(rc);
-    ZC_CHECK(zc__eng_group_start(e));
-    for (int k = 0; k < e->nchunks && rc == ZC_OK; k++) {
-        zc_chunk *c = &e->chunks[k];
-        if (!c->gather)
+    /* From the primary shards over the shard group, PUBLISH_BATCH chunks to
+     * a communicator group. */
+    enum { PUBLISH_BATCH = 64 };
+    zc_gather_req req[PUBLISH_BATCH];
+    int n = 0;
+    for (int k = 0; k <= e->nchunks; k++) {
+        zc_chunk *c = k < e->nchunks ? &e->chunks[k] : NULL;
+        if (n == PUBLISH_BATCH || (!c && n)) {
+            ZC_CHECK(zc__eng_shard_gathers(e, req, n, e->pdt, true));
+            n = 0;
+        }
+        if (!c || !c->gather)
             continue;
         const void *send = zc__param_offloaded(e, c)
-                               ? zc__elem(c->gather, (int64_t)e->rank * c->shard, e->pesz)
+                               ? zc__elem(c->gather, (int64_t)e->srank * c->shard, e->pesz)
                                : c->param;
-        rc = zc__eng_all_gather(e, send, c->gather, (size_t)c->shard, e->pdt, true);
-        if (rc == ZC_OK) {
-            e->gathers_cur++;
-            c->gathers_cur++;
-        }
+        req[n++] = (zc_gather_req){send, c->gather, (size_t)c->shard};
+        e->gathers_cur++;
+        c->gathers_cur++;
     }
-    zc_status end = zc__eng_group_end(e); /* also after a failure inside */
-    return rc != ZC_OK ? rc : end;
+    return ZC_OK;
 }
 
 /* The end of an evaluation pass (its trace is e->trace): the pass's

@@ -19,6 +19,13 @@ void zc__z3_quiesce(zc_engine *e);
 /* The end of an evaluation pass: completes its trace, drops what it
  * gathered ahead (the policy's eval_end). */
 void zc__z3_eval_end(zc_engine *e);
+/* hpZ (hpz.c): all-gathers chunk k into its gather buffer - from the
+ * secondary partitions over the hpZ group when they hold the current
+ * parameters, else from the primary shards (send: this rank's) over the
+ * shard group, keeping this rank's secondary partition - counted. */
+zc_status zc__z3_gather_into(zc_engine *e, int k, const void *send);
+/* The parameters changed: every secondary partition is stale. */
+void zc__z3_hpz_invalidate(zc_engine *e);
 /* Drops every gathered copy (engine teardown). */
 void zc__z3_free_all(zc_engine *e);
 /* The numel of chunk c's largest parameter (DeepSpeed's persistence rule

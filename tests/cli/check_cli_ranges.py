@@ -61,7 +61,7 @@ def stated_ranges(zeroc):
     out = {}
     m = re.search(r"--params N .*? N in \[1, ([^\]]+)\]", h)
     out["--params"] = value(m.group(1)) if m else None
-    for flag in ("--world W", "--gpus-per-node G", "--micro-batch B"):
+    for flag in ("--world W", "--ranks-per-node N", "--micro-batch B"):
         m = re.search(re.escape(flag) + r" [^\[]*\[1, ([^\]]+)\]", h)
         out[flag.split()[0]] = value(m.group(1)) if m else None
     for part in ("LAYERS", "DIM", "HEADS", "SEQ", "VOCAB"):
@@ -119,14 +119,14 @@ def estimate_ranges(zeroc):
          rng["--params"]),
         ("--params at the top, every flag at the top",
          ["--params", str(rng["--params"]), "--world", str(rng["--world"]), "--gpus-per-node",
-          str(rng["--gpus-per-node"]), "--micro-batch", str(rng["--micro-batch"])],
+          str(rng["--ranks-per-node"]), "--micro-batch", str(rng["--micro-batch"])],
          rng["--params"]),
         ("--params 1T", ["--params", "1T", "--world", "8"], 1 << 40),
         ("--model at the top", ["--model", top_model, "--world", "1"],
          gpt_params(top[0], top[1], top[3], top[4])),
         ("--model at the top, every flag at the top, per-block chunks, host",
          ["--model", top_model, "--world", str(rng["--world"]), "--gpus-per-node",
-          str(rng["--gpus-per-node"]), "--micro-batch", str(rng["--micro-batch"]),
+          str(rng["--ranks-per-node"]), "--micro-batch", str(rng["--micro-batch"]),
           "--chunks", "per-block", "--device", "host"], None),
         ("--model at the top, fp32", ["--model", top_model, "--world", "64", "--dtype", "fp32",
                                       "--micro-batch", str(rng["--micro-batch"])], None),
@@ -152,8 +152,8 @@ def estimate_ranges(zeroc):
             ("--world", ["--params", "10", "--world", str(rng["--world"] + 1)],
              "[1, %d]" % rng["--world"]),
             ("--gpus-per-node", ["--params", "10", "--world", "1", "--gpus-per-node",
-                                 str(rng["--gpus-per-node"] + 1)],
-             "[1, %d]" % rng["--gpus-per-node"]),
+                                 str(rng["--ranks-per-node"] + 1)],
+             "[1, %d]" % rng["--ranks-per-node"]),
             ("--micro-batch", ["--params", "10", "--world", "1", "--micro-batch",
                                str(rng["--micro-batch"] + 1)], "[1, %d]" % rng["--micro-batch"])]
     for i, part in enumerate(("LAYERS", "DIM", "HEADS", "SEQ", "VOCAB")):

@@ -128,6 +128,78 @@ def check_max_memory(z):
         fail("mm refusal", "exit %r, stdout %r" % (r.returncode, r.stdout))
 
 
+def check_hybrid(z):
+    """--ranks-per-node / --mics-shard-size / --hpz-partition-size: the hybrid
+    rows beside flat. MiCS over groups of S of W ranks holds what flat sharding
+    over S ranks holds (stages 2-3; stage 1 adds the fp32 gradient shard the
+    replicas all-reduce), and sends, per rank and step, with n the shard:
+    18n bytes inside the node (3 peers; 2 gathers and a reduce-scatter of
+    bf16) and 4n across (the fp32 all-reduce with the replica); flat over 8
+    ranks on 2 nodes of 4 sends 18n' inside and 24n' across. hpZ over 4 adds
+    padded/4 bf16 elements and sends 24n' inside, 16n' across."""
+    expect_usage(z, "mics divides", ["--params", "10", "--world", "8", "--mics-shard-size", "3"],
+                 "--mics-shard-size 3", "--world 8")
+    expect_usage(z, "hpz divides", ["--params", "10", "--world", "8",
+                                    "--hpz-partition-size", "3"], "--hpz-partition-size 3")
+    expect_usage(z, "hier alone", ["--params", "10", "--world", "8", "--mics-hierarchical"],
+                 "--mics-hierarchical")
+    expect_usage(z, "hier one node", ["--params", "10", "--world", "8", "--ranks-per-node", "4",
+                                      "--mics-shard-size", "4", "--mics-hierarchical"],
+                 "--mics-hierarchical")
+    expect_usage(z, "rpn twice", ["--params", "10", "--world", "8", "--ranks-per-node", "4",
+                                  "--gpus-per-node", "2"], "--gpus-per-node 2")
+    mics = lines(z, "--params", "1e9", "--world", "8", "--ranks-per-node", "4",
+                 "--mics-shard-size", "4", "--json")
+    flat4 = {(r["stage"], r["offload_optimizer"], r["offload_param"]): r
+             for r in lines(z, "--params", "1e9", "--world", "4", "--json")}
+    rows = [r for r in mics if r["sharding"]["kind"] == "mics"]
+    if sorted(r["stage"] for r in rows) != [1, 2, 3] or len(mics) != 19:
+        fail("mics rows", "%d rows, MiCS at stages %s" % (len(mics), [r["stage"] for r in rows]))
+    for r in rows:
+        f = flat4[(r["stage"], "none", "none")]
+        n = (r["params"] + r["padding_elems"]) // 4
+        for part in ("params", "grads", "optimizer", "buffers"):
+            want = f["parts"]["device"][part] + (4 * n if part == "grads" and r["stage"] == 1
+                                                 else 0)
+            if r["parts"]["device"][part] != want:
+                fail("mics memory", "stage %d %s: %d, flat over 4 ranks %d%s" %
+                     (r["stage"], part, r["parts"]["device"][part], f["parts"]["device"][part],
+                      " + the fp32 shard" if want != f["parts"]["device"][part] else ""))
+        links = r["comm_bytes_per_step_by_link"]
+        if r["stage"] == 3 and links != {"intra_node": 18 * n, "inter_node": 4 * n}:
+            fail("mics links", "stage 3: %s, n %d" % (links, n))
+        if r["stage"] in (1, 2) and links != {"intra_node": 12 * n, "inter_node": 4 * n}:
+            fail("mics links", "stage %d: %s, n %d" % (r["stage"], links, n))
+    flat8 = [r for r in mics if r["sharding"]["kind"] == "flat" and r["stage"] == 3 and
+             r["offload_optimizer"] == "none" and r["offload_param"] == "none"]
+    if len(flat8) == 1:
+        n1 = (flat8[0]["params"] + flat8[0]["padding_elems"]) // 8
+        if flat8[0]["comm_bytes_per_step_by_link"] != {"intra_node": 18 * n1,
+                                                       "inter_node": 24 * n1}:
+            fail("flat links", "%s, n %d" % (flat8[0]["comm_bytes_per_step_by_link"], n1))
+        hp = [r for r in lines(z, "--params", "1e9", "--world", "8", "--ranks-per-node", "4",
+                               "--hpz-partition-size", "4", "--json")
+              if r["sharding"]["kind"] == "hpz"]
+        if len(hp) != 3:  # stage 3, offload_optimizer none, cpu or nvme, no parameter offload
+            fail("hpz rows", "%d" % len(hp))
+        for h in hp:
+            if h["offload_optimizer"] != "none":
+                continue
+            padded = h["params"] + h["padding_elems"]
+            if h["comm_bytes_per_step_by_link"] != {"intra_node": 24 * n1, "inter_node": 16 * n1}:
+                fail("hpz links", "%s, n %d" % (h["comm_bytes_per_step_by_link"], n1))
+            if h["parts"]["device"]["params"] != flat8[0]["parts"]["device"]["params"] + \
+                    padded // 4 * 2:
+                fail("hpz memory", "%d, flat %d" % (h["parts"]["device"]["params"],
+                                                    flat8[0]["parts"]["device"]["params"]))
+    else:
+        fail("flat rows", "%d flat stage-3 rows" % len(flat8))
+    t = run(z, "--params", "1e9", "--world", "8", "--ranks-per-node", "4", "--mics-shard-size",
+            "4")
+    if t.returncode != 0 or t.stdout.count("MiCS 4") != 3 or "across nodes" not in t.stdout:
+        fail("mics table", "exit %r:\n%s" % (t.returncode, t.stdout))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--zeroc", required=True)
@@ -169,7 +241,8 @@ def main():
         fail("json rows", "%d lines, want 16 (stage 0 none, stages 1-2 x 3, stage 3 x 3 x 3)"
              % len(rows))
     keys = {"stage", "offload_optimizer", "offload_param", "world", "dtype", "bytes", "parts",
-            "activations", "params", "padding_elems", "live_bound", "deepspeed"}
+            "activations", "params", "padding_elems", "live_bound", "deepspeed", "sharding",
+            "ranks_per_node", "comm_bytes_per_step_by_link"}
     for r in rows:
         if set(r) != keys:
             fail("json keys", "%s" % sorted(r))
@@ -324,6 +397,7 @@ def main():
         fail("table", "exit %r, stdout %r" % (r.returncode, r.stdout))
 
     check_max_memory(z)
+    check_hybrid(z)
 
     if failures:
         print("%d check(s) failed" % len(failures))

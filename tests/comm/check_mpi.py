@@ -21,6 +21,14 @@
      gives the same bits on every rank, equal to a rank-order fold computed
      here; a count of 0 on the last rank fails every rank with the same
      message naming it, and the engine works afterwards.
+  8. zc_mpi_helper split, W = 1..4: zc_comm_split on the MPI communicator
+     and on W threads against MPI_Comm_split itself (ranks, sizes,
+     members) over 24 rounds of colours and keys, splits of splits, and a
+     bad colour refused on every rank with one message naming the rank.
+  9. zc_mpi_helper caller, W = 1..4: the program initialises MPI and splits
+     it itself; zc_comm_from_mpi on its half (rank-order sums, an engine
+     whose agreement and scalar sum stay in the half), zc_comm_init_env
+     after the program's MPI_Init; neither finalises MPI, the program does.
 
 Usage: check_mpi.py ZC_MPI_HELPER [TRAIN_MLP]. Exits 77 (meson: skipped)
 when mpirun is not installed, non-zero after printing every failure.
@@ -148,6 +156,33 @@ def check_scalars(helper):
         print("scalars W=%d: sum %s on every rank; refused: %s (%.1f s)"
               % (w, bits_value(next(l for l in lines if l.startswith("SCALARS_SUM")).split()[3]),
                  refused[0][:120] if refused else "?", dt), flush=True)
+
+
+def check_split(helper):
+    for w in range(1, 5):
+        p, dt, cmd = mpirun(w, [helper, "split"])
+        oks = [l for l in p.stdout.splitlines() if l.startswith("SPLIT_OK")]
+        refused = [l.split(None, 3)[3] for l in p.stdout.splitlines()
+                   if l.startswith("SPLIT_REFUSED")]
+        who = "rank %d of %d passed colour -5" % (w - 1, w)
+        if p.returncode != 0 or len(oks) != w:
+            fail("%s: exit %d, %d of %d ranks SPLIT_OK\n%s\n%s"
+                 % (cmd, p.returncode, len(oks), w, p.stdout[-3000:], p.stderr[-3000:]))
+        elif len(refused) != w or len(set(refused)) != 1 or who not in refused[0]:
+            fail("%s: the refusal is not one message naming %s: %s" % (cmd, who, refused))
+        else:
+            print("split W=%d: %s (%.1f s)" % (w, oks[0], dt), flush=True)
+
+
+def check_caller(helper):
+    for w in range(1, 5):
+        p, dt, cmd = mpirun(w, [helper, "caller"])
+        oks = [l for l in p.stdout.splitlines() if l.startswith("CALLER_OK")]
+        if p.returncode != 0 or len(oks) != w:
+            fail("%s: exit %d, %d of %d ranks CALLER_OK\n%s\n%s"
+                 % (cmd, p.returncode, len(oks), w, p.stdout[-3000:], p.stderr[-3000:]))
+        else:
+            print("caller's MPI W=%d: %s (%.1f s)" % (w, oks[0], dt), flush=True)
 
 
 def check_idle_wait(helper):
@@ -280,6 +315,8 @@ def main():
     check_idle_wait(sys.argv[1])
     check_killed(sys.argv[1])
     check_scalars(sys.argv[1])
+    check_split(sys.argv[1])
+    check_caller(sys.argv[1])
     if len(sys.argv) == 3:
         check_train(sys.argv[2])
         check_disagreement(sys.argv[2])

@@ -31,6 +31,9 @@
  *                               prints the refusal it got, and a last sum
  *                               shows the engine still works.
  *
+ *   zc_mpi_helper split, caller   communicators from what the program has
+ *                               (mpi_groups.c says what each checks).
+ *
  * Prints "OK ..." (or "TIMEOUT_OK ...", "IDLE_OK ...", "SCALARS ...") and
  * exits 0; on a failed check prints "FAIL ..." and exits 1; 4 on bad usage. */
 #include <math.h>
@@ -49,6 +52,7 @@
 #include "base/alloc.h"
 #include "base/backoff.h"
 #include "base/dtype.h"
+#include "mpi_groups.h"
 
 static int g_rank, g_world, g_fail;
 
@@ -541,5 +545,9 @@ int main(int argc, char **argv)
         return idle_case();
     if (!strcmp(argv[1], "scalars"))
         return scalars_case();
+    if (!strcmp(argv[1], "split"))
+        return zc_mpi_split_case();
+    if (!strcmp(argv[1], "caller"))
+        return zc_mpi_caller_case();
     return 4;
 }

@@ -71,6 +71,29 @@ for dtype in ("fp32", "bf16"):
                 failures.append(f"{dtype} world {world}: stage {stage} differs from stage 0: "
                                 f"{got} vs {ref}")
         print(f"ok {dtype} world {world}: stages 0-3 identical ({ref[0][:16]}...)")
+# Bytes by link on "two nodes of two" (ZC_RANKS_PER_NODE=2): MiCS S=2 keeps
+# every gather inside the node, so it sends fewer bytes across nodes than
+# flat stage 3; one node sends none across.
+os.environ["ZC_RANKS_PER_NODE"] = "2"
+cfgs = {}
+for name, zo in (("flat", {}), ("mics", {"mics_shard_size": 2})):
+    path = os.path.join(os.environ.get("TMPDIR", "/tmp"), "zc_gpt_%s_%d.json" % (name, os.getpid()))
+    with open(path, "x") as f:
+        json.dump({"zero_optimization": dict(stage=3, **zo)}, f)
+    try:
+        _, final = lines(TINY + ["--steps", "2", "--world", "4", "--config", path])
+    finally:
+        os.unlink(path)
+    cfgs[name] = final["comm_bytes_per_step_by_link"]
+    if final["nodes"] != 2:
+        failures.append(f"{name}: {final['nodes']} nodes with ZC_RANKS_PER_NODE=2")
+del os.environ["ZC_RANKS_PER_NODE"]
+if not (0 < cfgs["mics"]["inter_node"] < cfgs["flat"]["inter_node"]):
+    failures.append(f"bytes by link: MiCS {cfgs['mics']}, flat {cfgs['flat']}")
+_, one = lines(TINY + ["--steps", "1", "--world", "2", "--stage", "3"])
+if one["comm_bytes_per_step_by_link"]["inter_node"] != 0 or one["nodes"] != 1:
+    failures.append(f"one node: {one['comm_bytes_per_step_by_link']}")
+print(f"ok bytes by link: MiCS {cfgs['mics']}, flat {cfgs['flat']}")
 acc = {}
 for stage in (0, 3):
     steps, final = lines(TINY + ["--steps", "3", "--stage", str(stage), "--world", "2",

@@ -39,8 +39,9 @@ ALLOWED = re.compile(r"^(linux-vdso\.so|ld-linux-x86-64\.so|libc\.so|libm\.so|li
 PLUGINS = {"libzeroc_cuda.so", "libgpt_cuda.so"}
 CUDA_LIB = re.compile(r"^lib(cudart|cublas|cublasLt|nccl|cuda)\.so")
 EXECUTABLES = {"test_gpu_kernels", "test_gpu_device", "test_gpu_engine", "test_gpu_engine_streams",
-               "test_gpu_nccl", "zc_nccl_helper", "test_gpt_cuda_layers", "test_gpt_cuda_model",
-               "test_gpu_act", "bench_gpu_adam", "bench_gpu_norm", "train_gpt", "zeroc", "zc_gpu_env"}
+               "test_gpu_nccl", "zc_nccl_helper", "test_gpu_nccl_wrap", "test_gpt_cuda_layers",
+               "test_gpt_cuda_model", "test_gpu_act", "bench_gpu_adam", "bench_gpu_norm",
+               "train_gpt", "zeroc", "zc_gpu_env"}
 
 
 def fail(msg):

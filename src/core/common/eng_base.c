@@ -45,17 +45,6 @@ zc_status zc__eng_enter(const zc_engine *e, const char *fn, bool need_built)
     return ZC_OK;
 }
 
-/* A failed collective (timeout, mismatch, NCCL abort) or device error inside
- * one leaves the ranks at different points of the step; nothing after it can
- * be trusted, so the engine refuses further work (like NCCL's communicators
- * after ncclCommAbort). Argument errors, identical on every rank, do not. */
-static zc_status coll_failed(zc_engine *e, zc_status rc)
-{
-    if (rc == ZC_ERR_COMM || rc == ZC_ERR_DEVICE)
-        zc__eng_break(e, rc, zc_last_error());
-    return rc;
-}
-
 void zc__eng_break(zc_engine *e, zc_status rc, const char *why)
 {
     if (e->state != ZC_ENG_BUILT)
@@ -82,92 +71,34 @@ zc_status zc__eng_check_param(const zc_engine *e, const zc_param *p, const char 
 
 /* ---- collectives --------------------------------------------------------- */
 
-/* The timeline's and the comms logger's part of a collective: when the
- * comms logger profiles this kind on an asynchronous device, the stream is
- * drained first (and again after it, coll_end), so the time measured is
- * the collective's (DeepSpeed's logger synchronizes the same way). */
-static int64_t coll_begin(zc_engine *e, int kind, void *stream)
-{
-    const int64_t t0 = zc__tl_begin();
-    if (t0 && e->dev->mem_kind == ZC_MEMKIND_DEVICE && zc__tl_comms_profiles(e->tl, kind) &&
-        !zc__tl_in_group()) {
-        (void)e->dev->ops->stream_sync(e->dev, stream);
-        return zc__tl_clock();
-    }
-    return t0;
-}
-
-static void coll_end(zc_engine *e, int64_t t0, int kind, zc_dtype dt, int64_t bytes,
-                     size_t elems, bool count_it, void *stream, const char *site)
-{
-    if (!t0)
-        return;
-    if (e->dev->mem_kind == ZC_MEMKIND_DEVICE && zc__tl_comms_profiles(e->tl, kind) &&
-        !zc__tl_in_group())
-        (void)e->dev->ops->stream_sync(e->dev, stream);
-    zc__tl_coll(t0, kind, dt, bytes, (int64_t)elems, site, count_it ? ZC_TLF_COUNTED : 0);
-}
-
+/* The world's collectives are the world group's: groups_coll.c counts them
+ * (payload and bytes by link) and records them in the timeline. */
 zc_status zc__eng_all_reduce_at(zc_engine *e, void *buf, size_t n, zc_dtype dt, bool count_it,
                                 void *stream, const char *site)
 {
-    const int64_t t0 = coll_begin(e, ZC_COLL_ALL_REDUCE, stream);
-    zc_status rc = zc__all_reduce(e->comm, buf, buf, n, dt, ZC_RED_SUM, stream);
-    if (rc != ZC_OK)
-        return coll_failed(e, rc);
-    const int64_t bytes = (int64_t)(n * zc_dtype_size(dt));
-    if (count_it)
-        e->comm_cur[ZC_COLL_ALL_REDUCE] += bytes;
-    coll_end(e, t0, ZC_COLL_ALL_REDUCE, dt, bytes, n, count_it, stream, site);
-    return ZC_OK;
+    return zc__eng_grp_all_reduce_at(e, ZC_GRP_WORLD, buf, n, dt, count_it, stream, site);
 }
 
 zc_status zc__eng_reduce_scatter_at(zc_engine *e, const void *send, void *recv, size_t recv_n,
                                     zc_dtype dt, bool count_it, void *stream, const char *site)
 {
-    const int64_t t0 = coll_begin(e, ZC_COLL_REDUCE_SCATTER, stream);
-    zc_status rc = zc__reduce_scatter(e->comm, send, recv, recv_n, dt, stream);
-    if (rc != ZC_OK)
-        return coll_failed(e, rc);
-    const int64_t bytes = (int64_t)(recv_n * (size_t)e->world * zc_dtype_size(dt));
-    if (count_it)
-        e->comm_cur[ZC_COLL_REDUCE_SCATTER] += bytes;
-    coll_end(e, t0, ZC_COLL_REDUCE_SCATTER, dt, bytes, recv_n, count_it, stream, site);
-    return ZC_OK;
+    return zc__eng_grp_reduce_scatter_at(e, ZC_GRP_WORLD, send, recv, recv_n, dt, count_it,
+                                         stream, site);
 }
 
 zc_status zc__eng_all_gather_at(zc_engine *e, const void *send, void *recv, size_t send_n,
                                 zc_dtype dt, bool count_it, void *stream, const char *site)
 {
-    const int64_t t0 = coll_begin(e, ZC_COLL_ALL_GATHER, stream);
-    zc_status rc = zc__all_gather(e->comm, send, recv, send_n, dt, stream);
-    if (rc != ZC_OK)
-        return coll_failed(e, rc);
-    const int64_t bytes = (int64_t)(send_n * (size_t)e->world * zc_dtype_size(dt));
-    if (count_it)
-        e->comm_cur[ZC_COLL_ALL_GATHER] += bytes;
-    coll_end(e, t0, ZC_COLL_ALL_GATHER, dt, bytes, send_n, count_it, stream, site);
-    return ZC_OK;
+    return zc__eng_grp_all_gather_at(e, ZC_GRP_WORLD, send, recv, send_n, dt, count_it, stream,
+                                     site);
 }
 
 /* A group's collectives are launched by group_end: a failure there is a
  * failure of those collectives (some ranks may have launched theirs), so it
- * breaks the engine exactly like one. */
-zc_status zc__eng_group_start(zc_engine *e)
-{
-    zc_status rc = zc__comm_group_start(e->comm);
-    if (rc == ZC_OK)
-        zc__tl_group_open();
-    return rc == ZC_OK ? ZC_OK : coll_failed(e, rc);
-}
+ * breaks the engine exactly like one (groups_coll.c). */
+zc_status zc__eng_group_start(zc_engine *e) { return zc__eng_grp_start(e, ZC_GRP_WORLD); }
 
-zc_status zc__eng_group_end(zc_engine *e)
-{
-    const int64_t t0 = zc__tl_begin();
-    zc_status rc = zc__comm_group_end(e->comm);
-    zc__tl_group_end(t0);
-    return rc == ZC_OK ? ZC_OK : coll_failed(e, rc);
-}
+zc_status zc__eng_group_end(zc_engine *e) { return zc__eng_grp_end(e, ZC_GRP_WORLD); }
 
 /* ---- device helpers ------------------------------------------------------ */
 

@@ -1,7 +1,9 @@
 /* Fault injection from the environment (internal): ZC_FAULTS.
  *
  * ZC_FAULTS is a comma-separated list of KIND:RANK:K items; each makes the
- * K-th event of KIND on rank RANK (counted from 1, per engine) fail.
+ * K-th event of KIND on rank RANK (counted from 1, per engine) fail. RANK
+ * is the rank in the job: for an engine over a communicator split from
+ * another (zc_comm_split), its rank in the world the split came from.
  *
  *   alloc  an allocation the engine makes after zc_engine_build returned
  *          (memory reserved by build is not counted: it cannot fail later)

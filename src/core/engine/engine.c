@@ -66,6 +66,7 @@ ZC_API zc_status zc_engine_create(zc_engine **out, const zc_config *cfg, zc_comm
                       stage);
     /* The rule lives in src/config so `zeroc config check` gives the same verdict. */
     ZC_CHECK(zc__config_engine_check(cfg));
+    ZC_CHECK(zc__config_hybrid_check(cfg, world));
     /* Variables read where no status can carry their error (a log line, the
      * host Adam of a later step) fail here, on every rank alike. */
     ZC_CHECK(zc__log_env_check());
@@ -82,6 +83,8 @@ ZC_API zc_status zc_engine_create(zc_engine **out, const zc_config *cfg, zc_comm
     e->comm = comm;
     e->rank = rank;
     e->world = world;
+    e->srank = rank; /* until zc_engine_build makes the groups */
+    e->sworld = world;
     e->stage = stage;
     e->pol = policy_for(stage);
     e->trace = &e->traces[ZC_PASS_TRAIN];
@@ -90,7 +93,13 @@ ZC_API zc_status zc_engine_create(zc_engine **out, const zc_config *cfg, zc_comm
     /* Read once here: every rank parses the same text, so a malformed value
      * fails create on every rank alike. */
     const char *faults = zc__env("ZC_FAULTS");
-    ZC_CHECK_GOTO(zc__faults_parse(faults, rank, world, &e->faults), rc, fail);
+    /* Items name a rank of the job (the world a split communicator comes
+     * from), so one rank of one data-parallel group can be made to fail. */
+    const bool in_world = comm->world_size >= world && comm->world_rank >= 0 &&
+                          comm->world_rank < comm->world_size;
+    ZC_CHECK_GOTO(zc__faults_parse(faults, in_world ? comm->world_rank : rank,
+                                   in_world ? comm->world_size : world, &e->faults),
+                  rc, fail);
     if (faults) {
         if (rank == 0)
             ZC_LOGW("core", "ZC_FAULTS=%s: fault injection is on", faults);
@@ -225,6 +234,7 @@ static zc_status build_local(zc_engine *e)
     for (int k = 0; k < e->nchunks; k++)
         ZC_CHECK(e->pol->alloc_chunk(e, &e->chunks[k]));
     ZC_CHECK(zc__reserve_build(e));
+    ZC_CHECK(zc__groups_reserve(e));
     ZC_CHECK(zc__view_build(e));
     ZC_CHECK(zc__debug_build(e));
     ZC_CHECK(zc__act_build(e));
@@ -250,6 +260,9 @@ ZC_API zc_status zc_engine_build(zc_engine *e)
      * the pre-flight on is rank-local (MemAvailable, free disk space,
      * allocations) and its outcome is agreed with them below. */
     ZC_CHECK_GOTO(zc__agree_alloc(e), rc, fail);
+    /* The node map and hybrid sharding's groups: the layout shards over
+     * the shard group. */
+    ZC_CHECK_GOTO(zc__groups_build(e), rc, fail);
     ZC_CHECK_GOTO(size_from_model(e), rc, fail);
     ZC_CHECK_GOTO(zc__layout_build(e), rc, fail);
     ZC_CHECK_GOTO(zc__partials_alloc(e), rc, fail);
@@ -316,6 +329,7 @@ ZC_API void zc_engine_destroy(zc_engine *e)
     zc_config_destroy(e->cfg);
     /* The communicator outlives the engine: what it made on the engine's
      * device goes before the device. */
+    zc__groups_free(e);
     if (e->dev && e->comm && e->comm->dev == e->dev && e->comm->ops->unbind_device)
         e->comm->ops->unbind_device(e->comm);
     if (e->dev)

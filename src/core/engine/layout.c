@@ -4,9 +4,9 @@
  * `e->bucket` elements: a parameter never straddles two chunks, one larger
  * than the bucket gets a chunk of its own, and zc_chunk_boundary() starts a
  * new chunk. Each chunk is padded to a multiple of world * ZC_CHUNK_ALIGN
- * elements (the padding is zero in every buffer and stays zero: its gradient
- * is zero, so Adam leaves it at 0), and rank r owns the shard
- * [r * S / W, (r + 1) * S / W). A chunk may mix parameter groups; Adam is run
+ * elements of the shard group (sworld: the world, or MiCS's group; the padding
+ * is zero in every buffer and stays zero: its gradient is zero, so Adam
+ * leaves it at 0), and shard rank q owns the shard [q * S / sW, (q + 1) * S / sW). A chunk may mix parameter groups; Adam is run
  * per segment (a run of one group inside one shard), see zc_seg. */
 #include <string.h>
 
@@ -27,7 +27,7 @@ static bool starts_chunk(const zc_engine *e, int i, int64_t cur_used)
     return zc__chunk_starts(i, p->chunk_start, cur_used, p->numel, e->bucket);
 }
 
-/* Rank r's Adam segments of chunk c (chunk-relative, real elements only). */
+/* Shard rank r's Adam segments of chunk c (chunk-relative, real elements only). */
 static int make_segments(const zc_engine *e, const zc_chunk *c, int r, zc_seg *out)
 {
     int64_t lo = (int64_t)r * c->shard, hi = lo + c->shard;
@@ -83,27 +83,27 @@ zc_status zc__layout_build(zc_engine *e)
     e->num_elems = e->padded_elems = 0;
     for (int k = 0; k < n; k++) {
         zc_chunk *c = &e->chunks[k];
-        c->padded = zc__chunk_padded(c->used, e->world);
-        c->shard = c->padded / e->world;
+        c->padded = zc__chunk_padded(c->used, e->sworld);
+        c->shard = c->padded / e->sworld;
         e->num_elems += c->used;
         e->padded_elems += c->padded;
 
         /* A shard boundary splits at most one parameter per rank, so
          * count + world segments always suffice. */
-        int cap = c->count + e->world;
+        int cap = c->count + e->sworld;
         c->segs_bytes = (size_t)cap * sizeof(zc_seg);
-        c->seg_begin_bytes = (size_t)(e->world + 1) * sizeof(int);
+        c->seg_begin_bytes = (size_t)(e->sworld + 1) * sizeof(int);
         ZC_CHECK(zc__host_alloc(&e->acct, ZC_MEM_OTHER, c->segs_bytes, "adam segments", &mem));
         c->segs = mem;
         ZC_CHECK(zc__host_alloc(&e->acct, ZC_MEM_OTHER, c->seg_begin_bytes, "adam segments",
                                 &mem));
         c->seg_begin = mem;
         int ns = 0;
-        for (int r = 0; r < e->world; r++) {
+        for (int r = 0; r < e->sworld; r++) {
             c->seg_begin[r] = ns;
             ns += make_segments(e, c, r, c->segs + ns);
         }
-        c->seg_begin[e->world] = ns;
+        c->seg_begin[e->sworld] = ns;
     }
     return ZC_OK;
 }

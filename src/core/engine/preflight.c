@@ -46,6 +46,12 @@ zc_status zc__preflight(zc_engine *e)
         .pbuffer_count = p->buffer_count,
         .max_in_cpu = p->max_in_cpu,
         .pnvme_round = e->cfg->aio.block_size * zc__nvme_path_count(p->nvme_path),
+        /* Hybrid sharding (core/common/groups.h): what chunk_mem.c and
+         * groups.c allocate for it. */
+        .shard_world = e->sworld,
+        .replicas = e->sworld > 0 ? e->world / e->sworld : 1,
+        .hpz = e->topo.hpz,
+        .hier_j = e->topo.hier ? e->topo.g[ZC_GRP_INTER].size : 0,
         .act = e->act_spec, /* state/act_state.c builds exactly this */
     };
     if (e->stage_auto || e->budgets) {

@@ -23,8 +23,11 @@ static zc_status padded_bytes(const zc_engine *e, const zc_block *b, int n, size
     for (int i = 0; i < n; i++)
         if (__builtin_add_overflow(used, zc_block_param(b, i)->numel, &used))
             return ZC_ERR(ZC_ERR_INVALID_ARG, "zc_block_adopt: the block's size overflows");
-    /* The padding rule of layout.c. */
-    const int64_t align = (int64_t)e->world * ZC_CHUNK_ALIGN;
+    /* The padding rule of layout.c, over the shard group the build will
+     * make (MiCS: mics_shard_size ranks). */
+    const int64_t shard_world = e->cfg->zero.mics_shard_size > 0
+                                    ? e->cfg->zero.mics_shard_size : (int64_t)e->world;
+    const int64_t align = shard_world * ZC_CHUNK_ALIGN;
     int64_t padded = 0;
     size_t bytes = 0;
     if (__builtin_add_overflow(used, align - 1, &padded) ||

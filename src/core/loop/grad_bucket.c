@@ -29,6 +29,25 @@
  * and others not, so it breaks the engine (like a failed collective). */
 #include "core/engine.h"
 
+/* The all-reduce across MiCS's replicas of the bucket's shards, on the
+ * reductions' stream: stage 1's fp32 copy of its slice (rgrad), stages 2/3's
+ * fp32 gradient shard. */
+static zc_status replica_reduce(zc_engine *e)
+{
+    ZC_CHECK(zc__eng_grp_start(e, ZC_GRP_REPLICA));
+    zc_status rc = ZC_OK;
+    for (int k = 0; k < e->nchunks && rc == ZC_OK; k++) {
+        zc_chunk *c = &e->chunks[k];
+        if (c->in_bucket)
+            rc = zc__eng_grp_all_reduce(e, ZC_GRP_REPLICA, c->rgrad ? c->rgrad : c->acc,
+                                        (size_t)c->shard, ZC_DTYPE_F32, true, e->comm_stream);
+    }
+    const zc_status end = zc__eng_grp_end(e, ZC_GRP_REPLICA);
+    if (rc == ZC_OK)
+        rc = end;
+    return rc == ZC_OK ? zc__reduction_done(e, -1) : rc;
+}
+
 zc_status zc__bucket_flush(zc_engine *e)
 {
     if (e->bucket_chunks == 0)
@@ -61,11 +80,20 @@ zc_status zc__bucket_flush(zc_engine *e)
     }
     for (int k = 0; k < e->nchunks && rc == ZC_OK; k++) {
         zc_chunk *c = &e->chunks[k];
+        if (c->in_bucket)
+            rc = e->pol->reduce_finish(e, c);
+    }
+    /* MiCS: the window's reduced shards are all-reduced across the replicas
+     * (every replica holds the same shard index), once per window like
+     * DeepSpeed's MiCS_Optimizer, in fp32, as one communicator group. */
+    if (rc == ZC_OK && last && zc__grp_on(e, ZC_GRP_REPLICA))
+        rc = replica_reduce(e);
+    for (int k = 0; k < e->nchunks; k++) {
+        zc_chunk *c = &e->chunks[k];
         if (!c->in_bucket)
             continue;
-        rc = e->pol->reduce_finish(e, c);
         c->in_bucket = false;
-        c->reduced = true;
+        c->reduced = rc == ZC_OK;
     }
     zc__tl_span(t0, ZC_TLK_SPAN, "reduce bucket", -1, n);
     zc__timers_pop(&e->timers);

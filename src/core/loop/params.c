@@ -12,7 +12,7 @@
 static bool own_overlap(const zc_engine *e, const zc_chunk *c, int64_t off, int64_t n,
                         int64_t *a, int64_t *b)
 {
-    int64_t lo = (int64_t)e->rank * c->shard, hi = lo + c->shard;
+    int64_t lo = (int64_t)e->srank * c->shard, hi = lo + c->shard;
     *a = off > lo ? off : lo;
     *b = off + n < hi ? off + n : hi;
     return *a < *b;
@@ -88,7 +88,7 @@ zc_status zc__param_load(zc_engine *e, zc_param *p, const float *values, bool ro
         ZC_CHECK_GOTO(zc__opt_master_write(e, p->chunk, p->offset, tmp, (size_t)p->numel), rc,
                       out);
     } else if (own_overlap(e, c, p->offset, p->numel, &a, &b)) {
-        int64_t lo = (int64_t)e->rank * c->shard;
+        int64_t lo = (int64_t)e->srank * c->shard;
         ZC_CHECK_GOTO(zc__opt_master_write(e, p->chunk, a - lo,
                                            (const float *)tmp + (a - p->offset), (size_t)(b - a)),
                       rc, out);
@@ -103,15 +103,16 @@ zc_status zc__param_load(zc_engine *e, zc_param *p, const float *values, bool ro
          * the next chunk or agreement point (param_state.c); prefetched
          * copies of the old values are dropped first. */
         zc__param_load_note(e);
+        c->sec_valid = false; /* hpZ: its secondary copy holds the old values */
         if (own_overlap(e, c, p->offset, p->numel, &a, &b) && zc__param_offloaded(e, c)) {
             if (e->pol->quiesce)
                 e->pol->quiesce(e);
-            int64_t lo = (int64_t)e->rank * c->shard;
+            int64_t lo = (int64_t)e->srank * c->shard;
             ZC_CHECK_GOTO(zc__param_load_range(e, p->chunk, a - lo, values + (a - p->offset),
                                                (size_t)(b - a)),
                           rc, out);
         } else if (own_overlap(e, c, p->offset, p->numel, &a, &b)) {
-            int64_t lo = (int64_t)e->rank * c->shard;
+            int64_t lo = (int64_t)e->srank * c->shard;
             ZC_CHECK_GOTO(zc__eng_convert(e, zc__elem(c->param, a - lo, e->pesz), e->pdt,
                                           (const float *)tmp + (a - p->offset), ZC_DTYPE_F32,
                                           (size_t)(b - a)),
@@ -144,14 +145,15 @@ zc_status zc__master_gather_chunk(zc_engine *e, int k, const char *what, void **
     const size_t own = all ? (size_t)c->padded : (size_t)c->shard;
     void *tmp = NULL;
     ZC_CHECK(zc__bufpool_get(&e->pool_stage, full, false, e->stream, &tmp));
-    float *slice = all ? (float *)tmp : (float *)tmp + (size_t)e->rank * (size_t)c->shard;
+    float *slice = all ? (float *)tmp : (float *)tmp + (size_t)e->srank * (size_t)c->shard;
     zc_status rc = zc__opt_master_read(e, k, slice, own);
     /* Under nvme the read is rank-local I/O: its outcome is agreed before
      * the all-gather, so a failing rank never leaves the others waiting. */
     if (zc__opt_rank_local_io(e))
         rc = zc__eng_agree(e, rc, what);
     if (rc == ZC_OK && !all)
-        rc = zc__eng_all_gather(e, slice, tmp, (size_t)c->shard, ZC_DTYPE_F32, false);
+        rc = zc__eng_grp_all_gather(e, ZC_GRP_SHARD, slice, tmp, (size_t)c->shard, ZC_DTYPE_F32,
+                                    false, e->stream);
     if (rc != ZC_OK) {
         zc__bufpool_put(&e->pool_stage, &tmp);
         return rc;

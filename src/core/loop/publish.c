@@ -68,17 +68,22 @@ zc_status zc__params_publish(zc_engine *e, const char *what)
     }
     if (e->phome)
         rc = zc__eng_agree(e, rc, what);
+    /* Over the shard group (MiCS's, perhaps in two steps), a chunk at a
+     * time; hpZ's secondary partitions hold the old parameters. */
     for (int k = 0; k < e->nchunks && rc == ZC_OK; k++) {
         zc_chunk *c = &e->chunks[k];
+        c->sec_valid = false;
+        zc_gather_req req = {NULL, NULL, (size_t)c->shard};
         if (e->pol->full_params && !e->pol->full_optimizer)
-            rc = zc__eng_all_gather(e, zc__elem(c->param, (int64_t)e->rank * c->shard, e->pesz),
-                                    c->param, (size_t)c->shard, e->pdt, false);
+            req = (zc_gather_req){zc__elem(c->param, (int64_t)e->srank * c->shard, e->pesz),
+                                  c->param, (size_t)c->shard};
         else if (!e->pol->full_params && c->gather)
-            rc = zc__eng_all_gather(e,
-                                    zc__param_offloaded(e, c)
-                                        ? zc__elem(c->gather, (int64_t)e->rank * c->shard, e->pesz)
-                                        : c->param,
-                                    c->gather, (size_t)c->shard, e->pdt, false);
+            req = (zc_gather_req){zc__param_offloaded(e, c)
+                                      ? zc__elem(c->gather, (int64_t)e->srank * c->shard, e->pesz)
+                                      : c->param,
+                                  c->gather, (size_t)c->shard};
+        if (req.recv)
+            rc = zc__eng_shard_gathers(e, &req, 1, e->pdt, false);
     }
     if (rc == ZC_OK)
         rc = e->dev->ops->stream_sync(e->dev, e->stream);

@@ -4,12 +4,15 @@
  *
  *   step=20, skipped=1, lr=0.001, loss_scale=32768, samples/s=412.3,
  *   MemAllocated device=1.2GiB pinned=0B host=3.4MiB nvme=0B,
- *   MaxMemAllocated device=1.3GiB pinned=0B host=3.4MiB nvme=0B
+ *   MaxMemAllocated device=1.3GiB pinned=0B host=3.4MiB nvme=0B,
+ *   comm_bytes_per_step_by_link intra_node=1.5MiB inter_node=3.0MiB
  *
  * samples/s counts every rank's samples (micro batch x accumulation x world)
  * over the wall time since the previous line (or the build). Memory is this
  * rank's, from the engine's account: what the library allocated, not what
- * the process holds. With wall_clock_breakdown the line ends with the mean
+ * the process holds; the bytes are what this rank sent in the last step's
+ * collectives, to ranks on its node and on others (zc_stats). With
+ * wall_clock_breakdown the line ends with the mean
  * of each timer (timers.h) over the steps since the previous line:
  *
  *   ..., time (ms, mean of 20 steps): forward=1.203 backward=2.410
@@ -167,15 +170,18 @@ void zc__progress_step(zc_engine *e, double lr)
                               ? e->cfg->train_micro_batch_size_per_gpu : 1;
     const double samples =
         (double)(e->steps - e->prog_steps0) * (double)micro * (double)e->gas * (double)e->world;
-    char cur[160], peak[160], tm[320], tput[160];
+    char cur[160], peak[160], tm[320], tput[160], intra[32], inter[32];
+    fmt_bytes(intra, sizeof intra, e->link_last[ZC_LINK_INTRA_NODE]);
+    fmt_bytes(inter, sizeof inter, e->link_last[ZC_LINK_INTER_NODE]);
     by_kind(cur, sizeof cur, e->acct.kind_total);
     by_kind(peak, sizeof peak, e->acct.kind_peak);
     timer_text(e, tm, sizeof tm);
     throughput_text(e, (double)(e->steps - e->prog_steps0), dt, tput, sizeof tput);
     ZC_LOGI("core", "step=%lld, skipped=%lld, lr=%g, loss_scale=%g, samples/s=%.1f%s, "
-            "MemAllocated %s, MaxMemAllocated %s%s",
+            "MemAllocated %s, MaxMemAllocated %s, comm_bytes_per_step_by_link intra_node=%s "
+            "inter_node=%s%s",
             (long long)e->steps, (long long)e->skipped, lr, e->scaler.scale,
-            dt > 0 ? samples / dt : 0.0, tput, cur, peak, tm);
+            dt > 0 ? samples / dt : 0.0, tput, cur, peak, intra, inter, tm);
     e->prog_t0 = t;
     e->prog_steps0 = e->steps;
     mark_timers(e);

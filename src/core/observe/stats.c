@@ -55,6 +55,14 @@ ZC_API zc_status zc_engine_stats(const zc_engine *e, zc_stats *out)
         }
     for (int b = 0; b < ZC_BUDGET_INDEX__COUNT; b++)
         s.budget[b] = e->budgets ? e->budget[b] : -1;
+    for (int l = 0; l < ZC_LINK__COUNT; l++)
+        s.comm_bytes_last_step_by_link[l] = e->link_last[l];
+    s.ranks_per_node = e->topo.ranks_per_node;
+    s.nodes = e->topo.nodes;
+    s.shard_world = e->sworld;
+    s.shard_rank = e->srank;
+    s.replicas = e->sworld > 0 ? e->world / e->sworld : 1;
+    s.hpz_partition_size = e->topo.hpz;
     s.gathers_last_step = e->gathers_last;
     s.max_live_elems_last_step = e->live_peak_last;
     s.trace_invalidations = e->invalidations;

@@ -18,6 +18,23 @@ static size_t acc_elems(const zc_engine *e, const zc_chunk *c)
     return e->gas > 1 ? (size_t)c->padded : 0;
 }
 
+/* MiCS at stage 1: the fp32 copy of the reduced slice that is all-reduced
+ * across the replicas (plan/estimate.c counts it: mics_rgrad). */
+static size_t rgrad_elems(const zc_engine *e, const zc_chunk *c)
+{
+    const bool stage1 = !e->pol->sharded_grads && !e->pol->full_optimizer;
+    return stage1 && zc__grp_on(e, ZC_GRP_REPLICA) ? (size_t)c->shard : 0;
+}
+
+/* hpZ: the secondary partition of a chunk that is not kept gathered
+ * (plan/estimate.c: hpz_sec). */
+static size_t sec_bytes(const zc_engine *e, const zc_chunk *c)
+{
+    if (e->stage != 3 || !e->topo.hpz || c->persistent)
+        return 0;
+    return (size_t)(c->padded / e->topo.hpz) * e->pesz;
+}
+
 zc_status zc__chunk_alloc(zc_engine *e, zc_chunk *c)
 {
     void *p = NULL;
@@ -41,6 +58,17 @@ zc_status zc__chunk_alloc(zc_engine *e, zc_chunk *c)
         ZC_CHECK(zc__eng_alloc(e, ZC_MEM_GRADS, (size_t)c->padded * e->pesz, "gradients", &p));
         c->grad = p;
     }
+    if (rgrad_elems(e, c)) {
+        ZC_CHECK(zc__eng_alloc(e, ZC_MEM_GRADS, rgrad_elems(e, c) * sizeof(float),
+                               "fp32 gradient shard (MiCS replicas)", &p));
+        c->rgrad = p;
+    }
+    if (sec_bytes(e, c)) {
+        ZC_CHECK(zc__eng_alloc(e, ZC_MEM_PARAMS, sec_bytes(e, c),
+                               "secondary parameter partition (hpZ)", &p));
+        c->sec = p;
+        c->sec_valid = false;
+    }
     /* A cpu-offloaded chunk's fp32 gradient shard lives in its home (pinned
      * host memory, allocated and zeroed there); every other one here. */
     c->acc = zc__opt_grad_home(e, c);
@@ -62,6 +90,11 @@ void zc__chunk_free(zc_engine *e, zc_chunk *c)
     c->adopted = false;
     p = c->grad;
     zc__eng_free(e, ZC_MEM_GRADS, &p, (size_t)c->padded * e->pesz);
+    p = c->rgrad;
+    zc__eng_free(e, ZC_MEM_GRADS, &p, rgrad_elems(e, c) * sizeof(float));
+    c->rgrad = NULL;
+    zc__eng_free(e, ZC_MEM_PARAMS, &c->sec, sec_bytes(e, c));
+    c->sec_valid = false;
     p = c->acc_host ? NULL : c->acc; /* a home-held shard is the home's to free */
     zc__eng_free(e, ZC_MEM_GRADS, &p, acc_elems(e, c) * sizeof(float));
     zc__bufpool_put(&e->pool_grad, &c->gbuf);

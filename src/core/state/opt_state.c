@@ -277,7 +277,7 @@ zc_status zc__opt_fetch(zc_engine *e, int k, zc_opt_chunk *out)
     zc_opt_home *h = e->homes[c->home];
     zc_opt_view v;
     ZC_CHECK(h->ops->acquire(h, k, &v));
-    const int64_t shard_base = (int64_t)e->rank * c->shard;
+    const int64_t shard_base = (int64_t)e->srank * c->shard;
     *out = (zc_opt_chunk){
         .dev = h->ops->host ? zc__device_host() : e->dev,
         .master = v.master, .m = v.m, .v = v.v,
@@ -291,6 +291,12 @@ zc_status zc__opt_fetch(zc_engine *e, int k, zc_opt_chunk *out)
     out->grad_dtype = sharded ? ZC_DTYPE_F32 : e->pdt;
     out->grad_base = sharded ? shard_base : 0;
     out->grad = g;
+    if (c->rgrad) {
+        /* MiCS at stage 1: the slice reduced across the replicas, in fp32. */
+        out->grad = (const char *)c->rgrad;
+        out->grad_dtype = ZC_DTYPE_F32;
+        out->grad_base = shard_base;
+    }
     out->pout = (char *)c->param;
     out->pout_base = e->pol->full_params ? 0 : shard_base;
     if (sharded && c->acc_swap) {
@@ -350,7 +356,7 @@ zc_status zc__opt_put(zc_engine *e, int k, zc_opt_chunk *oc)
          * on the copy stream when the home has parity buffers, else
          * synchronous, so the one staging buffer can take the next chunk. */
         zc_device *d = e->dev;
-        const int64_t shard_base = (int64_t)e->rank * c->shard;
+        const int64_t shard_base = (int64_t)e->srank * c->shard;
         char *dst = zc__elem(c->param, e->pol->full_params ? shard_base : 0, e->pesz);
         if (zc__opt_copy_on(e, c)) {
             ZC_CHECK(zc__opt_copy_out_end(e, k, dst, oc->pout, (size_t)c->shard * e->pesz));

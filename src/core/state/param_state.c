@@ -202,7 +202,7 @@ zc_status zc__param_send(zc_engine *e, int k, void *gather, const void **send)
     const bool io = h->ops->rank_local_io(h, k);
     const void *src = NULL;
     zc_status rc = h->ops->read_wait(h, k, &src);
-    char *slot = zc__elem(gather, (int64_t)e->rank * c->shard, e->pesz);
+    char *slot = zc__elem(gather, (int64_t)e->srank * c->shard, e->pesz);
     const size_t bytes = (size_t)c->shard * e->pesz;
     /* The copy on the copy stream: after what the engine's stream queued
      * for the gather buffer, and the all-gather (on the engine's stream)

@@ -46,19 +46,24 @@
 #include "core/engine.h"
 #include "optim/adam_pace.h"
 
-/* Rank r's shard of chunk c's reduced gradient, if this rank holds it. */
+/* Shard rank r's shard of chunk c's reduced gradient, if this rank holds it. */
 static bool grad_shard(const zc_engine *e, const zc_chunk *c, int r, const void **ptr,
                        zc_dtype *dt)
 {
     if (e->pol->sharded_grads) {
-        if (r != e->rank)
+        if (r != e->srank)
             return false;
         *ptr = c->acc;
         *dt = ZC_DTYPE_F32;
         return true;
     }
-    if (!e->pol->full_optimizer && r != e->rank)
+    if (!e->pol->full_optimizer && r != e->srank)
         return false; /* stage 1: only our slice of the reduce-scatter */
+    if (c->rgrad) {
+        *ptr = c->rgrad; /* MiCS: reduced across the replicas too, in fp32 */
+        *dt = ZC_DTYPE_F32;
+        return true;
+    }
     *ptr = zc__elem(c->grad, (int64_t)r * c->shard, e->pesz);
     *dt = e->pdt;
     return true;
@@ -77,10 +82,12 @@ static bool grad_shard(const zc_engine *e, const zc_chunk *c, int r, const void 
 static zc_status norm_partials(zc_engine *e, double *total)
 {
     zc_device *d = e->dev;
-    const int W = e->world, N = e->nchunks;
+    /* Over the shard group: every replica holds the same shards (MiCS), so
+     * each computes the same total. */
+    const int W = e->sworld, N = e->nchunks;
     const bool full = e->pol->full_optimizer;
     for (int k = 0; k < N; k++) {
-        const int r0 = full ? 0 : e->rank, r1 = full ? W : e->rank + 1;
+        const int r0 = full ? 0 : e->srank, r1 = full ? W : e->srank + 1;
         for (int r = r0; r < r1; r++) {
             const void *g = NULL;
             zc_dtype dt = e->pdt;
@@ -109,8 +116,8 @@ static zc_status norm_partials(zc_engine *e, double *total)
         }
     }
     if (!full)
-        ZC_CHECK(zc__eng_all_gather(e, e->part_send, e->part_recv, (size_t)N, ZC_DTYPE_F64,
-                                    false));
+        ZC_CHECK(zc__eng_grp_all_gather(e, ZC_GRP_SHARD, e->part_send, e->part_recv, (size_t)N,
+                                        ZC_DTYPE_F64, false, e->stream));
     double *all = e->partials;
     ZC_CHECK(d->ops->copy(d, all, e->part_recv, (size_t)N * (size_t)W * sizeof(double),
                           ZC_COPY_D2H, e->stream));
@@ -152,7 +159,7 @@ int64_t zc__step_adam_calls(const zc_engine *e)
     for (int k = 0; k < e->nchunks; k++) {
         const zc_chunk *c = &e->chunks[k];
         const int64_t piece = adam_piece(e, k);
-        const int r0 = full_opt ? 0 : e->rank, r1 = full_opt ? e->world : e->rank + 1;
+        const int r0 = full_opt ? 0 : e->srank, r1 = full_opt ? e->sworld : e->srank + 1;
         for (int r = r0; r < r1; r++)
             for (int si = c->seg_begin[r]; si < c->seg_begin[r + 1]; si++)
                 calls += piece == INT64_MAX ? 1 : (c->segs[si].n + piece - 1) / piece;
@@ -172,7 +179,7 @@ static zc_status adam_chunk(zc_engine *e, int k, const zc_adam_coeffs *coeffs, f
     zc_opt_chunk oc;
     ZC_CHECK(zc__opt_fetch(e, k, &oc));
     const bool full_opt = e->pol->full_optimizer;
-    const int r0 = full_opt ? 0 : e->rank, r1 = full_opt ? e->world : e->rank + 1;
+    const int r0 = full_opt ? 0 : e->srank, r1 = full_opt ? e->sworld : e->srank + 1;
     const size_t gesz = zc_dtype_size(oc.grad_dtype);
     const int64_t piece = adam_piece(e, k);
     const bool paced = piece != INT64_MAX && oc.dev == zc__device_host();
@@ -271,6 +278,10 @@ static void snapshot_stats(zc_engine *e)
     for (int k = 0; k < ZC_COLL__COUNT; k++) {
         e->comm_last[k] = e->comm_cur[k];
         e->comm_cur[k] = 0;
+    }
+    for (int l = 0; l < ZC_LINK__COUNT; l++) {
+        e->link_last[l] = e->link_cur[l];
+        e->link_cur[l] = 0;
     }
     e->gathers_last = e->gathers_cur;
     e->gathers_cur = 0;
