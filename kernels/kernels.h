@@ -32,6 +32,7 @@
 
 #include "device/sumsq_order.h"
 #include "optim/adam.h"
+#include "optim/adam_lp.h"
 #include "zeroc/zeroc.h"
 
 #ifdef __cplusplus
@@ -68,6 +69,12 @@ cudaError_t zc_k_geometry_query(int device, zc_k_geometry *g);
  * loads when every buffer is 16-byte aligned, else a scalar path. */
 cudaError_t zc_k_adam(const zc_k_geometry *g, const zc_adam_shard *s, const zc_adam_coeffs *c,
                       cudaStream_t stream);
+
+/* Adam/AdamW over 16-bit optimizer state (src/optim/adam_lp.h; the shard's
+ * buffers are device pointers, the struct is read on the host): bitwise the
+ * host's zc__adam_lp_scalar. cudaErrorInvalidValue for a NULL argument. */
+cudaError_t zc_k_adam_lp(const zc_k_geometry *g, const zc_adam_lp_shard *s,
+                         const zc_adam_coeffs *c, cudaStream_t stream);
 
 /* dst[i] = convert(src[i]) for fp32/fp16/bf16 (dtypes differ). */
 cudaError_t zc_k_cast(const zc_k_geometry *g, void *dst, zc_dtype dst_dt, const void *src,
