@@ -1,4 +1,4 @@
-/* Adam/AdamW over 16-bit optimizer state (src/optim/adam_lp.h): master, m
+/* Adam/AdamW over 16-bit optimizer state (src/optim/adam.h): master, m
  * and v each fp32 or bf16, widened exactly, updated with the host's
  * zc__adam_elem operations (__fmul_rn / __fadd_rn / __fsqrt_rn / __fdiv_rn:
  * no contraction) and rounded back stochastically - sround.h's hash of the
@@ -12,7 +12,7 @@
  * template parameters, the gradient's and the copy's dtypes uniform
  * branches. */
 #include "kernels/common.cuh"
-#include "optim/adam_lp.h"
+#include "optim/adam.h"
 #include "optim/sround.h"
 
 namespace zck {

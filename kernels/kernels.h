@@ -32,7 +32,6 @@
 
 #include "device/sumsq_order.h"
 #include "optim/adam.h"
-#include "optim/adam_lp.h"
 #include "zeroc/zeroc.h"
 
 #ifdef __cplusplus
@@ -70,7 +69,7 @@ cudaError_t zc_k_geometry_query(int device, zc_k_geometry *g);
 cudaError_t zc_k_adam(const zc_k_geometry *g, const zc_adam_shard *s, const zc_adam_coeffs *c,
                       cudaStream_t stream);
 
-/* Adam/AdamW over 16-bit optimizer state (src/optim/adam_lp.h; the shard's
+/* Adam/AdamW over 16-bit optimizer state (src/optim/adam.h; the shard's
  * buffers are device pointers, the struct is read on the host): bitwise the
  * host's zc__adam_lp_scalar. cudaErrorInvalidValue for a NULL argument. */
 cudaError_t zc_k_adam_lp(const zc_k_geometry *g, const zc_adam_lp_shard *s,

@@ -13,13 +13,12 @@
 
 #include "base/dtype.h"
 #include "optim/adam.h"
-#include "optim/adam_lp.h"
 
 /* Kernel flags. */
 #define ZC_ADAM_NT 0x1u /* non-temporal stores (the shard is larger than the caches) */
 
 typedef void (*zc_adam_kernel_fn)(const zc_adam_shard *s, const zc_adam_coeffs *c, unsigned flags);
-/* The same ISA's kernel over 16-bit state (adam_lp.h). */
+/* The same ISA's kernel over 16-bit state (adam.h). */
 typedef void (*zc_adam_lp_fn)(const zc_adam_lp_shard *s, const zc_adam_coeffs *c);
 
 typedef struct zc_adam_variant {

@@ -1,4 +1,4 @@
-/* Adam over 16-bit state with AVX2 and F16C (8 lanes): adam_lp.h's update.
+/* Adam over 16-bit state with AVX2 and F16C (8 lanes): adam.h's update.
  *
  * Built in the AVX2 library with its flags and -ffp-contract=off
  * (meson.build). The vector body evaluates zc__adam_lp_elem's operations in
@@ -12,7 +12,7 @@
  * (the same way every time, so the branch costs next to nothing). */
 #include <immintrin.h>
 
-#include "optim/adam_lp.h"
+#include "optim/adam.h"
 #include "optim/adam_lp_elem.h"
 
 #define ZC_INLINE static inline __attribute__((always_inline))

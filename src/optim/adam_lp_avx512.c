@@ -1,4 +1,4 @@
-/* Adam over 16-bit state with AVX-512F/BW (16 lanes): adam_lp.h's update,
+/* Adam over 16-bit state with AVX-512F/BW (16 lanes): adam.h's update,
  * adam_lp_avx2.c's body on 16 lanes (the NaN lanes by mask).
  *
  * Built in the AVX-512 library with its flags and -ffp-contract=off
@@ -13,7 +13,7 @@
  * (the same way every time, so the branch costs next to nothing). */
 #include <immintrin.h>
 
-#include "optim/adam_lp.h"
+#include "optim/adam.h"
 #include "optim/adam_lp_elem.h"
 
 #define ZC_INLINE static inline __attribute__((always_inline))

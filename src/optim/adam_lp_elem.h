@@ -8,7 +8,7 @@
 #include <math.h>
 
 #include "base/dtype.h"
-#include "optim/adam_lp.h"
+#include "optim/adam.h"
 #include "optim/sround.h"
 
 /* The three streams' keys of a call (its range shares index0's high word). */

@@ -1,4 +1,4 @@
-/* The host entry of Adam over 16-bit state (adam_lp.h): validates the
+/* The host entry of Adam over 16-bit state (adam.h): validates the
  * shard, picks the variant (adam_isa.h's table, as zc__adam_host does) and
  * splits the shard over the host thread pool in static tiles and at every
  * multiple of 2^32 of the global index (the kernels' counters are the low
@@ -7,7 +7,7 @@
 
 #include "base/error.h"
 #include "optim/adam_isa.h"
-#include "optim/adam_lp.h"
+#include "optim/adam.h"
 #include "optim/threadpool.h"
 #include "trace/trace.h"
 

@@ -21,7 +21,6 @@
 #include "gpu_common.h"
 #include "helpers.h"
 #include "optim/adam.h"
-#include "optim/adam_lp.h"
 
 /* ---- buffers ------------------------------------------------------------- */
 
@@ -499,7 +498,7 @@ Test(gpu_kernels, adam_matches_scalar_reference, .timeout = 300)
     t_assert_no_leaks();
 }
 
-/* Adam over 16-bit state (adam_lp.h): every master/m/v dtype mix, every
+/* Adam over 16-bit state (adam.h): every master/m/v dtype mix, every
  * gradient dtype, stochastic and nearest rounding, a bf16 copy, a shard
  * one element late, the global index crossing 2^32 inside the shard
  * (the launcher splits there): bitwise zc__adam_lp_scalar (NaN = NaN). */

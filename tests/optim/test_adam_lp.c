@@ -1,4 +1,4 @@
-/* Adam over 16-bit optimizer state (src/optim/adam_lp.h) and its stochastic
+/* Adam over 16-bit optimizer state (src/optim/adam.h) and its stochastic
  * rounding (sround.h).
  *
  *  - The rounding: every result is one of the two bf16 neighbours of x (x
@@ -31,7 +31,7 @@
 #include "base/dtype.h"
 #include "helpers.h"
 #include "optim/adam_isa.h"
-#include "optim/adam_lp.h"
+#include "optim/adam.h"
 #include "optim/adam_lp_elem.h"
 #include "optim/sround.h"
 
