@@ -41,16 +41,15 @@ template <bool BF> __device__ __forceinline__ float load_state(const void *p, si
     return BF ? bf16_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
 }
 
-/* Stores x; returns the value kept. */
+/* Stores x (bf16: rounded with the random bits r); returns the value kept. */
 template <bool BF, bool SR>
-__device__ __forceinline__ float store_state(void *p, size_t i, float x, uint32_t key,
-                                             uint32_t ctr)
+__device__ __forceinline__ float store_state(void *p, size_t i, float x, uint32_t r)
 {
     if (!BF) {
         ((float *)p)[i] = x;
         return x;
     }
-    const uint16_t h = SR ? sr_bf16(x, mix32(ctr ^ key)) : f32_to_bf16(x);
+    const uint16_t h = SR ? sr_bf16(x, r) : f32_to_bf16(x);
     ((uint16_t *)p)[i] = h;
     return bf16_to_f32(h);
 }
@@ -63,7 +62,7 @@ struct lp_args {
     float gscale;
     size_t n;
     uint32_t ctr0;
-    uint32_t key[ZC_SR__STREAMS];
+    uint32_t key[ZC_SR__DRAWS];
 };
 
 template <bool MB, bool MMB, bool VB, bool SR>
@@ -84,9 +83,12 @@ __global__ void __launch_bounds__(kThreads) adam_lp_kernel(lp_args a, zc_adam_co
         if (c.decoupled_decay != 0.0f)
             p = __fsub_rn(p, __fmul_rn(c.decoupled_decay, p));
         p = __fsub_rn(p, __fmul_rn(c.step_size, __fdiv_rn(m, d)));
-        store_state<MMB, SR>(a.m, i, m, a.key[ZC_SR_M], ctr);
-        store_state<VB, SR>(a.v, i, v, a.key[ZC_SR_V], ctr);
-        const float kept = store_state<MB, SR>(a.master, i, p, a.key[ZC_SR_MASTER], ctr);
+        /* sround.h's draws: 0 for the master (low half) and m (high), 1 for v. */
+        const uint32_t d0 = SR && (MB || MMB) ? mix32(ctr ^ a.key[ZC_SR_DRAW_PM]) : 0u;
+        const uint32_t d1 = SR && VB ? mix32(ctr ^ a.key[ZC_SR_DRAW_V]) : 0u;
+        store_state<MMB, SR>(a.m, i, m, d0 >> 16);
+        store_state<VB, SR>(a.v, i, v, d1);
+        const float kept = store_state<MB, SR>(a.master, i, p, d0);
         if (a.out)
             store_f32(a.out, a.odt, i, kept);
     }
@@ -155,7 +157,7 @@ extern "C" cudaError_t zc_k_adam_lp(const zc_k_geometry *g, const zc_adam_lp_sha
         a.gscale = s->grad_scale;
         a.n = hi - lo;
         a.ctr0 = (uint32_t)at;
-        for (int k = 0; k < ZC_SR__STREAMS; k++)
+        for (int k = 0; k < ZC_SR__DRAWS; k++)
             a.key[k] = zc__sr_key(s->seed, s->step, k, (uint32_t)(at >> 32));
         const cudaError_t e = zck::launch(g, a, mask, s->stochastic, *c, stream);
         if (e != cudaSuccess)

@@ -20,7 +20,7 @@
 typedef struct lp8 {
     __m256 b1, b2, omb1, omb2, eps, ss, bc2r, dd, l2, gs;
     bool scaled, l2_on, dd_on;
-    __m256i key[ZC_SR__STREAMS];
+    __m256i key[ZC_SR__DRAWS];
     __m256i iota;
 } lp8;
 
@@ -58,12 +58,12 @@ ZC_INLINE __m256i mix32(__m256i x)
 /* x as bf16 in the low half of each lane: stochastically with the random
  * bits of counters ctr (zc__sr_bf16), else to nearest even
  * (zc__f32_to_bf16); every NaN lane 0x7FC0. */
-ZC_INLINE __m256i round_bf16(__m256 x, bool sr, __m256i key, __m256i ctr)
+ZC_INLINE __m256i round_bf16(__m256 x, bool sr, __m256i bits)
 {
     const __m256i u = _mm256_castps_si256(x);
     __m256i add;
     if (sr)
-        add = _mm256_and_si256(mix32(_mm256_xor_si256(ctr, key)), _mm256_set1_epi32(0xffff));
+        add = _mm256_and_si256(bits, _mm256_set1_epi32(0xffff));
     else
         add = _mm256_add_epi32(_mm256_set1_epi32(0x7fff),
                                _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1)));
@@ -79,14 +79,14 @@ ZC_INLINE __m128i pack16(__m256i h)
 
 /* Stores state x at i; returns the value kept (x, or its bf16 rounding
  * widened back) and the bf16 bits in *h when bf. */
-ZC_INLINE __m256 store_state(void *p, size_t i, __m256 x, bool bf, bool sr, __m256i key,
-                             __m256i ctr, __m256i *h)
+ZC_INLINE __m256 store_state(void *p, size_t i, __m256 x, bool bf, bool sr, __m256i bits,
+                             __m256i *h)
 {
     if (!bf) {
         _mm256_storeu_ps((float *)p + i, x);
         return x;
     }
-    *h = round_bf16(x, sr, key, ctr);
+    *h = round_bf16(x, sr, bits);
     _mm_storeu_si128((__m128i *)((uint16_t *)p + i), pack16(*h));
     return _mm256_castsi256_ps(_mm256_slli_epi32(*h, 16));
 }
@@ -109,10 +109,19 @@ ZC_INLINE void step8(const zc_adam_lp_shard *s, const lp8 *k, size_t i, uint32_t
     if (k->dd_on)
         p = _mm256_sub_ps(p, _mm256_mul_ps(k->dd, p));
     p = _mm256_sub_ps(p, _mm256_mul_ps(k->ss, _mm256_div_ps(m, d)));
+    /* sround.h's draws: draw 0 for the master (low half) and m (high half),
+     * draw 1 for v; only those a bf16 tensor rounds with are hashed. */
+    __m256i bp = _mm256_setzero_si256(), bm = bp, bv = bp;
+    if (sr && (mb || mmb)) {
+        bp = mix32(_mm256_xor_si256(ctr, k->key[ZC_SR_DRAW_PM]));
+        bm = _mm256_srli_epi32(bp, 16);
+    }
+    if (sr && vb)
+        bv = mix32(_mm256_xor_si256(ctr, k->key[ZC_SR_DRAW_V]));
     __m256i hm, hv, hp = _mm256_setzero_si256();
-    store_state(s->m, i, m, mmb, sr, k->key[ZC_SR_M], ctr, &hm);
-    store_state(s->v, i, v, vb, sr, k->key[ZC_SR_V], ctr, &hv);
-    const __m256 kept = store_state(s->master, i, p, mb, sr, k->key[ZC_SR_MASTER], ctr, &hp);
+    store_state(s->m, i, m, mmb, sr, bm, &hm);
+    store_state(s->v, i, v, vb, sr, bv, &hv);
+    const __m256 kept = store_state(s->master, i, p, mb, sr, bp, &hp);
     if (!s->param_out)
         return;
     if (s->param_out_dtype == ZC_DTYPE_F32) {
@@ -122,7 +131,7 @@ ZC_INLINE void step8(const zc_adam_lp_shard *s, const lp8 *k, size_t i, uint32_t
                          _mm256_cvtps_ph(kept, _MM_FROUND_TO_NEAREST_INT));
     } else {
         /* A bf16 master is its own copy; an fp32 one rounds to nearest. */
-        const __m256i h = mb ? hp : round_bf16(kept, false, k->key[0], ctr);
+        const __m256i h = mb ? hp : round_bf16(kept, false, bp);
         _mm_storeu_si128((__m128i *)((uint16_t *)s->param_out + i), pack16(h));
     }
 }
@@ -181,7 +190,7 @@ void zc__adam_lp_avx2(const zc_adam_lp_shard *s, const zc_adam_coeffs *c)
         .dd_on = c->decoupled_decay != 0.0f,
         .iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
     };
-    for (int i = 0; i < ZC_SR__STREAMS; i++)
+    for (int i = 0; i < ZC_SR__DRAWS; i++)
         k.key[i] = _mm256_set1_epi32((int)keys.k[i]);
     if (vec_end)
         bodies[s->master_dtype == ZC_DTYPE_BF16][s->m_dtype == ZC_DTYPE_BF16]

@@ -21,7 +21,7 @@
 typedef struct lp16 {
     __m512 b1, b2, omb1, omb2, eps, ss, bc2r, dd, l2, gs;
     bool scaled, l2_on, dd_on;
-    __m512i key[ZC_SR__STREAMS];
+    __m512i key[ZC_SR__DRAWS];
     __m512i iota;
 } lp16;
 
@@ -59,12 +59,12 @@ ZC_INLINE __m512i mix32(__m512i x)
 /* x as bf16 in the low half of each lane: stochastically with the random
  * bits of counters ctr (zc__sr_bf16), else to nearest even
  * (zc__f32_to_bf16); every NaN lane 0x7FC0. */
-ZC_INLINE __m512i round_bf16(__m512 x, bool sr, __m512i key, __m512i ctr)
+ZC_INLINE __m512i round_bf16(__m512 x, bool sr, __m512i bits)
 {
     const __m512i u = _mm512_castps_si512(x);
     __m512i add;
     if (sr)
-        add = _mm512_and_si512(mix32(_mm512_xor_si512(ctr, key)), _mm512_set1_epi32(0xffff));
+        add = _mm512_and_si512(bits, _mm512_set1_epi32(0xffff));
     else
         add = _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
                                _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1)));
@@ -77,14 +77,14 @@ ZC_INLINE __m256i pack16(__m512i h) { return _mm512_cvtepi32_epi16(h); }
 
 /* Stores state x at i; returns the value kept (x, or its bf16 rounding
  * widened back) and the bf16 bits in *h when bf. */
-ZC_INLINE __m512 store_state(void *p, size_t i, __m512 x, bool bf, bool sr, __m512i key,
-                             __m512i ctr, __m512i *h)
+ZC_INLINE __m512 store_state(void *p, size_t i, __m512 x, bool bf, bool sr, __m512i bits,
+                             __m512i *h)
 {
     if (!bf) {
         _mm512_storeu_ps((float *)p + i, x);
         return x;
     }
-    *h = round_bf16(x, sr, key, ctr);
+    *h = round_bf16(x, sr, bits);
     _mm256_storeu_si256((__m256i *)((uint16_t *)p + i), pack16(*h));
     return _mm512_castsi512_ps(_mm512_slli_epi32(*h, 16));
 }
@@ -107,10 +107,19 @@ ZC_INLINE void step16(const zc_adam_lp_shard *s, const lp16 *k, size_t i, uint32
     if (k->dd_on)
         p = _mm512_sub_ps(p, _mm512_mul_ps(k->dd, p));
     p = _mm512_sub_ps(p, _mm512_mul_ps(k->ss, _mm512_div_ps(m, d)));
+    /* sround.h's draws: draw 0 for the master (low half) and m (high half),
+     * draw 1 for v; only those a bf16 tensor rounds with are hashed. */
+    __m512i bp = _mm512_setzero_si512(), bm = bp, bv = bp;
+    if (sr && (mb || mmb)) {
+        bp = mix32(_mm512_xor_si512(ctr, k->key[ZC_SR_DRAW_PM]));
+        bm = _mm512_srli_epi32(bp, 16);
+    }
+    if (sr && vb)
+        bv = mix32(_mm512_xor_si512(ctr, k->key[ZC_SR_DRAW_V]));
     __m512i hm, hv, hp = _mm512_setzero_si512();
-    store_state(s->m, i, m, mmb, sr, k->key[ZC_SR_M], ctr, &hm);
-    store_state(s->v, i, v, vb, sr, k->key[ZC_SR_V], ctr, &hv);
-    const __m512 kept = store_state(s->master, i, p, mb, sr, k->key[ZC_SR_MASTER], ctr, &hp);
+    store_state(s->m, i, m, mmb, sr, bm, &hm);
+    store_state(s->v, i, v, vb, sr, bv, &hv);
+    const __m512 kept = store_state(s->master, i, p, mb, sr, bp, &hp);
     if (!s->param_out)
         return;
     if (s->param_out_dtype == ZC_DTYPE_F32) {
@@ -120,7 +129,7 @@ ZC_INLINE void step16(const zc_adam_lp_shard *s, const lp16 *k, size_t i, uint32
                             _mm512_cvtps_ph(kept, _MM_FROUND_TO_NEAREST_INT));
     } else {
         /* A bf16 master is its own copy; an fp32 one rounds to nearest. */
-        const __m512i h = mb ? hp : round_bf16(kept, false, k->key[0], ctr);
+        const __m512i h = mb ? hp : round_bf16(kept, false, bp);
         _mm256_storeu_si256((__m256i *)((uint16_t *)s->param_out + i), pack16(h));
     }
 }
@@ -179,7 +188,7 @@ void zc__adam_lp_avx512(const zc_adam_lp_shard *s, const zc_adam_coeffs *c)
         .dd_on = c->decoupled_decay != 0.0f,
         .iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
     };
-    for (int i = 0; i < ZC_SR__STREAMS; i++)
+    for (int i = 0; i < ZC_SR__DRAWS; i++)
         k.key[i] = _mm512_set1_epi32((int)keys.k[i]);
     if (vec_end)
         bodies[s->master_dtype == ZC_DTYPE_BF16][s->m_dtype == ZC_DTYPE_BF16]

@@ -10,18 +10,20 @@
  * round to infinity, with the probability its distance gives; every NaN
  * becomes 0x7FC0, as base/dtype.h's conversions do.
  *
- * The random bits are a function of a 32-bit stream key and the element's
- * 32-bit counter only - no state, no sequence - so an element rounds the
- * same whichever thread, ISA variant, shard or rank computes it:
+ * The random bits are a function of a 32-bit key and the element's 32-bit
+ * counter only - no state, no sequence - so an element rounds the same
+ * whichever thread, ISA variant, shard or rank computes it:
  *
- *   bits(key, i) = mix32(i ^ key)
+ *   draw(key, i) = mix32(i ^ key)
  *
  * with mix32 the "lowbias32" integer hash (C. Wellons: xor-shift-multiply,
- * two multiplications, a bijection of 32-bit words). The key of a step is
+ * two multiplications, a bijection of 32-bit words). An element takes two
+ * draws, which cover its three tensors: the master rounds with the low 16
+ * bits of draw 0, the first moment m with its high 16 bits, the second
+ * moment v with draw 1 (zc__sr_element_bits). The two keys of a step are
  * derived once per call (zc__sr_key) from the run's seed, the optimizer
- * step, the stream (which tensor of the element: master, first moment,
- * second moment) and the high 32 bits of the element's global index, with
- * the splitmix64 finaliser, so keys of different steps and streams are
+ * step, the draw and the high 32 bits of the element's global index, with
+ * the splitmix64 finaliser, so keys of different steps and draws are
  * unrelated and a model of more than 2^32 elements needs no wider counter
  * inside the vector loops: a range that crosses a multiple of 2^32 is split
  * there by the caller (adam_lp_host.c). */
@@ -32,8 +34,9 @@
 
 #include "base/dtype.h"
 
-/* The streams of one element: which of its tensors is rounded. */
+/* The tensors of one element, and its two draws. */
 enum { ZC_SR_MASTER = 0, ZC_SR_M = 1, ZC_SR_V = 2, ZC_SR__STREAMS = 3 };
+enum { ZC_SR_DRAW_PM = 0, ZC_SR_DRAW_V = 1, ZC_SR__DRAWS = 2 };
 
 static inline uint32_t zc__sr_mix32(uint32_t x)
 {
@@ -53,18 +56,30 @@ static inline uint64_t zc__sr_mix64(uint64_t z)
     return z ^ (z >> 31);
 }
 
-/* The key of stream `stream` at optimizer step `step` for the elements
- * whose global index has high word `index_hi`. */
-static inline uint32_t zc__sr_key(uint64_t seed, int64_t step, int stream, uint32_t index_hi)
+/* The key of draw `draw` (ZC_SR_DRAW_*) at optimizer step `step` for the
+ * elements whose global index has high word `index_hi`. */
+static inline uint32_t zc__sr_key(uint64_t seed, int64_t step, int draw, uint32_t index_hi)
 {
     uint64_t z = zc__sr_mix64(seed);
     z = zc__sr_mix64(z ^ (uint64_t)step);
-    z = zc__sr_mix64(z ^ ((uint64_t)index_hi << 8 | (uint64_t)(unsigned)stream));
+    z = zc__sr_mix64(z ^ ((uint64_t)index_hi << 8 | (uint64_t)(unsigned)draw));
     return (uint32_t)(z >> 32);
 }
 
-/* The 32 random bits of the element with counter (low index word) i. */
+/* The 32 random bits of one draw for the element with counter (low index
+ * word) i. */
 static inline uint32_t zc__sr_bits(uint32_t key, uint32_t i) { return zc__sr_mix32(i ^ key); }
+
+/* The element's random bits for each tensor (ZC_SR_MASTER, _M, _V; the
+ * low 16 of each are used) from the two keys of its call. */
+static inline void zc__sr_element_bits(const uint32_t key[ZC_SR__DRAWS], uint32_t i,
+                                       uint32_t r[ZC_SR__STREAMS])
+{
+    const uint32_t a = zc__sr_bits(key[ZC_SR_DRAW_PM], i);
+    r[ZC_SR_MASTER] = a;
+    r[ZC_SR_M] = a >> 16;
+    r[ZC_SR_V] = zc__sr_bits(key[ZC_SR_DRAW_V], i);
+}
 
 /* x rounded to bf16 with the random bits r (their low 16 are used). */
 static inline uint16_t zc__sr_bf16(float x, uint32_t r)

@@ -4,8 +4,9 @@
  *  - The rounding: every result is one of the two bf16 neighbours of x (x
  *    itself when representable, infinities kept, NaN -> 0x7FC0); over
  *    2^20 counters the fraction rounded up matches (x - a) / (b - a) within
- *    6 standard deviations of a binomial draw, the mean of the rounded
- *    values is x within the same bound, and the bits are a pure function of
+ *    6 standard deviations of a binomial draw for each of the element's
+ *    three tensors' bits, the mean of the rounded values is x within the
+ *    same bound, and the bits are a pure function of
  *    (seed, step, stream, index): recomputing gives the same, changing any
  *    one gives other bits (about half of them differ).
  *  - The update against an independent reference: with all-fp32 state it is
@@ -101,21 +102,27 @@ Test(sround, unbiased_over_many_draws)
         float a, b;
         neighbours(x, &a, &b);
         const double p = ((double)x - a) / ((double)b - a);
-        const uint32_t key = zc__sr_key(42, 7 + (int64_t)t, ZC_SR_MASTER, 0);
-        long up = 0;
-        double sum = 0;
-        for (int i = 0; i < N; i++) {
-            const float y = zc__bf16_to_f32(zc__sr_bf16(x, zc__sr_bits(key, (uint32_t)i)));
-            up += y == b;
-            sum += y;
+        const uint32_t keys[ZC_SR__DRAWS] = {zc__sr_key(42, 7 + (int64_t)t, ZC_SR_DRAW_PM, 0),
+                                             zc__sr_key(42, 7 + (int64_t)t, ZC_SR_DRAW_V, 0)};
+        /* Each tensor's bits (master, m, v: two draws an element). */
+        for (int st = 0; st < ZC_SR__STREAMS; st++) {
+            long up = 0;
+            double sum = 0;
+            for (int i = 0; i < N; i++) {
+                uint32_t r[ZC_SR__STREAMS];
+                zc__sr_element_bits(keys, (uint32_t)i, r);
+                const float y = zc__bf16_to_f32(zc__sr_bf16(x, r[st]));
+                up += y == b;
+                sum += y;
+            }
+            const double sigma = sqrt(p * (1 - p) / N);
+            cr_assert(fabs((double)up / N - p) <= 6 * sigma + 1e-12,
+                      "%a tensor %d: rounded up %.6f of %d draws, expected %.6f (sigma %.2g)",
+                      (double)x, st, (double)up / N, N, p, sigma);
+            const double mean_err = fabs(sum / N - x) / ((double)b - a);
+            cr_assert(mean_err <= 6 * sigma + 1e-12, "%a tensor %d: mean off by %.3g of an ulp "
+                      "(sigma %.2g)", (double)x, st, mean_err, sigma);
         }
-        const double sigma = sqrt(p * (1 - p) / N);
-        cr_assert(fabs((double)up / N - p) <= 6 * sigma + 1e-12,
-                  "%a: rounded up %.6f of %d draws, expected %.6f (sigma %.2g)", (double)x,
-                  (double)up / N, N, p, sigma);
-        const double mean_err = fabs(sum / N - x) / ((double)b - a);
-        cr_assert(mean_err <= 6 * sigma + 1e-12, "%a: mean off by %.3g of an ulp (sigma %.2g)",
-                  (double)x, mean_err, sigma);
     }
 }
 
@@ -123,10 +130,12 @@ static int popcount32(uint32_t x) { return __builtin_popcount(x); }
 
 Test(sround, bits_are_a_function_of_seed_step_stream_index)
 {
-    const uint32_t k = zc__sr_key(5, 100, ZC_SR_M, 0);
-    cr_assert_eq(k, zc__sr_key(5, 100, ZC_SR_M, 0), "the same inputs, the same key");
-    const uint32_t others[] = {zc__sr_key(6, 100, ZC_SR_M, 0), zc__sr_key(5, 101, ZC_SR_M, 0),
-                               zc__sr_key(5, 100, ZC_SR_V, 0), zc__sr_key(5, 100, ZC_SR_M, 1)};
+    const uint32_t k = zc__sr_key(5, 100, ZC_SR_DRAW_PM, 0);
+    cr_assert_eq(k, zc__sr_key(5, 100, ZC_SR_DRAW_PM, 0), "the same inputs, the same key");
+    const uint32_t others[] = {zc__sr_key(6, 100, ZC_SR_DRAW_PM, 0),
+                               zc__sr_key(5, 101, ZC_SR_DRAW_PM, 0),
+                               zc__sr_key(5, 100, ZC_SR_DRAW_V, 0),
+                               zc__sr_key(5, 100, ZC_SR_DRAW_PM, 1)};
     for (int o = 0; o < 4; o++) {
         long differ = 0;
         for (uint32_t i = 0; i < 4096; i++)
@@ -305,9 +314,10 @@ Test(adam_lp, bf16_state_rounds_the_fp32_update)
             lp_copy(&before, &b);
             const zc_adam_coeffs c = coeffs(mode, 5);
             zc__adam_lp_scalar(&b.s, &c);
-            const uint32_t keys[3] = {zc__sr_key(b.s.seed, b.s.step, ZC_SR_MASTER, 0),
-                                      zc__sr_key(b.s.seed, b.s.step, ZC_SR_M, 0),
-                                      zc__sr_key(b.s.seed, b.s.step, ZC_SR_V, 0)};
+            /* sround.h's mapping, written out: draw 0's low half for the
+             * master, its high half for m, draw 1 for v. */
+            const uint32_t k0 = zc__sr_key(b.s.seed, b.s.step, 0, 0);
+            const uint32_t k1 = zc__sr_key(b.s.seed, b.s.step, 1, 0);
             int up = 0, inexact = 0;
             for (size_t i = 0; i < b.n; i++) {
                 const uint16_t *P = before.master, *M = before.m, *V = before.v, *G = b.grad;
@@ -316,11 +326,13 @@ Test(adam_lp, bf16_state_rounds_the_fp32_update)
                                zc__bf16_to_f32(G[i]) * b.s.grad_scale, zc__bf16_to_f32(M[i]),
                                zc__bf16_to_f32(V[i]), &po, &mo, &vo);
                 const uint32_t ctr = (uint32_t)(b.s.index0 + i);
+                const uint32_t d0 = zc__sr_mix32(ctr ^ k0), d1 = zc__sr_mix32(ctr ^ k1);
+                const uint32_t bits[3] = {d0 & 0xffffu, d0 >> 16, d1 & 0xffffu};
                 const float want[3] = {po, mo, vo};
                 const uint16_t *got[3] = {b.master, b.m, b.v};
                 for (int t = 0; t < 3; t++) {
                     const uint16_t expect =
-                        sr ? zc__sr_bf16(want[t], zc__sr_bits(keys[t], ctr))
+                        sr ? zc__sr_bf16(want[t], bits[t])
                            : zc__f32_to_bf16(want[t]);
                     cr_assert_eq(got[t][i], expect, "element %zu tensor %d: %04x, expected "
                                  "%04x from %a", i, t, got[t][i], expect, (double)want[t]);
