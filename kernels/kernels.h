@@ -69,6 +69,12 @@ cudaError_t zc_k_geometry_query(int device, zc_k_geometry *g);
 cudaError_t zc_k_adam(const zc_k_geometry *g, const zc_adam_shard *s, const zc_adam_coeffs *c,
                       cudaStream_t stream);
 
+/* Adam/AdamW over 16-bit optimizer state (src/optim/adam.h; the shard's
+ * buffers are device pointers, the struct is read on the host): bitwise the
+ * host's zc__adam_lp_scalar. cudaErrorInvalidValue for a NULL argument. */
+cudaError_t zc_k_adam_lp(const zc_k_geometry *g, const zc_adam_lp_shard *s,
+                         const zc_adam_coeffs *c, cudaStream_t stream);
+
 /* dst[i] = convert(src[i]) for fp32/fp16/bf16 (dtypes differ). */
 cudaError_t zc_k_cast(const zc_k_geometry *g, void *dst, zc_dtype dst_dt, const void *src,
                       zc_dtype src_dt, size_t n, cudaStream_t stream);

@@ -48,7 +48,7 @@ static double time_colls(int64_t n)
     for (int64_t i = 0; i < n; i++) {
         const int64_t b = zc__tl_begin();
         sink += i;
-        zc__tl_coll(b, ZC_COLL_ALL_GATHER, ZC_DTYPE_BF16, 1 << 20, 1 << 19, "bench", 0);
+        zc__tl_coll(b, ZC_COLL_ALL_GATHER, ZC_DTYPE_BF16, 1 << 20, 1 << 19, "bench", 0, 2);
     }
     return (now_s() - t0) / (double)n * 1e9;
 }

@@ -1677,14 +1677,17 @@ ZC_API zc_status zc_engine_offload_stats(const zc_engine *eng, zc_offload_stats 
 /* The comms logger's figures (DeepSpeed's comms_logger: enabled, verbose,
  * prof_all, prof_ops, debug), by zc_coll_kind, over every collective logged
  * since build. bytes is nccl-tests' size S of each operation: the buffer of
- * an all-reduce or broadcast, the full (world-sized) buffer of a
- * reduce-scatter or all-gather; payload_bytes the part that
+ * an all-reduce or broadcast, the full buffer (over the communicator's
+ * ranks) of a reduce-scatter or all-gather; payload_bytes the part that
  * zc_stats.comm_bytes_last_step counts (the model's; not the norm partials
  * or the agreements' status records). A collective issued inside a
  * communicator group is timed with the group's launch, its share by bytes.
  * Bandwidths as nccl-tests defines them: algbw = bytes / latency_s, busbw =
  * algbw x 2(n-1)/n (all-reduce), (n-1)/n (reduce-scatter, all-gather), 1
- * (broadcast); bytes per second. */
+ * (broadcast); bytes per second; n the ranks of the communicator each
+ * collective ran on - the world, or under hybrid sharding its group's (then
+ * busbw weighs each collective's factor by its bytes, and the summary
+ * table has a row per group size). */
 typedef struct zc_comms_stats {
     size_t size;                     /* sizeof(zc_comms_stats), set by caller */
     bool enabled;                    /* comms_logger.enabled; else all zero */
@@ -1702,7 +1705,8 @@ typedef struct zc_comms_stats {
 ZC_API zc_status zc_engine_comms_stats(const zc_engine *eng, zc_comms_stats *out);
 /* DeepSpeed's summary table (deepspeed.comm.log_summary()): per collective
  * kind ("all_gather", and "all_gather_coalesced" for a group's) and, with
- * comms_logger.debug, per calling function, one row per message size: count,
+ * comms_logger.debug, per calling function, one row per message size (and
+ * per group size under hybrid sharding: "1.00 MiB (2 ranks)"): count,
  * total and mean latency (ms), algbw and busbw (GB/s), as text with a
  * newline after each line, into buf (cap bytes, NUL-terminated, cut at a
  * whole line when short; buf may be NULL with cap 0). *len (may be NULL)

@@ -41,6 +41,12 @@ typedef struct zc_comm_ops {
      * rank's send. send may alias recv + rank*send_count. */
     zc_status (*all_gather)(zc_comm *c, const void *send, void *recv, size_t send_count,
                             zc_dtype dt, void *stream);
+    /* recv (world*count elements): block k (count elements) = rank k's
+     * block r of its send (world*count elements), r this rank - MPI_Alltoall
+     * with equal blocks. send and recv must not overlap. Rank order and the
+     * bytes are exact (no arithmetic): every backend gives the same bits. */
+    zc_status (*all_to_all)(zc_comm *c, const void *send, void *recv, size_t count, zc_dtype dt,
+                            void *stream);
     /* buf (count elements) = root's buf on every rank. */
     zc_status (*broadcast)(zc_comm *c, void *buf, size_t count, zc_dtype dt, int root,
                            void *stream);
@@ -100,6 +106,9 @@ static inline zc_status zc__reduce_scatter(zc_comm *c, const void *s, void *r, s
 static inline zc_status zc__all_gather(zc_comm *c, const void *s, void *r, size_t n, zc_dtype dt,
                                        void *stream)
 { return c->ops->all_gather(c, s, r, n, dt, stream); }
+static inline zc_status zc__all_to_all(zc_comm *c, const void *s, void *r, size_t n, zc_dtype dt,
+                                       void *stream)
+{ return c->ops->all_to_all(c, s, r, n, dt, stream); }
 static inline zc_status zc__broadcast(zc_comm *c, void *b, size_t n, zc_dtype dt, int root,
                                       void *stream)
 { return c->ops->broadcast(c, b, n, dt, root, stream); }
@@ -135,7 +144,8 @@ void zc__split_rank_of(const int32_t *rec, int W, int r, int *new_rank, int *new
  * every peer; an all-reduce of count elements sends peer k its slice
  * [count*k/n, count*(k+1)/n) and then its own slice to every peer. NCCL's
  * rings and trees send the same total per rank but route part of it
- * differently. kind is K_ALL_REDUCE, K_REDUCE_SCATTER or K_ALL_GATHER. */
+ * differently. kind is K_ALL_REDUCE, K_REDUCE_SCATTER, K_ALL_GATHER or
+ * K_ALL_TO_ALL (count to every peer, as an all-gather). */
 void zc__link_bytes(int kind, size_t count, size_t esz, const int *node, int n, int me,
                     int64_t out[2]);
 /* The same when the members on this rank's node are exactly the group
@@ -146,7 +156,7 @@ void zc__link_bytes_range(int kind, size_t count, size_t esz, int n, int me, int
 
 /* The collective kinds the host backends (local, mpi) tag their in-flight
  * operations with, and their names in messages ("all_reduce", ...). */
-enum { K_ALL_REDUCE = 1, K_REDUCE_SCATTER, K_ALL_GATHER, K_BROADCAST, K_BARRIER };
+enum { K_ALL_REDUCE = 1, K_REDUCE_SCATTER, K_ALL_GATHER, K_BROADCAST, K_BARRIER, K_ALL_TO_ALL };
 const char *zc__coll_kind_name(int kind);
 
 /* How a rank's meetings with its peers went, counted over the

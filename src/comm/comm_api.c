@@ -27,6 +27,7 @@ const char *zc__coll_kind_name(int kind)
     case K_REDUCE_SCATTER: return "reduce_scatter";
     case K_ALL_GATHER: return "all_gather";
     case K_BROADCAST: return "broadcast";
+    case K_ALL_TO_ALL: return "all_to_all";
     default: return "barrier";
     }
 }

@@ -354,6 +354,16 @@ static zc_status work(local_comm *c, int i, void *stream)
                               bytes, same, stream);
         return rc;
     }
+    case K_ALL_TO_ALL: {
+        /* Block k of this rank's recv is block r of rank k's send. */
+        const size_t bytes = o->count * es;
+        zc_status rc = ZC_OK;
+        for (int k = 0; k < W && rc == ZC_OK && bytes; k++)
+            rc = d->ops->copy(d, (char *)o->recv + (size_t)k * bytes,
+                              (const char *)peer_op(c, k, i)->send + (size_t)r * bytes, bytes,
+                              same, stream);
+        return rc;
+    }
     case K_BROADCAST:
         if (r == o->root || !o->count)
             return ZC_OK;
@@ -438,6 +448,15 @@ static zc_status local_all_gather(zc_comm *base, const void *send, void *recv, s
     local_comm *c = (local_comm *)base;
     ZC_CHECK(check_dtype(c, "all_gather", dt));
     const local_op o = {send, recv, send_count, (int)dt, 0, 0, K_ALL_GATHER};
+    return issue(c, &o, stream);
+}
+
+static zc_status local_all_to_all(zc_comm *base, const void *send, void *recv, size_t count,
+                                  zc_dtype dt, void *stream)
+{
+    local_comm *c = (local_comm *)base;
+    ZC_CHECK(check_dtype(c, "all_to_all", dt));
+    const local_op o = {send, recv, count, (int)dt, 0, 0, K_ALL_TO_ALL};
     return issue(c, &o, stream);
 }
 
@@ -573,6 +592,7 @@ static const zc_comm_ops local_ops = {
     .all_reduce = local_all_reduce,
     .reduce_scatter = local_reduce_scatter,
     .all_gather = local_all_gather,
+    .all_to_all = local_all_to_all,
     .broadcast = local_broadcast,
     .barrier = local_barrier,
     .group_start = local_group_start,

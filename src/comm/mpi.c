@@ -25,7 +25,6 @@
  * group_end). */
 #define MAX_INFLIGHT 64
 
-
 /* One collective in flight: point-to-point requests with every other rank
  * (phase 1: the exchange; all_reduce's phase 2: spreading the sums, posted
  * once phase 1 is done and the slice summed), or one request (barrier). */
@@ -486,26 +485,43 @@ static zc_status mpi_reduce_scatter(zc_comm *base, const void *send, void *recv,
     return posted(c);
 }
 
-static zc_status mpi_all_gather(zc_comm *base, const void *send, void *recv, size_t send_count,
-                                zc_dtype dt, void *stream)
+/* All-gather (every peer gets this rank's send) and all-to-all (peer k
+ * gets block k of it): blocks of `count` into recv in rank order, this
+ * rank's own block copied, the others exchanged directly. */
+static zc_status exchange_blocks(zc_comm *base, int kind, const void *send, void *recv,
+                                 size_t count, zc_dtype dt, void *stream)
 {
     mpi_comm *c = (mpi_comm *)base;
     const int r = base->rank;
-    ZC_CHECK(enter(c, "all_gather", dt, send_count, INT_MAX, stream));
+    /* Each message is `count` elements: MPI's int count is the limit. */
+    ZC_CHECK(enter(c, zc__coll_kind_name(kind), dt, count, INT_MAX, stream));
     c->seq++;
-    if (!send_count)
+    if (!count)
         return ZC_OK;
     mpi_op *op;
-    ZC_CHECK(new_op(c, K_ALL_GATHER, dt, ZC_RED_SUM, send_count, recv, &op));
+    ZC_CHECK(new_op(c, kind, dt, ZC_RED_SUM, count, recv, &op));
     size_t es = zc_dtype_size(dt);
-    char *own = (char *)recv + (size_t)r * send_count * es;
-    /* comm.h allows send == own (in place); memmove also covers that. */
-    if (send != own)
-        memmove(own, send, send_count * es);
-    xfer x = {.sfix = own, .scount = send_count, .rbase = recv, .rstride = send_count,
-              .rcount = send_count};
+    char *own = (char *)recv + (size_t)r * count * es;
+    const char *mine = kind == K_ALL_TO_ALL ? (const char *)send + (size_t)r * count * es : send;
+    /* An all-gather may be in place (send == own); memmove covers it. */
+    if (mine != own)
+        memmove(own, mine, count * es);
+    xfer x = {.sfix = kind == K_ALL_TO_ALL ? NULL : own, .sbase = send, .sstride = count,
+              .scount = count, .rbase = recv, .rstride = count, .rcount = count};
     ZC_CHECK(post_p2p(c, op, 1, &x));
     return posted(c);
+}
+
+static zc_status mpi_all_gather(zc_comm *base, const void *send, void *recv, size_t send_count,
+                                zc_dtype dt, void *stream)
+{
+    return exchange_blocks(base, K_ALL_GATHER, send, recv, send_count, dt, stream);
+}
+
+static zc_status mpi_all_to_all(zc_comm *base, const void *send, void *recv, size_t count,
+                                zc_dtype dt, void *stream)
+{
+    return exchange_blocks(base, K_ALL_TO_ALL, send, recv, count, dt, stream);
 }
 
 static zc_status mpi_broadcast(zc_comm *base, void *buf, size_t count, zc_dtype dt, int root,
@@ -609,6 +625,7 @@ static const zc_comm_ops mpi_ops = {
     .all_reduce = mpi_all_reduce,
     .reduce_scatter = mpi_reduce_scatter,
     .all_gather = mpi_all_gather,
+    .all_to_all = mpi_all_to_all,
     .broadcast = mpi_broadcast,
     .barrier = mpi_barrier,
     .group_start = mpi_group_start,

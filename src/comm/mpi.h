@@ -23,8 +23,9 @@
  *   reduce_scatter(m):  the same first phase and sum: (W-1)/W of the input
  *                       sent, as a ring.
  *   all_gather:         each rank sends its part to every rank (no
- *                       arithmetic); broadcast and barrier are MPI_Ibcast and
- *                       MPI_Ibarrier.
+ *                       arithmetic); all_to_all the same exchange with block
+ *                       k of the send to rank k; broadcast and barrier are
+ *                       MPI_Ibcast and MPI_Ibarrier.
  *   MAX (fp32/fp64/int32 flags): like SUM, the rank-order loop of the local
  *                       communicator (NaN wins).
  * Messages are tagged with the collective's sequence number and phase.

@@ -308,6 +308,7 @@ typedef struct coll_args {
     ncclDataType_t dt;
     ncclRedOp_t op;
     int root;
+    size_t es; /* all_to_all: the bytes of an element */
 } coll_args;
 
 static ncclResult_t do_all_reduce(nccl_comm *c, const void *a)
@@ -324,6 +325,23 @@ static ncclResult_t do_all_gather(nccl_comm *c, const void *a)
 {
     const coll_args *x = a;
     return ncclAllGather(x->send, x->recv, x->count, x->dt, c->nc, c->stream);
+}
+/* NCCL has no all-to-all collective: one send and one receive per peer in
+ * one NCCL group (nested inside an open zeroc group, which NCCL allows). */
+static ncclResult_t do_all_to_all(nccl_comm *c, const void *a)
+{
+    const coll_args *x = a;
+    const size_t bytes = x->count * x->es;
+    ncclResult_t r = ncclGroupStart();
+    for (int k = 0; k < c->base.world && r == ncclSuccess; k++) {
+        r = ncclSend((const char *)x->send + (size_t)k * bytes, x->count, x->dt, k, c->nc,
+                     c->stream);
+        if (r == ncclSuccess)
+            r = ncclRecv((char *)x->recv + (size_t)k * bytes, x->count, x->dt, k, c->nc,
+                         c->stream);
+    }
+    const ncclResult_t e = ncclGroupEnd(); /* closes the group after a failure too */
+    return r != ncclSuccess ? r : e;
 }
 static ncclResult_t do_broadcast(nccl_comm *c, const void *a)
 {
@@ -347,7 +365,7 @@ static zc_status nccl_all_reduce(zc_comm *base, const void *send, void *recv, si
                                  zc_dtype dt, zc_red_op op, void *stream)
 {
     nccl_comm *c = (nccl_comm *)base;
-    coll_args a = {send, recv, count, ncclFloat32, op == ZC_RED_MAX ? ncclMax : ncclSum, 0};
+    coll_args a = {send, recv, count, ncclFloat32, op == ZC_RED_MAX ? ncclMax : ncclSum, 0, 0};
     ZC_CHECK(check_args(c, "all_reduce", dt, &a.dt));
     if (op != ZC_RED_SUM && op != ZC_RED_MAX)
         return ZC_ERR(ZC_ERR_INVALID_ARG, "nccl all_reduce: unknown op %d", (int)op);
@@ -358,7 +376,7 @@ static zc_status nccl_reduce_scatter(zc_comm *base, const void *send, void *recv
                                      size_t recv_count, zc_dtype dt, void *stream)
 {
     nccl_comm *c = (nccl_comm *)base;
-    coll_args a = {send, recv, recv_count, ncclFloat32, ncclSum, 0};
+    coll_args a = {send, recv, recv_count, ncclFloat32, ncclSum, 0, 0};
     ZC_CHECK(check_args(c, "reduce_scatter", dt, &a.dt));
     return issue(c, "reduce_scatter", recv_count * (size_t)base->world * zc_dtype_size(dt),
                  do_reduce_scatter, &a, stream);
@@ -368,10 +386,20 @@ static zc_status nccl_all_gather(zc_comm *base, const void *send, void *recv, si
                                  zc_dtype dt, void *stream)
 {
     nccl_comm *c = (nccl_comm *)base;
-    coll_args a = {send, recv, send_count, ncclFloat32, ncclSum, 0};
+    coll_args a = {send, recv, send_count, ncclFloat32, ncclSum, 0, 0};
     ZC_CHECK(check_args(c, "all_gather", dt, &a.dt));
     return issue(c, "all_gather", send_count * (size_t)base->world * zc_dtype_size(dt),
                  do_all_gather, &a, stream);
+}
+
+static zc_status nccl_all_to_all(zc_comm *base, const void *send, void *recv, size_t count,
+                                 zc_dtype dt, void *stream)
+{
+    nccl_comm *c = (nccl_comm *)base;
+    coll_args a = {send, recv, count, ncclFloat32, ncclSum, 0, zc_dtype_size(dt)};
+    ZC_CHECK(check_args(c, "all_to_all", dt, &a.dt));
+    return issue(c, "all_to_all", count * (size_t)base->world * zc_dtype_size(dt),
+                 do_all_to_all, &a, stream);
 }
 
 static zc_status nccl_broadcast(zc_comm *base, void *buf, size_t count, zc_dtype dt, int root,
@@ -381,7 +409,7 @@ static zc_status nccl_broadcast(zc_comm *base, void *buf, size_t count, zc_dtype
     if (root < 0 || root >= base->world)
         return ZC_ERR(ZC_ERR_INVALID_ARG, "nccl broadcast: root %d outside 0..%d", root,
                       base->world - 1);
-    coll_args a = {buf, buf, count, ncclFloat32, ncclSum, root};
+    coll_args a = {buf, buf, count, ncclFloat32, ncclSum, root, 0};
     ZC_CHECK(check_args(c, "broadcast", dt, &a.dt));
     return issue(c, "broadcast", count * zc_dtype_size(dt), do_broadcast, &a, stream);
 }
@@ -397,7 +425,7 @@ static zc_status nccl_barrier(zc_comm *base)
     if (in_group) /* its wait would never see the group's collectives launched */
         return ZC_ERR(ZC_ERR_INVALID_STATE, "nccl rank %d: barrier inside a group",
                       base->rank);
-    coll_args a = {c->d_scratch, c->d_scratch, 1, ncclInt32, ncclSum, 0};
+    coll_args a = {c->d_scratch, c->d_scratch, 1, ncclInt32, ncclSum, 0, 0};
     ZC_CHECK(issue(c, "barrier", sizeof(int32_t), do_all_reduce, &a, c->stream));
     return drain(c);
 }
@@ -481,6 +509,7 @@ static const zc_comm_ops nccl_ops = {
     .all_reduce = nccl_all_reduce,
     .reduce_scatter = nccl_reduce_scatter,
     .all_gather = nccl_all_gather,
+    .all_to_all = nccl_all_to_all,
     .broadcast = nccl_broadcast,
     .barrier = nccl_barrier,
     .group_start = nccl_group_start,
@@ -598,7 +627,7 @@ static zc_status create_on_device(int rank, int world, int device, const void *u
 
 zc_status zc__nccl_exchange(nccl_comm *c, const int32_t *d_send, int32_t *d_recv, size_t count)
 {
-    coll_args a = {d_send, d_recv, count, ncclInt32, ncclSum, 0};
+    coll_args a = {d_send, d_recv, count, ncclInt32, ncclSum, 0, 0};
     ZC_CHECK(issue(c, "split exchange", count * (size_t)c->base.world * sizeof(int32_t),
                    do_all_gather, &a, c->stream));
     return drain(c);

@@ -387,6 +387,7 @@ static const zc_device_ops cuda_ops = {
     .sumsq_async = zc__cuda_sumsq_async,
     .nonfinite_async = zc__cuda_nonfinite_async,
     .adam = zc__cuda_adam,
+    .adam_lp = zc__cuda_adam_lp,
     .mem_info = cuda_mem_info,
     .make_current = cuda_make_current,
     .destroy = cuda_destroy,

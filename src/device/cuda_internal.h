@@ -103,6 +103,8 @@ zc_status zc__cuda_sumsq_async(zc_device *d, const void *x, zc_dtype dt, size_t 
                                double *scratch, double *out, void *s);
 zc_status zc__cuda_nonfinite_async(zc_device *d, const void *x, zc_dtype dt, size_t n,
                                    int *flag, void *s);
+zc_status zc__cuda_adam_lp(zc_device *d, const zc_adam_lp_shard *s, const zc_adam_coeffs *c,
+                           void *stream);
 zc_status zc__cuda_adam(zc_device *d, const zc_adam_shard *s, const zc_adam_coeffs *c,
                         void *stream);
 

@@ -228,3 +228,36 @@ zc_status zc__cuda_adam(zc_device *d, const zc_adam_shard *s, const zc_adam_coef
                     s->grad_dtype, s->n, stream);
 }
 
+/* The checks of zc__adam_lp_check (libzeroc's, not this plugin's to call). */
+zc_status zc__cuda_adam_lp(zc_device *d, const zc_adam_lp_shard *s, const zc_adam_coeffs *c,
+                           void *stream)
+{
+    if (!s || !c)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "cuda adam (16-bit state): NULL shard or coefficients");
+    if (c->arith != ZC_ADAM_ARITH_ZEROC)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "cuda adam (16-bit state): DeepSpeed's arithmetic is "
+                                          "not offered over 16-bit optimizer state");
+    const zc_dtype st[3] = {s->master_dtype, s->m_dtype, s->v_dtype};
+    for (int i = 0; i < 3; i++)
+        if (st[i] != ZC_DTYPE_F32 && st[i] != ZC_DTYPE_BF16)
+            return ZC_ERR(ZC_ERR_INVALID_ARG, "cuda adam (16-bit state): state dtypes master %s, "
+                          "m %s, v %s (each must be fp32 or bf16)", zc_dtype_name(st[0]),
+                          zc_dtype_name(st[1]), zc_dtype_name(st[2]));
+    if (!zc__cuda_float_dtype(s->grad_dtype) ||
+        (s->param_out && !zc__cuda_float_dtype(s->param_out_dtype)))
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "cuda adam (16-bit state): gradient dtype %s or copy "
+                      "dtype %s is not fp32, fp16 or bf16", zc_dtype_name(s->grad_dtype),
+                      zc_dtype_name(s->param_out_dtype));
+    if (s->n == 0)
+        return ZC_OK;
+    if (!s->master || !s->m || !s->v || !s->grad)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "cuda adam (16-bit state): NULL buffer in a shard of "
+                      "%zu elements", s->n);
+    if (s->index0 > UINT64_MAX - s->n)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "cuda adam (16-bit state): elements %llu + %zu pass "
+                      "2^64", (unsigned long long)s->index0, s->n);
+    ZC_CHECK(zc__cuda_use(d));
+    return launched(d, zc_k_adam_lp(zc__cuda_geo(d), s, c, (cudaStream_t)stream),
+                    "adam kernel (16-bit state)", s->grad_dtype, s->n, stream);
+}
+

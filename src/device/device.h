@@ -154,6 +154,11 @@ typedef struct zc_device_ops {
                                  void *stream);
     /* Fused Adam/AdamW over one shard resident on this device. */
     zc_status (*adam)(zc_device *d, const zc_adam_shard *s, const zc_adam_coeffs *c, void *stream);
+    /* Adam over 16-bit optimizer state (optim/adam.h), the shard
+     * resident on this device: bitwise zc__adam_lp_scalar on every backend.
+     * ZC_ERR_INVALID_ARG for a shard zc__adam_lp_check refuses. */
+    zc_status (*adam_lp)(zc_device *d, const zc_adam_lp_shard *s, const zc_adam_coeffs *c,
+                         void *stream);
 
     /* Memory of the device itself, in bytes: what is free now and its total
      * (CUDA: cudaMemGetInfo, which counts every process's allocations). The

@@ -335,6 +335,13 @@ static zc_status host_adam(zc_device *d, const zc_adam_shard *s, const zc_adam_c
     return zc__adam_host(s, c);
 }
 
+static zc_status host_adam_lp(zc_device *d, const zc_adam_lp_shard *s, const zc_adam_coeffs *c,
+                              void *stream)
+{
+    (void)d; (void)stream;
+    return zc__adam_lp_host(s, c);
+}
+
 /* The host's "device" memory is host memory, which the pre-flight checks
  * against MemAvailable and the cgroup: no device capacity to report. */
 static zc_status host_mem_info(zc_device *d, size_t *free_bytes, size_t *total_bytes)
@@ -373,6 +380,7 @@ static const zc_device_ops host_ops = {
     .sumsq_async = host_sumsq_async,
     .nonfinite_async = host_nonfinite_async,
     .adam = host_adam,
+    .adam_lp = host_adam_lp,
     .mem_info = host_mem_info,
     .destroy = host_destroy,
 };

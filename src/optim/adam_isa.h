@@ -18,11 +18,14 @@
 #define ZC_ADAM_NT 0x1u /* non-temporal stores (the shard is larger than the caches) */
 
 typedef void (*zc_adam_kernel_fn)(const zc_adam_shard *s, const zc_adam_coeffs *c, unsigned flags);
+/* The same ISA's kernel over 16-bit state (adam.h). */
+typedef void (*zc_adam_lp_fn)(const zc_adam_lp_shard *s, const zc_adam_coeffs *c);
 
 typedef struct zc_adam_variant {
     const char *name;     /* scalar, avx2, avx512, avx512bf16: the ZC_CPU_ISA values */
     zc_adam_kernel_fn fn; /* NULL when this build does not contain it */
     const char *needs;    /* CPU features it needs, for messages */
+    zc_adam_lp_fn lp_fn;  /* set whenever fn is */
 } zc_adam_variant;
 
 int zc__adam_variant_count(void);

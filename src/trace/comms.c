@@ -7,10 +7,13 @@
  * bandwidths nccl-tests defines (doc/PERFORMANCE.md):
  *
  *   algbw = S / t            S: nccl-tests' size - the buffer of an
- *                            all-reduce or broadcast, the full (world-sized)
- *                            buffer of a reduce-scatter or all-gather
+ *                            all-reduce or broadcast, the full buffer (over
+ *                            the communicator's ranks) of a reduce-scatter
+ *                            or all-gather
  *   busbw = algbw x factor   all-reduce 2(n-1)/n, reduce-scatter and
- *                            all-gather (n-1)/n, broadcast 1
+ *                            all-gather (n-1)/n, broadcast 1, n the ranks
+ *                            of the communicator it ran on (the world, or a
+ *                            hybrid-sharding group: a row per size)
  *
  * in GB/s (10^9 bytes), t the row's mean latency. (DeepSpeed prints Gbit/s
  * and counts an all-reduce's "tput" as 2S/t; the bus bandwidth is the same
@@ -85,9 +88,10 @@ static bool same_site(const zc_tl_row *r, const char *site)
     return !strncmp(r->site_buf, site, ZC_TL_TEXT - 1);
 }
 
-/* The row of (op, site, bytes): found, made in a free slot, or the op's
- * overflow row (made in one of the slots kept for them). */
-static zc_tl_row *row_for(zc_tl *t, const char *op, int kind, const char *site, int64_t bytes)
+/* The row of (op, site, bytes, ranks): found, made in a free slot, or the
+ * op's overflow row (made in one of the slots kept for them). */
+static zc_tl_row *row_for(zc_tl *t, const char *op, int kind, const char *site, int64_t bytes,
+                          int ranks)
 {
     zc_tl_row *free_row = NULL;
     for (int i = 0; i < ZC_TL_COMMS_ROWS; i++) {
@@ -97,7 +101,7 @@ static zc_tl_row *row_for(zc_tl *t, const char *op, int kind, const char *site, 
                 free_row = r;
             continue;
         }
-        if (r->op == op && r->bytes == bytes && same_site(r, site))
+        if (r->op == op && r->bytes == bytes && r->ranks == ranks && same_site(r, site))
             return r;
     }
     /* The last 2 x ZC_COLL__COUNT slots are kept for overflow rows. */
@@ -108,20 +112,26 @@ static zc_tl_row *row_for(zc_tl *t, const char *op, int kind, const char *site, 
                 return &t->rows[i];
         bytes = -1;
         site = NULL;
+        ranks = 0; /* every size and communicator: busbw over the world */
     }
     if (!free_row)
         return NULL;
     free_row->op = op;
     free_row->kind = kind;
     free_row->bytes = bytes;
+    free_row->ranks = ranks;
     free_row->site = site ? free_row->site_buf : NULL;
     if (site)
         snprintf(free_row->site_buf, sizeof free_row->site_buf, "%s", site);
     return free_row;
 }
 
+/* The n of a row's bus bandwidth: its communicator's ranks, the world's
+ * for the overflow row. */
+static int busbw_ranks(const zc_tl *t, int ranks) { return ranks > 0 ? ranks : t->world; }
+
 static void log_op(const zc_tl *t, const char *op, const char *site, int kind, int64_t bytes,
-                   int64_t ns)
+                   int64_t ns, int ranks)
 {
     char sz[32];
     fmt_size(sz, sizeof sz, bytes);
@@ -129,27 +139,28 @@ static void log_op(const zc_tl *t, const char *op, const char *site, int kind, i
     ZC_LOGI("comm", "comm op: %s%s%s%s | time (ms): %.3f | msg size: %s | algbw (GB/s): %.2f | "
             "busbw (GB/s): %.2f",
             op, site ? " | [Caller: " : "", site ? site : "", site ? "]" : "", (double)ns / 1e6,
-            sz, alg, alg * zc__tl_busbw_factor(kind, t->world));
+            sz, alg, alg * zc__tl_busbw_factor(kind, busbw_ranks(t, ranks)));
 }
 
 void zc__tl_comms_add(zc_tl *t, int kind, int64_t bytes, const char *site, unsigned flags,
-                      int64_t ns)
+                      int64_t ns, int ranks)
 {
     t->kind_ops[kind]++;
     t->kind_bytes[kind] += bytes;
+    t->kind_bus[kind] += (double)bytes * zc__tl_busbw_factor(kind, busbw_ranks(t, ranks));
     if (flags & ZC_TLF_COUNTED)
         t->kind_payload[kind] += bytes;
     if (flags & ZC_TLF_BATCHED)
         return; /* timed with its group */
     t->kind_ns[kind] += ns;
     const char *s = t->comms.debug ? site : NULL;
-    zc_tl_row *r = row_for(t, zc__tl_coll_name(kind), kind, s, bytes);
+    zc_tl_row *r = row_for(t, zc__tl_coll_name(kind), kind, s, bytes, ranks);
     if (r) {
         r->count++;
         r->total_ns += ns;
     }
     if (t->comms.verbose)
-        log_op(t, zc__tl_coll_name(kind), s, kind, bytes, ns);
+        log_op(t, zc__tl_coll_name(kind), s, kind, bytes, ns, ranks);
 }
 
 void zc__tl_comms_group(zc_tl *t, int64_t ns)
@@ -164,13 +175,13 @@ void zc__tl_comms_group(zc_tl *t, int64_t ns)
         const int64_t b = t->group.bytes[k];
         const int64_t share = total > 0 ? (int64_t)((double)ns * (double)b / (double)total) : 0;
         t->kind_ns[k] += share;
-        zc_tl_row *r = row_for(t, coalesced_name(k), k, NULL, b);
+        zc_tl_row *r = row_for(t, coalesced_name(k), k, NULL, b, t->group.ranks);
         if (r) {
             r->count++;
             r->total_ns += share;
         }
         if (t->comms.verbose)
-            log_op(t, coalesced_name(k), NULL, k, b, share);
+            log_op(t, coalesced_name(k), NULL, k, b, share, t->group.ranks);
     }
 }
 
@@ -188,6 +199,8 @@ void zc__tl_comms_stats(const zc_tl *t, zc_comms_stats *out)
         out->bytes[k] = t->kind_bytes[k];
         out->payload_bytes[k] = t->kind_payload[k];
         out->latency_s[k] = (double)t->kind_ns[k] / 1e9;
+        out->algbw[k] = out->latency_s[k] > 0 ? (double)out->bytes[k] / out->latency_s[k] : 0.0;
+        out->busbw[k] = out->latency_s[k] > 0 ? t->kind_bus[k] / out->latency_s[k] : 0.0;
     }
 }
 
@@ -263,14 +276,18 @@ size_t zc__tl_comms_table(const zc_tl *t, char *buf, size_t cap)
                         break;
                     done[best] = true;
                     const zc_tl_row *r = &t->rows[best];
-                    char sz[32];
+                    char sz[48];
                     fmt_size(sz, sizeof sz, r->bytes);
+                    /* A sub-group's collective (hybrid sharding) says over how many. */
+                    if (r->ranks > 0 && r->ranks != t->world)
+                        snprintf(sz + strlen(sz), sizeof sz - strlen(sz), " (%d ranks)",
+                                 r->ranks);
                     const double alg = r->bytes >= 0 ? gbps(r->bytes, r->count, r->total_ns)
                                                      : 0.0;
                     line(&x, "%-28s%-16s%-10lld%-20.3f%-18.3f%-14.2f%-14.2f", "", sz,
                          (long long)r->count, (double)r->total_ns / 1e6,
                          r->count ? (double)r->total_ns / 1e6 / (double)r->count : 0.0, alg,
-                         alg * zc__tl_busbw_factor(r->kind, t->world));
+                         alg * zc__tl_busbw_factor(r->kind, busbw_ranks(t, r->ranks)));
                 }
             }
         }

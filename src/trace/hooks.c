@@ -103,7 +103,7 @@ const char *zc__tl_coll_name(int kind)
 bool zc__tl_in_group(void) { return zc__tl_cur && zc__tl_cur->group.open; }
 
 void zc__tl_coll(int64_t t0, int kind, zc_dtype dt, int64_t bytes, int64_t elems,
-                 const char *site, unsigned flags)
+                 const char *site, unsigned flags, int ranks)
 {
     zc_tl *t = zc__tl_cur;
     if (!t0 || !t || kind < 0 || kind >= ZC_COLL__COUNT)
@@ -120,16 +120,17 @@ void zc__tl_coll(int64_t t0, int kind, zc_dtype dt, int64_t bytes, int64_t elems
     copy_text(r.text, site);
     zc__tl_push(t, &r);
     if (zc__tl_comms_profiles(t, kind))
-        zc__tl_comms_add(t, kind, bytes, site, flags, t1 - t0);
+        zc__tl_comms_add(t, kind, bytes, site, flags, t1 - t0, ranks);
 }
 
-void zc__tl_group_open(void)
+void zc__tl_group_open(int ranks)
 {
     zc_tl *t = zc__tl_cur;
     if (!t)
         return;
     memset(&t->group, 0, sizeof t->group);
     t->group.open = true;
+    t->group.ranks = ranks;
 }
 
 void zc__tl_group_end(int64_t t0)

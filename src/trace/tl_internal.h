@@ -19,6 +19,7 @@ typedef struct zc_tl_row {
     char site_buf[ZC_TL_TEXT];
     int64_t bytes;       /* message size S; -1: the overflow row */
     int kind;            /* zc_coll_kind */
+    int ranks;           /* the communicator's size (busbw's n); 0: mixed (overflow) */
     int64_t count;
     int64_t total_ns;
 } zc_tl_row;
@@ -27,6 +28,7 @@ typedef struct zc_tl_row {
  * what its collectives carry, by kind. */
 typedef struct zc_tl_group {
     bool open;
+    int ranks; /* the communicator's size */
     int64_t ops[ZC_COLL__COUNT], bytes[ZC_COLL__COUNT];
 } zc_tl_group;
 
@@ -67,6 +69,9 @@ struct zc_tl {
     zc_tl_row rows[ZC_TL_COMMS_ROWS];
     int64_t kind_ops[ZC_COLL__COUNT], kind_bytes[ZC_COLL__COUNT];
     int64_t kind_payload[ZC_COLL__COUNT], kind_ns[ZC_COLL__COUNT];
+    /* Each collective's bytes x its bus factor over its communicator's
+     * ranks, summed: the numerator of the kind's bus bandwidth. */
+    double kind_bus[ZC_COLL__COUNT];
     zc_tl_group group;
 };
 
@@ -75,7 +80,7 @@ struct zc_tl {
 /* comms.c: one collective (not batched: it ran from t0 to t1) and a
  * group's launch. */
 void zc__tl_comms_add(zc_tl *t, int kind, int64_t bytes, const char *site, unsigned flags,
-                      int64_t ns);
+                      int64_t ns, int ranks);
 void zc__tl_comms_group(zc_tl *t, int64_t ns);
 /* The collective kind's name ("all_reduce", ...). */
 const char *zc__tl_coll_name(int kind);

@@ -136,16 +136,18 @@ void zc__tl_nvme(int64_t t0, bool write, int64_t bytes, int inflight, int qd);
 void zc__tl_adam(int64_t t0, int64_t n, int threads, const char *variant);
 void zc__tl_adam_part(zc_tl *t, int64_t t0, int64_t n, int part, int parts, int worker);
 
-/* A collective of kind `kind` (zc_coll_kind) that ran from t0 to now:
- * `bytes` is nccl-tests' size S (all-reduce and broadcast: the buffer;
- * reduce-scatter and all-gather: the full, world-sized buffer), `elems`
- * the elements of the call, `site` who issued it (static text), flags
- * ZC_TLF_*. Feeds the span and the comms logger. */
+/* A collective of kind `kind` (zc_coll_kind) over `ranks` ranks (the
+ * communicator's: the world's, or a sub-group's under hybrid sharding) that
+ * ran from t0 to now: `bytes` is nccl-tests' size S (all-reduce and
+ * broadcast: the buffer; reduce-scatter and all-gather: the full buffer over
+ * those ranks), `elems` the elements of the call, `site` who issued it
+ * (static text), flags ZC_TLF_*. Feeds the span and the comms logger, whose
+ * bus bandwidth uses `ranks`. */
 void zc__tl_coll(int64_t t0, int kind, zc_dtype dt, int64_t bytes, int64_t elems,
-                 const char *site, unsigned flags);
-/* A communicator group: opened (the collectives after it are batched until
- * its end) and launched from t0 to now. */
-void zc__tl_group_open(void);
+                 const char *site, unsigned flags, int ranks);
+/* A communicator group over `ranks` ranks: opened (the collectives after it
+ * are batched until its end) and launched from t0 to now. */
+void zc__tl_group_open(int ranks);
 void zc__tl_group_end(int64_t t0);
 /* Whether the collectives issued now are batched in a group. */
 bool zc__tl_in_group(void);

@@ -7,7 +7,8 @@
  *                               as W threads in this process on the same
  *                               inputs: bitwise equal. fp32/fp64 sums are
  *                               also checked against a plain rank-order loop
- *                               written here. Then MPI_Bcast of a blob (the
+ *                               written here, all-to-all against the blocks
+ *                               of every rank's input. Then MPI_Bcast of a blob (the
  *                               NCCL id path) and a clean teardown.
  *   zc_mpi_helper timeout       rank 1 sleeps past ZC_COMM_TIMEOUT; rank 0's
  *                               all-reduce must fail with ZC_ERR_COMM within
@@ -102,10 +103,11 @@ static void fill(void *buf, zc_dtype dt, size_t n, int id, int r, int with_nan)
     }
 }
 
-enum { OP_AR, OP_AR_INPLACE, OP_MAX, OP_RS, OP_RS_INPLACE, OP_AG, OP_AG_INPLACE, OP_BC, OP__N };
+enum { OP_AR, OP_AR_INPLACE, OP_MAX, OP_RS, OP_RS_INPLACE, OP_AG, OP_AG_INPLACE, OP_BC, OP_A2A,
+       OP__N };
 static const char *op_name[] = {"all_reduce", "all_reduce(in place)", "all_reduce(MAX)",
                                 "reduce_scatter", "reduce_scatter(in place)", "all_gather",
-                                "all_gather(in place)", "broadcast"};
+                                "all_gather(in place)", "broadcast", "all_to_all"};
 
 /* Buffer sizes (elements) of one case: in, out. n is the collective's count. */
 static void sizes(int op, size_t n, int W, size_t *in, size_t *out)
@@ -113,6 +115,7 @@ static void sizes(int op, size_t n, int W, size_t *in, size_t *out)
     switch (op) {
     case OP_RS: case OP_RS_INPLACE: *in = n * (size_t)W; *out = n; break;
     case OP_AG: case OP_AG_INPLACE: *in = n; *out = n * (size_t)W; break;
+    case OP_A2A: *in = *out = n * (size_t)W; break;
     default: *in = n; *out = n; break;
     }
 }
@@ -142,6 +145,7 @@ static zc_status run_case(zc_comm *c, int r, int W, int op, zc_dtype dt, size_t 
         memcpy(b, a + (size_t)r * n * es, n * es);
         break;
     case OP_AG: rc = zc__all_gather(c, a, b, n, dt, NULL); break;
+    case OP_A2A: rc = zc__all_to_all(c, a, b, n, dt, NULL); break;
     case OP_AG_INPLACE:
         memcpy(b + (size_t)r * n * es, a, n * es);
         rc = zc__all_gather(c, b + (size_t)r * n * es, b, n, dt, NULL);
@@ -190,6 +194,25 @@ static void *reference(zc_comm **lc, int me, int W, int op, zc_dtype dt, size_t 
         else free(args[r].res);
     }
     return mine;
+}
+
+/* All-to-all without a communicator: block k of rank r's result is block r
+ * of rank k's input, byte for byte. */
+static void check_plain_a2a(const void *got, int op, zc_dtype dt, size_t n, int id, int W, int r)
+{
+    if (op != OP_A2A)
+        return;
+    const size_t es = zc_dtype_size(dt), in = n * (size_t)W;
+    char *src = malloc(in * es + 1);
+    for (int k = 0; k < W; k++) {
+        fill(src, dt, in, id, k, 0);
+        if (memcmp((const char *)got + (size_t)k * n * es, src + (size_t)r * n * es, n * es)) {
+            CHECK(0, "all_to_all %s n=%zu: block %d is not rank %d's block %d",
+                  zc_dtype_name(dt), n, k, k, r);
+            break;
+        }
+    }
+    free(src);
 }
 
 /* An independent fp32/fp64 sum: a plain loop over ranks in order. */
@@ -261,6 +284,7 @@ static int collectives(void)
                           "%s %s n=%zu differs from the local communicator", op_name[op],
                           zc_dtype_name(dt), n);
                 check_plain_sum(got, op, dt, n, id, W, g_rank);
+                check_plain_a2a(got, op, dt, n, id, W, g_rank);
                 free(got);
                 free(want);
                 cases++;
@@ -271,11 +295,11 @@ static int collectives(void)
     /* A group: several collectives posted together, finished at group_end,
      * each equal to the same call made alone on the local communicator. */
     {
-        enum { G = 6 };
-        const int gop[G] = {OP_AR, OP_RS, OP_AG, OP_AR_INPLACE, OP_BC, OP_AR};
-        const size_t gn[G] = {4099, 1000, 63, 7, 100, 1};
+        enum { G = 7 };
+        const int gop[G] = {OP_AR, OP_RS, OP_AG, OP_AR_INPLACE, OP_BC, OP_A2A, OP_AR};
+        const size_t gn[G] = {4099, 1000, 63, 7, 100, 333, 1};
         const zc_dtype gdt[G] = {ZC_DTYPE_BF16, ZC_DTYPE_F32, ZC_DTYPE_F16, ZC_DTYPE_F32,
-                                 ZC_DTYPE_F64, ZC_DTYPE_F32};
+                                 ZC_DTYPE_F64, ZC_DTYPE_I32, ZC_DTYPE_F32};
         char *a[G], *b[G];
         CHECK(zc__comm_group_start(c) == ZC_OK, "group_start");
         for (int g = 0; g < G; g++) {
@@ -291,6 +315,7 @@ static int collectives(void)
             case OP_AR_INPLACE: rc = zc__all_reduce(c, b[g], b[g], gn[g], gdt[g], ZC_RED_SUM, NULL); break;
             case OP_RS: rc = zc__reduce_scatter(c, a[g], b[g], gn[g], gdt[g], NULL); break;
             case OP_AG: rc = zc__all_gather(c, a[g], b[g], gn[g], gdt[g], NULL); break;
+            case OP_A2A: rc = zc__all_to_all(c, a[g], b[g], gn[g], gdt[g], NULL); break;
             default: rc = zc__broadcast(c, b[g], gn[g], gdt[g], W - 1, NULL); break;
             }
             CHECK(rc == ZC_OK, "grouped %s", op_name[gop[g]]);

@@ -498,6 +498,82 @@ Test(gpu_kernels, adam_matches_scalar_reference, .timeout = 300)
     t_assert_no_leaks();
 }
 
+/* Adam over 16-bit state (adam.h): every master/m/v dtype mix, every
+ * gradient dtype, stochastic and nearest rounding, a bf16 copy, a shard
+ * one element late, the global index crossing 2^32 inside the shard
+ * (the launcher splits there): bitwise zc__adam_lp_scalar (NaN = NaN). */
+Test(gpu_kernels, adam_lp_matches_scalar_reference, .timeout = 300)
+{
+    zc_device *d;
+    g_open_or_skip(&d);
+    uint64_t s = t_seed("gpu adam lp");
+    const size_t n = 20000 + 13;
+    const zc_adam_hparams hp = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8,
+                                .weight_decay = 0.01, .adamw = true, .bias_correction = true};
+    for (int mask = 0; mask < 8; mask++)
+        for (int gk = 0; gk < 3; gk++)
+            for (int sr = 0; sr < 2; sr++) {
+                const zc_dtype st[3] = {mask & 1 ? ZC_DTYPE_BF16 : ZC_DTYPE_F32,
+                                        mask & 2 ? ZC_DTYPE_BF16 : ZC_DTYPE_F32,
+                                        mask & 4 ? ZC_DTYPE_BF16 : ZC_DTYPE_F32};
+                const zc_dtype gdt = FLOATS[gk];
+                const int off = (mask + gk + sr) & 1;
+                void *h[5], *g[5], *dv[5];
+                size_t b[5];
+                const zc_dtype dts[5] = {st[0], st[1], st[2], gdt, ZC_DTYPE_BF16};
+                for (int t = 0; t < 5; t++) {
+                    b[t] = (n + 1) * zc_dtype_size(dts[t]);
+                    h[t] = malloc(b[t]);
+                    g[t] = malloc(b[t]);
+                    fill(&s, h[t], dts[t], n + 1, t == 3);
+                    dv[t] = dev_alloc(d, b[t]);
+                    h2d(d, dv[t], h[t], b[t]);
+                }
+                for (size_t i = 0; i <= n; i++) /* v >= 0 */
+                    zc__store_f32(h[2], st[2], i, fabsf(zc__load_f32(h[2], st[2], i)) * 1e-4f);
+                h2d(d, dv[2], h[2], b[2]);
+                poison(d, dv[4], b[4]);
+                zc_adam_lp_shard hs = {.master_dtype = st[0], .m_dtype = st[1], .v_dtype = st[2],
+                                       .grad_dtype = gdt, .grad_scale = 0.5f,
+                                       .param_out_dtype = ZC_DTYPE_BF16, .n = n,
+                                       .index0 = ((uint64_t)1 << 32) - 777, .seed = 99,
+                                       .step = 4, .stochastic = sr};
+                zc_adam_lp_shard ds = hs;
+                void **hp_[5] = {&hs.master, &hs.m, &hs.v, (void **)&hs.grad, &hs.param_out};
+                void **dp_[5] = {&ds.master, &ds.m, &ds.v, (void **)&ds.grad, &ds.param_out};
+                for (int t = 0; t < 5; t++) {
+                    *hp_[t] = (char *)h[t] + off * zc_dtype_size(dts[t]);
+                    *dp_[t] = (char *)dv[t] + off * zc_dtype_size(dts[t]);
+                }
+                const zc_adam_coeffs c = zc__adam_coeffs(&hp, 4);
+                cr_assert_eq(d->ops->adam_lp(d, &ds, &c, NULL), ZC_OK, "%s", zc_last_error());
+                zc__adam_lp_scalar(&hs, &c);
+                for (int t = 0; t < 5; t++) {
+                    if (t == 3)
+                        continue;
+                    d2h(d, g[t], dv[t], b[t]);
+                    char what[96];
+                    snprintf(what, sizeof what, "adam lp state %d grad %s sr %d tensor %d", mask,
+                             zc_dtype_name(gdt), sr, t);
+                    for (size_t i = off; i < n + off; i++) { /* bitwise; NaN = NaN in fp32 */
+                        const float a = zc__load_f32(h[t], dts[t], i), e = zc__load_f32(g[t], dts[t], i);
+                        cr_assert(dts[t] == ZC_DTYPE_F32 && isnan(a) && isnan(e)
+                                      ? 1 : !memcmp((char *)h[t] + i * zc_dtype_size(dts[t]),
+                                                    (char *)g[t] + i * zc_dtype_size(dts[t]),
+                                                    zc_dtype_size(dts[t])),
+                                  "%s[%zu]: host %a gpu %a", what, i, (double)a, (double)e);
+                    }
+                }
+                for (int t = 0; t < 5; t++) {
+                    dev_free(d, dv[t], b[t]);
+                    free(h[t]);
+                    free(g[t]);
+                }
+            }
+    d->ops->destroy(d);
+    t_assert_no_leaks();
+}
+
 /* One launch over a segment of several grid waves (the engine's device home
  * runs a whole segment at once) gives the bits of the same segment cut into
  * the NVMe home's 2^18-element pieces, and the host's: bf16 gradients and

@@ -55,13 +55,17 @@ Test(gpu_nccl, one_rank_collectives_on_the_callers_stream)
     float *a = NULL, *b = NULL;
     cr_assert_eq(d->ops->alloc(d, NULL, ZC_MEM_BUFFERS, n * 4, "a", (void **)&a), ZC_OK);
     cr_assert_eq(d->ops->alloc(d, NULL, ZC_MEM_BUFFERS, n * 4, "b", (void **)&b), ZC_OK);
-    /* copy -> all_reduce -> scale -> all_gather -> reduce_scatter in place -> broadcast. */
+    /* copy -> all_reduce -> scale -> all_gather -> reduce_scatter in place -> broadcast
+     * -> all_to_all twice. */
     cr_assert_eq(d->ops->copy(d, a, h, n * 4, ZC_COPY_H2D, st), ZC_OK);
     cr_assert_eq(zc__all_reduce(c, a, b, n, ZC_DTYPE_F32, ZC_RED_SUM, st), ZC_OK, "%s", zc_last_error());
     cr_assert_eq(d->ops->scale(d, b, ZC_DTYPE_F32, n, 2.0f, st), ZC_OK);
     cr_assert_eq(zc__all_gather(c, b, a, n, ZC_DTYPE_F32, st), ZC_OK, "%s", zc_last_error());
     cr_assert_eq(zc__reduce_scatter(c, a, a, n, ZC_DTYPE_F32, st), ZC_OK, "%s", zc_last_error());
     cr_assert_eq(zc__broadcast(c, a, n, ZC_DTYPE_F32, 0, st), ZC_OK, "%s", zc_last_error());
+    /* All-to-all (grouped sends and receives) there and back. */
+    cr_assert_eq(zc__all_to_all(c, a, b, n, ZC_DTYPE_F32, st), ZC_OK, "%s", zc_last_error());
+    cr_assert_eq(zc__all_to_all(c, b, a, n, ZC_DTYPE_F32, st), ZC_OK, "%s", zc_last_error());
     cr_assert_eq(zc__all_reduce(c, a, a, n, ZC_DTYPE_F32, ZC_RED_MAX, st), ZC_OK);
     cr_assert_eq(d->ops->copy(d, got, a, n * 4, ZC_COPY_D2H, st), ZC_OK);
     cr_assert_eq(d->ops->stream_sync(d, st), ZC_OK);

@@ -18,7 +18,7 @@
 
 enum { N = 4099 };
 
-/* all_reduce, scale-free gather and reduce-scatter of one rank: the values
+/* all_reduce, scale-free gather, reduce-scatter and all-to-all of one rank: the values
  * come back as they went, through every collective the engine uses. */
 static void run_sequence(zc_comm *c, zc_device *d, void *stream, const float *in, float *out)
 {
@@ -33,6 +33,8 @@ static void run_sequence(zc_comm *c, zc_device *d, void *stream, const float *in
     cr_assert_eq(zc__all_gather(c, b, a, N, ZC_DTYPE_F32, stream), ZC_OK, "%s", zc_last_error());
     cr_assert_eq(zc__reduce_scatter(c, a, b, N, ZC_DTYPE_F32, stream), ZC_OK, "%s",
                  zc_last_error());
+    cr_assert_eq(zc__all_to_all(c, b, a, N, ZC_DTYPE_F32, stream), ZC_OK, "%s", zc_last_error());
+    cr_assert_eq(zc__all_to_all(c, a, b, N, ZC_DTYPE_F32, stream), ZC_OK, "%s", zc_last_error());
     cr_assert_eq(zc__all_reduce(c, b, b, N, ZC_DTYPE_F32, ZC_RED_MAX, stream), ZC_OK);
     cr_assert_eq(d->ops->copy(d, out, b, N * 4, down, stream), ZC_OK);
     cr_assert_eq(d->ops->stream_sync(d, stream), ZC_OK);

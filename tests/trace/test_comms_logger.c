@@ -19,7 +19,10 @@
  *   - verbose: one INFO line per logged operation (a row's count);
  *   - prof_all false with prof_ops ["all_gather"]: nothing but all-gathers;
  *   - debug: rows name their calling function;
- *   - an unknown op name in prof_ops is refused, naming the key. */
+ *   - an unknown op name in prof_ops is refused, naming the key;
+ *   - under MiCS (S = 2 of 4 ranks) the group collectives' rows say "(2
+ *     ranks)" and their busbw is algbw x (2-1)/2 (all-reduce 2(2-1)/2),
+ *     and the kind's busbw in zc_comms_stats weighs the factor by bytes. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <pthread.h>
@@ -270,4 +273,54 @@ Test(comms_logger, unknown_op_refused)
                  "prof_ops is a list");
     cr_assert_eq(zc_config_set(cfg, "comms_logger.prof_ops", "[]"), ZC_OK);
     zc_config_destroy(cfg);
+}
+
+/* MiCS: every reduce-scatter, and the all-reduce across replicas, runs on a
+ * 2-rank group of the 4; the rows and the stats use n = 2. */
+Test(comms_logger, hybrid_groups_use_their_size)
+{
+    const char *keys[] = {"comms_logger.enabled", "true", "zero_optimization.mics_shard_size",
+                          "2", NULL};
+    job *j = run(2, 4, 2, keys);
+    int rows = 0;
+    for (int r = 0; r < 4; r++) {
+        const char *kind = NULL;
+        char line[512];
+        for (const char *p = j->table[r]; *p;) {
+            const char *nl = strchr(p, '\n');
+            size_t n = nl ? (size_t)(nl - p) : strlen(p);
+            snprintf(line, sizeof line, "%.*s", (int)n, p);
+            p = nl ? nl + 1 : p + n;
+            if (line[0] != ' ') {
+                kind = strncmp(line, "reduce_scatter", 14) == 0 ? "rs"
+                       : strncmp(line, "all_reduce", 10) == 0   ? "ar" : NULL;
+                continue;
+            }
+            if (!kind)
+                continue;
+            double v, tot, avg, alg, bus;
+            char unit[8];
+            int ranks = 0;
+            long long count;
+            if (sscanf(line, " %lf %7s (%d ranks) %lld %lf %lf %lf %lf", &v, unit, &ranks, &count,
+                       &tot, &avg, &alg, &bus) != 8)
+                continue;
+            cr_assert_eq(ranks, 2, "%s", line);
+            const double f = !strcmp(kind, "ar") ? 1.0 : 0.5;
+            cr_assert(fabs(bus - alg * f) <= 0.011, "%s: busbw %.2f, algbw %.2f x %.1f", line,
+                      bus, alg, f);
+            rows++;
+        }
+        /* No reduce-scatter ran over all 4: the stats' factor is (2-1)/2. */
+        const zc_comms_stats *cs = &j->cs[r];
+        const int k = ZC_COLL_REDUCE_SCATTER;
+        cr_assert_gt(cs->bytes[k], 0);
+        if (cs->latency_s[k] > 0)
+            cr_assert(fabs(cs->busbw[k] - 0.5 * cs->algbw[k]) <= 1e-9 * cs->algbw[k],
+                      "rank %d: reduce-scatter busbw %g, algbw %g", r, cs->busbw[k],
+                      cs->algbw[k]);
+        cr_assert_null(strstr(j->table[r], "(4 ranks)"));
+    }
+    free(j);
+    cr_assert_gt(rows, 4, "group rows in the tables: %d", rows);
 }

@@ -61,14 +61,15 @@ static int64_t coll_begin(zc_engine *e, int coll, void *stream)
 
 /* `bytes` is nccl-tests' size over the group (trace.h: zc__tl_coll). */
 static void coll_end(zc_engine *e, int64_t t0, int coll, zc_dtype dt, int64_t bytes,
-                     size_t elems, bool count_it, void *stream, const char *site)
+                     size_t elems, bool count_it, void *stream, const char *site, int ranks)
 {
     if (!t0)
         return;
     if (e->dev->mem_kind == ZC_MEMKIND_DEVICE && zc__tl_comms_profiles(e->tl, coll) &&
         !zc__tl_in_group())
         (void)e->dev->ops->stream_sync(e->dev, stream);
-    zc__tl_coll(t0, coll, dt, bytes, (int64_t)elems, site, count_it ? ZC_TLF_COUNTED : 0);
+    zc__tl_coll(t0, coll, dt, bytes, (int64_t)elems, site, count_it ? ZC_TLF_COUNTED : 0,
+                ranks);
 }
 
 zc_status zc__eng_grp_all_reduce_at(zc_engine *e, zc_grp g, void *buf, size_t n, zc_dtype dt,
@@ -82,7 +83,7 @@ zc_status zc__eng_grp_all_reduce_at(zc_engine *e, zc_grp g, void *buf, size_t n,
     if (count_it)
         count(e, grp, K_ALL_REDUCE, ZC_COLL_ALL_REDUCE, n, dt);
     coll_end(e, t0, ZC_COLL_ALL_REDUCE, dt, (int64_t)(n * zc_dtype_size(dt)), n, count_it,
-             stream, site);
+             stream, site, grp_size(e, grp));
     return ZC_OK;
 }
 
@@ -99,7 +100,7 @@ zc_status zc__eng_grp_reduce_scatter_at(zc_engine *e, zc_grp g, const void *send
         count(e, grp, K_REDUCE_SCATTER, ZC_COLL_REDUCE_SCATTER, recv_n, dt);
     coll_end(e, t0, ZC_COLL_REDUCE_SCATTER, dt,
              (int64_t)(recv_n * (size_t)grp_size(e, grp) * zc_dtype_size(dt)), recv_n, count_it,
-             stream, site);
+             stream, site, grp_size(e, grp));
     return ZC_OK;
 }
 
@@ -116,7 +117,7 @@ zc_status zc__eng_grp_all_gather_at(zc_engine *e, zc_grp g, const void *send, vo
         count(e, grp, K_ALL_GATHER, ZC_COLL_ALL_GATHER, send_n, dt);
     coll_end(e, t0, ZC_COLL_ALL_GATHER, dt,
              (int64_t)(send_n * (size_t)grp_size(e, grp) * zc_dtype_size(dt)), send_n, count_it,
-             stream, site);
+             stream, site, grp_size(e, grp));
     return ZC_OK;
 }
 
@@ -125,7 +126,7 @@ zc_status zc__eng_grp_start(zc_engine *e, zc_grp g)
     const zc_eng_group *grp = group(e, g);
     zc_status rc = zc__comm_group_start(grp ? grp->comm : e->comm);
     if (rc == ZC_OK)
-        zc__tl_group_open();
+        zc__tl_group_open(grp_size(e, grp));
     return rc == ZC_OK ? ZC_OK : failed(e, rc);
 }
 

@@ -81,12 +81,8 @@ ZC_API zc_status zc_engine_comms_stats(const zc_engine *e, zc_comms_stats *out)
     ZC_CHECK(zc__eng_enter(e, "zc_engine_comms_stats", false));
     ZC_CHECK(zc__out_check("zc_engine_comms_stats", "zc_comms_stats", out ? &out->size : NULL,
                            sizeof(zc_comms_stats)));
-    zc__tl_comms_stats(e->tl, out);
+    zc__tl_comms_stats(e->tl, out); /* the bandwidths too */
     out->world = e->world;
-    for (int k = 0; k < ZC_COLL__COUNT; k++) {
-        out->algbw[k] = out->latency_s[k] > 0 ? (double)out->bytes[k] / out->latency_s[k] : 0.0;
-        out->busbw[k] = out->algbw[k] * zc__tl_busbw_factor(k, e->world);
-    }
     return ZC_OK;
 }
 
