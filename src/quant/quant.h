@@ -22,8 +22,9 @@
  *              buffer's own dtype.
  *
  * b = 8 for the weights (qwZ). The functions here are the host's, and the
- * reference a GPU kernel will be held to bitwise; the engine does not call
- * them yet (zero_quantized_weights is still "not implemented"). */
+ * reference the device ops quant_int8 / dequant_int8 (device/device.h;
+ * kernels/quant.cu on a GPU) are held to; the engine does not call them
+ * yet (zero_quantized_weights is still "not implemented"). */
 #ifndef ZC_QUANT_QUANT_H
 #define ZC_QUANT_QUANT_H
 
