@@ -75,6 +75,15 @@ cudaError_t zc_k_adam(const zc_k_geometry *g, const zc_adam_shard *s, const zc_a
 cudaError_t zc_k_adam_lp(const zc_k_geometry *g, const zc_adam_lp_shard *s,
                          const zc_adam_coeffs *c, cudaStream_t stream);
 
+/* DeepSpeed's symmetric int8 groups (src/quant/quant.h), device buffers:
+ * bitwise the host's zc__quant_int8 / zc__dequant_int8. cudaErrorInvalidValue
+ * for a dtype other than fp32/fp16/bf16 or groups not dividing n. */
+cudaError_t zc_k_quant_int8(const zc_k_geometry *g, const void *x, zc_dtype dt, size_t n,
+                            size_t groups, int8_t *q, float *scales, cudaStream_t stream);
+cudaError_t zc_k_dequant_int8(const zc_k_geometry *g, const int8_t *q, const float *scales,
+                              size_t n, size_t groups, void *out, zc_dtype dt,
+                              cudaStream_t stream);
+
 /* dst[i] = convert(src[i]) for fp32/fp16/bf16 (dtypes differ). */
 cudaError_t zc_k_cast(const zc_k_geometry *g, void *dst, zc_dtype dst_dt, const void *src,
                       zc_dtype src_dt, size_t n, cudaStream_t stream);

@@ -74,6 +74,9 @@ ROOMS = {
     # The timeline and the comms logger: the engine and the machine rooms
     # write into it, so it stands beside them, below the engine.
     "trace": (2, ["trace/trace.h"]),
+    # Quantized communication (ZeRO++ qwZ, qgZ): DeepSpeed's integer groups,
+    # a machine-level transform beside the communicators that move them.
+    "quant": (2, ["quant/quant.h"]),
     "plan": (3, ["plan/plan.h"]),
     # The activation store: the engine reserves it at build and the planner
     # counts it, so it stands below both callers (it drives src/offload's

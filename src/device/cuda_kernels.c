@@ -261,3 +261,42 @@ zc_status zc__cuda_adam_lp(zc_device *d, const zc_adam_lp_shard *s, const zc_ada
                     "adam kernel (16-bit state)", s->grad_dtype, s->n, stream);
 }
 
+/* The refusals of quant/quant.h's host functions (libzeroc's, not this
+ * plugin's to call). */
+static zc_status quant_check(const void *a, const void *b, const void *c, zc_dtype dt, size_t n,
+                             size_t groups, const char *who)
+{
+    if (!zc__cuda_float_dtype(dt))
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "%s: dtype %s is not fp32, fp16 or bf16", who,
+                      zc_dtype_name(dt));
+    if (n && (!a || !b || !c))
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "%s: NULL buffer for %zu elements", who, n);
+    if (groups == 0 || n % groups || groups > 0x7fffffffu)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "%s: %zu groups do not divide %zu elements", who,
+                      groups, n);
+    return ZC_OK;
+}
+
+zc_status zc__cuda_quant_int8(zc_device *d, const void *x, zc_dtype dt, size_t n, size_t groups,
+                              int8_t *q, float *scales, void *stream)
+{
+    ZC_CHECK(quant_check(x, q, scales, dt, n, groups, "cuda quant_int8"));
+    if (!n)
+        return ZC_OK;
+    ZC_CHECK(zc__cuda_use(d));
+    return launched(d, zc_k_quant_int8(zc__cuda_geo(d), x, dt, n, groups, q, scales,
+                                       (cudaStream_t)stream),
+                    "int8 quantize kernel", dt, n, stream);
+}
+
+zc_status zc__cuda_dequant_int8(zc_device *d, const int8_t *q, const float *scales, size_t n,
+                                size_t groups, void *out, zc_dtype dt, void *stream)
+{
+    ZC_CHECK(quant_check(q, scales, out, dt, n, groups, "cuda dequant_int8"));
+    if (!n)
+        return ZC_OK;
+    ZC_CHECK(zc__cuda_use(d));
+    return launched(d, zc_k_dequant_int8(zc__cuda_geo(d), q, scales, n, groups, out, dt,
+                                         (cudaStream_t)stream),
+                    "int8 dequantize kernel", dt, n, stream);
+}

@@ -159,6 +159,14 @@ typedef struct zc_device_ops {
      * ZC_ERR_INVALID_ARG for a shard zc__adam_lp_check refuses. */
     zc_status (*adam_lp)(zc_device *d, const zc_adam_lp_shard *s, const zc_adam_coeffs *c,
                          void *stream);
+    /* DeepSpeed's symmetric int8 groups (quant/quant.h) over buffers on this
+     * device: q (n bytes) and scales (groups floats) from x (n values of
+     * dt), and back; bitwise the host's zc__quant_int8 / zc__dequant_int8 on
+     * every backend, with their refusals. */
+    zc_status (*quant_int8)(zc_device *d, const void *x, zc_dtype dt, size_t n, size_t groups,
+                            int8_t *q, float *scales, void *stream);
+    zc_status (*dequant_int8)(zc_device *d, const int8_t *q, const float *scales, size_t n,
+                              size_t groups, void *out, zc_dtype dt, void *stream);
 
     /* Memory of the device itself, in bytes: what is free now and its total
      * (CUDA: cudaMemGetInfo, which counts every process's allocations). The

@@ -9,6 +9,7 @@
 
 #include "base/dtype.h"
 #include "device/device.h"
+#include "quant/quant.h"
 
 static char host_stream_sentinel, host_event_sentinel;
 
@@ -342,6 +343,20 @@ static zc_status host_adam_lp(zc_device *d, const zc_adam_lp_shard *s, const zc_
     return zc__adam_lp_host(s, c);
 }
 
+static zc_status host_quant_int8(zc_device *d, const void *x, zc_dtype dt, size_t n,
+                                 size_t groups, int8_t *q, float *scales, void *stream)
+{
+    (void)d; (void)stream;
+    return zc__quant_int8(x, dt, n, groups, q, scales);
+}
+
+static zc_status host_dequant_int8(zc_device *d, const int8_t *q, const float *scales, size_t n,
+                                   size_t groups, void *out, zc_dtype dt, void *stream)
+{
+    (void)d; (void)stream;
+    return zc__dequant_int8(q, scales, n, groups, out, dt);
+}
+
 /* The host's "device" memory is host memory, which the pre-flight checks
  * against MemAvailable and the cgroup: no device capacity to report. */
 static zc_status host_mem_info(zc_device *d, size_t *free_bytes, size_t *total_bytes)
@@ -381,6 +396,8 @@ static const zc_device_ops host_ops = {
     .nonfinite_async = host_nonfinite_async,
     .adam = host_adam,
     .adam_lp = host_adam_lp,
+    .quant_int8 = host_quant_int8,
+    .dequant_int8 = host_dequant_int8,
     .mem_info = host_mem_info,
     .destroy = host_destroy,
 };

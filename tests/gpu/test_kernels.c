@@ -21,6 +21,7 @@
 #include "gpu_common.h"
 #include "helpers.h"
 #include "optim/adam.h"
+#include "quant/quant.h"
 
 /* ---- buffers ------------------------------------------------------------- */
 
@@ -570,6 +571,57 @@ Test(gpu_kernels, adam_lp_matches_scalar_reference, .timeout = 300)
                     free(g[t]);
                 }
             }
+    d->ops->destroy(d);
+    t_assert_no_leaks();
+}
+
+/* DeepSpeed's symmetric int8 groups (quant/quant.h): quantize and back on
+ * the device against the host's functions - q and the stored scales
+ * bitwise, the values back within the suite's tolerance (the kernels are
+ * written to equal them; NaN = NaN) - for fp32, fp16 and bf16 buffers with specials (an
+ * infinite value makes its group's scale 0: NaN * 0 = NaN -> q 0, on both),
+ * 24000 elements in 3 groups and 65536 in DeepSpeed's 16. */
+Test(gpu_kernels, quant_int8_matches_host, .timeout = 120)
+{
+    zc_device *d, *h = zc__device_host();
+    g_open_or_skip(&d);
+    uint64_t s = t_seed("gpu quant int8");
+    static const size_t ns[] = {24000, 65536};
+    for (int k = 0; k < 3; k++)
+        for (int ni = 0; ni < 2; ni++) {
+            const zc_dtype dt = FLOATS[k];
+            const size_t n = ns[ni], es = zc_dtype_size(dt);
+            size_t groups;
+            cr_assert_eq(zc__quant_groups(n, &groups), ZC_OK);
+            char *x = malloc(n * es), *hb = malloc(n * es), *gb = malloc(n * es);
+            int8_t *hq = malloc(n), *gq = malloc(n);
+            float *hs = malloc(groups * 4), *gs = malloc(groups * 4);
+            fill(&s, x, dt, n, ni); /* specials in the second size */
+            void *dx = dev_alloc(d, n * es), *dq = dev_alloc(d, n), *ds = dev_alloc(d, groups * 4),
+                 *db = dev_alloc(d, n * es);
+            h2d(d, dx, x, n * es);
+            poison(d, dq, n);
+            poison(d, db, n * es);
+            cr_assert_eq(d->ops->quant_int8(d, dx, dt, n, groups, dq, ds, NULL), ZC_OK, "%s",
+                         zc_last_error());
+            cr_assert_eq(d->ops->dequant_int8(d, dq, ds, n, groups, db, dt, NULL), ZC_OK, "%s",
+                         zc_last_error());
+            cr_assert_eq(h->ops->quant_int8(h, x, dt, n, groups, hq, hs, NULL), ZC_OK);
+            cr_assert_eq(h->ops->dequant_int8(h, hq, hs, n, groups, hb, dt, NULL), ZC_OK);
+            d2h(d, gq, dq, n);
+            d2h(d, gs, ds, groups * 4);
+            d2h(d, gb, db, n * es);
+            char what[64];
+            snprintf(what, sizeof what, "quant %s n %zu", zc_dtype_name(dt), n);
+            cr_assert(!memcmp(hq, gq, n), "%s: q differs", what);
+            for (size_t g = 0; g < groups; g++)
+                cr_assert(!memcmp(&hs[g], &gs[g], 4) || (isnan(hs[g]) && isnan(gs[g])),
+                          "%s: scale %zu host %a gpu %a", what, g, (double)hs[g], (double)gs[g]);
+            expect_close(what, dt, hb, gb, n, 0);
+            dev_free(d, dx, n * es), dev_free(d, dq, n), dev_free(d, ds, groups * 4);
+            dev_free(d, db, n * es);
+            free(x), free(hb), free(gb), free(hq), free(gq), free(hs), free(gs);
+        }
     d->ops->destroy(d);
     t_assert_no_leaks();
 }

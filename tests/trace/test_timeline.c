@@ -337,7 +337,7 @@ static void check_file(job *j, const char *path, int rank, bool offloaded)
     json_decref(root);
 }
 
-static void trace_run(int stage, int world, int accum, bool offload)
+static void trace_run_with(int stage, int world, int accum, bool offload, const char *mics)
 {
     t_swapdir d, swap;
     t_swapdir_make(&d, "zc-trace");
@@ -345,7 +345,8 @@ static void trace_run(int stage, int world, int accum, bool offload)
         t_swapdir_make(&swap, "zc-trace-swap");
     char path_json[160];
     snprintf(path_json, sizeof path_json, "\"%s/tl.json\"", d.path);
-    const char *keys[] = {"trace.path", path_json, "trace.steps", "\"2-4\"", NULL};
+    const char *keys[] = {"trace.path", path_json, "trace.steps", "\"2-4\"",
+                          mics ? "zero_optimization.mics_shard_size" : NULL, mics, NULL};
     job *j = calloc(1, sizeof *j);
     t_run_init(&j->run, stage, world, ZC_DTYPE_BF16);
     j->run.accum = accum;
@@ -376,7 +377,15 @@ static void trace_run(int stage, int world, int accum, bool offload)
     free(j);
 }
 
+static void trace_run(int stage, int world, int accum, bool offload)
+{
+    trace_run_with(stage, world, accum, offload, NULL);
+}
+
 Test(timeline, stage2_accumulation_two_ranks) { trace_run(2, 2, 2, false); }
+/* MiCS: the buffer is sized from the shard rank's segments (ranks >= S
+ * have none of their own in the world's numbering). */
+Test(timeline, mics_groups_four_ranks) { trace_run_with(2, 4, 1, false, "2"); }
 Test(timeline, stage0_one_rank) { trace_run(0, 1, 1, false); }
 Test(timeline, stage3_nvme_offload_three_ranks) { trace_run(3, 3, 1, true); }
 
