@@ -208,3 +208,14 @@ int zc__adam_isa_selected(void)
     int idx = -1;
     return zc__adam_variant_selected(&idx) == ZC_OK ? idx : -1;
 }
+
+zc_status zc__adam_variant_resolve(int *variant)
+{
+    if (*variant < 0)
+        return zc__adam_variant_selected(variant);
+    const char *why = NULL;
+    if (!zc__adam_variant_usable(*variant, &why))
+        return ZC_ERR(ZC_ERR_UNSUPPORTED, "host Adam variant %s: %s",
+                      zc__adam_variant(*variant) ? zc__adam_variant(*variant)->name : "?", why);
+    return ZC_OK;
+}

@@ -79,15 +79,7 @@ zc_status zc__adam_host_run(const zc_adam_shard *s, const zc_adam_coeffs *c, int
     ZC_CHECK(zc__adam_shard_check(s, "host Adam"));
     if (!c)
         return ZC_ERR(ZC_ERR_INVALID_ARG, "host Adam: NULL coefficients");
-    if (variant < 0) {
-        ZC_CHECK(zc__adam_variant_selected(&variant));
-    } else {
-        const char *why = NULL;
-        if (!zc__adam_variant_usable(variant, &why))
-            return ZC_ERR(ZC_ERR_UNSUPPORTED, "host Adam variant %s: %s",
-                          zc__adam_variant(variant) ? zc__adam_variant(variant)->name : "?",
-                          why);
-    }
+    ZC_CHECK(zc__adam_variant_resolve(&variant));
     if (s->n == 0)
         return ZC_OK;
     job j = {

@@ -41,6 +41,11 @@ bool zc__adam_variant_usable(int i, const char **why);
  * build or CPU cannot run. */
 zc_status zc__adam_variant_selected(int *idx);
 
+/* A caller's variant: *variant < 0 becomes the selected one
+ * (zc__adam_variant_selected's errors); else ZC_ERR_UNSUPPORTED naming it
+ * and the reason when this build or CPU cannot run it. */
+zc_status zc__adam_variant_resolve(int *variant);
+
 /* Test hook: forget the resolved choice so ZC_CPU_ISA is read again. */
 void zc__adam_variant_reset(void);
 

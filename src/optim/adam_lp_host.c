@@ -99,15 +99,7 @@ zc_status zc__adam_lp_host_run(const zc_adam_lp_shard *s, const zc_adam_coeffs *
                                int nthreads)
 {
     ZC_CHECK(zc__adam_lp_check(s, c, "host Adam (16-bit state)"));
-    if (variant < 0) {
-        ZC_CHECK(zc__adam_variant_selected(&variant));
-    } else {
-        const char *why = NULL;
-        if (!zc__adam_variant_usable(variant, &why))
-            return ZC_ERR(ZC_ERR_UNSUPPORTED, "host Adam variant %s: %s",
-                          zc__adam_variant(variant) ? zc__adam_variant(variant)->name : "?",
-                          why);
-    }
+    ZC_CHECK(zc__adam_variant_resolve(&variant));
     if (s->n == 0)
         return ZC_OK;
     job j = {

@@ -3,7 +3,10 @@
  *
  * DeepSpeed quantizes a buffer in groups of equal size, each with one fp32
  * scale (deepspeed/runtime/zero/partition_parameters.py CUDAQuantizer,
- * csrc/includes/quantization_utils.h Params<Symmetric>):
+ * csrc/includes/quantization_utils.h Params<Symmetric>). The rules below
+ * are read from that source; no fixture made by DeepSpeed holds them yet
+ * (its quantizer needs a GPU build of its CUDA ops), so "DeepSpeed's" here
+ * means its code as read, not a tested match:
  *
  *   groups     for n elements: start at ceil(n / 8000); step up until
  *              n % (8 groups) == 0; then double while n % (16 groups) == 0
