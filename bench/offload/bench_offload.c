@@ -221,6 +221,7 @@ static zc_opt_home *make_home(const bopts *o, const model *m, zc_mem_account *ac
         .pipeline_read = pipeline, .pipeline_write = pipeline,
         .fast_init = true, /* the warm-up pass writes everything */
         .aio_overlap_events = true,
+        .state_bytes = {4, 4, 4},
     };
     zc_opt_home *h = NULL;
     if ((nvme ? zc__opt_home_nvme_create(&hp, &h) : zc__opt_home_cpu_create(&hp, &h)) != ZC_OK)

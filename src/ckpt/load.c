@@ -216,7 +216,7 @@ static zc_status load_chunk(zc_engine *e, int k, const zc_opt_view *v, bool host
     int64_t r0, r1;
     zc__ck_home_range(e, c, &r0, &r1);
     const size_t n = (size_t)(r1 - r0);
-    float *tensors[ZC_CK__KINDS] = {v->master, v->m, v->v};
+    float *tensors[ZC_CK__KINDS] = {(float *)v->master, (float *)v->m, (float *)v->v};
     const bool bounce = zc__ck_needs_bounce(e, host);
     for (int kind = 0; kind < ZC_CK__KINDS; kind++) {
         x->dst = bounce ? x->bounce : tensors[kind];
@@ -254,6 +254,10 @@ static void restore_counters(zc_engine *e, const zc_ck_manifest *m)
 ZC_API zc_status zc_checkpoint_load(zc_engine *e, const char *dir, const char *tag)
 {
     ZC_CHECK(zc__eng_enter(e, "zc_checkpoint_load", true));
+    if (e->state_lp)
+        return ZC_ERR(ZC_ERR_UNSUPPORTED, "zc_checkpoint_load: checkpoints of bf16 optimizer state "
+                      "(bf16.bf16_master_weights_and_grads, bf16_optimizer_states, "
+                      "exp_avg_dtype, exp_avg_sq_dtype) are not written or read yet");
     ZC_CHECK(zc__pass_train_only(e, "zc_checkpoint_load"));
     if (!dir || !*dir)
         return ZC_ERR(ZC_ERR_INVALID_ARG, "zc_checkpoint_load: dir is NULL or empty");

@@ -74,7 +74,8 @@ static zc_status save_chunk(zc_engine *e, int k, const zc_opt_view *v, bool host
     own_part(e, c, &lo, &hi);
     if (hi == lo)
         return ZC_OK;
-    const float *tensors[ZC_CK__KINDS] = {v->master, v->m, v->v};
+    const float *tensors[ZC_CK__KINDS] = {(const float *)v->master, (const float *)v->m,
+                                          (const float *)v->v};
     /* The home's own tensors stay as they are until the shard file is
      * closed: the save is synchronous (zc__eng_enter: nothing of a step is
      * in flight), and write_shard closes the file before it returns. They
@@ -175,6 +176,10 @@ static zc_status describe(zc_engine *e, const char *tag, zc_ck_manifest *m)
 ZC_API zc_status zc_checkpoint_save(zc_engine *e, const char *dir, const char *tag)
 {
     ZC_CHECK(zc__eng_enter(e, "zc_checkpoint_save", true));
+    if (e->state_lp)
+        return ZC_ERR(ZC_ERR_UNSUPPORTED, "zc_checkpoint_save: checkpoints of bf16 optimizer state "
+                      "(bf16.bf16_master_weights_and_grads, bf16_optimizer_states, "
+                      "exp_avg_dtype, exp_avg_sq_dtype) are not written or read yet");
     if (!dir || !*dir)
         return ZC_ERR(ZC_ERR_INVALID_ARG, "zc_checkpoint_save: dir is NULL or empty");
     char t[ZC_CK_TAG_MAX + 1];

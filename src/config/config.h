@@ -93,6 +93,13 @@ struct zc_config {
     } fp16;
     struct {
         bool enabled, check_grad_overflow;
+        /* The optimizer's state precision (precision.c): DeepSpeed's two
+         * keys and zeroc's per-moment dtypes (-1 unset), the rounding of
+         * bf16 state written back and its seed. */
+        bool master_weights_and_grads, optimizer_states;
+        int exp_avg_dtype, exp_avg_sq_dtype;
+        bool stochastic_rounding;
+        int64_t stochastic_rounding_seed;
     } bf16;
 
     struct {
@@ -221,6 +228,19 @@ zc_status zc__config_aio_check(int64_t block_size, int64_t queue_depth, int64_t 
 zc_status zc__config_opt_buffers_check(int64_t buffer_count);
 zc_status zc__config_param_buffers_check(int64_t buffer_count);
 zc_status zc__config_ratio_check(double ratio);
+
+/* ---- the optimizer's state precision (precision.c) ---------------------- */
+
+/* The dtype each optimizer-state tensor is stored in, from bf16's keys:
+ * master (bf16_master_weights_and_grads), m (exp_avg_dtype, else
+ * bf16_optimizer_states), v (exp_avg_sq_dtype, else bf16_optimizer_states).
+ * Each is ZC_DTYPE_F32 or ZC_DTYPE_BF16 once zc__cfg_engine_support holds. */
+typedef struct zc_state_dtypes {
+    zc_dtype master, m, v;
+} zc_state_dtypes;
+zc_state_dtypes zc__config_state_dtypes(const zc_config *cfg);
+/* Whether any of them is 16-bit. */
+bool zc__config_state_lp(const zc_config *cfg);
 
 /* ---- the timeline and the comms logger (observe_keys.c) ----------------- */
 

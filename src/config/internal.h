@@ -85,6 +85,11 @@ void zc__cfg_engine_support(const zc_config *cfg, zc_cfg_diag *d);
 /* offload_optimizer.buffer_count with NVMe (support.c; the loader's semantic
  * check and the NVMe home apply it). */
 void zc__cfg_rule_opt_buffers(int64_t buffer_count, zc_cfg_diag *d);
+/* The optimizer's state precision (precision.c): DeepSpeed's refusals of
+ * bf16_master_weights_and_grads / bf16_optimizer_states and zeroc's of its
+ * moment dtypes. stage as zc__cfg_engine_support reads it. */
+void zc__cfg_rule_state_precision(const zc_config *cfg, int stage, bool stage_auto,
+                                  zc_cfg_diag *d);
 
 /* "auto" from program values, then DeepSpeed's batch rules for `world`
  * ranks (0 = unknown: the product check is skipped). With preview set,

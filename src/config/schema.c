@@ -141,8 +141,23 @@ const zc_cfg_key zc__cfg_keys[] = {
     KBOOL("bf16.check_grad_overflow", bf16.check_grad_overflow, 1, 0,
           "skip the step on inf/nan gradients"),
     KIGN("bf16.immediate_grad_update", ZC_KF_WARN_SET, "not implemented by zeroc"),
-    KIGN("bf16.bf16_master_weights_and_grads", ZC_KF_WARN_SET, "not implemented by zeroc"),
-    KIGN("bf16.bf16_optimizer_states", ZC_KF_WARN_SET, "not implemented by zeroc"),
+    KBOOL("bf16.bf16_master_weights_and_grads", bf16.master_weights_and_grads, 0, 0,
+          "bf16 master weights (stages 1-3; with fp32 moments only under optimizer offload) "
+          "and, unless data_types.grad_accum_dtype says otherwise, bf16 gradient accumulation"),
+    KBOOL("bf16.bf16_optimizer_states", bf16.optimizer_states, 0, 0,
+          "bf16 Adam moments (stages 1-3; needs bf16_master_weights_and_grads)"),
+    { .path = "bf16.exp_avg_dtype", .type = ZC_KT_DTYPE, .flags = ZC_KF_NULL,
+      .off = O(bf16.exp_avg_dtype), .idef = -1,
+      .doc = "(zeroc) dtype of Adam's first moment: fp32 or bf16; unset = "
+             "bf16_optimizer_states's" },
+    { .path = "bf16.exp_avg_sq_dtype", .type = ZC_KT_DTYPE, .flags = ZC_KF_NULL,
+      .off = O(bf16.exp_avg_sq_dtype), .idef = -1,
+      .doc = "(zeroc) dtype of Adam's second moment: fp32 or bf16; unset = "
+             "bf16_optimizer_states's" },
+    KBOOL("bf16.stochastic_rounding", bf16.stochastic_rounding, 1, 0,
+          "(zeroc) round bf16 optimizer state stochastically (false: to nearest even)"),
+    KI64("bf16.stochastic_rounding_seed", bf16.stochastic_rounding_seed, 0, 0, INT64_MAX, 0,
+         "(zeroc) seed of the stochastic rounding's counter-based random bits"),
 
     /* optimizer */
     KENUM("optimizer.type", optimizer.adamw_type, opt_types, (int)sizeof(bool), 0, 0,

@@ -203,6 +203,7 @@ void zc__cfg_engine_support(const zc_config *cfg, zc_cfg_diag *d)
     if (opt_nvme || par_nvme || cfg->act.nvme_checkpointing)
         rule_aio(cfg->aio.block_size, cfg->aio.queue_depth, cfg->aio.intra_op_parallelism, d);
     rule_hybrid(cfg, stage, zc__config_stage_auto(cfg), d);
+    zc__cfg_rule_state_precision(cfg, stage, zc__config_stage_auto(cfg), d);
 }
 
 zc_status zc__config_engine_rules(const zc_config *cfg, const char *what)

@@ -133,6 +133,10 @@ typedef struct zc_chunk {
     int64_t used;              /* sum of their numel */
     int64_t padded;            /* S: multiple of world * ZC_CHUNK_ALIGN */
     int64_t shard;             /* S / world */
+    int64_t gbase;             /* the model's flat index of element 0: the
+                                  parameters before it, summed (the same at every
+                                  stage and world; the stochastic rounding's
+                                  counter) */
     zc_seg *segs;              /* Adam segments, rank by rank */
     int *seg_begin;            /* rank r's segments: [seg_begin[r], seg_begin[r+1]) */
     size_t segs_bytes, seg_begin_bytes;
@@ -279,6 +283,13 @@ struct zc_engine {
     int srank, sworld;
     zc_eng_groups topo;  /* the groups and the node map */
     zc_dtype pdt;              /* working precision */
+    /* The optimizer state's precision (config/precision.c): each tensor's
+     * dtype, and for bf16 state the rounding back (stochastic: the counter
+     * hash of optim/sround.h keyed by this seed) */
+    zc_state_dtypes sdt;
+    bool state_lp;             /* any of them bf16: Adam over 16-bit state */
+    bool sround;
+    uint64_t sround_seed;
     size_t pesz;
     int64_t gas;               /* gradient_accumulation_steps */
     zc_dtype acc_dt;           /* what a window's micro-step gradients are summed

@@ -101,6 +101,27 @@ static bool convert_early(const zc_engine *e, const zc_chunk *c, bool bounce)
            !zc__param_offloaded(e, c);
 }
 
+/* n fp32 values at src (the host bounce) rounded to nearest even into a
+ * bf16 master at dst: on the host where the CPU can write the master, else
+ * copied to the device's staging slot and cast there. */
+static zc_status narrow_into(zc_engine *e, bool host, void *dst, const float *src, size_t n)
+{
+    zc_device *d = e->dev;
+    if (host || d->mem_kind == ZC_MEMKIND_HOST) {
+        zc_device *hd = zc__device_host();
+        return hd->ops->cast(hd, dst, e->sdt.master, src, ZC_DTYPE_F32, n, NULL);
+    }
+    void *stage = NULL;
+    ZC_CHECK(zc__bufpool_get(&e->pool_stage, n * sizeof(float), false, e->stream, &stage));
+    zc_status rc = d->ops->copy(d, stage, src, n * sizeof(float), ZC_COPY_H2D, e->stream);
+    if (rc == ZC_OK)
+        rc = d->ops->cast(d, dst, e->sdt.master, stage, ZC_DTYPE_F32, n, e->stream);
+    if (rc == ZC_OK)
+        rc = d->ops->stream_sync(d, e->stream);
+    zc__bufpool_put(&e->pool_stage, &stage);
+    return rc;
+}
+
 /* Chunk k: this rank's range of the master from the file, then (stage 0)
  * the whole master by an all-gather, then the working copy. */
 static zc_status import_chunk(zc_engine *e, int k, const zc_opt_view *v, bool host, void *arg)
@@ -112,11 +133,15 @@ static zc_status import_chunk(zc_engine *e, int k, const zc_opt_view *v, bool ho
     int64_t q0, q1;
     zc__ld_range(e, k, &q0, &q1);
     const size_t n = (size_t)(q1 - q0);
-    float *mine = v->master + (all ? q0 : 0); /* the range in the home's memory */
+    const bool lp = e->sdt.master != ZC_DTYPE_F32;
+    /* the range in the home's memory */
+    char *mine = zc__elem(v->master, all ? q0 : 0, zc_dtype_size(e->sdt.master));
     /* Device memory on a GPU is filled through the host bounce; a host
-     * home's master (cpu, nvme) is written in place. */
-    float *bounce = x->bounce && !host ? x->bounce : NULL;
-    float *fill = bounce ? bounce : mine;
+     * home's fp32 master (cpu, nvme) is written in place. A bf16 master is
+     * filled in fp32 through the bounce and rounded into place (to nearest
+     * even) once the range is in. */
+    float *bounce = x->bounce && (!host || lp) ? x->bounce : NULL;
+    float *fill = bounce ? bounce : (float *)mine;
     zero_padding(e, c, q0, q1, fill);
     const bool early = convert_early(e, c, bounce != NULL);
     zc_status rc = ZC_OK;
@@ -132,7 +157,9 @@ static zc_status import_chunk(zc_engine *e, int k, const zc_opt_view *v, bool ho
             rc = zc__eng_convert(e, dst, e->pdt, fill + at, ZC_DTYPE_F32, (size_t)(pc->b - pc->a));
         }
     }
-    if (rc == ZC_OK && bounce)
+    if (rc == ZC_OK && bounce && lp)
+        rc = narrow_into(e, host, mine, bounce, n);
+    else if (rc == ZC_OK && bounce)
         rc = d->ops->copy(d, mine, bounce, n * sizeof(float), ZC_COPY_H2D, e->stream);
     /* The bounce takes the next chunk's values: the copy must be done. */
     if (rc == ZC_OK && bounce)
@@ -164,9 +191,12 @@ static size_t bounce_elems(const zc_engine *e)
     return most;
 }
 
-/* Whether some chunk's master is device memory the CPU cannot write. */
+/* Whether the import fills a bounce: some chunk's master is device memory
+ * the CPU cannot write, or the master is bf16. */
 static bool needs_bounce(const zc_engine *e)
 {
+    if (e->sdt.master != ZC_DTYPE_F32)
+        return true; /* the master is filled in fp32 and rounded into place */
     if (e->dev->mem_kind != ZC_MEMKIND_DEVICE)
         return false;
     for (int k = 0; k < e->nchunks; k++)

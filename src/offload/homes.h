@@ -87,7 +87,8 @@ typedef struct zc_opt_home zc_opt_home;
 
 /* One chunk's state, valid from acquire until release. */
 typedef struct zc_opt_view {
-    float *master, *m, *v;   /* n fp32 values each */
+    void *master, *m, *v;    /* n values each, in the dtypes the home was told
+                                (zc_opt_home_params.state_bytes: fp32 or bf16) */
     float *grad;             /* the fp32 gradient shard when the home keeps it
                                 in the swap files (read with the state), or NULL */
     void *grad_stage;        /* host staging of >= n * 4 bytes for the gradient
@@ -109,8 +110,8 @@ typedef struct zc_opt_home_ops {
                            engine's calls until destroy (not a swap buffer
                            the home reuses): a checkpoint save may leave
                            them to the disk without a copy (ckpt/save.c) */
-    /* Homes chunk k (0 <= k < nchunks, each once, any order) with n fp32
-     * elements per tensor. */
+    /* Homes chunk k (0 <= k < nchunks, each once, any order) with n
+     * elements per tensor (of state_bytes[t] bytes each). */
     zc_status (*add_chunk)(zc_opt_home *h, int k, size_t n);
     /* After every add_chunk: checks the machine (pre-flight), allocates and
      * zero-fills. Nothing is allocated before it. */
@@ -177,6 +178,8 @@ typedef struct zc_opt_home_params {
                                 gradient shard, which outlives a micro-step,
                                 goes to the swap files too */
     bool pin_memory;         /* offload_optimizer.pin_memory */
+    size_t state_bytes[3];   /* bytes per element of master, m, v: 4 (fp32) or
+                                2 (bf16), the engine's state precision */
     /* nvme */
     const char *const *dirs; /* nvme_path directories (striped) */
     int ndirs;
@@ -188,6 +191,17 @@ typedef struct zc_opt_home_params {
 zc_status zc__opt_home_device_create(const zc_opt_home_params *p, zc_opt_home **out);
 zc_status zc__opt_home_cpu_create(const zc_opt_home_params *p, zc_opt_home **out);
 zc_status zc__opt_home_nvme_create(const zc_opt_home_params *p, zc_opt_home **out);
+
+/* The create functions' check of state_bytes (each 4 or 2):
+ * ZC_ERR_INVALID_ARG naming `who` otherwise. */
+static inline zc_status zc__opt_home_params_check(const zc_opt_home_params *p, const char *who)
+{
+    for (int i = 0; i < 3; i++)
+        if (p->state_bytes[i] != 4 && p->state_bytes[i] != 2)
+            return ZC_ERR(ZC_ERR_INVALID_ARG, "%s: state_bytes[%d] is %zu (4 for fp32 state, "
+                          "2 for bf16)", who, i, p->state_bytes[i]);
+    return ZC_OK;
+}
 
 static inline void zc__opt_home_destroy(zc_opt_home *h)
 {

@@ -23,7 +23,8 @@
 
 typedef struct cpu_chunk {
     size_t n;
-    float *t[4]; /* master, m, v, and (hold_grads) the fp32 gradient shard */
+    void *t[4];  /* master, m, v (state_bytes each), and (hold_grads) the fp32
+                    gradient shard */
     void *land;  /* staging: the gradient slice's landing buffer (n * param_bytes) */
 } cpu_chunk;
 
@@ -38,10 +39,17 @@ typedef struct cpu_home {
 } cpu_home;
 
 static const zc_mem_category cats[4] = {ZC_MEM_MASTER, ZC_MEM_ADAM, ZC_MEM_ADAM, ZC_MEM_GRADS};
-static const char *const names[4] = {"fp32 master (cpu offload)", "Adam m (cpu offload)",
+static const char *const names[4] = {"master weights (cpu offload)", "Adam m (cpu offload)",
                                      "Adam v (cpu offload)", "fp32 gradient shard (cpu offload)"};
 
 static int ntensors(const cpu_home *h) { return h->p.hold_grads ? 4 : 3; }
+
+/* Bytes per element of tensor i: the state's precision, fp32 for the
+ * gradient shard. */
+static size_t tensor_esz(const cpu_home *h, int i)
+{
+    return i < 3 ? h->p.state_bytes[i] : sizeof(float);
+}
 
 static zc_status cpu_add(zc_opt_home *hh, int k, size_t n)
 {
@@ -59,7 +67,8 @@ static uint64_t cpu_bytes(const cpu_home *h)
 {
     uint64_t b = 0;
     for (int k = 0; k < h->p.env.nchunks; k++) {
-        b += (uint64_t)ntensors(h) * h->chunks[k].n * sizeof(float);
+        for (int i = 0; i < ntensors(h); i++)
+            b += (uint64_t)h->chunks[k].n * tensor_esz(h, i);
         if (h->p.staging)
             b += (uint64_t)h->chunks[k].n * h->p.env.param_bytes;
     }
@@ -99,14 +108,14 @@ static zc_status cpu_prepare(zc_opt_home *hh)
         cpu_chunk *c = &h->chunks[k];
         for (int i = 0; c->n && i < ntensors(h); i++) {
             void *mem = NULL;
-            zc_status rc = zc__pinned_alloc(h->pool, c->n * sizeof(float), TENSOR_ALIGN, cats[i],
-                                            names[i], &mem);
+            zc_status rc = zc__pinned_alloc(h->pool, c->n * tensor_esz(h, i), TENSOR_ALIGN,
+                                            cats[i], names[i], &mem);
             if (rc != ZC_OK) {
                 zc__error_context("offload_optimizer \"cpu\": chunk %d (rank %d)", k,
                                   h->p.env.rank);
                 return rc;
             }
-            memset(mem, 0, c->n * sizeof(float));
+            memset(mem, 0, c->n * tensor_esz(h, i));
             c->t[i] = mem;
         }
         if (h->p.staging && c->n) {
@@ -203,6 +212,7 @@ zc_status zc__opt_home_cpu_create(const zc_opt_home_params *p, zc_opt_home **out
     cpu_chunk *chunks;
     size_t chunks_bytes;
     *out = NULL;
+    ZC_CHECK(zc__opt_home_params_check(p, "cpu home"));
     ZC_CHECK(zc__home_alloc(p->env.acct, "cpu home", sizeof *h, (void **)&h, p->env.nchunks,
                             sizeof *chunks, (void **)&chunks, &chunks_bytes));
     h->base.ops = &cpu_ops;

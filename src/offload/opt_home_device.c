@@ -6,7 +6,7 @@
 
 typedef struct dev_chunk {
     size_t n;          /* elements per tensor; 0 = not homed here */
-    float *t[3];       /* master, m, v */
+    void *t[3];        /* master, m, v (state_bytes[i] bytes an element) */
 } dev_chunk;
 
 typedef struct dev_home {
@@ -17,7 +17,7 @@ typedef struct dev_home {
 } dev_home;
 
 static const zc_mem_category cats[3] = {ZC_MEM_MASTER, ZC_MEM_ADAM, ZC_MEM_ADAM};
-static const char *const names[3] = {"fp32 master", "Adam m", "Adam v"};
+static const char *const names[3] = {"master weights", "Adam m", "Adam v"};
 
 static zc_status dev_add(zc_opt_home *hh, int k, size_t n)
 {
@@ -39,8 +39,8 @@ static zc_status dev_prepare(zc_opt_home *hh)
         for (int i = 0; i < 3; i++) {
             void *mem = NULL;
             /* Device alloc zero-fills: m = v = 0, master 0 until loaded. */
-            ZC_CHECK(d->ops->alloc(d, h->p.env.acct, cats[i], c->n * sizeof(float), names[i],
-                                   &mem));
+            ZC_CHECK(d->ops->alloc(d, h->p.env.acct, cats[i], c->n * h->p.state_bytes[i],
+                                   names[i], &mem));
             c->t[i] = mem;
         }
     }
@@ -83,7 +83,7 @@ static void dev_destroy(zc_opt_home *hh)
         for (int i = 0; i < 3; i++)
             if (h->chunks[k].t[i])
                 d->ops->free(d, h->p.env.acct, cats[i], h->chunks[k].t[i],
-                             h->chunks[k].n * sizeof(float));
+                             h->chunks[k].n * h->p.state_bytes[i]);
     zc__home_free(h->p.env.acct, h, sizeof *h, h->chunks, h->chunks_bytes);
 }
 
@@ -106,6 +106,7 @@ zc_status zc__opt_home_device_create(const zc_opt_home_params *p, zc_opt_home **
     dev_chunk *chunks;
     size_t chunks_bytes;
     *out = NULL;
+    ZC_CHECK(zc__opt_home_params_check(p, "device home"));
     ZC_CHECK(zc__home_alloc(p->env.acct, "device home", sizeof *h, (void **)&h, p->env.nchunks,
                             sizeof *chunks, (void **)&chunks, &chunks_bytes));
     h->base.ops = &dev_ops;

@@ -1,29 +1,26 @@
 /* The nvme home (ZeRO-Infinity): master, m and v of every chunk homed here
  * live in swap files, streamed through a ring of pinned swap buffers.
  *
- * Files. Each engine makes its own directory under every nvme_path entry,
- * zeroc-swap-r<rank>-XXXXXX (mkdtemp: created exclusively, never shared with
- * another run or rank), and the io_uring store (src/offload) creates
- * zeroc-r<rank>-optimizer.swp in it, striped over the directories. A crash
- * leaves only these clearly named directories; destroy removes both.
+ * Files. Each engine makes its own directory zeroc-swap-r<rank>-XXXXXX under
+ * every nvme_path entry (mkdtemp: exclusive to this run and rank), where the
+ * io_uring store creates zeroc-r<rank>-optimizer.swp, striped over them; a
+ * crash leaves only these clearly named directories; destroy removes both.
  *
- * Layout. Chunk k owns the store extent [off_k, off_k + nt T_k) holding master,
- * m and v back to back, T_k = n_k * 4 rounded up to the I/O alignment, so a
- * chunk is one read and one write. The files hold 12 n_k bytes per chunk plus
- * that padding: 12 Psi / W per rank (+ the stripe round-up of the store).
- * With gradient accumulation at stages 2/3 (swap_grads) the fp32 gradient
- * shard, which must survive between micro-steps, is a fourth tensor (nt = 4,
- * 16 Psi / W): each micro-step adds its reduced slice to it through one
- * pinned gradient buffer (read back, add, write; the first micro-step of a
- * window starts from zeros; with 16-bit accumulation the sum is rounded to
- * the working dtype before the write), and the step reads it with the state.
+ * Layout. Chunk k owns one store extent: master, m and v back to back, each
+ * n_k times its element size (4 fp32, 2 bf16) rounded up to the I/O
+ * alignment, so a chunk is one read and one write: 12 Psi / W bytes per rank
+ * with fp32 state, 6 with bf16 (+ the store's stripe round-up). With
+ * gradient accumulation at stages 2/3 (swap_grads) the fp32 gradient shard,
+ * which outlives a micro-step, is a fourth tensor (nt = 4, + 4 Psi / W):
+ * each micro-step adds its reduced slice to it through one pinned gradient
+ * buffer (read back, add, write; a window's first micro-step starts from
+ * zeros; 16-bit accumulation rounds the sum to the working dtype before the
+ * write), and the step reads it with the state.
  *
- * Buffers. A swap buffer holds one tensor of the largest chunk (buffer_bytes);
- * a chunk in flight takes four, as DeepSpeed counts them (master, m, v and the
- * gradient), so the ring has S = buffer_count / 4 slots. The gradient buffer
- * is allocated only with staging (a real device); on the host path Adam reads
- * the gradient in place. Host memory for optimizer state is therefore
- * S * 3 * buffer_bytes (+ S gradient and output staging buffers with a device),
+ * Buffers. A slot holds the largest chunk's tensors; a chunk in flight takes
+ * four buffers, as DeepSpeed counts them (master, m, v, gradient), so the
+ * ring has S = buffer_count / 4 slots: S slots of state (+ S gradient and
+ * output staging buffers with a device, where Adam cannot read in place),
  * whatever the model size.
  *
  * Pipeline. The chunk at position i of a pass uses slot i % S. acquire(i)
@@ -34,11 +31,10 @@
  * and is waited for only when its slot is needed again (or at pass_end). With
  * both false every chunk is read, updated and written one after the other.
  *
- * Faults. The store retries short transfers and EAGAIN itself. A ticket that
- * fails with EIO is submitted again (up to ZC_NVME_RETRIES times; reads and
- * writes of the same bytes are idempotent); any other error (ENOSPC) or a
- * repeated EIO fails the call with ZC_ERR_IO naming the chunk, the file and
- * the offset. The first error is sticky until pass_end. */
+ * Faults. The store retries short transfers and EAGAIN itself; a ticket that
+ * fails with EIO is submitted again (up to ZC_NVME_RETRIES times: the same
+ * bytes, idempotent); any other error or a repeated EIO fails the call with
+ * ZC_ERR_IO naming chunk, file and offset, sticky until pass_end. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,7 +59,8 @@
 typedef struct nv_chunk {
     size_t n;          /* elements per tensor, 0 = not homed here */
     uint64_t off;      /* store offset of the chunk's extent */
-    size_t tbytes;     /* one tensor, aligned */
+    size_t tb[4];      /* master, m, v, gradient: each tensor's bytes, aligned */
+    size_t at[4];      /* their offsets in the extent (at[3]: the state's bytes) */
 } nv_chunk;
 
 typedef struct nv_slot {
@@ -81,7 +78,8 @@ typedef struct nvme_home {
     size_t chunks_bytes;
     int *ks;                   /* the pass order (copy) */
     int nk, pos, next_read;
-    size_t maxn, buf_bytes;
+    size_t maxn, buf_bytes;    /* buf_bytes: the largest chunk's fp32 tensor */
+    size_t slot_bytes;         /* a slot: the largest chunk's nt tensors */
     int nt;                    /* tensors per chunk in the files: 3, or 4 with
                                   swap_grads */
     bool master_only;          /* a pass_begin_master pass: no reads, the
@@ -105,6 +103,11 @@ typedef struct nvme_home {
     int64_t counted_nvme[4];   /* bytes counted as ZC_MEMKIND_NVME: master, Adam,
                                   gradient, padding of the stripe round-up */
 } nvme_home;
+
+/* Bytes per element of tensor i (master, m, v, gradient), and one chunk's
+ * extent in the files (its gradient too with swap_grads). */
+#define tensor_esz(h, i) ((i) < 3 ? (h)->p.state_bytes[i] : sizeof(float))
+#define extent_bytes(h, c) ((h)->nt == 4 ? (c)->at[3] + (c)->tb[3] : (c)->at[3])
 
 static const zc_mem_category nvme_cats[4] = {ZC_MEM_MASTER, ZC_MEM_ADAM, ZC_MEM_GRADS,
                                              ZC_MEM_OTHER};
@@ -199,9 +202,8 @@ static zc_status submit(nvme_home *h, nv_slot *s, int k, bool write, bool retry)
     /* The gradient (nt = 4) is read with the state but never written back
      * from a slot: the next window's first micro-step starts it afresh. */
     zc_status rc = write ? zc__nvme_write(h->store, c->off, s->buf,
-                                          (h->master_only ? 1 : 3) * c->tbytes, &s->wt)
-                         : zc__nvme_read(h->store, c->off, s->buf,
-                                         (size_t)h->nt * c->tbytes, &s->rt);
+                                          h->master_only ? c->tb[0] : c->at[3], &s->wt)
+                         : zc__nvme_read(h->store, c->off, s->buf, extent_bytes(h, c), &s->rt);
     if (rc != ZC_OK) {
         zc__error_context("offload_optimizer nvme: %s chunk %d (rank %d)",
                           write ? "writing" : "reading", k, h->p.env.rank);
@@ -209,10 +211,10 @@ static zc_status submit(nvme_home *h, nv_slot *s, int k, bool write, bool retry)
     }
     if (write) {
         h->writes++;
-        h->write_bytes += (int64_t)((h->master_only ? 1 : 3) * c->tbytes);
+        h->write_bytes += (int64_t)(h->master_only ? c->tb[0] : c->at[3]);
     } else {
         h->reads++;
-        h->read_bytes += (int64_t)((size_t)h->nt * c->tbytes);
+        h->read_bytes += (int64_t)extent_bytes(h, c);
     }
     return ZC_OK;
 }
@@ -289,7 +291,7 @@ static void grad_wait_write(nvme_home *h)
             return;
         if (err.err == EIO && tries < ZC_NVME_RETRIES) {
             zc__error_clear();
-            rc = zc__nvme_write(h->store, c->off + 3 * c->tbytes, h->gbuf, c->tbytes, &h->gwt);
+            rc = zc__nvme_write(h->store, c->off + c->at[3], h->gbuf, c->tb[3], &h->gwt);
         }
         if (rc != ZC_OK && !h->gwt) {
             grad_fail(h, rc, h->gwk, "writing");
@@ -309,7 +311,7 @@ static zc_status nv_grad_add(zc_opt_home *hh, int k, const void *src, zc_dtype d
         grad_wait_write(h);
     if (h->gerr.rc != ZC_OK)
         return ZC_OK; /* the window's gradient is lost; the next pass says so */
-    const uint64_t at = c->off + 3 * c->tbytes;
+    const uint64_t at = c->off + c->at[3];
     if (first) {
         memset(h->gbuf, 0, c->n * sizeof(float));
     } else {
@@ -320,11 +322,11 @@ static zc_status nv_grad_add(zc_opt_home *hh, int k, const void *src, zc_dtype d
             zc__error_clear();
             if (tries == 0 && (rc = injected(h, false, k, at)) != ZC_OK)
                 break;
-            rc = zc__nvme_read(h->store, at, h->gbuf, c->tbytes, &t);
+            rc = zc__nvme_read(h->store, at, h->gbuf, c->tb[3], &t);
             if (rc == ZC_OK)
                 rc = zc__nvme_wait(h->store, t, &err);
             if (rc == ZC_OK)
-                h->read_bytes += (int64_t)c->tbytes;
+                h->read_bytes += (int64_t)c->tb[3];
             if (rc == ZC_OK || err.err != EIO)
                 break;
         }
@@ -342,11 +344,11 @@ static zc_status nv_grad_add(zc_opt_home *hh, int k, const void *src, zc_dtype d
     h->gwk = k;
     zc_status rc = injected(h, true, k, at);
     if (rc == ZC_OK)
-        rc = zc__nvme_write(h->store, at, h->gbuf, c->tbytes, &h->gwt);
+        rc = zc__nvme_write(h->store, at, h->gbuf, c->tb[3], &h->gwt);
     if (rc != ZC_OK)
         grad_fail(h, rc, k, "writing");
     else
-        h->write_bytes += (int64_t)c->tbytes;
+        h->write_bytes += (int64_t)c->tb[3];
     return ZC_OK;
 }
 
@@ -407,10 +409,10 @@ static zc_status nv_acquire(zc_opt_home *hh, int k, zc_opt_view *out)
     }
     const nv_chunk *c = &h->chunks[k];
     const bool mo = h->master_only;
-    *out = (zc_opt_view){.master = (float *)s->buf,
-                         .m = mo ? NULL : (float *)(s->buf + c->tbytes),
-                         .v = mo ? NULL : (float *)(s->buf + 2 * c->tbytes),
-                         .grad = h->nt == 4 ? (float *)(s->buf + 3 * c->tbytes) : NULL,
+    *out = (zc_opt_view){.master = s->buf,
+                         .m = mo ? NULL : s->buf + c->at[1],
+                         .v = mo ? NULL : s->buf + c->at[2],
+                         .grad = h->nt == 4 ? (float *)(s->buf + c->at[3]) : NULL,
                          .grad_stage = s->grad_stage,
                          .pout_stage = s->pout_stage};
     return ZC_OK;
@@ -479,13 +481,13 @@ static bool nv_progress(zc_opt_home *hh)
 static zc_status zero_fill(nvme_home *h)
 {
     nv_slot *s = &h->slots[0];
-    memset(s->buf, 0, (size_t)h->nt * h->buf_bytes);
+    memset(s->buf, 0, h->slot_bytes);
     for (int k = 0; k < h->p.env.nchunks; k++) {
         const nv_chunk *c = &h->chunks[k];
         if (!c->n)
             continue;
         zc_nvme_ticket t;
-        ZC_CHECK(zc__nvme_write(h->store, c->off, s->buf, (size_t)h->nt * c->tbytes, &t));
+        ZC_CHECK(zc__nvme_write(h->store, c->off, s->buf, extent_bytes(h, c), &t));
     }
     zc_status rc = zc__nvme_wait_all(h->store);
     if (rc != ZC_OK)
@@ -505,32 +507,35 @@ static zc_status nv_prepare(zc_opt_home *hh)
     if (!zc__aligned_bytes(h->maxn, sizeof(float), ZC_SWAP_ALIGN, &h->buf_bytes))
         return ZC_ERR(ZC_ERR_CONFIG, "zero_optimization.offload_optimizer: a chunk shard of %zu "
                       "elements is too large to swap (its size overflows)", h->maxn);
+    h->slot_bytes = 0;
+    for (int i = 0; i < h->nt; i++) {
+        size_t b = 0;
+        (void)zc__aligned_bytes(h->maxn, tensor_esz(h, i), ZC_SWAP_ALIGN, &b);
+        h->slot_bytes += b; /* at most 4 fp32 buffers: no overflow */
+    }
     uint64_t off = 0;
     for (int k = 0; k < h->p.env.nchunks; k++) {
         nv_chunk *c = &h->chunks[k];
-        if (!c->n)
-            continue;
-        (void)zc__aligned_bytes(c->n, sizeof(float), ZC_SWAP_ALIGN, &c->tbytes);
+        for (int i = 0; c->n && i < 4; i++) {
+            (void)zc__aligned_bytes(c->n, tensor_esz(h, i), ZC_SWAP_ALIGN, &c->tb[i]);
+            c->at[i] = i ? c->at[i - 1] + c->tb[i - 1] : 0;
+            h->counted_nvme[i < 3 ? (i ? 1 : 0) : 2] += i < h->nt ? (int64_t)c->tb[i] : 0;
+        }
         c->off = off;
-        off += (uint64_t)h->nt * c->tbytes;
+        off += c->n ? extent_bytes(h, c) : 0;
     }
     h->capacity = off;
-    int64_t slots = h->p.buffer_count / 4;
-    if (slots < 1)
-        slots = 1;
-    if (slots > MAX_SLOTS)
-        slots = MAX_SLOTS;
-    h->nslots = (int)slots;
+    const int64_t slots = h->p.buffer_count / 4;
+    h->nslots = slots < 1 ? 1 : slots > MAX_SLOTS ? MAX_SLOTS : (int)slots;
     h->ahead = h->p.pipeline_read ? h->nslots - (h->p.pipeline_write ? 2 : 1) : 0;
-    if (h->ahead < 0)
-        h->ahead = 0;
+    h->ahead = h->ahead < 0 ? 0 : h->ahead;
     if ((h->p.pipeline_read && h->ahead < 1) || (h->p.pipeline_write && h->nslots < 2))
         ZC_LOGW("offload", "offload_optimizer: buffer_count %lld gives %d chunk(s) in flight "
                 "(4 swap buffers each); pipeline_read needs %d and pipeline_write 2 to overlap "
                 "(buffer_count >= %d), so the pipeline is partly serial",
                 (long long)h->p.buffer_count, h->nslots, h->p.pipeline_write ? 3 : 2,
                 h->p.pipeline_write ? 12 : 8);
-    uint64_t pinned = (uint64_t)h->nslots * (uint64_t)h->nt * h->buf_bytes;
+    uint64_t pinned = (uint64_t)h->nslots * (uint64_t)h->slot_bytes;
     if (h->p.staging)
         pinned += (uint64_t)h->nslots * h->maxn * (sizeof(float) + h->p.env.param_bytes);
     if (h->nt == 4)
@@ -548,25 +553,20 @@ static zc_status nv_prepare(zc_opt_home *hh)
     };
     zc_nvme_stats ns;
     ZC_CHECK(zc__home_store_open(&h->sd, &ss, &h->store, &ns));
-    /* Count the files like memory: of the chunk extents, one tensor in nt is
-     * master, two m and v, (nt = 4) one the gradient; the store's stripe
-     * round-up is bookkeeping. */
-    h->counted_nvme[0] = (int64_t)(h->capacity / (uint64_t)h->nt);
-    h->counted_nvme[1] = 2 * h->counted_nvme[0];
-    h->counted_nvme[2] = h->nt == 4 ? h->counted_nvme[0] : 0;
+    /* Count the files like memory (master, m and v, the gradient: summed
+     * over the extents above); the store's stripe round-up is bookkeeping. */
     h->counted_nvme[3] = (int64_t)(ns.capacity - h->capacity);
     for (int i = 0; i < 4; i++)
         zc__mem_count(h->p.env.acct, ZC_MEMKIND_NVME, nvme_cats[i], h->counted_nvme[i]);
 
-    /* Swap buffers. */
-    /* One slab of what the buffers need plus alignment slack. */
+    /* Swap buffers: one slab of what the buffers need plus alignment slack. */
     ZC_CHECK(zc__home_pool_create(h->p.env.acct,
                                   (size_t)pinned + (size_t)(3 * h->nslots + 2) * ZC_SWAP_ALIGN,
                                   h->p.env.device_index, h->p.pin_memory, &h->pool));
     for (int j = 0; j < h->nslots; j++) {
         nv_slot *s = &h->slots[j];
         s->pos = -1;
-        ZC_CHECK(zc__pinned_alloc(h->pool, (size_t)h->nt * h->buf_bytes, ZC_SWAP_ALIGN,
+        ZC_CHECK(zc__pinned_alloc(h->pool, h->slot_bytes, ZC_SWAP_ALIGN,
                                   ZC_MEM_BUFFERS, "NVMe swap buffers", (void **)&s->buf));
         if (h->p.staging) {
             ZC_CHECK(zc__pinned_alloc(h->pool, h->maxn * sizeof(float), 64, ZC_MEM_BUFFERS,
@@ -636,6 +636,7 @@ static const zc_opt_home_ops nv_ops = {
 zc_status zc__opt_home_nvme_create(const zc_opt_home_params *p, zc_opt_home **out)
 {
     *out = NULL;
+    ZC_CHECK(zc__opt_home_params_check(p, "nvme home"));
     /* The rules of zc_engine_create and `zeroc config check` (support.c). */
     ZC_CHECK(zc__config_opt_buffers_check(p->buffer_count));
     ZC_CHECK(zc__swap_aio_check(p->env.aio_block_size, p->env.aio_queue_depth,

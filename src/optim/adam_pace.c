@@ -34,15 +34,17 @@ zc_status zc__adam_pace_begin(zc_adam_pace *p)
     return ZC_OK;
 }
 
-zc_status zc__adam_pace_run(zc_adam_pace *p, const zc_adam_shard *s, const zc_adam_coeffs *c,
-                            bool io_in_flight)
+/* The threads for a call of n elements now; pace_done adds its time. */
+static int pace_threads(zc_adam_pace *p, size_t n, bool io_in_flight, double t0)
 {
-    const double t0 = p->now();
     const int want = io_in_flight
                          ? zc__adam_pace_threads(p->max_threads, p->thread_s, t0 - p->begin_s)
                          : p->max_threads;
-    const int threads = zc__adam_host_threads(s ? s->n : 0, want);
-    ZC_CHECK(zc__adam_host_run(s, c, -1, threads));
+    return zc__adam_host_threads(n, want);
+}
+
+static void pace_done(zc_adam_pace *p, double t0, int threads)
+{
     const double dt = p->now() - t0;
     if (dt > 0) {
         p->adam_s += dt;
@@ -52,6 +54,25 @@ zc_status zc__adam_pace_run(zc_adam_pace *p, const zc_adam_shard *s, const zc_ad
     p->calls++;
     if (threads < p->max_threads)
         p->calls_below++;
+}
+
+zc_status zc__adam_pace_run(zc_adam_pace *p, const zc_adam_shard *s, const zc_adam_coeffs *c,
+                            bool io_in_flight)
+{
+    const double t0 = p->now();
+    const int threads = pace_threads(p, s ? s->n : 0, io_in_flight, t0);
+    ZC_CHECK(zc__adam_host_run(s, c, -1, threads));
+    pace_done(p, t0, threads);
+    return ZC_OK;
+}
+
+zc_status zc__adam_pace_run_lp(zc_adam_pace *p, const zc_adam_lp_shard *s,
+                               const zc_adam_coeffs *c, bool io_in_flight)
+{
+    const double t0 = p->now();
+    const int threads = pace_threads(p, s ? s->n : 0, io_in_flight, t0);
+    ZC_CHECK(zc__adam_lp_host_run(s, c, -1, threads));
+    pace_done(p, t0, threads);
     return ZC_OK;
 }
 

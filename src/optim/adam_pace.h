@@ -66,6 +66,10 @@ zc_status zc__adam_pace_begin(zc_adam_pace *p);
 zc_status zc__adam_pace_run(zc_adam_pace *p, const zc_adam_shard *s, const zc_adam_coeffs *c,
                             bool io_in_flight);
 
+/* The same for Adam over 16-bit state (zc__adam_lp_host_run's split). */
+zc_status zc__adam_pace_run_lp(zc_adam_pace *p, const zc_adam_lp_shard *s,
+                               const zc_adam_coeffs *c, bool io_in_flight);
+
 /* The average number of threads Adam ran on in the pass (A over Adam's wall
  * time), 0 before the first call. */
 double zc__adam_pace_mean_threads(const zc_adam_pace *p);

@@ -67,6 +67,7 @@ static zc_opt_home *make_home(zc_mem_account *acct, bool pipeline)
         .pipeline_write = pipeline,
         .fast_init = true,
         .aio_overlap_events = true,
+        .state_bytes = {4, 4, 4},
     };
     zc_opt_home *h = NULL;
     cr_assert_eq(zc__opt_home_nvme_create(&hp, &h), ZC_OK, "%s", zc_last_error());

@@ -170,7 +170,23 @@ ZC_API zc_status zc_engine_create(zc_engine **out, const zc_config *cfg, zc_comm
      * against the dtype picked here too, since zc_engine_options.param_dtype
      * may differ from the precision blocks the first check read. */
     ZC_CHECK_GOTO(zc__config_grad_accum_check(e->cfg, e->pdt), rc, fail);
-    e->acc_dt = e->cfg->grad_accum_dtype == (int)e->pdt && e->gas > 1 ? e->pdt : ZC_DTYPE_F32;
+    /* The optimizer state's precision. A bf16 master holds bf16 parameters
+     * (the working copy is its value); bf16_master_weights_and_grads also
+     * means bf16 gradients, so without data_types.grad_accum_dtype a window
+     * sums in bf16 as DeepSpeed's does. */
+    e->sdt = zc__config_state_dtypes(e->cfg);
+    e->state_lp = zc__config_state_lp(e->cfg);
+    e->sround = e->cfg->bf16.stochastic_rounding;
+    e->sround_seed = (uint64_t)e->cfg->bf16.stochastic_rounding_seed;
+    if (e->sdt.master != ZC_DTYPE_F32 && e->pdt != ZC_DTYPE_BF16) {
+        rc = ZC_ERR(ZC_ERR_CONFIG, "zc_engine_create: bf16.bf16_master_weights_and_grads with "
+                    "%s parameters (zc_engine_options.param_dtype): a bf16 master needs bf16 "
+                    "parameters", zc_dtype_name(e->pdt));
+        goto fail;
+    }
+    const bool acc16 = e->cfg->grad_accum_dtype == (int)e->pdt ||
+                       (e->cfg->grad_accum_dtype < 0 && e->sdt.master == ZC_DTYPE_BF16);
+    e->acc_dt = acc16 && e->gas > 1 ? e->pdt : ZC_DTYPE_F32;
 
     zc__scaler_init(&e->scaler, e->cfg);
 

@@ -83,6 +83,7 @@ zc_status zc__layout_build(zc_engine *e)
     e->num_elems = e->padded_elems = 0;
     for (int k = 0; k < n; k++) {
         zc_chunk *c = &e->chunks[k];
+        c->gbase = e->num_elems;
         c->padded = zc__chunk_padded(c->used, e->sworld);
         c->shard = c->padded / e->sworld;
         e->num_elems += c->used;

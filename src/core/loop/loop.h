@@ -93,9 +93,9 @@ zc_status zc__master_gather_chunk(zc_engine *e, int k, const char *what, void **
 
 /* Chunk k's working parameters of this rank's optimizer range (n elements
  * from chunk element r0: the whole chunk at stage 0, else the shard) from
- * its master (the home's memory: host memory when `host`), as the step
- * writes them; an offloaded stage-3 shard goes to its home. */
-zc_status zc__params_from_master(zc_engine *e, int k, int64_t r0, const float *master,
+ * its master (the home's memory, in the state's master dtype: host memory
+ * when `host`), as the step writes them; an offloaded stage-3 shard goes to its home. */
+zc_status zc__params_from_master(zc_engine *e, int k, int64_t r0, const void *master,
                                  bool host, size_t n);
 /* After every chunk's zc__params_from_master: the working parameters on
  * every rank, as after a step's publish (stages 1-2 and stage 3's gathered

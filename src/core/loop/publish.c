@@ -9,7 +9,7 @@
  * master, into the shard's home (param_state.c): host memory when the
  * optimizer home is host or the device is the host, else a device staging
  * slot copied home at _end. */
-static zc_status from_master_offloaded(zc_engine *e, int k, const float *master, bool host,
+static zc_status from_master_offloaded(zc_engine *e, int k, const void *master, bool host,
                                        size_t n)
 {
     char *pout = NULL;
@@ -17,15 +17,15 @@ static zc_status from_master_offloaded(zc_engine *e, int k, const float *master,
     zc_status rc;
     if (host || e->dev->mem_kind == ZC_MEMKIND_HOST) {
         zc_device *hd = zc__device_host();
-        rc = hd->ops->cast(hd, pout, e->pdt, master, ZC_DTYPE_F32, n, NULL);
+        rc = hd->ops->cast(hd, pout, e->pdt, master, e->sdt.master, n, NULL);
     } else {
-        rc = zc__eng_convert(e, pout, e->pdt, master, ZC_DTYPE_F32, n);
+        rc = zc__eng_convert(e, pout, e->pdt, master, e->sdt.master, n);
     }
     zc_status erc = zc__param_out_end(e, k);
     return rc != ZC_OK ? rc : erc;
 }
 
-zc_status zc__params_from_master(zc_engine *e, int k, int64_t r0, const float *master,
+zc_status zc__params_from_master(zc_engine *e, int k, int64_t r0, const void *master,
                                  bool host, size_t n)
 {
     zc_chunk *c = &e->chunks[k];
@@ -35,16 +35,17 @@ zc_status zc__params_from_master(zc_engine *e, int k, int64_t r0, const float *m
     /* A host home's master is not device memory on a GPU: it goes through
      * the fp32 staging slot (one chunk, reserved at build). */
     void *pdst = zc__elem(c->param, e->pol->full_params ? r0 : 0, e->pesz);
-    const float *msrc = master;
+    const void *msrc = master;
+    const size_t mb = n * zc_dtype_size(e->sdt.master);
     void *stage = NULL;
     zc_status rc = ZC_OK;
     if (host && d->mem_kind == ZC_MEMKIND_DEVICE) {
-        ZC_CHECK(zc__bufpool_get(&e->pool_stage, n * sizeof(float), false, e->stream, &stage));
-        rc = d->ops->copy(d, stage, master, n * sizeof(float), ZC_COPY_H2D, e->stream);
+        ZC_CHECK(zc__bufpool_get(&e->pool_stage, mb, false, e->stream, &stage));
+        rc = d->ops->copy(d, stage, master, mb, ZC_COPY_H2D, e->stream);
         msrc = stage;
     }
     if (rc == ZC_OK)
-        rc = zc__eng_convert(e, pdst, e->pdt, msrc, ZC_DTYPE_F32, n);
+        rc = zc__eng_convert(e, pdst, e->pdt, msrc, e->sdt.master, n);
     if (rc == ZC_OK)
         rc = d->ops->stream_sync(d, e->stream);
     zc__bufpool_put(&e->pool_stage, &stage);

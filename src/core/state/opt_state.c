@@ -73,6 +73,8 @@ zc_status zc__opt_build(zc_engine *e)
         .fast_init = o->fast_init,
         .aio_single_submit = e->cfg->aio.single_submit,
         .aio_overlap_events = e->cfg->aio.overlap_events,
+        .state_bytes = {zc_dtype_size(e->sdt.master), zc_dtype_size(e->sdt.m),
+                        zc_dtype_size(e->sdt.v)},
     };
     e->opt_staging = e->dev->mem_kind == ZC_MEMKIND_DEVICE || atomic_load(&force_staging);
     hp.staging = e->opt_staging;
@@ -421,6 +423,51 @@ zc_status zc__opt_visit_master(zc_engine *e, zc_opt_visit_fn fn, void *arg)
 
 /* ---- master access ------------------------------------------------------- */
 
+/* n fp32 values at src into a bf16 master at dst (round to nearest even),
+ * src device memory, dst the home's (host memory when host): a host home's
+ * values come to the host first, through a scratch of the engine's account. */
+static zc_status narrow_master(zc_engine *e, bool host, void *dst, const float *src, size_t n)
+{
+    zc_device *d = e->dev;
+    if (!host || d->mem_kind == ZC_MEMKIND_HOST) {
+        ZC_CHECK(d->ops->cast(d, dst, e->sdt.master, src, ZC_DTYPE_F32, n, e->stream));
+        return d->ops->stream_sync(d, e->stream);
+    }
+    float *tmp = NULL;
+    ZC_CHECK(zc__host_alloc(&e->acct, ZC_MEM_OTHER, n * sizeof(float), "master narrowing",
+                            (void **)&tmp));
+    zc_status rc = d->ops->copy(d, tmp, src, n * sizeof(float), ZC_COPY_D2H, e->stream);
+    if (rc == ZC_OK)
+        rc = d->ops->stream_sync(d, e->stream);
+    zc_device *hd = zc__device_host();
+    if (rc == ZC_OK)
+        rc = hd->ops->cast(hd, dst, e->sdt.master, tmp, ZC_DTYPE_F32, n, NULL);
+    zc__host_free(&e->acct, ZC_MEM_OTHER, tmp, n * sizeof(float));
+    return rc;
+}
+
+/* The other way: n master values at src (the home's) widened exactly into
+ * fp32 at dst (device memory); a host home's on the host, then copied. */
+static zc_status widen_master(zc_engine *e, bool host, float *dst, const void *src, size_t n)
+{
+    zc_device *d = e->dev;
+    if (!host || d->mem_kind == ZC_MEMKIND_HOST) {
+        ZC_CHECK(d->ops->cast(d, dst, ZC_DTYPE_F32, src, e->sdt.master, n, e->stream));
+        return d->ops->stream_sync(d, e->stream);
+    }
+    float *tmp = NULL;
+    ZC_CHECK(zc__host_alloc(&e->acct, ZC_MEM_OTHER, n * sizeof(float), "master widening",
+                            (void **)&tmp));
+    zc_device *hd = zc__device_host();
+    zc_status rc = hd->ops->cast(hd, tmp, ZC_DTYPE_F32, src, e->sdt.master, n, NULL);
+    if (rc == ZC_OK)
+        rc = d->ops->copy(d, dst, tmp, n * sizeof(float), ZC_COPY_H2D, e->stream);
+    if (rc == ZC_OK)
+        rc = d->ops->stream_sync(d, e->stream);
+    zc__host_free(&e->acct, ZC_MEM_OTHER, tmp, n * sizeof(float));
+    return rc;
+}
+
 zc_status zc__opt_master_write(zc_engine *e, int k, int64_t at, const float *src, size_t n)
 {
     zc_chunk *c = &e->chunks[k];
@@ -429,8 +476,11 @@ zc_status zc__opt_master_write(zc_engine *e, int k, int64_t at, const float *src
     ZC_CHECK(begin_range(e, k, k + 1));
     zc_opt_view v;
     zc_status rc = h->ops->acquire(h, k, &v);
-    if (rc == ZC_OK)
-        rc = d->ops->copy(d, v.master + at, src, n * sizeof(float),
+    char *dst = rc == ZC_OK ? zc__elem(v.master, at, zc_dtype_size(e->sdt.master)) : NULL;
+    if (rc == ZC_OK && e->sdt.master != ZC_DTYPE_F32)
+        rc = narrow_master(e, h->ops->host, dst, src, n);
+    else if (rc == ZC_OK)
+        rc = d->ops->copy(d, dst, src, n * sizeof(float),
                           h->ops->host ? ZC_COPY_D2H : ZC_COPY_D2D, e->stream);
     if (rc == ZC_OK)
         rc = d->ops->stream_sync(d, e->stream);
@@ -448,7 +498,9 @@ zc_status zc__opt_master_read(zc_engine *e, int k, float *dst, size_t n)
     ZC_CHECK(begin_range(e, k, k + 1));
     zc_opt_view v;
     zc_status rc = h->ops->acquire(h, k, &v);
-    if (rc == ZC_OK)
+    if (rc == ZC_OK && e->sdt.master != ZC_DTYPE_F32)
+        rc = widen_master(e, h->ops->host, dst, v.master, n);
+    else if (rc == ZC_OK)
         rc = d->ops->copy(d, dst, v.master, n * sizeof(float),
                           h->ops->host ? ZC_COPY_H2D : ZC_COPY_D2D, e->stream);
     if (rc == ZC_OK)

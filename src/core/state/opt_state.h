@@ -27,7 +27,7 @@ void zc__opt_free(zc_engine *e);
  * grad + (x - grad_base) * grad element size, pout + (x - pout_base) * pesz. */
 typedef struct zc_opt_chunk {
     zc_device *dev;            /* runs Adam (the host for host homes) */
-    float *master, *m, *v;
+    void *master, *m, *v;      /* in the engine's state dtypes (e->sdt) */
     int64_t opt_base;
     const char *grad;
     zc_dtype grad_dtype;
@@ -113,7 +113,8 @@ zc_status zc__opt_copy_order_reset(zc_engine *e);
 bool zc__opt_rank_local_io(const zc_engine *e);
 
 /* n fp32 values between device memory and chunk k's master at element `at`
- * of its home tensor (parameter loading and gathering). */
+ * of its home tensor (parameter loading and gathering). A bf16 master takes
+ * them rounded to nearest even and gives them back widened exactly. */
 zc_status zc__opt_master_write(zc_engine *e, int k, int64_t at, const float *src, size_t n);
 zc_status zc__opt_master_read(zc_engine *e, int k, float *dst, size_t n);
 

@@ -167,6 +167,39 @@ int64_t zc__step_adam_calls(const zc_engine *e)
     return calls;
 }
 
+/* Elements [x, x + len) of chunk c through Adam over 16-bit state
+ * (optim/adam.h): each tensor in its dtype, the random bits of the
+ * stochastic rounding keyed by the element's flat index in the model, so the
+ * stage, the world and the chunking change no bit. pace: the host Adam paced
+ * to the home's I/O (NULL: the device's op). */
+static zc_status adam_lp_piece(zc_engine *e, const zc_opt_chunk *oc, const zc_chunk *c,
+                               int64_t x, int64_t len, const zc_adam_coeffs *co,
+                               float grad_scale, zc_adam_pace *pace, bool io)
+{
+    const int64_t at = x - oc->opt_base;
+    zc_adam_lp_shard s = {
+        .master = zc__elem(oc->master, at, zc_dtype_size(e->sdt.master)),
+        .m = zc__elem(oc->m, at, zc_dtype_size(e->sdt.m)),
+        .v = zc__elem(oc->v, at, zc_dtype_size(e->sdt.v)),
+        .master_dtype = e->sdt.master,
+        .m_dtype = e->sdt.m,
+        .v_dtype = e->sdt.v,
+        .grad = oc->grad + (size_t)(x - oc->grad_base) * zc_dtype_size(oc->grad_dtype),
+        .grad_dtype = oc->grad_dtype,
+        .grad_scale = grad_scale,
+        .param_out = oc->pout + (size_t)(x - oc->pout_base) * e->pesz,
+        .param_out_dtype = e->pdt,
+        .n = (size_t)len,
+        .index0 = (uint64_t)(c->gbase + x),
+        .seed = e->sround_seed,
+        .step = e->adam_steps + 1,
+        .stochastic = e->sround,
+    };
+    if (pace)
+        return zc__adam_pace_run_lp(pace, &s, co, io);
+    return oc->dev->ops->adam_lp(oc->dev, &s, co, e->stream);
+}
+
 /* Chunk k's Adam through its home. On a home that moves its I/O along
  * between pieces the host Adam runs on the threads `pace` gives
  * (optim/adam_pace.h: while I/O is in flight, no more cores than keep it
@@ -191,10 +224,16 @@ static zc_status adam_chunk(zc_engine *e, int k, const zc_adam_coeffs *coeffs, f
             const int64_t end = sg->start + sg->n;
             for (int64_t x = sg->start, len; x < end; x += len) {
                 len = end - x < piece ? end - x : piece;
+                const bool io = zc__opt_progress(e, k);
+                if (e->state_lp) {
+                    ZC_CHECK(adam_lp_piece(e, &oc, c, x, len, &coeffs[sg->group], grad_scale,
+                                           paced ? pace : NULL, io));
+                    continue;
+                }
                 zc_adam_shard s = {
-                    .master = oc.master + (x - oc.opt_base),
-                    .m = oc.m + (x - oc.opt_base),
-                    .v = oc.v + (x - oc.opt_base),
+                    .master = (float *)oc.master + (x - oc.opt_base),
+                    .m = (float *)oc.m + (x - oc.opt_base),
+                    .v = (float *)oc.v + (x - oc.opt_base),
                     .grad = oc.grad + (size_t)(x - oc.grad_base) * gesz,
                     .grad_dtype = oc.grad_dtype,
                     .grad_scale = grad_scale,
@@ -202,9 +241,8 @@ static zc_status adam_chunk(zc_engine *e, int k, const zc_adam_coeffs *coeffs, f
                     .param_out_dtype = e->pdt,
                     .n = (size_t)len,
                 };
-                /* The I/O moves along before each piece, and whether
-                 * any is in flight decides the piece's threads. */
-                const bool io = zc__opt_progress(e, k);
+                /* The I/O moved along before the piece, and whether any
+                 * is in flight decides its threads. */
                 if (paced)
                     ZC_CHECK(zc__adam_pace_run(pace, &s, &coeffs[sg->group], io));
                 else
