@@ -278,7 +278,7 @@ static int one_stage(const zc_config *base, const ep_model *m, int world, int dt
                 continue;
             printf("  %s:\n", part ? "parameter shards (persistent chunks stay gathered on "
                                      "the device and are not listed)"
-                                   : "optimizer state (fp32 master, Adam m and v)");
+                                   : "optimizer state (master, Adam m and v)");
             for (int k = 0; k < 3; k++) {
                 char r[4096];
                 ranges(part ? c.param : c.opt, part ? c.persistent : NULL, c.n, k, r, sizeof r);

@@ -336,6 +336,10 @@ static zc_status check_in(const zc_est_in *in)
         return ZC_ERR(ZC_ERR_INVALID_ARG, "zc__estimate: bad input (world %d, stage %d, %d "
                       "chunks, %zu-byte elements, gas %lld)", in->world, in->stage, in->nchunks,
                       in->pesz, (long long)in->gas);
+    for (int i = 0; i < 3; i++)
+        if (in->sesz[i] != 0 && in->sesz[i] != 2 && in->sesz[i] != 4)
+            return ZC_ERR(ZC_ERR_INVALID_ARG, "zc__estimate: sesz[%d] is %zu (0 or 4: fp32, "
+                          "2: bf16)", i, in->sesz[i]);
     if (in->offload != ZC_OFFLOAD_NONE && in->stage == 0)
         return ZC_ERR(ZC_ERR_CONFIG, "zc__estimate: stage 0 cannot offload the optimizer");
     if (in->nvme_round < 0 || in->pnvme_round < 0)
@@ -439,6 +443,12 @@ static zc_status param_home_plan(const zc_est_in *in, zc_est *out)
     return add(out, ZC_MEMKIND_NVME, ZC_MEM_PARAMS, cap, 1);
 }
 
+/* Bytes per element of the optimizer's tensor i (master, m, v). */
+static int64_t est_sesz(const zc_est_in *in, int i)
+{
+    return in->sesz[i] ? (int64_t)in->sesz[i] : 4;
+}
+
 static zc_status plan(const zc_est_in *in, zc_est *out)
 {
     const int W = est_shard_world(in), st = in->stage;
@@ -459,6 +469,9 @@ static zc_status plan(const zc_est_in *in, zc_est *out)
     }
     const double want = in->offload != ZC_OFFLOAD_NONE ? in->ratio * (double)total : 0;
     const int nt = sharded && in->gas > 1 ? 4 : 3; /* opt_home_nvme.c */
+    /* Bytes per element of master, m, v and the gradient shard (fp32). */
+    const int64_t esz[4] = {est_sesz(in, 0), est_sesz(in, 1), est_sesz(in, 2), 4};
+    int64_t nv_bytes[4] = {0, 0, 0, 0}; /* the nvme files, by tensor */
     for (int k = 0; k < in->nchunks; k++) {
         const int64_t S = in->padded[k], shard = S / W, n = full_opt ? S : shard;
         int place = ZC_PLACE_DEVICE;
@@ -487,18 +500,21 @@ static zc_status plan(const zc_est_in *in, zc_est *out)
         if (!acc_host && !acc_swap)
             ZC_CHECK(add(out, dk, ZC_MEM_GRADS, sharded ? shard : (in->gas > 1 ? S : 0), 4));
         if (!off) { /* opt_home_device.c: master, m, v */
-            ZC_CHECK(add(out, dk, ZC_MEM_MASTER, n, 4));
-            ZC_CHECK(add(out, dk, ZC_MEM_ADAM, n, 8));
+            ZC_CHECK(add(out, dk, ZC_MEM_MASTER, n, esz[0]));
+            ZC_CHECK(add(out, dk, ZC_MEM_ADAM, n, esz[1] + esz[2]));
         } else if (cpu) { /* opt_home_cpu.c: master, m, v (, gradient shard) */
-            ZC_CHECK(add(out, ZC_MEMKIND_PINNED, ZC_MEM_MASTER, n, 4));
-            ZC_CHECK(add(out, ZC_MEMKIND_PINNED, ZC_MEM_ADAM, n, 8));
+            ZC_CHECK(add(out, ZC_MEMKIND_PINNED, ZC_MEM_MASTER, n, esz[0]));
+            ZC_CHECK(add(out, ZC_MEMKIND_PINNED, ZC_MEM_ADAM, n, esz[1] + esz[2]));
             if (sharded)
                 ZC_CHECK(add(out, ZC_MEMKIND_PINNED, ZC_MEM_GRADS, n, 4));
         } else { /* opt_home_nvme.c: nt tensors, each rounded to IO_ALIGN */
-            int64_t t = 0;
-            if (__builtin_mul_overflow(n, (int64_t)4, &t) ||
-                __builtin_add_overflow(nvme_cap, nt * round_up(t, EST_IO_ALIGN), &nvme_cap))
-                return too_big();
+            for (int i = 0; i < nt; i++) {
+                int64_t t = 0;
+                if (__builtin_mul_overflow(n, esz[i], &t) ||
+                    __builtin_add_overflow(nv_bytes[i], round_up(t, EST_IO_ALIGN), &nv_bytes[i]) ||
+                    __builtin_add_overflow(nvme_cap, round_up(t, EST_IO_ALIGN), &nvme_cap))
+                    return too_big();
+            }
         }
         if (cpu) {
             cpu_elems += n;
@@ -518,7 +534,6 @@ static zc_status plan(const zc_est_in *in, zc_est *out)
         /* opt_home_nvme.c: the files count master, m and v (and the
          * gradient) a tensor each; the swap ring, staging and the gradient
          * buffer are pinned. */
-        const int64_t per = nvme_cap / nt;
         /* nvme_store.c: the files hold whole stripes of every directory;
          * opt_home_nvme.c counts the round-up as OTHER. */
         if (in->nvme_round > 0) {
@@ -528,14 +543,17 @@ static zc_status plan(const zc_est_in *in, zc_est *out)
             rounded = rounded / in->nvme_round * in->nvme_round;
             ZC_CHECK(add(out, ZC_MEMKIND_NVME, ZC_MEM_OTHER, rounded - nvme_cap, 1));
         }
-        ZC_CHECK(add(out, ZC_MEMKIND_NVME, ZC_MEM_MASTER, per, 1));
-        ZC_CHECK(add(out, ZC_MEMKIND_NVME, ZC_MEM_ADAM, per, 2));
+        ZC_CHECK(add(out, ZC_MEMKIND_NVME, ZC_MEM_MASTER, nv_bytes[0], 1));
+        ZC_CHECK(add(out, ZC_MEMKIND_NVME, ZC_MEM_ADAM, nv_bytes[1] + nv_bytes[2], 1));
         if (nt == 4)
-            ZC_CHECK(add(out, ZC_MEMKIND_NVME, ZC_MEM_GRADS, per, 1));
+            ZC_CHECK(add(out, ZC_MEMKIND_NVME, ZC_MEM_GRADS, nv_bytes[3], 1));
         int64_t slots = in->buffer_count / 4;
         slots = slots < 1 ? 1 : slots > EST_MAX_SLOTS ? EST_MAX_SLOTS : slots;
         const int64_t buf = round_up(maxn_off * 4, EST_IO_ALIGN);
-        ZC_CHECK(add(out, ZC_MEMKIND_PINNED, ZC_MEM_BUFFERS, slots * nt, buf));
+        int64_t slot = 0; /* a slot: the largest chunk's nt tensors */
+        for (int i = 0; i < nt; i++)
+            slot += round_up(maxn_off * esz[i], EST_IO_ALIGN);
+        ZC_CHECK(add(out, ZC_MEMKIND_PINNED, ZC_MEM_BUFFERS, slots, slot));
         if (in->staging)
             ZC_CHECK(add(out, ZC_MEMKIND_PINNED, ZC_MEM_BUFFERS, slots * maxn_off, 4 + pesz));
         if (nt == 4) {
@@ -620,7 +638,7 @@ const char *zc__est_part_name(zc_est_part part)
     switch (part) {
     case ZC_EST_PARAMS: return "working-precision parameters";
     case ZC_EST_GRADS: return "gradients";
-    case ZC_EST_OPTIMIZER: return "optimizer state (fp32 master, Adam m and v)";
+    case ZC_EST_OPTIMIZER: return "optimizer state (master, Adam m and v)";
     case ZC_EST_ACTIVATIONS: return "activation checkpoints (the activation store)";
     default: return "buffers (gradient, gather and staging pools, swap buffers)";
     }

@@ -116,7 +116,7 @@ static zc_status check_nvme(const zc_plan_who *who, const zc_config *cfg, const 
                                                   "zero_optimization.offload_param",
                                                   "activation_checkpointing"};
         static const char *const what[STORES] = {
-            "optimizer state (fp32 master, Adam m and v)",
+            "optimizer state (master, Adam m and v)",
             "the parameter shards' swap file (offload_param)",
             "the activation checkpoints' swap file (nvme_checkpointing)"};
         static const char *const cure[STORES] = {

@@ -217,8 +217,17 @@ static zc_status refuse(const zc_place_in *in, const items *it, uint8_t *opt, ui
                   bt(used[over] - in->budget[over]).s, alt);
 }
 
-/* The fewest bytes an item's state takes in the kind it lives in: the fp32
- * master, m and v of its optimizer elements, or its parameter shard in the
+/* Bytes of master, m and v per optimizer element (each fp32 or bf16). */
+static int64_t state_bytes(const zc_est_in *e)
+{
+    int64_t b = 0;
+    for (int i = 0; i < 3; i++)
+        b += e->sesz[i] ? (int64_t)e->sesz[i] : 4;
+    return b;
+}
+
+/* The fewest bytes an item's state takes in the kind it lives in: the
+ * master, m and v of its optimizer elements (in their dtypes), or its parameter shard in the
  * working precision. Moving it off a kind frees at least this much there, and
  * moving it onto one adds at least this much, less whatever swap ring the
  * move lets go (bounded by the kind's buffers). */
@@ -228,7 +237,7 @@ static int64_t item_bytes(const zc_place_in *in, const items *it, int i)
     if (i < it->np)
         return e->padded[it->pk[i]] / e->world * (int64_t)e->pesz;
     const int k = it->ok[i - it->np];
-    return (e->stage == 0 ? e->padded[k] : e->padded[k] / e->world) * 12;
+    return (e->stage == 0 ? e->padded[k] : e->padded[k] / e->world) * state_bytes(e);
 }
 
 /* The most bytes moving an item down from kind `from` can free in that
@@ -247,7 +256,7 @@ static int64_t item_free_max(const zc_place_in *in, const items *it, int i, int 
     }
     const int k = it->ok[i - it->np];
     const int64_t n = e->stage == 0 ? e->padded[k] : e->padded[k] / e->world;
-    const int64_t state = (e->stage >= 2 ? 16 : 12) * n;
+    const int64_t state = (state_bytes(e) + (e->stage >= 2 ? 4 : 0)) * n;
     return from == ZC_PLACE_DEVICE ? state : state + 3 * pesz * n;
 }
 

@@ -226,11 +226,13 @@ static zc_status plan(zc_config *cfg, int world, const zc_plan_tensor *t, int n,
         ZC_CHECK(zc__plan_ranks_per_node(world, &rpn));
 
     const zc_offload_cfg *oo = &cfg->zero.offload_optimizer, *op = &cfg->zero.offload_param;
+    const zc_state_dtypes sdt = zc__config_state_dtypes(cfg);
     const zc_mem_kind dk = kind == ZC_DEVICE_HOST ? ZC_MEMKIND_HOST : ZC_MEMKIND_DEVICE;
     zc_est_in in = {
         .world = world,
         .stage = cfg->zero.stage,
         .pesz = zc_dtype_size(dt),
+        .sesz = {zc_dtype_size(sdt.master), zc_dtype_size(sdt.m), zc_dtype_size(sdt.v)},
         .gas = gas,
         .bucket = bucket,
         .offload = (int)oo->device,

@@ -178,6 +178,8 @@ enum { ZC_PLACE_DEVICE = 0, ZC_PLACE_PINNED = 1, ZC_PLACE_NVME = 2, ZC_PLACE__CO
 typedef struct zc_est_in {
     int world, stage;            /* world >= 1, stage 0..3 */
     size_t pesz;                 /* bytes per working-precision element */
+    size_t sesz[3];              /* bytes per element of the optimizer's master, m
+                                    and v: 4 (fp32) or 2 (bf16); 0 counts as 4 */
     int64_t gas;                 /* gradient_accumulation_steps (>= 1) */
     int64_t bucket;              /* the reduction bucket (zc__bucket_elems): one set of
                                     stages 2/3's gradient pool holds as many units
@@ -251,7 +253,7 @@ typedef struct zc_est {
 typedef enum zc_est_part {
     ZC_EST_PARAMS = 0, /* working-precision parameters */
     ZC_EST_GRADS,      /* gradients, accumulators and fp32 gradient shards */
-    ZC_EST_OPTIMIZER,  /* fp32 master, Adam m and v */
+    ZC_EST_OPTIMIZER,  /* master weights, Adam m and v */
     ZC_EST_BUFFERS,    /* buffer pools, staging and swap buffers */
     ZC_EST_ACTIVATIONS, /* the activation store (activation_checkpointing) */
     ZC_EST__PARTS
@@ -263,7 +265,7 @@ int zc__nvme_path_count(const char *nvme_path);
 
 /* Bytes of a part in one kind of memory. */
 int64_t zc__est_part_bytes(const zc_est *e, zc_mem_kind kind, zc_est_part part);
-/* Static text: the part's name ("optimizer state (fp32 master, Adam m and v)"). */
+/* Static text: the part's name ("optimizer state (master, Adam m and v)"). */
 const char *zc__est_part_name(zc_est_part part);
 /* Static text: the configuration key that changes a part's bytes in that
  * kind of memory, for the plan's stage, offload_optimizer and offload_param

@@ -106,6 +106,12 @@ typedef struct poff_opts {
 
 static const poff_opts NO_POFF = {0, 0, -1};
 
+/* The optimizer state's precision of the next check_with runs: extra
+ * config keys and the bytes per element of master, m, v they give (the
+ * planner's input, stated independently of the engine). */
+static const char *const *state_keys;
+static size_t state_sesz[3];
+
 static void check_with(int stage, int world, int accum, int off, const char *nvme_json,
                        int views, poff_opts po, bool staged)
 {
@@ -125,12 +131,14 @@ static void check_with(int stage, int world, int accum, int off, const char *nvm
     r->param_nvme_path_json = po.dev == 2 ? nvme_json : NULL;
     r->max_in_cpu = po.max_in_cpu;
     r->persistence = po.persistence;
+    r->keys = state_keys;
     zc__opt_force_staging(staged);
     const bool ran = t_engine_run(r);
     zc__opt_force_staging(false);
     cr_assert(ran, "%s", t_run_error(r));
     zc_est_in in = {
         .world = world, .stage = stage, .pesz = 2, .gas = accum,
+        .sesz = {state_sesz[0], state_sesz[1], state_sesz[2]},
         .offload = off == 0 ? ZC_OFFLOAD_NONE : off == 1 ? ZC_OFFLOAD_CPU : ZC_OFFLOAD_NVME,
         .ratio = l.ratio, .staging = staged, .dev_kind = ZC_MEMKIND_HOST,
         .buffer_count = l.buffer_count, .nvme_round = l.nvme_round, .max_live = l.max_live, .prefetch_elems = l.prefetch,
@@ -217,6 +225,62 @@ Test(estimate, plan_equals_allocation)
                     if (off == 0 || stage > 0)
                         check_one(stage, world, accum, off, json, 0);
     rmdir(dir);
+}
+
+/* bf16 optimizer state: master and moments (stages 1-3, every home), the
+ * moments alone (stages 0-3), a bf16 master with fp32 moments (offload
+ * only): the plan is what the engine allocates. */
+Test(estimate, plan_equals_allocation_bf16_state)
+{
+    char dir[64], json[96];
+    snprintf(dir, sizeof dir, "zc-estimate-XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(json, sizeof json, "\"%s\"", dir);
+    static const char *const all[] = {"bf16.bf16_master_weights_and_grads", "true",
+                                      "bf16.bf16_optimizer_states", "true", NULL};
+    static const char *const moments[] = {"bf16.exp_avg_dtype", "\"bf16\"",
+                                          "bf16.exp_avg_sq_dtype", "\"bf16\"", NULL};
+    static const char *const master[] = {"bf16.bf16_master_weights_and_grads", "true", NULL};
+    for (int world = 1; world <= 3; world++)
+        for (int accum = 1; accum <= 2; accum++)
+            for (int stage = 0; stage <= 3; stage++)
+                for (int off = 0; off <= 2; off++) {
+                    if (off > 0 && stage == 0)
+                        continue;
+                    state_keys = moments;
+                    memcpy(state_sesz, (size_t[3]){4, 2, 2}, sizeof state_sesz);
+                    check_one(stage, world, accum, off, json, 0);
+                    if (stage == 0)
+                        continue;
+                    state_keys = all;
+                    memcpy(state_sesz, (size_t[3]){2, 2, 2}, sizeof state_sesz);
+                    check_one(stage, world, accum, off, json, 0);
+                    if (off == 0)
+                        continue;
+                    state_keys = master;
+                    memcpy(state_sesz, (size_t[3]){2, 4, 4}, sizeof state_sesz);
+                    check_one(stage, world, accum, off, json, 0);
+                }
+    state_keys = NULL;
+    memset(state_sesz, 0, sizeof state_sesz);
+    rmdir(dir);
+}
+
+/* The hand-computed stage-2 plan with bf16 master and moments: a third of
+ * the bytes per element of fp32's 12 halves to 6. */
+Test(estimate, hand_computed_stage2_bf16_state)
+{
+    int64_t padded[3] = {1024, 128, 4096};
+    zc_est_in in = {.world = 2, .stage = 2, .pesz = 2, .sesz = {2, 2, 2}, .gas = 1,
+                    .offload = ZC_OFFLOAD_NONE, .dev_kind = ZC_MEMKIND_DEVICE,
+                    .max_live = INT64_MAX, .nchunks = 3, .padded = padded};
+    zc_est e;
+    cr_assert_eq(zc__estimate(&in, &e), ZC_OK);
+    const int64_t shard = (1024 + 128 + 4096) / 2; /* 2624 elements per rank */
+    cr_assert_eq(e.bytes[ZC_MEMKIND_DEVICE][ZC_MEM_MASTER], shard * 2);
+    cr_assert_eq(e.bytes[ZC_MEMKIND_DEVICE][ZC_MEM_ADAM], shard * 4);
+    in.sesz[0] = 3;
+    cr_assert_eq(zc__estimate(&in, &e), ZC_ERR_INVALID_ARG);
 }
 
 /* Stage 3 with offload_param cpu and nvme, every offload_optimizer. */
@@ -536,7 +600,7 @@ Test(estimate, build_refuses_beyond_memavailable)
     zc_comm_destroy(comm);
     zc_config_destroy(cfg);
     cr_assert_not_null(strstr(msg, "MemAvailable"), "%s", msg);
-    cr_assert_not_null(strstr(msg, "biggest consumer is optimizer state (fp32 master, Adam m and v) in pinned host"), "%s", msg);
+    cr_assert_not_null(strstr(msg, "biggest consumer is optimizer state (master, Adam m and v) in pinned host"), "%s", msg);
     cr_assert_not_null(strstr(msg, "zero_optimization.offload_optimizer.device"), "%s", msg);
     cr_assert_not_null(strstr(msg, "the plan needs"), "%s", msg);
     remove(path);
@@ -596,8 +660,8 @@ Test(estimate, build_refuses_beyond_device_free)
     cr_assert_eq(rc, ZC_ERR_NO_MEMORY, "build must refuse: %s", msg);
     cr_assert_lt(left, 64 * 1024, "the refused build allocated %lld bytes", (long long)left);
     cr_assert_not_null(strstr(msg, "device memory but the device has 1.0 MiB free"), "%s", msg);
-    cr_assert_not_null(strstr(msg, "biggest consumer is optimizer state (fp32 master, Adam m "
-                                   "and v) (12.0 MiB): change "
+    cr_assert_not_null(strstr(msg, "biggest consumer is optimizer state (master, Adam m and "
+                                   "v) (12.0 MiB): change "
                                    "zero_optimization.offload_optimizer.device"), "%s", msg);
     rc = build_with_device_free(1 << 20, 2, "\"cpu\"", msg, sizeof msg, &left);
     cr_assert_eq(rc, ZC_ERR_NO_MEMORY, "build must refuse: %s", msg);

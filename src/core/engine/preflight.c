@@ -27,6 +27,7 @@ zc_status zc__preflight(zc_engine *e)
         .world = e->world,
         .stage = e->stage,
         .pesz = e->pesz,
+        .sesz = {zc_dtype_size(e->sdt.master), zc_dtype_size(e->sdt.m), zc_dtype_size(e->sdt.v)},
         .gas = e->gas,
         .bucket = e->bucket,
         .offload = (int)o->device,
