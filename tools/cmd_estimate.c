@@ -51,7 +51,7 @@ static void usage(FILE *f)
             "                      [--max-memory device=SIZE,cpu=SIZE,nvme=SIZE [--nvme-path DIR]]\n"
             "                      [--seq S] [--checkpoint-activations none|block]\n"
             "                      [--checkpoint-offload device|cpu|nvme] [--fit-device SIZE]\n"
-            "                      [--act-dtype fp32|bf16|fp16]\n"
+            "                      [--act-dtype fp32|bf16|fp16] [--state config|fp32|bf16|both]\n"
             "  Per-rank bytes of device, pinned host, pageable host and NVMe memory that\n"
             "  zc_engine_build allocates, for every stage x offload_optimizer combination\n"
             "  and, at stage 3, x offload_param (or only the one FILE configures), with\n"
@@ -76,6 +76,9 @@ static void usage(FILE *f)
             "                    (zero_hpz_partition_size): stage 3 also planned with the\n"
             "                    secondary partition, beside flat\n"
             "  --dtype           working precision (default: the config's, else bf16)\n"
+            "  --state           the optimizer state's precision: config (the default: --config's\n"
+            "                    bf16 keys, else fp32), fp32, bf16 (master and moments), or both:\n"
+            "                    a row for each (bf16 from stage 1, as DeepSpeed allows it)\n"
             "  --micro-batch B   sequences per rank and micro-step, [1, 65536] (default: the\n"
             "                    config's train_micro_batch_size_per_gpu, else 1)\n"
             "  --json            one JSON line per configuration\n"
@@ -137,6 +140,8 @@ typedef struct opts {
     int ckpt_home;    /* --checkpoint-offload: 0 device, 1 cpu, 2 nvme; -1 the config's */
     int64_t fit;      /* --fit-device bytes, -1 none */
     int act_esz;      /* --act-dtype's bytes (0: the working precision's) */
+    int state;        /* --state: 0 config, 1 fp32, 2 bf16, 3 both */
+    zc_state_dtypes sd; /* the row being planned: master, m, v */
 } opts;
 
 /* How a row is sharded: flat, MiCS over groups of `size`, or hpZ. */
@@ -308,6 +313,17 @@ static int parse(int argc, char **argv, opts *o, int64_t *params)
             }
         } else if (!strcmp(a, "--config")) {
             o->config = v;
+        } else if (!strcmp(a, "--state")) {
+            static const char *const names[] = {"config", "fp32", "bf16", "both"};
+            o->state = -1;
+            for (int si = 0; si < 4; si++)
+                if (!strcmp(v, names[si]))
+                    o->state = si;
+            if (o->state < 0) {
+                fprintf(stderr, "zeroc estimate: --state '%s': expected config, fp32, bf16 or "
+                                "both\n", v);
+                return 2;
+            }
         } else if (!strcmp(a, "--max-memory")) {
             o->max_memory = v;
         } else if (!strcmp(a, "--nvme-path")) {
@@ -446,9 +462,21 @@ static const char *off_name(int off)
     return off == ZC_OFFLOAD_CPU ? "cpu" : off == ZC_OFFLOAD_NVME ? "nvme" : "none";
 }
 
+/* The state's precision as a row shows it: "fp32", "bf16", or each
+ * tensor's ("bf16/fp32/fp32": master, m, v) when they differ. */
+static void state_name(const zc_state_dtypes *sd, char *buf, size_t cap)
+{
+    if (sd->master == sd->m && sd->m == sd->v)
+        snprintf(buf, cap, "%s", dtype_name(sd->master));
+    else
+        snprintf(buf, cap, "%s/%s/%s", dtype_name(sd->master), dtype_name(sd->m),
+                 dtype_name(sd->v));
+}
+
 /* One configuration's row. */
 typedef struct row {
     int stage, offload, poffload, dtype;
+    zc_state_dtypes sd; /* the optimizer state's precision */
     sharding sh;
     int64_t link[2];  /* bytes one rank sends per step: inside its node, across nodes */
     bool ckpt;
@@ -517,6 +545,7 @@ static int plan_row(const opts *o, const zc_config *cfg, int stage, int off, int
         cfg->zero.max_live_parameters > 0 ? cfg->zero.max_live_parameters : INT64_MAX;
     zc_est_in in = {
         .world = o->world, .stage = stage, .pesz = pesz, .gas = gas, .bucket = bucket,
+        .sesz = {zc_dtype_size(o->sd.master), zc_dtype_size(o->sd.m), zc_dtype_size(o->sd.v)},
         .offload = off,
         .ratio = cfg->zero.offload_optimizer.ratio > 0 ? cfg->zero.offload_optimizer.ratio : 1,
         .staging = !o->host_device,
@@ -557,6 +586,7 @@ static int plan_row(const opts *o, const zc_config *cfg, int stage, int off, int
         return 1;
     }
     r->stage = stage;
+    r->sd = o->sd;
     r->sh = *sh;
     r->offload = off;
     r->poffload = poff;
@@ -623,6 +653,8 @@ static void print_json(const opts *o, const row *r)
     json_t *shj = json_pack("{s:s, s:i, s:b}", "kind", kinds[r->sh.kind], "size",
                                  r->sh.kind == SHARD_FLAT ? o->world : r->sh.size,
                                  "hierarchical", (int)r->sh.hier);
+    json_t *state = json_pack("{s:s, s:s, s:s}", "master", dtype_name(r->sd.master), "exp_avg",
+                              dtype_name(r->sd.m), "exp_avg_sq", dtype_name(r->sd.v));
     json_t *links = json_pack("{s:I, s:I}", "intra_node", (json_int_t)r->link[0], "inter_node",
                               (json_int_t)r->link[1]);
     json_t *j = json_pack(
@@ -637,6 +669,10 @@ static void print_json(const opts *o, const row *r)
         (json_int_t)(r->padded - r->used), "live_bound", (json_int_t)r->live_bound,
         "deepspeed", ds, "sharding", shj, "ranks_per_node", o->gpn,
         "comm_bytes_per_step_by_link", links);
+    if (j)
+        json_object_set_new(j, "state", state);
+    else
+        json_decref(state);
     if (j && o->m.gpt) {
         /* The activation store (checkpointing by block): planned in the
          * kinds above, beside the activations that stay with the model. */
@@ -662,7 +698,8 @@ static void mib(char *buf, size_t cap, u128 b)
 
 static void print_row(const opts *o, const row *r)
 {
-    char d[32], p[32], h[32], n[32], a[32], g[32], c[32], li[32], lx[32], sh[32];
+    char d[32], p[32], h[32], n[32], a[32], g[32], c[32], li[32], lx[32], sh[32], st[32];
+    state_name(&r->sd, st, sizeof st);
     mib(li, sizeof li, (u128)r->link[0]);
     mib(lx, sizeof lx, (u128)r->link[1]);
     if (r->sh.kind == SHARD_FLAT)
@@ -681,10 +718,10 @@ static void print_row(const opts *o, const row *r)
         mib(g, sizeof g, r->ds_gpu);
         mib(c, sizeof c, r->ds_cpu);
     }
-    printf("| %d | %-4s | %-4s | %s | %-10s | %12s | %12s | %12s | %12s | %12s | %12s | %12s | "
-           "%10s | %10s |\n",
-           r->stage, off_name(r->offload), off_name(r->poffload), dtype_name(r->dtype), sh, d, p,
-           h, n, a, g, c, li, lx);
+    printf("| %d | %-4s | %-4s | %s | %-4s | %-10s | %12s | %12s | %12s | %12s | %12s | %12s | "
+           "%12s | %10s | %10s |\n",
+           r->stage, off_name(r->offload), off_name(r->poffload), dtype_name(r->dtype), st, sh,
+           d, p, h, n, a, g, c, li, lx);
 }
 
 /* --fit-device: the device bytes of the configuration (activations counted
@@ -762,6 +799,18 @@ static int run(const opts *o, zc_config *cfg)
                           : ZC_DTYPE_BF16;
     const int64_t gas = cfg->gradient_accumulation_steps > 0 ? cfg->gradient_accumulation_steps : 1;
     opts oo = *o;
+    /* The state precisions of the rows (--state). */
+    const zc_state_dtypes f32s = {ZC_DTYPE_F32, ZC_DTYPE_F32, ZC_DTYPE_F32};
+    const zc_state_dtypes bf16s = {ZC_DTYPE_BF16, ZC_DTYPE_BF16, ZC_DTYPE_BF16};
+    zc_state_dtypes states[2] = {zc__config_state_dtypes(cfg), bf16s};
+    int nstates = 1;
+    if (o->state == 1 || o->state == 3)
+        states[0] = f32s;
+    if (o->state == 2)
+        states[0] = bf16s;
+    if (o->state == 3)
+        nstates = 2;
+    oo.sd = states[0];
     const int64_t file_mb = cfg->train_micro_batch_size_per_gpu;
     const int64_t micro = o->micro ? o->micro : file_mb > 0 ? file_mb : 1;
     /* The file's micro batch sizes the activations (--model only): held to
@@ -832,11 +881,12 @@ static int run(const opts *o, zc_config *cfg)
                              "(activation_checkpointing); the activations column is one "
                              "block's working set, the embedding and the logits"
                            : "every layer's (Korthikanti et al. 2022; no recomputation)");
-        printf("| stage | offload_optimizer | offload_param | dtype | sharding | device | pinned "
+        printf("| stage | offload_optimizer | offload_param | dtype | state | sharding | device "
+               "| pinned "
                "| host | nvme | of %s: activations | DeepSpeed GPU | DeepSpeed CPU | "
                "sent in node / step | across nodes / step |\n",
                o->host_device ? "host" : "device");
-        printf("|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+        printf("|---|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     }
     for (int stage = 0; stage <= 3; stage++)
         for (int off = ZC_OFFLOAD_NONE; off <= ZC_OFFLOAD_NVME; off++)
@@ -858,16 +908,22 @@ static int run(const opts *o, zc_config *cfg)
                                    off == ZC_OFFLOAD_NONE && poff == ZC_OFFLOAD_NONE) ||
                                   (hyb.kind == SHARD_HPZ && stage == 3 &&
                                    poff == ZC_OFFLOAD_NONE);
-                for (int v = 0; v < (with ? 2 : 1); v++) {
-                    row r;
-                    int rc = plan_row(&oo, cfg, stage, off, poff, dtype, gas, &shs[v], &r);
-                    if (rc)
-                        return rc;
-                    if (o->json)
-                        print_json(&oo, &r);
-                    else
-                        print_row(&oo, &r);
-                }
+                for (int v = 0; v < (with ? 2 : 1); v++)
+                    for (int si = 0; si < nstates; si++) {
+                        /* A bf16 state starts at stage 1 (DeepSpeed's rule for
+                         * bf16_master_weights_and_grads). */
+                        if (stage == 0 && states[si].master != ZC_DTYPE_F32)
+                            continue;
+                        oo.sd = states[si];
+                        row r;
+                        int rc = plan_row(&oo, cfg, stage, off, poff, dtype, gas, &shs[v], &r);
+                        if (rc)
+                            return rc;
+                        if (o->json)
+                            print_json(&oo, &r);
+                        else
+                            print_row(&oo, &r);
+                    }
             }
     return 0;
 }

@@ -156,7 +156,7 @@ const zc_cfg_key zc__cfg_keys[] = {
              "bf16_optimizer_states's" },
     KBOOL("bf16.stochastic_rounding", bf16.stochastic_rounding, 1, 0,
           "(zeroc) round bf16 optimizer state stochastically (false: to nearest even)"),
-    KI64("bf16.stochastic_rounding_seed", bf16.stochastic_rounding_seed, 0, 0, INT64_MAX, 0,
+    KI64("bf16.stochastic_rounding_seed", bf16.stochastic_rounding_seed, 0, 0, STEPS_MAX, 0,
          "(zeroc) seed of the stochastic rounding's counter-based random bits"),
 
     /* optimizer */

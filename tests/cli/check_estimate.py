@@ -200,6 +200,35 @@ def check_hybrid(z):
         fail("mics table", "exit %r:\n%s" % (t.returncode, t.stdout))
 
 
+def check_state(z):
+    """--state both: each configuration from stage 1 again with bf16 master and
+    moments, whose optimizer bytes are half of fp32's 12 per element (device and
+    pinned homes exactly; the nvme files within their per-tensor alignment)."""
+    rows = lines(z, "--params", "1e9", "--world", "8", "--json", "--state", "both")
+    f32 = [r for r in rows if r["state"]["master"] == "fp32"]
+    b16 = [r for r in rows if r["state"] == {"master": "bf16", "exp_avg": "bf16",
+                                             "exp_avg_sq": "bf16"}]
+    if len(f32) != 16 or len(b16) != 15 or len(rows) != 31:
+        fail("state rows", "%d fp32, %d bf16 of %d" % (len(f32), len(b16), len(rows)))
+        return
+    key = lambda r: (r["stage"], r["offload_optimizer"], r["offload_param"])
+    ref = {key(r): r for r in f32}
+    for r in b16:
+        base = ref[key(r)]
+        for kind in ("device", "pinned"):
+            a, b = r["parts"][kind]["optimizer"], base["parts"][kind]["optimizer"]
+            if 2 * a != b:
+                fail("state %s %s" % (key(r), kind), "bf16 optimizer %d, fp32 %d" % (a, b))
+        a, b = r["parts"]["nvme"]["optimizer"], base["parts"]["nvme"]["optimizer"]
+        if not (b / 2 <= a <= b / 2 + 3 * 4096 * 128):  # <= 60 chunks, 3 tensors each
+            fail("state %s nvme" % (key(r),), "bf16 optimizer %d, fp32 %d" % (a, b))
+    t = run(z, "--params", "1e6", "--world", "2", "--state", "bf16")
+    if t.returncode != 0 or "| bf16 | bf16 |" not in t.stdout:
+        fail("state table", t.stdout)
+    expect_usage(z, "state value", ["--params", "10", "--world", "1", "--state", "fp16"],
+                 "--state 'fp16'")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--zeroc", required=True)
@@ -242,7 +271,7 @@ def main():
              % len(rows))
     keys = {"stage", "offload_optimizer", "offload_param", "world", "dtype", "bytes", "parts",
             "activations", "params", "padding_elems", "live_bound", "deepspeed", "sharding",
-            "ranks_per_node", "comm_bytes_per_step_by_link"}
+            "ranks_per_node", "comm_bytes_per_step_by_link", "state"}
     for r in rows:
         if set(r) != keys:
             fail("json keys", "%s" % sorted(r))
@@ -390,6 +419,8 @@ def main():
                                      "--chunks", "some"], "--chunks 'some'")
     expect_usage(z, "device value", ["--model", "gpt:1,64,4,64,256", "--world", "1",
                                      "--device", "tpu"], "--device 'tpu'")
+
+    check_state(z)
 
     # The table.
     r = run(z, "--params", "1e9", "--world", "8")
