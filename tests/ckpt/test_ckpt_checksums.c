@@ -44,6 +44,9 @@
 
 static uint64_t ref_xxh3(const void *p, size_t n) { return XXH3_64bits(p, n); }
 
+/* The shards here hold fp32 values of every kind. */
+static const zc_dtype all_fp32[ZC_CK__KINDS] = {ZC_DTYPE_F32, ZC_DTYPE_F32, ZC_DTYPE_F32};
+
 static unsigned char *read_file(const char *path, size_t *n)
 {
     FILE *fp = fopen(path, "rb");
@@ -110,7 +113,7 @@ static const void *shard_writer_pass(const char *dir, const char *tag, uint64_t 
     cr_assert_eq(run, 0);
     cr_assert_eq(zc__ck_stage_open(dir, tag), ZC_OK, "%s", zc_last_error());
     zc_ck_shard sh;
-    cr_assert_eq(zc__ck_shard_open(&sh, dir, tag, 0, capacity, acct, keep), ZC_OK, "%s",
+    cr_assert_eq(zc__ck_shard_open(&sh, dir, tag, 0, capacity, all_fp32, acct, keep), ZC_OK, "%s",
                  zc_last_error());
     const void *ring = sh.ring;
     float *vals[NENT];
@@ -228,7 +231,7 @@ Test(ckpt_checksums, a_shard_whose_write_fails_after_the_seal_leaves_nothing)
     cr_assert_eq(zc__ck_stage_open(dir, "f"), ZC_OK, "%s", zc_last_error());
     const int64_t n = 1 << 18; /* 1 MiB: one write, in flight at the seal */
     zc_ck_shard sh;
-    cr_assert_eq(zc__ck_shard_open(&sh, dir, "f", 0, (uint64_t)n * 4, NULL, NULL), ZC_OK, "%s",
+    cr_assert_eq(zc__ck_shard_open(&sh, dir, "f", 0, (uint64_t)n * 4, all_fp32, NULL, NULL), ZC_OK, "%s",
                  zc_last_error());
     zc_nvme_faults f = {.enospc_write_at = 1};
     zc__nvme_set_faults(sh.st, &f);
@@ -297,7 +300,7 @@ static void kept_values_case(void)
     cr_assert_eq(posix_memalign((void **)&mem, (size_t)2 << 20, mem_bytes), 0);
     cr_assert_eq(zc__ck_stage_open(dir, "k"), ZC_OK, "%s", zc_last_error());
     zc_ck_shard sh;
-    cr_assert_eq(zc__ck_shard_open(&sh, dir, "k", 0, capacity, NULL, NULL), ZC_OK, "%s",
+    cr_assert_eq(zc__ck_shard_open(&sh, dir, "k", 0, capacity, all_fp32, NULL, NULL), ZC_OK, "%s",
                  zc_last_error());
     enum { MAXE = 3 * (sizeof kept_runs / sizeof kept_runs[0]) };
     const float *vals[MAXE];
