@@ -1207,8 +1207,8 @@ ZC_API zc_status zc_checkpoint_export_fd(const char *dir, const char *tag, int f
  * `world` ranks into OUT_DIR/TAG, under that same tag (the directory's name,
  * whatever the manifest's "tag" field says; OUT_DIR must exist;
  * OUT_DIR/latest is set), with the shard files a world of that size reads its
- * own ranges from; values are copied bitwise, each kind in its saved dtype. Same crash safety as zc_checkpoint_save, and the same
- * refusals: an existing OUT_DIR/TAG, a staging OUT_DIR/.TAG.partial that is a
+ * own ranges from; values are copied bitwise, each kind in its saved dtype.
+ * Same crash safety as zc_checkpoint_save, and the same refusals: an existing OUT_DIR/TAG, a staging OUT_DIR/.TAG.partial that is a
  * link or was not made by a zeroc save. The input is verified as it is read,
  * and the output's manifest is read back through the loader's validation
  * (and each shard file's size checked) before OUT_DIR/TAG and
