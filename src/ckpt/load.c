@@ -1,15 +1,16 @@
 /* zc_checkpoint_load: check what needs no payload, then read once into place.
  *
  *   1. every rank reads the manifest, matches the checkpoint's tensors to the
- *      engine's parameters by name and shape, checks every shard file's
- *      presence and size, lists the entries its own optimizer range reads
- *      (the plan) and opens the files and read buffers for them; the outcome
+ *      engine's parameters by name and shape and each kind's stored dtype to
+ *      the engine's (match_dtypes), checks every shard file's presence and
+ *      size, lists the entries its own optimizer range reads (the plan) and
+ *      opens the files and read buffers for them; the outcome
  *      is agreed (zc__eng_agree_keep): a bad checkpoint is the same error on
  *      every rank and nothing has changed;
  *   2. every rank reads its planned entries once (shard_read.c: O_DIRECT,
  *      read ahead through a ring) into its range of master, exp_avg and
  *      exp_avg_sq in its optimizer home (chunk by chunk: an NVMe home
- *      streams), checking each entry's checksum on the way, and writes its
+ *      streams; a bf16 kind widened in place into an fp32 one), checking each entry's checksum on the way, and writes its
  *      working parameters from the master (as the step derives them); agreed
  *      with zc__eng_agree, since a damaged entry or an I/O error here leaves
  *      a half-restored engine: broken on every rank;

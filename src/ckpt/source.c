@@ -168,8 +168,8 @@ zc_status zc__ck_source_read(zc_ck_source *s, int param, int kind, int64_t a, in
 void zc__ck_widen_bf16(void *buf, int64_t n)
 {
     /* Back to front: element j's fp32 (bytes [4j, 4j + 4)) covers bf16
-     * elements 2j and 2j + 1, both at or after j, so each is read before
-     * it is overwritten. */
+     * elements 2j and 2j + 1, at or after j: read already, or (j itself)
+     * read just before the store. */
     unsigned char *p = buf;
     for (int64_t j = n - 1; j >= 0; j--) {
         uint16_t h;
