@@ -312,14 +312,17 @@ static int inspect(const opts *o)
     printf("config       digest %016llx\n", (unsigned long long)m->config_digest);
     printf("model        %d tensors, %lld elements, %d chunks\n", m->nparams, (long long)elems,
            m->nchunks);
-    printf("files        %d, %llu bytes (fp32 master, exp_avg, exp_avg_sq; %lld entries)\n",
-           m->nfiles, (unsigned long long)bytes, (long long)m->nentries);
+    printf("files        %d, %llu bytes (%s master, %s exp_avg, %s exp_avg_sq; %lld "
+           "entries)\n",
+           m->nfiles, (unsigned long long)bytes, zc_dtype_name(m->kdt[ZC_CK_MASTER]),
+           zc_dtype_name(m->kdt[ZC_CK_EXP_AVG]), zc_dtype_name(m->kdt[ZC_CK_EXP_AVG_SQ]),
+           (long long)m->nentries);
     for (int f = 0; f < m->nfiles; f++)
         printf("  %s  %llu bytes\n", m->files[f].name, (unsigned long long)m->files[f].bytes);
     printf("tensors\n");
     for (int i = 0; i < m->nparams; i++) {
         const zc_ck_param *p = &m->params[i];
-        printf("  %-40s fp32 ", p->name);
+        printf("  %-40s %s ", p->name, zc_dtype_name(m->kdt[ZC_CK_MASTER]));
         print_shape(p);
         printf("  group %d  chunk %d+%lld\n", p->group, p->chunk, (long long)p->offset);
     }

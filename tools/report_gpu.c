@@ -8,6 +8,7 @@
  * that is not found says why (dlerror). */
 #include <dlfcn.h>
 #include <link.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1136,9 +1136,12 @@ ZC_API zc_status zc_engine_act_stats(const zc_engine *eng, zc_act_stats *out);
 /* ---- Checkpoints (docs/checkpoint.md) ----------------------------------- */
 
 /* Saves the training state to DIR/TAG (tag NULL: "global_step<N>"): each
- * rank writes the fp32 master, exp_avg and exp_avg_sq it holds (straight from
- * its optimizer home; an NVMe home streams chunk by chunk) to
- * rank_NNNNN.bin, and rank 0 writes manifest.json (step, loss scaler,
+ * rank writes the master, exp_avg and exp_avg_sq it holds, each in the dtype
+ * the engine stores it in (fp32, or bf16 under the bf16 state keys:
+ * bf16.bf16_master_weights_and_grads, bf16_optimizer_states, exp_avg_dtype,
+ * exp_avg_sq_dtype; the manifest records each kind's), straight from its
+ * optimizer home (an NVMe home streams chunk by chunk) to rank_NNNNN.bin,
+ * and rank 0 writes manifest.json (step, loss scaler,
  * scheduler position, config digest, world size, stage, layout, tensor
  * names, shapes, offsets and per-tensor XXH3 checksums), then points
  * DIR/latest at TAG. Collective, between optimizer steps (else
@@ -1158,7 +1161,12 @@ ZC_API zc_status zc_checkpoint_save(zc_engine *eng, const char *dir, const char 
 /* Restores what zc_checkpoint_save wrote to DIR/TAG (tag NULL: the tag in
  * DIR/latest): the optimizer state, the working parameters derived from the
  * master, the step counters and scheduler position, and fp16's loss scaler,
- * so training continues bitwise as if it had not stopped (same world size).
+ * so training continues bitwise as if it had not stopped (same world size
+ * and state dtypes). Each of master, exp_avg and exp_avg_sq loads bitwise
+ * into the same dtype and widens exactly from a saved bf16 into the
+ * engine's fp32; a saved fp32 kind into the engine's bf16 is refused
+ * (ZC_ERR_INVALID_ARG naming the kind, both dtypes and the engine's key to
+ * change), since rounding would change the saved values.
  * Tensors are matched by name and element range, so a checkpoint saved with
  * another world size, stage or chunk size loads directly. Collective,
  * between optimizer steps, with no parameter acquired (ZC_ERR_INVALID_STATE).
@@ -1168,7 +1176,8 @@ ZC_API zc_status zc_checkpoint_save(zc_engine *eng, const char *dir, const char 
  * (ZC_ERR_INVALID_ARG naming the field: docs/checkpoint.md lists it; step
  * counters above 2^62, chunks that disagree with the parameters, a tensor
  * name twice), another model's checkpoint (a name or shape differs), fp16
- * against another precision or a newer format version fails with a message
+ * against another precision, fp32 state into bf16 state, or a newer format
+ * version fails with a message
  * naming the file and the tensor, the same on every rank, and the engine
  * unchanged. Then each rank reads the entries it needs once, straight into
  * its state, checking each entry's checksum as it is read: a damaged entry
@@ -1184,8 +1193,9 @@ ZC_API zc_status zc_checkpoint_load(zc_engine *eng, const char *dir, const char 
 /* Writes the full model of checkpoint DIR/TAG (tag NULL: latest) as a
  * safetensors file to fd (an empty file the caller opened for writing and
  * keeps owning): every parameter under its registered name and shape, in
- * registration order, converted from the fp32 master to dtype (ZC_DTYPE_F32,
- * ZC_DTYPE_BF16 or ZC_DTYPE_F16, rounded to nearest even), with metadata
+ * registration order, converted from the master to dtype (ZC_DTYPE_F32,
+ * ZC_DTYPE_BF16 or ZC_DTYPE_F16, rounded to nearest even; a bf16 master is
+ * widened exactly, or copied as it is for ZC_DTYPE_BF16), with metadata
  * {"format": "pt"}. The manifest is validated as by zc_checkpoint_load (a
  * tensor name given twice is refused: safetensors names each tensor once)
  * and checksums are verified as by it. Reads one tensor at a time. Not collective (no engine). On failure the file
@@ -1197,8 +1207,8 @@ ZC_API zc_status zc_checkpoint_export_fd(const char *dir, const char *tag, int f
  * `world` ranks into OUT_DIR/TAG, under that same tag (the directory's name,
  * whatever the manifest's "tag" field says; OUT_DIR must exist;
  * OUT_DIR/latest is set), with the shard files a world of that size reads its
- * own ranges from. Same crash safety as zc_checkpoint_save, and the same
- * refusals: an existing OUT_DIR/TAG, a staging OUT_DIR/.TAG.partial that is a
+ * own ranges from; values are copied bitwise, each kind in its saved dtype.
+ * Same crash safety as zc_checkpoint_save, and the same refusals: an existing OUT_DIR/TAG, a staging OUT_DIR/.TAG.partial that is a
  * link or was not made by a zeroc save. The input is verified as it is read,
  * and the output's manifest is read back through the loader's validation
  * (and each shard file's size checked) before OUT_DIR/TAG and

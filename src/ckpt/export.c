@@ -4,8 +4,10 @@
  * {"__metadata__": {...}, "<name>": {"dtype", "shape", "data_offsets":
  * [begin, end)}} (offsets relative to the data, which follows; tensors back to
  * back in header order), padded with spaces to a multiple of 8 as the
- * reference writer does. Values come from the fp32 master, one bounded block
- * at a time, converted with round-to-nearest-even. */
+ * reference writer does. Values come from the master, one bounded block at a
+ * time: an fp32 master converted with round-to-nearest-even, a bf16 master
+ * (bf16.bf16_master_weights_and_grads) copied as it is into bf16 and widened
+ * exactly for fp32 (fp16: rounded once from that exact value). */
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdlib.h>
@@ -91,24 +93,39 @@ static void narrow(float *buf, zc_dtype dt, int64_t n)
         zc__store_f32(buf, dt, (size_t)j, buf[j]);
 }
 
+/* Elements [a, b) of parameter pi's master into buf ((b - a) floats of
+ * room) as dtype dt. A bf16 master asked for in bf16 is the stored bytes:
+ * no trip through fp32, which would make every NaN the canonical one. */
+static zc_status read_master(zc_ck_source *s, int pi, int64_t a, int64_t b, zc_dtype dt,
+                             float *buf)
+{
+    if (s->m.kdt[ZC_CK_MASTER] == ZC_DTYPE_BF16 && dt == ZC_DTYPE_BF16)
+        return zc__ck_source_read(s, pi, ZC_CK_MASTER, a, b, buf);
+    ZC_CHECK(zc__ck_source_read_f32(s, pi, ZC_CK_MASTER, a, b, buf));
+    narrow(buf, dt, b - a);
+    return ZC_OK;
+}
+
 /* A transposed tensor: the whole parameter, then its transpose written. */
 static zc_status write_transposed(zc_ck_source *s, const zc_ck_param *p, int pi, zc_dtype dt,
                                   int fd, uint64_t at)
 {
-    const size_t n = (size_t)p->numel;
-    float *a = malloc(n * sizeof(float)), *t = malloc(n * sizeof(float));
+    const size_t n = (size_t)p->numel, esz = zc_dtype_size(dt);
+    float *a = malloc(n * sizeof(float));
+    char *t = malloc(n * esz);
     zc_status rc = a && t ? ZC_OK
                           : ZC_ERR(ZC_ERR_NO_MEMORY, "export: parameter '%s' (%zu elements)",
                                    p->name, n);
     if (rc == ZC_OK)
-        rc = zc__ck_source_read(s, pi, ZC_CK_MASTER, 0, p->numel, a);
+        rc = read_master(s, pi, 0, p->numel, dt, a);
     if (rc == ZC_OK) {
+        /* Elements of esz bytes moved as they are: converted already. */
+        const char *src = (const char *)a;
         const int64_t R = p->shape[0], C = p->shape[1];
         for (int64_t i = 0; i < R; i++)
             for (int64_t j = 0; j < C; j++)
-                t[j * R + i] = a[i * C + j];
-        narrow(t, dt, p->numel);
-        rc = zc__ck_pwrite(fd, t, n * zc_dtype_size(dt), at, "safetensors output");
+                memcpy(t + (size_t)(j * R + i) * esz, src + (size_t)(i * C + j) * esz, esz);
+        rc = zc__ck_pwrite(fd, t, n * esz, at, "safetensors output");
     }
     free(a);
     free(t);
@@ -136,10 +153,9 @@ zc_status zc__ck_export_items(zc_ck_source *s, const zc_ck_export_item *items, i
         }
         for (int64_t a = 0; a < p->numel && rc == ZC_OK; a += BLOCK) {
             const int64_t b = a + BLOCK < p->numel ? a + BLOCK : p->numel;
-            rc = zc__ck_source_read(s, items[i].param, ZC_CK_MASTER, a, b, buf);
+            rc = read_master(s, items[i].param, a, b, dtype, buf);
             if (rc != ZC_OK)
                 break;
-            narrow(buf, dtype, b - a);
             rc = zc__ck_pwrite(fd, buf, (size_t)(b - a) * esz, at, "safetensors output");
             at += (uint64_t)(b - a) * esz;
         }

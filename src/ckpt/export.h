@@ -1,4 +1,4 @@
-/* Writing a checkpoint's fp32 master as safetensors (internal; export.c):
+/* Writing a checkpoint's master as safetensors (internal; export.c):
  * the public zc_checkpoint_export_fd writes every parameter under its own
  * name; the CLI's export also renames tensors (Hugging Face's names),
  * writes 2-D ones transposed and cuts the model into shards of a bounded
@@ -20,8 +20,9 @@ typedef struct zc_ck_export_item {
 } zc_ck_export_item;
 
 /* Writes items[0..n) of s, in that order, as one safetensors file to fd (an
- * empty file the caller opened for writing), converted from the fp32 master
- * to dtype (F32, BF16 or F16, round to nearest even), with metadata
+ * empty file the caller opened for writing), converted from the master
+ * (fp32, or bf16: widened exactly, or copied for BF16) to dtype (F32, BF16 or
+ * F16, round to nearest even), with metadata
  * {"format": "pt"}; checksums are verified as the entries are read. A
  * tensor is read in blocks of 1 Mi elements, a transposed one whole.
  * ZC_ERR_INVALID_ARG for a name given twice, "__metadata__", or a

@@ -5,9 +5,10 @@
  * newest complete tag. docs/checkpoint.md is the reference.
  *
  * The data is world-independent: a shard file is a sequence of *entries*,
- * each "elements [begin, end) of parameter P's tensor K" (K: the fp32 master,
- * Adam's exp_avg or exp_avg_sq) as little-endian fp32, with its byte offset
- * and its XXH3-64 checksum recorded in the manifest. Rank r of a W-rank save
+ * each "elements [begin, end) of parameter P's tensor K" (K: the master,
+ * Adam's exp_avg or exp_avg_sq) as little-endian values of K's stored dtype
+ * (fp32, or bf16 for the engine's bf16 state: zc_ck_manifest.kdt), with its
+ * byte offset and its XXH3-64 checksum recorded in the manifest. Rank r of a W-rank save
  * writes the parts of its chunk shards that hold parameters (padding is not
  * stored), so any reader - another world size, another stage, the exporter -
  * finds a parameter's values by name and element range, never by rank. */
@@ -22,10 +23,14 @@
 #include "zeroc/zeroc.h"
 
 #define ZC_CK_FORMAT "zeroc-checkpoint"
-#define ZC_CK_VERSION 2
+#define ZC_CK_VERSION 3
 /* Version 2: every run of entries starts at a multiple of ZC_CK_ALIGN bytes
  * and a shard file's size is one (O_DIRECT). Version 1 (entries back to back)
- * is still read. */
+ * is still read. Version 3: version 2 plus "state_dtypes", each kind's stored
+ * dtype; written only when one of them is not fp32 (zc__ck_version_for), so a
+ * checkpoint of fp32 state stays version 2, readable by an older zeroc, and an
+ * older zeroc refuses a bf16 one by its version instead of misreading it.
+ * Versions 1 and 2 hold fp32 only. */
 #define ZC_CK_ALIGN 4096
 #define ZC_CK_MANIFEST "manifest.json"
 #define ZC_CK_LATEST "latest"
@@ -40,7 +45,7 @@
 #define ZC_CK_CHUNK_ALIGN 64
 
 typedef enum zc_ck_kind {
-    ZC_CK_MASTER = 0, /* fp32 master weights */
+    ZC_CK_MASTER = 0, /* master weights */
     ZC_CK_EXP_AVG,    /* Adam m */
     ZC_CK_EXP_AVG_SQ, /* Adam v */
     ZC_CK__KINDS
@@ -74,7 +79,7 @@ typedef struct zc_ck_entry {
     int param, kind, file;
     int64_t begin, end; /* elements of the parameter */
     uint64_t offset;    /* byte offset in the file */
-    uint64_t xxh3;     /* of the (end - begin) * 4 bytes */
+    uint64_t xxh3;     /* of its zc__ck_entry_bytes bytes */
 } zc_ck_entry;
 
 /* The dynamic part of the loss scaler (its settings come from the config). */
@@ -89,6 +94,8 @@ typedef struct zc_ck_manifest {
     char tag[ZC_CK_TAG_MAX + 1];
     int world, stage;
     zc_dtype dtype;             /* the working precision of the saving engine */
+    zc_dtype kdt[ZC_CK__KINDS]; /* each kind's stored dtype: ZC_DTYPE_F32 or
+                                   ZC_DTYPE_BF16 (all fp32 before version 3) */
     int64_t steps, skipped, adam_steps;
     double lr;                  /* the lr of the next update (information) */
     uint64_t config_digest;     /* XXH3-64 of the optimizer / scheduler / precision
@@ -107,6 +114,24 @@ typedef struct zc_ck_manifest {
 } zc_ck_manifest;
 
 void zc__ck_manifest_free(zc_ck_manifest *m);
+
+/* Bytes of one stored element of dtype dt (fp32 or bf16). */
+static inline size_t zc__ck_elem_bytes(zc_dtype dt) { return dt == ZC_DTYPE_BF16 ? 2 : 4; }
+
+/* Bytes entry e's values take in its file. */
+static inline uint64_t zc__ck_entry_bytes(const zc_ck_manifest *m, const zc_ck_entry *e)
+{
+    return (uint64_t)(e->end - e->begin) * zc__ck_elem_bytes(m->kdt[e->kind]);
+}
+
+/* The version to write for state of dtypes kdt: 2 when all are fp32, else 3. */
+static inline int zc__ck_version_for(const zc_dtype kdt[ZC_CK__KINDS])
+{
+    for (int k = 0; k < ZC_CK__KINDS; k++)
+        if (kdt[k] != ZC_DTYPE_F32)
+            return 3;
+    return 2;
+}
 
 /* Writes m as JSON to an open file (rank 0 at save, reshard). */
 zc_status zc__ck_manifest_write(const zc_ck_manifest *m, int fd, const char *path);

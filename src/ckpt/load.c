@@ -1,15 +1,16 @@
 /* zc_checkpoint_load: check what needs no payload, then read once into place.
  *
  *   1. every rank reads the manifest, matches the checkpoint's tensors to the
- *      engine's parameters by name and shape, checks every shard file's
- *      presence and size, lists the entries its own optimizer range reads
- *      (the plan) and opens the files and read buffers for them; the outcome
+ *      engine's parameters by name and shape and each kind's stored dtype to
+ *      the engine's (match_dtypes), checks every shard file's presence and
+ *      size, lists the entries its own optimizer range reads (the plan) and
+ *      opens the files and read buffers for them; the outcome
  *      is agreed (zc__eng_agree_keep): a bad checkpoint is the same error on
  *      every rank and nothing has changed;
  *   2. every rank reads its planned entries once (shard_read.c: O_DIRECT,
  *      read ahead through a ring) into its range of master, exp_avg and
  *      exp_avg_sq in its optimizer home (chunk by chunk: an NVMe home
- *      streams), checking each entry's checksum on the way, and writes its
+ *      streams; a bf16 kind widened in place into an fp32 one), checking each entry's checksum on the way, and writes its
  *      working parameters from the master (as the step derives them); agreed
  *      with zc__eng_agree, since a damaged entry or an I/O error here leaves
  *      a half-restored engine: broken on every rank;
@@ -87,6 +88,38 @@ static zc_status match_model(const zc_engine *e, const zc_ck_source *s, int *map
                       ZC_CK_MANIFEST, zc_dtype_name(m->dtype),
                       m->scaler.dynamic ? "dynamic" : "no dynamic", zc_dtype_name(e->pdt),
                       e->scaler.dynamic ? "dynamic" : "no dynamic");
+    return ZC_OK;
+}
+
+/* The engine's key that decides where a kind is stored, for messages. */
+static const char *kind_key(int kind)
+{
+    switch (kind) {
+    case ZC_CK_MASTER:
+        return "bf16.bf16_master_weights_and_grads false";
+    case ZC_CK_EXP_AVG:
+        return "bf16.exp_avg_dtype \"fp32\", and bf16.bf16_optimizer_states false";
+    default:
+        return "bf16.exp_avg_sq_dtype \"fp32\", and bf16.bf16_optimizer_states false";
+    }
+}
+
+/* Each kind loads bitwise into the same dtype and widens exactly from bf16
+ * into fp32. fp32 into the engine's bf16 is refused: rounding would change
+ * the saved values without a word, and which rounding (nearest or the
+ * engine's stochastic) would be a guess. Checked from the manifest, before
+ * anything is read. */
+static zc_status match_dtypes(const zc_engine *e, const zc_ck_source *s)
+{
+    zc_dtype kdt[ZC_CK__KINDS];
+    zc__ck_engine_kdt(e, kdt);
+    for (int k = 0; k < ZC_CK__KINDS; k++)
+        if (s->m.kdt[k] == ZC_DTYPE_F32 && kdt[k] != ZC_DTYPE_F32)
+            return ZC_ERR(ZC_ERR_INVALID_ARG, "%s/%s: %s is stored in %s, the engine keeps it in "
+                          "%s: loading would round the saved values; load it into an engine "
+                          "that keeps %s in fp32 (%s)", s->dir, ZC_CK_MANIFEST,
+                          zc__ck_kind_name(k), zc_dtype_name(s->m.kdt[k]),
+                          zc_dtype_name(kdt[k]), zc__ck_kind_name(k), kind_key(k));
     return ZC_OK;
 }
 
@@ -188,9 +221,11 @@ typedef struct load_ctx {
     zc_ck_source *src;
     const int *map;
     zc_ck_reader *reader; /* version 2: one O_DIRECT read; NULL: pread */
-    float *bounce;
-    /* the tensor being restored */
-    float *dst;
+    char *bounce;
+    zc_dtype kdt[ZC_CK__KINDS]; /* the engine's */
+    /* the tensor being restored: elements of the file's dtype */
+    char *dst;
+    size_t esz;           /* bytes per element in the file */
     int64_t filled;       /* elements of dst written or zeroed */
 } load_ctx;
 
@@ -200,12 +235,13 @@ static zc_status restore_entry(void *arg, int64_t entry, int64_t x0, int64_t x1,
 {
     load_ctx *x = arg;
     if (at > x->filled)
-        memset(x->dst + x->filled, 0, (size_t)(at - x->filled) * sizeof(float));
+        memset(x->dst + (size_t)x->filled * x->esz, 0, (size_t)(at - x->filled) * x->esz);
     x->filled = at + (x1 - x0);
+    char *to = x->dst + (size_t)at * x->esz;
     if (x->reader)
-        return zc__ck_reader_next(x->reader, entry, x0, x1, x->dst + at);
+        return zc__ck_reader_next(x->reader, entry, x0, x1, to);
     const zc_ck_entry *en = &x->src->m.entries[entry];
-    return zc__ck_source_read(x->src, en->param, en->kind, x0, x1, x->dst + at);
+    return zc__ck_source_read(x->src, en->param, en->kind, x0, x1, to);
 }
 
 static zc_status load_chunk(zc_engine *e, int k, const zc_opt_view *v, bool host, void *arg)
@@ -216,17 +252,24 @@ static zc_status load_chunk(zc_engine *e, int k, const zc_opt_view *v, bool host
     int64_t r0, r1;
     zc__ck_home_range(e, c, &r0, &r1);
     const size_t n = (size_t)(r1 - r0);
-    float *tensors[ZC_CK__KINDS] = {(float *)v->master, (float *)v->m, (float *)v->v};
+    char *tensors[ZC_CK__KINDS] = {v->master, v->m, v->v};
     const bool bounce = zc__ck_needs_bounce(e, host);
     for (int kind = 0; kind < ZC_CK__KINDS; kind++) {
+        /* The file's values land as stored at the start of the tensor (or
+         * the bounce buffer); a bf16 kind loaded into an fp32 one is then
+         * widened there, in place (match_dtypes allows no other change). */
+        const zc_dtype fdt = x->src->m.kdt[kind];
         x->dst = bounce ? x->bounce : tensors[kind];
+        x->esz = zc__ck_elem_bytes(fdt);
         x->filled = 0;
         ZC_CHECK(chunk_entries(e, x->src, x->map, k, kind, restore_entry, x));
         if ((size_t)x->filled < n) /* the padding after the last parameter */
-            memset(x->dst + x->filled, 0, (n - (size_t)x->filled) * sizeof(float));
+            memset(x->dst + (size_t)x->filled * x->esz, 0, (n - (size_t)x->filled) * x->esz);
+        if (fdt != x->kdt[kind])
+            zc__ck_widen_bf16(x->dst, (int64_t)n);
         if (bounce)
-            ZC_CHECK(d->ops->copy(d, tensors[kind], x->dst, n * sizeof(float), ZC_COPY_H2D,
-                                  e->stream));
+            ZC_CHECK(d->ops->copy(d, tensors[kind], x->dst, n * zc__ck_elem_bytes(x->kdt[kind]),
+                                  ZC_COPY_H2D, e->stream));
     }
     /* The working parameters of the range, from the master, as the step
      * writes them (an offloaded stage-3 shard to its home). */
@@ -254,10 +297,6 @@ static void restore_counters(zc_engine *e, const zc_ck_manifest *m)
 ZC_API zc_status zc_checkpoint_load(zc_engine *e, const char *dir, const char *tag)
 {
     ZC_CHECK(zc__eng_enter(e, "zc_checkpoint_load", true));
-    if (e->state_lp)
-        return ZC_ERR(ZC_ERR_UNSUPPORTED, "zc_checkpoint_load: checkpoints of bf16 optimizer state "
-                      "(bf16.bf16_master_weights_and_grads, bf16_optimizer_states, "
-                      "exp_avg_dtype, exp_avg_sq_dtype) are not written or read yet");
     ZC_CHECK(zc__pass_train_only(e, "zc_checkpoint_load"));
     if (!dir || !*dir)
         return ZC_ERR(ZC_ERR_INVALID_ARG, "zc_checkpoint_load: dir is NULL or empty");
@@ -272,13 +311,15 @@ ZC_API zc_status zc_checkpoint_load(zc_engine *e, const char *dir, const char *t
 
     zc_ck_source src;
     int *map = calloc((size_t)e->nparams, sizeof *map);
-    float *bounce = NULL;
+    void *bounce = NULL;
     size_t bounce_bytes = 0;
     zc_status rc = map ? zc__ck_source_open(&src, dir, tag)
                        : ZC_ERR(ZC_ERR_NO_MEMORY, "zc_checkpoint_load: parameter map");
     const bool opened = rc == ZC_OK;
     if (rc == ZC_OK)
         rc = match_model(e, &src, map);
+    if (rc == ZC_OK)
+        rc = match_dtypes(e, &src);
     /* Version 2 is read once, after the agreement: here only what needs no
      * payload (the plan, opening the files, the buffers). Version 1 is
      * verified whole here and read again below. */
@@ -295,7 +336,7 @@ ZC_API zc_status zc_checkpoint_load(zc_engine *e, const char *dir, const char *t
     if (rc == ZC_OK && e->dev->mem_kind == ZC_MEMKIND_DEVICE) {
         bounce_bytes = zc__ck_bounce_bytes(e);
         rc = zc__host_alloc(&e->acct, ZC_MEM_OTHER, bounce_bytes, "checkpoint bounce buffer",
-                            (void **)&bounce);
+                            &bounce);
     }
     rc = zc__eng_agree_keep(e, rc, "zc_checkpoint_load: reading and verifying the checkpoint");
     if (rc == ZC_OK) {
@@ -303,6 +344,7 @@ ZC_API zc_status zc_checkpoint_load(zc_engine *e, const char *dir, const char *t
             ZC_LOGW("ckpt", "%s was saved with other optimizer, scheduler or precision settings "
                     "than this engine's; they take effect from here", src.dir);
         load_ctx x = {.src = &src, .map = map, .reader = reader, .bounce = bounce};
+        zc__ck_engine_kdt(e, x.kdt);
         rc = zc__opt_visit(e, true, load_chunk, &x);
         /* The checksums of the last entries read. */
         if (rc == ZC_OK)

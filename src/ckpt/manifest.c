@@ -69,6 +69,12 @@ static json_t *to_json(const zc_ck_manifest *m)
     json_object_set_new(root, "world_size", json_integer(m->world));
     json_object_set_new(root, "stage", json_integer(m->stage));
     json_object_set_new(root, "dtype", json_string(zc_dtype_name(m->dtype)));
+    if (m->version >= 3) {
+        json_t *sd = json_object();
+        for (int k = 0; k < ZC_CK__KINDS; k++)
+            json_object_set_new(sd, kind_names[k], json_string(zc_dtype_name(m->kdt[k])));
+        json_object_set_new(root, "state_dtypes", sd);
+    }
     json_object_set_new(root, "step", json_integer(m->steps));
     json_object_set_new(root, "skipped_steps", json_integer(m->skipped));
     json_object_set_new(root, "config_digest", hex64(m->config_digest));
@@ -104,7 +110,7 @@ static json_t *to_json(const zc_ck_manifest *m)
             json_array_append_new(sh, json_integer(p->shape[d]));
         json_object_set_new(o, "name", json_string(p->name));
         json_object_set_new(o, "shape", sh);
-        json_object_set_new(o, "dtype", json_string("fp32"));
+        json_object_set_new(o, "dtype", json_string(zc_dtype_name(m->kdt[ZC_CK_MASTER])));
         json_object_set_new(o, "group", json_integer(p->group));
         json_object_set_new(o, "chunk", json_integer(p->chunk));
         json_object_set_new(o, "offset", json_integer(p->offset));
@@ -243,6 +249,35 @@ static int cmp_entry(const void *a, const void *b)
     return x->begin < y->begin ? -1 : x->begin > y->begin;
 }
 
+/* Each kind's stored dtype: "state_dtypes" from version 3 on, fp32 before. */
+static void parse_state_dtypes(rd *r, json_t *root, zc_ck_manifest *m)
+{
+    for (int k = 0; k < ZC_CK__KINDS; k++)
+        m->kdt[k] = ZC_DTYPE_F32;
+    if (m->version < 3)
+        return;
+    json_t *sd = json_object_get(root, "state_dtypes");
+    if (!json_is_object(sd) || json_object_size(sd) != ZC_CK__KINDS) {
+        bad(r, "\"state_dtypes\" must be an object of \"master\", \"exp_avg\" and "
+            "\"exp_avg_sq\" (version 3)");
+        return;
+    }
+    for (int k = 0; k < ZC_CK__KINDS; k++) {
+        const char *dt = json_string_value(json_object_get(sd, kind_names[k]));
+        if (dt && !strcmp(dt, "fp32")) {
+            m->kdt[k] = ZC_DTYPE_F32;
+        } else if (dt && !strcmp(dt, "bf16")) {
+            m->kdt[k] = ZC_DTYPE_BF16;
+        } else {
+            char b[160];
+            snprintf(b, sizeof b, "\"state_dtypes\".\"%s\" must be \"fp32\" or \"bf16\"",
+                     kind_names[k]);
+            bad(r, b);
+            return;
+        }
+    }
+}
+
 static void parse_head(rd *r, json_t *root, zc_ck_manifest *m)
 {
     int64_t v;
@@ -261,6 +296,9 @@ static void parse_head(rd *r, json_t *root, zc_ck_manifest *m)
         return;
     }
     m->version = (int)v;
+    parse_state_dtypes(r, root, m);
+    if (r->rc != ZC_OK)
+        return;
     const char *tag = json_string_value(json_object_get(root, "tag"));
     if (!tag || !zc__ck_tag_valid(tag)) {
         bad(r, "\"tag\" is missing or not a valid tag");
@@ -464,6 +502,7 @@ static void parse_entries(rd *r, json_t *root, zc_ck_manifest *m)
         }
         t->kind = kind_of(json_string_value(json_array_get(row, 1)));
         if (v[0] >= m->nparams || t->kind < 0 || v[2] >= m->nfiles || v[3] >= v[4] ||
+            /* 4: the widest stored element, so the end fits whatever the kind */
             v[4] > m->params[v[0]].numel || v[5] > INT64_MAX - 4 * (v[4] - v[3])) {
             bad(r, b);
             return;

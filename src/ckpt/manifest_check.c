@@ -131,7 +131,7 @@ static zc_status check_files(const zc_ck_manifest *m, const char *path)
     }
     for (int64_t i = 0; i < m->nentries; i++) {
         const zc_ck_entry *e = &m->entries[i];
-        const uint64_t len = (uint64_t)(e->end - e->begin) * sizeof(float);
+        const uint64_t len = zc__ck_entry_bytes(m, e);
         const uint64_t size = m->files[e->file].bytes;
         if (e->offset > size || len > size - e->offset)
             return bad(path, "tensor '%s' (%s, elements [%" PRId64 ", %" PRId64 ")) lies beyond "

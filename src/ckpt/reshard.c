@@ -3,7 +3,8 @@
  * records them); only the padding and the shard cut change, by the layout's
  * rule (a chunk is padded to a multiple of world * 64 elements and rank r
  * holds the r-th equal part), so rank r of the new world finds its whole
- * range in its own file. Values are copied, never converted: bitwise. */
+ * range in its own file. Values are copied, never converted: bitwise, each
+ * kind in the dtype it was saved in (the manifest's kdt carries over). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,7 +17,7 @@
 
 /* Writes rank r's file of the new world. */
 static zc_status write_rank(zc_ck_source *s, const char *out_dir, const char *tag, int world,
-                            int r, float *buf)
+                            int r, void *buf)
 {
     const zc_ck_manifest *m = &s->m;
     /* One run per entry: an entry of the new cut per parameter piece. */
@@ -29,12 +30,12 @@ static zc_status write_rank(zc_ck_source *s, const char *out_dir, const char *ta
             const zc_ck_param *p = &m->params[i];
             const int64_t a = p->offset > lo ? p->offset : lo;
             const int64_t b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
-            if (a < b)
-                bytes += ZC_CK__KINDS * zc__ck_run_bytes((uint64_t)(b - a) * sizeof(float));
+            for (int kind = 0; a < b && kind < ZC_CK__KINDS; kind++)
+                bytes += zc__ck_run_bytes((uint64_t)(b - a) * zc__ck_elem_bytes(m->kdt[kind]));
         }
     }
     zc_ck_shard sh;
-    ZC_CHECK(zc__ck_shard_open(&sh, out_dir, tag, r, bytes, NULL, NULL));
+    ZC_CHECK(zc__ck_shard_open(&sh, out_dir, tag, r, bytes, m->kdt, NULL, NULL));
     zc_status rc = ZC_OK;
     for (int k = 0; k < m->nchunks && rc == ZC_OK; k++) {
         const zc_ck_chunk *c = &m->chunks[k];
@@ -81,7 +82,8 @@ ZC_API zc_status zc_checkpoint_reshard(const char *in_dir, const char *tag, cons
         const int64_t shard = zc__ck_padded(m->chunks[k].used, world) / world;
         most = shard > most ? shard : most;
     }
-    float *buf = malloc((size_t)most * sizeof(float));
+    /* fp32, the widest stored element: enough for any kind. */
+    void *buf = malloc((size_t)most * sizeof(float));
     zc_status rc = buf ? zc__ck_stage_open(out_dir, t)
                        : ZC_ERR(ZC_ERR_NO_MEMORY, "reshard buffer of %" PRId64 " floats", most);
     const bool staged = rc == ZC_OK;
@@ -90,7 +92,9 @@ ZC_API zc_status zc_checkpoint_reshard(const char *in_dir, const char *tag, cons
     if (rc == ZC_OK) {
         /* The same head and model; the files and entries are the new ones. */
         zc_ck_manifest out = *m;
-        out.version = ZC_CK_VERSION; /* written in this build's layout */
+        /* Written in this build's layout: aligned runs (2), with the
+         * kinds' dtypes when one is bf16 (3). */
+        out.version = zc__ck_version_for(m->kdt);
         snprintf(out.tag, sizeof out.tag, "%s", t);
         out.world = world;
         out.files = NULL;

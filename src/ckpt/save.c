@@ -45,22 +45,25 @@ static void own_part(const zc_engine *e, const zc_chunk *c, int64_t *lo, int64_t
         *hi = *lo;
 }
 
-/* The shard file's size: one run per chunk and kind (shard_write.h). */
-static uint64_t shard_bytes(const zc_engine *e)
+/* The shard file's size: one run per chunk and kind (shard_write.h), each
+ * of the kind's stored dtype. */
+static uint64_t shard_bytes(const zc_engine *e, const zc_dtype kdt[ZC_CK__KINDS])
 {
     uint64_t total = 0;
     for (int k = 0; k < e->nchunks; k++) {
         int64_t lo, hi;
         own_part(e, &e->chunks[k], &lo, &hi);
-        total += ZC_CK__KINDS * zc__ck_run_bytes((uint64_t)(hi - lo) * sizeof(float));
+        for (int kind = 0; kind < ZC_CK__KINDS; kind++)
+            total += zc__ck_run_bytes((uint64_t)(hi - lo) * zc__ck_elem_bytes(kdt[kind]));
     }
     return total;
 }
 
 typedef struct save_ctx {
     zc_ck_shard *shard;
-    float *bounce;        /* device-resident state comes through it */
+    void *bounce;         /* device-resident state comes through it */
     size_t bounce_bytes;
+    zc_dtype kdt[ZC_CK__KINDS];
 } save_ctx;
 
 /* Each tensor of the chunk is one run: its parameters lie back to back in
@@ -74,8 +77,7 @@ static zc_status save_chunk(zc_engine *e, int k, const zc_opt_view *v, bool host
     own_part(e, c, &lo, &hi);
     if (hi == lo)
         return ZC_OK;
-    const float *tensors[ZC_CK__KINDS] = {(const float *)v->master, (const float *)v->m,
-                                          (const float *)v->v};
+    const char *tensors[ZC_CK__KINDS] = {v->master, v->m, v->v};
     /* The home's own tensors stay as they are until the shard file is
      * closed: the save is synchronous (zc__eng_enter: nothing of a step is
      * in flight), and write_shard closes the file before it returns. They
@@ -83,11 +85,14 @@ static zc_status save_chunk(zc_engine *e, int k, const zc_opt_view *v, bool host
      * buffer is reused for the next kind or chunk: copied. */
     const bool kept = !zc__ck_needs_bounce(e, host) && e->homes[c->home]->ops->resident;
     for (int kind = 0; kind < ZC_CK__KINDS; kind++) {
-        const float *src = tensors[kind] + (lo - r0);
+        /* Each tensor in its own dtype, written as it is: the file keeps the
+         * bits (a bf16 kind's 2-byte elements). */
+        const size_t esz = zc__ck_elem_bytes(x->kdt[kind]);
+        const char *src = tensors[kind] + (size_t)(lo - r0) * esz;
         if (zc__ck_needs_bounce(e, host)) {
             zc_device *d = e->dev;
-            ZC_CHECK(d->ops->copy(d, x->bounce, src, (size_t)(hi - lo) * sizeof(float),
-                                  ZC_COPY_D2H, e->stream));
+            ZC_CHECK(d->ops->copy(d, x->bounce, src, (size_t)(hi - lo) * esz, ZC_COPY_D2H,
+                                  e->stream));
             ZC_CHECK(d->ops->stream_sync(d, e->stream));
             src = x->bounce;
         }
@@ -97,7 +102,8 @@ static zc_status save_chunk(zc_engine *e, int k, const zc_opt_view *v, bool host
             const int64_t b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
             if (a < b)
                 ZC_CHECK((kept ? zc__ck_shard_put_kept : zc__ck_shard_put)(
-                    x->shard, i, kind, a - p->offset, b - p->offset, src + (a - lo)));
+                    x->shard, i, kind, a - p->offset, b - p->offset,
+                    src + (size_t)(a - lo) * esz));
         }
         ZC_CHECK(zc__ck_shard_pad(x->shard));
     }
@@ -110,12 +116,12 @@ static zc_status save_chunk(zc_engine *e, int k, const zc_opt_view *v, bool host
 static zc_status write_shard(zc_engine *e, const char *dir, const char *tag, save_ctx *x)
 {
     e->ck_ring_release = zc__ck_ring_release;
-    zc_status rc = zc__ck_shard_open(x->shard, dir, tag, e->srank, shard_bytes(e), &e->acct,
-                                     &e->ck_ring);
+    zc_status rc = zc__ck_shard_open(x->shard, dir, tag, e->srank, shard_bytes(e, x->kdt),
+                                     x->kdt, &e->acct, &e->ck_ring);
     if (rc == ZC_OK && e->dev->mem_kind == ZC_MEMKIND_DEVICE) {
         x->bounce_bytes = zc__ck_bounce_bytes(e);
         rc = zc__host_alloc(&e->acct, ZC_MEM_OTHER, x->bounce_bytes, "checkpoint bounce buffer",
-                            (void **)&x->bounce);
+                            &x->bounce);
         if (rc != ZC_OK)
             x->bounce_bytes = 0;
     }
@@ -137,7 +143,8 @@ static void free_bounce(zc_engine *e, save_ctx *x)
 static zc_status describe(zc_engine *e, const char *tag, zc_ck_manifest *m)
 {
     memset(m, 0, sizeof *m);
-    m->version = ZC_CK_VERSION;
+    zc__ck_engine_kdt(e, m->kdt);
+    m->version = zc__ck_version_for(m->kdt);
     snprintf(m->tag, sizeof m->tag, "%s", tag);
     m->world = e->sworld; /* the shard files: MiCS's replicas hold the same ones */
     m->stage = e->stage;
@@ -176,10 +183,6 @@ static zc_status describe(zc_engine *e, const char *tag, zc_ck_manifest *m)
 ZC_API zc_status zc_checkpoint_save(zc_engine *e, const char *dir, const char *tag)
 {
     ZC_CHECK(zc__eng_enter(e, "zc_checkpoint_save", true));
-    if (e->state_lp)
-        return ZC_ERR(ZC_ERR_UNSUPPORTED, "zc_checkpoint_save: checkpoints of bf16 optimizer state "
-                      "(bf16.bf16_master_weights_and_grads, bf16_optimizer_states, "
-                      "exp_avg_dtype, exp_avg_sq_dtype) are not written or read yet");
     if (!dir || !*dir)
         return ZC_ERR(ZC_ERR_INVALID_ARG, "zc_checkpoint_save: dir is NULL or empty");
     char t[ZC_CK_TAG_MAX + 1];
@@ -207,7 +210,8 @@ ZC_API zc_status zc_checkpoint_save(zc_engine *e, const char *dir, const char *t
      * agreement. */
     const bool writer = !zc__grp_on(e, ZC_GRP_REPLICA) || e->topo.g[ZC_GRP_REPLICA].rank == 0;
     zc_ck_shard sh;
-    save_ctx x = {&sh, NULL, 0};
+    save_ctx x = {&sh, NULL, 0, {ZC_DTYPE_F32}};
+    zc__ck_engine_kdt(e, x.kdt);
     rc = writer ? write_shard(e, dir, t, &x) : ZC_OK;
     rc = zc__eng_agree_keep(e, rc, "zc_checkpoint_save: writing the shard files");
     if (rc == ZC_OK) {

@@ -80,7 +80,7 @@ static zc_status make_extents(zc_ck_reader *r)
     uint64_t prev_end = 0;
     for (int64_t i = 0; i < r->n; i++) {
         const zc_ck_entry *e = &m->entries[r->plan[i]];
-        const uint64_t end = e->offset + (uint64_t)(e->end - e->begin) * sizeof(float);
+        const uint64_t end = e->offset + zc__ck_entry_bytes(m, e);
         const uint64_t a0 = align_down(e->offset), a1 = align_up(end);
         extent *x = r->n_ext ? &r->ext[r->n_ext - 1] : NULL;
         if (x && x->file == e->file && e->offset >= prev_end && a0 <= x->off + x->len) {
@@ -262,7 +262,7 @@ static zc_status compare_hashed(zc_ck_reader *r)
     return ZC_OK;
 }
 
-zc_status zc__ck_reader_next(zc_ck_reader *r, int64_t entry, int64_t x0, int64_t x1, float *dst)
+zc_status zc__ck_reader_next(zc_ck_reader *r, int64_t entry, int64_t x0, int64_t x1, void *dst)
 {
     const zc_ck_manifest *m = &r->src->m;
     if (r->pos >= r->n || r->plan[r->pos] != entry)
@@ -275,9 +275,10 @@ zc_status zc__ck_reader_next(zc_ck_reader *r, int64_t entry, int64_t x0, int64_t
     /* Slots of earlier extents hold nothing more that is needed. */
     while (r->live && r->slots[r->head].ext < xi)
         ZC_CHECK(retire(r));
-    const uint64_t bytes = (uint64_t)(e->end - e->begin) * sizeof(float);
-    const uint64_t w0 = (uint64_t)(x0 - e->begin) * sizeof(float);
-    const uint64_t w1 = (uint64_t)(x1 - e->begin) * sizeof(float);
+    const uint64_t esz = zc__ck_elem_bytes(m->kdt[e->kind]);
+    const uint64_t bytes = zc__ck_entry_bytes(m, e);
+    const uint64_t w0 = (uint64_t)(x0 - e->begin) * esz;
+    const uint64_t w1 = (uint64_t)(x1 - e->begin) * esz;
     ZC_CHECK(compare_hashed(r));
     uint64_t eb = 0; /* entry bytes consumed */
     while (eb < bytes) {

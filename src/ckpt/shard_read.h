@@ -39,12 +39,12 @@ zc_status zc__ck_reader_open(zc_ck_reader **out, const zc_ck_source *s, zc_mem_a
 
 /* The next plan entry, which must be `entry`: reads all of its bytes, copies
  * its elements [x0, x1) (of the parameter, inside the entry) to dst (host
- * memory) and hands the bytes to the checksum worker. Compares the checksums
+ * memory; as stored, in the kind's dtype: s->m.kdt) and hands the bytes to the checksum worker. Compares the checksums
  * of the earlier entries the worker has finished. Errors: ZC_ERR_IO naming
  * the file, the tensor and the element range (checksum mismatch of this or
  * an earlier entry, I/O error), ZC_ERR_INTERNAL when the plan is not
  * followed. */
-zc_status zc__ck_reader_next(zc_ck_reader *r, int64_t entry, int64_t x0, int64_t x1, float *dst);
+zc_status zc__ck_reader_next(zc_ck_reader *r, int64_t entry, int64_t x0, int64_t x1, void *dst);
 
 /* After the last entry: waits for the worker and compares the checksums not
  * compared yet (the same errors). ZC_ERR_INTERNAL when entries of the plan

@@ -38,11 +38,14 @@ static void free_buffers(zc_ck_shard *s)
 }
 
 zc_status zc__ck_shard_open(zc_ck_shard *s, const char *dir, const char *tag, int rank,
-                            uint64_t capacity, zc_mem_account *acct, zc_ck_ring_mem **keep)
+                            uint64_t capacity, const zc_dtype kdt[ZC_CK__KINDS],
+                            zc_mem_account *acct, zc_ck_ring_mem **keep)
 {
     memset(s, 0, sizeof *s);
     s->fd = s->sfd = -1;
     s->rank = rank;
+    for (int k = 0; k < ZC_CK__KINDS; k++)
+        s->esz[k] = zc__ck_elem_bytes(kdt[k]);
     zc__ck_file_name(rank, s->final_name);
     snprintf(s->tmp_name, sizeof s->tmp_name, "%s.tmp", s->final_name);
     ZC_CHECK(zc__ck_staging_path(s->dir, dir, tag));
@@ -203,10 +206,12 @@ static zc_status put_direct(zc_ck_shard *s, const char **p, size_t *left, bool *
 }
 
 static zc_status put(zc_ck_shard *s, int param, int kind, int64_t begin, int64_t end,
-                     const float *values, bool kept)
+                     const void *values, bool kept)
 {
+    if (kind < 0 || kind >= ZC_CK__KINDS)
+        return ZC_ERR(ZC_ERR_INTERNAL, "%s: tensor kind %d", s->tmp, kind);
     ZC_CHECK(grow_entries(s));
-    size_t left = (size_t)(end - begin) * sizeof(float);
+    size_t left = (size_t)(end - begin) * s->esz[kind];
     if (!left || zc__ck_run_bytes(s->bytes + left) > s->capacity) /* with the run's padding */
         return ZC_ERR(ZC_ERR_INTERNAL, "%s: %zu bytes at %" PRIu64 " do not fit the %" PRIu64
                       " bytes reserved, or are none", s->tmp, left, s->bytes, s->capacity);
@@ -242,13 +247,13 @@ static zc_status put(zc_ck_shard *s, int param, int kind, int64_t begin, int64_t
 }
 
 zc_status zc__ck_shard_put(zc_ck_shard *s, int param, int kind, int64_t begin, int64_t end,
-                           const float *values)
+                           const void *values)
 {
     return put(s, param, kind, begin, end, values, false);
 }
 
 zc_status zc__ck_shard_put_kept(zc_ck_shard *s, int param, int kind, int64_t begin, int64_t end,
-                                const float *values)
+                                const void *values)
 {
     return put(s, param, kind, begin, end, values, true);
 }
@@ -268,7 +273,7 @@ zc_status zc__ck_shard_pad(zc_ck_shard *s)
 }
 
 zc_status zc__ck_shard_append(zc_ck_shard *s, int param, int kind, int64_t begin, int64_t end,
-                              const float *values)
+                              const void *values)
 {
     ZC_CHECK(zc__ck_shard_put(s, param, kind, begin, end, values));
     return zc__ck_shard_pad(s);

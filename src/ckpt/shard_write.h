@@ -4,7 +4,9 @@
  * The file is a sequence of *runs*, each starting at a multiple of
  * ZC_CK_ALIGN: a run holds entries back to back (a chunk range's parameters
  * for one tensor kind, contiguous in the engine's memory too) and is padded
- * with zeros to the alignment.
+ * with zeros to the alignment. An entry's values are bytes of its kind's
+ * stored dtype (fixed for the file at zc__ck_shard_open: 4 bytes an element
+ * for fp32, 2 for bf16); nothing here converts.
  *
  * Bytes reach the disk through a ring of aligned bounce buffers (huge pages:
  * ring_mem.h): each entry is copied in pieces, each piece is handed to the
@@ -60,6 +62,7 @@ typedef struct zc_ck_shard {
     char tmp_name[40], final_name[32]; /* rank_R.bin.tmp, rank_R.bin */
     char tmp[ZC_CK_PATH_MAX + 40], dir[ZC_CK_PATH_MAX]; /* paths, for messages */
     uint64_t capacity;        /* the file's size, fixed at open */
+    size_t esz[ZC_CK__KINDS]; /* bytes per element of each kind, fixed at open */
     uint64_t bytes;           /* written so far: the next byte's offset */
     zc_ck_ring_mem ring_mem;  /* allocation behind ring */
     char *ring;               /* ZC_CK_RING_SLOTS buffers, page aligned */
@@ -90,32 +93,35 @@ static inline uint64_t zc__ck_run_bytes(uint64_t bytes)
 /* Creates DIR/.TAG.partial/rank_R.bin.tmp (O_EXCL, relative to the staging
  * directory's descriptor: zc__ck_staging_open refuses one that is a link or
  * not marked) of exactly `capacity` bytes (the sum of zc__ck_run_bytes of the
- * runs to come). The ring comes from keep (an engine's buffers, ring_mem.h;
+ * runs to come), whose kind k holds values of dtype kdt[k] (fp32 or bf16,
+ * as the manifest's kdt will say). The ring comes from keep (an engine's buffers, ring_mem.h;
  * NULL: mapped for this file alone), counted in acct (may be NULL). On
  * failure nothing is left behind (zc__ck_shard_discard is still safe). */
 zc_status zc__ck_shard_open(zc_ck_shard *s, const char *dir, const char *tag, int rank,
-                            uint64_t capacity, zc_mem_account *acct, zc_ck_ring_mem **keep);
+                            uint64_t capacity, const zc_dtype kdt[ZC_CK__KINDS],
+                            zc_mem_account *acct, zc_ck_ring_mem **keep);
 
-/* Appends elements [begin, end) of parameter `param`'s tensor `kind` (fp32
- * values in host memory; read before the call returns) right after the
+/* Appends elements [begin, end) of parameter `param`'s tensor `kind` (values
+ * of the kind's dtype in host memory, (end - begin) * esz[kind] bytes; read
+ * before the call returns) right after the
  * previous entry of the run, and records its entry; its checksum is
  * computed on the worker and recorded by zc__ck_shard_seal. */
 zc_status zc__ck_shard_put(zc_ck_shard *s, int param, int kind, int64_t begin, int64_t end,
-                           const float *values);
+                           const void *values);
 
 /* The same for values that stay unchanged, at the same address, until
  * zc__ck_shard_close or zc__ck_shard_discard returns: where they are aligned
  * they are written and hashed where they are, not copied (above). The file
  * and the checksums are the same as zc__ck_shard_put's. */
 zc_status zc__ck_shard_put_kept(zc_ck_shard *s, int param, int kind, int64_t begin, int64_t end,
-                                const float *values);
+                                const void *values);
 
 /* Ends the run: zero padding up to ZC_CK_ALIGN. */
 zc_status zc__ck_shard_pad(zc_ck_shard *s);
 
 /* A run of one entry: zc__ck_shard_put + zc__ck_shard_pad. */
 zc_status zc__ck_shard_append(zc_ck_shard *s, int param, int kind, int64_t begin, int64_t end,
-                              const float *values);
+                              const void *values);
 
 /* Ends the writing: hands the last buffer to the disk, waits for the
  * checksums (not for the writes), gives the file its final name and writes

@@ -104,7 +104,7 @@ zc_status zc__ck_source_verify(zc_ck_source *s, int64_t i)
     if (!st)
         return ZC_ERR(ZC_ERR_NO_MEMORY, "xxHash state");
     XXH3_64bits_reset(st);
-    uint64_t left = (uint64_t)(e->end - e->begin) * 4, off = e->offset;
+    uint64_t left = zc__ck_entry_bytes(&s->m, e), off = e->offset;
     zc_status rc = ZC_OK;
     while (left && rc == ZC_OK) {
         size_t n = left < VERIFY_BUF ? (size_t)left : VERIFY_BUF;
@@ -131,9 +131,10 @@ zc_status zc__ck_source_verify(zc_ck_source *s, int64_t i)
 
 /* Calls fn for every entry overlapping [a, b) of (param, kind). */
 static zc_status each_entry(zc_ck_source *s, int param, int kind, int64_t a, int64_t b,
-                            float *dst)
+                            void *dst)
 {
     const zc_ck_manifest *m = &s->m;
+    const uint64_t esz = zc__ck_elem_bytes(m->kdt[kind]);
     const int64_t lo = m->first_entry[param * ZC_CK__KINDS + kind];
     const int64_t hi = m->first_entry[param * ZC_CK__KINDS + kind + 1];
     for (int64_t i = lo; i < hi; i++) {
@@ -146,8 +147,9 @@ static zc_status each_entry(zc_ck_source *s, int param, int kind, int64_t a, int
         const int64_t x0 = e->begin > a ? e->begin : a, x1 = e->end < b ? e->end : b;
         char p[ZC_CK_PATH_MAX + 40];
         snprintf(p, sizeof p, "%s/%s", s->dir, m->files[e->file].name);
-        ZC_CHECK(zc__ck_pread(s->fds[e->file], dst + (x0 - a), (size_t)(x1 - x0) * 4,
-                              e->offset + (uint64_t)(x0 - e->begin) * 4, p));
+        ZC_CHECK(zc__ck_pread(s->fds[e->file], (char *)dst + (uint64_t)(x0 - a) * esz,
+                              (size_t)((uint64_t)(x1 - x0) * esz),
+                              e->offset + (uint64_t)(x0 - e->begin) * esz, p));
     }
     return ZC_OK;
 }
@@ -158,7 +160,30 @@ zc_status zc__ck_source_verify_range(zc_ck_source *s, int param, int kind, int64
 }
 
 zc_status zc__ck_source_read(zc_ck_source *s, int param, int kind, int64_t a, int64_t b,
-                             float *dst)
+                             void *dst)
 {
     return each_entry(s, param, kind, a, b, dst);
+}
+
+void zc__ck_widen_bf16(void *buf, int64_t n)
+{
+    /* Back to front: element j's fp32 (bytes [4j, 4j + 4)) covers bf16
+     * elements 2j and 2j + 1, at or after j: read already, or (j itself)
+     * read just before the store. */
+    unsigned char *p = buf;
+    for (int64_t j = n - 1; j >= 0; j--) {
+        uint16_t h;
+        memcpy(&h, p + 2 * j, 2);
+        const uint32_t u = (uint32_t)h << 16;
+        memcpy(p + 4 * j, &u, 4);
+    }
+}
+
+zc_status zc__ck_source_read_f32(zc_ck_source *s, int param, int kind, int64_t a, int64_t b,
+                                 float *dst)
+{
+    ZC_CHECK(each_entry(s, param, kind, a, b, dst));
+    if (s->m.kdt[kind] == ZC_DTYPE_BF16)
+        zc__ck_widen_bf16(dst, b - a);
+    return ZC_OK;
 }

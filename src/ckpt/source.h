@@ -35,8 +35,18 @@ zc_status zc__ck_source_verify(zc_ck_source *s, int64_t i);
 zc_status zc__ck_source_verify_range(zc_ck_source *s, int param, int kind, int64_t a, int64_t b);
 
 /* Reads elements [a, b) of (param, kind) into dst (host memory), verifying
- * the entries first. */
+ * the entries first: the bytes as stored, in the kind's dtype
+ * (s->m.kdt[kind]: (b - a) * 2 bytes for bf16, * 4 for fp32). */
 zc_status zc__ck_source_read(zc_ck_source *s, int param, int kind, int64_t a, int64_t b,
-                             float *dst);
+                             void *dst);
+
+/* The same widened to fp32 (exactly: a bf16 value is the top half of its
+ * fp32), dst holding (b - a) floats. */
+zc_status zc__ck_source_read_f32(zc_ck_source *s, int param, int kind, int64_t a, int64_t b,
+                                 float *dst);
+
+/* Widens n bf16 values at the start of buf in place to n floats (buf holds
+ * n * 4 bytes). */
+void zc__ck_widen_bf16(void *buf, int64_t n);
 
 #endif

@@ -68,7 +68,7 @@ static void edit_manifest(const char *ck, void (*edit)(json_t *root))
     json_decref(root);
 }
 
-static void v3(json_t *root) { json_object_set_new(root, "version", json_integer(3)); }
+static void v4(json_t *root) { json_object_set_new(root, "version", json_integer(4)); }
 static void rename_p3(json_t *root)
 {
     json_t *p = json_array_get(json_object_get(root, "params"), 3);
@@ -91,7 +91,7 @@ static void far_offset_p2(json_t *root)
     json_t *p = json_array_get(json_object_get(root, "params"), 2);
     json_object_set_new(p, "offset", json_integer(INT64_MAX - 1));
 }
-static void newer_version(const char *ck) { edit_manifest(ck, v3); }
+static void newer_version(const char *ck) { edit_manifest(ck, v4); }
 static void other_names(const char *ck) { edit_manifest(ck, rename_p3); }
 static void other_shapes(const char *ck) { edit_manifest(ck, reshape_p2); }
 static void far_offset(const char *ck) { edit_manifest(ck, far_offset_p2); }
@@ -178,7 +178,7 @@ Test(ckpt_bad_input, flipped_byte)
 }
 Test(ckpt_bad_input, truncated_file) { refused(truncate_file, ZC_DTYPE_F32, "rank_00000.bin", "truncated; holds tensor 'p"); }
 Test(ckpt_bad_input, missing_rank_file) { refused(remove_file, ZC_DTYPE_F32, "rank_00001.bin: missing shard file", "tensor 'p"); }
-Test(ckpt_bad_input, newer_version) { refused(newer_version, ZC_DTYPE_F32, "manifest.json", "format version 3 is newer"); }
+Test(ckpt_bad_input, newer_version) { refused(newer_version, ZC_DTYPE_F32, "manifest.json", "format version 4 is newer"); }
 Test(ckpt_bad_input, other_model_names) { refused(other_names, ZC_DTYPE_F32, "manifest.json", "no tensor 'p3'"); }
 Test(ckpt_bad_input, other_model_shapes) { refused(other_shapes, ZC_DTYPE_F32, "manifest.json", "tensor 'p2' has shape"); }
 Test(ckpt_bad_input, offset_out_of_range) { refused(far_offset, ZC_DTYPE_F32, "manifest.json", "\"offset\" must be an integer in [0, "); }

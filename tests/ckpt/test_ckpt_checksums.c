@@ -44,6 +44,9 @@
 
 static uint64_t ref_xxh3(const void *p, size_t n) { return XXH3_64bits(p, n); }
 
+/* The shards here hold fp32 values of every kind. */
+static const zc_dtype all_fp32[ZC_CK__KINDS] = {ZC_DTYPE_F32, ZC_DTYPE_F32, ZC_DTYPE_F32};
+
 static unsigned char *read_file(const char *path, size_t *n)
 {
     FILE *fp = fopen(path, "rb");
@@ -110,7 +113,7 @@ static const void *shard_writer_pass(const char *dir, const char *tag, uint64_t 
     cr_assert_eq(run, 0);
     cr_assert_eq(zc__ck_stage_open(dir, tag), ZC_OK, "%s", zc_last_error());
     zc_ck_shard sh;
-    cr_assert_eq(zc__ck_shard_open(&sh, dir, tag, 0, capacity, acct, keep), ZC_OK, "%s",
+    cr_assert_eq(zc__ck_shard_open(&sh, dir, tag, 0, capacity, all_fp32, acct, keep), ZC_OK, "%s",
                  zc_last_error());
     const void *ring = sh.ring;
     float *vals[NENT];
@@ -228,7 +231,7 @@ Test(ckpt_checksums, a_shard_whose_write_fails_after_the_seal_leaves_nothing)
     cr_assert_eq(zc__ck_stage_open(dir, "f"), ZC_OK, "%s", zc_last_error());
     const int64_t n = 1 << 18; /* 1 MiB: one write, in flight at the seal */
     zc_ck_shard sh;
-    cr_assert_eq(zc__ck_shard_open(&sh, dir, "f", 0, (uint64_t)n * 4, NULL, NULL), ZC_OK, "%s",
+    cr_assert_eq(zc__ck_shard_open(&sh, dir, "f", 0, (uint64_t)n * 4, all_fp32, NULL, NULL), ZC_OK, "%s",
                  zc_last_error());
     zc_nvme_faults f = {.enospc_write_at = 1};
     zc__nvme_set_faults(sh.st, &f);
@@ -282,14 +285,18 @@ static uint64_t direct_rule(uintptr_t addr, uint64_t off, uint64_t len)
     return len >= head + ((uint64_t)256 << 10) ? (len - head) / 4096 * 4096 : 0;
 }
 
-static void kept_values_case(void)
+/* esz: bytes an element of the kind written (4: fp32, 2: bf16, where the
+ * entries' element counts make other byte lengths and alignments). */
+static void kept_values_case(size_t esz)
 {
     char *dir = ck_tmpdir();
+    const zc_dtype kdt[ZC_CK__KINDS] = {ZC_DTYPE_F32, esz == 2 ? ZC_DTYPE_BF16 : ZC_DTYPE_F32,
+                                        ZC_DTYPE_F32};
     uint64_t capacity = 0, mem_bytes = 0;
     for (int r = 0; r < NKEPT; r++) {
         uint64_t run = 0;
         for (int j = 0; j < 3; j++)
-            run += (uint64_t)kept_runs[r].n[j] * 4;
+            run += (uint64_t)kept_runs[r].n[j] * esz;
         capacity += zc__ck_run_bytes(run);
         mem_bytes += zc__ck_run_bytes(run) + 4096;
     }
@@ -297,7 +304,7 @@ static void kept_values_case(void)
     cr_assert_eq(posix_memalign((void **)&mem, (size_t)2 << 20, mem_bytes), 0);
     cr_assert_eq(zc__ck_stage_open(dir, "k"), ZC_OK, "%s", zc_last_error());
     zc_ck_shard sh;
-    cr_assert_eq(zc__ck_shard_open(&sh, dir, "k", 0, capacity, NULL, NULL), ZC_OK, "%s",
+    cr_assert_eq(zc__ck_shard_open(&sh, dir, "k", 0, capacity, kdt, NULL, NULL), ZC_OK, "%s",
                  zc_last_error());
     enum { MAXE = 3 * (sizeof kept_runs / sizeof kept_runs[0]) };
     const float *vals[MAXE];
@@ -307,9 +314,11 @@ static void kept_values_case(void)
     for (int r = 0; r < NKEPT; r++) {
         at = (at + 4095) / 4096 * 4096 + kept_runs[r].skew;
         for (int j = 0; j < 3 && kept_runs[r].n[j]; j++, ne++) {
-            len[ne] = (uint64_t)kept_runs[r].n[j] * 4;
+            len[ne] = (uint64_t)kept_runs[r].n[j] * esz;
             float *v = (float *)(mem + at);
-            fill(v, kept_runs[r].n[j], (uint64_t)ne + 77);
+            /* Random bytes: whole floats over the entry's bytes (the last
+             * may run 2 bytes into the slack after the run). */
+            fill(v, (int64_t)((len[ne] + 3) / 4), (uint64_t)ne + 77);
             vals[ne] = v;
             want[ne] = ref_xxh3(v, len[ne]);
             where[ne] = sh.bytes;
@@ -320,7 +329,9 @@ static void kept_values_case(void)
         }
         cr_assert_eq(zc__ck_shard_pad(&sh), ZC_OK, "%s", zc_last_error());
     }
-    cr_assert_gt(direct, (uint64_t)(ZC_CK_RING_SLOTS + 4) * SLOT_F * 4);
+    /* Most of the bytes go straight: more than 12 fp32 buffers' worth, and
+     * for bf16, the same entries in half the bytes, more than 10. */
+    cr_assert_gt(direct, (uint64_t)(ZC_CK_RING_SLOTS + (esz == 4 ? 4 : 2)) * SLOT_F * esz);
     cr_assert_eq(sh.direct_bytes, direct, "%llu bytes written from memory, the rule says %llu",
                  (unsigned long long)sh.direct_bytes, (unsigned long long)direct);
     cr_assert_eq(zc__ck_shard_close(&sh), ZC_OK, "%s", zc_last_error());
@@ -369,7 +380,14 @@ static void kept_values_case(void)
  * elsewhere, with the same file and checksums as copied ones. */
 Test(ckpt_checksums, kept_values_are_written_from_memory_where_aligned)
 {
-    kept_values_case();
+    kept_values_case(4);
+}
+
+/* The same for 2-byte (bf16) values: the rule is about bytes, whatever the
+ * element. */
+Test(ckpt_checksums, kept_bf16_values_are_written_from_memory_where_aligned)
+{
+    kept_values_case(2);
 }
 
 /* The same with the worker far behind: the direct writes' pieces are hashed
@@ -378,7 +396,7 @@ Test(ckpt_checksums, kept_values_are_written_from_memory_where_aligned)
 Test(ckpt_checksums, kept_values_with_a_slow_worker)
 {
     zc__ck_hasher_slow_for_tests(2000);
-    kept_values_case();
+    kept_values_case(4);
     zc__ck_hasher_slow_for_tests(0);
 }
 

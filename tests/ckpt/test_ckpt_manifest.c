@@ -59,6 +59,18 @@ static void world_zero(json_t *r) { seti(r, "world_size", 0); }
 static void stage_four(json_t *r) { seti(r, "stage", 4); }
 static void dtype_int8(json_t *r) { set(r, "dtype", json_string("int8")); }
 static void version_zero(json_t *r) { seti(r, "version", 0); }
+/* Version 3 records each kind's dtype: without it, or with another dtype,
+ * the size of every entry would be a guess. */
+static void v3_no_state_dtypes(json_t *r) { seti(r, "version", 3); }
+static void state_dtype_fp16(json_t *r)
+{
+    seti(r, "version", 3);
+    json_t *sd = json_object();
+    json_object_set_new(sd, "master", json_string("fp16"));
+    json_object_set_new(sd, "exp_avg", json_string("fp32"));
+    json_object_set_new(sd, "exp_avg_sq", json_string("fp32"));
+    set(r, "state_dtypes", sd);
+}
 static void no_params(json_t *r) { set(r, "params", json_array()); }
 static void empty_name(json_t *r) { set(at(r, "params", 1, NULL), "name", json_string("")); }
 static void duplicate_name(json_t *r)
@@ -162,6 +174,9 @@ static const tamper cases[] = {
     {"stage_four", stage_four, "\"stage\" must be an integer in [0, 3]"},
     {"dtype_int8", dtype_int8, "\"dtype\" must be"},
     {"version_zero", version_zero, "\"version\" must be an integer in [1, "},
+    {"v3_no_state_dtypes", v3_no_state_dtypes, "\"state_dtypes\" must be an object of"},
+    {"state_dtype_fp16", state_dtype_fp16,
+     "\"state_dtypes\".\"master\" must be \"fp32\" or \"bf16\""},
     {"no_params", no_params, "\"params\" must be a non-empty array"},
     {"empty_name", empty_name, "params[1] needs a \"name\""},
     {"duplicate_name", duplicate_name, "appears twice (params[1] and params[2])"},
