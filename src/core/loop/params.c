@@ -147,9 +147,10 @@ zc_status zc__master_gather_chunk(zc_engine *e, int k, const char *what, void **
     ZC_CHECK(zc__bufpool_get(&e->pool_stage, full, false, e->stream, &tmp));
     float *slice = all ? (float *)tmp : (float *)tmp + (size_t)e->srank * (size_t)c->shard;
     zc_status rc = zc__opt_master_read(e, k, slice, own);
-    /* Under nvme the read is rank-local I/O: its outcome is agreed before
+    /* Under nvme the read is rank-local I/O, and widening a bf16 master from
+     * a host home on a GPU takes a host scratch: the outcome is agreed before
      * the all-gather, so a failing rank never leaves the others waiting. */
-    if (zc__opt_rank_local_io(e))
+    if (zc__opt_rank_local_io(e) || e->sdt.master != ZC_DTYPE_F32)
         rc = zc__eng_agree(e, rc, what);
     if (rc == ZC_OK && !all)
         rc = zc__eng_grp_all_gather(e, ZC_GRP_SHARD, slice, tmp, (size_t)c->shard, ZC_DTYPE_F32,
