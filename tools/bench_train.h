@@ -31,10 +31,19 @@ typedef struct bt_config {
      * "device", "cpu", "nvme": train_gpt --checkpoint-activations block with
      * the activation store there (activation_checkpointing). */
     const char *act;
+    /* The optimizer-state axis: NULL or "fp32" (fp32 master and moments),
+     * "bf16" (bf16.bf16_master_weights_and_grads and bf16_optimizer_states:
+     * master and moments in bf16), "bf16_master" (a bf16 master beside fp32
+     * moments: DeepSpeed keeps it only under optimizer offload) or
+     * "bf16_moments" (bf16.exp_avg_dtype and exp_avg_sq_dtype bf16 beside an
+     * fp32 master), each with stochastic rounding (docs/config.md). */
+    const char *state;
 } bt_config;
 
 /* The activation axis's value of c ("none" for NULL). */
 static inline const char *bt_act(const bt_config *c) { return c->act ? c->act : "none"; }
+/* The optimizer-state axis's value of c ("fp32" for NULL). */
+static inline const char *bt_state(const bt_config *c) { return c->state ? c->state : "fp32"; }
 
 /* What the whole sweep shares. */
 typedef struct bt_setup {
@@ -83,7 +92,29 @@ typedef struct bt_result {
      * model's and the store's device slots), and the drop of the measured
      * VmHWM over the drop the plans predict. */
     double step_over_none, device_acts_over_none, vmhwm_drop_over_plan;
+    /* Against the same configuration with fp32 optimizer state in this sweep
+     * (have_fp32_pair false when there is none or either failed): the median
+     * step over its, and the bytes this one saves by kind (its peaks and its
+     * estimates subtracted from the fp32 run's) and on disk (the largest
+     * swap files seen). */
+    bool have_fp32_pair;
+    double step_over_fp32_state;
+    int64_t state_saved_peak[BT_KINDS], state_saved_estimate[BT_KINDS], state_saved_files;
 } bt_result;
+
+/* Whether DeepSpeed allows c's optimizer state (bench_train_axes.c): a bf16
+ * master needs bf16 parameters at stage >= 1, and beside fp32 moments an
+ * offloaded optimizer (cpu or nvme; not under budgets, where the planner
+ * picks the home). The sweep holds only the points it allows. */
+bool bt_state_allowed(const bt_config *c);
+
+/* Fills rs[i]'s figures against the references among rs[0..i] that the
+ * sweep ran before it: step_over_ddp (stage 0, no offload, every activation
+ * kept, fp32 state, same world and dtype), the activation axis's against the
+ * same configuration with checkpoint_activations none, and the state axis's
+ * against the same configuration with fp32 state. A reference that failed
+ * leaves its figures unset (0 / false). */
+void bt_pair_with_references(bt_result *rs, int i);
 
 /* The activation bytes a configuration keeps on the device (on the host
  * path: the memory that stands for the device's): the example's own buffers

@@ -79,6 +79,18 @@ json_t *bt_result_json(const bt_setup *s, const bt_result *r)
         json_object_set_new(j, "reason", json_string(r->reason));
     json_object_set_new(json_object_get(j, "config"), "checkpoint_activations",
                         json_string(bt_act(c)));
+    json_object_set_new(json_object_get(j, "config"), "optimizer_state",
+                        json_string(bt_state(c)));
+    /* The optimizer-state axis against the same configuration with fp32
+     * state in this run (docs/bench_train.md "Optimizer state"). */
+    json_object_set_new(
+        j, "state_over_fp32",
+        r->have_fp32_pair
+            ? json_pack("{s:f, s:o, s:o, s:I}", "step", r->step_over_fp32_state, "saved_peak",
+                        bytes_obj(r->state_saved_peak), "saved_estimate",
+                        r->have_estimate ? bytes_obj(r->state_saved_estimate) : json_null(),
+                        "saved_nvme_files", (json_int_t)r->state_saved_files)
+            : json_null());
     /* --max-memory: the budgets, and whether every peak kept them - the
      * library's device and pinned high-water marks (the device's bookkeeping
      * included; pageable host bookkeeping is not budgeted, docs/placement.md),
@@ -160,6 +172,39 @@ static void mib(char *b, size_t cap, bool have, int64_t v)
         snprintf(b, cap, "-");
 }
 
+/* The optimizer-state axis's table, when the sweep has one: the bytes each
+ * configuration saves against the same one with fp32 state (the reference
+ * measured in the same run), by the library's peaks, by the estimate and on
+ * disk, and its step against that one's. */
+static void write_state_table(FILE *f, const bt_result *rs, int n)
+{
+    bool any = false;
+    for (int i = 0; i < n; i++)
+        any |= rs[i].have_fp32_pair;
+    if (!any)
+        return;
+    fprintf(f, "\nOptimizer state against the same configuration with fp32 state in this run "
+               "(MiB per rank saved; the swap files are every rank's):\n\n"
+               "| stage | opt offload | param offload | world | dtype | state | saved peak "
+               "dev / pinned / host / nvme | saved estimate dev / pinned / host / nvme | saved "
+               "swap files | step x fp32 state |\n|---|---|---|---|---|---|---|---|---:|---:|\n");
+    for (int i = 0; i < n; i++) {
+        const bt_result *r = &rs[i];
+        if (!r->have_fp32_pair)
+            continue;
+        char p[BT_KINDS][32], e[BT_KINDS][32], disk[32];
+        for (int k = 0; k < BT_KINDS; k++) {
+            mib(p[k], sizeof p[k], true, r->state_saved_peak[k]);
+            mib(e[k], sizeof e[k], r->have_estimate, r->state_saved_estimate[k]);
+        }
+        mib(disk, sizeof disk, true, r->state_saved_files);
+        fprintf(f, "| %d | %s | %s | %d | %s | %s | %s / %s / %s / %s | %s / %s / %s / %s | %s | "
+                   "%.3f |\n", r->cfg.stage, r->cfg.offload_optimizer, r->cfg.offload_param,
+                r->cfg.world, r->cfg.dtype, bt_state(&r->cfg), p[0], p[1], p[2], p[3], e[0],
+                e[1], e[2], e[3], disk, r->step_over_fp32_state);
+    }
+}
+
 /* The activation axis's table, when the sweep has one: each configuration's
  * activations against its plan and against the same configuration without
  * checkpointing (the reference measured in the same run). */
@@ -217,7 +262,8 @@ bool bt_write_markdown(const char *path, const bt_setup *s, const bt_result *rs,
                "(activations left out), VmHWM of the whole process (every rank's thread and "
                "the activations). Step times in ms: median (min-max); the breakdown is the "
                "median of each wall_clock_breakdown phase; x DDP is the median over stage "
-               "0's at the same world and dtype in this run.\n\n",
+               "0's (fp32 state, every activation kept) at the same world and dtype in this "
+               "run.\n\n",
             s->layers, s->dim, s->heads, s->seq, s->vocab, s->batch, s->steps, s->warmup,
             s->cuda ? "CUDA" : "host");
     fprintf(f, "| stage | opt offload | param offload | world | dtype | status | peak dev / "
@@ -239,11 +285,14 @@ bool bt_write_markdown(const char *path, const bt_setup *s, const bt_result *rs,
             snprintf(opt, sizeof opt, "auto (max_memory %.1f / %.1f / %.1f MiB)",
                      (double)r->cfg.budget[0] / 1048576.0, (double)r->cfg.budget[1] / 1048576.0,
                      (double)r->cfg.budget[2] / 1048576.0);
-        /* The activation axis rides in the dtype column, as "bf16, ckpt cpu". */
-        char dt[48];
-        snprintf(dt, sizeof dt, "%s%s%s", r->cfg.dtype,
+        /* The activation and state axes ride in the dtype column, as
+         * "bf16, ckpt cpu, state bf16". */
+        char dt[80];
+        snprintf(dt, sizeof dt, "%s%s%s%s%s", r->cfg.dtype,
                  strcmp(bt_act(&r->cfg), "none") ? ", ckpt " : "",
-                 strcmp(bt_act(&r->cfg), "none") ? bt_act(&r->cfg) : "");
+                 strcmp(bt_act(&r->cfg), "none") ? bt_act(&r->cfg) : "",
+                 strcmp(bt_state(&r->cfg), "fp32") ? ", state " : "",
+                 strcmp(bt_state(&r->cfg), "fp32") ? bt_state(&r->cfg) : "");
         fprintf(f, "| %d | %s | %s | %d | %s | %s | %s / %s / %s / %s | %s / %s / %s / %s | %s |",
                 r->cfg.stage, opt, r->cfg.offload_param, r->cfg.world,
                 dt, status_names[r->status], p[0], p[1], p[2], p[3], e[0], e[1], e[2],
@@ -273,6 +322,7 @@ bool bt_write_markdown(const char *path, const bt_setup *s, const bt_result *rs,
         }
     }
     write_acts_table(f, rs, n);
+    write_state_table(f, rs, n);
     bool ok = !ferror(f);
     ok &= fclose(f) == 0;
     return ok;

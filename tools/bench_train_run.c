@@ -296,6 +296,18 @@ static bool write_config(const bt_setup *s, const bt_config *c, const char *path
         json_object_set_new(j, "activation_checkpointing", act);
     if (!j)
         return false;
+    /* The optimizer-state axis: DeepSpeed's bf16 keys and zeroc's moment
+     * dtypes (docs/config.md); stochastic rounding is their default. */
+    json_t *bf16 = json_object_get(j, "bf16");
+    const char *st = bt_state(c);
+    if (!strcmp(st, "bf16") || !strcmp(st, "bf16_master"))
+        json_object_set_new(bf16, "bf16_master_weights_and_grads", json_true());
+    if (!strcmp(st, "bf16"))
+        json_object_set_new(bf16, "bf16_optimizer_states", json_true());
+    if (!strcmp(st, "bf16_moments")) {
+        json_object_set_new(bf16, "exp_avg_dtype", json_string("bf16"));
+        json_object_set_new(bf16, "exp_avg_sq_dtype", json_string("bf16"));
+    }
     int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     bool ok = fd >= 0 && json_dumpfd(j, fd, JSON_INDENT(2)) == 0;
     if (fd >= 0)

@@ -68,12 +68,18 @@ static void usage(FILE *f)
             "  --dtype x --world, each in its own process, and writes DIR/results.jsonl,\n"
             "  results.md, memory_vs_time.svg and memory_vs_time.png (docs/bench_train.md).\n"
             "  --only KEY=V,...  keep the configurations whose KEY is one of the values; KEY\n"
-            "                    is stage, offload_optimizer, offload_param, world, dtype or\n"
-            "                    checkpoint_activations (repeat for several keys)\n"
+            "                    is stage, offload_optimizer, offload_param, world, dtype,\n"
+            "                    checkpoint_activations or optimizer_state (repeat for\n"
+            "                    several keys)\n"
             "                    checkpoint_activations, the activation axis: none (every\n"
             "                    activation kept; the only value unless this key is given),\n"
             "                    device, cpu, nvme (--checkpoint-activations block, the\n"
             "                    blocks' inputs in the activation store there)\n"
+            "                    optimizer_state, the state-precision axis: fp32 (the only\n"
+            "                    value unless this key is given), bf16 (master and moments),\n"
+            "                    bf16_master (fp32 moments; optimizer offload only),\n"
+            "                    bf16_moments (fp32 master); the bf16 masters need --dtype\n"
+            "                    bf16 and stage >= 1, as DeepSpeed's do\n"
             "  --steps N         steps per configuration, [2, 100000] (default 6)\n"
             "  --warmup N        first steps left out of the timings, [0, steps-1] (default 2)\n"
             "  --world LIST      ranks (threads of the workload), each in [1, 64] (default 2)\n"
@@ -112,8 +118,12 @@ typedef struct filter {
     char buf[256];
 } filter;
 
-static const char *const filter_keys[] = {"stage", "offload_optimizer", "offload_param",
-                                          "world", "dtype", "checkpoint_activations"};
+static const char *const filter_keys[] = {"stage",           "offload_optimizer",
+                                          "offload_param",   "world",
+                                          "dtype",           "checkpoint_activations",
+                                          "optimizer_state"};
+/* The optimizer-state axis's values (bench_train.h, bt_config.state). */
+static const char *const state_names[] = {"fp32", "bf16", "bf16_master", "bf16_moments"};
 
 static int parse_only(const char *text, filter *f)
 {
@@ -130,8 +140,8 @@ static int parse_only(const char *text, filter *f)
             f->key = filter_keys[i];
     if (!f->key) {
         fprintf(stderr, "zeroc bench train: --only '%s': unknown key '%s' (stage, "
-                        "offload_optimizer, offload_param, world, dtype or "
-                        "checkpoint_activations)\n", text, f->buf);
+                        "offload_optimizer, offload_param, world, dtype, "
+                        "checkpoint_activations or optimizer_state)\n", text, f->buf);
         return 2;
     }
     f->n = 0;
@@ -158,6 +168,16 @@ static int parse_only(const char *text, filter *f)
                             "expected none, device, cpu or nvme\n", text, f->values[k]);
             return 2;
         }
+    for (int k = 0; !strcmp(f->key, "optimizer_state") && k < f->n; k++) {
+        bool known = false;
+        for (size_t i = 0; i < sizeof state_names / sizeof state_names[0]; i++)
+            known |= !strcmp(f->values[k], state_names[i]);
+        if (!known) {
+            fprintf(stderr, "zeroc bench train: --only '%s': optimizer_state '%s': expected "
+                            "fp32, bf16, bf16_master or bf16_moments\n", text, f->values[k]);
+            return 2;
+        }
+    }
     return 0;
 }
 
@@ -176,6 +196,8 @@ static bool keep(const filter *fs, int nf, const bt_config *c)
             have = c->offload_param;
         else if (!strcmp(fs[i].key, "checkpoint_activations"))
             have = bt_act(c);
+        else if (!strcmp(fs[i].key, "optimizer_state"))
+            have = bt_state(c);
         else
             have = c->dtype;
         bool any = false;
@@ -460,50 +482,44 @@ static int act_values(const opts *o, const char **vals)
     return 1;
 }
 
-/* Whether a and b are one configuration but for the activation axis. */
-static bool same_but_acts(const bt_config *a, const bt_config *b)
+/* The optimizer-state axis's values: --only's, else fp32 alone. fp32 runs
+ * first in each configuration: it is the reference of the others. */
+static int state_values(const opts *o, const char **vals)
 {
-    return a->stage == b->stage && !strcmp(a->offload_optimizer, b->offload_optimizer) &&
-           !strcmp(a->offload_param, b->offload_param) && a->world == b->world &&
-           !strcmp(a->dtype, b->dtype) && a->budgeted == b->budgeted &&
-           !memcmp(a->budget, b->budget, sizeof a->budget);
-}
-
-/* The activation axis against its reference in this sweep: r's step, its
- * device-side activations and its VmHWM against the same configuration
- * without checkpointing (none). */
-static void pair_with_none(bt_result *r, const bt_result *none)
-{
-    if (none->status != BT_OK || r->status != BT_OK || !strcmp(bt_act(&r->cfg), "none"))
-        return;
-    if (none->step_med > 0)
-        r->step_over_none = r->step_med / none->step_med;
-    const int64_t d0 = bt_device_acts(none, false);
-    if (r->have_act && none->have_act && d0 > 0)
-        r->device_acts_over_none = (double)bt_device_acts(r, false) / (double)d0;
-    const int64_t planned = none->plan_host_peak - r->plan_host_peak;
-    if (r->have_plan && none->have_plan && planned > 0 && none->vmhwm > r->vmhwm)
-        r->vmhwm_drop_over_plan = (double)(none->vmhwm - r->vmhwm) / (double)planned;
+    for (int i = 0; i < o->nonly; i++)
+        if (!strcmp(o->only[i].key, "optimizer_state")) {
+            int n = 0;
+            for (int k = 0; k < o->only[i].n; k++)
+                if (!strcmp(o->only[i].values[k], "fp32"))
+                    vals[n++] = "fp32";
+            for (int k = 0; k < o->only[i].n; k++)
+                if (strcmp(o->only[i].values[k], "fp32"))
+                    vals[n++] = o->only[i].values[k];
+            return n;
+        }
+    vals[0] = "fp32";
+    return 1;
 }
 
 /* Every configuration of the sweep, in order, that the filters keep. */
 static int make_sweep(const opts *o, bt_config *out, int cap)
 {
     static const char *const offs[] = {"none", "cpu", "nvme"};
-    const char *acts[MAX_VALUES];
-    const int nacts = act_values(o, acts);
+    const char *acts[MAX_VALUES], *states[MAX_VALUES];
+    const int nacts = act_values(o, acts), nstates = state_values(o, states);
     int n = 0;
     /* --max-memory: the budgets are the axis (stage 3, the planner places). */
     for (int w = 0; w < o->nworlds && o->nbudgets; w++)
         for (int d = 0; d < o->ndtypes; d++)
             for (int b = 0; b < o->nbudgets; b++)
-                for (int a = 0; a < nacts; a++) {
-                    bt_config c = {3, "auto", "auto", (int)o->worlds[w], o->dtypes[d], true,
-                                   {o->budgets[b][0], o->budgets[b][1], o->budgets[b][2]},
-                                   acts[a]};
-                    if (keep(o->only, o->nonly, &c) && n < cap)
-                        out[n++] = c;
-                }
+                for (int a = 0; a < nacts; a++)
+                    for (int t = 0; t < nstates; t++) {
+                        bt_config c = {3, "auto", "auto", (int)o->worlds[w], o->dtypes[d], true,
+                                       {o->budgets[b][0], o->budgets[b][1], o->budgets[b][2]},
+                                       acts[a], states[t]};
+                        if (bt_state_allowed(&c) && keep(o->only, o->nonly, &c) && n < cap)
+                            out[n++] = c;
+                    }
     if (o->nbudgets)
         return n;
     for (int w = 0; w < o->nworlds; w++)
@@ -511,12 +527,14 @@ static int make_sweep(const opts *o, bt_config *out, int cap)
             for (int stage = 0; stage <= 3; stage++)
                 for (int oo = 0; oo < (stage ? 3 : 1); oo++)
                     for (int op = 0; op < (stage == 3 ? 3 : 1); op++)
-                        for (int a = 0; a < nacts; a++) {
-                            bt_config c = {stage, offs[oo], offs[op], (int)o->worlds[w],
-                                           o->dtypes[d], false, {0, 0, 0}, acts[a]};
-                            if (keep(o->only, o->nonly, &c) && n < cap)
-                                out[n++] = c;
-                        }
+                        for (int a = 0; a < nacts; a++)
+                            for (int t = 0; t < nstates; t++) {
+                                bt_config c = {stage,        offs[oo], offs[op],
+                                               (int)o->worlds[w], o->dtypes[d], false,
+                                               {0, 0, 0},    acts[a],  states[t]};
+                                if (bt_state_allowed(&c) && keep(o->only, o->nonly, &c) && n < cap)
+                                    out[n++] = c;
+                            }
     return n;
 }
 
@@ -525,7 +543,13 @@ static int sweep(const opts *o, bt_setup *s)
     bt_config cfgs[512];
     const int n = make_sweep(o, cfgs, 512);
     if (n == 0) {
-        fprintf(stderr, "zeroc bench train: --only leaves no configuration\n");
+        bool states = false;
+        for (int i = 0; i < o->nonly; i++)
+            states |= !strcmp(o->only[i].key, "optimizer_state");
+        fprintf(stderr, "zeroc bench train: --only leaves no configuration%s\n",
+                states ? " (optimizer_state bf16 and bf16_master need --dtype bf16 and stage "
+                         ">= 1; bf16_master also offload_optimizer cpu or nvme)"
+                       : "");
         return 2;
     }
     if (mkdir(o->out, 0755) != 0 && errno != EEXIST) {
@@ -562,9 +586,10 @@ static int sweep(const opts *o, bt_setup *s)
     for (int i = 0; i < n && rc == 0 && !bt_stop_signal; i++) {
         if (!o->json)
             fprintf(stderr, "zeroc bench train: [%d/%d] stage %d, offload_optimizer %s, "
-                            "offload_param %s, world %d, %s, checkpoint_activations %s\n",
+                            "offload_param %s, world %d, %s, checkpoint_activations %s, "
+                            "optimizer_state %s\n",
                     i + 1, n, cfgs[i].stage, cfgs[i].offload_optimizer, cfgs[i].offload_param,
-                    cfgs[i].world, cfgs[i].dtype, bt_act(&cfgs[i]));
+                    cfgs[i].world, cfgs[i].dtype, bt_act(&cfgs[i]), bt_state(&cfgs[i]));
         if (!bt_run_config(s, i, &cfgs[i], &rs[i])) {
             fprintf(stderr, "zeroc bench train: %s\n", rs[i].reason);
             rc = 1;
@@ -572,17 +597,7 @@ static int sweep(const opts *o, bt_setup *s)
         }
         if (bt_stop_signal)
             break; /* the child was killed by us: not a result */
-        /* The reference measured in the same run: stage 0 without offload
-         * (plain data parallelism) at the same world and dtype, which the
-         * sweep runs first. */
-        for (int k = 0; k <= i && rs[i].status == BT_OK; k++)
-            if (rs[k].status == BT_OK && rs[k].cfg.stage == 0 &&
-                !strcmp(bt_act(&rs[k].cfg), "none") &&
-                rs[k].cfg.world == rs[i].cfg.world && !strcmp(rs[k].cfg.dtype, rs[i].cfg.dtype))
-                rs[i].step_over_ddp = rs[i].step_med / rs[k].step_med;
-        for (int k = 0; k < i; k++)
-            if (!strcmp(bt_act(&rs[k].cfg), "none") && same_but_acts(&rs[k].cfg, &rs[i].cfg))
-                pair_with_none(&rs[i], &rs[k]);
+        bt_pair_with_references(rs, i);
         json_t *j = bt_result_json(s, &rs[i]);
         char *line = j ? json_dumps(j, JSON_COMPACT) : NULL;
         json_decref(j);

@@ -194,7 +194,9 @@ def sweep(zeroc, train_gpt, tmp):
             fail(f"missing keys {KEYS - set(r)} in {r}")
         c = r["config"]
         if set(c) != {"stage", "offload_optimizer", "offload_param", "world", "dtype",
-                      "checkpoint_activations"} or c["checkpoint_activations"] != "none":
+                      "checkpoint_activations", "optimizer_state"} or \
+                c["checkpoint_activations"] != "none" or c["optimizer_state"] != "fp32" or \
+                r["state_over_fp32"] is not None:
             fail(f"config keys {sorted(c)}")
         if r["status"] != "ok":
             fail(f"{c}: {r['status']}: {r.get('reason')}")
@@ -527,12 +529,105 @@ def activation_axis(zeroc, train_gpt, tmp):
         fail(f"activation axis: a bad value: exit {p.returncode}, {p.stderr!r}")
 
 
+# The state axis's bytes saved per parameter against fp32 master and moments
+# (12 bytes): master and moments in bf16, the master alone, the moments alone.
+STATE_SAVED = {"bf16": 6, "bf16_master": 2, "bf16_moments": 4}
+
+
+def shard_elems(layers, dim, seq, vocab, world):
+    """Rank 0's elements of optimizer state under --chunks per-block: one chunk
+    for the embeddings (tokens and positions), one per block, one for the final
+    LayerNorm (the head is tied), each padded to a multiple of world x 64
+    elements (ZC_CHUNK_ALIGN) and split evenly."""
+    block = 2 * 2 * dim + (dim * 3 * dim + 3 * dim) + (dim * dim + dim) + \
+        (dim * 4 * dim + 4 * dim) + (4 * dim * dim + dim)
+    chunks = [vocab * dim + seq * dim] + [block] * layers + [2 * dim]
+    align = world * 64
+    return sum((c + align - 1) // align * align for c in chunks) // world
+
+
+def state_axis(zeroc, train_gpt, tmp):
+    """--only optimizer_state=...: the state-precision axis at stage 2 with
+    the optimizer at home, in pinned memory and on NVMe. Each point trains
+    with the bf16 keys (DeepSpeed's and zeroc's moment dtypes); the estimate
+    holds to the peak as elsewhere; the bytes saved against fp32 state are
+    rank 0's shard times the bytes saved per parameter, in the optimizer's
+    kind (a formula from the model's shape), wherever the state is not on
+    NVMe; on NVMe the pinned staging shrinks in the order of the bytes per
+    parameter; the estimate saves what the peaks save; the points DeepSpeed
+    refuses are not in the sweep."""
+    out = os.path.join(tmp, "states")
+    cmd = [zeroc, "bench", "train", "--out", out, "--json", "--steps", "3", "--warmup", "1",
+           "--world", str(WORLD), "--batch", str(BATCH), "--workload", train_gpt,
+           "--only", "stage=2", "--only", "offload_optimizer=none,cpu,nvme",
+           "--only", "optimizer_state=bf16_moments,bf16,fp32,bf16_master",
+           "--plot-with", "none", "--timeout", "120"]
+    p, _ = run(cmd)
+    rows = lines_of(p)
+    got = [(r["config"]["offload_optimizer"], r["config"]["optimizer_state"]) for r in rows]
+    want = [(o, s) for o in ("none", "cpu", "nvme")
+            for s in ("fp32", "bf16_moments", "bf16", "bf16_master")
+            if not (s == "bf16_master" and o == "none")]
+    if p.returncode != 0 or got != want:
+        fail(f"state axis: exit {p.returncode}, {got}, want {want}: {p.stderr[-500:]}")
+        return
+    shard = shard_elems(2, 64, 64, 256, WORLD)
+    kind = {"none": "device", "cpu": "pinned", "nvme": "pinned"}
+    staged = {}
+    for r in rows:
+        off, st = r["config"]["offload_optimizer"], r["config"]["optimizer_state"]
+        if r["status"] != "ok":
+            fail(f"state axis {off} {st}: {r['status']}: {r.get('reason')}")
+            continue
+        check_ok(r)
+        base = next(b for b in rows if b["config"] == dict(r["config"], optimizer_state="fp32"))
+        so = r["state_over_fp32"]
+        if st == "fp32":
+            if so is not None:
+                fail(f"state axis {off} fp32: figures against itself: {so}")
+            continue
+        saved = {k: base["peak"][k] - r["peak"][k] for k in KINDS}
+        if so is None or so["saved_peak"] != saved or so["saved_estimate"] != \
+                {k: base["estimate"][k] - r["estimate"][k] for k in KINDS}:
+            fail(f"state axis {off} {st}: {so}, the peaks save {saved}")
+            continue
+        if so["saved_estimate"] != saved:
+            fail(f"state axis {off} {st}: the estimate saves {so['saved_estimate']}, "
+                 f"the peaks {saved}")
+        if off == "nvme":
+            staged[st] = saved["pinned"]
+            if saved["device"] != 0 or saved["nvme"] < 0 or so["saved_nvme_files"] < 0:
+                fail(f"state axis nvme {st}: saved {saved}, files {so['saved_nvme_files']}")
+        else:
+            formula = {k: (STATE_SAVED[st] * shard if k == kind[off] else 0) for k in KINDS}
+            if saved != formula:
+                fail(f"state axis {off} {st}: saved {saved}, want {formula} (shard {shard})")
+        ratio = r["step_s"]["median"] / base["step_s"]["median"]
+        if abs(so["step"] - ratio) > 1e-9 * ratio:
+            fail(f"state axis {off} {st}: step {so['step']}, want {ratio}")
+    if not staged.get("bf16", 0) > staged.get("bf16_moments", 0) > \
+            staged.get("bf16_master", 0) > 0:
+        fail(f"state axis nvme: the pinned staging saved {staged}, want 6 > 4 > 2 bytes' order")
+    md = open(os.path.join(out, "results.md")).read()
+    if "Optimizer state against" not in md or \
+            any(f"| bf16 | {s} | " not in md for s in STATE_SAVED) or ", state bf16 |" not in md:
+        fail(f"state axis: results.md lacks the state table:\n{md}")
+    for extra, msg in ((["--only", "optimizer_state=fp16"], "bf16_master or bf16_moments"),
+                       (["--only", "optimizer_state=bf16", "--dtype", "fp32"],
+                        "need --dtype bf16")):
+        k = cmd.index("optimizer_state=bf16_moments,bf16,fp32,bf16_master")
+        p, _ = run(cmd[:k - 1] + cmd[k + 1:] + extra)
+        if p.returncode != 2 or msg not in p.stderr:
+            fail(f"state axis {extra}: exit {p.returncode}, {p.stderr!r}")
+
+
 def main():
     zeroc, train_gpt = sys.argv[1], sys.argv[2]
     with tempfile.TemporaryDirectory(prefix="zc-bench-train-", dir=".") as tmp:
         plot_python_and_data(zeroc, train_gpt, tmp)
         budgets(zeroc, train_gpt, tmp)
         activation_axis(zeroc, train_gpt, tmp)
+        state_axis(zeroc, train_gpt, tmp)
         sweep(zeroc, train_gpt, tmp)
         crash_and_hang(zeroc, train_gpt, tmp)
     print("ok")
