@@ -66,8 +66,9 @@ typedef struct t_run {
     int64_t loss_scale_window; /* > 0: fp16.loss_scale_window (the scale grows back
                                   and overflows again within a short run) */
     bool same_grads;           /* every rank writes the same gradients (the rank is left
-                                  out of the noise), so the averaged gradient does not
-                                  depend on the world size */
+                                  out of the noise), each rounded to five significant
+                                  bits, so the averaged gradient does not depend on the
+                                  world size (1-4) */
     int64_t persistence;       /* stage3_param_persistence_threshold; < 0: 0 */
     int64_t prefetch;          /* stage3_prefetch_bucket_size; < 0: library default */
     int64_t max_live;          /* stage3_max_live_parameters; < 0: library default */

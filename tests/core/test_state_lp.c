@@ -6,15 +6,18 @@
  *
  *   - stages 1-3 bitwise equal at every world 1-4 (a bf16 master needs
  *     stage 1-3, as DeepSpeed); bf16 moments alone at stages 0-3;
- *   - worlds 1, 2 and 4 bitwise equal when every rank writes the same
- *     gradients (the average of W equal bf16 values is exact for W a power
- *     of two; for W = 3 the bf16 sum 3g may round, so 3 is left out);
+ *   - worlds 1-4 bitwise equal when every rank writes the same gradients
+ *     (of five significant bits, so that the bf16 sum of W equal values and
+ *     the average are exact at every W); at W = 3 the reported gradient
+ *     norm, scaled by 1/3 in double, may differ in its last bit, so there
+ *     it is held within two ulps while the state stays bitwise;
  *   - the device, cpu and nvme homes bitwise equal (a bf16 master with fp32
  *     moments lives under offload only: cpu against nvme);
  *   - the state is bf16: every gathered master value has zero low 16 bits;
  *   - the rounding is used: stochastic and nearest-even runs differ, and a
  *     different seed gives different bits. */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -89,17 +92,35 @@ Test(state_lp, bf16_moments_stages_0_to_3_bitwise)
     stages_bitwise(v_bf16, 0, ZC_DTYPE_F32);
 }
 
-Test(state_lp, worlds_1_2_4_bitwise_with_equal_gradients)
+/* r's master bitwise ref's and each step's gradient norm within two ulps. */
+static void assert_same_masters_norm_2ulp(const t_run *r, const t_run *ref, const char *what)
+{
+    cr_assert_eq(memcmp(r->master, ref->master, (size_t)t_total_numel() * sizeof(float)), 0,
+                 "%s: the masters differ", what);
+    for (int s = 0; s < ref->steps; s++) {
+        const double a = ref->info[s].grad_norm;
+        const double lo = nextafter(nextafter(a, -INFINITY), -INFINITY);
+        const double hi = nextafter(nextafter(a, INFINITY), INFINITY);
+        cr_assert(r->info[s].grad_norm >= lo && r->info[s].grad_norm <= hi,
+                  "%s step %d: norm %.17g vs %.17g", what, s, r->info[s].grad_norm, a);
+        cr_assert_eq(r->info[s].skipped, ref->info[s].skipped, "%s step %d skipped", what, s);
+    }
+}
+
+Test(state_lp, worlds_1_to_4_bitwise_with_equal_gradients)
 {
     for (int stage = 1; stage <= 3; stage++) {
         t_run *ref = run(stage, 1, ZC_DTYPE_BF16, all_bf16, NULL, NULL, true);
         t_assert_trained(ref);
         cr_assert(master_is_bf16(ref), "stage %d: a master value has low bits set", stage);
-        for (int world = 2; world <= 4; world *= 2) {
+        for (int world = 2; world <= 4; world++) {
             t_run *r = run(stage, world, ZC_DTYPE_BF16, all_bf16, NULL, NULL, true);
             char what[96];
             snprintf(what, sizeof what, "stage %d: world %d against world 1", stage, world);
-            t_assert_same_training(r, ref, what);
+            if (world == 3)
+                assert_same_masters_norm_2ulp(r, ref, what);
+            else
+                t_assert_same_training(r, ref, what);
             t_run_free(r);
         }
         t_run_free(ref);
