@@ -2,7 +2,10 @@
 """train_gpt with one rank per process under mpirun (its --launcher auto
 path, zc_comm_init_env): for W = 2, 3 and stages 0 and 3, the params_sha256
 and every step's printed loss - the mean over ranks, by zc_all_reduce_f64 -
-equal the thread run's (`--launcher threads --world W`). And each rank's BLAS
+equal the thread run's (`--launcher threads --world W`); the same with the
+optimizer state in bf16 (master and moments, stochastic rounding: the random
+bits are a function of the element's global index, so processes and threads
+round alike) at W = 3, stages 1 and 3. And each rank's BLAS
 threads: with the ranks not bound to cores (`--bind-to none`), the CPUs this
 process may use split between the two ranks, at least one; bound, one; the
 user's OPENBLAS_NUM_THREADS as given.
@@ -15,6 +18,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 
 exe, data = sys.argv[1], sys.argv[2]
 MPIRUN = shutil.which("mpirun")
@@ -43,21 +47,36 @@ def outcome(cmd):
     return finals[0]["params_sha256"], [l["loss"] for l in lines if "step" in l and "loss" in l]
 
 
-for world in (2, 3):
-    for stage in (0, 3):
-        args = TINY + ["--stage", str(stage)]
-        want = outcome([exe, *args, "--launcher", "threads", "--world", str(world)])
-        got = outcome([MPIRUN, *MPI_ARGS, "-np", str(world), exe, *args])
-        if not (want and got):
-            continue  # the failure is recorded
-        if got[0] != want[0]:
-            failures.append(f"W={world} stage {stage}: mpirun {got[0]} != threads {want[0]}")
-        elif got[1] != want[1] or len(got[1]) != 3:
-            failures.append(f"W={world} stage {stage}: mpirun printed losses {got[1]}, "
-                            f"threads {want[1]}")
-        else:
-            print(f"ok W={world} stage {stage}: processes and threads give {want[0][:16]}... "
-                  f"and losses {want[1]}")
+tmp = tempfile.TemporaryDirectory(prefix="zc-gpt-mpi-", dir=".")
+BF16_STATE = os.path.join(tmp.name, "bf16_state.json")
+with open(BF16_STATE, "x") as f:
+    json.dump({"train_micro_batch_size_per_gpu": "auto", "gradient_clipping": 1.0,
+               "bf16": {"enabled": True, "bf16_master_weights_and_grads": True,
+                        "bf16_optimizer_states": True},
+               "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "weight_decay": 0.1}},
+               "zero_optimization": {"stage": 1}}, f)
+shas = {}
+for world, stage, cfg in ((2, 0, None), (2, 3, None), (3, 0, None), (3, 3, None),
+                          (3, 1, BF16_STATE), (3, 3, BF16_STATE)):
+    args = TINY + ["--stage", str(stage)] + (["--config", cfg] if cfg else [])
+    what = f"W={world} stage {stage}{' bf16 state' if cfg else ''}"
+    want = outcome([exe, *args, "--launcher", "threads", "--world", str(world)])
+    got = outcome([MPIRUN, *MPI_ARGS, "-np", str(world), exe, *args])
+    if not (want and got):
+        continue  # the failure is recorded
+    shas[(world, stage, cfg)] = want[0]
+    if got[0] != want[0]:
+        failures.append(f"{what}: mpirun {got[0]} != threads {want[0]}")
+    elif got[1] != want[1] or len(got[1]) != 3:
+        failures.append(f"{what}: mpirun printed losses {got[1]}, threads {want[1]}")
+    else:
+        print(f"ok {what}: processes and threads give {want[0][:16]}... "
+              f"and losses {want[1]}")
+# The bf16 state is what trained: its parameters are not the fp32 state's.
+if shas.get((3, 3, None)) and shas.get((3, 3, None)) == shas.get((3, 3, BF16_STATE)):
+    failures.append("W=3 stage 3: the bf16-state run gives the fp32-state run's parameters")
+
+
 
 def cpu_threads(extra_env, bind):
     """The final line's cpu_threads of a 2-rank mpirun with env + extra_env."""
@@ -83,6 +102,7 @@ for extra, bind, want in (({}, "none", max(1, cpus // 2)), ({}, "core", 1),
                         f"cpu_threads {got}, want {want}")
     else:
         print(f"ok --bind-to {bind} {extra or ''}: {got} BLAS thread(s) per rank on {cpus} CPUs")
+tmp.cleanup()
 if failures:
     print("\n".join(failures))
     sys.exit(1)
