@@ -19,6 +19,10 @@ threads), and measures, per run:
     example's activations and buffers);
   - that the losses are finite and that no swap file is left afterwards.
 
+--states fp32,bf16 trains the large model at each world with the optimizer
+state in fp32 and again in bf16 (master and moments, stochastic rounding) and
+says what the bf16 state moves and takes against the fp32 state's run.
+
 Then a smaller model that also fits without offload (4 layers of the same
 width: every block still spans 6 chunks) is trained at stage 3 with and
 without NVMe offload, and the two params_sha256 are compared.
@@ -106,14 +110,23 @@ def run_logged(cmd, log, env=None):
     return code, ru.ru_maxrss * 1024, plan, steps, final, wall
 
 
-def write_config(path, swap, offload, steps):
+# --states: the optimizer state's precision (docs/config.md, "Optimizer state
+# precision"): fp32 master and moments, or bf16 master and moments with
+# stochastic rounding (DeepSpeed's bf16_master_weights_and_grads and
+# bf16_optimizer_states).
+STATES = {"fp32": {}, "bf16": {"bf16_master_weights_and_grads": True,
+                               "bf16_optimizer_states": True}}
+
+
+def write_config(path, swap, offload, steps, state="fp32"):
     zero = {"stage": 3, "overlap_comm": True, "stage3_param_persistence_threshold": 0}
     if offload:
         zero["offload_optimizer"] = {"device": "nvme", "nvme_path": swap, "pin_memory": True}
         zero["offload_param"] = {"device": "nvme", "nvme_path": swap, "pin_memory": True,
                                  "max_in_cpu": 0}
     cfg = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
-           "gradient_clipping": 1.0, "bf16": {"enabled": True}, "wall_clock_breakdown": True,
+           "gradient_clipping": 1.0, "bf16": dict({"enabled": True}, **STATES[state]),
+           "wall_clock_breakdown": True,
            "optimizer": {"type": "AdamW", "params": {"lr": 1e-6, "betas": [0.9, 0.95],
                                                      "eps": 1e-8, "weight_decay": 0.1}},
            "zero_optimization": zero}
@@ -142,7 +155,7 @@ def median(v):
     return statistics.median(v) if v else float("nan")
 
 
-def summarize_run(name, world, cmd, code, rss, plan, steps, final, wall, swap_left, load0,
+def summarize_run(name, world, state, cmd, code, rss, plan, steps, final, wall, swap_left, load0,
                   load1, disk):
     timed = steps[1:] if len(steps) > 1 else steps  # step 1 records the trace, no prefetch
     phases = ["forward", "backward", "reduce", "gather", "optimizer", "io_wait"]
@@ -154,7 +167,8 @@ def summarize_run(name, world, cmd, code, rss, plan, steps, final, wall, swap_le
     io_floor = rd / 1e9 / r_gbps + wr / 1e9 / w_gbps
     losses = [s["loss"] for s in steps]
     return {
-        "run": name, "world": world, "cmd": " ".join(cmd), "status": code, "wall_s": wall,
+        "run": name, "world": world, "state": state, "cmd": " ".join(cmd), "status": code,
+        "wall_s": wall,
         "num_params": final["num_params"] if final else None,
         "params_sha256": final["params_sha256"] if final else None,
         "losses": losses, "finite": bool(losses) and all(
@@ -185,7 +199,14 @@ def main():
     ap.add_argument("--equiv-layers", type=int, default=8,
                     help="layers of the with/without offload comparison (0: skip it)")
     ap.add_argument("--io-size", default="4G", help="zeroc bench io --size")
+    ap.add_argument("--states", default="fp32",
+                    help="optimizer-state precisions of the large run, each of fp32, bf16 "
+                    "(bf16 master and moments)")
     a = ap.parse_args()
+    states = a.states.split(",")
+    if not states or any(st not in STATES for st in states) or len(set(states)) != len(states):
+        raise SystemExit(f"--states '{a.states}': expected distinct values of "
+                         f"{', '.join(STATES)}")
     exe = os.path.join(a.build, "examples", "gpt", "train_gpt")
     zeroc = os.path.join(a.build, "tools", "zeroc")
     for f in (exe, zeroc):
@@ -207,9 +228,9 @@ def main():
         results.append({"disk": disk})
         L, D, H = (int(x) for x in a.model.split(","))
 
-        def train(name, layers, world, offload, steps):
+        def train(name, layers, world, offload, steps, state="fp32"):
             cfg = os.path.join(work, f"{name}.json")
-            write_config(cfg, swap, offload, steps)
+            write_config(cfg, swap, offload, steps, state)
             cmd = [exe, "--config", cfg, "--layers", str(layers), "--dim", str(D), "--heads",
                    str(H), "--seq", "64", "--vocab", "256", "--batch", "1", "--dtype", "bf16",
                    "--stage", "3", "--world", str(world), "--steps", str(steps),
@@ -219,7 +240,7 @@ def main():
             code, rss, plan, steps_, final, wall = run_logged(
                 cmd, os.path.join(a.out, f"{name}.log"))
             left = os.listdir(swap)
-            r = summarize_run(name, world, cmd, code, rss, plan, steps_, final, wall, left,
+            r = summarize_run(name, world, state, cmd, code, rss, plan, steps_, final, wall, left,
                               load0, loadavg(), disk)
             results.append(r)
             with open(os.path.join(a.out, "results.jsonl"), "w") as f:
@@ -234,7 +255,9 @@ def main():
             return r
 
         for w in (int(x) for x in a.worlds.split(",")):
-            train(f"gpt{L}x{D}_nvme_w{w}", L, w, True, a.steps)
+            for st in states:
+                tag = "" if st == "fp32" else f"_{st}state"
+                train(f"gpt{L}x{D}_nvme_w{w}{tag}", L, w, True, a.steps, st)
         if a.equiv_layers > 0:
             e0 = train(f"gpt{a.equiv_layers}x{D}_plain_w1", a.equiv_layers, 1, False, 2)
             e1 = train(f"gpt{a.equiv_layers}x{D}_nvme_w1", a.equiv_layers, 1, True, 2)
@@ -284,6 +307,21 @@ def summary(results):
             f"{r['rss_over_plan'] or float('nan'):.3f} | "
             f"{', '.join(f'{l:.4f}' for l in r['losses'])} | {r['loadavg_before']} / "
             f"{r['loadavg_after']} |")
+    # The state's precision against fp32 state at the same world, in this run.
+    runs = [r for r in results if "run" in r]
+    for r in runs:
+        ref = next((b for b in runs if b["state"] == "fp32" and b["world"] == r["world"] and
+                    b["run"] != r["run"]), None)
+        if r["state"] != "fp32" and ref and ref["read_bytes_per_step"] and ref["step_s_median"]:
+            moved = r["read_bytes_per_step"] + r["write_bytes_per_step"]
+            moved0 = ref["read_bytes_per_step"] + ref["write_bytes_per_step"]
+            out.append("")
+            rd = r["read_bytes_per_step"] / ref["read_bytes_per_step"]
+            wr = r["write_bytes_per_step"] / ref["write_bytes_per_step"]
+            out.append(f"{r['run']} against {ref['run']}: bytes moved per step "
+                       f"{moved / moved0:.3f}x (read {rd:.3f}x, written {wr:.3f}x), "
+                       f"step {r['step_s_median'] / ref['step_s_median']:.3f}x, I/O at disk "
+                       f"speed {r['io_floor_s'] / ref['io_floor_s']:.3f}x.")
     out.append("")
     out.append(f"Disk (`{disk['cmd']}`, load after {disk['loadavg_after']}): read "
                f"{disk['read']['zeroc_gbps']:.2f} GB/s by zeroc's store, "

@@ -77,7 +77,6 @@ if shas.get((3, 3, None)) and shas.get((3, 3, None)) == shas.get((3, 3, BF16_STA
     failures.append("W=3 stage 3: the bf16-state run gives the fp32-state run's parameters")
 
 
-
 def cpu_threads(extra_env, bind):
     """The final line's cpu_threads of a 2-rank mpirun with env + extra_env."""
     e = {k: v for k, v in env.items() if k not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")}
