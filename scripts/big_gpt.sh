@@ -19,9 +19,19 @@
 # (a random bf16 one: python3 scripts/make_big_gpt.py FILE, 5 GB): it is
 # imported straight into the NVMe swap files (zc_load_safetensors: the
 # master written alone, through a 32 MiB staging ring).
-# Usage: bash scripts/big_gpt.sh [train_gpt flags]
+# --bf16-state (first, before the train_gpt flags) keeps the optimizer state
+# in bf16 - master and moments, stochastic rounding (bf16.
+# bf16_master_weights_and_grads and bf16_optimizer_states) - so the swap
+# files hold 8 bytes a parameter instead of 14 (docs/config.md, "Optimizer
+# state precision").
+# Usage: bash scripts/big_gpt.sh [--bf16-state] [train_gpt flags]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+state_keys=""
+if [[ "${1:-}" == --bf16-state ]]; then
+  state_keys=', "bf16_master_weights_and_grads": true, "bf16_optimizer_states": true'
+  shift
+fi
 source scripts/build_dir.sh
 bash scripts/deps.sh
 zc_configure build
@@ -41,7 +51,7 @@ cat > "$work/ds_config.json" <<EOF
   "train_micro_batch_size_per_gpu": 1,
   "gradient_accumulation_steps": 1,
   "gradient_clipping": 1.0,
-  "bf16": { "enabled": true },
+  "bf16": { "enabled": true$state_keys },
   "wall_clock_breakdown": true,
   "optimizer": {
     "type": "AdamW",

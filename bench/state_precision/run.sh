@@ -14,7 +14,9 @@
 # loss for every seed, their mean and the mean's ratio to the fp32-state
 # run's. One seed's loss moves by a few percent with the data order alone
 # (bench/RESULTS.md), so the comparison is of means over SEEDS seeds
-# (environment, default 5: --seed 1..SEEDS). Extra flags go to every
+# (environment, default 5: --seed 1..SEEDS; FIRST_SEED, default 1, moves
+# the range to FIRST_SEED..FIRST_SEED+SEEDS-1, so a later run can add
+# seeds to an earlier one's). Extra flags go to every
 # train_gpt run (e.g. --layers 6 --dim 256 --heads 8 for the larger model).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -45,22 +47,25 @@ for name, keys in extra.items():
 PY
 seeds=${SEEDS:-5}
 [[ "$seeds" =~ ^[1-9][0-9]{0,2}$ ]] || { echo "run.sh: SEEDS '$seeds': expected 1..999" >&2; exit 2; }
+first=${FIRST_SEED:-1}
+[[ "$first" =~ ^[1-9][0-9]{0,5}$ ]] || { echo "run.sh: FIRST_SEED '$first': expected 1..999999" >&2; exit 2; }
+last=$((first + seeds - 1))
 for v in "${variants[@]}"; do
-  for ((s = 1; s <= seeds; s++)); do
+  for ((s = first; s <= last; s++)); do
     "$bin" --config "$out/$v.json" --steps 1000 --seed "$s" --json "$@" > "$out/$v.seed$s.out"
   done
 done
-python3 - "$out" "$seeds" "${variants[@]}" <<'PY'
+python3 - "$out" "$first" "$last" "${variants[@]}" <<'PY'
 import json, sys
-out, seeds, names = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+out, first, last, names = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4:]
 def final(n, s):
     lines = [json.loads(l) for l in open(f"{out}/{n}.seed{s}.out") if l.startswith("{")]
     return [l for l in lines if l.get("final")][-1]["val_loss"]
-losses = {n: [final(n, s) for s in range(1, seeds + 1)] for n in names}
+losses = {n: [final(n, s) for s in range(first, last + 1)] for n in names}
 mean = {n: sum(v) / len(v) for n, v in losses.items()}
 with open(f"{out}/summary.jsonl", "x") as f:
     for n in names:
-        line = {"variant": n, "val_loss": losses[n], "mean": mean[n],
+        line = {"variant": n, "seeds": [first, last], "val_loss": losses[n], "mean": mean[n],
                 "ratio_to_fp32_state": mean[n] / mean["fp32"]}
         print(json.dumps(line))
         f.write(json.dumps(line) + "\n")
