@@ -68,7 +68,7 @@ ROOMS = {
     "device": (2, ["device/device.h", "device/cuda_guard.h"]),
     "comm": (2, ["comm/comm.h", "comm/bootstrap.h", "comm/mpi.h", "comm/nccl.h",
                  "comm/rendezvous.h"]),
-    "optim": (2, ["optim/adam.h", "optim/adam_pace.h"]),
+    "optim": (2, ["optim/adam.h", "optim/adam_pace.h", "optim/lion.h", "optim/adagrad.h"]),
     "offload": (2, ["offload/homes.h", "offload/offload.h"]),
     "cuda_plugin": (2, ["cuda_plugin/load.h"]),
     # The timeline and the comms logger: the engine and the machine rooms

@@ -30,6 +30,15 @@ typedef enum zc_budget_kind {
     ZC_BUDGET__COUNT
 } zc_budget_kind;
 
+/* optimizer.type: DeepSpeed's names, compared without case as its
+ * config.py does (the values are stored in zc_config.optimizer.type). */
+typedef enum zc_opt_type {
+    ZC_OPT_ADAM = 0,
+    ZC_OPT_ADAMW,
+    ZC_OPT_LION,   /* parsed; zc_engine_create refuses it (support.c) */
+    ZC_OPT_ADAGRAD /* parsed; zc_engine_create refuses it (support.c) */
+} zc_opt_type;
+
 typedef enum zc_sched_type {
     ZC_SCHED_NONE = 0,
     ZC_SCHED_WARMUP_LR,
@@ -104,8 +113,12 @@ struct zc_config {
 
     struct {
         bool present;                    /* an optimizer block was given */
-        bool adamw_type;                 /* type "AdamW" (else "Adam") */
+        int type;                        /* zc_opt_type */
+        bool adamw_type;                 /* type == ZC_OPT_ADAMW, stored with type
+                                            (optimizer.c, for the Adam step's readers) */
         double lr, beta1, beta2, eps, weight_decay;
+        /* Adagrad: torch.optim.Adagrad's (DeepSpeedCPUAdagrad takes neither). */
+        double lr_decay, initial_accumulator_value;
         bool adam_w_mode, bias_correction, torch_adam;
         bool deepspeed_arithmetic;       /* zeroc: DeepSpeedCPUAdam's arithmetic
                                             (optim/adam.h ZC_ADAM_ARITH_DEEPSPEED) */

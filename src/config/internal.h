@@ -78,6 +78,16 @@ void zc__cfg_semantic(const zc_config *cfg, unsigned flags, zc_cfg_diag *d);
 /* trace.steps and comms_logger.prof_ops (observe_keys.c). */
 void zc__cfg_check_observe(const zc_config *cfg, zc_cfg_diag *d);
 
+/* optimizer.c: the type's consequences. Called by zc__cfg_store when
+ * optimizer.type is stored: sets adamw_type and, where the config did not
+ * give them, lr and eps to the type's DeepSpeed defaults. */
+void zc__cfg_optimizer_type_stored(zc_config *cfg);
+/* A parameter set in optimizer.params that the type's optimizer does not
+ * take (the loader's semantic pass). */
+void zc__cfg_check_optimizer(const zc_config *cfg, zc_cfg_diag *d);
+/* The types the engine's step does not run yet (zc__cfg_engine_support). */
+void zc__cfg_rule_optimizer(const zc_config *cfg, zc_cfg_diag *d);
+
 /* What this build's engine refuses in a configuration that is otherwise
  * valid (offload today): one error per refused block. `zeroc config check`
  * runs it so its verdict is the engine's. */

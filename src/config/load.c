@@ -76,14 +76,16 @@ static bool optimizer_type_ok(const json_t *obj, const char *written, zc_cfg_dia
     const json_t *t = json_object_get(obj, "type");
     if (!t) {
         zc__diag_add(d, ZC_SEV_ERROR, ZC_ERR_CONFIG, p,
-                     "missing; zeroc needs \"Adam\" or \"AdamW\" (or remove the optimizer block "
-                     "to get AdamW with DeepSpeed's defaults)");
+                     "missing; zeroc needs \"Adam\", \"AdamW\", \"Lion\" or \"Adagrad\" (or "
+                     "remove the optimizer block to get AdamW with DeepSpeed's defaults)");
         return false;
     }
+    /* DeepSpeed lowercases the name (runtime/config.py): any case matches. */
     if (json_is_string(t) && strcasecmp(json_string_value(t), "adam") &&
-        strcasecmp(json_string_value(t), "adamw")) {
+        strcasecmp(json_string_value(t), "adamw") && strcasecmp(json_string_value(t), "lion") &&
+        strcasecmp(json_string_value(t), "adagrad")) {
         zc__diag_add(d, ZC_SEV_ERROR, ZC_ERR_UNSUPPORTED, p,
-                     "\"%s\" is not supported by zeroc (supported: Adam, AdamW)",
+                     "\"%s\" is not supported by zeroc (supported: Adam, AdamW, Lion, Adagrad)",
                      json_string_value(t));
         return false;
     }

@@ -76,8 +76,17 @@ static const zc_cfg_enum sched_types[] = {{"WarmupLR", ZC_SCHED_WARMUP_LR},
                                           {"OneCycle", ZC_SCHED_ONE_CYCLE},
                                           {"LRRangeTest", ZC_SCHED_LR_RANGE_TEST},
                                           {NULL, 0}};
-static const zc_cfg_enum opt_types[] = {{"Adam", 0}, {"AdamW", 1}, {NULL, 0}};
+static const zc_cfg_enum opt_types[] = {{"Adam", ZC_OPT_ADAM},
+                                        {"AdamW", ZC_OPT_ADAMW},
+                                        {"Lion", ZC_OPT_LION},
+                                        {"Adagrad", ZC_OPT_ADAGRAD},
+                                        {NULL, 0}};
 static const zc_cfg_enum warmup_types[] = {{"log", 1}, {"linear", 0}, {NULL, 0}};
+
+/* Optimizer parameters: which types take them. */
+#define OB(t) (1u << (t))
+#define OPT_ADAMS (OB(ZC_OPT_ADAM) | OB(ZC_OPT_ADAMW))
+#define OPT_ALL (OPT_ADAMS | OB(ZC_OPT_LION) | OB(ZC_OPT_ADAGRAD))
 
 #define ZOPT "zero_optimization."
 #define OOPT "zero_optimization.offload_optimizer."
@@ -159,26 +168,50 @@ const zc_cfg_key zc__cfg_keys[] = {
     KI64("bf16.stochastic_rounding_seed", bf16.stochastic_rounding_seed, 0, 0, STEPS_MAX, 0,
          "(zeroc) seed of the stochastic rounding's counter-based random bits"),
 
-    /* optimizer */
-    KENUM("optimizer.type", optimizer.adamw_type, opt_types, (int)sizeof(bool), 0, 0,
-          "Adam or AdamW (decoupled decay unless adam_w_mode is false)"),
-    KF64("optimizer.params.lr", optimizer.lr, 1e-3, 0, INFINITY, PROG, "learning rate"),
+    /* optimizer. DeepSpeed builds the optimizer with optimizer.params as
+     * keyword arguments (runtime/engine.py _configure_basic_optimizer), so a
+     * parameter the type's class does not take is a TypeError there; opt_mask
+     * names the types that take each (semantic.c refuses the others). Lion is
+     * DeepSpeedCPULion / FusedLion (ops/lion): lr 1e-3, betas (0.9, 0.999),
+     * weight_decay 0. Adagrad is DeepSpeedCPUAdagrad / torch.optim.Adagrad:
+     * lr 1e-2 and eps 1e-10 (optimizer.c sets these defaults with the type). */
+    KENUM("optimizer.type", optimizer.type, opt_types, (int)sizeof(int), ZC_OPT_ADAM, 0,
+          "Adam or AdamW (decoupled decay unless adam_w_mode is false); Lion and Adagrad are "
+          "parsed, not yet run by the engine"),
+    { .path = "optimizer.params.lr", .type = ZC_KT_F64, .flags = PROG, .off = O(optimizer.lr),
+      .dmin = 0, .dmax = INFINITY, .ddef = 1e-3, .opt_mask = OPT_ALL,
+      .doc = "learning rate (Adagrad: default 0.01)" },
     { .path = "optimizer.params.betas", .type = ZC_KT_BETAS, .flags = PROG,
       .off = O(optimizer.beta1), .off2 = O(optimizer.beta2), .dmin = 0, .dmax = 1,
-      .ddef = 0.9, .ddef2 = 0.999, .doc = "[beta1, beta2], each in [0, 1)" },
-    KF64("optimizer.params.eps", optimizer.eps, 1e-8, 0, INFINITY, PROG,
-         "added after the bias-corrected square root"),
-    KF64("optimizer.params.weight_decay", optimizer.weight_decay, 0, 0, INFINITY, PROG,
-         "weight decay (decoupled in AdamW mode)"),
-    KBOOL("optimizer.params.adam_w_mode", optimizer.adam_w_mode, 1, 0,
-          "decoupled weight decay (true even for type Adam)"),
-    KBOOL("optimizer.params.bias_correction", optimizer.bias_correction, 1, 0,
-          "Adam bias correction"),
-    KBOOL("optimizer.params.torch_adam", optimizer.torch_adam, 0, 0,
-          "DeepSpeed: use torch.optim.Adam (same math here)"),
-    KBOOL("optimizer.params.deepspeed_arithmetic", optimizer.deepspeed_arithmetic, 0, 0,
-          "(zeroc) DeepSpeedCPUAdam's fp32 coefficients and FMAs, to match a DeepSpeed run"),
-    KIGN("optimizer.params.amsgrad", ZC_KF_WARN_SET, "not implemented by zeroc"),
+      .ddef = 0.9, .ddef2 = 0.999, .opt_mask = OPT_ADAMS | OB(ZC_OPT_LION),
+      .doc = "[beta1, beta2], each in [0, 1) (Lion: interpolation, momentum)" },
+    { .path = "optimizer.params.eps", .type = ZC_KT_F64, .flags = PROG, .off = O(optimizer.eps),
+      .dmin = 0, .dmax = INFINITY, .ddef = 1e-8, .opt_mask = OPT_ADAMS | OB(ZC_OPT_ADAGRAD),
+      .doc = "added after the (bias-corrected) square root (Adagrad: default 1e-10)" },
+    { .path = "optimizer.params.weight_decay", .type = ZC_KT_F64, .flags = PROG,
+      .off = O(optimizer.weight_decay), .dmin = 0, .dmax = INFINITY, .ddef = 0,
+      .opt_mask = OPT_ALL,
+      .doc = "weight decay (decoupled in AdamW mode and for Lion, L2 for Adagrad)" },
+    { .path = "optimizer.params.adam_w_mode", .type = ZC_KT_BOOL, .off = O(optimizer.adam_w_mode),
+      .idef = 1, .opt_mask = OPT_ADAMS, .doc = "decoupled weight decay (true even for type Adam)" },
+    { .path = "optimizer.params.bias_correction", .type = ZC_KT_BOOL,
+      .off = O(optimizer.bias_correction), .idef = 1, .opt_mask = OPT_ADAMS,
+      .doc = "Adam bias correction" },
+    { .path = "optimizer.params.torch_adam", .type = ZC_KT_BOOL, .off = O(optimizer.torch_adam),
+      .idef = 0, .opt_mask = OPT_ADAMS,
+      .doc = "DeepSpeed: use torch.optim.Adam (same math here)" },
+    { .path = "optimizer.params.deepspeed_arithmetic", .type = ZC_KT_BOOL,
+      .off = O(optimizer.deepspeed_arithmetic), .idef = 0, .opt_mask = OPT_ADAMS,
+      .doc = "(zeroc) DeepSpeedCPUAdam's fp32 coefficients and FMAs, to match a DeepSpeed run" },
+    { .path = "optimizer.params.amsgrad", .type = ZC_KT_IGNORED, .flags = ZC_KF_WARN_SET,
+      .opt_mask = OPT_ADAMS | OB(ZC_OPT_ADAGRAD), .doc = "not implemented by zeroc" },
+    { .path = "optimizer.params.lr_decay", .type = ZC_KT_F64, .off = O(optimizer.lr_decay),
+      .dmin = 0, .dmax = INFINITY, .ddef = 0, .opt_mask = OB(ZC_OPT_ADAGRAD),
+      .doc = "Adagrad (torch.optim.Adagrad): lr / (1 + (step - 1) * lr_decay)" },
+    { .path = "optimizer.params.initial_accumulator_value", .type = ZC_KT_F64,
+      .off = O(optimizer.initial_accumulator_value), .dmin = 0, .dmax = INFINITY, .ddef = 0,
+      .opt_mask = OB(ZC_OPT_ADAGRAD),
+      .doc = "Adagrad (torch.optim.Adagrad): the accumulator's start" },
 
     /* scheduler */
     KENUM("scheduler.type", scheduler.type, sched_types, (int)sizeof(int), ZC_SCHED_NONE,

@@ -62,6 +62,8 @@ typedef struct zc_cfg_key {
     int esz;           /* ENUM storage: sizeof(bool) or sizeof(int) */
     const char *alias; /* full path of an accepted synonym (no warning), or NULL */
     unsigned sched_mask; /* ZC_KF_SCHED: bit (1 << zc_sched_type) per type using it */
+    unsigned opt_mask; /* optimizer.params: bit (1 << zc_opt_type) per type taking it
+                          (0: not an optimizer parameter) */
     const char *doc;   /* one line for docs and `config check` */
 } zc_cfg_key;
 

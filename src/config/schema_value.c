@@ -8,12 +8,14 @@
 #include <ctype.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/alloc.h"
 #include "base/error.h"
+#include "config/internal.h"
 
 static const struct {
     const char *name;
@@ -325,6 +327,8 @@ zc_status zc__cfg_store(zc_config *cfg, const zc_cfg_key *k, const zc_cfg_val *v
             *(bool *)(base + k->off) = val != 0;
         else
             *(int *)(base + k->off) = val;
+        if (k->off == offsetof(struct zc_config, optimizer.type))
+            zc__cfg_optimizer_type_stored(cfg); /* the type's defaults follow it */
         break;
     }
     case ZC_KT_STR: {

@@ -190,5 +190,6 @@ void zc__cfg_semantic(const zc_config *cfg, unsigned flags, zc_cfg_diag *d)
                      "%lld is odd; it must be even (DeepSpeed all-gathers 16-bit pairs)",
                      (long long)cfg->zero.allgather_bucket_size);
     check_scheduler(cfg, d);
+    zc__cfg_check_optimizer(cfg, d);
     zc__cfg_check_observe(cfg, d);
 }

@@ -4,9 +4,11 @@
  * refuses: optimizer offload at stage 0 has nothing to offload from (stage 0
  * keeps the whole optimizer state on every rank); NVMe offload reads and
  * writes whole aio.block_size blocks of page-aligned memory and takes at most
- * 64 submitters. Parameter offload below stage 3 is accepted and ignored, as
- * DeepSpeed does (the loader warns that it has no effect,
- * src/config/semantic.c), so its NVMe settings are not held to anything there.
+ * 64 submitters; the engine's step does not run every optimizer type the
+ * loader parses (Lion and Adagrad: zc__cfg_rule_optimizer, optimizer.c).
+ * Parameter offload below stage 3 is accepted and ignored, as DeepSpeed does
+ * (the loader warns that it has no effect, src/config/semantic.c), so its
+ * NVMe settings are not held to anything there.
  *
  * Every refusal of a configuration value the engine makes lives here, once:
  * zc_engine_create and `zeroc config check` run zc__cfg_engine_support, and
@@ -204,6 +206,7 @@ void zc__cfg_engine_support(const zc_config *cfg, zc_cfg_diag *d)
         rule_aio(cfg->aio.block_size, cfg->aio.queue_depth, cfg->aio.intra_op_parallelism, d);
     rule_hybrid(cfg, stage, zc__config_stage_auto(cfg), d);
     zc__cfg_rule_state_precision(cfg, stage, zc__config_stage_auto(cfg), d);
+    zc__cfg_rule_optimizer(cfg, d);
 }
 
 zc_status zc__config_engine_rules(const zc_config *cfg, const char *what)

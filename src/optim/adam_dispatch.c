@@ -29,23 +29,26 @@ static void scalar_kernel(const zc_adam_shard *s, const zc_adam_coeffs *c, unsig
 static const zc_adam_variant variants[] = {
 #if ZC_ADAM_HAVE_AVX512BF16 && ZC_ADAM_HAVE_AVX512
     /* Over 16-bit state the bf16 conversion instruction is not used (the
-     * rounding is stochastic or done in integers): the AVX-512 kernel. */
+     * rounding is stochastic or done in integers): the AVX-512 kernel; so
+     * for Lion and Adagrad, whose copy rounds in integers. */
     {"avx512bf16", zc__adam_avx512bf16, "avx512f avx512bw avx512dq avx512_bf16",
-     zc__adam_lp_avx512},
+     zc__adam_lp_avx512, zc__lion_avx512, zc__adagrad_avx512},
 #else
     {"avx512bf16", NULL, "avx512f avx512bw avx512dq avx512_bf16"},
 #endif
 #if ZC_ADAM_HAVE_AVX512
-    {"avx512", zc__adam_avx512, "avx512f avx512bw", zc__adam_lp_avx512},
+    {"avx512", zc__adam_avx512, "avx512f avx512bw", zc__adam_lp_avx512, zc__lion_avx512,
+     zc__adagrad_avx512},
 #else
     {"avx512", NULL, "avx512f avx512bw"},
 #endif
 #if ZC_ADAM_HAVE_AVX2
-    {"avx2", zc__adam_avx2, "avx2 fma f16c", zc__adam_lp_avx2},
+    {"avx2", zc__adam_avx2, "avx2 fma f16c", zc__adam_lp_avx2, zc__lion_avx2,
+     zc__adagrad_avx2},
 #else
     {"avx2", NULL, "avx2 fma f16c"},
 #endif
-    {"scalar", scalar_kernel, "", zc__adam_lp_scalar},
+    {"scalar", scalar_kernel, "", zc__adam_lp_scalar, zc__lion_scalar, zc__adagrad_scalar},
 };
 #define NVARIANTS ((int)(sizeof variants / sizeof variants[0]))
 

@@ -1,5 +1,8 @@
 /* Host Adam variants and how a shard is split over threads (internal to
  * src/optim; the tests and the bench use it to run one variant directly).
+ * The element-wise optimizers (Lion, Adagrad) share the table: a variant is
+ * an ISA, and its row holds that ISA's kernel of each optimizer, so
+ * ZC_CPU_ISA and the choice of the best variant apply to all of them.
  *
  * Variants are listed best first. Each SIMD variant lives in its own file,
  * built as its own static library with only its ISA flags; a variant that the
@@ -12,7 +15,9 @@
 #include <stdbool.h>
 
 #include "base/dtype.h"
+#include "optim/adagrad.h"
 #include "optim/adam.h"
+#include "optim/lion.h"
 
 /* Kernel flags. */
 #define ZC_ADAM_NT 0x1u /* non-temporal stores (the shard is larger than the caches) */
@@ -20,12 +25,17 @@
 typedef void (*zc_adam_kernel_fn)(const zc_adam_shard *s, const zc_adam_coeffs *c, unsigned flags);
 /* The same ISA's kernel over 16-bit state (adam.h). */
 typedef void (*zc_adam_lp_fn)(const zc_adam_lp_shard *s, const zc_adam_coeffs *c);
+/* The same ISA's Lion and Adagrad kernels (lion.h, adagrad.h). */
+typedef void (*zc_lion_fn)(const zc_lion_shard *s, const zc_lion_coeffs *c);
+typedef void (*zc_adagrad_fn)(const zc_adagrad_shard *s, const zc_adagrad_coeffs *c);
 
 typedef struct zc_adam_variant {
     const char *name;     /* scalar, avx2, avx512, avx512bf16: the ZC_CPU_ISA values */
     zc_adam_kernel_fn fn; /* NULL when this build does not contain it */
     const char *needs;    /* CPU features it needs, for messages */
     zc_adam_lp_fn lp_fn;  /* set whenever fn is */
+    zc_lion_fn lion_fn;   /* set whenever fn is */
+    zc_adagrad_fn adagrad_fn; /* set whenever fn is */
 } zc_adam_variant;
 
 int zc__adam_variant_count(void);

@@ -6,7 +6,8 @@ offload takes (aio.block_size: a power of two from a page to 1 GiB;
 aio.queue_depth; aio.intra_op_parallelism: at most 64), the swap buffer
 counts (offload_optimizer.buffer_count >= 4, offload_param.buffer_count 2 to
 256), offload_optimizer.ratio in (0, 1], optimizer offload at stage 0,
-nvme_path that is missing or not a directory, fp16 with bf16, and values
+nvme_path that is missing or not a directory, fp16 with bf16, optimizer.type
+Lion and Adagrad (parsed, not yet run by the engine's step), and values
 beyond the schema's ranges - and for the same values where the engine does
 not take them (no NVMe offload, parameter offload below stage 3), the test
 writes the configuration, runs `zeroc config check --json` on it and
@@ -95,6 +96,14 @@ def cases(swap, afile):
                     cfg(2, {"device": "nvme", "nvme_path": [swap, p]})))
     out.append(("fp16 and bf16", cfg(2, extra={"fp16": {"enabled": True},
                                                "bf16": {"enabled": True}})))
+    # optimizer.type Lion and Adagrad: parsed, refused by zc_engine_create.
+    for t, params in (("Lion", {"lr": 1e-4, "betas": [0.9, 0.99], "weight_decay": 0.1}),
+                      ("adagrad", {"lr": 0.1, "initial_accumulator_value": 0.1}),
+                      ("AdamW", {"lr": 1e-4})):
+        out.append(("optimizer.type %s" % t,
+                    cfg(2, extra={"optimizer": {"type": t, "params": params}})))
+        out.append(("optimizer.type %s, optimizer on cpu" % t,
+                    cfg(2, {"device": "cpu"}, extra={"optimizer": {"type": t}})))
     out.append(("stage 4", cfg(4)))
     out.append(("stage -1", cfg(-1)))
     return out
