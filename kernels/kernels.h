@@ -31,7 +31,9 @@
 #include <cuda_runtime_api.h>
 
 #include "device/sumsq_order.h"
+#include "optim/adagrad.h"
 #include "optim/adam.h"
+#include "optim/lion.h"
 #include "zeroc/zeroc.h"
 
 #ifdef __cplusplus
@@ -74,6 +76,15 @@ cudaError_t zc_k_adam(const zc_k_geometry *g, const zc_adam_shard *s, const zc_a
  * host's zc__adam_lp_scalar. cudaErrorInvalidValue for a NULL argument. */
 cudaError_t zc_k_adam_lp(const zc_k_geometry *g, const zc_adam_lp_shard *s,
                          const zc_adam_coeffs *c, cudaStream_t stream);
+
+/* Lion and Adagrad over one shard (src/optim/lion.h, adagrad.h; the shards'
+ * buffers are device pointers, the structs are read on the host): bitwise
+ * the host's zc__lion_scalar and zc__adagrad_scalar. cudaErrorInvalidValue
+ * for a NULL argument; the dtypes are the caller's to check. */
+cudaError_t zc_k_lion(const zc_k_geometry *g, const zc_lion_shard *s, const zc_lion_coeffs *c,
+                      cudaStream_t stream);
+cudaError_t zc_k_adagrad(const zc_k_geometry *g, const zc_adagrad_shard *s,
+                         const zc_adagrad_coeffs *c, cudaStream_t stream);
 
 /* DeepSpeed's symmetric int8 groups (src/quant/quant.h), device buffers:
  * bitwise the host's zc__quant_int8 / zc__dequant_int8. cudaErrorInvalidValue

@@ -105,6 +105,10 @@ zc_status zc__cuda_nonfinite_async(zc_device *d, const void *x, zc_dtype dt, siz
                                    int *flag, void *s);
 zc_status zc__cuda_adam_lp(zc_device *d, const zc_adam_lp_shard *s, const zc_adam_coeffs *c,
                            void *stream);
+zc_status zc__cuda_lion(zc_device *d, const zc_lion_shard *s, const zc_lion_coeffs *c,
+                        void *stream);
+zc_status zc__cuda_adagrad(zc_device *d, const zc_adagrad_shard *s, const zc_adagrad_coeffs *c,
+                           void *stream);
 zc_status zc__cuda_quant_int8(zc_device *d, const void *x, zc_dtype dt, size_t n, size_t groups,
                               int8_t *q, float *scales, void *stream);
 zc_status zc__cuda_dequant_int8(zc_device *d, const int8_t *q, const float *scales, size_t n,

@@ -261,6 +261,53 @@ zc_status zc__cuda_adam_lp(zc_device *d, const zc_adam_lp_shard *s, const zc_ada
                     "adam kernel (16-bit state)", s->grad_dtype, s->n, stream);
 }
 
+/* The checks of zc__lion_check and zc__adagrad_check (libzeroc's, not this
+ * plugin's to call): the dtypes of the gradient and the copy, the buffers of
+ * a non-empty shard, the rule's value. */
+static zc_status ew_shard_ok(const char *who, const void *master, const void *state,
+                             const void *grad, zc_dtype gdt, const void *out, zc_dtype odt,
+                             size_t n)
+{
+    if (!zc__cuda_float_dtype(gdt) || (out && !zc__cuda_float_dtype(odt)))
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "%s: gradient dtype %s or copy dtype %s is not fp32, "
+                      "fp16 or bf16", who, zc_dtype_name(gdt), zc_dtype_name(odt));
+    if (n && (!master || !state || !grad))
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "%s: NULL buffer in a shard of %zu elements", who, n);
+    return ZC_OK;
+}
+
+zc_status zc__cuda_lion(zc_device *d, const zc_lion_shard *s, const zc_lion_coeffs *c,
+                        void *stream)
+{
+    if (!s || !c)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "cuda lion: NULL shard or coefficients");
+    if (c->sign_rule != ZC_LION_SIGN_BIT && c->sign_rule != ZC_LION_SIGN_GT0)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "cuda lion: sign rule %u", (unsigned)c->sign_rule);
+    ZC_CHECK(ew_shard_ok("cuda lion", s->master, s->m, s->grad, s->grad_dtype, s->param_out,
+                         s->param_out_dtype, s->n));
+    if (s->n == 0)
+        return ZC_OK;
+    ZC_CHECK(zc__cuda_use(d));
+    return launched(d, zc_k_lion(zc__cuda_geo(d), s, c, (cudaStream_t)stream), "lion kernel",
+                    s->grad_dtype, s->n, stream);
+}
+
+zc_status zc__cuda_adagrad(zc_device *d, const zc_adagrad_shard *s, const zc_adagrad_coeffs *c,
+                           void *stream)
+{
+    if (!s || !c)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "cuda adagrad: NULL shard or coefficients");
+    if (c->numerator != ZC_ADAGRAD_NUM_RAW && c->numerator != ZC_ADAGRAD_NUM_DECAYED)
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "cuda adagrad: numerator %u", (unsigned)c->numerator);
+    ZC_CHECK(ew_shard_ok("cuda adagrad", s->master, s->sum, s->grad, s->grad_dtype,
+                         s->param_out, s->param_out_dtype, s->n));
+    if (s->n == 0)
+        return ZC_OK;
+    ZC_CHECK(zc__cuda_use(d));
+    return launched(d, zc_k_adagrad(zc__cuda_geo(d), s, c, (cudaStream_t)stream),
+                    "adagrad kernel", s->grad_dtype, s->n, stream);
+}
+
 /* The refusals of quant/quant.h's host functions (libzeroc's, not this
  * plugin's to call). */
 static zc_status quant_check(const void *a, const void *b, const void *c, zc_dtype dt, size_t n,

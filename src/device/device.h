@@ -39,7 +39,9 @@
 
 #include "base/alloc.h"
 #include "device/sumsq_order.h"
+#include "optim/adagrad.h"
 #include "optim/adam.h"
+#include "optim/lion.h"
 
 typedef struct zc_device zc_device;
 
@@ -158,6 +160,14 @@ typedef struct zc_device_ops {
      * resident on this device: bitwise zc__adam_lp_scalar on every backend.
      * ZC_ERR_INVALID_ARG for a shard zc__adam_lp_check refuses. */
     zc_status (*adam_lp)(zc_device *d, const zc_adam_lp_shard *s, const zc_adam_coeffs *c,
+                         void *stream);
+    /* Lion and Adagrad (optim/lion.h, optim/adagrad.h) over one shard
+     * resident on this device: bitwise zc__lion_scalar / zc__adagrad_scalar
+     * on every backend. ZC_ERR_INVALID_ARG for a shard zc__lion_check /
+     * zc__adagrad_check refuses. */
+    zc_status (*lion)(zc_device *d, const zc_lion_shard *s, const zc_lion_coeffs *c,
+                      void *stream);
+    zc_status (*adagrad)(zc_device *d, const zc_adagrad_shard *s, const zc_adagrad_coeffs *c,
                          void *stream);
     /* DeepSpeed's symmetric int8 groups (quant/quant.h) over buffers on this
      * device: q (n bytes) and scales (groups floats) from x (n values of

@@ -343,6 +343,20 @@ static zc_status host_adam_lp(zc_device *d, const zc_adam_lp_shard *s, const zc_
     return zc__adam_lp_host(s, c);
 }
 
+static zc_status host_lion(zc_device *d, const zc_lion_shard *s, const zc_lion_coeffs *c,
+                           void *stream)
+{
+    (void)d; (void)stream;
+    return zc__lion_host(s, c);
+}
+
+static zc_status host_adagrad(zc_device *d, const zc_adagrad_shard *s,
+                              const zc_adagrad_coeffs *c, void *stream)
+{
+    (void)d; (void)stream;
+    return zc__adagrad_host(s, c);
+}
+
 static zc_status host_quant_int8(zc_device *d, const void *x, zc_dtype dt, size_t n,
                                  size_t groups, int8_t *q, float *scales, void *stream)
 {
@@ -396,6 +410,8 @@ static const zc_device_ops host_ops = {
     .nonfinite_async = host_nonfinite_async,
     .adam = host_adam,
     .adam_lp = host_adam_lp,
+    .lion = host_lion,
+    .adagrad = host_adagrad,
     .quant_int8 = host_quant_int8,
     .dequant_int8 = host_dequant_int8,
     .mem_info = host_mem_info,

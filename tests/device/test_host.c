@@ -328,3 +328,53 @@ Test(device_host, stream_ordered_forms)
     d->ops->stream_destroy(d, st);
     t_assert_no_leaks();
 }
+
+/* The host backend's Lion and Adagrad ops are the host entries
+ * (optim/lion.h, adagrad.h): master, state and bf16 copy bitwise the scalar
+ * references (held to torch's and the paper's arithmetic in tests/optim);
+ * a shard those refuse is refused, nothing written. */
+Test(device_host, lion_and_adagrad_ops_are_the_host_entries)
+{
+    zc_device *d = zc__device_host();
+    enum { N = 1037 };
+    static float p[2][N], st[2][N];
+    static uint16_t g[N], out[2][N];
+    uint64_t s = 11;
+    for (int i = 0; i < N; i++) {
+        p[0][i] = p[1][i] = t_rand_range(&s, -1, 1);
+        st[0][i] = st[1][i] = t_rand_range(&s, 0, 0.01);
+        g[i] = zc__f32_to_bf16(t_rand_range(&s, -2, 2));
+    }
+    const zc_lion_hparams lh = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.99, .weight_decay = 0.1,
+                                .sign_rule = ZC_LION_SIGN_BIT};
+    const zc_lion_coeffs lc = zc__lion_coeffs(&lh);
+    zc_lion_shard ls[2];
+    for (int k = 0; k < 2; k++)
+        ls[k] = (zc_lion_shard){.master = p[k], .m = st[k], .grad = g,
+                                .grad_dtype = ZC_DTYPE_BF16, .grad_scale = 0.5f,
+                                .param_out = out[k], .param_out_dtype = ZC_DTYPE_BF16, .n = N};
+    cr_assert_eq(d->ops->lion(d, &ls[0], &lc, NULL), ZC_OK, "%s", zc_last_error());
+    zc__lion_scalar(&ls[1], &lc);
+    cr_assert(!memcmp(p[0], p[1], sizeof p[0]) && !memcmp(st[0], st[1], sizeof st[0]) &&
+              !memcmp(out[0], out[1], sizeof out[0]), "lion op differs from the reference");
+    const zc_adagrad_hparams ah = {.lr = 1e-2, .eps = 1e-10, .weight_decay = 0.1,
+                                   .numerator = ZC_ADAGRAD_NUM_RAW};
+    const zc_adagrad_coeffs ac = zc__adagrad_coeffs(&ah, 2);
+    zc_adagrad_shard as[2];
+    for (int k = 0; k < 2; k++)
+        as[k] = (zc_adagrad_shard){.master = p[k], .sum = st[k], .grad = g,
+                                   .grad_dtype = ZC_DTYPE_BF16, .grad_scale = 0.5f,
+                                   .param_out = out[k], .param_out_dtype = ZC_DTYPE_BF16,
+                                   .n = N};
+    cr_assert_eq(d->ops->adagrad(d, &as[0], &ac, NULL), ZC_OK, "%s", zc_last_error());
+    zc__adagrad_scalar(&as[1], &ac);
+    cr_assert(!memcmp(p[0], p[1], sizeof p[0]) && !memcmp(st[0], st[1], sizeof st[0]) &&
+              !memcmp(out[0], out[1], sizeof out[0]), "adagrad op differs from the reference");
+    /* Refused before anything is written. */
+    ls[0].grad_dtype = ZC_DTYPE_I32;
+    as[0].grad_dtype = ZC_DTYPE_I32;
+    cr_assert_eq(d->ops->lion(d, &ls[0], &lc, NULL), ZC_ERR_INVALID_ARG);
+    cr_assert_eq(d->ops->adagrad(d, &as[0], &ac, NULL), ZC_ERR_INVALID_ARG);
+    cr_assert(!memcmp(p[0], p[1], sizeof p[0]) && !memcmp(st[0], st[1], sizeof st[0]),
+              "a refused shard was written");
+}

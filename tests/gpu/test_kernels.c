@@ -20,7 +20,9 @@
 #include "base/dtype.h"
 #include "gpu_common.h"
 #include "helpers.h"
+#include "optim/adagrad.h"
 #include "optim/adam.h"
+#include "optim/lion.h"
 #include "quant/quant.h"
 
 /* ---- buffers ------------------------------------------------------------- */
@@ -571,6 +573,97 @@ Test(gpu_kernels, adam_lp_matches_scalar_reference, .timeout = 300)
                     free(g[t]);
                 }
             }
+    d->ops->destroy(d);
+    t_assert_no_leaks();
+}
+
+/* Lion and Adagrad (optim/lion.h, adagrad.h): master, state, copy bitwise
+ * the host's scalar reference (NaN = NaN) for every gradient dtype, every
+ * copy dtype and none, both rules of each (Lion's sign, Adagrad's
+ * numerator), with and without weight decay, a shard one element late. */
+static void ew_case(zc_device *d, uint64_t *s, bool lion, zc_dtype gdt, int odt, uint32_t rule,
+                    double wd, int off)
+{
+    const size_t n = 20000 + 13;
+    const zc_dtype dts[4] = {ZC_DTYPE_F32, ZC_DTYPE_F32, gdt,
+                             odt < 0 ? ZC_DTYPE_F32 : (zc_dtype)odt};
+    void *h[4], *g[4], *dv[4];
+    size_t b[4];
+    for (int t = 0; t < 4; t++) {
+        b[t] = (n + 1) * zc_dtype_size(dts[t]);
+        h[t] = malloc(b[t]);
+        g[t] = malloc(b[t]);
+        fill(s, h[t], dts[t], n + 1, t == 2);
+        if (t == 1 && !lion) /* Adagrad's sum of squares >= 0 */
+            for (size_t i = 0; i <= n; i++)
+                ((float *)h[1])[i] = fabsf(((float *)h[1])[i]);
+        dv[t] = dev_alloc(d, b[t]);
+        h2d(d, dv[t], h[t], b[t]);
+    }
+    poison(d, dv[3], b[3]);
+    void *hb[4], *db[4];
+    for (int t = 0; t < 4; t++) {
+        hb[t] = (char *)h[t] + off * zc_dtype_size(dts[t]);
+        db[t] = (char *)dv[t] + off * zc_dtype_size(dts[t]);
+    }
+    if (lion) {
+        const zc_lion_hparams hp = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.99,
+                                    .weight_decay = wd, .sign_rule = rule};
+        const zc_lion_coeffs c = zc__lion_coeffs(&hp);
+        zc_lion_shard hs = {.master = hb[0], .m = hb[1], .grad = hb[2], .grad_dtype = gdt,
+                            .grad_scale = 0.5f, .param_out = odt < 0 ? NULL : hb[3],
+                            .param_out_dtype = dts[3], .n = n};
+        zc_lion_shard ds = {.master = db[0], .m = db[1], .grad = db[2], .grad_dtype = gdt,
+                            .grad_scale = 0.5f, .param_out = odt < 0 ? NULL : db[3],
+                            .param_out_dtype = dts[3], .n = n};
+        cr_assert_eq(d->ops->lion(d, &ds, &c, NULL), ZC_OK, "%s", zc_last_error());
+        zc__lion_scalar(&hs, &c);
+    } else {
+        const zc_adagrad_hparams hp = {.lr = 1e-2, .eps = 1e-10, .weight_decay = wd,
+                                       .numerator = rule};
+        const zc_adagrad_coeffs c = zc__adagrad_coeffs(&hp, 3);
+        zc_adagrad_shard hs = {.master = hb[0], .sum = hb[1], .grad = hb[2], .grad_dtype = gdt,
+                               .grad_scale = 0.5f, .param_out = odt < 0 ? NULL : hb[3],
+                               .param_out_dtype = dts[3], .n = n};
+        zc_adagrad_shard ds = {.master = db[0], .sum = db[1], .grad = db[2], .grad_dtype = gdt,
+                               .grad_scale = 0.5f, .param_out = odt < 0 ? NULL : db[3],
+                               .param_out_dtype = dts[3], .n = n};
+        cr_assert_eq(d->ops->adagrad(d, &ds, &c, NULL), ZC_OK, "%s", zc_last_error());
+        zc__adagrad_scalar(&hs, &c);
+    }
+    for (int t = 0; t < 4; t++) {
+        if (t == 2 || (t == 3 && odt < 0))
+            continue;
+        d2h(d, g[t], dv[t], b[t]);
+        for (size_t i = off; i < n + off; i++) {
+            const size_t es = zc_dtype_size(dts[t]);
+            const float a = zc__load_f32(h[t], dts[t], i), e = zc__load_f32(g[t], dts[t], i);
+            cr_assert((isnan(a) && isnan(e)) || !memcmp((char *)h[t] + i * es,
+                                                        (char *)g[t] + i * es, es),
+                      "%s grad %s copy %d rule %u wd %g tensor %d [%zu]: host %a gpu %a",
+                      lion ? "lion" : "adagrad", zc_dtype_name(gdt), odt, (unsigned)rule, wd, t,
+                      i, (double)a, (double)e);
+        }
+    }
+    for (int t = 0; t < 4; t++) {
+        dev_free(d, dv[t], b[t]);
+        free(h[t]);
+        free(g[t]);
+    }
+}
+
+Test(gpu_kernels, lion_and_adagrad_match_scalar_reference, .timeout = 300)
+{
+    zc_device *d;
+    g_open_or_skip(&d);
+    uint64_t s = t_seed("gpu lion adagrad");
+    for (int lion = 0; lion < 2; lion++)
+        for (int gk = 0; gk < 3; gk++)
+            for (int ok = -1; ok < 3; ok++)
+                for (uint32_t rule = 0; rule < 2; rule++)
+                    for (int w = 0; w < 2; w++)
+                        ew_case(d, &s, lion, FLOATS[gk], ok < 0 ? -1 : (int)FLOATS[ok], rule,
+                                w ? 0.1 : 0.0, (gk + ok + w) & 1);
     d->ops->destroy(d);
     t_assert_no_leaks();
 }
