@@ -29,7 +29,7 @@ static void usage(FILE *f)
             "  estimate (--params N | --model gpt:L,D,H,S,V) --world W [options]\n"
             "                         per-rank memory of every stage x offload configuration\n"
             "  bench io [options]     NVMe store throughput next to fio\n"
-            "  bench adam [--device cpu|cuda] [options]\n"
+            "  bench adam [--device cpu|cuda] [--optimizer adam|lion|adagrad] [options]\n"
             "                         optimizer step throughput next to a streaming ceiling\n"
             "  ckpt inspect DIR [--tag T] [--json]\n"
             "  ckpt export DIR OUT.safetensors [--tag T] [--dtype fp32|bf16|fp16]\n"

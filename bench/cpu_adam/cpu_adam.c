@@ -20,66 +20,27 @@
  *  "bytes_per_s","stream_bytes_per_s","ratio_to_stream","triad_bytes_per_s"}
  * and a final {"summary":...} line naming the best case and the issue's
  * targets. */
-#include <errno.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
 
+#include "bench/cpu_adam/bench_opts.h"
 #include "bench/cpu_adam/cpu_adam.h"
 #include "base/alloc.h"
 #include "base/dtype.h"
-#include "cliarg.h"
 #include "optim/adam_isa.h"
 #include "optim/threadpool.h"
 
-#define MAX_N_LIST 8
-#define MAX_REPS 200
 /* Largest --n: the seven buffers take 22 bytes per parameter, so 2^34 is
  * 352 GiB, more than any host this runs on; larger is refused as a typo
  * rather than handed to the allocator. */
 #define MAX_N (UINT64_C(1) << 34)
+#define MAX_REPS 200
 #define NPF 3 /* prefetch distances tried for the ceiling */
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-/* A JSON number, or null when v is not finite (a zero time on a tiny n would
- * otherwise print inf or nan, which is not JSON). */
-typedef struct jnum_t {
-    char s[40];
-} jnum_t;
-
-static jnum_t jnum(const char *fmt, double v)
-{
-    jnum_t j;
-    if (isfinite(v))
-        snprintf(j.s, sizeof j.s, fmt, v);
-    else
-        snprintf(j.s, sizeof j.s, "null");
-    return j;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 /* ---- the streaming ceiling ------------------------------------------------ */
 
@@ -204,65 +165,90 @@ static stream_fn pick_stream(const char **name)
     return stream_generic;
 }
 
-/* ---- jobs on the pool (the same static split as zc__adam_host_run) -------- */
+/* ---- work on the pool (the same static split as zc__adam_host_run) ------ */
 
-typedef struct job {
+typedef struct stream_job {
     const zc_adam_shard *s;
     stream_fn stream;
     size_t pf;
-    float *a, *b, *c; /* triad */
-    int what;         /* 0 stream, 1 triad, 2 init */
-} job;
+} stream_job;
 
-static void range_of(size_t n, int k, int nparts, size_t *lo, size_t *hi)
+static void stream_range(void *arg, size_t lo, size_t hi)
 {
-    size_t ntiles = (n + ZC_ADAM_TILE - 1) / ZC_ADAM_TILE;
-    size_t t0 = ntiles * (size_t)k / (size_t)nparts, t1 = ntiles * (size_t)(k + 1) / (size_t)nparts;
-    *lo = t0 * ZC_ADAM_TILE;
-    *hi = t1 * ZC_ADAM_TILE < n ? t1 * ZC_ADAM_TILE : n;
+    const stream_job *j = arg;
+    zc_adam_shard part = zc__adam_shard_slice(j->s, lo, hi);
+    j->stream(&part, j->pf);
 }
 
-static void job_part(void *arg, int k, int nparts)
+typedef struct triad_job {
+    float *a, *b, *c;
+} triad_job;
+
+static void triad_range(void *arg, size_t lo, size_t hi)
 {
-    const job *j = arg;
-    size_t lo, hi;
-    range_of(j->s->n, k, nparts, &lo, &hi);
-    if (lo >= hi)
-        return;
-    if (j->what == 0) {
-        zc_adam_shard part = zc__adam_shard_slice(j->s, lo, hi);
-        j->stream(&part, j->pf);
-    } else if (j->what == 1) {
-        triad(j->a + lo, j->b + lo, j->c + lo, hi - lo);
-    } else {
-        const zc_adam_shard *s = j->s;
-        for (size_t i = lo; i < hi; i++) {
-            float x = (float)((int)(i % 2001) - 1000) * 1e-5f;
-            s->master[i] = x;
-            s->m[i] = x * 1e-2f;
-            s->v[i] = 1e-6f + x * x;
-            ((float *)j->a)[i] = x * 1e-3f;                              /* fp32 grads */
-            ((uint16_t *)j->b)[i] = zc__f32_to_bf16(x * 1e-3f);          /* bf16 grads */
-            ((uint16_t *)j->c)[i] = zc__f32_to_f16(x * 1e-3f);           /* fp16 grads */
-        }
+    const triad_job *j = arg;
+    triad(j->a + lo, j->b + lo, j->c + lo, hi - lo);
+}
+
+typedef struct init_job {
+    float *master, *m, *v, *g32;
+    uint16_t *gbf, *gf16;
+} init_job;
+
+static void init_range(void *arg, size_t lo, size_t hi)
+{
+    const init_job *j = arg;
+    for (size_t i = lo; i < hi; i++) {
+        float x = (float)((int)(i % 2001) - 1000) * 1e-5f;
+        j->master[i] = x;
+        j->m[i] = x * 1e-2f;
+        j->v[i] = 1e-6f + x * x;
+        j->g32[i] = x * 1e-3f;
+        j->gbf[i] = zc__f32_to_bf16(x * 1e-3f);
+        j->gf16[i] = zc__f32_to_f16(x * 1e-3f);
     }
+}
+
+/* One case's kernel and ceiling loops for zc__bench_measure. */
+typedef struct adam_case {
+    const zc_adam_shard *s;
+    const zc_adam_hparams *hp;
+    int64_t *step;
+    int variant, threads;
+    stream_fn stream;
+    const char *prog;
+} adam_case;
+
+static bool adam_kernel(void *arg)
+{
+    const adam_case *k = arg;
+    zc_adam_coeffs c = zc__adam_coeffs(k->hp, (*k->step)++);
+    if (zc__adam_host_run(k->s, &c, k->variant, k->threads) != ZC_OK) {
+        fprintf(stderr, "%s: %s\n", k->prog, zc_last_error());
+        return false;
+    }
+    return true;
+}
+
+/* The ceiling is the fastest of the streaming loop with each prefetch
+ * distance. */
+static void adam_ceiling(void *arg, int q)
+{
+    static const size_t pfs[NPF] = {0, 512, 1024};
+    const adam_case *k = arg;
+    stream_job sj = {.s = k->s, .stream = k->stream, .pf = pfs[q]};
+    zc__bench_split(k->threads, k->s->n, stream_range, &sj, k->s->master);
 }
 
 /* ---- options -------------------------------------------------------------- */
 
-static void usage(FILE *f, const char *prog)
+static void usage(FILE *f, const char *prog, const zc_bench_opts *o)
 {
-    fprintf(f,
-            "usage: %s [--n LIST] [--quick] [--variant NAME] [--threads LIST] [--reps R]\n"
-            "  --n LIST        parameter counts, comma separated, K/M/G/T suffixes,\n"
-            "                  each 1..2^34 (default 1M,16M,64M,256M)\n"
-            "  --quick         1M,16M and 3 repetitions\n"
-            "  --variant NAME  only this variant (scalar, avx2, avx512, avx512bf16)\n"
-            "  --threads LIST  thread counts, each 1..%d (default 1..physical cores)\n"
-            "  --reps R        timed repetitions per case, 1..%d (default: 5, more for\n"
-            "                  small N)\n"
-            "Prints one JSON object per case and a summary line.\n",
-            prog, ZC_POOL_MAX_THREADS, MAX_REPS);
+    fprintf(f, "usage: %s [--n LIST] [--quick] [--variant NAME] [--threads LIST] [--reps R]\n",
+            prog);
+    zc__bench_opts_usage(f, o, "1M,16M,64M,256M", "5, more for small N");
+    fprintf(f, "  --quick         1M,16M and 3 repetitions\n"
+               "Prints one JSON object per case and a summary line.\n");
 }
 
 typedef struct best_t {
@@ -273,101 +259,37 @@ typedef struct best_t {
 int zc__bench_cpu_adam(int argc, char **argv)
 {
     const char *prog = argc > 0 ? argv[0] : "bench_cpu_adam";
-    size_t ns[MAX_N_LIST] = {1u << 20, 16u << 20, 64u << 20, 256u << 20};
-    int nn = 4, reps_opt = 0, nthr = 0, threads[64];
-    const char *only = NULL;
-    char err[ZC_ARG_ERRLEN];
+    zc_bench_opts o = {.ns = {1u << 20, 16u << 20, 64u << 20, 256u << 20}, .nn = 4,
+                       .max_n = MAX_N, .max_reps = MAX_REPS};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
+        const int got = zc__bench_opt(&o, argc, argv, &i, prog);
+        if (got < 0)
+            return 2;
+        if (got)
+            continue;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout, prog);
+            usage(stdout, prog, &o);
             return 0;
         } else if (!strcmp(a, "--quick")) {
-            ns[0] = 1u << 20, ns[1] = 16u << 20, nn = 2;
-            if (!reps_opt)
-                reps_opt = 3;
-        } else if (!strcmp(a, "--n") && val) {
-            uint64_t v[MAX_N_LIST];
-            int k;
-            if (!zc__arg_u64_list("--n", val, 1, MAX_N, ZC_ARG_SUFFIX, v, MAX_N_LIST, &k, err,
-                                  sizeof err)) {
-                fprintf(stderr, "%s: %s\n", prog, err);
-                return 2;
-            }
-            for (int q = 0; q < k; q++)
-                ns[q] = (size_t)v[q]; /* <= 2^34: fits */
-            nn = k;
-            i++;
-        } else if (!strcmp(a, "--variant") && val) {
-            only = val;
-            i++;
-        } else if (!strcmp(a, "--threads") && val) {
-            uint64_t v[64];
-            int k;
-            if (!zc__arg_u64_list("--threads", val, 1, ZC_POOL_MAX_THREADS, 0, v, 64, &k, err,
-                                  sizeof err)) {
-                fprintf(stderr, "%s: %s\n", prog, err);
-                return 2;
-            }
-            for (int q = 0; q < k; q++)
-                threads[q] = (int)v[q];
-            nthr = k;
-            i++;
-        } else if (!strcmp(a, "--reps") && val) {
-            if (!zc__arg_int("--reps", val, 1, MAX_REPS, &reps_opt, err, sizeof err)) {
-                fprintf(stderr, "%s: %s\n", prog, err);
-                return 2;
-            }
-            i++;
+            o.ns[0] = 1u << 20, o.ns[1] = 16u << 20, o.nn = 2;
+            if (!o.reps)
+                o.reps = 3;
         } else {
             fprintf(stderr, "%s: unknown or incomplete option '%s'\n", prog, a);
-            usage(stderr, prog);
+            usage(stderr, prog, &o);
             return 2;
         }
     }
-    int cores = zc__pool_physical_cores();
-    if (!nthr)
-        for (int t = 1; t <= cores && t <= 64; t++)
-            threads[nthr++] = t;
-    int variants[8], nv = 0;
-    for (int i = 0; i < zc__adam_variant_count(); i++) {
-        const char *why;
-        bool usable = zc__adam_variant_usable(i, &why);
-        if (only && strcmp(only, zc__adam_variant(i)->name))
-            continue;
-        if (!usable) {
-            if (only) {
-                fprintf(stderr, "%s: variant %s: %s\n", prog, only, why);
-                return 1;
-            }
-            continue;
-        }
-        variants[nv++] = i;
-    }
-    if (!nv) {
-        fprintf(stderr, "%s: no variant named '%s'\n", prog, only ? only : "?");
-        return 2;
-    }
-    size_t nmax = 0;
-    for (int i = 0; i < nn; i++)
-        nmax = ns[i] > nmax ? ns[i] : nmax;
-    size_t b4, b2; /* bytes of the fp32 and the 16-bit buffers */
-    uint64_t total, avail;
-    if (__builtin_mul_overflow(nmax, (size_t)4, &b4) || __builtin_mul_overflow(nmax, (size_t)2, &b2) ||
-        !zc__mul_u64(nmax, 22, &total)) {
-        fprintf(stderr, "%s: --n %zu: the buffers do not fit in the address space\n", prog, nmax);
-        return 2;
-    }
-    /* Four fp32 and three 16-bit buffers of the largest N, all written: a
-     * size past the free memory would end in the OOM killer, not an error.
-     * An eighth is left to the rest of the machine. */
-    if (zc__mem_available(&avail) && total > avail - avail / 8) {
-        fprintf(stderr, "%s: --n %zu needs %.2f GiB of buffers (22 bytes per parameter); the "
-                "machine has %.2f GiB available, of which it takes at most 7/8. Pass a smaller "
-                "--n\n", prog, nmax, (double)total / 1073741824.0, (double)avail / 1073741824.0);
-        return 1;
-    }
+    int rc = zc__bench_resolve(&o, prog);
+    if (rc)
+        return rc;
+    const size_t nmax = zc__bench_nmax(&o);
+    /* Four fp32 and three 16-bit buffers of the largest N, all written. */
+    rc = zc__bench_check_memory(prog, nmax, 22);
+    if (rc)
+        return rc;
+    const size_t b4 = nmax * 4, b2 = nmax * 2; /* fit: zc__bench_check_memory */
 
     const char *stream_name;
     stream_fn stream = pick_stream(&stream_name);
@@ -387,21 +309,17 @@ int zc__bench_cpu_adam(int argc, char **argv)
     bufs[4] = (buf_t){(void **)&gbf, b2, "bf16 gradients"};
     bufs[5] = (buf_t){(void **)&gf16, b2, "fp16 gradients"};
     bufs[6] = (buf_t){(void **)&copy, b2, "16-bit copy"};
-    int rc = 0;
     for (int i = 0; i < 7; i++)
         if (zc__host_alloc(NULL, ZC_MEM_OTHER, bufs[i].bytes, bufs[i].what, bufs[i].p) != ZC_OK) {
             fprintf(stderr, "%s: %s\n", prog, zc_last_error());
             rc = 1;
             goto out;
         }
-    {
-        zc_adam_shard all = {.master = master, .m = m, .v = v, .n = nmax};
-        job init = {.s = &all, .a = g32, .b = (float *)gbf, .c = (float *)gf16, .what = 2};
-        zc__pool_run(threads[nthr - 1], job_part, &init, master);
-    }
-    fprintf(stderr, "%s: cores %d, ceiling loop %s, variants:", prog, cores, stream_name);
-    for (int i = 0; i < nv; i++)
-        fprintf(stderr, " %s", zc__adam_variant(variants[i])->name);
+    init_job init = {.master = master, .m = m, .v = v, .g32 = g32, .gbf = gbf, .gf16 = gf16};
+    zc__bench_split(o.threads[o.nthr - 1], nmax, init_range, &init, master);
+    fprintf(stderr, "%s: cores %d, ceiling loop %s, variants:", prog, o.cores, stream_name);
+    for (int i = 0; i < o.nv; i++)
+        fprintf(stderr, " %s", zc__adam_variant(o.variants[i])->name);
     fprintf(stderr, "\n");
 
     zc_adam_hparams hp = {.lr = 1e-4, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8,
@@ -410,33 +328,30 @@ int zc__bench_cpu_adam(int argc, char **argv)
     best_t best = {0}, best_copy[3] = {{0}}, fp32_2t = {0};
     static const zc_dtype gdts[3] = {ZC_DTYPE_F32, ZC_DTYPE_BF16, ZC_DTYPE_F16};
     void *gbuf[3] = {g32, gbf, gf16};
-    for (int ni = 0; ni < nn; ni++) {
-        size_t n = ns[ni];
+    for (int ni = 0; ni < o.nn; ni++) {
+        size_t n = o.ns[ni];
         double bytes_target = 2e9; /* about a second of work per case at 40 GB/s... */
-        int reps = reps_opt ? reps_opt : (int)(bytes_target / ((double)n * 28.0));
+        int reps = o.reps ? o.reps : (int)(bytes_target / ((double)n * 28.0));
         if (reps < 5)
-            reps = reps_opt ? reps_opt : 5;
+            reps = o.reps ? o.reps : 5;
         if (reps > MAX_REPS)
             reps = MAX_REPS;
-        for (int ti = 0; ti < nthr; ti++) {
-            int t = threads[ti];
+        for (int ti = 0; ti < o.nthr; ti++) {
+            int t = o.threads[ti];
             /* STREAM triad on master = m + 0.5 v: same threads and split. */
             double tt[MAX_REPS];
-            zc_adam_shard tshard = {.master = master, .m = m, .v = v, .n = n};
-            job tj = {.s = &tshard, .a = master, .b = m, .c = v, .what = 1};
-            zc__pool_run(t, job_part, &tj, master);
+            triad_job tj = {.a = master, .b = m, .c = v};
+            zc__bench_split(t, n, triad_range, &tj, master);
             for (int r = 0; r < reps; r++) {
-                double t0 = now_s();
-                zc__pool_run(t, job_part, &tj, master);
-                tt[r] = now_s() - t0;
+                double t0 = zc__bench_now();
+                zc__bench_split(t, n, triad_range, &tj, master);
+                tt[r] = zc__bench_now() - t0;
             }
-            double triad_bps = 12.0 * (double)n / median(tt, reps);
+            double triad_bps = 12.0 * (double)n / zc__bench_median(tt, reps);
             /* Re-seed master after the triad overwrote it. */
-            zc_adam_shard all = {.master = master, .m = m, .v = v, .n = n};
-            job init = {.s = &all, .a = g32, .b = (float *)gbf, .c = (float *)gf16, .what = 2};
-            zc__pool_run(t, job_part, &init, master);
+            zc__bench_split(t, n, init_range, &init, master);
 
-            for (int vi = 0; vi < nv; vi++)
+            for (int vi = 0; vi < o.nv; vi++)
                 for (int gi = 0; gi < 3; gi++)
                     for (int cp = 0; cp < 2; cp++) {
                         zc_dtype odt = gdts[gi] == ZC_DTYPE_F16 ? ZC_DTYPE_F16 : ZC_DTYPE_BF16;
@@ -446,40 +361,20 @@ int zc__bench_cpu_adam(int argc, char **argv)
                                            .param_out_dtype = odt, .n = n};
                         double bytes = (double)n * (24.0 + (double)zc_dtype_size(gdts[gi]) +
                                                     (cp ? 2.0 : 0.0));
-                        /* The ceiling is the fastest of the streaming loop
-                         * with each prefetch distance. */
-                        static const size_t pfs[NPF] = {0, 512, 1024};
-                        double ta[MAX_REPS], ts[NPF][MAX_REPS];
-                        for (int r = -1; r < reps; r++) { /* r = -1: warm-up */
-                            zc_adam_coeffs c = zc__adam_coeffs(&hp, step++);
-                            double t0 = now_s();
-                            zc_status st = zc__adam_host_run(&s, &c, variants[vi], t);
-                            double t1 = now_s();
-                            if (st != ZC_OK) {
-                                fprintf(stderr, "%s: %s\n", prog, zc_last_error());
-                                rc = 1;
-                                goto out;
-                            }
-                            if (r >= 0)
-                                ta[r] = t1 - t0;
-                            for (int q = 0; q < NPF; q++) {
-                                job sj = {.s = &s, .stream = stream, .pf = pfs[q], .what = 0};
-                                double t2 = now_s();
-                                zc__pool_run(t, job_part, &sj, master);
-                                if (r >= 0)
-                                    ts[q][r] = now_s() - t2;
-                            }
+                        adam_case k = {.s = &s, .hp = &hp, .step = &step,
+                                       .variant = o.variants[vi], .threads = t,
+                                       .stream = stream, .prog = prog};
+                        const zc_bench_pair pair = {adam_kernel, adam_ceiling, NPF, &k};
+                        double sec, ssec;
+                        if (!zc__bench_measure(&pair, reps, &sec, &ssec)) {
+                            rc = 1;
+                            goto out;
                         }
                         /* The streaming loop added g to m and v: put v back
                          * in range so later Adam steps see normal values. */
-                        zc__pool_run(t, job_part, &init, master);
-                        double sec = median(ta, reps), ssec = median(ts[0], reps);
-                        for (int q = 1; q < NPF; q++) {
-                            double x = median(ts[q], reps);
-                            ssec = x < ssec ? x : ssec;
-                        }
+                        zc__bench_split(t, n, init_range, &init, master);
                         double pps = (double)n / sec, bps = bytes / sec, sbps = bytes / ssec;
-                        const char *vname = zc__adam_variant(variants[vi])->name;
+                        const char *vname = zc__adam_variant(o.variants[vi])->name;
                         const char *copyname = cp ? zc_dtype_name(odt) : "none";
                         printf("{\"variant\":\"%s\",\"threads\":%d,\"n\":%zu,\"grad_dtype\":\"%s\","
                                "\"param_copy\":\"%s\",\"seconds\":%s,\"params_per_s\":%s,"
@@ -487,9 +382,11 @@ int zc__bench_cpu_adam(int argc, char **argv)
                                "\"ratio_to_stream\":%s,\"triad_bytes_per_s\":%s,"
                                "\"bytes_per_param\":%s}\n",
                                vname, t, n, zc_dtype_name(gdts[gi]), copyname,
-                               jnum("%.6f", sec).s, jnum("%.4e", pps).s, jnum("%.4e", bps).s,
-                               jnum("%.4e", sbps).s, jnum("%.3f", bps / sbps).s,
-                               jnum("%.4e", triad_bps).s, jnum("%.0f", bytes / (double)n).s);
+                               zc__bench_jnum("%.6f", sec).s, zc__bench_jnum("%.4e", pps).s,
+                               zc__bench_jnum("%.4e", bps).s, zc__bench_jnum("%.4e", sbps).s,
+                               zc__bench_jnum("%.3f", bps / sbps).s,
+                               zc__bench_jnum("%.4e", triad_bps).s,
+                               zc__bench_jnum("%.0f", bytes / (double)n).s);
                         fflush(stdout);
                         char desc[200];
                         snprintf(desc, sizeof desc,
@@ -497,7 +394,8 @@ int zc__bench_cpu_adam(int argc, char **argv)
                                  "\"%s\",\"param_copy\":\"%s\",\"params_per_s\":%s,"
                                  "\"ratio_to_stream\":%s}",
                                  vname, t, n, zc_dtype_name(gdts[gi]), copyname,
-                                 jnum("%.4e", pps).s, jnum("%.3f", bps / sbps).s);
+                                 zc__bench_jnum("%.4e", pps).s,
+                                 zc__bench_jnum("%.3f", bps / sbps).s);
                         if (pps > best.pps) {
                             best.pps = pps;
                             snprintf(best.desc, sizeof best.desc, "%s", desc);

@@ -23,44 +23,22 @@
  *  "ratio_to_stream","bytes_per_param"}
  * and a final {"summary":...} line with the best ratio of each layout at
  * the largest N (the target: >= 0.90). */
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
 
+#include "bench/cpu_adam/bench_opts.h"
 #include "base/alloc.h"
 #include "base/dtype.h"
-#include "cliarg.h"
 #include "optim/adam_isa.h"
 #include "optim/threadpool.h"
 
-#define MAX_N_LIST 8
 #define MAX_REPS 100
 #define MAX_N (UINT64_C(1) << 33)
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 /* ---- the streaming ceiling ------------------------------------------------ */
 
@@ -134,25 +112,28 @@ static void stream_generic(const zc_adam_lp_shard *s)
 
 typedef void (*stream_fn)(const zc_adam_lp_shard *s);
 
-typedef struct job {
-    const zc_adam_lp_shard *s;
+/* One case: the shard, its kernel's arguments and its ceiling loop, run on
+ * the same static split as zc__adam_lp_host_run. */
+typedef struct lp_case {
+    zc_adam_lp_shard *s;
+    const zc_adam_hparams *hp;
+    int64_t *step;
+    int variant, threads;
     stream_fn stream;
-    int what; /* 0 stream, 1 init */
-} job;
+    const char *prog;
+} lp_case;
 
-static void job_part(void *arg, int k, int nparts)
+static void stream_range(void *arg, size_t lo, size_t hi)
 {
-    const job *j = arg;
-    const size_t ntiles = (j->s->n + ZC_ADAM_TILE - 1) / ZC_ADAM_TILE;
-    const size_t t0 = ntiles * (size_t)k / (size_t)nparts, t1 = ntiles * (size_t)(k + 1) / (size_t)nparts;
-    const size_t lo = t0 * ZC_ADAM_TILE, hi = t1 * ZC_ADAM_TILE < j->s->n ? t1 * ZC_ADAM_TILE : j->s->n;
-    if (lo >= hi)
-        return;
-    const zc_adam_lp_shard part = zc__adam_lp_slice(j->s, lo, hi);
-    if (j->what == 0) {
-        j->stream(&part);
-        return;
-    }
+    const lp_case *k = arg;
+    const zc_adam_lp_shard part = zc__adam_lp_slice(k->s, lo, hi);
+    k->stream(&part);
+}
+
+static void init_range(void *arg, size_t lo, size_t hi)
+{
+    const lp_case *k = arg;
+    const zc_adam_lp_shard part = zc__adam_lp_slice(k->s, lo, hi);
     for (size_t i = 0; i < part.n; i++) {
         const size_t e = lo + i;
         const float x = (float)((int)(e % 2001) - 1000) * 1e-5f;
@@ -161,6 +142,25 @@ static void job_part(void *arg, int k, int nparts)
         zc__store_f32(part.v, part.v_dtype, i, 1e-6f + x * x);
         ((uint16_t *)part.grad)[i] = zc__f32_to_bf16(x * 1e-3f);
     }
+}
+
+static bool lp_kernel(void *arg)
+{
+    const lp_case *k = arg;
+    k->s->step = *k->step;
+    const zc_adam_coeffs c = zc__adam_coeffs(k->hp, (*k->step)++);
+    if (zc__adam_lp_host_run(k->s, &c, k->variant, k->threads) != ZC_OK) {
+        fprintf(stderr, "%s: %s\n", k->prog, zc_last_error());
+        return false;
+    }
+    return true;
+}
+
+static void lp_ceiling(void *arg, int q)
+{
+    (void)q;
+    lp_case *k = arg;
+    zc__bench_split(k->threads, k->s->n, stream_range, k, k->s->master);
 }
 
 typedef struct layout {
@@ -176,107 +176,43 @@ static const layout LAYOUTS[] = {
 };
 #define NLAYOUTS ((int)(sizeof LAYOUTS / sizeof LAYOUTS[0]))
 
-static void usage(FILE *f, const char *prog)
+static void usage(FILE *f, const char *prog, const zc_bench_opts *o)
 {
-    fprintf(f,
-            "usage: %s [--n LIST] [--variant NAME] [--threads LIST] [--reps R]\n"
-            "  --n LIST        parameter counts, comma separated, K/M/G suffixes,\n"
-            "                  each 1..2^33 (default 16M,64M)\n"
-            "  --variant NAME  only this variant (scalar, avx2, avx512, avx512bf16)\n"
-            "  --threads LIST  thread counts, each 1..%d (default 1..physical cores)\n"
-            "  --reps R        timed repetitions per case, 1..%d (default 5)\n"
-            "Prints one JSON object per case and a summary line.\n",
-            prog, ZC_POOL_MAX_THREADS, MAX_REPS);
+    fprintf(f, "usage: %s [--n LIST] [--variant NAME] [--threads LIST] [--reps R]\n", prog);
+    zc__bench_opts_usage(f, o, "16M,64M", "5");
+    fprintf(f, "Prints one JSON object per case and a summary line.\n");
 }
 
 int main(int argc, char **argv)
 {
     const char *prog = argc > 0 ? argv[0] : "bench_cpu_adam_lp";
-    size_t ns[MAX_N_LIST] = {16u << 20, 64u << 20};
-    int nn = 2, reps = 5, nthr = 0, threads[64];
-    const char *only = NULL;
-    char err[ZC_ARG_ERRLEN];
+    zc_bench_opts o = {.ns = {16u << 20, 64u << 20}, .nn = 2, .reps = 5, .max_n = MAX_N,
+                       .max_reps = MAX_REPS};
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout, prog);
-            return 0;
-        } else if (!strcmp(a, "--n") && val) {
-            uint64_t v[MAX_N_LIST];
-            int k;
-            if (!zc__arg_u64_list("--n", val, 1, MAX_N, ZC_ARG_SUFFIX, v, MAX_N_LIST, &k, err,
-                                  sizeof err)) {
-                fprintf(stderr, "%s: %s\n", prog, err);
-                return 2;
-            }
-            for (int q = 0; q < k; q++)
-                ns[q] = (size_t)v[q];
-            nn = k;
-            i++;
-        } else if (!strcmp(a, "--variant") && val) {
-            only = val;
-            i++;
-        } else if (!strcmp(a, "--threads") && val) {
-            uint64_t v[64];
-            int k;
-            if (!zc__arg_u64_list("--threads", val, 1, ZC_POOL_MAX_THREADS, 0, v, 64, &k, err,
-                                  sizeof err)) {
-                fprintf(stderr, "%s: %s\n", prog, err);
-                return 2;
-            }
-            for (int q = 0; q < k; q++)
-                threads[q] = (int)v[q];
-            nthr = k;
-            i++;
-        } else if (!strcmp(a, "--reps") && val) {
-            if (!zc__arg_int("--reps", val, 1, MAX_REPS, &reps, err, sizeof err)) {
-                fprintf(stderr, "%s: %s\n", prog, err);
-                return 2;
-            }
-            i++;
-        } else {
-            fprintf(stderr, "%s: unknown or incomplete option '%s'\n", prog, a);
-            usage(stderr, prog);
+        const char *a = argv[i];
+        const int got = zc__bench_opt(&o, argc, argv, &i, prog);
+        if (got < 0)
             return 2;
-        }
-    }
-    const int cores = zc__pool_physical_cores();
-    if (!nthr)
-        for (int t = 1; t <= cores && t <= 64; t++)
-            threads[nthr++] = t;
-    int variants[8], nv = 0;
-    for (int i = 0; i < zc__adam_variant_count(); i++) {
-        const char *why;
-        const bool usable = zc__adam_variant_usable(i, &why);
-        if (only && strcmp(only, zc__adam_variant(i)->name))
+        if (got)
             continue;
-        if (!usable) {
-            if (only) {
-                fprintf(stderr, "%s: variant %s: %s\n", prog, only, why);
-                return 1;
-            }
-            continue;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout, prog, &o);
+            return 0;
         }
-        variants[nv++] = i;
-    }
-    if (!nv) {
-        fprintf(stderr, "%s: no variant named '%s'\n", prog, only ? only : "?");
+        fprintf(stderr, "%s: unknown or incomplete option '%s'\n", prog, a);
+        usage(stderr, prog, &o);
         return 2;
     }
-    size_t nmax = 0;
-    for (int i = 0; i < nn; i++)
-        nmax = ns[i] > nmax ? ns[i] : nmax;
+    int rc = zc__bench_resolve(&o, prog);
+    if (rc)
+        return rc;
+    const size_t nmax = zc__bench_nmax(&o);
     /* master, m, v at fp32 width, gradient and copy: 16 bytes a parameter. */
-    uint64_t total, avail;
-    if (!zc__mul_u64(nmax, 16, &total) ||
-        (zc__mem_available(&avail) && total > avail - avail / 8)) {
-        fprintf(stderr, "%s: --n %zu needs %.2f GiB of buffers (16 bytes per parameter), more "
-                "than 7/8 of the memory available\n", prog, nmax, (double)total / 1073741824.0);
-        return 1;
-    }
+    rc = zc__bench_check_memory(prog, nmax, 16);
+    if (rc)
+        return rc;
     void *bufs[5] = {NULL};
     const size_t bytes[5] = {nmax * 4, nmax * 4, nmax * 4, nmax * 2, nmax * 2};
-    int rc = 0;
     for (int i = 0; i < 5; i++)
         if (zc__host_alloc(NULL, ZC_MEM_OTHER, bytes[i], "cpu_adam_lp buffer", &bufs[i]) != ZC_OK) {
             fprintf(stderr, "%s: %s\n", prog, zc_last_error());
@@ -292,19 +228,19 @@ int main(int argc, char **argv)
         stream_name = "avx2";
     }
 #endif
-    fprintf(stderr, "%s: cores %d, ceiling loop %s\n", prog, cores, stream_name);
+    fprintf(stderr, "%s: cores %d, ceiling loop %s\n", prog, o.cores, stream_name);
     const zc_adam_hparams hp = {.lr = 1e-4, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8,
                                 .weight_decay = 0.01, .adamw = true, .bias_correction = true};
     double best[NLAYOUTS] = {0};
     char best_desc[NLAYOUTS][160] = {{0}};
     int64_t step = 1;
-    for (int ni = 0; ni < nn; ni++)
-        for (int ti = 0; ti < nthr; ti++)
-            for (int vi = 0; vi < nv; vi++)
+    for (int ni = 0; ni < o.nn; ni++)
+        for (int ti = 0; ti < o.nthr; ti++)
+            for (int vi = 0; vi < o.nv; vi++)
                 for (int li = 0; li < NLAYOUTS; li++)
                     for (int sr = 1; sr >= 0; sr--) {
-                        const size_t n = ns[ni];
-                        const int t = threads[ti];
+                        const size_t n = o.ns[ni];
+                        const int t = o.threads[ti];
                         const layout *L = &LAYOUTS[li];
                         zc_adam_lp_shard s = {.master = bufs[0], .m = bufs[1], .v = bufs[2],
                                               .master_dtype = L->master, .m_dtype = L->m,
@@ -313,47 +249,40 @@ int main(int argc, char **argv)
                                               .param_out = bufs[4],
                                               .param_out_dtype = ZC_DTYPE_BF16, .n = n,
                                               .seed = 1, .stochastic = sr};
-                        job init = {.s = &s, .what = 1}, sj = {.s = &s, .stream = stream};
-                        zc__pool_run(t, job_part, &init, bufs[0]);
+                        lp_case k = {.s = &s, .hp = &hp, .step = &step,
+                                     .variant = o.variants[vi], .threads = t, .stream = stream,
+                                     .prog = prog};
+                        zc__bench_split(t, n, init_range, &k, bufs[0]);
                         const double bpp = 2.0 * (double)(zc_dtype_size(L->master) +
                                                           zc_dtype_size(L->m) +
                                                           zc_dtype_size(L->v)) + 4.0;
-                        double ta[MAX_REPS], ts[MAX_REPS];
-                        for (int r = -1; r < reps; r++) {
-                            s.step = step;
-                            const zc_adam_coeffs c = zc__adam_coeffs(&hp, step++);
-                            const double t0 = now_s();
-                            const zc_status st = zc__adam_lp_host_run(&s, &c, variants[vi], t);
-                            const double t1 = now_s();
-                            if (st != ZC_OK) {
-                                fprintf(stderr, "%s: %s\n", prog, zc_last_error());
-                                rc = 1;
-                                goto out;
-                            }
-                            zc__pool_run(t, job_part, &sj, bufs[0]);
-                            const double t2 = now_s();
-                            if (r >= 0) {
-                                ta[r] = t1 - t0;
-                                ts[r] = t2 - t1;
-                            }
+                        const zc_bench_pair pair = {lp_kernel, lp_ceiling, 1, &k};
+                        double sec, ssec;
+                        if (!zc__bench_measure(&pair, o.reps, &sec, &ssec)) {
+                            rc = 1;
+                            goto out;
                         }
-                        const double sec = median(ta, reps), ssec = median(ts, reps);
                         const double ratio = ssec / sec;
-                        const char *vname = zc__adam_variant(variants[vi])->name;
+                        const char *vname = zc__adam_variant(o.variants[vi])->name;
                         printf("{\"bench\":\"cpu_adam_lp\",\"variant\":\"%s\",\"threads\":%d,"
-                               "\"n\":%zu,\"state\":\"%s\",\"stochastic\":%s,\"seconds\":%.6f,"
-                               "\"params_per_s\":%.4e,\"bytes_per_s\":%.4e,"
-                               "\"stream_bytes_per_s\":%.4e,\"ratio_to_stream\":%.3f,"
+                               "\"n\":%zu,\"state\":\"%s\",\"stochastic\":%s,\"seconds\":%s,"
+                               "\"params_per_s\":%s,\"bytes_per_s\":%s,"
+                               "\"stream_bytes_per_s\":%s,\"ratio_to_stream\":%s,"
                                "\"bytes_per_param\":%.0f}\n",
-                               vname, t, n, L->name, sr ? "true" : "false", sec,
-                               (double)n / sec, bpp * (double)n / sec, bpp * (double)n / ssec,
-                               ratio, bpp);
+                               vname, t, n, L->name, sr ? "true" : "false",
+                               zc__bench_jnum("%.6f", sec).s,
+                               zc__bench_jnum("%.4e", (double)n / sec).s,
+                               zc__bench_jnum("%.4e", bpp * (double)n / sec).s,
+                               zc__bench_jnum("%.4e", bpp * (double)n / ssec).s,
+                               zc__bench_jnum("%.3f", ratio).s, bpp);
                         fflush(stdout);
                         if (n == nmax && sr && ratio > best[li]) {
                             best[li] = ratio;
                             snprintf(best_desc[li], sizeof best_desc[li],
-                                     "{\"variant\":\"%s\",\"threads\":%d,\"ratio_to_stream\":%.3f,"
-                                     "\"params_per_s\":%.4e}", vname, t, ratio, (double)n / sec);
+                                     "{\"variant\":\"%s\",\"threads\":%d,\"ratio_to_stream\":%s,"
+                                     "\"params_per_s\":%s}", vname, t,
+                                     zc__bench_jnum("%.3f", ratio).s,
+                                     zc__bench_jnum("%.4e", (double)n / sec).s);
                         }
                     }
     printf("{\"summary\":\"cpu_adam_lp\",\"n\":%zu,\"stochastic\":true,"

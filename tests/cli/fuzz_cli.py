@@ -188,7 +188,8 @@ def flag_args(rng, spec, fx, cheap=False):
 
 
 ADAM_CPU = {"--n": "num", "--threads": "num", "--reps": "num", "--quick": None,
-            "--variant": ["scalar", "avx2", "avx512", "avx512bf16", "", "none"], "--help": None}
+            "--variant": ["scalar", "avx2", "avx512", "avx512bf16", "", "none"], "--help": None,
+            "--optimizer": ["adam", "lion", "adagrad", "", "sgd", "lion,adagrad"]}
 ADAM_CUDA = {"--sizes": "num", "--reps": "num", "--warmup": "num", "--gpu": "num",
              "--grad": ["fp32", "bf16", "fp16", "fp32,bf16", "", "fp8", ",", "bf16,,fp16"],
              "--out": ["bf16", "fp16", "fp32", "none", "", "int8"]}
