@@ -56,14 +56,14 @@ ZC_INLINE __m256i mix32(__m256i x)
 }
 
 /* x as bf16 in the low half of each lane: stochastically with the random
- * bits of counters ctr (zc__sr_bf16), else to nearest even
- * (zc__f32_to_bf16); every NaN lane 0x7FC0. */
+ * bits `bits` (each lane below 2^16: zc__sr_bf16's 16 bits), else to
+ * nearest even (zc__f32_to_bf16); every NaN lane 0x7FC0. */
 ZC_INLINE __m256i round_bf16(__m256 x, bool sr, __m256i bits)
 {
     const __m256i u = _mm256_castps_si256(x);
     __m256i add;
     if (sr)
-        add = _mm256_and_si256(bits, _mm256_set1_epi32(0xffff));
+        add = bits;
     else
         add = _mm256_add_epi32(_mm256_set1_epi32(0x7fff),
                                _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1)));
@@ -78,23 +78,24 @@ ZC_INLINE __m128i pack16(__m256i h)
 }
 
 /* Stores state x at i; returns the value kept (x, or its bf16 rounding
- * widened back) and the bf16 bits in *h when bf. */
+ * widened back) and the eight packed bf16 values in *h when bf. */
 ZC_INLINE __m256 store_state(void *p, size_t i, __m256 x, bool bf, bool sr, __m256i bits,
-                             __m256i *h)
+                             __m128i *h)
 {
     if (!bf) {
         _mm256_storeu_ps((float *)p + i, x);
         return x;
     }
-    *h = round_bf16(x, sr, bits);
-    _mm_storeu_si128((__m128i *)((uint16_t *)p + i), pack16(*h));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(*h, 16));
+    const __m256i r = round_bf16(x, sr, bits);
+    *h = pack16(r);
+    _mm_storeu_si128((__m128i *)((uint16_t *)p + i), *h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(r, 16));
 }
 
-ZC_INLINE void step8(const zc_adam_lp_shard *s, const lp8 *k, size_t i, uint32_t ctr0, bool mb,
+/* ctr: the eight elements' counters (the low word of their global index). */
+ZC_INLINE void step8(const zc_adam_lp_shard *s, const lp8 *k, size_t i, __m256i ctr, bool mb,
                      bool mmb, bool vb, bool sr, zc_dtype gdt)
 {
-    const __m256i ctr = _mm256_add_epi32(_mm256_set1_epi32((int)(ctr0 + (uint32_t)i)), k->iota);
     __m256 p = load_state(s->master, i, mb);
     __m256 g = load_grad(s->grad, i, gdt);
     if (k->scaled)
@@ -110,15 +111,18 @@ ZC_INLINE void step8(const zc_adam_lp_shard *s, const lp8 *k, size_t i, uint32_t
         p = _mm256_sub_ps(p, _mm256_mul_ps(k->dd, p));
     p = _mm256_sub_ps(p, _mm256_mul_ps(k->ss, _mm256_div_ps(m, d)));
     /* sround.h's draws: draw 0 for the master (low half) and m (high half),
-     * draw 1 for v; only those a bf16 tensor rounds with are hashed. */
+     * draw 1 for v (low half); only those a bf16 tensor rounds with are
+     * hashed. */
+    const __m256i lo16 = _mm256_set1_epi32(0xffff);
     __m256i bp = _mm256_setzero_si256(), bm = bp, bv = bp;
     if (sr && (mb || mmb)) {
-        bp = mix32(_mm256_xor_si256(ctr, k->key[ZC_SR_DRAW_PM]));
-        bm = _mm256_srli_epi32(bp, 16);
+        const __m256i d0 = mix32(_mm256_xor_si256(ctr, k->key[ZC_SR_DRAW_PM]));
+        bp = _mm256_and_si256(d0, lo16);
+        bm = _mm256_srli_epi32(d0, 16);
     }
     if (sr && vb)
-        bv = mix32(_mm256_xor_si256(ctr, k->key[ZC_SR_DRAW_V]));
-    __m256i hm, hv, hp = _mm256_setzero_si256();
+        bv = _mm256_and_si256(mix32(_mm256_xor_si256(ctr, k->key[ZC_SR_DRAW_V])), lo16);
+    __m128i hm, hv, hp = _mm_setzero_si128();
     store_state(s->m, i, m, mmb, sr, bm, &hm);
     store_state(s->v, i, v, vb, sr, bv, &hv);
     const __m256 kept = store_state(s->master, i, p, mb, sr, bp, &hp);
@@ -131,8 +135,8 @@ ZC_INLINE void step8(const zc_adam_lp_shard *s, const lp8 *k, size_t i, uint32_t
                          _mm256_cvtps_ph(kept, _MM_FROUND_TO_NEAREST_INT));
     } else {
         /* A bf16 master is its own copy; an fp32 one rounds to nearest. */
-        const __m256i h = mb ? hp : round_bf16(kept, false, bp);
-        _mm_storeu_si128((__m128i *)((uint16_t *)s->param_out + i), pack16(h));
+        const __m128i h = mb ? hp : pack16(round_bf16(kept, false, bp));
+        _mm_storeu_si128((__m128i *)((uint16_t *)s->param_out + i), h);
     }
 }
 
@@ -141,9 +145,14 @@ ZC_INLINE void body(const zc_adam_lp_shard *s, const lp8 *kp, size_t lo, size_t 
 {
     const zc_adam_lp_shard sh = *s;
     const lp8 k = *kp;
-    const uint32_t ctr0 = (uint32_t)sh.index0;
-    for (size_t i = lo; i < hi; i += 8)
-        step8(&sh, &k, i, ctr0, mb, mmb, vb, sr, gdt);
+    /* The counters run with i (wrapping as the 32-bit words do). */
+    __m256i ctr = _mm256_add_epi32(_mm256_set1_epi32((int)((uint32_t)sh.index0 + (uint32_t)lo)),
+                                   k.iota);
+    const __m256i eight = _mm256_set1_epi32(8);
+    for (size_t i = lo; i < hi; i += 8) {
+        step8(&sh, &k, i, ctr, mb, mmb, vb, sr, gdt);
+        ctr = _mm256_add_epi32(ctr, eight);
+    }
 }
 
 typedef void (*body_fn)(const zc_adam_lp_shard *s, const lp8 *k, size_t lo, size_t hi);
