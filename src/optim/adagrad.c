@@ -31,30 +31,14 @@ zc_adagrad_shard zc__adagrad_slice(const zc_adagrad_shard *s, size_t lo, size_t 
     return r;
 }
 
-static bool ew_dtype_ok(zc_dtype dt)
-{
-    return dt == ZC_DTYPE_F32 || dt == ZC_DTYPE_F16 || dt == ZC_DTYPE_BF16;
-}
-
 zc_status zc__adagrad_check(const zc_adagrad_shard *s, const zc_adagrad_coeffs *c, const char *who)
 {
     if (!s || !c)
         return ZC_ERR(ZC_ERR_INVALID_ARG, "%s: NULL %s", who, s ? "coefficients" : "shard");
     if (c->numerator != ZC_ADAGRAD_NUM_RAW && c->numerator != ZC_ADAGRAD_NUM_DECAYED)
         return ZC_ERR(ZC_ERR_INVALID_ARG, "%s: unknown numerator %u", who, c->numerator);
-    if (s->n == 0)
-        return ZC_OK;
-    if (!s->master || !s->sum || !s->grad)
-        return ZC_ERR(ZC_ERR_INVALID_ARG,
-                      "%s: NULL buffer in a shard of %zu elements (master %p, sum %p, grad %p)",
-                      who, s->n, (void *)s->master, (void *)s->sum, s->grad);
-    if (!ew_dtype_ok(s->grad_dtype))
-        return ZC_ERR(ZC_ERR_INVALID_ARG, "%s: gradient dtype %s is not fp32, fp16 or bf16", who,
-                      zc_dtype_name(s->grad_dtype));
-    if (s->param_out && !ew_dtype_ok(s->param_out_dtype))
-        return ZC_ERR(ZC_ERR_INVALID_ARG, "%s: parameter copy dtype %s is not fp32, fp16 or bf16",
-                      who, zc_dtype_name(s->param_out_dtype));
-    return ZC_OK;
+    return zc__ew_shard_check(who, s->master, s->sum, "sum", s->grad, s->grad_dtype, s->param_out,
+                              s->param_out_dtype, s->n);
 }
 
 typedef struct adagrad_ctx {

@@ -8,6 +8,11 @@
 #include "optim/adam_isa.h"
 #include "optim/threadpool.h"
 
+static bool float_dtype(zc_dtype dt)
+{
+    return dt == ZC_DTYPE_F32 || dt == ZC_DTYPE_F16 || dt == ZC_DTYPE_BF16;
+}
+
 typedef struct ew_job {
     zc_ew_range_fn run;
     const void *ctx;
@@ -35,4 +40,23 @@ zc_status zc__ew_split(size_t n, int nthreads, zc_ew_range_fn run, const void *c
         ZC_CHECK(zc__pool_default_threads(&t));
     ew_job j = {.run = run, .ctx = ctx, .n = n, .ntiles = (n + ZC_ADAM_TILE - 1) / ZC_ADAM_TILE};
     return zc__pool_run(zc__adam_host_threads(n, t), ew_part, &j, near);
+}
+
+zc_status zc__ew_shard_check(const char *who, const float *master, const float *state,
+                             const char *state_name, const void *grad, zc_dtype grad_dtype,
+                             const void *param_out, zc_dtype param_out_dtype, size_t n)
+{
+    if (n == 0)
+        return ZC_OK;
+    if (!master || !state || !grad)
+        return ZC_ERR(ZC_ERR_INVALID_ARG,
+                      "%s: NULL buffer in a shard of %zu elements (master %p, %s %p, grad %p)",
+                      who, n, (const void *)master, state_name, (const void *)state, grad);
+    if (!float_dtype(grad_dtype))
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "%s: gradient dtype %s is not fp32, fp16 or bf16", who,
+                      zc_dtype_name(grad_dtype));
+    if (param_out && !float_dtype(param_out_dtype))
+        return ZC_ERR(ZC_ERR_INVALID_ARG, "%s: parameter copy dtype %s is not fp32, fp16 or bf16",
+                      who, zc_dtype_name(param_out_dtype));
+    return ZC_OK;
 }

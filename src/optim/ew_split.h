@@ -7,6 +7,14 @@
 
 #include "zeroc/zeroc.h"
 
+/* The buffer and dtype checks Lion's and Adagrad's shards share: for n > 0,
+ * master, the state tensor (named `state` in the message) and grad present;
+ * the gradient's dtype, and the copy's when there is one, F32, F16 or BF16.
+ * ZC_ERR_INVALID_ARG naming `who`. */
+zc_status zc__ew_shard_check(const char *who, const float *master, const float *state,
+                             const char *state_name, const void *grad, zc_dtype grad_dtype,
+                             const void *param_out, zc_dtype param_out_dtype, size_t n);
+
 /* Runs elements [lo, hi) of the caller's shard. */
 typedef void (*zc_ew_range_fn)(const void *ctx, size_t lo, size_t hi);
 

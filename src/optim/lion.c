@@ -33,30 +33,14 @@ zc_lion_shard zc__lion_slice(const zc_lion_shard *s, size_t lo, size_t hi)
     return r;
 }
 
-static bool ew_dtype_ok(zc_dtype dt)
-{
-    return dt == ZC_DTYPE_F32 || dt == ZC_DTYPE_F16 || dt == ZC_DTYPE_BF16;
-}
-
 zc_status zc__lion_check(const zc_lion_shard *s, const zc_lion_coeffs *c, const char *who)
 {
     if (!s || !c)
         return ZC_ERR(ZC_ERR_INVALID_ARG, "%s: NULL %s", who, s ? "coefficients" : "shard");
     if (c->sign_rule != ZC_LION_SIGN_BIT && c->sign_rule != ZC_LION_SIGN_GT0)
         return ZC_ERR(ZC_ERR_INVALID_ARG, "%s: unknown sign rule %u", who, c->sign_rule);
-    if (s->n == 0)
-        return ZC_OK;
-    if (!s->master || !s->m || !s->grad)
-        return ZC_ERR(ZC_ERR_INVALID_ARG,
-                      "%s: NULL buffer in a shard of %zu elements (master %p, m %p, grad %p)", who,
-                      s->n, (void *)s->master, (void *)s->m, s->grad);
-    if (!ew_dtype_ok(s->grad_dtype))
-        return ZC_ERR(ZC_ERR_INVALID_ARG, "%s: gradient dtype %s is not fp32, fp16 or bf16", who,
-                      zc_dtype_name(s->grad_dtype));
-    if (s->param_out && !ew_dtype_ok(s->param_out_dtype))
-        return ZC_ERR(ZC_ERR_INVALID_ARG, "%s: parameter copy dtype %s is not fp32, fp16 or bf16",
-                      who, zc_dtype_name(s->param_out_dtype));
-    return ZC_OK;
+    return zc__ew_shard_check(who, s->master, s->m, "m", s->grad, s->grad_dtype, s->param_out,
+                              s->param_out_dtype, s->n);
 }
 
 typedef struct lion_ctx {
